@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Sets up everything the orchestrator needs on a Debian 12 host, idempotently:
+# system packages, npm dependencies, the TypeScript build and the guest image (cached).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup: run as root (sandboxes need network namespaces, mounts and runc): sudo $0" >&2
+  exit 1
+fi
+
+# Host tools: runc runs the sandboxes, debootstrap builds the guest image, iproute2 makes
+# their networks, util-linux/mount mount their overlays, openssh-client is the benchmark's
+# "naive" baseline, e2fsprogs builds config drives and VM disks.
+packages=(runc debootstrap iproute2 util-linux mount e2fsprogs openssh-client ca-certificates)
+missing=()
+for pkg in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v node >/dev/null || [ "$(node -p 'process.versions.node.split(".")[0]')" -lt 20 ]; then
+  echo "setup: Node.js 20 or newer is required (https://nodejs.org or Debian's nodejs from a newer release)" >&2
+  exit 1
+fi
+
+if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  echo "setup: installing npm dependencies" >&2
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+
+echo "setup: compiling TypeScript" >&2
+npm run --silent build
+
+echo "setup: guest image (built once, then cached by a hash of its recipe)" >&2
+node dist/cli/main.js image build >/dev/null

@@ -1,0 +1,106 @@
+import type { FastifyInstance } from 'fastify';
+import type { CreateSessionOptions, SessionManager } from '../../sessions/manager.js';
+import { actionBody, createSessionBody, sessionIdParams } from '../schemas.js';
+
+interface IdParams {
+  id: string;
+}
+
+const errors = { 400: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 502: { $ref: 'Error#' }, 503: { $ref: 'Error#' } };
+
+/** /v1/sessions: create, list, inspect, destroy, screenshot, act. */
+export async function sessionRoutes(app: FastifyInstance, opts: { manager: SessionManager }): Promise<void> {
+  const { manager } = opts;
+
+  app.post<{ Body: CreateSessionOptions }>(
+    '/v1/sessions',
+    {
+      schema: {
+        summary: 'Create a sandbox and wait until it is ready',
+        tags: ['sessions'],
+        body: createSessionBody,
+        response: { 201: { $ref: 'Session#' }, ...errors },
+      },
+    },
+    async (request, reply) => {
+      const session = await manager.create(request.body ?? {});
+      return reply.status(201).send(session);
+    },
+  );
+
+  app.get(
+    '/v1/sessions',
+    {
+      schema: {
+        summary: 'List live sessions',
+        tags: ['sessions'],
+        response: {
+          200: { type: 'object', properties: { sessions: { type: 'array', items: { $ref: 'Session#' } } } },
+        },
+      },
+    },
+    async () => ({ sessions: manager.list() }),
+  );
+
+  app.get<{ Params: IdParams }>(
+    '/v1/sessions/:id',
+    {
+      schema: { summary: 'Describe a session', tags: ['sessions'], params: sessionIdParams, response: { 200: { $ref: 'Session#' }, ...errors } },
+    },
+    async (request) => manager.get(request.params.id),
+  );
+
+  app.delete<{ Params: IdParams }>(
+    '/v1/sessions/:id',
+    {
+      schema: {
+        summary: 'Destroy a session and everything it holds (idempotent)',
+        tags: ['sessions'],
+        params: sessionIdParams,
+        response: { 200: { $ref: 'Session#' }, ...errors },
+      },
+    },
+    async (request) => manager.destroy(request.params.id),
+  );
+
+  app.get<{ Params: IdParams }>(
+    '/v1/sessions/:id/screenshot',
+    {
+      schema: {
+        summary: 'A PNG of the whole screen',
+        tags: ['computer'],
+        params: sessionIdParams,
+        produces: ['image/png'],
+        response: { 200: { description: 'PNG image', type: 'string', format: 'binary' }, ...errors },
+      },
+    },
+    async (request, reply) => {
+      const png = await manager.screenshot(request.params.id);
+      return reply.type('image/png').header('cache-control', 'no-store').send(png);
+    },
+  );
+
+  app.post<{ Params: IdParams; Body: unknown }>(
+    '/v1/sessions/:id/actions',
+    {
+      schema: {
+        summary: 'Perform one computer-use action (the tool_use input as the model sent it)',
+        tags: ['computer'],
+        params: sessionIdParams,
+        body: actionBody,
+        response: { 200: { $ref: 'ActionResult#' }, ...errors },
+      },
+    },
+    async (request) => {
+      const { action, result, durationMs } = await manager.act(request.params.id, request.body);
+      return {
+        action,
+        output: result.output,
+        cursor: result.cursor,
+        image: result.image ? { mediaType: 'image/png', data: result.image.toString('base64') } : undefined,
+        durationMs: Math.round(durationMs * 1000) / 1000,
+      };
+    },
+  );
+}
+

@@ -1,0 +1,96 @@
+/**
+ * JSON schemas of the HTTP API. Fastify validates requests with them and @fastify/swagger
+ * publishes them as the OpenAPI document at /openapi.json, so the docs cannot drift.
+ */
+export const MIN_SIDE = 320;
+export const MAX_SIDE = 3840;
+
+export const errorSchema = {
+  $id: 'Error',
+  type: 'object',
+  required: ['error'],
+  properties: {
+    error: {
+      type: 'object',
+      required: ['code', 'message'],
+      properties: {
+        code: { type: 'string', description: 'Stable machine-readable code, e.g. invalid_request, not_found' },
+        message: { type: 'string', description: 'What went wrong and, where it helps, what to do' },
+      },
+    },
+  },
+} as const;
+
+export const sessionSchema = {
+  $id: 'Session',
+  type: 'object',
+  required: ['id', 'state', 'runtime', 'display', 'createdAt', 'expiresAt'],
+  properties: {
+    id: { type: 'string' },
+    state: { type: 'string', enum: ['creating', 'ready', 'destroying', 'destroyed', 'failed'] },
+    runtime: { type: 'string', enum: ['container', 'qemu', 'firecracker'] },
+    display: {
+      type: 'object',
+      required: ['width', 'height'],
+      properties: { width: { type: 'integer' }, height: { type: 'integer' } },
+    },
+    timeoutSeconds: { type: 'integer' },
+    metadata: { type: 'object', additionalProperties: true },
+    createdAt: { type: 'string', format: 'date-time' },
+    expiresAt: { type: 'string', format: 'date-time', description: 'When the session is destroyed unless it is used again' },
+    error: { type: 'string', description: 'Why the session failed' },
+  },
+} as const;
+
+export const createSessionBody = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    width: { type: 'integer', minimum: MIN_SIDE, maximum: MAX_SIDE, default: 1024 },
+    height: { type: 'integer', minimum: MIN_SIDE, maximum: MAX_SIDE, default: 768 },
+    timeoutSeconds: {
+      type: 'integer',
+      minimum: 10,
+      maximum: 86_400,
+      description: 'Idle timeout: the session is destroyed after this long without a request (default 300)',
+    },
+    metadata: { type: 'object', additionalProperties: true, maxProperties: 64 },
+  },
+} as const;
+
+export const sessionIdParams = {
+  type: 'object',
+  required: ['id'],
+  properties: { id: { type: 'string', minLength: 1, maxLength: 64 } },
+} as const;
+
+/** The computer-use tool input; each action's own field rules are checked by the server. */
+export const actionBody = {
+  type: 'object',
+  required: ['action'],
+  description: 'A computer-use tool input exactly as the model sent it (see the computer-use tool contract)',
+  properties: {
+    action: { type: 'string' },
+    coordinate: { type: 'array', items: { type: 'integer' }, minItems: 2, maxItems: 2 },
+    text: { type: 'string' },
+    key: { type: 'string' },
+  },
+  additionalProperties: true,
+} as const;
+
+export const actionResultSchema = {
+  $id: 'ActionResult',
+  type: 'object',
+  required: ['action', 'durationMs'],
+  properties: {
+    action: { type: 'string' },
+    output: { type: 'string', description: 'Text result, e.g. X=10,Y=20 for cursor_position' },
+    cursor: { type: 'object', properties: { x: { type: 'integer' }, y: { type: 'integer' } } },
+    image: {
+      type: 'object',
+      description: 'A screenshot, for the screenshot action',
+      properties: { mediaType: { type: 'string' }, data: { type: 'string', description: 'base64' } },
+    },
+    durationMs: { type: 'number' },
+  },
+} as const;

@@ -1,0 +1,51 @@
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import swagger from '@fastify/swagger';
+import type { Logger } from 'pino';
+import type { Metrics } from '../metrics/metrics.js';
+import type { SessionManager } from '../sessions/manager.js';
+import { errorHandler } from './errors.js';
+import { sessionRoutes } from './routes/sessions.js';
+import { systemRoutes } from './routes/system.js';
+import { actionResultSchema, errorSchema, sessionSchema } from './schemas.js';
+
+export interface ServerOptions {
+  manager: SessionManager;
+  metrics: Metrics;
+  logger: Logger;
+}
+
+/** The HTTP API. Built without listening, so tests can drive it with inject(). */
+export async function buildServer(opts: ServerOptions): Promise<FastifyInstance> {
+  const app = Fastify({
+    loggerInstance: opts.logger as FastifyBaseLogger,
+    bodyLimit: 1024 * 1024,
+    ajv: {
+      // Reject what the schema does not allow instead of silently dropping or converting it.
+      customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false },
+    },
+  });
+  app.setErrorHandler(errorHandler);
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.0.3',
+      info: {
+        title: 'Sandbox Orchestrator API',
+        version: '0.1.0',
+        description: 'Disposable Linux desktops for computer-use agents, driven over SSH with per-session ephemeral keys.',
+      },
+      tags: [
+        { name: 'sessions', description: 'Sandbox lifecycle' },
+        { name: 'computer', description: 'The computer-use tool: screenshots and actions' },
+        { name: 'system', description: 'Health and metrics' },
+      ],
+    },
+  });
+  app.addSchema(errorSchema);
+  app.addSchema(sessionSchema);
+  app.addSchema(actionResultSchema);
+
+  await app.register(sessionRoutes, { manager: opts.manager });
+  await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
+  return app;
+}

@@ -1,0 +1,145 @@
+#!/usr/bin/env node
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { SandboxClient, SandboxError } from '../client/index.js';
+import { defaultConfig, RUNTIME_NAMES, type RuntimeChoice } from '../config.js';
+import { buildImage } from '../guest/image/builder.js';
+import { createLogger } from '../logger.js';
+import { startOrchestrator } from '../orchestrator.js';
+
+function integer(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n)) throw new InvalidArgumentError('must be an integer');
+  return n;
+}
+
+const defaults = defaultConfig();
+const program = new Command('sbx')
+  .description('Disposable Linux desktops for computer-use agents')
+  .addOption(new Option('--url <url>', 'orchestrator URL (client commands)').env('SBX_URL').default('http://127.0.0.1:8080'));
+
+program
+  .command('serve')
+  .description('run the orchestrator (as root): HTTP API, sandboxes, metrics')
+  .addOption(new Option('--host <host>', 'address to listen on').env('SBX_HOST').default(defaults.host))
+  .addOption(new Option('--port <port>', 'port to listen on').env('SBX_PORT').default(defaults.port).argParser(integer))
+  .addOption(new Option('--state-dir <dir>', 'keys, per-session files and the store').env('SBX_STATE_DIR').default(defaults.stateDir))
+  .addOption(new Option('--runtime <name>', 'sandbox runtime').env('SBX_RUNTIME').choices([...RUNTIME_NAMES]).default(defaults.runtime))
+  .option('--demo', 'create one demo sandbox once started, and save its screenshot')
+  .action(async (opts: { host: string; port: number; stateDir: string; runtime: RuntimeChoice; demo?: boolean }) => {
+    const log = createLogger();
+    const config = {
+      ...defaults,
+      host: opts.host,
+      port: opts.port,
+      stateDir: opts.stateDir,
+      imagesDir: process.env.SBX_IMAGES_DIR || path.join(opts.stateDir, 'images'),
+      runtime: opts.runtime,
+    };
+    const orchestrator = await startOrchestrator(config, log);
+    const url = `http://${config.host}:${config.port}`;
+    let stopping = false;
+    const stop = (signal: string) => {
+      if (stopping) return;
+      stopping = true;
+      log.info({ signal }, 'shutting down: destroying every session');
+      orchestrator.close().then(
+        () => process.exit(0),
+        (err: unknown) => {
+          log.error({ err }, 'shutdown failed');
+          process.exit(1);
+        },
+      );
+    };
+    process.on('SIGTERM', () => stop('SIGTERM'));
+    process.on('SIGINT', () => stop('SIGINT'));
+    console.error(`sbx: orchestrator listening on ${url} (runtime ${orchestrator.manager.runtimeName}, state in ${config.stateDir})`);
+    if (opts.demo) {
+      const session = await orchestrator.manager.create({ metadata: { demo: true } });
+      const png = await orchestrator.manager.screenshot(session.id);
+      const file = path.resolve(`demo-${session.id}.png`);
+      await writeFile(file, png);
+      console.error(
+        [
+          `sbx: demo sandbox ${session.id} is ready (${session.display.width}x${session.display.height}, runtime ${session.runtime})`,
+          `sbx: screenshot saved to ${file}`,
+          `sbx: try:`,
+          `  curl -s -X POST ${url}/v1/sessions/${session.id}/actions -H 'content-type: application/json' -d '{"action":"left_click","coordinate":[200,150]}'`,
+          `  curl -s -X POST ${url}/v1/sessions/${session.id}/actions -H 'content-type: application/json' -d '{"action":"type","text":"hello"}'`,
+          `  curl -s -o shot.png ${url}/v1/sessions/${session.id}/screenshot`,
+          `  curl -s -X DELETE ${url}/v1/sessions/${session.id}`,
+          `sbx: Ctrl-C stops the orchestrator and destroys its sandboxes.`,
+        ].join('\n'),
+      );
+    }
+  });
+
+const image = program.command('image').description('the guest image');
+image
+  .command('build')
+  .description('build the guest image with debootstrap (cached by a hash of its recipe)')
+  .option('--force', 'rebuild even if the image is cached')
+  .addOption(new Option('--images-dir <dir>').env('SBX_IMAGES_DIR').default(defaults.imagesDir))
+  .action(async (opts: { force?: boolean; imagesDir: string }) => {
+    const built = await buildImage({ imagesDir: opts.imagesDir, force: opts.force, onProgress: (line) => console.error(line) });
+    console.log(built.dir);
+  });
+
+function client(): SandboxClient {
+  return new SandboxClient({ baseUrl: program.opts<{ url: string }>().url });
+}
+
+program
+  .command('create')
+  .description('create a sandbox and print its description')
+  .option('-W, --width <px>', 'screen width', integer)
+  .option('-H, --height <px>', 'screen height', integer)
+  .option('-t, --timeout <seconds>', 'idle timeout', integer)
+  .action(async (opts: { width?: number; height?: number; timeout?: number }) => {
+    const sandbox = await client().create({ width: opts.width, height: opts.height, timeoutSeconds: opts.timeout });
+    console.log(JSON.stringify(sandbox.info, null, 2));
+  });
+
+program
+  .command('ls')
+  .description('list live sessions')
+  .action(async () => {
+    const sessions = await client().list();
+    for (const s of sessions) console.log(`${s.id}  ${s.state.padEnd(10)} ${s.runtime.padEnd(10)} ${s.display.width}x${s.display.height}  expires ${s.expiresAt}`);
+    if (sessions.length === 0) console.error('no sessions');
+  });
+
+program
+  .command('screenshot <id>')
+  .description('save a PNG of the sandbox screen')
+  .option('-o, --output <file>', 'where to write it', 'screenshot.png')
+  .action(async (id: string, opts: { output: string }) => {
+    await writeFile(opts.output, await client().screenshot(id));
+    console.log(path.resolve(opts.output));
+  });
+
+program
+  .command('act <id> <json>')
+  .description('perform a computer-use action, e.g. \'{"action":"left_click","coordinate":[10,20]}\'')
+  .action(async (id: string, json: string) => {
+    const result = await client().action(id, JSON.parse(json) as { action: string });
+    if (result.image) result.image.data = `<${result.image.data.length} base64 characters>`;
+    console.log(JSON.stringify(result, null, 2));
+  });
+
+program
+  .command('rm <id>')
+  .description('destroy a sandbox (idempotent)')
+  .action(async (id: string) => {
+    const info = await client().destroy(id);
+    console.log(`${info.id} ${info.state}`);
+  });
+
+program.parseAsync(process.argv).catch((err: unknown) => {
+  if (err instanceof SandboxError) console.error(`sbx: ${err.message} (${err.code})`);
+  else if (err instanceof Error && /ECONNREFUSED|fetch failed/.test(err.message + String(err.cause))) {
+    console.error(`sbx: cannot reach the orchestrator at ${program.opts<{ url: string }>().url}: start it with \`sbx serve\` or set --url`);
+  } else console.error(`sbx: ${err instanceof Error ? err.message : String(err)}`);
+  process.exit(1);
+});

@@ -1,0 +1,142 @@
+import { InvalidRequestError, OrchestratorError } from '../errors.js';
+import { commandLine } from '../transport/quote.js';
+import type { GuestConnection } from '../transport/ssh-connection.js';
+import type { ComputerAction, Point } from './actions.js';
+import { KeymapBinder, spareKeycodes } from './keymap.js';
+
+/** A display command failed inside the guest (e.g. the X server is gone). */
+export class DesktopError extends OrchestratorError {
+  constructor(message: string) {
+    super(message, 502, 'desktop_error');
+  }
+}
+
+export interface ActionResult {
+  /** Text for the model, e.g. "X=10,Y=20" for cursor_position. */
+  output?: string;
+  cursor?: Point;
+  /** PNG bytes, for screenshot. */
+  image?: Buffer;
+}
+
+const MOUSE_BUTTON = { left_click: 1, middle_click: 2, right_click: 3, double_click: 1 } as const;
+/** Per-keystroke delay, as in the reference implementation: some applications drop faster input. */
+const TYPE_DELAY_MS = 12;
+const COMMAND_TIMEOUT_MS = 15_000;
+
+/**
+ * The guest's X display, driven with xdotool and captured with scrot over the session's
+ * SSH connection. Commands are built from argument vectors and quoted; text to type goes
+ * on standard input (`xdotool type --file -`), so model text never meets a shell.
+ */
+export class Desktop {
+  /** Keysyms bound for non-ASCII text; created on first use (see keymap.ts). */
+  private keymap: KeymapBinder | undefined;
+  /** Typing changes the keymap: one text at a time per session (other sessions are not held). */
+  private typing: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    private readonly connection: GuestConnection,
+    private readonly display: number,
+  ) {}
+
+  async screenshot(): Promise<Buffer> {
+    // `scrot -` writes the PNG to standard output: no file in the guest, one round trip.
+    const { stdout } = await this.run(['scrot', '--silent', '-']);
+    if (stdout.length < 8 || stdout.readUInt32BE(0) !== 0x89504e47) {
+      throw new DesktopError('scrot did not return a PNG image');
+    }
+    return stdout;
+  }
+
+  async cursorPosition(): Promise<Point> {
+    const { stdout } = await this.run(['xdotool', 'getmouselocation', '--shell']);
+    const text = stdout.toString('utf8');
+    const x = /^X=(\d+)$/m.exec(text)?.[1];
+    const y = /^Y=(\d+)$/m.exec(text)?.[1];
+    if (x === undefined || y === undefined) throw new DesktopError(`unexpected xdotool output: ${text.slice(0, 200)}`);
+    return { x: Number(x), y: Number(y) };
+  }
+
+  async perform(action: ComputerAction): Promise<ActionResult> {
+    switch (action.action) {
+      case 'screenshot':
+        return { image: await this.screenshot() };
+      case 'cursor_position': {
+        const cursor = await this.cursorPosition();
+        return { cursor, output: `X=${cursor.x},Y=${cursor.y}` };
+      }
+      case 'mouse_move':
+        // No --sync: xdotool waits forever when the pointer is already at the target. The
+        // X server applies requests in order, so the next command sees the new position.
+        await this.xdotool(['mousemove', String(action.coordinate.x), String(action.coordinate.y)]);
+        return {};
+      case 'left_click':
+      case 'right_click':
+      case 'middle_click':
+      case 'double_click': {
+        const argv: string[] = [];
+        if (action.coordinate) argv.push('mousemove', String(action.coordinate.x), String(action.coordinate.y));
+        if (action.key) argv.push('keydown', action.key);
+        argv.push('click');
+        if (action.action === 'double_click') argv.push('--repeat', '2', '--delay', '10');
+        argv.push(String(MOUSE_BUTTON[action.action]));
+        if (action.key) argv.push('keyup', action.key);
+        await this.xdotool(argv);
+        return {};
+      }
+      case 'key':
+        await this.xdotool(['key', '--', action.text]);
+        return {};
+      case 'type': {
+        const typed = this.typing.then(() => this.typeText(action.text));
+        this.typing = typed.catch(() => undefined);
+        await typed;
+        return {};
+      }
+    }
+  }
+
+  private async typeText(text: string): Promise<void> {
+    try {
+      this.keymap ??= new KeymapBinder(spareKeycodes((await this.run(['xmodmap', '-pke'])).stdout.toString('utf8')));
+      // xdotool types "\n" as the Linefeed keysym, which most applications ignore: a new
+      // line is pressed as Return, as a person would.
+      const lines = text.replace(/\r\n?/g, '\n').split('\n');
+      for (const [index, line] of lines.entries()) {
+        if (index > 0) await this.run(['xdotool', 'key', 'Return']);
+        for (const { chunk, bindings } of this.keymap.plan(line)) {
+          // xmodmap reads the bindings on stdin; they are made from code points, not from text.
+          if (bindings) await this.run(['xmodmap', '-'], bindings);
+          await this.run(['xdotool', 'type', '--delay', String(TYPE_DELAY_MS), '--file', '-'], chunk, typingTimeout(chunk));
+        }
+      }
+    } catch (err) {
+      // The keymap may be other than we think (e.g. the display restarted): learn it again.
+      this.keymap = undefined;
+      throw err;
+    }
+  }
+
+  private async xdotool(args: string[]): Promise<void> {
+    const { stderr } = await this.run(['xdotool', ...args]);
+    // xdotool warns about an unknown key name but still exits 0: that is the model's error.
+    const unknown = /No such key name '([^']*)'/.exec(stderr.toString('utf8'));
+    if (unknown) throw new InvalidRequestError(`unknown key name "${unknown[1]}" (use xdotool/X keysym names such as Return, ctrl, alt, Page_Down)`);
+  }
+
+  private async run(argv: string[], stdin?: string, timeoutMs = COMMAND_TIMEOUT_MS): Promise<{ stdout: Buffer; stderr: Buffer }> {
+    // A UTF-8 locale, or xdotool cannot decode non-ASCII text (C.UTF-8 is built into glibc).
+    const command = `LC_ALL=C.UTF-8 DISPLAY=:${this.display} ${commandLine(argv)}`;
+    const result = await this.connection.exec(command, { stdin, timeoutMs });
+    if (result.exitCode !== 0) {
+      const detail = result.stderr.toString('utf8').trim().slice(0, 500) || `exit ${result.exitCode ?? result.signal}`;
+      throw new DesktopError(`${argv[0]} failed in the guest: ${detail}`);
+    }
+    return result;
+  }
+}
+
+function typingTimeout(text: string): number {
+  return COMMAND_TIMEOUT_MS + [...text].length * TYPE_DELAY_MS * 3;
+}

@@ -1,0 +1,54 @@
+import path from 'node:path';
+
+export const RUNTIME_NAMES = ['auto', 'container', 'qemu', 'firecracker'] as const;
+export type RuntimeChoice = (typeof RUNTIME_NAMES)[number];
+
+/** Everything the orchestrator can be told. CLI flags win over SBX_* environment variables. */
+export interface OrchestratorConfig {
+  host: string;
+  port: number;
+  /** Root of all per-session state: <stateDir>/<sessionId>/ holds keys, config and disks. */
+  stateDir: string;
+  /** Where built guest images are cached, by recipe hash. */
+  imagesDir: string;
+  runtime: RuntimeChoice;
+  /** X display number inside every guest (DISPLAY=:99). */
+  display: number;
+  /** Guest addresses are leased as /30 blocks from this IPv4 range. */
+  subnet: string;
+  /** Idle timeout of a session unless the client asks for another. */
+  defaultTimeoutSeconds: number;
+  /** How long a sandbox may take from start to "SSH up and display answering". */
+  bootTimeoutMs: number;
+  memoryLimitMiB: number;
+  pidsLimit: number;
+}
+
+function envInt(name: string, fallback: number): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value)) throw new Error(`${name} must be an integer, got "${raw}"`);
+  return value;
+}
+
+export function defaultConfig(): OrchestratorConfig {
+  const stateDir = process.env.SBX_STATE_DIR || '/var/lib/sandboxes';
+  const runtime = (process.env.SBX_RUNTIME || 'auto') as RuntimeChoice;
+  if (!RUNTIME_NAMES.includes(runtime)) {
+    throw new Error(`SBX_RUNTIME must be one of ${RUNTIME_NAMES.join(', ')}, got "${runtime}"`);
+  }
+  return {
+    host: process.env.SBX_HOST || '127.0.0.1',
+    port: envInt('SBX_PORT', 8080),
+    stateDir,
+    imagesDir: process.env.SBX_IMAGES_DIR || path.join(stateDir, 'images'),
+    runtime,
+    display: envInt('SBX_DISPLAY', 99),
+    subnet: process.env.SBX_SUBNET || '10.241.0.0/16',
+    defaultTimeoutSeconds: envInt('SBX_TIMEOUT_SECONDS', 300),
+    bootTimeoutMs: envInt('SBX_BOOT_TIMEOUT_MS', 30_000),
+    memoryLimitMiB: envInt('SBX_MEMORY_MIB', 1024),
+    pidsLimit: envInt('SBX_PIDS_LIMIT', 512),
+  };
+}

@@ -1,0 +1,489 @@
+/**
+ * Builds the guest image from RECIPE with debootstrap, and finds it again by recipe hash.
+ *
+ * Layout under imagesDir:
+ *   <hash>/rootfs/          the root filesystem (the container runtime uses it as is)
+ *   <hash>/manifest.json    what was built, from which recipe, how long it took
+ *   <hash>.build.log        everything debootstrap and the build steps printed
+ *   .build-<hash>-<pid>/    a build in progress; renamed to <hash>/ only once complete,
+ *                           so a half-built image is never used
+ *   .debs/                  downloaded packages, reused by the next build
+ *
+ * Everything runs as argv arrays (never a shell string), and every change to the rootfs
+ * runs through chroot, so that paths resolve inside the rootfs, never on the host.
+ */
+import { spawn } from 'node:child_process';
+import { createWriteStream, type WriteStream } from 'node:fs';
+import { mkdir, readdir, readFile, realpath, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { guestFilesDir, RECIPE, recipeHash, BUILDER_VERSION, type GuestRecipe } from './recipe.js';
+
+export interface GuestImage {
+  hash: string;
+  /** <imagesDir>/<hash> */
+  dir: string;
+  /** <dir>/rootfs: the root filesystem as a directory. */
+  rootfs: string;
+  // Later: ext4 (for VMs), kernel and initrd, next to rootfs.
+}
+
+/** Written to <dir>/manifest.json. May grow (ext4, kernel) as new artifacts are added. */
+export interface ImageManifest {
+  hash: string;
+  builderVersion: number;
+  recipe: GuestRecipe;
+  builtAt: string;
+  /** Paths relative to the image directory. */
+  artifacts: { rootfs: string };
+  durationsMs: { debootstrap: number; configure: number; total: number };
+  rootfsBytes: number;
+}
+
+export interface BuildOptions {
+  imagesDir: string;
+  /** Rebuild even if the current recipe's image exists (do not use while sandboxes run on it). */
+  force?: boolean;
+  /** Progress lines, e.g. "  12.3s [1/7] I: Retrieving Packages". */
+  onProgress?: (line: string) => void;
+}
+
+const MANIFEST = 'manifest.json';
+const ROOTFS = 'rootfs';
+const TOTAL_STEPS = 7;
+
+/** The current recipe's image, if it has been built (and completed). */
+export async function findImage(imagesDir: string): Promise<GuestImage | undefined> {
+  const hash = recipeHash();
+  const dir = join(imagesDir, hash);
+  let manifest: ImageManifest;
+  try {
+    manifest = JSON.parse(await readFile(join(dir, MANIFEST), 'utf8')) as ImageManifest;
+  } catch {
+    return undefined;
+  }
+  if (manifest.hash !== hash) return undefined;
+  const rootfs = join(dir, manifest.artifacts.rootfs);
+  if (!(await isDirectory(rootfs))) return undefined;
+  return { hash, dir, rootfs };
+}
+
+// One build per image at a time within this process; concurrent callers share it.
+const buildsInProgress = new Map<string, Promise<GuestImage>>();
+
+/** Returns the current recipe's image, building it first if needed (2-4 minutes). */
+export async function buildImage(opts: BuildOptions): Promise<GuestImage> {
+  const key = `${opts.imagesDir}\0${recipeHash()}`;
+  const running = buildsInProgress.get(key);
+  if (running) return running;
+  const build = buildOrReuse(opts).finally(() => buildsInProgress.delete(key));
+  buildsInProgress.set(key, build);
+  return build;
+}
+
+async function buildOrReuse(opts: BuildOptions): Promise<GuestImage> {
+  const progress = opts.onProgress ?? (() => {});
+  if (!opts.force) {
+    const cached = await findImage(opts.imagesDir);
+    if (cached) {
+      progress(`using cached guest image ${cached.dir}`);
+      return cached;
+    }
+  }
+  if (process.getuid?.() !== 0) {
+    throw new Error('building the guest image needs root (debootstrap and chroot); run as root');
+  }
+  await mkdir(opts.imagesDir, { recursive: true, mode: 0o755 });
+  await removeStaleBuilds(opts.imagesDir, progress);
+  return new ImageBuild(opts.imagesDir, progress).run(opts.force === true);
+}
+
+/** One build attempt: a temporary directory that becomes <hash>/ only when complete. */
+class ImageBuild {
+  private readonly hash = recipeHash();
+  private readonly recipe = RECIPE;
+  private readonly started = performance.now();
+  private readonly tempDir: string;
+  private readonly rootfs: string;
+  private readonly logPath: string;
+  private log: WriteStream | undefined;
+  private step = 0;
+
+  constructor(
+    private readonly imagesDir: string,
+    private readonly progress: (line: string) => void,
+  ) {
+    this.tempDir = join(imagesDir, `.build-${this.hash}-${process.pid}`);
+    this.rootfs = join(this.tempDir, ROOTFS);
+    this.logPath = join(imagesDir, `${this.hash}.build.log`);
+  }
+
+  async run(force: boolean): Promise<GuestImage> {
+    this.log = createWriteStream(this.logPath, { flags: 'w', mode: 0o644 });
+    try {
+      this.report(`building guest image ${this.hash} in ${this.tempDir} (log: ${this.logPath})`);
+      await removeTree(this.tempDir); // a leftover of an earlier build by a process with our pid
+      await mkdir(this.rootfs, { recursive: true, mode: 0o755 });
+
+      const debootstrapStarted = performance.now();
+      await this.debootstrap();
+      const debootstrapMs = performance.now() - debootstrapStarted;
+
+      const configureStarted = performance.now();
+      await this.createUser();
+      await this.removeHostKeys();
+      await this.installFiles();
+      await this.trim();
+      await this.setIdentity();
+      const configureMs = performance.now() - configureStarted;
+
+      this.nextStep('writing the manifest and moving the image into place');
+      const manifest: ImageManifest = {
+        hash: this.hash,
+        builderVersion: BUILDER_VERSION,
+        recipe: this.recipe,
+        builtAt: new Date().toISOString(),
+        artifacts: { rootfs: ROOTFS },
+        durationsMs: {
+          debootstrap: Math.round(debootstrapMs),
+          configure: Math.round(configureMs),
+          total: Math.round(performance.now() - this.started),
+        },
+        rootfsBytes: await this.diskUsage(this.rootfs),
+      };
+      await writeFile(join(this.tempDir, MANIFEST), JSON.stringify(manifest, null, 2) + '\n', { mode: 0o644 });
+      const image = await this.moveIntoPlace(force);
+      this.report(`guest image ready: ${image.dir} (${(manifest.rootfsBytes / 1e6).toFixed(0)} MB)`);
+      return image;
+    } catch (error) {
+      this.logLine(`build failed: ${error instanceof Error ? error.message : String(error)}`);
+      await this.keepDebootstrapLog();
+      await removeTree(this.tempDir).catch((cleanupError: unknown) => {
+        this.report(`could not remove ${this.tempDir}: ${String(cleanupError)}; remove it by hand`);
+      });
+      throw error;
+    } finally {
+      await new Promise<void>((resolve) => (this.log ? this.log.end(resolve) : resolve()));
+    }
+  }
+
+  private async debootstrap(): Promise<void> {
+    const { suite, mirror, variant, packages } = this.recipe;
+    this.nextStep(`debootstrap ${suite} from ${mirror} (${packages.length} extra packages)`);
+    // Downloaded .debs are kept across builds (debootstrap verifies their checksums).
+    const cacheDir = join(this.imagesDir, '.debs');
+    await mkdir(cacheDir, { recursive: true, mode: 0o755 });
+    const argv = [
+      `--variant=${variant}`,
+      `--include=${packages.join(',')}`,
+      `--cache-dir=${cacheDir}`,
+      suite,
+      this.rootfs,
+      mirror,
+    ];
+    try {
+      await this.exec('debootstrap', argv, {
+        // debootstrap's own status lines ("I: Retrieving ...") are the progress to show.
+        onLine: (line) => {
+          if (/^[IWE]: /.test(line)) this.report(line);
+        },
+      });
+    } catch (error) {
+      if (error instanceof CommandError && error.exitCode !== undefined) {
+        throw new Error(
+          `debootstrap failed (exit ${error.exitCode}): is ${mirror} reachable? ` +
+            `${error.lastLines.length ? `last output: ${error.lastLines.join(' | ')}; ` : ''}see ${this.logPath}`,
+        );
+      }
+      throw error;
+    }
+  }
+
+  private async createUser(): Promise<void> {
+    const { name, uid, gid, home, shell } = this.recipe.user;
+    this.nextStep(`creating user ${name} (${uid}:${gid})`);
+    await this.inRoot(['groupadd', '--gid', String(gid), name]);
+    // Password "*": no password can match, yet the account is not "locked" ("!"), which
+    // sshd without PAM would refuse even for key logins.
+    await this.inRoot([
+      'useradd',
+      ...['--uid', String(uid), '--gid', String(gid)],
+      ...['--create-home', '--home-dir', home, '--shell', shell, '--password', '*'],
+      name,
+    ]);
+  }
+
+  private async removeHostKeys(): Promise<void> {
+    this.nextStep('removing SSH host keys');
+    // openssh-server's postinst generated them; every guest would share them. The
+    // orchestrator's per-session key (in the config directory) is the only host key.
+    await this.inRoot(['find', '/etc/ssh', '-maxdepth', '1', '-name', 'ssh_host_*', '-delete']);
+    const left = (await readdir(join(this.rootfs, 'etc', 'ssh'))).filter((name) => name.startsWith('ssh_host_'));
+    if (left.length > 0) throw new Error(`SSH host keys still in the image: ${left.join(', ')}`);
+  }
+
+  private async installFiles(): Promise<void> {
+    this.nextStep(`installing ${this.recipe.files.map((file) => file.source).join(' and ')}`);
+    for (const file of this.recipe.files) {
+      const content = await readFile(join(guestFilesDir(), file.source));
+      await this.inRoot(['tee', file.target], { stdin: content });
+      await this.inRoot(['chown', 'root:root', file.target]);
+      await this.inRoot(['chmod', file.mode.toString(8), file.target]);
+    }
+    await this.inRoot(['mkdir', '-p', '-m', '0755', this.recipe.configMount]);
+  }
+
+  private async trim(): Promise<void> {
+    this.nextStep('removing apt caches, docs, man pages and locales; refreshing the font cache');
+    const deleteAll = (dir: string, ...filters: string[]) =>
+      this.inRoot(['find', dir, '-mindepth', '1', ...filters, '-delete']);
+    await deleteAll('/var/cache/apt');
+    await deleteAll('/var/lib/apt/lists', '-type', 'f');
+    await deleteAll('/var/log', '-type', 'f');
+    // Keep the copyright files: they are tiny and the licences ask for them.
+    await deleteAll('/usr/share/doc', '!', '-type', 'd', '!', '-name', 'copyright');
+    await deleteAll('/usr/share/doc', '-type', 'd', '-empty');
+    await deleteAll('/usr/share/man');
+    await deleteAll('/usr/share/info');
+    // Translations; the C and C.UTF-8 locales live in /usr/lib/locale and stay.
+    await deleteAll('/usr/share/locale', '!', '-name', 'locale.alias');
+    // Some font packages leave the system font cache stale; then every desktop program
+    // rebuilds it in the user's home at boot, and the first seconds of the desktop are black.
+    await this.inRoot(['fc-cache', '--system-only']);
+    // Packages added later by derived images (apt in the guest) stay small too.
+    await this.inRoot(['tee', '/etc/dpkg/dpkg.cfg.d/01-sandbox-nodoc'], {
+      stdin: Buffer.from(
+        [
+          'path-exclude /usr/share/doc/*',
+          'path-include /usr/share/doc/*/copyright',
+          'path-exclude /usr/share/man/*',
+          'path-exclude /usr/share/info/*',
+          'path-exclude /usr/share/locale/*',
+          'path-include /usr/share/locale/locale.alias',
+          '',
+        ].join('\n'),
+      ),
+    });
+  }
+
+  private async setIdentity(): Promise<void> {
+    this.nextStep(`setting hostname ${this.recipe.hostname}`);
+    await this.inRoot(['tee', '/etc/hostname'], { stdin: Buffer.from(`${this.recipe.hostname}\n`) });
+    // Like host keys, a machine id must not be shared by every guest.
+    await this.inRoot(['find', '/etc', '-maxdepth', '1', '-name', 'machine-id', '-type', 'f', '-exec', 'truncate', '-s', '0', '{}', '+']);
+    // debootstrap copies the build host's resolver config; it means nothing in a guest.
+    await this.inRoot(['rm', '-f', '/etc/resolv.conf']);
+  }
+
+  private async moveIntoPlace(force: boolean): Promise<GuestImage> {
+    const dir = join(this.imagesDir, this.hash);
+    const image = { hash: this.hash, dir, rootfs: join(dir, ROOTFS) };
+    if (force && (await isDirectory(dir))) {
+      const old = join(this.imagesDir, `.old-${this.hash}-${process.pid}`);
+      await rename(dir, old);
+      await rename(this.tempDir, dir);
+      await removeTree(old);
+      return image;
+    }
+    try {
+      await rename(this.tempDir, dir);
+    } catch (error) {
+      // Another process finished the same image first: use theirs, drop ours.
+      if (isErrnoCode(error, 'ENOTEMPTY') || isErrnoCode(error, 'EEXIST')) {
+        this.report(`another build of ${this.hash} finished first; using it`);
+        await removeTree(this.tempDir);
+        return image;
+      }
+      throw error;
+    }
+    return image;
+  }
+
+  /** debootstrap keeps its detailed log inside the target; save it before the target goes. */
+  private async keepDebootstrapLog(): Promise<void> {
+    try {
+      const detail = await readFile(join(this.rootfs, 'debootstrap', 'debootstrap.log'), 'utf8');
+      this.logLine('---- debootstrap/debootstrap.log ----');
+      this.log?.write(detail);
+    } catch {
+      // debootstrap did not get far enough to write it.
+    }
+  }
+
+  private async diskUsage(path: string): Promise<number> {
+    let output = '';
+    await this.exec('du', ['-sb', path], { onLine: (line) => (output = line) });
+    return Number.parseInt(output, 10) || 0;
+  }
+
+  private inRoot(argv: string[], options: { stdin?: Buffer } = {}): Promise<void> {
+    return this.exec('chroot', [this.rootfs, ...argv], options);
+  }
+
+  private exec(command: string, args: string[], options: ExecOptions = {}): Promise<void> {
+    this.logLine(`$ ${command} ${args.join(' ')}`);
+    return execLogged(command, args, {
+      ...options,
+      onLine: (line) => {
+        this.logLine(line);
+        options.onLine?.(line);
+      },
+    });
+  }
+
+  private nextStep(description: string): void {
+    this.step += 1;
+    this.report(`[${this.step}/${TOTAL_STEPS}] ${description}`);
+  }
+
+  private report(text: string): void {
+    const elapsed = ((performance.now() - this.started) / 1000).toFixed(1).padStart(6);
+    const line = `${elapsed}s ${text}`;
+    this.logLine(line);
+    this.progress(line);
+  }
+
+  private logLine(line: string): void {
+    this.log?.write(line + '\n');
+  }
+}
+
+interface ExecOptions {
+  stdin?: Buffer;
+  /** Every line of stdout and stderr. */
+  onLine?: (line: string) => void;
+}
+
+class CommandError extends Error {
+  constructor(
+    message: string,
+    readonly exitCode: number | undefined,
+    readonly lastLines: string[],
+  ) {
+    super(message);
+  }
+}
+
+const HOW_TO_INSTALL: Record<string, string> = {
+  debootstrap: 'apt-get install debootstrap',
+};
+
+/** Runs argv (no shell) and resolves on exit 0; lines of output go to onLine. */
+function execLogged(command: string, args: string[], options: ExecOptions): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, {
+      stdio: [options.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+      env: {
+        ...process.env,
+        PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+        LC_ALL: 'C',
+        DEBIAN_FRONTEND: 'noninteractive',
+      },
+    });
+    const lastLines: string[] = [];
+    const onLine = (line: string) => {
+      lastLines.push(line);
+      if (lastLines.length > 3) lastLines.shift();
+      options.onLine?.(line);
+    };
+    splitLines(child.stdout, onLine);
+    splitLines(child.stderr, onLine);
+    if (options.stdin && child.stdin) child.stdin.end(options.stdin);
+    child.on('error', (error) => {
+      const hint = HOW_TO_INSTALL[command];
+      reject(
+        isErrnoCode(error, 'ENOENT')
+          ? new CommandError(`${command} not found${hint ? `: ${hint}` : ''}`, undefined, [])
+          : error,
+      );
+    });
+    child.on('close', (code, signal) => {
+      if (code === 0) return resolve();
+      const status = signal ? `signal ${signal}` : `exit ${code}`;
+      const detail = lastLines.length ? `: ${lastLines.join(' | ')}` : '';
+      reject(new CommandError(`${command} ${args.join(' ')} failed (${status})${detail}`, code ?? undefined, [...lastLines]));
+    });
+  });
+}
+
+function splitLines(stream: NodeJS.ReadableStream | null, onLine: (line: string) => void): void {
+  if (!stream) return;
+  let pending = '';
+  stream.setEncoding('utf8');
+  stream.on('data', (chunk: string) => {
+    pending += chunk;
+    const lines = pending.split('\n');
+    pending = lines.pop() ?? '';
+    for (const line of lines) onLine(line.replace(/\r$/, ''));
+  });
+  stream.on('end', () => {
+    if (pending) onLine(pending);
+  });
+}
+
+/**
+ * Removes .build-* and .old-* directories left by processes that no longer run (a crash or
+ * kill -9 in the middle of a build).
+ */
+async function removeStaleBuilds(imagesDir: string, progress: (line: string) => void): Promise<void> {
+  for (const name of await readdir(imagesDir)) {
+    const match = /^\.(?:build|old)-[0-9a-f]+-(\d+)$/.exec(name);
+    if (!match) continue;
+    const pid = Number(match[1]);
+    if (pid === process.pid || isProcessAlive(pid)) continue;
+    progress(`removing stale build directory ${name} (process ${pid} is gone)`);
+    await removeTree(join(imagesDir, name));
+  }
+}
+
+function isProcessAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return isErrnoCode(error, 'EPERM');
+  }
+}
+
+/**
+ * rm -rf that never reaches outside the tree: a debootstrap killed half-way leaves /proc,
+ * /sys (and sometimes /dev) of the host mounted inside the target, and a plain recursive
+ * delete would walk into them. Unmount everything below first, and refuse if that fails.
+ */
+async function removeTree(path: string): Promise<void> {
+  // mountinfo has canonical paths: compare with the real one.
+  const dir = await realpath(path).catch(() => path);
+  const mounted = await mountsBelow(dir);
+  // Deepest first, so that nested mounts come off before their parents.
+  for (const mountPoint of mounted.sort((a, b) => b.length - a.length)) {
+    await execLogged('umount', ['--lazy', mountPoint], {}).catch(() => {});
+  }
+  const left = await mountsBelow(dir);
+  if (left.length > 0) throw new Error(`cannot remove ${dir}: still mounted: ${left.join(', ')}`);
+  await rm(dir, { recursive: true, force: true });
+}
+
+async function mountsBelow(dir: string): Promise<string[]> {
+  const mountInfo = await readFile('/proc/self/mountinfo', 'utf8');
+  const below: string[] = [];
+  for (const line of mountInfo.split('\n')) {
+    const field = line.split(' ')[4];
+    if (!field) continue;
+    // mountinfo escapes space, tab, newline and backslash as octal.
+    const mountPoint = field.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8)));
+    if (mountPoint === dir || mountPoint.startsWith(`${dir}/`)) below.push(mountPoint);
+  }
+  return below;
+}
+
+async function isDirectory(path: string): Promise<boolean> {
+  try {
+    return (await stat(path)).isDirectory();
+  } catch {
+    return false;
+  }
+}
+
+function isErrnoCode(error: unknown, code: string): boolean {
+  return error instanceof Error && (error as NodeJS.ErrnoException).code === code;
+}

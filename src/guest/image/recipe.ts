@@ -1,0 +1,126 @@
+/**
+ * The guest image recipe, as data: which Debian, which packages, which of our files go
+ * where. Images are cached by recipeHash(), so anything that changes the built image must
+ * be part of the recipe, of the files in src/guest/files, or of BUILDER_VERSION.
+ */
+import { createHash } from 'node:crypto';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { CONFIG_MOUNT, GUEST_GID, GUEST_INIT, GUEST_UID, GUEST_USER } from '../contract.js';
+
+/**
+ * Bump when builder.ts changes what it does to the rootfs (not for refactors that keep the
+ * result identical): a new value invalidates every cached image.
+ */
+export const BUILDER_VERSION = 1;
+
+/** One of our files (from src/guest/files) copied into the rootfs. */
+export interface RecipeFile {
+  /** Name in src/guest/files. */
+  source: string;
+  /** Absolute path in the guest. */
+  target: string;
+  mode: number;
+}
+
+export interface GuestRecipe {
+  suite: string;
+  mirror: string;
+  variant: 'minbase';
+  /** Installed by debootstrap on top of minbase; Recommends are never installed. */
+  packages: readonly string[];
+  files: readonly RecipeFile[];
+  /** The desktop user; SSH logs in as this user and the desktop runs as it. */
+  user: { name: string; uid: number; gid: number; home: string; shell: string };
+  /** /etc/hostname of the image; sandbox-init sets the per-session name at boot. */
+  hostname: string;
+  /** Created empty in the image: the mount point of the per-session config. */
+  configMount: string;
+}
+
+export const RECIPE: GuestRecipe = {
+  suite: 'bookworm',
+  mirror: 'http://deb.debian.org/debian',
+  variant: 'minbase',
+  packages: [
+    // The display and the computer-use tools.
+    'xvfb',
+    'xdotool',
+    'scrot',
+    'x11-utils', // xdpyinfo: sandbox-init waits for the display with it
+    'x11-xserver-utils', // xmodmap: binds keysyms of non-ASCII text before it is typed
+    'x11vnc',
+    // A window manager and a terminal, so that there is a desktop to look at.
+    'openbox',
+    'xterm',
+    'xfonts-base', // core X fonts: xterm's default "fixed" font
+    'fonts-dejavu-core', // fontconfig fonts: openbox window titles
+    // How the host gets in.
+    'openssh-server',
+    // What sandbox-init itself uses: ip, setpriv/mountpoint, kill/ps.
+    'iproute2',
+    'util-linux',
+    'procps',
+    'ca-certificates',
+  ],
+  files: [
+    { source: 'sandbox-init', target: GUEST_INIT, mode: 0o755 },
+    { source: 'sshd_config', target: '/etc/ssh/sshd_config', mode: 0o644 },
+  ],
+  user: { name: GUEST_USER, uid: GUEST_UID, gid: GUEST_GID, home: `/home/${GUEST_USER}`, shell: '/bin/bash' },
+  hostname: 'sandbox',
+  configMount: CONFIG_MOUNT,
+};
+
+/**
+ * The directory with package.json. Found by walking up from this module, because the same
+ * code runs from src/ (tsx) and from dist/ (tsc), and tsc does not copy non-TS files.
+ */
+export function packageRoot(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    if (existsSync(join(dir, 'package.json'))) return dir;
+    const parent = dirname(dir);
+    if (parent === dir) throw new Error(`no package.json above ${fileURLToPath(import.meta.url)}`);
+    dir = parent;
+  }
+}
+
+/** Where the guest's files (sandbox-init, sshd_config) live in the source tree. */
+export function guestFilesDir(): string {
+  return join(packageRoot(), 'src', 'guest', 'files');
+}
+
+/** JSON with object keys sorted, so that the hash does not depend on key order. */
+function stableStringify(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(stableStringify).join(',')}]`;
+  if (value !== null && typeof value === 'object') {
+    const entries = Object.entries(value as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([key, item]) => `${JSON.stringify(key)}:${stableStringify(item)}`).join(',')}}`;
+  }
+  return JSON.stringify(value);
+}
+
+/**
+ * Identifies a built image: sha256 over the builder version, the recipe and every file in
+ * src/guest/files (all of them, not only the listed ones, so that nothing is missed).
+ * 16 hex characters are plenty to tell a handful of cached images apart.
+ */
+export function recipeHash(recipe: GuestRecipe = RECIPE): string {
+  const hash = createHash('sha256');
+  hash.update(`builder ${BUILDER_VERSION}\n`);
+  hash.update(stableStringify(recipe));
+  const filesDir = guestFilesDir();
+  const names = readdirSync(filesDir, { withFileTypes: true })
+    .filter((entry) => entry.isFile())
+    .map((entry) => entry.name)
+    .sort();
+  for (const name of names) {
+    const content = readFileSync(join(filesDir, name));
+    // Name and length first, so that moving bytes from one file to another changes the hash.
+    hash.update(`\nfile ${name} ${content.length}\n`);
+    hash.update(content);
+  }
+  return hash.digest('hex').slice(0, 16);
+}

@@ -1,0 +1,66 @@
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+/** Buckets from 1 ms to 10 s: actions live in the low milliseconds, boots in seconds. */
+const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+
+/**
+ * The orchestrator's Prometheus metrics. One registry per orchestrator instance (not the
+ * global one), so that tests can run several side by side.
+ */
+export class Metrics {
+  readonly registry = new Registry();
+
+  /** The early warning for the cost of SSH: the hot path of every agent loop. */
+  readonly screenshotDuration = new Histogram({
+    name: 'sandbox_screenshot_duration_seconds',
+    help: 'Time to capture a screenshot of a sandbox, from request to PNG bytes on the host',
+    buckets: LATENCY_BUCKETS,
+    registers: [this.registry],
+  });
+
+  readonly actionDuration = new Histogram({
+    name: 'sandbox_action_duration_seconds',
+    help: 'Time to perform one computer-use action, by action type',
+    labelNames: ['action'] as const,
+    buckets: LATENCY_BUCKETS,
+    registers: [this.registry],
+  });
+
+  readonly createDuration = new Histogram({
+    name: 'sandbox_session_create_duration_seconds',
+    help: 'Time from a create request to a ready sandbox (SSH up, display answering)',
+    labelNames: ['runtime'] as const,
+    buckets: [0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 20, 30, 60],
+    registers: [this.registry],
+  });
+
+  readonly activeSessions = new Gauge({
+    name: 'sandbox_sessions_active',
+    help: 'Sessions that hold resources (creating, ready or destroying)',
+    registers: [this.registry],
+  });
+
+  readonly sessionsTotal = new Counter({
+    name: 'sandbox_sessions_total',
+    help: 'Sessions by how they ended up: ready, failed (creation or later), destroyed',
+    labelNames: ['outcome'] as const,
+    registers: [this.registry],
+  });
+
+  readonly sshReconnects = new Counter({
+    name: 'sandbox_ssh_reconnects_total',
+    help: 'Times a session SSH connection dropped and was re-established',
+    registers: [this.registry],
+  });
+
+  readonly errors = new Counter({
+    name: 'sandbox_errors_total',
+    help: 'Errors by where they happened: create, action, screenshot, destroy, ssh',
+    labelNames: ['kind'] as const,
+    registers: [this.registry],
+  });
+
+  constructor() {
+    collectDefaultMetrics({ register: this.registry, prefix: 'sandbox_orchestrator_' });
+  }
+}

@@ -1,0 +1,82 @@
+import { mkdir } from 'node:fs/promises';
+import path from 'node:path';
+import type { FastifyInstance } from 'fastify';
+import type { Logger } from 'pino';
+import { buildServer } from './api/server.js';
+import type { OrchestratorConfig } from './config.js';
+import { buildImage, findImage, type GuestImage } from './guest/image/builder.js';
+import { Metrics } from './metrics/metrics.js';
+import { selectRuntime } from './runtimes/select.js';
+import { SessionManager } from './sessions/manager.js';
+import { SessionStore } from './sessions/store.js';
+
+export interface Orchestrator {
+  config: OrchestratorConfig;
+  manager: SessionManager;
+  metrics: Metrics;
+  server: FastifyInstance;
+  image: GuestImage;
+  /** Destroys every session, stops the server and closes the store. */
+  close(): Promise<void>;
+}
+
+export interface StartOptions {
+  /** Build the guest image if it is missing (default true); false fails with a hint instead. */
+  buildImageIfMissing?: boolean;
+  /** Listen on config.host:config.port (default true); tests may use inject() instead. */
+  listen?: boolean;
+}
+
+/** Wires the parts together: store, runtime, image, session manager, HTTP server. */
+export async function startOrchestrator(config: OrchestratorConfig, log: Logger, options: StartOptions = {}): Promise<Orchestrator> {
+  await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
+  const selection = await selectRuntime(config.runtime);
+  log.info({ runtime: selection.runtime.name, reason: selection.reason }, 'runtime selected');
+
+  let image = await findImage(config.imagesDir);
+  if (!image) {
+    if (options.buildImageIfMissing === false) {
+      throw new Error(`no guest image in ${config.imagesDir}: build it with \`sbx image build\``);
+    }
+    log.info('guest image not built yet; building it now (a few minutes, once)');
+    image = await buildImage({ imagesDir: config.imagesDir, onProgress: (line) => log.info(line) });
+  }
+  log.info({ image: image.hash }, 'guest image ready');
+
+  const store = new SessionStore(path.join(config.stateDir, 'orchestrator.db'));
+  const metrics = new Metrics();
+  const manager = new SessionManager({
+    stateDir: config.stateDir,
+    display: config.display,
+    subnet: config.subnet,
+    defaultTimeoutSeconds: config.defaultTimeoutSeconds,
+    bootTimeoutMs: config.bootTimeoutMs,
+    memoryMiB: config.memoryLimitMiB,
+    pidsLimit: config.pidsLimit,
+    runtime: selection.runtime,
+    image,
+    store,
+    metrics,
+    log,
+  });
+  await manager.start();
+  const server = await buildServer({ manager, metrics, logger: log });
+  if (options.listen !== false) await server.listen({ host: config.host, port: config.port });
+
+  let closing: Promise<void> | undefined;
+  return {
+    config,
+    manager,
+    metrics,
+    server,
+    image,
+    close() {
+      closing ??= (async () => {
+        await manager.shutdown();
+        await server.close();
+        store.close();
+      })();
+      return closing;
+    },
+  };
+}

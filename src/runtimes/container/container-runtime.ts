@@ -1,0 +1,143 @@
+import { closeSync, existsSync, openSync } from 'node:fs';
+import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import { GUEST_SSH_PORT } from '../../guest/contract.js';
+import { containerName, sessionIdOf } from '../../network/names.js';
+import type { CleanupStack } from '../../util/cleanup-stack.js';
+import { run } from '../../util/exec.js';
+import { RuntimeUnavailableError, type RunningSandbox, type Runtime, type SandboxSpec } from '../runtime.js';
+import { ociSpec } from './oci-spec.js';
+import { mountOverlay, mountsUnder, unmount } from './overlay.js';
+import { processStartTime, waitForExit, watchExit } from './process-watch.js';
+
+/** runc keeps its state for our containers apart from any other runc user on the host. */
+export const RUNC_ROOT = '/run/sbx-runc';
+const RUNC = process.env.RUNC_BIN || 'runc';
+
+/**
+ * The container runtime: each sandbox is an OCI container run by runc, with its own pid,
+ * mount, uts, ipc and cgroup namespaces, the session's network namespace, an overlay of the
+ * shared image rootfs, dropped capabilities, seccomp, and memory and pids limits.
+ *
+ * Files under <sessionDir>: bundle/config.json, rootfs/ (the overlay mount point),
+ * overlay/{upper,work}, console.log.
+ */
+export class ContainerRuntime implements Runtime {
+  readonly name = 'container' as const;
+
+  /** Throws a RuntimeUnavailableError saying what to install if runc cannot be used. */
+  static async check(): Promise<void> {
+    const res = await run([RUNC, '--version'], { allowFailure: true }).catch(() => undefined);
+    if (!res || res.exitCode !== 0) {
+      throw new RuntimeUnavailableError('container', 'runc was not found: install it with `apt-get install runc` (or set RUNC_BIN)');
+    }
+    if (process.getuid?.() !== 0) {
+      throw new RuntimeUnavailableError('container', 'it needs root (network namespaces, mounts, runc): run the orchestrator as root');
+    }
+  }
+
+  async start(spec: SandboxSpec, cleanup: CleanupStack): Promise<RunningSandbox> {
+    const id = containerName(spec.sessionId);
+    const bundle = path.join(spec.sessionDir, 'bundle');
+    const rootfs = path.join(spec.sessionDir, 'rootfs');
+    const consoleLogPath = path.join(spec.sessionDir, 'console.log');
+
+    await mountOverlay(
+      spec.image.rootfs,
+      path.join(spec.sessionDir, 'overlay', 'upper'),
+      path.join(spec.sessionDir, 'overlay', 'work'),
+      rootfs,
+    );
+    await cleanup.push(`overlay ${rootfs}`, () => unmount(rootfs));
+
+    await mkdir(bundle, { recursive: true, mode: 0o700 });
+    const config = ociSpec(spec, rootfs, `/sbx/${id}`);
+    await writeFile(path.join(bundle, 'config.json'), JSON.stringify(config, null, 2), { mode: 0o600 });
+
+    const pidFile = path.join(spec.sessionDir, 'container.pid');
+    let init: { pid: number; startTime: string } | undefined;
+    // From here on a container may exist even if `runc run` fails part-way. Destroy returns
+    // only once its init is really gone: runc delete signals it, and the kernel then needs a
+    // moment to tear the namespaces down.
+    await cleanup.push(`container ${id}`, async () => {
+      await deleteContainer(id);
+      if (init && !(await waitForExit(init.pid, init.startTime, 10_000))) {
+        throw new Error(`container init ${init.pid} is still alive 10 s after it was killed`);
+      }
+    });
+    await runcRunDetached(id, bundle, pidFile, consoleLogPath);
+
+    const pid = Number((await readFile(pidFile, 'utf8')).trim());
+    const startTime = processStartTime(pid);
+    if (!startTime) throw new Error(`container ${id} exited at once; see ${consoleLogPath}`);
+    init = { pid, startTime };
+    const watcher = watchExit(pid, startTime);
+    // Stop watching before the container is deleted, so a destroy is not reported as a crash.
+    await cleanup.push(`watch ${id}`, () => watcher.stop());
+    let alive = true;
+    const exited = watcher.exited.then(() => {
+      alive = false;
+      return { code: null, reason: `the container's init (pid ${pid}) exited` };
+    });
+    return {
+      endpoint: { host: spec.network.lease.guest, port: GUEST_SSH_PORT },
+      consoleLogPath,
+      pid,
+      exited,
+      isAlive: () => alive,
+    };
+  }
+
+  async list(): Promise<string[]> {
+    const ids = new Set<string>();
+    const res = await run([RUNC, '--root', RUNC_ROOT, 'list', '--format', 'json'], { allowFailure: true });
+    if (res.exitCode === 0 && res.stdout.trim() && res.stdout.trim() !== 'null') {
+      for (const c of JSON.parse(res.stdout) as Array<{ id: string }>) {
+        const id = sessionIdOf(c.id);
+        if (id) ids.add(id);
+      }
+    }
+    // runc's state may be gone (e.g. /run was cleared) while its state dir entries linger.
+    if (existsSync(RUNC_ROOT)) {
+      for (const name of await readdir(RUNC_ROOT)) {
+        const id = sessionIdOf(name);
+        if (id) ids.add(id);
+      }
+    }
+    return [...ids];
+  }
+
+  async reclaim(sessionId: string, sessionDir: string): Promise<void> {
+    await deleteContainer(containerName(sessionId));
+    for (const target of await mountsUnder(sessionDir)) await unmount(target);
+  }
+}
+
+function runcRunDetached(id: string, bundle: string, pidFile: string, consoleLogPath: string): Promise<void> {
+  // The container inherits runc's stdout and stderr, so both go straight to the console log
+  // file: a pipe here would be held open by the container for its whole life (and fill up).
+  // runc's own error message lands in the same file, and is read back from it on failure.
+  const log = openSync(consoleLogPath, 'a', 0o600);
+  return new Promise<void>((resolve, reject) => {
+    const child = spawn(RUNC, ['--root', RUNC_ROOT, 'run', '--detach', '--bundle', bundle, '--pid-file', pidFile, id], {
+      stdio: ['ignore', log, log],
+    });
+    child.on('error', reject);
+    child.on('exit', (code) => {
+      if (code === 0) return resolve();
+      readFile(consoleLogPath, 'utf8')
+        .catch(() => '')
+        .then((text) => reject(new Error(`runc run ${id} failed (exit ${code}): ${text.trim().slice(-1500)}`)));
+    });
+  }).finally(() => closeSync(log));
+}
+
+/** Kills and deletes a container; a container that does not exist is not an error. */
+async function deleteContainer(id: string): Promise<void> {
+  const res = await run([RUNC, '--root', RUNC_ROOT, 'delete', '--force', id], { allowFailure: true, timeoutMs: 15_000 });
+  if (res.exitCode !== 0 && !/does not exist|not exist|container not found/i.test(res.stderr)) {
+    throw new Error(`runc delete ${id}: ${res.stderr.trim()}`);
+  }
+}
+

@@ -1,0 +1,60 @@
+import type { GuestImage } from '../guest/image/builder.js';
+import type { SandboxNetwork } from '../network/netns.js';
+import type { GuestEndpoint } from '../transport/ssh-connection.js';
+import type { CleanupStack } from '../util/cleanup-stack.js';
+
+export type RuntimeName = 'container' | 'qemu' | 'firecracker';
+
+/** What a runtime needs to start one sandbox. The session layer has made all of it already. */
+export interface SandboxSpec {
+  sessionId: string;
+  image: GuestImage;
+  /** <stateDir>/<sessionId>: the runtime keeps its own files (bundle, disks, logs) here. */
+  sessionDir: string;
+  /** The per-session config directory (keys, sandbox.env) the guest must see. */
+  configDir: string;
+  hostname: string;
+  network: SandboxNetwork;
+  memoryMiB: number;
+  pidsLimit: number;
+}
+
+export interface ExitInfo {
+  code: number | null;
+  reason: string;
+}
+
+/** A started sandbox, as far as the layers above need to know. */
+export interface RunningSandbox {
+  /** Where the guest's sshd listens. */
+  endpoint: GuestEndpoint;
+  /** Everything the guest printed since boot (kept for errors). */
+  consoleLogPath: string;
+  /** The host pid of the sandbox's top process (container init or VM process). */
+  pid: number;
+  /** Settles when the sandbox stops by itself (crash, kill, poweroff). */
+  exited: Promise<ExitInfo>;
+  isAlive(): boolean;
+}
+
+/**
+ * One narrow interface per backend (container, qemu, firecracker); nothing above it knows
+ * which one runs. `start` pushes a release for every resource it takes onto `cleanup`, so a
+ * start that fails half-way, and a later destroy, free exactly what was taken.
+ */
+export interface Runtime {
+  readonly name: RuntimeName;
+  start(spec: SandboxSpec, cleanup: CleanupStack): Promise<RunningSandbox>;
+  /** Session ids of the sandboxes this runtime has on the host, alive or not. */
+  list(): Promise<string[]>;
+  /** Removes whatever this runtime left of a sandbox it no longer tracks. Idempotent. */
+  reclaim(sessionId: string, sessionDir: string): Promise<void>;
+}
+
+/** A runtime cannot run on this host; the message says what is missing and how to fix it. */
+export class RuntimeUnavailableError extends Error {
+  constructor(runtime: RuntimeName, reason: string) {
+    super(`runtime ${runtime} is not available here: ${reason}`);
+    this.name = 'RuntimeUnavailableError';
+  }
+}

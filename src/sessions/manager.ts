@@ -1,0 +1,281 @@
+import type { Logger } from 'pino';
+import type { ComputerAction } from '../computer/actions.js';
+import { parseAction } from '../computer/actions.js';
+import type { ActionResult } from '../computer/desktop.js';
+import { NotFoundError, OrchestratorError, SessionStateError, UnavailableError } from '../errors.js';
+import type { GuestImage } from '../guest/image/builder.js';
+import type { Metrics } from '../metrics/metrics.js';
+import { AddressPool } from '../network/address-pool.js';
+import type { Runtime } from '../runtimes/runtime.js';
+import { bootSandbox, consoleTail } from './boot.js';
+import { reconcileHost } from './reconcile.js';
+import { newSessionId, Session } from './session.js';
+import type { SessionRecord, SessionState } from './session-record.js';
+import { toView, type SessionView } from './session-view.js';
+import type { SessionStore } from './store.js';
+
+export interface CreateSessionOptions {
+  width?: number;
+  height?: number;
+  timeoutSeconds?: number;
+  metadata?: Record<string, unknown>;
+}
+
+export interface ManagerOptions {
+  stateDir: string;
+  display: number;
+  subnet: string;
+  defaultTimeoutSeconds: number;
+  bootTimeoutMs: number;
+  memoryMiB: number;
+  pidsLimit: number;
+  runtime: Runtime;
+  image: GuestImage;
+  store: SessionStore;
+  metrics: Metrics;
+  log: Logger;
+}
+
+export interface ActionOutcome {
+  action: ComputerAction['action'];
+  result: ActionResult;
+  durationMs: number;
+}
+
+/** Persist a moving expiry at most this often: an action must not pay a disk write. */
+const EXPIRY_PERSIST_INTERVAL_MS = 30_000;
+const REAPER_INTERVAL_MS = 1_000;
+
+/**
+ * The session lifecycle: creating -> ready -> destroying -> destroyed, or failed. Owns the
+ * live sessions, their address leases, the idle-timeout reaper, and the start-up clean-up.
+ */
+export class SessionManager {
+  private readonly sessions = new Map<string, Session>();
+  private readonly pool: AddressPool;
+  private reaper: NodeJS.Timeout | undefined;
+  private shuttingDown = false;
+
+  constructor(private readonly opts: ManagerOptions) {
+    this.pool = new AddressPool(opts.subnet);
+  }
+
+  get runtimeName(): Runtime['name'] {
+    return this.opts.runtime.name;
+  }
+
+  /** Reclaims what an earlier run left behind, then starts the reaper. */
+  async start(): Promise<void> {
+    const reclaimed = await reconcileHost({
+      stateDir: this.opts.stateDir,
+      runtime: this.opts.runtime,
+      store: this.opts.store,
+      log: this.opts.log,
+    });
+    if (reclaimed > 0) this.opts.log.warn({ reclaimed }, 'reclaimed sandboxes left behind by an earlier run');
+    this.reaper = setInterval(() => this.reapExpired(), REAPER_INTERVAL_MS);
+    this.reaper.unref();
+  }
+
+  async create(options: CreateSessionOptions = {}): Promise<SessionView> {
+    if (this.shuttingDown) throw new UnavailableError('the orchestrator is shutting down');
+    const started = performance.now();
+    const now = new Date();
+    const timeoutSeconds = options.timeoutSeconds ?? this.opts.defaultTimeoutSeconds;
+    const lease = this.pool.lease();
+    const record: SessionRecord = {
+      id: newSessionId(),
+      state: 'creating',
+      runtime: this.opts.runtime.name,
+      width: options.width ?? 1024,
+      height: options.height ?? 768,
+      timeoutSeconds,
+      metadata: options.metadata ?? {},
+      createdAt: now.toISOString(),
+      updatedAt: now.toISOString(),
+      expiresAt: new Date(now.getTime() + timeoutSeconds * 1000).toISOString(),
+      addressIndex: lease.index,
+      error: null,
+    };
+    const session = new Session(record);
+    const log = this.opts.log.child({ sessionId: record.id });
+    // Stored before any resource is taken, so a crash from here on is found at restart.
+    this.opts.store.insert(record);
+    this.sessions.set(record.id, session);
+    this.opts.metrics.activeSessions.inc();
+    await session.cleanup.push('address lease', () => this.pool.release(lease.index));
+
+    const boot = bootSandbox(session, lease, {
+      stateDir: this.opts.stateDir,
+      display: this.opts.display,
+      runtime: this.opts.runtime,
+      image: this.opts.image,
+      memoryMiB: this.opts.memoryMiB,
+      pidsLimit: this.opts.pidsLimit,
+      deadline: Date.now() + this.opts.bootTimeoutMs,
+      log,
+    });
+    session.creation = boot.catch(() => undefined);
+    try {
+      await boot;
+    } catch (err) {
+      const tail = await consoleTail(session);
+      const reason = (err as Error).message;
+      log.error({ err, console: tail }, 'sandbox failed to start');
+      this.opts.metrics.errors.inc({ kind: 'create' });
+      await this.releaseResources(session, 'failed', `failed to start: ${reason}`);
+      if (err instanceof OrchestratorError) throw err;
+      throw new UnavailableError(`sandbox failed to start: ${reason}${tail ? `\n--- guest console (last lines) ---\n${tail}` : ''}`);
+    }
+
+    if (session.record.state !== 'creating') {
+      // Destroyed while it was booting: the destroy has released it already.
+      throw new UnavailableError(`session ${record.id} was destroyed while it was being created`);
+    }
+    this.watch(session, log);
+    this.setState(session, 'ready');
+    this.opts.metrics.sessionsTotal.inc({ outcome: 'ready' });
+    this.opts.metrics.createDuration.observe({ runtime: record.runtime }, (performance.now() - started) / 1000);
+    log.info({ runtime: record.runtime, ms: Math.round(performance.now() - started) }, 'session ready');
+    return toView(session.record);
+  }
+
+  list(): SessionView[] {
+    return [...this.sessions.values()].map((s) => toView(s.record));
+  }
+
+  get(id: string): SessionView {
+    const live = this.sessions.get(id);
+    if (live) return toView(live.record);
+    const stored = this.opts.store.get(id);
+    if (!stored) throw new NotFoundError(`session ${id} does not exist`);
+    return toView(stored);
+  }
+
+  /** Destroys a session and releases everything it holds. Idempotent. */
+  async destroy(id: string): Promise<SessionView> {
+    const session = this.sessions.get(id);
+    if (!session) return this.get(id); // already destroyed (or unknown: 404)
+    if (session.record.state === 'creating') {
+      // Let the boot reach a resting point, so its releases are all on the stack.
+      this.setState(session, 'destroying');
+      await session.creation;
+    }
+    await this.releaseResources(session, 'destroyed', session.record.error);
+    return toView(session.record);
+  }
+
+  async screenshot(id: string): Promise<Buffer> {
+    const session = this.ready(id);
+    const end = this.opts.metrics.screenshotDuration.startTimer();
+    try {
+      const png = await (session.desktop as NonNullable<Session['desktop']>).screenshot();
+      end();
+      this.touch(session);
+      return png;
+    } catch (err) {
+      this.opts.metrics.errors.inc({ kind: 'screenshot' });
+      throw err;
+    }
+  }
+
+  async act(id: string, input: unknown): Promise<ActionOutcome> {
+    const session = this.ready(id);
+    const action = parseAction(input, { width: session.record.width, height: session.record.height });
+    const started = performance.now();
+    try {
+      const result = await (session.desktop as NonNullable<Session['desktop']>).perform(action);
+      const seconds = (performance.now() - started) / 1000;
+      this.opts.metrics.actionDuration.observe({ action: action.action }, seconds);
+      if (action.action === 'screenshot') this.opts.metrics.screenshotDuration.observe(seconds);
+      this.touch(session);
+      return { action: action.action, result, durationMs: seconds * 1000 };
+    } catch (err) {
+      this.opts.metrics.errors.inc({ kind: 'action' });
+      throw err;
+    }
+  }
+
+  /** Destroys every session (SIGTERM, tests). */
+  async shutdown(): Promise<void> {
+    this.shuttingDown = true;
+    if (this.reaper) clearInterval(this.reaper);
+    await Promise.allSettled([...this.sessions.keys()].map((id) => this.destroy(id)));
+  }
+
+  private ready(id: string): Session {
+    const session = this.sessions.get(id);
+    if (!session) {
+      const stored = this.opts.store.get(id);
+      if (!stored) throw new NotFoundError(`session ${id} does not exist`);
+      throw new SessionStateError(`session ${id} is ${stored.state}${stored.error ? `: ${stored.error}` : ''}`);
+    }
+    if (session.record.state !== 'ready' || !session.desktop) {
+      throw new SessionStateError(`session ${id} is ${session.record.state}, not ready`);
+    }
+    return session;
+  }
+
+  /** Activity moves the idle deadline; it reaches the store at most every 30 s. */
+  private touch(session: Session): void {
+    const now = Date.now();
+    session.record.expiresAt = new Date(now + session.record.timeoutSeconds * 1000).toISOString();
+    if (now - session.expiryPersistedAt > EXPIRY_PERSIST_INTERVAL_MS) {
+      session.expiryPersistedAt = now;
+      this.opts.store.update(session.record);
+    }
+  }
+
+  /** A sandbox that dies by itself marks its session failed and gives back what it held. */
+  private watch(session: Session, log: Logger): void {
+    session.sandbox?.exited.then((info) => {
+      if (session.record.state !== 'ready') return;
+      log.warn({ reason: info.reason }, 'sandbox stopped unexpectedly');
+      this.opts.metrics.errors.inc({ kind: 'sandbox_exit' });
+      void this.releaseResources(session, 'failed', `sandbox stopped unexpectedly: ${info.reason}`);
+    });
+    session.connection?.on('reconnected', () => this.opts.metrics.sshReconnects.inc());
+  }
+
+  private releaseResources(session: Session, final: 'destroyed' | 'failed', error: string | null): Promise<void> {
+    session.release ??= (async () => {
+      if (session.record.state !== 'destroying') this.setState(session, 'destroying');
+      try {
+        await session.cleanup.run();
+      } catch (err) {
+        this.opts.metrics.errors.inc({ kind: 'destroy' });
+        this.opts.log.error({ err, sessionId: session.id }, 'releasing sandbox resources failed');
+      }
+      session.record.addressIndex = null;
+      session.record.error = error;
+      this.setState(session, final);
+      this.opts.metrics.activeSessions.dec();
+      this.opts.metrics.sessionsTotal.inc({ outcome: final });
+      // A failed session stays listed (with its error) until it is destroyed.
+      if (final === 'destroyed') this.sessions.delete(session.id);
+    })();
+    return session.release.then(() => {
+      // Destroying a failed session only records that the client is done with it.
+      if (final === 'destroyed' && session.record.state === 'failed') {
+        this.setState(session, 'destroyed');
+        this.sessions.delete(session.id);
+      }
+    });
+  }
+
+  private setState(session: Session, state: SessionState): void {
+    session.record.state = state;
+    session.record.updatedAt = new Date().toISOString();
+    this.opts.store.update(session.record);
+  }
+
+  private reapExpired(): void {
+    const now = new Date().toISOString();
+    for (const session of this.sessions.values()) {
+      if ((session.record.state === 'ready' || session.record.state === 'failed') && session.record.expiresAt < now) {
+        this.opts.log.info({ sessionId: session.id }, 'session idle timeout reached; destroying');
+        void this.destroy(session.id);
+      }
+    }
+  }
+}

@@ -1,0 +1,71 @@
+import { existsSync } from 'node:fs';
+import { readdir } from 'node:fs/promises';
+import type { Logger } from 'pino';
+import { SESSION_ID_PATTERN, hostVethName, netnsName } from '../network/names.js';
+import { deleteLink, deleteNetns, listSandboxLinks, listSandboxNetns } from '../network/netns.js';
+import type { Runtime } from '../runtimes/runtime.js';
+import { removeSessionDir } from '../transport/keys.js';
+import { sessionDirOf } from './boot.js';
+import type { SessionStore } from './store.js';
+
+export interface ReconcileOptions {
+  stateDir: string;
+  runtime: Runtime;
+  store: SessionStore;
+  log: Logger;
+}
+
+/**
+ * Start-up reconciliation: whatever an earlier run left on the host (a crash, a SIGKILL, a
+ * power cut) is found by our naming prefix and by the store, and reclaimed in a fixed order:
+ * sandbox processes and mounts, then network, then key directories. This release does not
+ * adopt live sandboxes yet; every unfinished session is reclaimed and marked destroyed.
+ * Returns how many sandboxes were reclaimed.
+ */
+export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
+  const { stateDir, runtime, store, log } = opts;
+  const ids = new Set<string>();
+  const unfinished = store.unfinished();
+  for (const record of unfinished) ids.add(record.id);
+  for (const id of await runtime.list()) ids.add(id);
+  for (const id of await listSandboxNetns()) ids.add(id);
+  for (const id of await listSandboxLinks()) ids.add(id);
+  if (existsSync(stateDir)) {
+    for (const entry of await readdir(stateDir, { withFileTypes: true })) {
+      if (entry.isDirectory() && SESSION_ID_PATTERN.test(entry.name)) ids.add(entry.name);
+    }
+  }
+
+  for (const id of ids) {
+    const sessionDir = sessionDirOf(stateDir, id);
+    // Each step on its own: one that fails must not keep the others from running.
+    const steps: Array<[string, () => Promise<void>]> = [
+      ['sandbox', () => runtime.reclaim(id, sessionDir)],
+      ['netns', () => deleteNetns(netnsName(id))],
+      ['veth', () => deleteLink(hostVethName(id))],
+      ['key dir', () => removeSessionDir(sessionDir)],
+    ];
+    let failed = false;
+    for (const [what, step] of steps) {
+      try {
+        await step();
+      } catch (err) {
+        failed = true;
+        log.error({ err, sessionId: id, what }, 'could not reclaim part of a sandbox left behind; remove it by hand');
+      }
+    }
+    if (!failed) log.info({ sessionId: id }, 'reclaimed a sandbox left behind by an earlier run');
+  }
+  const now = new Date().toISOString();
+  for (const record of unfinished) {
+    store.update({
+      ...record,
+      state: 'destroyed',
+      addressIndex: null,
+      updatedAt: now,
+      error: record.error ?? 'the orchestrator restarted; the sandbox was reclaimed',
+    });
+  }
+  store.pruneDestroyed(new Date(Date.now() - 24 * 3600 * 1000));
+  return ids.size;
+}

@@ -1,0 +1,39 @@
+import { randomInt } from 'node:crypto';
+import type { Desktop } from '../computer/desktop.js';
+import type { RunningSandbox } from '../runtimes/runtime.js';
+import type { GuestConnection } from '../transport/ssh-connection.js';
+import { CleanupStack } from '../util/cleanup-stack.js';
+import type { SessionRecord } from './session-record.js';
+
+const ID_ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
+
+/** 10 random characters of [a-z0-9] (about 51 bits), short enough for interface names. */
+export function newSessionId(): string {
+  let id = '';
+  for (let i = 0; i < 10; i++) id += ID_ALPHABET[randomInt(ID_ALPHABET.length)];
+  return id;
+}
+
+/**
+ * One live session: its stored record plus everything it holds. The cleanup stack owns every
+ * resource taken for it (key dir, address lease, netns, veth, overlay, container, SSH
+ * connection); a failed creation and a destroy both simply run it.
+ */
+export class Session {
+  readonly cleanup = new CleanupStack();
+  sandbox: RunningSandbox | undefined;
+  connection: GuestConnection | undefined;
+  desktop: Desktop | undefined;
+  /** Settles when creation has finished, well or badly. */
+  creation: Promise<unknown> | undefined;
+  /** Set once resources are being released; later destroys wait for it. */
+  release: Promise<void> | undefined;
+  /** When expiresAt was last written to the store (it moves on every action). */
+  expiryPersistedAt = 0;
+
+  constructor(public record: SessionRecord) {}
+
+  get id(): string {
+    return this.record.id;
+  }
+}

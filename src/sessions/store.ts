@@ -1,0 +1,127 @@
+import Database from 'better-sqlite3';
+import type { SessionRecord, SessionState } from './session-record.js';
+
+interface Row {
+  id: string;
+  state: SessionState;
+  runtime: SessionRecord['runtime'];
+  width: number;
+  height: number;
+  timeout_seconds: number;
+  metadata: string;
+  created_at: string;
+  updated_at: string;
+  expires_at: string;
+  address_index: number | null;
+  error: string | null;
+}
+
+/**
+ * Sessions and their state changes in SQLite, written before resources are taken, so a
+ * restarted orchestrator knows what existed. The unique index on the address lease makes
+ * a double lease impossible even across restarts.
+ */
+export class SessionStore {
+  private readonly db: Database.Database;
+
+  constructor(file: string) {
+    this.db = new Database(file);
+    this.db.pragma('journal_mode = WAL');
+    this.db.pragma('synchronous = NORMAL');
+    this.db.exec(`
+      CREATE TABLE IF NOT EXISTS sessions (
+        id TEXT PRIMARY KEY,
+        state TEXT NOT NULL,
+        runtime TEXT NOT NULL,
+        width INTEGER NOT NULL,
+        height INTEGER NOT NULL,
+        timeout_seconds INTEGER NOT NULL,
+        metadata TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        expires_at TEXT NOT NULL,
+        address_index INTEGER,
+        error TEXT
+      );
+      CREATE UNIQUE INDEX IF NOT EXISTS sessions_address ON sessions(address_index)
+        WHERE address_index IS NOT NULL;
+    `);
+  }
+
+  insert(record: SessionRecord): void {
+    this.db
+      .prepare(
+        `INSERT INTO sessions (id, state, runtime, width, height, timeout_seconds, metadata,
+           created_at, updated_at, expires_at, address_index, error)
+         VALUES (@id, @state, @runtime, @width, @height, @timeout_seconds, @metadata,
+           @created_at, @updated_at, @expires_at, @address_index, @error)`,
+      )
+      .run(toRow(record));
+  }
+
+  update(record: SessionRecord): void {
+    this.db
+      .prepare(
+        `UPDATE sessions SET state = @state, updated_at = @updated_at, expires_at = @expires_at,
+           timeout_seconds = @timeout_seconds, address_index = @address_index, error = @error
+         WHERE id = @id`,
+      )
+      .run(toRow(record));
+  }
+
+  /** Sessions that are not yet destroyed: what a restart must adopt or reclaim. */
+  unfinished(): SessionRecord[] {
+    const rows = this.db.prepare(`SELECT * FROM sessions WHERE state != 'destroyed'`).all() as Row[];
+    return rows.map(fromRow);
+  }
+
+  get(id: string): SessionRecord | undefined {
+    const row = this.db.prepare('SELECT * FROM sessions WHERE id = ?').get(id) as Row | undefined;
+    return row && fromRow(row);
+  }
+
+  /** Forgets destroyed sessions older than the cut-off, so the file does not grow forever. */
+  pruneDestroyed(olderThan: Date): number {
+    return this.db
+      .prepare(`DELETE FROM sessions WHERE state = 'destroyed' AND updated_at < ?`)
+      .run(olderThan.toISOString()).changes;
+  }
+
+  close(): void {
+    this.db.close();
+  }
+}
+
+function toRow(r: SessionRecord): Row {
+  return {
+    id: r.id,
+    state: r.state,
+    runtime: r.runtime,
+    width: r.width,
+    height: r.height,
+    timeout_seconds: r.timeoutSeconds,
+    metadata: JSON.stringify(r.metadata),
+    created_at: r.createdAt,
+    updated_at: r.updatedAt,
+    expires_at: r.expiresAt,
+    address_index: r.addressIndex,
+    error: r.error,
+  };
+}
+
+function fromRow(row: Row): SessionRecord {
+  return {
+    id: row.id,
+    state: row.state,
+    runtime: row.runtime,
+    width: row.width,
+    height: row.height,
+    timeoutSeconds: row.timeout_seconds,
+    metadata: JSON.parse(row.metadata) as Record<string, unknown>,
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+    expiresAt: row.expires_at,
+    addressIndex: row.address_index,
+    error: row.error,
+  };
+}

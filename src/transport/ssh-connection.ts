@@ -1,0 +1,279 @@
+import { EventEmitter } from 'node:events';
+import { setTimeout as sleep } from 'node:timers/promises';
+import ssh2, { type ClientChannel } from 'ssh2';
+
+const { Client } = ssh2;
+type Client = InstanceType<typeof Client>;
+
+/** The guest presented a host key other than the one we generated for it: never trusted. */
+export class HostKeyMismatchError extends Error {
+  constructor(endpoint: string) {
+    super(`host key of ${endpoint} does not match the key pinned for this session; connection refused`);
+    this.name = 'HostKeyMismatchError';
+  }
+}
+
+/** The guest refused our key: retrying cannot help. */
+export class SshAuthenticationError extends Error {
+  constructor(endpoint: string) {
+    super(`the guest at ${endpoint} refused the session key`);
+    this.name = 'SshAuthenticationError';
+  }
+}
+
+export class SshTimeoutError extends Error {
+  constructor(what: string, ms: number) {
+    super(`${what} did not finish within ${ms} ms`);
+    this.name = 'SshTimeoutError';
+  }
+}
+
+export interface GuestEndpoint {
+  host: string;
+  port: number;
+}
+
+export interface ConnectionOptions {
+  endpoint: GuestEndpoint;
+  username: string;
+  privateKey: string;
+  /** SSH wire encoding of the only host key we accept. */
+  pinnedHostKey: Buffer;
+}
+
+export interface ExecOptions {
+  /** Bytes written to the command's standard input (then EOF). Model text travels here. */
+  stdin?: string | Buffer;
+  timeoutMs?: number;
+  /** Output beyond this is an error: a guest cannot make the orchestrator buffer without bound. */
+  maxOutputBytes?: number;
+}
+
+export interface ExecResult {
+  stdout: Buffer;
+  stderr: Buffer;
+  exitCode: number | null;
+  signal: string | undefined;
+}
+
+const DEFAULT_EXEC_TIMEOUT_MS = 30_000;
+const DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024;
+const BACKOFF_MIN_MS = 100;
+const BACKOFF_MAX_MS = 5_000;
+
+/**
+ * One persistent SSH connection to one guest. Every command is a channel multiplexed on it,
+ * so the handshake is paid once per session, not once per action. If the connection drops,
+ * it reconnects with exponential backoff; commands issued meanwhile wait for it.
+ *
+ * Events: 'reconnecting' (attempt, delayMs), 'reconnected', 'error' is never emitted.
+ */
+export class GuestConnection extends EventEmitter {
+  private client: Client | undefined;
+  private connected: Promise<Client> | undefined;
+  private closed = false;
+
+  constructor(private readonly opts: ConnectionOptions) {
+    super();
+  }
+
+  get endpointLabel(): string {
+    return `${this.opts.endpoint.host}:${this.opts.endpoint.port}`;
+  }
+
+  /**
+   * Opens the connection, retrying while the guest is still booting (refused, reset, no
+   * banner yet) until the deadline. A host key mismatch fails at once: retrying cannot fix it.
+   */
+  async open(timeoutMs: number, isAlive: () => boolean = () => true): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    let lastError: Error | undefined;
+    let delay = 25;
+    while (!this.closed && Date.now() < deadline) {
+      if (!isAlive()) throw new Error('the sandbox exited while waiting for SSH');
+      try {
+        const client = await this.connectOnce(Math.max(500, Math.min(5_000, deadline - Date.now())));
+        this.adopt(client);
+        return;
+      } catch (err) {
+        if (err instanceof HostKeyMismatchError || err instanceof SshAuthenticationError) throw err;
+        lastError = err as Error;
+        await sleep(delay);
+        delay = Math.min(delay * 2, 250);
+      }
+    }
+    if (this.closed) throw new Error('connection closed while opening');
+    throw new SshTimeoutError(
+      `SSH to ${this.endpointLabel}${lastError ? ` (last error: ${lastError.message})` : ''}`,
+      timeoutMs,
+    );
+  }
+
+  /** Runs one command on its own channel. The command string must contain no untrusted text. */
+  async exec(command: string, opts: ExecOptions = {}): Promise<ExecResult> {
+    const timeoutMs = opts.timeoutMs ?? DEFAULT_EXEC_TIMEOUT_MS;
+    const maxOutput = opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT;
+    const client = await this.waitConnected(timeoutMs);
+    return new Promise<ExecResult>((resolve, reject) => {
+      client.exec(command, (err, channel) => {
+        if (err) return reject(err);
+        collect(channel, opts.stdin, timeoutMs, maxOutput, command).then(resolve, reject);
+      });
+    });
+  }
+
+  close(): void {
+    this.closed = true;
+    this.client?.end();
+    this.client = undefined;
+    this.connected = undefined;
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  private async waitConnected(timeoutMs: number): Promise<Client> {
+    if (this.closed) throw new Error('connection is closed');
+    if (this.client) return this.client;
+    if (!this.connected) throw new Error('connection was never opened');
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new SshTimeoutError(`reconnecting to ${this.endpointLabel}`, timeoutMs)), timeoutMs);
+    });
+    try {
+      return await Promise.race([this.connected, timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private adopt(client: Client): void {
+    this.client = client;
+    this.connected = Promise.resolve(client);
+    client.once('close', () => {
+      if (this.client !== client) return;
+      this.client = undefined;
+      if (this.closed) return;
+      const reconnected = this.reconnectLoop();
+      // Waiters see the outcome; if nobody waits, a close during reconnection is not an error.
+      reconnected.catch(() => undefined);
+      this.connected = reconnected;
+    });
+  }
+
+  private async reconnectLoop(): Promise<Client> {
+    let delay = BACKOFF_MIN_MS;
+    for (let attempt = 1; ; attempt++) {
+      if (this.closed) throw new Error('connection is closed');
+      this.emit('reconnecting', attempt, delay);
+      await sleep(delay);
+      try {
+        const client = await this.connectOnce(5_000);
+        if (this.closed) {
+          client.end();
+          throw new Error('connection is closed');
+        }
+        this.adopt(client);
+        this.emit('reconnected', attempt);
+        return client;
+      } catch (err) {
+        if (err instanceof HostKeyMismatchError) {
+          this.closed = true;
+          throw err;
+        }
+        delay = Math.min(delay * 2, BACKOFF_MAX_MS);
+      }
+    }
+  }
+
+  private connectOnce(timeoutMs: number): Promise<Client> {
+    return new Promise((resolve, reject) => {
+      const client = new Client();
+      let hostKeyRejected = false;
+      let settled = false;
+      // ssh2 may end a refused handshake with only 'close' (no 'error'), so every way out
+      // settles the promise, and a timer backs them all up.
+      const backstop = setTimeout(() => fail(new SshTimeoutError(`SSH handshake with ${this.endpointLabel}`, timeoutMs)), timeoutMs + 1_000);
+      const fail = (err: Error) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(backstop);
+        client.removeAllListeners('ready');
+        client.end();
+        if (hostKeyRejected) reject(new HostKeyMismatchError(this.endpointLabel));
+        else if ((err as Error & { level?: string }).level === 'client-authentication') {
+          reject(new SshAuthenticationError(this.endpointLabel));
+        } else reject(err);
+      };
+      client.once('ready', () => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(backstop);
+        client.removeListener('error', fail);
+        // A late transport error after 'ready' shows up as 'close'; keep a listener so it
+        // is never an unhandled 'error' event.
+        client.on('error', () => {});
+        resolve(client);
+      });
+      client.once('error', fail);
+      client.once('close', () => fail(new Error(`connection to ${this.endpointLabel} closed during the handshake`)));
+      client.connect({
+        host: this.opts.endpoint.host,
+        port: this.opts.endpoint.port,
+        username: this.opts.username,
+        privateKey: this.opts.privateKey,
+        readyTimeout: timeoutMs,
+        keepaliveInterval: 5_000,
+        keepaliveCountMax: 3,
+        algorithms: { serverHostKey: ['ssh-ed25519'] },
+        hostVerifier: (key: Buffer) => {
+          const ok = key.equals(this.opts.pinnedHostKey);
+          if (!ok) hostKeyRejected = true;
+          return ok;
+        },
+      });
+    });
+  }
+}
+
+function collect(
+  channel: ClientChannel,
+  stdin: string | Buffer | undefined,
+  timeoutMs: number,
+  maxOutput: number,
+  command: string,
+): Promise<ExecResult> {
+  return new Promise((resolve, reject) => {
+    const stdout: Buffer[] = [];
+    const stderr: Buffer[] = [];
+    let size = 0;
+    let exitCode: number | null = null;
+    let signal: string | undefined;
+    let failed: Error | undefined;
+    const abort = (err: Error) => {
+      if (failed) return;
+      failed = err;
+      channel.close();
+    };
+    const timer = setTimeout(() => abort(new SshTimeoutError(`guest command "${command.slice(0, 80)}"`, timeoutMs)), timeoutMs);
+    const take = (into: Buffer[]) => (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > maxOutput) return abort(new Error(`guest command printed more than ${maxOutput} bytes`));
+      into.push(chunk);
+    };
+    channel.on('data', take(stdout));
+    channel.stderr.on('data', take(stderr));
+    channel.on('exit', (code: number | null, sig?: string) => {
+      exitCode = code;
+      signal = sig ?? undefined;
+    });
+    channel.on('close', () => {
+      clearTimeout(timer);
+      if (failed) return reject(failed);
+      resolve({ stdout: Buffer.concat(stdout), stderr: Buffer.concat(stderr), exitCode, signal });
+    });
+    if (stdin !== undefined) channel.end(stdin);
+    else channel.end();
+  });
+}

@@ -1,0 +1,65 @@
+import { spawn, type SpawnOptions } from 'node:child_process';
+
+/** A host command failed: carries the argv and what it printed, for an error a user can act on. */
+export class CommandError extends Error {
+  constructor(
+    readonly argv: readonly string[],
+    readonly exitCode: number | null,
+    readonly stderr: string,
+    readonly signal: NodeJS.Signals | null = null,
+  ) {
+    const how = signal ? `killed by ${signal}` : `exit ${exitCode}`;
+    super(`${argv.join(' ')} failed (${how})${stderr ? `: ${stderr.trim().slice(-2000)}` : ''}`);
+    this.name = 'CommandError';
+  }
+}
+
+export interface RunOptions {
+  /** Kill the command after this many milliseconds. */
+  timeoutMs?: number;
+  input?: string | Buffer;
+  /** Resolve instead of throwing on a non-zero exit. */
+  allowFailure?: boolean;
+  env?: NodeJS.ProcessEnv;
+  cwd?: string;
+}
+
+export interface RunResult {
+  stdout: string;
+  stderr: string;
+  exitCode: number | null;
+}
+
+/**
+ * Runs a host command from an argument vector: no shell is ever involved, so no argument
+ * can be interpreted as shell syntax.
+ */
+export function run(argv: readonly string[], opts: RunOptions = {}): Promise<RunResult> {
+  const [file, ...args] = argv;
+  if (!file) throw new Error('run: empty argv');
+  const spawnOpts: SpawnOptions = {
+    stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+    env: opts.env ?? process.env,
+    cwd: opts.cwd,
+    timeout: opts.timeoutMs,
+    killSignal: 'SIGKILL',
+  };
+  return new Promise((resolve, reject) => {
+    const child = spawn(file, args, spawnOpts);
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    child.stdout?.on('data', (d: Buffer) => out.push(d));
+    child.stderr?.on('data', (d: Buffer) => err.push(d));
+    child.on('error', (e) => reject(new CommandError(argv, null, e.message)));
+    child.on('close', (code, signal) => {
+      const result = {
+        stdout: Buffer.concat(out).toString('utf8'),
+        stderr: Buffer.concat(err).toString('utf8'),
+        exitCode: code,
+      };
+      if (code === 0 || opts.allowFailure) resolve(result);
+      else reject(new CommandError(argv, code, result.stderr || result.stdout, signal));
+    });
+    if (opts.input !== undefined) child.stdin?.end(opts.input);
+  });
+}

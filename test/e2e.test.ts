@@ -1,0 +1,178 @@
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { after, before, describe, it } from 'node:test';
+import { isProcessAlive, processStartTime } from '../src/runtimes/container/process-watch.js';
+import type { GuestConnection } from '../src/transport/ssh-connection.js';
+import { connectToGuest, guestAddress, guestSh, keysymToChar, pngSize } from './helpers/guest.js';
+import { hostTrace, processesMentioning } from './helpers/host.js';
+import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
+
+/**
+ * The spine, end to end on real sandboxes: create over HTTP, see the screen, click and type
+ * into a real X client that records what arrived, destroy, and find nothing left.
+ */
+describe('a sandbox, end to end', () => {
+  let orch: TestOrchestrator;
+  let id: string;
+  let guest: GuestConnection;
+
+  before(async () => {
+    orch = await startTestOrchestrator();
+  });
+  after(async () => {
+    guest?.close();
+    await orch?.stop();
+  });
+
+  it('is created over HTTP with the requested screen', async () => {
+    const res = await orch.server.inject({
+      method: 'POST',
+      url: '/v1/sessions',
+      payload: { width: 800, height: 600, timeoutSeconds: 120, metadata: { test: 'e2e' } },
+    });
+    assert.equal(res.statusCode, 201, res.body);
+    const body = res.json();
+    id = body.id;
+    assert.equal(body.state, 'ready');
+    assert.deepEqual(body.display, { width: 800, height: 600 });
+    assert.equal(body.runtime, 'container');
+    assert.ok(Date.parse(body.expiresAt) > Date.parse(body.createdAt));
+    assert.deepEqual(body.metadata, { test: 'e2e' });
+    const list = (await orch.server.inject({ method: 'GET', url: '/v1/sessions' })).json();
+    assert.ok(list.sessions.some((s: { id: string }) => s.id === id));
+  });
+
+  it('keeps its keys in a 0700 dir with 0600 files', async () => {
+    const { stat } = await import('node:fs/promises');
+    const dir = path.join(orch.stateDir, id);
+    assert.equal((await stat(dir)).mode & 0o777, 0o700);
+    assert.equal((await stat(path.join(dir, 'id_ed25519'))).mode & 0o777, 0o600);
+    assert.equal((await stat(path.join(dir, 'config', 'ssh_host_ed25519_key'))).mode & 0o777, 0o600);
+    assert.match(await readFile(path.join(dir, 'id_ed25519'), 'utf8'), /BEGIN OPENSSH PRIVATE KEY/);
+    guest = await connectToGuest(orch.stateDir, id, await guestAddress(id));
+  });
+
+  it('returns a PNG screenshot of the requested size', async () => {
+    const res = await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}/screenshot` });
+    assert.equal(res.statusCode, 200);
+    assert.equal(res.headers['content-type'], 'image/png');
+    assert.deepEqual(pngSize(res.rawPayload), { width: 800, height: 600 });
+  });
+
+  it('delivers a click at the requested point to an X client in the guest', async () => {
+    await startXev(guest);
+    const res = await act(orch, id, { action: 'left_click', coordinate: [300, 250] });
+    assert.equal(res.statusCode, 200, res.body);
+    const events = await waitForXev(guest, (log) => /ButtonPress event/.test(log));
+    const press = /ButtonPress event[^]*?root:\((\d+),(\d+)\)[^]*?button (\d+)/.exec(events);
+    assert.ok(press, events);
+    assert.deepEqual([press[1], press[2], press[3]], ['300', '250', '1']);
+  });
+
+  it('types text literally: every keysym arrives and nothing is executed', async () => {
+    const text = "Hello, wörld! $(id) `touch /tmp/pwned`; '\"";
+    await guestSh(guest, ': > /tmp/xev.log');
+    const res = await act(orch, id, { action: 'type', text });
+    assert.equal(res.statusCode, 200, res.body);
+    const typed = await waitForXev(guest, (log) => typedText(log) === text);
+    assert.equal(typedText(typed), text);
+    assert.equal((await guestSh(guest, 'test -e /tmp/pwned && echo yes || echo no')).text.trim(), 'no');
+    assert.equal(existsSync('/tmp/pwned'), false);
+  });
+
+  it('types accents, CJK and emoji, and newlines, each arriving as its own keysym', async () => {
+    // More distinct non-ASCII symbols than the keyboard has spare keys: typed in chunks.
+    const text = 'Grüße, café — 漢字かな 🎉👍\nçà ñ ø å ß 你好世界 éèêë';
+    await guestSh(guest, ': > /tmp/xev.log');
+    const res = await act(orch, id, { action: 'type', text });
+    assert.equal(res.statusCode, 200, res.body);
+    const typed = await waitForXev(guest, (log) => typedText(log) === text);
+    assert.equal(typedText(typed), text);
+  });
+
+  it('presses key combos and reports the cursor', async () => {
+    await guestSh(guest, ': > /tmp/xev.log');
+    assert.equal((await act(orch, id, { action: 'key', text: 'ctrl+a' })).statusCode, 200);
+    const log = await waitForXev(guest, (l) => /keysym 0x61, a\)/.test(l));
+    assert.match(log, /Control_L/);
+    assert.equal((await act(orch, id, { action: 'mouse_move', coordinate: [123, 456] })).statusCode, 200);
+    const pos = await act(orch, id, { action: 'cursor_position' });
+    assert.equal(pos.json().output, 'X=123,Y=456');
+    const shot = await act(orch, id, { action: 'screenshot' });
+    assert.equal(shot.json().image.mediaType, 'image/png');
+    assert.deepEqual(pngSize(Buffer.from(shot.json().image.data, 'base64')), { width: 800, height: 600 });
+  });
+
+  it('counts what it did in /metrics', async () => {
+    const text = (await orch.server.inject({ method: 'GET', url: '/metrics' })).body;
+    assert.match(text, /sandbox_screenshot_duration_seconds_count [1-9]/);
+    assert.match(text, /sandbox_action_duration_seconds_count\{action="left_click"\} 1/);
+    assert.match(text, /sandbox_session_create_duration_seconds_count\{runtime="container"\} 1/);
+    assert.match(text, /sandbox_sessions_active 1/);
+  });
+
+  it('is destroyed without a trace, and destroy is idempotent', async () => {
+    const sessionDir = path.join(orch.stateDir, id);
+    const pid = Number(await readFile(path.join(sessionDir, 'container.pid'), 'utf8'));
+    const startTime = processStartTime(pid) as string;
+    const before = await hostTrace(id, sessionDir);
+    assert.ok(before.netns && before.veth && before.container && before.sessionDir && before.mounts.length > 0);
+    assert.ok(before.processes.includes(pid));
+    guest.close();
+
+    const res = await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${id}` });
+    assert.equal(res.statusCode, 200);
+    assert.equal(res.json().state, 'destroyed');
+
+    const trace = await hostTrace(id, sessionDir);
+    assert.deepEqual(trace, { netns: false, veth: false, mounts: [], container: false, processes: [], sessionDir: false });
+    // Gone, or a zombie that only the host's init has left to reap: nothing runs any more.
+    assert.equal(await isProcessAlive(pid, startTime), false, 'the container init is gone');
+    assert.deepEqual(await processesMentioning(`sbx-${id}`), []);
+    assert.equal(existsSync(`/sys/fs/cgroup/memory/sbx/sbx-${id}`), false, 'its cgroup is gone');
+
+    const again = await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${id}` });
+    assert.equal(again.statusCode, 200);
+    assert.equal(again.json().state, 'destroyed');
+    const gone = await act(orch, id, { action: 'screenshot' });
+    assert.equal(gone.statusCode, 409);
+    assert.match(gone.json().error.message, /destroyed/);
+    assert.match((await orch.server.inject({ method: 'GET', url: '/metrics' })).body, /sandbox_sessions_active 0/);
+  });
+});
+
+function act(orch: TestOrchestrator, id: string, payload: Record<string, unknown>) {
+  return orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/actions`, payload });
+}
+
+/** Starts xev (an X client that prints every event it receives) full-screen and focused. */
+async function startXev(guest: GuestConnection): Promise<void> {
+  await guestSh(
+    guest,
+    'export DISPLAY=:99; setsid -f sh -c "exec stdbuf -oL xev -geometry 800x600+0+0 -event button -event keyboard > /tmp/xev.log 2>&1"; ' +
+      'xdotool search --sync --onlyvisible --name "^Event Tester$" windowactivate --sync windowfocus --sync >/dev/null',
+  );
+}
+
+async function waitForXev(guest: GuestConnection, done: (log: string) => boolean): Promise<string> {
+  let log = '';
+  for (let i = 0; i < 50; i++) {
+    log = (await guestSh(guest, 'cat /tmp/xev.log')).text;
+    if (done(log)) return log;
+    await sleep(100);
+  }
+  return log;
+}
+
+/** The text that KeyPress events carried, rebuilt from their keysyms. */
+function typedText(log: string): string {
+  let text = '';
+  for (const match of log.matchAll(/KeyPress event[^]*?keysym (0x[0-9a-f]+),/g)) {
+    const ch = keysymToChar(Number(match[1]));
+    if (ch !== undefined) text += ch;
+  }
+  return text;
+}

@@ -1,0 +1,44 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { pino } from 'pino';
+import { defaultConfig, type OrchestratorConfig } from '../../src/config.js';
+import { startOrchestrator, type Orchestrator } from '../../src/orchestrator.js';
+
+export interface TestOrchestrator extends Orchestrator {
+  stateDir: string;
+  /** Closes the orchestrator (destroying its sessions) and removes its state dir. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts a real orchestrator (real runc sandboxes) with its own state dir, on the shared
+ * guest image. It does not listen unless asked: HTTP tests use inject().
+ */
+export async function startTestOrchestrator(
+  overrides: Partial<OrchestratorConfig> = {},
+  listen = false,
+): Promise<TestOrchestrator> {
+  const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-test-'));
+  const base = defaultConfig();
+  const config: OrchestratorConfig = {
+    ...base,
+    host: '127.0.0.1',
+    port: 0,
+    stateDir,
+    imagesDir: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
+    subnet: '10.242.0.0/16',
+    runtime: 'container',
+    ...overrides,
+  };
+  const log = pino({ level: process.env.SBX_TEST_LOG_LEVEL || 'silent' });
+  const orchestrator = await startOrchestrator(config, log, { buildImageIfMissing: false, listen });
+  return {
+    ...orchestrator,
+    stateDir,
+    async stop() {
+      await orchestrator.close();
+      await rm(stateDir, { recursive: true, force: true });
+    },
+  };
+}
