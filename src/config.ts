@@ -1,4 +1,5 @@
 import path from 'node:path';
+import { DEFAULT_RESOURCE_PREFIX } from './network/names.js';
 
 export const RUNTIME_NAMES = ['auto', 'container', 'qemu', 'firecracker'] as const;
 export type RuntimeChoice = (typeof RUNTIME_NAMES)[number];
@@ -22,6 +23,8 @@ export interface OrchestratorConfig {
   bootTimeoutMs: number;
   memoryLimitMiB: number;
   pidsLimit: number;
+  /** Prefix of every host resource's name (netns, veth, container, cgroup): "sbx-". */
+  resourcePrefix: string;
 }
 
 function envInt(name: string, fallback: number): number {
@@ -50,5 +53,6 @@ export function defaultConfig(): OrchestratorConfig {
     bootTimeoutMs: envInt('SBX_BOOT_TIMEOUT_MS', 30_000),
     memoryLimitMiB: envInt('SBX_MEMORY_MIB', 1024),
     pidsLimit: envInt('SBX_PIDS_LIMIT', 512),
+    resourcePrefix: process.env.SBX_RESOURCE_PREFIX || DEFAULT_RESOURCE_PREFIX,
   };
 }

@@ -6,12 +6,14 @@ import { buildServer } from './api/server.js';
 import type { OrchestratorConfig } from './config.js';
 import { buildImage, findImage, type GuestImage } from './guest/image/builder.js';
 import { Metrics } from './metrics/metrics.js';
+import { ResourceNames } from './network/names.js';
 import { selectRuntime } from './runtimes/select.js';
 import { SessionManager } from './sessions/manager.js';
 import { SessionStore } from './sessions/store.js';
 
 export interface Orchestrator {
   config: OrchestratorConfig;
+  names: ResourceNames;
   manager: SessionManager;
   metrics: Metrics;
   server: FastifyInstance;
@@ -30,7 +32,8 @@ export interface StartOptions {
 /** Wires the parts together: store, runtime, image, session manager, HTTP server. */
 export async function startOrchestrator(config: OrchestratorConfig, log: Logger, options: StartOptions = {}): Promise<Orchestrator> {
   await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
-  const selection = await selectRuntime(config.runtime);
+  const names = new ResourceNames(config.resourcePrefix);
+  const selection = await selectRuntime(config.runtime, names);
   log.info({ runtime: selection.runtime.name, reason: selection.reason }, 'runtime selected');
 
   let image = await findImage(config.imagesDir);
@@ -47,6 +50,7 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
   const metrics = new Metrics();
   const manager = new SessionManager({
     stateDir: config.stateDir,
+    names,
     display: config.display,
     subnet: config.subnet,
     defaultTimeoutSeconds: config.defaultTimeoutSeconds,
@@ -66,6 +70,7 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
   let closing: Promise<void> | undefined;
   return {
     config,
+    names,
     manager,
     metrics,
     server,

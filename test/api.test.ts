@@ -118,9 +118,9 @@ describe('a sandbox that does not come up in time', () => {
     assert.match(res.json().error.message, /sandbox failed to start: .*(SSH|display)/);
     assert.deepEqual(await readdir(orch.stateDir).then((e) => e.filter((n) => /^[a-z0-9]{10}$/.test(n))), []);
     const netns = (await run(['ip', 'netns', 'list'])).stdout;
-    assert.doesNotMatch(netns, /sbx-/);
-    assert.doesNotMatch((await run(['ip', '-o', 'link', 'show'])).stdout, /sbx-/);
-    assert.equal(existsSync('/run/sbx-runc') ? (await readdir('/run/sbx-runc')).length : 0, 0);
+    assert.doesNotMatch(netns, new RegExp(orch.names.prefix));
+    assert.doesNotMatch((await run(['ip', '-o', 'link', 'show'])).stdout, new RegExp(orch.names.prefix));
+    assert.equal(existsSync(orch.names.runcRoot) ? (await readdir(orch.names.runcRoot)).length : 0, 0);
     const sessions = (await orch.server.inject({ method: 'GET', url: '/v1/sessions' })).json().sessions;
     assert.equal(sessions.length, 1);
     assert.equal(sessions[0].state, 'failed');

@@ -7,8 +7,11 @@ import { after, before, describe, it } from 'node:test';
 import { isProcessAlive, processStartTime } from '../src/runtimes/container/process-watch.js';
 import type { GuestConnection } from '../src/transport/ssh-connection.js';
 import { connectToGuest, guestAddress, guestSh, keysymToChar, pngSize } from './helpers/guest.js';
+import { ResourceNames } from '../src/network/names.js';
 import { hostTrace, processesMentioning } from './helpers/host.js';
-import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
+import { TEST_PREFIX, startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
+
+const NAMES = new ResourceNames(TEST_PREFIX);
 
 /**
  * The spine, end to end on real sandboxes: create over HTTP, see the screen, click and type
@@ -52,7 +55,7 @@ describe('a sandbox, end to end', () => {
     assert.equal((await stat(path.join(dir, 'id_ed25519'))).mode & 0o777, 0o600);
     assert.equal((await stat(path.join(dir, 'config', 'ssh_host_ed25519_key'))).mode & 0o777, 0o600);
     assert.match(await readFile(path.join(dir, 'id_ed25519'), 'utf8'), /BEGIN OPENSSH PRIVATE KEY/);
-    guest = await connectToGuest(orch.stateDir, id, await guestAddress(id));
+    guest = await connectToGuest(orch.stateDir, id, await guestAddress(orch.names, id));
   });
 
   it('returns a PNG screenshot of the requested size', async () => {
@@ -118,7 +121,7 @@ describe('a sandbox, end to end', () => {
     const sessionDir = path.join(orch.stateDir, id);
     const pid = Number(await readFile(path.join(sessionDir, 'container.pid'), 'utf8'));
     const startTime = processStartTime(pid) as string;
-    const before = await hostTrace(id, sessionDir);
+    const before = await hostTrace(NAMES, id, sessionDir);
     assert.ok(before.netns && before.veth && before.container && before.sessionDir && before.mounts.length > 0);
     assert.ok(before.processes.includes(pid));
     guest.close();
@@ -127,12 +130,12 @@ describe('a sandbox, end to end', () => {
     assert.equal(res.statusCode, 200);
     assert.equal(res.json().state, 'destroyed');
 
-    const trace = await hostTrace(id, sessionDir);
+    const trace = await hostTrace(NAMES, id, sessionDir);
     assert.deepEqual(trace, { netns: false, veth: false, mounts: [], container: false, processes: [], sessionDir: false });
     // Gone, or a zombie that only the host's init has left to reap: nothing runs any more.
     assert.equal(await isProcessAlive(pid, startTime), false, 'the container init is gone');
-    assert.deepEqual(await processesMentioning(`sbx-${id}`), []);
-    assert.equal(existsSync(`/sys/fs/cgroup/memory/sbx/sbx-${id}`), false, 'its cgroup is gone');
+    assert.deepEqual(await processesMentioning(orch.names.container(id)), []);
+    assert.equal(existsSync(`/sys/fs/cgroup/memory${orch.names.cgroup(id)}`), false, 'its cgroup is gone');
 
     const again = await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${id}` });
     assert.equal(again.statusCode, 200);

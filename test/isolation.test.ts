@@ -37,8 +37,8 @@ describe('two sandboxes at once', () => {
     await move(b, 333, 444);
     assert.equal(await where(a), 'X=11,Y=22');
     assert.equal(await where(b), 'X=333,Y=444');
-    const ga = await connectToGuest(orch.stateDir, a, await guestAddress(a));
-    const gb = await connectToGuest(orch.stateDir, b, await guestAddress(b));
+    const ga = await connectToGuest(orch.stateDir, a, await guestAddress(orch.names, a));
+    const gb = await connectToGuest(orch.stateDir, b, await guestAddress(orch.names, b));
     try {
       assert.equal((await guestSh(ga, 'DISPLAY=:99 xdotool getdisplaygeometry')).text.trim(), '640 480');
       assert.equal((await guestSh(gb, 'DISPLAY=:99 xdotool getdisplaygeometry')).text.trim(), '800 600');
@@ -55,8 +55,8 @@ describe('two sandboxes at once', () => {
   });
 
   it('have separate networks, each with only its own address', async () => {
-    const addrA = await guestAddress(a);
-    const addrB = await guestAddress(b);
+    const addrA = await guestAddress(orch.names, a);
+    const addrB = await guestAddress(orch.names, b);
     assert.notEqual(addrA, addrB);
     const ga = await connectToGuest(orch.stateDir, a, addrA);
     try {
@@ -75,7 +75,7 @@ describe('two sandboxes at once', () => {
     const impostorPin = utils.parseKey(utils.generateKeyPairSync('ed25519').public);
     if (impostorPin instanceof Error) throw impostorPin;
     const conn = new GuestConnection({
-      endpoint: { host: await guestAddress(a), port: 22 },
+      endpoint: { host: await guestAddress(orch.names, a), port: 22 },
       username: GUEST_USER,
       privateKey,
       pinnedHostKey: impostorPin.getPublicSSH(),
@@ -87,7 +87,7 @@ describe('two sandboxes at once', () => {
     const bPin = utils.parseKey(bHostPub.trim());
     if (bPin instanceof Error) throw bPin;
     const cross = new GuestConnection({
-      endpoint: { host: await guestAddress(a), port: 22 },
+      endpoint: { host: await guestAddress(orch.names, a), port: 22 },
       username: GUEST_USER,
       privateKey,
       pinnedHostKey: bPin.getPublicSSH(),
@@ -102,7 +102,7 @@ describe('two sandboxes at once', () => {
     const aPin = utils.parseKey(aHostPub.trim());
     if (aPin instanceof Error) throw aPin;
     const conn = new GuestConnection({
-      endpoint: { host: await guestAddress(a), port: 22 },
+      endpoint: { host: await guestAddress(orch.names, a), port: 22 },
       username: GUEST_USER,
       privateKey: bKey,
       pinnedHostKey: aPin.getPublicSSH(),

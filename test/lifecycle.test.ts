@@ -9,9 +9,12 @@ import { after, before, describe, it } from 'node:test';
 import { SandboxClient, NotFoundError, InvalidRequestError } from '../src/client/index.js';
 import { run } from '../src/util/exec.js';
 import { pngSize } from './helpers/guest.js';
+import { ResourceNames } from '../src/network/names.js';
 import { hostTrace } from './helpers/host.js';
-import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
+import { TEST_PREFIX, startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 import { runCli, startServe } from './helpers/serve.js';
+
+const NAMES = new ResourceNames(TEST_PREFIX);
 
 async function waitFor(what: string, check: () => Promise<boolean> | boolean, timeoutMs = 15_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -42,7 +45,7 @@ describe('sessions end by themselves when they should', () => {
     const extended = (await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}` })).json().expiresAt;
     assert.ok(Date.parse(extended) >= Date.parse(expiresAt) + 2_500, 'an action moved the deadline');
     await waitFor('the reaper', async () => (await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}` })).json().state === 'destroyed', 15_000);
-    assert.deepEqual(await hostTrace(id, path.join(orch.stateDir, id)), nothingLeft);
+    assert.deepEqual(await hostTrace(NAMES, id, path.join(orch.stateDir, id)), nothingLeft);
   });
 
   it('a sandbox whose init dies is marked failed and releases everything', async () => {
@@ -52,8 +55,8 @@ describe('sessions end by themselves when they should', () => {
     await waitFor('the session to fail', async () => (await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}` })).json().state === 'failed');
     const view = (await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}` })).json();
     assert.match(view.error, /stopped unexpectedly/);
-    await waitFor('its resources to go', async () => (await hostTrace(id, path.join(orch.stateDir, id))).netns === false);
-    assert.deepEqual(await hostTrace(id, path.join(orch.stateDir, id)), nothingLeft);
+    await waitFor('its resources to go', async () => (await hostTrace(NAMES, id, path.join(orch.stateDir, id))).netns === false);
+    assert.deepEqual(await hostTrace(NAMES, id, path.join(orch.stateDir, id)), nothingLeft);
     const res = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/actions`, payload: { action: 'screenshot' } });
     assert.equal(res.statusCode, 409);
     assert.equal((await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${id}` })).json().state, 'destroyed');
@@ -63,7 +66,7 @@ describe('sessions end by themselves when they should', () => {
     const { id } = (await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json();
     // Kill the guest's per-connection sshd processes from the host: the orchestrator's
     // connection drops as it would if sshd restarted or the link blipped.
-    const { stdout } = await run(['ip', 'netns', 'pids', `sbx-${id}`]);
+    const { stdout } = await run(['ip', 'netns', 'pids', orch.names.netns(id)]);
     let killed = 0;
     for (const pid of stdout.split('\n').filter(Boolean)) {
       const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
@@ -116,7 +119,7 @@ describe('the orchestrator process: CLI, SDK, SIGTERM and restart after a crash'
       serve.child.kill('SIGTERM');
       const [code] = (await once(serve.child, 'exit')) as [number | null];
       assert.equal(code, 0, serve.output());
-      for (const sid of [id, second.id]) assert.deepEqual(await hostTrace(sid, path.join(stateDir, sid)), nothingLeft);
+      for (const sid of [id, second.id]) assert.deepEqual(await hostTrace(NAMES, sid, path.join(stateDir, sid)), nothingLeft);
     } finally {
       serve.child.kill('SIGKILL');
     }
@@ -129,12 +132,12 @@ describe('the orchestrator process: CLI, SDK, SIGTERM and restart after a crash'
     const sessionDir = path.join(stateDir, sandbox.id);
     serve.child.kill('SIGKILL');
     await once(serve.child, 'exit');
-    const orphan = await hostTrace(sandbox.id, sessionDir);
+    const orphan = await hostTrace(NAMES, sandbox.id, sessionDir);
     assert.ok(orphan.netns && orphan.container && orphan.sessionDir, 'the crash left the sandbox behind');
 
     const restarted = await startServe(stateDir, 18083);
     try {
-      assert.deepEqual(await hostTrace(sandbox.id, sessionDir), nothingLeft);
+      assert.deepEqual(await hostTrace(NAMES, sandbox.id, sessionDir), nothingLeft);
       assert.equal(existsSync(path.join(sessionDir, 'id_ed25519')), false, 'the key is gone');
       const info = await new SandboxClient({ baseUrl: restarted.url }).get(sandbox.id);
       assert.equal(info.state, 'destroyed');

@@ -4,7 +4,7 @@ import { parseAction } from '../src/computer/actions.js';
 import { InvalidRequestError } from '../src/errors.js';
 import { renderSettings } from '../src/guest/contract.js';
 import { AddressPool } from '../src/network/address-pool.js';
-import { sessionIdOf } from '../src/network/names.js';
+import { ResourceNames } from '../src/network/names.js';
 import { newSessionId } from '../src/sessions/session.js';
 import { commandLine, shellQuote } from '../src/transport/quote.js';
 import { CleanupStack } from '../src/util/cleanup-stack.js';
@@ -91,10 +91,12 @@ describe('names', () => {
       const id = newSessionId();
       assert.match(id, /^[a-z0-9]{10}$/);
       assert.ok(`sbx-${id}`.length <= 15);
-      assert.equal(sessionIdOf(`sbx-${id}`), id);
+      assert.equal(new ResourceNames().sessionIdOf(`sbx-${id}`), id);
     }
-    assert.equal(sessionIdOf('sbx-short'), undefined);
-    assert.equal(sessionIdOf('eth0'), undefined);
+    assert.equal(new ResourceNames().sessionIdOf('sbx-short'), undefined);
+    assert.equal(new ResourceNames('tab-').sessionIdOf(`sbx-${newSessionId()}`), undefined);
+    assert.throws(() => new ResourceNames('toolong-'), /three lowercase letters/);
+    assert.equal(new ResourceNames().sessionIdOf('eth0'), undefined);
   });
   it('guest settings refuse anything a shell could interpret', () => {
     const settings = {

@@ -42,7 +42,7 @@ async function main(): Promise<void> {
     const sessionDir = path.join(stateDir, id);
     const keyFile = path.join(sessionDir, 'id_ed25519');
     const hostPublicKey = await readFile(path.join(sessionDir, 'config', CONFIG_FILES.hostKeyPub), 'utf8');
-    const guestIp = await guestAddressOf(id);
+    const guestIp = await guestAddressOf(orchestrator.names, id);
     const direct = new GuestConnection({
       endpoint: { host: guestIp, port: 22 },
       username: GUEST_USER,

@@ -1,28 +1,48 @@
 /**
- * Every host resource we create carries the prefix and the session id in its name, so that
- * a scan after a crash can tell ours from everything else on the host and reclaim it.
+ * Every host resource we create carries a prefix and the session id in its name, so that a
+ * scan after a crash can tell ours from everything else on the host and reclaim it. The
+ * prefix is configurable (SBX_RESOURCE_PREFIX) so that two orchestrators, say a test suite
+ * and a dev server, can share a host without reclaiming each other's sandboxes.
  */
-export const RESOURCE_PREFIX = 'sbx-';
+export const DEFAULT_RESOURCE_PREFIX = 'sbx-';
 
-/** Session ids: 10 characters of [a-z0-9], so that `sbx-<id>` fits a 15-byte interface name. */
+/** Session ids: 10 characters of [a-z0-9], so that `<prefix><id>` fits a 15-byte interface name. */
 export const SESSION_ID_PATTERN = /^[a-z0-9]{10}$/;
 
-export function netnsName(sessionId: string): string {
-  return `${RESOURCE_PREFIX}${sessionId}`;
-}
+export class ResourceNames {
+  constructor(readonly prefix: string = DEFAULT_RESOURCE_PREFIX) {
+    if (!/^[a-z]{3}-$/.test(prefix)) throw new Error(`resource prefix must be three lowercase letters and a dash, like "sbx-"; got "${prefix}"`);
+  }
 
-/** The host's end of the sandbox's veth pair (the other end is eth0 inside the netns). */
-export function hostVethName(sessionId: string): string {
-  return `${RESOURCE_PREFIX}${sessionId}`;
-}
+  /** The sandbox's network namespace. */
+  netns(sessionId: string): string {
+    return this.prefix + sessionId;
+  }
 
-export function containerName(sessionId: string): string {
-  return `${RESOURCE_PREFIX}${sessionId}`;
-}
+  /** The host's end of the sandbox's veth pair (the other end is eth0 inside the netns). */
+  hostVeth(sessionId: string): string {
+    return this.prefix + sessionId;
+  }
 
-/** Extracts the session id from one of our resource names, or undefined if it is not ours. */
-export function sessionIdOf(resourceName: string): string | undefined {
-  if (!resourceName.startsWith(RESOURCE_PREFIX)) return undefined;
-  const id = resourceName.slice(RESOURCE_PREFIX.length);
-  return SESSION_ID_PATTERN.test(id) ? id : undefined;
+  /** The runc container id. */
+  container(sessionId: string): string {
+    return this.prefix + sessionId;
+  }
+
+  /** runc's state directory for our containers, apart from any other runc user's. */
+  get runcRoot(): string {
+    return `/run/${this.prefix}runc`;
+  }
+
+  /** The cgroup (path under each controller) of a sandbox container. */
+  cgroup(sessionId: string): string {
+    return `/${this.prefix.slice(0, -1)}/${this.prefix}${sessionId}`;
+  }
+
+  /** The session id in one of our resource names, or undefined if the name is not ours. */
+  sessionIdOf(resourceName: string): string | undefined {
+    if (!resourceName.startsWith(this.prefix)) return undefined;
+    const id = resourceName.slice(this.prefix.length);
+    return SESSION_ID_PATTERN.test(id) ? id : undefined;
+  }
 }

@@ -1,7 +1,7 @@
 import { run } from '../util/exec.js';
 import type { CleanupStack } from '../util/cleanup-stack.js';
 import type { AddressLease } from './address-pool.js';
-import { hostVethName, netnsName, RESOURCE_PREFIX, sessionIdOf } from './names.js';
+import type { ResourceNames } from './names.js';
 
 /** A sandbox's own network namespace, linked to the host by a veth pair. */
 export interface SandboxNetwork {
@@ -20,12 +20,13 @@ const IP = 'ip';
  * piece is made, so a failure half-way leaves nothing behind.
  */
 export async function createSandboxNetwork(
+  names: ResourceNames,
   sessionId: string,
   lease: AddressLease,
   cleanup: CleanupStack,
 ): Promise<SandboxNetwork> {
-  const netns = netnsName(sessionId);
-  const host = hostVethName(sessionId);
+  const netns = names.netns(sessionId);
+  const host = names.hostVeth(sessionId);
   await run([IP, 'netns', 'add', netns]);
   await cleanup.push(`netns ${netns}`, () => deleteNetns(netns));
   await run([IP, 'link', 'add', host, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', netns]);
@@ -62,34 +63,32 @@ export async function deleteLink(name: string): Promise<void> {
 }
 
 /** Session ids of every netns of ours on the host. */
-export async function listSandboxNetns(): Promise<string[]> {
+export async function listSandboxNetns(names: ResourceNames): Promise<string[]> {
   const { stdout } = await run([IP, 'netns', 'list']);
   return stdout
     .split('\n')
     .map((line) => line.split(' ')[0] ?? '')
-    .map((name) => sessionIdOf(name))
+    .map((name) => names.sessionIdOf(name))
     .filter((id): id is string => id !== undefined);
 }
 
 /** Session ids of every host-side veth of ours. */
-export async function listSandboxLinks(): Promise<string[]> {
+export async function listSandboxLinks(names: ResourceNames): Promise<string[]> {
   const { stdout } = await run([IP, '-o', 'link', 'show']);
   const ids: string[] = [];
   for (const line of stdout.split('\n')) {
     // "12: sbx-abc@if2: <BROADCAST,...>": the name ends at '@' or ':'
     const name = /^\d+:\s+([^:@\s]+)/.exec(line)?.[1];
-    if (name?.startsWith(RESOURCE_PREFIX)) {
-      const id = sessionIdOf(name);
-      if (id) ids.push(id);
-    }
+    const id = name && names.sessionIdOf(name);
+    if (id) ids.push(id);
   }
   return ids;
 }
 
 /** The guest address of a live sandbox, read back from its host veth (.1 there, .2 the guest). */
-export async function guestAddressOf(sessionId: string): Promise<string> {
-  const { stdout } = await run([IP, '-o', '-4', 'addr', 'show', 'dev', hostVethName(sessionId)]);
+export async function guestAddressOf(names: ResourceNames, sessionId: string): Promise<string> {
+  const { stdout } = await run([IP, '-o', '-4', 'addr', 'show', 'dev', names.hostVeth(sessionId)]);
   const match = /inet (\d+\.\d+\.\d+)\.(\d+)\//.exec(stdout);
-  if (!match) throw new Error(`no address on ${hostVethName(sessionId)}`);
+  if (!match) throw new Error(`no address on ${names.hostVeth(sessionId)}`);
   return `${match[1]}.${Number(match[2]) + 1}`;
 }

@@ -1,4 +1,5 @@
 import type { RuntimeChoice } from '../config.js';
+import type { ResourceNames } from '../network/names.js';
 import { ContainerRuntime } from './container/container-runtime.js';
 import { RuntimeUnavailableError, type Runtime } from './runtime.js';
 
@@ -13,15 +14,15 @@ export interface RuntimeSelection {
  * the VM runtimes land in later releases, so today `auto` means the container runtime,
  * and asking for a VM runtime explicitly says so instead of silently running something else.
  */
-export async function selectRuntime(choice: RuntimeChoice): Promise<RuntimeSelection> {
+export async function selectRuntime(choice: RuntimeChoice, names: ResourceNames): Promise<RuntimeSelection> {
   switch (choice) {
     case 'container':
       await ContainerRuntime.check();
-      return { runtime: new ContainerRuntime(), reason: 'requested with --runtime container' };
+      return { runtime: new ContainerRuntime(names), reason: 'requested with --runtime container' };
     case 'auto':
       await ContainerRuntime.check();
       return {
-        runtime: new ContainerRuntime(),
+        runtime: new ContainerRuntime(names),
         reason: 'auto: no VM runtime is available in this build, using runc containers',
       };
     case 'qemu':

@@ -6,6 +6,7 @@ import { Desktop } from '../computer/desktop.js';
 import { CONFIG_FILES, GUEST_USER, renderSettings } from '../guest/contract.js';
 import type { GuestImage } from '../guest/image/builder.js';
 import type { AddressLease } from '../network/address-pool.js';
+import type { ResourceNames } from '../network/names.js';
 import { createSandboxNetwork } from '../network/netns.js';
 import type { Runtime } from '../runtimes/runtime.js';
 import { generateSessionKeys, publicKeyBlob, removeSessionDir, writeSessionKeys } from '../transport/keys.js';
@@ -14,6 +15,7 @@ import type { Session } from './session.js';
 
 export interface BootContext {
   stateDir: string;
+  names: ResourceNames;
   display: number;
   runtime: Runtime;
   image: GuestImage;
@@ -61,7 +63,7 @@ export async function bootSandbox(session: Session, lease: AddressLease, ctx: Bo
   );
 
   step('keys and config');
-  const network = await createSandboxNetwork(id, lease, session.cleanup);
+  const network = await createSandboxNetwork(ctx.names, id, lease, session.cleanup);
   step('network');
   const sandbox = await ctx.runtime.start(
     {

@@ -6,6 +6,7 @@ import { NotFoundError, OrchestratorError, SessionStateError, UnavailableError }
 import type { GuestImage } from '../guest/image/builder.js';
 import type { Metrics } from '../metrics/metrics.js';
 import { AddressPool } from '../network/address-pool.js';
+import type { ResourceNames } from '../network/names.js';
 import type { Runtime } from '../runtimes/runtime.js';
 import { bootSandbox, consoleTail } from './boot.js';
 import { reconcileHost } from './reconcile.js';
@@ -23,6 +24,7 @@ export interface CreateSessionOptions {
 
 export interface ManagerOptions {
   stateDir: string;
+  names: ResourceNames;
   display: number;
   subnet: string;
   defaultTimeoutSeconds: number;
@@ -68,6 +70,7 @@ export class SessionManager {
   async start(): Promise<void> {
     const reclaimed = await reconcileHost({
       stateDir: this.opts.stateDir,
+      names: this.opts.names,
       runtime: this.opts.runtime,
       store: this.opts.store,
       log: this.opts.log,
@@ -107,6 +110,7 @@ export class SessionManager {
 
     const boot = bootSandbox(session, lease, {
       stateDir: this.opts.stateDir,
+      names: this.opts.names,
       display: this.opts.display,
       runtime: this.opts.runtime,
       image: this.opts.image,

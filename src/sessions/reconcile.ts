@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { readdir } from 'node:fs/promises';
 import type { Logger } from 'pino';
-import { SESSION_ID_PATTERN, hostVethName, netnsName } from '../network/names.js';
+import { SESSION_ID_PATTERN, type ResourceNames } from '../network/names.js';
 import { deleteLink, deleteNetns, listSandboxLinks, listSandboxNetns } from '../network/netns.js';
 import type { Runtime } from '../runtimes/runtime.js';
 import { removeSessionDir } from '../transport/keys.js';
@@ -10,6 +10,7 @@ import type { SessionStore } from './store.js';
 
 export interface ReconcileOptions {
   stateDir: string;
+  names: ResourceNames;
   runtime: Runtime;
   store: SessionStore;
   log: Logger;
@@ -23,13 +24,13 @@ export interface ReconcileOptions {
  * Returns how many sandboxes were reclaimed.
  */
 export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
-  const { stateDir, runtime, store, log } = opts;
+  const { stateDir, names, runtime, store, log } = opts;
   const ids = new Set<string>();
   const unfinished = store.unfinished();
   for (const record of unfinished) ids.add(record.id);
   for (const id of await runtime.list()) ids.add(id);
-  for (const id of await listSandboxNetns()) ids.add(id);
-  for (const id of await listSandboxLinks()) ids.add(id);
+  for (const id of await listSandboxNetns(names)) ids.add(id);
+  for (const id of await listSandboxLinks(names)) ids.add(id);
   if (existsSync(stateDir)) {
     for (const entry of await readdir(stateDir, { withFileTypes: true })) {
       if (entry.isDirectory() && SESSION_ID_PATTERN.test(entry.name)) ids.add(entry.name);
@@ -41,8 +42,8 @@ export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
     // Each step on its own: one that fails must not keep the others from running.
     const steps: Array<[string, () => Promise<void>]> = [
       ['sandbox', () => runtime.reclaim(id, sessionDir)],
-      ['netns', () => deleteNetns(netnsName(id))],
-      ['veth', () => deleteLink(hostVethName(id))],
+      ['netns', () => deleteNetns(names.netns(id))],
+      ['veth', () => deleteLink(names.hostVeth(id))],
       ['key dir', () => removeSessionDir(sessionDir)],
     ];
     let failed = false;

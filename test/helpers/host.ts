@@ -1,5 +1,6 @@
 import { existsSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
+import type { ResourceNames } from '../../src/network/names.js';
 import { run } from '../../src/util/exec.js';
 
 /** What the host holds for one session: every kind of resource a sandbox takes. */
@@ -12,12 +13,12 @@ export interface HostTrace {
   sessionDir: boolean;
 }
 
-export async function hostTrace(sessionId: string, sessionDir: string): Promise<HostTrace> {
-  const name = `sbx-${sessionId}`;
+export async function hostTrace(names: ResourceNames, sessionId: string, sessionDir: string): Promise<HostTrace> {
+  const name = names.netns(sessionId);
   const netns = (await run(['ip', 'netns', 'list'])).stdout.split('\n').some((l) => l.split(' ')[0] === name);
   const veth = (await run(['ip', 'link', 'show', name], { allowFailure: true })).exitCode === 0;
   const mounts = (await readFile('/proc/self/mountinfo', 'utf8')).split('\n').filter((l) => l.includes(sessionDir));
-  const container = existsSync(`/run/sbx-runc/${name}`);
+  const container = existsSync(`${names.runcRoot}/${names.container(sessionId)}`);
   return { netns, veth, mounts, container, processes: await processesInNetns(name), sessionDir: existsSync(sessionDir) };
 }
 

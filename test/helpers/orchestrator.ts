@@ -5,6 +5,14 @@ import { pino } from 'pino';
 import { defaultConfig, type OrchestratorConfig } from '../../src/config.js';
 import { startOrchestrator, type Orchestrator } from '../../src/orchestrator.js';
 
+/**
+ * A resource prefix of this test process's own ("t" and two random letters), so that test
+ * files run in parallel, or beside a dev orchestrator, never reclaim each other's sandboxes.
+ */
+export const TEST_PREFIX =
+  process.env.SBX_RESOURCE_PREFIX ||
+  `t${String.fromCharCode(97 + Math.floor(Math.random() * 26))}${String.fromCharCode(97 + Math.floor(Math.random() * 26))}-`;
+
 export interface TestOrchestrator extends Orchestrator {
   stateDir: string;
   /** Closes the orchestrator (destroying its sessions) and removes its state dir. */
@@ -29,6 +37,7 @@ export async function startTestOrchestrator(
     imagesDir: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
     subnet: '10.242.0.0/16',
     runtime: 'container',
+    resourcePrefix: TEST_PREFIX,
     ...overrides,
   };
   const log = pino({ level: process.env.SBX_TEST_LOG_LEVEL || 'silent' });

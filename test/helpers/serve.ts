@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import path from 'node:path';
+import { TEST_PREFIX } from './orchestrator.js';
 
 const CLI = path.resolve('dist/cli/main.js');
 
@@ -13,7 +14,7 @@ export interface ServeProcess {
 /** Runs the real `sbx serve` (the built CLI) as a separate process, as a user would. */
 export async function startServe(stateDir: string, port: number, subnet = '10.243.0.0/16'): Promise<ServeProcess> {
   const child = spawn(process.execPath, [CLI, 'serve', '--port', String(port), '--state-dir', stateDir, '--runtime', 'container'], {
-    env: { ...process.env, SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images', SBX_SUBNET: subnet, SBX_LOG_LEVEL: 'info' },
+    env: { ...process.env, SBX_RESOURCE_PREFIX: TEST_PREFIX, SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images', SBX_SUBNET: subnet, SBX_LOG_LEVEL: 'info' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';

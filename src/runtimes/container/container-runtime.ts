@@ -3,7 +3,7 @@ import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { GUEST_SSH_PORT } from '../../guest/contract.js';
-import { containerName, sessionIdOf } from '../../network/names.js';
+import type { ResourceNames } from '../../network/names.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
 import { RuntimeUnavailableError, type RunningSandbox, type Runtime, type SandboxSpec } from '../runtime.js';
@@ -11,8 +11,6 @@ import { ociSpec } from './oci-spec.js';
 import { mountOverlay, mountsUnder, unmount } from './overlay.js';
 import { processStartTime, waitForExit, watchExit } from './process-watch.js';
 
-/** runc keeps its state for our containers apart from any other runc user on the host. */
-export const RUNC_ROOT = '/run/sbx-runc';
 const RUNC = process.env.RUNC_BIN || 'runc';
 
 /**
@@ -26,6 +24,8 @@ const RUNC = process.env.RUNC_BIN || 'runc';
 export class ContainerRuntime implements Runtime {
   readonly name = 'container' as const;
 
+  constructor(private readonly names: ResourceNames) {}
+
   /** Throws a RuntimeUnavailableError saying what to install if runc cannot be used. */
   static async check(): Promise<void> {
     const res = await run([RUNC, '--version'], { allowFailure: true }).catch(() => undefined);
@@ -38,7 +38,7 @@ export class ContainerRuntime implements Runtime {
   }
 
   async start(spec: SandboxSpec, cleanup: CleanupStack): Promise<RunningSandbox> {
-    const id = containerName(spec.sessionId);
+    const id = this.names.container(spec.sessionId);
     const bundle = path.join(spec.sessionDir, 'bundle');
     const rootfs = path.join(spec.sessionDir, 'rootfs');
     const consoleLogPath = path.join(spec.sessionDir, 'console.log');
@@ -52,7 +52,7 @@ export class ContainerRuntime implements Runtime {
     await cleanup.push(`overlay ${rootfs}`, () => unmount(rootfs));
 
     await mkdir(bundle, { recursive: true, mode: 0o700 });
-    const config = ociSpec(spec, rootfs, `/sbx/${id}`);
+    const config = ociSpec(spec, rootfs, this.names.cgroup(spec.sessionId));
     await writeFile(path.join(bundle, 'config.json'), JSON.stringify(config, null, 2), { mode: 0o600 });
 
     const pidFile = path.join(spec.sessionDir, 'container.pid');
@@ -61,12 +61,12 @@ export class ContainerRuntime implements Runtime {
     // only once its init is really gone: runc delete signals it, and the kernel then needs a
     // moment to tear the namespaces down.
     await cleanup.push(`container ${id}`, async () => {
-      await deleteContainer(id);
+      await deleteContainer(this.names.runcRoot, id);
       if (init && !(await waitForExit(init.pid, init.startTime, 10_000))) {
         throw new Error(`container init ${init.pid} is still alive 10 s after it was killed`);
       }
     });
-    await runcRunDetached(id, bundle, pidFile, consoleLogPath);
+    await runcRunDetached(this.names.runcRoot, id, bundle, pidFile, consoleLogPath);
 
     const pid = Number((await readFile(pidFile, 'utf8')).trim());
     const startTime = processStartTime(pid);
@@ -91,17 +91,18 @@ export class ContainerRuntime implements Runtime {
 
   async list(): Promise<string[]> {
     const ids = new Set<string>();
-    const res = await run([RUNC, '--root', RUNC_ROOT, 'list', '--format', 'json'], { allowFailure: true });
+    const root = this.names.runcRoot;
+    const res = await run([RUNC, '--root', root, 'list', '--format', 'json'], { allowFailure: true });
     if (res.exitCode === 0 && res.stdout.trim() && res.stdout.trim() !== 'null') {
       for (const c of JSON.parse(res.stdout) as Array<{ id: string }>) {
-        const id = sessionIdOf(c.id);
+        const id = this.names.sessionIdOf(c.id);
         if (id) ids.add(id);
       }
     }
     // runc's state may be gone (e.g. /run was cleared) while its state dir entries linger.
-    if (existsSync(RUNC_ROOT)) {
-      for (const name of await readdir(RUNC_ROOT)) {
-        const id = sessionIdOf(name);
+    if (existsSync(root)) {
+      for (const name of await readdir(root)) {
+        const id = this.names.sessionIdOf(name);
         if (id) ids.add(id);
       }
     }
@@ -109,18 +110,18 @@ export class ContainerRuntime implements Runtime {
   }
 
   async reclaim(sessionId: string, sessionDir: string): Promise<void> {
-    await deleteContainer(containerName(sessionId));
+    await deleteContainer(this.names.runcRoot, this.names.container(sessionId));
     for (const target of await mountsUnder(sessionDir)) await unmount(target);
   }
 }
 
-function runcRunDetached(id: string, bundle: string, pidFile: string, consoleLogPath: string): Promise<void> {
+function runcRunDetached(root: string, id: string, bundle: string, pidFile: string, consoleLogPath: string): Promise<void> {
   // The container inherits runc's stdout and stderr, so both go straight to the console log
   // file: a pipe here would be held open by the container for its whole life (and fill up).
   // runc's own error message lands in the same file, and is read back from it on failure.
   const log = openSync(consoleLogPath, 'a', 0o600);
   return new Promise<void>((resolve, reject) => {
-    const child = spawn(RUNC, ['--root', RUNC_ROOT, 'run', '--detach', '--bundle', bundle, '--pid-file', pidFile, id], {
+    const child = spawn(RUNC, ['--root', root, 'run', '--detach', '--bundle', bundle, '--pid-file', pidFile, id], {
       stdio: ['ignore', log, log],
     });
     child.on('error', reject);
@@ -134,8 +135,8 @@ function runcRunDetached(id: string, bundle: string, pidFile: string, consoleLog
 }
 
 /** Kills and deletes a container; a container that does not exist is not an error. */
-async function deleteContainer(id: string): Promise<void> {
-  const res = await run([RUNC, '--root', RUNC_ROOT, 'delete', '--force', id], { allowFailure: true, timeoutMs: 15_000 });
+async function deleteContainer(root: string, id: string): Promise<void> {
+  const res = await run([RUNC, '--root', root, 'delete', '--force', id], { allowFailure: true, timeoutMs: 15_000 });
   if (res.exitCode !== 0 && !/does not exist|not exist|container not found/i.test(res.stderr)) {
     throw new Error(`runc delete ${id}: ${res.stderr.trim()}`);
   }
