@@ -4,8 +4,11 @@ import type { Logger } from 'pino';
 import type { Metrics } from '../metrics/metrics.js';
 import type { SessionManager } from '../sessions/manager.js';
 import { errorHandler } from './errors.js';
+import { companionToolRoutes } from './routes/companion-tools.js';
+import { fileRoutes } from './routes/files.js';
 import { sessionRoutes } from './routes/sessions.js';
 import { systemRoutes } from './routes/system.js';
+import { toolResultSchema } from '../tools/tool-result.js';
 import { actionResultSchema, errorSchema, sessionSchema } from './schemas.js';
 
 export interface ServerOptions {
@@ -44,8 +47,11 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   app.addSchema(errorSchema);
   app.addSchema(sessionSchema);
   app.addSchema(actionResultSchema);
+  app.addSchema(toolResultSchema);
 
   await app.register(sessionRoutes, { manager: opts.manager });
+  await app.register(companionToolRoutes, { manager: opts.manager });
+  await app.register(fileRoutes, { manager: opts.manager });
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
   return app;
 }

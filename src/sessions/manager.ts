@@ -14,12 +14,19 @@ import { newSessionId, Session } from './session.js';
 import type { SessionRecord, SessionState } from './session-record.js';
 import { toView, type SessionView } from './session-view.js';
 import type { SessionStore } from './store.js';
+import type { GuestConnection } from '../transport/ssh-connection.js';
+import type { CleanupStack } from '../util/cleanup-stack.js';
 
 export interface CreateSessionOptions {
   width?: number;
   height?: number;
   timeoutSeconds?: number;
   metadata?: Record<string, unknown>;
+}
+
+export interface AttachmentContext {
+  connection: GuestConnection;
+  cleanup: CleanupStack;
 }
 
 export interface ManagerOptions {
@@ -198,6 +205,32 @@ export class SessionManager {
       this.opts.metrics.errors.inc({ kind: 'action' });
       throw err;
     }
+  }
+
+  /**
+   * A ready session's SSH connection, for the companion tools and files. Counts as activity.
+   */
+  connection(id: string): GuestConnection {
+    const session = this.ready(id);
+    this.touch(session);
+    return session.connection as GuestConnection;
+  }
+
+  /**
+   * Per-session state of a companion tool (e.g. a persistent shell), made on first use. What
+   * `create` pushes onto the cleanup stack is released when the session ends, before its
+   * SSH connection closes.
+   */
+  async attachment<T>(id: string, name: string, create: (ctx: AttachmentContext) => Promise<T> | T): Promise<T> {
+    const session = this.ready(id);
+    this.touch(session);
+    if (!session.attachments.has(name)) {
+      // Stored as a promise at once, so two concurrent first uses make only one.
+      const made = Promise.resolve().then(() => create({ connection: session.connection as GuestConnection, cleanup: session.cleanup }));
+      made.catch(() => session.attachments.delete(name)); // a failed start is retried next time
+      session.attachments.set(name, made);
+    }
+    return (await session.attachments.get(name)) as T;
   }
 
   /** Destroys every session (SIGTERM, tests). */
