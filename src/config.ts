@@ -23,6 +23,10 @@ export interface OrchestratorConfig {
   bootTimeoutMs: number;
   memoryLimitMiB: number;
   pidsLimit: number;
+  /** The screenshot after an action waits for the screen to settle, at most this long. */
+  settleMaxMs: number;
+  /** ... judging it settled when two captures this far apart are identical. */
+  settleIntervalMs: number;
   /** Prefix of every host resource's name (netns, veth, container, cgroup): "sbx-". */
   resourcePrefix: string;
 }
@@ -53,6 +57,8 @@ export function defaultConfig(): OrchestratorConfig {
     bootTimeoutMs: envInt('SBX_BOOT_TIMEOUT_MS', 30_000),
     memoryLimitMiB: envInt('SBX_MEMORY_MIB', 1024),
     pidsLimit: envInt('SBX_PIDS_LIMIT', 512),
+    settleMaxMs: envInt('SBX_SETTLE_MAX_MS', 2_000),
+    settleIntervalMs: envInt('SBX_SETTLE_INTERVAL_MS', 100),
     resourcePrefix: process.env.SBX_RESOURCE_PREFIX || DEFAULT_RESOURCE_PREFIX,
   };
 }

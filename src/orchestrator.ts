@@ -50,6 +50,7 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
   const metrics = new Metrics();
   const manager = new SessionManager({
     stateDir: config.stateDir,
+    settle: { maxMs: config.settleMaxMs, intervalMs: config.settleIntervalMs },
     names,
     display: config.display,
     subnet: config.subnet,

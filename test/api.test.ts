@@ -72,7 +72,7 @@ describe('HTTP API: bad input gets a clear 4xx', () => {
     [{ action: 'left_click', coordinate: [5.5, 10] }, /coordinate/],
     [{ action: 'mouse_move' }, /coordinate is required for mouse_move/],
     [{ action: 'type', text: 'hi', coordinate: [1, 1] }, /coordinate is not accepted for type/],
-    [{ action: 'key', text: 'Return; touch /tmp/pwned' }, /key combo/],
+    [{ action: 'key', text: 'Return; touch /tmp/pwned' }, /invalid key name/],
     [{ action: 'key', text: 'NoSuchKeyName' }, /unknown key name "NoSuchKeyName"/],
   ];
   for (const [payload, message] of badActions) {

@@ -6,7 +6,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import { isProcessAlive, processStartTime } from '../src/runtimes/container/process-watch.js';
 import type { GuestConnection } from '../src/transport/ssh-connection.js';
-import { connectToGuest, guestAddress, guestSh, keysymToChar, pngSize } from './helpers/guest.js';
+import { connectToGuest, guestAddress, guestSh, pngSize } from './helpers/guest.js';
+import { startXev, typedText, waitForXev } from './helpers/xev.js';
 import { ResourceNames } from '../src/network/names.js';
 import { hostTrace, processesMentioning } from './helpers/host.js';
 import { TEST_PREFIX, startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
@@ -66,7 +67,7 @@ describe('a sandbox, end to end', () => {
   });
 
   it('delivers a click at the requested point to an X client in the guest', async () => {
-    await startXev(guest);
+    await startXev(guest, 800, 600);
     const res = await act(orch, id, { action: 'left_click', coordinate: [300, 250] });
     assert.equal(res.statusCode, 200, res.body);
     const events = await waitForXev(guest, (log) => /ButtonPress event/.test(log));
@@ -149,33 +150,4 @@ describe('a sandbox, end to end', () => {
 
 function act(orch: TestOrchestrator, id: string, payload: Record<string, unknown>) {
   return orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/actions`, payload });
-}
-
-/** Starts xev (an X client that prints every event it receives) full-screen and focused. */
-async function startXev(guest: GuestConnection): Promise<void> {
-  await guestSh(
-    guest,
-    'export DISPLAY=:99; setsid -f sh -c "exec stdbuf -oL xev -geometry 800x600+0+0 -event button -event keyboard > /tmp/xev.log 2>&1"; ' +
-      'xdotool search --sync --onlyvisible --name "^Event Tester$" windowactivate --sync windowfocus --sync >/dev/null',
-  );
-}
-
-async function waitForXev(guest: GuestConnection, done: (log: string) => boolean): Promise<string> {
-  let log = '';
-  for (let i = 0; i < 50; i++) {
-    log = (await guestSh(guest, 'cat /tmp/xev.log')).text;
-    if (done(log)) return log;
-    await sleep(100);
-  }
-  return log;
-}
-
-/** The text that KeyPress events carried, rebuilt from their keysyms. */
-function typedText(log: string): string {
-  let text = '';
-  for (const match of log.matchAll(/KeyPress event[^]*?keysym (0x[0-9a-f]+),/g)) {
-    const ch = keysymToChar(Number(match[1]));
-    if (ch !== undefined) text += ch;
-  }
-  return text;
 }

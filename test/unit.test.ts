@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { parseAction } from '../src/computer/actions.js';
+import { Scaler } from '../src/computer/scaling.js';
 import { InvalidRequestError } from '../src/errors.js';
 import { renderSettings } from '../src/guest/contract.js';
 import { AddressPool } from '../src/network/address-pool.js';
@@ -116,7 +117,7 @@ describe('names', () => {
 });
 
 describe('computer-use input validation', () => {
-  const screen = { width: 1024, height: 768 };
+  const screen = new Scaler({ width: 1024, height: 768 }, { width: 1024, height: 768 });
   const bad: Array<[unknown, RegExp]> = [
     [{}, /action is required/],
     [[], /JSON object/],
@@ -133,10 +134,10 @@ describe('computer-use input validation', () => {
     [{ action: 'type', text: '' }, /non-empty/],
     [{ action: 'type', text: 'a\0b' }, /NUL/],
     [{ action: 'type', text: 'x'.repeat(20_001) }, /at most 20000/],
-    [{ action: 'key', text: 'ctrl+s; touch /tmp/pwned' }, /xdotool key combo/],
-    [{ action: 'key', text: '--help' }, /xdotool key combo/],
+    [{ action: 'key', text: 'ctrl+s; touch /tmp/pwned' }, /invalid key name/],
+    [{ action: 'key', text: '--help' }, /invalid key name/],
     [{ action: 'key', text: 42 }, /non-empty string/],
-    [{ action: 'left_click', key: '$(id)' }, /key must be an xdotool key combo/],
+    [{ action: 'left_click', key: '$(id)' }, /key has an invalid key name/],
     [{ action: 'screenshot', coordinate: [1, 1] }, /coordinate is not accepted for screenshot/],
   ];
   for (const [input, message] of bad) {
@@ -149,7 +150,7 @@ describe('computer-use input validation', () => {
       action: 'left_click',
       coordinate: { x: 1023, y: 767 },
     });
-    assert.deepEqual(parseAction({ action: 'key', text: 'ctrl+shift+t' }, screen), { action: 'key', text: 'ctrl+shift+t' });
+    assert.deepEqual(parseAction({ action: 'key', text: 'ctrl+shift+t' }, screen), { action: 'key', combos: ['ctrl+shift+t'] });
     assert.deepEqual(parseAction({ action: 'type', text: '$(id) ;`x`' }, screen), { action: 'type', text: '$(id) ;`x`' });
   });
 });

@@ -34,6 +34,17 @@ export const sessionSchema = {
       required: ['width', 'height'],
       properties: { width: { type: 'integer' }, height: { type: 'integer' } },
     },
+    computerTool: {
+      type: 'object',
+      description: 'The tool definition to pass to the Messages API as is (in the model space)',
+      properties: {
+        type: { type: 'string' },
+        name: { type: 'string' },
+        display_width_px: { type: 'integer' },
+        display_height_px: { type: 'integer' },
+        enable_zoom: { type: 'boolean' },
+      },
+    },
     timeoutSeconds: { type: 'integer' },
     metadata: { type: 'object', additionalProperties: true },
     createdAt: { type: 'string', format: 'date-time' },
@@ -55,6 +66,24 @@ export const createSessionBody = {
       description: 'Idle timeout: the session is destroyed after this long without a request (default 300)',
     },
     metadata: { type: 'object', additionalProperties: true, maxProperties: 64 },
+    scaling: {
+      description:
+        'The screen size the model sees: "auto" (default: XGA/WXGA/FWXGA as the computer-use reference chooses), "none", or {width, height}',
+      oneOf: [
+        { type: 'string', enum: ['auto', 'none'] },
+        {
+          type: 'object',
+          additionalProperties: false,
+          required: ['width', 'height'],
+          properties: { width: { type: 'integer', minimum: 64, maximum: MAX_SIDE }, height: { type: 'integer', minimum: 64, maximum: MAX_SIDE } },
+        },
+      ],
+    },
+    toolVersion: {
+      type: 'string',
+      enum: ['computer_20241022', 'computer_20250124', 'computer_20251124'],
+      description: 'The computer tool version of the tool definition in computerTool (default computer_20250124)',
+    },
   },
 } as const;
 
@@ -71,9 +100,14 @@ export const actionBody = {
   description: 'A computer-use tool input exactly as the model sent it (see the computer-use tool contract)',
   properties: {
     action: { type: 'string' },
-    coordinate: { type: 'array', items: { type: 'integer' }, minItems: 2, maxItems: 2 },
-    text: { type: 'string' },
-    key: { type: 'string' },
+    coordinate: { type: 'array', items: {}, description: '[x, y]' },
+    start_coordinate: { type: 'array', items: {}, description: '[x, y]' },
+    text: {},
+    key: {},
+    scroll_direction: {},
+    scroll_amount: {},
+    duration: {},
+    region: { type: 'array', items: {}, description: '[x0, y0, x1, y1]' },
   },
   additionalProperties: true,
 } as const;
@@ -91,6 +125,7 @@ export const actionResultSchema = {
       description: 'A screenshot, for the screenshot action',
       properties: { mediaType: { type: 'string' }, data: { type: 'string', description: 'base64' } },
     },
+    settleMs: { type: 'number', description: 'How long the screen took to settle before the screenshot' },
     durationMs: { type: 'number' },
   },
 } as const;

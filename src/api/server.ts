@@ -5,6 +5,7 @@ import type { Metrics } from '../metrics/metrics.js';
 import type { SessionManager } from '../sessions/manager.js';
 import { errorHandler } from './errors.js';
 import { companionToolRoutes } from './routes/companion-tools.js';
+import { computerToolRoutes } from './routes/computer-tool.js';
 import { fileRoutes } from './routes/files.js';
 import { sessionRoutes } from './routes/sessions.js';
 import { systemRoutes } from './routes/system.js';
@@ -39,7 +40,8 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
       },
       tags: [
         { name: 'sessions', description: 'Sandbox lifecycle' },
-        { name: 'computer', description: 'The computer-use tool: screenshots and actions' },
+        { name: 'computer', description: 'Screenshots and computer-use actions as plain JSON' },
+        { name: 'tools', description: 'The tools of the computer-use loop: tool_use input in, tool_result content out' },
         { name: 'system', description: 'Health and metrics' },
       ],
     },
@@ -50,6 +52,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   app.addSchema(toolResultSchema);
 
   await app.register(sessionRoutes, { manager: opts.manager });
+  await app.register(computerToolRoutes, { manager: opts.manager });
   await app.register(companionToolRoutes, { manager: opts.manager });
   await app.register(fileRoutes, { manager: opts.manager });
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });

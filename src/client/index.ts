@@ -8,6 +8,14 @@ export interface SessionInfo {
   state: 'creating' | 'ready' | 'destroying' | 'destroyed' | 'failed';
   runtime: 'container' | 'qemu' | 'firecracker';
   display: { width: number; height: number };
+  /** The tool definition to pass to the Messages API as is (in the model's space). */
+  computerTool: {
+    type: 'computer_20241022' | 'computer_20250124' | 'computer_20251124';
+    name: 'computer';
+    display_width_px: number;
+    display_height_px: number;
+    enable_zoom?: boolean;
+  };
   timeoutSeconds?: number;
   metadata?: Record<string, unknown>;
   createdAt: string;
@@ -18,6 +26,9 @@ export interface SessionInfo {
 export interface CreateOptions {
   width?: number;
   height?: number;
+  /** The screen size the model sees: 'auto' (default), 'none', or a size. */
+  scaling?: 'auto' | 'none' | { width: number; height: number };
+  toolVersion?: 'computer_20241022' | 'computer_20250124' | 'computer_20251124';
   timeoutSeconds?: number;
   metadata?: Record<string, unknown>;
 }
@@ -26,9 +37,22 @@ export interface CreateOptions {
 export interface ComputerToolInput {
   action: string;
   coordinate?: [number, number];
+  start_coordinate?: [number, number];
   text?: string;
   key?: string;
+  scroll_direction?: 'up' | 'down' | 'left' | 'right';
+  scroll_amount?: number;
+  duration?: number;
+  region?: [number, number, number, number];
   [field: string]: unknown;
+}
+
+/** The tool_result content of the Messages API, as the tool endpoints answer. */
+export interface ToolResult {
+  content: Array<
+    { type: 'text'; text: string } | { type: 'image'; source: { type: 'base64'; media_type: 'image/png'; data: string } }
+  >;
+  is_error: boolean;
 }
 
 export interface ActionResult {
@@ -36,6 +60,7 @@ export interface ActionResult {
   output?: string;
   cursor?: { x: number; y: number };
   image?: { mediaType: string; data: string };
+  settleMs?: number;
   durationMs: number;
 }
 
@@ -77,13 +102,22 @@ export class SandboxClient {
     return this.json<SessionInfo>('DELETE', `/v1/sessions/${encodeURIComponent(id)}`);
   }
 
-  async screenshot(id: string): Promise<Buffer> {
-    const response = await this.request('GET', `/v1/sessions/${encodeURIComponent(id)}/screenshot`);
+  /** A PNG of the screen: real size, or as the model sees it with `scaled`. */
+  async screenshot(id: string, options: { scaled?: boolean } = {}): Promise<Buffer> {
+    const query = options.scaled ? '?scaled=true' : '';
+    const response = await this.request('GET', `/v1/sessions/${encodeURIComponent(id)}/screenshot${query}`);
     return Buffer.from(await response.arrayBuffer());
   }
 
-  async action(id: string, input: ComputerToolInput): Promise<ActionResult> {
-    return this.json<ActionResult>('POST', `/v1/sessions/${encodeURIComponent(id)}/actions`, input);
+  /** One action as plain JSON; `screenshot: true` adds the settled screen after it. */
+  async action(id: string, input: ComputerToolInput, options: { screenshot?: boolean } = {}): Promise<ActionResult> {
+    const query = options.screenshot ? '?screenshot=true' : '';
+    return this.json<ActionResult>('POST', `/v1/sessions/${encodeURIComponent(id)}/actions${query}`, input);
+  }
+
+  /** A model's tool_use input for one of the session's tools, as is; its tool_result content back. */
+  async executeToolUse(id: string, input: unknown, tool = 'computer'): Promise<ToolResult> {
+    return this.json<ToolResult>('POST', `/v1/sessions/${encodeURIComponent(id)}/tools/${encodeURIComponent(tool)}`, input);
   }
 
   async json<T>(method: string, path: string, body?: unknown): Promise<T> {
@@ -127,28 +161,65 @@ export class Sandbox {
     return this.info.id;
   }
 
-  screenshot(): Promise<Buffer> {
-    return this.client.screenshot(this.id);
+  screenshot(options: { scaled?: boolean } = {}): Promise<Buffer> {
+    return this.client.screenshot(this.id, options);
   }
 
-  action(input: ComputerToolInput): Promise<ActionResult> {
-    return this.client.action(this.id, input);
+  action(input: ComputerToolInput, options: { screenshot?: boolean } = {}): Promise<ActionResult> {
+    return this.client.action(this.id, input, options);
   }
 
-  leftClick(x?: number, y?: number): Promise<ActionResult> {
-    return this.action(x === undefined || y === undefined ? { action: 'left_click' } : { action: 'left_click', coordinate: [x, y] });
+  /**
+   * Forwards a model's tool_use input unchanged (computer tool by default; also 'bash' and
+   * 'str_replace_based_edit_tool') and returns the tool_result content to send back.
+   */
+  executeToolUse(input: unknown, tool = 'computer'): Promise<ToolResult> {
+    return this.client.executeToolUse(this.id, input, tool);
   }
 
-  rightClick(x: number, y: number): Promise<ActionResult> {
-    return this.action({ action: 'right_click', coordinate: [x, y] });
-  }
-
-  doubleClick(x: number, y: number): Promise<ActionResult> {
-    return this.action({ action: 'double_click', coordinate: [x, y] });
-  }
+  // One method per computer-use action; coordinates are in the model's space.
 
   mouseMove(x: number, y: number): Promise<ActionResult> {
     return this.action({ action: 'mouse_move', coordinate: [x, y] });
+  }
+
+  leftClick(x?: number, y?: number, modifier?: string): Promise<ActionResult> {
+    return this.click('left_click', x, y, modifier);
+  }
+
+  rightClick(x?: number, y?: number, modifier?: string): Promise<ActionResult> {
+    return this.click('right_click', x, y, modifier);
+  }
+
+  middleClick(x?: number, y?: number, modifier?: string): Promise<ActionResult> {
+    return this.click('middle_click', x, y, modifier);
+  }
+
+  doubleClick(x?: number, y?: number, modifier?: string): Promise<ActionResult> {
+    return this.click('double_click', x, y, modifier);
+  }
+
+  tripleClick(x?: number, y?: number, modifier?: string): Promise<ActionResult> {
+    return this.click('triple_click', x, y, modifier);
+  }
+
+  leftClickDrag(to: [number, number], from?: [number, number]): Promise<ActionResult> {
+    return this.action(from ? { action: 'left_click_drag', start_coordinate: from, coordinate: to } : { action: 'left_click_drag', coordinate: to });
+  }
+
+  leftMouseDown(): Promise<ActionResult> {
+    return this.action({ action: 'left_mouse_down' });
+  }
+
+  leftMouseUp(): Promise<ActionResult> {
+    return this.action({ action: 'left_mouse_up' });
+  }
+
+  scroll(direction: 'up' | 'down' | 'left' | 'right', amount: number, at?: [number, number], modifier?: string): Promise<ActionResult> {
+    const input: ComputerToolInput = { action: 'scroll', scroll_direction: direction, scroll_amount: amount };
+    if (at) input.coordinate = at;
+    if (modifier) input.text = modifier;
+    return this.action(input);
   }
 
   type(text: string): Promise<ActionResult> {
@@ -159,10 +230,31 @@ export class Sandbox {
     return this.action({ action: 'key', text: combo });
   }
 
+  holdKey(key: string, seconds: number): Promise<ActionResult> {
+    return this.action({ action: 'hold_key', text: key, duration: seconds });
+  }
+
+  wait(seconds: number): Promise<ActionResult> {
+    return this.action({ action: 'wait', duration: seconds });
+  }
+
+  async zoom(region: [number, number, number, number]): Promise<Buffer> {
+    const result = await this.action({ action: 'zoom', region });
+    if (!result.image) throw new SandboxError('zoom returned no image', 502, 'bad_response');
+    return Buffer.from(result.image.data, 'base64');
+  }
+
   async cursorPosition(): Promise<{ x: number; y: number }> {
     const result = await this.action({ action: 'cursor_position' });
     if (!result.cursor) throw new SandboxError('cursor_position returned no cursor', 502, 'bad_response');
     return result.cursor;
+  }
+
+  private click(action: string, x?: number, y?: number, modifier?: string): Promise<ActionResult> {
+    const input: ComputerToolInput = { action };
+    if (x !== undefined && y !== undefined) input.coordinate = [x, y];
+    if (modifier) input.key = modifier;
+    return this.action(input);
   }
 
   async refresh(): Promise<SessionInfo> {

@@ -1,7 +1,7 @@
 import { InvalidRequestError, OrchestratorError } from '../errors.js';
 import { commandLine } from '../transport/quote.js';
 import type { GuestConnection } from '../transport/ssh-connection.js';
-import type { ComputerAction, Point } from './actions.js';
+import type { Point } from './scaling.js';
 import { KeymapBinder, spareKeycodes } from './keymap.js';
 
 /** A display command failed inside the guest (e.g. the X server is gone). */
@@ -11,15 +11,6 @@ export class DesktopError extends OrchestratorError {
   }
 }
 
-export interface ActionResult {
-  /** Text for the model, e.g. "X=10,Y=20" for cursor_position. */
-  output?: string;
-  cursor?: Point;
-  /** PNG bytes, for screenshot. */
-  image?: Buffer;
-}
-
-const MOUSE_BUTTON = { left_click: 1, middle_click: 2, right_click: 3, double_click: 1 } as const;
 /** Per-keystroke delay, as in the reference implementation: some applications drop faster input. */
 const TYPE_DELAY_MS = 12;
 const COMMAND_TIMEOUT_MS = 15_000;
@@ -58,43 +49,20 @@ export class Desktop {
     return { x: Number(x), y: Number(y) };
   }
 
-  async perform(action: ComputerAction): Promise<ActionResult> {
-    switch (action.action) {
-      case 'screenshot':
-        return { image: await this.screenshot() };
-      case 'cursor_position': {
-        const cursor = await this.cursorPosition();
-        return { cursor, output: `X=${cursor.x},Y=${cursor.y}` };
-      }
-      case 'mouse_move':
-        // No --sync: xdotool waits forever when the pointer is already at the target. The
-        // X server applies requests in order, so the next command sees the new position.
-        await this.xdotool(['mousemove', String(action.coordinate.x), String(action.coordinate.y)]);
-        return {};
-      case 'left_click':
-      case 'right_click':
-      case 'middle_click':
-      case 'double_click': {
-        const argv: string[] = [];
-        if (action.coordinate) argv.push('mousemove', String(action.coordinate.x), String(action.coordinate.y));
-        if (action.key) argv.push('keydown', action.key);
-        argv.push('click');
-        if (action.action === 'double_click') argv.push('--repeat', '2', '--delay', '10');
-        argv.push(String(MOUSE_BUTTON[action.action]));
-        if (action.key) argv.push('keyup', action.key);
-        await this.xdotool(argv);
-        return {};
-      }
-      case 'key':
-        await this.xdotool(['key', '--', action.text]);
-        return {};
-      case 'type': {
-        const typed = this.typing.then(() => this.typeText(action.text));
-        this.typing = typed.catch(() => undefined);
-        await typed;
-        return {};
-      }
-    }
+  /** Runs one xdotool invocation (arguments are validated keysym names and numbers). */
+  async xdotool(args: string[], timeoutMs = COMMAND_TIMEOUT_MS): Promise<void> {
+    if (args.length === 0) return;
+    const { stderr } = await this.run(['xdotool', ...args], undefined, timeoutMs);
+    // xdotool warns about an unknown key name but still exits 0: that is the model's error.
+    const unknown = /No such key name '([^']*)'/.exec(stderr.toString('utf8'));
+    if (unknown) throw new InvalidRequestError(`unknown key name "${unknown[1]}" (use X keysym names such as Return, ctrl, alt, Page_Down, F5)`);
+  }
+
+  /** Types text literally, one text at a time per session (other sessions are not held). */
+  type(text: string): Promise<void> {
+    const typed = this.typing.then(() => this.typeText(text));
+    this.typing = typed.catch(() => undefined);
+    return typed;
   }
 
   private async typeText(text: string): Promise<void> {
@@ -116,13 +84,6 @@ export class Desktop {
       this.keymap = undefined;
       throw err;
     }
-  }
-
-  private async xdotool(args: string[]): Promise<void> {
-    const { stderr } = await this.run(['xdotool', ...args]);
-    // xdotool warns about an unknown key name but still exits 0: that is the model's error.
-    const unknown = /No such key name '([^']*)'/.exec(stderr.toString('utf8'));
-    if (unknown) throw new InvalidRequestError(`unknown key name "${unknown[1]}" (use xdotool/X keysym names such as Return, ctrl, alt, Page_Down)`);
   }
 
   private async run(argv: string[], stdin?: string, timeoutMs = COMMAND_TIMEOUT_MS): Promise<{ stdout: Buffer; stderr: Buffer }> {

@@ -2,7 +2,9 @@ import { readFile, writeFile } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { ComputerTool, type SettleOptions } from '../computer/computer-tool.js';
 import { Desktop } from '../computer/desktop.js';
+import { Scaler } from '../computer/scaling.js';
 import { CONFIG_FILES, GUEST_USER, renderSettings } from '../guest/contract.js';
 import type { GuestImage } from '../guest/image/builder.js';
 import type { AddressLease } from '../network/address-pool.js';
@@ -14,6 +16,7 @@ import { GuestConnection } from '../transport/ssh-connection.js';
 import type { Session } from './session.js';
 
 export interface BootContext {
+  settle: SettleOptions;
   stateDir: string;
   names: ResourceNames;
   display: number;
@@ -94,7 +97,9 @@ export async function bootSandbox(session: Session, lease: AddressLease, ctx: Bo
 
   const desktop = new Desktop(connection, ctx.display);
   await waitForDisplay(desktop, ctx.deadline, sandbox.isAlive);
-  session.desktop = desktop;
+  const screen = { width, height };
+  const model = { width: session.record.modelWidth, height: session.record.modelHeight };
+  session.computer = new ComputerTool(desktop, new Scaler(screen, model), ctx.settle);
   step('display answering');
 }
 

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
-import type { ComputerAction } from '../computer/actions.js';
 import { parseAction } from '../computer/actions.js';
-import type { ActionResult } from '../computer/desktop.js';
+import type { ComputerOutcome, ComputerTool, SettleOptions } from '../computer/computer-tool.js';
+import { modelSize, type ScalingRequest } from '../computer/scaling.js';
 import { NotFoundError, OrchestratorError, SessionStateError, UnavailableError } from '../errors.js';
 import type { GuestImage } from '../guest/image/builder.js';
 import type { Metrics } from '../metrics/metrics.js';
@@ -11,7 +11,7 @@ import type { Runtime } from '../runtimes/runtime.js';
 import { bootSandbox, consoleTail } from './boot.js';
 import { reconcileHost } from './reconcile.js';
 import { newSessionId, Session } from './session.js';
-import type { SessionRecord, SessionState } from './session-record.js';
+import type { ComputerToolVersion, SessionRecord, SessionState } from './session-record.js';
 import { toView, type SessionView } from './session-view.js';
 import type { SessionStore } from './store.js';
 import type { GuestConnection } from '../transport/ssh-connection.js';
@@ -20,6 +20,10 @@ import type { CleanupStack } from '../util/cleanup-stack.js';
 export interface CreateSessionOptions {
   width?: number;
   height?: number;
+  /** The model-facing screen size: 'auto' (default, as the reference), 'none', or a size. */
+  scaling?: ScalingRequest;
+  /** The computer-use tool version the session's tool definition declares. */
+  toolVersion?: ComputerToolVersion;
   timeoutSeconds?: number;
   metadata?: Record<string, unknown>;
 }
@@ -30,6 +34,7 @@ export interface AttachmentContext {
 }
 
 export interface ManagerOptions {
+  settle: SettleOptions;
   stateDir: string;
   names: ResourceNames;
   display: number;
@@ -45,9 +50,7 @@ export interface ManagerOptions {
   log: Logger;
 }
 
-export interface ActionOutcome {
-  action: ComputerAction['action'];
-  result: ActionResult;
+export interface ActionOutcome extends ComputerOutcome {
   durationMs: number;
 }
 
@@ -92,13 +95,20 @@ export class SessionManager {
     const started = performance.now();
     const now = new Date();
     const timeoutSeconds = options.timeoutSeconds ?? this.opts.defaultTimeoutSeconds;
+    const width = options.width ?? 1024;
+    const height = options.height ?? 768;
+    // Checked before anything is taken: a bad scaling request leaves nothing to undo.
+    const model = modelSize({ width, height }, options.scaling ?? 'auto');
     const lease = this.pool.lease();
     const record: SessionRecord = {
       id: newSessionId(),
       state: 'creating',
       runtime: this.opts.runtime.name,
-      width: options.width ?? 1024,
-      height: options.height ?? 768,
+      width,
+      height,
+      modelWidth: model.width,
+      modelHeight: model.height,
+      toolVersion: options.toolVersion ?? 'computer_20250124',
       timeoutSeconds,
       metadata: options.metadata ?? {},
       createdAt: now.toISOString(),
@@ -116,6 +126,7 @@ export class SessionManager {
     await session.cleanup.push('address lease', () => this.pool.release(lease.index));
 
     const boot = bootSandbox(session, lease, {
+      settle: this.opts.settle,
       stateDir: this.opts.stateDir,
       names: this.opts.names,
       display: this.opts.display,
@@ -176,11 +187,13 @@ export class SessionManager {
     return toView(session.record);
   }
 
-  async screenshot(id: string): Promise<Buffer> {
+  /** A PNG of the whole screen: at its real size, or as the model sees it when `scaled`. */
+  async screenshot(id: string, scaled = false): Promise<Buffer> {
     const session = this.ready(id);
+    const computer = session.computer as ComputerTool;
     const end = this.opts.metrics.screenshotDuration.startTimer();
     try {
-      const png = await (session.desktop as NonNullable<Session['desktop']>).screenshot();
+      const png = scaled ? await computer.screenshot() : await computer.fullScreenshot();
       end();
       this.touch(session);
       return png;
@@ -190,17 +203,22 @@ export class SessionManager {
     }
   }
 
-  async act(id: string, input: unknown): Promise<ActionOutcome> {
+  /**
+   * Performs one computer-use action. With `screenshotAfter`, actions other than
+   * screenshot, cursor_position and zoom also return the settled screen (the tool_result).
+   */
+  async act(id: string, input: unknown, options: { screenshotAfter: boolean }): Promise<ActionOutcome> {
     const session = this.ready(id);
-    const action = parseAction(input, { width: session.record.width, height: session.record.height });
+    const computer = session.computer as ComputerTool;
+    const action = parseAction(input, computer.scaler);
     const started = performance.now();
     try {
-      const result = await (session.desktop as NonNullable<Session['desktop']>).perform(action);
+      const outcome = await computer.run(action, options);
       const seconds = (performance.now() - started) / 1000;
       this.opts.metrics.actionDuration.observe({ action: action.action }, seconds);
       if (action.action === 'screenshot') this.opts.metrics.screenshotDuration.observe(seconds);
       this.touch(session);
-      return { action: action.action, result, durationMs: seconds * 1000 };
+      return { ...outcome, durationMs: seconds * 1000 };
     } catch (err) {
       this.opts.metrics.errors.inc({ kind: 'action' });
       throw err;
@@ -247,7 +265,7 @@ export class SessionManager {
       if (!stored) throw new NotFoundError(`session ${id} does not exist`);
       throw new SessionStateError(`session ${id} is ${stored.state}${stored.error ? `: ${stored.error}` : ''}`);
     }
-    if (session.record.state !== 'ready' || !session.desktop) {
+    if (session.record.state !== 'ready' || !session.computer) {
       throw new SessionStateError(`session ${id} is ${session.record.state}, not ready`);
     }
     return session;

@@ -1,5 +1,8 @@
 import type { RuntimeName } from '../runtimes/runtime.js';
 
+export const COMPUTER_TOOL_VERSIONS = ['computer_20241022', 'computer_20250124', 'computer_20251124'] as const;
+export type ComputerToolVersion = (typeof COMPUTER_TOOL_VERSIONS)[number];
+
 export const SESSION_STATES = ['creating', 'ready', 'destroying', 'destroyed', 'failed'] as const;
 export type SessionState = (typeof SESSION_STATES)[number];
 
@@ -8,8 +11,14 @@ export interface SessionRecord {
   id: string;
   state: SessionState;
   runtime: RuntimeName;
+  /** The real screen. */
   width: number;
   height: number;
+  /** The screen as the model sees it (smaller when scaled). */
+  modelWidth: number;
+  modelHeight: number;
+  /** Which computer-use tool version the session's tool definition declares. */
+  toolVersion: ComputerToolVersion;
   timeoutSeconds: number;
   metadata: Record<string, unknown>;
   createdAt: string;

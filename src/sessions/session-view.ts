@@ -1,11 +1,33 @@
 import type { SessionRecord } from './session-record.js';
 
+export interface ComputerToolDefinition {
+  type: SessionRecord['toolVersion'];
+  name: 'computer';
+  display_width_px: number;
+  display_height_px: number;
+  enable_zoom?: boolean;
+}
+
+/** What an agent passes in `tools` to the Messages API for this session, as is. */
+export function computerToolDefinition(record: SessionRecord): ComputerToolDefinition {
+  const definition: ComputerToolDefinition = {
+    type: record.toolVersion,
+    name: 'computer',
+    display_width_px: record.modelWidth,
+    display_height_px: record.modelHeight,
+  };
+  if (record.toolVersion === 'computer_20251124') definition.enable_zoom = true;
+  return definition;
+}
+
 /** A session as the API shows it. */
 export interface SessionView {
   id: string;
   state: SessionRecord['state'];
   runtime: SessionRecord['runtime'];
   display: { width: number; height: number };
+  /** A ready tool definition for the Messages API, in the model's (scaled) space. */
+  computerTool: ComputerToolDefinition;
   timeoutSeconds: number;
   metadata: Record<string, unknown>;
   createdAt: string;
@@ -19,6 +41,7 @@ export function toView(record: SessionRecord): SessionView {
     state: record.state,
     runtime: record.runtime,
     display: { width: record.width, height: record.height },
+    computerTool: computerToolDefinition(record),
     timeoutSeconds: record.timeoutSeconds,
     metadata: record.metadata,
     createdAt: record.createdAt,

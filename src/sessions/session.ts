@@ -1,5 +1,5 @@
 import { randomInt } from 'node:crypto';
-import type { Desktop } from '../computer/desktop.js';
+import type { ComputerTool } from '../computer/computer-tool.js';
 import type { RunningSandbox } from '../runtimes/runtime.js';
 import type { GuestConnection } from '../transport/ssh-connection.js';
 import { CleanupStack } from '../util/cleanup-stack.js';
@@ -23,7 +23,7 @@ export class Session {
   readonly cleanup = new CleanupStack();
   sandbox: RunningSandbox | undefined;
   connection: GuestConnection | undefined;
-  desktop: Desktop | undefined;
+  computer: ComputerTool | undefined;
   /** Settles when creation has finished, well or badly. */
   creation: Promise<unknown> | undefined;
   /** Set once resources are being released; later destroys wait for it. */

@@ -7,6 +7,9 @@ interface Row {
   runtime: SessionRecord['runtime'];
   width: number;
   height: number;
+  model_width: number;
+  model_height: number;
+  tool_version: SessionRecord['toolVersion'];
   timeout_seconds: number;
   metadata: string;
   created_at: string;
@@ -46,15 +49,29 @@ export class SessionStore {
       CREATE UNIQUE INDEX IF NOT EXISTS sessions_address ON sessions(address_index)
         WHERE address_index IS NOT NULL;
     `);
+    this.migrate();
+  }
+
+  /** Columns added after the first release; an older file gains them with defaults. */
+  private migrate(): void {
+    const columns = new Set((this.db.prepare('PRAGMA table_info(sessions)').all() as Array<{ name: string }>).map((c) => c.name));
+    const added: Array<[string, string]> = [
+      ['model_width', 'INTEGER NOT NULL DEFAULT 0'],
+      ['model_height', 'INTEGER NOT NULL DEFAULT 0'],
+      ['tool_version', "TEXT NOT NULL DEFAULT 'computer_20250124'"],
+    ];
+    for (const [name, type] of added) {
+      if (!columns.has(name)) this.db.exec(`ALTER TABLE sessions ADD COLUMN ${name} ${type}`);
+    }
   }
 
   insert(record: SessionRecord): void {
     this.db
       .prepare(
-        `INSERT INTO sessions (id, state, runtime, width, height, timeout_seconds, metadata,
-           created_at, updated_at, expires_at, address_index, error)
-         VALUES (@id, @state, @runtime, @width, @height, @timeout_seconds, @metadata,
-           @created_at, @updated_at, @expires_at, @address_index, @error)`,
+        `INSERT INTO sessions (id, state, runtime, width, height, model_width, model_height, tool_version,
+           timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error)
+         VALUES (@id, @state, @runtime, @width, @height, @model_width, @model_height, @tool_version,
+           @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error)`,
       )
       .run(toRow(record));
   }
@@ -99,6 +116,9 @@ function toRow(r: SessionRecord): Row {
     runtime: r.runtime,
     width: r.width,
     height: r.height,
+    model_width: r.modelWidth,
+    model_height: r.modelHeight,
+    tool_version: r.toolVersion,
     timeout_seconds: r.timeoutSeconds,
     metadata: JSON.stringify(r.metadata),
     created_at: r.createdAt,
@@ -116,6 +136,9 @@ function fromRow(row: Row): SessionRecord {
     runtime: row.runtime,
     width: row.width,
     height: row.height,
+    modelWidth: row.model_width || row.width,
+    modelHeight: row.model_height || row.height,
+    toolVersion: row.tool_version,
     timeoutSeconds: row.timeout_seconds,
     metadata: JSON.parse(row.metadata) as Record<string, unknown>,
     createdAt: row.created_at,

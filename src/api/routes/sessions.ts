@@ -63,42 +63,49 @@ export async function sessionRoutes(app: FastifyInstance, opts: { manager: Sessi
     async (request) => manager.destroy(request.params.id),
   );
 
-  app.get<{ Params: IdParams }>(
+  app.get<{ Params: IdParams; Querystring: { scaled?: 'true' | 'false' } }>(
     '/v1/sessions/:id/screenshot',
     {
       schema: {
-        summary: 'A PNG of the whole screen',
+        summary: 'A PNG of the whole screen (at its real size, or with ?scaled=true as the model sees it)',
         tags: ['computer'],
         params: sessionIdParams,
+        querystring: { type: 'object', properties: { scaled: { type: 'string', enum: ['true', 'false'] } } },
         produces: ['image/png'],
         response: { 200: { description: 'PNG image', type: 'string', format: 'binary' }, ...errors },
       },
     },
     async (request, reply) => {
-      const png = await manager.screenshot(request.params.id);
+      const png = await manager.screenshot(request.params.id, request.query.scaled === 'true');
       return reply.type('image/png').header('cache-control', 'no-store').send(png);
     },
   );
 
-  app.post<{ Params: IdParams; Body: unknown }>(
+  app.post<{ Params: IdParams; Body: unknown; Querystring: { screenshot?: 'true' | 'false' } }>(
     '/v1/sessions/:id/actions',
     {
       schema: {
-        summary: 'Perform one computer-use action (the tool_use input as the model sent it)',
+        summary: 'Perform one computer-use action (the tool_use input as the model sent it), as plain JSON',
+        description:
+          'Coordinates are in the model space of the session (see computerTool). Bad input is a 400 naming the field. ' +
+          'With ?screenshot=true, actions other than screenshot, cursor_position and zoom also return the settled screen.',
         tags: ['computer'],
         params: sessionIdParams,
+        querystring: { type: 'object', properties: { screenshot: { type: 'string', enum: ['true', 'false'] } } },
         body: actionBody,
         response: { 200: { $ref: 'ActionResult#' }, ...errors },
       },
     },
     async (request) => {
-      const { action, result, durationMs } = await manager.act(request.params.id, request.body);
+      const screenshotAfter = request.query.screenshot === 'true';
+      const outcome = await manager.act(request.params.id, request.body, { screenshotAfter });
       return {
-        action,
-        output: result.output,
-        cursor: result.cursor,
-        image: result.image ? { mediaType: 'image/png', data: result.image.toString('base64') } : undefined,
-        durationMs: Math.round(durationMs * 1000) / 1000,
+        action: outcome.action,
+        output: outcome.output,
+        cursor: outcome.cursor,
+        image: outcome.image ? { mediaType: 'image/png', data: outcome.image.toString('base64') } : undefined,
+        settleMs: outcome.settleMs,
+        durationMs: Math.round(outcome.durationMs * 1000) / 1000,
       };
     },
   );

@@ -1,0 +1,46 @@
+import type { FastifyInstance } from 'fastify';
+import { DesktopError } from '../../computer/desktop.js';
+import { InvalidRequestError } from '../../errors.js';
+import type { SessionManager } from '../../sessions/manager.js';
+import { errorResult, imageContent, type ToolResult } from '../../tools/tool-result.js';
+import { actionBody, sessionIdParams } from '../schemas.js';
+
+const errors = { 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' } };
+
+/**
+ * POST /v1/sessions/:id/tools/computer: the computer tool as an agent loop uses it. The body
+ * is the model's tool_use input as sent; the answer is the tool_result content, with
+ * is_error for mistakes the model can correct (HTTP 200, so the loop just forwards it).
+ */
+export async function computerToolRoutes(app: FastifyInstance, opts: { manager: SessionManager }): Promise<void> {
+  app.post<{ Params: { id: string }; Body: unknown }>(
+    '/v1/sessions/:id/tools/computer',
+    {
+      schema: {
+        summary: 'The computer tool: a tool_use input in, its tool_result content out',
+        description:
+          'Actions other than screenshot, cursor_position and zoom return the screen once it has settled; ' +
+          'the headers x-settle-ms and x-duration-ms say how long that took.',
+        tags: ['tools'],
+        params: sessionIdParams,
+        body: { ...actionBody, required: [] },
+        response: { 200: { $ref: 'ToolResult#' }, ...errors },
+      },
+    },
+    async (request, reply) => {
+      let result: ToolResult;
+      try {
+        const outcome = await opts.manager.act(request.params.id, request.body, { screenshotAfter: true });
+        result = { content: [], is_error: false };
+        if (outcome.output !== undefined) result.content.push({ type: 'text', text: outcome.output });
+        if (outcome.image) result.content.push(imageContent(outcome.image));
+        if (outcome.settleMs !== undefined) void reply.header('x-settle-ms', String(outcome.settleMs));
+        void reply.header('x-duration-ms', outcome.durationMs.toFixed(1));
+      } catch (err) {
+        if (!(err instanceof InvalidRequestError || err instanceof DesktopError)) throw err;
+        result = errorResult(err.message);
+      }
+      return reply.send(result);
+    },
+  );
+}

@@ -1,0 +1,101 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { ActionName, ComputerAction } from './actions.js';
+import type { Desktop } from './desktop.js';
+import { cropPng, scalePng } from './image.js';
+import type { Point, Scaler } from './scaling.js';
+import { isPointerOrKeyAction, xdotoolArgs } from './xdotool-commands.js';
+
+export interface SettleOptions {
+  /** Give up waiting for the screen to settle after this long, and return what is there. */
+  maxMs: number;
+  /** Two captures this far apart that are identical mean the screen has settled. */
+  intervalMs: number;
+}
+
+export interface ComputerOutcome {
+  action: ActionName;
+  /** Text for the model, e.g. "X=10,Y=20" for cursor_position. */
+  output?: string;
+  /** The pointer position in the model's space (cursor_position). */
+  cursor?: Point;
+  /** A PNG in the model's space (or, for zoom, the region at full resolution). */
+  image?: Buffer;
+  /** How long the screen took to settle before the screenshot that follows an action. */
+  settleMs?: number;
+}
+
+/** Actions whose result is their own output, not a screenshot taken afterwards. */
+const NO_SCREENSHOT_AFTER: ReadonlySet<ActionName> = new Set(['screenshot', 'cursor_position', 'zoom']);
+const COMMAND_TIMEOUT_MS = 15_000;
+
+/**
+ * The computer tool of one session: performs validated actions on its desktop, in the
+ * model's coordinate space, and takes the screenshot that follows them once the screen
+ * has stopped changing (instead of the reference's fixed 2 s sleep).
+ */
+export class ComputerTool {
+  constructor(
+    private readonly desktop: Desktop,
+    readonly scaler: Scaler,
+    private readonly settle: SettleOptions,
+  ) {}
+
+  /** A screenshot of the real screen, unscaled. */
+  fullScreenshot(): Promise<Buffer> {
+    return this.desktop.screenshot();
+  }
+
+  /** A screenshot in the model's space. */
+  async screenshot(): Promise<Buffer> {
+    return scalePng(await this.desktop.screenshot(), this.scaler.screen, this.scaler.model);
+  }
+
+  async run(action: ComputerAction, options: { screenshotAfter: boolean }): Promise<ComputerOutcome> {
+    const outcome: ComputerOutcome = { action: action.action };
+    switch (action.action) {
+      case 'screenshot':
+        outcome.image = await this.screenshot();
+        return outcome;
+      case 'cursor_position': {
+        const cursor = this.scaler.toModel(await this.desktop.cursorPosition());
+        outcome.cursor = cursor;
+        outcome.output = `X=${cursor.x},Y=${cursor.y}`;
+        return outcome;
+      }
+      case 'zoom':
+        outcome.image = await cropPng(await this.desktop.screenshot(), action.region);
+        return outcome;
+      case 'type':
+        await this.desktop.type(action.text);
+        break;
+      case 'wait':
+        await sleep(action.seconds * 1000);
+        break;
+      default:
+        if (isPointerOrKeyAction(action)) {
+          const holdMs = action.action === 'hold_key' ? action.seconds * 1000 : 0;
+          await this.desktop.xdotool(xdotoolArgs(action), COMMAND_TIMEOUT_MS + holdMs);
+        }
+    }
+    if (options.screenshotAfter && !NO_SCREENSHOT_AFTER.has(action.action)) {
+      const { png, settleMs } = await this.settledScreenshot();
+      outcome.image = await scalePng(png, this.scaler.screen, this.scaler.model);
+      outcome.settleMs = settleMs;
+    }
+    return outcome;
+  }
+
+  /** Captures until two consecutive captures are identical, or the time is up. */
+  private async settledScreenshot(): Promise<{ png: Buffer; settleMs: number }> {
+    const started = performance.now();
+    let previous = await this.desktop.screenshot();
+    while (performance.now() - started < this.settle.maxMs) {
+      await sleep(this.settle.intervalMs);
+      const next = await this.desktop.screenshot();
+      // scrot's encoder is deterministic: the same pixels give the same bytes.
+      if (next.equals(previous)) break;
+      previous = next;
+    }
+    return { png: previous, settleMs: Math.round(performance.now() - started) };
+  }
+}

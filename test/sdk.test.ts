@@ -1,0 +1,67 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { InvalidRequestError, SandboxClient, type Sandbox } from '../src/client/index.js';
+import { pngSize } from './helpers/guest.js';
+import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
+
+describe('the TypeScript SDK over real HTTP', () => {
+  let orch: TestOrchestrator;
+  let sandbox: Sandbox;
+
+  before(async () => {
+    orch = await startTestOrchestrator({}, true);
+    const address = orch.server.server.address();
+    assert.ok(address && typeof address === 'object');
+    const client = new SandboxClient({ baseUrl: `http://127.0.0.1:${address.port}` });
+    sandbox = await client.create({ width: 1280, height: 800, scaling: { width: 640, height: 400 }, toolVersion: 'computer_20251124' });
+  });
+  after(async () => {
+    await sandbox?.destroy().catch(() => undefined);
+    await orch?.stop();
+  });
+
+  it('describes a tool definition for the Messages API in the declared model space', () => {
+    assert.deepEqual(sandbox.info.computerTool, {
+      type: 'computer_20251124',
+      name: 'computer',
+      display_width_px: 640,
+      display_height_px: 400,
+      enable_zoom: true,
+    });
+  });
+
+  it('has a method per action, in the model space', async () => {
+    await sandbox.mouseMove(320, 200);
+    assert.deepEqual(await sandbox.cursorPosition(), { x: 320, y: 200 });
+    await sandbox.leftClick(10, 10);
+    await sandbox.rightClick();
+    await sandbox.doubleClick(20, 20, 'shift');
+    await sandbox.tripleClick(30, 30);
+    await sandbox.middleClick();
+    await sandbox.leftClickDrag([100, 100], [50, 50]);
+    await sandbox.leftMouseDown();
+    await sandbox.leftMouseUp();
+    await sandbox.scroll('down', 2, [320, 200], 'ctrl');
+    await sandbox.key('Escape');
+    await sandbox.type('hi');
+    await sandbox.holdKey('shift', 0.1);
+    await sandbox.wait(0);
+    assert.deepEqual(pngSize(await sandbox.zoom([0, 0, 320, 200])), { width: 640, height: 400 });
+    assert.deepEqual(pngSize(await sandbox.screenshot()), { width: 1280, height: 800 });
+    assert.deepEqual(pngSize(await sandbox.screenshot({ scaled: true })), { width: 640, height: 400 });
+    await assert.rejects(sandbox.mouseMove(640, 0), InvalidRequestError);
+  });
+
+  it('forwards tool_use inputs unchanged and returns tool_result content', async () => {
+    const shot = await sandbox.executeToolUse({ action: 'screenshot' });
+    assert.equal(shot.is_error, false);
+    const block = shot.content[0];
+    assert.ok(block?.type === 'image');
+    assert.deepEqual(pngSize(Buffer.from(block.source.data, 'base64')), { width: 640, height: 400 });
+    const click = await sandbox.executeToolUse({ action: 'left_click', coordinate: [5, 5] });
+    assert.equal(click.is_error, false);
+    assert.equal(click.content[0]?.type, 'image', 'an action returns the settled screen');
+    const wrong = await sandbox.executeToolUse({ action: 'left_click', coordinate: [5, 5], text: 'x' });
+    assert.deepEqual(wrong, { content: [{ type: 'text', text: 'text is not accepted for left_click' }], is_error: true });
+  });
+});
