@@ -9,7 +9,12 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
-import { SandboxClient } from '../client/index.js';
+import { SandboxClient, type ComputerToolInput } from '../client/index.js';
+import { parseAction } from '../computer/actions.js';
+import { Scaler } from '../computer/scaling.js';
+import { isPointerOrKeyAction, xdotoolArgs } from '../computer/xdotool-commands.js';
+import type { ResourceNames } from '../network/names.js';
+import { commandLine } from '../transport/quote.js';
 import { defaultConfig } from '../config.js';
 import { CONFIG_FILES, GUEST_USER } from '../guest/contract.js';
 import { guestAddressOf } from '../network/netns.js';
@@ -43,16 +48,28 @@ async function main(): Promise<void> {
     const keyFile = path.join(sessionDir, 'id_ed25519');
     const hostPublicKey = await readFile(path.join(sessionDir, 'config', CONFIG_FILES.hostKeyPub), 'utf8');
     const guestIp = await guestAddressOf(orchestrator.names, id);
-    const direct = new GuestConnection({
-      endpoint: { host: guestIp, port: 22 },
-      username: GUEST_USER,
-      privateKey: await readFile(keyFile, 'utf8'),
-      pinnedHostKey: publicKeyBlob(hostPublicKey.trim()),
-    });
-    await direct.open(10_000);
+    const direct = await openDirect(stateDir, orchestrator.names, id);
     const guestShot = await timeInGuest(direct, config.display, 'scrot -', N);
     const guestMove = await timeInGuest(direct, config.display, 'xdotool mousemove $((100 + (i % 2) * 200)) $((100 + (i % 2) * 100))', N);
+
+    // Every pointer and key action: over the API versus the very same xdotool command in the guest.
+    const perAction: Array<[string, Summary, Summary]> = [];
+    for (const input of ACTION_SAMPLES) {
+      const api = summarize(await timeIt(N, () => sandbox.action(input)));
+      const action = parseAction(input, new Scaler({ width: 1024, height: 768 }, { width: 1024, height: 768 }));
+      const args = isPointerOrKeyAction(action) ? xdotoolArgs(action) : [];
+      const floor = summarize(await timeInGuest(direct, config.display, `xdotool ${commandLine(args)}`, N));
+      perAction.push([input.action, api, floor]);
+    }
     direct.close();
+
+    // A large screen scaled to FWXGA (1366x768) on the host: capture plus scaling over the API.
+    const large = await client.create({ width: 1920, height: 1080 });
+    const largeDirect = await openDirect(stateDir, orchestrator.names, large.id);
+    const largeApi = summarize(await timeIt(N, () => large.screenshot({ scaled: true })));
+    const largeFloor = summarize(await timeInGuest(largeDirect, config.display, 'scrot -', N));
+    largeDirect.close();
+    await large.destroy();
 
     const ssh = await naiveSsh({ keyFile, hostPublicKey, address: guestIp, workDir: stateDir });
     const naiveN = Math.min(N, 20);
@@ -90,7 +107,23 @@ async function main(): Promise<void> {
       mouse_move_fresh_ssh_p50_ms: summarize(naiveMove).p50,
       mouse_move_overhead_ms: move - summarize(guestMove).p50,
       mouse_move_ratio_vs_fresh_ssh: move / summarize(naiveMove).p50,
+      actions: Object.fromEntries(
+        perAction.map(([name, api, floor]) => [name, { api_p50_ms: api.p50, api_p95_ms: api.p95, guest_p50_ms: floor.p50, guest_p95_ms: floor.p95 }]),
+      ),
+      screenshot_1080p_scaled_api_p50_ms: largeApi.p50,
+      screenshot_1080p_scaled_api_p95_ms: largeApi.p95,
+      screenshot_1080p_guest_scrot_p50_ms: largeFloor.p50,
     };
+    console.log(`\n${'action (1024x768)'.padEnd(20)} ${'API p50'.padStart(9)} ${'API p95'.padStart(9)} ${'guest p50'.padStart(10)} ${'guest p95'.padStart(10)} ${'overhead'.padStart(9)}`);
+    for (const [name, api, floor] of perAction) {
+      console.log(
+        `${name.padEnd(20)} ${api.p50.toFixed(2).padStart(9)} ${api.p95.toFixed(2).padStart(9)} ${floor.p50.toFixed(2).padStart(10)} ${floor.p95.toFixed(2).padStart(10)} ${(api.p50 - floor.p50).toFixed(2).padStart(9)}`,
+      );
+    }
+    console.log(
+      `\nscreenshot 1920x1080 scaled to 1366x768: API p50 ${largeApi.p50.toFixed(2)} ms (p95 ${largeApi.p95.toFixed(2)}), ` +
+        `scrot in guest p50 ${largeFloor.p50.toFixed(2)} ms, ratio ${(largeApi.p50 / largeFloor.p50).toFixed(2)}`,
+    );
     console.log(
       `\nscreenshot: API/guest scrot = ${results.screenshot_ratio_vs_guest_scrot.toFixed(2)}, ` +
         `API/fresh ssh = ${(shot / results.screenshot_fresh_ssh_p50_ms).toFixed(3)}`,
@@ -105,6 +138,32 @@ async function main(): Promise<void> {
     await orchestrator.close();
     await rm(stateDir, { recursive: true, force: true });
   }
+}
+
+/** Harmless samples of each pointer and key action (clicks land on the empty desktop). */
+const ACTION_SAMPLES: ComputerToolInput[] = [
+  { action: 'mouse_move', coordinate: [500, 300] },
+  { action: 'left_click', coordinate: [900, 700] },
+  { action: 'right_click', coordinate: [900, 700] },
+  { action: 'double_click', coordinate: [900, 700] },
+  { action: 'scroll', scroll_direction: 'down', scroll_amount: 1, coordinate: [900, 700] },
+  { action: 'key', text: 'shift' },
+  { action: 'left_mouse_down' },
+  { action: 'left_mouse_up' },
+];
+
+/** A connection of the benchmark's own to a guest, from the files the orchestrator wrote. */
+async function openDirect(stateDir: string, names: ResourceNames, id: string): Promise<GuestConnection> {
+  const sessionDir = path.join(stateDir, id);
+  const hostPublicKey = await readFile(path.join(sessionDir, 'config', CONFIG_FILES.hostKeyPub), 'utf8');
+  const direct = new GuestConnection({
+    endpoint: { host: await guestAddressOf(names, id), port: 22 },
+    username: GUEST_USER,
+    privateKey: await readFile(path.join(sessionDir, 'id_ed25519'), 'utf8'),
+    pinnedHostKey: publicKeyBlob(hostPublicKey.trim()),
+  });
+  await direct.open(10_000);
+  return direct;
 }
 
 main().catch((err: unknown) => {
