@@ -217,6 +217,10 @@ describe('the computer tool, every action, scaled', () => {
     assert.equal(result.is_error, true);
     assert.match((result.content[0] as { text: string }).text, /scrot failed in the guest|display/i);
     assert.ok(Date.now() - started < 5_000, 'answered at once');
+    const sick = (await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}/health` })).json();
+    assert.equal(sick.healthy, false);
+    assert.equal(sick.display, 'down');
+    assert.equal(sick.ssh, 'ok');
     // sandbox-init restarts the desktop within a couple of seconds.
     let back = false;
     for (let i = 0; i < 50 && !back; i++) {
@@ -224,5 +228,7 @@ describe('the computer tool, every action, scaled', () => {
       if (!back) await new Promise((r) => setTimeout(r, 200));
     }
     assert.ok(back, 'the display came back');
+    const healthy = (await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}/health` })).json();
+    assert.deepEqual(healthy, { state: 'ready', healthy: true, ssh: 'ok', display: 'ok' });
   });
 });

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { InvalidRequestError, SandboxClient, type Sandbox } from '../src/client/index.js';
+import { InvalidRequestError, resultText, SandboxClient, type Sandbox } from '../src/client/index.js';
 import { pngSize } from './helpers/guest.js';
 import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 
@@ -63,5 +63,15 @@ describe('the TypeScript SDK over real HTTP', () => {
     assert.equal(click.content[0]?.type, 'image', 'an action returns the settled screen');
     const wrong = await sandbox.executeToolUse({ action: 'left_click', coordinate: [5, 5], text: 'x' });
     assert.deepEqual(wrong, { content: [{ type: 'text', text: 'text is not accepted for left_click' }], is_error: true });
+  });
+
+  it('runs the companion tools: a persistent shell and the text editor', async () => {
+    assert.equal((await sandbox.bash('cd /tmp && export GREETING=hello')).is_error, false);
+    assert.equal(resultText(await sandbox.bash('echo "$GREETING from $(pwd)"')).trim(), 'hello from /tmp');
+    const created = await sandbox.editor({ command: 'create', path: '/tmp/note.txt', file_text: 'one\ntwo\n' });
+    assert.equal(created.is_error, false, resultText(created));
+    assert.match(resultText(await sandbox.editor({ command: 'view', path: '/tmp/note.txt' })), /1\tone\n\s*2\ttwo/);
+    await sandbox.restartBash();
+    assert.equal(resultText(await sandbox.bash('echo "[$GREETING]"')).trim(), '[]');
   });
 });

@@ -53,7 +53,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
 
   await app.register(sessionRoutes, { manager: opts.manager });
   await app.register(computerToolRoutes, { manager: opts.manager });
-  await app.register(companionToolRoutes, { manager: opts.manager });
+  await app.register(companionToolRoutes, { manager: opts.manager, display: opts.manager.display });
   await app.register(fileRoutes, { manager: opts.manager });
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
   return app;

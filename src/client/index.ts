@@ -47,6 +47,31 @@ export interface ComputerToolInput {
   [field: string]: unknown;
 }
 
+/** A bash_20250124 tool_use input. */
+export interface BashToolInput {
+  command?: string;
+  restart?: boolean;
+  [field: string]: unknown;
+}
+
+/** A text_editor_20250728 (str_replace_based_edit_tool) tool_use input. */
+export interface EditorToolInput {
+  command: 'view' | 'create' | 'str_replace' | 'insert' | (string & {});
+  path: string;
+  view_range?: [number, number];
+  file_text?: string;
+  old_str?: string;
+  new_str?: string;
+  insert_line?: number;
+  insert_text?: string;
+  [field: string]: unknown;
+}
+
+/** The text of a tool result (its text blocks joined), for callers that only read it. */
+export function resultText(result: ToolResult): string {
+  return result.content.flatMap((block) => (block.type === 'text' ? [block.text] : [])).join('\n');
+}
+
 /** The tool_result content of the Messages API, as the tool endpoints answer. */
 export interface ToolResult {
   content: Array<
@@ -177,6 +202,20 @@ export class Sandbox {
     return this.client.executeToolUse(this.id, input, tool);
   }
 
+  /** Runs a command in the session's persistent shell (the bash tool). */
+  bash(command: string): Promise<ToolResult> {
+    return this.executeToolUse({ command } satisfies BashToolInput, 'bash');
+  }
+
+  restartBash(): Promise<ToolResult> {
+    return this.executeToolUse({ restart: true } satisfies BashToolInput, 'bash');
+  }
+
+  /** Views, creates or edits a file (the text editor tool). */
+  editor(input: EditorToolInput): Promise<ToolResult> {
+    return this.executeToolUse(input, 'str_replace_based_edit_tool');
+  }
+
   // One method per computer-use action; coordinates are in the model's space.
 
   mouseMove(x: number, y: number): Promise<ActionResult> {
@@ -255,6 +294,11 @@ export class Sandbox {
     if (x !== undefined && y !== undefined) input.coordinate = [x, y];
     if (modifier) input.key = modifier;
     return this.action(input);
+  }
+
+  /** Probes the sandbox now: SSH connection and display. */
+  health(): Promise<{ state: string; healthy: boolean; ssh: 'ok' | 'down'; display: 'ok' | 'down'; detail?: string }> {
+    return this.client.json('GET', `/v1/sessions/${encodeURIComponent(this.id)}/health`);
   }
 
   async refresh(): Promise<SessionInfo> {

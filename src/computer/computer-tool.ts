@@ -40,6 +40,11 @@ export class ComputerTool {
     private readonly settle: SettleOptions,
   ) {}
 
+  /** Throws unless the display answers within the time given. */
+  async probeDisplay(timeoutMs: number): Promise<void> {
+    await this.desktop.cursorPosition(timeoutMs);
+  }
+
   /** A screenshot of the real screen, unscaled. */
   fullScreenshot(): Promise<Buffer> {
     return this.desktop.screenshot();

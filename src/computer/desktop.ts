@@ -40,8 +40,8 @@ export class Desktop {
     return stdout;
   }
 
-  async cursorPosition(): Promise<Point> {
-    const { stdout } = await this.run(['xdotool', 'getmouselocation', '--shell']);
+  async cursorPosition(timeoutMs = COMMAND_TIMEOUT_MS): Promise<Point> {
+    const { stdout } = await this.run(['xdotool', 'getmouselocation', '--shell'], undefined, timeoutMs);
     const text = stdout.toString('utf8');
     const x = /^X=(\d+)$/m.exec(text)?.[1];
     const y = /^Y=(\d+)$/m.exec(text)?.[1];

@@ -50,6 +50,16 @@ export interface ManagerOptions {
   log: Logger;
 }
 
+export interface SessionHealth {
+  state: SessionState;
+  healthy: boolean;
+  ssh: 'ok' | 'down';
+  display: 'ok' | 'down';
+  detail?: string;
+}
+
+const HEALTH_PROBE_TIMEOUT_MS = 3_000;
+
 export interface ActionOutcome extends ComputerOutcome {
   durationMs: number;
 }
@@ -74,6 +84,11 @@ export class SessionManager {
 
   get runtimeName(): Runtime['name'] {
     return this.opts.runtime.name;
+  }
+
+  /** The X display number inside every guest. */
+  get display(): number {
+    return this.opts.display;
   }
 
   /** Reclaims what an earlier run left behind, then starts the reaper. */
@@ -185,6 +200,30 @@ export class SessionManager {
     }
     await this.releaseResources(session, 'destroyed', session.record.error);
     return toView(session.record);
+  }
+
+  /**
+   * Probes a live session now: is its SSH connection up, does its display answer? A dead
+   * display is reported here (and as a clear error by every action), never as a hang.
+   */
+  async health(id: string): Promise<SessionHealth> {
+    const session = this.sessions.get(id);
+    if (!session) {
+      const stored = this.opts.store.get(id);
+      if (!stored) throw new NotFoundError(`session ${id} does not exist`);
+      return { state: stored.state, healthy: false, ssh: 'down', display: 'down', detail: `session is ${stored.state}` };
+    }
+    const { state } = session.record;
+    if (state !== 'ready' || !session.computer || !session.connection) {
+      return { state, healthy: false, ssh: 'down', display: 'down', detail: `session is ${state}` };
+    }
+    try {
+      await session.computer.probeDisplay(HEALTH_PROBE_TIMEOUT_MS);
+      return { state, healthy: true, ssh: 'ok', display: 'ok' };
+    } catch (err) {
+      const ssh = session.connection.isConnected ? 'ok' : 'down';
+      return { state, healthy: false, ssh, display: 'down', detail: (err as Error).message };
+    }
   }
 
   /** A PNG of the whole screen: at its real size, or as the model sees it when `scaled`. */

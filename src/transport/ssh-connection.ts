@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
-import ssh2, { type ClientChannel } from 'ssh2';
+import ssh2, { type ClientChannel, type SFTPWrapper } from 'ssh2';
 
 const { Client } = ssh2;
 type Client = InstanceType<typeof Client>;
@@ -134,6 +134,11 @@ export class GuestConnection extends EventEmitter {
     return this.closed;
   }
 
+  /** True while the connection is up (false while it reconnects or after close). */
+  get isConnected(): boolean {
+    return this.client !== undefined;
+  }
+
   private async waitConnected(timeoutMs: number): Promise<Client> {
     if (this.closed) throw new Error('connection is closed');
     if (this.client) return this.client;
@@ -237,6 +242,54 @@ export class GuestConnection extends EventEmitter {
           return ok;
         },
       });
+    });
+  }
+
+  /** SFTP sessions by the ssh2 client they run on, so a reconnect gets a fresh one. */
+  private readonly sftpSessions = new WeakMap<Client, Promise<SFTPWrapper>>();
+
+  /** An SFTP session on this connection (opened once, reopened after a reconnect). */
+  async sftp(timeoutMs = 10_000): Promise<SFTPWrapper> {
+    const client = await this.waitConnected(timeoutMs);
+    const cached = this.sftpSessions.get(client);
+    if (cached) return cached;
+    const opening = new Promise<SFTPWrapper>((resolve, reject) => {
+      let timedOut = false;
+      const timer = setTimeout(() => {
+        timedOut = true;
+        reject(new SshTimeoutError(`opening SFTP on ${this.endpointLabel}`, timeoutMs));
+      }, timeoutMs);
+      client.sftp((err, wrapper) => {
+        clearTimeout(timer);
+        if (err) return reject(err);
+        if (timedOut) return wrapper.end(); // nobody waits for it any more
+        // A closed or broken session is useless: forget it, the next call opens another.
+        // The 'error' listener also keeps a protocol error from being an unhandled event.
+        wrapper.once('close', forget);
+        wrapper.once('end', forget);
+        wrapper.on('error', forget);
+        resolve(wrapper);
+      });
+    });
+    const forget = () => {
+      if (this.sftpSessions.get(client) === opening) this.sftpSessions.delete(client);
+    };
+    opening.catch(forget);
+    this.sftpSessions.set(client, opening);
+    return opening;
+  }
+
+  /**
+   * Starts a long-lived command on its own channel and hands the open channel over (for the
+   * bash tool's persistent shell). Unlike exec(), nothing is collected, no timeout applies
+   * once it runs and the caller owns the channel: it writes stdin, reads output and closes
+   * it. The channel dies with the connection (a reconnect does not bring it back). The
+   * command string must contain no untrusted text.
+   */
+  async spawn(command: string, timeoutMs = DEFAULT_EXEC_TIMEOUT_MS): Promise<ClientChannel> {
+    const client = await this.waitConnected(timeoutMs);
+    return new Promise<ClientChannel>((resolve, reject) => {
+      client.exec(command, (err, channel) => (err ? reject(err) : resolve(channel)));
     });
   }
 }

@@ -13,6 +13,12 @@ export const TEST_PREFIX =
   process.env.SBX_RESOURCE_PREFIX ||
   `t${String.fromCharCode(97 + Math.floor(Math.random() * 26))}${String.fromCharCode(97 + Math.floor(Math.random() * 26))}-`;
 
+/**
+ * Guest addresses of this test process's own (a random /24), so that orchestrators of test
+ * files running in parallel never lease the same block and route to each other's guests.
+ */
+export const TEST_SUBNET = `10.242.${Math.floor(Math.random() * 256)}.0/24`;
+
 export interface TestOrchestrator extends Orchestrator {
   stateDir: string;
   /** Closes the orchestrator (destroying its sessions) and removes its state dir. */
@@ -35,7 +41,7 @@ export async function startTestOrchestrator(
     port: 0,
     stateDir,
     imagesDir: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
-    subnet: '10.242.0.0/16',
+    subnet: TEST_SUBNET,
     runtime: 'container',
     resourcePrefix: TEST_PREFIX,
     ...overrides,

@@ -50,6 +50,31 @@ export async function sessionRoutes(app: FastifyInstance, opts: { manager: Sessi
     async (request) => manager.get(request.params.id),
   );
 
+  app.get<{ Params: IdParams }>(
+    '/v1/sessions/:id/health',
+    {
+      schema: {
+        summary: 'Probe a session now: SSH connection and display',
+        tags: ['sessions'],
+        params: sessionIdParams,
+        response: {
+          200: {
+            type: 'object',
+            properties: {
+              state: { type: 'string' },
+              healthy: { type: 'boolean' },
+              ssh: { type: 'string', enum: ['ok', 'down'] },
+              display: { type: 'string', enum: ['ok', 'down'] },
+              detail: { type: 'string' },
+            },
+          },
+          ...errors,
+        },
+      },
+    },
+    async (request) => manager.health(request.params.id),
+  );
+
   app.delete<{ Params: IdParams }>(
     '/v1/sessions/:id',
     {
