@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { InvalidRequestError, resultText, SandboxClient, type Sandbox } from '../src/client/index.js';
+import { InvalidRequestError, NotFoundError, PermissionDeniedError, resultText, SandboxClient, type Sandbox } from '../src/client/index.js';
 import { pngSize } from './helpers/guest.js';
 import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 
@@ -73,5 +73,14 @@ describe('the TypeScript SDK over real HTTP', () => {
     assert.match(resultText(await sandbox.editor({ command: 'view', path: '/tmp/note.txt' })), /1\tone\n\s*2\ttwo/);
     await sandbox.restartBash();
     assert.equal(resultText(await sandbox.bash('echo "[$GREETING]"')).trim(), '[]');
+  });
+
+  it('uploads and downloads files', async () => {
+    const data = Buffer.from('naïve café ✓\n'.repeat(1000));
+    assert.deepEqual(await sandbox.upload('/tmp/upload.txt', data), { path: '/tmp/upload.txt', size: data.length });
+    assert.ok((await sandbox.download('/tmp/upload.txt')).equals(data));
+    assert.match(resultText(await sandbox.bash('wc -c < /tmp/upload.txt')), new RegExp(`^${data.length}`));
+    await assert.rejects(sandbox.download('/tmp/nope'), NotFoundError);
+    await assert.rejects(sandbox.upload('/etc/forbidden', 'x'), PermissionDeniedError);
   });
 });

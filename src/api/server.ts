@@ -42,6 +42,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
         { name: 'sessions', description: 'Sandbox lifecycle' },
         { name: 'computer', description: 'Screenshots and computer-use actions as plain JSON' },
         { name: 'tools', description: 'The tools of the computer-use loop: tool_use input in, tool_result content out' },
+        { name: 'files', description: 'Files in and out of a sandbox, over SFTP' },
         { name: 'system', description: 'Health and metrics' },
       ],
     },

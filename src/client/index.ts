@@ -1,6 +1,8 @@
 import { errorFor, SandboxError } from './errors.js';
+import { downloadFile, downloadFileStream, uploadFile, type FileRequestOptions, type UploadData, type UploadedFile, type UploadFileOptions } from './files.js';
 
 export * from './errors.js';
+export type { FileRequestOptions, UploadData, UploadedFile, UploadFileOptions } from './files.js';
 
 /** A session as the API describes it. */
 export interface SessionInfo {
@@ -150,15 +152,20 @@ export class SandboxClient {
     return (await response.json()) as T;
   }
 
-  private async request(method: string, path: string, body?: unknown): Promise<Response> {
-    const headers: Record<string, string> = {};
-    if (body !== undefined) headers['content-type'] = 'application/json';
-    if (this.apiKey) headers.authorization = `Bearer ${this.apiKey}`;
-    const response = await fetch(this.baseUrl + path, {
-      method,
-      headers,
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
+  private request(method: string, path: string, body?: unknown): Promise<Response> {
+    if (body === undefined) return this.send(path, { method });
+    return this.send(path, { method, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  }
+
+  /**
+   * A request with this client's credentials; a non-2xx answer becomes the typed error its
+   * status and code say. For bodies other than JSON (file uploads, streams).
+   */
+  async send(path: string, init: RequestInit & { duplex?: 'half' }): Promise<Response> {
+    const headers = new Headers(init.headers);
+    if (this.apiKey) headers.set('authorization', `Bearer ${this.apiKey}`);
+    const method = init.method ?? 'GET';
+    const response = await fetch(this.baseUrl + path, { ...init, headers });
     if (!response.ok) {
       let code = 'http_error';
       let message = `${method} ${path}: HTTP ${response.status}`;
@@ -294,6 +301,21 @@ export class Sandbox {
     if (x !== undefined && y !== undefined) input.coordinate = [x, y];
     if (modifier) input.key = modifier;
     return this.action(input);
+  }
+
+  /** Writes a file into the sandbox (streamed; replaced atomically). */
+  upload(path: string, data: UploadData, options: UploadFileOptions = {}): Promise<UploadedFile> {
+    return uploadFile(this.client, this.id, path, data, options);
+  }
+
+  /** Reads a whole file of the sandbox. */
+  download(path: string, options: FileRequestOptions = {}): Promise<Buffer> {
+    return downloadFile(this.client, this.id, path, options);
+  }
+
+  /** A file of the sandbox as a stream, for files too big to hold in memory. */
+  downloadStream(path: string, options: FileRequestOptions = {}): ReturnType<typeof downloadFileStream> {
+    return downloadFileStream(this.client, this.id, path, options);
   }
 
   /** Probes the sandbox now: SSH connection and display. */

@@ -1,0 +1,16 @@
+/** Largest file moved in either direction unless SBX_MAX_FILE_BYTES says otherwise. */
+export const DEFAULT_MAX_FILE_BYTES = 100 * 1024 * 1024;
+
+/**
+ * The file size limit from the environment (SBX_MAX_FILE_BYTES, a whole number of bytes),
+ * read once when the routes are registered. A bad value fails the start, not a request.
+ */
+export function maxFileBytesFrom(env: NodeJS.ProcessEnv = process.env): number {
+  const raw = env.SBX_MAX_FILE_BYTES;
+  if (raw === undefined || raw === '') return DEFAULT_MAX_FILE_BYTES;
+  const value = Number(raw);
+  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(value) || value < 1) {
+    throw new Error(`SBX_MAX_FILE_BYTES must be a positive whole number of bytes, got "${raw}"`);
+  }
+  return value;
+}

@@ -1,0 +1,56 @@
+import type { OpenMode, SFTPWrapper, Stats } from 'ssh2';
+
+/**
+ * The few SFTP requests the file transfers need, as promises. ssh2 only offers callbacks,
+ * and util.promisify cannot pick the right overload of its methods.
+ */
+export class SftpCalls {
+  constructor(readonly sftp: SFTPWrapper) {}
+
+  stat(path: string): Promise<Stats> {
+    return new Promise((resolve, reject) => this.sftp.stat(path, (err, stats) => (err ? reject(err) : resolve(stats))));
+  }
+
+  lstat(path: string): Promise<Stats> {
+    return new Promise((resolve, reject) => this.sftp.lstat(path, (err, stats) => (err ? reject(err) : resolve(stats))));
+  }
+
+  realpath(path: string): Promise<string> {
+    return new Promise((resolve, reject) => this.sftp.realpath(path, (err, real) => (err ? reject(err) : resolve(real))));
+  }
+
+  /** `mode` is the permissions of a file this creates (the server's umask still applies). */
+  open(path: string, flags: OpenMode, mode = 0o644): Promise<Buffer> {
+    return new Promise((resolve, reject) =>
+      this.sftp.open(path, flags, { mode }, (err, handle) => (err ? reject(err) : resolve(handle))),
+    );
+  }
+
+  fchmod(handle: Buffer, mode: number): Promise<void> {
+    return new Promise((resolve, reject) => this.sftp.fchmod(handle, mode, (err) => (err ? reject(err) : resolve())));
+  }
+
+  close(handle: Buffer): Promise<void> {
+    return new Promise((resolve, reject) => this.sftp.close(handle, (err) => (err ? reject(err) : resolve())));
+  }
+
+  unlink(path: string): Promise<void> {
+    return new Promise((resolve, reject) => this.sftp.unlink(path, (err) => (err ? reject(err) : resolve())));
+  }
+
+  /**
+   * Renames over an existing file, atomically (OpenSSH's posix-rename extension). Plain
+   * SFTP v3 rename refuses to replace a file, so it is only the fallback for other servers.
+   */
+  replace(from: string, to: string): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const done = (err: Error | undefined | null) => (err ? reject(err) : resolve());
+      try {
+        this.sftp.ext_openssh_rename(from, to, done);
+      } catch {
+        // ssh2 throws at once when the server did not announce the extension.
+        this.sftp.rename(from, to, done);
+      }
+    });
+  }
+}
