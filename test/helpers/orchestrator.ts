@@ -1,4 +1,4 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, rmdir } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
@@ -54,6 +54,8 @@ export async function startTestOrchestrator(
     async stop() {
       await orchestrator.close();
       await rm(stateDir, { recursive: true, force: true });
+      // runc's state dir of this test's prefix, once empty (rmdir refuses a non-empty one).
+      await rmdir(orchestrator.names.runcRoot).catch(() => undefined);
     },
   };
 }
