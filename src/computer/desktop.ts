@@ -2,6 +2,8 @@ import { InvalidRequestError, OrchestratorError } from '../errors.js';
 import { commandLine } from '../transport/quote.js';
 import type { GuestConnection } from '../transport/ssh-connection.js';
 import type { Point } from './scaling.js';
+import { SerialQueue } from '../util/serial-queue.js';
+import { InputChannel, InputChannelError, type InputResult } from './input-channel.js';
 import { KeymapBinder, spareKeycodes } from './keymap.js';
 
 /** A display command failed inside the guest (e.g. the X server is gone). */
@@ -24,7 +26,9 @@ export class Desktop {
   /** Keysyms bound for non-ASCII text; created on first use (see keymap.ts). */
   private keymap: KeymapBinder | undefined;
   /** Typing changes the keymap: one text at a time per session (other sessions are not held). */
-  private typing: Promise<unknown> = Promise.resolve();
+  private readonly typing = new SerialQueue();
+  private inputChannel: InputChannel | undefined;
+  private readonly inputQueue = new SerialQueue();
 
   constructor(
     private readonly connection: GuestConnection,
@@ -41,28 +45,48 @@ export class Desktop {
   }
 
   async cursorPosition(timeoutMs = COMMAND_TIMEOUT_MS): Promise<Point> {
-    const { stdout } = await this.run(['xdotool', 'getmouselocation', '--shell'], undefined, timeoutMs);
-    const text = stdout.toString('utf8');
-    const x = /^X=(\d+)$/m.exec(text)?.[1];
-    const y = /^Y=(\d+)$/m.exec(text)?.[1];
-    if (x === undefined || y === undefined) throw new DesktopError(`unexpected xdotool output: ${text.slice(0, 200)}`);
-    return { x: Number(x), y: Number(y) };
+    const { stdout } = await this.input(['getmouselocation'], timeoutMs);
+    const match = /^x:(\d+) y:(\d+)/m.exec(stdout);
+    if (!match) throw new DesktopError(`unexpected xdotool output: ${stdout.slice(0, 200)}`);
+    return { x: Number(match[1]), y: Number(match[2]) };
   }
 
-  /** Runs one xdotool invocation (arguments are validated keysym names and numbers). */
+  /** Runs one xdotool command line (arguments are validated keysym names and numbers). */
   async xdotool(args: string[], timeoutMs = COMMAND_TIMEOUT_MS): Promise<void> {
     if (args.length === 0) return;
-    const { stderr } = await this.run(['xdotool', ...args], undefined, timeoutMs);
+    const { stderr } = await this.input(args, timeoutMs);
     // xdotool warns about an unknown key name but still exits 0: that is the model's error.
-    const unknown = /No such key name '([^']*)'/.exec(stderr.toString('utf8'));
+    const unknown = /No such key name '([^']*)'/.exec(stderr);
     if (unknown) throw new InvalidRequestError(`unknown key name "${unknown[1]}" (use X keysym names such as Return, ctrl, alt, Page_Down, F5)`);
+  }
+
+  /** Stops the session's input process (destroy). */
+  close(): void {
+    this.inputChannel?.close();
+    this.inputChannel = undefined;
+  }
+
+  /**
+   * A command on the session's persistent xdotool (see input-channel.ts), one at a time.
+   * A channel that cannot be opened or has died is replaced on the next command; a command
+   * that failed on it is not repeated (it may have run), its error is reported.
+   */
+  private input(args: string[], timeoutMs: number): Promise<InputResult> {
+    return this.inputQueue.run(async () => {
+      try {
+        if (!this.inputChannel?.isOpen) this.inputChannel = await InputChannel.open(this.connection, this.display);
+        return await this.inputChannel.run(args, timeoutMs);
+      } catch (err) {
+        this.inputChannel?.close();
+        this.inputChannel = undefined;
+        throw err instanceof InputChannelError ? new DesktopError(`xdotool failed in the guest: ${err.message}`) : err;
+      }
+    });
   }
 
   /** Types text literally, one text at a time per session (other sessions are not held). */
   type(text: string): Promise<void> {
-    const typed = this.typing.then(() => this.typeText(text));
-    this.typing = typed.catch(() => undefined);
-    return typed;
+    return this.typing.run(() => this.typeText(text));
   }
 
   private async typeText(text: string): Promise<void> {

@@ -96,6 +96,7 @@ export async function bootSandbox(session: Session, lease: AddressLease, ctx: Bo
   step('ssh connected');
 
   const desktop = new Desktop(connection, ctx.display);
+  await session.cleanup.push('desktop input', () => desktop.close());
   await waitForDisplay(desktop, ctx.deadline, sandbox.isAlive);
   const screen = { width, height };
   const model = { width: session.record.modelWidth, height: session.record.modelHeight };

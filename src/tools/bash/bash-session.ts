@@ -1,5 +1,5 @@
 import type { GuestConnection } from '../../transport/ssh-connection.js';
-import { SerialQueue } from '../serial-queue.js';
+import { SerialQueue } from '../../util/serial-queue.js';
 import { BashShell, type ShellOutcome } from './bash-shell.js';
 
 export interface BashSessionOptions {

@@ -1,6 +1,6 @@
 import type { SessionManager } from '../../sessions/manager.js';
 import type { GuestConnection } from '../../transport/ssh-connection.js';
-import { SerialQueue } from '../serial-queue.js';
+import { SerialQueue } from '../../util/serial-queue.js';
 import { ToolError } from '../tool-error.js';
 import { textResult, type ToolResult } from '../tool-result.js';
 import { listDirectory } from './directory-listing.js';
