@@ -1,0 +1,137 @@
+import path from 'node:path';
+import type { SnapshotFiles } from '../boot/snapshot-steps.js';
+import { assertUnixSocketPath } from '../unix-socket-path.js';
+import { assertJailId } from './jail-id.js';
+import { JAILED_API_SOCKET } from './jailer-args.js';
+
+/**
+ * How a file gets into the chroot. Firecracker, jailed, can open nothing outside it.
+ * - `link`: a hard link to a shared, read-only file (kernel, initrd, the template's
+ *   snapshot). Costs nothing; it needs the source on the same filesystem as the chroot base,
+ *   so whoever applies the layout falls back to a copy on EXDEV.
+ * - `copy`: the session's own writable rootfs, made straight inside the chroot (a reflink
+ *   where the filesystem can, `cp --reflink=auto`), and owned by the jail's uid:gid, since
+ *   Firecracker needs read and write access to it.
+ */
+export type PlacementMethod = 'link' | 'copy';
+
+export interface ChrootFile {
+  /** Where the file is on the host now. */
+  source: string;
+  /** Where it must be put: a host path inside the chroot. */
+  target: string;
+  method: PlacementMethod;
+  /** Whether the jailed Firecracker writes to it (then it must own it). */
+  writable: boolean;
+}
+
+export interface ChrootInputs {
+  chrootBaseDir: string;
+  firecrackerBin: string;
+  id: string;
+  kernel: string;
+  initrd?: string;
+  /** What the session's rootfs is copied from: the image's ext4 for a cold boot, or the template's disk as it was snapshotted. */
+  rootfsSource: string;
+  /** The session's config drive, built in its session dir. */
+  configDrive: string;
+  /** The template's snapshot (host paths), when this VM is restored from it. */
+  restoreFrom?: SnapshotFiles;
+}
+
+export interface ChrootLayout {
+  /** `<base>/<exec name>/<id>`: the jailer makes it; removing it on destroy is ours to do. */
+  jailDir: string;
+  /** `<jailDir>/root`: `/` as the jailed Firecracker sees it. */
+  rootDir: string;
+  /** Directories to make inside the chroot, owned by the jail's uid:gid, before Firecracker starts. */
+  directories: string[];
+  files: ChrootFile[];
+  /** The API socket from the host (for the client) and inside the jail (for `--api-sock`). */
+  apiSocket: { hostPath: string; jailPath: string };
+  /** The vsock socket from the host (to connect to the guest) and inside the jail (for the API). */
+  vsockSocket: { hostPath: string; jailPath: string };
+  /**
+   * Snapshot files: where a template VM writes its snapshot (`jailPaths`, given to
+   * `PUT /snapshot/create`) and where the host then finds them (`hostPaths`); for a restore,
+   * where the template's snapshot is linked in (`jailPaths`, given to `PUT /snapshot/load`).
+   */
+  snapshot: { hostPaths: SnapshotFiles; jailPaths: SnapshotFiles };
+  /** The paths to give the Firecracker API: all inside the jail. */
+  vmPaths: {
+    kernelImagePath: string;
+    initrdPath?: string;
+    rootfsPath: string;
+    configDrivePath: string;
+    vsockUdsPath: string;
+  };
+}
+
+/**
+ * Fixed names inside every chroot. They must not vary between VMs: a snapshot records the
+ * paths of its drives and vsock socket, and a clone restored in its own chroot finds its own
+ * copies at the very same paths. That is what makes one template snapshot serve every session.
+ */
+const IN_JAIL = {
+  kernel: '/vmlinux',
+  initrd: '/initrd.img',
+  rootfs: '/rootfs.ext4',
+  configDrive: '/config.ext4',
+  vsock: '/run/vsock.sock',
+  snapshotState: '/snapshot/vmstate',
+  snapshotMemory: '/snapshot/memory',
+} as const;
+
+/**
+ * Where everything goes in a VM's chroot, and the paths Firecracker must then be given.
+ * Pure: applying it (mkdir, link, copy, chown) is the runtime's job, and so is removing
+ * `jailDir` on destroy. Throws if a socket path would be too long to use.
+ */
+export function chrootLayout(inputs: ChrootInputs): ChrootLayout {
+  assertJailId(inputs.id);
+  if (!path.isAbsolute(inputs.chrootBaseDir)) throw new Error(`the chroot base dir must be absolute, got ${inputs.chrootBaseDir}`);
+  const jailDir = path.join(inputs.chrootBaseDir, path.basename(inputs.firecrackerBin), inputs.id);
+  const rootDir = path.join(jailDir, 'root');
+  const hostPath = (jailPath: string) => path.join(rootDir, jailPath);
+
+  const apiSocket = { hostPath: hostPath(JAILED_API_SOCKET), jailPath: JAILED_API_SOCKET };
+  const vsockSocket = { hostPath: hostPath(IN_JAIL.vsock), jailPath: IN_JAIL.vsock };
+  // The host connects to these through the chroot, so the long (host) form is the one that must fit.
+  assertUnixSocketPath(apiSocket.hostPath, 'the jailed Firecracker API socket');
+  assertUnixSocketPath(vsockSocket.hostPath, 'the jailed vsock socket');
+
+  const files: ChrootFile[] = [
+    { source: inputs.kernel, target: hostPath(IN_JAIL.kernel), method: 'link', writable: false },
+    ...(inputs.initrd ? [{ source: inputs.initrd, target: hostPath(IN_JAIL.initrd), method: 'link' as const, writable: false }] : []),
+    { source: inputs.rootfsSource, target: hostPath(IN_JAIL.rootfs), method: 'copy', writable: true },
+    { source: inputs.configDrive, target: hostPath(IN_JAIL.configDrive), method: 'link', writable: false },
+  ];
+  const snapshot = {
+    hostPaths: { snapshotPath: hostPath(IN_JAIL.snapshotState), memFilePath: hostPath(IN_JAIL.snapshotMemory) },
+    jailPaths: { snapshotPath: IN_JAIL.snapshotState, memFilePath: IN_JAIL.snapshotMemory },
+  };
+  if (inputs.restoreFrom) {
+    files.push(
+      { source: inputs.restoreFrom.snapshotPath, target: snapshot.hostPaths.snapshotPath, method: 'link', writable: false },
+      { source: inputs.restoreFrom.memFilePath, target: snapshot.hostPaths.memFilePath, method: 'link', writable: false },
+    );
+  }
+
+  return {
+    jailDir,
+    rootDir,
+    // /run for the API and vsock sockets, /snapshot for a template's snapshot files.
+    directories: [hostPath('/run'), hostPath('/snapshot')],
+    files,
+    apiSocket,
+    vsockSocket,
+    snapshot,
+    vmPaths: {
+      kernelImagePath: IN_JAIL.kernel,
+      ...(inputs.initrd ? { initrdPath: IN_JAIL.initrd } : {}),
+      rootfsPath: IN_JAIL.rootfs,
+      configDrivePath: IN_JAIL.configDrive,
+      vsockUdsPath: IN_JAIL.vsock,
+    },
+  };
+}

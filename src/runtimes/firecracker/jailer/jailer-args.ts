@@ -1,0 +1,106 @@
+import path from 'node:path';
+import { assertJailId } from './jail-id.js';
+
+export type CgroupVersion = 1 | 2;
+
+/** The API socket inside the chroot; the jailer's and Firecracker's documented default. */
+export const JAILED_API_SOCKET = '/run/firecracker.socket';
+
+/** Guest memory is not all a VM uses: the VMM, its device threads and page tables need room too. */
+export const VMM_MEMORY_OVERHEAD_MIB = 128;
+
+export interface VmLimits {
+  /** Guest memory; the cgroup limit adds VMM_MEMORY_OVERHEAD_MIB so the VMM is not OOM-killed. */
+  memoryMiB: number;
+  /** CPU time as a number of whole CPUs (a CFS quota of `vcpus` x the period). */
+  vcpus: number;
+  /** Threads of the Firecracker process (VMM, API, vCPUs, I/O). */
+  pidsMax?: number;
+}
+
+export interface JailerOptions {
+  jailerBin: string;
+  /** The Firecracker binary; the jailer insists its file name contains "firecracker". */
+  firecrackerBin: string;
+  /** See jail-id.ts. */
+  id: string;
+  /** Unprivileged ids Firecracker drops to; never root, or the jail protects nothing. */
+  uid: number;
+  gid: number;
+  chrootBaseDir: string;
+  /** Name of the session's network namespace (made with `ip netns add`). */
+  netnsName: string;
+  cgroupVersion: CgroupVersion;
+  /** Groups every VM's cgroup under one parent; the jailer's default is the exec file's name. */
+  parentCgroup?: string;
+  limits: VmLimits;
+  /** RLIMIT_NOFILE of the VMM; the jailer's default is 2048. */
+  maxOpenFiles?: number;
+}
+
+const CFS_PERIOD_US = 100_000;
+
+/**
+ * The jailer's command line, as an argument vector (no shell): it builds the chroot, joins
+ * the session's network namespace, places the process in its own cgroup with our limits,
+ * drops to uid/gid and execs Firecracker with `--api-sock`.
+ *
+ * Not `--daemonize`: the jailer stays our child, so its exit is seen directly and its
+ * console output reaches the log file we give it as stdout. Not `--new-pid-ns` either: the
+ * jailer would then fork and exit, and we would be left holding a pid file instead of a
+ * child.
+ */
+export function jailerArgv(options: JailerOptions): string[] {
+  assertJailId(options.id);
+  const execName = path.basename(options.firecrackerBin);
+  if (!execName.includes('firecracker')) {
+    throw new Error(`the jailer only runs a binary whose file name contains "firecracker"; got ${options.firecrackerBin}`);
+  }
+  for (const [what, file] of [
+    ['jailer binary', options.jailerBin],
+    ['firecracker binary', options.firecrackerBin],
+    ['chroot base dir', options.chrootBaseDir],
+  ] as const) {
+    if (!path.isAbsolute(file)) throw new Error(`the ${what} must be an absolute path, got ${file}`);
+  }
+  for (const [what, value] of [
+    ['uid', options.uid],
+    ['gid', options.gid],
+  ] as const) {
+    if (!Number.isInteger(value) || value <= 0) {
+      throw new Error(`the jailer ${what} must be a positive integer (not root, or the jail protects nothing); got ${value}`);
+    }
+  }
+  if (!/^[A-Za-z0-9_.-]{1,64}$/.test(options.netnsName)) throw new Error(`invalid network namespace name "${options.netnsName}"`);
+
+  const argv = [
+    options.jailerBin,
+    '--id', options.id,
+    '--exec-file', options.firecrackerBin,
+    '--uid', String(options.uid),
+    '--gid', String(options.gid),
+    '--chroot-base-dir', options.chrootBaseDir,
+    '--netns', `/var/run/netns/${options.netnsName}`,
+    '--cgroup-version', String(options.cgroupVersion),
+  ];
+  if (options.parentCgroup) argv.push('--parent-cgroup', options.parentCgroup);
+  for (const setting of cgroupSettings(options.cgroupVersion, options.limits)) argv.push('--cgroup', setting);
+  if (options.maxOpenFiles) argv.push('--resource-limit', `no-file=${options.maxOpenFiles}`);
+  // Everything after `--` goes to Firecracker; the jailer adds `--id` itself.
+  argv.push('--', '--api-sock', JAILED_API_SOCKET);
+  return argv;
+}
+
+/** `<file>=<value>` settings for `--cgroup`, in the files of the given cgroup version. */
+export function cgroupSettings(version: CgroupVersion, limits: VmLimits): string[] {
+  if (!Number.isInteger(limits.memoryMiB) || limits.memoryMiB < 1) throw new Error(`invalid memory limit ${limits.memoryMiB} MiB`);
+  if (!(limits.vcpus > 0)) throw new Error(`invalid CPU limit ${limits.vcpus}`);
+  const memoryBytes = (limits.memoryMiB + VMM_MEMORY_OVERHEAD_MIB) * 1024 * 1024;
+  const quotaUs = Math.round(limits.vcpus * CFS_PERIOD_US);
+  const settings =
+    version === 2
+      ? [`memory.max=${memoryBytes}`, `cpu.max=${quotaUs} ${CFS_PERIOD_US}`]
+      : [`memory.limit_in_bytes=${memoryBytes}`, `cpu.cfs_period_us=${CFS_PERIOD_US}`, `cpu.cfs_quota_us=${quotaUs}`];
+  if (limits.pidsMax !== undefined) settings.push(`pids.max=${limits.pidsMax}`);
+  return settings;
+}

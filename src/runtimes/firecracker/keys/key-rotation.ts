@@ -1,0 +1,215 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { SessionKeys } from '../../../transport/keys.js';
+
+/**
+ * Key rotation after a snapshot restore.
+ *
+ * Why: a session started from a snapshot wakes up as a copy of the template VM, memory and
+ * all. Its sshd holds the template's host key, and the template's client key is what it
+ * lets in. Every clone of the template shares both, and the config drive the session made
+ * for it is never read (the guest read its config at the template's boot). So before a
+ * restored session is handed out, its guest must be made to trust only the session's own
+ * client key and present only the session's own host key, and we must have seen it do so.
+ *
+ * The sequence (each phase is a value of RotationPhase, reported through `onPhase`):
+ *  1. connect-template  log in with the template's client key, pinning the template's host
+ *                       key. Failing here means the snapshot is not the template we think.
+ *  2. write-keys        over that connection, install the session's host key (private, then
+ *                       public) and then the session's authorized_keys, which replaces the
+ *                       template's: from this moment the template key is refused for new
+ *                       logins (sshd reads authorized_keys at each login). The files travel
+ *                       as data (SFTP or a helper's standard input), never inside a command
+ *                       string, and are written atomically (temporary file, then rename).
+ *  3. reload-sshd       SIGHUP: sshd re-executes itself and presents the new host key to new
+ *                       connections; connections already open stay up.
+ *  4. connect-session   log in with the session's client key, pinning the session's host
+ *                       key, retrying briefly while sshd restarts. This is the connection
+ *                       the session will keep.
+ *  5. verify-template-refused
+ *                       try the template's client key (pinning the new host key, so the
+ *                       attempt reaches authentication): it must be refused. Then try the
+ *                       session key pinning the template's host key: the guest must no
+ *                       longer present it. Anything else, including "could not tell",
+ *                       fails the rotation.
+ *  6. ready             close the template connection; only now is the session connection
+ *                       returned, and only then may the session be handed out.
+ *
+ * On any failure the template connection is closed, the session connection (if opened) is
+ * closed, and a KeyRotationError naming the phase is thrown: the caller destroys the VM. A
+ * half-rotated guest is never handed out.
+ *
+ * What the guest must provide (not yet in the guest image; see the runtime's index.ts):
+ * sshd reading its HostKey and AuthorizedKeysFile from a writable, root-owned place (e.g.
+ * /run/sandbox/ssh, filled from the config drive at boot), and a way for the rotation
+ * connection to write there and SIGHUP sshd (for example a forced-command key of the
+ * template that runs a small root helper reading the files from standard input).
+ */
+
+/** Where, in the guest, sshd reads the keys the rotation replaces. */
+export interface GuestKeyPaths {
+  authorizedKeys: string;
+  hostKey: string;
+  hostKeyPub: string;
+}
+
+/** A proposal for the snapshot-capable guest image: sshd_config would point here. */
+export const PROPOSED_GUEST_KEY_PATHS: GuestKeyPaths = {
+  authorizedKeys: '/run/sandbox/ssh/authorized_keys',
+  hostKey: '/run/sandbox/ssh/ssh_host_ed25519_key',
+  hostKeyPub: '/run/sandbox/ssh/ssh_host_ed25519_key.pub',
+};
+
+/** An open, authenticated connection to the guest, as far as the rotation needs one. */
+export interface RotationConnection {
+  /** Writes a file atomically with this mode; the data never passes through a command line. */
+  writeFile(path: string, data: string, mode: number): Promise<void>;
+  /** Makes sshd re-read its keys (SIGHUP) without dropping open connections. */
+  reloadSshd(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** How a login attempt ended. Only "accepted" lets anyone in. */
+export type LoginOutcome = 'accepted' | 'auth-refused' | 'host-key-mismatch' | 'unreachable';
+
+/** The narrow view of SSH the rotation uses; the runtime implements it with ssh2. */
+export interface RotationTransport<C extends RotationConnection> {
+  /** Logs in with `clientPrivateKey`, accepting only `pinnedHostKey`; throws otherwise. */
+  connect(clientPrivateKey: string, pinnedHostKey: string): Promise<C>;
+  /** Attempts a login and reports how it ended; closes the connection if it got one. */
+  tryLogin(clientPrivateKey: string, pinnedHostKey: string): Promise<LoginOutcome>;
+}
+
+export type RotationPhase =
+  | 'connect-template'
+  | 'write-keys'
+  | 'reload-sshd'
+  | 'connect-session'
+  | 'verify-template-refused'
+  | 'ready';
+
+export interface RotationPlan {
+  /** The template's client private key and the host key its sshd presents. */
+  template: { clientPrivateKey: string; hostPublicKey: string };
+  /** The session's freshly generated keys (transport/keys.ts). */
+  session: SessionKeys;
+  paths: GuestKeyPaths;
+  /** Attempts at the session login while sshd restarts (default 20, 100 ms apart). */
+  reconnectAttempts?: number;
+  reconnectDelayMs?: number;
+  onPhase?: (phase: RotationPhase) => void;
+}
+
+export class KeyRotationError extends Error {
+  constructor(
+    readonly phase: RotationPhase,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`key rotation failed at ${phase}: ${message}`, options);
+    this.name = 'KeyRotationError';
+  }
+}
+
+/**
+ * Runs the rotation described above and returns the session's verified connection.
+ * Nothing else should hand a restored session out.
+ */
+export async function rotateKeysAfterRestore<C extends RotationConnection>(
+  transport: RotationTransport<C>,
+  plan: RotationPlan,
+): Promise<C> {
+  let phase: RotationPhase = 'connect-template';
+  const enter = (next: RotationPhase) => {
+    phase = next;
+    plan.onPhase?.(next);
+  };
+  const attempts = plan.reconnectAttempts ?? 20;
+  const delayMs = plan.reconnectDelayMs ?? 100;
+  const { template, session, paths } = plan;
+
+  let templateConnection: C | undefined;
+  let sessionConnection: C | undefined;
+  try {
+    enter('connect-template');
+    templateConnection = await transport.connect(template.clientPrivateKey, template.hostPublicKey);
+
+    enter('write-keys');
+    await templateConnection.writeFile(paths.hostKey, ensureNewline(session.hostPrivateKey), 0o600);
+    await templateConnection.writeFile(paths.hostKeyPub, ensureNewline(session.hostPublicKey), 0o644);
+    // Replaces the file, so the template's key is gone from it, not merely joined by ours.
+    await templateConnection.writeFile(paths.authorizedKeys, ensureNewline(session.clientPublicKey), 0o600);
+
+    enter('reload-sshd');
+    await templateConnection.reloadSshd();
+
+    enter('connect-session');
+    sessionConnection = await connectWithRetries(transport, session.clientPrivateKey, session.hostPublicKey, attempts, delayMs);
+
+    enter('verify-template-refused');
+    const templateLogin = await loginOutcomeWithRetries(transport, template.clientPrivateKey, session.hostPublicKey, attempts, delayMs);
+    if (templateLogin !== 'auth-refused') {
+      throw new Error(
+        templateLogin === 'accepted'
+          ? "the template's client key is still accepted"
+          : `could not confirm that the template's client key is refused (the attempt ended: ${templateLogin})`,
+      );
+    }
+    const oldHostKey = await loginOutcomeWithRetries(transport, session.clientPrivateKey, template.hostPublicKey, attempts, delayMs);
+    if (oldHostKey !== 'host-key-mismatch') {
+      throw new Error(
+        oldHostKey === 'accepted'
+          ? "the guest still presents the template's host key"
+          : `could not confirm that the template's host key is gone (the attempt ended: ${oldHostKey})`,
+      );
+    }
+
+    await templateConnection.close();
+    templateConnection = undefined;
+    enter('ready');
+    return sessionConnection;
+  } catch (err) {
+    await Promise.allSettled([templateConnection?.close(), sessionConnection?.close()]);
+    if (err instanceof KeyRotationError) throw err;
+    throw new KeyRotationError(phase, err instanceof Error ? err.message : String(err), { cause: err });
+  }
+}
+
+async function connectWithRetries<C extends RotationConnection>(
+  transport: RotationTransport<C>,
+  clientPrivateKey: string,
+  pinnedHostKey: string,
+  attempts: number,
+  delayMs: number,
+): Promise<C> {
+  let lastError: unknown;
+  for (let attempt = 1; attempt <= attempts; attempt++) {
+    try {
+      return await transport.connect(clientPrivateKey, pinnedHostKey);
+    } catch (err) {
+      lastError = err;
+      if (attempt < attempts) await sleep(delayMs);
+    }
+  }
+  throw lastError instanceof Error ? lastError : new Error(String(lastError));
+}
+
+/** Retries only while the guest cannot be reached (sshd restarting); any answer is final. */
+async function loginOutcomeWithRetries<C extends RotationConnection>(
+  transport: RotationTransport<C>,
+  clientPrivateKey: string,
+  pinnedHostKey: string,
+  attempts: number,
+  delayMs: number,
+): Promise<LoginOutcome> {
+  let outcome: LoginOutcome = 'unreachable';
+  for (let attempt = 1; attempt <= attempts; attempt++) {
+    outcome = await transport.tryLogin(clientPrivateKey, pinnedHostKey);
+    if (outcome !== 'unreachable') return outcome;
+    if (attempt < attempts) await sleep(delayMs);
+  }
+  return outcome;
+}
+
+function ensureNewline(text: string): string {
+  return text.endsWith('\n') ? text : text + '\n';
+}
