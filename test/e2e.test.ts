@@ -110,6 +110,21 @@ describe('a sandbox, end to end', () => {
     assert.deepEqual(pngSize(Buffer.from(shot.json().image.data, 'base64')), { width: 800, height: 600 });
   });
 
+  it('screenshots hold exactly the pixels scrot captures', async () => {
+    const sharp = (await import('sharp')).default;
+    const pixels = async (png: Buffer) => sharp(png).removeAlpha().raw().toBuffer();
+    let same = false;
+    // The screen is still (no blinking cursor in xev or xterm), so the two captures agree;
+    // a retry covers a repaint landing between them.
+    for (let attempt = 0; attempt < 3 && !same; attempt++) {
+      const ours = (await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}/screenshot` })).rawPayload;
+      const scrot = (await guest.exec('DISPLAY=:99 scrot -')).stdout;
+      assert.deepEqual(pngSize(ours), pngSize(scrot));
+      same = (await pixels(ours)).equals(await pixels(scrot));
+    }
+    assert.ok(same, 'the API screenshot and scrot agree pixel for pixel');
+  });
+
   it('counts what it did in /metrics', async () => {
     const text = (await orch.server.inject({ method: 'GET', url: '/metrics' })).body;
     assert.match(text, /sandbox_screenshot_duration_seconds_count [1-9]/);

@@ -1,8 +1,9 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ActionName, ComputerAction } from './actions.js';
-import type { Desktop } from './desktop.js';
+import type { Capture, Desktop } from './desktop.js';
+import { framePng, framePngRegion, sameFrame } from './frame-image.js';
 import { cropPng, scalePng } from './image.js';
-import type { Point, Scaler } from './scaling.js';
+import type { Point, Scaler, Size } from './scaling.js';
 import { isPointerOrKeyAction, xdotoolArgs } from './xdotool-commands.js';
 
 export interface SettleOptions {
@@ -46,13 +47,13 @@ export class ComputerTool {
   }
 
   /** A screenshot of the real screen, unscaled. */
-  fullScreenshot(): Promise<Buffer> {
-    return this.desktop.screenshot();
+  async fullScreenshot(): Promise<Buffer> {
+    return this.encode(await this.desktop.capture(), this.scaler.screen);
   }
 
   /** A screenshot in the model's space. */
   async screenshot(): Promise<Buffer> {
-    return scalePng(await this.desktop.screenshot(), this.scaler.screen, this.scaler.model);
+    return this.encode(await this.desktop.capture(), this.scaler.model);
   }
 
   async run(action: ComputerAction, options: { screenshotAfter: boolean }): Promise<ComputerOutcome> {
@@ -67,9 +68,11 @@ export class ComputerTool {
         outcome.output = `X=${cursor.x},Y=${cursor.y}`;
         return outcome;
       }
-      case 'zoom':
-        outcome.image = await cropPng(await this.desktop.screenshot(), action.region);
+      case 'zoom': {
+        const capture = await this.desktop.capture();
+        outcome.image = capture.frame ? await framePngRegion(capture.frame, action.region) : await cropPng(capture.png, action.region);
         return outcome;
+      }
       case 'type':
         await this.desktop.type(action.text);
         break;
@@ -83,24 +86,37 @@ export class ComputerTool {
         }
     }
     if (options.screenshotAfter && !NO_SCREENSHOT_AFTER.has(action.action)) {
-      const { png, settleMs } = await this.settledScreenshot();
-      outcome.image = await scalePng(png, this.scaler.screen, this.scaler.model);
+      const { capture, settleMs } = await this.settledCapture();
+      outcome.image = await this.encode(capture, this.scaler.model);
       outcome.settleMs = settleMs;
     }
     return outcome;
   }
 
-  /** Captures until two consecutive captures are identical, or the time is up. */
-  private async settledScreenshot(): Promise<{ png: Buffer; settleMs: number }> {
+  /**
+   * Captures until two consecutive captures are identical, or the time is up. Raw frames
+   * are compared as they come, and only the last one is encoded.
+   */
+  private async settledCapture(): Promise<{ capture: Capture; settleMs: number }> {
     const started = performance.now();
-    let previous = await this.desktop.screenshot();
+    let previous = await this.desktop.capture();
     while (performance.now() - started < this.settle.maxMs) {
       await sleep(this.settle.intervalMs);
-      const next = await this.desktop.screenshot();
-      // scrot's encoder is deterministic: the same pixels give the same bytes.
-      if (next.equals(previous)) break;
+      const next = await this.desktop.capture();
+      if (sameCapture(next, previous)) break;
       previous = next;
     }
-    return { png: previous, settleMs: Math.round(performance.now() - started) };
+    return { capture: previous, settleMs: Math.round(performance.now() - started) };
   }
+
+  private encode(capture: Capture, size: Size): Promise<Buffer> {
+    return capture.frame ? framePng(capture.frame, size) : scalePng(capture.png, this.scaler.screen, size);
+  }
+}
+
+/** Same screen? Raw frames by their pixels; scrot's PNGs by their bytes (its encoder is deterministic). */
+function sameCapture(a: Capture, b: Capture): boolean {
+  if (a.frame && b.frame) return sameFrame(a.frame, b.frame);
+  if (a.png && b.png) return a.png.equals(b.png);
+  return false;
 }

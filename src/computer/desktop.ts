@@ -3,6 +3,7 @@ import { commandLine } from '../transport/quote.js';
 import type { GuestConnection } from '../transport/ssh-connection.js';
 import type { Point } from './scaling.js';
 import { SerialQueue } from '../util/serial-queue.js';
+import { CaptureChannel, CaptureChannelError, type RawFrame } from './capture-channel.js';
 import { InputChannel, InputChannelError, type InputResult } from './input-channel.js';
 import { KeymapBinder, spareKeycodes } from './keymap.js';
 
@@ -12,6 +13,9 @@ export class DesktopError extends OrchestratorError {
     super(message, 502, 'desktop_error');
   }
 }
+
+/** What the screen looked like: raw pixels (the fast path) or a PNG (scrot, the fallback). */
+export type Capture = { frame: RawFrame; png?: undefined } | { png: Buffer; frame?: undefined };
 
 /** Per-keystroke delay, as in the reference implementation: some applications drop faster input. */
 const TYPE_DELAY_MS = 12;
@@ -29,12 +33,33 @@ export class Desktop {
   private readonly typing = new SerialQueue();
   private inputChannel: InputChannel | undefined;
   private readonly inputQueue = new SerialQueue();
+  private captureChannel: CaptureChannel | undefined;
+  private readonly captureQueue = new SerialQueue();
 
   constructor(
     private readonly connection: GuestConnection,
     private readonly display: number,
   ) {}
 
+  /**
+   * The screen now: a raw frame from the session's persistent grabber, or, if that cannot
+   * run (an image without it, a grabber that just died), a PNG from scrot.
+   */
+  capture(): Promise<Capture> {
+    return this.captureQueue.run(async () => {
+      try {
+        if (!this.captureChannel?.isOpen) this.captureChannel = await CaptureChannel.open(this.connection, this.display);
+        return { frame: await this.captureChannel.grab(COMMAND_TIMEOUT_MS) };
+      } catch (err) {
+        this.captureChannel?.close();
+        this.captureChannel = undefined;
+        if (!(err instanceof CaptureChannelError)) throw err;
+        return { png: await this.screenshot() };
+      }
+    });
+  }
+
+  /** A PNG from scrot: one process per capture (the fallback, and the benchmark's floor). */
   async screenshot(): Promise<Buffer> {
     // `scrot -` writes the PNG to standard output: no file in the guest, one round trip.
     const { stdout } = await this.run(['scrot', '--silent', '-']);
@@ -60,10 +85,12 @@ export class Desktop {
     if (unknown) throw new InvalidRequestError(`unknown key name "${unknown[1]}" (use X keysym names such as Return, ctrl, alt, Page_Down, F5)`);
   }
 
-  /** Stops the session's input process (destroy). */
+  /** Stops the session's input and capture processes (destroy). */
   close(): void {
     this.inputChannel?.close();
     this.inputChannel = undefined;
+    this.captureChannel?.close();
+    this.captureChannel = undefined;
   }
 
   /**
