@@ -156,3 +156,29 @@ describe('every action of the contract', () => {
     });
   }
 });
+
+describe('raw frames from the capture channel', () => {
+  it('converts BGRX rows (with padding) to RGB', async () => {
+    const { frameToRgb } = await import('../src/computer/frame-image.js');
+    // 2x2, stride 12 (4 bytes of padding per row): B,G,R,X per pixel.
+    const pixels = Buffer.from([1, 2, 3, 0, 4, 5, 6, 0, 9, 9, 9, 9, 7, 8, 9, 0, 10, 11, 12, 0, 9, 9, 9, 9]);
+    const rgb = frameToRgb({ width: 2, height: 2, stride: 12, pixels });
+    assert.deepEqual([...rgb], [3, 2, 1, 6, 5, 4, 9, 8, 7, 12, 11, 10]);
+  });
+  it('patches changed rows into a copy, and reuses the frame when nothing changed', async () => {
+    const { applyDelta } = await import('../src/computer/capture-channel.js');
+    const previous = { width: 1, height: 3, stride: 4, pixels: Buffer.from([1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3]) };
+    const none = Buffer.alloc(4);
+    assert.equal(applyDelta(previous, none), previous);
+    const delta = Buffer.concat([u32(1), u32(1), u32(2), Buffer.from([5, 5, 5, 5, 6, 6, 6, 6])]);
+    const next = applyDelta(previous, delta);
+    assert.deepEqual([...next.pixels], [1, 1, 1, 1, 5, 5, 5, 5, 6, 6, 6, 6]);
+    assert.deepEqual([...previous.pixels], [1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3], 'the previous frame is untouched');
+  });
+});
+
+function u32(n: number): Buffer {
+  const b = Buffer.alloc(4);
+  b.writeUInt32LE(n);
+  return b;
+}

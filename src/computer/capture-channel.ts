@@ -126,7 +126,7 @@ export class CaptureChannel {
  * The previous frame with the changed rows put in. A new buffer when anything changed (a
  * frame handed out is never modified); the same frame when nothing did.
  */
-function applyDelta(previous: RawFrame, payload: Buffer): RawFrame {
+export function applyDelta(previous: RawFrame, payload: Buffer): RawFrame {
   const count = payload.readUInt32LE(0);
   if (count === 0) return previous;
   const pixels = Buffer.from(previous.pixels);
