@@ -1,5 +1,5 @@
-import type { ClientChannel } from 'ssh2';
 import type { GuestConnection } from '../transport/ssh-connection.js';
+import { GuestProcessChannel } from './guest-process-channel.js';
 
 /** One screen frame as the X server holds it: 32 bits per pixel, BGRX, rows `stride` apart. */
 export interface RawFrame {
@@ -23,8 +23,7 @@ export const CAPTURE_COMMAND = '/usr/local/bin/sbx-capture';
  * SSH connection: a newline asks for a frame, raw pixels come back. No process starts and
  * nothing is encoded in the guest per screenshot; the host encodes (see frame-image.ts).
  */
-export class CaptureChannel {
-  private channel: ClientChannel | undefined;
+export class CaptureChannel extends GuestProcessChannel<RawFrame> {
   private chunks: Buffer[] = [];
   private buffered = 0;
   /** The message being received: its header, and its total length with the header. */
@@ -32,51 +31,23 @@ export class CaptureChannel {
   private expected: number | undefined;
   /** The last frame, which a delta patches (the grabber keeps the same one). */
   private last: RawFrame | undefined;
-  private stderr = '';
-  private waiter: { resolve: (frame: RawFrame) => void; reject: (err: Error) => void } | undefined;
 
-  private constructor() {}
+  private constructor() {
+    super((message) => new CaptureChannelError(message));
+  }
 
   static async open(connection: GuestConnection, display: number): Promise<CaptureChannel> {
     const capture = new CaptureChannel();
-    const channel = await connection.spawn(`DISPLAY=:${display} exec ${CAPTURE_COMMAND}`);
-    capture.channel = channel;
-    channel.on('data', (chunk: Buffer) => capture.onData(chunk));
-    channel.stderr.on('data', (chunk: Buffer) => (capture.stderr += chunk.toString('utf8')));
-    channel.on('close', () => capture.fail(new CaptureChannelError('the capture channel closed')));
+    capture.attach(await connection.spawn(`DISPLAY=:${display} exec ${CAPTURE_COMMAND}`), 'capture');
     return capture;
-  }
-
-  get isOpen(): boolean {
-    return this.channel !== undefined;
   }
 
   /** One frame. One request at a time (the caller serialises). */
   grab(timeoutMs: number): Promise<RawFrame> {
-    const channel = this.channel;
-    if (!channel) return Promise.reject(new CaptureChannelError('the capture channel is closed'));
-    if (this.waiter) return Promise.reject(new CaptureChannelError('the capture channel is busy'));
-    return new Promise<RawFrame>((resolve, reject) => {
-      const timer = setTimeout(() => this.fail(new CaptureChannelError(`no frame within ${timeoutMs} ms`)), timeoutMs);
-      this.waiter = {
-        resolve: (frame) => {
-          clearTimeout(timer);
-          resolve(frame);
-        },
-        reject: (err) => {
-          clearTimeout(timer);
-          reject(err);
-        },
-      };
-      channel.write('\n');
-    });
+    return this.request('\n', timeoutMs);
   }
 
-  close(): void {
-    this.fail(new CaptureChannelError('the capture channel was closed'));
-  }
-
-  private onData(chunk: Buffer): void {
+  protected onData(chunk: Buffer): void {
     this.chunks.push(chunk);
     this.buffered += chunk.length;
     // Chunks are only gathered until the frame is complete, then joined once: joining on
@@ -104,21 +75,7 @@ export class CaptureChannel {
     this.buffered = rest.length;
     this.expected = undefined;
     this.header = undefined;
-    const waiter = this.waiter;
-    this.waiter = undefined;
-    waiter?.resolve(frame);
-  }
-
-  /** A broken channel is dropped for good; the desktop opens a new one next time. */
-  private fail(cause: Error): void {
-    const said = this.stderr.trim();
-    const err = said ? new CaptureChannelError(`${cause.message}: ${said.slice(0, 300)}`) : cause;
-    const channel = this.channel;
-    this.channel = undefined;
-    if (channel) channel.close();
-    const waiter = this.waiter;
-    this.waiter = undefined;
-    waiter?.reject(err);
+    this.settle(frame);
   }
 }
 

@@ -1,5 +1,5 @@
-import type { ClientChannel } from 'ssh2';
 import type { GuestConnection } from '../transport/ssh-connection.js';
+import { GuestProcessChannel } from './guest-process-channel.js';
 
 /**
  * One long-lived `xdotool -` per session, reading commands from its standard input on a
@@ -26,86 +26,37 @@ export interface InputResult {
   stderr: string;
 }
 
-export class InputChannel {
-  private channel: ClientChannel | undefined;
+export class InputChannel extends GuestProcessChannel<InputResult> {
   private stdout = '';
-  private stderr = '';
-  private waiter: { lines: number; resolve: (result: InputResult) => void; reject: (err: Error) => void } | undefined;
+  /** Location lines that end the command in flight: its own getmouselocation's, and the marker's. */
+  private expectedLines = 1;
 
-  private constructor() {}
+  private constructor() {
+    super((message) => new InputChannelError(message));
+  }
 
   static async open(connection: GuestConnection, display: number): Promise<InputChannel> {
     const input = new InputChannel();
     // stdbuf: xdotool's stdout is a pipe, which stdio would otherwise buffer in blocks.
-    const channel = await connection.spawn(`LC_ALL=C.UTF-8 DISPLAY=:${display} exec stdbuf -oL xdotool -`);
-    input.channel = channel;
-    channel.on('data', (chunk: Buffer) => input.onStdout(chunk.toString('utf8')));
-    channel.stderr.on('data', (chunk: Buffer) => (input.stderr += chunk.toString('utf8')));
-    channel.on('close', () => input.fail(new InputChannelError('the xdotool input channel closed')));
+    input.attach(await connection.spawn(`LC_ALL=C.UTF-8 DISPLAY=:${display} exec stdbuf -oL xdotool -`), 'xdotool input');
     return input;
-  }
-
-  get isOpen(): boolean {
-    return this.channel !== undefined;
   }
 
   /** Runs one xdotool command line; resolves with what it printed. One at a time. */
   run(args: readonly string[], timeoutMs: number): Promise<InputResult> {
-    const channel = this.channel;
-    if (!channel) return Promise.reject(new InputChannelError('the xdotool input channel is closed'));
-    if (this.waiter) return Promise.reject(new InputChannelError('the xdotool input channel is busy'));
     for (const arg of args) {
       if (!SAFE_ARGUMENT.test(arg)) return Promise.reject(new InputChannelError(`argument ${JSON.stringify(arg)} cannot go through xdotool's script parser`));
     }
+    if (this.busy) return Promise.reject(new InputChannelError('the xdotool input channel is busy'));
     this.stdout = '';
-    this.stderr = '';
-    return new Promise<InputResult>((resolve, reject) => {
-      const timer = setTimeout(() => this.fail(new InputChannelError(`xdotool did not answer within ${timeoutMs} ms`)), timeoutMs);
-      this.waiter = {
-        // The command's own location lines (getmouselocation), then the marker's.
-        lines: args.filter((a) => a === 'getmouselocation').length + 1,
-        resolve: (result) => {
-          clearTimeout(timer);
-          resolve(result);
-        },
-        reject: (err) => {
-          clearTimeout(timer);
-          reject(err);
-        },
-      };
-      channel.write(`${args.join(' ')}\ngetmouselocation\n`);
-    });
+    this.expectedLines = args.filter((a) => a === 'getmouselocation').length + 1;
+    return this.request(`${args.join(' ')}\ngetmouselocation\n`, timeoutMs);
   }
 
-  close(): void {
-    const channel = this.channel;
-    this.channel = undefined;
-    if (channel) {
-      channel.end();
-      channel.close();
-    }
-    this.fail(new InputChannelError('the xdotool input channel was closed'));
-  }
-
-  private onStdout(text: string): void {
-    this.stdout += text;
-    const waiter = this.waiter;
-    if (!waiter || (this.stdout.match(LOCATION_LINE)?.length ?? 0) < waiter.lines) return;
-    this.waiter = undefined;
+  protected onData(chunk: Buffer): void {
+    this.stdout += chunk.toString('utf8');
+    if (!this.busy || (this.stdout.match(LOCATION_LINE)?.length ?? 0) < this.expectedLines) return;
     const lines = this.stdout.trimEnd().split('\n');
-    waiter.resolve({ stdout: lines.slice(0, -1).join('\n'), stderr: this.stderr });
-  }
-
-  /** Ends the channel for good: a broken or stuck xdotool is replaced, not reused. */
-  private fail(cause: Error): void {
-    // What xdotool said before it went (e.g. "Can't open display") explains the failure.
-    const said = this.stderr.trim();
-    const err = said ? new InputChannelError(`${cause.message}: ${said.slice(0, 300)}`) : cause;
-    const channel = this.channel;
-    this.channel = undefined;
-    if (channel) channel.close();
-    const waiter = this.waiter;
-    this.waiter = undefined;
-    waiter?.reject(err);
+    this.settle({ stdout: lines.slice(0, -1).join('\n'), stderr: this.stderr });
   }
 }
