@@ -173,3 +173,17 @@ describe('keymap binder for non-ASCII typing', () => {
     assert.match(plans[1]?.bindings ?? '', /0x101f389/);
   });
 });
+
+describe('session keys', () => {
+  it('are always well-formed ed25519 pairs (ssh2 alone makes a bad one about 1 in 230)', async () => {
+    const { generateSessionKeys, publicKeyBlob } = await import('../src/transport/keys.js');
+    const ssh2 = (await import('ssh2')).default;
+    for (let i = 0; i < 1500; i++) {
+      const keys = generateSessionKeys('abcdefghij');
+      assert.equal(publicKeyBlob(keys.clientPublicKey).length, 51);
+      assert.equal(publicKeyBlob(keys.hostPublicKey).length, 51);
+      assert.ok(!(ssh2.utils.parseKey(keys.clientPrivateKey) instanceof Error));
+      assert.ok(!(ssh2.utils.parseKey(keys.hostPrivateKey) instanceof Error));
+    }
+  });
+});

@@ -20,14 +20,32 @@ export interface SessionKeys {
 export const CLIENT_KEY_FILE = 'id_ed25519';
 
 export function generateSessionKeys(sessionId: string): SessionKeys {
-  const client = utils.generateKeyPairSync('ed25519', { comment: `sbx-client-${sessionId}` });
-  const host = utils.generateKeyPairSync('ed25519', { comment: `sbx-host-${sessionId}` });
+  const client = ed25519KeyPair(`sbx-client-${sessionId}`);
+  const host = ed25519KeyPair(`sbx-host-${sessionId}`);
   return {
     clientPrivateKey: client.private,
     clientPublicKey: client.public,
     hostPrivateKey: host.private,
     hostPublicKey: host.public,
   };
+}
+
+/** ssh-ed25519 public key blob: string "ssh-ed25519" (4 + 11 bytes) and the 32-byte key (4 + 32). */
+const ED25519_BLOB_BYTES = 51;
+
+/**
+ * An ed25519 key pair in OpenSSH format. ssh2's generator (1.17) drops a leading zero byte
+ * of the public key, so about 1 key in 230 comes out 31 bytes long and is unusable (seen in
+ * CI as "Malformed OpenSSH public key"): such a pair is thrown away and made again.
+ */
+function ed25519KeyPair(comment: string): { private: string; public: string } {
+  for (let attempt = 0; attempt < 16; attempt++) {
+    const pair = utils.generateKeyPairSync('ed25519', { comment });
+    const pub = utils.parseKey(pair.public);
+    const priv = utils.parseKey(pair.private);
+    if (!(pub instanceof Error) && !(priv instanceof Error) && pub.getPublicSSH().length === ED25519_BLOB_BYTES) return pair;
+  }
+  throw new Error('could not generate a well-formed ed25519 key pair');
 }
 
 /** The SSH wire encoding of a public key, as a server presents it during the handshake. */
