@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { utils } from './helpers/ssh2-utils.js';
 import { GUEST_USER } from '../src/guest/contract.js';
+import { generateSessionKeys } from '../src/transport/keys.js';
 import { GuestConnection, HostKeyMismatchError, SshAuthenticationError } from '../src/transport/ssh-connection.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
@@ -72,7 +73,7 @@ describe('two sandboxes at once', () => {
     // Session a's guest is asked to be session b's (or any other) machine: its host key
     // differs from the pinned one, so the connection is refused before authentication.
     const privateKey = await readFile(path.join(orch.stateDir, a, 'id_ed25519'), 'utf8');
-    const impostorPin = utils.parseKey(utils.generateKeyPairSync('ed25519').public);
+    const impostorPin = utils.parseKey(generateSessionKeys('impostor00').hostPublicKey);
     if (impostorPin instanceof Error) throw impostorPin;
     const conn = new GuestConnection({
       endpoint: { host: await guestAddress(orch.names, a), port: 22 },
