@@ -31,8 +31,8 @@ export interface OrchestratorConfig {
   resourcePrefix: string;
 }
 
-function envInt(name: string, fallback: number): number {
-  const raw = process.env[name];
+function envInt(name: string, fallback: number, env: NodeJS.ProcessEnv = process.env): number {
+  const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
   const value = Number(raw);
   if (!Number.isInteger(value)) throw new Error(`${name} must be an integer, got "${raw}"`);
@@ -60,5 +60,45 @@ export function defaultConfig(): OrchestratorConfig {
     settleMaxMs: envInt('SBX_SETTLE_MAX_MS', 2_000),
     settleIntervalMs: envInt('SBX_SETTLE_INTERVAL_MS', 100),
     resourcePrefix: process.env.SBX_RESOURCE_PREFIX || DEFAULT_RESOURCE_PREFIX,
+  };
+}
+
+/** How the qemu runtime runs its VMs. Read from the environment (qemuSettingsFromEnv). */
+export interface QemuSettings {
+  /** SBX_QEMU_BIN: the QEMU system emulator (default qemu-system-x86_64 on PATH). */
+  binary: string;
+  /** SBX_QEMU_IMG: qemu-img, which makes the per-session copy-on-write disks. */
+  imgBinary: string;
+  /** SBX_QEMU_ACCEL: 'kvm', 'tcg' (software), or 'auto' (KVM if it works here, else TCG). */
+  accel: 'auto' | 'kvm' | 'tcg';
+  /** SBX_QEMU_SMP: virtual CPUs per VM (default 2: under TCG each is a host thread). */
+  smp: number;
+  /** SBX_KERNEL: a kernel to boot instead of the guest image's (see kernel-cmdline.ts). */
+  kernel?: string;
+  /** SBX_INITRD: an initrd to use instead of the image's (with SBX_KERNEL, usually). */
+  initrd?: string;
+  /**
+   * SBX_QEMU_BOOT_TIMEOUT_MS: how long a VM may take to be ready. Default: 90 s under TCG,
+   * 30 s with KVM. SBX_BOOT_TIMEOUT_MS applies instead when it is longer.
+   */
+  bootTimeoutMs?: number;
+}
+
+export function qemuSettingsFromEnv(env: NodeJS.ProcessEnv = process.env): QemuSettings {
+  const accel = env.SBX_QEMU_ACCEL || 'auto';
+  if (accel !== 'auto' && accel !== 'kvm' && accel !== 'tcg') {
+    throw new Error(`SBX_QEMU_ACCEL must be auto, kvm or tcg, got "${accel}"`);
+  }
+  const smp = envInt('SBX_QEMU_SMP', 2, env);
+  if (smp < 1 || smp > 64) throw new Error(`SBX_QEMU_SMP must be between 1 and 64, got ${smp}`);
+  const timeout = env.SBX_QEMU_BOOT_TIMEOUT_MS ? envInt('SBX_QEMU_BOOT_TIMEOUT_MS', 0, env) : undefined;
+  return {
+    binary: env.SBX_QEMU_BIN || 'qemu-system-x86_64',
+    imgBinary: env.SBX_QEMU_IMG || 'qemu-img',
+    accel,
+    smp,
+    kernel: env.SBX_KERNEL || undefined,
+    initrd: env.SBX_INITRD || undefined,
+    bootTimeoutMs: timeout,
   };
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 /**
- * `npm run bench`: one session on the default runtime, measured side by side in one run:
+ * `npm run bench`: one session on the default runtime (SBX_RUNTIME=qemu for the qemu one;
+ * its boots are labelled kvm or tcg), measured side by side in one run:
  * create-to-ready, screenshot and mouse_move over the HTTP API, the same commands run
  * inside the guest (the floor), and a fresh `ssh` process per command (the naive design).
  * Prints a table and writes bench-results.json.
@@ -38,6 +39,9 @@ async function main(): Promise<void> {
     console.error(`bench: runtime ${orchestrator.manager.runtimeName}, ${os.cpus().length} cores, N=${N}`);
 
     const createMs = await timeIt(CREATES, async () => (await client.create()).destroy(), 0);
+    // VM runtimes label their boots with the accelerator: KVM and TCG differ tenfold.
+    const accel = (await orchestrator.metrics.vmBootDuration.get()).values.find((v) => v.labels.accel !== undefined)?.labels.accel;
+    const createLabel = `create-to-ready (cold${accel ? `, ${orchestrator.manager.runtimeName}/${accel}` : ''})`;
     const sandbox = await client.create({ width: 1024, height: 768 });
     const id = sandbox.id;
 
@@ -78,7 +82,7 @@ async function main(): Promise<void> {
     await sandbox.destroy();
 
     const rows: Array<[string, Summary]> = [
-      ['create-to-ready (cold)', summarize(createMs)],
+      [createLabel, summarize(createMs)],
       ['screenshot, API', summarize(apiShot)],
       ['screenshot, scrot in guest (floor)', summarize(guestShot)],
       ['screenshot, fresh ssh per command', summarize(naiveShot)],
@@ -94,6 +98,7 @@ async function main(): Promise<void> {
     const move = summarize(apiMove).p50;
     const results = {
       runtime: orchestrator.manager.runtimeName,
+      accelerator: accel ?? null,
       cores: os.cpus().length,
       cold_create_p50_ms: summarize(createMs).p50,
       screenshot_api_p50_ms: shot,

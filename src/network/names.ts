@@ -29,6 +29,11 @@ export class ResourceNames {
     return this.prefix + sessionId;
   }
 
+  /** A VM's name (QEMU's -name, which is also its process name): found again by reclaim. */
+  vm(sessionId: string): string {
+    return this.prefix + sessionId;
+  }
+
   /** runc's state directory for our containers, apart from any other runc user's. */
   get runcRoot(): string {
     return `/run/${this.prefix}runc`;

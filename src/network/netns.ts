@@ -3,6 +3,21 @@ import type { CleanupStack } from '../util/cleanup-stack.js';
 import type { AddressLease } from './address-pool.js';
 import type { ResourceNames } from './names.js';
 
+/**
+ * How the guest joins its netns:
+ * - 'veth': the veth's netns end is the guest's own eth0 (a container shares the netns).
+ * - 'tap': the netns holds a bridge joining the veth's end and a TAP device, with no
+ *   address of its own; a VM process in the netns opens the TAP, and the VM's eth0 holds
+ *   the guest address (configured by the guest itself from its config drive).
+ * Either way the host reaches the guest at the same address through the same host veth.
+ */
+export type NetworkAttachment = 'veth' | 'tap';
+
+/** Interface names inside the netns. They need no prefix: they vanish with the netns. */
+export const NETNS_UPLINK = 'eth0';
+export const NETNS_BRIDGE = 'br0';
+export const NETNS_TAP = 'tap0';
+
 /** A sandbox's own network namespace, linked to the host by a veth pair. */
 export interface SandboxNetwork {
   netns: string;
@@ -10,42 +25,83 @@ export interface SandboxNetwork {
   netnsPath: string;
   hostInterface: string;
   lease: AddressLease;
+  attachment: NetworkAttachment;
+  /** With the 'tap' attachment: the TAP device inside the netns for the VM to open. */
+  tapInterface?: string;
 }
 
 const IP = 'ip';
 
 /**
- * Creates the sandbox's netns and a veth pair whose guest end is `eth0` inside it, with the
- * guest's address and a default route via the host end. The releases are pushed as each
- * piece is made, so a failure half-way leaves nothing behind.
+ * Creates the sandbox's netns and a veth pair whose netns end is `eth0`, and a default route
+ * via the host end. With the 'veth' attachment that eth0 holds the guest's address; with
+ * 'tap' it is bridged with a TAP device for a VM (see NetworkAttachment). The releases are
+ * pushed as each piece is made, so a failure half-way leaves nothing behind.
  */
 export async function createSandboxNetwork(
   names: ResourceNames,
   sessionId: string,
   lease: AddressLease,
   cleanup: CleanupStack,
+  attachment: NetworkAttachment = 'veth',
 ): Promise<SandboxNetwork> {
   const netns = names.netns(sessionId);
   const host = names.hostVeth(sessionId);
   await run([IP, 'netns', 'add', netns]);
   await cleanup.push(`netns ${netns}`, () => deleteNetns(netns));
-  await run([IP, 'link', 'add', host, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', netns]);
+  await run([IP, 'link', 'add', host, 'type', 'veth', 'peer', 'name', NETNS_UPLINK, 'netns', netns]);
   await cleanup.push(`veth ${host}`, () => deleteLink(host));
   // `ip -batch` runs many steps in one process, reading them from stdin (no shell): one
   // batch for the host's end, one inside the namespace.
   await run([IP, '-batch', '-'], {
     input: [`addr add ${lease.gateway}/${lease.prefixLength} dev ${host}`, `link set ${host} up`].join('\n') + '\n',
   });
+  const network: SandboxNetwork = { netns, netnsPath: `/var/run/netns/${netns}`, hostInterface: host, lease, attachment };
+  if (attachment === 'tap') {
+    // The TAP and the bridge live inside the netns and go with it; their release is pushed
+    // anyway, so that a destroy frees them in order and says so if it cannot.
+    await cleanup.push(`tap ${NETNS_TAP} and bridge ${NETNS_BRIDGE} in ${netns}`, () => deleteTapBridge(netns));
+    await run([IP, '-n', netns, '-batch', '-'], { input: tapBridgeCommands().join('\n') + '\n' });
+    return { ...network, tapInterface: NETNS_TAP };
+  }
   await run([IP, '-n', netns, '-batch', '-'], {
     input:
       [
         'link set lo up',
-        `addr add ${lease.guest}/${lease.prefixLength} dev eth0`,
-        'link set eth0 up',
+        `addr add ${lease.guest}/${lease.prefixLength} dev ${NETNS_UPLINK}`,
+        `link set ${NETNS_UPLINK} up`,
         `route add default via ${lease.gateway}`,
       ].join('\n') + '\n',
   });
-  return { netns, netnsPath: `/var/run/netns/${netns}`, hostInterface: host, lease };
+  return network;
+}
+
+/**
+ * `ip -batch` lines (run inside the netns) for the 'tap' attachment: a bridge joining the
+ * veth end and a persistent TAP. No address here: the netns only forwards frames, the VM's
+ * own eth0 is the guest. forward_delay 0, so the ports forward at once (STP is off anyway).
+ */
+export function tapBridgeCommands(): string[] {
+  return [
+    'link set lo up',
+    `link add ${NETNS_BRIDGE} type bridge forward_delay 0`,
+    `tuntap add dev ${NETNS_TAP} mode tap`,
+    `link set ${NETNS_UPLINK} master ${NETNS_BRIDGE}`,
+    `link set ${NETNS_TAP} master ${NETNS_BRIDGE}`,
+    `link set ${NETNS_UPLINK} up`,
+    `link set ${NETNS_TAP} up`,
+    `link set ${NETNS_BRIDGE} up`,
+  ];
+}
+
+/** Removes the TAP and the bridge of a netns; missing ones (or a missing netns) are fine. */
+export async function deleteTapBridge(netns: string): Promise<void> {
+  for (const link of [NETNS_TAP, NETNS_BRIDGE]) {
+    const res = await run([IP, '-n', netns, 'link', 'delete', link], { allowFailure: true });
+    if (res.exitCode !== 0 && !/Cannot find device|does not exist|No such file|Invalid argument|Cannot open network namespace/i.test(res.stderr)) {
+      throw new Error(`ip -n ${netns} link delete ${link}: ${res.stderr.trim()}`);
+    }
+  }
 }
 
 export async function deleteNetns(netns: string): Promise<void> {

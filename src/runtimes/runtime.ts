@@ -1,5 +1,5 @@
 import type { GuestImage } from '../guest/image/builder.js';
-import type { SandboxNetwork } from '../network/netns.js';
+import type { NetworkAttachment, SandboxNetwork } from '../network/netns.js';
 import type { GuestEndpoint } from '../transport/ssh-connection.js';
 import type { CleanupStack } from '../util/cleanup-stack.js';
 
@@ -17,11 +17,21 @@ export interface SandboxSpec {
   network: SandboxNetwork;
   memoryMiB: number;
   pidsLimit: number;
+  /**
+   * <stateDir>/logs: where a console log is kept when its sandbox fails (the session dir
+   * goes with the session). See keepConsoleLog.
+   */
+  logsDir: string;
 }
+
+/** How a VM is run: with KVM, or in software (TCG, about ten times slower to boot). */
+export type Accelerator = 'kvm' | 'tcg';
 
 export interface ExitInfo {
   code: number | null;
   reason: string;
+  /** Where the runtime kept the console log of a sandbox that died (see keepConsoleLog). */
+  consoleLogKeptAt?: string;
 }
 
 /** A started sandbox, as far as the layers above need to know. */
@@ -35,6 +45,8 @@ export interface RunningSandbox {
   /** Settles when the sandbox stops by itself (crash, kill, poweroff). */
   exited: Promise<ExitInfo>;
   isAlive(): boolean;
+  /** VM runtimes: how the VM runs (a boot-time metric is labelled with it). */
+  accelerator?: Accelerator;
 }
 
 /**
@@ -44,6 +56,17 @@ export interface RunningSandbox {
  */
 export interface Runtime {
   readonly name: RuntimeName;
+  /**
+   * How the sandbox joins its network namespace (default 'veth': the netns end of the veth
+   * is the guest's eth0). VMs need 'tap': a TAP bridged with the veth end. See netns.ts.
+   */
+  readonly networkAttachment?: NetworkAttachment;
+  /**
+   * The boot timeout this runtime needs when it is longer than the orchestrator-wide one
+   * (SBX_BOOT_TIMEOUT_MS): a VM under TCG takes many times a container's start-up. The
+   * longer of the two applies.
+   */
+  readonly bootTimeoutMs?: number;
   start(spec: SandboxSpec, cleanup: CleanupStack): Promise<RunningSandbox>;
   /** Session ids of the sandboxes this runtime has on the host, alive or not. */
   list(): Promise<string[]>;

@@ -10,9 +10,11 @@ import type { GuestImage } from '../guest/image/builder.js';
 import type { AddressLease } from '../network/address-pool.js';
 import type { ResourceNames } from '../network/names.js';
 import { createSandboxNetwork } from '../network/netns.js';
-import type { Runtime } from '../runtimes/runtime.js';
+import { keepConsoleLog, logsDirOf } from '../runtimes/console-log.js';
+import type { RunningSandbox, Runtime } from '../runtimes/runtime.js';
 import { generateSessionKeys, publicKeyBlob, removeSessionDir, writeSessionKeys } from '../transport/keys.js';
 import { GuestConnection } from '../transport/ssh-connection.js';
+import { OrchestratorError } from '../errors.js';
 import type { Session } from './session.js';
 
 export interface BootContext {
@@ -66,8 +68,11 @@ export async function bootSandbox(session: Session, lease: AddressLease, ctx: Bo
   );
 
   step('keys and config');
-  const network = await createSandboxNetwork(ctx.names, id, lease, session.cleanup);
+  const network = await createSandboxNetwork(ctx.names, id, lease, session.cleanup, ctx.runtime.networkAttachment);
   step('network');
+  // A VM under TCG needs longer than the orchestrator-wide boot timeout: the longer applies.
+  const deadline = Math.max(ctx.deadline, Date.now() + (ctx.runtime.bootTimeoutMs ?? 0));
+  const logsDir = logsDirOf(ctx.stateDir);
   const sandbox = await ctx.runtime.start(
     {
       sessionId: id,
@@ -78,11 +83,41 @@ export async function bootSandbox(session: Session, lease: AddressLease, ctx: Bo
       network,
       memoryMiB: ctx.memoryMiB,
       pidsLimit: ctx.pidsLimit,
+      logsDir,
     },
     session.cleanup,
   );
   session.sandbox = sandbox;
   step('runtime started');
+  try {
+    await connectAndWaitForDisplay(session, sandbox, keys, deadline, ctx, step);
+  } catch (err) {
+    throw await withConsoleLog(err, sandbox, logsDir, id);
+  }
+  step('display answering');
+}
+
+/**
+ * A sandbox that did not come up: say how it ended if it did, and keep its console log (the
+ * session dir is removed with the session) and say where.
+ */
+async function withConsoleLog(err: unknown, sandbox: RunningSandbox, logsDir: string, sessionId: string): Promise<unknown> {
+  if (!(err instanceof Error) || err instanceof OrchestratorError) return err;
+  const exit = sandbox.isAlive() ? undefined : await sandbox.exited;
+  const kept = exit?.consoleLogKeptAt ?? (await keepConsoleLog(sandbox.consoleLogPath, logsDir, sessionId));
+  const parts = [err.message, exit && `(${exit.reason})`, kept && !exit?.consoleLogKeptAt && `(console log kept at ${kept})`];
+  return new Error(parts.filter(Boolean).join(' '), { cause: err });
+}
+
+async function connectAndWaitForDisplay(
+  session: Session,
+  sandbox: RunningSandbox,
+  keys: ReturnType<typeof generateSessionKeys>,
+  deadline: number,
+  ctx: BootContext,
+  step: (name: string) => void,
+): Promise<void> {
+  const { width, height } = session.record;
 
   const connection = new GuestConnection({
     endpoint: sandbox.endpoint,
@@ -92,16 +127,15 @@ export async function bootSandbox(session: Session, lease: AddressLease, ctx: Bo
   });
   await session.cleanup.push('ssh connection', () => connection.close());
   session.connection = connection;
-  await connection.open(remaining(ctx.deadline), sandbox.isAlive);
+  await connection.open(remaining(deadline), sandbox.isAlive);
   step('ssh connected');
 
   const desktop = new Desktop(connection, ctx.display);
   await session.cleanup.push('desktop input', () => desktop.close());
-  await waitForDisplay(desktop, ctx.deadline, sandbox.isAlive);
+  await waitForDisplay(desktop, deadline, sandbox.isAlive);
   const screen = { width, height };
   const model = { width: session.record.modelWidth, height: session.record.modelHeight };
   session.computer = new ComputerTool(desktop, new Scaler(screen, model), ctx.settle);
-  step('display answering');
 }
 
 /** Xvfb may still be starting when sshd already answers: wait until the display replies. */

@@ -173,6 +173,8 @@ export class SessionManager {
     this.setState(session, 'ready');
     this.opts.metrics.sessionsTotal.inc({ outcome: 'ready' });
     this.opts.metrics.createDuration.observe({ runtime: record.runtime }, (performance.now() - started) / 1000);
+    const accel = session.sandbox?.accelerator;
+    if (accel) this.opts.metrics.vmBootDuration.observe({ runtime: record.runtime, accel }, (performance.now() - started) / 1000);
     log.info({ runtime: record.runtime, ms: Math.round(performance.now() - started) }, 'session ready');
     return toView(session.record);
   }

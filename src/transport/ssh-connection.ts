@@ -61,6 +61,10 @@ const DEFAULT_EXEC_TIMEOUT_MS = 30_000;
 const DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024;
 const BACKOFF_MIN_MS = 100;
 const BACKOFF_MAX_MS = 5_000;
+/** How long close() lets the guest answer the disconnect before the socket is destroyed. */
+const CLOSE_GRACE_MS = 1_000;
+/** The TCP socket under each ssh2 client (ours: made with Nagle off, see connectOnce). */
+const SOCKETS = new WeakMap<Client, net.Socket>();
 
 /**
  * One persistent SSH connection to one guest. Every command is a channel multiplexed on it,
@@ -125,7 +129,13 @@ export class GuestConnection extends EventEmitter {
 
   close(): void {
     this.closed = true;
-    this.client?.end();
+    const client = this.client;
+    client?.end();
+    // end() waits for the guest's FIN. A VM stopped right after (destroy stops it next)
+    // never sends one, and the socket would stay open for minutes, holding the process.
+    // (ssh2's own destroy() does nothing once end() was called: destroy the socket itself.)
+    const socket = client && SOCKETS.get(client);
+    if (socket) setTimeout(() => socket.destroy(), CLOSE_GRACE_MS).unref();
     this.client = undefined;
     this.connected = undefined;
   }
@@ -227,6 +237,7 @@ export class GuestConnection extends EventEmitter {
       // Our own socket, with Nagle's algorithm off: every command is a handful of small
       // packets, and Nagle plus delayed ACKs would add ~40 ms to each of them.
       const sock = net.connect({ host: this.opts.endpoint.host, port: this.opts.endpoint.port, noDelay: true });
+      SOCKETS.set(client, sock);
       sock.on('error', () => undefined); // ssh2 reports socket errors through the client
       client.connect({
         sock,

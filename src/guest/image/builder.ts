@@ -3,6 +3,10 @@
  *
  * Layout under imagesDir:
  *   <hash>/rootfs/          the root filesystem (the container runtime uses it as is)
+ *   <hash>/rootfs.ext4      the same tree as an ext4 image (mkfs.ext4 -d): the VMs' shared,
+ *                           read-only root disk, under a per-session copy-on-write layer
+ *   <hash>/vmlinuz          the guest kernel (Debian's cloud kernel, from RECIPE.vm)
+ *   <hash>/initrd.img       a busybox initrd that loads the virtio modules and mounts the root
  *   <hash>/manifest.json    what was built, from which recipe, how long it took
  *   <hash>.build.log        everything debootstrap and the build steps printed
  *   .build-<hash>-<pid>/    a build in progress; renamed to <hash>/ only once complete,
@@ -14,10 +18,16 @@
  */
 import { spawn } from 'node:child_process';
 import { createWriteStream, type WriteStream } from 'node:fs';
-import { mkdir, readdir, readFile, realpath, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, copyFile, mkdir, readdir, readFile, realpath, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { guestFilesDir, RECIPE, recipeHash, BUILDER_VERSION, type GuestRecipe } from './recipe.js';
+import { GUEST_INIT } from '../contract.js';
+import { GUEST_ROOT_DEVICE } from '../kernel-cmdline.js';
+import { createImageFile, mkfsExt4Argv, rootImageSize } from './ext4-image.js';
+import { buildInitrd } from './initrd.js';
+import { guestFilesDir, INITRD_ROOT_WAIT_SECONDS, RECIPE, recipeHash, BUILDER_VERSION, type GuestRecipe } from './recipe.js';
+import { truncateTimestamps } from './timestamps.js';
+import { fetchVmPackages, type VmPackages } from './vm-packages.js';
 
 export interface GuestImage {
   hash: string;
@@ -25,18 +35,25 @@ export interface GuestImage {
   dir: string;
   /** <dir>/rootfs: the root filesystem as a directory. */
   rootfs: string;
-  // Later: ext4 (for VMs), kernel and initrd, next to rootfs.
+  /** <dir>/rootfs.ext4: the same tree as an ext4 image, shared read-only by every VM. */
+  ext4: string;
+  /** <dir>/vmlinuz: the guest kernel for the VM runtimes. */
+  kernel: string;
+  /** <dir>/initrd.img: loads the kernel's virtio modules and mounts the root disk. */
+  initrd: string;
 }
 
-/** Written to <dir>/manifest.json. May grow (ext4, kernel) as new artifacts are added. */
+/** Written to <dir>/manifest.json. */
 export interface ImageManifest {
   hash: string;
   builderVersion: number;
   recipe: GuestRecipe;
   builtAt: string;
   /** Paths relative to the image directory. */
-  artifacts: { rootfs: string };
-  durationsMs: { debootstrap: number; configure: number; total: number };
+  artifacts: { rootfs: string; ext4: string; kernel: string; initrd: string };
+  /** What the VM artifacts were made of. */
+  vm: { kernelPackage: string; kernelRelease: string; initrdModules: string[]; initrdBytes: number; ext4Bytes: number };
+  durationsMs: { debootstrap: number; configure: number; vm: number; total: number };
   rootfsBytes: number;
 }
 
@@ -50,7 +67,10 @@ export interface BuildOptions {
 
 const MANIFEST = 'manifest.json';
 const ROOTFS = 'rootfs';
-const TOTAL_STEPS = 7;
+const EXT4 = 'rootfs.ext4';
+const KERNEL = 'vmlinuz';
+const INITRD = 'initrd.img';
+const TOTAL_STEPS = 10;
 
 /** The current recipe's image, if it has been built (and completed). */
 export async function findImage(imagesDir: string): Promise<GuestImage | undefined> {
@@ -63,9 +83,23 @@ export async function findImage(imagesDir: string): Promise<GuestImage | undefin
     return undefined;
   }
   if (manifest.hash !== hash) return undefined;
-  const rootfs = join(dir, manifest.artifacts.rootfs);
-  if (!(await isDirectory(rootfs))) return undefined;
-  return { hash, dir, rootfs };
+  const image = imageAt(dir, hash, manifest.artifacts);
+  if (!(await isDirectory(image.rootfs))) return undefined;
+  for (const file of [image.ext4, image.kernel, image.initrd]) {
+    if (!(await isFile(file))) return undefined;
+  }
+  return image;
+}
+
+function imageAt(dir: string, hash: string, artifacts: ImageManifest['artifacts']): GuestImage {
+  return {
+    hash,
+    dir,
+    rootfs: join(dir, artifacts.rootfs),
+    ext4: join(dir, artifacts.ext4),
+    kernel: join(dir, artifacts.kernel),
+    initrd: join(dir, artifacts.initrd),
+  };
 }
 
 // One build per image at a time within this process; concurrent callers share it.
@@ -133,9 +167,18 @@ class ImageBuild {
       await this.createUser();
       await this.removeHostKeys();
       await this.installFiles();
+      // Before trim and setIdentity: it uses the rootfs's apt lists and resolver config.
+      const vmStarted = performance.now();
+      const packages = await this.fetchVmPackages();
+      let vmMs = performance.now() - vmStarted;
       await this.trim();
       await this.setIdentity();
-      const configureMs = performance.now() - configureStarted;
+      const configureMs = performance.now() - configureStarted - vmMs;
+
+      const vmArtifactsStarted = performance.now();
+      const initrd = await this.buildInitrd(packages);
+      const ext4Bytes = await this.buildRootImage();
+      vmMs += performance.now() - vmArtifactsStarted;
 
       this.nextStep('writing the manifest and moving the image into place');
       const manifest: ImageManifest = {
@@ -143,17 +186,28 @@ class ImageBuild {
         builderVersion: BUILDER_VERSION,
         recipe: this.recipe,
         builtAt: new Date().toISOString(),
-        artifacts: { rootfs: ROOTFS },
+        artifacts: { rootfs: ROOTFS, ext4: EXT4, kernel: KERNEL, initrd: INITRD },
+        vm: {
+          kernelPackage: packages.kernelPackage,
+          kernelRelease: packages.kernelRelease,
+          initrdModules: initrd.modules,
+          initrdBytes: initrd.bytes,
+          ext4Bytes,
+        },
         durationsMs: {
           debootstrap: Math.round(debootstrapMs),
           configure: Math.round(configureMs),
+          vm: Math.round(vmMs),
           total: Math.round(performance.now() - this.started),
         },
         rootfsBytes: await this.diskUsage(this.rootfs),
       };
       await writeFile(join(this.tempDir, MANIFEST), JSON.stringify(manifest, null, 2) + '\n', { mode: 0o644 });
       const image = await this.moveIntoPlace(force);
-      this.report(`guest image ready: ${image.dir} (${(manifest.rootfsBytes / 1e6).toFixed(0)} MB)`);
+      this.report(
+        `guest image ready: ${image.dir} (rootfs ${(manifest.rootfsBytes / 1e6).toFixed(0)} MB, ` +
+          `kernel ${packages.kernelRelease}, initrd ${(initrd.bytes / 1e6).toFixed(1)} MB)`,
+      );
       return image;
     } catch (error) {
       this.logLine(`build failed: ${error instanceof Error ? error.message : String(error)}`);
@@ -266,6 +320,56 @@ class ImageBuild {
     });
   }
 
+  /** The kernel and busybox packages, unpacked next to the rootfs (see vm-packages.ts). */
+  private async fetchVmPackages(): Promise<VmPackages> {
+    const { kernelPackage, busyboxPackage } = this.recipe.vm;
+    this.nextStep(`fetching ${kernelPackage} and ${busyboxPackage} for the VM runtimes`);
+    const packages = await fetchVmPackages(
+      this.rootfs,
+      join(this.tempDir, 'vm-packages'),
+      { kernel: kernelPackage, busybox: busyboxPackage },
+      { inRoot: (argv, onLine) => this.exec('chroot', [this.rootfs, ...argv], { onLine }) },
+    );
+    this.report(`kernel ${packages.kernelPackage} (${packages.kernelRelease})`);
+    return packages;
+  }
+
+  /** vmlinuz and initrd.img into the image dir; the unpacked packages go. */
+  private async buildInitrd(packages: VmPackages): Promise<{ bytes: number; modules: string[] }> {
+    this.nextStep(`building the initrd (busybox, modules ${this.recipe.vm.initrdModules.join(', ')} and what they need)`);
+    await copyFile(packages.vmlinuz, join(this.tempDir, KERNEL));
+    const result = await buildInitrd(join(this.tempDir, INITRD), {
+      busybox: packages.busybox,
+      moduleTree: packages.moduleTree,
+      modules: this.recipe.vm.initrdModules,
+      defaultRoot: GUEST_ROOT_DEVICE,
+      defaultInit: GUEST_INIT,
+      rootWaitSeconds: INITRD_ROOT_WAIT_SECONDS,
+    });
+    this.report(`initrd: ${(result.bytes / 1e6).toFixed(2)} MB, loads ${result.modules.join(' ')}`);
+    await rm(join(this.tempDir, 'vm-packages'), { recursive: true, force: true });
+    return result;
+  }
+
+  /** rootfs.ext4: the finished rootfs as an ext4 image, read-only (VMs write to an overlay). */
+  private async buildRootImage(): Promise<number> {
+    // mkfs.ext4 -d keeps whole seconds only: make the tree agree, then the font cache with
+    // it (see timestamps.ts). The container runtime's rootfs is the same tree, and agrees too.
+    const changed = await truncateTimestamps(this.rootfs);
+    this.logLine(`timestamps truncated to whole seconds: ${changed} entries`);
+    await this.inRoot(['fc-cache', '--system-only']);
+    const used = await this.diskUsage(this.rootfs);
+    const size = rootImageSize(used, this.recipe.vm.rootHeadroomMiB);
+    this.nextStep(`making ${EXT4} (${(size / 2 ** 20).toFixed(0)} MiB, sparse) with mkfs.ext4 -d`);
+    const image = join(this.tempDir, EXT4);
+    await createImageFile(image, 0o644);
+    const [command, ...args] = mkfsExt4Argv({ source: this.rootfs, image, sizeBytes: size, label: 'sbx-root', journal: true });
+    await this.exec(command as string, args);
+    // Shared by every VM: nobody may write it, not even by mistake.
+    await chmod(image, 0o444);
+    return size;
+  }
+
   private async setIdentity(): Promise<void> {
     this.nextStep(`setting hostname ${this.recipe.hostname}`);
     await this.inRoot(['tee', '/etc/hostname'], { stdin: Buffer.from(`${this.recipe.hostname}\n`) });
@@ -277,7 +381,7 @@ class ImageBuild {
 
   private async moveIntoPlace(force: boolean): Promise<GuestImage> {
     const dir = join(this.imagesDir, this.hash);
-    const image = { hash: this.hash, dir, rootfs: join(dir, ROOTFS) };
+    const image = imageAt(dir, this.hash, { rootfs: ROOTFS, ext4: EXT4, kernel: KERNEL, initrd: INITRD });
     if (force && (await isDirectory(dir))) {
       const old = join(this.imagesDir, `.old-${this.hash}-${process.pid}`);
       await rename(dir, old);
@@ -366,6 +470,7 @@ class CommandError extends Error {
 
 const HOW_TO_INSTALL: Record<string, string> = {
   debootstrap: 'apt-get install debootstrap',
+  'mkfs.ext4': 'apt-get install e2fsprogs',
 };
 
 /** Runs argv (no shell) and resolves on exit 0; lines of output go to onLine. */
@@ -474,6 +579,14 @@ async function mountsBelow(dir: string): Promise<string[]> {
     if (mountPoint === dir || mountPoint.startsWith(`${dir}/`)) below.push(mountPoint);
   }
   return below;
+}
+
+async function isFile(path: string): Promise<boolean> {
+  try {
+    return (await stat(path)).isFile();
+  } catch {
+    return false;
+  }
 }
 
 async function isDirectory(path: string): Promise<boolean> {

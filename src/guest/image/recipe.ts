@@ -8,12 +8,17 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { CONFIG_MOUNT, GUEST_GID, GUEST_INIT, GUEST_UID, GUEST_USER } from '../contract.js';
+import { GUEST_ROOT_DEVICE } from '../kernel-cmdline.js';
+import { initScript } from './initrd-init.js';
+
+/** How long the initrd waits for the root disk to appear. */
+export const INITRD_ROOT_WAIT_SECONDS = 10;
 
 /**
  * Bump when builder.ts changes what it does to the rootfs (not for refactors that keep the
  * result identical): a new value invalidates every cached image.
  */
-export const BUILDER_VERSION = 1;
+export const BUILDER_VERSION = 2;
 
 /** One of our files (from src/guest/files) copied into the rootfs. */
 export interface RecipeFile {
@@ -22,6 +27,21 @@ export interface RecipeFile {
   /** Absolute path in the guest. */
   target: string;
   mode: number;
+}
+
+/** What the VM runtimes boot, next to the rootfs (see vm-packages.ts, initrd.ts). */
+export interface VmRecipe {
+  /** The kernel: a Debian package; a metapackage resolves to the versioned one. */
+  kernelPackage: string;
+  /** A statically linked busybox for the initrd's /init. */
+  busyboxPackage: string;
+  /**
+   * Kernel modules the initrd loads (their dependencies are found and loaded first): the
+   * virtio-mmio transport, the disks and the network. ext4 is built into Debian's kernel.
+   */
+  initrdModules: readonly string[];
+  /** Free space in the root filesystem image beyond what the rootfs uses. */
+  rootHeadroomMiB: number;
 }
 
 export interface GuestRecipe {
@@ -37,6 +57,7 @@ export interface GuestRecipe {
   hostname: string;
   /** Created empty in the image: the mount point of the per-session config. */
   configMount: string;
+  vm: VmRecipe;
 }
 
 export const RECIPE: GuestRecipe = {
@@ -73,6 +94,13 @@ export const RECIPE: GuestRecipe = {
   user: { name: GUEST_USER, uid: GUEST_UID, gid: GUEST_GID, home: `/home/${GUEST_USER}`, shell: '/bin/bash' },
   hostname: 'sandbox',
   configMount: CONFIG_MOUNT,
+  vm: {
+    // Debian's kernel for cloud VMs: small (no hardware drivers), virtio as modules.
+    kernelPackage: 'linux-image-cloud-amd64',
+    busyboxPackage: 'busybox-static',
+    initrdModules: ['virtio_mmio', 'virtio_blk', 'virtio_net'],
+    rootHeadroomMiB: 1024,
+  },
 };
 
 /**
@@ -113,6 +141,8 @@ export function recipeHash(recipe: GuestRecipe = RECIPE): string {
   const hash = createHash('sha256');
   hash.update(`builder ${BUILDER_VERSION}\n`);
   hash.update(stableStringify(recipe));
+  // The initrd's /init is generated, not a file in src/guest/files: hash its text too.
+  hash.update(`\ninitrd-init\n${initScript({ modules: recipe.vm.initrdModules, defaultRoot: GUEST_ROOT_DEVICE, defaultInit: GUEST_INIT, rootWaitSeconds: INITRD_ROOT_WAIT_SECONDS })}`);
   const filesDir = guestFilesDir();
   const names = readdirSync(filesDir, { withFileTypes: true })
     .filter((entry) => entry.isFile())

@@ -1,0 +1,90 @@
+/**
+ * The QEMU command line of one sandbox VM, as an argument vector (pure, unit-tested).
+ *
+ * The machine is `microvm`, QEMU's model of Firecracker: no PCI, no firmware menu, virtio
+ * devices on virtio-mmio, the kernel booted directly. The same kernel, initrd, root image
+ * and config drive format boot under Firecracker.
+ */
+import { createHash } from 'node:crypto';
+import type { Accelerator } from '../runtime.js';
+import { cpuModel } from './accelerator.js';
+
+export interface QemuVmConfig {
+  /** <prefix><sessionId>: the VM's name, and its process name (found again by reclaim). */
+  name: string;
+  accelerator: Accelerator;
+  smp: number;
+  memoryMiB: number;
+  kernel: string;
+  /** Omitted for a kernel with everything built in. */
+  initrd?: string;
+  cmdline: string;
+  /** The per-session copy-on-write layer over the image's rootfs.ext4 (qcow2): /dev/vda. */
+  rootDisk: string;
+  /** The per-session config drive (raw ext4): /dev/vdb. */
+  configDrive: string;
+  /** The TAP device inside the session's netns. */
+  tap: string;
+  mac: string;
+  pidFile: string;
+  /** The unprivileged user QEMU switches to once set up (it starts as root for the TAP). */
+  runAs: string;
+}
+
+export function qemuArgv(vm: QemuVmConfig): string[] {
+  return [
+    ...['-name', `guest=${vm.name},process=${vm.name}`],
+    // pit and pic: without them, the guest kernel hangs calibrating its TSC (seen under TCG).
+    // rtc: the guest's clock starts at the host's time. ACPI (on by default) is how Debian's
+    // kernel finds the virtio-mmio devices (see src/guest/kernel-cmdline.ts).
+    ...['-machine', 'microvm,pit=on,pic=on,rtc=on'],
+    ...['-accel', vm.accelerator],
+    ...['-cpu', cpuModel(vm.accelerator)],
+    ...['-smp', String(vm.smp)],
+    ...['-m', `${vm.memoryMiB}M`],
+    // Nothing but what is listed here: no default NIC, no monitor, no display.
+    '-nodefaults',
+    '-no-user-config',
+    ...['-display', 'none'],
+    // A guest reboot ends the VM: sandbox-init reboots to power off, and so do the kernel's
+    // panic=1 and the initrd when the root cannot be mounted.
+    '-no-reboot',
+    ...['-kernel', vm.kernel],
+    ...(vm.initrd ? ['-initrd', vm.initrd] : []),
+    ...['-append', vm.cmdline],
+    // The root disk. cache=unsafe: the layer is thrown away with the session, so the guest's
+    // flushes need not reach the host's disk. discard: freed blocks shrink the layer.
+    ...['-drive', `id=root,if=none,format=qcow2,file=${optionValue(vm.rootDisk)},cache=unsafe,discard=unmap`],
+    ...['-device', 'virtio-blk-device,drive=root'],
+    ...['-drive', `id=config,if=none,format=raw,file=${optionValue(vm.configDrive)},read-only=on`],
+    ...['-device', 'virtio-blk-device,drive=config'],
+    ...['-netdev', `tap,id=net0,ifname=${vm.tap},script=no,downscript=no`],
+    ...['-device', `virtio-net-device,netdev=net0,mac=${vm.mac}`],
+    // The serial console goes to QEMU's stdout, which the runtime points at the console log
+    // (QEMU's own errors go to stderr, the same file). signal=off: stdin is not a terminal.
+    ...['-chardev', 'stdio,id=console,signal=off'],
+    ...['-serial', 'chardev:console'],
+    ...['-pidfile', vm.pidFile],
+    // Defence in depth for the process that handles everything the guest does to its
+    // devices: a seccomp filter (no fork/exec, no obsolete or scheduling calls), and no root
+    // once the disks and the TAP are open (-runas). elevateprivileges must stay allowed:
+    // QEMU changes user after installing the filter (denying it: killed by SIGSYS), and as
+    // an unprivileged user it has nothing left to elevate.
+    ...['-sandbox', 'on,obsolete=deny,spawn=deny,resourcecontrol=deny'],
+    ...['-runas', vm.runAs],
+  ];
+}
+
+/** QEMU option values are comma-separated: a comma inside a value is written twice. */
+export function optionValue(value: string): string {
+  return value.replace(/,/g, ',,');
+}
+
+/**
+ * A MAC address of the session's own: locally administered (02:...), derived from the name so
+ * that a console log or a packet capture can be matched to its session.
+ */
+export function macAddressFor(name: string): string {
+  const bytes = createHash('sha256').update(name).digest().subarray(0, 5);
+  return ['02', ...[...bytes].map((b) => b.toString(16).padStart(2, '0'))].join(':');
+}
