@@ -12,9 +12,10 @@ fi
 # Host tools: runc runs the sandboxes, debootstrap builds the guest image, iproute2 makes
 # their networks, util-linux/mount mount their overlays, openssh-client is the benchmark's
 # "naive" baseline, e2fsprogs builds config drives and VM disks, qemu-system-x86 runs the
-# qemu runtime's microVMs and qemu-utils (qemu-img) makes their per-session disks. The VM
-# kernel and the initrd's busybox come from the guest image's own mirror, not the host.
-packages=(runc debootstrap iproute2 util-linux mount e2fsprogs openssh-client ca-certificates qemu-system-x86 qemu-utils)
+# qemu runtime's microVMs and qemu-utils (qemu-img) makes their per-session disks, lz4
+# unpacks Debian's kernel into the vmlinux Firecracker boots. The VM kernel and the
+# initrd's busybox come from the guest image's own mirror, not the host.
+packages=(runc debootstrap iproute2 util-linux mount e2fsprogs openssh-client ca-certificates qemu-system-x86 qemu-utils lz4)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")

@@ -31,7 +31,7 @@ export interface OrchestratorConfig {
   resourcePrefix: string;
 }
 
-function envInt(name: string, fallback: number, env: NodeJS.ProcessEnv = process.env): number {
+export function envInt(name: string, fallback: number, env: NodeJS.ProcessEnv = process.env): number {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
   const value = Number(raw);

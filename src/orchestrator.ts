@@ -7,7 +7,7 @@ import type { OrchestratorConfig } from './config.js';
 import { buildImage, findImage, type GuestImage } from './guest/image/builder.js';
 import { Metrics } from './metrics/metrics.js';
 import { ResourceNames } from './network/names.js';
-import { selectRuntime } from './runtimes/select.js';
+import { selectRuntime, type RuntimeSelection } from './runtimes/select.js';
 import { SessionManager } from './sessions/manager.js';
 import { SessionStore } from './sessions/store.js';
 
@@ -27,13 +27,18 @@ export interface StartOptions {
   buildImageIfMissing?: boolean;
   /** Listen on config.host:config.port (default true); tests may use inject() instead. */
   listen?: boolean;
+  /**
+   * A runtime made by the caller instead of the one config.runtime selects: for tests that
+   * run the Firecracker runtime against its contract emulator on hosts without KVM.
+   */
+  runtime?: RuntimeSelection;
 }
 
 /** Wires the parts together: store, runtime, image, session manager, HTTP server. */
 export async function startOrchestrator(config: OrchestratorConfig, log: Logger, options: StartOptions = {}): Promise<Orchestrator> {
   await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
   const names = new ResourceNames(config.resourcePrefix);
-  const selection = await selectRuntime(config.runtime, names);
+  const selection = options.runtime ?? (await selectRuntime(config.runtime, names));
   log.info({ runtime: selection.runtime.name, reason: selection.reason }, 'runtime selected');
 
   let image = await findImage(config.imagesDir);
@@ -65,6 +70,7 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
     log,
   });
   await manager.start();
+  await selection.runtime.prepare?.(image, (message) => log.info({ runtime: selection.runtime.name }, message));
   const server = await buildServer({ manager, metrics, logger: log });
   if (options.listen !== false) await server.listen({ host: config.host, port: config.port });
 

@@ -2,7 +2,6 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import { isProcessAlive, processStartTime } from '../src/runtimes/container/process-watch.js';
 import type { GuestConnection } from '../src/transport/ssh-connection.js';

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { accessSync, closeSync, constants, existsSync, openSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import http from 'node:http';
 import net from 'node:net';
@@ -10,6 +10,7 @@ import path from 'node:path';
 import { after, afterEach, beforeEach, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { FirecrackerClient } from '../src/runtimes/firecracker/api/client.js';
+import { findOnPath, kvmUnavailable } from '../src/runtimes/firecracker/host/host-check.js';
 import { FirecrackerApiError, FirecrackerTransportError } from '../src/runtimes/firecracker/api/errors.js';
 import type { MachineConfiguration } from '../src/runtimes/firecracker/api/types.js';
 import { waitForApiSocket } from '../src/runtimes/firecracker/api/wait-for-socket.js';
@@ -24,7 +25,7 @@ import { jailId } from '../src/runtimes/firecracker/jailer/jail-id.js';
 import { jailerArgv, type JailerOptions } from '../src/runtimes/firecracker/jailer/jailer-args.js';
 import {
   KeyRotationError,
-  PROPOSED_GUEST_KEY_PATHS,
+  GUEST_KEY_PATHS,
   rotateKeysAfterRestore,
   type RotationPhase,
 } from '../src/runtimes/firecracker/keys/key-rotation.js';
@@ -573,10 +574,10 @@ describe('firecracker: the jailer', () => {
     assert.equal(layout.rootDir, root);
     assert.deepEqual(layout.directories, [`${root}/run`, `${root}/snapshot`]);
     assert.deepEqual(layout.files, [
-      { source: '/var/lib/sandboxes/images/abc/vmlinux', target: `${root}/vmlinux`, method: 'link', writable: false },
-      { source: '/var/lib/sandboxes/images/abc/initrd.img', target: `${root}/initrd.img`, method: 'link', writable: false },
-      { source: '/var/lib/sandboxes/images/abc/rootfs.ext4', target: `${root}/rootfs.ext4`, method: 'copy', writable: true },
-      { source: '/var/lib/sandboxes/k3v9x0a1b2/config.ext4', target: `${root}/config.ext4`, method: 'link', writable: false },
+      { source: '/var/lib/sandboxes/images/abc/vmlinux', target: `${root}/vmlinux`, method: 'link', writable: false, ownedByJail: false },
+      { source: '/var/lib/sandboxes/images/abc/initrd.img', target: `${root}/initrd.img`, method: 'link', writable: false, ownedByJail: false },
+      { source: '/var/lib/sandboxes/images/abc/rootfs.ext4', target: `${root}/rootfs.ext4`, method: 'copy', writable: true, ownedByJail: true },
+      { source: '/var/lib/sandboxes/k3v9x0a1b2/config.ext4', target: `${root}/config.ext4`, method: 'link', writable: false, ownedByJail: true },
     ]);
     assert.deepEqual(layout.apiSocket, { hostPath: `${root}/run/firecracker.socket`, jailPath: '/run/firecracker.socket' });
     assert.deepEqual(layout.vsockSocket, { hostPath: `${root}/run/vsock.sock`, jailPath: '/run/vsock.sock' });
@@ -606,8 +607,8 @@ describe('firecracker: the jailer', () => {
     assert.equal(layout.vmPaths.initrdPath, undefined);
     assert.ok(!layout.files.some((f) => f.target.endsWith('initrd.img')));
     assert.deepEqual(layout.files.slice(-2), [
-      { source: '/templates/abc/vmstate', target: `${root}/snapshot/vmstate`, method: 'link', writable: false },
-      { source: '/templates/abc/memory', target: `${root}/snapshot/memory`, method: 'link', writable: false },
+      { source: '/templates/abc/vmstate', target: `${root}/snapshot/vmstate`, method: 'link', writable: false, ownedByJail: false },
+      { source: '/templates/abc/memory', target: `${root}/snapshot/memory`, method: 'link', writable: false, ownedByJail: false },
     ]);
   });
 
@@ -627,7 +628,7 @@ describe('firecracker: the jailer', () => {
 });
 
 describe('firecracker: key rotation after a snapshot restore', () => {
-  const paths = PROPOSED_GUEST_KEY_PATHS;
+  const paths = GUEST_KEY_PATHS;
   const template = fakeKeys('template');
   const session = fakeKeys('session');
   const plan = (phases?: RotationPhase[]) => ({
@@ -659,6 +660,7 @@ describe('firecracker: key rotation after a snapshot restore', () => {
       `write ${paths.hostKey} 600 by template-client`,
       `write ${paths.hostKeyPub} 644 by template-client`,
       `write ${paths.authorizedKeys} 600 by template-client`,
+      `write ${paths.rootAuthorizedKeys} 600 by template-client`,
       'reload by template-client',
       'connect session-client pin session-host: accepted',
       'try template-client pin session-host: auth-refused',
@@ -700,8 +702,8 @@ describe('firecracker: key rotation after a snapshot restore', () => {
 
   it('refuses to hand out a guest whose template key still works (a second authorized_keys file)', async () => {
     const guest = newGuest();
-    guest.files.set('/sandbox/config/authorized_keys', { data: template.clientPublicKey + '\n', mode: 0o600 });
-    guest.authorizedKeysFiles.push('/sandbox/config/authorized_keys');
+    guest.files.set('/home/user/.ssh/authorized_keys', { data: template.clientPublicKey + '\n', mode: 0o600 });
+    guest.authorizedKeysFiles.push('/home/user/.ssh/authorized_keys');
     await expectRefusal(guest, 'verify-template-refused', /template's client key is still accepted/);
   });
 
@@ -742,16 +744,16 @@ describe('firecracker: key rotation after a snapshot restore', () => {
   });
 });
 
-describe('firecracker: a real microVM', () => {
-  const firecrackerBin = process.env.FIRECRACKER_BIN || onPath('firecracker');
-  const kvmProblem = kvmUnavailable();
-  const missing = kvmProblem ?? (firecrackerBin ? undefined : 'no firecracker binary: set FIRECRACKER_BIN or put firecracker on PATH');
+describe('firecracker: a real Firecracker process', () => {
+  const firecrackerBin = process.env.FIRECRACKER_BIN || findOnPath('firecracker');
+  const missing = kvmUnavailable() ?? (firecrackerBin ? undefined : 'no firecracker binary: set FIRECRACKER_BIN or put firecracker on PATH');
   let dir: string | undefined;
   after(async () => {
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  it('a real Firecracker process answers our client as the contract server does', { skip: missing ?? false }, async () => {
+  // The runtime's sequences against a real microVM: test/firecracker-runtime.test.ts.
+  it('answers our client as the contract server does', { skip: missing ?? false }, async () => {
     dir = await mkdtemp(path.join(os.tmpdir(), 'fc-real-'));
     const socketPath = path.join(dir, 'api.socket');
     const child = spawn(firecrackerBin as string, ['--api-sock', socketPath], { stdio: 'ignore' });
@@ -769,37 +771,7 @@ describe('firecracker: a real microVM', () => {
       await exited;
     }
   });
-
-  it('boots a real microVM', { skip: missing ?? 'waits for the Firecracker runtime (kernel, ext4 rootfs, config drive, TAP), which is not built yet' }, () => {
-    // Placeholder for the runtime integration: start a session with --runtime firecracker
-    // and run the end-to-end suite against it.
-  });
 });
-
-/** Why KVM cannot be used here, or undefined if /dev/kvm opens for reading and writing. */
-function kvmUnavailable(): string | undefined {
-  if (!existsSync('/dev/kvm')) return 'no /dev/kvm on this machine (Firecracker needs KVM)';
-  try {
-    closeSync(openSync('/dev/kvm', 'r+'));
-    return undefined;
-  } catch (err) {
-    return `/dev/kvm cannot be opened for reading and writing: ${(err as Error).message}`;
-  }
-}
-
-function onPath(command: string): string | undefined {
-  for (const dir of (process.env.PATH ?? '').split(':')) {
-    if (!dir) continue;
-    const candidate = path.join(dir, command);
-    try {
-      accessSync(candidate, constants.X_OK);
-      return candidate;
-    } catch {
-      // Not here.
-    }
-  }
-  return undefined;
-}
 
 function fileURLPath(url: URL): string {
   return decodeURIComponent(url.pathname);

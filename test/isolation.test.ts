@@ -111,4 +111,19 @@ describe('two sandboxes at once', () => {
     await assert.rejects(conn.open(3_000), SshAuthenticationError);
     conn.close();
   });
+
+  it('refuse root, even with the session key (only a snapshot template has a root key, for sbx-rekey)', async () => {
+    const aKey = await readFile(path.join(orch.stateDir, a, 'id_ed25519'), 'utf8');
+    const aHostPub = await readFile(path.join(orch.stateDir, a, 'config', 'ssh_host_ed25519_key.pub'), 'utf8');
+    const aPin = utils.parseKey(aHostPub.trim());
+    if (aPin instanceof Error) throw aPin;
+    const conn = new GuestConnection({
+      endpoint: { host: await guestAddress(orch.names, a), port: 22 },
+      username: 'root',
+      privateKey: aKey,
+      pinnedHostKey: aPin.getPublicSSH(),
+    });
+    await assert.rejects(conn.open(3_000), SshAuthenticationError);
+    conn.close();
+  });
 });

@@ -15,7 +15,7 @@ import { run } from '../src/util/exec.js';
 import { connectToGuest, guestAddress, guestSh, pngSize } from './helpers/guest.js';
 import { hostTrace, processesMentioning } from './helpers/host.js';
 import { TEST_PREFIX, startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
-import { typedText, waitForXev } from './helpers/xev.js';
+import { startXevSlowly, typedText, waitForXev } from './helpers/xev.js';
 
 const { utils } = ssh2;
 const NAMES = new ResourceNames(TEST_PREFIX);
@@ -59,7 +59,8 @@ describe('a qemu microVM sandbox, end to end', () => {
     assert.match(facts, new RegExp(`^${image.vm.kernelRelease.replace(/\./g, '\\.')}$`, 'm'), 'the image kernel, not the host one');
     assert.match(facts, /init=\/sbin\/sandbox-init/);
     assert.match(facts, /^\/dev\/vda \/ ext4 rw/m);
-    assert.match(facts, /^\/dev\/vdb \/sandbox\/config ext4 ro/m);
+    // The config drive (/dev/vdb) is read at boot into a tmpfs: a snapshot clone can be rekeyed.
+    assert.match(facts, /^config \/sandbox\/config tmpfs rw/m);
     assert.match(facts, new RegExp(`eth0\\s+inet ${address.replace(/\./g, '\\.')}/30`));
     // The config drive keeps owners and modes: sshd's StrictModes accepted authorized_keys.
     const modes = (await guestSh(guest, 'stat -c "%a %u %n" /sandbox/config/authorized_keys /sandbox/config/ssh_host_ed25519_key')).text;
@@ -252,18 +253,6 @@ async function breakConfigDriveOfNextSession(stateDir: string): Promise<string> 
     await sleep(10);
   }
   throw new Error('no session started a VM within 30 s');
-}
-
-/**
- * helpers/xev.ts's startXev with more time: under TCG the first new window takes seconds
- * (xev starting, openbox placing and focusing it), more than that helper's 20 s on a busy host.
- */
-async function startXevSlowly(guest: GuestConnection, width: number, height: number): Promise<void> {
-  await guest.exec(
-    `export DISPLAY=:99; setsid -f sh -c "exec stdbuf -oL xev -geometry ${width}x${height}+0+0 -event button -event keyboard -event mouse > /tmp/xev.log 2>&1"; ` +
-      'xdotool search --sync --onlyvisible --name "^Event Tester$" windowactivate --sync windowfocus --sync >/dev/null',
-    { timeoutMs: 90_000 },
-  );
 }
 
 async function getSession(orch: TestOrchestrator, id: string): Promise<{ state: string; error: string }> {

@@ -33,6 +33,16 @@ export interface SandboxNetwork {
 const IP = 'ip';
 
 /**
+ * Who may open the TAP without CAP_NET_ADMIN. A VMM that has dropped root (the jailed
+ * Firecracker) can attach to a persistent TAP only if it owns it: the kernel refuses
+ * TUNSETIFF to anyone else.
+ */
+export interface TapOwner {
+  uid: number;
+  gid: number;
+}
+
+/**
  * Creates the sandbox's netns and a veth pair whose netns end is `eth0`, and a default route
  * via the host end. With the 'veth' attachment that eth0 holds the guest's address; with
  * 'tap' it is bridged with a TAP device for a VM (see NetworkAttachment). The releases are
@@ -44,6 +54,7 @@ export async function createSandboxNetwork(
   lease: AddressLease,
   cleanup: CleanupStack,
   attachment: NetworkAttachment = 'veth',
+  tapOwner?: TapOwner,
 ): Promise<SandboxNetwork> {
   const netns = names.netns(sessionId);
   const host = names.hostVeth(sessionId);
@@ -61,7 +72,7 @@ export async function createSandboxNetwork(
     // The TAP and the bridge live inside the netns and go with it; their release is pushed
     // anyway, so that a destroy frees them in order and says so if it cannot.
     await cleanup.push(`tap ${NETNS_TAP} and bridge ${NETNS_BRIDGE} in ${netns}`, () => deleteTapBridge(netns));
-    await run([IP, '-n', netns, '-batch', '-'], { input: tapBridgeCommands().join('\n') + '\n' });
+    await run([IP, '-n', netns, '-batch', '-'], { input: tapBridgeCommands(tapOwner).join('\n') + '\n' });
     return { ...network, tapInterface: NETNS_TAP };
   }
   await run([IP, '-n', netns, '-batch', '-'], {
@@ -81,11 +92,12 @@ export async function createSandboxNetwork(
  * veth end and a persistent TAP. No address here: the netns only forwards frames, the VM's
  * own eth0 is the guest. forward_delay 0, so the ports forward at once (STP is off anyway).
  */
-export function tapBridgeCommands(): string[] {
+export function tapBridgeCommands(owner?: TapOwner): string[] {
+  const ownedBy = owner ? ` user ${owner.uid} group ${owner.gid}` : '';
   return [
     'link set lo up',
     `link add ${NETNS_BRIDGE} type bridge forward_delay 0`,
-    `tuntap add dev ${NETNS_TAP} mode tap`,
+    `tuntap add dev ${NETNS_TAP} mode tap${ownedBy}`,
     `link set ${NETNS_UPLINK} master ${NETNS_BRIDGE}`,
     `link set ${NETNS_TAP} master ${NETNS_BRIDGE}`,
     `link set ${NETNS_UPLINK} up`,

@@ -1,5 +1,5 @@
 import type { GuestImage } from '../guest/image/builder.js';
-import type { NetworkAttachment, SandboxNetwork } from '../network/netns.js';
+import type { NetworkAttachment, SandboxNetwork, TapOwner } from '../network/netns.js';
 import type { GuestEndpoint } from '../transport/ssh-connection.js';
 import type { CleanupStack } from '../util/cleanup-stack.js';
 
@@ -13,6 +13,8 @@ export interface SandboxSpec {
   sessionDir: string;
   /** The per-session config directory (keys, sandbox.env) the guest must see. */
   configDir: string;
+  /** The screen the guest's sandbox.env asks for (a snapshot template serves one size). */
+  screen?: { width: number; height: number };
   hostname: string;
   network: SandboxNetwork;
   memoryMiB: number;
@@ -61,6 +63,8 @@ export interface Runtime {
    * is the guest's eth0). VMs need 'tap': a TAP bridged with the veth end. See netns.ts.
    */
   readonly networkAttachment?: NetworkAttachment;
+  /** With 'tap': who must own the TAP, when the VMM opens it after dropping root. */
+  readonly tapOwner?: TapOwner;
   /**
    * The boot timeout this runtime needs when it is longer than the orchestrator-wide one
    * (SBX_BOOT_TIMEOUT_MS): a VM under TCG takes many times a container's start-up. The
@@ -68,6 +72,12 @@ export interface Runtime {
    */
   readonly bootTimeoutMs?: number;
   start(spec: SandboxSpec, cleanup: CleanupStack): Promise<RunningSandbox>;
+  /**
+   * Work done once per guest image before sessions are served (the Firecracker runtime's
+   * template snapshot). A failure only makes sessions slower: it is reported through `log`,
+   * never thrown.
+   */
+  prepare?(image: GuestImage, log: (message: string) => void): Promise<void>;
   /** Session ids of the sandboxes this runtime has on the host, alive or not. */
   list(): Promise<string[]>;
   /** Removes whatever this runtime left of a sandbox it no longer tracks. Idempotent. */

@@ -1,9 +1,12 @@
 import { qemuSettingsFromEnv, type QemuSettings, type RuntimeChoice } from '../config.js';
 import type { ResourceNames } from '../network/names.js';
 import { ContainerRuntime } from './container/container-runtime.js';
+import { FirecrackerRuntime } from './firecracker/firecracker-runtime.js';
+import { findOnPath, kvmUnavailable } from './firecracker/host/host-check.js';
+import { firecrackerSettingsFromEnv, type FirecrackerSettings } from './firecracker/settings.js';
 import { probeKvm } from './qemu/accelerator.js';
 import { QemuRuntime } from './qemu/qemu-runtime.js';
-import { RuntimeUnavailableError, type Runtime } from './runtime.js';
+import type { Runtime } from './runtime.js';
 
 export interface RuntimeSelection {
   runtime: Runtime;
@@ -12,15 +15,16 @@ export interface RuntimeSelection {
 }
 
 /**
- * Picks the runtime. `auto` prefers firecracker, then qemu with KVM, then the container.
- * Firecracker lands in a later release, so today `auto` means qemu when KVM really works
- * here (a probe, not just /dev/kvm existing), else the container. qemu without KVM (TCG)
- * must be asked for: it is real isolation, but boots take 10-15 s instead of ~1 s.
+ * Picks the runtime. `auto` prefers Firecracker (when /dev/kvm is usable and a firecracker
+ * binary is found), then qemu with KVM (a probe, not just /dev/kvm existing), then the
+ * container. qemu without KVM (TCG) must be asked for: it is real isolation, but boots take
+ * 10-15 s instead of ~1 s.
  */
 export async function selectRuntime(
   choice: RuntimeChoice,
   names: ResourceNames,
   qemu: QemuSettings = qemuSettingsFromEnv(),
+  firecracker: FirecrackerSettings = firecrackerSettingsFromEnv(),
 ): Promise<RuntimeSelection> {
   switch (choice) {
     case 'container':
@@ -30,21 +34,36 @@ export async function selectRuntime(
       const runtime = await QemuRuntime.create(names, qemu);
       return { runtime, reason: `requested with --runtime qemu; ${runtime.accelerator}: ${runtime.acceleratorReason}` };
     }
+    case 'firecracker': {
+      const runtime = await FirecrackerRuntime.create(names, firecracker);
+      return { runtime, reason: `requested with --runtime firecracker; ${runtime.describe()}` };
+    }
     case 'auto': {
+      const skipped: string[] = [];
+      const noFirecracker = kvmUnavailable() ?? (firecracker.firecrackerBin || findOnPath('firecracker') ? undefined : 'no firecracker binary (FIRECRACKER_BIN or PATH)');
+      if (noFirecracker) {
+        skipped.push(`firecracker: ${noFirecracker}`);
+      } else {
+        try {
+          const runtime = await FirecrackerRuntime.create(names, firecracker);
+          return { runtime, reason: `auto: ${runtime.describe()}` };
+        } catch (err) {
+          skipped.push((err as Error).message);
+        }
+      }
       const kvm = await probeKvm(qemu.binary);
-      let why = kvm.reason;
       if (kvm.usable && qemu.accel !== 'tcg') {
         try {
           const runtime = await QemuRuntime.create(names, { ...qemu, accel: 'kvm' });
-          return { runtime, reason: 'auto: KVM works and the firecracker runtime is not in this build: qemu with KVM' };
+          return { runtime, reason: `auto: qemu with KVM (${skipped.join('; ')})` };
         } catch (err) {
-          why = (err as Error).message;
+          skipped.push(`qemu: ${(err as Error).message}`);
         }
+      } else {
+        skipped.push(`qemu with KVM: ${kvm.reason}`);
       }
       await ContainerRuntime.check();
-      return { runtime: new ContainerRuntime(names), reason: `auto: no VM runtime can run here (${why}); using runc containers` };
+      return { runtime: new ContainerRuntime(names), reason: `auto: no VM runtime can run here (${skipped.join('; ')}); using runc containers` };
     }
-    case 'firecracker':
-      throw new RuntimeUnavailableError(choice, 'this build does not include it yet; use --runtime qemu, container or auto');
   }
 }

@@ -68,7 +68,7 @@ export async function bootSandbox(session: Session, lease: AddressLease, ctx: Bo
   );
 
   step('keys and config');
-  const network = await createSandboxNetwork(ctx.names, id, lease, session.cleanup, ctx.runtime.networkAttachment);
+  const network = await createSandboxNetwork(ctx.names, id, lease, session.cleanup, ctx.runtime.networkAttachment, ctx.runtime.tapOwner);
   step('network');
   // A VM under TCG needs longer than the orchestrator-wide boot timeout: the longer applies.
   const deadline = Math.max(ctx.deadline, Date.now() + (ctx.runtime.bootTimeoutMs ?? 0));
@@ -79,6 +79,7 @@ export async function bootSandbox(session: Session, lease: AddressLease, ctx: Bo
       image: ctx.image,
       sessionDir,
       configDir,
+      screen: { width, height },
       hostname: `sbx-${id}`,
       network,
       memoryMiB: ctx.memoryMiB,

@@ -1,4 +1,4 @@
-import { mkdir, rm, writeFile, chown } from 'node:fs/promises';
+import { chown, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import ssh2 from 'ssh2';
 
@@ -76,4 +76,15 @@ export async function writeSessionKeys(sessionDir: string, configDir: string, ke
 
 export async function removeSessionDir(sessionDir: string): Promise<void> {
   await rm(sessionDir, { recursive: true, force: true });
+}
+
+/** A session's keys as writeSessionKeys left them: for a runtime that must act on them itself. */
+export async function readSessionKeys(sessionDir: string, configDir: string): Promise<SessionKeys> {
+  const read = (file: string) => readFile(file, 'utf8').then((text) => text.trim());
+  return {
+    clientPrivateKey: await readFile(path.join(sessionDir, CLIENT_KEY_FILE), 'utf8'),
+    clientPublicKey: await read(path.join(sessionDir, `${CLIENT_KEY_FILE}.pub`)),
+    hostPrivateKey: await readFile(path.join(configDir, CONFIG_FILES.hostKey), 'utf8'),
+    hostPublicKey: await read(path.join(configDir, CONFIG_FILES.hostKeyPub)),
+  };
 }

@@ -1,9 +1,10 @@
-import { mkdtemp, rm, rmdir } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, rmdir } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
 import { defaultConfig, type OrchestratorConfig } from '../../src/config.js';
 import { startOrchestrator, type Orchestrator } from '../../src/orchestrator.js';
+import type { RuntimeSelection } from '../../src/runtimes/select.js';
 
 /**
  * A resource prefix of this test process's own ("t" and two random letters), so that test
@@ -32,6 +33,7 @@ export interface TestOrchestrator extends Orchestrator {
 export async function startTestOrchestrator(
   overrides: Partial<OrchestratorConfig> = {},
   listen = false,
+  runtime?: RuntimeSelection,
 ): Promise<TestOrchestrator> {
   const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-test-'));
   const base = defaultConfig();
@@ -47,7 +49,7 @@ export async function startTestOrchestrator(
     ...overrides,
   };
   const log = pino({ level: process.env.SBX_TEST_LOG_LEVEL || 'silent' });
-  const orchestrator = await startOrchestrator(config, log, { buildImageIfMissing: false, listen });
+  const orchestrator = await startOrchestrator(config, log, { buildImageIfMissing: false, listen, runtime });
   return {
     ...orchestrator,
     stateDir,
@@ -56,6 +58,19 @@ export async function startTestOrchestrator(
       await rm(stateDir, { recursive: true, force: true });
       // runc's state dir of this test's prefix, once empty (rmdir refuses a non-empty one).
       await rmdir(orchestrator.names.runcRoot).catch(() => undefined);
+      await removeEmptyPrefixCgroups();
     },
   };
+}
+
+/**
+ * The parent cgroup of this test process's sandboxes (`/<controller>/<prefix>`), once empty:
+ * every test process has its own prefix, so each would leave one behind otherwise.
+ */
+export async function removeEmptyPrefixCgroups(): Promise<void> {
+  const parent = TEST_PREFIX.slice(0, -1);
+  const controllers = await readdir('/sys/fs/cgroup').catch(() => [] as string[]);
+  for (const dir of [path.join('/sys/fs/cgroup', parent), ...controllers.map((c) => path.join('/sys/fs/cgroup', c, parent))]) {
+    await rmdir(dir).catch(() => undefined); // not there, or still in use: both fine
+  }
 }

@@ -73,3 +73,15 @@ export function typedText(log: string): string {
   }
   return text;
 }
+
+/**
+ * startXev with more time: under TCG the first new window takes seconds (xev starting,
+ * openbox placing and focusing it), more than startXev's 20 s on a busy host.
+ */
+export async function startXevSlowly(guest: GuestConnection, width: number, height: number): Promise<void> {
+  await guest.exec(
+    `export DISPLAY=:99; setsid -f sh -c "exec stdbuf -oL xev -geometry ${width}x${height}+0+0 -event button -event keyboard -event mouse > /tmp/xev.log 2>&1"; ` +
+      'xdotool search --sync --onlyvisible --name "^Event Tester$" windowactivate --sync windowfocus --sync >/dev/null',
+    { timeoutMs: 90_000 },
+  );
+}

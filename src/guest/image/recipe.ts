@@ -90,6 +90,7 @@ export const RECIPE: GuestRecipe = {
     { source: 'sandbox-init', target: GUEST_INIT, mode: 0o755 },
     { source: 'sshd_config', target: '/etc/ssh/sshd_config', mode: 0o644 },
     { source: 'sbx-capture', target: '/usr/local/bin/sbx-capture', mode: 0o755 },
+    { source: 'sbx-rekey', target: '/usr/local/sbin/sbx-rekey', mode: 0o755 },
   ],
   user: { name: GUEST_USER, uid: GUEST_UID, gid: GUEST_GID, home: `/home/${GUEST_USER}`, shell: '/bin/bash' },
   hostname: 'sandbox',

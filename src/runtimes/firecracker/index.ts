@@ -1,16 +1,20 @@
 /**
- * # The Firecracker runtime: API layer
+ * # The Firecracker runtime
  *
- * Production runs every sandbox as a Firecracker microVM, jailed. This folder holds the part
- * of that runtime that talks to Firecracker, held to the official API spec of v1.16.1
- * (`../shared/firecracker/firecracker-v1.16.1.yaml`). The `Runtime` class that starts
- * processes, makes disks and TAP devices builds on it (it waits on the qemu runtime's guest
- * kernel, ext4 image, config drive and TAP code).
+ * Production runs every sandbox as a Firecracker microVM, jailed. `FirecrackerRuntime`
+ * (firecracker-runtime.ts) is the `Runtime`; everything it sends Firecracker is held to the
+ * official API spec of v1.16.1 (`../shared/firecracker/firecracker-v1.16.1.yaml`).
  *
  * ## The pieces
  *
  * | file | job |
  * | --- | --- |
+ * | `firecracker-runtime.ts` | `FirecrackerRuntime`: start (jailed or not), list, reclaim |
+ * | `settings.ts` | FIRECRACKER_BIN, JAILER_BIN and the SBX_FC_* settings |
+ * | `host/host-check.ts` | is KVM usable, where are the binaries, which version, which cgroup version; every problem with its fix |
+ * | `kernel/vmlinux.ts` | unpacks the image's bzImage into the ELF vmlinux Firecracker boots, once |
+ * | `vmm/vmm-process.ts` | graceful stop (Ctrl-Alt-Del, then kill), finding our VMMs after a crash |
+ * | `jailer/apply-chroot.ts`, `jailer/cgroup.ts` | makes a VM's chroot from its layout; removes chroot and cgroups |
  * | `api/spec-types.ts`, `api/firecracker-openapi.json` | generated from the spec by `npm run gen:firecracker`; committed |
  * | `api/types.ts` | names for the bodies the runtime sends, taken from the generated types |
  * | `api/client.ts` | `FirecrackerClient`: one typed method per call, over the Unix socket, a time limit per call |
@@ -27,9 +31,11 @@
  *
  * The contract test server (`test/helpers/firecracker/`) validates every request against
  * the spec's schemas and enforces Firecracker's state machine; `test/firecracker-api.test.ts`
- * runs every sequence here against it.
+ * runs every sequence here against it, and `test/firecracker-runtime.test.ts` runs the
+ * runtime itself against stand-ins for the firecracker and jailer binaries built on it
+ * (`test/helpers/firecracker/bin/`), down to booting the configured VM under QEMU.
  *
- * ## How the runtime composes them
+ * ## How the runtime composes them (what FirecrackerRuntime.start does)
  *
  * Cold boot of one session (each resource's release pushed on the session's cleanup stack
  * the moment it is taken, as the container runtime does):
@@ -58,16 +64,20 @@
  * <sessionDir>/firecracker.socket` inside the netns (`ip netns exec`), give host paths to
  * the boot steps, and skip step 2. Snapshots need the jailer: see below.
  *
- * Template snapshot (once per image hash): cold-boot a template VM with its own template
- * keys, wait until SSH answers (the desktop is up), `runSteps(snapshotCreateSteps(
- * layout.snapshot.jailPaths))`, kill it, and keep its snapshot files (`snapshot.hostPaths`)
- * *and its rootfs as it was when paused*: a clone's disk must match the memory it resumes.
+ * Template snapshot (SBX_FC_SNAPSHOTS=on; `prepare()`, once per image and screen size, kept
+ * in `<image dir>/firecracker-template-<w>x<h>/`, snapshot/template-store.ts): cold-boot a
+ * template VM with its own keys, its key's root access to sbx-rekey
+ * (snapshot/template-config.ts) and the fixed TEMPLATE_ADDRESS; wait until its desktop
+ * answers; `runSteps(snapshotCreateSteps(layout.snapshot.jailPaths))`; kill it; keep its
+ * snapshot files *and its rootfs as it was when paused* (a clone's disk must match the
+ * memory it resumes), root-owned and readable by the jails' group only.
  *
- * Restore: a fresh jail with `chrootLayout({ ..., rootfsSource: template rootfs,
- * restoreFrom: template snapshot })`, spawn, wait for the socket, then
- * `runSteps(snapshotRestoreSteps({ files: layout.snapshot.jailPaths, tapName,
+ * Restore (a session of the template's screen size): a fresh jail with `chrootLayout({ ...,
+ * rootfsSource: template rootfs, restoreFrom: template snapshot })`, spawn, wait for the
+ * socket, `runSteps(snapshotRestoreSteps({ files: layout.snapshot.jailPaths, tapName,
  * vsockUdsPath: layout.vmPaths.vsockUdsPath, advanceClock: true }), client)`, then
- * `rotateKeysAfterRestore(...)`, and only then hand the session out.
+ * `rotateClone(...)` (snapshot/clone-rotation.ts), and only then hand the session out. Any
+ * failure destroys the clone like any failed start. Other screen sizes boot cold.
  *
  * ## What a snapshot carries, and what follows (decisions for the runtime)
  *
@@ -77,22 +87,23 @@
  *   with the fixed in-jail names of chroot-layout.ts. Restore therefore requires the jailer.
  * - **Guest network identity.** The guest's MAC, its IP configuration (set by its init from
  *   the template's config drive) and its vsock CID are in the snapshot; `network_overrides`
- *   only swaps the TAP. Every clone wakes up with the template's address. Each clone has its
- *   own netns, so they do not collide, but the host cannot reach them all at one address:
- *   the netns must map the session's leased address to the template's (DNAT/SNAT inside the
- *   namespace), or the guest must be re-addressed over the rotation connection. The MAC and
- *   CID derivation in guest-identity.ts apply to cold boots.
+ *   only swaps the TAP. Every clone wakes up with the template's address, TEMPLATE_ADDRESS,
+ *   a link-local /30 no lease takes. Decision: the guest is re-addressed over the rotation
+ *   connection (`sbx-rekey network`). To reach a fresh clone the host puts the template's
+ *   gateway address on that clone's host veth for the few logins of the rotation; since
+ *   every clone answers at the same address, rotations are serialised per host (a DNAT in
+ *   each netns was the alternative: more moving parts, for every packet of the session).
+ *   The MAC and CID derivation in guest-identity.ts apply to cold boots; clones keep the
+ *   template's (each is alone in its netns).
  * - **Per-session config.** The clone never reads its config drive (the template read its
- *   own at boot): keys are replaced by keys/key-rotation.ts; hostname and screen size are
- *   the template's too (one template per screen size, or a resize after restore).
+ *   own at boot): keys are replaced by keys/key-rotation.ts; hostname, display number and
+ *   screen size are the template's (one template per screen size; display :99).
  * - **Guest clock.** Restore with `advanceClock` (`clock_realtime`, x86_64), or the clone
  *   keeps the template's date and TLS in its browser fails.
- * - **Key rotation needs the guest's help.** Today sshd reads its host key and
- *   authorized_keys from the read-only config drive, and logins are as the unprivileged
- *   guest user. For snapshots the guest image must read them from a writable, root-owned
- *   place (e.g. PROPOSED_GUEST_KEY_PATHS) and offer the rotation a privileged way to write
- *   there and SIGHUP sshd (e.g. a forced-command template key running a small root helper
- *   that reads the files from standard input). See keys/key-rotation.ts.
+ * - **Key rotation needs the guest's help**, and has it: in a VM, sshd reads its keys from
+ *   a tmpfs copy of the config drive (GUEST_KEY_PATHS), and a template's config adds a
+ *   root key that may run only sbx-rekey, which writes them from its standard input,
+ *   SIGHUPs sshd and moves eth0 to the session's address. See keys/key-rotation.ts.
  * - **Device names.** The root drive is /dev/vda and the config drive /dev/vdb; the guest
  *   init is best off finding the config drive by its filesystem label.
  *
@@ -117,9 +128,8 @@
  *   (CONFIG_VIRTIO_MMIO, CONFIG_VIRTIO_MMIO_CMDLINE_DEVICES), virtio-blk, virtio-net,
  *   virtio-vsock and the 8250 serial console, built in or in the initrd.
  *
- * The test that boots a real microVM (`test/firecracker-api.test.ts`, "boots a real
- * microVM") runs by itself where `/dev/kvm` and a firecracker binary exist, and says why it
- * skips elsewhere.
+ * The end-to-end test on a real microVM (`test/firecracker-runtime.test.ts`) runs by itself
+ * where `/dev/kvm` and a firecracker binary exist, and says why it skips elsewhere.
  */
 export { FirecrackerClient, DEFAULT_CALL_TIMEOUT_MS, SNAPSHOT_CALL_TIMEOUT_MS, type CallOptions } from './api/client.js';
 export { FirecrackerApiError, FirecrackerTransportError } from './api/errors.js';
@@ -136,7 +146,7 @@ export { assertJailId, jailId } from './jailer/jail-id.js';
 export { chrootLayout, type ChrootFile, type ChrootInputs, type ChrootLayout } from './jailer/chroot-layout.js';
 export {
   KeyRotationError,
-  PROPOSED_GUEST_KEY_PATHS,
+  GUEST_KEY_PATHS,
   rotateKeysAfterRestore,
   type GuestKeyPaths,
   type LoginOutcome,
@@ -145,3 +155,10 @@ export {
   type RotationPlan,
   type RotationTransport,
 } from './keys/key-rotation.js';
+export { FirecrackerRuntime } from './firecracker-runtime.js';
+export { firecrackerSettingsFromEnv, type FirecrackerSettings } from './settings.js';
+export { checkFirecrackerHost, kvmUnavailable, type FirecrackerHost } from './host/host-check.js';
+export { ensureVmlinux } from './kernel/vmlinux.js';
+export { rotateClone, TEMPLATE_ADDRESS, type CloneRotation } from './snapshot/clone-rotation.js';
+export { loadTemplate, templateDir, type TemplateSnapshot } from './snapshot/template-store.js';
+export { SshRotationTransport } from './keys/ssh-rotation-transport.js';

@@ -21,14 +21,19 @@ export interface QemuVmConfig {
   cmdline: string;
   /** The per-session copy-on-write layer over the image's rootfs.ext4 (qcow2): /dev/vda. */
   rootDisk: string;
+  /** 'qcow2' (default) for the layer above; 'raw' for a whole copy of the ext4. */
+  rootDiskFormat?: 'qcow2' | 'raw';
   /** The per-session config drive (raw ext4): /dev/vdb. */
   configDrive: string;
   /** The TAP device inside the session's netns. */
   tap: string;
   mac: string;
   pidFile: string;
-  /** The unprivileged user QEMU switches to once set up (it starts as root for the TAP). */
-  runAs: string;
+  /**
+   * The unprivileged user QEMU switches to once set up (it starts as root for the TAP).
+   * Omitted when QEMU is started unprivileged already.
+   */
+  runAs?: string;
 }
 
 export function qemuArgv(vm: QemuVmConfig): string[] {
@@ -54,7 +59,7 @@ export function qemuArgv(vm: QemuVmConfig): string[] {
     ...['-append', vm.cmdline],
     // The root disk. cache=unsafe: the layer is thrown away with the session, so the guest's
     // flushes need not reach the host's disk. discard: freed blocks shrink the layer.
-    ...['-drive', `id=root,if=none,format=qcow2,file=${optionValue(vm.rootDisk)},cache=unsafe,discard=unmap`],
+    ...['-drive', `id=root,if=none,format=${vm.rootDiskFormat ?? 'qcow2'},file=${optionValue(vm.rootDisk)},cache=unsafe,discard=unmap`],
     ...['-device', 'virtio-blk-device,drive=root'],
     ...['-drive', `id=config,if=none,format=raw,file=${optionValue(vm.configDrive)},read-only=on`],
     ...['-device', 'virtio-blk-device,drive=config'],
@@ -71,7 +76,7 @@ export function qemuArgv(vm: QemuVmConfig): string[] {
     // QEMU changes user after installing the filter (denying it: killed by SIGSYS), and as
     // an unprivileged user it has nothing left to elevate.
     ...['-sandbox', 'on,obsolete=deny,spawn=deny,resourcecontrol=deny'],
-    ...['-runas', vm.runAs],
+    ...(vm.runAs ? ['-runas', vm.runAs] : []),
   ];
 }
 

@@ -14,7 +14,8 @@ import { RuntimeUnavailableError, type Accelerator, type ExitInfo, type RunningS
 import { hostTscKhz, probeKvm } from './accelerator.js';
 import { createOverlay } from './overlay-disk.js';
 import { macAddressFor, qemuArgv } from './qemu-command.js';
-import { findQemuProcesses, killOrphan, spawnInNetns, waitForPidFile, type QemuExit } from './qemu-process.js';
+import { killOrphan, spawnInNetns, type VmExit } from '../vm-process.js';
+import { findQemuProcesses, waitForPidFile } from './qemu-process.js';
 
 /** QEMU drops root for this user once its disks and TAP are open (every Debian has it). */
 const QEMU_USER = 'nobody';
@@ -151,14 +152,14 @@ export class QemuRuntime implements Runtime {
   async reclaim(sessionId: string, sessionDir: string): Promise<void> {
     void sessionDir; // its files go with the session dir, which reconciliation removes
     for (const orphan of await findQemuProcesses(this.names)) {
-      if (orphan.sessionId === sessionId) await killOrphan(orphan);
+      if (orphan.sessionId === sessionId) await killOrphan(orphan, 'qemu');
     }
     await deleteTapBridge(this.names.netns(sessionId));
   }
 }
 
 /** "exited with code 0 (the guest powered off or rebooted)", "was killed by SIGKILL", ... */
-export function describeExit(exit: QemuExit): string {
+export function describeExit(exit: VmExit): string {
   if (exit.signal) return `was killed by ${exit.signal}`;
   if (exit.code === 0) return 'exited with code 0 (the guest powered off, rebooted or panicked)';
   if (exit.code === null) return 'could not be started';

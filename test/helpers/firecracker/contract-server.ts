@@ -19,6 +19,21 @@ export interface RecordedRequest {
 
 let validator: FirecrackerSpecValidator | undefined;
 
+export interface ContractServerOptions {
+  /** Listen here (a stand-in Firecracker process's --api-sock) instead of a fresh temporary path. */
+  socketPath?: string;
+  /**
+   * What a real Firecracker checks on the host when it applies a call: that the kernel and
+   * the drives' files open, that the TAP exists. A fault message refuses the call.
+   * `call` is the spec's form: "PUT /drives/{drive_id}".
+   */
+  hostCheck?: (call: string, body: unknown) => string | undefined;
+  /** After every answer (the emulator records them to a file). */
+  onRequest?: (record: RecordedRequest) => void;
+  /** After an accepted call has changed the VM model (the emulator boots a guest on InstanceStart). */
+  afterAccepted?: (call: string, body: unknown) => void;
+}
+
 /**
  * A stand-in for one fresh Firecracker process, listening on a Unix socket, that holds every
  * request to the official spec: method and path must be an operation of the spec, the body
@@ -39,16 +54,17 @@ export class FirecrackerContractServer {
     private readonly dir: string,
     private readonly server: http.Server,
     private readonly spec: FirecrackerSpecValidator,
+    private readonly options: ContractServerOptions,
   ) {
     this.model = new FirecrackerVmModel(spec.version);
   }
 
-  static async start(): Promise<FirecrackerContractServer> {
+  static async start(options: ContractServerOptions = {}): Promise<FirecrackerContractServer> {
     validator ??= new FirecrackerSpecValidator();
-    const dir = await mkdtemp(path.join(os.tmpdir(), 'fc-contract-'));
-    const socketPath = path.join(dir, 'firecracker.socket');
+    const dir = options.socketPath ? '' : await mkdtemp(path.join(os.tmpdir(), 'fc-contract-'));
+    const socketPath = options.socketPath ?? path.join(dir, 'firecracker.socket');
     const server = http.createServer();
-    const contract = new FirecrackerContractServer(socketPath, dir, server, validator);
+    const contract = new FirecrackerContractServer(socketPath, dir, server, validator, options);
     server.on('connection', () => contract.connections++);
     server.on('request', (req, res) => contract.handle(req, res));
     await new Promise<void>((resolve, reject) => {
@@ -75,7 +91,8 @@ export class FirecrackerContractServer {
   async close(): Promise<void> {
     this.server.closeAllConnections();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
-    await rm(this.dir, { recursive: true, force: true });
+    if (this.dir) await rm(this.dir, { recursive: true, force: true });
+    else await rm(this.socketPath, { force: true });
   }
 
   private handle(req: http.IncomingMessage, res: http.ServerResponse): void {
@@ -90,6 +107,7 @@ export class FirecrackerContractServer {
 
       const reply = (status: number, body?: unknown) => {
         record.status = status;
+        this.options.onRequest?.(record);
         if (body === undefined) {
           res.writeHead(status).end();
           return;
@@ -105,8 +123,12 @@ export class FirecrackerContractServer {
       if (text && req.headers['content-type'] !== 'application/json') return refuse('The request body must be application/json.');
       const check = this.spec.checkRequest(method, url.pathname, text);
       if (!check.ok) return refuse(check.fault);
+      const call = `${check.operation.method} ${check.operation.template}`;
+      const hostFault = this.options.hostCheck?.(call, check.body);
+      if (hostFault) return refuse(hostFault);
       const outcome = this.model.apply(check.operation, check.body);
       if (outcome.status === 400) return refuse(outcome.fault);
+      if (outcome.status === 204) this.options.afterAccepted?.(call, check.body);
       const body = outcome.status === 200 ? outcome.body : undefined;
       const drift = this.spec.checkResponse(check.operation, outcome.status, body);
       if (drift) {

@@ -42,6 +42,11 @@ export class FakeRekeyGuest implements RotationTransport<FakeConnection> {
     this.files.set(paths.authorizedKeys, { data: template.clientPublicKey + '\n', mode: 0o600 });
     this.files.set(paths.hostKey, { data: template.hostPrivateKey + '\n', mode: 0o600 });
     this.authorizedKeysFiles = [paths.authorizedKeys];
+    if (paths.rootAuthorizedKeys) {
+      // The template key's root access to sbx-rekey: a login with it is accepted too.
+      this.files.set(paths.rootAuthorizedKeys, { data: template.clientPublicKey + '\n', mode: 0o600 });
+      this.authorizedKeysFiles.push(paths.rootAuthorizedKeys);
+    }
     this.presentedHostKeys = [publicOf(template.hostPrivateKey)];
   }
 

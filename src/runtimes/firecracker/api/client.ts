@@ -88,8 +88,8 @@ export class FirecrackerClient {
     return this.call('PUT', '/vsock', vsock);
   }
 
-  putAction(actionType: ActionType): Promise<void> {
-    return this.call('PUT', '/actions', { action_type: actionType });
+  putAction(actionType: ActionType, options?: CallOptions): Promise<void> {
+    return this.call('PUT', '/actions', { action_type: actionType }, options);
   }
 
   patchVm(vm: Vm): Promise<void> {

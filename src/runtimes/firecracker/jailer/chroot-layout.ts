@@ -23,6 +23,11 @@ export interface ChrootFile {
   method: PlacementMethod;
   /** Whether the jailed Firecracker writes to it (then it must own it). */
   writable: boolean;
+  /**
+   * Whether the jail's uid:gid must own it: the files it writes, and the session's config
+   * drive, which holds the session's host key and so is readable by its owner only.
+   */
+  ownedByJail: boolean;
 }
 
 export interface ChrootInputs {
@@ -101,10 +106,12 @@ export function chrootLayout(inputs: ChrootInputs): ChrootLayout {
   assertUnixSocketPath(vsockSocket.hostPath, 'the jailed vsock socket');
 
   const files: ChrootFile[] = [
-    { source: inputs.kernel, target: hostPath(IN_JAIL.kernel), method: 'link', writable: false },
-    ...(inputs.initrd ? [{ source: inputs.initrd, target: hostPath(IN_JAIL.initrd), method: 'link' as const, writable: false }] : []),
-    { source: inputs.rootfsSource, target: hostPath(IN_JAIL.rootfs), method: 'copy', writable: true },
-    { source: inputs.configDrive, target: hostPath(IN_JAIL.configDrive), method: 'link', writable: false },
+    { source: inputs.kernel, target: hostPath(IN_JAIL.kernel), method: 'link', writable: false, ownedByJail: false },
+    ...(inputs.initrd
+      ? [{ source: inputs.initrd, target: hostPath(IN_JAIL.initrd), method: 'link' as const, writable: false, ownedByJail: false }]
+      : []),
+    { source: inputs.rootfsSource, target: hostPath(IN_JAIL.rootfs), method: 'copy', writable: true, ownedByJail: true },
+    { source: inputs.configDrive, target: hostPath(IN_JAIL.configDrive), method: 'link', writable: false, ownedByJail: true },
   ];
   const snapshot = {
     hostPaths: { snapshotPath: hostPath(IN_JAIL.snapshotState), memFilePath: hostPath(IN_JAIL.snapshotMemory) },
@@ -112,8 +119,9 @@ export function chrootLayout(inputs: ChrootInputs): ChrootLayout {
   };
   if (inputs.restoreFrom) {
     files.push(
-      { source: inputs.restoreFrom.snapshotPath, target: snapshot.hostPaths.snapshotPath, method: 'link', writable: false },
-      { source: inputs.restoreFrom.memFilePath, target: snapshot.hostPaths.memFilePath, method: 'link', writable: false },
+      // Shared by every clone of the template: readable by the jails' group, owned by root.
+      { source: inputs.restoreFrom.snapshotPath, target: snapshot.hostPaths.snapshotPath, method: 'link', writable: false, ownedByJail: false },
+      { source: inputs.restoreFrom.memFilePath, target: snapshot.hostPaths.memFilePath, method: 'link', writable: false, ownedByJail: false },
     );
   }
 

@@ -16,12 +16,16 @@ import type { SessionKeys } from '../../../transport/keys.js';
  *                       key. Failing here means the snapshot is not the template we think.
  *  2. write-keys        over that connection, install the session's host key (private, then
  *                       public) and then the session's authorized_keys, which replaces the
- *                       template's: from this moment the template key is refused for new
- *                       logins (sshd reads authorized_keys at each login). The files travel
- *                       as data (SFTP or a helper's standard input), never inside a command
- *                       string, and are written atomically (temporary file, then rename).
+ *                       template's, and empty root_authorized_keys (the template key's root
+ *                       access): from this moment the template key is refused for new logins
+ *                       (sshd reads both files at each login). The files travel as data (the
+ *                       guest helper's standard input), never inside a command string, and
+ *                       are written atomically (temporary file, then rename).
  *  3. reload-sshd       SIGHUP: sshd re-executes itself and presents the new host key to new
  *                       connections; connections already open stay up.
+ *     apply-network     (when the connection offers it) move the guest to the session's own
+ *                       address: a clone wakes up with the template's. The template
+ *                       connection runs over the old address and dies with it.
  *  4. connect-session   log in with the session's client key, pinning the session's host
  *                       key, retrying briefly while sshd restarts. This is the connection
  *                       the session will keep.
@@ -50,13 +54,16 @@ export interface GuestKeyPaths {
   authorizedKeys: string;
   hostKey: string;
   hostKeyPub: string;
+  /** The template key's root access (sbx-rekey only); emptied by the rotation. */
+  rootAuthorizedKeys?: string;
 }
 
-/** A proposal for the snapshot-capable guest image: sshd_config would point here. */
-export const PROPOSED_GUEST_KEY_PATHS: GuestKeyPaths = {
-  authorizedKeys: '/run/sandbox/ssh/authorized_keys',
-  hostKey: '/run/sandbox/ssh/ssh_host_ed25519_key',
-  hostKeyPub: '/run/sandbox/ssh/ssh_host_ed25519_key.pub',
+/** Where the guest image's sshd reads them in a VM: its tmpfs copy of the config drive. */
+export const GUEST_KEY_PATHS: GuestKeyPaths = {
+  authorizedKeys: '/sandbox/config/authorized_keys',
+  hostKey: '/sandbox/config/ssh_host_ed25519_key',
+  hostKeyPub: '/sandbox/config/ssh_host_ed25519_key.pub',
+  rootAuthorizedKeys: '/sandbox/config/root_authorized_keys',
 };
 
 /** An open, authenticated connection to the guest, as far as the rotation needs one. */
@@ -65,6 +72,8 @@ export interface RotationConnection {
   writeFile(path: string, data: string, mode: number): Promise<void>;
   /** Makes sshd re-read its keys (SIGHUP) without dropping open connections. */
   reloadSshd(): Promise<void>;
+  /** Moves the guest to the session's address (this connection may not survive it). */
+  applyNetwork?(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -83,6 +92,7 @@ export type RotationPhase =
   | 'connect-template'
   | 'write-keys'
   | 'reload-sshd'
+  | 'apply-network'
   | 'connect-session'
   | 'verify-template-refused'
   | 'ready';
@@ -138,9 +148,15 @@ export async function rotateKeysAfterRestore<C extends RotationConnection>(
     await templateConnection.writeFile(paths.hostKeyPub, ensureNewline(session.hostPublicKey), 0o644);
     // Replaces the file, so the template's key is gone from it, not merely joined by ours.
     await templateConnection.writeFile(paths.authorizedKeys, ensureNewline(session.clientPublicKey), 0o600);
+    if (paths.rootAuthorizedKeys) await templateConnection.writeFile(paths.rootAuthorizedKeys, '', 0o600);
 
     enter('reload-sshd');
     await templateConnection.reloadSshd();
+
+    if (templateConnection.applyNetwork) {
+      enter('apply-network');
+      await templateConnection.applyNetwork();
+    }
 
     enter('connect-session');
     sessionConnection = await connectWithRetries(transport, session.clientPrivateKey, session.hostPublicKey, attempts, delayMs);

@@ -1,0 +1,432 @@
+import { readdir, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { buildConfigDrive } from '../../guest/config-drive.js';
+import { CONFIG_FILES, GUEST_SSH_PORT, GUEST_USER, renderSettings } from '../../guest/contract.js';
+import type { GuestImage } from '../../guest/image/builder.js';
+import type { ResourceNames } from '../../network/names.js';
+import { createSandboxNetwork, deleteTapBridge, type TapOwner } from '../../network/netns.js';
+import { generateSessionKeys, publicKeyBlob, readSessionKeys, writeSessionKeys } from '../../transport/keys.js';
+import { GuestConnection } from '../../transport/ssh-connection.js';
+import { CleanupStack } from '../../util/cleanup-stack.js';
+import { run } from '../../util/exec.js';
+import { consoleLogTail, keepConsoleLog } from '../console-log.js';
+import type { ExitInfo, RunningSandbox, Runtime, SandboxSpec } from '../runtime.js';
+import { killOrphan, spawnInNetns, spawnLogged, type VmProcess } from '../vm-process.js';
+import { FirecrackerClient } from './api/client.js';
+import { waitForApiSocket } from './api/wait-for-socket.js';
+import { bootSteps } from './boot/boot-steps.js';
+import { snapshotCreateSteps, snapshotRestoreSteps } from './boot/snapshot-steps.js';
+import { runSteps } from './boot/steps.js';
+import { checkFirecrackerHost, type FirecrackerHost } from './host/host-check.js';
+import { applyChrootLayout, removeChroot } from './jailer/apply-chroot.js';
+import { removeJailCgroups } from './jailer/cgroup.js';
+import { chrootLayout, type ChrootLayout } from './jailer/chroot-layout.js';
+import { jailId } from './jailer/jail-id.js';
+import { jailerArgv } from './jailer/jailer-args.js';
+import { ensureVmlinux } from './kernel/vmlinux.js';
+import type { FirecrackerSettings } from './settings.js';
+import { rotateClone, TEMPLATE_ADDRESS } from './snapshot/clone-rotation.js';
+import { writeTemplateRootKey } from './snapshot/template-config.js';
+import { loadTemplate, saveTemplate, templateDir, type TemplateSnapshot } from './snapshot/template-store.js';
+import { describeVmmExit, findFirecrackerProcesses, stopVmm } from './vmm/vmm-process.js';
+
+/** The VMM's own threads (API, VMM, vCPUs, block and net I/O): the jail's pids limit. */
+const VMM_PIDS_MAX = 64;
+
+/** The guest paths Firecracker is given, and how to reach its API. */
+interface LaunchedVmm {
+  vmm: VmProcess;
+  apiSocket: string;
+  paths: { kernelImagePath: string; initrdPath?: string; rootfsPath: string; configDrivePath: string; vsockUdsPath: string };
+  /** Jailed VMs only. */
+  layout?: ChrootLayout;
+}
+
+/** A started VM and the handles a template build needs to snapshot it. */
+interface BootedVm {
+  sandbox: RunningSandbox;
+  client: FirecrackerClient;
+  vmm: VmProcess;
+  layout?: ChrootLayout;
+}
+
+/**
+ * The Firecracker runtime: each sandbox is a microVM booting the guest image's kernel
+ * (unpacked to vmlinux), initrd and a per-session copy of its ext4 root, with the session's
+ * config drive as a second disk and the TAP in the session's netns as its NIC.
+ *
+ * Jailed (the default when a jailer binary is found): every VMM runs under the jailer in its
+ * own chroot (`<SBX_FC_CHROOT_DIR>/<firecracker exec name>/<prefix><id>/root`), network
+ * namespace and cgroup, as the unprivileged SBX_FC_UID:SBX_FC_GID, which owns the TAP.
+ * Unjailed (SBX_FC_JAILER=off; development only): Firecracker runs as root in the session's
+ * netns, with its files in the session dir.
+ *
+ * How the pieces compose, and what snapshots would need, is written down in index.ts.
+ */
+export class FirecrackerRuntime implements Runtime {
+  readonly name = 'firecracker' as const;
+  readonly networkAttachment = 'tap' as const;
+  readonly accelerator = 'kvm' as const;
+  readonly tapOwner: TapOwner | undefined;
+  readonly bootTimeoutMs: number;
+  /** Ready template snapshots, by `<image hash>/<width>x<height>` (see prepare). */
+  private readonly templates = new Map<string, TemplateSnapshot>();
+
+  private constructor(
+    private readonly names: ResourceNames,
+    private readonly settings: FirecrackerSettings,
+    readonly host: FirecrackerHost,
+  ) {
+    this.tapOwner = host.jailerBin ? { uid: settings.uid, gid: settings.gid } : undefined;
+    this.bootTimeoutMs = settings.bootTimeoutMs;
+  }
+
+  /** Checks the host (KVM, binaries, jailer); throws a RuntimeUnavailableError naming everything missing. */
+  static async create(names: ResourceNames, settings: FirecrackerSettings): Promise<FirecrackerRuntime> {
+    return new FirecrackerRuntime(names, settings, await checkFirecrackerHost(settings));
+  }
+
+  /**
+   * For a host already checked, or a test that runs the runtime against Firecracker's
+   * contract (test/helpers/firecracker/) where KVM is missing.
+   */
+  static forHost(names: ResourceNames, settings: FirecrackerSettings, host: FirecrackerHost): FirecrackerRuntime {
+    return new FirecrackerRuntime(names, settings, host);
+  }
+
+  /** How the VMs run, for the start-up log. */
+  describe(): string {
+    const jail = this.host.jailerBin
+      ? `jailed as ${this.settings.uid}:${this.settings.gid} under ${this.settings.chrootBaseDir} (cgroup v${this.host.cgroupVersion})`
+      : 'NOT jailed (SBX_FC_JAILER=off or no jailer binary: development only)';
+    return `firecracker ${this.host.version} (${this.host.firecrackerBin}), ${jail}`;
+  }
+
+  async start(spec: SandboxSpec, cleanup: CleanupStack): Promise<RunningSandbox> {
+    return (await this.boot(spec, cleanup, this.templateFor(spec))).sandbox;
+  }
+
+  /** The template snapshot a session of this screen can be restored from, if one is ready. */
+  private templateFor(spec: SandboxSpec): TemplateSnapshot | undefined {
+    const screen = spec.screen ?? this.settings.templateScreen;
+    return this.templates.get(`${spec.image.hash}/${screen.width}x${screen.height}`);
+  }
+
+  /**
+   * Starts a VM: a cold boot, or a restore of `template` followed by the key rotation that
+   * makes the clone the session's own (snapshot/clone-rotation.ts). Either way, only a VM
+   * that answers with the session's keys is returned.
+   */
+  private async boot(spec: SandboxSpec, cleanup: CleanupStack, template?: TemplateSnapshot): Promise<BootedVm> {
+    const id = jailId(this.names.prefix, spec.sessionId);
+    const tapName = spec.network.tapInterface;
+    if (!tapName) throw new Error(`the firecracker runtime needs a TAP device in ${spec.network.netns} (networkAttachment 'tap')`);
+    const consoleLogPath = path.join(spec.sessionDir, 'console.log');
+    const configDrive = path.join(spec.sessionDir, 'config.ext4');
+
+    await cleanup.push(`config drive ${configDrive}`, () => rm(configDrive, { force: true }));
+    await buildConfigDrive(spec.configDir, configDrive);
+    const { kernel, initrd } = await this.bootFiles(spec.image);
+
+    const files = { kernel, initrd, configDrive, consoleLogPath };
+    const launched = this.host.jailerBin
+      ? await this.launchJailed(spec, cleanup, id, files, template)
+      : await this.launchUnjailed(spec, cleanup, id, files);
+    const { vmm } = launched;
+
+    const client = new FirecrackerClient(launched.apiSocket);
+    let started = false;
+    // Pushed after the process, so it runs first: the VM is asked to power off, then killed.
+    await cleanup.push(`firecracker ${id} (pid ${vmm.pid})`, async () => {
+      try {
+        await stopVmm(vmm, client, started);
+      } finally {
+        client.close();
+      }
+    });
+
+    try {
+      await waitForApiSocket(client, { exited: vmm.exited, timeoutMs: this.settings.apiTimeoutMs });
+      if (template && launched.layout) {
+        await runSteps(
+          snapshotRestoreSteps({
+            files: launched.layout.snapshot.jailPaths,
+            tapName,
+            vsockUdsPath: launched.paths.vsockUdsPath,
+            advanceClock: true,
+          }),
+          client,
+        );
+        started = true;
+        await rotateClone({
+          hostInterface: spec.network.hostInterface,
+          template: template.keys,
+          session: await readSessionKeys(spec.sessionDir, spec.configDir),
+          lease: spec.network.lease,
+        });
+      } else {
+        await runSteps(
+          bootSteps({
+            ...launched.paths,
+            vcpuCount: this.settings.vcpus,
+            memoryMiB: spec.memoryMiB,
+            tapName,
+            guestAddress: spec.network.lease.guest,
+            leaseIndex: spec.network.lease.index,
+          }),
+          client,
+        );
+        started = true;
+      }
+    } catch (err) {
+      // Firecracker's own words (a refused file, a TAP it could not open) are in its output.
+      const kept = await keepConsoleLog(consoleLogPath, spec.logsDir, spec.sessionId);
+      const tail = await consoleLogTail(consoleLogPath, 5);
+      throw new Error(`${(err as Error).message}${kept ? `; console log kept at ${kept}` : ''}${tail ? `:\n${tail}` : ''}`, { cause: err });
+    }
+
+    const exited = vmm.exited.then(async (exit): Promise<ExitInfo> => {
+      const reason = `the VM's firecracker process (pid ${vmm.pid}) ${describeVmmExit(exit)}`;
+      if (vmm.stopping) return { code: exit.code, reason };
+      const kept = await keepConsoleLog(consoleLogPath, spec.logsDir, spec.sessionId);
+      return { code: exit.code, reason: kept ? `${reason}; console log kept at ${kept}` : reason, consoleLogKeptAt: kept };
+    });
+    const sandbox: RunningSandbox = {
+      endpoint: { host: spec.network.lease.guest, port: GUEST_SSH_PORT },
+      consoleLogPath,
+      pid: vmm.pid,
+      exited,
+      isAlive: () => vmm.isAlive(),
+      accelerator: 'kvm',
+    };
+    return { sandbox, client, vmm, layout: launched.layout };
+  }
+
+  /**
+   * Once per image, before sessions are served (SBX_FC_SNAPSHOTS=on, jailed only): loads the
+   * template snapshot of the image, or builds it. Sessions of the template's screen size are
+   * then restored from it; any failure here leaves them booting cold.
+   */
+  async prepare(image: GuestImage, log: (message: string) => void): Promise<void> {
+    if (!this.settings.snapshots) return;
+    if (!this.host.jailerBin) {
+      log('SBX_FC_SNAPSHOTS=on needs the jailer (every clone must find its disks at the template\'s paths): booting cold');
+      return;
+    }
+    const screen = this.settings.templateScreen;
+    const dir = templateDir(image, screen);
+    try {
+      let template = await loadTemplate(dir, image);
+      if (!template) {
+        log(`building the template snapshot of image ${image.hash} (${screen.width}x${screen.height}) in ${dir}`);
+        const started = Date.now();
+        template = await this.buildTemplate(image, screen, dir);
+        log(`template snapshot ready in ${Date.now() - started} ms`);
+      }
+      this.templates.set(`${image.hash}/${screen.width}x${screen.height}`, template);
+    } catch (err) {
+      log(`could not build the template snapshot (${(err as Error).message}); sessions boot cold`);
+    }
+  }
+
+  /**
+   * Boots a template VM (its own keys, plus its key's root access to sbx-rekey; the fixed
+   * TEMPLATE_ADDRESS), waits until its desktop answers, pauses it, snapshots it, and keeps
+   * the snapshot with the root disk as it was at the pause. Everything else goes.
+   */
+  private async buildTemplate(image: GuestImage, screen: { width: number; height: number }, dir: string): Promise<TemplateSnapshot> {
+    const cleanup = new CleanupStack();
+    const sessionId = `tpl${image.hash.slice(0, 7)}`;
+    const sessionDir = `${dir}.work`;
+    const configDir = path.join(sessionDir, 'config');
+    try {
+      await rm(sessionDir, { recursive: true, force: true });
+      await cleanup.push('template work dir', () => rm(sessionDir, { recursive: true, force: true }));
+      const keys = generateSessionKeys(`template-${image.hash}`);
+      await writeSessionKeys(sessionDir, configDir, keys);
+      await writeTemplateRootKey(configDir, keys.clientPublicKey);
+      await writeFile(
+        path.join(configDir, CONFIG_FILES.settings),
+        renderSettings({
+          SANDBOX_ID: sessionId,
+          SANDBOX_HOSTNAME: 'sbx-template',
+          SANDBOX_DISPLAY: 99,
+          SANDBOX_WIDTH: screen.width,
+          SANDBOX_HEIGHT: screen.height,
+          SANDBOX_DEPTH: 24,
+          SANDBOX_NET_CONFIGURE: 1,
+          SANDBOX_ADDRESS: `${TEMPLATE_ADDRESS.guest}/${TEMPLATE_ADDRESS.prefixLength}`,
+          SANDBOX_GATEWAY: TEMPLATE_ADDRESS.gateway,
+        }),
+      );
+      const lease = { index: 0, ...TEMPLATE_ADDRESS };
+      const network = await createSandboxNetwork(this.names, sessionId, lease, cleanup, 'tap', this.tapOwner);
+      const spec: SandboxSpec = {
+        sessionId,
+        image,
+        sessionDir,
+        configDir,
+        screen,
+        hostname: 'sbx-template',
+        network,
+        memoryMiB: this.settings.templateMemoryMiB,
+        pidsLimit: 512,
+        logsDir: path.join(sessionDir, 'logs'),
+      };
+      const vm = await this.boot(spec, cleanup);
+      if (!vm.layout) throw new Error('a template needs the jailer');
+      await waitForDesktop(TEMPLATE_ADDRESS.guest, keys, Date.now() + this.bootTimeoutMs, vm.sandbox.isAlive);
+      await runSteps(snapshotCreateSteps(vm.layout.snapshot.jailPaths), vm.client);
+      await vm.vmm.stop(500); // paused: there is no guest to power off
+      return await saveTemplate(
+        dir,
+        image,
+        {
+          files: vm.layout.snapshot.hostPaths,
+          rootfs: path.join(vm.layout.rootDir, vm.layout.vmPaths.rootfsPath),
+          keys: { clientPrivateKey: keys.clientPrivateKey, hostPublicKey: keys.hostPublicKey },
+          screen,
+        },
+        this.settings.gid,
+      );
+    } finally {
+      await cleanup.run();
+    }
+  }
+
+  /** The kernel to boot (an ELF vmlinux, unpacked once per image) and its initrd. */
+  private async bootFiles(image: GuestImage): Promise<{ kernel: string; initrd?: string }> {
+    const kernel = this.settings.kernel ?? (await ensureVmlinux(image.kernel, path.join(path.dirname(image.kernel), 'vmlinux')));
+    // A kernel of one's own usually comes without our initrd (everything built in).
+    const initrd = this.settings.kernel && !this.settings.initrd ? undefined : (this.settings.initrd ?? image.initrd);
+    return { kernel, initrd };
+  }
+
+  private async launchJailed(
+    spec: SandboxSpec,
+    cleanup: CleanupStack,
+    id: string,
+    files: { kernel: string; initrd?: string; configDrive: string; consoleLogPath: string },
+    template?: TemplateSnapshot,
+  ): Promise<LaunchedVmm> {
+    const firecrackerBin = this.host.firecrackerBin;
+    const layout = chrootLayout({
+      chrootBaseDir: this.settings.chrootBaseDir,
+      firecrackerBin,
+      id,
+      kernel: files.kernel,
+      initrd: files.initrd,
+      // A clone's disk must be the template's as it was at the pause, not the image's.
+      rootfsSource: template ? template.rootfs : spec.image.ext4,
+      configDrive: files.configDrive,
+      restoreFrom: template?.files,
+    });
+    await cleanup.push(`jail ${layout.jailDir}`, () => removeChroot(layout));
+    await applyChrootLayout(layout, { uid: this.settings.uid, gid: this.settings.gid });
+    const parentCgroup = this.parentCgroup;
+    const cgroupVersion = this.host.cgroupVersion;
+    // Runs after the VMM is gone (pushed before it): a cgroup with a process in it cannot go.
+    await cleanup.push(`cgroup ${parentCgroup}/${id}`, () => removeJailCgroups(cgroupVersion, parentCgroup, id));
+    const [jailer, ...args] = jailerArgv({
+      jailerBin: this.host.jailerBin as string,
+      firecrackerBin,
+      id,
+      uid: this.settings.uid,
+      gid: this.settings.gid,
+      chrootBaseDir: this.settings.chrootBaseDir,
+      netnsName: spec.network.netns,
+      cgroupVersion,
+      parentCgroup,
+      limits: { memoryMiB: spec.memoryMiB, vcpus: this.settings.vcpus, pidsMax: VMM_PIDS_MAX },
+    });
+    const vmm = spawnLogged(jailer as string, args, files.consoleLogPath, 'jailer');
+    return { vmm, apiSocket: layout.apiSocket.hostPath, paths: layout.vmPaths, layout };
+  }
+
+  private async launchUnjailed(
+    spec: SandboxSpec,
+    cleanup: CleanupStack,
+    id: string,
+    files: { kernel: string; initrd?: string; configDrive: string; consoleLogPath: string },
+  ): Promise<LaunchedVmm> {
+    const rootfs = path.join(spec.sessionDir, 'rootfs.ext4');
+    const apiSocket = path.join(spec.sessionDir, 'firecracker.socket');
+    const vsock = path.join(spec.sessionDir, 'vsock.sock');
+    await cleanup.push(`root disk ${rootfs}`, () => rm(rootfs, { force: true }));
+    await run(['cp', '--reflink=auto', '--sparse=always', '--', spec.image.ext4, rootfs]);
+    await cleanup.push('api and vsock sockets', async () => {
+      await rm(apiSocket, { force: true });
+      await rm(vsock, { force: true });
+    });
+    const vmm = spawnInNetns(spec.network.netns, this.host.firecrackerBin, ['--api-sock', apiSocket, '--id', id], files.consoleLogPath);
+    return {
+      vmm,
+      apiSocket,
+      paths: {
+        kernelImagePath: files.kernel,
+        ...(files.initrd ? { initrdPath: files.initrd } : {}),
+        rootfsPath: rootfs,
+        configDrivePath: files.configDrive,
+        vsockUdsPath: vsock,
+      },
+    };
+  }
+
+  /** Every VM's cgroup sits under one parent named after our prefix ("sbx"), as the containers' do. */
+  private get parentCgroup(): string {
+    return this.names.prefix.slice(0, -1);
+  }
+
+  /** The jails of this orchestrator's VMs: `<chroot base>/<exec name>/<prefix><id>`. */
+  private get jailsDir(): string {
+    return path.join(this.settings.chrootBaseDir, path.basename(this.host.firecrackerBin));
+  }
+
+  async list(): Promise<string[]> {
+    const ids = new Set((await findFirecrackerProcesses(this.names)).map((p) => p.sessionId));
+    for (const entry of await readdir(this.jailsDir).catch(() => [] as string[])) {
+      const sessionId = this.names.sessionIdOf(entry);
+      if (sessionId) ids.add(sessionId);
+    }
+    return [...ids];
+  }
+
+  /** Kills the session's orphaned VMM, then removes its jail, cgroups, TAP and bridge. Idempotent. */
+  async reclaim(sessionId: string, sessionDir: string): Promise<void> {
+    void sessionDir; // its files go with the session dir, which reconciliation removes
+    for (const orphan of await findFirecrackerProcesses(this.names)) {
+      if (orphan.sessionId === sessionId) await killOrphan(orphan, 'firecracker');
+    }
+    const id = jailId(this.names.prefix, sessionId);
+    await removeChroot({ jailDir: path.join(this.jailsDir, id) });
+    await removeJailCgroups(this.host.cgroupVersion, this.parentCgroup, id);
+    await deleteTapBridge(this.names.netns(sessionId));
+  }
+}
+
+/** Waits until the guest at `host` lets the keys in and its display answers. */
+async function waitForDesktop(
+  host: string,
+  keys: { clientPrivateKey: string; hostPublicKey: string },
+  deadline: number,
+  isAlive: () => boolean,
+): Promise<void> {
+  const connection = new GuestConnection({
+    endpoint: { host, port: GUEST_SSH_PORT },
+    username: GUEST_USER,
+    privateKey: keys.clientPrivateKey,
+    pinnedHostKey: publicKeyBlob(keys.hostPublicKey),
+  });
+  try {
+    await connection.open(Math.max(1, deadline - Date.now()), isAlive);
+    while (Date.now() < deadline) {
+      if (!isAlive()) throw new Error('the template VM exited before its desktop answered');
+      const probe = await connection.exec('DISPLAY=:99 xdpyinfo >/dev/null 2>&1', { timeoutMs: 5_000 });
+      if (probe.exitCode === 0) return;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    throw new Error("the template VM's desktop did not answer in time");
+  } finally {
+    connection.close();
+  }
+}

@@ -1,0 +1,97 @@
+import path from 'node:path';
+import { GUEST_USER } from '../../../guest/contract.js';
+import { publicKeyBlob } from '../../../transport/keys.js';
+import { GuestConnection, HostKeyMismatchError, SshAuthenticationError, type GuestEndpoint } from '../../../transport/ssh-connection.js';
+import type { LoginOutcome, RotationConnection, RotationTransport } from './key-rotation.js';
+
+/** The user the template key logs in as: root, limited by sshd to the forced sbx-rekey. */
+const REKEY_USER = 'root';
+/** The only directory sbx-rekey writes to. */
+const REKEY_DIR = '/sandbox/config';
+const CONNECT_TIMEOUT_MS = 5_000;
+const REKEY_TIMEOUT_MS = 10_000;
+
+export interface SshRotationOptions {
+  /** Where the clone answers as the template did: the template's address, routed for the rotation. */
+  templateEndpoint: GuestEndpoint;
+  /** Where the session's guest answers once moved. */
+  sessionEndpoint: GuestEndpoint;
+  /** The template's client key: it logs in as root, to sbx-rekey. */
+  templateClientPrivateKey: string;
+  templateHostPublicKey: string;
+  /** The session's address and gateway, given to `sbx-rekey network`. */
+  network: { address: string; gateway: string };
+}
+
+/**
+ * key-rotation.ts's transport, with ssh2 and the guest's sbx-rekey. Which address and user a
+ * login uses follows from its keys: the template key pinning the template's host key is the
+ * first, rotating connection (template address, root); every other login, including the
+ * checks that the template's access is gone, goes to the session's address, and the template
+ * key still logs in as root there, the access the rotation must have removed.
+ */
+export class SshRotationTransport implements RotationTransport<SshRotationConnection> {
+  constructor(private readonly options: SshRotationOptions) {}
+
+  async connect(clientPrivateKey: string, pinnedHostKey: string): Promise<SshRotationConnection> {
+    const isTemplateKey = clientPrivateKey === this.options.templateClientPrivateKey;
+    const rotating = isTemplateKey && pinnedHostKey.trim() === this.options.templateHostPublicKey.trim();
+    const connection = new GuestConnection({
+      endpoint: rotating ? this.options.templateEndpoint : this.options.sessionEndpoint,
+      username: isTemplateKey ? REKEY_USER : GUEST_USER,
+      privateKey: clientPrivateKey,
+      pinnedHostKey: publicKeyBlob(pinnedHostKey),
+    });
+    try {
+      await connection.open(CONNECT_TIMEOUT_MS);
+    } catch (err) {
+      connection.close();
+      throw err;
+    }
+    return new SshRotationConnection(connection, rotating ? this.options.network : undefined);
+  }
+
+  async tryLogin(clientPrivateKey: string, pinnedHostKey: string): Promise<LoginOutcome> {
+    try {
+      const connection = await this.connect(clientPrivateKey, pinnedHostKey);
+      await connection.close();
+      return 'accepted';
+    } catch (err) {
+      if (err instanceof HostKeyMismatchError) return 'host-key-mismatch';
+      if (err instanceof SshAuthenticationError) return 'auth-refused';
+      return 'unreachable';
+    }
+  }
+}
+
+export class SshRotationConnection implements RotationConnection {
+  readonly applyNetwork: (() => Promise<void>) | undefined;
+
+  constructor(
+    /** The open connection; the session's one is what the rotation hands back. */
+    readonly connection: GuestConnection,
+    network: { address: string; gateway: string } | undefined,
+  ) {
+    this.applyNetwork = network ? () => this.rekey(`network ${network.address} ${network.gateway}`) : undefined;
+  }
+
+  async writeFile(file: string, data: string, mode: number): Promise<void> {
+    if (path.dirname(file) !== REKEY_DIR) throw new Error(`sbx-rekey writes only in ${REKEY_DIR}, not ${file}`);
+    if (mode !== 0o600 && mode !== 0o644) throw new Error(`sbx-rekey writes modes 600 and 644 only, not ${mode.toString(8)}`);
+    // The name is one of sbx-rekey's fixed list (it refuses others); the data is stdin only.
+    await this.rekey(`write ${path.basename(file)} ${mode.toString(8)}`, data);
+  }
+
+  reloadSshd(): Promise<void> {
+    return this.rekey('reload-sshd');
+  }
+
+  async close(): Promise<void> {
+    this.connection.close();
+  }
+
+  private async rekey(command: string, stdin?: string): Promise<void> {
+    const res = await this.connection.exec(command, { stdin: stdin ?? '', timeoutMs: REKEY_TIMEOUT_MS });
+    if (res.exitCode !== 0) throw new Error(`sbx-rekey ${command.split(' ')[0]} failed (${res.exitCode}): ${res.stderr.toString('utf8').trim()}`);
+  }
+}

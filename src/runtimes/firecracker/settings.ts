@@ -1,0 +1,85 @@
+import { envInt } from '../../config.js';
+
+/**
+ * How the Firecracker runtime runs its microVMs. Read from the environment
+ * (firecrackerSettingsFromEnv); every variable is optional.
+ */
+export interface FirecrackerSettings {
+  /** FIRECRACKER_BIN: the firecracker binary (default: `firecracker` on PATH). */
+  firecrackerBin?: string;
+  /** JAILER_BIN: the jailer binary of the same release (default: `jailer` on PATH). */
+  jailerBin?: string;
+  /**
+   * SBX_FC_JAILER: 'auto' (default: jail every VM when a jailer binary is found), 'on'
+   * (refuse to start without one) or 'off' (development only: Firecracker runs as root,
+   * unconfined, in the session's netns).
+   */
+  jailer: 'auto' | 'on' | 'off';
+  /** SBX_FC_CHROOT_DIR: where the jailer makes each VM's chroot (default /srv/jailer). */
+  chrootBaseDir: string;
+  /**
+   * SBX_FC_UID / SBX_FC_GID: the unprivileged ids jailed VMMs run as. Default 65534
+   * (nobody); a dedicated user is better, so that a VMM owns nothing else on the host.
+   */
+  uid: number;
+  gid: number;
+  /** SBX_FC_VCPUS: virtual CPUs per microVM (default 2). */
+  vcpus: number;
+  /**
+   * SBX_FC_KERNEL: an uncompressed vmlinux to boot instead of the one unpacked from the guest
+   * image's kernel; SBX_FC_INITRD likewise (see kernel/vmlinux.ts and the README).
+   */
+  kernel?: string;
+  initrd?: string;
+  /** SBX_FC_API_TIMEOUT_MS: how long a new VMM may take to answer on its API socket (10 s). */
+  apiTimeoutMs: number;
+  /** SBX_FC_BOOT_TIMEOUT_MS: from InstanceStart to SSH and display answering (default 30 s). */
+  bootTimeoutMs: number;
+  /**
+   * SBX_FC_SNAPSHOTS=on: build a template snapshot of the image at start-up (jailed only)
+   * and start sessions of its screen size by restoring it (see snapshot/). Default off.
+   */
+  snapshots: boolean;
+  /** The template's screen (SBX_FC_TEMPLATE_SCREEN, default 1024x768) and memory (SBX_MEMORY_MIB). */
+  templateScreen: { width: number; height: number };
+  templateMemoryMiB: number;
+}
+
+export function firecrackerSettingsFromEnv(env: NodeJS.ProcessEnv = process.env): FirecrackerSettings {
+  const jailer = env.SBX_FC_JAILER || 'auto';
+  if (jailer !== 'auto' && jailer !== 'on' && jailer !== 'off') {
+    throw new Error(`SBX_FC_JAILER must be auto, on or off, got "${jailer}"`);
+  }
+  const vcpus = envInt('SBX_FC_VCPUS', 2, env);
+  if (vcpus < 1 || vcpus > 32) throw new Error(`SBX_FC_VCPUS must be between 1 and 32 (Firecracker's range), got ${vcpus}`);
+  return {
+    firecrackerBin: env.FIRECRACKER_BIN || undefined,
+    jailerBin: env.JAILER_BIN || undefined,
+    jailer,
+    chrootBaseDir: env.SBX_FC_CHROOT_DIR || '/srv/jailer',
+    uid: envInt('SBX_FC_UID', 65534, env),
+    gid: envInt('SBX_FC_GID', 65534, env),
+    vcpus,
+    kernel: env.SBX_FC_KERNEL || undefined,
+    initrd: env.SBX_FC_INITRD || undefined,
+    apiTimeoutMs: envInt('SBX_FC_API_TIMEOUT_MS', 10_000, env),
+    bootTimeoutMs: envInt('SBX_FC_BOOT_TIMEOUT_MS', 30_000, env),
+    snapshots: onOff('SBX_FC_SNAPSHOTS', false, env),
+    templateScreen: screenSize(env.SBX_FC_TEMPLATE_SCREEN || '1024x768'),
+    templateMemoryMiB: envInt('SBX_MEMORY_MIB', 1024, env),
+  };
+}
+
+function onOff(name: string, fallback: boolean, env: NodeJS.ProcessEnv): boolean {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  if (raw === 'on') return true;
+  if (raw === 'off') return false;
+  throw new Error(`${name} must be on or off, got "${raw}"`);
+}
+
+function screenSize(text: string): { width: number; height: number } {
+  const match = /^(\d{3,4})x(\d{3,4})$/.exec(text);
+  if (!match) throw new Error(`SBX_FC_TEMPLATE_SCREEN must look like 1024x768, got "${text}"`);
+  return { width: Number(match[1]), height: Number(match[2]) };
+}

@@ -1,0 +1,97 @@
+import { chmod, chown, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import type { GuestImage } from '../../../guest/image/builder.js';
+import type { SnapshotFiles } from '../boot/snapshot-steps.js';
+
+/** Bumped when what a template holds changes: an older template is then built anew. */
+const TEMPLATE_FORMAT = 1;
+const MANIFEST = 'template.json';
+
+/**
+ * A template snapshot, kept next to its guest image (it is only valid for that image):
+ * `<image dir>/firecracker-template-<w>x<h>/` holds the VM state and memory files, the root
+ * disk as it was when the VM was paused (a clone's disk must match the memory it resumes),
+ * and the template's keys, which a clone carries until it is rotated (clone-rotation.ts).
+ */
+export interface TemplateSnapshot {
+  dir: string;
+  files: SnapshotFiles;
+  rootfs: string;
+  keys: { clientPrivateKey: string; hostPublicKey: string };
+  screen: { width: number; height: number };
+}
+
+interface Manifest {
+  format: number;
+  imageHash: string;
+  screen: { width: number; height: number };
+  keys: { clientPrivateKey: string; hostPublicKey: string };
+}
+
+export function templateDir(image: GuestImage, screen: { width: number; height: number }): string {
+  return path.join(image.dir, `firecracker-template-${screen.width}x${screen.height}`);
+}
+
+function describe(dir: string, manifest: Manifest): TemplateSnapshot {
+  return {
+    dir,
+    files: { snapshotPath: path.join(dir, 'vmstate'), memFilePath: path.join(dir, 'memory') },
+    rootfs: path.join(dir, 'rootfs.ext4'),
+    keys: manifest.keys,
+    screen: manifest.screen,
+  };
+}
+
+/** The template in `dir`, if it was completed for this image in the current format. */
+export async function loadTemplate(dir: string, image: GuestImage): Promise<TemplateSnapshot | undefined> {
+  let manifest: Manifest;
+  try {
+    manifest = JSON.parse(await readFile(path.join(dir, MANIFEST), 'utf8')) as Manifest;
+  } catch {
+    return undefined;
+  }
+  if (manifest.format !== TEMPLATE_FORMAT || manifest.imageHash !== image.hash) return undefined;
+  const template = describe(dir, manifest);
+  for (const file of [template.files.snapshotPath, template.files.memFilePath, template.rootfs]) {
+    if (!(await stat(file).then((s) => s.isFile(), () => false))) return undefined;
+  }
+  return template;
+}
+
+/**
+ * Moves a paused template VM's files into `dir`, all or nothing (a temporary directory
+ * renamed at the end). The files are owned by root and readable by the jails' group only:
+ * the memory file holds the template's host key, and clones hard-link all three.
+ */
+export async function saveTemplate(
+  dir: string,
+  image: GuestImage,
+  parts: { files: SnapshotFiles; rootfs: string; keys: Manifest['keys']; screen: Manifest['screen'] },
+  jailGid: number,
+): Promise<TemplateSnapshot> {
+  const building = `${dir}.building`;
+  await rm(building, { recursive: true, force: true });
+  await mkdir(building, { mode: 0o750 });
+  await chown(building, 0, jailGid);
+  try {
+    const manifest: Manifest = { format: TEMPLATE_FORMAT, imageHash: image.hash, screen: parts.screen, keys: parts.keys };
+    const target = describe(building, manifest);
+    for (const [from, to] of [
+      [parts.files.snapshotPath, target.files.snapshotPath],
+      [parts.files.memFilePath, target.files.memFilePath],
+      [parts.rootfs, target.rootfs],
+    ] as const) {
+      await rename(from, to);
+      await chown(to, 0, jailGid);
+      await chmod(to, 0o640);
+    }
+    // The template's private client key opens nothing but sbx-rekey on a clone not yet rotated.
+    await writeFile(path.join(building, MANIFEST), JSON.stringify(manifest, null, 2), { mode: 0o600 });
+    await rm(dir, { recursive: true, force: true });
+    await rename(building, dir);
+    return describe(dir, manifest);
+  } catch (err) {
+    await rm(building, { recursive: true, force: true });
+    throw err;
+  }
+}

@@ -1,0 +1,135 @@
+/**
+ * The host process of one VM (QEMU, Firecracker or its jailer): started as our child with
+ * its output appended to the console log, watched, and stopped; and, after a crash of the
+ * orchestrator, found again by its command line and killed.
+ */
+import { spawn } from 'node:child_process';
+import { closeSync, openSync } from 'node:fs';
+import { readdir, readFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { isProcessAlive, processStartTime, waitForExit } from './container/process-watch.js';
+
+export interface VmExit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+export interface VmProcess {
+  pid: number;
+  /** Settles when the process has exited, for whatever reason. */
+  exited: Promise<VmExit>;
+  isAlive(): boolean;
+  /** True once stop() was called: an exit after that is not a crash. */
+  readonly stopping: boolean;
+  /** Marks the exit that follows as asked for (a graceful stop through the VM's own API). */
+  markStopping(): void;
+  /** SIGTERM, then SIGKILL after `graceMs`; resolves once the process is gone. Idempotent. */
+  stop(graceMs?: number): Promise<void>;
+}
+
+const STOP_GRACE_MS = 3_000;
+const KILL_WAIT_MS = 5_000;
+
+/**
+ * Runs `command args...` with stdout and stderr appended to `logPath`: the serial console and
+ * the VMM's own error messages end up in one file, in order.
+ *
+ * detached: the VM gets its own process group, so a Ctrl-C meant for the orchestrator does
+ * not kill every VM behind its back; the orchestrator destroys them itself on SIGINT/SIGTERM.
+ */
+export function spawnLogged(command: string, args: readonly string[], logPath: string, name = command): VmProcess {
+  const log = openSync(logPath, 'a', 0o600);
+  let child;
+  try {
+    child = spawn(command, args, { stdio: ['ignore', log, log], detached: true });
+  } finally {
+    closeSync(log); // the child has its own copy
+  }
+  child.unref();
+  let alive = true;
+  let stopping = false;
+  const exited = new Promise<VmExit>((resolve) => {
+    child.on('exit', (code, signal) => {
+      alive = false;
+      resolve({ code, signal });
+    });
+    child.on('error', () => {
+      alive = false;
+      resolve({ code: null, signal: null });
+    });
+  });
+  const pid = child.pid ?? -1;
+  let stopped: Promise<void> | undefined;
+  return {
+    pid,
+    exited,
+    isAlive: () => alive,
+    get stopping() {
+      return stopping;
+    },
+    markStopping() {
+      stopping = true;
+    },
+    stop(graceMs = STOP_GRACE_MS) {
+      stopping = true;
+      stopped ??= (async () => {
+        if (!alive) return;
+        child.kill('SIGTERM');
+        if (await settlesWithin(exited, graceMs)) return;
+        child.kill('SIGKILL');
+        if (!(await settlesWithin(exited, KILL_WAIT_MS))) throw new Error(`${name} (pid ${pid}) is still alive after SIGKILL`);
+      })();
+      return stopped;
+    },
+  };
+}
+
+/** Runs `binary argv...` inside the network namespace `netns` (`ip netns exec` execs it, so the pid is the binary's own). */
+export function spawnInNetns(netns: string, binary: string, argv: readonly string[], logPath: string): VmProcess {
+  return spawnLogged('ip', ['netns', 'exec', netns, binary, ...argv], logPath, binary);
+}
+
+export async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  const timer = sleep(ms).then(() => false);
+  return Promise.race([promise.then(() => true), timer]);
+}
+
+export interface VmProcessInfo {
+  pid: number;
+  startTime: string;
+  sessionId: string;
+}
+
+/**
+ * Our VM processes on the host, alive, recognised by `sessionIdOf` from their command lines:
+ * after a crash of the orchestrator they are no one's children.
+ */
+export async function findVmProcesses(sessionIdOf: (argv: readonly string[]) => string | undefined): Promise<VmProcessInfo[]> {
+  const found: VmProcessInfo[] = [];
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const pid = Number(entry);
+    const argv = await readFile(`/proc/${pid}/cmdline`, 'utf8').then((text) => text.split('\0'), () => []);
+    const sessionId = sessionIdOf(argv);
+    const startTime = sessionId ? processStartTime(pid) : undefined;
+    if (sessionId && startTime) found.push({ pid, startTime, sessionId });
+  }
+  return found;
+}
+
+/** Stops a VM process that is not our child (reclaim): SIGTERM, then SIGKILL. */
+export async function killOrphan(info: VmProcessInfo, name: string): Promise<void> {
+  if (!(await isProcessAlive(info.pid, info.startTime))) return;
+  signal(info.pid, 'SIGTERM');
+  if (await waitForExit(info.pid, info.startTime, STOP_GRACE_MS)) return;
+  signal(info.pid, 'SIGKILL');
+  if (!(await waitForExit(info.pid, info.startTime, KILL_WAIT_MS))) throw new Error(`${name} (pid ${info.pid}) is still alive after SIGKILL`);
+}
+
+function signal(pid: number, sig: NodeJS.Signals): void {
+  try {
+    process.kill(pid, sig);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ESRCH') throw err;
+  }
+}

@@ -1,0 +1,157 @@
+import assert from 'node:assert/strict';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { qemuSettingsFromEnv } from '../src/config.js';
+import { GUEST_USER, renderSettings, CONFIG_FILES } from '../src/guest/contract.js';
+import { findImage } from '../src/guest/image/builder.js';
+import { AddressPool, type AddressLease } from '../src/network/address-pool.js';
+import { ResourceNames } from '../src/network/names.js';
+import { createSandboxNetwork, type SandboxNetwork } from '../src/network/netns.js';
+import { KeyRotationError, type RotationPhase } from '../src/runtimes/firecracker/keys/key-rotation.js';
+import { rotateClone, TEMPLATE_ADDRESS } from '../src/runtimes/firecracker/snapshot/clone-rotation.js';
+import { writeTemplateRootKey } from '../src/runtimes/firecracker/snapshot/template-config.js';
+import { QemuRuntime } from '../src/runtimes/qemu/qemu-runtime.js';
+import { newSessionId } from '../src/sessions/session.js';
+import { generateSessionKeys, publicKeyBlob, writeSessionKeys, type SessionKeys } from '../src/transport/keys.js';
+import { GuestConnection, HostKeyMismatchError, SshAuthenticationError } from '../src/transport/ssh-connection.js';
+import { CleanupStack } from '../src/util/cleanup-stack.js';
+import { run } from '../src/util/exec.js';
+import { removeEmptyPrefixCgroups, TEST_PREFIX, TEST_SUBNET } from './helpers/orchestrator.js';
+
+/**
+ * The key rotation a clone restored from a Firecracker snapshot goes through, on a real
+ * guest: a VM (qemu runtime; no KVM needed) booted exactly as a template is, with the
+ * template's keys, the template's link-local address and the template key's root access to
+ * sbx-rekey, sitting in a session's netns as a clone does. rotateClone must leave it on the
+ * session's address, with the session's keys, and without any way in for the template key.
+ */
+const NAMES = new ResourceNames(TEST_PREFIX);
+
+describe('key rotation of a snapshot clone, on a real guest', () => {
+  let workDir: string;
+  const cleanup = new CleanupStack();
+  const pool = new AddressPool(TEST_SUBNET);
+  let template: SessionKeys;
+  let session: SessionKeys;
+  let lease: AddressLease;
+  let network: SandboxNetwork;
+
+  /** A login as this user with these keys at this address: what sshd answers. */
+  async function login(host: string, username: string, privateKey: string, hostPublicKey: string, timeoutMs = 5_000): Promise<GuestConnection> {
+    const connection = new GuestConnection({ endpoint: { host, port: 22 }, username, privateKey, pinnedHostKey: publicKeyBlob(hostPublicKey) });
+    try {
+      await connection.open(timeoutMs);
+      return connection;
+    } catch (err) {
+      connection.close();
+      throw err;
+    }
+  }
+
+  /** Reaches the clone at the template's address, as rotateClone does, for a check of our own. */
+  async function atTemplateAddress<T>(task: () => Promise<T>): Promise<T> {
+    await run(['ip', 'addr', 'add', `${TEMPLATE_ADDRESS.gateway}/30`, 'dev', network.hostInterface]);
+    try {
+      return await task();
+    } finally {
+      await run(['ip', 'addr', 'del', `${TEMPLATE_ADDRESS.gateway}/30`, 'dev', network.hostInterface], { allowFailure: true });
+    }
+  }
+
+  before(async () => {
+    const image = await findImage(process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images');
+    assert.ok(image, 'the guest image must be built first (scripts/test.sh does it)');
+    workDir = await mkdtemp(path.join(os.tmpdir(), 'fc-rotation-'));
+    const runtime = await QemuRuntime.create(NAMES, qemuSettingsFromEnv());
+    const sessionId = newSessionId();
+    const sessionDir = path.join(workDir, sessionId);
+    const configDir = path.join(sessionDir, 'config');
+    template = generateSessionKeys('template');
+    session = generateSessionKeys(sessionId);
+    // The template's config: its keys, its root key for sbx-rekey, its address.
+    await writeSessionKeys(sessionDir, configDir, template);
+    await writeTemplateRootKey(configDir, template.clientPublicKey);
+    await writeFile(
+      path.join(configDir, CONFIG_FILES.settings),
+      renderSettings({
+        SANDBOX_ID: 'template00',
+        SANDBOX_HOSTNAME: 'sbx-template',
+        SANDBOX_DISPLAY: 99,
+        SANDBOX_WIDTH: 1024,
+        SANDBOX_HEIGHT: 768,
+        SANDBOX_DEPTH: 24,
+        SANDBOX_NET_CONFIGURE: 1,
+        SANDBOX_ADDRESS: `${TEMPLATE_ADDRESS.guest}/${TEMPLATE_ADDRESS.prefixLength}`,
+        SANDBOX_GATEWAY: TEMPLATE_ADDRESS.gateway,
+      }),
+    );
+    // The session's netns, leased address and TAP, as a clone gets them.
+    lease = pool.lease();
+    network = await createSandboxNetwork(NAMES, sessionId, lease, cleanup, 'tap');
+    await runtime.start(
+      { sessionId, image, sessionDir, configDir, hostname: 'sbx-template', network, memoryMiB: 768, pidsLimit: 256, logsDir: path.join(workDir, 'logs') },
+      cleanup,
+    );
+    // Up (under TCG this takes a while): the template's key gets in at the template's address.
+    await atTemplateAddress(async () => (await login(TEMPLATE_ADDRESS.guest, GUEST_USER, template.clientPrivateKey, template.hostPublicKey, 150_000)).close());
+  });
+
+  after(async () => {
+    await cleanup.run();
+    await rm(workDir, { recursive: true, force: true });
+    await removeEmptyPrefixCgroups();
+  });
+
+  it('the template key reaches root only through sbx-rekey, which refuses anything off its list', async () => {
+    await atTemplateAddress(async () => {
+      const root = await login(TEMPLATE_ADDRESS.guest, 'root', template.clientPrivateKey, template.hostPublicKey);
+      try {
+        const shell = await root.exec('id; cat /etc/shadow');
+        assert.equal(shell.exitCode, 2, 'no shell: the forced command runs instead');
+        assert.match(shell.stderr.toString(), /sbx-rekey: unknown command 'id;'/);
+        const traversal = await root.exec('write ../../etc/passwd 644', { stdin: 'root::0:0::/root:/bin/bash\n' });
+        assert.equal(traversal.exitCode, 2);
+        assert.match(traversal.stderr.toString(), /refusing to write/);
+        const badNetwork = await root.exec('network 1.2.3.4/30;reboot 1.2.3.1', {});
+        assert.equal(badNetwork.exitCode, 2);
+      } finally {
+        root.close();
+      }
+      // The session's key is not let in before the rotation.
+      await assert.rejects(login(TEMPLATE_ADDRESS.guest, GUEST_USER, session.clientPrivateKey, template.hostPublicKey), SshAuthenticationError);
+    });
+  });
+
+  it('rotateClone moves the clone to the session address with the session keys, and shuts the template out', async () => {
+    const phases: RotationPhase[] = [];
+    await rotateClone({ hostInterface: network.hostInterface, template, session, lease, onPhase: (p) => phases.push(p) });
+    assert.deepEqual(phases, ['connect-template', 'write-keys', 'reload-sshd', 'apply-network', 'connect-session', 'verify-template-refused', 'ready']);
+
+    // Checked independently of the rotation's own verification:
+    const guest = await login(lease.guest, GUEST_USER, session.clientPrivateKey, session.hostPublicKey);
+    try {
+      const facts = (await guest.exec('ip -o -4 addr show dev eth0; ip route show default; stat -c %s /sandbox/config/root_authorized_keys')).stdout.toString();
+      assert.match(facts, new RegExp(`inet ${lease.guest.replace(/\./g, '\\.')}/30`));
+      assert.doesNotMatch(facts, /169\.254\.240\.2/);
+      assert.match(facts, new RegExp(`default via ${lease.gateway.replace(/\./g, '\\.')}`));
+      assert.match(facts, /^0$/m, 'the template root key is gone');
+    } finally {
+      guest.close();
+    }
+    for (const user of ['root', GUEST_USER]) {
+      await assert.rejects(login(lease.guest, user, template.clientPrivateKey, session.hostPublicKey), SshAuthenticationError, `template key as ${user}`);
+    }
+    await assert.rejects(login(lease.guest, GUEST_USER, session.clientPrivateKey, template.hostPublicKey), HostKeyMismatchError, 'the template host key is gone');
+    const ip = await run(['ip', '-o', 'addr', 'show', 'dev', network.hostInterface]);
+    assert.doesNotMatch(ip.stdout, /169\.254\.240\.1/, 'the temporary route to the template address is gone');
+  });
+
+  it('a second rotation with the template key fails at its first phase, handing nothing out', async () => {
+    await assert.rejects(
+      rotateClone({ hostInterface: network.hostInterface, template, session: generateSessionKeys('other'), lease }),
+      (err: unknown) => err instanceof KeyRotationError && err.phase === 'connect-template',
+    );
+  });
+});

@@ -1,0 +1,483 @@
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { chmod, mkdir, mkdtemp, open, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { findImage, type GuestImage } from '../src/guest/image/builder.js';
+import { AddressPool } from '../src/network/address-pool.js';
+import { ResourceNames } from '../src/network/names.js';
+import { createSandboxNetwork, type SandboxNetwork } from '../src/network/netns.js';
+import { macFromIPv4 } from '../src/runtimes/firecracker/boot/guest-identity.js';
+import { FirecrackerRuntime } from '../src/runtimes/firecracker/firecracker-runtime.js';
+import { findOnPath, hostCgroupVersion, kvmUnavailable, type FirecrackerHost } from '../src/runtimes/firecracker/host/host-check.js';
+import { jailCgroupDirs } from '../src/runtimes/firecracker/jailer/cgroup.js';
+import { ensureVmlinux } from '../src/runtimes/firecracker/kernel/vmlinux.js';
+import { firecrackerSettingsFromEnv, type FirecrackerSettings } from '../src/runtimes/firecracker/settings.js';
+import type { RunningSandbox } from '../src/runtimes/runtime.js';
+import { newSessionId } from '../src/sessions/session.js';
+import { generateSessionKeys, writeSessionKeys } from '../src/transport/keys.js';
+import type { GuestConnection } from '../src/transport/ssh-connection.js';
+import { CleanupStack } from '../src/util/cleanup-stack.js';
+import { run } from '../src/util/exec.js';
+import { connectToGuest, guestAddress, guestSh, pngSize } from './helpers/guest.js';
+import { processesMentioning } from './helpers/host.js';
+import { removeEmptyPrefixCgroups, startTestOrchestrator, TEST_PREFIX, TEST_SUBNET, type TestOrchestrator } from './helpers/orchestrator.js';
+import { startXevSlowly, waitForXev } from './helpers/xev.js';
+
+/**
+ * The Firecracker runtime itself (start, destroy, reclaim), run where KVM is missing against
+ * stand-ins for the two binaries (test/helpers/firecracker/bin): a `firecracker` that is the
+ * contract server (every request held to the v1.16.1 spec and its state machine) and checks
+ * on the host what Firecracker checks there, and a `jailer` that takes the jailer's command
+ * line and does for real what can be checked here: cgroups, the network namespace, the uid
+ * and gid. Network namespaces, TAP devices, the chroot, ownership and cgroups are all real.
+ */
+const BIN = path.join(import.meta.dirname, 'helpers/firecracker/bin');
+const NAMES = new ResourceNames(TEST_PREFIX);
+const JAIL_UID = 65534;
+/** What the runtime sends a fresh VMM: a wait until its API answers, then the boot sequence. */
+const COLD_BOOT_CALLS = [
+  'GET /',
+  'PUT /machine-config',
+  'PUT /boot-source',
+  'PUT /drives/rootfs',
+  'PUT /drives/config',
+  'PUT /network-interfaces/eth0',
+  'PUT /vsock',
+  'PUT /actions',
+];
+
+interface Recorded {
+  process?: { pid: number; uid: number; gid: number; netns: string; argv: string[]; root: string };
+  call?: string;
+  body?: Record<string, unknown>;
+  status?: number;
+  fault?: string;
+}
+
+let image: GuestImage;
+let workDir: string;
+let recordDir: string;
+const pool = new AddressPool(TEST_SUBNET);
+
+before(async () => {
+  const found = await findImage(process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images');
+  assert.ok(found, 'the guest image must be built first (scripts/test.sh does it)');
+  image = found;
+  workDir = await mkdtemp(path.join(os.tmpdir(), 'fc-rt-'));
+  recordDir = path.join(workDir, 'records');
+  await mkdir(recordDir);
+  // The emulator runs as the jail's user and cannot chroot: it reaches the jail through here.
+  await chmod(workDir, 0o711);
+  await chmod(recordDir, 0o777);
+  process.env.FAKE_FIRECRACKER_RECORD_DIR = recordDir;
+});
+after(async () => {
+  delete process.env.FAKE_FIRECRACKER_RECORD_DIR;
+  await rm(workDir, { recursive: true, force: true });
+  await removeEmptyPrefixCgroups();
+});
+
+function host(jailed: boolean): FirecrackerHost {
+  return {
+    firecrackerBin: path.join(BIN, 'firecracker'),
+    jailerBin: jailed ? path.join(BIN, 'jailer') : undefined,
+    version: 'v1.16.1',
+    cgroupVersion: hostCgroupVersion(),
+  };
+}
+
+function settings(overrides: Partial<FirecrackerSettings> = {}): FirecrackerSettings {
+  return { ...firecrackerSettingsFromEnv({}), chrootBaseDir: path.join(workDir, 'jails'), vcpus: 1, ...overrides };
+}
+
+/** What the session layer makes before a runtime starts: keys, config dir, netns with TAP. */
+async function prepareSession(runtime: FirecrackerRuntime, cleanup: CleanupStack, screen = { width: 1024, height: 768 }) {
+  const sessionId = newSessionId();
+  const sessionDir = path.join(workDir, sessionId);
+  const configDir = path.join(sessionDir, 'config');
+  await writeSessionKeys(sessionDir, configDir, generateSessionKeys(sessionId));
+  const lease = pool.lease();
+  await cleanup.push('lease', () => pool.release(lease.index));
+  const network = await createSandboxNetwork(NAMES, sessionId, lease, cleanup, 'tap', runtime.tapOwner);
+  return {
+    sessionId,
+    sessionDir,
+    spec: {
+      sessionId,
+      image,
+      sessionDir,
+      configDir,
+      screen,
+      hostname: `sbx-${sessionId}`,
+      network,
+      memoryMiB: 512,
+      pidsLimit: 256,
+      logsDir: path.join(workDir, 'logs'),
+    },
+  };
+}
+
+async function records(sessionId: string): Promise<Recorded[]> {
+  const text = await readFile(path.join(recordDir, `${TEST_PREFIX}${sessionId}.jsonl`), 'utf8').catch(() => '');
+  return text
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => JSON.parse(line) as Recorded);
+}
+
+const acceptedCalls = (recorded: Recorded[]) => recorded.filter((r) => r.call && (r.status ?? 500) < 300).map((r) => r.call);
+const bodyOf = (recorded: Recorded[], call: string) => recorded.find((r) => r.call === call && (r.status ?? 500) < 300)?.body;
+
+async function netnsInode(network: SandboxNetwork): Promise<string> {
+  return `net:[${(await stat(network.netnsPath)).ino}]`;
+}
+
+async function tapDetails(network: SandboxNetwork): Promise<string> {
+  return (await run(['ip', '-d', '-n', network.netns, 'link', 'show', 'tap0'], { allowFailure: true })).stdout;
+}
+
+describe('the firecracker runtime, jailed, against the contract emulator', () => {
+  let runtime: FirecrackerRuntime;
+  let jailsDir: string;
+  before(() => {
+    runtime = FirecrackerRuntime.forHost(NAMES, settings(), host(true));
+    jailsDir = path.join(workDir, 'jails');
+  });
+  let cleanup: CleanupStack;
+  let session: Awaited<ReturnType<typeof prepareSession>>;
+  let sandbox: RunningSandbox;
+
+  it('boots with exactly the spec-valid cold-boot sequence, jailed as an unprivileged user in the session netns', async () => {
+    cleanup = new CleanupStack();
+    session = await prepareSession(runtime, cleanup);
+    sandbox = await runtime.start(session.spec, cleanup);
+    const recorded = await records(session.sessionId);
+    assert.deepEqual(acceptedCalls(recorded), COLD_BOOT_CALLS);
+    assert.equal(bodyOf(recorded, 'PUT /actions')?.action_type, 'InstanceStart');
+    assert.deepEqual(recorded.filter((r) => r.fault), [], 'no request was refused');
+    const proc = recorded[0]?.process;
+    assert.ok(proc);
+    assert.equal(proc.pid, sandbox.pid, 'the jailer execs Firecracker: one pid, our child');
+    assert.equal(proc.uid, JAIL_UID);
+    assert.equal(proc.gid, JAIL_UID);
+    assert.equal(proc.netns, await netnsInode(session.spec.network), 'Firecracker runs in the session netns');
+    assert.deepEqual(proc.argv.slice(0, 4), ['--id', `${TEST_PREFIX}${session.sessionId}`, '--api-sock', '/run/firecracker.socket']);
+    // Paths are the fixed in-jail ones; the NIC is the TAP with the MAC derived from the lease.
+    assert.deepEqual(bodyOf(recorded, 'PUT /drives/rootfs'), { drive_id: 'rootfs', path_on_host: '/rootfs.ext4', is_root_device: true, is_read_only: false });
+    assert.deepEqual(bodyOf(recorded, 'PUT /drives/config'), { drive_id: 'config', path_on_host: '/config.ext4', is_root_device: false, is_read_only: true });
+    assert.deepEqual(bodyOf(recorded, 'PUT /network-interfaces/eth0'), {
+      iface_id: 'eth0',
+      host_dev_name: 'tap0',
+      guest_mac: macFromIPv4(session.spec.network.lease.guest),
+    });
+    assert.equal(bodyOf(recorded, 'PUT /machine-config')?.mem_size_mib, 512);
+    assert.equal(bodyOf(recorded, 'PUT /boot-source')?.kernel_image_path, '/vmlinux');
+  });
+
+  it('lays out the chroot: shared kernel hard-linked, private disks owned by the jail (0600), TAP owned by it too', async () => {
+    const root = path.join(jailsDir, 'firecracker', `${TEST_PREFIX}${session.sessionId}`, 'root');
+    const vmlinux = await stat(path.join(root, 'vmlinux'));
+    assert.equal(vmlinux.ino, (await stat(path.join(image.dir, 'vmlinux'))).ino, 'the unpacked kernel is shared, not copied');
+    for (const file of ['rootfs.ext4', 'config.ext4']) {
+      const s = await stat(path.join(root, file));
+      assert.equal(s.uid, JAIL_UID, file);
+      assert.equal(s.mode & 0o777, 0o600, file);
+    }
+    assert.match(await tapDetails(session.spec.network), /user (65534|nobody) group (65534|nogroup)/);
+  });
+
+  it('puts the VMM in its own cgroup with the memory and CPU limits', async () => {
+    const dirs = (await jailCgroupDirs(hostCgroupVersion(), TEST_PREFIX.slice(0, -1), `${TEST_PREFIX}${session.sessionId}`)).filter((d) => existsSync(d));
+    assert.ok(dirs.length > 0, 'the jail made cgroups');
+    const memoryFile = dirs.map((d) => path.join(d, hostCgroupVersion() === 2 ? 'memory.max' : 'memory.limit_in_bytes')).find((f) => existsSync(f));
+    assert.ok(memoryFile);
+    assert.equal(Number((await readFile(memoryFile, 'utf8')).trim()), (512 + 128) * 1024 * 1024);
+    const procs = await readFile(path.join(path.dirname(memoryFile), 'cgroup.procs'), 'utf8');
+    assert.ok(procs.split('\n').includes(String(sandbox.pid)), 'the VMM is inside');
+  });
+
+  it('destroys gracefully: Ctrl-Alt-Del, the VMM exits by itself; jail, cgroups, TAP and netns are gone', async () => {
+    const jailDir = path.join(jailsDir, 'firecracker', `${TEST_PREFIX}${session.sessionId}`);
+    const cgroups = await jailCgroupDirs(hostCgroupVersion(), TEST_PREFIX.slice(0, -1), `${TEST_PREFIX}${session.sessionId}`);
+    await cleanup.run();
+    const exit = await sandbox.exited;
+    assert.equal(exit.code, 0, `the VMM exited by itself after the guest powered off (${exit.reason})`);
+    assert.ok(acceptedCalls(await records(session.sessionId)).includes('PUT /actions'));
+    assert.equal(bodyOf((await records(session.sessionId)).slice(-1), 'PUT /actions')?.action_type, 'SendCtrlAltDel');
+    assert.equal(existsSync(jailDir), false, 'jail removed');
+    assert.deepEqual(cgroups.filter((d) => existsSync(d)), [], 'cgroups removed');
+    assert.equal(existsSync(session.spec.network.netnsPath), false, 'netns removed');
+    assert.deepEqual(await processesMentioning(`${TEST_PREFIX}${session.sessionId}`), []);
+    await cleanup.run(); // idempotent
+  });
+
+  it('a call Firecracker refuses (no TAP) fails the start naming the step and the fault, and frees everything', async () => {
+    const failing = new CleanupStack();
+    const s = await prepareSession(runtime, failing);
+    await run(['ip', '-n', s.spec.network.netns, 'link', 'delete', 'tap0']);
+    await assert.rejects(runtime.start(s.spec, failing), /step "network-interface" failed: .*Open tap device failed: tap0 does not exist/s);
+    const recorded = await records(s.sessionId);
+    assert.ok(!acceptedCalls(recorded).includes('PUT /actions'), 'never started');
+    await failing.run();
+    assert.equal(existsSync(path.join(jailsDir, 'firecracker', `${TEST_PREFIX}${s.sessionId}`)), false);
+    assert.deepEqual(await processesMentioning(`${TEST_PREFIX}${s.sessionId}`), []);
+    assert.ok(existsSync(path.join(workDir, 'logs', `${s.sessionId}.console.log`)), 'the console log is kept for the failure');
+  });
+
+  it('after an orchestrator crash, list() finds the VM and reclaim() kills it and removes its jail and cgroups', async () => {
+    const abandoned = new CleanupStack();
+    const s = await prepareSession(runtime, abandoned);
+    const vm = await runtime.start(s.spec, abandoned);
+    // A new orchestrator (a new runtime object) knows nothing of it but the names.
+    const restarted = FirecrackerRuntime.forHost(NAMES, settings(), host(true));
+    assert.ok((await restarted.list()).includes(s.sessionId));
+    await restarted.reclaim(s.sessionId, s.sessionDir);
+    const exit = await vm.exited;
+    assert.ok(exit.code !== null || exit.reason, 'the orphan VMM is gone');
+    assert.equal((await restarted.list()).includes(s.sessionId), false);
+    assert.equal((await tapDetails(s.spec.network)).trim(), '', 'TAP removed');
+    await abandoned.run(); // the rest (netns, lease) as the reconciler would
+  });
+});
+
+describe('the firecracker runtime, unjailed (development hosts)', () => {
+  it('runs Firecracker as root in the session netns with host paths in the session dir, and cleans up', async () => {
+    const runtime = FirecrackerRuntime.forHost(NAMES, settings({ jailer: 'off' }), host(false));
+    assert.equal(runtime.tapOwner, undefined);
+    const cleanup = new CleanupStack();
+    const s = await prepareSession(runtime, cleanup);
+    const vm = await runtime.start(s.spec, cleanup);
+    const recorded = await records(s.sessionId);
+    assert.deepEqual(acceptedCalls(recorded), COLD_BOOT_CALLS);
+    assert.equal(recorded[0]?.process?.uid, 0);
+    assert.equal(recorded[0]?.process?.netns, await netnsInode(s.spec.network));
+    assert.equal(bodyOf(recorded, 'PUT /drives/rootfs')?.path_on_host, path.join(s.sessionDir, 'rootfs.ext4'));
+    assert.equal(bodyOf(recorded, 'PUT /vsock')?.uds_path, path.join(s.sessionDir, 'vsock.sock'));
+    await cleanup.run();
+    assert.equal((await vm.exited).code, 0);
+    assert.equal(existsSync(path.join(s.sessionDir, 'rootfs.ext4')), false);
+    await rm(s.sessionDir, { recursive: true, force: true });
+  });
+});
+
+/**
+ * The whole path through the orchestrator: HTTP create, the runtime, SSH with the pinned
+ * host key, screenshot, a click, destroy. Run on a real microVM where KVM and the binaries
+ * exist; everywhere, on the emulator with FAKE_FIRECRACKER_GUEST=qemu, which boots the VM
+ * the runtime configured (its unpacked vmlinux, raw root copy, config drive, TAP owned by the
+ * jail's user, opened by a QEMU running as that user) under QEMU's microvm.
+ */
+function endToEnd(title: string, skip: string | false, runtimeFor: () => Promise<FirecrackerRuntime>) {
+  describe(title, { skip }, () => {
+    let orch: TestOrchestrator;
+    let runtime: FirecrackerRuntime;
+    let id: string;
+    let guest: GuestConnection;
+    before(async () => {
+      runtime = await runtimeFor();
+      orch = await startTestOrchestrator({}, false, { runtime, reason: title });
+    });
+    after(async () => {
+      guest?.close();
+      await orch?.stop();
+      delete process.env.FAKE_FIRECRACKER_GUEST;
+    });
+
+    it('creates a session over HTTP (201) that is ready with the requested screen', async (t) => {
+      const started = Date.now();
+      const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: { width: 800, height: 600 } });
+      assert.equal(res.statusCode, 201, res.body);
+      t.diagnostic(`create-to-ready: ${Date.now() - started} ms`);
+      id = res.json().id;
+      assert.equal(res.json().runtime, 'firecracker');
+    });
+
+    it('is the microVM the runtime configured: image kernel, root=/dev/vda rw appended, config drive, MAC from the lease', async () => {
+      const address = await guestAddress(orch.names, id);
+      guest = await connectToGuest(orch.stateDir, id, address);
+      const facts = (await guestSh(guest, 'uname -r; cat /proc/cmdline; grep -E " / | /sandbox/config " /proc/mounts; cat /sys/class/net/eth0/address')).text;
+      const manifest = JSON.parse(await readFile(path.join(orch.image.dir, 'manifest.json'), 'utf8')) as { vm: { kernelRelease: string } };
+      assert.match(facts, new RegExp(`^${manifest.vm.kernelRelease.replace(/\./g, '\\.')}$`, 'm'));
+      assert.match(facts, /console=ttyS0 reboot=k panic=1 pci=off quiet init=\/sbin\/sandbox-init root=\/dev\/vda rw/);
+      assert.match(facts, /^\/dev\/vda \/ ext4 rw/m);
+      // The config drive (/dev/vdb) is read at boot into a tmpfs: a snapshot clone can be rekeyed.
+    assert.match(facts, /^config \/sandbox\/config tmpfs rw/m);
+      assert.match(facts, new RegExp(`^${macFromIPv4(address)}$`, 'm'));
+    });
+
+    it('screenshots and clicks', async () => {
+      const shot = await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}/screenshot` });
+      assert.equal(shot.statusCode, 200);
+      assert.deepEqual(pngSize(shot.rawPayload), { width: 800, height: 600 });
+      await startXevSlowly(guest, 800, 600);
+      const res = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/actions`, payload: { action: 'left_click', coordinate: [300, 250] } });
+      assert.equal(res.statusCode, 200, res.body);
+      const events = await waitForXev(guest, (log) => /ButtonPress event/.test(log));
+      assert.match(events, /ButtonPress event[^]*?root:\(300,250\)[^]*?button 1/);
+    });
+
+    it('is destroyed without a trace: no VMM, jail, cgroup, netns or key dir', async () => {
+      guest.close();
+      const jailDir = path.join(settingsOf(runtime).chrootBaseDir, 'firecracker', `${TEST_PREFIX}${id}`);
+      if (runtime.host.jailerBin) assert.ok(existsSync(jailDir));
+      const res = await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${id}` });
+      assert.equal(res.json().state, 'destroyed');
+      assert.equal(existsSync(jailDir), false);
+      assert.equal(existsSync(path.join(orch.stateDir, id)), false, 'key dir gone');
+      assert.equal(existsSync(`/var/run/netns/${orch.names.netns(id)}`), false);
+      assert.deepEqual(await processesMentioning(`${TEST_PREFIX}${id}`), []);
+    });
+  });
+}
+
+const settingsByRuntime = new WeakMap<FirecrackerRuntime, FirecrackerSettings>();
+function settingsOf(runtime: FirecrackerRuntime): FirecrackerSettings {
+  return settingsByRuntime.get(runtime) as FirecrackerSettings;
+}
+
+endToEnd('end to end on the contract emulator booting the configured VM under QEMU (TCG)', false, async () => {
+  process.env.FAKE_FIRECRACKER_GUEST = 'qemu';
+  const s = settings({ vcpus: 2, bootTimeoutMs: 150_000 });
+  const runtime = FirecrackerRuntime.forHost(NAMES, s, host(true));
+  settingsByRuntime.set(runtime, s);
+  return runtime;
+});
+
+const realFirecracker = kvmUnavailable() ?? (process.env.FIRECRACKER_BIN || findOnPath('firecracker') ? false : 'no firecracker binary: set FIRECRACKER_BIN (and JAILER_BIN) or put them on PATH');
+endToEnd('end to end on a real Firecracker microVM (KVM)', realFirecracker, async () => {
+  const s = { ...firecrackerSettingsFromEnv(), chrootBaseDir: path.join(workDir, 'jails-real') };
+  const runtime = await FirecrackerRuntime.create(NAMES, s);
+  settingsByRuntime.set(runtime, s);
+  return runtime;
+});
+
+describe('the firecracker runtime: host checks, selection and the kernel', () => {
+  it('refuses a host without KVM or binaries, naming each problem and its fix', async () => {
+    const noBinaries = { ...firecrackerSettingsFromEnv({}), firecrackerBin: '/nonexistent/firecracker', jailer: 'on' as const, jailerBin: '/nonexistent/jailer' };
+    await assert.rejects(FirecrackerRuntime.create(NAMES, noBinaries), (err: Error) => {
+      assert.match(err.message, /^runtime firecracker is not available here: /);
+      assert.match(err.message, /FIRECRACKER_BIN=\/nonexistent\/firecracker is not an executable file/);
+      assert.match(err.message, /JAILER_BIN=\/nonexistent\/jailer is not an executable file/);
+      const kvm = kvmUnavailable();
+      if (kvm) assert.ok(err.message.includes(kvm), 'the KVM problem is named too');
+      return true;
+    });
+  });
+
+  it('checks the version: only the release whose API it speaks', async () => {
+    const old = path.join(workDir, 'old-firecracker');
+    await writeFile(old, '#!/bin/sh\necho "Firecracker v1.7.0"\n', { mode: 0o755 });
+    const problems = async (bin: string) =>
+      FirecrackerRuntime.create(NAMES, { ...firecrackerSettingsFromEnv({}), firecrackerBin: bin, jailer: 'off' }).then(
+        () => '',
+        (e: Error) => e.message,
+      );
+    assert.match(await problems(old), /is v1\.7\.0; this build speaks the API of v1\.16\.x: install firecracker and jailer v1\.16\.x/);
+    assert.doesNotMatch(await problems(path.join(BIN, 'firecracker')), /--version|speaks the API/, 'the stand-in reports v1.16.1');
+  });
+
+  it('auto says why it did not pick firecracker; asking for it fails with the reason', async () => {
+    const { selectRuntime } = await import('../src/runtimes/select.js');
+    const picked = await selectRuntime('auto', NAMES, undefined, firecrackerSettingsFromEnv({}));
+    if (picked.runtime.name !== 'firecracker') assert.match(picked.reason, /firecracker: /);
+    if (kvmUnavailable()) await assert.rejects(selectRuntime('firecracker', NAMES, undefined, firecrackerSettingsFromEnv({})), /runtime firecracker is not available here/);
+  });
+
+  it('unpacks the image kernel (a bzImage) into the ELF vmlinux Firecracker boots, once', async () => {
+    const out = path.join(workDir, 'vmlinux');
+    assert.equal(await ensureVmlinux(image.kernel, out), out);
+    const head = Buffer.alloc(4);
+    const handle = await open(out, 'r');
+    await handle.read(head, 0, 4, 0);
+    await handle.close();
+    assert.deepEqual([...head], [0x7f, 0x45, 0x4c, 0x46]);
+    assert.ok((await stat(out)).size > (await stat(image.kernel)).size, 'larger than the compressed kernel');
+    const made = (await stat(out)).mtimeMs;
+    assert.equal(await ensureVmlinux(image.kernel, out), out);
+    assert.equal((await stat(out)).mtimeMs, made, 'the cached copy is reused');
+    assert.equal(await ensureVmlinux(out, path.join(workDir, 'unused')), out, 'an ELF kernel is booted as it is');
+    await assert.rejects(ensureVmlinux(path.join(image.dir, 'manifest.json'), path.join(workDir, 'x')), /not a bzImage/);
+  });
+});
+
+describe('snapshots: a template built once, sessions restored from it (contract emulator)', () => {
+  let runtime: FirecrackerRuntime;
+  let templateImage: GuestImage;
+  const templateId = () => `tpl${image.hash.slice(0, 7)}`;
+  const dirOf = () => path.join(templateImage.dir, 'firecracker-template-1024x768');
+
+  before(async () => {
+    // The template goes next to a stand-in of the image dir, not into the shared image cache.
+    templateImage = { ...image, dir: path.join(workDir, 'image') };
+    await mkdir(templateImage.dir);
+    runtime = FirecrackerRuntime.forHost(NAMES, settings({ snapshots: true, vcpus: 2, bootTimeoutMs: 150_000, templateMemoryMiB: 768 }), host(true));
+  });
+  after(() => {
+    delete process.env.FAKE_FIRECRACKER_GUEST;
+  });
+
+  it('prepare() boots the template, waits for its desktop, pauses and snapshots it, keeps the files and frees the rest', async () => {
+    // The template must really come up (its desktop is awaited): the emulator boots it under QEMU.
+    process.env.FAKE_FIRECRACKER_GUEST = 'qemu';
+    const lines: string[] = [];
+    await runtime.prepare(templateImage, (line) => lines.push(line));
+    delete process.env.FAKE_FIRECRACKER_GUEST;
+    assert.match(lines.join('\n'), /template snapshot ready in \d+ ms/, lines.join('\n'));
+
+    const recorded = await records(templateId());
+    assert.deepEqual(acceptedCalls(recorded), [...COLD_BOOT_CALLS, 'PATCH /vm', 'PUT /snapshot/create']);
+    assert.deepEqual(bodyOf(recorded, 'PATCH /vm'), { state: 'Paused' });
+    assert.deepEqual(bodyOf(recorded, 'PUT /snapshot/create'), { snapshot_type: 'Full', snapshot_path: '/snapshot/vmstate', mem_file_path: '/snapshot/memory' });
+    for (const file of ['vmstate', 'memory', 'rootfs.ext4']) {
+      const s = await stat(path.join(dirOf(), file));
+      assert.deepEqual([s.uid, s.gid, s.mode & 0o777], [0, JAIL_UID, 0o640], file);
+    }
+    assert.equal((await stat(path.join(dirOf(), 'template.json'))).mode & 0o777, 0o600, 'the template key stays root-only');
+    assert.equal(existsSync(path.join(workDir, 'jails', 'firecracker', `${TEST_PREFIX}${templateId()}`)), false, 'template jail removed');
+    assert.equal(existsSync(`/var/run/netns/${TEST_PREFIX}${templateId()}`), false, 'template netns removed');
+    assert.deepEqual(await processesMentioning(`${TEST_PREFIX}${templateId()}`), []);
+  });
+
+  it('a session of the template screen is restored (load with overrides, resume), and not handed out unless its keys rotate', async () => {
+    const cleanup = new CleanupStack();
+    const s = await prepareSession(runtime, cleanup);
+    // The emulator has no guest behind a restored VM, so the rotation cannot reach it: the
+    // start must fail at the rotation's first phase, never hand the clone out.
+    await assert.rejects(runtime.start(s.spec, cleanup), /key rotation failed at connect-template/);
+    const recorded = await records(s.sessionId);
+    assert.deepEqual(acceptedCalls(recorded), ['GET /', 'PUT /snapshot/load', 'PATCH /vm']);
+    assert.deepEqual(bodyOf(recorded, 'PUT /snapshot/load'), {
+      snapshot_path: '/snapshot/vmstate',
+      mem_backend: { backend_type: 'File', backend_path: '/snapshot/memory' },
+      network_overrides: [{ iface_id: 'eth0', host_dev_name: 'tap0' }],
+      vsock_override: { uds_path: '/run/vsock.sock' },
+      resume_vm: false,
+      clock_realtime: true,
+    });
+    assert.deepEqual(bodyOf(recorded, 'PATCH /vm'), { state: 'Resumed' });
+    // The clone's jail shares the template's memory and state, and has its own disk copy.
+    const root = path.join(workDir, 'jails', 'firecracker', `${TEST_PREFIX}${s.sessionId}`, 'root');
+    assert.equal((await stat(path.join(root, 'snapshot/memory'))).ino, (await stat(path.join(dirOf(), 'memory'))).ino);
+    assert.notEqual((await stat(path.join(root, 'rootfs.ext4'))).ino, (await stat(path.join(dirOf(), 'rootfs.ext4'))).ino);
+    await cleanup.run();
+    assert.equal(existsSync(root), false);
+    assert.doesNotMatch((await run(['ip', '-o', 'addr'])).stdout, /169\.254\.240\.1/, 'no route to the template address is left');
+  });
+
+  it('a session of another screen size boots cold', async () => {
+    const cleanup = new CleanupStack();
+    const s = await prepareSession(runtime, cleanup, { width: 800, height: 600 });
+    await runtime.start(s.spec, cleanup);
+    assert.deepEqual(acceptedCalls(await records(s.sessionId)), COLD_BOOT_CALLS);
+    await cleanup.run();
+  });
+
+  it('a second prepare() loads the template instead of building it', async () => {
+    const again = FirecrackerRuntime.forHost(NAMES, settings({ snapshots: true }), host(true));
+    const lines: string[] = [];
+    await again.prepare(templateImage, (line) => lines.push(line));
+    assert.deepEqual(lines, []);
+  });
+});
