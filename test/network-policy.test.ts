@@ -90,9 +90,8 @@ describe('the guest network policy, from inside sandboxes (container runtime)', 
   it('shows the choice in the session view; egress is off by default', async () => {
     assert.deepEqual((await orch.server.inject({ method: 'GET', url: `/v1/sessions/${closed}` })).json().network, { egress: false });
     assert.deepEqual((await orch.server.inject({ method: 'GET', url: `/v1/sessions/${open}` })).json().network, { egress: true });
-    const policy = policyOf();
-    assert.deepEqual((await policy.sessionInterfaces()).sort(), [NAMES.hostVeth(closed), NAMES.hostVeth(open)].sort());
-    assert.equal(await policy.egressCount(), 1);
+    // Only the egress session has an entry: the other is fenced by the prefix rules alone.
+    assert.deepEqual(await policyOf().egressInterfaces(), [NAMES.hostVeth(open)]);
     assert.equal((await readFile(IP_FORWARD, 'utf8')).trim(), '1', 'egress turned forwarding on');
   });
 
@@ -119,6 +118,7 @@ describe('the guest network policy, from inside sandboxes (container runtime)', 
       { address: lab.publicAddress, port: lab.port },
       { address: lab.privateAddress, port: lab.port },
     ];
+    // This session has no entry of its own in the policy: the prefix rules fence it.
     const seen = await probeFrom(closed, targets);
     for (const t of targets) assert.equal(seen.get(`${t.address}:${t.port}`), null, `${t.address}:${t.port} must be unreachable; got ${JSON.stringify([...seen])}`);
   });
@@ -152,7 +152,7 @@ describe('the guest network policy, from inside sandboxes (container runtime)', 
       assert.equal(res.statusCode, 400, `${JSON.stringify(network)}: ${res.body}`);
       assert.match(res.json().error.message, /network/);
     }
-    assert.equal((await policyOf().sessionInterfaces()).length, 2);
+    assert.equal((await policyOf().egressInterfaces()).length, 1);
   });
 
   it('destroy takes a session out of the policy, idempotently; stop removes the table', async () => {
@@ -161,8 +161,7 @@ describe('the guest network policy, from inside sandboxes (container runtime)', 
       assert.equal((await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${id}` })).statusCode, 200);
       assert.equal((await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${id}` })).statusCode, 200);
     }
-    assert.deepEqual(await policy.sessionInterfaces(), []);
-    assert.equal(await policy.egressCount(), 0);
+    assert.deepEqual(await policy.egressInterfaces(), []);
     // A release run twice (a destroy racing the reaper) is harmless.
     await policy.release(open, addr.open);
     assert.deepEqual(await ourTables(), [{ family: 'inet', name: NAMES.policyTable }]);
@@ -178,9 +177,7 @@ describe('the network policy when things go wrong', () => {
     try {
       const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: { network: { egress: true } } });
       assert.equal(res.statusCode, 503, res.body);
-      const policy = policyOf();
-      assert.deepEqual(await policy.sessionInterfaces(), []);
-      assert.equal(await policy.egressCount(), 0);
+      assert.deepEqual(await policyOf().egressInterfaces(), []);
     } finally {
       await orch.stop();
     }
@@ -193,7 +190,6 @@ describe('the network policy when things go wrong', () => {
     const stale = { address: '10.242.255.2' };
     await run(['nft', '-f', '-'], {
       input: [
-        `add element inet ${NAMES.policyTable} sessions { "${NAMES.hostVeth('stale00000')}" }`,
         `add element inet ${NAMES.policyTable} egress { "${NAMES.hostVeth('stale00000')}" . ${stale.address} }`,
         `add table ip ${TEST_PREFIX}oldlayout`,
       ].join('\n') + '\n',
@@ -202,8 +198,7 @@ describe('the network policy when things go wrong', () => {
     const orch = await startTestOrchestrator();
     try {
       assert.deepEqual(await ourTables(), [{ family: 'inet', name: NAMES.policyTable }]);
-      assert.deepEqual(await policy.sessionInterfaces(), []);
-      assert.equal(await policy.egressCount(), 0);
+      assert.deepEqual(await policy.egressInterfaces(), []);
     } finally {
       await orch.stop();
     }

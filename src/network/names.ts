@@ -37,6 +37,8 @@ export class ResourceNames {
   /**
    * The nftables table of this orchestrator's guest network policy (see policy/ruleset.ts):
    * one per prefix, so orchestrators with other prefixes never touch each other's rules.
+   * Its rules fence every interface named with the prefix as a sandbox's: name no other
+   * interface of the host with it.
    */
   get policyTable(): string {
     return `${this.prefix}netpolicy`;

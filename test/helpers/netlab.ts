@@ -6,8 +6,7 @@ import { run } from '../../src/util/exec.js';
 /**
  * A stand-in for "the internet" and for extra host addresses, made by the test alone, so
  * that no test packet can leave the host:
- * - a network namespace `<prefix>np-lab` joined to the host by a veth (`<prefix>np-up` on
- *   the host), addressed from TEST-NET-3 (203.0.113.0/24, documentation only, never routed
+ * - a network namespace joined to the host by a veth, addressed from TEST-NET-3 (203.0.113.0/24, documentation only, never routed
  *   anywhere real): the host's end is .4k+1, the namespace's .4k+2 (the "public" address);
  *   the namespace also holds a private address (172.31.x.1, routed to it from the host), to
  *   show that even with egress a sandbox cannot reach private ranges;
@@ -16,8 +15,8 @@ import { run } from '../../src/util/exec.js';
  * - an extra host address from TEST-NET-2 (198.51.100.0/24) on the uplink's host end:
  *   "another of the host's own addresses", where the test makes the orchestrator listen
  *   (on the uplink, as this host's kernel has no dummy interfaces).
- * Names carry the test prefix (for a human cleaning up) but are no session names, so no
- * orchestrator's reclaim takes them.
+ * Names are the test prefix's letters after "np" (`np<abc>-lab`, `np<abc>-up`), for a human
+ * cleaning up; not the prefix itself, which the policy fences as a sandbox's interface.
  */
 export interface NetLab {
   netns: string;
@@ -48,8 +47,9 @@ function randomByte(min: number, max: number): number {
 }
 
 export async function createNetLab(prefix: string): Promise<NetLab> {
-  const netns = `${prefix}np-lab`;
-  const uplink = `${prefix}np-up`;
+  const tag = `np${prefix.slice(0, -1)}`;
+  const netns = `${tag}-lab`;
+  const uplink = `${tag}-up`;
   const block = randomByte(0, 63) * 4;
   const uplinkHostAddress = `203.0.113.${block + 1}`;
   const publicAddress = `203.0.113.${block + 2}`;

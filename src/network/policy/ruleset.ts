@@ -6,15 +6,19 @@ import { BLOCKED_IPV4_RANGES } from './ranges.js';
  * a dev server) never touch each other's rules; `inet`, so one set of rules covers IPv4 and
  * IPv6 alike (a guest could otherwise reach the host over IPv6 link-local).
  *
- * The rules are fixed; sessions come and go as elements of two sets, keyed by the host-side
- * veth name (which exists for every runtime: a VM's TAP is bridged to the veth inside the
- * netns, so its traffic enters the host through the same veth):
- * - `sessions`: every live sandbox's host veth;
- * - `egress`: (host veth . guest address) of those allowed out to the internet. Keying it
- *   on the guest's own address as well means a guest that forges another source address is
- *   not "allowed out", so it cannot masquerade someone else's traffic.
- * Adding or removing a session is one atomic set update: no rule is rewritten, lookups cost
- * the same with 1 or 1,000 sessions, and a leak is visible as a leftover element.
+ * Sandboxes are told apart by their host-side veth, whose name carries our prefix (a VM's
+ * TAP is bridged to the veth inside the netns, so its traffic enters the host through the
+ * same veth). The deny rules match that prefix (`iifname "sbx-*"`), not a list of sessions:
+ * the policy fails closed. A veth of ours is fenced from the moment it exists, whether or
+ * not its session got as far as registering anything, and a lost or stale entry can only
+ * take a permission away, never leave a sandbox open.
+ *
+ * The one per-session entry is the allow list: `egress`, a set of (host veth . guest
+ * address) of the sessions allowed out. Keying it on the guest's own address as well means
+ * a guest that forges another source address is not "allowed out", so it cannot masquerade
+ * someone else's traffic. Adding or removing a session is one atomic set update: no rule is
+ * rewritten, lookups cost the same with 1 or 1,000 sessions, and a leak is visible as a
+ * leftover element.
  *
  * The chains, in words:
  * - input (to the host's own addresses, any of them, on any port, the orchestrator's
@@ -31,12 +35,13 @@ import { BLOCKED_IPV4_RANGES } from './ranges.js';
  */
 export interface RulesetOptions {
   table: string;
+  /** The resource prefix (e.g. "sbx-"): every interface named with it is a sandbox's. */
+  interfacePrefix: string;
   /** The sandbox subnet (SBX_SUBNET): never reachable from a sandbox, whatever its range. */
   sandboxSubnet: string;
 }
 
 export const POLICY_FAMILY = 'inet';
-export const SESSIONS_SET = 'sessions';
 export const EGRESS_SET = 'egress';
 
 const NAME = /^[a-z0-9-]{1,15}$/; // ifnames and table names we make (see ResourceNames)
@@ -56,25 +61,25 @@ function checked(value: string, shape: RegExp, what: string): string {
 export function renderPolicyTable(opts: RulesetOptions): string {
   const t = checked(opts.table, /^[a-z][a-z0-9_-]{0,30}$/, 'table name');
   const blocked = [...BLOCKED_IPV4_RANGES, checked(opts.sandboxSubnet, CIDR4, 'subnet')].join(', ');
+  const sandbox = `"${checked(opts.interfacePrefix, /^[a-z]{3}-$/, 'resource prefix')}*"`;
   return `table ${POLICY_FAMILY} ${t} {}
 delete table ${POLICY_FAMILY} ${t}
 table ${POLICY_FAMILY} ${t} {
-  set ${SESSIONS_SET} { type ifname; }
   set ${EGRESS_SET} { type ifname . ipv4_addr; }
   set blocked4 { type ipv4_addr; flags interval; auto-merge; elements = { ${blocked} } }
 
   chain input {
     type filter hook input priority filter - 10; policy accept;
-    iifname != @${SESSIONS_SET} return
+    iifname != ${sandbox} return
     ct state established,related accept
     counter drop comment "new connection from a sandbox to the host"
   }
 
   chain forward {
     type filter hook forward priority filter - 10; policy accept;
-    oifname @${SESSIONS_SET} ct state established,related accept
-    oifname @${SESSIONS_SET} counter drop comment "new connection into a sandbox"
-    iifname != @${SESSIONS_SET} return
+    oifname ${sandbox} ct state established,related accept
+    oifname ${sandbox} counter drop comment "new connection into a sandbox"
+    iifname != ${sandbox} return
     ct state established,related accept
     meta nfproto != ipv4 counter drop comment "IPv6 from a sandbox"
     ip daddr @blocked4 counter drop comment "private range or sandbox subnet"
@@ -96,35 +101,30 @@ export function renderDeleteTable(table: string, family = POLICY_FAMILY): string
   return `table ${f} ${t} {}\ndelete table ${f} ${t}\n`;
 }
 
-export interface SessionElements {
+/** A session allowed out: its host veth and its guest address. */
+export interface EgressEntry {
   hostInterface: string;
   guestAddress: string;
-  egress: boolean;
 }
 
-function elementsOf(table: string, s: SessionElements): string[] {
+function egressElement(table: string, e: EgressEntry): string {
   const t = checked(table, /^[a-z][a-z0-9_-]{0,30}$/, 'table name');
-  const ifname = checked(s.hostInterface, NAME, 'interface name');
-  const lines = [`element ${POLICY_FAMILY} ${t} ${SESSIONS_SET} { "${ifname}" }`];
-  if (s.egress) {
-    const address = checked(s.guestAddress, IPV4, 'IPv4 address');
-    lines.push(`element ${POLICY_FAMILY} ${t} ${EGRESS_SET} { "${ifname}" . ${address} }`);
-  }
-  return lines;
+  const ifname = checked(e.hostInterface, NAME, 'interface name');
+  const address = checked(e.guestAddress, IPV4, 'IPv4 address');
+  return `element ${POLICY_FAMILY} ${t} ${EGRESS_SET} { "${ifname}" . ${address} }`;
 }
 
-/** Puts a session under the policy: one transaction. */
-export function renderAddSession(table: string, s: SessionElements): string {
-  return elementsOf(table, s).map((line) => `add ${line}`).join('\n') + '\n';
+/** Allows a session out: one set update. */
+export function renderAddEgress(table: string, e: EgressEntry): string {
+  return `add ${egressElement(table, e)}\n`;
 }
 
 /**
- * Takes a session out. Every element is added, then deleted, in one transaction: nft 1.0.6
- * has no `destroy element`, and `add` of an existing element is a no-op, so this removes
- * what is there and succeeds when it was gone already (destroy is idempotent). The egress
- * element is always included: removal need not know what the session was allowed.
+ * Withdraws it. The element is added, then deleted, in one transaction: nft 1.0.6 has no
+ * `destroy element`, and `add` of an existing element is a no-op, so this removes what is
+ * there and succeeds when it was gone already (destroy is idempotent).
  */
-export function renderRemoveSession(table: string, s: Omit<SessionElements, 'egress'>): string {
-  const lines = elementsOf(table, { ...s, egress: true });
-  return [...lines.map((line) => `add ${line}`), ...lines.map((line) => `delete ${line}`)].join('\n') + '\n';
+export function renderRemoveEgress(table: string, e: EgressEntry): string {
+  const line = egressElement(table, e);
+  return `add ${line}\ndelete ${line}\n`;
 }
