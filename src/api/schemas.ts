@@ -47,6 +47,11 @@ export const sessionSchema = {
     },
     timeoutSeconds: { type: 'integer' },
     metadata: { type: 'object', additionalProperties: true },
+    network: {
+      type: 'object',
+      description: 'The guest network policy chosen at create time',
+      properties: { egress: { type: 'boolean' } },
+    },
     createdAt: { type: 'string', format: 'date-time' },
     expiresAt: { type: 'string', format: 'date-time', description: 'When the session is destroyed unless it is used again' },
     error: { type: 'string', description: 'Why the session failed' },
@@ -66,6 +71,14 @@ export const createSessionBody = {
       description: 'Idle timeout: the session is destroyed after this long without a request (default 300)',
     },
     metadata: { type: 'object', additionalProperties: true, maxProperties: 64 },
+    network: {
+      type: 'object',
+      additionalProperties: false,
+      description:
+        'The guest network policy. A sandbox never reaches the host, the orchestrator, other sandboxes or private ranges; ' +
+        'with egress true it may reach the internet through NAT (default false: no network beyond its SSH link)',
+      properties: { egress: { type: 'boolean', default: false } },
+    },
     scaling: {
       description:
         'The screen size the model sees: "auto" (default: XGA/WXGA/FWXGA as the computer-use reference chooses), "none", or {width, height}',

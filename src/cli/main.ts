@@ -96,8 +96,14 @@ program
   .option('-W, --width <px>', 'screen width', integer)
   .option('-H, --height <px>', 'screen height', integer)
   .option('-t, --timeout <seconds>', 'idle timeout', integer)
-  .action(async (opts: { width?: number; height?: number; timeout?: number }) => {
-    const sandbox = await client().create({ width: opts.width, height: opts.height, timeoutSeconds: opts.timeout });
+  .option('--egress', 'let the sandbox reach the internet (NAT); off by default')
+  .action(async (opts: { width?: number; height?: number; timeout?: number; egress?: boolean }) => {
+    const sandbox = await client().create({
+      width: opts.width,
+      height: opts.height,
+      timeoutSeconds: opts.timeout,
+      ...(opts.egress ? { network: { egress: true } } : {}),
+    });
     console.log(JSON.stringify(sandbox.info, null, 2));
   });
 

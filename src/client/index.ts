@@ -20,6 +20,8 @@ export interface SessionInfo {
   };
   timeoutSeconds?: number;
   metadata?: Record<string, unknown>;
+  /** The guest network policy chosen at create time. */
+  network?: { egress: boolean };
   createdAt: string;
   expiresAt: string;
   error?: string;
@@ -33,6 +35,11 @@ export interface CreateOptions {
   toolVersion?: 'computer_20241022' | 'computer_20250124' | 'computer_20251124';
   timeoutSeconds?: number;
   metadata?: Record<string, unknown>;
+  /**
+   * The guest network policy. The sandbox never reaches the host, the orchestrator, other
+   * sandboxes or private ranges; `egress: true` lets it reach the internet (NAT). Default off.
+   */
+  network?: { egress?: boolean };
 }
 
 /** A computer-use tool input, as a model sends it. */

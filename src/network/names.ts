@@ -34,6 +34,16 @@ export class ResourceNames {
     return this.prefix + sessionId;
   }
 
+  /**
+   * The nftables table of this orchestrator's guest network policy (see policy/ruleset.ts):
+   * one per prefix, so orchestrators with other prefixes never touch each other's rules.
+   * Its rules fence every interface named with the prefix as a sandbox's: name no other
+   * interface of the host with it.
+   */
+  get policyTable(): string {
+    return `${this.prefix}netpolicy`;
+  }
+
   /** runc's state directory for our containers, apart from any other runc user's. */
   get runcRoot(): string {
     return `/run/${this.prefix}runc`;

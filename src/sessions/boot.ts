@@ -10,6 +10,7 @@ import type { GuestImage } from '../guest/image/builder.js';
 import type { AddressLease } from '../network/address-pool.js';
 import type { ResourceNames } from '../network/names.js';
 import { createSandboxNetwork } from '../network/netns.js';
+import type { NetworkPolicy } from '../network/policy/network-policy.js';
 import { keepConsoleLog, logsDirOf } from '../runtimes/console-log.js';
 import type { RunningSandbox, Runtime } from '../runtimes/runtime.js';
 import { generateSessionKeys, publicKeyBlob, removeSessionDir, writeSessionKeys } from '../transport/keys.js';
@@ -26,6 +27,7 @@ export interface BootContext {
   image: GuestImage;
   memoryMiB: number;
   pidsLimit: number;
+  policy: NetworkPolicy;
   /** Absolute time (ms) by which the guest must be ready. */
   deadline: number;
   log: Logger;
@@ -68,6 +70,9 @@ export async function bootSandbox(session: Session, lease: AddressLease, ctx: Bo
   );
 
   step('keys and config');
+  // The policy first: the sandbox's veth is fenced from the moment it exists.
+  await ctx.policy.admit(id, lease, { egress: session.record.egress }, session.cleanup);
+  step('network policy');
   const network = await createSandboxNetwork(ctx.names, id, lease, session.cleanup, ctx.runtime.networkAttachment, ctx.runtime.tapOwner);
   step('network');
   // A VM under TCG needs longer than the orchestrator-wide boot timeout: the longer applies.

@@ -7,6 +7,7 @@ import type { GuestImage } from '../guest/image/builder.js';
 import type { Metrics } from '../metrics/metrics.js';
 import { AddressPool } from '../network/address-pool.js';
 import type { ResourceNames } from '../network/names.js';
+import { NetworkPolicy, type NetworkOptions } from '../network/policy/network-policy.js';
 import type { Runtime } from '../runtimes/runtime.js';
 import { bootSandbox, consoleTail } from './boot.js';
 import { reconcileHost } from './reconcile.js';
@@ -26,6 +27,8 @@ export interface CreateSessionOptions {
   toolVersion?: ComputerToolVersion;
   timeoutSeconds?: number;
   metadata?: Record<string, unknown>;
+  /** The guest network policy: `egress` lets the sandbox reach the internet (default off). */
+  network?: Partial<NetworkOptions>;
 }
 
 export interface AttachmentContext {
@@ -75,11 +78,13 @@ const REAPER_INTERVAL_MS = 1_000;
 export class SessionManager {
   private readonly sessions = new Map<string, Session>();
   private readonly pool: AddressPool;
+  readonly policy: NetworkPolicy;
   private reaper: NodeJS.Timeout | undefined;
   private shuttingDown = false;
 
   constructor(private readonly opts: ManagerOptions) {
     this.pool = new AddressPool(opts.subnet);
+    this.policy = new NetworkPolicy(opts.names, opts.subnet, opts.log);
   }
 
   get runtimeName(): Runtime['name'] {
@@ -98,6 +103,7 @@ export class SessionManager {
       names: this.opts.names,
       runtime: this.opts.runtime,
       store: this.opts.store,
+      policy: this.policy,
       log: this.opts.log,
     });
     if (reclaimed > 0) this.opts.log.warn({ reclaimed }, 'reclaimed sandboxes left behind by an earlier run');
@@ -126,6 +132,7 @@ export class SessionManager {
       toolVersion: options.toolVersion ?? 'computer_20250124',
       timeoutSeconds,
       metadata: options.metadata ?? {},
+      egress: options.network?.egress ?? false,
       createdAt: now.toISOString(),
       updatedAt: now.toISOString(),
       expiresAt: new Date(now.getTime() + timeoutSeconds * 1000).toISOString(),
@@ -149,6 +156,7 @@ export class SessionManager {
       image: this.opts.image,
       memoryMiB: this.opts.memoryMiB,
       pidsLimit: this.opts.pidsLimit,
+      policy: this.policy,
       deadline: Date.now() + this.opts.bootTimeoutMs,
       log,
     });
@@ -297,6 +305,8 @@ export class SessionManager {
     this.shuttingDown = true;
     if (this.reaper) clearInterval(this.reaper);
     await Promise.allSettled([...this.sessions.keys()].map((id) => this.destroy(id)));
+    // Every session is gone: so goes the policy table (no rules left behind by a clean stop).
+    await this.policy.uninstall().catch((err: unknown) => this.opts.log.error({ err, table: this.policy.table }, 'could not remove the network policy table'));
   }
 
   private ready(id: string): Session {

@@ -3,6 +3,7 @@ import { readdir } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import { SESSION_ID_PATTERN, type ResourceNames } from '../network/names.js';
 import { deleteLink, deleteNetns, listSandboxLinks, listSandboxNetns } from '../network/netns.js';
+import type { NetworkPolicy } from '../network/policy/network-policy.js';
 import type { Runtime } from '../runtimes/runtime.js';
 import { removeSessionDir } from '../transport/keys.js';
 import { sessionDirOf } from './boot.js';
@@ -13,6 +14,7 @@ export interface ReconcileOptions {
   names: ResourceNames;
   runtime: Runtime;
   store: SessionStore;
+  policy: NetworkPolicy;
   log: Logger;
 }
 
@@ -24,7 +26,7 @@ export interface ReconcileOptions {
  * Returns how many sandboxes were reclaimed.
  */
 export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
-  const { stateDir, names, runtime, store, log } = opts;
+  const { stateDir, names, runtime, store, policy, log } = opts;
   const ids = new Set<string>();
   const unfinished = store.unfinished();
   for (const record of unfinished) ids.add(record.id);
@@ -57,6 +59,10 @@ export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
     }
     if (!failed) log.info({ sessionId: id }, 'reclaimed a sandbox left behind by an earlier run');
   }
+  // Last, once no sandbox of an earlier run is left: the network policy table is replaced
+  // by a fresh, empty one (with it go the entries of the sandboxes just reclaimed). It
+  // throws when nft is missing: the orchestrator does not run sandboxes it cannot fence.
+  await policy.reclaim();
   const now = new Date().toISOString();
   for (const record of unfinished) {
     store.update({

@@ -24,6 +24,8 @@ export interface SessionRecord {
   createdAt: string;
   updatedAt: string;
   expiresAt: string;
+  /** May the sandbox reach the internet (NAT)? Chosen at create time, off by default. */
+  egress: boolean;
   /** The /30 block leased to it; null once released. */
   addressIndex: number | null;
   /** Why it failed, when it did. */

@@ -30,6 +30,8 @@ export interface SessionView {
   computerTool: ComputerToolDefinition;
   timeoutSeconds: number;
   metadata: Record<string, unknown>;
+  /** The guest network policy chosen at create time. */
+  network: { egress: boolean };
   createdAt: string;
   expiresAt: string;
   error?: string;
@@ -44,6 +46,7 @@ export function toView(record: SessionRecord): SessionView {
     computerTool: computerToolDefinition(record),
     timeoutSeconds: record.timeoutSeconds,
     metadata: record.metadata,
+    network: { egress: record.egress },
     createdAt: record.createdAt,
     expiresAt: record.expiresAt,
   };

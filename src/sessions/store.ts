@@ -17,6 +17,7 @@ interface Row {
   expires_at: string;
   address_index: number | null;
   error: string | null;
+  egress: number;
 }
 
 /**
@@ -59,6 +60,7 @@ export class SessionStore {
       ['model_width', 'INTEGER NOT NULL DEFAULT 0'],
       ['model_height', 'INTEGER NOT NULL DEFAULT 0'],
       ['tool_version', "TEXT NOT NULL DEFAULT 'computer_20250124'"],
+      ['egress', 'INTEGER NOT NULL DEFAULT 0'],
     ];
     for (const [name, type] of added) {
       if (!columns.has(name)) this.db.exec(`ALTER TABLE sessions ADD COLUMN ${name} ${type}`);
@@ -69,9 +71,9 @@ export class SessionStore {
     this.db
       .prepare(
         `INSERT INTO sessions (id, state, runtime, width, height, model_width, model_height, tool_version,
-           timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error)
+           timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error, egress)
          VALUES (@id, @state, @runtime, @width, @height, @model_width, @model_height, @tool_version,
-           @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error)`,
+           @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error, @egress)`,
       )
       .run(toRow(record));
   }
@@ -126,6 +128,7 @@ function toRow(r: SessionRecord): Row {
     expires_at: r.expiresAt,
     address_index: r.addressIndex,
     error: r.error,
+    egress: r.egress ? 1 : 0,
   };
 }
 
@@ -146,5 +149,6 @@ function fromRow(row: Row): SessionRecord {
     expiresAt: row.expires_at,
     addressIndex: row.address_index,
     error: row.error,
+    egress: row.egress === 1,
   };
 }

@@ -1,0 +1,130 @@
+import { BLOCKED_IPV4_RANGES } from './ranges.js';
+
+/**
+ * The nftables text of the guest network policy. One `inet` table per orchestrator, named
+ * after its resource prefix, so that orchestrators with other prefixes (a test suite beside
+ * a dev server) never touch each other's rules; `inet`, so one set of rules covers IPv4 and
+ * IPv6 alike (a guest could otherwise reach the host over IPv6 link-local).
+ *
+ * Sandboxes are told apart by their host-side veth, whose name carries our prefix (a VM's
+ * TAP is bridged to the veth inside the netns, so its traffic enters the host through the
+ * same veth). The deny rules match that prefix (`iifname "sbx-*"`), not a list of sessions:
+ * the policy fails closed. A veth of ours is fenced from the moment it exists, whether or
+ * not its session got as far as registering anything, and a lost or stale entry can only
+ * take a permission away, never leave a sandbox open.
+ *
+ * The one per-session entry is the allow list: `egress`, a set of (host veth . guest
+ * address) of the sessions allowed out. Keying it on the guest's own address as well means
+ * a guest that forges another source address is not "allowed out", so it cannot masquerade
+ * someone else's traffic. Adding or removing a session is one atomic set update: no rule is
+ * rewritten, lookups cost the same with 1 or 1,000 sessions, and a leak is visible as a
+ * leftover element.
+ *
+ * The chains, in words:
+ * - input (to the host's own addresses, any of them, on any port, the orchestrator's
+ *   included): from a sandbox only replies to connections the host opened (the SSH
+ *   connection to the guest) pass; everything new is dropped.
+ * - forward: nothing new enters a sandbox from anywhere (another sandbox, the LAN); what
+ *   leaves one is dropped if it is IPv6, goes to a private range or to the sandbox subnet,
+ *   and else passes only for sessions with egress.
+ * - postrouting (nat): egress sessions are masqueraded behind the host's address.
+ * Drops are silent (no reject): a probing guest learns nothing, and waits for its timeout.
+ * Priority filter - 10 runs our chains before the usual filter chains; an accept here does
+ * not override a drop elsewhere (an `iptables -P FORWARD DROP`, e.g. Docker's, still blocks
+ * egress, by design of netfilter).
+ */
+export interface RulesetOptions {
+  table: string;
+  /** The resource prefix (e.g. "sbx-"): every interface named with it is a sandbox's. */
+  interfacePrefix: string;
+  /** The sandbox subnet (SBX_SUBNET): never reachable from a sandbox, whatever its range. */
+  sandboxSubnet: string;
+}
+
+export const POLICY_FAMILY = 'inet';
+export const EGRESS_SET = 'egress';
+
+const NAME = /^[a-z0-9-]{1,15}$/; // ifnames and table names we make (see ResourceNames)
+const IPV4 = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/;
+const CIDR4 = /^(\d{1,3}\.){3}\d{1,3}\/\d{1,2}$/;
+
+/** Values reach nft as text: only the shapes we generate ourselves are let through. */
+function checked(value: string, shape: RegExp, what: string): string {
+  if (!shape.test(value)) throw new Error(`network policy: not a valid ${what}: "${value}"`);
+  return value;
+}
+
+/**
+ * The whole table, replacing any earlier one in the same transaction (`table` then `delete
+ * table` makes the delete safe when there was none): stale sessions' elements go with it.
+ */
+export function renderPolicyTable(opts: RulesetOptions): string {
+  const t = checked(opts.table, /^[a-z][a-z0-9_-]{0,30}$/, 'table name');
+  const blocked = [...BLOCKED_IPV4_RANGES, checked(opts.sandboxSubnet, CIDR4, 'subnet')].join(', ');
+  const sandbox = `"${checked(opts.interfacePrefix, /^[a-z]{3}-$/, 'resource prefix')}*"`;
+  return `table ${POLICY_FAMILY} ${t} {}
+delete table ${POLICY_FAMILY} ${t}
+table ${POLICY_FAMILY} ${t} {
+  set ${EGRESS_SET} { type ifname . ipv4_addr; }
+  set blocked4 { type ipv4_addr; flags interval; auto-merge; elements = { ${blocked} } }
+
+  chain input {
+    type filter hook input priority filter - 10; policy accept;
+    iifname != ${sandbox} return
+    ct state established,related accept
+    counter drop comment "new connection from a sandbox to the host"
+  }
+
+  chain forward {
+    type filter hook forward priority filter - 10; policy accept;
+    oifname ${sandbox} ct state established,related accept
+    oifname ${sandbox} counter drop comment "new connection into a sandbox"
+    iifname != ${sandbox} return
+    ct state established,related accept
+    meta nfproto != ipv4 counter drop comment "IPv6 from a sandbox"
+    ip daddr @blocked4 counter drop comment "private range or sandbox subnet"
+    iifname . ip saddr @${EGRESS_SET} accept
+    counter drop comment "sandbox without egress"
+  }
+
+  chain postrouting {
+    type nat hook postrouting priority srcnat; policy accept;
+    iifname . ip saddr @${EGRESS_SET} masquerade
+  }
+}
+`;
+}
+
+export function renderDeleteTable(table: string, family = POLICY_FAMILY): string {
+  const t = checked(table, /^[A-Za-z0-9_-]{1,64}$/, 'table name');
+  const f = checked(family, /^(ip|ip6|inet|arp|bridge|netdev)$/, 'table family');
+  return `table ${f} ${t} {}\ndelete table ${f} ${t}\n`;
+}
+
+/** A session allowed out: its host veth and its guest address. */
+export interface EgressEntry {
+  hostInterface: string;
+  guestAddress: string;
+}
+
+function egressElement(table: string, e: EgressEntry): string {
+  const t = checked(table, /^[a-z][a-z0-9_-]{0,30}$/, 'table name');
+  const ifname = checked(e.hostInterface, NAME, 'interface name');
+  const address = checked(e.guestAddress, IPV4, 'IPv4 address');
+  return `element ${POLICY_FAMILY} ${t} ${EGRESS_SET} { "${ifname}" . ${address} }`;
+}
+
+/** Allows a session out: one set update. */
+export function renderAddEgress(table: string, e: EgressEntry): string {
+  return `add ${egressElement(table, e)}\n`;
+}
+
+/**
+ * Withdraws it. The element is added, then deleted, in one transaction: nft 1.0.6 has no
+ * `destroy element`, and `add` of an existing element is a no-op, so this removes what is
+ * there and succeeds when it was gone already (destroy is idempotent).
+ */
+export function renderRemoveEgress(table: string, e: EgressEntry): string {
+  const line = egressElement(table, e);
+  return `add ${line}\ndelete ${line}\n`;
+}
