@@ -80,8 +80,19 @@ export interface Runtime {
   prepare?(image: GuestImage, log: (message: string) => void): Promise<void>;
   /** Session ids of the sandboxes this runtime has on the host, alive or not. */
   list(): Promise<string[]>;
+  /**
+   * A sandbox an earlier run of the orchestrator started, found again alive (after a crash
+   * or a restart), or undefined if it is gone. `release` frees what the runtime holds for
+   * it, as a destroy would.
+   */
+  adopt?(sessionId: string, sessionDir: string, endpoint: GuestEndpoint): Promise<AdoptedSandbox | undefined>;
   /** Removes whatever this runtime left of a sandbox it no longer tracks. Idempotent. */
   reclaim(sessionId: string, sessionDir: string): Promise<void>;
+}
+
+export interface AdoptedSandbox {
+  sandbox: RunningSandbox;
+  release(): Promise<void>;
 }
 
 /** A runtime cannot run on this host; the message says what is missing and how to fix it. */

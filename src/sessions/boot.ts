@@ -13,7 +13,7 @@ import { createSandboxNetwork } from '../network/netns.js';
 import type { NetworkPolicy } from '../network/policy/network-policy.js';
 import { keepConsoleLog, logsDirOf } from '../runtimes/console-log.js';
 import type { RunningSandbox, Runtime } from '../runtimes/runtime.js';
-import { generateSessionKeys, publicKeyBlob, removeSessionDir, writeSessionKeys } from '../transport/keys.js';
+import { generateSessionKeys, publicKeyBlob, removeSessionDir, writeSessionKeys, type SessionKeys } from '../transport/keys.js';
 import { GuestConnection } from '../transport/ssh-connection.js';
 import { OrchestratorError } from '../errors.js';
 import type { Session } from './session.js';
@@ -115,13 +115,17 @@ async function withConsoleLog(err: unknown, sandbox: RunningSandbox, logsDir: st
   return new Error(parts.filter(Boolean).join(' '), { cause: err });
 }
 
-async function connectAndWaitForDisplay(
+/**
+ * Opens the session's SSH connection (pinning its host key), waits until its display
+ * answers and makes its computer tool: the last steps of a boot, and all of an adoption.
+ */
+export async function connectAndWaitForDisplay(
   session: Session,
   sandbox: RunningSandbox,
-  keys: ReturnType<typeof generateSessionKeys>,
+  keys: Pick<SessionKeys, 'clientPrivateKey' | 'hostPublicKey'>,
   deadline: number,
-  ctx: BootContext,
-  step: (name: string) => void,
+  ctx: Pick<BootContext, 'display' | 'settle'>,
+  step: (name: string) => void = () => undefined,
 ): Promise<void> {
   const { width, height } = session.record;
 

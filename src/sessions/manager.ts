@@ -10,6 +10,7 @@ import type { ResourceNames } from '../network/names.js';
 import { NetworkPolicy, type NetworkOptions } from '../network/policy/network-policy.js';
 import type { Runtime } from '../runtimes/runtime.js';
 import { bootSandbox, consoleTail } from './boot.js';
+import { adoptSession } from './adopt.js';
 import { reconcileHost } from './reconcile.js';
 import { newSessionId, Session } from './session.js';
 import type { ComputerToolVersion, SessionRecord, SessionState } from './session-record.js';
@@ -96,8 +97,12 @@ export class SessionManager {
     return this.opts.display;
   }
 
-  /** Reclaims what an earlier run left behind, then starts the reaper. */
+  /**
+   * Adopts the sessions an earlier run left ready whose sandboxes still run and answer,
+   * reclaims everything else it left behind, then starts the reaper.
+   */
   async start(): Promise<void> {
+    const adopted = await this.adoptLive();
     const reclaimed = await reconcileHost({
       stateDir: this.opts.stateDir,
       names: this.opts.names,
@@ -105,10 +110,40 @@ export class SessionManager {
       store: this.opts.store,
       policy: this.policy,
       log: this.opts.log,
+      keep: new Set(adopted.map((s) => s.id)),
     });
+    // Reconciliation put a fresh policy table in place: let adopted sessions out again.
+    for (const session of adopted) {
+      if (!session.record.egress || session.record.addressIndex === null) continue;
+      await this.policy.admit(session.id, this.pool.describe(session.record.addressIndex), { egress: true }, session.cleanup);
+    }
+    if (adopted.length > 0) this.opts.log.info({ adopted: adopted.length }, 'adopted live sessions of an earlier run');
     if (reclaimed > 0) this.opts.log.warn({ reclaimed }, 'reclaimed sandboxes left behind by an earlier run');
     this.reaper = setInterval(() => this.reapExpired(), REAPER_INTERVAL_MS);
     this.reaper.unref();
+  }
+
+  /** Every session the store says is ready whose sandbox can be taken back (adopt.ts). */
+  private async adoptLive(): Promise<Session[]> {
+    const adopted: Session[] = [];
+    for (const record of this.opts.store.unfinished()) {
+      if (record.state !== 'ready') continue;
+      const session = await adoptSession(record, {
+        stateDir: this.opts.stateDir,
+        names: this.opts.names,
+        runtime: this.opts.runtime,
+        pool: this.pool,
+        display: this.opts.display,
+        settle: this.opts.settle,
+        log: this.opts.log,
+      });
+      if (!session) continue;
+      this.sessions.set(session.id, session);
+      this.opts.metrics.activeSessions.inc();
+      this.watch(session, this.opts.log.child({ sessionId: session.id }));
+      adopted.push(session);
+    }
+    return adopted;
   }
 
   async create(options: CreateSessionOptions = {}): Promise<SessionView> {

@@ -16,19 +16,23 @@ export interface ReconcileOptions {
   store: SessionStore;
   policy: NetworkPolicy;
   log: Logger;
+  /** Sessions adopted alive (adopt.ts): theirs is not left behind. */
+  keep?: ReadonlySet<string>;
 }
 
 /**
  * Start-up reconciliation: whatever an earlier run left on the host (a crash, a SIGKILL, a
  * power cut) is found by our naming prefix and by the store, and reclaimed in a fixed order:
- * sandbox processes and mounts, then network, then key directories. This release does not
- * adopt live sandboxes yet; every unfinished session is reclaimed and marked destroyed.
- * Returns how many sandboxes were reclaimed.
+ * sandbox processes and mounts, then network, then key directories. Sessions adopted alive
+ * (`keep`) are left alone; every other unfinished session is reclaimed and marked
+ * destroyed, and so is one being created when the earlier run stopped. Returns how many
+ * sandboxes were reclaimed.
  */
 export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
   const { stateDir, names, runtime, store, policy, log } = opts;
+  const keep = opts.keep ?? new Set<string>();
   const ids = new Set<string>();
-  const unfinished = store.unfinished();
+  const unfinished = store.unfinished().filter((record) => !keep.has(record.id));
   for (const record of unfinished) ids.add(record.id);
   for (const id of await runtime.list()) ids.add(id);
   for (const id of await listSandboxNetns(names)) ids.add(id);
@@ -39,6 +43,7 @@ export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
     }
   }
 
+  for (const id of keep) ids.delete(id);
   for (const id of ids) {
     const sessionDir = sessionDirOf(stateDir, id);
     // Each step on its own: one that fails must not keep the others from running.

@@ -6,7 +6,9 @@ import { GUEST_SSH_PORT } from '../../guest/contract.js';
 import type { ResourceNames } from '../../network/names.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
-import { RuntimeUnavailableError, type RunningSandbox, type Runtime, type SandboxSpec } from '../runtime.js';
+import type { GuestEndpoint } from '../../transport/ssh-connection.js';
+import { adoptedProcess } from '../adopt-process.js';
+import { RuntimeUnavailableError, type AdoptedSandbox, type RunningSandbox, type Runtime, type SandboxSpec } from '../runtime.js';
 import { ociSpec } from './oci-spec.js';
 import { mountOverlay, mountsUnder, unmount } from './overlay.js';
 import { processStartTime, waitForExit, watchExit } from './process-watch.js';
@@ -107,6 +109,22 @@ export class ContainerRuntime implements Runtime {
       }
     }
     return [...ids];
+  }
+
+  /** A container of an earlier run, if runc still has it running. */
+  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint): Promise<AdoptedSandbox | undefined> {
+    const id = this.names.container(sessionId);
+    const res = await run([RUNC, '--root', this.names.runcRoot, 'state', id], { allowFailure: true });
+    if (res.exitCode !== 0) return undefined;
+    const state = JSON.parse(res.stdout) as { status?: string; pid?: number };
+    const startTime = state.pid ? processStartTime(state.pid) : undefined;
+    if (state.status !== 'running' || !state.pid || !startTime) return undefined;
+    const init = { pid: state.pid, startTime };
+    return adoptedProcess("container's init", init, endpoint, path.join(sessionDir, 'console.log'), async () => {
+      await deleteContainer(this.names.runcRoot, id);
+      if (!(await waitForExit(init.pid, init.startTime, 10_000))) throw new Error(`container init ${init.pid} is still alive 10 s after it was killed`);
+      for (const target of await mountsUnder(sessionDir)) await unmount(target);
+    });
   }
 
   async reclaim(sessionId: string, sessionDir: string): Promise<void> {

@@ -6,11 +6,12 @@ import type { GuestImage } from '../../guest/image/builder.js';
 import type { ResourceNames } from '../../network/names.js';
 import { createSandboxNetwork, deleteTapBridge, type TapOwner } from '../../network/netns.js';
 import { generateSessionKeys, publicKeyBlob, readSessionKeys, writeSessionKeys } from '../../transport/keys.js';
-import { GuestConnection } from '../../transport/ssh-connection.js';
+import { GuestConnection, type GuestEndpoint } from '../../transport/ssh-connection.js';
 import { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
 import { consoleLogTail, keepConsoleLog } from '../console-log.js';
-import type { ExitInfo, RunningSandbox, Runtime, SandboxSpec } from '../runtime.js';
+import type { AdoptedSandbox, ExitInfo, RunningSandbox, Runtime, SandboxSpec } from '../runtime.js';
+import { adoptedProcess } from '../adopt-process.js';
 import { killOrphan, spawnInNetns, spawnLogged, type VmProcess } from '../vm-process.js';
 import { FirecrackerClient } from './api/client.js';
 import { waitForApiSocket } from './api/wait-for-socket.js';
@@ -389,6 +390,17 @@ export class FirecrackerRuntime implements Runtime {
       if (sessionId) ids.add(sessionId);
     }
     return [...ids];
+  }
+
+  /**
+   * A VM of an earlier run, if its VMM is still running. Its API socket is still there, but
+   * nothing more is asked of it: destroying it is killing it (there is no client to send
+   * Ctrl-Alt-Del through, and its disk is thrown away anyway).
+   */
+  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint): Promise<AdoptedSandbox | undefined> {
+    const vmm = (await findFirecrackerProcesses(this.names)).find((p) => p.sessionId === sessionId);
+    if (!vmm) return undefined;
+    return adoptedProcess("VM's firecracker process", vmm, endpoint, path.join(sessionDir, 'console.log'), () => this.reclaim(sessionId, sessionDir));
   }
 
   /** Kills the session's orphaned VMM, then removes its jail, cgroups, TAP and bridge. Idempotent. */

@@ -10,7 +10,17 @@ import { deleteTapBridge } from '../../network/netns.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
 import { consoleLogTail, keepConsoleLog } from '../console-log.js';
-import { RuntimeUnavailableError, type Accelerator, type ExitInfo, type RunningSandbox, type Runtime, type SandboxSpec } from '../runtime.js';
+import type { GuestEndpoint } from '../../transport/ssh-connection.js';
+import { adoptedProcess } from '../adopt-process.js';
+import {
+  RuntimeUnavailableError,
+  type Accelerator,
+  type AdoptedSandbox,
+  type ExitInfo,
+  type RunningSandbox,
+  type Runtime,
+  type SandboxSpec,
+} from '../runtime.js';
 import { hostTscKhz, probeKvm } from './accelerator.js';
 import { createOverlay } from './overlay-disk.js';
 import { macAddressFor, qemuArgv } from './qemu-command.js';
@@ -146,6 +156,13 @@ export class QemuRuntime implements Runtime {
 
   async list(): Promise<string[]> {
     return [...new Set((await findQemuProcesses(this.names)).map((p) => p.sessionId))];
+  }
+
+  /** A VM of an earlier run, if its QEMU is still running. */
+  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint): Promise<AdoptedSandbox | undefined> {
+    const vm = (await findQemuProcesses(this.names)).find((p) => p.sessionId === sessionId);
+    if (!vm) return undefined;
+    return adoptedProcess('VM\'s qemu process', vm, endpoint, path.join(sessionDir, 'console.log'), () => this.reclaim(sessionId, sessionDir));
   }
 
   /** Kills the session's orphaned QEMU (if any), then removes its TAP and bridge. */
