@@ -1,5 +1,5 @@
 import { closeSync, existsSync, openSync } from 'node:fs';
-import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { GUEST_SSH_PORT } from '../../guest/contract.js';
@@ -12,6 +12,7 @@ import { RuntimeUnavailableError, type AdoptedSandbox, type RunningSandbox, type
 import { ociSpec } from './oci-spec.js';
 import { mountOverlay, mountsUnder, unmount } from './overlay.js';
 import { processStartTime, waitForExit, watchExit } from './process-watch.js';
+import { diskMiB, layerTemplate, mountWritableLayer } from './writable-layer.js';
 
 const RUNC = process.env.RUNC_BIN || 'runc';
 
@@ -21,10 +22,13 @@ const RUNC = process.env.RUNC_BIN || 'runc';
  * shared image rootfs, dropped capabilities, seccomp, and memory and pids limits.
  *
  * Files under <sessionDir>: bundle/config.json, rootfs/ (the overlay mount point),
- * overlay/{upper,work}, console.log.
+ * layer.ext4 (the sandbox's disk, loop-mounted at overlay/, holding upper/ and work/),
+ * console.log.
  */
 export class ContainerRuntime implements Runtime {
   readonly name = 'container' as const;
+  /** How much each sandbox may write (SBX_DISK_MIB, default 4 GiB). */
+  readonly diskMiB = diskMiB();
 
   constructor(private readonly names: ResourceNames) {}
 
@@ -45,12 +49,15 @@ export class ContainerRuntime implements Runtime {
     const rootfs = path.join(spec.sessionDir, 'rootfs');
     const consoleLogPath = path.join(spec.sessionDir, 'console.log');
 
-    await mountOverlay(
-      spec.image.rootfs,
-      path.join(spec.sessionDir, 'overlay', 'upper'),
-      path.join(spec.sessionDir, 'overlay', 'work'),
-      rootfs,
-    );
+    // The sandbox's own disk (writable-layer.ts): its writes land here and nowhere else.
+    const layer = path.join(spec.sessionDir, 'overlay');
+    const layerFile = path.join(spec.sessionDir, 'layer.ext4');
+    await cleanup.push(`writable layer ${layer}`, async () => {
+      await unmount(layer);
+      await rm(layerFile, { force: true });
+    });
+    await mountWritableLayer(await layerTemplate(spec.image.dir, this.diskMiB), layerFile, layer);
+    await mountOverlay(spec.image.rootfs, path.join(layer, 'upper'), path.join(layer, 'work'), rootfs);
     await cleanup.push(`overlay ${rootfs}`, () => unmount(rootfs));
 
     await mkdir(bundle, { recursive: true, mode: 0o700 });
