@@ -63,6 +63,7 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
     store,
     metrics,
     log,
+    warmPool: { size: config.warmPoolSize, shape: config.warmPoolScreen },
   });
   await manager.start();
   const server = await buildServer({ manager, metrics, logger: log });

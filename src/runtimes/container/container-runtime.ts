@@ -23,6 +23,8 @@ const RUNC = process.env.RUNC_BIN || 'runc';
  */
 export class ContainerRuntime implements Runtime {
   readonly name = 'container' as const;
+  /** The config dir is bind-mounted as a directory (oci-spec.ts): renames in it show through. */
+  readonly configDirIsLive = true;
 
   constructor(private readonly names: ResourceNames) {}
 
