@@ -72,6 +72,7 @@ export interface ActionOutcome extends ComputerOutcome {
 const EXPIRY_PERSIST_INTERVAL_MS = 30_000;
 /** A pooled sandbox not ready for its new session within this is given up for a cold boot. */
 const CLAIM_TIMEOUT_MS = 5_000;
+const REAPER_INTERVAL_MS = 1_000;
 
 /** A create request with its defaults applied and checked. */
 interface SessionRequest {
@@ -83,7 +84,6 @@ interface SessionRequest {
   timeoutSeconds: number;
   metadata: Record<string, unknown>;
 }
-const REAPER_INTERVAL_MS = 1_000;
 
 /**
  * The session lifecycle: creating -> ready -> destroying -> destroyed, or failed. Owns the
@@ -99,11 +99,13 @@ export class SessionManager {
   constructor(private readonly opts: ManagerOptions) {
     this.pool = new AddressPool(opts.subnet);
     const warm = opts.warmPool;
-    if (warm && warm.size > 0 && !opts.runtime.configDirIsLive) {
-      opts.log.warn(
-        { runtime: opts.runtime.name },
-        'warm pool is off: it hands a sandbox to a new key through its live config dir, which this runtime does not have',
-      );
+    if (warm && !opts.runtime.configDirIsLive) {
+      if (warm.size > 0) {
+        opts.log.warn(
+          { runtime: opts.runtime.name },
+          'warm pool is off: it hands a sandbox to a new key through its live config dir, which this runtime does not have',
+        );
+      }
     } else if (warm) {
       this.warmPool = new WarmPool({
         size: warm.size,
