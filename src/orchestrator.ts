@@ -68,6 +68,7 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
     store,
     metrics,
     log,
+    warmPool: { size: config.warmPoolSize, shape: config.warmPoolScreen },
   });
   await manager.start();
   await selection.runtime.prepare?.(image, (message) => log.info({ runtime: selection.runtime.name }, message));

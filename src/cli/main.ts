@@ -3,7 +3,7 @@ import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { SandboxClient, SandboxError } from '../client/index.js';
-import { defaultConfig, RUNTIME_NAMES, type RuntimeChoice } from '../config.js';
+import { defaultConfig, RUNTIME_NAMES, warmPoolSize, type RuntimeChoice } from '../config.js';
 import { buildImage } from '../guest/image/builder.js';
 import { createLogger } from '../logger.js';
 import { startOrchestrator } from '../orchestrator.js';
@@ -26,8 +26,20 @@ program
   .addOption(new Option('--port <port>', 'port to listen on').env('SBX_PORT').default(defaults.port).argParser(integer))
   .addOption(new Option('--state-dir <dir>', 'keys, per-session files and the store').env('SBX_STATE_DIR').default(defaults.stateDir))
   .addOption(new Option('--runtime <name>', 'sandbox runtime').env('SBX_RUNTIME').choices([...RUNTIME_NAMES]).default(defaults.runtime))
+  .addOption(
+    new Option('--warm-pool <n>', `booted sandboxes kept ready for creates of ${defaults.warmPoolScreen.width}x${defaults.warmPoolScreen.height} (SBX_WARM_POOL_SCREEN)`)
+      .env('SBX_WARM_POOL_SIZE')
+      .default(defaults.warmPoolSize)
+      .argParser((v) => {
+        try {
+          return warmPoolSize(integer(v));
+        } catch (err) {
+          throw new InvalidArgumentError((err as Error).message);
+        }
+      }),
+  )
   .option('--demo', 'create one demo sandbox once started, and save its screenshot')
-  .action(async (opts: { host: string; port: number; stateDir: string; runtime: RuntimeChoice; demo?: boolean }) => {
+  .action(async (opts: { host: string; port: number; stateDir: string; runtime: RuntimeChoice; warmPool: number; demo?: boolean }) => {
     const log = createLogger();
     const config = {
       ...defaults,
@@ -36,6 +48,7 @@ program
       stateDir: opts.stateDir,
       imagesDir: process.env.SBX_IMAGES_DIR || path.join(opts.stateDir, 'images'),
       runtime: opts.runtime,
+      warmPoolSize: opts.warmPool,
     };
     const orchestrator = await startOrchestrator(config, log);
     const url = `http://${config.host}:${config.port}`;

@@ -71,6 +71,13 @@ export interface Runtime {
    * longer of the two applies.
    */
   readonly bootTimeoutMs?: number;
+  /**
+   * True when the guest sees the host's config directory itself (a bind mount of the
+   * directory), so that a file renamed into it on the host is what the guest reads next:
+   * the warm pool hands a sandbox to a new client key this way. A config drive (VMs) is
+   * copied at boot, so it is not live.
+   */
+  readonly configDirIsLive?: boolean;
   start(spec: SandboxSpec, cleanup: CleanupStack): Promise<RunningSandbox>;
   /**
    * Work done once per guest image before sessions are served (the Firecracker runtime's

@@ -5,9 +5,9 @@ import type { AddressPool } from '../network/address-pool.js';
 import type { ResourceNames } from '../network/names.js';
 import { deleteLink, deleteNetns } from '../network/netns.js';
 import type { Runtime } from '../runtimes/runtime.js';
-import { readSessionKeys, removeSessionDir } from '../transport/keys.js';
+import { publicKeyBlob, readSessionKeys, removeSessionDir } from '../transport/keys.js';
 import { GUEST_SSH_PORT } from '../guest/contract.js';
-import { connectAndWaitForDisplay, sessionDirOf } from './boot.js';
+import { attachDesktop, sessionDirOf } from './boot.js';
 import { Session } from './session.js';
 import type { SessionRecord } from './session-record.js';
 
@@ -34,7 +34,7 @@ const ADOPT_TIMEOUT_MS = 10_000;
  */
 export async function adoptSession(record: SessionRecord, ctx: AdoptContext): Promise<Session | undefined> {
   const log = ctx.log.child({ sessionId: record.id });
-  if (record.state !== 'ready' || record.addressIndex === null || !ctx.runtime.adopt) return undefined;
+  if (record.state !== 'ready' || record.pooled || record.addressIndex === null || !ctx.runtime.adopt) return undefined;
   const sessionDir = sessionDirOf(ctx.stateDir, record.id);
   if (record.addressIndex >= ctx.pool.size) {
     // SBX_SUBNET changed since: the stored lease is not an address of this run.
@@ -64,7 +64,10 @@ export async function adoptSession(record: SessionRecord, ctx: AdoptContext): Pr
   await session.cleanup.push(`sandbox ${record.id}`, () => found.release());
   try {
     const keys = await readSessionKeys(sessionDir, path.join(sessionDir, 'config'));
-    await connectAndWaitForDisplay(session, found.sandbox, keys, Date.now() + ADOPT_TIMEOUT_MS, { display: ctx.display, settle: ctx.settle });
+    await attachDesktop(session, found.sandbox, keys.clientPrivateKey, publicKeyBlob(keys.hostPublicKey), Date.now() + ADOPT_TIMEOUT_MS, {
+      display: ctx.display,
+      settle: ctx.settle,
+    });
   } catch (err) {
     log.warn({ err }, 'a sandbox left ready did not answer as it must: reclaiming it');
     await session.cleanup.run().catch((cleanupErr: unknown) => log.error({ err: cleanupErr }, 'could not reclaim all of it'));

@@ -16,6 +16,7 @@ import type { RunningSandbox, Runtime } from '../runtimes/runtime.js';
 import { generateSessionKeys, publicKeyBlob, removeSessionDir, writeSessionKeys, type SessionKeys } from '../transport/keys.js';
 import { GuestConnection } from '../transport/ssh-connection.js';
 import { OrchestratorError } from '../errors.js';
+import { CleanupStack } from '../util/cleanup-stack.js';
 import type { Session } from './session.js';
 
 export interface BootContext {
@@ -37,15 +38,70 @@ export function sessionDirOf(stateDir: string, sessionId: string): string {
   return path.join(stateDir, sessionId);
 }
 
+/** The directory the guest sees as its config (bind-mounted, or made into a config drive). */
+export function configDirOf(stateDir: string, sessionId: string): string {
+  return path.join(sessionDirOf(stateDir, sessionId), 'config');
+}
+
+/** A sandbox that runs, with the keys it was booted with (its sshd is not yet known to answer). */
+export interface StartedSandbox {
+  sandbox: RunningSandbox;
+  keys: SessionKeys;
+  /** The boot deadline, stretched for runtimes that need longer (see Runtime.bootTimeoutMs). */
+  deadline: number;
+  logsDir: string;
+}
+
 /**
  * The steps from nothing to a ready sandbox: keys, config, network, runtime, SSH with the
  * pinned host key, display answering. Each resource's release goes onto the session's
  * cleanup stack the moment it is taken; the caller runs the stack if any step throws.
  */
 export async function bootSandbox(session: Session, lease: AddressLease, ctx: BootContext): Promise<void> {
+  const started = await startSandbox(session, lease, ctx);
+  const { sandbox, keys, deadline, logsDir } = started;
+  try {
+    await attachDesktop(session, sandbox, keys.clientPrivateKey, publicKeyBlob(keys.hostPublicKey), deadline, ctx);
+  } catch (err) {
+    throw await withConsoleLog(err, sandbox, logsDir, session.id);
+  }
+}
+
+/**
+ * A sandbox for the warm pool: booted like any other, and known ready (SSH logs in with the
+ * pool's key, the display answers), but with no connection kept open and no desktop
+ * attached: the session that claims it brings its own key and its own connection
+ * (see pool/claim.ts). Returns the keys it was booted with.
+ */
+export async function bootPooledSandbox(session: Session, lease: AddressLease, ctx: BootContext): Promise<SessionKeys> {
+  const { sandbox, keys, deadline, logsDir } = await startSandbox(session, lease, ctx);
+  const probe = new CleanupStack();
+  try {
+    const connection = new GuestConnection({
+      endpoint: sandbox.endpoint,
+      username: GUEST_USER,
+      privateKey: keys.clientPrivateKey,
+      pinnedHostKey: publicKeyBlob(keys.hostPublicKey),
+    });
+    await probe.push('probe connection', () => connection.close());
+    await connection.open(remaining(deadline), sandbox.isAlive);
+    const desktop = new Desktop(connection, ctx.display);
+    await probe.push('probe desktop', () => desktop.close());
+    await waitForDisplay(desktop, deadline, sandbox.isAlive);
+  } catch (err) {
+    throw await withConsoleLog(err, sandbox, logsDir, session.id);
+  } finally {
+    // The pool keeps no connection: its access is its key alone, which a claim replaces.
+    await probe.run();
+  }
+  return keys;
+}
+
+/** Keys, config dir, network and the runtime: everything up to a running sandbox. */
+async function startSandbox(session: Session, lease: AddressLease, ctx: BootContext): Promise<StartedSandbox> {
   const { id, width, height } = session.record;
   const sessionDir = sessionDirOf(ctx.stateDir, id);
-  const configDir = path.join(sessionDir, 'config');
+  const configDir = configDirOf(ctx.stateDir, id);
   const started = performance.now();
   const step = (name: string) => ctx.log.debug({ step: name, ms: Math.round(performance.now() - started) }, 'boot step done');
 
@@ -95,12 +151,7 @@ export async function bootSandbox(session: Session, lease: AddressLease, ctx: Bo
   );
   session.sandbox = sandbox;
   step('runtime started');
-  try {
-    await connectAndWaitForDisplay(session, sandbox, keys, deadline, ctx, step);
-  } catch (err) {
-    throw await withConsoleLog(err, sandbox, logsDir, id);
-  }
-  step('display answering');
+  return { sandbox, keys, deadline, logsDir };
 }
 
 /**
@@ -116,29 +167,28 @@ async function withConsoleLog(err: unknown, sandbox: RunningSandbox, logsDir: st
 }
 
 /**
- * Opens the session's SSH connection (pinning its host key), waits until its display
- * answers and makes its computer tool: the last steps of a boot, and all of an adoption.
+ * The session's own SSH connection (its client key, the pinned host key, checked again by
+ * the handshake's host verifier) and its desktop, answered once: what makes a session ready.
+ * Both go onto the session's cleanup stack.
  */
-export async function connectAndWaitForDisplay(
+export async function attachDesktop(
   session: Session,
   sandbox: RunningSandbox,
-  keys: Pick<SessionKeys, 'clientPrivateKey' | 'hostPublicKey'>,
+  clientPrivateKey: string,
+  pinnedHostKey: Buffer,
   deadline: number,
   ctx: Pick<BootContext, 'display' | 'settle'>,
-  step: (name: string) => void = () => undefined,
 ): Promise<void> {
   const { width, height } = session.record;
-
   const connection = new GuestConnection({
     endpoint: sandbox.endpoint,
     username: GUEST_USER,
-    privateKey: keys.clientPrivateKey,
-    pinnedHostKey: publicKeyBlob(keys.hostPublicKey),
+    privateKey: clientPrivateKey,
+    pinnedHostKey,
   });
   await session.cleanup.push('ssh connection', () => connection.close());
   session.connection = connection;
   await connection.open(remaining(deadline), sandbox.isAlive);
-  step('ssh connected');
 
   const desktop = new Desktop(connection, ctx.display);
   await session.cleanup.push('desktop input', () => desktop.close());

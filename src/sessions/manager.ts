@@ -9,8 +9,10 @@ import { AddressPool } from '../network/address-pool.js';
 import type { ResourceNames } from '../network/names.js';
 import { NetworkPolicy, type NetworkOptions } from '../network/policy/network-policy.js';
 import type { Runtime } from '../runtimes/runtime.js';
-import { bootSandbox, consoleTail } from './boot.js';
 import { adoptSession } from './adopt.js';
+import { bootPooledSandbox, bootSandbox, consoleTail, type BootContext } from './boot.js';
+import { claimPooledSandbox } from './pool/claim.js';
+import { WarmPool, type PooledSandbox, type ScreenShape, type WarmPoolStatus } from './pool/warm-pool.js';
 import { reconcileHost } from './reconcile.js';
 import { newSessionId, Session } from './session.js';
 import type { ComputerToolVersion, SessionRecord, SessionState } from './session-record.js';
@@ -52,6 +54,8 @@ export interface ManagerOptions {
   store: SessionStore;
   metrics: Metrics;
   log: Logger;
+  /** Booted sandboxes kept ready for creates of this screen size (size 0: no pool). */
+  warmPool?: { size: number; shape: ScreenShape };
 }
 
 export interface SessionHealth {
@@ -70,7 +74,21 @@ export interface ActionOutcome extends ComputerOutcome {
 
 /** Persist a moving expiry at most this often: an action must not pay a disk write. */
 const EXPIRY_PERSIST_INTERVAL_MS = 30_000;
+/** A pooled sandbox not ready for its new session within this is given up for a cold boot. */
+const CLAIM_TIMEOUT_MS = 5_000;
 const REAPER_INTERVAL_MS = 1_000;
+
+/** A create request with its defaults applied and checked. */
+interface SessionRequest {
+  width: number;
+  height: number;
+  modelWidth: number;
+  modelHeight: number;
+  toolVersion: ComputerToolVersion;
+  timeoutSeconds: number;
+  metadata: Record<string, unknown>;
+  egress: boolean;
+}
 
 /**
  * The session lifecycle: creating -> ready -> destroying -> destroyed, or failed. Owns the
@@ -82,10 +100,39 @@ export class SessionManager {
   readonly policy: NetworkPolicy;
   private reaper: NodeJS.Timeout | undefined;
   private shuttingDown = false;
+  private readonly warmPool: WarmPool | undefined;
 
   constructor(private readonly opts: ManagerOptions) {
     this.pool = new AddressPool(opts.subnet);
     this.policy = new NetworkPolicy(opts.names, opts.subnet, opts.log);
+    const warm = opts.warmPool;
+    if (warm && !opts.runtime.configDirIsLive) {
+      if (warm.size > 0) {
+        opts.log.warn(
+          { runtime: opts.runtime.name },
+          'warm pool is off: it hands a sandbox to a new key through its live config dir, which this runtime does not have',
+        );
+      }
+    } else if (warm) {
+      this.warmPool = new WarmPool({
+        size: warm.size,
+        shape: warm.shape,
+        metrics: opts.metrics,
+        log: opts.log.child({ part: 'warm-pool' }),
+        hooks: { boot: (shape) => this.bootPooled(shape), release: (pooled, reason) => this.releasePooled(pooled, reason) },
+      });
+    }
+  }
+
+  /** The warm pool as it is now (target 0 and nothing ready when there is none). */
+  warmPoolStatus(): WarmPoolStatus {
+    return this.warmPool?.status() ?? { target: 0, shape: this.opts.warmPool?.shape ?? { width: 1024, height: 768 }, ready: [], booting: 0 };
+  }
+
+  /** Changes how many sandboxes the warm pool keeps ready (the benchmark uses it). */
+  async resizeWarmPool(size: number): Promise<void> {
+    if (!this.warmPool) throw new Error('there is no warm pool (SBX_WARM_POOL_SIZE, or a runtime without a live config dir)');
+    await this.warmPool.resize(size);
   }
 
   get runtimeName(): Runtime['name'] {
@@ -121,13 +168,15 @@ export class SessionManager {
     if (reclaimed > 0) this.opts.log.warn({ reclaimed }, 'reclaimed sandboxes left behind by an earlier run');
     this.reaper = setInterval(() => this.reapExpired(), REAPER_INTERVAL_MS);
     this.reaper.unref();
+    this.warmPool?.start();
   }
 
   /** Every session the store says is ready whose sandbox can be taken back (adopt.ts). */
   private async adoptLive(): Promise<Session[]> {
     const adopted: Session[] = [];
     for (const record of this.opts.store.unfinished()) {
-      if (record.state !== 'ready') continue;
+      // A pooled sandbox is not adopted: its pool key would have to be trusted again.
+      if (record.state !== 'ready' || record.pooled) continue;
       const session = await adoptSession(record, {
         stateDir: this.opts.stateDir,
         names: this.opts.names,
@@ -149,40 +198,59 @@ export class SessionManager {
   async create(options: CreateSessionOptions = {}): Promise<SessionView> {
     if (this.shuttingDown) throw new UnavailableError('the orchestrator is shutting down');
     const started = performance.now();
-    const now = new Date();
-    const timeoutSeconds = options.timeoutSeconds ?? this.opts.defaultTimeoutSeconds;
+    const request = this.resolve(options);
+    // A pooled sandbox of the same screen size, if one is ready; any other request boots cold.
+    // (A pooled sandbox was fenced without egress: a request for egress boots cold too.)
+    const pooled = request.egress ? undefined : this.warmPool?.take({ width: request.width, height: request.height });
+    if (pooled) {
+      const view = await this.createFromPool(pooled, request, started).finally(() => this.warmPool?.refill());
+      if (view) return view;
+    }
+    return this.createCold(request, started);
+  }
+
+  /** Defaults applied and checked before anything is taken: a bad request leaves nothing to undo. */
+  private resolve(options: CreateSessionOptions): SessionRequest {
     const width = options.width ?? 1024;
     const height = options.height ?? 768;
-    // Checked before anything is taken: a bad scaling request leaves nothing to undo.
     const model = modelSize({ width, height }, options.scaling ?? 'auto');
-    const lease = this.pool.lease();
-    const record: SessionRecord = {
-      id: newSessionId(),
-      state: 'creating',
-      runtime: this.opts.runtime.name,
+    return {
       width,
       height,
       modelWidth: model.width,
       modelHeight: model.height,
       toolVersion: options.toolVersion ?? 'computer_20250124',
-      timeoutSeconds,
+      timeoutSeconds: options.timeoutSeconds ?? this.opts.defaultTimeoutSeconds,
       metadata: options.metadata ?? {},
       egress: options.network?.egress ?? false,
+    };
+  }
+
+  private newRecord(request: SessionRequest, addressIndex: number, pooled: boolean): SessionRecord {
+    const now = new Date();
+    return {
+      id: newSessionId(),
+      state: 'creating',
+      runtime: this.opts.runtime.name,
+      width: request.width,
+      height: request.height,
+      modelWidth: request.modelWidth,
+      modelHeight: request.modelHeight,
+      toolVersion: request.toolVersion,
+      timeoutSeconds: request.timeoutSeconds,
+      metadata: request.metadata,
+      egress: request.egress,
       createdAt: now.toISOString(),
       updatedAt: now.toISOString(),
-      expiresAt: new Date(now.getTime() + timeoutSeconds * 1000).toISOString(),
-      addressIndex: lease.index,
+      expiresAt: new Date(now.getTime() + request.timeoutSeconds * 1000).toISOString(),
+      addressIndex,
       error: null,
+      pooled,
     };
-    const session = new Session(record);
-    const log = this.opts.log.child({ sessionId: record.id });
-    // Stored before any resource is taken, so a crash from here on is found at restart.
-    this.opts.store.insert(record);
-    this.sessions.set(record.id, session);
-    this.opts.metrics.activeSessions.inc();
-    await session.cleanup.push('address lease', () => this.pool.release(lease.index));
+  }
 
-    const boot = bootSandbox(session, lease, {
+  private bootContext(log: Logger): BootContext {
+    return {
       settle: this.opts.settle,
       stateDir: this.opts.stateDir,
       names: this.opts.names,
@@ -194,7 +262,21 @@ export class SessionManager {
       policy: this.policy,
       deadline: Date.now() + this.opts.bootTimeoutMs,
       log,
-    });
+    };
+  }
+
+  private async createCold(request: SessionRequest, started: number): Promise<SessionView> {
+    const lease = this.pool.lease();
+    const record = this.newRecord(request, lease.index, false);
+    const session = new Session(record);
+    const log = this.opts.log.child({ sessionId: record.id });
+    // Stored before any resource is taken, so a crash from here on is found at restart.
+    this.opts.store.insert(record);
+    this.sessions.set(record.id, session);
+    this.opts.metrics.activeSessions.inc();
+    await session.cleanup.push('address lease', () => this.pool.release(lease.index));
+
+    const boot = bootSandbox(session, lease, this.bootContext(log));
     session.creation = boot.catch(() => undefined);
     try {
       await boot;
@@ -207,19 +289,110 @@ export class SessionManager {
       if (err instanceof OrchestratorError) throw err;
       throw new UnavailableError(`sandbox failed to start: ${reason}${tail ? `\n--- guest console (last lines) ---\n${tail}` : ''}`);
     }
+    return this.becomeReady(session, 'cold', started, log);
+  }
 
-    if (session.record.state !== 'creating') {
+  /**
+   * A session from a pooled sandbox: the request's settings are applied, then the sandbox is
+   * handed to the session's own key (claimPooledSandbox). Undefined if the claim failed: the
+   * pooled sandbox is destroyed and the caller boots one cold, so the client never sees it.
+   */
+  private async createFromPool(pooled: PooledSandbox, request: SessionRequest, started: number): Promise<SessionView | undefined> {
+    const { session } = pooled;
+    const now = new Date();
+    Object.assign(session.record, {
+      state: 'creating',
+      modelWidth: request.modelWidth,
+      modelHeight: request.modelHeight,
+      toolVersion: request.toolVersion,
+      timeoutSeconds: request.timeoutSeconds,
+      metadata: request.metadata,
+      createdAt: now.toISOString(),
+      updatedAt: now.toISOString(),
+      expiresAt: new Date(now.getTime() + request.timeoutSeconds * 1000).toISOString(),
+      pooled: false,
+    } satisfies Partial<SessionRecord>);
+    const log = this.opts.log.child({ sessionId: session.id });
+    // From here it is a session like any other: listed, destroyed by a DELETE or a shutdown.
+    this.opts.store.adopt(session.record);
+    this.sessions.set(session.id, session);
+    this.opts.metrics.activeSessions.inc();
+    const claim = claimPooledSandbox(pooled, {
+      stateDir: this.opts.stateDir,
+      display: this.opts.display,
+      settle: this.opts.settle,
+      timeoutMs: CLAIM_TIMEOUT_MS,
+    });
+    session.creation = claim.catch(() => undefined);
+    try {
+      await claim;
+    } catch (err) {
+      this.opts.metrics.errors.inc({ kind: 'warm_claim' });
+      // A destroy (or shutdown) that came meanwhile owns the release.
+      if (session.record.state !== 'creating') throw new UnavailableError(`session ${session.id} was destroyed while it was being created`);
+      log.warn({ err }, 'could not claim a warm sandbox; destroying it and booting one cold');
+      this.sessions.delete(session.id);
+      this.opts.metrics.activeSessions.dec();
+      try {
+        await session.cleanup.run();
+      } catch (releaseErr) {
+        this.opts.metrics.errors.inc({ kind: 'destroy' });
+        log.error({ err: releaseErr }, 'releasing a warm sandbox that could not be claimed failed');
+      }
+      this.opts.store.delete(session.id);
+      return undefined;
+    }
+    return this.becomeReady(session, 'warm', started, log);
+  }
+
+  private becomeReady(session: Session, source: 'warm' | 'cold', started: number, log: Logger): SessionView {
+    const { record } = session;
+    if (record.state !== 'creating') {
       // Destroyed while it was booting: the destroy has released it already.
       throw new UnavailableError(`session ${record.id} was destroyed while it was being created`);
     }
     this.watch(session, log);
     this.setState(session, 'ready');
+    const seconds = (performance.now() - started) / 1000;
     this.opts.metrics.sessionsTotal.inc({ outcome: 'ready' });
-    this.opts.metrics.createDuration.observe({ runtime: record.runtime }, (performance.now() - started) / 1000);
+    this.opts.metrics.createsTotal.inc({ source });
+    this.opts.metrics.createDuration.observe({ runtime: record.runtime }, seconds);
     const accel = session.sandbox?.accelerator;
-    if (accel) this.opts.metrics.vmBootDuration.observe({ runtime: record.runtime, accel }, (performance.now() - started) / 1000);
-    log.info({ runtime: record.runtime, ms: Math.round(performance.now() - started) }, 'session ready');
-    return toView(session.record);
+    if (accel && source === 'cold') this.opts.metrics.vmBootDuration.observe({ runtime: record.runtime, accel }, seconds);
+    log.info({ runtime: record.runtime, source, ms: Math.round(seconds * 1000) }, 'session ready');
+    return toView(record);
+  }
+
+  /** One sandbox for the warm pool: stored (so a restart reclaims it), booted, known ready. */
+  private async bootPooled(shape: ScreenShape): Promise<PooledSandbox> {
+    if (this.shuttingDown) throw new UnavailableError('the orchestrator is shutting down');
+    const request = this.resolve(shape);
+    const lease = this.pool.lease();
+    const record = this.newRecord(request, lease.index, true);
+    const session = new Session(record);
+    const log = this.opts.log.child({ pooledSandbox: record.id });
+    this.opts.store.insert(record);
+    await session.cleanup.push('address lease', () => this.pool.release(lease.index));
+    try {
+      const keys = await bootPooledSandbox(session, lease, this.bootContext(log));
+      this.setState(session, 'ready');
+      return { session, hostPublicKey: keys.hostPublicKey };
+    } catch (err) {
+      await this.releasePooled({ session, hostPublicKey: '' }, 'it failed to boot');
+      throw err;
+    }
+  }
+
+  private async releasePooled(pooled: PooledSandbox, reason: string): Promise<void> {
+    const { session } = pooled;
+    this.opts.log.debug({ pooledSandbox: session.id, reason }, 'warm pool: destroying a pooled sandbox');
+    try {
+      await session.cleanup.run();
+    } catch (err) {
+      this.opts.metrics.errors.inc({ kind: 'destroy' });
+      this.opts.log.error({ err, pooledSandbox: session.id }, 'releasing a pooled sandbox failed');
+    }
+    this.opts.store.delete(session.id);
   }
 
   list(): SessionView[] {
@@ -335,11 +508,11 @@ export class SessionManager {
     return (await session.attachments.get(name)) as T;
   }
 
-  /** Destroys every session (SIGTERM, tests). */
+  /** Destroys every session and every pooled sandbox (SIGTERM, tests). */
   async shutdown(): Promise<void> {
     this.shuttingDown = true;
     if (this.reaper) clearInterval(this.reaper);
-    await Promise.allSettled([...this.sessions.keys()].map((id) => this.destroy(id)));
+    await Promise.allSettled([this.warmPool?.stop(), ...[...this.sessions.keys()].map((id) => this.destroy(id))]);
     // Every session is gone: so goes the policy table (no rules left behind by a clean stop).
     await this.policy.uninstall().catch((err: unknown) => this.opts.log.error({ err, table: this.policy.table }, 'could not remove the network policy table'));
   }

@@ -70,6 +70,11 @@ export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
   await policy.reclaim();
   const now = new Date().toISOString();
   for (const record of unfinished) {
+    // A warm-pool sandbox was never anyone's session: nothing to report, just forget it.
+    if (record.pooled) {
+      store.delete(record.id);
+      continue;
+    }
     store.update({
       ...record,
       state: 'destroyed',

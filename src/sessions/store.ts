@@ -18,6 +18,7 @@ interface Row {
   address_index: number | null;
   error: string | null;
   egress: number;
+  pooled: number;
 }
 
 /**
@@ -61,6 +62,7 @@ export class SessionStore {
       ['model_height', 'INTEGER NOT NULL DEFAULT 0'],
       ['tool_version', "TEXT NOT NULL DEFAULT 'computer_20250124'"],
       ['egress', 'INTEGER NOT NULL DEFAULT 0'],
+      ['pooled', 'INTEGER NOT NULL DEFAULT 0'],
     ];
     for (const [name, type] of added) {
       if (!columns.has(name)) this.db.exec(`ALTER TABLE sessions ADD COLUMN ${name} ${type}`);
@@ -71,9 +73,9 @@ export class SessionStore {
     this.db
       .prepare(
         `INSERT INTO sessions (id, state, runtime, width, height, model_width, model_height, tool_version,
-           timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error, egress)
+           timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error, egress, pooled)
          VALUES (@id, @state, @runtime, @width, @height, @model_width, @model_height, @tool_version,
-           @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error, @egress)`,
+           @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error, @egress, @pooled)`,
       )
       .run(toRow(record));
   }
@@ -88,14 +90,36 @@ export class SessionStore {
       .run(toRow(record));
   }
 
-  /** Sessions that are not yet destroyed: what a restart must adopt or reclaim. */
+  /**
+   * A warm-pool sandbox becomes a client's session: every field the request decides
+   * (screen as the model sees it, tool version, timeout, metadata, times) is written at once.
+   */
+  adopt(record: SessionRecord): void {
+    this.db
+      .prepare(
+        `UPDATE sessions SET state = @state, model_width = @model_width, model_height = @model_height,
+           tool_version = @tool_version, timeout_seconds = @timeout_seconds, metadata = @metadata,
+           created_at = @created_at, updated_at = @updated_at, expires_at = @expires_at,
+           address_index = @address_index, error = @error, pooled = @pooled
+         WHERE id = @id`,
+      )
+      .run(toRow(record));
+  }
+
+  /** Forgets a row: a warm-pool sandbox that was destroyed before anyone claimed it. */
+  delete(id: string): void {
+    this.db.prepare('DELETE FROM sessions WHERE id = ?').run(id);
+  }
+
+  /** Sessions (and warm-pool sandboxes) not yet destroyed: what a restart must adopt or reclaim. */
   unfinished(): SessionRecord[] {
     const rows = this.db.prepare(`SELECT * FROM sessions WHERE state != 'destroyed'`).all() as Row[];
     return rows.map(fromRow);
   }
 
+  /** A client's session; warm-pool sandboxes are nobody's session yet, so they are not found. */
   get(id: string): SessionRecord | undefined {
-    const row = this.db.prepare('SELECT * FROM sessions WHERE id = ?').get(id) as Row | undefined;
+    const row = this.db.prepare('SELECT * FROM sessions WHERE id = ? AND pooled = 0').get(id) as Row | undefined;
     return row && fromRow(row);
   }
 
@@ -129,6 +153,7 @@ function toRow(r: SessionRecord): Row {
     address_index: r.addressIndex,
     error: r.error,
     egress: r.egress ? 1 : 0,
+    pooled: r.pooled ? 1 : 0,
   };
 }
 
@@ -150,5 +175,6 @@ function fromRow(row: Row): SessionRecord {
     addressIndex: row.address_index,
     error: row.error,
     egress: row.egress === 1,
+    pooled: row.pooled === 1,
   };
 }

@@ -29,6 +29,8 @@ export class ContainerRuntime implements Runtime {
   readonly name = 'container' as const;
   /** How much each sandbox may write (SBX_DISK_MIB, default 4 GiB). */
   readonly diskMiB = diskMiB();
+  /** The config dir is bind-mounted as a directory (oci-spec.ts): renames in it show through. */
+  readonly configDirIsLive = true;
 
   constructor(private readonly names: ResourceNames) {}
 
