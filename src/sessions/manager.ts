@@ -135,6 +135,11 @@ export class SessionManager {
     await this.warmPool.resize(size);
   }
 
+  /** Address blocks leased now (sessions and pooled sandboxes): a leak shows here. */
+  get leasesInUse(): number {
+    return this.pool.inUse;
+  }
+
   get runtimeName(): Runtime['name'] {
     return this.opts.runtime.name;
   }
