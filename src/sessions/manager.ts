@@ -78,17 +78,11 @@ const EXPIRY_PERSIST_INTERVAL_MS = 30_000;
 const CLAIM_TIMEOUT_MS = 5_000;
 const REAPER_INTERVAL_MS = 1_000;
 
-/** A create request with its defaults applied and checked. */
-interface SessionRequest {
-  width: number;
-  height: number;
-  modelWidth: number;
-  modelHeight: number;
-  toolVersion: ComputerToolVersion;
-  timeoutSeconds: number;
-  metadata: Record<string, unknown>;
-  egress: boolean;
-}
+/** A create request with its defaults applied and checked: the record's requested part. */
+type SessionRequest = Pick<
+  SessionRecord,
+  'width' | 'height' | 'modelWidth' | 'modelHeight' | 'toolVersion' | 'timeoutSeconds' | 'metadata' | 'egress'
+>;
 
 /**
  * The session lifecycle: creating -> ready -> destroying -> destroyed, or failed. Owns the
