@@ -7,6 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
+import Database from 'better-sqlite3';
 import { ResourceNames, SESSION_ID_PATTERN } from '../src/network/names.js';
 import { listSandboxLinks, listSandboxNetns } from '../src/network/netns.js';
 import { run } from '../src/util/exec.js';
@@ -34,12 +35,12 @@ async function freePort(): Promise<number> {
 }
 
 /** `sbx serve` as its own process, as an operator runs it. */
-async function startServer(): Promise<ChildProcess> {
+async function startServer(prefix = TEST_PREFIX): Promise<ChildProcess> {
   const proc = spawn(process.execPath, ['--import', 'tsx', path.join(REPO, 'src/cli/main.ts'), 'serve', '--host', '127.0.0.1', '--port', String(port), '--state-dir', stateDir, '--runtime', 'container'], {
     cwd: REPO,
     env: {
       ...process.env,
-      SBX_RESOURCE_PREFIX: TEST_PREFIX,
+      SBX_RESOURCE_PREFIX: prefix,
       SBX_SUBNET: TEST_SUBNET,
       SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
       SBX_LOG_LEVEL: process.env.SBX_TEST_LOG_LEVEL || 'warn',
@@ -132,6 +133,12 @@ describe('an orchestrator killed with SIGKILL, and started again', () => {
     await new Promise((resolve) => child?.once('exit', resolve));
     const left = await hostResources();
     assert.ok(left.netns.includes(halfMade), 'the crash left the half-made sandbox behind');
+    // The ledger holds what each had taken, recorded before it was taken.
+    const ledger = ledgerOf();
+    for (const id of live) {
+      assert.deepEqual(new Set(ledger.filter((r) => r.session_id === id).map((r) => r.kind)), new Set(['key-dir', 'netns', 'veth', 'disk', 'mount', 'container', 'process']), id);
+    }
+    assert.ok(ledger.some((r) => r.session_id === halfMade && r.kind === 'netns'), 'the half-made one is on the ledger');
   });
 
   it('adopts the live sessions on restart: same sandboxes, still working', async () => {
@@ -149,6 +156,7 @@ describe('an orchestrator killed with SIGKILL, and started again', () => {
   });
 
   it('reclaimed the half-made one, and the host holds exactly what the live sessions need', async () => {
+    assert.deepEqual(ledgerOf().filter((r) => r.session_id === halfMade), [], 'its ledger is cleared');
     const got = await api('GET', `/v1/sessions/${halfMade}`);
     assert.ok(got.status === 404 || (await got.json()).state === 'destroyed', `the half-made session is gone (${got.status})`);
     const held = await hostResources();
@@ -157,7 +165,7 @@ describe('an orchestrator killed with SIGKILL, and started again', () => {
     assert.deepEqual(held.veth, ids);
     assert.deepEqual(held.containers, ids);
     assert.deepEqual(held.keyDirs, ids);
-    assert.equal(held.overlayMounts, 3);
+    assert.equal(held.overlayMounts, 6, 'two mounts each: its disk and its overlay');
     assert.equal(held.liveInits, 3);
   });
 
@@ -165,8 +173,54 @@ describe('an orchestrator killed with SIGKILL, and started again', () => {
     for (const id of live) assert.equal((await api('DELETE', `/v1/sessions/${id}`)).status, 200);
     const held = await hostResources();
     assert.deepEqual(held, { netns: [], veth: [], containers: [], overlayMounts: 0, keyDirs: [], liveInits: 0 });
+    assert.deepEqual(ledgerOf(), [], 'nothing left on the ledger');
   });
 });
+
+describe('a crash, then a start with another resource prefix', () => {
+  const otherPrefix = TEST_PREFIX === 'zzz-' ? 'zzy-' : 'zzz-';
+  before(async () => {
+    stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-ledger-'));
+    port = await freePort();
+  });
+  after(async () => {
+    if (child && child.exitCode === null) {
+      child.kill('SIGTERM');
+      await new Promise((resolve) => child?.once('exit', resolve));
+    }
+    await rm(stateDir, { recursive: true, force: true });
+    await rmdirQuiet(NAMES.runcRoot);
+    await rmdirQuiet(new ResourceNames(otherPrefix).runcRoot);
+    await removeEmptyPrefixCgroups();
+    // The first server was killed: its policy table is left (the second has another prefix).
+    await run(['nft', 'delete', 'table', 'inet', NAMES.policyTable], { allowFailure: true });
+  });
+
+  it('reclaims by the ledger what no name scan of the new prefix would find', async () => {
+    child = await startServer();
+    const res = await api('POST', '/v1/sessions', {});
+    assert.equal(res.status, 201);
+    const id = String((await res.json()).id);
+    child.kill('SIGKILL');
+    await new Promise((resolve) => child?.once('exit', resolve));
+    assert.ok((await hostResources()).netns.includes(id));
+
+    child = await startServer(otherPrefix);
+    const held = await hostResources(); // counted under the first prefix
+    assert.deepEqual(held, { netns: [], veth: [], containers: [], overlayMounts: 0, keyDirs: [], liveInits: 0 });
+    assert.deepEqual(ledgerOf(), []);
+  });
+});
+
+/** The store's ledger rows, read as a second process would (the server keeps the file open). */
+function ledgerOf(): Array<{ session_id: string; kind: string; name: string }> {
+  const db = new Database(path.join(stateDir, 'orchestrator.db'), { readonly: true, fileMustExist: true });
+  try {
+    return db.prepare('SELECT session_id, kind, name FROM session_resources').all() as Array<{ session_id: string; kind: string; name: string }>;
+  } finally {
+    db.close();
+  }
+}
 
 async function rmdirQuiet(dir: string): Promise<void> {
   await rm(dir, { recursive: false, force: true }).catch(() => undefined);

@@ -5,6 +5,15 @@ import type { CleanupStack } from '../util/cleanup-stack.js';
 
 export type RuntimeName = 'container' | 'qemu' | 'firecracker';
 
+/**
+ * The kinds of host resource a sandbox holds, as the store's ledger records them (see
+ * sessions/resource-ledger.ts, which also reclaims each kind).
+ */
+export const RESOURCE_KINDS = ['process', 'container', 'mount', 'disk', 'jail', 'cgroup', 'netns', 'veth', 'key-dir'] as const;
+export type ResourceKind = (typeof RESOURCE_KINDS)[number];
+/** Records a resource in the store before it is taken (a no-op where nothing is stored). */
+export type RecordResource = (kind: ResourceKind, name: string) => void;
+
 /** What a runtime needs to start one sandbox. The session layer has made all of it already. */
 export interface SandboxSpec {
   sessionId: string;
@@ -24,6 +33,8 @@ export interface SandboxSpec {
    * goes with the session). See keepConsoleLog.
    */
   logsDir: string;
+  /** Call before taking each host resource, so that a crash at any point leaves a record of it. */
+  record?: RecordResource;
 }
 
 /** How a VM is run: with KVM, or in software (TCG, about ten times slower to boot). */

@@ -12,7 +12,7 @@ import type { ResourceNames } from '../network/names.js';
 import { createSandboxNetwork } from '../network/netns.js';
 import type { NetworkPolicy } from '../network/policy/network-policy.js';
 import { keepConsoleLog, logsDirOf } from '../runtimes/console-log.js';
-import type { RunningSandbox, Runtime } from '../runtimes/runtime.js';
+import type { RecordResource, ResourceKind, RunningSandbox, Runtime } from '../runtimes/runtime.js';
 import { generateSessionKeys, publicKeyBlob, removeSessionDir, writeSessionKeys, type SessionKeys } from '../transport/keys.js';
 import { GuestConnection } from '../transport/ssh-connection.js';
 import { OrchestratorError } from '../errors.js';
@@ -29,6 +29,8 @@ export interface BootContext {
   memoryMiB: number;
   pidsLimit: number;
   policy: NetworkPolicy;
+  /** The store's ledger: each host resource is recorded here before it is taken. */
+  ledger?: (sessionId: string, kind: ResourceKind, name: string) => void;
   /** Absolute time (ms) by which the guest must be ready. */
   deadline: number;
   log: Logger;
@@ -104,8 +106,10 @@ async function startSandbox(session: Session, lease: AddressLease, ctx: BootCont
   const configDir = configDirOf(ctx.stateDir, id);
   const started = performance.now();
   const step = (name: string) => ctx.log.debug({ step: name, ms: Math.round(performance.now() - started) }, 'boot step done');
+  const record: RecordResource = (kind, name) => ctx.ledger?.(id, kind, name);
 
   // Pushed before the directory exists, so it goes last and even a half-written key is removed.
+  record('key-dir', sessionDir);
   await session.cleanup.push('key dir', () => removeSessionDir(sessionDir));
   const keys = generateSessionKeys(id);
   await writeSessionKeys(sessionDir, configDir, keys);
@@ -129,6 +133,8 @@ async function startSandbox(session: Session, lease: AddressLease, ctx: BootCont
   // The policy first: the sandbox's veth is fenced from the moment it exists.
   await ctx.policy.admit(id, lease, { egress: session.record.egress }, session.cleanup);
   step('network policy');
+  record('netns', ctx.names.netns(id));
+  record('veth', ctx.names.hostVeth(id));
   const network = await createSandboxNetwork(ctx.names, id, lease, session.cleanup, ctx.runtime.networkAttachment, ctx.runtime.tapOwner);
   step('network');
   // A VM under TCG needs longer than the orchestrator-wide boot timeout: the longer applies.
@@ -146,6 +152,7 @@ async function startSandbox(session: Session, lease: AddressLease, ctx: BootCont
       memoryMiB: ctx.memoryMiB,
       pidsLimit: ctx.pidsLimit,
       logsDir,
+      record,
     },
     session.cleanup,
   );

@@ -259,6 +259,7 @@ export class SessionManager {
       memoryMiB: this.opts.memoryMiB,
       pidsLimit: this.opts.pidsLimit,
       policy: this.policy,
+      ledger: (sessionId, kind, name) => this.opts.store.recordResource(sessionId, kind, name),
       deadline: Date.now() + this.opts.bootTimeoutMs,
       log,
     };
@@ -387,11 +388,13 @@ export class SessionManager {
     this.opts.log.debug({ pooledSandbox: session.id, reason }, 'warm pool: destroying a pooled sandbox');
     try {
       await session.cleanup.run();
+      this.opts.store.forgetResources(session.id);
+      this.opts.store.delete(session.id);
     } catch (err) {
+      // Its row and ledger stay: the next start-up reclaims what is left.
       this.opts.metrics.errors.inc({ kind: 'destroy' });
       this.opts.log.error({ err, pooledSandbox: session.id }, 'releasing a pooled sandbox failed');
     }
-    this.opts.store.delete(session.id);
   }
 
   list(): SessionView[] {
@@ -555,6 +558,9 @@ export class SessionManager {
       if (session.record.state !== 'destroying') this.setState(session, 'destroying');
       try {
         await session.cleanup.run();
+        // All released: the ledger has nothing left to say. (After a failure it keeps its
+        // records, and the next start-up reclaims what they name.)
+        this.opts.store.forgetResources(session.id);
       } catch (err) {
         this.opts.metrics.errors.inc({ kind: 'destroy' });
         this.opts.log.error({ err, sessionId: session.id }, 'releasing sandbox resources failed');

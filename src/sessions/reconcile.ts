@@ -7,6 +7,7 @@ import type { NetworkPolicy } from '../network/policy/network-policy.js';
 import type { Runtime } from '../runtimes/runtime.js';
 import { removeSessionDir } from '../transport/keys.js';
 import { sessionDirOf } from './boot.js';
+import { reclaimRecorded } from './resource-ledger.js';
 import type { SessionStore } from './store.js';
 
 export interface ReconcileOptions {
@@ -34,6 +35,7 @@ export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
   const ids = new Set<string>();
   const unfinished = store.unfinished().filter((record) => !keep.has(record.id));
   for (const record of unfinished) ids.add(record.id);
+  for (const id of store.sessionsWithResources()) ids.add(id);
   for (const id of await runtime.list()) ids.add(id);
   for (const id of await listSandboxNetns(names)) ids.add(id);
   for (const id of await listSandboxLinks(names)) ids.add(id);
@@ -46,6 +48,9 @@ export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
   for (const id of keep) ids.delete(id);
   for (const id of ids) {
     const sessionDir = sessionDirOf(stateDir, id);
+    // What the ledger recorded, by the names it had then; then whatever carries our prefix.
+    const recorded = store.resourcesOf(id);
+    let failed = !(await reclaimRecorded(recorded, log.child({ sessionId: id })));
     // Each step on its own: one that fails must not keep the others from running.
     const steps: Array<[string, () => Promise<void>]> = [
       ['sandbox', () => runtime.reclaim(id, sessionDir)],
@@ -53,7 +58,6 @@ export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
       ['veth', () => deleteLink(names.hostVeth(id))],
       ['key dir', () => removeSessionDir(sessionDir)],
     ];
-    let failed = false;
     for (const [what, step] of steps) {
       try {
         await step();
@@ -62,7 +66,10 @@ export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
         log.error({ err, sessionId: id, what }, 'could not reclaim part of a sandbox left behind; remove it by hand');
       }
     }
-    if (!failed) log.info({ sessionId: id }, 'reclaimed a sandbox left behind by an earlier run');
+    if (!failed) {
+      store.forgetResources(id);
+      log.info({ sessionId: id, recorded: recorded.length }, 'reclaimed a sandbox left behind by an earlier run');
+    }
   }
   // Last, once no sandbox of an earlier run is left: the network policy table is replaced
   // by a fresh, empty one (with it go the entries of the sandboxes just reclaimed). It

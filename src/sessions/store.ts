@@ -1,4 +1,5 @@
 import Database from 'better-sqlite3';
+import type { ResourceKind } from '../runtimes/runtime.js';
 import type { SessionRecord, SessionState } from './session-record.js';
 
 interface Row {
@@ -50,6 +51,15 @@ export class SessionStore {
       );
       CREATE UNIQUE INDEX IF NOT EXISTS sessions_address ON sessions(address_index)
         WHERE address_index IS NOT NULL;
+      -- The ledger: every host resource a session holds, written before it is taken and
+      -- forgotten once released (sessions/resource-ledger.ts).
+      CREATE TABLE IF NOT EXISTS session_resources (
+        session_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        name TEXT NOT NULL,
+        recorded_at TEXT NOT NULL,
+        PRIMARY KEY (session_id, kind, name)
+      );
     `);
     this.migrate();
   }
@@ -104,6 +114,30 @@ export class SessionStore {
          WHERE id = @id`,
       )
       .run(toRow(record));
+  }
+
+  /** Records a resource a session is about to take (idempotent). */
+  recordResource(sessionId: string, kind: ResourceKind, name: string): void {
+    this.db
+      .prepare('INSERT OR IGNORE INTO session_resources (session_id, kind, name, recorded_at) VALUES (?, ?, ?, ?)')
+      .run(sessionId, kind, name, new Date().toISOString());
+  }
+
+  /** What the ledger says a session holds, in the order it was taken. */
+  resourcesOf(sessionId: string): Array<{ kind: ResourceKind; name: string }> {
+    return this.db
+      .prepare('SELECT kind, name FROM session_resources WHERE session_id = ? ORDER BY recorded_at, rowid')
+      .all(sessionId) as Array<{ kind: ResourceKind; name: string }>;
+  }
+
+  /** Sessions with resources on the ledger (a crash may leave some of a session not in `sessions`). */
+  sessionsWithResources(): string[] {
+    return (this.db.prepare('SELECT DISTINCT session_id FROM session_resources').all() as Array<{ session_id: string }>).map((r) => r.session_id);
+  }
+
+  /** Everything of the session released: its ledger goes. */
+  forgetResources(sessionId: string): void {
+    this.db.prepare('DELETE FROM session_resources WHERE session_id = ?').run(sessionId);
   }
 
   /** Forgets a row: a warm-pool sandbox that was destroyed before anyone claimed it. */

@@ -54,11 +54,15 @@ export class ContainerRuntime implements Runtime {
     // The sandbox's own disk (writable-layer.ts): its writes land here and nowhere else.
     const layer = path.join(spec.sessionDir, 'overlay');
     const layerFile = path.join(spec.sessionDir, 'layer.ext4');
+    const record = spec.record ?? (() => undefined);
+    record('disk', layerFile);
+    record('mount', layer);
     await cleanup.push(`writable layer ${layer}`, async () => {
       await unmount(layer);
       await rm(layerFile, { force: true });
     });
     await mountWritableLayer(await layerTemplate(spec.image.dir, this.diskMiB), layerFile, layer);
+    record('mount', rootfs);
     await mountOverlay(spec.image.rootfs, path.join(layer, 'upper'), path.join(layer, 'work'), rootfs);
     await cleanup.push(`overlay ${rootfs}`, () => unmount(rootfs));
 
@@ -77,11 +81,14 @@ export class ContainerRuntime implements Runtime {
         throw new Error(`container init ${init.pid} is still alive 10 s after it was killed`);
       }
     });
+    record('container', path.join(this.names.runcRoot, id));
     await runcRunDetached(this.names.runcRoot, id, bundle, pidFile, consoleLogPath);
 
     const pid = Number((await readFile(pidFile, 'utf8')).trim());
     const startTime = processStartTime(pid);
     if (!startTime) throw new Error(`container ${id} exited at once; see ${consoleLogPath}`);
+    // Recorded once known: runc made it; the container record above already covers it.
+    record('process', `${pid}@${startTime}`);
     init = { pid, startTime };
     const watcher = watchExit(pid, startTime);
     // Stop watching before the container is deleted, so a destroy is not reported as a crash.

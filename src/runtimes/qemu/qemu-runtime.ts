@@ -21,6 +21,7 @@ import {
   type Runtime,
   type SandboxSpec,
 } from '../runtime.js';
+import { processStartTime } from '../container/process-watch.js';
 import { hostTscKhz, probeKvm } from './accelerator.js';
 import { createOverlay } from './overlay-disk.js';
 import { macAddressFor, qemuArgv } from './qemu-command.js';
@@ -137,6 +138,8 @@ export class QemuRuntime implements Runtime {
       );
     });
 
+    const startTime = processStartTime(vm.pid);
+    if (startTime) spec.record?.('process', `${vm.pid}@${startTime}`);
     const exited = vm.exited.then(async (exit): Promise<ExitInfo> => {
       const reason = `the VM's qemu process (pid ${vm.pid}) ${describeExit(exit)}`;
       if (vm.stopping) return { code: exit.code, reason };
