@@ -19,6 +19,8 @@ export interface OrchestratorConfig {
   subnet: string;
   /** Idle timeout of a session unless the client asks for another. */
   defaultTimeoutSeconds: number;
+  /** The longest a session may live (SBX_MAX_LIFETIME_SECONDS), and its lifetime by default. */
+  maxLifetimeSeconds: number;
   /** How long a sandbox may take from start to "SSH up and display answering". */
   bootTimeoutMs: number;
   memoryLimitMiB: number;
@@ -39,6 +41,11 @@ export function envInt(name: string, fallback: number, env: NodeJS.ProcessEnv = 
   return value;
 }
 
+function positive(name: string, value: number): number {
+  if (value < 1) throw new Error(`${name} must be at least 1, got ${value}`);
+  return value;
+}
+
 export function defaultConfig(): OrchestratorConfig {
   const stateDir = process.env.SBX_STATE_DIR || '/var/lib/sandboxes';
   const runtime = (process.env.SBX_RUNTIME || 'auto') as RuntimeChoice;
@@ -53,7 +60,8 @@ export function defaultConfig(): OrchestratorConfig {
     runtime,
     display: envInt('SBX_DISPLAY', 99),
     subnet: process.env.SBX_SUBNET || '10.241.0.0/16',
-    defaultTimeoutSeconds: envInt('SBX_TIMEOUT_SECONDS', 300),
+    defaultTimeoutSeconds: positive('SBX_TIMEOUT_SECONDS', envInt('SBX_TIMEOUT_SECONDS', 300)),
+    maxLifetimeSeconds: positive('SBX_MAX_LIFETIME_SECONDS', envInt('SBX_MAX_LIFETIME_SECONDS', 3600)),
     bootTimeoutMs: envInt('SBX_BOOT_TIMEOUT_MS', 30_000),
     memoryLimitMiB: envInt('SBX_MEMORY_MIB', 1024),
     pidsLimit: envInt('SBX_PIDS_LIMIT', 512),

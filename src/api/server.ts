@@ -4,10 +4,12 @@ import type { Logger } from 'pino';
 import type { Metrics } from '../metrics/metrics.js';
 import type { SessionManager } from '../sessions/manager.js';
 import { errorHandler } from './errors.js';
+import { APP_BODY_LIMIT_BYTES } from './limits.js';
 import { companionToolRoutes } from './routes/companion-tools.js';
 import { computerToolRoutes } from './routes/computer-tool.js';
 import { fileRoutes } from './routes/files.js';
 import { sessionRoutes } from './routes/sessions.js';
+import { sessionTimeoutRoutes } from './routes/session-timeouts.js';
 import { systemRoutes } from './routes/system.js';
 import { toolResultSchema } from '../tools/tool-result.js';
 import { actionResultSchema, errorSchema, sessionSchema } from './schemas.js';
@@ -22,7 +24,7 @@ export interface ServerOptions {
 export async function buildServer(opts: ServerOptions): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: opts.logger as FastifyBaseLogger,
-    bodyLimit: 1024 * 1024,
+    bodyLimit: APP_BODY_LIMIT_BYTES,
     ajv: {
       // Reject what the schema does not allow instead of silently dropping or converting it.
       customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false },
@@ -53,6 +55,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   app.addSchema(toolResultSchema);
 
   await app.register(sessionRoutes, { manager: opts.manager });
+  await app.register(sessionTimeoutRoutes, { manager: opts.manager });
   await app.register(computerToolRoutes, { manager: opts.manager });
   await app.register(companionToolRoutes, { manager: opts.manager, display: opts.manager.display });
   await app.register(fileRoutes, { manager: opts.manager });

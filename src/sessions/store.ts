@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import type { SessionRecord, SessionState } from './session-record.js';
+import type { EndReason, SessionRecord, SessionState } from './session-record.js';
 
 interface Row {
   id: string;
@@ -18,6 +18,8 @@ interface Row {
   address_index: number | null;
   error: string | null;
   egress: number;
+  max_lifetime_seconds: number;
+  end_reason: EndReason | null;
 }
 
 /**
@@ -61,6 +63,8 @@ export class SessionStore {
       ['model_height', 'INTEGER NOT NULL DEFAULT 0'],
       ['tool_version', "TEXT NOT NULL DEFAULT 'computer_20250124'"],
       ['egress', 'INTEGER NOT NULL DEFAULT 0'],
+      ['max_lifetime_seconds', 'INTEGER NOT NULL DEFAULT 3600'],
+      ['end_reason', 'TEXT'],
     ];
     for (const [name, type] of added) {
       if (!columns.has(name)) this.db.exec(`ALTER TABLE sessions ADD COLUMN ${name} ${type}`);
@@ -71,9 +75,11 @@ export class SessionStore {
     this.db
       .prepare(
         `INSERT INTO sessions (id, state, runtime, width, height, model_width, model_height, tool_version,
-           timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error, egress)
+           timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error, egress,
+           max_lifetime_seconds, end_reason)
          VALUES (@id, @state, @runtime, @width, @height, @model_width, @model_height, @tool_version,
-           @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error, @egress)`,
+           @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error, @egress,
+           @max_lifetime_seconds, @end_reason)`,
       )
       .run(toRow(record));
   }
@@ -82,7 +88,8 @@ export class SessionStore {
     this.db
       .prepare(
         `UPDATE sessions SET state = @state, updated_at = @updated_at, expires_at = @expires_at,
-           timeout_seconds = @timeout_seconds, address_index = @address_index, error = @error
+           timeout_seconds = @timeout_seconds, address_index = @address_index, error = @error,
+           max_lifetime_seconds = @max_lifetime_seconds, end_reason = @end_reason
          WHERE id = @id`,
       )
       .run(toRow(record));
@@ -129,6 +136,8 @@ function toRow(r: SessionRecord): Row {
     address_index: r.addressIndex,
     error: r.error,
     egress: r.egress ? 1 : 0,
+    max_lifetime_seconds: r.maxLifetimeSeconds,
+    end_reason: r.endReason,
   };
 }
 
@@ -150,5 +159,7 @@ function fromRow(row: Row): SessionRecord {
     addressIndex: row.address_index,
     error: row.error,
     egress: row.egress === 1,
+    maxLifetimeSeconds: row.max_lifetime_seconds,
+    endReason: row.end_reason,
   };
 }
