@@ -29,6 +29,12 @@ export interface OrchestratorConfig {
   settleMaxMs: number;
   /** ... judging it settled when two captures this far apart are identical. */
   settleIntervalMs: number;
+  /** Slow clients: headers within this long (SBX_HEADERS_TIMEOUT_MS, default 10 s)... */
+  headersTimeoutMs: number;
+  /** ... the whole request, body included (SBX_REQUEST_TIMEOUT_MS, 120 s)... */
+  requestTimeoutMs: number;
+  /** ... and a response not read for this long is dropped (SBX_SEND_TIMEOUT_MS, 30 s). */
+  sendTimeoutMs: number;
   /** Prefix of every host resource's name (netns, veth, container, cgroup): "sbx-". */
   resourcePrefix: string;
 }
@@ -67,6 +73,9 @@ export function defaultConfig(): OrchestratorConfig {
     pidsLimit: envInt('SBX_PIDS_LIMIT', 512),
     settleMaxMs: envInt('SBX_SETTLE_MAX_MS', 2_000),
     settleIntervalMs: envInt('SBX_SETTLE_INTERVAL_MS', 100),
+    headersTimeoutMs: positive('SBX_HEADERS_TIMEOUT_MS', envInt('SBX_HEADERS_TIMEOUT_MS', 10_000)),
+    requestTimeoutMs: positive('SBX_REQUEST_TIMEOUT_MS', envInt('SBX_REQUEST_TIMEOUT_MS', 120_000)),
+    sendTimeoutMs: positive('SBX_SEND_TIMEOUT_MS', envInt('SBX_SEND_TIMEOUT_MS', 30_000)),
     resourcePrefix: process.env.SBX_RESOURCE_PREFIX || DEFAULT_RESOURCE_PREFIX,
   };
 }

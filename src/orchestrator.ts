@@ -72,7 +72,12 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
   });
   await manager.start();
   await selection.runtime.prepare?.(image, (message) => log.info({ runtime: selection.runtime.name }, message));
-  const server = await buildServer({ manager, metrics, logger: log });
+  const server = await buildServer({
+    manager,
+    metrics,
+    logger: log,
+    connectionLimits: { headersTimeoutMs: config.headersTimeoutMs, requestTimeoutMs: config.requestTimeoutMs, sendTimeoutMs: config.sendTimeoutMs },
+  });
   if (options.listen !== false) await server.listen({ host: config.host, port: config.port });
 
   let closing: Promise<void> | undefined;

@@ -3,6 +3,7 @@ import swagger from '@fastify/swagger';
 import type { Logger } from 'pino';
 import type { Metrics } from '../metrics/metrics.js';
 import type { SessionManager } from '../sessions/manager.js';
+import { applyConnectionLimits, connectionServerOptions, DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from './connection-limits.js';
 import { errorHandler } from './errors.js';
 import { APP_BODY_LIMIT_BYTES } from './limits.js';
 import { companionToolRoutes } from './routes/companion-tools.js';
@@ -18,19 +19,24 @@ export interface ServerOptions {
   manager: SessionManager;
   metrics: Metrics;
   logger: Logger;
+  /** How long slow clients are waited for (defaults: DEFAULT_CONNECTION_LIMITS). */
+  connectionLimits?: ConnectionLimits;
 }
 
 /** The HTTP API. Built without listening, so tests can drive it with inject(). */
 export async function buildServer(opts: ServerOptions): Promise<FastifyInstance> {
+  const limits = opts.connectionLimits ?? DEFAULT_CONNECTION_LIMITS;
   const app = Fastify({
     loggerInstance: opts.logger as FastifyBaseLogger,
     bodyLimit: APP_BODY_LIMIT_BYTES,
+    ...connectionServerOptions(limits),
     ajv: {
       // Reject what the schema does not allow instead of silently dropping or converting it.
       customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false },
     },
   });
   app.setErrorHandler(errorHandler);
+  applyConnectionLimits(app, limits);
 
   await app.register(swagger, {
     openapi: {
