@@ -36,6 +36,10 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     },
   });
   app.setErrorHandler(errorHandler);
+  // An unknown route answers in the same shape as every other error (fastify's own is not).
+  app.setNotFoundHandler((request, reply) => {
+    void reply.status(404).send({ error: { code: 'route_not_found', message: `no route ${request.method} ${request.url.split('?')[0]}` } });
+  });
   applyConnectionLimits(app, limits);
 
   await app.register(swagger, {
