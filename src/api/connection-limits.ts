@@ -50,6 +50,8 @@ export function applyConnectionLimits(app: FastifyInstance, limits: ConnectionLi
     // let Node read and discard the rest of a possibly huge body to keep the socket.
     if (reply.statusCode >= 400 && !request.raw.complete) void reply.header('connection', 'close');
     const socket = request.raw.socket;
+    // inject() has no real socket, and so no client that could stall.
+    if (typeof socket?.setTimeout !== 'function') return;
     // Whether the client reads: the timer restarts whenever the socket moves bytes.
     if (onStall.has(request.raw)) return; // onSend runs again for an error sent after a failed send
     const stalled = () => {
