@@ -6,6 +6,13 @@ export type ComputerToolVersion = (typeof COMPUTER_TOOL_VERSIONS)[number];
 export const SESSION_STATES = ['creating', 'ready', 'destroying', 'destroyed', 'failed'] as const;
 export type SessionState = (typeof SESSION_STATES)[number];
 
+/**
+ * Why a session ended: a client's DELETE, its idle timeout, its maximum lifetime, a failure
+ * (its error says which), or the orchestrator shutting down.
+ */
+export const END_REASONS = ['deleted', 'idle_timeout', 'max_lifetime', 'failed', 'shutdown'] as const;
+export type EndReason = (typeof END_REASONS)[number];
+
 /** What is stored about a session, and what the API shows of it. */
 export interface SessionRecord {
   id: string;
@@ -19,7 +26,10 @@ export interface SessionRecord {
   modelHeight: number;
   /** Which computer-use tool version the session's tool definition declares. */
   toolVersion: ComputerToolVersion;
+  /** Idle timeout: destroyed this long after the last activity. */
   timeoutSeconds: number;
+  /** Hard end, counted from createdAt, at most the orchestrator's maximum. */
+  maxLifetimeSeconds: number;
   metadata: Record<string, unknown>;
   createdAt: string;
   updatedAt: string;
@@ -35,4 +45,6 @@ export interface SessionRecord {
    * restart reclaims it, but not a session anyone can see. Claiming it turns this off.
    */
   pooled: boolean;
+  /** Why it ended (or is ending); null while it lives. */
+  endReason: EndReason | null;
 }
