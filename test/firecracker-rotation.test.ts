@@ -10,7 +10,7 @@ import { AddressPool, type AddressLease } from '../src/network/address-pool.js';
 import { ResourceNames } from '../src/network/names.js';
 import { createSandboxNetwork, type SandboxNetwork } from '../src/network/netns.js';
 import { KeyRotationError, type RotationPhase } from '../src/runtimes/firecracker/keys/key-rotation.js';
-import { rotateClone, TEMPLATE_ADDRESS } from '../src/runtimes/firecracker/snapshot/clone-rotation.js';
+import { rotateClone, templateAddress } from '../src/runtimes/firecracker/snapshot/clone-rotation.js';
 import { writeTemplateRootKey } from '../src/runtimes/firecracker/snapshot/template-config.js';
 import { QemuRuntime } from '../src/runtimes/qemu/qemu-runtime.js';
 import { newSessionId } from '../src/sessions/session.js';
@@ -28,6 +28,7 @@ import { removeEmptyPrefixCgroups, TEST_PREFIX, TEST_SUBNET } from './helpers/or
  * session's address, with the session's keys, and without any way in for the template key.
  */
 const NAMES = new ResourceNames(TEST_PREFIX);
+const TEMPLATE_ADDRESS = templateAddress(TEST_PREFIX);
 
 describe('key rotation of a snapshot clone, on a real guest', () => {
   let workDir: string;
@@ -126,7 +127,7 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
 
   it('rotateClone moves the clone to the session address with the session keys, and shuts the template out', async () => {
     const phases: RotationPhase[] = [];
-    await rotateClone({ hostInterface: network.hostInterface, template, session, lease, onPhase: (p) => phases.push(p) });
+    await rotateClone({ at: TEMPLATE_ADDRESS, hostInterface: network.hostInterface, template, session, lease, onPhase: (p) => phases.push(p) });
     assert.deepEqual(phases, ['connect-template', 'write-keys', 'reload-sshd', 'apply-network', 'connect-session', 'verify-template-refused', 'ready']);
 
     // Checked independently of the rotation's own verification:
@@ -134,7 +135,7 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
     try {
       const facts = (await guest.exec('ip -o -4 addr show dev eth0; ip route show default; stat -c %s /sandbox/config/root_authorized_keys')).stdout.toString();
       assert.match(facts, new RegExp(`inet ${lease.guest.replace(/\./g, '\\.')}/30`));
-      assert.doesNotMatch(facts, /169\.254\.240\.2/);
+      assert.doesNotMatch(facts, new RegExp(TEMPLATE_ADDRESS.guest.replace(/\./g, '\\.')));
       assert.match(facts, new RegExp(`default via ${lease.gateway.replace(/\./g, '\\.')}`));
       assert.match(facts, /^0$/m, 'the template root key is gone');
     } finally {
@@ -145,12 +146,12 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
     }
     await assert.rejects(login(lease.guest, GUEST_USER, session.clientPrivateKey, template.hostPublicKey), HostKeyMismatchError, 'the template host key is gone');
     const ip = await run(['ip', '-o', 'addr', 'show', 'dev', network.hostInterface]);
-    assert.doesNotMatch(ip.stdout, /169\.254\.240\.1/, 'the temporary route to the template address is gone');
+    assert.doesNotMatch(ip.stdout, new RegExp(TEMPLATE_ADDRESS.gateway.replace(/\./g, '\\.')), 'the temporary route to the template address is gone');
   });
 
   it('a second rotation with the template key fails at its first phase, handing nothing out', async () => {
     await assert.rejects(
-      rotateClone({ hostInterface: network.hostInterface, template, session: generateSessionKeys('other'), lease }),
+      rotateClone({ at: TEMPLATE_ADDRESS, hostInterface: network.hostInterface, template, session: generateSessionKeys('other'), lease }),
       (err: unknown) => err instanceof KeyRotationError && err.phase === 'connect-template',
     );
   });

@@ -27,7 +27,7 @@ import { jailId } from './jailer/jail-id.js';
 import { jailerArgv } from './jailer/jailer-args.js';
 import { ensureVmlinux } from './kernel/vmlinux.js';
 import type { FirecrackerSettings } from './settings.js';
-import { rotateClone, TEMPLATE_ADDRESS } from './snapshot/clone-rotation.js';
+import { rotateClone, templateAddress } from './snapshot/clone-rotation.js';
 import { writeTemplateRootKey } from './snapshot/template-config.js';
 import { loadTemplate, saveTemplate, templateDir, type TemplateSnapshot } from './snapshot/template-store.js';
 import { describeVmmExit, findFirecrackerProcesses, stopVmm } from './vmm/vmm-process.js';
@@ -163,6 +163,7 @@ export class FirecrackerRuntime implements Runtime {
         );
         started = true;
         await rotateClone({
+          at: template.address,
           hostInterface: spec.network.hostInterface,
           template: template.keys,
           session: await readSessionKeys(spec.sessionDir, spec.configDir),
@@ -235,7 +236,7 @@ export class FirecrackerRuntime implements Runtime {
 
   /**
    * Boots a template VM (its own keys, plus its key's root access to sbx-rekey; the fixed
-   * TEMPLATE_ADDRESS), waits until its desktop answers, pauses it, snapshots it, and keeps
+   * templateAddress of our prefix), waits until its desktop answers, pauses it, snapshots it, and keeps
    * the snapshot with the root disk as it was at the pause. Everything else goes.
    */
   private async buildTemplate(image: GuestImage, screen: { width: number; height: number }, dir: string): Promise<TemplateSnapshot> {
@@ -243,6 +244,7 @@ export class FirecrackerRuntime implements Runtime {
     const sessionId = `tpl${image.hash.slice(0, 7)}`;
     const sessionDir = `${dir}.work`;
     const configDir = path.join(sessionDir, 'config');
+    const address = templateAddress(this.names.prefix);
     try {
       await rm(sessionDir, { recursive: true, force: true });
       await cleanup.push('template work dir', () => rm(sessionDir, { recursive: true, force: true }));
@@ -259,11 +261,11 @@ export class FirecrackerRuntime implements Runtime {
           SANDBOX_HEIGHT: screen.height,
           SANDBOX_DEPTH: 24,
           SANDBOX_NET_CONFIGURE: 1,
-          SANDBOX_ADDRESS: `${TEMPLATE_ADDRESS.guest}/${TEMPLATE_ADDRESS.prefixLength}`,
-          SANDBOX_GATEWAY: TEMPLATE_ADDRESS.gateway,
+          SANDBOX_ADDRESS: `${address.guest}/${address.prefixLength}`,
+          SANDBOX_GATEWAY: address.gateway,
         }),
       );
-      const lease = { index: 0, ...TEMPLATE_ADDRESS };
+      const lease = { index: 0, ...address };
       const network = await createSandboxNetwork(this.names, sessionId, lease, cleanup, 'tap', this.tapOwner);
       const spec: SandboxSpec = {
         sessionId,
@@ -279,7 +281,7 @@ export class FirecrackerRuntime implements Runtime {
       };
       const vm = await this.boot(spec, cleanup);
       if (!vm.layout) throw new Error('a template needs the jailer');
-      await waitForDesktop(TEMPLATE_ADDRESS.guest, keys, Date.now() + this.bootTimeoutMs, vm.sandbox.isAlive);
+      await waitForDesktop(address.guest, keys, Date.now() + this.bootTimeoutMs, vm.sandbox.isAlive);
       await runSteps(snapshotCreateSteps(vm.layout.snapshot.jailPaths), vm.client);
       await vm.vmm.stop(500); // paused: there is no guest to power off
       return await saveTemplate(
@@ -290,6 +292,7 @@ export class FirecrackerRuntime implements Runtime {
           rootfs: path.join(vm.layout.rootDir, vm.layout.vmPaths.rootfsPath),
           keys: { clientPrivateKey: keys.clientPrivateKey, hostPublicKey: keys.hostPublicKey },
           screen,
+          address,
         },
         this.settings.gid,
       );

@@ -67,7 +67,7 @@
  * Template snapshot (SBX_FC_SNAPSHOTS=on; `prepare()`, once per image and screen size, kept
  * in `<image dir>/firecracker-template-<w>x<h>/`, snapshot/template-store.ts): cold-boot a
  * template VM with its own keys, its key's root access to sbx-rekey
- * (snapshot/template-config.ts) and the fixed TEMPLATE_ADDRESS; wait until its desktop
+ * (snapshot/template-config.ts) and its own link-local address (templateAddress); wait until its desktop
  * answers; `runSteps(snapshotCreateSteps(layout.snapshot.jailPaths))`; kill it; keep its
  * snapshot files *and its rootfs as it was when paused* (a clone's disk must match the
  * memory it resumes), root-owned and readable by the jails' group only.
@@ -87,8 +87,8 @@
  *   with the fixed in-jail names of chroot-layout.ts. Restore therefore requires the jailer.
  * - **Guest network identity.** The guest's MAC, its IP configuration (set by its init from
  *   the template's config drive) and its vsock CID are in the snapshot; `network_overrides`
- *   only swaps the TAP. Every clone wakes up with the template's address, TEMPLATE_ADDRESS,
- *   a link-local /30 no lease takes. Decision: the guest is re-addressed over the rotation
+ *   only swaps the TAP. Every clone wakes up with the template's address, its template's address,
+ *   a link-local /30 no lease takes (derived from the resource prefix). Decision: the guest is re-addressed over the rotation
  *   connection (`sbx-rekey network`). To reach a fresh clone the host puts the template's
  *   gateway address on that clone's host veth for the few logins of the rotation; since
  *   every clone answers at the same address, rotations are serialised per host (a DNAT in
@@ -159,6 +159,6 @@ export { FirecrackerRuntime } from './firecracker-runtime.js';
 export { firecrackerSettingsFromEnv, type FirecrackerSettings } from './settings.js';
 export { checkFirecrackerHost, kvmUnavailable, type FirecrackerHost } from './host/host-check.js';
 export { ensureVmlinux } from './kernel/vmlinux.js';
-export { rotateClone, TEMPLATE_ADDRESS, type CloneRotation } from './snapshot/clone-rotation.js';
+export { rotateClone, templateAddress, type CloneRotation, type TemplateAddress } from './snapshot/clone-rotation.js';
 export { loadTemplate, templateDir, type TemplateSnapshot } from './snapshot/template-store.js';
 export { SshRotationTransport } from './keys/ssh-rotation-transport.js';

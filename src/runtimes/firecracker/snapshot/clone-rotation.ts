@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { GUEST_SSH_PORT } from '../../../guest/contract.js';
 import type { AddressLease } from '../../../network/address-pool.js';
 import type { SessionKeys } from '../../../transport/keys.js';
@@ -6,18 +7,35 @@ import { SerialQueue } from '../../../util/serial-queue.js';
 import { GUEST_KEY_PATHS, rotateKeysAfterRestore, type RotationPhase } from '../keys/key-rotation.js';
 import { SshRotationTransport } from '../keys/ssh-rotation-transport.js';
 
+export interface TemplateAddress {
+  guest: string;
+  gateway: string;
+  prefixLength: 30;
+}
+
 /**
- * The address every template boots with, and so every clone wakes up with: a link-local /30
- * that no lease ever takes. The host reaches a fresh clone there, through the clone's own
- * netns, for as long as the rotation needs; then the clone is on its session's address.
+ * The address a template boots with, and so every clone of it wakes up with: a link-local
+ * /30 that no lease ever takes. The host reaches a fresh clone there, through the clone's
+ * own netns, for as long as the rotation needs; then the clone is on its session's address.
+ *
+ * Derived from the resource prefix (one of 4096 blocks in 169.254.192.0/18, clear of
+ * 169.254.169.254), so that two orchestrators on one host (a test suite beside a dev server)
+ * do not claim the same route at the same time.
  */
-export const TEMPLATE_ADDRESS = { guest: '169.254.240.2', gateway: '169.254.240.1', prefixLength: 30 } as const;
+export function templateAddress(prefix: string): TemplateAddress {
+  const block = createHash('sha256').update(prefix).digest().readUInt16BE(0) % 4096;
+  const base = (192 << 8) + block * 4; // offset within 169.254.0.0/16
+  const octets = (n: number) => `169.254.${Math.floor(n / 256)}.${n % 256}`;
+  return { gateway: octets(base + 1), guest: octets(base + 2), prefixLength: 30 };
+}
 
 // Every clone answers at the same address, so the host can route to one clone at a time:
 // rotations are serialised per host. Each is a few SSH logins (~0.1-0.3 s with KVM).
 const rotations = new SerialQueue();
 
 export interface CloneRotation {
+  /** Where the clone wakes up: its template's address. */
+  at: TemplateAddress;
   /** The host's end of the clone's veth pair. */
   hostInterface: string;
   template: { clientPrivateKey: string; hostPublicKey: string };
@@ -28,17 +46,17 @@ export interface CloneRotation {
 
 /**
  * Gives a clone fresh from a snapshot its session's keys and address and takes the
- * template's access away (key-rotation.ts), reaching it at TEMPLATE_ADDRESS by putting the
+ * template's access away (key-rotation.ts), reaching it at its template's address by putting the
  * template's gateway address on the clone's host interface for the duration. Throws a
  * KeyRotationError if anything is not as it must be; the caller then destroys the clone.
  */
 export function rotateClone(rotation: CloneRotation): Promise<void> {
   return rotations.run(async () => {
-    const gatewayCidr = `${TEMPLATE_ADDRESS.gateway}/${TEMPLATE_ADDRESS.prefixLength}`;
+    const gatewayCidr = `${rotation.at.gateway}/${rotation.at.prefixLength}`;
     await run(['ip', 'addr', 'add', gatewayCidr, 'dev', rotation.hostInterface]);
     try {
       const transport = new SshRotationTransport({
-        templateEndpoint: { host: TEMPLATE_ADDRESS.guest, port: GUEST_SSH_PORT },
+        templateEndpoint: { host: rotation.at.guest, port: GUEST_SSH_PORT },
         sessionEndpoint: { host: rotation.lease.guest, port: GUEST_SSH_PORT },
         templateClientPrivateKey: rotation.template.clientPrivateKey,
         templateHostPublicKey: rotation.template.hostPublicKey,

@@ -2,9 +2,10 @@ import { chmod, chown, mkdir, readFile, rename, rm, stat, writeFile } from 'node
 import path from 'node:path';
 import type { GuestImage } from '../../../guest/image/builder.js';
 import type { SnapshotFiles } from '../boot/snapshot-steps.js';
+import type { TemplateAddress } from './clone-rotation.js';
 
 /** Bumped when what a template holds changes: an older template is then built anew. */
-const TEMPLATE_FORMAT = 1;
+const TEMPLATE_FORMAT = 2;
 const MANIFEST = 'template.json';
 
 /**
@@ -19,6 +20,8 @@ export interface TemplateSnapshot {
   rootfs: string;
   keys: { clientPrivateKey: string; hostPublicKey: string };
   screen: { width: number; height: number };
+  /** The address the template booted with, which its clones wake up with. */
+  address: TemplateAddress;
 }
 
 interface Manifest {
@@ -26,6 +29,7 @@ interface Manifest {
   imageHash: string;
   screen: { width: number; height: number };
   keys: { clientPrivateKey: string; hostPublicKey: string };
+  address: TemplateAddress;
 }
 
 export function templateDir(image: GuestImage, screen: { width: number; height: number }): string {
@@ -39,6 +43,7 @@ function describe(dir: string, manifest: Manifest): TemplateSnapshot {
     rootfs: path.join(dir, 'rootfs.ext4'),
     keys: manifest.keys,
     screen: manifest.screen,
+    address: manifest.address,
   };
 }
 
@@ -66,7 +71,7 @@ export async function loadTemplate(dir: string, image: GuestImage): Promise<Temp
 export async function saveTemplate(
   dir: string,
   image: GuestImage,
-  parts: { files: SnapshotFiles; rootfs: string; keys: Manifest['keys']; screen: Manifest['screen'] },
+  parts: { files: SnapshotFiles; rootfs: string; keys: Manifest['keys']; screen: Manifest['screen']; address: TemplateAddress },
   jailGid: number,
 ): Promise<TemplateSnapshot> {
   const building = `${dir}.building`;
@@ -74,7 +79,7 @@ export async function saveTemplate(
   await mkdir(building, { mode: 0o750 });
   await chown(building, 0, jailGid);
   try {
-    const manifest: Manifest = { format: TEMPLATE_FORMAT, imageHash: image.hash, screen: parts.screen, keys: parts.keys };
+    const manifest: Manifest = { format: TEMPLATE_FORMAT, imageHash: image.hash, screen: parts.screen, keys: parts.keys, address: parts.address };
     const target = describe(building, manifest);
     for (const [from, to] of [
       [parts.files.snapshotPath, target.files.snapshotPath],
