@@ -1,5 +1,7 @@
 import path from 'node:path';
+import { AUTH_SETTINGS, type AuthSetting } from './api/auth/auth-mode.js';
 import { DEFAULT_RESOURCE_PREFIX } from './network/names.js';
+import { defaultMaxSessions } from './sessions/capacity.js';
 
 export const RUNTIME_NAMES = ['auto', 'container', 'qemu', 'firecracker'] as const;
 export type RuntimeChoice = (typeof RUNTIME_NAMES)[number];
@@ -29,6 +31,14 @@ export interface OrchestratorConfig {
   settleIntervalMs: number;
   /** Prefix of every host resource's name (netns, veth, container, cgroup): "sbx-". */
   resourcePrefix: string;
+  /** API keys: `auto` (required once a key exists, always off loopback), `on`, `off` (loopback only). */
+  auth: AuthSetting;
+  /** Sessions on this host (default: as many as fit in its memory at memoryLimitMiB, at most 64). */
+  maxSessions: number;
+  /** Sessions per tenant. */
+  maxSessionsPerTenant: number;
+  /** Memory a create must leave to the host: refused when MemAvailable minus this is below memoryLimitMiB. */
+  memoryReserveMiB: number;
 }
 
 export function envInt(name: string, fallback: number, env: NodeJS.ProcessEnv = process.env): number {
@@ -39,12 +49,21 @@ export function envInt(name: string, fallback: number, env: NodeJS.ProcessEnv = 
   return value;
 }
 
+function positive(name: string, fallback: number): number {
+  const value = envInt(name, fallback);
+  if (value < 1) throw new Error(`${name} must be at least 1, got ${value}`);
+  return value;
+}
+
 export function defaultConfig(): OrchestratorConfig {
   const stateDir = process.env.SBX_STATE_DIR || '/var/lib/sandboxes';
   const runtime = (process.env.SBX_RUNTIME || 'auto') as RuntimeChoice;
   if (!RUNTIME_NAMES.includes(runtime)) {
     throw new Error(`SBX_RUNTIME must be one of ${RUNTIME_NAMES.join(', ')}, got "${runtime}"`);
   }
+  const auth = (process.env.SBX_AUTH || 'auto') as AuthSetting;
+  if (!AUTH_SETTINGS.includes(auth)) throw new Error(`SBX_AUTH must be one of ${AUTH_SETTINGS.join(', ')}, got "${auth}"`);
+  const memoryLimitMiB = envInt('SBX_MEMORY_MIB', 1024);
   return {
     host: process.env.SBX_HOST || '127.0.0.1',
     port: envInt('SBX_PORT', 8080),
@@ -55,11 +74,15 @@ export function defaultConfig(): OrchestratorConfig {
     subnet: process.env.SBX_SUBNET || '10.241.0.0/16',
     defaultTimeoutSeconds: envInt('SBX_TIMEOUT_SECONDS', 300),
     bootTimeoutMs: envInt('SBX_BOOT_TIMEOUT_MS', 30_000),
-    memoryLimitMiB: envInt('SBX_MEMORY_MIB', 1024),
+    memoryLimitMiB,
     pidsLimit: envInt('SBX_PIDS_LIMIT', 512),
     settleMaxMs: envInt('SBX_SETTLE_MAX_MS', 2_000),
     settleIntervalMs: envInt('SBX_SETTLE_INTERVAL_MS', 100),
     resourcePrefix: process.env.SBX_RESOURCE_PREFIX || DEFAULT_RESOURCE_PREFIX,
+    auth,
+    maxSessions: positive('SBX_MAX_SESSIONS', defaultMaxSessions(memoryLimitMiB)),
+    maxSessionsPerTenant: positive('SBX_MAX_SESSIONS_PER_TENANT', 10),
+    memoryReserveMiB: envInt('SBX_MEMORY_RESERVE_MIB', 512),
   };
 }
 

@@ -1,9 +1,12 @@
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
 import type { Logger } from 'pino';
 import type { Metrics } from '../metrics/metrics.js';
 import type { SessionManager } from '../sessions/manager.js';
+import { installAuth, type AuthOptions } from './auth/request-identity.js';
+import { installTenantScope } from './auth/tenant-scope.js';
 import { errorHandler } from './errors.js';
+import { installRequestLog } from './logging/request-log.js';
 import { companionToolRoutes } from './routes/companion-tools.js';
 import { computerToolRoutes } from './routes/computer-tool.js';
 import { fileRoutes } from './routes/files.js';
@@ -16,6 +19,8 @@ export interface ServerOptions {
   manager: SessionManager;
   metrics: Metrics;
   logger: Logger;
+  /** API keys and whether they are required (see auth/auth-mode.ts). */
+  auth: AuthOptions;
 }
 
 /** The HTTP API. Built without listening, so tests can drive it with inject(). */
@@ -23,12 +28,19 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   const app = Fastify({
     loggerInstance: opts.logger as FastifyBaseLogger,
     bodyLimit: 1024 * 1024,
+    // One line per request from our own hook instead, carrying tenant and session (logging/request-log.ts).
+    logController: new LogController({ disableRequestLogging: true }),
     ajv: {
       // Reject what the schema does not allow instead of silently dropping or converting it.
       customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false },
     },
   });
   app.setErrorHandler(errorHandler);
+  // On the root instance, before any route: every route is authenticated, then scoped to
+  // the tenant, unless auth/request-identity.ts lists it as open.
+  installAuth(app, opts.auth);
+  installTenantScope(app, opts.manager);
+  installRequestLog(app);
 
   await app.register(swagger, {
     openapi: {

@@ -22,6 +22,8 @@ export interface SessionInfo {
   metadata?: Record<string, unknown>;
   /** The guest network policy chosen at create time. */
   network?: { egress: boolean };
+  /** The tenant that owns it (the API key's; `local` without keys). */
+  tenant?: string;
   createdAt: string;
   expiresAt: string;
   error?: string;
@@ -101,6 +103,7 @@ export interface ActionResult {
 export interface ClientOptions {
   /** e.g. http://127.0.0.1:8080 (default: SBX_URL or that) */
   baseUrl?: string;
+  /** Sent as `Authorization: Bearer <apiKey>` (default: SBX_API_KEY). */
   apiKey?: string;
 }
 
@@ -183,7 +186,8 @@ export class SandboxClient {
       } catch {
         // not JSON: keep the generic message
       }
-      throw errorFor(response.status, code, message);
+      const retryAfter = Number(response.headers.get('retry-after') ?? NaN);
+      throw errorFor(response.status, code, message, Number.isFinite(retryAfter) ? retryAfter : undefined);
     }
     return response;
   }

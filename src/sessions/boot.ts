@@ -71,7 +71,7 @@ export async function bootSandbox(session: Session, lease: AddressLease, ctx: Bo
 
   step('keys and config');
   // The policy first: the sandbox's veth is fenced from the moment it exists.
-  await ctx.policy.admit(id, lease, { egress: session.record.egress }, session.cleanup);
+  await ctx.policy.admit(id, lease, { egress: session.record.egress }, session.cleanup, ctx.log);
   step('network policy');
   const network = await createSandboxNetwork(ctx.names, id, lease, session.cleanup, ctx.runtime.networkAttachment, ctx.runtime.tapOwner);
   step('network');

@@ -10,9 +10,10 @@ import type { ResourceNames } from '../network/names.js';
 import { NetworkPolicy, type NetworkOptions } from '../network/policy/network-policy.js';
 import type { Runtime } from '../runtimes/runtime.js';
 import { bootSandbox, consoleTail } from './boot.js';
+import { CapacityGate, defaultMaxSessions, type CapacitySlot } from './capacity.js';
 import { reconcileHost } from './reconcile.js';
 import { newSessionId, Session } from './session.js';
-import type { ComputerToolVersion, SessionRecord, SessionState } from './session-record.js';
+import { LOCAL_TENANT, type ComputerToolVersion, type SessionRecord, type SessionState } from './session-record.js';
 import { toView, type SessionView } from './session-view.js';
 import type { SessionStore } from './store.js';
 import type { GuestConnection } from '../transport/ssh-connection.js';
@@ -29,6 +30,11 @@ export interface CreateSessionOptions {
   metadata?: Record<string, unknown>;
   /** The guest network policy: `egress` lets the sandbox reach the internet (default off). */
   network?: Partial<NetworkOptions>;
+}
+
+/** Who a session is made for. */
+export interface SessionOwner {
+  tenant: string;
 }
 
 export interface AttachmentContext {
@@ -51,6 +57,8 @@ export interface ManagerOptions {
   store: SessionStore;
   metrics: Metrics;
   log: Logger;
+  /** Admission control (per host, per tenant, memory); default: limits derived from memoryMiB. */
+  capacity?: CapacityGate;
 }
 
 export interface SessionHealth {
@@ -81,8 +89,12 @@ export class SessionManager {
   readonly policy: NetworkPolicy;
   private reaper: NodeJS.Timeout | undefined;
   private shuttingDown = false;
+  readonly capacity: CapacityGate;
 
   constructor(private readonly opts: ManagerOptions) {
+    this.capacity =
+      opts.capacity ??
+      new CapacityGate({ maxSessions: defaultMaxSessions(opts.memoryMiB), maxSessionsPerTenant: 10, sessionMemoryMiB: opts.memoryMiB, memoryReserveMiB: 512 });
     this.pool = new AddressPool(opts.subnet);
     this.policy = new NetworkPolicy(opts.names, opts.subnet, opts.log);
   }
@@ -111,7 +123,7 @@ export class SessionManager {
     this.reaper.unref();
   }
 
-  async create(options: CreateSessionOptions = {}): Promise<SessionView> {
+  async create(options: CreateSessionOptions = {}, owner: SessionOwner = { tenant: LOCAL_TENANT }): Promise<SessionView> {
     if (this.shuttingDown) throw new UnavailableError('the orchestrator is shutting down');
     const started = performance.now();
     const now = new Date();
@@ -120,9 +132,13 @@ export class SessionManager {
     const height = options.height ?? 768;
     // Checked before anything is taken: a bad scaling request leaves nothing to undo.
     const model = modelSize({ width, height }, options.scaling ?? 'auto');
-    const lease = this.pool.lease();
+    // Admission: a 429/503 here has taken nothing. The slot is taken in the same synchronous
+    // step as the check, so concurrent creates cannot overshoot a limit.
+    const slot = this.capacity.reserve(owner.tenant);
+    const lease = this.leaseOrRelease(slot);
     const record: SessionRecord = {
       id: newSessionId(),
+      tenant: owner.tenant,
       state: 'creating',
       runtime: this.opts.runtime.name,
       width,
@@ -140,11 +156,13 @@ export class SessionManager {
       error: null,
     };
     const session = new Session(record);
-    const log = this.opts.log.child({ sessionId: record.id });
+    const log = this.sessionLog(session);
     // Stored before any resource is taken, so a crash from here on is found at restart.
     this.opts.store.insert(record);
     this.sessions.set(record.id, session);
     this.opts.metrics.activeSessions.inc();
+    // First on the stack, so released last: the slot is free only once everything else is.
+    await session.cleanup.push('capacity slot', () => slot.release());
     await session.cleanup.push('address lease', () => this.pool.release(lease.index));
 
     const boot = bootSandbox(session, lease, {
@@ -177,6 +195,7 @@ export class SessionManager {
       // Destroyed while it was booting: the destroy has released it already.
       throw new UnavailableError(`session ${record.id} was destroyed while it was being created`);
     }
+    slot.booted();
     this.watch(session, log);
     this.setState(session, 'ready');
     this.opts.metrics.sessionsTotal.inc({ outcome: 'ready' });
@@ -187,8 +206,15 @@ export class SessionManager {
     return toView(session.record);
   }
 
-  list(): SessionView[] {
-    return [...this.sessions.values()].map((s) => toView(s.record));
+  /** Live sessions; only `tenant`'s when given. */
+  list(tenant?: string): SessionView[] {
+    const sessions = [...this.sessions.values()].filter((s) => tenant === undefined || s.record.tenant === tenant);
+    return sessions.map((s) => toView(s.record));
+  }
+
+  /** The tenant that owns a session (live or stored), or undefined if there is none. */
+  tenantOf(id: string): string | undefined {
+    return this.sessions.get(id)?.record.tenant ?? this.opts.store.get(id)?.tenant;
   }
 
   get(id: string): SessionView {
@@ -350,7 +376,7 @@ export class SessionManager {
         await session.cleanup.run();
       } catch (err) {
         this.opts.metrics.errors.inc({ kind: 'destroy' });
-        this.opts.log.error({ err, sessionId: session.id }, 'releasing sandbox resources failed');
+        this.sessionLog(session).error({ err }, 'releasing sandbox resources failed');
       }
       session.record.addressIndex = null;
       session.record.error = error;
@@ -369,6 +395,21 @@ export class SessionManager {
     });
   }
 
+  /** Every log line about a session carries its id and its tenant. */
+  private sessionLog(session: Session): Logger {
+    return this.opts.log.child({ sessionId: session.id, tenant: session.record.tenant });
+  }
+
+  /** A guest address block; if none is left, the capacity slot just taken is given back. */
+  private leaseOrRelease(slot: CapacitySlot): ReturnType<AddressPool['lease']> {
+    try {
+      return this.pool.lease();
+    } catch (err) {
+      slot.release();
+      throw err;
+    }
+  }
+
   private setState(session: Session, state: SessionState): void {
     session.record.state = state;
     session.record.updatedAt = new Date().toISOString();
@@ -379,7 +420,7 @@ export class SessionManager {
     const now = new Date().toISOString();
     for (const session of this.sessions.values()) {
       if ((session.record.state === 'ready' || session.record.state === 'failed') && session.record.expiresAt < now) {
-        this.opts.log.info({ sessionId: session.id }, 'session idle timeout reached; destroying');
+        this.sessionLog(session).info('session idle timeout reached; destroying');
         void this.destroy(session.id);
       }
     }

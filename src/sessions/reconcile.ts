@@ -39,8 +39,11 @@ export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
     }
   }
 
+  // The tenant where a row knows it (an orphan found only by its name has none).
+  const tenants = new Map(unfinished.map((r) => [r.id, r.tenant]));
   for (const id of ids) {
     const sessionDir = sessionDirOf(stateDir, id);
+    const sessionLog = log.child({ sessionId: id, tenant: tenants.get(id) ?? null });
     // Each step on its own: one that fails must not keep the others from running.
     const steps: Array<[string, () => Promise<void>]> = [
       ['sandbox', () => runtime.reclaim(id, sessionDir)],
@@ -54,10 +57,10 @@ export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
         await step();
       } catch (err) {
         failed = true;
-        log.error({ err, sessionId: id, what }, 'could not reclaim part of a sandbox left behind; remove it by hand');
+        sessionLog.error({ err, what }, 'could not reclaim part of a sandbox left behind; remove it by hand');
       }
     }
-    if (!failed) log.info({ sessionId: id }, 'reclaimed a sandbox left behind by an earlier run');
+    if (!failed) sessionLog.info('reclaimed a sandbox left behind by an earlier run');
   }
   // Last, once no sandbox of an earlier run is left: the network policy table is replaced
   // by a fresh, empty one (with it go the entries of the sandboxes just reclaimed). It

@@ -3,6 +3,7 @@ import type { SessionRecord, SessionState } from './session-record.js';
 
 interface Row {
   id: string;
+  tenant: string;
   state: SessionState;
   runtime: SessionRecord['runtime'];
   width: number;
@@ -49,8 +50,22 @@ export class SessionStore {
       );
       CREATE UNIQUE INDEX IF NOT EXISTS sessions_address ON sessions(address_index)
         WHERE address_index IS NOT NULL;
+      -- API keys (src/api/auth/key-store.ts): only a SHA-256 of each key is kept.
+      CREATE TABLE IF NOT EXISTS api_keys (
+        id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        hash BLOB NOT NULL,
+        created_at TEXT NOT NULL,
+        expires_at TEXT,
+        revoked_at TEXT
+      );
     `);
     this.migrate();
+  }
+
+  /** The open database, for the other tables kept in the same file (API keys). */
+  get database(): Database.Database {
+    return this.db;
   }
 
   /** Columns added after the first release; an older file gains them with defaults. */
@@ -61,6 +76,8 @@ export class SessionStore {
       ['model_height', 'INTEGER NOT NULL DEFAULT 0'],
       ['tool_version', "TEXT NOT NULL DEFAULT 'computer_20250124'"],
       ['egress', 'INTEGER NOT NULL DEFAULT 0'],
+      // Sessions from before tenants were made without keys: they belong to the local tenant.
+      ['tenant', "TEXT NOT NULL DEFAULT 'local'"],
     ];
     for (const [name, type] of added) {
       if (!columns.has(name)) this.db.exec(`ALTER TABLE sessions ADD COLUMN ${name} ${type}`);
@@ -70,9 +87,9 @@ export class SessionStore {
   insert(record: SessionRecord): void {
     this.db
       .prepare(
-        `INSERT INTO sessions (id, state, runtime, width, height, model_width, model_height, tool_version,
+        `INSERT INTO sessions (id, tenant, state, runtime, width, height, model_width, model_height, tool_version,
            timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error, egress)
-         VALUES (@id, @state, @runtime, @width, @height, @model_width, @model_height, @tool_version,
+         VALUES (@id, @tenant, @state, @runtime, @width, @height, @model_width, @model_height, @tool_version,
            @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error, @egress)`,
       )
       .run(toRow(record));
@@ -114,6 +131,7 @@ export class SessionStore {
 function toRow(r: SessionRecord): Row {
   return {
     id: r.id,
+    tenant: r.tenant,
     state: r.state,
     runtime: r.runtime,
     width: r.width,
@@ -135,6 +153,7 @@ function toRow(r: SessionRecord): Row {
 function fromRow(row: Row): SessionRecord {
   return {
     id: row.id,
+    tenant: row.tenant,
     state: row.state,
     runtime: row.runtime,
     width: row.width,
