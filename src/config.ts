@@ -39,6 +39,10 @@ export interface OrchestratorConfig {
   maxSessionsPerTenant: number;
   /** Memory a create must leave to the host: refused when MemAvailable minus this is below memoryLimitMiB. */
   memoryReserveMiB: number;
+  /** Booted sandboxes kept ready to be claimed by a create (0: no warm pool). */
+  warmPoolSize: number;
+  /** The screen size of the warm pool's sandboxes: only creates of this size use the pool. */
+  warmPoolScreen: { width: number; height: number };
 }
 
 export function envInt(name: string, fallback: number, env: NodeJS.ProcessEnv = process.env): number {
@@ -83,7 +87,25 @@ export function defaultConfig(): OrchestratorConfig {
     maxSessions: positive('SBX_MAX_SESSIONS', defaultMaxSessions(memoryLimitMiB)),
     maxSessionsPerTenant: positive('SBX_MAX_SESSIONS_PER_TENANT', 10),
     memoryReserveMiB: envInt('SBX_MEMORY_RESERVE_MIB', 512),
+    warmPoolSize: warmPoolSize(envInt('SBX_WARM_POOL_SIZE', 0)),
+    warmPoolScreen: parseScreenSize(process.env.SBX_WARM_POOL_SCREEN || '1024x768', 'SBX_WARM_POOL_SCREEN'),
   };
+}
+
+/** Checks a warm pool size (SBX_WARM_POOL_SIZE, `serve --warm-pool`). */
+export function warmPoolSize(value: number): number {
+  if (!Number.isInteger(value) || value < 0 || value > 64) throw new Error(`the warm pool size must be between 0 and 64, got ${value}`);
+  return value;
+}
+
+/** "1024x768" -> { width, height }, within the sizes a create may ask for (api/schemas.ts). */
+export function parseScreenSize(text: string, what: string): { width: number; height: number } {
+  const match = /^(\d{2,5})x(\d{2,5})$/.exec(text);
+  const size = match && { width: Number(match[1]), height: Number(match[2]) };
+  if (!size || size.width < 320 || size.height < 320 || size.width > 3840 || size.height > 3840) {
+    throw new Error(`${what} must look like 1024x768 (each side 320 to 3840), got "${text}"`);
+  }
+  return size;
 }
 
 /** How the qemu runtime runs its VMs. Read from the environment (qemuSettingsFromEnv). */

@@ -91,6 +91,7 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
       sessionMemoryMiB: config.memoryLimitMiB,
       memoryReserveMiB: config.memoryReserveMiB,
     }),
+    warmPool: { size: config.warmPoolSize, shape: config.warmPoolScreen },
   });
   log.info(
     { maxSessions: config.maxSessions, maxSessionsPerTenant: config.maxSessionsPerTenant, memoryReserveMiB: config.memoryReserveMiB },

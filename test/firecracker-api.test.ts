@@ -29,6 +29,7 @@ import {
   rotateKeysAfterRestore,
   type RotationPhase,
 } from '../src/runtimes/firecracker/keys/key-rotation.js';
+import { COLD_BOOT_CALLS } from './helpers/firecracker/calls.js';
 import { FirecrackerContractServer } from './helpers/firecracker/contract-server.js';
 import { fakeKeys, FakeRekeyGuest } from './helpers/firecracker/fake-rekey-guest.js';
 import { FAULTS } from './helpers/firecracker/vm-model.js';
@@ -49,15 +50,6 @@ const vmSpec: FirecrackerVmSpec = {
   vsockUdsPath: '/run/vsock.sock',
 };
 
-const COLD_BOOT_CALLS = [
-  'PUT /machine-config',
-  'PUT /boot-source',
-  'PUT /drives/rootfs',
-  'PUT /drives/config',
-  'PUT /network-interfaces/eth0',
-  'PUT /vsock',
-  'PUT /actions',
-];
 
 /** Sends a request exactly as given, bypassing the typed client: for requests broken on purpose. */
 function rawRequest(socketPath: string, method: string, urlPath: string, body?: unknown): Promise<{ status: number; body: unknown }> {

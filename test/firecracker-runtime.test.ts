@@ -21,6 +21,7 @@ import type { GuestConnection } from '../src/transport/ssh-connection.js';
 import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { run } from '../src/util/exec.js';
 import { connectToGuest, guestAddress, guestSh, pngSize } from './helpers/guest.js';
+import { COLD_BOOT_CALLS as BOOT_SEQUENCE } from './helpers/firecracker/calls.js';
 import { processesMentioning } from './helpers/host.js';
 import { removeEmptyPrefixCgroups, startTestOrchestrator, TEST_PREFIX, TEST_SUBNET, type TestOrchestrator } from './helpers/orchestrator.js';
 import { startXevSlowly, waitForXev } from './helpers/xev.js';
@@ -37,16 +38,7 @@ const BIN = path.join(import.meta.dirname, 'helpers/firecracker/bin');
 const NAMES = new ResourceNames(TEST_PREFIX);
 const JAIL_UID = 65534;
 /** What the runtime sends a fresh VMM: a wait until its API answers, then the boot sequence. */
-const COLD_BOOT_CALLS = [
-  'GET /',
-  'PUT /machine-config',
-  'PUT /boot-source',
-  'PUT /drives/rootfs',
-  'PUT /drives/config',
-  'PUT /network-interfaces/eth0',
-  'PUT /vsock',
-  'PUT /actions',
-];
+const COLD_BOOT_CALLS = ['GET /', ...BOOT_SEQUENCE];
 
 interface Recorded {
   process?: { pid: number; uid: number; gid: number; netns: string; argv: string[]; root: string };

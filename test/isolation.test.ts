@@ -97,32 +97,23 @@ describe('two sandboxes at once', () => {
     cross.close();
   });
 
-  it("refuse another session's client key", async () => {
-    const bKey = await readFile(path.join(orch.stateDir, b, 'id_ed25519'), 'utf8');
+  /** A login to session a's guest, pinning a's host key, as `username` with the key of `keyOf`. */
+  async function loginToA(username: string, keyOf: string): Promise<GuestConnection> {
+    const privateKey = await readFile(path.join(orch.stateDir, keyOf, 'id_ed25519'), 'utf8');
     const aHostPub = await readFile(path.join(orch.stateDir, a, 'config', 'ssh_host_ed25519_key.pub'), 'utf8');
     const aPin = utils.parseKey(aHostPub.trim());
     if (aPin instanceof Error) throw aPin;
-    const conn = new GuestConnection({
-      endpoint: { host: await guestAddress(orch.names, a), port: 22 },
-      username: GUEST_USER,
-      privateKey: bKey,
-      pinnedHostKey: aPin.getPublicSSH(),
-    });
+    return new GuestConnection({ endpoint: { host: await guestAddress(orch.names, a), port: 22 }, username, privateKey, pinnedHostKey: aPin.getPublicSSH() });
+  }
+
+  it("refuse another session's client key", async () => {
+    const conn = await loginToA(GUEST_USER, b);
     await assert.rejects(conn.open(3_000), SshAuthenticationError);
     conn.close();
   });
 
   it('refuse root, even with the session key (only a snapshot template has a root key, for sbx-rekey)', async () => {
-    const aKey = await readFile(path.join(orch.stateDir, a, 'id_ed25519'), 'utf8');
-    const aHostPub = await readFile(path.join(orch.stateDir, a, 'config', 'ssh_host_ed25519_key.pub'), 'utf8');
-    const aPin = utils.parseKey(aHostPub.trim());
-    if (aPin instanceof Error) throw aPin;
-    const conn = new GuestConnection({
-      endpoint: { host: await guestAddress(orch.names, a), port: 22 },
-      username: 'root',
-      privateKey: aKey,
-      pinnedHostKey: aPin.getPublicSSH(),
-    });
+    const conn = await loginToA('root', a);
     await assert.rejects(conn.open(3_000), SshAuthenticationError);
     conn.close();
   });

@@ -125,26 +125,38 @@ describe('the orchestrator process: CLI, SDK, SIGTERM and restart after a crash'
     }
   });
 
-  it('a restart after SIGKILL reclaims everything the dead process left', async () => {
-    const serve = await startServe(stateDir, 18082);
+  it('a restart after SIGKILL adopts the live sandbox and reclaims everything of one that died meanwhile', async () => {
+    // The same subnet after the restart, as an operator's config would be: leases are stored by index.
+    const subnet = `10.243.${Math.floor(Math.random() * 256)}.0/24`;
+    const serve = await startServe(stateDir, 18082, subnet);
     const client = new SandboxClient({ baseUrl: serve.url });
+    const survivor = await client.create();
     const sandbox = await client.create();
     const sessionDir = path.join(stateDir, sandbox.id);
     serve.child.kill('SIGKILL');
     await once(serve.child, 'exit');
     const orphan = await hostTrace(NAMES, sandbox.id, sessionDir);
     assert.ok(orphan.netns && orphan.container && orphan.sessionDir, 'the crash left the sandbox behind');
+    // While no orchestrator runs, one sandbox dies.
+    await run(['runc', '--root', NAMES.runcRoot, 'delete', '--force', NAMES.container(sandbox.id)]);
 
-    const restarted = await startServe(stateDir, 18083);
+    const restarted = await startServe(stateDir, 18083, subnet);
     try {
       assert.deepEqual(await hostTrace(NAMES, sandbox.id, sessionDir), nothingLeft);
       assert.equal(existsSync(path.join(sessionDir, 'id_ed25519')), false, 'the key is gone');
-      const info = await new SandboxClient({ baseUrl: restarted.url }).get(sandbox.id);
+      const again = new SandboxClient({ baseUrl: restarted.url });
+      const info = await again.get(sandbox.id);
       assert.equal(info.state, 'destroyed');
       assert.match(info.error ?? '', /restarted/);
+      assert.equal((await again.get(survivor.id)).state, 'ready', 'the live one is adopted');
+      const adopted = await again.connect(survivor.id);
+      await adopted.mouseMove(30, 40);
+      assert.deepEqual(await adopted.cursorPosition(), { x: 30, y: 40 });
     } finally {
       restarted.child.kill('SIGTERM');
       await once(restarted.child, 'exit');
     }
+    assert.deepEqual(await hostTrace(NAMES, survivor.id, path.join(stateDir, survivor.id)), nothingLeft, 'SIGTERM destroyed the adopted one');
   });
+
 });

@@ -2,15 +2,21 @@
 /**
  * `npm run bench`: one session on the default runtime (SBX_RUNTIME=qemu for the qemu one;
  * its boots are labelled kvm or tcg), measured side by side in one run:
- * create-to-ready, screenshot and mouse_move over the HTTP API, the same commands run
- * inside the guest (the floor), and a fresh `ssh` process per command (the naive design).
- * Prints a table and writes bench-results.json.
+ * create-to-ready (cold, and from the warm pool), screenshot and mouse_move over the HTTP
+ * API, the same commands run inside the guest (the floor), a fresh `ssh` process per command
+ * (the naive design), then 16 sessions under load and the host memory of an idle session.
+ * Prints tables, writes bench-results.json and draws bench-chart.png.
+ *
+ * Settings: BENCH_N (samples per figure, 50), BENCH_CREATES (creates timed, 5),
+ * BENCH_LOAD_SESSIONS (16), BENCH_LOAD_SECONDS (60; e.g. 5 for a quick run),
+ * BENCH_LOAD_INTERVAL_MS (250).
  */
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
-import { SandboxClient, type ComputerToolInput } from '../client/index.js';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { SandboxClient, type ComputerToolInput, type Sandbox } from '../client/index.js';
 import { parseAction } from '../computer/actions.js';
 import { Scaler } from '../computer/scaling.js';
 import { isPointerOrKeyAction, xdotoolArgs } from '../computer/xdotool-commands.js';
@@ -23,14 +29,24 @@ import { startOrchestrator } from '../orchestrator.js';
 import { publicKeyBlob } from '../transport/keys.js';
 import { GuestConnection } from '../transport/ssh-connection.js';
 import { naiveSsh, timeInGuest } from './baselines.js';
+import { writeChart } from './chart.js';
+import { goalRows, printGoals } from './goals.js';
+import { measureIdleMemory } from './idle-memory.js';
+import { runLoad } from './load.js';
 import { summarize, timeIt, type Summary } from './stats.js';
+import { measureWarmCreates } from './warm-create.js';
 
 const N = Number(process.env.BENCH_N || 50);
 const CREATES = Number(process.env.BENCH_CREATES || 5);
+const LOAD_SESSIONS = Number(process.env.BENCH_LOAD_SESSIONS || 16);
+const LOAD_SECONDS = Number(process.env.BENCH_LOAD_SECONDS || 60);
+const LOAD_INTERVAL_MS = Number(process.env.BENCH_LOAD_INTERVAL_MS || 250);
 
 async function main(): Promise<void> {
   const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-'));
-  const config = { ...defaultConfig(), stateDir, port: 0, subnet: process.env.SBX_SUBNET || '10.244.0.0/16' };
+  // The pool starts empty whatever SBX_WARM_POOL_SIZE says: cold creates must be cold. It is
+  // grown for the warm figure only (measureWarmCreates).
+  const config = { ...defaultConfig(), stateDir, port: 0, subnet: process.env.SBX_SUBNET || '10.244.0.0/16', warmPoolSize: 0 };
   const orchestrator = await startOrchestrator(config, pino({ level: 'warn' }), { buildImageIfMissing: false });
   const address = orchestrator.server.server.address();
   if (!address || typeof address === 'string') throw new Error('server has no TCP address');
@@ -81,14 +97,33 @@ async function main(): Promise<void> {
     const naiveMove = await timeIt(naiveN, (i) => ssh(`DISPLAY=:${config.display} xdotool mousemove ${100 + (i % 2) * 200} 100`), 1);
     await sandbox.destroy();
 
+    const warmMs = await measureWarmCreates(orchestrator.manager, client, CREATES);
+
+    // The load's sessions are made first and measured idle: that is the memory figure.
+    const rssBefore = process.memoryUsage.rss();
+    const loadSandboxes: Sandbox[] = [];
+    for (let i = 0; i < LOAD_SESSIONS; i++) loadSandboxes.push(await client.create({ width: 1024, height: 768 }));
+    // Idle as between an agent's steps: used once (capture and input helpers running), then left.
+    for (const s of loadSandboxes) await s.screenshot();
+    await sleep(3_000);
+    const memory = orchestrator.manager.runtimeName === 'container'
+      ? await measureIdleMemory(orchestrator.names, loadSandboxes.map((s) => s.id), rssBefore)
+      : undefined;
+    console.error(`bench: load: ${LOAD_SESSIONS} sessions, a screenshot and a click every ${LOAD_INTERVAL_MS} ms each, for ${LOAD_SECONDS} s`);
+    const load = await runLoad(loadSandboxes, LOAD_INTERVAL_MS, LOAD_SECONDS * 1000);
+    await Promise.all(loadSandboxes.map((s) => s.destroy()));
+    const loadSummary = summarize(load.samples);
+
     const rows: Array<[string, Summary]> = [
       [createLabel, summarize(createMs)],
+      ['create-to-ready (warm pool)', summarize(warmMs)],
       ['screenshot, API', summarize(apiShot)],
       ['screenshot, scrot in guest (floor)', summarize(guestShot)],
       ['screenshot, fresh ssh per command', summarize(naiveShot)],
       ['mouse_move, API', summarize(apiMove)],
       ['mouse_move, xdotool in guest (floor)', summarize(guestMove)],
       ['mouse_move, fresh ssh per command', summarize(naiveMove)],
+      [`load: ${LOAD_SESSIONS} sessions, screenshot or click`, loadSummary],
     ];
     console.log(`\n${'operation'.padEnd(40)} ${'n'.padStart(4)} ${'p50 ms'.padStart(9)} ${'p95 ms'.padStart(9)}`);
     for (const [name, s] of rows) {
@@ -101,6 +136,20 @@ async function main(): Promise<void> {
       accelerator: accel ?? null,
       cores: os.cpus().length,
       cold_create_p50_ms: summarize(createMs).p50,
+      warm_create_p50_ms: warmMs.length > 0 ? summarize(warmMs).p50 : null,
+      warm_create_p95_ms: warmMs.length > 0 ? summarize(warmMs).p95 : null,
+      load_sessions: load.sessions,
+      load_seconds: LOAD_SECONDS,
+      load_interval_ms: LOAD_INTERVAL_MS,
+      load_operations: load.samples.length,
+      load_errors: load.errors,
+      load_p50_ms: loadSummary.p50,
+      load_p95_ms: loadSummary.p95,
+      load_late_ticks: load.lateTicks,
+      idle_session_mib: memory?.perSessionMiB ?? null,
+      idle_session_cgroup_mib: memory?.cgroupMiB ?? null,
+      idle_session_orchestrator_mib: memory?.orchestratorMiB ?? null,
+      idle_session_pss_mib: memory?.pssMiB ?? null,
       screenshot_api_p50_ms: shot,
       screenshot_api_p95_ms: summarize(apiShot).p95,
       screenshot_guest_scrot_p50_ms: summarize(guestShot).p50,
@@ -137,8 +186,21 @@ async function main(): Promise<void> {
       `mouse_move: API - guest = ${results.mouse_move_overhead_ms.toFixed(2)} ms, ` +
         `API/fresh ssh = ${results.mouse_move_ratio_vs_fresh_ssh.toFixed(3)}`,
     );
+    if (memory) {
+      console.log(
+        `idle session: ${memory.perSessionMiB.toFixed(1)} MiB (container cgroup ${memory.cgroupMiB.toFixed(1)} + orchestrator ` +
+          `${memory.orchestratorMiB.toFixed(1)}; PSS of its processes ${memory.pssMiB.toFixed(1)}), over ${memory.sessions} sessions`,
+      );
+    }
+    console.log(
+      `load: ${load.sessions} sessions x ${LOAD_SECONDS} s: ${load.samples.length} operations, ${load.errors} errors, ` +
+        `p50 ${loadSummary.p50.toFixed(1)} ms, p95 ${loadSummary.p95.toFixed(1)} ms, ${load.lateTicks} ticks started late`,
+    );
+    const goals = goalRows(results, LOAD_INTERVAL_MS);
+    printGoals(goals, results.cores);
     await writeFile('bench-results.json', JSON.stringify(results, null, 2) + '\n');
-    console.error('bench: wrote bench-results.json');
+    await writeChart('bench-chart.png', `Sandbox Orchestrator bench: ${results.runtime}, ${results.cores} cores, 1024x768`, goals);
+    console.error('bench: wrote bench-results.json and bench-chart.png');
   } finally {
     await orchestrator.close();
     await rm(stateDir, { recursive: true, force: true });

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { AUTH_SETTINGS, type AuthSetting } from '../api/auth/auth-mode.js';
 import { SandboxClient, SandboxError } from '../client/index.js';
-import { defaultConfig, RUNTIME_NAMES, type RuntimeChoice } from '../config.js';
+import { defaultConfig, RUNTIME_NAMES, warmPoolSize, type RuntimeChoice } from '../config.js';
 import { buildImage } from '../guest/image/builder.js';
 import { createLogger } from '../logger.js';
 import { startOrchestrator } from '../orchestrator.js';
@@ -30,6 +30,18 @@ program
   .addOption(new Option('--state-dir <dir>', 'keys, per-session files and the store').env('SBX_STATE_DIR').default(defaults.stateDir))
   .addOption(new Option('--runtime <name>', 'sandbox runtime').env('SBX_RUNTIME').choices([...RUNTIME_NAMES]).default(defaults.runtime))
   .addOption(
+    new Option('--warm-pool <n>', `booted sandboxes kept ready for creates of ${defaults.warmPoolScreen.width}x${defaults.warmPoolScreen.height} (SBX_WARM_POOL_SCREEN)`)
+      .env('SBX_WARM_POOL_SIZE')
+      .default(defaults.warmPoolSize)
+      .argParser((v) => {
+        try {
+          return warmPoolSize(integer(v));
+        } catch (err) {
+          throw new InvalidArgumentError((err as Error).message);
+        }
+      }),
+  )
+  .addOption(
     new Option('--auth <mode>', 'API keys: auto (required once a key exists; always off loopback), on, off (loopback only)')
       .env('SBX_AUTH')
       .choices([...AUTH_SETTINGS])
@@ -37,7 +49,7 @@ program
   )
   .addOption(new Option('--no-auth', 'serve without API keys (loopback only; same as --auth off)'))
   .option('--demo', 'create one demo sandbox once started, and save its screenshot')
-  .action(async (opts: { host: string; port: number; stateDir: string; runtime: RuntimeChoice; auth: AuthSetting | false; demo?: boolean }) => {
+  .action(async (opts: { host: string; port: number; stateDir: string; runtime: RuntimeChoice; warmPool: number; auth: AuthSetting | false; demo?: boolean }) => {
     const log = createLogger();
     const config = {
       ...defaults,
@@ -48,6 +60,7 @@ program
       stateDir: opts.stateDir,
       imagesDir: process.env.SBX_IMAGES_DIR || path.join(opts.stateDir, 'images'),
       runtime: opts.runtime,
+      warmPoolSize: opts.warmPool,
     };
     let orchestrator: Awaited<ReturnType<typeof startOrchestrator>>;
     try {

@@ -52,6 +52,27 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  /** Where each ready session came from: the warm pool, or a boot on demand. */
+  readonly createsTotal = new Counter({
+    name: 'sandbox_session_creates_total',
+    help: 'Sessions made ready, by source: warm (claimed from the warm pool) or cold (booted on demand)',
+    labelNames: ['source'] as const,
+    registers: [this.registry],
+  });
+
+  readonly warmPoolSandboxes = new Gauge({
+    name: 'sandbox_warm_pool_sandboxes',
+    help: 'Sandboxes in the warm pool, by state: ready (to be claimed) or booting (being refilled)',
+    labelNames: ['state'] as const,
+    registers: [this.registry],
+  });
+
+  readonly warmPoolRefillFailures = new Counter({
+    name: 'sandbox_warm_pool_refill_failures_total',
+    help: 'Warm pool refills that failed to boot a sandbox (each is retried with backoff)',
+    registers: [this.registry],
+  });
+
   readonly sessionsTotal = new Counter({
     name: 'sandbox_sessions_total',
     help: 'Sessions by how they ended up: ready, failed (creation or later), destroyed',
@@ -67,7 +88,7 @@ export class Metrics {
 
   readonly errors = new Counter({
     name: 'sandbox_errors_total',
-    help: 'Errors by where they happened: create, action, screenshot, destroy, ssh',
+    help: 'Errors by where they happened: create, action, screenshot, destroy, ssh, warm_claim',
     labelNames: ['kind'] as const,
     registers: [this.registry],
   });

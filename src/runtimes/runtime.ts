@@ -5,6 +5,15 @@ import type { CleanupStack } from '../util/cleanup-stack.js';
 
 export type RuntimeName = 'container' | 'qemu' | 'firecracker';
 
+/**
+ * The kinds of host resource a sandbox holds, as the store's ledger records them (see
+ * sessions/resource-ledger.ts, which also reclaims each kind).
+ */
+export const RESOURCE_KINDS = ['process', 'container', 'mount', 'disk', 'jail', 'cgroup', 'netns', 'veth', 'key-dir'] as const;
+export type ResourceKind = (typeof RESOURCE_KINDS)[number];
+/** Records a resource in the store before it is taken (a no-op where nothing is stored). */
+export type RecordResource = (kind: ResourceKind, name: string) => void;
+
 /** What a runtime needs to start one sandbox. The session layer has made all of it already. */
 export interface SandboxSpec {
   sessionId: string;
@@ -24,6 +33,8 @@ export interface SandboxSpec {
    * goes with the session). See keepConsoleLog.
    */
   logsDir: string;
+  /** Call before taking each host resource, so that a crash at any point leaves a record of it. */
+  record?: RecordResource;
 }
 
 /** How a VM is run: with KVM, or in software (TCG, about ten times slower to boot). */
@@ -71,6 +82,13 @@ export interface Runtime {
    * longer of the two applies.
    */
   readonly bootTimeoutMs?: number;
+  /**
+   * True when the guest sees the host's config directory itself (a bind mount of the
+   * directory), so that a file renamed into it on the host is what the guest reads next:
+   * the warm pool hands a sandbox to a new client key this way. A config drive (VMs) is
+   * copied at boot, so it is not live.
+   */
+  readonly configDirIsLive?: boolean;
   start(spec: SandboxSpec, cleanup: CleanupStack): Promise<RunningSandbox>;
   /**
    * Work done once per guest image before sessions are served (the Firecracker runtime's
@@ -80,8 +98,19 @@ export interface Runtime {
   prepare?(image: GuestImage, log: (message: string) => void): Promise<void>;
   /** Session ids of the sandboxes this runtime has on the host, alive or not. */
   list(): Promise<string[]>;
+  /**
+   * A sandbox an earlier run of the orchestrator started, found again alive (after a crash
+   * or a restart), or undefined if it is gone. `release` frees what the runtime holds for
+   * it, as a destroy would.
+   */
+  adopt?(sessionId: string, sessionDir: string, endpoint: GuestEndpoint): Promise<AdoptedSandbox | undefined>;
   /** Removes whatever this runtime left of a sandbox it no longer tracks. Idempotent. */
   reclaim(sessionId: string, sessionDir: string): Promise<void>;
+}
+
+export interface AdoptedSandbox {
+  sandbox: RunningSandbox;
+  release(): Promise<void>;
 }
 
 /** A runtime cannot run on this host; the message says what is missing and how to fix it. */

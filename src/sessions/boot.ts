@@ -12,10 +12,11 @@ import type { ResourceNames } from '../network/names.js';
 import { createSandboxNetwork } from '../network/netns.js';
 import type { NetworkPolicy } from '../network/policy/network-policy.js';
 import { keepConsoleLog, logsDirOf } from '../runtimes/console-log.js';
-import type { RunningSandbox, Runtime } from '../runtimes/runtime.js';
-import { generateSessionKeys, publicKeyBlob, removeSessionDir, writeSessionKeys } from '../transport/keys.js';
+import type { RecordResource, ResourceKind, RunningSandbox, Runtime } from '../runtimes/runtime.js';
+import { generateSessionKeys, publicKeyBlob, removeSessionDir, writeSessionKeys, type SessionKeys } from '../transport/keys.js';
 import { GuestConnection } from '../transport/ssh-connection.js';
 import { OrchestratorError } from '../errors.js';
+import { CleanupStack } from '../util/cleanup-stack.js';
 import type { Session } from './session.js';
 
 export interface BootContext {
@@ -28,6 +29,8 @@ export interface BootContext {
   memoryMiB: number;
   pidsLimit: number;
   policy: NetworkPolicy;
+  /** The store's ledger: each host resource is recorded here before it is taken. */
+  ledger?: (sessionId: string, kind: ResourceKind, name: string) => void;
   /** Absolute time (ms) by which the guest must be ready. */
   deadline: number;
   log: Logger;
@@ -37,19 +40,76 @@ export function sessionDirOf(stateDir: string, sessionId: string): string {
   return path.join(stateDir, sessionId);
 }
 
+/** The directory the guest sees as its config (bind-mounted, or made into a config drive). */
+export function configDirOf(stateDir: string, sessionId: string): string {
+  return path.join(sessionDirOf(stateDir, sessionId), 'config');
+}
+
+/** A sandbox that runs, with the keys it was booted with (its sshd is not yet known to answer). */
+export interface StartedSandbox {
+  sandbox: RunningSandbox;
+  keys: SessionKeys;
+  /** The boot deadline, stretched for runtimes that need longer (see Runtime.bootTimeoutMs). */
+  deadline: number;
+  logsDir: string;
+}
+
 /**
  * The steps from nothing to a ready sandbox: keys, config, network, runtime, SSH with the
  * pinned host key, display answering. Each resource's release goes onto the session's
  * cleanup stack the moment it is taken; the caller runs the stack if any step throws.
  */
 export async function bootSandbox(session: Session, lease: AddressLease, ctx: BootContext): Promise<void> {
+  const started = await startSandbox(session, lease, ctx);
+  const { sandbox, keys, deadline, logsDir } = started;
+  try {
+    await attachDesktop(session, sandbox, keys.clientPrivateKey, publicKeyBlob(keys.hostPublicKey), deadline, ctx);
+  } catch (err) {
+    throw await withConsoleLog(err, sandbox, logsDir, session.id);
+  }
+}
+
+/**
+ * A sandbox for the warm pool: booted like any other, and known ready (SSH logs in with the
+ * pool's key, the display answers), but with no connection kept open and no desktop
+ * attached: the session that claims it brings its own key and its own connection
+ * (see pool/claim.ts). Returns the keys it was booted with.
+ */
+export async function bootPooledSandbox(session: Session, lease: AddressLease, ctx: BootContext): Promise<SessionKeys> {
+  const { sandbox, keys, deadline, logsDir } = await startSandbox(session, lease, ctx);
+  const probe = new CleanupStack();
+  try {
+    const connection = new GuestConnection({
+      endpoint: sandbox.endpoint,
+      username: GUEST_USER,
+      privateKey: keys.clientPrivateKey,
+      pinnedHostKey: publicKeyBlob(keys.hostPublicKey),
+    });
+    await probe.push('probe connection', () => connection.close());
+    await connection.open(remaining(deadline), sandbox.isAlive);
+    const desktop = new Desktop(connection, ctx.display);
+    await probe.push('probe desktop', () => desktop.close());
+    await waitForDisplay(desktop, deadline, sandbox.isAlive);
+  } catch (err) {
+    throw await withConsoleLog(err, sandbox, logsDir, session.id);
+  } finally {
+    // The pool keeps no connection: its access is its key alone, which a claim replaces.
+    await probe.run();
+  }
+  return keys;
+}
+
+/** Keys, config dir, network and the runtime: everything up to a running sandbox. */
+async function startSandbox(session: Session, lease: AddressLease, ctx: BootContext): Promise<StartedSandbox> {
   const { id, width, height } = session.record;
   const sessionDir = sessionDirOf(ctx.stateDir, id);
-  const configDir = path.join(sessionDir, 'config');
+  const configDir = configDirOf(ctx.stateDir, id);
   const started = performance.now();
   const step = (name: string) => ctx.log.debug({ step: name, ms: Math.round(performance.now() - started) }, 'boot step done');
+  const record: RecordResource = (kind, name) => ctx.ledger?.(id, kind, name);
 
   // Pushed before the directory exists, so it goes last and even a half-written key is removed.
+  record('key-dir', sessionDir);
   await session.cleanup.push('key dir', () => removeSessionDir(sessionDir));
   const keys = generateSessionKeys(id);
   await writeSessionKeys(sessionDir, configDir, keys);
@@ -73,6 +133,8 @@ export async function bootSandbox(session: Session, lease: AddressLease, ctx: Bo
   // The policy first: the sandbox's veth is fenced from the moment it exists.
   await ctx.policy.admit(id, lease, { egress: session.record.egress }, session.cleanup, ctx.log);
   step('network policy');
+  record('netns', ctx.names.netns(id));
+  record('veth', ctx.names.hostVeth(id));
   const network = await createSandboxNetwork(ctx.names, id, lease, session.cleanup, ctx.runtime.networkAttachment, ctx.runtime.tapOwner);
   step('network');
   // A VM under TCG needs longer than the orchestrator-wide boot timeout: the longer applies.
@@ -90,17 +152,13 @@ export async function bootSandbox(session: Session, lease: AddressLease, ctx: Bo
       memoryMiB: ctx.memoryMiB,
       pidsLimit: ctx.pidsLimit,
       logsDir,
+      record,
     },
     session.cleanup,
   );
   session.sandbox = sandbox;
   step('runtime started');
-  try {
-    await connectAndWaitForDisplay(session, sandbox, keys, deadline, ctx, step);
-  } catch (err) {
-    throw await withConsoleLog(err, sandbox, logsDir, id);
-  }
-  step('display answering');
+  return { sandbox, keys, deadline, logsDir };
 }
 
 /**
@@ -115,26 +173,29 @@ async function withConsoleLog(err: unknown, sandbox: RunningSandbox, logsDir: st
   return new Error(parts.filter(Boolean).join(' '), { cause: err });
 }
 
-async function connectAndWaitForDisplay(
+/**
+ * The session's own SSH connection (its client key, the pinned host key, checked again by
+ * the handshake's host verifier) and its desktop, answered once: what makes a session ready.
+ * Both go onto the session's cleanup stack.
+ */
+export async function attachDesktop(
   session: Session,
   sandbox: RunningSandbox,
-  keys: ReturnType<typeof generateSessionKeys>,
+  clientPrivateKey: string,
+  pinnedHostKey: Buffer,
   deadline: number,
-  ctx: BootContext,
-  step: (name: string) => void,
+  ctx: Pick<BootContext, 'display' | 'settle'>,
 ): Promise<void> {
   const { width, height } = session.record;
-
   const connection = new GuestConnection({
     endpoint: sandbox.endpoint,
     username: GUEST_USER,
-    privateKey: keys.clientPrivateKey,
-    pinnedHostKey: publicKeyBlob(keys.hostPublicKey),
+    privateKey: clientPrivateKey,
+    pinnedHostKey,
   });
   await session.cleanup.push('ssh connection', () => connection.close());
   session.connection = connection;
   await connection.open(remaining(deadline), sandbox.isAlive);
-  step('ssh connected');
 
   const desktop = new Desktop(connection, ctx.display);
   await session.cleanup.push('desktop input', () => desktop.close());

@@ -95,7 +95,11 @@ export class CapacityGate {
     this.total++;
     this.booting++;
     this.perTenant.set(tenant, mine + 1);
-    let booting = true;
+    return this.slot(tenant, true);
+  }
+
+  private slot(tenant: string, startsBooting: boolean): CapacitySlot {
+    let booting = startsBooting;
     let held = true;
     const stopBooting = () => {
       if (booting) this.booting--;
@@ -113,6 +117,17 @@ export class CapacityGate {
         else this.perTenant.delete(tenant);
       },
     };
+  }
+
+  /**
+   * A slot for a session that runs already (adopted at start-up), taken without checking
+   * the limits: refusing it would not stop it. It may leave the host over a lowered limit
+   * until sessions end; new creates are refused meanwhile.
+   */
+  hold(tenant: string): CapacitySlot {
+    this.total++;
+    this.perTenant.set(tenant, (this.perTenant.get(tenant) ?? 0) + 1);
+    return this.slot(tenant, false);
   }
 
   /** Sessions holding a slot, all tenants and per tenant (for logs and tests). */

@@ -9,7 +9,10 @@ import { AddressPool } from '../network/address-pool.js';
 import type { ResourceNames } from '../network/names.js';
 import { NetworkPolicy, type NetworkOptions } from '../network/policy/network-policy.js';
 import type { Runtime } from '../runtimes/runtime.js';
-import { bootSandbox, consoleTail } from './boot.js';
+import { adoptSession } from './adopt.js';
+import { bootPooledSandbox, bootSandbox, consoleTail, type BootContext } from './boot.js';
+import { claimPooledSandbox } from './pool/claim.js';
+import { WarmPool, type PooledSandbox, type ScreenShape, type WarmPoolStatus } from './pool/warm-pool.js';
 import { CapacityGate, defaultMaxSessions, type CapacitySlot } from './capacity.js';
 import { reconcileHost } from './reconcile.js';
 import { newSessionId, Session } from './session.js';
@@ -57,6 +60,8 @@ export interface ManagerOptions {
   store: SessionStore;
   metrics: Metrics;
   log: Logger;
+  /** Booted sandboxes kept ready for creates of this screen size (size 0: no pool). */
+  warmPool?: { size: number; shape: ScreenShape };
   /** Admission control (per host, per tenant, memory); default: limits derived from memoryMiB. */
   capacity?: CapacityGate;
 }
@@ -77,7 +82,15 @@ export interface ActionOutcome extends ComputerOutcome {
 
 /** Persist a moving expiry at most this often: an action must not pay a disk write. */
 const EXPIRY_PERSIST_INTERVAL_MS = 30_000;
+/** A pooled sandbox not ready for its new session within this is given up for a cold boot. */
+const CLAIM_TIMEOUT_MS = 5_000;
 const REAPER_INTERVAL_MS = 1_000;
+
+/** A create request with its defaults applied and checked: the record's requested part. */
+type SessionRequest = Pick<
+  SessionRecord,
+  'width' | 'height' | 'modelWidth' | 'modelHeight' | 'toolVersion' | 'timeoutSeconds' | 'metadata' | 'egress'
+>;
 
 /**
  * The session lifecycle: creating -> ready -> destroying -> destroyed, or failed. Owns the
@@ -89,6 +102,7 @@ export class SessionManager {
   readonly policy: NetworkPolicy;
   private reaper: NodeJS.Timeout | undefined;
   private shuttingDown = false;
+  private readonly warmPool: WarmPool | undefined;
   readonly capacity: CapacityGate;
 
   constructor(private readonly opts: ManagerOptions) {
@@ -97,6 +111,39 @@ export class SessionManager {
       new CapacityGate({ maxSessions: defaultMaxSessions(opts.memoryMiB), maxSessionsPerTenant: 10, sessionMemoryMiB: opts.memoryMiB, memoryReserveMiB: 512 });
     this.pool = new AddressPool(opts.subnet);
     this.policy = new NetworkPolicy(opts.names, opts.subnet, opts.log);
+    const warm = opts.warmPool;
+    if (warm && !opts.runtime.configDirIsLive) {
+      if (warm.size > 0) {
+        opts.log.warn(
+          { runtime: opts.runtime.name },
+          'warm pool is off: it hands a sandbox to a new key through its live config dir, which this runtime does not have',
+        );
+      }
+    } else if (warm) {
+      this.warmPool = new WarmPool({
+        size: warm.size,
+        shape: warm.shape,
+        metrics: opts.metrics,
+        log: opts.log.child({ part: 'warm-pool' }),
+        hooks: { boot: (shape) => this.bootPooled(shape), release: (pooled, reason) => this.releasePooled(pooled, reason) },
+      });
+    }
+  }
+
+  /** The warm pool as it is now (target 0 and nothing ready when there is none). */
+  warmPoolStatus(): WarmPoolStatus {
+    return this.warmPool?.status() ?? { target: 0, shape: this.opts.warmPool?.shape ?? { width: 1024, height: 768 }, ready: [], booting: 0 };
+  }
+
+  /** Changes how many sandboxes the warm pool keeps ready (the benchmark uses it). */
+  async resizeWarmPool(size: number): Promise<void> {
+    if (!this.warmPool) throw new Error('there is no warm pool (SBX_WARM_POOL_SIZE, or a runtime without a live config dir)');
+    await this.warmPool.resize(size);
+  }
+
+  /** Address blocks leased now (sessions and pooled sandboxes): a leak shows here. */
+  get leasesInUse(): number {
+    return this.pool.inUse;
   }
 
   get runtimeName(): Runtime['name'] {
@@ -108,8 +155,12 @@ export class SessionManager {
     return this.opts.display;
   }
 
-  /** Reclaims what an earlier run left behind, then starts the reaper. */
+  /**
+   * Adopts the sessions an earlier run left ready whose sandboxes still run and answer,
+   * reclaims everything else it left behind, then starts the reaper.
+   */
   async start(): Promise<void> {
+    const adopted = await this.adoptLive();
     const reclaimed = await reconcileHost({
       stateDir: this.opts.stateDir,
       names: this.opts.names,
@@ -117,44 +168,138 @@ export class SessionManager {
       store: this.opts.store,
       policy: this.policy,
       log: this.opts.log,
+      keep: new Set(adopted.map((s) => s.id)),
     });
+    // Reconciliation put a fresh policy table in place: let adopted sessions out again.
+    for (const session of adopted) {
+      if (!session.record.egress || session.record.addressIndex === null) continue;
+      await this.policy.admit(session.id, this.pool.describe(session.record.addressIndex), { egress: true }, session.cleanup, this.sessionLog(session));
+    }
+    if (adopted.length > 0) this.opts.log.info({ adopted: adopted.length }, 'adopted live sessions of an earlier run');
     if (reclaimed > 0) this.opts.log.warn({ reclaimed }, 'reclaimed sandboxes left behind by an earlier run');
     this.reaper = setInterval(() => this.reapExpired(), REAPER_INTERVAL_MS);
     this.reaper.unref();
+    this.warmPool?.start();
+  }
+
+  /** Every session the store says is ready whose sandbox can be taken back (adopt.ts). */
+  private async adoptLive(): Promise<Session[]> {
+    const adopted: Session[] = [];
+    for (const record of this.opts.store.unfinished()) {
+      // A pooled sandbox is not adopted: its pool key would have to be trusted again.
+      if (record.state !== 'ready' || record.pooled) continue;
+      const session = await adoptSession(record, {
+        stateDir: this.opts.stateDir,
+        names: this.opts.names,
+        runtime: this.opts.runtime,
+        pool: this.pool,
+        display: this.opts.display,
+        settle: this.opts.settle,
+        log: this.opts.log,
+      });
+      if (!session) continue;
+      // A live session holds its place whatever the limits are now: it is running already.
+      const slot = this.capacity.hold(record.tenant);
+      await session.cleanup.push('capacity slot', () => slot.release());
+      this.sessions.set(session.id, session);
+      this.opts.metrics.activeSessions.inc();
+      this.watch(session, this.sessionLog(session));
+      adopted.push(session);
+    }
+    return adopted;
   }
 
   async create(options: CreateSessionOptions = {}, owner: SessionOwner = { tenant: LOCAL_TENANT }): Promise<SessionView> {
     if (this.shuttingDown) throw new UnavailableError('the orchestrator is shutting down');
     const started = performance.now();
-    const now = new Date();
-    const timeoutSeconds = options.timeoutSeconds ?? this.opts.defaultTimeoutSeconds;
+    const request = this.resolve(options);
+    // Admission: a 429/503 here has taken nothing. The slot is taken in the same synchronous
+    // step as the check, so concurrent creates cannot overshoot a limit. The session that
+    // gets it releases it last of all its resources; a create that fails gives it back
+    // (release is idempotent, so a failed boot that released it already is no harm).
+    const slot = this.capacity.reserve(owner.tenant);
+    try {
+      const view = await this.createWithSlot(request, owner.tenant, slot, started);
+      slot.booted();
+      return view;
+    } catch (err) {
+      slot.release();
+      throw err;
+    }
+  }
+
+  private async createWithSlot(request: SessionRequest, tenant: string, slot: CapacitySlot, started: number): Promise<SessionView> {
+    // A pooled sandbox of the same screen size, if one is ready; any other request boots cold.
+    // (A pooled sandbox was fenced without egress: a request for egress boots cold too.)
+    const pooled = request.egress ? undefined : this.warmPool?.take({ width: request.width, height: request.height });
+    if (pooled) {
+      const view = await this.createFromPool(pooled, request, tenant, slot, started).finally(() => this.warmPool?.refill());
+      if (view) return view;
+    }
+    return this.createCold(request, tenant, slot, started);
+  }
+
+  /** Defaults applied and checked before anything is taken: a bad request leaves nothing to undo. */
+  private resolve(options: CreateSessionOptions): SessionRequest {
     const width = options.width ?? 1024;
     const height = options.height ?? 768;
-    // Checked before anything is taken: a bad scaling request leaves nothing to undo.
     const model = modelSize({ width, height }, options.scaling ?? 'auto');
-    // Admission: a 429/503 here has taken nothing. The slot is taken in the same synchronous
-    // step as the check, so concurrent creates cannot overshoot a limit.
-    const slot = this.capacity.reserve(owner.tenant);
-    const lease = this.leaseOrRelease(slot);
-    const record: SessionRecord = {
-      id: newSessionId(),
-      tenant: owner.tenant,
-      state: 'creating',
-      runtime: this.opts.runtime.name,
+    return {
       width,
       height,
       modelWidth: model.width,
       modelHeight: model.height,
       toolVersion: options.toolVersion ?? 'computer_20250124',
-      timeoutSeconds,
+      timeoutSeconds: options.timeoutSeconds ?? this.opts.defaultTimeoutSeconds,
       metadata: options.metadata ?? {},
       egress: options.network?.egress ?? false,
+    };
+  }
+
+  private newRecord(request: SessionRequest, addressIndex: number, pooled: boolean, tenant: string): SessionRecord {
+    const now = new Date();
+    return {
+      id: newSessionId(),
+      tenant,
+      state: 'creating',
+      runtime: this.opts.runtime.name,
+      width: request.width,
+      height: request.height,
+      modelWidth: request.modelWidth,
+      modelHeight: request.modelHeight,
+      toolVersion: request.toolVersion,
+      timeoutSeconds: request.timeoutSeconds,
+      metadata: request.metadata,
+      egress: request.egress,
       createdAt: now.toISOString(),
       updatedAt: now.toISOString(),
-      expiresAt: new Date(now.getTime() + timeoutSeconds * 1000).toISOString(),
-      addressIndex: lease.index,
+      expiresAt: new Date(now.getTime() + request.timeoutSeconds * 1000).toISOString(),
+      addressIndex,
       error: null,
+      pooled,
     };
+  }
+
+  private bootContext(log: Logger): BootContext {
+    return {
+      settle: this.opts.settle,
+      stateDir: this.opts.stateDir,
+      names: this.opts.names,
+      display: this.opts.display,
+      runtime: this.opts.runtime,
+      image: this.opts.image,
+      memoryMiB: this.opts.memoryMiB,
+      pidsLimit: this.opts.pidsLimit,
+      policy: this.policy,
+      ledger: (sessionId, kind, name) => this.opts.store.recordResource(sessionId, kind, name),
+      deadline: Date.now() + this.opts.bootTimeoutMs,
+      log,
+    };
+  }
+
+  private async createCold(request: SessionRequest, tenant: string, slot: CapacitySlot, started: number): Promise<SessionView> {
+    const lease = this.pool.lease();
+    const record = this.newRecord(request, lease.index, false, tenant);
     const session = new Session(record);
     const log = this.sessionLog(session);
     // Stored before any resource is taken, so a crash from here on is found at restart.
@@ -165,19 +310,7 @@ export class SessionManager {
     await session.cleanup.push('capacity slot', () => slot.release());
     await session.cleanup.push('address lease', () => this.pool.release(lease.index));
 
-    const boot = bootSandbox(session, lease, {
-      settle: this.opts.settle,
-      stateDir: this.opts.stateDir,
-      names: this.opts.names,
-      display: this.opts.display,
-      runtime: this.opts.runtime,
-      image: this.opts.image,
-      memoryMiB: this.opts.memoryMiB,
-      pidsLimit: this.opts.pidsLimit,
-      policy: this.policy,
-      deadline: Date.now() + this.opts.bootTimeoutMs,
-      log,
-    });
+    const boot = bootSandbox(session, lease, this.bootContext(log));
     session.creation = boot.catch(() => undefined);
     try {
       await boot;
@@ -190,20 +323,122 @@ export class SessionManager {
       if (err instanceof OrchestratorError) throw err;
       throw new UnavailableError(`sandbox failed to start: ${reason}${tail ? `\n--- guest console (last lines) ---\n${tail}` : ''}`);
     }
+    return this.becomeReady(session, 'cold', started, log);
+  }
 
-    if (session.record.state !== 'creating') {
+  /**
+   * A session from a pooled sandbox: the request's settings are applied, then the sandbox is
+   * handed to the session's own key (claimPooledSandbox). Undefined if the claim failed: the
+   * pooled sandbox is destroyed and the caller boots one cold, so the client never sees it.
+   */
+  private async createFromPool(
+    pooled: PooledSandbox,
+    request: SessionRequest,
+    tenant: string,
+    slot: CapacitySlot,
+    started: number,
+  ): Promise<SessionView | undefined> {
+    const { session } = pooled;
+    const now = new Date();
+    Object.assign(session.record, {
+      tenant,
+      state: 'creating',
+      modelWidth: request.modelWidth,
+      modelHeight: request.modelHeight,
+      toolVersion: request.toolVersion,
+      timeoutSeconds: request.timeoutSeconds,
+      metadata: request.metadata,
+      createdAt: now.toISOString(),
+      updatedAt: now.toISOString(),
+      expiresAt: new Date(now.getTime() + request.timeoutSeconds * 1000).toISOString(),
+      pooled: false,
+    } satisfies Partial<SessionRecord>);
+    const log = this.sessionLog(session);
+    // From here it is a session like any other: listed, destroyed by a DELETE or a shutdown.
+    this.opts.store.adopt(session.record);
+    this.sessions.set(session.id, session);
+    this.opts.metrics.activeSessions.inc();
+    const claim = claimPooledSandbox(pooled, {
+      stateDir: this.opts.stateDir,
+      display: this.opts.display,
+      settle: this.opts.settle,
+      timeoutMs: CLAIM_TIMEOUT_MS,
+    });
+    session.creation = claim.catch(() => undefined);
+    try {
+      await claim;
+    } catch (err) {
+      this.opts.metrics.errors.inc({ kind: 'warm_claim' });
+      // A destroy (or shutdown) that came meanwhile owns the release.
+      if (session.record.state !== 'creating') throw new UnavailableError(`session ${session.id} was destroyed while it was being created`);
+      log.warn({ err }, 'could not claim a warm sandbox; destroying it and booting one cold');
+      this.sessions.delete(session.id);
+      this.opts.metrics.activeSessions.dec();
+      try {
+        await session.cleanup.run();
+      } catch (releaseErr) {
+        this.opts.metrics.errors.inc({ kind: 'destroy' });
+        log.error({ err: releaseErr }, 'releasing a warm sandbox that could not be claimed failed');
+      }
+      this.opts.store.delete(session.id);
+      return undefined; // the slot was not on its stack: the cold boot that follows uses it
+    }
+    // Only now, so that a failed claim above does not give back the slot the cold boot needs.
+    await session.cleanup.push('capacity slot', () => slot.release());
+    return this.becomeReady(session, 'warm', started, log);
+  }
+
+  private becomeReady(session: Session, source: 'warm' | 'cold', started: number, log: Logger): SessionView {
+    const { record } = session;
+    if (record.state !== 'creating') {
       // Destroyed while it was booting: the destroy has released it already.
       throw new UnavailableError(`session ${record.id} was destroyed while it was being created`);
     }
-    slot.booted();
     this.watch(session, log);
     this.setState(session, 'ready');
+    const seconds = (performance.now() - started) / 1000;
     this.opts.metrics.sessionsTotal.inc({ outcome: 'ready' });
-    this.opts.metrics.createDuration.observe({ runtime: record.runtime }, (performance.now() - started) / 1000);
+    this.opts.metrics.createsTotal.inc({ source });
+    this.opts.metrics.createDuration.observe({ runtime: record.runtime }, seconds);
     const accel = session.sandbox?.accelerator;
-    if (accel) this.opts.metrics.vmBootDuration.observe({ runtime: record.runtime, accel }, (performance.now() - started) / 1000);
-    log.info({ runtime: record.runtime, ms: Math.round(performance.now() - started) }, 'session ready');
-    return toView(session.record);
+    if (accel && source === 'cold') this.opts.metrics.vmBootDuration.observe({ runtime: record.runtime, accel }, seconds);
+    log.info({ runtime: record.runtime, source, ms: Math.round(seconds * 1000) }, 'session ready');
+    return toView(record);
+  }
+
+  /** One sandbox for the warm pool: stored (so a restart reclaims it), booted, known ready. */
+  private async bootPooled(shape: ScreenShape): Promise<PooledSandbox> {
+    if (this.shuttingDown) throw new UnavailableError('the orchestrator is shutting down');
+    const request = this.resolve(shape);
+    const lease = this.pool.lease();
+    // Owned by no tenant until a create claims it (and not counted against any limit).
+    const record = this.newRecord(request, lease.index, true, LOCAL_TENANT);
+    const session = new Session(record);
+    const log = this.opts.log.child({ pooledSandbox: record.id });
+    this.opts.store.insert(record);
+    await session.cleanup.push('address lease', () => this.pool.release(lease.index));
+    try {
+      const keys = await bootPooledSandbox(session, lease, this.bootContext(log));
+      this.setState(session, 'ready');
+      return { session, hostPublicKey: keys.hostPublicKey };
+    } catch (err) {
+      await this.releasePooled({ session, hostPublicKey: '' }, 'it failed to boot');
+      throw err;
+    }
+  }
+
+  private async releasePooled(pooled: PooledSandbox, reason: string): Promise<void> {
+    const { session } = pooled;
+    this.opts.log.debug({ pooledSandbox: session.id, reason }, 'warm pool: destroying a pooled sandbox');
+    try {
+      await session.cleanup.run();
+      this.opts.store.forgetResources(session.id);
+      this.opts.store.delete(session.id);
+    } catch (err) {
+      // Its row and ledger stay: the next start-up reclaims what is left.
+      this.opts.metrics.errors.inc({ kind: 'destroy' });
+      this.opts.log.error({ err, pooledSandbox: session.id }, 'releasing a pooled sandbox failed');
+    }
   }
 
   /** Live sessions; only `tenant`'s when given. */
@@ -326,11 +561,11 @@ export class SessionManager {
     return (await session.attachments.get(name)) as T;
   }
 
-  /** Destroys every session (SIGTERM, tests). */
+  /** Destroys every session and every pooled sandbox (SIGTERM, tests). */
   async shutdown(): Promise<void> {
     this.shuttingDown = true;
     if (this.reaper) clearInterval(this.reaper);
-    await Promise.allSettled([...this.sessions.keys()].map((id) => this.destroy(id)));
+    await Promise.allSettled([this.warmPool?.stop(), ...[...this.sessions.keys()].map((id) => this.destroy(id))]);
     // Every session is gone: so goes the policy table (no rules left behind by a clean stop).
     await this.policy.uninstall().catch((err: unknown) => this.opts.log.error({ err, table: this.policy.table }, 'could not remove the network policy table'));
   }
@@ -374,6 +609,9 @@ export class SessionManager {
       if (session.record.state !== 'destroying') this.setState(session, 'destroying');
       try {
         await session.cleanup.run();
+        // All released: the ledger has nothing left to say. (After a failure it keeps its
+        // records, and the next start-up reclaims what they name.)
+        this.opts.store.forgetResources(session.id);
       } catch (err) {
         this.opts.metrics.errors.inc({ kind: 'destroy' });
         this.sessionLog(session).error({ err }, 'releasing sandbox resources failed');
@@ -398,16 +636,6 @@ export class SessionManager {
   /** Every log line about a session carries its id and its tenant. */
   private sessionLog(session: Session): Logger {
     return this.opts.log.child({ sessionId: session.id, tenant: session.record.tenant });
-  }
-
-  /** A guest address block; if none is left, the capacity slot just taken is given back. */
-  private leaseOrRelease(slot: CapacitySlot): ReturnType<AddressPool['lease']> {
-    try {
-      return this.pool.lease();
-    } catch (err) {
-      slot.release();
-      throw err;
-    }
   }
 
   private setState(session: Session, state: SessionState): void {

@@ -7,6 +7,7 @@ import type { NetworkPolicy } from '../network/policy/network-policy.js';
 import type { Runtime } from '../runtimes/runtime.js';
 import { removeSessionDir } from '../transport/keys.js';
 import { sessionDirOf } from './boot.js';
+import { reclaimRecorded } from './resource-ledger.js';
 import type { SessionStore } from './store.js';
 
 export interface ReconcileOptions {
@@ -16,20 +17,25 @@ export interface ReconcileOptions {
   store: SessionStore;
   policy: NetworkPolicy;
   log: Logger;
+  /** Sessions adopted alive (adopt.ts): theirs is not left behind. */
+  keep?: ReadonlySet<string>;
 }
 
 /**
  * Start-up reconciliation: whatever an earlier run left on the host (a crash, a SIGKILL, a
  * power cut) is found by our naming prefix and by the store, and reclaimed in a fixed order:
- * sandbox processes and mounts, then network, then key directories. This release does not
- * adopt live sandboxes yet; every unfinished session is reclaimed and marked destroyed.
- * Returns how many sandboxes were reclaimed.
+ * sandbox processes and mounts, then network, then key directories. Sessions adopted alive
+ * (`keep`) are left alone; every other unfinished session is reclaimed and marked
+ * destroyed, and so is one being created when the earlier run stopped. Returns how many
+ * sandboxes were reclaimed.
  */
 export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
   const { stateDir, names, runtime, store, policy, log } = opts;
+  const keep = opts.keep ?? new Set<string>();
   const ids = new Set<string>();
-  const unfinished = store.unfinished();
+  const unfinished = store.unfinished().filter((record) => !keep.has(record.id));
   for (const record of unfinished) ids.add(record.id);
+  for (const id of store.sessionsWithResources()) ids.add(id);
   for (const id of await runtime.list()) ids.add(id);
   for (const id of await listSandboxNetns(names)) ids.add(id);
   for (const id of await listSandboxLinks(names)) ids.add(id);
@@ -39,11 +45,15 @@ export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
     }
   }
 
+  for (const id of keep) ids.delete(id);
   // The tenant where a row knows it (an orphan found only by its name has none).
   const tenants = new Map(unfinished.map((r) => [r.id, r.tenant]));
   for (const id of ids) {
     const sessionDir = sessionDirOf(stateDir, id);
     const sessionLog = log.child({ sessionId: id, tenant: tenants.get(id) ?? null });
+    // What the ledger recorded, by the names it had then; then whatever carries our prefix.
+    const recorded = store.resourcesOf(id);
+    let failed = !(await reclaimRecorded(recorded, sessionLog));
     // Each step on its own: one that fails must not keep the others from running.
     const steps: Array<[string, () => Promise<void>]> = [
       ['sandbox', () => runtime.reclaim(id, sessionDir)],
@@ -51,7 +61,6 @@ export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
       ['veth', () => deleteLink(names.hostVeth(id))],
       ['key dir', () => removeSessionDir(sessionDir)],
     ];
-    let failed = false;
     for (const [what, step] of steps) {
       try {
         await step();
@@ -60,7 +69,10 @@ export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
         sessionLog.error({ err, what }, 'could not reclaim part of a sandbox left behind; remove it by hand');
       }
     }
-    if (!failed) sessionLog.info('reclaimed a sandbox left behind by an earlier run');
+    if (!failed) {
+      store.forgetResources(id);
+      sessionLog.info({ recorded: recorded.length }, 'reclaimed a sandbox left behind by an earlier run');
+    }
   }
   // Last, once no sandbox of an earlier run is left: the network policy table is replaced
   // by a fresh, empty one (with it go the entries of the sandboxes just reclaimed). It
@@ -68,6 +80,11 @@ export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
   await policy.reclaim();
   const now = new Date().toISOString();
   for (const record of unfinished) {
+    // A warm-pool sandbox was never anyone's session: nothing to report, just forget it.
+    if (record.pooled) {
+      store.delete(record.id);
+      continue;
+    }
     store.update({
       ...record,
       state: 'destroyed',

@@ -35,4 +35,9 @@ export interface SessionRecord {
   addressIndex: number | null;
   /** Why it failed, when it did. */
   error: string | null;
+  /**
+   * A warm-pool sandbox no client has claimed yet (see pool/warm-pool.ts): stored so that a
+   * restart reclaims it, but not a session anyone can see. Claiming it turns this off.
+   */
+  pooled: boolean;
 }

@@ -1,4 +1,5 @@
 import Database from 'better-sqlite3';
+import type { ResourceKind } from '../runtimes/runtime.js';
 import type { SessionRecord, SessionState } from './session-record.js';
 
 interface Row {
@@ -19,6 +20,7 @@ interface Row {
   address_index: number | null;
   error: string | null;
   egress: number;
+  pooled: number;
 }
 
 /**
@@ -50,6 +52,8 @@ export class SessionStore {
       );
       CREATE UNIQUE INDEX IF NOT EXISTS sessions_address ON sessions(address_index)
         WHERE address_index IS NOT NULL;
+      -- The ledger: every host resource a session holds, written before it is taken and
+      -- forgotten once released (sessions/resource-ledger.ts).
       -- API keys (src/api/auth/key-store.ts): only a SHA-256 of each key is kept.
       CREATE TABLE IF NOT EXISTS api_keys (
         id TEXT PRIMARY KEY,
@@ -58,6 +62,13 @@ export class SessionStore {
         created_at TEXT NOT NULL,
         expires_at TEXT,
         revoked_at TEXT
+      );
+      CREATE TABLE IF NOT EXISTS session_resources (
+        session_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        name TEXT NOT NULL,
+        recorded_at TEXT NOT NULL,
+        PRIMARY KEY (session_id, kind, name)
       );
     `);
     this.migrate();
@@ -76,6 +87,7 @@ export class SessionStore {
       ['model_height', 'INTEGER NOT NULL DEFAULT 0'],
       ['tool_version', "TEXT NOT NULL DEFAULT 'computer_20250124'"],
       ['egress', 'INTEGER NOT NULL DEFAULT 0'],
+      ['pooled', 'INTEGER NOT NULL DEFAULT 0'],
       // Sessions from before tenants were made without keys: they belong to the local tenant.
       ['tenant', "TEXT NOT NULL DEFAULT 'local'"],
     ];
@@ -88,9 +100,9 @@ export class SessionStore {
     this.db
       .prepare(
         `INSERT INTO sessions (id, tenant, state, runtime, width, height, model_width, model_height, tool_version,
-           timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error, egress)
+           timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error, egress, pooled)
          VALUES (@id, @tenant, @state, @runtime, @width, @height, @model_width, @model_height, @tool_version,
-           @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error, @egress)`,
+           @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error, @egress, @pooled)`,
       )
       .run(toRow(record));
   }
@@ -105,14 +117,60 @@ export class SessionStore {
       .run(toRow(record));
   }
 
-  /** Sessions that are not yet destroyed: what a restart must adopt or reclaim. */
+  /**
+   * A warm-pool sandbox becomes a client's session: every field the request decides
+   * (screen as the model sees it, tool version, timeout, metadata, times) is written at once.
+   */
+  adopt(record: SessionRecord): void {
+    this.db
+      .prepare(
+        `UPDATE sessions SET tenant = @tenant, state = @state, model_width = @model_width, model_height = @model_height,
+           tool_version = @tool_version, timeout_seconds = @timeout_seconds, metadata = @metadata,
+           created_at = @created_at, updated_at = @updated_at, expires_at = @expires_at,
+           address_index = @address_index, error = @error, pooled = @pooled
+         WHERE id = @id`,
+      )
+      .run(toRow(record));
+  }
+
+  /** Records a resource a session is about to take (idempotent). */
+  recordResource(sessionId: string, kind: ResourceKind, name: string): void {
+    this.db
+      .prepare('INSERT OR IGNORE INTO session_resources (session_id, kind, name, recorded_at) VALUES (?, ?, ?, ?)')
+      .run(sessionId, kind, name, new Date().toISOString());
+  }
+
+  /** What the ledger says a session holds, in the order it was taken. */
+  resourcesOf(sessionId: string): Array<{ kind: ResourceKind; name: string }> {
+    return this.db
+      .prepare('SELECT kind, name FROM session_resources WHERE session_id = ? ORDER BY recorded_at, rowid')
+      .all(sessionId) as Array<{ kind: ResourceKind; name: string }>;
+  }
+
+  /** Sessions with resources on the ledger (a crash may leave some of a session not in `sessions`). */
+  sessionsWithResources(): string[] {
+    return (this.db.prepare('SELECT DISTINCT session_id FROM session_resources').all() as Array<{ session_id: string }>).map((r) => r.session_id);
+  }
+
+  /** Everything of the session released: its ledger goes. */
+  forgetResources(sessionId: string): void {
+    this.db.prepare('DELETE FROM session_resources WHERE session_id = ?').run(sessionId);
+  }
+
+  /** Forgets a row: a warm-pool sandbox that was destroyed before anyone claimed it. */
+  delete(id: string): void {
+    this.db.prepare('DELETE FROM sessions WHERE id = ?').run(id);
+  }
+
+  /** Sessions (and warm-pool sandboxes) not yet destroyed: what a restart must adopt or reclaim. */
   unfinished(): SessionRecord[] {
     const rows = this.db.prepare(`SELECT * FROM sessions WHERE state != 'destroyed'`).all() as Row[];
     return rows.map(fromRow);
   }
 
+  /** A client's session; warm-pool sandboxes are nobody's session yet, so they are not found. */
   get(id: string): SessionRecord | undefined {
-    const row = this.db.prepare('SELECT * FROM sessions WHERE id = ?').get(id) as Row | undefined;
+    const row = this.db.prepare('SELECT * FROM sessions WHERE id = ? AND pooled = 0').get(id) as Row | undefined;
     return row && fromRow(row);
   }
 
@@ -147,6 +205,7 @@ function toRow(r: SessionRecord): Row {
     address_index: r.addressIndex,
     error: r.error,
     egress: r.egress ? 1 : 0,
+    pooled: r.pooled ? 1 : 0,
   };
 }
 
@@ -169,5 +228,6 @@ function fromRow(row: Row): SessionRecord {
     addressIndex: row.address_index,
     error: row.error,
     egress: row.egress === 1,
+    pooled: row.pooled === 1,
   };
 }

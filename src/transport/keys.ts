@@ -1,4 +1,4 @@
-import { chown, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { chown, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import ssh2 from 'ssh2';
 
@@ -28,6 +28,11 @@ export function generateSessionKeys(sessionId: string): SessionKeys {
     hostPrivateKey: host.private,
     hostPublicKey: host.public,
   };
+}
+
+/** A new client key pair alone: what a session claiming a warm sandbox brings (see pool/claim.ts). */
+export function generateClientKey(sessionId: string): { private: string; public: string } {
+  return ed25519KeyPair(`sbx-client-${sessionId}`);
 }
 
 /** ssh-ed25519 public key blob: string "ssh-ed25519" (4 + 11 bytes) and the 32-byte key (4 + 32). */
@@ -87,4 +92,33 @@ export async function readSessionKeys(sessionDir: string, configDir: string): Pr
     hostPrivateKey: await readFile(path.join(configDir, CONFIG_FILES.hostKey), 'utf8'),
     hostPublicKey: await read(path.join(configDir, CONFIG_FILES.hostKeyPub)),
   };
+}
+
+/**
+ * Hands a running guest over to a new client key: authorized_keys in the config dir is
+ * replaced by a file listing only the new key, with one rename, so sshd (which reads the
+ * file at every login) sees either the old file or the new one, never a half-written one,
+ * and refuses the old key from that moment on. This works because containers get the config
+ * *directory* bind-mounted (a rename in it is visible in the guest); a config drive (VMs) is
+ * a disk image made at boot and cannot be changed this way. The session dir's private key is
+ * replaced the same way, so the old private key is gone from the host too.
+ */
+export async function replaceClientKey(sessionDir: string, configDir: string, client: { private: string; public: string }): Promise<void> {
+  await replaceFile(path.join(sessionDir, CLIENT_KEY_FILE), client.private);
+  await replaceFile(path.join(sessionDir, `${CLIENT_KEY_FILE}.pub`), client.public + '\n');
+  await replaceFile(path.join(configDir, CONFIG_FILES.authorizedKeys), client.public + '\n', { uid: GUEST_UID, gid: GUEST_GID });
+}
+
+/** Writes a 0600 file next to the target (same directory, same filesystem), then renames it over. */
+async function replaceFile(target: string, data: string, owner?: { uid: number; gid: number }): Promise<void> {
+  const temp = path.join(path.dirname(target), `.${path.basename(target)}.new`);
+  await rm(temp, { force: true });
+  try {
+    await writeFile(temp, data, { mode: 0o600, flag: 'wx' });
+    if (owner) await chown(temp, owner.uid, owner.gid);
+    await rename(temp, target);
+  } catch (err) {
+    await rm(temp, { force: true });
+    throw err;
+  }
 }

@@ -12,8 +12,13 @@ export interface ServeProcess {
 }
 
 /** Runs the real `sbx serve` (the built CLI) as a separate process, as a user would. */
-export async function startServe(stateDir: string, port: number, subnet = `10.243.${Math.floor(Math.random() * 256)}.0/24`): Promise<ServeProcess> {
-  const child = spawn(process.execPath, [CLI, 'serve', '--port', String(port), '--state-dir', stateDir, '--runtime', 'container'], {
+export async function startServe(
+  stateDir: string,
+  port: number,
+  subnet = `10.243.${Math.floor(Math.random() * 256)}.0/24`,
+  extraArgs: string[] = [],
+): Promise<ServeProcess> {
+  const child = spawn(process.execPath, [CLI, 'serve', '--port', String(port), '--state-dir', stateDir, '--runtime', 'container', ...extraArgs], {
     env: { ...process.env, SBX_RESOURCE_PREFIX: TEST_PREFIX, SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images', SBX_SUBNET: subnet, SBX_LOG_LEVEL: 'info' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

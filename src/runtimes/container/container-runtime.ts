@@ -1,15 +1,18 @@
 import { closeSync, existsSync, openSync } from 'node:fs';
-import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { GUEST_SSH_PORT } from '../../guest/contract.js';
 import type { ResourceNames } from '../../network/names.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
-import { RuntimeUnavailableError, type RunningSandbox, type Runtime, type SandboxSpec } from '../runtime.js';
+import type { GuestEndpoint } from '../../transport/ssh-connection.js';
+import { adoptedProcess } from '../adopt-process.js';
+import { RuntimeUnavailableError, type AdoptedSandbox, type RunningSandbox, type Runtime, type SandboxSpec } from '../runtime.js';
 import { ociSpec } from './oci-spec.js';
 import { mountOverlay, mountsUnder, unmount } from './overlay.js';
 import { processStartTime, waitForExit, watchExit } from './process-watch.js';
+import { diskMiB, layerTemplate, mountWritableLayer } from './writable-layer.js';
 
 const RUNC = process.env.RUNC_BIN || 'runc';
 
@@ -19,10 +22,15 @@ const RUNC = process.env.RUNC_BIN || 'runc';
  * shared image rootfs, dropped capabilities, seccomp, and memory and pids limits.
  *
  * Files under <sessionDir>: bundle/config.json, rootfs/ (the overlay mount point),
- * overlay/{upper,work}, console.log.
+ * layer.ext4 (the sandbox's disk, loop-mounted at overlay/, holding upper/ and work/),
+ * console.log.
  */
 export class ContainerRuntime implements Runtime {
   readonly name = 'container' as const;
+  /** How much each sandbox may write (SBX_DISK_MIB, default 4 GiB). */
+  readonly diskMiB = diskMiB();
+  /** The config dir is bind-mounted as a directory (oci-spec.ts): renames in it show through. */
+  readonly configDirIsLive = true;
 
   constructor(private readonly names: ResourceNames) {}
 
@@ -43,12 +51,19 @@ export class ContainerRuntime implements Runtime {
     const rootfs = path.join(spec.sessionDir, 'rootfs');
     const consoleLogPath = path.join(spec.sessionDir, 'console.log');
 
-    await mountOverlay(
-      spec.image.rootfs,
-      path.join(spec.sessionDir, 'overlay', 'upper'),
-      path.join(spec.sessionDir, 'overlay', 'work'),
-      rootfs,
-    );
+    // The sandbox's own disk (writable-layer.ts): its writes land here and nowhere else.
+    const layer = path.join(spec.sessionDir, 'overlay');
+    const layerFile = path.join(spec.sessionDir, 'layer.ext4');
+    const record = spec.record ?? (() => undefined);
+    record('disk', layerFile);
+    record('mount', layer);
+    await cleanup.push(`writable layer ${layer}`, async () => {
+      await unmount(layer);
+      await rm(layerFile, { force: true });
+    });
+    await mountWritableLayer(await layerTemplate(spec.image.dir, this.diskMiB), layerFile, layer);
+    record('mount', rootfs);
+    await mountOverlay(spec.image.rootfs, path.join(layer, 'upper'), path.join(layer, 'work'), rootfs);
     await cleanup.push(`overlay ${rootfs}`, () => unmount(rootfs));
 
     await mkdir(bundle, { recursive: true, mode: 0o700 });
@@ -66,11 +81,14 @@ export class ContainerRuntime implements Runtime {
         throw new Error(`container init ${init.pid} is still alive 10 s after it was killed`);
       }
     });
+    record('container', path.join(this.names.runcRoot, id));
     await runcRunDetached(this.names.runcRoot, id, bundle, pidFile, consoleLogPath);
 
     const pid = Number((await readFile(pidFile, 'utf8')).trim());
     const startTime = processStartTime(pid);
     if (!startTime) throw new Error(`container ${id} exited at once; see ${consoleLogPath}`);
+    // Recorded once known: runc made it; the container record above already covers it.
+    record('process', `${pid}@${startTime}`);
     init = { pid, startTime };
     const watcher = watchExit(pid, startTime);
     // Stop watching before the container is deleted, so a destroy is not reported as a crash.
@@ -107,6 +125,22 @@ export class ContainerRuntime implements Runtime {
       }
     }
     return [...ids];
+  }
+
+  /** A container of an earlier run, if runc still has it running. */
+  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint): Promise<AdoptedSandbox | undefined> {
+    const id = this.names.container(sessionId);
+    const res = await run([RUNC, '--root', this.names.runcRoot, 'state', id], { allowFailure: true });
+    if (res.exitCode !== 0) return undefined;
+    const state = JSON.parse(res.stdout) as { status?: string; pid?: number };
+    const startTime = state.pid ? processStartTime(state.pid) : undefined;
+    if (state.status !== 'running' || !state.pid || !startTime) return undefined;
+    const init = { pid: state.pid, startTime };
+    return adoptedProcess("container's init", init, endpoint, path.join(sessionDir, 'console.log'), async () => {
+      await deleteContainer(this.names.runcRoot, id);
+      if (!(await waitForExit(init.pid, init.startTime, 10_000))) throw new Error(`container init ${init.pid} is still alive 10 s after it was killed`);
+      for (const target of await mountsUnder(sessionDir)) await unmount(target);
+    });
   }
 
   async reclaim(sessionId: string, sessionDir: string): Promise<void> {

@@ -6,11 +6,13 @@ import type { GuestImage } from '../../guest/image/builder.js';
 import type { ResourceNames } from '../../network/names.js';
 import { createSandboxNetwork, deleteTapBridge, type TapOwner } from '../../network/netns.js';
 import { generateSessionKeys, publicKeyBlob, readSessionKeys, writeSessionKeys } from '../../transport/keys.js';
-import { GuestConnection } from '../../transport/ssh-connection.js';
+import { GuestConnection, type GuestEndpoint } from '../../transport/ssh-connection.js';
 import { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
 import { consoleLogTail, keepConsoleLog } from '../console-log.js';
-import type { ExitInfo, RunningSandbox, Runtime, SandboxSpec } from '../runtime.js';
+import type { AdoptedSandbox, ExitInfo, RunningSandbox, Runtime, SandboxSpec } from '../runtime.js';
+import { adoptedProcess } from '../adopt-process.js';
+import { processStartTime } from '../container/process-watch.js';
 import { killOrphan, spawnInNetns, spawnLogged, type VmProcess } from '../vm-process.js';
 import { FirecrackerClient } from './api/client.js';
 import { waitForApiSocket } from './api/wait-for-socket.js';
@@ -19,7 +21,7 @@ import { snapshotCreateSteps, snapshotRestoreSteps } from './boot/snapshot-steps
 import { runSteps } from './boot/steps.js';
 import { checkFirecrackerHost, type FirecrackerHost } from './host/host-check.js';
 import { applyChrootLayout, removeChroot } from './jailer/apply-chroot.js';
-import { removeJailCgroups } from './jailer/cgroup.js';
+import { jailCgroupDirs, removeJailCgroups } from './jailer/cgroup.js';
 import { chrootLayout, type ChrootLayout } from './jailer/chroot-layout.js';
 import { jailId } from './jailer/jail-id.js';
 import { jailerArgv } from './jailer/jailer-args.js';
@@ -133,6 +135,8 @@ export class FirecrackerRuntime implements Runtime {
       ? await this.launchJailed(spec, cleanup, id, files, template)
       : await this.launchUnjailed(spec, cleanup, id, files);
     const { vmm } = launched;
+    const vmmStart = processStartTime(vmm.pid);
+    if (vmmStart) spec.record?.('process', `${vmm.pid}@${vmmStart}`);
 
     const client = new FirecrackerClient(launched.apiSocket);
     let started = false;
@@ -321,10 +325,12 @@ export class FirecrackerRuntime implements Runtime {
       configDrive: files.configDrive,
       restoreFrom: template?.files,
     });
+    spec.record?.('jail', layout.jailDir);
     await cleanup.push(`jail ${layout.jailDir}`, () => removeChroot(layout));
     await applyChrootLayout(layout, { uid: this.settings.uid, gid: this.settings.gid });
     const parentCgroup = this.parentCgroup;
     const cgroupVersion = this.host.cgroupVersion;
+    for (const dir of await jailCgroupDirs(cgroupVersion, parentCgroup, id)) spec.record?.('cgroup', dir);
     // Runs after the VMM is gone (pushed before it): a cgroup with a process in it cannot go.
     await cleanup.push(`cgroup ${parentCgroup}/${id}`, () => removeJailCgroups(cgroupVersion, parentCgroup, id));
     const [jailer, ...args] = jailerArgv({
@@ -389,6 +395,17 @@ export class FirecrackerRuntime implements Runtime {
       if (sessionId) ids.add(sessionId);
     }
     return [...ids];
+  }
+
+  /**
+   * A VM of an earlier run, if its VMM is still running. Its API socket is still there, but
+   * nothing more is asked of it: destroying it is killing it (there is no client to send
+   * Ctrl-Alt-Del through, and its disk is thrown away anyway).
+   */
+  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint): Promise<AdoptedSandbox | undefined> {
+    const vmm = (await findFirecrackerProcesses(this.names)).find((p) => p.sessionId === sessionId);
+    if (!vmm) return undefined;
+    return adoptedProcess("VM's firecracker process", vmm, endpoint, path.join(sessionDir, 'console.log'), () => this.reclaim(sessionId, sessionDir));
   }
 
   /** Kills the session's orphaned VMM, then removes its jail, cgroups, TAP and bridge. Idempotent. */

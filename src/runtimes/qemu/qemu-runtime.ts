@@ -10,7 +10,18 @@ import { deleteTapBridge } from '../../network/netns.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
 import { consoleLogTail, keepConsoleLog } from '../console-log.js';
-import { RuntimeUnavailableError, type Accelerator, type ExitInfo, type RunningSandbox, type Runtime, type SandboxSpec } from '../runtime.js';
+import type { GuestEndpoint } from '../../transport/ssh-connection.js';
+import { adoptedProcess } from '../adopt-process.js';
+import {
+  RuntimeUnavailableError,
+  type Accelerator,
+  type AdoptedSandbox,
+  type ExitInfo,
+  type RunningSandbox,
+  type Runtime,
+  type SandboxSpec,
+} from '../runtime.js';
+import { processStartTime } from '../container/process-watch.js';
 import { hostTscKhz, probeKvm } from './accelerator.js';
 import { createOverlay } from './overlay-disk.js';
 import { macAddressFor, qemuArgv } from './qemu-command.js';
@@ -127,6 +138,8 @@ export class QemuRuntime implements Runtime {
       );
     });
 
+    const startTime = processStartTime(vm.pid);
+    if (startTime) spec.record?.('process', `${vm.pid}@${startTime}`);
     const exited = vm.exited.then(async (exit): Promise<ExitInfo> => {
       const reason = `the VM's qemu process (pid ${vm.pid}) ${describeExit(exit)}`;
       if (vm.stopping) return { code: exit.code, reason };
@@ -146,6 +159,13 @@ export class QemuRuntime implements Runtime {
 
   async list(): Promise<string[]> {
     return [...new Set((await findQemuProcesses(this.names)).map((p) => p.sessionId))];
+  }
+
+  /** A VM of an earlier run, if its QEMU is still running. */
+  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint): Promise<AdoptedSandbox | undefined> {
+    const vm = (await findQemuProcesses(this.names)).find((p) => p.sessionId === sessionId);
+    if (!vm) return undefined;
+    return adoptedProcess('VM\'s qemu process', vm, endpoint, path.join(sessionDir, 'console.log'), () => this.reclaim(sessionId, sessionDir));
   }
 
   /** Kills the session's orphaned QEMU (if any), then removes its TAP and bridge. */

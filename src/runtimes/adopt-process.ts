@@ -1,0 +1,32 @@
+import { watchExit } from './container/process-watch.js';
+import type { AdoptedSandbox, RunningSandbox } from './runtime.js';
+import type { GuestEndpoint } from '../transport/ssh-connection.js';
+
+/**
+ * A sandbox whose top process (a container init, a VM process) outlived the orchestrator
+ * that started it: it is no one's child now, so its exit is watched through /proc (pid and
+ * start time, so a recycled pid is never taken for it).
+ */
+export function adoptedProcess(
+  what: string,
+  process: { pid: number; startTime: string },
+  endpoint: GuestEndpoint,
+  consoleLogPath: string,
+  release: () => Promise<void>,
+): AdoptedSandbox {
+  const watcher = watchExit(process.pid, process.startTime);
+  let alive = true;
+  const exited = watcher.exited.then(() => {
+    alive = false;
+    return { code: null, reason: `the ${what} (pid ${process.pid}) exited` };
+  });
+  const sandbox: RunningSandbox = { endpoint, consoleLogPath, pid: process.pid, exited, isAlive: () => alive };
+  return {
+    sandbox,
+    async release() {
+      // Stop watching first, so that the destroy is not reported as a crash.
+      watcher.stop();
+      await release();
+    },
+  };
+}

@@ -1,0 +1,78 @@
+import path from 'node:path';
+import type { Logger } from 'pino';
+import type { SettleOptions } from '../computer/computer-tool.js';
+import type { AddressPool } from '../network/address-pool.js';
+import type { ResourceNames } from '../network/names.js';
+import { deleteLink, deleteNetns } from '../network/netns.js';
+import type { Runtime } from '../runtimes/runtime.js';
+import { publicKeyBlob, readSessionKeys, removeSessionDir } from '../transport/keys.js';
+import { GUEST_SSH_PORT } from '../guest/contract.js';
+import { attachDesktop, sessionDirOf } from './boot.js';
+import { Session } from './session.js';
+import type { SessionRecord } from './session-record.js';
+
+export interface AdoptContext {
+  stateDir: string;
+  names: ResourceNames;
+  runtime: Runtime;
+  pool: AddressPool;
+  display: number;
+  settle: SettleOptions;
+  log: Logger;
+}
+
+/** How long a live sandbox of an earlier run gets to let us in and show its display. */
+const ADOPT_TIMEOUT_MS = 10_000;
+
+/**
+ * Takes back a session an earlier run of the orchestrator left ready: its sandbox must still
+ * run (the runtime finds it), let us in with the session's own key while presenting the
+ * pinned host key, and have a display that answers. Then it is a live session again, with a
+ * cleanup stack that releases what it holds (the same releases start-up reconciliation
+ * would run, in creation order). Returns undefined, having released nothing, if any of that
+ * fails: the caller reclaims the sandbox like any other left behind.
+ */
+export async function adoptSession(record: SessionRecord, ctx: AdoptContext): Promise<Session | undefined> {
+  const log = ctx.log.child({ sessionId: record.id, tenant: record.tenant });
+  if (record.state !== 'ready' || record.pooled || record.addressIndex === null || !ctx.runtime.adopt) return undefined;
+  const sessionDir = sessionDirOf(ctx.stateDir, record.id);
+  if (record.addressIndex >= ctx.pool.size) {
+    // SBX_SUBNET changed since: the stored lease is not an address of this run.
+    log.warn('the address of a session left ready is outside the current subnet: reclaiming it');
+    return undefined;
+  }
+  const lease = ctx.pool.describe(record.addressIndex);
+  const found = await ctx.runtime.adopt(record.id, sessionDir, { host: lease.guest, port: GUEST_SSH_PORT }).catch((err: unknown) => {
+    log.warn({ err }, 'could not look for the sandbox of a session left ready');
+    return undefined;
+  });
+  if (!found) {
+    log.info('the sandbox of a session left ready is gone: reclaiming what is left of it');
+    return undefined;
+  }
+
+  // What it holds, oldest first, as a session booted in this run would have pushed it; the
+  // SSH connection and the desktop go on top. A failed adoption runs all of it: the sandbox
+  // is then reclaimed, as it would be by start-up reconciliation.
+  const session = new Session(record);
+  session.sandbox = found.sandbox;
+  ctx.pool.claim(lease.index);
+  await session.cleanup.push('key dir', () => removeSessionDir(sessionDir));
+  await session.cleanup.push('address lease', () => ctx.pool.release(lease.index));
+  await session.cleanup.push(`netns ${ctx.names.netns(record.id)}`, () => deleteNetns(ctx.names.netns(record.id)));
+  await session.cleanup.push(`veth ${ctx.names.hostVeth(record.id)}`, () => deleteLink(ctx.names.hostVeth(record.id)));
+  await session.cleanup.push(`sandbox ${record.id}`, () => found.release());
+  try {
+    const keys = await readSessionKeys(sessionDir, path.join(sessionDir, 'config'));
+    await attachDesktop(session, found.sandbox, keys.clientPrivateKey, publicKeyBlob(keys.hostPublicKey), Date.now() + ADOPT_TIMEOUT_MS, {
+      display: ctx.display,
+      settle: ctx.settle,
+    });
+  } catch (err) {
+    log.warn({ err }, 'a sandbox left ready did not answer as it must: reclaiming it');
+    await session.cleanup.run().catch((cleanupErr: unknown) => log.error({ err: cleanupErr }, 'could not reclaim all of it'));
+    return undefined;
+  }
+  log.info({ runtime: record.runtime }, 'adopted a live session of an earlier run');
+  return session;
+}

@@ -1,0 +1,35 @@
+import type { SettleOptions } from '../../computer/computer-tool.js';
+import { generateClientKey, publicKeyBlob, replaceClientKey } from '../../transport/keys.js';
+import { attachDesktop, configDirOf, sessionDirOf } from '../boot.js';
+import type { PooledSandbox } from './warm-pool.js';
+
+export interface ClaimContext {
+  stateDir: string;
+  display: number;
+  settle: SettleOptions;
+  /** A pooled sandbox that is not ready again within this is given up (and booted cold). */
+  timeoutMs: number;
+}
+
+/**
+ * Turns a pooled sandbox into the session's own, before the session is returned:
+ *  1. a new ephemeral client key pair is made for the session;
+ *  2. authorized_keys in the host-side config dir is replaced (one rename) by a file listing
+ *     only the new key, so from here on sshd refuses the pool's key; the pool's private key
+ *     in the session dir is replaced too. The pool kept no connection open (see
+ *     bootPooledSandbox), so the key was its only access, and it is gone;
+ *  3. the session's connection is opened with the new key and the host key pinned when the
+ *     sandbox was booted: the handshake checks it again, and a guest presenting any other
+ *     key is refused (HostKeyMismatchError), the claim fails and the caller destroys it;
+ *  4. the display must answer on that connection.
+ * Only containers can do step 2 (their config dir is bind-mounted as a directory, see
+ * Runtime.configDirIsLive); the pool is off on the other runtimes.
+ */
+export async function claimPooledSandbox(pooled: PooledSandbox, ctx: ClaimContext): Promise<void> {
+  const { session, hostPublicKey } = pooled;
+  const sandbox = session.sandbox;
+  if (!sandbox?.isAlive()) throw new Error('the pooled sandbox is no longer running');
+  const client = generateClientKey(session.id);
+  await replaceClientKey(sessionDirOf(ctx.stateDir, session.id), configDirOf(ctx.stateDir, session.id), client);
+  await attachDesktop(session, sandbox, client.private, publicKeyBlob(hostPublicKey), Date.now() + ctx.timeoutMs, ctx);
+}
