@@ -21,6 +21,8 @@ export interface OrchestratorConfig {
   subnet: string;
   /** Idle timeout of a session unless the client asks for another. */
   defaultTimeoutSeconds: number;
+  /** The longest a session may live (SBX_MAX_LIFETIME_SECONDS), and its lifetime by default. */
+  maxLifetimeSeconds: number;
   /** How long a sandbox may take from start to "SSH up and display answering". */
   bootTimeoutMs: number;
   memoryLimitMiB: number;
@@ -29,6 +31,12 @@ export interface OrchestratorConfig {
   settleMaxMs: number;
   /** ... judging it settled when two captures this far apart are identical. */
   settleIntervalMs: number;
+  /** Slow clients: headers within this long (SBX_HEADERS_TIMEOUT_MS, default 10 s)... */
+  headersTimeoutMs: number;
+  /** ... the whole request, body included (SBX_REQUEST_TIMEOUT_MS, 120 s)... */
+  requestTimeoutMs: number;
+  /** ... and a response not read for this long is dropped (SBX_SEND_TIMEOUT_MS, 30 s). */
+  sendTimeoutMs: number;
   /** Prefix of every host resource's name (netns, veth, container, cgroup): "sbx-". */
   resourcePrefix: string;
   /** API keys: `auto` (required once a key exists, always off loopback), `on`, `off` (loopback only). */
@@ -53,8 +61,7 @@ export function envInt(name: string, fallback: number, env: NodeJS.ProcessEnv = 
   return value;
 }
 
-function positive(name: string, fallback: number): number {
-  const value = envInt(name, fallback);
+function positive(name: string, value: number): number {
   if (value < 1) throw new Error(`${name} must be at least 1, got ${value}`);
   return value;
 }
@@ -76,16 +83,20 @@ export function defaultConfig(): OrchestratorConfig {
     runtime,
     display: envInt('SBX_DISPLAY', 99),
     subnet: process.env.SBX_SUBNET || '10.241.0.0/16',
-    defaultTimeoutSeconds: envInt('SBX_TIMEOUT_SECONDS', 300),
+    defaultTimeoutSeconds: positive('SBX_TIMEOUT_SECONDS', envInt('SBX_TIMEOUT_SECONDS', 300)),
+    maxLifetimeSeconds: positive('SBX_MAX_LIFETIME_SECONDS', envInt('SBX_MAX_LIFETIME_SECONDS', 3600)),
     bootTimeoutMs: envInt('SBX_BOOT_TIMEOUT_MS', 30_000),
     memoryLimitMiB,
     pidsLimit: envInt('SBX_PIDS_LIMIT', 512),
     settleMaxMs: envInt('SBX_SETTLE_MAX_MS', 2_000),
     settleIntervalMs: envInt('SBX_SETTLE_INTERVAL_MS', 100),
+    headersTimeoutMs: positive('SBX_HEADERS_TIMEOUT_MS', envInt('SBX_HEADERS_TIMEOUT_MS', 10_000)),
+    requestTimeoutMs: positive('SBX_REQUEST_TIMEOUT_MS', envInt('SBX_REQUEST_TIMEOUT_MS', 120_000)),
+    sendTimeoutMs: positive('SBX_SEND_TIMEOUT_MS', envInt('SBX_SEND_TIMEOUT_MS', 30_000)),
     resourcePrefix: process.env.SBX_RESOURCE_PREFIX || DEFAULT_RESOURCE_PREFIX,
     auth,
-    maxSessions: positive('SBX_MAX_SESSIONS', defaultMaxSessions(memoryLimitMiB)),
-    maxSessionsPerTenant: positive('SBX_MAX_SESSIONS_PER_TENANT', 10),
+    maxSessions: positive('SBX_MAX_SESSIONS', envInt('SBX_MAX_SESSIONS', defaultMaxSessions(memoryLimitMiB))),
+    maxSessionsPerTenant: positive('SBX_MAX_SESSIONS_PER_TENANT', envInt('SBX_MAX_SESSIONS_PER_TENANT', 10)),
     memoryReserveMiB: envInt('SBX_MEMORY_RESERVE_MIB', 512),
     warmPoolSize: warmPoolSize(envInt('SBX_WARM_POOL_SIZE', 0)),
     warmPoolScreen: parseScreenSize(process.env.SBX_WARM_POOL_SCREEN || '1024x768', 'SBX_WARM_POOL_SCREEN'),

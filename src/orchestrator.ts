@@ -77,6 +77,7 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
     display: config.display,
     subnet: config.subnet,
     defaultTimeoutSeconds: config.defaultTimeoutSeconds,
+    maxLifetimeSeconds: config.maxLifetimeSeconds,
     bootTimeoutMs: config.bootTimeoutMs,
     memoryMiB: config.memoryLimitMiB,
     pidsLimit: config.pidsLimit,
@@ -99,7 +100,13 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
   );
   await manager.start();
   await selection.runtime.prepare?.(image, (message) => log.info({ runtime: selection.runtime.name }, message));
-  const server = await buildServer({ manager, metrics, logger: log, auth: { keys, mode: authMode } });
+  const server = await buildServer({
+    manager,
+    metrics,
+    logger: log,
+    auth: { keys, mode: authMode },
+    connectionLimits: { headersTimeoutMs: config.headersTimeoutMs, requestTimeoutMs: config.requestTimeoutMs, sendTimeoutMs: config.sendTimeoutMs },
+  });
   if (options.listen !== false) await server.listen({ host: config.host, port: config.port });
 
   let closing: Promise<void> | undefined;

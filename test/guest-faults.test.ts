@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { readFile, statfs } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
@@ -77,27 +77,36 @@ describe('guest faults stay inside their sandbox', () => {
   });
 
   it(`a full disk is the sandbox's own (${DISK_MIB} MiB): ENOSPC inside, the host's disk untouched`, async () => {
-    const hostFree = async () => {
-      const s = await statfs(orch.stateDir);
-      return (s.bavail * s.bsize) / 2 ** 20;
-    };
-    const before = await hostFree();
     const fill = await bash(victim, 'dd if=/dev/zero of=/home/user/fill bs=1M count=2048 2>&1 | grep -m1 -o "No space left on device"; df -m / | tail -1');
     assert.match(fill.text, /No space left on device/);
-    const used = before - (await hostFree());
-    assert.ok(used < DISK_MIB + 64, `the host lost ${used.toFixed(0)} MiB, at most the sandbox's disk`);
+    // What the sandbox could take of the host's disk: the blocks its disk file really holds.
+    const layer = await stat(path.join(orch.stateDir, victim, 'layer.ext4'));
+    const allocatedMiB = (layer.blocks * 512) / 2 ** 20;
+    assert.ok(allocatedMiB <= DISK_MIB + 8, `the sandbox's disk holds ${allocatedMiB.toFixed(0)} MiB of the host's, at most its ${DISK_MIB} MiB`);
     const shot = await orch.server.inject({ method: 'GET', url: `/v1/sessions/${victim}/screenshot` });
     assert.equal(shot.statusCode, 200, 'the full sandbox still answers');
     await bash(victim, 'rm -f /home/user/fill');
     await bystanderFine();
   });
 
-  it('a fork storm hits the pids limit; a memory hog hits the memory limit; the others are unaffected', async () => {
-    const forks = await bash(victim, 'for i in $(seq 1500); do sleep 5 & done 2>&1 | tail -1; jobs -r | wc -l; kill $(jobs -p) 2>/dev/null; true');
-    assert.match(forks.text, /Resource temporarily unavailable|retry: /);
+  it('a memory hog hits the memory limit, a fork storm the pids limit; the others are unaffected', async () => {
     // Written, not just reserved: untouched pages would never count against the limit.
     const hog = await bash(victim, `python3 -c "b = b'x' * (3 * 1024 ** 3)" 2>/dev/null; echo "exit $?"`);
     assert.match(hog.text, /exit (1|137)/, 'killed by the OOM killer (137) or refused (MemoryError: 1)');
+    await bystanderFine();
+
+    // A storm left running in the background (bash retries a failed fork, so it keeps pushing).
+    await bash(victim, 'setsid bash -c \'for ((i = 0; i < 3000; i++)); do sleep 60 & done\' >/dev/null 2>&1 < /dev/null &');
+    const pids = path.join('/sys/fs/cgroup/pids', orch.names.cgroup(victim));
+    const max = Number((await readFile(path.join(pids, 'pids.max'), 'utf8')).trim());
+    let hits = 0;
+    for (let i = 0; i < 100 && hits === 0; i++) {
+      await sleep(100);
+      hits = Number(/max (\d+)/.exec(await readFile(path.join(pids, 'pids.events'), 'utf8'))?.[1] ?? 0);
+    }
+    assert.ok(hits > 0, 'the storm ran into the pids limit');
+    const current = Number((await readFile(path.join(pids, 'pids.current'), 'utf8')).trim());
+    assert.ok(current <= max, `${current} processes, at most the limit of ${max}`);
     await bystanderFine();
     const health = await orch.server.inject({ method: 'GET', url: '/healthz' });
     assert.equal(health.statusCode, 200);

@@ -46,7 +46,8 @@ export const sessionSchema = {
         enable_zoom: { type: 'boolean' },
       },
     },
-    timeoutSeconds: { type: 'integer' },
+    timeoutSeconds: { type: 'integer', description: 'Idle timeout: the session ends this long after its last activity' },
+    maxLifetimeSeconds: { type: 'integer', description: 'Maximum lifetime, counted from createdAt' },
     metadata: { type: 'object', additionalProperties: true },
     network: {
       type: 'object',
@@ -54,8 +55,18 @@ export const sessionSchema = {
       properties: { egress: { type: 'boolean' } },
     },
     createdAt: { type: 'string', format: 'date-time' },
-    expiresAt: { type: 'string', format: 'date-time', description: 'When the session is destroyed unless it is used again' },
+    expiresAt: {
+      type: 'string',
+      format: 'date-time',
+      description: 'When the session is destroyed unless it is used again (activity, keepalive); never after lifetimeEndsAt',
+    },
+    lifetimeEndsAt: { type: 'string', format: 'date-time', description: 'When the session is destroyed whatever happens: createdAt + maxLifetimeSeconds' },
     error: { type: 'string', description: 'Why the session failed' },
+    endReason: {
+      type: 'string',
+      enum: ['deleted', 'idle_timeout', 'max_lifetime', 'failed', 'shutdown'],
+      description: 'Why the session ended (or is ending): a DELETE, its idle timeout, its maximum lifetime, a failure (see error), the orchestrator stopping',
+    },
   },
 } as const;
 
@@ -69,7 +80,14 @@ export const createSessionBody = {
       type: 'integer',
       minimum: 10,
       maximum: 86_400,
-      description: 'Idle timeout: the session is destroyed after this long without a request (default 300)',
+      description: 'Idle timeout: the session is destroyed after this long without a request (default 300, SBX_TIMEOUT_SECONDS)',
+    },
+    maxLifetimeSeconds: {
+      type: 'integer',
+      minimum: 10,
+      description:
+        'Maximum lifetime: the session is destroyed this long after its creation, whatever happens. ' +
+        'At most the orchestrator maximum (SBX_MAX_LIFETIME_SECONDS, default 3600), which is also the default; more is a 400',
     },
     metadata: { type: 'object', additionalProperties: true, maxProperties: 64 },
     network: {
@@ -142,4 +160,36 @@ export const actionResultSchema = {
     settleMs: { type: 'number', description: 'How long the screen took to settle before the screenshot' },
     durationMs: { type: 'number' },
   },
+} as const;
+
+export const TIMEOUT_SECONDS = {
+  type: 'integer',
+  minimum: 10,
+  maximum: 86_400,
+  description: 'The new idle timeout: the session ends this long after its last activity',
+} as const;
+
+/** PATCH /v1/sessions/:id: the one way to change a live session's timeouts. */
+export const updateSessionBody = {
+  type: 'object',
+  additionalProperties: false,
+  minProperties: 1,
+  description: 'The fields to change; at least one. The request counts as activity: the idle deadline moves to now + timeoutSeconds.',
+  properties: {
+    timeoutSeconds: TIMEOUT_SECONDS,
+    maxLifetimeSeconds: {
+      type: 'integer',
+      minimum: 10,
+      description:
+        'The new maximum lifetime, counted from createdAt: more than the session\'s age, at most the orchestrator maximum ' +
+        '(SBX_MAX_LIFETIME_SECONDS); a lifetime can be extended up to that maximum, never past it',
+    },
+  },
+} as const;
+
+/** POST /v1/sessions/:id/keepalive: optional; without a body the idle timeout stays. */
+export const keepaliveBody = {
+  type: 'object',
+  additionalProperties: false,
+  properties: { timeoutSeconds: TIMEOUT_SECONDS },
 } as const;

@@ -5,12 +5,15 @@ import type { Metrics } from '../metrics/metrics.js';
 import type { SessionManager } from '../sessions/manager.js';
 import { installAuth, type AuthOptions } from './auth/request-identity.js';
 import { installTenantScope } from './auth/tenant-scope.js';
+import { applyConnectionLimits, connectionServerOptions, DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from './connection-limits.js';
 import { errorHandler } from './errors.js';
+import { APP_BODY_LIMIT_BYTES } from './limits.js';
 import { installRequestLog } from './logging/request-log.js';
 import { companionToolRoutes } from './routes/companion-tools.js';
 import { computerToolRoutes } from './routes/computer-tool.js';
 import { fileRoutes } from './routes/files.js';
 import { sessionRoutes } from './routes/sessions.js';
+import { sessionTimeoutRoutes } from './routes/session-timeouts.js';
 import { systemRoutes } from './routes/system.js';
 import { toolResultSchema } from '../tools/tool-result.js';
 import { actionResultSchema, errorSchema, sessionSchema } from './schemas.js';
@@ -21,13 +24,17 @@ export interface ServerOptions {
   logger: Logger;
   /** API keys and whether they are required (see auth/auth-mode.ts). */
   auth: AuthOptions;
+  /** How long slow clients are waited for (defaults: DEFAULT_CONNECTION_LIMITS). */
+  connectionLimits?: ConnectionLimits;
 }
 
 /** The HTTP API. Built without listening, so tests can drive it with inject(). */
 export async function buildServer(opts: ServerOptions): Promise<FastifyInstance> {
+  const limits = opts.connectionLimits ?? DEFAULT_CONNECTION_LIMITS;
   const app = Fastify({
     loggerInstance: opts.logger as FastifyBaseLogger,
-    bodyLimit: 1024 * 1024,
+    bodyLimit: APP_BODY_LIMIT_BYTES,
+    ...connectionServerOptions(limits),
     // One line per request from our own hook instead, carrying tenant and session (logging/request-log.ts).
     logController: new LogController({ disableRequestLogging: true }),
     ajv: {
@@ -41,6 +48,11 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   installAuth(app, opts.auth);
   installTenantScope(app, opts.manager);
   installRequestLog(app);
+  // An unknown route answers in the same shape as every other error (fastify's own is not).
+  app.setNotFoundHandler((request, reply) => {
+    void reply.status(404).send({ error: { code: 'route_not_found', message: `no route ${request.method} ${request.url.split('?')[0]}` } });
+  });
+  applyConnectionLimits(app, limits);
 
   await app.register(swagger, {
     openapi: {
@@ -65,6 +77,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   app.addSchema(toolResultSchema);
 
   await app.register(sessionRoutes, { manager: opts.manager });
+  await app.register(sessionTimeoutRoutes, { manager: opts.manager });
   await app.register(computerToolRoutes, { manager: opts.manager });
   await app.register(companionToolRoutes, { manager: opts.manager, display: opts.manager.display });
   await app.register(fileRoutes, { manager: opts.manager });

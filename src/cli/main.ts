@@ -135,15 +135,26 @@ program
   .option('-W, --width <px>', 'screen width', integer)
   .option('-H, --height <px>', 'screen height', integer)
   .option('-t, --timeout <seconds>', 'idle timeout', integer)
+  .option('--max-lifetime <seconds>', 'maximum lifetime (at most the server maximum)', integer)
   .option('--egress', 'let the sandbox reach the internet (NAT); off by default')
-  .action(async (opts: { width?: number; height?: number; timeout?: number; egress?: boolean }) => {
+  .action(async (opts: { width?: number; height?: number; timeout?: number; maxLifetime?: number; egress?: boolean }) => {
     const sandbox = await client().create({
       width: opts.width,
       height: opts.height,
       timeoutSeconds: opts.timeout,
+      maxLifetimeSeconds: opts.maxLifetime,
       ...(opts.egress ? { network: { egress: true } } : {}),
     });
     console.log(JSON.stringify(sandbox.info, null, 2));
+  });
+
+program
+  .command('keepalive <id>')
+  .description("reset a session's idle timer (and optionally set its idle timeout)")
+  .option('-t, --timeout <seconds>', 'new idle timeout', integer)
+  .action(async (id: string, opts: { timeout?: number }) => {
+    const info = await client().keepalive(id, opts.timeout === undefined ? {} : { timeoutSeconds: opts.timeout });
+    console.log(`${info.id} expires ${info.expiresAt} (lifetime ends ${info.lifetimeEndsAt})`);
   });
 
 program

@@ -18,15 +18,29 @@ export interface SessionInfo {
     display_height_px: number;
     enable_zoom?: boolean;
   };
+  /** Idle timeout: the session ends this long after its last activity. */
   timeoutSeconds?: number;
+  /** Maximum lifetime, counted from createdAt. */
+  maxLifetimeSeconds?: number;
   metadata?: Record<string, unknown>;
   /** The guest network policy chosen at create time. */
   network?: { egress: boolean };
   /** The tenant that owns it (the API key's; `local` without keys). */
   tenant?: string;
   createdAt: string;
+  /** When the session ends unless it is used again (never after lifetimeEndsAt). */
   expiresAt: string;
+  /** When the session ends whatever happens. */
+  lifetimeEndsAt?: string;
   error?: string;
+  /** Why the session ended. */
+  endReason?: 'deleted' | 'idle_timeout' | 'max_lifetime' | 'failed' | 'shutdown';
+}
+
+/** What PATCH /v1/sessions/:id changes: at least one of them. */
+export interface TimeoutUpdate {
+  timeoutSeconds?: number;
+  maxLifetimeSeconds?: number;
 }
 
 export interface CreateOptions {
@@ -35,7 +49,10 @@ export interface CreateOptions {
   /** The screen size the model sees: 'auto' (default), 'none', or a size. */
   scaling?: 'auto' | 'none' | { width: number; height: number };
   toolVersion?: 'computer_20241022' | 'computer_20250124' | 'computer_20251124';
+  /** Idle timeout in seconds (server default 300). */
   timeoutSeconds?: number;
+  /** Maximum lifetime in seconds: at most, and by default, the server's maximum (3600). */
+  maxLifetimeSeconds?: number;
   metadata?: Record<string, unknown>;
   /**
    * The guest network policy. The sandbox never reaches the host, the orchestrator, other
@@ -137,6 +154,16 @@ export class SandboxClient {
 
   async destroy(id: string): Promise<SessionInfo> {
     return this.json<SessionInfo>('DELETE', `/v1/sessions/${encodeURIComponent(id)}`);
+  }
+
+  /** Resets the session's idle timer (optionally setting a new idle timeout). */
+  async keepalive(id: string, options: { timeoutSeconds?: number } = {}): Promise<SessionInfo> {
+    return this.json<SessionInfo>('POST', `/v1/sessions/${encodeURIComponent(id)}/keepalive`, options);
+  }
+
+  /** Changes the session's idle timeout and/or maximum lifetime (up to the server's maximum). */
+  async updateTimeouts(id: string, update: TimeoutUpdate): Promise<SessionInfo> {
+    return this.json<SessionInfo>('PATCH', `/v1/sessions/${encodeURIComponent(id)}`, update);
   }
 
   /** A PNG of the screen: real size, or as the model sees it with `scaled`. */
@@ -332,6 +359,24 @@ export class Sandbox {
   /** Probes the sandbox now: SSH connection and display. */
   health(): Promise<{ state: string; healthy: boolean; ssh: 'ok' | 'down'; display: 'ok' | 'down'; detail?: string }> {
     return this.client.json('GET', `/v1/sessions/${encodeURIComponent(this.id)}/health`);
+  }
+
+  /** "Still here": resets the idle timer, optionally with a new idle timeout in seconds. */
+  async keepalive(timeoutSeconds?: number): Promise<SessionInfo> {
+    this.info = await this.client.keepalive(this.id, timeoutSeconds === undefined ? {} : { timeoutSeconds });
+    return this.info;
+  }
+
+  /** Sets the idle timeout (seconds); with `maxLifetimeSeconds`, the lifetime too. */
+  async setTimeout(timeoutSeconds: number, options: { maxLifetimeSeconds?: number } = {}): Promise<SessionInfo> {
+    this.info = await this.client.updateTimeouts(this.id, { timeoutSeconds, ...options });
+    return this.info;
+  }
+
+  /** Sets the maximum lifetime (seconds from creation), up to the server's maximum. */
+  async setMaxLifetime(maxLifetimeSeconds: number): Promise<SessionInfo> {
+    this.info = await this.client.updateTimeouts(this.id, { maxLifetimeSeconds });
+    return this.info;
   }
 
   async refresh(): Promise<SessionInfo> {

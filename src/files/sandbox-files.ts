@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { Readable } from 'node:stream';
+import { Readable, Transform, pipeline as pipeStreams } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { SFTPWrapper, Stats } from 'ssh2';
 import {
@@ -25,6 +25,8 @@ export interface UploadOptions {
   maxBytes: number;
   /** Permissions of the file; default: those of the file it replaces, else 0644. */
   mode?: number;
+  /** Called as bytes arrive (the session counts it as activity). */
+  onProgress?: () => void;
 }
 
 export interface UploadResult {
@@ -86,7 +88,7 @@ export class SandboxFiles {
    * Opens a regular file for reading. Size and type are checked before anything is read:
    * a directory or a FIFO never reaches the guest's SFTP server as an open.
    */
-  async download(file: string, maxBytes: number): Promise<Download> {
+  async download(file: string, maxBytes: number, onProgress?: () => void): Promise<Download> {
     const { size } = await this.inspect(file, maxBytes);
     let handle: Buffer;
     try {
@@ -106,7 +108,7 @@ export class SandboxFiles {
       end: size - 1,
       highWaterMark: READ_CHUNK_BYTES,
     });
-    return { path: file, size, stream };
+    return { path: file, size, stream: onProgress ? reporting(stream, onProgress) : stream };
   }
 
   /**
@@ -123,7 +125,7 @@ export class SandboxFiles {
     const mode = options.mode ?? (target.existing ? target.existing.mode & 0o7777 : DEFAULT_FILE_MODE);
     const dir = path.posix.dirname(target.path);
     const temp = path.posix.join(dir, `.sbx-upload-${randomBytes(6).toString('hex')}.part`);
-    const body = bodyOf(source, options.maxBytes, target.path);
+    const body = bodyOf(source, options.maxBytes, target.path, options.onProgress);
     try {
       // 'wx': never reuse whatever might already be at the temporary name.
       const handle = await this.calls.open(temp, 'wx', mode);
@@ -204,7 +206,7 @@ interface CountedBody {
  * for the caller to answer on, and a failure of the source itself (the client went away)
  * is told apart from the others.
  */
-function bodyOf(source: Readable, maxBytes: number, target: string): CountedBody {
+function bodyOf(source: Readable, maxBytes: number, target: string, onProgress?: () => void): CountedBody {
   let bytes = 0;
   async function* chunks(): AsyncGenerator<Buffer> {
     const incoming: AsyncIterable<Buffer> = source.iterator({ destroyOnReturn: false });
@@ -212,6 +214,7 @@ function bodyOf(source: Readable, maxBytes: number, target: string): CountedBody
       for await (const chunk of incoming) {
         bytes += chunk.length;
         if (bytes > maxBytes) throw new FileTooLargeError(`the upload to ${target}`, maxBytes);
+        onProgress?.();
         yield chunk;
       }
     } catch (err) {
@@ -225,4 +228,21 @@ function bodyOf(source: Readable, maxBytes: number, target: string): CountedBody
       return bytes;
     },
   };
+}
+
+/**
+ * The download's bytes, calling `onProgress` as each chunk passes (so it is called only while
+ * the client reads: back-pressure stops it when the client stalls). Destroying the result
+ * destroys the SFTP stream, which closes its handle.
+ */
+function reporting(source: Readable, onProgress: () => void): Readable {
+  const out = new Transform({
+    highWaterMark: READ_CHUNK_BYTES,
+    transform(chunk: Buffer, _encoding, done) {
+      onProgress();
+      done(null, chunk);
+    },
+  });
+  pipeStreams(source, out, () => undefined); // errors reach `out`; the callback only silences
+  return out;
 }

@@ -16,7 +16,8 @@ import { WarmPool, type PooledSandbox, type ScreenShape, type WarmPoolStatus } f
 import { CapacityGate, defaultMaxSessions, type CapacitySlot } from './capacity.js';
 import { reconcileHost } from './reconcile.js';
 import { newSessionId, Session } from './session.js';
-import { LOCAL_TENANT, type ComputerToolVersion, type SessionRecord, type SessionState } from './session-record.js';
+import { LOCAL_TENANT, type ComputerToolVersion, type EndReason, type SessionRecord, type SessionState } from './session-record.js';
+import { changedLifetime, expiry, idleDeadline, resolveLifetime } from './timeouts.js';
 import { toView, type SessionView } from './session-view.js';
 import type { SessionStore } from './store.js';
 import type { GuestConnection } from '../transport/ssh-connection.js';
@@ -30,6 +31,8 @@ export interface CreateSessionOptions {
   /** The computer-use tool version the session's tool definition declares. */
   toolVersion?: ComputerToolVersion;
   timeoutSeconds?: number;
+  /** Hard end of the session, at most (and by default) the orchestrator's maximum. */
+  maxLifetimeSeconds?: number;
   metadata?: Record<string, unknown>;
   /** The guest network policy: `egress` lets the sandbox reach the internet (default off). */
   network?: Partial<NetworkOptions>;
@@ -52,6 +55,8 @@ export interface ManagerOptions {
   display: number;
   subnet: string;
   defaultTimeoutSeconds: number;
+  /** The longest a session may live, and the lifetime of one that asks for none. */
+  maxLifetimeSeconds: number;
   bootTimeoutMs: number;
   memoryMiB: number;
   pidsLimit: number;
@@ -85,11 +90,19 @@ const EXPIRY_PERSIST_INTERVAL_MS = 30_000;
 /** A pooled sandbox not ready for its new session within this is given up for a cold boot. */
 const CLAIM_TIMEOUT_MS = 5_000;
 const REAPER_INTERVAL_MS = 1_000;
+/** A transfer's flowing bytes touch the session at most this often. */
+const TRANSFER_TOUCH_INTERVAL_MS = 1_000;
+
+/** What a client may change on a live session (PATCH /v1/sessions/:id). */
+export interface SessionTimeoutUpdate {
+  timeoutSeconds?: number;
+  maxLifetimeSeconds?: number;
+}
 
 /** A create request with its defaults applied and checked: the record's requested part. */
 type SessionRequest = Pick<
   SessionRecord,
-  'width' | 'height' | 'modelWidth' | 'modelHeight' | 'toolVersion' | 'timeoutSeconds' | 'metadata' | 'egress'
+  'width' | 'height' | 'modelWidth' | 'modelHeight' | 'toolVersion' | 'timeoutSeconds' | 'maxLifetimeSeconds' | 'metadata' | 'egress'
 >;
 
 /**
@@ -251,6 +264,8 @@ export class SessionManager {
       modelHeight: model.height,
       toolVersion: options.toolVersion ?? 'computer_20250124',
       timeoutSeconds: options.timeoutSeconds ?? this.opts.defaultTimeoutSeconds,
+      // Checked here, before anything is taken: over the maximum is a 400, not a silent cut.
+      maxLifetimeSeconds: resolveLifetime(options.maxLifetimeSeconds, this.opts.maxLifetimeSeconds),
       metadata: options.metadata ?? {},
       egress: options.network?.egress ?? false,
     };
@@ -269,14 +284,16 @@ export class SessionManager {
       modelHeight: request.modelHeight,
       toolVersion: request.toolVersion,
       timeoutSeconds: request.timeoutSeconds,
+      maxLifetimeSeconds: request.maxLifetimeSeconds,
       metadata: request.metadata,
       egress: request.egress,
       createdAt: now.toISOString(),
       updatedAt: now.toISOString(),
-      expiresAt: new Date(now.getTime() + request.timeoutSeconds * 1000).toISOString(),
+      expiresAt: idleDeadline({ createdAt: now.toISOString(), maxLifetimeSeconds: request.maxLifetimeSeconds, timeoutSeconds: request.timeoutSeconds }, now.getTime()),
       addressIndex,
       error: null,
       pooled,
+      endReason: null,
     };
   }
 
@@ -347,11 +364,14 @@ export class SessionManager {
       modelHeight: request.modelHeight,
       toolVersion: request.toolVersion,
       timeoutSeconds: request.timeoutSeconds,
+      // Its clocks start at the claim: the time it spent in the pool is not the client's.
+      maxLifetimeSeconds: request.maxLifetimeSeconds,
       metadata: request.metadata,
       createdAt: now.toISOString(),
       updatedAt: now.toISOString(),
-      expiresAt: new Date(now.getTime() + request.timeoutSeconds * 1000).toISOString(),
+      expiresAt: idleDeadline({ createdAt: now.toISOString(), maxLifetimeSeconds: request.maxLifetimeSeconds, timeoutSeconds: request.timeoutSeconds }, now.getTime()),
       pooled: false,
+      endReason: null,
     } satisfies Partial<SessionRecord>);
     const log = this.sessionLog(session);
     // From here it is a session like any other: listed, destroyed by a DELETE or a shutdown.
@@ -460,10 +480,12 @@ export class SessionManager {
     return toView(stored);
   }
 
-  /** Destroys a session and releases everything it holds. Idempotent. */
-  async destroy(id: string): Promise<SessionView> {
+  /** Destroys a session and releases everything it holds, recording why. Idempotent. */
+  async destroy(id: string, reason: EndReason = 'deleted'): Promise<SessionView> {
     const session = this.sessions.get(id);
     if (!session) return this.get(id); // already destroyed (or unknown: 404)
+    // The first reason stands: a DELETE racing the reaper does not rewrite why it ended.
+    session.record.endReason ??= reason;
     if (session.record.state === 'creating') {
       // Let the boot reach a resting point, so its releases are all on the stack.
       this.setState(session, 'destroying');
@@ -523,7 +545,8 @@ export class SessionManager {
     const action = parseAction(input, computer.scaler);
     const started = performance.now();
     try {
-      const outcome = await computer.run(action, options);
+      // A long action (hold_key, wait, a settle) holds the idle timeout off while it runs.
+      const outcome = await this.whileBusy(id, () => computer.run(action, options));
       const seconds = (performance.now() - started) / 1000;
       this.opts.metrics.actionDuration.observe({ action: action.action }, seconds);
       if (action.action === 'screenshot') this.opts.metrics.screenshotDuration.observe(seconds);
@@ -532,6 +555,67 @@ export class SessionManager {
     } catch (err) {
       this.opts.metrics.errors.inc({ kind: 'action' });
       throw err;
+    }
+  }
+
+  /**
+   * "Still here": moves the idle deadline to now + the idle timeout (first set to
+   * `timeoutSeconds` when given), never past the lifetime's end.
+   */
+  keepalive(id: string, timeoutSeconds?: number): SessionView {
+    return this.updateTimeouts(id, timeoutSeconds === undefined ? {} : { timeoutSeconds });
+  }
+
+  /**
+   * Changes a live session's idle timeout and/or lifetime (within the orchestrator's
+   * maximum); counts as activity. Stored at once: the client was told its new deadline.
+   */
+  updateTimeouts(id: string, update: SessionTimeoutUpdate): SessionView {
+    const session = this.ready(id);
+    const record = session.record;
+    const now = Date.now();
+    // Checked before anything changes: a rejected update changes nothing.
+    const lifetime = update.maxLifetimeSeconds === undefined ? record.maxLifetimeSeconds : changedLifetime(record, update.maxLifetimeSeconds, this.opts.maxLifetimeSeconds, now);
+    record.maxLifetimeSeconds = lifetime;
+    if (update.timeoutSeconds !== undefined) record.timeoutSeconds = update.timeoutSeconds;
+    record.expiresAt = idleDeadline(record, now);
+    session.expiryPersistedAt = now;
+    record.updatedAt = new Date(now).toISOString();
+    this.opts.store.update(record);
+    return toView(record);
+  }
+
+  /**
+   * For a transfer in progress: a function to call as its bytes flow, which counts as
+   * activity (at most once a second). A stalled transfer stops calling it, and the idle
+   * timeout runs again: a client that stops reading does not keep a sandbox forever.
+   */
+  transferActivity(id: string): () => void {
+    const session = this.sessions.get(id);
+    let last = 0;
+    return () => {
+      const now = Date.now();
+      if (!session || now - last < TRANSFER_TOUCH_INTERVAL_MS || session.record.state !== 'ready') return;
+      last = now;
+      this.touch(session);
+    };
+  }
+
+  /**
+   * Runs a request's work with the session marked busy: a long action or tool call (a bash
+   * command, hold_key, wait) is not cut by the idle timeout while it runs, and its end
+   * counts as activity. The lifetime still applies. An unknown session just runs the work,
+   * which reports it.
+   */
+  async whileBusy<T>(id: string, work: () => Promise<T>): Promise<T> {
+    const session = this.sessions.get(id);
+    if (!session) return work();
+    session.inFlight++;
+    try {
+      return await work();
+    } finally {
+      session.inFlight--;
+      if (session.record.state === 'ready') this.touch(session);
     }
   }
 
@@ -565,7 +649,7 @@ export class SessionManager {
   async shutdown(): Promise<void> {
     this.shuttingDown = true;
     if (this.reaper) clearInterval(this.reaper);
-    await Promise.allSettled([this.warmPool?.stop(), ...[...this.sessions.keys()].map((id) => this.destroy(id))]);
+    await Promise.allSettled([this.warmPool?.stop(), ...[...this.sessions.keys()].map((id) => this.destroy(id, 'shutdown'))]);
     // Every session is gone: so goes the policy table (no rules left behind by a clean stop).
     await this.policy.uninstall().catch((err: unknown) => this.opts.log.error({ err, table: this.policy.table }, 'could not remove the network policy table'));
   }
@@ -586,7 +670,7 @@ export class SessionManager {
   /** Activity moves the idle deadline; it reaches the store at most every 30 s. */
   private touch(session: Session): void {
     const now = Date.now();
-    session.record.expiresAt = new Date(now + session.record.timeoutSeconds * 1000).toISOString();
+    session.record.expiresAt = idleDeadline(session.record, now);
     if (now - session.expiryPersistedAt > EXPIRY_PERSIST_INTERVAL_MS) {
       session.expiryPersistedAt = now;
       this.opts.store.update(session.record);
@@ -618,6 +702,7 @@ export class SessionManager {
       }
       session.record.addressIndex = null;
       session.record.error = error;
+      if (final === 'failed') session.record.endReason ??= 'failed';
       this.setState(session, final);
       this.opts.metrics.activeSessions.dec();
       this.opts.metrics.sessionsTotal.inc({ outcome: final });
@@ -645,12 +730,13 @@ export class SessionManager {
   }
 
   private reapExpired(): void {
-    const now = new Date().toISOString();
+    const now = Date.now();
     for (const session of this.sessions.values()) {
-      if ((session.record.state === 'ready' || session.record.state === 'failed') && session.record.expiresAt < now) {
-        this.sessionLog(session).info('session idle timeout reached; destroying');
-        void this.destroy(session.id);
-      }
+      if (session.record.state !== 'ready' && session.record.state !== 'failed') continue;
+      const reason = expiry(session.record, now, session.inFlight > 0);
+      if (!reason) continue;
+      this.sessionLog(session).info({ reason }, `session ${reason === 'max_lifetime' ? 'maximum lifetime' : 'idle timeout'} reached; destroying`);
+      void this.destroy(session.id, reason);
     }
   }
 }

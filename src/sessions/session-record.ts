@@ -8,6 +8,12 @@ export type SessionState = (typeof SESSION_STATES)[number];
 
 /** The tenant of sessions made without an API key (keyless local development). */
 export const LOCAL_TENANT = 'local';
+/**
+ * Why a session ended: a client's DELETE, its idle timeout, its maximum lifetime, a failure
+ * (its error says which), or the orchestrator shutting down.
+ */
+export const END_REASONS = ['deleted', 'idle_timeout', 'max_lifetime', 'failed', 'shutdown'] as const;
+export type EndReason = (typeof END_REASONS)[number];
 
 /** What is stored about a session, and what the API shows of it. */
 export interface SessionRecord {
@@ -24,7 +30,10 @@ export interface SessionRecord {
   modelHeight: number;
   /** Which computer-use tool version the session's tool definition declares. */
   toolVersion: ComputerToolVersion;
+  /** Idle timeout: destroyed this long after the last activity. */
   timeoutSeconds: number;
+  /** Hard end, counted from createdAt, at most the orchestrator's maximum. */
+  maxLifetimeSeconds: number;
   metadata: Record<string, unknown>;
   createdAt: string;
   updatedAt: string;
@@ -40,4 +49,6 @@ export interface SessionRecord {
    * restart reclaims it, but not a session anyone can see. Claiming it turns this off.
    */
   pooled: boolean;
+  /** Why it ended (or is ending); null while it lives. */
+  endReason: EndReason | null;
 }

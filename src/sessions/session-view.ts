@@ -1,4 +1,5 @@
-import type { SessionRecord } from './session-record.js';
+import type { EndReason, SessionRecord } from './session-record.js';
+import { lifetimeEnd } from './timeouts.js';
 
 export interface ComputerToolDefinition {
   type: SessionRecord['toolVersion'];
@@ -31,12 +32,17 @@ export interface SessionView {
   /** A ready tool definition for the Messages API, in the model's (scaled) space. */
   computerTool: ComputerToolDefinition;
   timeoutSeconds: number;
+  maxLifetimeSeconds: number;
   metadata: Record<string, unknown>;
   /** The guest network policy chosen at create time. */
   network: { egress: boolean };
   createdAt: string;
+  /** When it ends unless used again (never after lifetimeEndsAt). */
   expiresAt: string;
+  /** When it ends whatever happens: createdAt + maxLifetimeSeconds. */
+  lifetimeEndsAt: string;
   error?: string;
+  endReason?: EndReason;
 }
 
 export function toView(record: SessionRecord): SessionView {
@@ -48,11 +54,14 @@ export function toView(record: SessionRecord): SessionView {
     display: { width: record.width, height: record.height },
     computerTool: computerToolDefinition(record),
     timeoutSeconds: record.timeoutSeconds,
+    maxLifetimeSeconds: record.maxLifetimeSeconds,
     metadata: record.metadata,
     network: { egress: record.egress },
     createdAt: record.createdAt,
     expiresAt: record.expiresAt,
+    lifetimeEndsAt: new Date(lifetimeEnd(record)).toISOString(),
   };
   if (record.error) view.error = record.error;
+  if (record.endReason) view.endReason = record.endReason;
   return view;
 }

@@ -30,6 +30,8 @@ export class Session {
   release: Promise<void> | undefined;
   /** When expiresAt was last written to the store (it moves on every action). */
   expiryPersistedAt = 0;
+  /** Long actions and tool calls running now: while any is, the idle timeout waits. */
+  inFlight = 0;
   /** Per-session state of companion tools (e.g. the persistent bash shell), by name. */
   readonly attachments = new Map<string, unknown>();
 

@@ -1,6 +1,6 @@
 import Database from 'better-sqlite3';
 import type { ResourceKind } from '../runtimes/runtime.js';
-import type { SessionRecord, SessionState } from './session-record.js';
+import type { EndReason, SessionRecord, SessionState } from './session-record.js';
 
 interface Row {
   id: string;
@@ -21,6 +21,8 @@ interface Row {
   error: string | null;
   egress: number;
   pooled: number;
+  max_lifetime_seconds: number;
+  end_reason: EndReason | null;
 }
 
 /**
@@ -90,6 +92,8 @@ export class SessionStore {
       ['pooled', 'INTEGER NOT NULL DEFAULT 0'],
       // Sessions from before tenants were made without keys: they belong to the local tenant.
       ['tenant', "TEXT NOT NULL DEFAULT 'local'"],
+      ['max_lifetime_seconds', 'INTEGER NOT NULL DEFAULT 3600'],
+      ['end_reason', 'TEXT'],
     ];
     for (const [name, type] of added) {
       if (!columns.has(name)) this.db.exec(`ALTER TABLE sessions ADD COLUMN ${name} ${type}`);
@@ -100,9 +104,11 @@ export class SessionStore {
     this.db
       .prepare(
         `INSERT INTO sessions (id, tenant, state, runtime, width, height, model_width, model_height, tool_version,
-           timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error, egress, pooled)
+           timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error, egress, pooled,
+           max_lifetime_seconds, end_reason)
          VALUES (@id, @tenant, @state, @runtime, @width, @height, @model_width, @model_height, @tool_version,
-           @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error, @egress, @pooled)`,
+           @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error, @egress, @pooled,
+           @max_lifetime_seconds, @end_reason)`,
       )
       .run(toRow(record));
   }
@@ -111,7 +117,8 @@ export class SessionStore {
     this.db
       .prepare(
         `UPDATE sessions SET state = @state, updated_at = @updated_at, expires_at = @expires_at,
-           timeout_seconds = @timeout_seconds, address_index = @address_index, error = @error
+           timeout_seconds = @timeout_seconds, address_index = @address_index, error = @error,
+           max_lifetime_seconds = @max_lifetime_seconds, end_reason = @end_reason
          WHERE id = @id`,
       )
       .run(toRow(record));
@@ -127,7 +134,8 @@ export class SessionStore {
         `UPDATE sessions SET tenant = @tenant, state = @state, model_width = @model_width, model_height = @model_height,
            tool_version = @tool_version, timeout_seconds = @timeout_seconds, metadata = @metadata,
            created_at = @created_at, updated_at = @updated_at, expires_at = @expires_at,
-           address_index = @address_index, error = @error, pooled = @pooled
+           address_index = @address_index, error = @error, pooled = @pooled,
+           max_lifetime_seconds = @max_lifetime_seconds, end_reason = @end_reason
          WHERE id = @id`,
       )
       .run(toRow(record));
@@ -206,6 +214,8 @@ function toRow(r: SessionRecord): Row {
     error: r.error,
     egress: r.egress ? 1 : 0,
     pooled: r.pooled ? 1 : 0,
+    max_lifetime_seconds: r.maxLifetimeSeconds,
+    end_reason: r.endReason,
   };
 }
 
@@ -229,5 +239,7 @@ function fromRow(row: Row): SessionRecord {
     error: row.error,
     egress: row.egress === 1,
     pooled: row.pooled === 1,
+    maxLifetimeSeconds: row.max_lifetime_seconds,
+    endReason: row.end_reason,
   };
 }

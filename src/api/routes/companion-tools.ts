@@ -97,7 +97,8 @@ export async function companionToolRoutes(app: FastifyInstance, opts: CompanionT
     },
     async (request) => {
       rejectBadParams(request.validationError);
-      return answer(() => bash.call(request.params.id, request.body));
+      // A command may run for minutes: the idle timeout waits for it (the lifetime does not).
+      return opts.manager.whileBusy(request.params.id, () => answer(() => bash.call(request.params.id, request.body)));
     },
   );
 
@@ -115,7 +116,7 @@ export async function companionToolRoutes(app: FastifyInstance, opts: CompanionT
     },
     async (request) => {
       rejectBadParams(request.validationError);
-      return answer(() => editor.call(request.params.id, request.body));
+      return opts.manager.whileBusy(request.params.id, () => answer(() => editor.call(request.params.id, request.body)));
     },
   );
 }

@@ -109,7 +109,9 @@ export async function fileRoutes(app: FastifyInstance, opts: FileRoutesOptions):
       const files = await SandboxFiles.on(connection);
       // request.raw, not request.body: with no body (Content-Length: 0) fastify runs no
       // parser and leaves body undefined; the raw request is the same stream either way.
-      const written = await files.upload(file, request.raw, { maxBytes, mode });
+      // Bytes arriving count as activity: a long upload keeps its session alive.
+      const onProgress = manager.transferActivity(request.params.id);
+      const written = await files.upload(file, request.raw, { maxBytes, mode, onProgress });
       return reply.status(201).send(written);
     },
   );
@@ -141,7 +143,8 @@ export async function fileRoutes(app: FastifyInstance, opts: FileRoutesOptions):
       const connection = manager.connection(request.params.id);
       const file = sandboxPath(request.query.path);
       const files = await SandboxFiles.on(connection);
-      const download = await files.download(file, maxBytes);
+      // Bytes the client reads count as activity; a client that stops reading does not.
+      const download = await files.download(file, maxBytes, manager.transferActivity(request.params.id));
       // fastify pipes a stream payload to the response with back-pressure, and destroys it
       // (which closes the SFTP handle) if the client goes away first.
       return fileHeaders(reply, download.size, download.path).send(download.stream);

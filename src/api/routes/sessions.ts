@@ -1,12 +1,13 @@
 import type { FastifyInstance } from 'fastify';
 import type { CreateSessionOptions, SessionManager } from '../../sessions/manager.js';
+import { SMALL_BODY_LIMIT_BYTES } from '../limits.js';
 import { actionBody, createSessionBody, sessionIdParams } from '../schemas.js';
 
 interface IdParams {
   id: string;
 }
 
-const errors = { 400: { $ref: 'Error#' }, 401: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 502: { $ref: 'Error#' }, 503: { $ref: 'Error#' } };
+const errors = { 400: { $ref: 'Error#' }, 401: { $ref: 'Error#' }, 413: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 502: { $ref: 'Error#' }, 503: { $ref: 'Error#' } };
 
 /** /v1/sessions: create, list, inspect, destroy, screenshot, act. */
 export async function sessionRoutes(app: FastifyInstance, opts: { manager: SessionManager }): Promise<void> {
@@ -15,6 +16,7 @@ export async function sessionRoutes(app: FastifyInstance, opts: { manager: Sessi
   app.post<{ Body: CreateSessionOptions }>(
     '/v1/sessions',
     {
+      bodyLimit: SMALL_BODY_LIMIT_BYTES,
       schema: {
         summary: 'Create a sandbox and wait until it is ready',
         tags: ['sessions'],

@@ -438,8 +438,12 @@ async function waitForDesktop(
     await connection.open(Math.max(1, deadline - Date.now()), isAlive);
     while (Date.now() < deadline) {
       if (!isAlive()) throw new Error('the template VM exited before its desktop answered');
-      const probe = await connection.exec('DISPLAY=:99 xdpyinfo >/dev/null 2>&1', { timeoutMs: 5_000 });
-      if (probe.exitCode === 0) return;
+      // A probe that fails or takes too long (a busy host) is tried again, until the deadline.
+      const answered = await connection.exec('DISPLAY=:99 xdpyinfo >/dev/null 2>&1', { timeoutMs: 10_000 }).then(
+        (probe) => probe.exitCode === 0,
+        () => false,
+      );
+      if (answered) return;
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
     throw new Error("the template VM's desktop did not answer in time");

@@ -1,0 +1,57 @@
+import { InvalidRequestError } from '../errors.js';
+import type { EndReason, SessionRecord } from './session-record.js';
+
+/**
+ * A session's two clocks, as pure functions of its record:
+ * - the idle timeout (`timeoutSeconds`): destroyed that long after its last activity;
+ *   activity and keepalives move `expiresAt`;
+ * - the maximum lifetime (`maxLifetimeSeconds`, counted from `createdAt`): a hard end that
+ *   nothing moves past the orchestrator's maximum, so a client cannot keep a sandbox forever.
+ * `expiresAt` never lies beyond the lifetime's end: it is when the session ends unless used.
+ */
+
+/** When the session's lifetime ends, in ms since the epoch. */
+export function lifetimeEnd(record: Pick<SessionRecord, 'createdAt' | 'maxLifetimeSeconds'>): number {
+  return Date.parse(record.createdAt) + record.maxLifetimeSeconds * 1000;
+}
+
+/** The idle deadline after activity at `now`, capped by the lifetime's end. */
+export function idleDeadline(record: Pick<SessionRecord, 'createdAt' | 'maxLifetimeSeconds' | 'timeoutSeconds'>, now: number): string {
+  return new Date(Math.min(now + record.timeoutSeconds * 1000, lifetimeEnd(record))).toISOString();
+}
+
+/**
+ * The lifetime a client asks for, checked against the orchestrator's maximum (which is also
+ * the default). Beyond it is a 400 that says the limit, never a silent clamp: a client that
+ * asked for 2 h must not discover at minute 61 that it got 1 h.
+ */
+export function resolveLifetime(requested: number | undefined, maximum: number): number {
+  if (requested === undefined) return maximum;
+  if (requested > maximum) {
+    throw new InvalidRequestError(`maxLifetimeSeconds must be at most ${maximum} (this orchestrator's maximum lifetime), got ${requested}`);
+  }
+  return requested;
+}
+
+/**
+ * A new lifetime for a live session: within the maximum, and still ahead of its age, so a
+ * change never ends a session by surprise (DELETE does that).
+ */
+export function changedLifetime(record: Pick<SessionRecord, 'createdAt'>, requested: number, maximum: number, now: number): number {
+  const seconds = resolveLifetime(requested, maximum);
+  const ageSeconds = Math.ceil((now - Date.parse(record.createdAt)) / 1000);
+  if (seconds <= ageSeconds) {
+    throw new InvalidRequestError(`maxLifetimeSeconds must be more than the session's age (${ageSeconds} s), got ${seconds}`);
+  }
+  return seconds;
+}
+
+/**
+ * Whether the reaper ends the session now, and why. The lifetime ends it whatever it is
+ * doing; the idle timeout only when no long action or transfer is in progress (`busy`).
+ */
+export function expiry(record: Pick<SessionRecord, 'createdAt' | 'maxLifetimeSeconds' | 'expiresAt'>, now: number, busy: boolean): EndReason | undefined {
+  if (now >= lifetimeEnd(record)) return 'max_lifetime';
+  if (!busy && now >= Date.parse(record.expiresAt)) return 'idle_timeout';
+  return undefined;
+}

@@ -1,0 +1,126 @@
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import fc from 'fast-check';
+import { SandboxClient, type Sandbox } from '../src/client/index.js';
+import { SESSION_ID_PATTERN } from '../src/network/names.js';
+import { run } from '../src/util/exec.js';
+import { pngSize } from './helpers/guest.js';
+import { requestArbitrary, routesOf, type FuzzRequest, type RouteShape } from './helpers/fuzz-requests.js';
+import { TEST_PREFIX } from './helpers/orchestrator.js';
+import { startServe, type ServeProcess } from './helpers/serve.js';
+
+/**
+ * Random requests to every route of the OpenAPI document, against a real `sbx serve` with
+ * one real session, for FUZZ_SECONDS (default 60). FUZZ_SEED replays a run: the seed is
+ * printed at the start, and fast-check prints the failing request (and its replay path).
+ */
+const SECONDS = Number(process.env.FUZZ_SECONDS || 60);
+const SEED = process.env.FUZZ_SEED ? Number(process.env.FUZZ_SEED) : Math.floor(Math.random() * 2 ** 31);
+/** Long valid actions (a 100 s wait) are not failures: the client stops waiting. */
+const REQUEST_TIMEOUT_MS = 15_000;
+/** Settings that keep valid-but-slow inputs short: a bash command, the settle wait. */
+const SERVE_ENV = { SBX_BASH_TIMEOUT_SECONDS: '5', SBX_SETTLE_MAX_MS: '300' };
+
+describe('fuzzing the HTTP API', () => {
+  let stateDir: string;
+  let serve: ServeProcess;
+  let client: SandboxClient;
+  let sandbox: Sandbox;
+  let routes: RouteShape[];
+
+  before(async () => {
+    stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-fuzz-'));
+    const saved = { ...process.env };
+    Object.assign(process.env, SERVE_ENV);
+    try {
+      serve = await startServe(stateDir, 19_000 + Math.floor(Math.random() * 900));
+    } finally {
+      for (const key of Object.keys(SERVE_ENV)) if (saved[key] === undefined) delete process.env[key];
+    }
+    client = new SandboxClient({ baseUrl: serve.url });
+    sandbox = await client.create({});
+    routes = routesOf((await (await fetch(`${serve.url}/openapi.json`)).json()) as Parameters<typeof routesOf>[0]);
+  });
+
+  after(async () => {
+    if (serve && serve.child.exitCode === null) {
+      serve.child.kill('SIGTERM');
+      await once(serve.child, 'exit');
+    }
+    if (stateDir) await rm(stateDir, { recursive: true, force: true });
+  });
+
+  it(`answers random input with no 5xx and a JSON error for every 4xx (seed ${SEED})`, async () => {
+    console.log(`fuzz: seed ${SEED} (FUZZ_SEED=${SEED} replays it), ${SECONDS} s, ${routes.length} routes`);
+    assert.ok(routes.length >= 12, `the OpenAPI document lists the routes (${routes.length})`);
+    // DELETE with the real id would end the fuzzing; it gets random ids only.
+    const idSafe = (route: RouteShape) => !(route.method === 'DELETE' && route.path === '/v1/sessions/{id}');
+    const statuses = new Map<number, number>();
+    let sent = 0;
+    let gaveUp = 0;
+    let created = 0;
+
+    const send = async (req: FuzzRequest): Promise<void> => {
+      sent++;
+      let response: Response;
+      try {
+        response = await fetch(serve.url + req.url, {
+          method: req.method,
+          headers: req.headers,
+          body: req.body,
+          signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+        });
+      } catch (err) {
+        assert.equal(serve.child.exitCode, null, `the orchestrator died on ${req.note}:\n${serve.output().slice(-3000)}`);
+        if ((err as Error).name === 'TimeoutError') {
+          gaveUp++;
+          return;
+        }
+        throw err;
+      }
+      const text = await response.text();
+      statuses.set(response.status, (statuses.get(response.status) ?? 0) + 1);
+      assert.ok(response.status < 500, `${req.note} ${req.url}: ${response.status} ${text.slice(0, 500)}`);
+      if (response.status >= 400) {
+        assert.match(response.headers.get('content-type') ?? '', /application\/json/, `${req.note}: a ${response.status} in JSON`);
+        const error = (JSON.parse(text) as { error?: { code?: unknown; message?: unknown } }).error;
+        assert.ok(typeof error?.code === 'string' && typeof error.message === 'string' && error.message.length > 0, `${req.note}: ${response.status} ${text.slice(0, 300)}`);
+      }
+      if (response.status === 201 && req.method === 'POST' && req.url.split('?')[0] === '/v1/sessions') {
+        // A valid create made a real sandbox: give it back, so only the one session remains.
+        created++;
+        await client.destroy((JSON.parse(text) as { id: string }).id);
+      }
+      if (response.status === 200 && (req.method === 'PATCH' || req.url.includes('/keepalive'))) {
+        // A valid PATCH may have shortened the session's lifetime or timeout: restore them.
+        await client.updateTimeouts(sandbox.id, { timeoutSeconds: 3600, maxLifetimeSeconds: 3600 });
+      }
+    };
+
+    await fc.assert(
+      fc.asyncProperty(requestArbitrary(routes, sandbox.id, idSafe), async (req) => {
+        await send(req);
+      }),
+      { seed: SEED, numRuns: 1_000_000, interruptAfterTimeLimit: SECONDS * 1000, markInterruptAsFailure: false, endOnFailure: true },
+    );
+    console.log(`fuzz: ${sent} requests (seed ${SEED}); statuses ${JSON.stringify(Object.fromEntries([...statuses].sort()))}; ${gaveUp} still running after ${REQUEST_TIMEOUT_MS / 1000} s; ${created} valid creates destroyed`);
+    assert.ok(sent > 100, `fuzzed ${sent} requests`);
+
+    // The process lives, the session works, and the host holds exactly that one session.
+    assert.equal(serve.child.exitCode, null);
+    assert.equal((await sandbox.refresh()).state, 'ready');
+    assert.equal(pngSize(await sandbox.screenshot()).width, 1024);
+    const live = await client.list();
+    assert.deepEqual(live.map((s) => s.id), [sandbox.id], 'no session but the one');
+    const netns = (await run(['ip', 'netns', 'list'])).stdout.split('\n').filter((l) => l.startsWith(TEST_PREFIX));
+    assert.equal(netns.length, 1, `one netns: ${netns.join(', ')}`);
+    const links = (await run(['ip', '-o', 'link', 'show'])).stdout.split('\n').filter((l) => l.includes(`: ${TEST_PREFIX}`));
+    assert.equal(links.length, 1, `one host veth: ${links.join('\n')}`);
+    const dirs = (await readdir(stateDir, { withFileTypes: true })).filter((e) => e.isDirectory() && SESSION_ID_PATTERN.test(e.name));
+    assert.deepEqual(dirs.map((d) => d.name), [sandbox.id], 'one session directory');
+  });
+});
