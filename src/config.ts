@@ -1,5 +1,7 @@
 import path from 'node:path';
+import { AUTH_SETTINGS, type AuthSetting } from './api/auth/auth-mode.js';
 import { DEFAULT_RESOURCE_PREFIX } from './network/names.js';
+import { defaultMaxSessions } from './sessions/capacity.js';
 
 export const RUNTIME_NAMES = ['auto', 'container', 'qemu', 'firecracker'] as const;
 export type RuntimeChoice = (typeof RUNTIME_NAMES)[number];
@@ -37,6 +39,14 @@ export interface OrchestratorConfig {
   sendTimeoutMs: number;
   /** Prefix of every host resource's name (netns, veth, container, cgroup): "sbx-". */
   resourcePrefix: string;
+  /** API keys: `auto` (required once a key exists, always off loopback), `on`, `off` (loopback only). */
+  auth: AuthSetting;
+  /** Sessions on this host (default: as many as fit in its memory at memoryLimitMiB, at most 64). */
+  maxSessions: number;
+  /** Sessions per tenant. */
+  maxSessionsPerTenant: number;
+  /** Memory a create must leave to the host: refused when MemAvailable minus this is below memoryLimitMiB. */
+  memoryReserveMiB: number;
   /** Booted sandboxes kept ready to be claimed by a create (0: no warm pool). */
   warmPoolSize: number;
   /** The screen size of the warm pool's sandboxes: only creates of this size use the pool. */
@@ -62,6 +72,9 @@ export function defaultConfig(): OrchestratorConfig {
   if (!RUNTIME_NAMES.includes(runtime)) {
     throw new Error(`SBX_RUNTIME must be one of ${RUNTIME_NAMES.join(', ')}, got "${runtime}"`);
   }
+  const auth = (process.env.SBX_AUTH || 'auto') as AuthSetting;
+  if (!AUTH_SETTINGS.includes(auth)) throw new Error(`SBX_AUTH must be one of ${AUTH_SETTINGS.join(', ')}, got "${auth}"`);
+  const memoryLimitMiB = envInt('SBX_MEMORY_MIB', 1024);
   return {
     host: process.env.SBX_HOST || '127.0.0.1',
     port: envInt('SBX_PORT', 8080),
@@ -73,7 +86,7 @@ export function defaultConfig(): OrchestratorConfig {
     defaultTimeoutSeconds: positive('SBX_TIMEOUT_SECONDS', envInt('SBX_TIMEOUT_SECONDS', 300)),
     maxLifetimeSeconds: positive('SBX_MAX_LIFETIME_SECONDS', envInt('SBX_MAX_LIFETIME_SECONDS', 3600)),
     bootTimeoutMs: envInt('SBX_BOOT_TIMEOUT_MS', 30_000),
-    memoryLimitMiB: envInt('SBX_MEMORY_MIB', 1024),
+    memoryLimitMiB,
     pidsLimit: envInt('SBX_PIDS_LIMIT', 512),
     settleMaxMs: envInt('SBX_SETTLE_MAX_MS', 2_000),
     settleIntervalMs: envInt('SBX_SETTLE_INTERVAL_MS', 100),
@@ -81,6 +94,10 @@ export function defaultConfig(): OrchestratorConfig {
     requestTimeoutMs: positive('SBX_REQUEST_TIMEOUT_MS', envInt('SBX_REQUEST_TIMEOUT_MS', 120_000)),
     sendTimeoutMs: positive('SBX_SEND_TIMEOUT_MS', envInt('SBX_SEND_TIMEOUT_MS', 30_000)),
     resourcePrefix: process.env.SBX_RESOURCE_PREFIX || DEFAULT_RESOURCE_PREFIX,
+    auth,
+    maxSessions: positive('SBX_MAX_SESSIONS', envInt('SBX_MAX_SESSIONS', defaultMaxSessions(memoryLimitMiB))),
+    maxSessionsPerTenant: positive('SBX_MAX_SESSIONS_PER_TENANT', envInt('SBX_MAX_SESSIONS_PER_TENANT', 10)),
+    memoryReserveMiB: envInt('SBX_MEMORY_RESERVE_MIB', 512),
     warmPoolSize: warmPoolSize(envInt('SBX_WARM_POOL_SIZE', 0)),
     warmPoolScreen: parseScreenSize(process.env.SBX_WARM_POOL_SCREEN || '1024x768', 'SBX_WARM_POOL_SCREEN'),
   };

@@ -7,6 +7,8 @@ export class OrchestratorError extends Error {
     message: string,
     readonly statusCode: number,
     readonly code: string,
+    /** Response headers that belong to this error (WWW-Authenticate, Retry-After). */
+    readonly headers: Readonly<Record<string, string>> = {},
   ) {
     super(message);
     this.name = new.target.name;
@@ -37,5 +39,30 @@ export class SessionStateError extends OrchestratorError {
 export class UnavailableError extends OrchestratorError {
   constructor(message: string) {
     super(message, 503, 'unavailable');
+  }
+}
+
+/**
+ * No valid API key. The challenge follows RFC 6750: a request without credentials gets the
+ * bare scheme, a bad key also `error="invalid_token"`, so clients can tell the two apart.
+ */
+export class AuthenticationError extends OrchestratorError {
+  constructor(message: string, code: 'missing_api_key' | 'invalid_api_key' | 'expired_api_key' | 'revoked_api_key') {
+    const challenge = code === 'missing_api_key' ? 'Bearer realm="sbx"' : 'Bearer realm="sbx", error="invalid_token"';
+    super(message, 401, code, { 'www-authenticate': challenge });
+  }
+}
+
+/** The tenant already has as many sessions as it may: it can destroy one, or retry later. */
+export class TenantLimitError extends OrchestratorError {
+  constructor(message: string, retryAfterSeconds: number) {
+    super(message, 429, 'tenant_session_limit', { 'retry-after': String(retryAfterSeconds) });
+  }
+}
+
+/** The host is full (sessions or memory): nothing was taken; retry later, or elsewhere. */
+export class HostCapacityError extends OrchestratorError {
+  constructor(message: string, code: 'host_session_limit' | 'host_memory_low', retryAfterSeconds: number) {
+    super(message, 503, code, { 'retry-after': String(retryAfterSeconds) });
   }
 }

@@ -2,12 +2,15 @@ import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
+import { resolveAuthMode, type AuthMode } from './api/auth/auth-mode.js';
+import { KeyStore } from './api/auth/key-store.js';
 import { buildServer } from './api/server.js';
 import type { OrchestratorConfig } from './config.js';
 import { buildImage, findImage, type GuestImage } from './guest/image/builder.js';
 import { Metrics } from './metrics/metrics.js';
 import { ResourceNames } from './network/names.js';
 import { selectRuntime, type RuntimeSelection } from './runtimes/select.js';
+import { CapacityGate } from './sessions/capacity.js';
 import { SessionManager } from './sessions/manager.js';
 import { SessionStore } from './sessions/store.js';
 
@@ -18,6 +21,9 @@ export interface Orchestrator {
   metrics: Metrics;
   server: FastifyInstance;
   image: GuestImage;
+  /** API keys in the store (the CLI's `sbx keys` works on the same table). */
+  keys: KeyStore;
+  authMode: AuthMode;
   /** Destroys every session, stops the server and closes the store. */
   close(): Promise<void>;
 }
@@ -37,6 +43,18 @@ export interface StartOptions {
 /** Wires the parts together: store, runtime, image, session manager, HTTP server. */
 export async function startOrchestrator(config: OrchestratorConfig, log: Logger, options: StartOptions = {}): Promise<Orchestrator> {
   await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
+  // The store first: whether the server may run keyless depends on the keys it holds, and a
+  // server that must not start should refuse before it touches anything else.
+  const store = new SessionStore(path.join(config.stateDir, 'orchestrator.db'));
+  const keys = new KeyStore(store.database);
+  let authMode: AuthMode;
+  try {
+    authMode = resolveAuthMode(config.auth, config.host, keys.hasUnrevokedKeys(), config.stateDir);
+  } catch (err) {
+    store.close();
+    throw err;
+  }
+  logAuthMode(log, authMode, config.host, keys.hasUnrevokedKeys());
   const names = new ResourceNames(config.resourcePrefix);
   const selection = options.runtime ?? (await selectRuntime(config.runtime, names));
   log.info({ runtime: selection.runtime.name, reason: selection.reason }, 'runtime selected');
@@ -51,7 +69,6 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
   }
   log.info({ image: image.hash }, 'guest image ready');
 
-  const store = new SessionStore(path.join(config.stateDir, 'orchestrator.db'));
   const metrics = new Metrics();
   const manager = new SessionManager({
     stateDir: config.stateDir,
@@ -69,14 +86,25 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
     store,
     metrics,
     log,
+    capacity: new CapacityGate({
+      maxSessions: config.maxSessions,
+      maxSessionsPerTenant: config.maxSessionsPerTenant,
+      sessionMemoryMiB: config.memoryLimitMiB,
+      memoryReserveMiB: config.memoryReserveMiB,
+    }),
     warmPool: { size: config.warmPoolSize, shape: config.warmPoolScreen },
   });
+  log.info(
+    { maxSessions: config.maxSessions, maxSessionsPerTenant: config.maxSessionsPerTenant, memoryReserveMiB: config.memoryReserveMiB },
+    'capacity limits',
+  );
   await manager.start();
   await selection.runtime.prepare?.(image, (message) => log.info({ runtime: selection.runtime.name }, message));
   const server = await buildServer({
     manager,
     metrics,
     logger: log,
+    auth: { keys, mode: authMode },
     connectionLimits: { headersTimeoutMs: config.headersTimeoutMs, requestTimeoutMs: config.requestTimeoutMs, sendTimeoutMs: config.sendTimeoutMs },
   });
   if (options.listen !== false) await server.listen({ host: config.host, port: config.port });
@@ -89,6 +117,8 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
     metrics,
     server,
     image,
+    keys,
+    authMode,
     close() {
       closing ??= (async () => {
         await manager.shutdown();
@@ -98,4 +128,21 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
       return closing;
     },
   };
+}
+
+/** Keyless is said loudly, at warn level, so it cannot go unnoticed in any log setup. */
+function logAuthMode(log: Logger, mode: AuthMode, host: string, hasKeys: boolean): void {
+  if (mode === 'required') {
+    log.info({ auth: mode, host }, 'API keys required (Authorization: Bearer <key>)');
+  } else if (mode === 'keyless') {
+    log.warn({ auth: mode, host }, 'AUTHENTICATION IS OFF (--no-auth / SBX_AUTH=off): anyone on this machine can use the API; every session belongs to tenant "local"');
+  } else if (!hasKeys) {
+    log.warn(
+      { auth: mode, host },
+      'NO API KEYS: serving WITHOUT AUTHENTICATION on loopback only (local development); every session belongs to tenant "local". ' +
+        'Keys are required as soon as one exists: `sbx keys create --tenant <name>`',
+    );
+  } else {
+    log.info({ auth: mode, host }, 'API keys required (Authorization: Bearer <key>)');
+  }
 }

@@ -54,8 +54,8 @@ describe('the guest network policy, from inside sandboxes (container runtime)', 
     orch = await startTestOrchestrator({ host: lab.hostExtraAddress, port: 0 }, true);
     orchPort = (orch.server.server.address() as AddressInfo).port;
     const [a, b] = await Promise.all([
-      orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: {} }),
-      orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: { network: { egress: true } } }),
+      orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: {}, headers: orch.authHeaders }),
+      orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: { network: { egress: true } }, headers: orch.authHeaders }),
     ]);
     assert.equal(a.statusCode, 201, a.body);
     assert.equal(b.statusCode, 201, b.body);
@@ -88,8 +88,8 @@ describe('the guest network policy, from inside sandboxes (container runtime)', 
   }
 
   it('shows the choice in the session view; egress is off by default', async () => {
-    assert.deepEqual((await orch.server.inject({ method: 'GET', url: `/v1/sessions/${closed}` })).json().network, { egress: false });
-    assert.deepEqual((await orch.server.inject({ method: 'GET', url: `/v1/sessions/${open}` })).json().network, { egress: true });
+    assert.deepEqual((await orch.server.inject({ method: 'GET', url: `/v1/sessions/${closed}`, headers: orch.authHeaders })).json().network, { egress: false });
+    assert.deepEqual((await orch.server.inject({ method: 'GET', url: `/v1/sessions/${open}`, headers: orch.authHeaders })).json().network, { egress: true });
     // Only the egress session has an entry: the other is fenced by the prefix rules alone.
     assert.deepEqual(await policyOf().egressInterfaces(), [NAMES.hostVeth(open)]);
     assert.equal((await readFile(IP_FORWARD, 'utf8')).trim(), '1', 'egress turned forwarding on');
@@ -141,14 +141,14 @@ describe('the guest network policy, from inside sandboxes (container runtime)', 
 
   it('the host still reaches both guests over SSH (its own connections and their replies)', async () => {
     for (const id of [closed, open]) {
-      const res = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/actions`, payload: { action: 'cursor_position' } });
+      const res = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/actions`, payload: { action: 'cursor_position' }, headers: orch.authHeaders });
       assert.equal(res.statusCode, 200, res.body);
     }
   });
 
   it('refuses bad network options with a 400 naming the field, and takes nothing', async () => {
     for (const network of [{ egress: 'yes' }, { egress: 1 }, { internet: true }, true, 'egress']) {
-      const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: { network } });
+      const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: { network }, headers: orch.authHeaders });
       assert.equal(res.statusCode, 400, `${JSON.stringify(network)}: ${res.body}`);
       assert.match(res.json().error.message, /network/);
     }
@@ -158,8 +158,8 @@ describe('the guest network policy, from inside sandboxes (container runtime)', 
   it('destroy takes a session out of the policy, idempotently; stop removes the table', async () => {
     const policy = policyOf();
     for (const id of [open, closed]) {
-      assert.equal((await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${id}` })).statusCode, 200);
-      assert.equal((await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${id}` })).statusCode, 200);
+      assert.equal((await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${id}`, headers: orch.authHeaders })).statusCode, 200);
+      assert.equal((await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${id}`, headers: orch.authHeaders })).statusCode, 200);
     }
     assert.deepEqual(await policy.egressInterfaces(), []);
     // A release run twice (a destroy racing the reaper) is harmless.
@@ -175,7 +175,7 @@ describe('the network policy when things go wrong', () => {
     // 300 ms is too short for SSH to come up: a real boot failure after the policy was set.
     const orch = await startTestOrchestrator({ bootTimeoutMs: 300 });
     try {
-      const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: { network: { egress: true } } });
+      const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: { network: { egress: true } }, headers: orch.authHeaders });
       assert.equal(res.statusCode, 503, res.body);
       assert.deepEqual(await policyOf().egressInterfaces(), []);
     } finally {
@@ -214,7 +214,7 @@ describe('the network policy for a VM (qemu runtime: TAP bridged to the veth in 
   before(async () => {
     lab = await createNetLab(TEST_PREFIX);
     orch = await startTestOrchestrator({ runtime: 'qemu', host: lab.hostExtraAddress, port: 0 }, true);
-    const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: { network: { egress: true } } });
+    const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: { network: { egress: true } }, headers: orch.authHeaders });
     assert.equal(res.statusCode, 201, res.body);
     id = res.json().id;
   });

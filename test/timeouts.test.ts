@@ -70,8 +70,10 @@ describe('session clocks (pure)', () => {
       const store = new SessionStore(file);
       assert.equal(store.get('oldone')?.maxLifetimeSeconds, 3600);
       assert.equal(store.get('oldone')?.endReason, null);
+      assert.equal(store.get('oldone')?.tenant, 'local', 'a session from before tenants belongs to the local tenant');
       const record: SessionRecord = {
         id: 'newone',
+        tenant: 'acme',
         state: 'ready',
         runtime: 'container',
         width: 1024,

@@ -8,6 +8,7 @@ import { OrchestratorError } from '../errors.js';
  */
 export function errorHandler(error: FastifyError | Error, request: FastifyRequest, reply: FastifyReply): void {
   if (error instanceof OrchestratorError) {
+    void reply.headers(error.headers);
     void reply.status(error.statusCode).send({ error: { code: error.code, message: error.message } });
     return;
   }

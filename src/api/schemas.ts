@@ -27,6 +27,7 @@ export const sessionSchema = {
   required: ['id', 'state', 'runtime', 'display', 'createdAt', 'expiresAt'],
   properties: {
     id: { type: 'string' },
+    tenant: { type: 'string', description: 'The tenant that owns the session (the API key\'s; `local` without keys)' },
     state: { type: 'string', enum: ['creating', 'ready', 'destroying', 'destroyed', 'failed'] },
     runtime: { type: 'string', enum: ['container', 'qemu', 'firecracker'] },
     display: {

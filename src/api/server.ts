@@ -1,11 +1,14 @@
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
 import type { Logger } from 'pino';
 import type { Metrics } from '../metrics/metrics.js';
 import type { SessionManager } from '../sessions/manager.js';
+import { installAuth, type AuthOptions } from './auth/request-identity.js';
+import { installTenantScope } from './auth/tenant-scope.js';
 import { applyConnectionLimits, connectionServerOptions, DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from './connection-limits.js';
 import { errorHandler } from './errors.js';
 import { APP_BODY_LIMIT_BYTES } from './limits.js';
+import { installRequestLog } from './logging/request-log.js';
 import { companionToolRoutes } from './routes/companion-tools.js';
 import { computerToolRoutes } from './routes/computer-tool.js';
 import { fileRoutes } from './routes/files.js';
@@ -19,6 +22,8 @@ export interface ServerOptions {
   manager: SessionManager;
   metrics: Metrics;
   logger: Logger;
+  /** API keys and whether they are required (see auth/auth-mode.ts). */
+  auth: AuthOptions;
   /** How long slow clients are waited for (defaults: DEFAULT_CONNECTION_LIMITS). */
   connectionLimits?: ConnectionLimits;
 }
@@ -30,12 +35,19 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     loggerInstance: opts.logger as FastifyBaseLogger,
     bodyLimit: APP_BODY_LIMIT_BYTES,
     ...connectionServerOptions(limits),
+    // One line per request from our own hook instead, carrying tenant and session (logging/request-log.ts).
+    logController: new LogController({ disableRequestLogging: true }),
     ajv: {
       // Reject what the schema does not allow instead of silently dropping or converting it.
       customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false },
     },
   });
   app.setErrorHandler(errorHandler);
+  // On the root instance, before any route: every route is authenticated, then scoped to
+  // the tenant, unless auth/request-identity.ts lists it as open.
+  installAuth(app, opts.auth);
+  installTenantScope(app, opts.manager);
+  installRequestLog(app);
   // An unknown route answers in the same shape as every other error (fastify's own is not).
   app.setNotFoundHandler((request, reply) => {
     void reply.status(404).send({ error: { code: 'route_not_found', message: `no route ${request.method} ${request.url.split('?')[0]}` } });

@@ -2,11 +2,13 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
+import { AUTH_SETTINGS, type AuthSetting } from '../api/auth/auth-mode.js';
 import { SandboxClient, SandboxError } from '../client/index.js';
 import { defaultConfig, RUNTIME_NAMES, warmPoolSize, type RuntimeChoice } from '../config.js';
 import { buildImage } from '../guest/image/builder.js';
 import { createLogger } from '../logger.js';
 import { startOrchestrator } from '../orchestrator.js';
+import { keysCommand } from './keys.js';
 
 function integer(value: string): number {
   const n = Number(value);
@@ -17,7 +19,8 @@ function integer(value: string): number {
 const defaults = defaultConfig();
 const program = new Command('sbx')
   .description('Disposable Linux desktops for computer-use agents')
-  .addOption(new Option('--url <url>', 'orchestrator URL (client commands)').env('SBX_URL').default('http://127.0.0.1:8080'));
+  .addOption(new Option('--url <url>', 'orchestrator URL (client commands)').env('SBX_URL').default('http://127.0.0.1:8080'))
+  .addOption(new Option('--api-key <key>', 'API key (client commands)').env('SBX_API_KEY'));
 
 program
   .command('serve')
@@ -38,11 +41,20 @@ program
         }
       }),
   )
+  .addOption(
+    new Option('--auth <mode>', 'API keys: auto (required once a key exists; always off loopback), on, off (loopback only)')
+      .env('SBX_AUTH')
+      .choices([...AUTH_SETTINGS])
+      .default(defaults.auth),
+  )
+  .addOption(new Option('--no-auth', 'serve without API keys (loopback only; same as --auth off)'))
   .option('--demo', 'create one demo sandbox once started, and save its screenshot')
-  .action(async (opts: { host: string; port: number; stateDir: string; runtime: RuntimeChoice; warmPool: number; demo?: boolean }) => {
+  .action(async (opts: { host: string; port: number; stateDir: string; runtime: RuntimeChoice; warmPool: number; auth: AuthSetting | false; demo?: boolean }) => {
     const log = createLogger();
     const config = {
       ...defaults,
+      // commander turns --no-auth into auth: false.
+      auth: opts.auth === false ? ('off' as const) : opts.auth,
       host: opts.host,
       port: opts.port,
       stateDir: opts.stateDir,
@@ -50,7 +62,13 @@ program
       runtime: opts.runtime,
       warmPoolSize: opts.warmPool,
     };
-    const orchestrator = await startOrchestrator(config, log);
+    let orchestrator: Awaited<ReturnType<typeof startOrchestrator>>;
+    try {
+      orchestrator = await startOrchestrator(config, log);
+    } catch (err) {
+      console.error(`sbx: ${err instanceof Error ? err.message : String(err)}`);
+      process.exit(1);
+    }
     const url = `http://${config.host}:${config.port}`;
     let stopping = false;
     const stop = (signal: string) => {
@@ -68,7 +86,12 @@ program
     process.on('SIGTERM', () => stop('SIGTERM'));
     process.on('SIGINT', () => stop('SIGINT'));
     console.error(`sbx: orchestrator listening on ${url} (runtime ${orchestrator.manager.runtimeName}, state in ${config.stateDir})`);
-    if (opts.demo) {
+    // The demo sandbox is made without a key (tenant "local"): only a keyless server can
+    // hand it to curl. With keys, `sbx create` with one makes a sandbox of the key's tenant.
+    const keyless = orchestrator.authMode !== 'required' && !orchestrator.keys.hasUnrevokedKeys();
+    if (opts.demo && !keyless) {
+      console.error('sbx: API keys exist, so every request needs one: no demo sandbox; try `SBX_API_KEY=<key> node dist/cli/main.js create`');
+    } else if (opts.demo) {
       const session = await orchestrator.manager.create({ metadata: { demo: true } });
       const png = await orchestrator.manager.screenshot(session.id);
       const file = path.resolve(`demo-${session.id}.png`);
@@ -100,8 +123,11 @@ image
   });
 
 function client(): SandboxClient {
-  return new SandboxClient({ baseUrl: program.opts<{ url: string }>().url });
+  const { url, apiKey } = program.opts<{ url: string; apiKey?: string }>();
+  return new SandboxClient({ baseUrl: url, apiKey });
 }
+
+program.addCommand(keysCommand(defaults.stateDir));
 
 program
   .command('create')

@@ -4,6 +4,8 @@ export class SandboxError extends Error {
     message: string,
     readonly status: number,
     readonly code: string,
+    /** Seconds the server asked to wait before trying again (Retry-After), when it said. */
+    readonly retryAfterSeconds?: number,
   ) {
     super(message);
     this.name = new.target.name;
@@ -16,14 +18,21 @@ export class SessionNotReadyError extends SandboxError {}
 export class PermissionDeniedError extends SandboxError {}
 /** A file over the server's size limit. */
 export class TooLargeError extends SandboxError {}
+/** The host is full or the sandbox could not start (503); see retryAfterSeconds. */
 export class UnavailableError extends SandboxError {}
+/** No API key, or a wrong, expired or revoked one (401). */
+export class AuthenticationError extends SandboxError {}
+/** The tenant is at its session limit (429); see retryAfterSeconds. */
+export class RateLimitError extends SandboxError {}
 
-export function errorFor(status: number, code: string, message: string): SandboxError {
+export function errorFor(status: number, code: string, message: string, retryAfterSeconds?: number): SandboxError {
   if (status === 400) return new InvalidRequestError(message, status, code);
+  if (status === 401) return new AuthenticationError(message, status, code);
+  if (status === 429) return new RateLimitError(message, status, code, retryAfterSeconds);
   if (status === 404) return new NotFoundError(message, status, code);
   if (status === 403) return new PermissionDeniedError(message, status, code);
   if (status === 409) return new SessionNotReadyError(message, status, code);
   if (status === 413) return new TooLargeError(message, status, code);
-  if (status === 503) return new UnavailableError(message, status, code);
+  if (status === 503) return new UnavailableError(message, status, code, retryAfterSeconds);
   return new SandboxError(message, status, code);
 }

@@ -25,6 +25,8 @@ export interface SessionInfo {
   metadata?: Record<string, unknown>;
   /** The guest network policy chosen at create time. */
   network?: { egress: boolean };
+  /** The tenant that owns it (the API key's; `local` without keys). */
+  tenant?: string;
   createdAt: string;
   /** When the session ends unless it is used again (never after lifetimeEndsAt). */
   expiresAt: string;
@@ -118,6 +120,7 @@ export interface ActionResult {
 export interface ClientOptions {
   /** e.g. http://127.0.0.1:8080 (default: SBX_URL or that) */
   baseUrl?: string;
+  /** Sent as `Authorization: Bearer <apiKey>` (default: SBX_API_KEY). */
   apiKey?: string;
 }
 
@@ -210,7 +213,8 @@ export class SandboxClient {
       } catch {
         // not JSON: keep the generic message
       }
-      throw errorFor(response.status, code, message);
+      const retryAfter = Number(response.headers.get('retry-after') ?? NaN);
+      throw errorFor(response.status, code, message, Number.isFinite(retryAfter) ? retryAfter : undefined);
     }
     return response;
   }

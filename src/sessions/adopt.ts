@@ -33,7 +33,7 @@ const ADOPT_TIMEOUT_MS = 10_000;
  * fails: the caller reclaims the sandbox like any other left behind.
  */
 export async function adoptSession(record: SessionRecord, ctx: AdoptContext): Promise<Session | undefined> {
-  const log = ctx.log.child({ sessionId: record.id });
+  const log = ctx.log.child({ sessionId: record.id, tenant: record.tenant });
   if (record.state !== 'ready' || record.pooled || record.addressIndex === null || !ctx.runtime.adopt) return undefined;
   const sessionDir = sessionDirOf(ctx.stateDir, record.id);
   if (record.addressIndex >= ctx.pool.size) {

@@ -131,7 +131,7 @@ async function startSandbox(session: Session, lease: AddressLease, ctx: BootCont
 
   step('keys and config');
   // The policy first: the sandbox's veth is fenced from the moment it exists.
-  await ctx.policy.admit(id, lease, { egress: session.record.egress }, session.cleanup);
+  await ctx.policy.admit(id, lease, { egress: session.record.egress }, session.cleanup, ctx.log);
   step('network policy');
   record('netns', ctx.names.netns(id));
   record('veth', ctx.names.hostVeth(id));

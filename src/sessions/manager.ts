@@ -13,9 +13,10 @@ import { adoptSession } from './adopt.js';
 import { bootPooledSandbox, bootSandbox, consoleTail, type BootContext } from './boot.js';
 import { claimPooledSandbox } from './pool/claim.js';
 import { WarmPool, type PooledSandbox, type ScreenShape, type WarmPoolStatus } from './pool/warm-pool.js';
+import { CapacityGate, defaultMaxSessions, type CapacitySlot } from './capacity.js';
 import { reconcileHost } from './reconcile.js';
 import { newSessionId, Session } from './session.js';
-import type { ComputerToolVersion, EndReason, SessionRecord, SessionState } from './session-record.js';
+import { LOCAL_TENANT, type ComputerToolVersion, type EndReason, type SessionRecord, type SessionState } from './session-record.js';
 import { changedLifetime, expiry, idleDeadline, resolveLifetime } from './timeouts.js';
 import { toView, type SessionView } from './session-view.js';
 import type { SessionStore } from './store.js';
@@ -35,6 +36,11 @@ export interface CreateSessionOptions {
   metadata?: Record<string, unknown>;
   /** The guest network policy: `egress` lets the sandbox reach the internet (default off). */
   network?: Partial<NetworkOptions>;
+}
+
+/** Who a session is made for. */
+export interface SessionOwner {
+  tenant: string;
 }
 
 export interface AttachmentContext {
@@ -61,6 +67,8 @@ export interface ManagerOptions {
   log: Logger;
   /** Booted sandboxes kept ready for creates of this screen size (size 0: no pool). */
   warmPool?: { size: number; shape: ScreenShape };
+  /** Admission control (per host, per tenant, memory); default: limits derived from memoryMiB. */
+  capacity?: CapacityGate;
 }
 
 export interface SessionHealth {
@@ -108,8 +116,12 @@ export class SessionManager {
   private reaper: NodeJS.Timeout | undefined;
   private shuttingDown = false;
   private readonly warmPool: WarmPool | undefined;
+  readonly capacity: CapacityGate;
 
   constructor(private readonly opts: ManagerOptions) {
+    this.capacity =
+      opts.capacity ??
+      new CapacityGate({ maxSessions: defaultMaxSessions(opts.memoryMiB), maxSessionsPerTenant: 10, sessionMemoryMiB: opts.memoryMiB, memoryReserveMiB: 512 });
     this.pool = new AddressPool(opts.subnet);
     this.policy = new NetworkPolicy(opts.names, opts.subnet, opts.log);
     const warm = opts.warmPool;
@@ -174,7 +186,7 @@ export class SessionManager {
     // Reconciliation put a fresh policy table in place: let adopted sessions out again.
     for (const session of adopted) {
       if (!session.record.egress || session.record.addressIndex === null) continue;
-      await this.policy.admit(session.id, this.pool.describe(session.record.addressIndex), { egress: true }, session.cleanup);
+      await this.policy.admit(session.id, this.pool.describe(session.record.addressIndex), { egress: true }, session.cleanup, this.sessionLog(session));
     }
     if (adopted.length > 0) this.opts.log.info({ adopted: adopted.length }, 'adopted live sessions of an earlier run');
     if (reclaimed > 0) this.opts.log.warn({ reclaimed }, 'reclaimed sandboxes left behind by an earlier run');
@@ -199,26 +211,45 @@ export class SessionManager {
         log: this.opts.log,
       });
       if (!session) continue;
+      // A live session holds its place whatever the limits are now: it is running already.
+      const slot = this.capacity.hold(record.tenant);
+      await session.cleanup.push('capacity slot', () => slot.release());
       this.sessions.set(session.id, session);
       this.opts.metrics.activeSessions.inc();
-      this.watch(session, this.opts.log.child({ sessionId: session.id }));
+      this.watch(session, this.sessionLog(session));
       adopted.push(session);
     }
     return adopted;
   }
 
-  async create(options: CreateSessionOptions = {}): Promise<SessionView> {
+  async create(options: CreateSessionOptions = {}, owner: SessionOwner = { tenant: LOCAL_TENANT }): Promise<SessionView> {
     if (this.shuttingDown) throw new UnavailableError('the orchestrator is shutting down');
     const started = performance.now();
     const request = this.resolve(options);
+    // Admission: a 429/503 here has taken nothing. The slot is taken in the same synchronous
+    // step as the check, so concurrent creates cannot overshoot a limit. The session that
+    // gets it releases it last of all its resources; a create that fails gives it back
+    // (release is idempotent, so a failed boot that released it already is no harm).
+    const slot = this.capacity.reserve(owner.tenant);
+    try {
+      const view = await this.createWithSlot(request, owner.tenant, slot, started);
+      slot.booted();
+      return view;
+    } catch (err) {
+      slot.release();
+      throw err;
+    }
+  }
+
+  private async createWithSlot(request: SessionRequest, tenant: string, slot: CapacitySlot, started: number): Promise<SessionView> {
     // A pooled sandbox of the same screen size, if one is ready; any other request boots cold.
     // (A pooled sandbox was fenced without egress: a request for egress boots cold too.)
     const pooled = request.egress ? undefined : this.warmPool?.take({ width: request.width, height: request.height });
     if (pooled) {
-      const view = await this.createFromPool(pooled, request, started).finally(() => this.warmPool?.refill());
+      const view = await this.createFromPool(pooled, request, tenant, slot, started).finally(() => this.warmPool?.refill());
       if (view) return view;
     }
-    return this.createCold(request, started);
+    return this.createCold(request, tenant, slot, started);
   }
 
   /** Defaults applied and checked before anything is taken: a bad request leaves nothing to undo. */
@@ -240,10 +271,11 @@ export class SessionManager {
     };
   }
 
-  private newRecord(request: SessionRequest, addressIndex: number, pooled: boolean): SessionRecord {
+  private newRecord(request: SessionRequest, addressIndex: number, pooled: boolean, tenant: string): SessionRecord {
     const now = new Date();
     return {
       id: newSessionId(),
+      tenant,
       state: 'creating',
       runtime: this.opts.runtime.name,
       width: request.width,
@@ -282,15 +314,17 @@ export class SessionManager {
     };
   }
 
-  private async createCold(request: SessionRequest, started: number): Promise<SessionView> {
+  private async createCold(request: SessionRequest, tenant: string, slot: CapacitySlot, started: number): Promise<SessionView> {
     const lease = this.pool.lease();
-    const record = this.newRecord(request, lease.index, false);
+    const record = this.newRecord(request, lease.index, false, tenant);
     const session = new Session(record);
-    const log = this.opts.log.child({ sessionId: record.id });
+    const log = this.sessionLog(session);
     // Stored before any resource is taken, so a crash from here on is found at restart.
     this.opts.store.insert(record);
     this.sessions.set(record.id, session);
     this.opts.metrics.activeSessions.inc();
+    // First on the stack, so released last: the slot is free only once everything else is.
+    await session.cleanup.push('capacity slot', () => slot.release());
     await session.cleanup.push('address lease', () => this.pool.release(lease.index));
 
     const boot = bootSandbox(session, lease, this.bootContext(log));
@@ -314,10 +348,17 @@ export class SessionManager {
    * handed to the session's own key (claimPooledSandbox). Undefined if the claim failed: the
    * pooled sandbox is destroyed and the caller boots one cold, so the client never sees it.
    */
-  private async createFromPool(pooled: PooledSandbox, request: SessionRequest, started: number): Promise<SessionView | undefined> {
+  private async createFromPool(
+    pooled: PooledSandbox,
+    request: SessionRequest,
+    tenant: string,
+    slot: CapacitySlot,
+    started: number,
+  ): Promise<SessionView | undefined> {
     const { session } = pooled;
     const now = new Date();
     Object.assign(session.record, {
+      tenant,
       state: 'creating',
       modelWidth: request.modelWidth,
       modelHeight: request.modelHeight,
@@ -332,7 +373,7 @@ export class SessionManager {
       pooled: false,
       endReason: null,
     } satisfies Partial<SessionRecord>);
-    const log = this.opts.log.child({ sessionId: session.id });
+    const log = this.sessionLog(session);
     // From here it is a session like any other: listed, destroyed by a DELETE or a shutdown.
     this.opts.store.adopt(session.record);
     this.sessions.set(session.id, session);
@@ -360,8 +401,10 @@ export class SessionManager {
         log.error({ err: releaseErr }, 'releasing a warm sandbox that could not be claimed failed');
       }
       this.opts.store.delete(session.id);
-      return undefined;
+      return undefined; // the slot was not on its stack: the cold boot that follows uses it
     }
+    // Only now, so that a failed claim above does not give back the slot the cold boot needs.
+    await session.cleanup.push('capacity slot', () => slot.release());
     return this.becomeReady(session, 'warm', started, log);
   }
 
@@ -388,7 +431,8 @@ export class SessionManager {
     if (this.shuttingDown) throw new UnavailableError('the orchestrator is shutting down');
     const request = this.resolve(shape);
     const lease = this.pool.lease();
-    const record = this.newRecord(request, lease.index, true);
+    // Owned by no tenant until a create claims it (and not counted against any limit).
+    const record = this.newRecord(request, lease.index, true, LOCAL_TENANT);
     const session = new Session(record);
     const log = this.opts.log.child({ pooledSandbox: record.id });
     this.opts.store.insert(record);
@@ -417,8 +461,15 @@ export class SessionManager {
     }
   }
 
-  list(): SessionView[] {
-    return [...this.sessions.values()].map((s) => toView(s.record));
+  /** Live sessions; only `tenant`'s when given. */
+  list(tenant?: string): SessionView[] {
+    const sessions = [...this.sessions.values()].filter((s) => tenant === undefined || s.record.tenant === tenant);
+    return sessions.map((s) => toView(s.record));
+  }
+
+  /** The tenant that owns a session (live or stored), or undefined if there is none. */
+  tenantOf(id: string): string | undefined {
+    return this.sessions.get(id)?.record.tenant ?? this.opts.store.get(id)?.tenant;
   }
 
   get(id: string): SessionView {
@@ -647,7 +698,7 @@ export class SessionManager {
         this.opts.store.forgetResources(session.id);
       } catch (err) {
         this.opts.metrics.errors.inc({ kind: 'destroy' });
-        this.opts.log.error({ err, sessionId: session.id }, 'releasing sandbox resources failed');
+        this.sessionLog(session).error({ err }, 'releasing sandbox resources failed');
       }
       session.record.addressIndex = null;
       session.record.error = error;
@@ -667,6 +718,11 @@ export class SessionManager {
     });
   }
 
+  /** Every log line about a session carries its id and its tenant. */
+  private sessionLog(session: Session): Logger {
+    return this.opts.log.child({ sessionId: session.id, tenant: session.record.tenant });
+  }
+
   private setState(session: Session, state: SessionState): void {
     session.record.state = state;
     session.record.updatedAt = new Date().toISOString();
@@ -679,7 +735,7 @@ export class SessionManager {
       if (session.record.state !== 'ready' && session.record.state !== 'failed') continue;
       const reason = expiry(session.record, now, session.inFlight > 0);
       if (!reason) continue;
-      this.opts.log.info({ sessionId: session.id, reason }, `session ${reason === 'max_lifetime' ? 'maximum lifetime' : 'idle timeout'} reached; destroying`);
+      this.sessionLog(session).info({ reason }, `session ${reason === 'max_lifetime' ? 'maximum lifetime' : 'idle timeout'} reached; destroying`);
       void this.destroy(session.id, reason);
     }
   }

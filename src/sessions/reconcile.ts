@@ -46,11 +46,14 @@ export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
   }
 
   for (const id of keep) ids.delete(id);
+  // The tenant where a row knows it (an orphan found only by its name has none).
+  const tenants = new Map(unfinished.map((r) => [r.id, r.tenant]));
   for (const id of ids) {
     const sessionDir = sessionDirOf(stateDir, id);
+    const sessionLog = log.child({ sessionId: id, tenant: tenants.get(id) ?? null });
     // What the ledger recorded, by the names it had then; then whatever carries our prefix.
     const recorded = store.resourcesOf(id);
-    let failed = !(await reclaimRecorded(recorded, log.child({ sessionId: id })));
+    let failed = !(await reclaimRecorded(recorded, sessionLog));
     // Each step on its own: one that fails must not keep the others from running.
     const steps: Array<[string, () => Promise<void>]> = [
       ['sandbox', () => runtime.reclaim(id, sessionDir)],
@@ -63,12 +66,12 @@ export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
         await step();
       } catch (err) {
         failed = true;
-        log.error({ err, sessionId: id, what }, 'could not reclaim part of a sandbox left behind; remove it by hand');
+        sessionLog.error({ err, what }, 'could not reclaim part of a sandbox left behind; remove it by hand');
       }
     }
     if (!failed) {
       store.forgetResources(id);
-      log.info({ sessionId: id, recorded: recorded.length }, 'reclaimed a sandbox left behind by an earlier run');
+      sessionLog.info({ recorded: recorded.length }, 'reclaimed a sandbox left behind by an earlier run');
     }
   }
   // Last, once no sandbox of an earlier run is left: the network policy table is replaced

@@ -6,6 +6,8 @@ export type ComputerToolVersion = (typeof COMPUTER_TOOL_VERSIONS)[number];
 export const SESSION_STATES = ['creating', 'ready', 'destroying', 'destroyed', 'failed'] as const;
 export type SessionState = (typeof SESSION_STATES)[number];
 
+/** The tenant of sessions made without an API key (keyless local development). */
+export const LOCAL_TENANT = 'local';
 /**
  * Why a session ended: a client's DELETE, its idle timeout, its maximum lifetime, a failure
  * (its error says which), or the orchestrator shutting down.
@@ -16,6 +18,8 @@ export type EndReason = (typeof END_REASONS)[number];
 /** What is stored about a session, and what the API shows of it. */
 export interface SessionRecord {
   id: string;
+  /** Who owns it: the tenant of the API key that created it (LOCAL_TENANT without keys). */
+  tenant: string;
   state: SessionState;
   runtime: RuntimeName;
   /** The real screen. */

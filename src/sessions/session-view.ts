@@ -24,6 +24,8 @@ export function computerToolDefinition(record: SessionRecord): ComputerToolDefin
 /** A session as the API shows it. */
 export interface SessionView {
   id: string;
+  /** The tenant that owns it (the API key's; `local` without keys). */
+  tenant: string;
   state: SessionRecord['state'];
   runtime: SessionRecord['runtime'];
   display: { width: number; height: number };
@@ -46,6 +48,7 @@ export interface SessionView {
 export function toView(record: SessionRecord): SessionView {
   const view: SessionView = {
     id: record.id,
+    tenant: record.tenant,
     state: record.state,
     runtime: record.runtime,
     display: { width: record.width, height: record.height },

@@ -4,6 +4,7 @@ import type { EndReason, SessionRecord, SessionState } from './session-record.js
 
 interface Row {
   id: string;
+  tenant: string;
   state: SessionState;
   runtime: SessionRecord['runtime'];
   width: number;
@@ -55,6 +56,15 @@ export class SessionStore {
         WHERE address_index IS NOT NULL;
       -- The ledger: every host resource a session holds, written before it is taken and
       -- forgotten once released (sessions/resource-ledger.ts).
+      -- API keys (src/api/auth/key-store.ts): only a SHA-256 of each key is kept.
+      CREATE TABLE IF NOT EXISTS api_keys (
+        id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        hash BLOB NOT NULL,
+        created_at TEXT NOT NULL,
+        expires_at TEXT,
+        revoked_at TEXT
+      );
       CREATE TABLE IF NOT EXISTS session_resources (
         session_id TEXT NOT NULL,
         kind TEXT NOT NULL,
@@ -66,6 +76,11 @@ export class SessionStore {
     this.migrate();
   }
 
+  /** The open database, for the other tables kept in the same file (API keys). */
+  get database(): Database.Database {
+    return this.db;
+  }
+
   /** Columns added after the first release; an older file gains them with defaults. */
   private migrate(): void {
     const columns = new Set((this.db.prepare('PRAGMA table_info(sessions)').all() as Array<{ name: string }>).map((c) => c.name));
@@ -75,6 +90,8 @@ export class SessionStore {
       ['tool_version', "TEXT NOT NULL DEFAULT 'computer_20250124'"],
       ['egress', 'INTEGER NOT NULL DEFAULT 0'],
       ['pooled', 'INTEGER NOT NULL DEFAULT 0'],
+      // Sessions from before tenants were made without keys: they belong to the local tenant.
+      ['tenant', "TEXT NOT NULL DEFAULT 'local'"],
       ['max_lifetime_seconds', 'INTEGER NOT NULL DEFAULT 3600'],
       ['end_reason', 'TEXT'],
     ];
@@ -86,10 +103,10 @@ export class SessionStore {
   insert(record: SessionRecord): void {
     this.db
       .prepare(
-        `INSERT INTO sessions (id, state, runtime, width, height, model_width, model_height, tool_version,
+        `INSERT INTO sessions (id, tenant, state, runtime, width, height, model_width, model_height, tool_version,
            timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error, egress, pooled,
            max_lifetime_seconds, end_reason)
-         VALUES (@id, @state, @runtime, @width, @height, @model_width, @model_height, @tool_version,
+         VALUES (@id, @tenant, @state, @runtime, @width, @height, @model_width, @model_height, @tool_version,
            @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error, @egress, @pooled,
            @max_lifetime_seconds, @end_reason)`,
       )
@@ -114,7 +131,7 @@ export class SessionStore {
   adopt(record: SessionRecord): void {
     this.db
       .prepare(
-        `UPDATE sessions SET state = @state, model_width = @model_width, model_height = @model_height,
+        `UPDATE sessions SET tenant = @tenant, state = @state, model_width = @model_width, model_height = @model_height,
            tool_version = @tool_version, timeout_seconds = @timeout_seconds, metadata = @metadata,
            created_at = @created_at, updated_at = @updated_at, expires_at = @expires_at,
            address_index = @address_index, error = @error, pooled = @pooled,
@@ -180,6 +197,7 @@ export class SessionStore {
 function toRow(r: SessionRecord): Row {
   return {
     id: r.id,
+    tenant: r.tenant,
     state: r.state,
     runtime: r.runtime,
     width: r.width,
@@ -204,6 +222,7 @@ function toRow(r: SessionRecord): Row {
 function fromRow(row: Row): SessionRecord {
   return {
     id: row.id,
+    tenant: row.tenant,
     state: row.state,
     runtime: row.runtime,
     width: row.width,

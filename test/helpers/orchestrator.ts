@@ -1,7 +1,9 @@
 import { mkdtemp, readdir, rm, rmdir } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { pino } from 'pino';
+import { pino, type Logger } from 'pino';
+import { isLoopbackAddress } from '../../src/api/auth/auth-mode.js';
+import { openKeyStore } from '../../src/api/auth/key-store-file.js';
 import { defaultConfig, type OrchestratorConfig } from '../../src/config.js';
 import { startOrchestrator, type Orchestrator } from '../../src/orchestrator.js';
 import type { RuntimeSelection } from '../../src/runtimes/select.js';
@@ -22,6 +24,11 @@ export const TEST_SUBNET = `10.242.${Math.floor(Math.random() * 256)}.0/24`;
 
 export interface TestOrchestrator extends Orchestrator {
   stateDir: string;
+  /**
+   * Headers for requests: an API key of tenant "test" when the orchestrator binds a
+   * non-loopback address (it refuses to start keyless there), else none (keyless, "local").
+   */
+  authHeaders: Record<string, string>;
   /** Closes the orchestrator (destroying its sessions) and removes its state dir. */
   stop(): Promise<void>;
 }
@@ -34,6 +41,7 @@ export async function startTestOrchestrator(
   overrides: Partial<OrchestratorConfig> = {},
   listen = false,
   runtime?: RuntimeSelection,
+  logger?: Logger,
 ): Promise<TestOrchestrator> {
   const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-test-'));
   const base = defaultConfig();
@@ -48,11 +56,18 @@ export async function startTestOrchestrator(
     resourcePrefix: TEST_PREFIX,
     ...overrides,
   };
-  const log = pino({ level: process.env.SBX_TEST_LOG_LEVEL || 'silent' });
+  const authHeaders: Record<string, string> = {};
+  if (!isLoopbackAddress(config.host)) {
+    const opened = openKeyStore(stateDir);
+    authHeaders.authorization = `Bearer ${opened.keys.create('test').key}`;
+    opened.close();
+  }
+  const log = logger ?? pino({ level: process.env.SBX_TEST_LOG_LEVEL || 'silent' });
   const orchestrator = await startOrchestrator(config, log, { buildImageIfMissing: false, listen, runtime });
   return {
     ...orchestrator,
     stateDir,
+    authHeaders,
     async stop() {
       await orchestrator.close();
       await rm(stateDir, { recursive: true, force: true });

@@ -7,7 +7,7 @@ interface IdParams {
   id: string;
 }
 
-const errors = { 400: { $ref: 'Error#' }, 413: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 502: { $ref: 'Error#' }, 503: { $ref: 'Error#' } };
+const errors = { 400: { $ref: 'Error#' }, 401: { $ref: 'Error#' }, 413: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 502: { $ref: 'Error#' }, 503: { $ref: 'Error#' } };
 
 /** /v1/sessions: create, list, inspect, destroy, screenshot, act. */
 export async function sessionRoutes(app: FastifyInstance, opts: { manager: SessionManager }): Promise<void> {
@@ -21,11 +21,11 @@ export async function sessionRoutes(app: FastifyInstance, opts: { manager: Sessi
         summary: 'Create a sandbox and wait until it is ready',
         tags: ['sessions'],
         body: createSessionBody,
-        response: { 201: { $ref: 'Session#' }, ...errors },
+        response: { 201: { $ref: 'Session#' }, 429: { $ref: 'Error#' }, ...errors },
       },
     },
     async (request, reply) => {
-      const session = await manager.create(request.body ?? {});
+      const session = await manager.create(request.body ?? {}, { tenant: request.tenant });
       return reply.status(201).send(session);
     },
   );
@@ -41,7 +41,7 @@ export async function sessionRoutes(app: FastifyInstance, opts: { manager: Sessi
         },
       },
     },
-    async () => ({ sessions: manager.list() }),
+    async (request) => ({ sessions: manager.list(request.tenant) }),
   );
 
   app.get<{ Params: IdParams }>(

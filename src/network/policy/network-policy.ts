@@ -57,11 +57,17 @@ export class NetworkPolicy {
    * keyed by name), and its release is pushed first: the release is idempotent, so it is
    * right whether the add happened or not.
    */
-  async admit(sessionId: string, lease: AddressLease, options: NetworkOptions, cleanup: CleanupStack): Promise<void> {
+  async admit(
+    sessionId: string,
+    lease: AddressLease,
+    options: NetworkOptions,
+    cleanup: CleanupStack,
+    log: Logger = this.log.child({ sessionId }),
+  ): Promise<void> {
     if (!options.egress) return;
     const entry = { hostInterface: this.names.hostVeth(sessionId), guestAddress: lease.guest };
     await cleanup.push(`network egress ${entry.hostInterface}`, () => this.release(sessionId, lease.guest));
-    await ensureIpv4Forwarding(this.log.child({ sessionId }));
+    await ensureIpv4Forwarding(log);
     await applyNft(renderAddEgress(this.table, entry));
   }
 

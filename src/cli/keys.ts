@@ -1,0 +1,71 @@
+import { Command, Option } from 'commander';
+import { openKeyStore } from '../api/auth/key-store-file.js';
+import type { ApiKeyRecord } from '../api/auth/key-store.js';
+import { parseDuration } from '../util/duration.js';
+
+/**
+ * `sbx keys create|list|revoke`: API keys, managed on the orchestrator's store directly (run
+ * them as the user that runs `sbx serve`, with the same state dir). The server reads keys per
+ * request: a key created or revoked here counts at once, without a restart.
+ */
+export function keysCommand(defaultStateDir: string): Command {
+  const keys = new Command('keys').description('API keys: each belongs to a tenant, who sees only its own sessions');
+  const stateDir = () => new Option('--state-dir <dir>', 'the orchestrator\'s state dir').env('SBX_STATE_DIR').default(defaultStateDir);
+
+  keys
+    .command('create')
+    .description('make a key for a tenant and print it (shown this once; only its hash is stored)')
+    .requiredOption('--tenant <name>', 'the tenant it acts for (a-z, 0-9, ".", "_", "-")')
+    .option('--expires-in <duration>', 'lifetime, e.g. 30d, 12h, 15m (default: no expiry)')
+    .addOption(stateDir())
+    .action((opts: { tenant: string; expiresIn?: string; stateDir: string }) => {
+      const expiresAt = opts.expiresIn === undefined ? undefined : new Date(Date.now() + parseDuration(opts.expiresIn) * 1000);
+      withKeys(opts.stateDir, (store) => {
+        const { record, key } = store.create(opts.tenant, expiresAt);
+        console.log(key);
+        console.error(
+          `sbx: key ${record.id} for tenant "${record.tenant}"${record.expiresAt ? `, expires ${record.expiresAt}` : ', no expiry'}. ` +
+            'This is the only time it is shown: keep it (e.g. export SBX_API_KEY=...).',
+        );
+      });
+    });
+
+  keys
+    .command('list')
+    .description('list keys (ids, tenants, dates; never the keys)')
+    .addOption(stateDir())
+    .action((opts: { stateDir: string }) => {
+      withKeys(opts.stateDir, (store) => {
+        const all = store.list();
+        if (all.length === 0) console.error('sbx: no API keys (the server runs keyless on loopback only)');
+        for (const k of all) console.log(`${k.id}  ${k.tenant.padEnd(20)} ${statusOf(k).padEnd(8)} created ${k.createdAt}  expires ${k.expiresAt ?? 'never'}`);
+      });
+    });
+
+  keys
+    .command('revoke <id>')
+    .description('revoke a key for good (takes effect at once)')
+    .addOption(stateDir())
+    .action((id: string, opts: { stateDir: string }) => {
+      withKeys(opts.stateDir, (store) => {
+        const record = store.revoke(id);
+        console.log(`${record.id} revoked at ${record.revokedAt}`);
+      });
+    });
+  return keys;
+}
+
+function withKeys(stateDir: string, use: (store: ReturnType<typeof openKeyStore>['keys']) => void): void {
+  const opened = openKeyStore(stateDir);
+  try {
+    use(opened.keys);
+  } finally {
+    opened.close();
+  }
+}
+
+function statusOf(k: ApiKeyRecord, now = Date.now()): string {
+  if (k.revokedAt) return 'revoked';
+  if (k.expiresAt && Date.parse(k.expiresAt) <= now) return 'expired';
+  return 'active';
+}
