@@ -46,7 +46,18 @@ async function main(): Promise<void> {
   const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-'));
   // The pool starts empty whatever SBX_WARM_POOL_SIZE says: cold creates must be cold. It is
   // grown for the warm figure only (measureWarmCreates).
-  const config = { ...defaultConfig(), stateDir, port: 0, subnet: process.env.SBX_SUBNET || '10.244.0.0/16', warmPoolSize: 0 };
+  const defaults = defaultConfig();
+  const config = {
+    ...defaults,
+    stateDir,
+    port: 0,
+    subnet: process.env.SBX_SUBNET || '10.244.0.0/16',
+    warmPoolSize: 0,
+    // The load runs LOAD_SESSIONS sessions for one (keyless, local) tenant at once: the
+    // default per-tenant and host limits are for clients, not for the benchmark itself.
+    maxSessions: Math.max(defaults.maxSessions, LOAD_SESSIONS + 4),
+    maxSessionsPerTenant: Math.max(defaults.maxSessionsPerTenant, LOAD_SESSIONS + 4),
+  };
   const orchestrator = await startOrchestrator(config, pino({ level: 'warn' }), { buildImageIfMissing: false });
   const address = orchestrator.server.server.address();
   if (!address || typeof address === 'string') throw new Error('server has no TCP address');
