@@ -103,15 +103,7 @@ describe('an orchestrator killed with SIGKILL, and started again', () => {
     port = await freePort();
     child = await startServer();
   });
-  after(async () => {
-    if (child && child.exitCode === null) {
-      child.kill('SIGTERM');
-      await new Promise((resolve) => child?.once('exit', resolve));
-    }
-    await rm(stateDir, { recursive: true, force: true });
-    await rmdirQuiet(NAMES.runcRoot);
-    await removeEmptyPrefixCgroups();
-  });
+  after(() => stopAndClean());
 
   it('dies mid-creation with three live sessions', async () => {
     for (let i = 0; i < 3; i++) {
@@ -184,14 +176,7 @@ describe('a crash, then a start with another resource prefix', () => {
     port = await freePort();
   });
   after(async () => {
-    if (child && child.exitCode === null) {
-      child.kill('SIGTERM');
-      await new Promise((resolve) => child?.once('exit', resolve));
-    }
-    await rm(stateDir, { recursive: true, force: true });
-    await rmdirQuiet(NAMES.runcRoot);
-    await rmdirQuiet(new ResourceNames(otherPrefix).runcRoot);
-    await removeEmptyPrefixCgroups();
+    await stopAndClean(otherPrefix);
     // The first server was killed: its policy table is left (the second has another prefix).
     await run(['nft', 'delete', 'table', 'inet', NAMES.policyTable], { allowFailure: true });
   });
@@ -220,6 +205,18 @@ function ledgerOf(): Array<{ session_id: string; kind: string; name: string }> {
   } finally {
     db.close();
   }
+}
+
+/** Stops the server if it runs (SIGTERM: it destroys its sessions), then removes the test's state. */
+async function stopAndClean(otherPrefix?: string): Promise<void> {
+  if (child && child.exitCode === null) {
+    child.kill('SIGTERM');
+    await new Promise((resolve) => child?.once('exit', resolve));
+  }
+  await rm(stateDir, { recursive: true, force: true });
+  await rmdirQuiet(NAMES.runcRoot);
+  if (otherPrefix) await rmdirQuiet(new ResourceNames(otherPrefix).runcRoot);
+  await removeEmptyPrefixCgroups();
 }
 
 async function rmdirQuiet(dir: string): Promise<void> {
