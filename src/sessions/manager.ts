@@ -5,7 +5,8 @@ import { modelSize, type ScalingRequest } from '../computer/scaling.js';
 import { NotFoundError, OrchestratorError, SessionStateError, UnavailableError } from '../errors.js';
 import type { GuestImage } from '../guest/image/builder.js';
 import type { Metrics } from '../metrics/metrics.js';
-import { AddressPool } from '../network/address-pool.js';
+import { AddressPool, type AddressLease } from '../network/address-pool.js';
+import { run } from '../util/exec.js';
 import type { ResourceNames } from '../network/names.js';
 import { NetworkPolicy, type NetworkOptions } from '../network/policy/network-policy.js';
 import type { Runtime } from '../runtimes/runtime.js';
@@ -152,6 +153,26 @@ export class SessionManager {
   async resizeWarmPool(size: number): Promise<void> {
     if (!this.warmPool) throw new Error('there is no warm pool (SBX_WARM_POOL_SIZE, or a runtime without a live config dir)');
     await this.warmPool.resize(size);
+  }
+
+  /**
+   * The lowest free /30 whose addresses no host interface holds already: another
+   * orchestrator given the same subnet, or a sandbox a killed process left behind, would
+   * otherwise answer in its place. Blocks found taken stay out of this lease only.
+   */
+  private async leaseFreeBlock(): Promise<AddressLease> {
+    const onHost = await hostIPv4Addresses();
+    const skipped: number[] = [];
+    try {
+      for (;;) {
+        const lease = this.pool.lease(); // throws once the subnet is exhausted
+        if (!onHost.has(lease.gateway) && !onHost.has(lease.guest)) return lease;
+        skipped.push(lease.index);
+        this.opts.log.warn({ gateway: lease.gateway }, 'an address of the sandbox subnet is already on a host interface; skipping its block');
+      }
+    } finally {
+      for (const index of skipped) this.pool.release(index);
+    }
   }
 
   /** Address blocks leased now (sessions and pooled sandboxes): a leak shows here. */
@@ -307,7 +328,7 @@ export class SessionManager {
   }
 
   private async createCold(request: SessionRequest, tenant: string, slot: CapacitySlot, started: number): Promise<SessionView> {
-    const lease = this.pool.lease();
+    const lease = await this.leaseFreeBlock();
     const record = this.newRecord(request, lease.index, false, tenant);
     const session = new Session(record);
     const log = this.sessionLog(session);
@@ -418,7 +439,7 @@ export class SessionManager {
   private async bootPooled(shape: ScreenShape): Promise<PooledSandbox> {
     if (this.shuttingDown) throw new UnavailableError('the orchestrator is shutting down');
     const request = this.resolve(shape);
-    const lease = this.pool.lease();
+    const lease = await this.leaseFreeBlock();
     // Owned by no tenant until a create claims it (and not counted against any limit).
     const record = this.newRecord(request, lease.index, true, LOCAL_TENANT);
     const session = new Session(record);
@@ -727,4 +748,13 @@ export class SessionManager {
       void this.destroy(session.id, reason);
     }
   }
+}
+
+/**
+ * Every IPv4 address on the host's interfaces, up or down (os.networkInterfaces() lists only
+ * interfaces that are up and running: a leftover veth whose peer is gone would be missed).
+ */
+async function hostIPv4Addresses(): Promise<Set<string>> {
+  const { stdout } = await run(['ip', '-o', '-4', 'addr', 'show']);
+  return new Set([...stdout.matchAll(/\binet (\d+\.\d+\.\d+\.\d+)\//g)].map((m) => m[1] as string));
 }
