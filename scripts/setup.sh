@@ -15,8 +15,9 @@ fi
 # qemu runtime's microVMs and qemu-utils (qemu-img) makes their per-session disks, lz4
 # unpacks Debian's kernel into the vmlinux Firecracker boots. The VM kernel and the
 # initrd's busybox come from the guest image's own mirror, not the host.
-# nftables (nft) enforces the guest network policy (src/network/policy/).
-packages=(runc debootstrap iproute2 nftables util-linux mount e2fsprogs openssh-client ca-certificates qemu-system-x86 qemu-utils lz4)
+# nftables (nft) enforces the guest network policy (src/network/policy/). curl is the
+# hostile-client tests' HTTP client (it reads an early 413 as a real client does).
+packages=(runc debootstrap iproute2 nftables util-linux mount e2fsprogs openssh-client ca-certificates qemu-system-x86 qemu-utils lz4 curl)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")

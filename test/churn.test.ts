@@ -41,7 +41,7 @@ describe(`${CYCLES} create/destroy cycles, ${PARALLEL} at a time`, () => {
       leases: orch.manager.leasesInUse,
       sessions: orch.manager.list().length,
       egressEntries: (egress.match(/elements = \{([^}]*)\}/)?.[1] ?? '').split(',').filter((e) => e.trim()).length,
-      childProcesses: Number((await run(['sh', '-c', `ps --ppid ${process.pid} --no-headers | wc -l`])).stdout.trim()),
+      childProcesses: await childProcessCount(),
       fds: (await readdir('/proc/self/fd')).length,
     };
   }
@@ -90,3 +90,15 @@ describe(`${CYCLES} create/destroy cycles, ${PARALLEL} at a time`, () => {
     assert.ok(fdsAfter <= fdsBefore + 8, `open descriptors: ${fdsBefore} before, ${fdsAfter} after`);
   });
 });
+
+/** Processes whose parent is this test process (read from /proc, no ps needed). */
+async function childProcessCount(): Promise<number> {
+  let count = 0;
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const stat = await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => '');
+    // The command name (field 2) may hold spaces: the parent pid is the 2nd field after ')'.
+    if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === process.pid) count++;
+  }
+  return count;
+}

@@ -6,6 +6,7 @@ import { after, before, describe, it } from 'node:test';
 import { isProcessAlive, processStartTime } from '../src/runtimes/container/process-watch.js';
 import type { GuestConnection } from '../src/transport/ssh-connection.js';
 import { connectToGuest, guestAddress, guestSh, pngSize } from './helpers/guest.js';
+import { act, assertClickArrives, assertScreenshotSize, assertTypesLiterally } from './helpers/desktop-checks.js';
 import { startXev, typedText, waitForXev } from './helpers/xev.js';
 import { ResourceNames } from '../src/network/names.js';
 import { hostTrace, processesMentioning } from './helpers/host.js';
@@ -59,30 +60,16 @@ describe('a sandbox, end to end', () => {
   });
 
   it('returns a PNG screenshot of the requested size', async () => {
-    const res = await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}/screenshot` });
-    assert.equal(res.statusCode, 200);
-    assert.equal(res.headers['content-type'], 'image/png');
-    assert.deepEqual(pngSize(res.rawPayload), { width: 800, height: 600 });
+    await assertScreenshotSize(orch, id, { width: 800, height: 600 });
   });
 
   it('delivers a click at the requested point to an X client in the guest', async () => {
     await startXev(guest, 800, 600);
-    const res = await act(orch, id, { action: 'left_click', coordinate: [300, 250] });
-    assert.equal(res.statusCode, 200, res.body);
-    const events = await waitForXev(guest, (log) => /ButtonPress event/.test(log));
-    const press = /ButtonPress event[^]*?root:\((\d+),(\d+)\)[^]*?button (\d+)/.exec(events);
-    assert.ok(press, events);
-    assert.deepEqual([press[1], press[2], press[3]], ['300', '250', '1']);
+    await assertClickArrives(orch, id, guest);
   });
 
   it('types text literally: every keysym arrives and nothing is executed', async () => {
-    const text = "Hello, wörld! $(id) `touch /tmp/pwned`; '\"";
-    await guestSh(guest, ': > /tmp/xev.log');
-    const res = await act(orch, id, { action: 'type', text });
-    assert.equal(res.statusCode, 200, res.body);
-    const typed = await waitForXev(guest, (log) => typedText(log) === text);
-    assert.equal(typedText(typed), text);
-    assert.equal((await guestSh(guest, 'test -e /tmp/pwned && echo yes || echo no')).text.trim(), 'no');
+    await assertTypesLiterally(orch, id, guest);
     assert.equal(existsSync('/tmp/pwned'), false);
   });
 
@@ -162,6 +149,3 @@ describe('a sandbox, end to end', () => {
   });
 });
 
-function act(orch: TestOrchestrator, id: string, payload: Record<string, unknown>) {
-  return orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/actions`, payload });
-}

@@ -21,11 +21,12 @@ import { generateSessionKeys, writeSessionKeys } from '../src/transport/keys.js'
 import type { GuestConnection } from '../src/transport/ssh-connection.js';
 import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { run } from '../src/util/exec.js';
-import { connectToGuest, guestAddress, guestSh, pngSize } from './helpers/guest.js';
+import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { COLD_BOOT_CALLS as BOOT_SEQUENCE } from './helpers/firecracker/calls.js';
 import { processesMentioning } from './helpers/host.js';
 import { removeEmptyPrefixCgroups, startTestOrchestrator, TEST_PREFIX, TEST_SUBNET, type TestOrchestrator } from './helpers/orchestrator.js';
-import { startXevSlowly, waitForXev } from './helpers/xev.js';
+import { assertClickArrives, assertScreenshotSize } from './helpers/desktop-checks.js';
+import { startXevSlowly } from './helpers/xev.js';
 
 /**
  * The Firecracker runtime itself (start, destroy, reclaim), run where KVM is missing against
@@ -301,15 +302,11 @@ function endToEnd(title: string, skip: string | false, runtimeFor: () => Promise
     });
 
     it('screenshots and clicks', async () => {
-      const shot = await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}/screenshot` });
-      assert.equal(shot.statusCode, 200);
-      assert.deepEqual(pngSize(shot.rawPayload), { width: 800, height: 600 });
+      await assertScreenshotSize(orch, id, { width: 800, height: 600 });
       await startXevSlowly(guest, 800, 600);
-      const res = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/actions`, payload: { action: 'left_click', coordinate: [300, 250] } });
-      assert.equal(res.statusCode, 200, res.body);
-      const events = await waitForXev(guest, (log) => /ButtonPress event/.test(log));
-      assert.match(events, /ButtonPress event[^]*?root:\(300,250\)[^]*?button 1/);
+      await assertClickArrives(orch, id, guest);
     });
+
 
     it('is destroyed without a trace: no VMM, jail, cgroup, netns or key dir', async () => {
       guest.close();

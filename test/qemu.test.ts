@@ -12,10 +12,11 @@ import { GUEST_USER } from '../src/guest/contract.js';
 import { ResourceNames, SESSION_ID_PATTERN } from '../src/network/names.js';
 import { GuestConnection, HostKeyMismatchError } from '../src/transport/ssh-connection.js';
 import { run } from '../src/util/exec.js';
-import { connectToGuest, guestAddress, guestSh, pngSize } from './helpers/guest.js';
+import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
+import { act, assertClickArrives, assertScreenshotSize, assertTypesLiterally } from './helpers/desktop-checks.js';
 import { hostTrace, processesMentioning } from './helpers/host.js';
 import { TEST_PREFIX, startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
-import { startXevSlowly, typedText, waitForXev } from './helpers/xev.js';
+import { startXevSlowly } from './helpers/xev.js';
 
 const { utils } = ssh2;
 const NAMES = new ResourceNames(TEST_PREFIX);
@@ -83,30 +84,16 @@ describe('a qemu microVM sandbox, end to end', () => {
   });
 
   it('returns a PNG screenshot of the requested size', async () => {
-    const res = await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}/screenshot` });
-    assert.equal(res.statusCode, 200);
-    assert.equal(res.headers['content-type'], 'image/png');
-    assert.deepEqual(pngSize(res.rawPayload), { width: 800, height: 600 });
+    await assertScreenshotSize(orch, id, { width: 800, height: 600 });
   });
 
   it('delivers a click at the requested point to an X client in the guest', async () => {
     await startXevSlowly(guest, 800, 600);
-    const res = await act(orch, id, { action: 'left_click', coordinate: [300, 250] });
-    assert.equal(res.statusCode, 200, res.body);
-    const events = await waitForXev(guest, (log) => /ButtonPress event/.test(log));
-    const press = /ButtonPress event[^]*?root:\((\d+),(\d+)\)[^]*?button (\d+)/.exec(events);
-    assert.ok(press, events);
-    assert.deepEqual([press[1], press[2], press[3]], ['300', '250', '1']);
+    await assertClickArrives(orch, id, guest);
   });
 
   it('types text literally: every keysym arrives and nothing is executed', async () => {
-    const text = "Hello, wörld! $(id) `touch /tmp/pwned`; '\"";
-    await guestSh(guest, ': > /tmp/xev.log');
-    const res = await act(orch, id, { action: 'type', text });
-    assert.equal(res.statusCode, 200, res.body);
-    const typed = await waitForXev(guest, (log) => typedText(log) === text, 100);
-    assert.equal(typedText(typed), text);
-    assert.equal((await guestSh(guest, 'test -e /tmp/pwned && echo yes || echo no')).text.trim(), 'no');
+    await assertTypesLiterally(orch, id, guest, 100);
   });
 
   it('counts its boot in /metrics, by accelerator', async () => {
@@ -268,6 +255,3 @@ async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs = 
   assert.fail(`timed out waiting for ${what}`);
 }
 
-function act(orch: TestOrchestrator, id: string, payload: Record<string, unknown>) {
-  return orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/actions`, payload });
-}

@@ -10,7 +10,7 @@ import { CONFIG_FILES, GUEST_USER } from '../src/guest/contract.js';
 import { ResourceNames, SESSION_ID_PATTERN } from '../src/network/names.js';
 import { generateSessionKeys, publicKeyBlob } from '../src/transport/keys.js';
 import { GuestConnection, HostKeyMismatchError, SshAuthenticationError } from '../src/transport/ssh-connection.js';
-import { connectToGuest, guestAddress, guestSh, pngSize } from './helpers/guest.js';
+import { connectToGuest, guestAddress, pngSize } from './helpers/guest.js';
 import { hostTrace } from './helpers/host.js';
 import { TEST_PREFIX, TEST_SUBNET, startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 import { runCli, startServe } from './helpers/serve.js';

@@ -1,9 +1,10 @@
-import { rm, rmdir } from 'node:fs/promises';
+import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { deleteLink, deleteNetns } from '../network/netns.js';
 import { unmount } from '../runtimes/container/overlay.js';
 import { isProcessAlive, waitForExit } from '../runtimes/container/process-watch.js';
+import { removeCgroupDir } from '../runtimes/firecracker/jailer/cgroup.js';
 import { RESOURCE_KINDS, type ResourceKind } from '../runtimes/runtime.js';
 import { run } from '../util/exec.js';
 
@@ -64,9 +65,7 @@ async function reclaim(kind: ResourceKind, name: string): Promise<void> {
     case 'key-dir':
       return rm(name, { recursive: true, force: true });
     case 'cgroup':
-      return rmdir(name).catch((err: NodeJS.ErrnoException) => {
-        if (err.code !== 'ENOENT') throw err;
-      });
+      return removeCgroupDir(name);
     case 'netns':
       return deleteNetns(name);
     case 'veth':

@@ -15,23 +15,25 @@ export async function jailCgroupDirs(version: CgroupVersion, parent: string, id:
   return controllers.map((controller) => path.join(root, controller, parent, id));
 }
 
-/**
- * Removes a VM's cgroups once its processes are gone (the jailer never does). A cgroup
- * emptied a moment ago can still be busy for a few milliseconds, so EBUSY is retried.
- * Idempotent: a missing directory is fine.
- */
+/** Removes a VM's cgroups once its processes are gone (the jailer never does). Idempotent. */
 export async function removeJailCgroups(version: CgroupVersion, parent: string, id: string, root = CGROUP_ROOT): Promise<void> {
-  for (const dir of await jailCgroupDirs(version, parent, id, root)) {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        await rmdir(dir);
-        break;
-      } catch (err) {
-        const code = (err as NodeJS.ErrnoException).code;
-        if (code === 'ENOENT' || code === 'ENOTDIR') break;
-        if (code !== 'EBUSY' || attempt >= 50) throw err;
-        await sleep(20);
-      }
+  for (const dir of await jailCgroupDirs(version, parent, id, root)) await removeCgroupDir(dir);
+}
+
+/**
+ * Removes one cgroup directory once its processes are gone. A cgroup emptied a moment ago
+ * can still be busy for a few milliseconds, so EBUSY is retried. A missing one is fine.
+ */
+export async function removeCgroupDir(dir: string): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await rmdir(dir);
+      return;
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT' || code === 'ENOTDIR') return;
+      if (code !== 'EBUSY' || attempt >= 50) throw err;
+      await sleep(20);
     }
   }
 }
