@@ -90,7 +90,19 @@ export async function unpackBzImage(image: Buffer, out: string): Promise<void> {
  * unpacked copy at `cachePath`, made now if missing (written to a temporary name and
  * renamed, so a crash never leaves half a kernel to boot).
  */
-export async function ensureVmlinux(kernel: string, cachePath: string): Promise<string> {
+export function ensureVmlinux(kernel: string, cachePath: string): Promise<string> {
+  // One unpacking per file at a time in this process: concurrent first boots share it.
+  let unpacking = inProgress.get(cachePath);
+  if (!unpacking) {
+    unpacking = unpackOnce(kernel, cachePath).finally(() => inProgress.delete(cachePath));
+    inProgress.set(cachePath, unpacking);
+  }
+  return unpacking;
+}
+
+const inProgress = new Map<string, Promise<string>>();
+
+async function unpackOnce(kernel: string, cachePath: string): Promise<string> {
   if (await isElf(kernel)) return kernel;
   const cached = await stat(cachePath).catch(() => undefined);
   if (cached?.isFile() && (await isElf(cachePath))) return cachePath;
