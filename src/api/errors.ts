@@ -1,14 +1,21 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { OrchestratorError } from '../errors.js';
+import { publicSummary } from './public-message.js';
 
 /**
  * Every error leaves as `{ error: { code, message } }` with its status: validation errors
- * name the field, our own errors carry their status and code, anything unexpected is a 500
- * that is logged in full and described briefly.
+ * name the field, our own errors carry their status and code. A 5xx (ours, or anything
+ * unexpected) is logged in full at error level with the request id, and answered with the
+ * gist only (public-message.ts: no host paths, command lines or console output) plus that
+ * request id, so that an operator can find the detail and a client learns nothing of the host.
  */
 export function errorHandler(error: FastifyError | Error, request: FastifyRequest, reply: FastifyReply): void {
   if (error instanceof OrchestratorError) {
     void reply.headers(error.headers);
+    if (error.statusCode >= 500) {
+      serverError(request, reply, error, error.statusCode, error.code, publicSummary(error.message));
+      return;
+    }
     void reply.status(error.statusCode).send({ error: { code: error.code, message: error.message } });
     return;
   }
@@ -22,8 +29,13 @@ export function errorHandler(error: FastifyError | Error, request: FastifyReques
     void reply.status(status).send({ error: { code: codeOf(fastifyError), message: fastifyError.message } });
     return;
   }
-  request.log.error({ err: error }, 'unexpected error');
-  void reply.status(500).send({ error: { code: 'internal', message: `internal error: ${error.message}` } });
+  serverError(request, reply, error, 500, 'internal', 'internal error');
+}
+
+function serverError(request: FastifyRequest, reply: FastifyReply, error: Error, status: number, code: string, summary: string): void {
+  request.log.error({ err: error, statusCode: status }, 'request failed');
+  const message = `${summary} (request id ${request.id}: the orchestrator's log has the details)`;
+  void reply.status(status).send({ error: { code, message, requestId: request.id } });
 }
 
 function codeOf(error: FastifyError): string {

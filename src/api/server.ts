@@ -9,6 +9,7 @@ import { applyConnectionLimits, connectionServerOptions, DEFAULT_CONNECTION_LIMI
 import { errorHandler } from './errors.js';
 import { APP_BODY_LIMIT_BYTES } from './limits.js';
 import { installRequestLog } from './logging/request-log.js';
+import { DEFAULT_TENANT_REQUEST_LIMITS, installTenantRequestLimits, TenantRequestGate, type TenantRequestLimits } from './tenant-request-limits.js';
 import { companionToolRoutes } from './routes/companion-tools.js';
 import { computerToolRoutes } from './routes/computer-tool.js';
 import { fileRoutes } from './routes/files.js';
@@ -26,6 +27,8 @@ export interface ServerOptions {
   auth: AuthOptions;
   /** How long slow clients are waited for (defaults: DEFAULT_CONNECTION_LIMITS). */
   connectionLimits?: ConnectionLimits;
+  /** Requests in flight and per second, per tenant (defaults: DEFAULT_TENANT_REQUEST_LIMITS). */
+  tenantRequestLimits?: TenantRequestLimits;
 }
 
 /** The HTTP API. Built without listening, so tests can drive it with inject(). */
@@ -46,6 +49,8 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   // On the root instance, before any route: every route is authenticated, then scoped to
   // the tenant, unless auth/request-identity.ts lists it as open.
   installAuth(app, opts.auth);
+  const gate = new TenantRequestGate(opts.tenantRequestLimits ?? DEFAULT_TENANT_REQUEST_LIMITS);
+  installTenantRequestLimits(app, gate, (limit) => opts.metrics.requestsRefused.inc({ limit }));
   installTenantScope(app, opts.manager);
   installRequestLog(app);
   // An unknown route answers in the same shape as every other error (fastify's own is not).
