@@ -134,7 +134,7 @@ describe('a keyless sbx serve against web pages in a browser on this machine', (
       const res = await create(headers);
       assert.equal(res.status, 403, `${JSON.stringify(headers)}: ${res.text}`);
       assert.equal(res.json().error.code, 'cross_origin_request');
-      assert.match(res.json().error.message, /without API keys.*curl or an SDK/);
+      assert.match(res.json().error.message, /without an API key, only programs on this machine.*curl or an SDK/);
     }
     assert.deepEqual(await sessionDirs(stateDir), [], 'none of those made a session');
 
@@ -351,6 +351,14 @@ describe('per-tenant request limits, one tenant flooding while another works (re
     assert.deepEqual(await (await as(keyA, 'GET', '/healthz')).json(), { status: 'ok', runtime: 'container', sessions: 1 });
     const wrong = await fetch(`http://127.0.0.1:${port}/healthz`, { headers: { authorization: 'Bearer sbx_nope' } });
     assert.equal(wrong.status, 401, 'a key, when given, is checked');
+  });
+
+  it('/metrics, open without a key to this machine, is not open to a rebound web page', async () => {
+    assert.equal((await request(port, 'GET', '/metrics', { host: `127.0.0.1:${port}` })).status, 200);
+    const rebound = await request(port, 'GET', '/metrics', { host: `evil.example:${port}` });
+    assert.equal(rebound.status, 403, rebound.text);
+    assert.equal(rebound.json().error.code, 'invalid_host');
+    assert.equal((await request(port, 'GET', '/metrics', { host: `127.0.0.1:${port}`, origin: 'http://evil.example' })).status, 403);
   });
 });
 

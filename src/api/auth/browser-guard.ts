@@ -3,9 +3,9 @@ import { OrchestratorError } from '../../errors.js';
 import { isLoopbackAddress } from './auth-mode.js';
 
 /**
- * What keeps web pages out of a keyless server. Without keys, anything that can send a
- * request to 127.0.0.1 is trusted, and a browser on this machine will send one for any page
- * it shows:
+ * What keeps web pages out of a keyless server (and out of /metrics, which local clients
+ * read without a key). Without keys, anything that can send a request to 127.0.0.1 is
+ * trusted, and a browser on this machine will send one for any page it shows:
  * - DNS rebinding: a page on evil.example re-resolves its own name to 127.0.0.1 and then
  *   talks to us as "same origin". Its requests still say `Host: evil.example`, so only
  *   loopback names are accepted in Host.
@@ -42,8 +42,8 @@ export function assertNotFromAWebPage(headers: IncomingHttpHeaders, port: number
   if (!isLoopbackHostHeader(host)) {
     const example = `http://127.0.0.1${port ? `:${port}` : ''}`;
     throw new BrowserRequestError(
-      `the Host header "${String(host).slice(0, 100)}" is not a loopback name: this server runs without API keys, so it only answers ` +
-        `requests addressed to localhost, 127.0.0.1 or [::1] (a web page on another domain must not be able to drive it by ` +
+      `the Host header "${String(host).slice(0, 100)}" is not a loopback name: requests without an API key are only answered ` +
+        `when addressed to localhost, 127.0.0.1 or [::1] (a web page on another domain must not be able to drive this server by ` +
         `DNS rebinding). Use ${example}, or create an API key (\`sbx keys create --tenant <name>\`) and send it`,
       'invalid_host',
     );
@@ -51,16 +51,16 @@ export function assertNotFromAWebPage(headers: IncomingHttpHeaders, port: number
   const site = headers['sec-fetch-site'];
   if (site !== undefined && site !== 'same-origin' && site !== 'none') {
     throw new BrowserRequestError(
-      `refused a ${String(site).slice(0, 20)} request from a web browser: this server runs without API keys, so only programs on this ` +
-        'machine and its own pages may use it. Send the request from curl or an SDK, or create an API key and send it',
+      `refused a ${String(site).slice(0, 20)} request from a web browser: without an API key, only programs on this machine ` +
+        'and pages of this server itself may use it. Send the request from curl or an SDK, or create an API key and send it',
       'cross_origin_request',
     );
   }
   const origin = headers.origin;
   if (origin !== undefined && !sameOrigin(origin, host)) {
     throw new BrowserRequestError(
-      `refused a request from the web page origin "${origin.slice(0, 100)}": this server runs without API keys, so only programs on ` +
-        'this machine and its own pages may use it. Send the request from curl or an SDK, or create an API key and send it',
+      `refused a request from the web page origin "${origin.slice(0, 100)}": without an API key, only programs on this machine ` +
+        'and pages of this server itself may use it. Send the request from curl or an SDK, or create an API key and send it',
       'cross_origin_request',
     );
   }
