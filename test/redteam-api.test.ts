@@ -2,14 +2,18 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { readdir, mkdtemp, rm } from 'node:fs/promises';
 import http from 'node:http';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it, mock } from 'node:test';
+import { publicSummary } from '../src/api/public-message.js';
 import { createLogger } from '../src/logger.js';
 import { SESSION_ID_PATTERN } from '../src/network/names.js';
 import { run } from '../src/util/exec.js';
+import { openKeyStore } from '../src/api/auth/key-store-file.js';
 import { pngSize } from './helpers/guest.js';
+import { memoryOf } from './helpers/raw-http.js';
 import { startTestOrchestrator, TEST_PREFIX, type TestOrchestrator } from './helpers/orchestrator.js';
 import { runCli, startServe, type ServeProcess } from './helpers/serve.js';
 
@@ -42,6 +46,16 @@ function request(port: number, method: string, url: string, headers: Record<stri
   });
 }
 
+/** A port nobody listens on now (the kernel's pick), for a `sbx serve` of this file. */
+async function freePort(): Promise<number> {
+  const server = net.createServer().listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as net.AddressInfo;
+  server.close();
+  await once(server, 'close');
+  return port;
+}
+
 async function stopServe(serve: ServeProcess | undefined): Promise<void> {
   if (serve && serve.child.exitCode === null) {
     serve.child.kill('SIGTERM');
@@ -69,7 +83,7 @@ describe('a keyless sbx serve against web pages in a browser on this machine', (
 
   before(async () => {
     stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-redteam-api-'));
-    port = 19_900 + Math.floor(Math.random() * 90);
+    port = await freePort();
     serve = await startServe(stateDir, port);
   });
   after(async () => {
@@ -166,7 +180,7 @@ describe('revoking the last key (real sbx serve, real sbx keys)', () => {
 
   before(async () => {
     stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-redteam-keys-'));
-    port = 19_990 + Math.floor(Math.random() * 9);
+    port = await freePort();
   });
   after(async () => {
     await stopServe(serve);
@@ -217,9 +231,11 @@ describe('revoking the last key (real sbx serve, real sbx keys)', () => {
   });
 });
 
-describe('per-tenant request limits, one tenant flooding while another works (real sandboxes, real sockets)', () => {
-  const LIMITS = { tenantMaxConcurrentRequests: 4, tenantRequestsPerSecond: 5, tenantRequestBurst: 10 };
-  let orch: TestOrchestrator;
+describe('per-tenant request limits, one tenant flooding while another works (real sbx serve, real sandboxes)', () => {
+  // Small limits, set as an operator would, so that a test can reach them quickly.
+  const LIMITS = { SBX_TENANT_MAX_CONCURRENT_REQUESTS: '4', SBX_TENANT_REQUESTS_PER_SECOND: '5', SBX_TENANT_REQUEST_BURST: '10' };
+  let stateDir: string;
+  let serve: ServeProcess;
   let port: number;
   let keyA: string;
   let keyB: string;
@@ -234,13 +250,24 @@ describe('per-tenant request limits, one tenant flooding while another works (re
       signal,
     });
 
+  /** The refusals counted so far, read from /metrics as a local Prometheus agent would. */
+  const refusedByRate = async () =>
+    Number(/sandbox_api_requests_refused_total\{limit="rate"\} (\d+)/.exec(await (await fetch(`http://127.0.0.1:${port}/metrics`)).text())?.[1] ?? 0);
+
   before(async () => {
-    orch = await startTestOrchestrator(LIMITS, true);
-    const address = orch.server.server.address();
-    assert.ok(address && typeof address === 'object');
-    port = address.port;
-    keyA = orch.keys.create('tenant-a').key;
-    keyB = orch.keys.create('tenant-b').key;
+    stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-redteam-limits-'));
+    const store = openKeyStore(stateDir);
+    keyA = store.keys.create('tenant-a').key;
+    keyB = store.keys.create('tenant-b').key;
+    store.close();
+    port = await freePort();
+    const saved = { ...process.env };
+    Object.assign(process.env, LIMITS);
+    try {
+      serve = await startServe(stateDir, port);
+    } finally {
+      for (const key of Object.keys(LIMITS)) if (saved[key] === undefined) delete process.env[key];
+    }
     const [a, b] = await Promise.all([as(keyA, 'POST', '/v1/sessions', {}), as(keyB, 'POST', '/v1/sessions', {})]);
     assert.equal(a.status, 201, await a.clone().text());
     assert.equal(b.status, 201, await b.clone().text());
@@ -249,7 +276,8 @@ describe('per-tenant request limits, one tenant flooding while another works (re
     await sleep(2_100); // both buckets full again
   });
   after(async () => {
-    await orch?.stop();
+    await stopServe(serve);
+    if (stateDir) await rm(stateDir, { recursive: true, force: true });
   });
 
   it('over its concurrency limit a tenant gets 429 with Retry-After; the other tenant is served meanwhile; every slot comes back, also from abandoned requests', async () => {
@@ -287,9 +315,17 @@ describe('per-tenant request limits, one tenant flooding while another works (re
   });
 
   it('over its rate a tenant gets 429 with Retry-After naming the limit; the other tenant is unaffected; refusals are counted', async () => {
+    // B's latency alone first, at the same pace, to compare with B's latency under A's flood.
+    const quiet: number[] = [];
+    for (let i = 0; i < 8; i++) {
+      await sleep(300);
+      const t = performance.now();
+      assert.equal((await (await as(keyB, 'POST', `/v1/sessions/${idB}/actions`, { action: 'cursor_position' })).arrayBuffer()).byteLength > 0, true);
+      quiet.push(performance.now() - t);
+    }
     await sleep(2_100); // A's bucket full again: 10 tokens, 5 a second
-    const refusedBefore = Number(/sandbox_api_requests_refused_total\{limit="rate"\} (\d+)/.exec(await orch.metrics.registry.metrics())?.[1] ?? 0);
-    const rssBefore = process.memoryUsage().rss;
+    const refusedBefore = await refusedByRate();
+    const memoryBefore = await memoryOf(serve.child.pid as number);
     const counts = new Map<number, number>();
     let sample: Response | undefined;
     const bLatencies: number[] = [];
@@ -322,10 +358,12 @@ describe('per-tenant request limits, one tenant flooding while another works (re
     await agent;
     const served = counts.get(200) ?? 0;
     const refused = counts.get(429) ?? 0;
+    const memoryAfter = await memoryOf(serve.child.pid as number);
     console.log(
       `tenant A flooding for ${seconds.toFixed(1)} s: ${served} served, ${refused} refused (${((served + refused) / seconds).toFixed(0)} req/s); ` +
-        `tenant B meanwhile: ${bLatencies.length} actions, p50 ${percentile(bLatencies, 50).toFixed(1)} ms, p99 ${percentile(bLatencies, 99).toFixed(1)} ms; ` +
-        `RSS growth ${((process.memoryUsage().rss - rssBefore) / 1048576).toFixed(1)} MiB`,
+        `tenant B meanwhile: ${bLatencies.length} actions, p50 ${percentile(bLatencies, 50).toFixed(1)} ms, p99 ${percentile(bLatencies, 99).toFixed(1)} ms ` +
+        `(alone before: p50 ${percentile(quiet, 50).toFixed(1)} ms, max ${percentile(quiet, 100).toFixed(1)} ms); ` +
+        `orchestrator RSS ${memoryBefore.rssMiB} -> ${memoryAfter.rssMiB} MiB, peak ${memoryBefore.peakMiB} -> ${memoryAfter.peakMiB} MiB`,
     );
     assert.deepEqual([...counts.keys()].sort(), [200, 429], `only 200 and 429: ${JSON.stringify([...counts])}`);
     assert.ok(served <= 10 + Math.ceil(5 * seconds) + 1, `at most the burst and the rate got through: ${served} in ${seconds.toFixed(1)} s`);
@@ -337,8 +375,8 @@ describe('per-tenant request limits, one tenant flooding while another works (re
     assert.match(error.message, /tenant "tenant-a" is over its request rate limit of 5 a second, in bursts of at most 10/);
     assert.deepEqual([...bStatuses], [200], 'tenant B was never refused');
     assert.ok(bLatencies.length >= 5, `tenant B kept working: ${bLatencies.length} actions`);
-    const refusedAfter = Number(/sandbox_api_requests_refused_total\{limit="rate"\} (\d+)/.exec(await orch.metrics.registry.metrics())?.[1] ?? 0);
-    assert.equal(refusedAfter - refusedBefore, refused, 'every refusal is counted');
+    assert.equal((await refusedByRate()) - refusedBefore, refused, 'every refusal is counted');
+    assert.ok(memoryAfter.peakMiB - memoryBefore.peakMiB < 50, `the flood cost the orchestrator ${memoryAfter.peakMiB - memoryBefore.peakMiB} MiB of peak memory`);
     // And A is served again once it slows down.
     await sleep(1_100);
     assert.equal((await as(keyA, 'GET', `/v1/sessions/${idA}`)).status, 200);
@@ -409,6 +447,25 @@ describe('5xx answers: the gist and a request id to the client, the detail to th
     assert.equal(res.body.includes('ENOENT'), false, res.body);
     const logged = logLines().find((l) => l.reqId === error.requestId && l.level >= 50);
     assert.equal(logged?.err?.message, secret);
+  });
+
+  it('the gist of the messages that carried host detail: no path, no command line, no console', () => {
+    const cases: Array<[string, string]> = [
+      [
+        'sandbox failed to start: SSH to 10.242.3.2:22 (last error: connect ECONNREFUSED 10.242.3.2:22) did not finish within 300 ms (console log kept at /var/lib/sandboxes/logs/abc.console.log)\n--- guest console (last lines) ---\nsandbox-init: mount /dev/vdb failed',
+        'sandbox failed to start: SSH to 10.242.3.2:22 did not finish within 300 ms',
+      ],
+      ['sandbox failed to start: container tab-abc exited at once; see /tmp/sbx-test-x/abc/console.log', 'sandbox failed to start: container tab-abc exited at once'],
+      [
+        'the tool could not run in the sandbox: guest command "LC_ALL=C.UTF-8 DISPLAY=:99 xdotool key a" did not finish within 15000 ms',
+        'the tool could not run in the sandbox: guest command did not finish within 15000 ms',
+      ],
+      ["xdotool failed in the guest: Error: Can't open display: /tmp/.X11-unix/X99", "xdotool failed in the guest: Error: Can't open display: <path>"],
+      ['this host runs 64 sessions, its limit (SBX_MAX_SESSIONS=64): retry later', 'this host runs 64 sessions, its limit (SBX_MAX_SESSIONS=64): retry later'],
+      ['\n/etc/shadow', 'the request failed'],
+    ];
+    for (const [message, gist] of cases) assert.equal(publicSummary(message), gist);
+    assert.ok(publicSummary('x'.repeat(10_000)).length <= 300);
   });
 
   it('4xx messages still name the client\'s field', async () => {
