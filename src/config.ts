@@ -1,6 +1,6 @@
 import path from 'node:path';
 import { AUTH_SETTINGS, type AuthSetting } from './api/auth/auth-mode.js';
-import { DEFAULT_TENANT_REQUEST_LIMITS } from './api/tenant-request-limits.js';
+import { DEFAULT_TENANT_REQUEST_LIMITS, parseTenantLimitOverrides, type TenantRequestLimits } from './api/tenant-request-limits.js';
 import { DEFAULT_RESOURCE_PREFIX } from './network/names.js';
 import { defaultMaxSessions } from './sessions/capacity.js';
 
@@ -44,6 +44,8 @@ export interface OrchestratorConfig {
   tenantRequestsPerSecond: number;
   /** ... and in one burst (SBX_TENANT_REQUEST_BURST, 200). Over either: 429 with Retry-After. */
   tenantRequestBurst: number;
+  /** Tenants with other request limits (SBX_TENANT_REQUEST_LIMITS="ci=256/500/1000,..."). */
+  tenantRequestLimitOverrides: ReadonlyMap<string, TenantRequestLimits>;
   /** Prefix of every host resource's name (netns, veth, container, cgroup): "sbx-". */
   resourcePrefix: string;
   /** API keys: `auto` (required once a key exists, always off loopback), `on`, `off` (loopback only). */
@@ -103,6 +105,7 @@ export function defaultConfig(): OrchestratorConfig {
     tenantMaxConcurrentRequests: positive('SBX_TENANT_MAX_CONCURRENT_REQUESTS', envInt('SBX_TENANT_MAX_CONCURRENT_REQUESTS', DEFAULT_TENANT_REQUEST_LIMITS.maxConcurrent)),
     tenantRequestsPerSecond: positive('SBX_TENANT_REQUESTS_PER_SECOND', envInt('SBX_TENANT_REQUESTS_PER_SECOND', DEFAULT_TENANT_REQUEST_LIMITS.perSecond)),
     tenantRequestBurst: positive('SBX_TENANT_REQUEST_BURST', envInt('SBX_TENANT_REQUEST_BURST', DEFAULT_TENANT_REQUEST_LIMITS.burst)),
+    tenantRequestLimitOverrides: parseTenantLimitOverrides(process.env.SBX_TENANT_REQUEST_LIMITS || ''),
     resourcePrefix: process.env.SBX_RESOURCE_PREFIX || DEFAULT_RESOURCE_PREFIX,
     auth,
     maxSessions: positive('SBX_MAX_SESSIONS', envInt('SBX_MAX_SESSIONS', defaultMaxSessions(memoryLimitMiB))),

@@ -105,7 +105,12 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
     'capacity limits',
   );
   log.info(
-    { maxConcurrent: config.tenantMaxConcurrentRequests, perSecond: config.tenantRequestsPerSecond, burst: config.tenantRequestBurst },
+    {
+      maxConcurrent: config.tenantMaxConcurrentRequests,
+      perSecond: config.tenantRequestsPerSecond,
+      burst: config.tenantRequestBurst,
+      overrides: Object.fromEntries(config.tenantRequestLimitOverrides),
+    },
     'request limits per tenant',
   );
   await manager.start();
@@ -117,6 +122,7 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
     auth: { keys, requirement: keyRequirement },
     connectionLimits: { headersTimeoutMs: config.headersTimeoutMs, requestTimeoutMs: config.requestTimeoutMs, sendTimeoutMs: config.sendTimeoutMs },
     tenantRequestLimits: { maxConcurrent: config.tenantMaxConcurrentRequests, perSecond: config.tenantRequestsPerSecond, burst: config.tenantRequestBurst },
+    tenantRequestLimitOverrides: config.tenantRequestLimitOverrides,
   });
   if (options.listen !== false) await server.listen({ host: config.host, port: config.port });
 

@@ -8,6 +8,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it, mock } from 'node:test';
 import { publicSummary } from '../src/api/public-message.js';
+import { parseTenantLimitOverrides } from '../src/api/tenant-request-limits.js';
 import { createLogger } from '../src/logger.js';
 import { SESSION_ID_PATTERN } from '../src/network/names.js';
 import { run } from '../src/util/exec.js';
@@ -232,8 +233,9 @@ describe('revoking the last key (real sbx serve, real sbx keys)', () => {
 });
 
 describe('per-tenant request limits, one tenant flooding while another works (real sbx serve, real sandboxes)', () => {
-  // Small limits, set as an operator would, so that a test can reach them quickly.
-  const LIMITS = { SBX_TENANT_MAX_CONCURRENT_REQUESTS: '4', SBX_TENANT_REQUESTS_PER_SECOND: '5', SBX_TENANT_REQUEST_BURST: '10' };
+  // Small limits for tenant A, set as an operator would, so that a test can reach them
+  // quickly; tenant B has the defaults (64 in flight, 50/s, bursts of 200).
+  const LIMITS = { SBX_TENANT_REQUEST_LIMITS: 'tenant-a=4/5/10' };
   let stateDir: string;
   let serve: ServeProcess;
   let port: number;
@@ -289,7 +291,7 @@ describe('per-tenant request limits, one tenant flooding while another works (re
     assert.equal(refused.headers.get('retry-after'), '1');
     const error = ((await refused.json()) as { error: { code: string; message: string } }).error;
     assert.equal(error.code, 'tenant_concurrency_limit');
-    assert.match(error.message, /tenant "tenant-a" has 4, its limit of concurrent requests \(SBX_TENANT_MAX_CONCURRENT_REQUESTS=4\)/);
+    assert.match(error.message, /tenant "tenant-a" has 4, its limit of concurrent requests \(4, SBX_TENANT_MAX_CONCURRENT_REQUESTS or the tenant's entry in SBX_TENANT_REQUEST_LIMITS\)/);
     // Tenant B, meanwhile: its own session, screenshot and all.
     const started = performance.now();
     const shot = await as(keyB, 'GET', `/v1/sessions/${idB}/screenshot`);
@@ -397,6 +399,22 @@ describe('per-tenant request limits, one tenant flooding while another works (re
     assert.equal(rebound.status, 403, rebound.text);
     assert.equal(rebound.json().error.code, 'invalid_host');
     assert.equal((await request(port, 'GET', '/metrics', { host: `127.0.0.1:${port}`, origin: 'http://evil.example' })).status, 403);
+  });
+});
+
+describe('request limit settings', () => {
+  it('SBX_TENANT_REQUEST_LIMITS: tenant=concurrent/perSecond/burst, or a start-up error that shows the form', () => {
+    assert.deepEqual(
+      [...parseTenantLimitOverrides(' ci=256/500/1000, local=8/2/4 ')],
+      [
+        ['ci', { maxConcurrent: 256, perSecond: 500, burst: 1000 }],
+        ['local', { maxConcurrent: 8, perSecond: 2, burst: 4 }],
+      ],
+    );
+    assert.equal(parseTenantLimitOverrides('').size, 0);
+    for (const bad of ['ci=1/2', 'ci=0/1/1', 'Bad Name=1/1/1', 'ci=1/1/1;rm', 'ci=-1/1/1']) {
+      assert.throws(() => parseTenantLimitOverrides(bad), /SBX_TENANT_REQUEST_LIMITS: ".*" is not tenant=concurrent\/perSecond\/burst/, bad);
+    }
   });
 });
 

@@ -27,8 +27,10 @@ export interface ServerOptions {
   auth: AuthOptions;
   /** How long slow clients are waited for (defaults: DEFAULT_CONNECTION_LIMITS). */
   connectionLimits?: ConnectionLimits;
-  /** Requests in flight and per second, per tenant (defaults: DEFAULT_TENANT_REQUEST_LIMITS). */
+  /** Requests in flight and per second, per tenant (defaults: DEFAULT_TENANT_REQUEST_LIMITS)... */
   tenantRequestLimits?: TenantRequestLimits;
+  /** ... except for these tenants. */
+  tenantRequestLimitOverrides?: ReadonlyMap<string, TenantRequestLimits>;
 }
 
 /** The HTTP API. Built without listening, so tests can drive it with inject(). */
@@ -49,7 +51,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   // On the root instance, before any route: every route is authenticated, then scoped to
   // the tenant, unless auth/request-identity.ts lists it as open.
   installAuth(app, opts.auth);
-  const gate = new TenantRequestGate(opts.tenantRequestLimits ?? DEFAULT_TENANT_REQUEST_LIMITS);
+  const gate = new TenantRequestGate(opts.tenantRequestLimits ?? DEFAULT_TENANT_REQUEST_LIMITS, opts.tenantRequestLimitOverrides);
   installTenantRequestLimits(app, gate, (limit) => opts.metrics.requestsRefused.inc({ limit }));
   installTenantScope(app, opts.manager);
   installRequestLog(app);

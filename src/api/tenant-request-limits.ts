@@ -33,6 +33,23 @@ export const DEFAULT_TENANT_REQUEST_LIMITS: TenantRequestLimits = { maxConcurren
 
 export type RequestLimitName = 'concurrency' | 'rate';
 
+/**
+ * SBX_TENANT_REQUEST_LIMITS: limits of named tenants that differ from the default, as
+ * `tenant=concurrent/perSecond/burst` separated by commas, e.g. `ci=256/500/1000,local=128/100/400`.
+ */
+export function parseTenantLimitOverrides(text: string, setting = 'SBX_TENANT_REQUEST_LIMITS'): Map<string, TenantRequestLimits> {
+  const overrides = new Map<string, TenantRequestLimits>();
+  for (const entry of text.split(',').map((e) => e.trim()).filter(Boolean)) {
+    const match = /^([a-z0-9][a-z0-9_.-]{0,62})=(\d+)\/(\d+)\/(\d+)$/.exec(entry);
+    const [concurrent, perSecond, burst] = match ? [Number(match[2]), Number(match[3]), Number(match[4])] : [0, 0, 0];
+    if (!match || concurrent < 1 || perSecond < 1 || burst < 1) {
+      throw new Error(`${setting}: "${entry}" is not tenant=concurrent/perSecond/burst with whole numbers of at least 1 (e.g. ci=256/500/1000)`);
+    }
+    overrides.set(match[1] as string, { maxConcurrent: concurrent, perSecond, burst });
+  }
+  return overrides;
+}
+
 export class RequestLimitError extends OrchestratorError {
   constructor(message: string, code: 'tenant_concurrency_limit' | 'tenant_rate_limit', retryAfterSeconds: number) {
     super(message, 429, code, { 'retry-after': String(retryAfterSeconds) });
@@ -40,6 +57,7 @@ export class RequestLimitError extends OrchestratorError {
 }
 
 interface TenantState {
+  limits: TenantRequestLimits;
   inFlight: number;
   tokens: number;
   /** When `tokens` was last brought up to date (ms, monotonic). */
@@ -55,21 +73,25 @@ export class TenantRequestGate {
 
   constructor(
     readonly limits: TenantRequestLimits,
+    /** Tenants whose limits are not the default ones (SBX_TENANT_REQUEST_LIMITS). */
+    private readonly overrides: ReadonlyMap<string, TenantRequestLimits> = new Map(),
     private readonly now: () => number = () => performance.now(),
   ) {
-    for (const [name, value] of Object.entries(limits)) {
-      if (!Number.isFinite(value) || value <= 0) throw new Error(`tenant request limit ${name} must be a positive number, got ${value}`);
+    for (const set of [limits, ...overrides.values()]) {
+      for (const [name, value] of Object.entries(set)) {
+        if (!Number.isFinite(value) || value <= 0) throw new Error(`tenant request limit ${name} must be a positive number, got ${value}`);
+      }
     }
   }
 
   /** Takes a slot and a token for `tenant`, or throws a 429; call the returned function once the request is over. */
   admit(tenant: string): () => void {
     const state = this.stateOf(tenant);
-    const { maxConcurrent, perSecond, burst } = this.limits;
+    const { maxConcurrent, perSecond, burst } = state.limits;
     if (state.inFlight >= maxConcurrent) {
       throw new RequestLimitError(
         `too many requests in flight: tenant "${tenant}" has ${state.inFlight}, its limit of concurrent requests ` +
-          `(SBX_TENANT_MAX_CONCURRENT_REQUESTS=${maxConcurrent}); wait for some to finish, then retry`,
+          `(${maxConcurrent}, SBX_TENANT_MAX_CONCURRENT_REQUESTS or the tenant's entry in SBX_TENANT_REQUEST_LIMITS); wait for some to finish, then retry`,
         'tenant_concurrency_limit',
         1,
       );
@@ -81,7 +103,7 @@ export class TenantRequestGate {
       const retryAfter = Math.max(1, Math.ceil((1 - state.tokens) / perSecond));
       throw new RequestLimitError(
         `too many requests: tenant "${tenant}" is over its request rate limit of ${perSecond} a second, in bursts of at most ${burst} ` +
-          `(SBX_TENANT_REQUESTS_PER_SECOND, SBX_TENANT_REQUEST_BURST); retry after ${retryAfter} s`,
+          `(SBX_TENANT_REQUESTS_PER_SECOND and SBX_TENANT_REQUEST_BURST, or the tenant's entry in SBX_TENANT_REQUEST_LIMITS); retry after ${retryAfter} s`,
         'tenant_rate_limit',
         retryAfter,
       );
@@ -104,7 +126,8 @@ export class TenantRequestGate {
   private stateOf(tenant: string): TenantState {
     let state = this.tenants.get(tenant);
     if (!state) {
-      state = { inFlight: 0, tokens: this.limits.burst, refilledAt: this.now() };
+      const limits = this.overrides.get(tenant) ?? this.limits;
+      state = { limits, inFlight: 0, tokens: limits.burst, refilledAt: this.now() };
       this.tenants.set(tenant, state);
     }
     return state;
