@@ -155,7 +155,7 @@ describe('qemu sandboxes that fail', () => {
     assert.equal(message.includes('/'), false, message);
     const logged = logLines
       .map((l) => JSON.parse(l) as { reqId?: string; level: number; err?: { message: string } })
-      .filter((l) => l.reqId === requestId && l.level >= 50)
+      .filter((l) => l.reqId === requestId && l.level >= 40)
       .map((l) => l.err?.message ?? '')
       .join('\n');
     assert.match(logged, /sandbox-init: error: no config drive/, 'the console tail says why');

@@ -442,7 +442,7 @@ describe('5xx answers: the gist and a request id to the client, the detail to th
     assert.equal(res.body.includes('/'), false, `no path in the body: ${res.body}`);
     assert.doesNotMatch(res.body, /console|runc|LC_ALL|xdotool|ssh-keygen|\\n/, res.body);
 
-    const logged = logLines().filter((l) => l.reqId === error.requestId && l.level >= 50);
+    const logged = logLines().filter((l) => l.reqId === error.requestId && l.level >= 40);
     assert.ok(logged.length > 0, `an error line for ${error.requestId}`);
     const detail = logged.map((l) => l.err?.message ?? '').join('\n');
     assert.match(detail, /sandbox failed to start/);

@@ -13,7 +13,10 @@ export function errorHandler(error: FastifyError | Error, request: FastifyReques
   if (error instanceof OrchestratorError) {
     void reply.headers(error.headers);
     if (error.statusCode >= 500) {
-      serverError(request, reply, error, error.statusCode, error.code, publicSummary(error.message));
+      // Ours: a sandbox that failed, a guest that misbehaved, a full host. Not a bug here,
+      // so a warning (the parts that failed log their own errors).
+      request.log.warn({ err: error, statusCode: error.statusCode }, 'request failed');
+      serverError(request, reply, error.statusCode, error.code, publicSummary(error.message), error.message);
       return;
     }
     void reply.status(error.statusCode).send({ error: { code: error.code, message: error.message } });
@@ -29,12 +32,14 @@ export function errorHandler(error: FastifyError | Error, request: FastifyReques
     void reply.status(status).send({ error: { code: codeOf(fastifyError), message: fastifyError.message } });
     return;
   }
-  serverError(request, reply, error, 500, 'internal', 'internal error');
+  request.log.error({ err: error, statusCode: 500 }, 'unexpected error');
+  serverError(request, reply, 500, 'internal', 'internal error', error.message);
 }
 
-function serverError(request: FastifyRequest, reply: FastifyReply, error: Error, status: number, code: string, summary: string): void {
-  request.log.error({ err: error, statusCode: status }, 'request failed');
-  const message = `${summary} (request id ${request.id}: the orchestrator's log has the details)`;
+/** The answer to a 5xx, logged by the caller: the gist, and the request id to find the rest by. */
+function serverError(request: FastifyRequest, reply: FastifyReply, status: number, code: string, summary: string, full: string): void {
+  const withheld = summary !== full;
+  const message = withheld ? `${summary} (request id ${request.id}: the orchestrator's log has the details)` : summary;
   void reply.status(status).send({ error: { code, message, requestId: request.id } });
 }
 
