@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
 import type { Logger } from 'pino';
@@ -42,6 +43,10 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     ...connectionServerOptions(limits),
     // One line per request from our own hook instead, carrying tenant and session (logging/request-log.ts).
     logController: new LogController({ disableRequestLogging: true }),
+    // A 5xx answer names its request id so the operator can find the detail in the log
+    // (errors.ts): random rather than fastify's per-process counter, which starts again at
+    // req-1 on every restart and so would name several requests in one log.
+    genReqId: () => randomBytes(8).toString('hex'),
     ajv: {
       // Reject what the schema does not allow instead of silently dropping or converting it.
       customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false },
