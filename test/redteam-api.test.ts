@@ -8,7 +8,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it, mock } from 'node:test';
 import { publicSummary } from '../src/api/public-message.js';
-import { parseTenantLimitOverrides } from '../src/api/tenant-request-limits.js';
+import { parseTenantLimitOverrides, RequestLimitError, TenantRequestGate } from '../src/api/tenant-request-limits.js';
 import { createLogger } from '../src/logger.js';
 import { SESSION_ID_PATTERN } from '../src/network/names.js';
 import { run } from '../src/util/exec.js';
@@ -403,6 +403,43 @@ describe('per-tenant request limits, one tenant flooding while another works (re
 });
 
 describe('request limit settings', () => {
+  it('the gate: a token bucket and a count in flight per tenant, on a clock of its own', () => {
+    let clock = 0;
+    const gate = new TenantRequestGate({ maxConcurrent: 2, perSecond: 2, burst: 3 }, new Map([['big', { maxConcurrent: 100, perSecond: 100, burst: 100 }]]), () => clock);
+    /** The refusal of one more request of `tenant`, or undefined if it was admitted (and is over at once). */
+    const refusal = (tenant: string) => {
+      try {
+        gate.admit(tenant)();
+      } catch (err) {
+        assert.ok(err instanceof RequestLimitError);
+        return { code: err.code, retryAfter: err.headers['retry-after'] };
+      }
+      return undefined;
+    };
+    const first = gate.admit('a');
+    const second = gate.admit('a');
+    assert.deepEqual(refusal('a'), { code: 'tenant_concurrency_limit', retryAfter: '1' });
+    first();
+    first(); // twice: counted once
+    gate.admit('a')(); // the third token
+    second();
+    assert.deepEqual(refusal('a'), { code: 'tenant_rate_limit', retryAfter: '1' }, 'the burst of 3 is spent');
+    assert.equal(refusal('b'), undefined, 'another tenant has its own bucket');
+    clock += 499;
+    assert.equal(refusal('a')?.code, 'tenant_rate_limit', 'not yet a whole token back');
+    clock += 1;
+    assert.equal(refusal('a'), undefined, 'half a second at 2/s gives one back');
+    clock += 60_000;
+    for (let i = 0; i < 3; i++) gate.admit('a')();
+    assert.equal(refusal('a')?.code, 'tenant_rate_limit', 'a long pause refills to the burst, not beyond');
+    clock += 60_000;
+    gate.admit('a');
+    gate.admit('a');
+    assert.equal(refusal('a')?.code, 'tenant_concurrency_limit', 'every slot was given back exactly once: two in flight is the limit again');
+    for (let i = 0; i < 50; i++) gate.admit('big');
+    assert.equal(refusal('big'), undefined, 'a tenant with its own limits');
+  });
+
   it('SBX_TENANT_REQUEST_LIMITS: tenant=concurrent/perSecond/burst, or a start-up error that shows the form', () => {
     assert.deepEqual(
       [...parseTenantLimitOverrides(' ci=256/500/1000, local=8/2/4 ')],

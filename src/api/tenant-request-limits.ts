@@ -118,11 +118,6 @@ export class TenantRequestGate {
     };
   }
 
-  /** Requests of `tenant` in flight now (for tests and diagnostics). */
-  inFlight(tenant: string): number {
-    return this.tenants.get(tenant)?.inFlight ?? 0;
-  }
-
   private stateOf(tenant: string): TenantState {
     let state = this.tenants.get(tenant);
     if (!state) {
