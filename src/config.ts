@@ -1,5 +1,6 @@
 import path from 'node:path';
 import { AUTH_SETTINGS, type AuthSetting } from './api/auth/auth-mode.js';
+import { DEFAULT_TENANT_REQUEST_LIMITS, parseTenantLimitOverrides, type TenantRequestLimits } from './api/tenant-request-limits.js';
 import { DEFAULT_RESOURCE_PREFIX } from './network/names.js';
 import { defaultMaxSessions } from './sessions/capacity.js';
 
@@ -37,6 +38,14 @@ export interface OrchestratorConfig {
   requestTimeoutMs: number;
   /** ... and a response not read for this long is dropped (SBX_SEND_TIMEOUT_MS, 30 s). */
   sendTimeoutMs: number;
+  /** Per tenant: requests in flight at once (SBX_TENANT_MAX_CONCURRENT_REQUESTS, default 64)... */
+  tenantMaxConcurrentRequests: number;
+  /** ... requests a second on average (SBX_TENANT_REQUESTS_PER_SECOND, 50)... */
+  tenantRequestsPerSecond: number;
+  /** ... and in one burst (SBX_TENANT_REQUEST_BURST, 200). Over either: 429 with Retry-After. */
+  tenantRequestBurst: number;
+  /** Tenants with other request limits (SBX_TENANT_REQUEST_LIMITS="ci=256/500/1000,..."). */
+  tenantRequestLimitOverrides: ReadonlyMap<string, TenantRequestLimits>;
   /** Prefix of every host resource's name (netns, veth, container, cgroup): "sbx-". */
   resourcePrefix: string;
   /** API keys: `auto` (required once a key exists, always off loopback), `on`, `off` (loopback only). */
@@ -93,6 +102,10 @@ export function defaultConfig(): OrchestratorConfig {
     headersTimeoutMs: positive('SBX_HEADERS_TIMEOUT_MS', envInt('SBX_HEADERS_TIMEOUT_MS', 10_000)),
     requestTimeoutMs: positive('SBX_REQUEST_TIMEOUT_MS', envInt('SBX_REQUEST_TIMEOUT_MS', 120_000)),
     sendTimeoutMs: positive('SBX_SEND_TIMEOUT_MS', envInt('SBX_SEND_TIMEOUT_MS', 30_000)),
+    tenantMaxConcurrentRequests: positive('SBX_TENANT_MAX_CONCURRENT_REQUESTS', envInt('SBX_TENANT_MAX_CONCURRENT_REQUESTS', DEFAULT_TENANT_REQUEST_LIMITS.maxConcurrent)),
+    tenantRequestsPerSecond: positive('SBX_TENANT_REQUESTS_PER_SECOND', envInt('SBX_TENANT_REQUESTS_PER_SECOND', DEFAULT_TENANT_REQUEST_LIMITS.perSecond)),
+    tenantRequestBurst: positive('SBX_TENANT_REQUEST_BURST', envInt('SBX_TENANT_REQUEST_BURST', DEFAULT_TENANT_REQUEST_LIMITS.burst)),
+    tenantRequestLimitOverrides: parseTenantLimitOverrides(process.env.SBX_TENANT_REQUEST_LIMITS || ''),
     resourcePrefix: process.env.SBX_RESOURCE_PREFIX || DEFAULT_RESOURCE_PREFIX,
     auth,
     maxSessions: positive('SBX_MAX_SESSIONS', envInt('SBX_MAX_SESSIONS', defaultMaxSessions(memoryLimitMiB))),

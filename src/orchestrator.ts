@@ -3,6 +3,7 @@ import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { resolveAuthMode, type AuthMode } from './api/auth/auth-mode.js';
+import { KeyRequirement } from './api/auth/key-requirement.js';
 import { KeyStore } from './api/auth/key-store.js';
 import { buildServer } from './api/server.js';
 import type { OrchestratorConfig } from './config.js';
@@ -24,6 +25,8 @@ export interface Orchestrator {
   /** API keys in the store (the CLI's `sbx keys` works on the same table). */
   keys: KeyStore;
   authMode: AuthMode;
+  /** Whether requests without a key are refused now (once true, true until a restart). */
+  keyRequirement: KeyRequirement;
   /** Destroys every session, stops the server and closes the store. */
   close(): Promise<void>;
 }
@@ -49,12 +52,15 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
   const keys = new KeyStore(store.database);
   let authMode: AuthMode;
   try {
-    authMode = resolveAuthMode(config.auth, config.host, keys.hasUnrevokedKeys(), config.stateDir);
+    authMode = resolveAuthMode(config.auth, config.host, { usable: keys.hasUnrevokedKeys(), ever: keys.hasAnyKey() }, config.stateDir);
   } catch (err) {
     store.close();
     throw err;
   }
-  logAuthMode(log, authMode, config.host, keys.hasUnrevokedKeys());
+  logAuthMode(log, authMode, config.host);
+  const keyRequirement = new KeyRequirement(authMode, keys, () =>
+    log.warn({ auth: 'required' }, 'an API key was created: keys are required from now on, for good (revoking every key does not turn them off)'),
+  );
   const names = new ResourceNames(config.resourcePrefix);
   const selection = options.runtime ?? (await selectRuntime(config.runtime, names));
   log.info({ runtime: selection.runtime.name, reason: selection.reason }, 'runtime selected');
@@ -98,14 +104,25 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
     { maxSessions: config.maxSessions, maxSessionsPerTenant: config.maxSessionsPerTenant, memoryReserveMiB: config.memoryReserveMiB },
     'capacity limits',
   );
+  log.info(
+    {
+      maxConcurrent: config.tenantMaxConcurrentRequests,
+      perSecond: config.tenantRequestsPerSecond,
+      burst: config.tenantRequestBurst,
+      overrides: Object.fromEntries(config.tenantRequestLimitOverrides),
+    },
+    'request limits per tenant',
+  );
   await manager.start();
   await selection.runtime.prepare?.(image, (message) => log.info({ runtime: selection.runtime.name }, message));
   const server = await buildServer({
     manager,
     metrics,
     logger: log,
-    auth: { keys, mode: authMode },
+    auth: { keys, requirement: keyRequirement },
     connectionLimits: { headersTimeoutMs: config.headersTimeoutMs, requestTimeoutMs: config.requestTimeoutMs, sendTimeoutMs: config.sendTimeoutMs },
+    tenantRequestLimits: { maxConcurrent: config.tenantMaxConcurrentRequests, perSecond: config.tenantRequestsPerSecond, burst: config.tenantRequestBurst },
+    tenantRequestLimitOverrides: config.tenantRequestLimitOverrides,
   });
   if (options.listen !== false) await server.listen({ host: config.host, port: config.port });
 
@@ -119,6 +136,7 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
     image,
     keys,
     authMode,
+    keyRequirement,
     close() {
       closing ??= (async () => {
         await manager.shutdown();
@@ -131,18 +149,16 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
 }
 
 /** Keyless is said loudly, at warn level, so it cannot go unnoticed in any log setup. */
-function logAuthMode(log: Logger, mode: AuthMode, host: string, hasKeys: boolean): void {
+function logAuthMode(log: Logger, mode: AuthMode, host: string): void {
   if (mode === 'required') {
     log.info({ auth: mode, host }, 'API keys required (Authorization: Bearer <key>)');
   } else if (mode === 'keyless') {
     log.warn({ auth: mode, host }, 'AUTHENTICATION IS OFF (--no-auth / SBX_AUTH=off): anyone on this machine can use the API; every session belongs to tenant "local"');
-  } else if (!hasKeys) {
+  } else {
     log.warn(
       { auth: mode, host },
       'NO API KEYS: serving WITHOUT AUTHENTICATION on loopback only (local development); every session belongs to tenant "local". ' +
-        'Keys are required as soon as one exists: `sbx keys create --tenant <name>`',
+        'Keys are required, for good, as soon as one exists: `sbx keys create --tenant <name>`',
     );
-  } else {
-    log.info({ auth: mode, host }, 'API keys required (Authorization: Bearer <key>)');
   }
 }

@@ -226,7 +226,9 @@ describe('keyless mode: loopback only, and said loudly', () => {
       assert.equal((await orch.server.inject({ method: 'GET', url: '/v1/sessions' })).statusCode, 401, 'the first key turns auth on');
       assert.equal((await orch.server.inject({ method: 'GET', url: '/v1/sessions', headers: bearer(key) })).statusCode, 200);
       orch.keys.revoke(record.id);
-      assert.equal((await orch.server.inject({ method: 'GET', url: '/v1/sessions' })).statusCode, 200, 'no key left: keyless again (loopback)');
+      const afterRevoke = await orch.server.inject({ method: 'GET', url: '/v1/sessions' });
+      assert.equal(afterRevoke.statusCode, 401, 'no key left, yet keys stay required: revoking does not reopen keyless mode');
+      assert.equal(afterRevoke.json().error.code, 'missing_api_key');
     } finally {
       await orch.stop();
     }
@@ -242,12 +244,17 @@ describe('keyless mode: loopback only, and said loudly', () => {
       }
       await assert.rejects(startOrchestrator({ ...config, host: '0.0.0.0', auth: 'off' }, silent, { listen: false }), /keyless mode .* is for local development on 127\.0\.0\.1 only/);
       // The decision itself: loopback may be keyless; elsewhere only with keys.
-      assert.equal(resolveAuthMode('auto', '127.0.0.1', false, stateDir), 'keyless-while-no-keys');
-      assert.equal(resolveAuthMode('auto', '::1', false, stateDir), 'keyless-while-no-keys');
-      assert.equal(resolveAuthMode('off', 'localhost', true, stateDir), 'keyless');
-      assert.equal(resolveAuthMode('on', '127.0.0.1', false, stateDir), 'required');
-      assert.equal(resolveAuthMode('auto', '0.0.0.0', true, stateDir), 'required');
-      assert.throws(() => resolveAuthMode('on', '10.1.2.3', false, stateDir), /sbx keys create/);
+      const none = { usable: false, ever: false };
+      const some = { usable: true, ever: true };
+      const onlyRevoked = { usable: false, ever: true };
+      assert.equal(resolveAuthMode('auto', '127.0.0.1', none, stateDir), 'keyless-until-first-key');
+      assert.equal(resolveAuthMode('auto', '::1', none, stateDir), 'keyless-until-first-key');
+      assert.equal(resolveAuthMode('auto', '127.0.0.1', onlyRevoked, stateDir), 'required', 'revoked keys keep a loopback server keyed');
+      assert.equal(resolveAuthMode('off', 'localhost', some, stateDir), 'keyless');
+      assert.equal(resolveAuthMode('on', '127.0.0.1', none, stateDir), 'required');
+      assert.equal(resolveAuthMode('auto', '0.0.0.0', some, stateDir), 'required');
+      assert.throws(() => resolveAuthMode('on', '10.1.2.3', none, stateDir), /sbx keys create/);
+      assert.throws(() => resolveAuthMode('auto', '10.1.2.3', onlyRevoked, stateDir), /sbx keys create/);
     } finally {
       await rm(stateDir, { recursive: true, force: true });
     }

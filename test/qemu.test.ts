@@ -9,6 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import ssh2 from 'ssh2';
 import { GUEST_USER } from '../src/guest/contract.js';
+import { createLogger } from '../src/logger.js';
 import { ResourceNames, SESSION_ID_PATTERN } from '../src/network/names.js';
 import { GuestConnection, HostKeyMismatchError } from '../src/transport/ssh-connection.js';
 import { run } from '../src/util/exec.js';
@@ -129,8 +130,9 @@ describe('a qemu microVM sandbox, end to end', () => {
 
 describe('qemu sandboxes that fail', () => {
   let orch: TestOrchestrator;
+  const logLines: string[] = [];
   before(async () => {
-    orch = await startTestOrchestrator({ runtime: 'qemu' });
+    orch = await startTestOrchestrator({ runtime: 'qemu' }, false, undefined, createLogger({ write: (line: string) => void logLines.push(line) }, 'info'));
   });
   after(async () => {
     await orch?.stop();
@@ -145,12 +147,20 @@ describe('qemu sandboxes that fail', () => {
     const res = await creating;
     t.diagnostic(`failed after ${Date.now() - started} ms`);
     assert.equal(res.statusCode, 503, res.body);
-    const message = res.json().error.message as string;
+    // The client learns what happened; the host's paths and the console are for the log,
+    // under the request id the answer gives (api/errors.ts).
+    const { message, requestId } = res.json().error as { message: string; requestId: string };
     assert.match(message, /exited while waiting for SSH/);
     assert.match(message, /qemu process \(pid \d+\) exited with code 0/);
-    assert.match(message, /sandbox-init: error: no config drive/, 'the console tail says why');
+    assert.equal(message.includes('/'), false, message);
+    const logged = logLines
+      .map((l) => JSON.parse(l) as { reqId?: string; level: number; err?: { message: string } })
+      .filter((l) => l.reqId === requestId && l.level >= 40)
+      .map((l) => l.err?.message ?? '')
+      .join('\n');
+    assert.match(logged, /sandbox-init: error: no config drive/, 'the console tail says why');
     const kept = path.join(orch.stateDir, 'logs', `${id}.console.log`);
-    assert.match(message, new RegExp(`console log kept at ${kept.replace(/[.]/g, '\\.')}`));
+    assert.match(logged, new RegExp(`console log kept at ${kept.replace(/[.]/g, '\\.')}`));
     assert.match(await readFile(kept, 'utf8'), /could not mount config drive \/dev\/vdb/);
     assert.ok(Date.now() - started < 60_000, 'it did not wait for the boot timeout');
 

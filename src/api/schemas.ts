@@ -16,6 +16,7 @@ export const errorSchema = {
       properties: {
         code: { type: 'string', description: 'Stable machine-readable code, e.g. invalid_request, not_found' },
         message: { type: 'string', description: 'What went wrong and, where it helps, what to do' },
+        requestId: { type: 'string', description: "On server errors (5xx): the request's id in the orchestrator's log, which has the details" },
       },
     },
   },

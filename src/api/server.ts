@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
 import type { Logger } from 'pino';
@@ -9,6 +10,7 @@ import { applyConnectionLimits, connectionServerOptions, DEFAULT_CONNECTION_LIMI
 import { errorHandler } from './errors.js';
 import { APP_BODY_LIMIT_BYTES } from './limits.js';
 import { installRequestLog } from './logging/request-log.js';
+import { DEFAULT_TENANT_REQUEST_LIMITS, installTenantRequestLimits, TenantRequestGate, type TenantRequestLimits } from './tenant-request-limits.js';
 import { companionToolRoutes } from './routes/companion-tools.js';
 import { computerToolRoutes } from './routes/computer-tool.js';
 import { fileRoutes } from './routes/files.js';
@@ -26,6 +28,10 @@ export interface ServerOptions {
   auth: AuthOptions;
   /** How long slow clients are waited for (defaults: DEFAULT_CONNECTION_LIMITS). */
   connectionLimits?: ConnectionLimits;
+  /** Requests in flight and per second, per tenant (defaults: DEFAULT_TENANT_REQUEST_LIMITS)... */
+  tenantRequestLimits?: TenantRequestLimits;
+  /** ... except for these tenants. */
+  tenantRequestLimitOverrides?: ReadonlyMap<string, TenantRequestLimits>;
 }
 
 /** The HTTP API. Built without listening, so tests can drive it with inject(). */
@@ -37,6 +43,10 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     ...connectionServerOptions(limits),
     // One line per request from our own hook instead, carrying tenant and session (logging/request-log.ts).
     logController: new LogController({ disableRequestLogging: true }),
+    // A 5xx answer names its request id so the operator can find the detail in the log
+    // (errors.ts): random rather than fastify's per-process counter, which starts again at
+    // req-1 on every restart and so would name several requests in one log.
+    genReqId: () => randomBytes(8).toString('hex'),
     ajv: {
       // Reject what the schema does not allow instead of silently dropping or converting it.
       customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false },
@@ -46,6 +56,8 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   // On the root instance, before any route: every route is authenticated, then scoped to
   // the tenant, unless auth/request-identity.ts lists it as open.
   installAuth(app, opts.auth);
+  const gate = new TenantRequestGate(opts.tenantRequestLimits ?? DEFAULT_TENANT_REQUEST_LIMITS, opts.tenantRequestLimitOverrides);
+  installTenantRequestLimits(app, gate, (limit) => opts.metrics.requestsRefused.inc({ limit }));
   installTenantScope(app, opts.manager);
   installRequestLog(app);
   // An unknown route answers in the same shape as every other error (fastify's own is not).

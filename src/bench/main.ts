@@ -57,6 +57,12 @@ async function main(): Promise<void> {
     // default per-tenant and host limits are for clients, not for the benchmark itself.
     maxSessions: Math.max(defaults.maxSessions, LOAD_SESSIONS + 4),
     maxSessionsPerTenant: Math.max(defaults.maxSessionsPerTenant, LOAD_SESSIONS + 4),
+    // Likewise the request limits: the load alone sends LOAD_SESSIONS x 2 requests every
+    // LOAD_INTERVAL_MS (128/s by default, over the 50/s default), and the sequential phases
+    // send as fast as the orchestrator answers. The bench measures the orchestrator, not the limiter.
+    tenantRequestsPerSecond: Math.max(defaults.tenantRequestsPerSecond, 1_000),
+    tenantRequestBurst: Math.max(defaults.tenantRequestBurst, 1_000),
+    tenantMaxConcurrentRequests: Math.max(defaults.tenantMaxConcurrentRequests, LOAD_SESSIONS * 4),
   };
   const orchestrator = await startOrchestrator(config, pino({ level: 'warn' }), { buildImageIfMissing: false });
   const address = orchestrator.server.server.address();

@@ -6,7 +6,9 @@ import { parseDuration } from '../util/duration.js';
 /**
  * `sbx keys create|list|revoke`: API keys, managed on the orchestrator's store directly (run
  * them as the user that runs `sbx serve`, with the same state dir). The server reads keys per
- * request: a key created or revoked here counts at once, without a restart.
+ * request: a key created or revoked here counts at once, without a restart. Once a key has
+ * existed, a server stays keyed even if every key is revoked; `keys reset --yes` and a
+ * restart (or `serve --no-auth`) is the deliberate way back to keyless.
  */
 export function keysCommand(defaultStateDir: string): Command {
   const keys = new Command('keys').description('API keys: each belongs to a tenant, who sees only its own sessions');
@@ -50,6 +52,25 @@ export function keysCommand(defaultStateDir: string): Command {
       withKeys(opts.stateDir, (store) => {
         const record = store.revoke(id);
         console.log(`${record.id} revoked at ${record.revokedAt}`);
+      });
+    });
+  keys
+    .command('reset')
+    .description('delete every key, revoked or not, so that a loopback server started afterwards runs keyless again')
+    .option('--yes', 'really delete them (required: this reopens keyless mode at the next start)')
+    .addOption(stateDir())
+    .action((opts: { yes?: boolean; stateDir: string }) => {
+      if (!opts.yes) {
+        console.error(
+          'sbx: `keys reset` deletes every API key: a loopback server started afterwards in auto mode serves anyone on this machine ' +
+            'without a key. A running server keeps requiring keys until it is restarted. Run it again with --yes to do it.',
+        );
+        process.exitCode = 1;
+        return;
+      }
+      withKeys(opts.stateDir, (store) => {
+        const deleted = store.deleteAll();
+        console.error(`sbx: deleted ${deleted} key(s). A running server keeps requiring keys until it is restarted; restarted on loopback, it runs keyless.`);
       });
     });
   return keys;

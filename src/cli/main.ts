@@ -42,7 +42,7 @@ program
       }),
   )
   .addOption(
-    new Option('--auth <mode>', 'API keys: auto (required once a key exists; always off loopback), on, off (loopback only)')
+    new Option('--auth <mode>', 'API keys: auto (required once a key has ever existed; always off loopback), on, off (loopback only)')
       .env('SBX_AUTH')
       .choices([...AUTH_SETTINGS])
       .default(defaults.auth),
@@ -88,7 +88,7 @@ program
     console.error(`sbx: orchestrator listening on ${url} (runtime ${orchestrator.manager.runtimeName}, state in ${config.stateDir})`);
     // The demo sandbox is made without a key (tenant "local"): only a keyless server can
     // hand it to curl. With keys, `sbx create` with one makes a sandbox of the key's tenant.
-    const keyless = orchestrator.authMode !== 'required' && !orchestrator.keys.hasUnrevokedKeys();
+    const keyless = !orchestrator.keyRequirement.keysRequired();
     if (opts.demo && !keyless) {
       console.error('sbx: API keys exist, so every request needs one: no demo sandbox; try `SBX_API_KEY=<key> node dist/cli/main.js create`');
     } else if (opts.demo) {

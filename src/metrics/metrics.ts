@@ -93,6 +93,14 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  /** Requests a tenant sent over its limits (api/tenant-request-limits.ts). No tenant label: /metrics is host-wide. */
+  readonly requestsRefused = new Counter({
+    name: 'sandbox_api_requests_refused_total',
+    help: 'API requests refused with 429 because their tenant was over a request limit: concurrency or rate',
+    labelNames: ['limit'] as const,
+    registers: [this.registry],
+  });
+
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: 'sandbox_orchestrator_' });
   }

@@ -2,18 +2,27 @@ import { isIP } from 'node:net';
 
 /**
  * SBX_AUTH / `sbx serve --auth`: `on` always requires a key; `off` (or `--no-auth`) never
- * does, on loopback only; `auto` (default) requires one once the store holds a key that is
- * not revoked, and on a non-loopback address from the start.
+ * does, on loopback only; `auto` (default) requires one once the store has ever held a key
+ * (revoking every key does not reopen keyless mode), and on a non-loopback address from the
+ * start.
  */
 export const AUTH_SETTINGS = ['auto', 'on', 'off'] as const;
 export type AuthSetting = (typeof AUTH_SETTINGS)[number];
 
 /**
- * What the server does about keys: `required`; `keyless-while-no-keys` (loopback, auto:
- * keyless while the store holds no unrevoked key, so creating the first key turns auth on
- * without a restart); `keyless` (loopback, off).
+ * What the server does about keys: `required`; `keyless-until-first-key` (loopback, auto, a
+ * store that never held a key: keyless until a key is created, which turns auth on for good
+ * without a restart, see key-requirement.ts); `keyless` (loopback, off: said explicitly).
  */
-export type AuthMode = 'required' | 'keyless-while-no-keys' | 'keyless';
+export type AuthMode = 'required' | 'keyless-until-first-key' | 'keyless';
+
+/** What the store holds, as far as the auth mode is concerned. */
+export interface KeyPresence {
+  /** A key that is not revoked: someone could use the server. */
+  usable: boolean;
+  /** Any key, ever (revoked ones count): the store has been put in keyed use. */
+  ever: boolean;
+}
 
 /** 127.0.0.0/8, ::1, ::ffff:127.x and `localhost`: addresses only this machine can reach. */
 export function isLoopbackAddress(host: string): boolean {
@@ -28,7 +37,7 @@ export function isLoopbackAddress(host: string): boolean {
  * Decides at start-up. A server reachable from other machines never runs keyless: without a
  * key to give out, it refuses to start, saying how to make one.
  */
-export function resolveAuthMode(setting: AuthSetting, host: string, hasKeys: boolean, stateDir: string): AuthMode {
+export function resolveAuthMode(setting: AuthSetting, host: string, keys: KeyPresence, stateDir: string): AuthMode {
   const loopback = isLoopbackAddress(host);
   if (setting === 'off') {
     if (!loopback) {
@@ -40,7 +49,7 @@ export function resolveAuthMode(setting: AuthSetting, host: string, hasKeys: boo
     return 'keyless';
   }
   if (!loopback) {
-    if (!hasKeys) {
+    if (!keys.usable) {
       throw new Error(
         `refusing to serve on ${host} (not a loopback address) without API keys: nobody could use it, or everybody ` +
           `could. Create a key first: \`sbx keys create --tenant <name> --state-dir ${stateDir}\` (it prints the key once), ` +
@@ -49,5 +58,6 @@ export function resolveAuthMode(setting: AuthSetting, host: string, hasKeys: boo
     }
     return 'required';
   }
-  return setting === 'on' ? 'required' : 'keyless-while-no-keys';
+  if (setting === 'on' || keys.ever) return 'required';
+  return 'keyless-until-first-key';
 }

@@ -75,12 +75,27 @@ export class KeyStore {
     return record;
   }
 
-  /**
-   * Is there any key that is not revoked (expired ones count)? While there is, a loopback
-   * server that started keyless requires keys: creating the first key turns auth on.
-   */
+  /** Is there a key that is not revoked (expired ones count): could anyone use the server? */
   hasUnrevokedKeys(): boolean {
     return this.db.prepare('SELECT 1 FROM api_keys WHERE revoked_at IS NULL LIMIT 1').get() !== undefined;
+  }
+
+  /**
+   * Has any key ever been made here (revoked and expired ones count)? Once one has, a
+   * loopback server in `auto` mode requires keys for good: revoking the last key must not
+   * quietly reopen the API to anyone on the machine (see key-requirement.ts).
+   */
+  hasAnyKey(): boolean {
+    return this.db.prepare('SELECT 1 FROM api_keys LIMIT 1').get() !== undefined;
+  }
+
+  /**
+   * Forgets every key, revoked or not (`sbx keys reset --yes`): the deliberate way back to
+   * keyless local development. A server already running keeps requiring keys until it is
+   * restarted. Returns how many keys were deleted.
+   */
+  deleteAll(): number {
+    return this.db.prepare('DELETE FROM api_keys').run().changes;
   }
 }
 

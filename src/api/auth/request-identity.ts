@@ -1,6 +1,8 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { LOCAL_TENANT } from '../../sessions/session-record.js';
-import { isLoopbackAddress, type AuthMode } from './auth-mode.js';
+import { isLoopbackAddress } from './auth-mode.js';
+import { assertNotFromAWebPage } from './browser-guard.js';
+import type { KeyRequirement } from './key-requirement.js';
 import type { KeyStore } from './key-store.js';
 import { bindRequestLog } from '../logging/request-log.js';
 import { missingKeyError, verifyAuthorization, type Identity } from './verify-key.js';
@@ -16,16 +18,24 @@ declare module 'fastify' {
 
 export interface AuthOptions {
   keys: KeyStore;
-  mode: AuthMode;
+  /** Whether a request without a key is refused (latched: see key-requirement.ts). */
+  requirement: KeyRequirement;
 }
 
-/** Open to anyone: liveness and the API description. */
-const OPEN_ROUTES = new Set(['/healthz', '/openapi.json']);
+/** Open to anyone: the API description. */
+const OPEN_ROUTES = new Set(['/openapi.json']);
+/**
+ * Open to anyone, but what they say depends on who asks: /healthz answers a bare liveness
+ * probe with "ok" only, and says more to a caller with a key (routes/system.ts). A key,
+ * when given, is checked as anywhere else.
+ */
+const KEY_OPTIONAL_ROUTES = new Set(['/healthz']);
 /**
  * Open to clients on this machine (a Prometheus agent on the host scrapes without a key);
  * from elsewhere they need a key. The metrics are host-wide aggregates with no session or
  * tenant label. A reverse proxy on this host would make every client look local: do not
- * forward /metrics through one.
+ * forward /metrics through one. A web page in a browser here is not "this machine": its
+ * requests are refused by their Host, Origin or Sec-Fetch-Site (browser-guard.ts).
  */
 const LOCAL_ROUTES = new Set(['/metrics']);
 
@@ -37,6 +47,7 @@ const LOCAL_ROUTES = new Set(['/metrics']);
  * compared as SHA-256 digests with timingSafeEqual, and the answer must distinguish
  * expired and revoked keys and bind the tenant to the request; the plugin's model (a set of
  * raw keys in memory, compared as given) fits none of that.
+ * `request.tenant` stays '' for an anonymous request on an open route.
  */
 export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
   app.decorateRequest('tenant', '');
@@ -44,7 +55,12 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
   app.addHook('onRequest', async (request, reply) => {
     const route = request.routeOptions.url;
     if (route !== undefined && OPEN_ROUTES.has(route)) return;
-    if (route !== undefined && LOCAL_ROUTES.has(route) && isLoopbackAddress(request.socket.remoteAddress ?? '')) return;
+    const hasKey = request.headers.authorization !== undefined;
+    if (!hasKey && route !== undefined && LOCAL_ROUTES.has(route) && isLoopbackAddress(request.socket.remoteAddress ?? '')) {
+      assertNotFromAWebPage(request.headers, request.socket.localPort);
+      return;
+    }
+    if (!hasKey && route !== undefined && KEY_OPTIONAL_ROUTES.has(route) && !keylessCaller(request, opts)) return;
     const identity = identify(request, opts);
     request.tenant = identity.tenant;
     request.apiKeyId = identity.keyId ?? null;
@@ -56,7 +72,19 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
 function identify(request: FastifyRequest, opts: AuthOptions): Identity {
   const header = request.headers.authorization;
   if (header !== undefined) return verifyAuthorization(header, opts.keys);
-  const keyless = opts.mode === 'keyless' || (opts.mode === 'keyless-while-no-keys' && !opts.keys.hasUnrevokedKeys());
-  if (keyless) return { tenant: LOCAL_TENANT, keyId: undefined };
-  throw missingKeyError();
+  if (opts.requirement.keysRequired()) throw missingKeyError();
+  // Keyless: trusted because it comes from this machine, so it must not come from a web page.
+  assertNotFromAWebPage(request.headers, request.socket.localPort);
+  return { tenant: LOCAL_TENANT, keyId: undefined };
+}
+
+/** Would a request without a key be served as tenant "local" (no error thrown)? */
+function keylessCaller(request: FastifyRequest, opts: AuthOptions): boolean {
+  if (opts.requirement.keysRequired()) return false;
+  try {
+    assertNotFromAWebPage(request.headers, request.socket.localPort);
+    return true;
+  } catch {
+    return false;
+  }
 }

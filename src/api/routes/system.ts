@@ -8,17 +8,28 @@ export async function systemRoutes(app: FastifyInstance, opts: { manager: Sessio
     '/healthz',
     {
       schema: {
-        summary: 'Liveness and a short summary',
+        summary: 'Liveness; with an API key (or keyless on loopback), also the runtime and the caller\'s own session count',
         tags: ['system'],
         response: {
           200: {
             type: 'object',
-            properties: { status: { type: 'string' }, runtime: { type: 'string' }, sessions: { type: 'integer' } },
+            required: ['status'],
+            properties: {
+              status: { type: 'string' },
+              runtime: { type: 'string' },
+              sessions: { type: 'integer', description: "the caller's tenant's sessions, not the host's" },
+            },
           },
         },
       },
     },
-    async () => ({ status: 'ok', runtime: opts.manager.runtimeName, sessions: opts.manager.list().length }),
+    // Anonymous (a load balancer's probe, anyone who can reach the port): "ok" and nothing
+    // else, so the host's activity cannot be watched from outside. A tenant learns only
+    // about itself: another tenant's sessions are not its business either.
+    async (request) => {
+      if (request.tenant === '') return { status: 'ok' };
+      return { status: 'ok', runtime: opts.manager.runtimeName, sessions: opts.manager.list(request.tenant).length };
+    },
   );
 
   app.get('/metrics', { schema: { summary: 'Prometheus metrics (text exposition format)', tags: ['system'] } }, async (_request, reply) => {
