@@ -101,7 +101,6 @@ export class ContainerRuntime implements Runtime {
       await unmount(layer);
       await rm(layerFile, { force: true });
     });
-    await mountWritableLayer(await layerTemplate(spec.image.dir, this.diskMiB), layerFile, layer);
 
     // The image and the config dir as the sandbox's user namespace must see them: owned by
     // its guest root and desktop user, not by host ids it cannot map (see idmapped-mount.ts).
@@ -115,9 +114,15 @@ export class ContainerRuntime implements Runtime {
       await unmount(configView);
       await unmount(imageView);
     });
-    await mountIdmapped(ids, [
-      { source: spec.image.rootfs, target: imageView },
-      { source: spec.configDir, target: configView },
+    // Independent steps at once: each costs a process or two (tens of ms on a busy host).
+    // All settle before a failure is thrown, so the cleanup never races a mount still being made.
+    await allSettledOrThrow([
+      layerTemplate(spec.image.dir, this.diskMiB).then((template) => mountWritableLayer(template, layerFile, layer)),
+      mountIdmapped(ids, [
+        { source: spec.image.rootfs, target: imageView },
+        { source: spec.configDir, target: configView },
+      ]),
+      allowSshPort(spec.network.netnsPath),
     ]);
     // The overlay's root directory takes its owner from the upper dir: guest root's.
     const upper = path.join(layer, 'upper');
@@ -159,7 +164,7 @@ export class ContainerRuntime implements Runtime {
     // Recorded once known: runc made it; the container record above already covers it.
     record('process', `${pid}@${startTime}`);
     init = { pid, startTime };
-    await Promise.all([limitUserNamespace(pid, this.settings), allowSshPort(spec.network.netnsPath)]);
+    await limitUserNamespace(pid, this.settings);
     await run([RUNC, '--root', this.names.runcRoot, 'start', id]);
     const watcher = watchExit(pid, startTime);
     // Stop watching before the container is deleted, so a destroy is not reported as a crash.
@@ -220,6 +225,12 @@ export class ContainerRuntime implements Runtime {
     await removeRootfs(this.names.containerRootfs(sessionId));
     for (const target of await mountsUnder(sessionDir)) await unmount(target);
   }
+}
+
+/** Waits for every promise; then throws the first failure, if any. */
+async function allSettledOrThrow(promises: Array<Promise<unknown>>): Promise<void> {
+  const failed = (await Promise.allSettled(promises)).find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason;
 }
 
 /** Unmounts a container's root filesystem and removes its mount point; idempotent. */
