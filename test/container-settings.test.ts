@@ -8,6 +8,7 @@ import pino from 'pino';
 import { containerSettingsFromEnv, ID_RANGE_SIZE } from '../src/config.js';
 import { ResourceNames } from '../src/network/names.js';
 import { ContainerRuntime } from '../src/runtimes/container/container-runtime.js';
+import { idmappedMountsUnavailable } from '../src/runtimes/container/idmapped-mount.js';
 import { SessionStore } from '../src/sessions/store.js';
 import { startTestOrchestrator, TEST_PREFIX } from './helpers/orchestrator.js';
 
@@ -29,6 +30,15 @@ describe('container settings', () => {
     assert.throws(() => containerSettingsFromEnv({ SBX_CONTAINER_UID_BASE: String(2 ** 32 - 10) }), /SBX_CONTAINER_UID_BASE/);
     assert.throws(() => containerSettingsFromEnv({ SBX_IO_IOPS: '-1' }), /SBX_IO_IOPS/);
     assert.throws(() => containerSettingsFromEnv({ SBX_INOTIFY_WATCHES: '0' }), /SBX_INOTIFY_WATCHES/);
+  });
+});
+
+describe('the container runtime on an older kernel', () => {
+  it('is refused with the reason: overlayfs over idmapped mounts needs Linux 5.19', () => {
+    assert.match(idmappedMountsUnavailable('5.10.0-28-amd64') ?? '', /Linux >= 5\.19.*5\.10\.0-28-amd64/);
+    assert.match(idmappedMountsUnavailable('4.19.0') ?? '', /5\.19/);
+    assert.equal(idmappedMountsUnavailable('5.19.0'), undefined);
+    assert.equal(idmappedMountsUnavailable('6.1.0-18-amd64'), undefined);
   });
 });
 

@@ -12,7 +12,7 @@ import type { GuestEndpoint } from '../../transport/ssh-connection.js';
 import { adoptedProcess } from '../adopt-process.js';
 import { RuntimeUnavailableError, type AdoptedSandbox, type RunningSandbox, type Runtime, type SandboxSpec } from '../runtime.js';
 import { blockIoAvailable, deviceNumbers } from './block-io.js';
-import { mountIdmapped, type IdRange } from './idmapped-mount.js';
+import { idmappedMountsUnavailable, mountIdmapped, type IdRange } from './idmapped-mount.js';
 import { allowSshPort, limitUserNamespace, raiseHostInotifyLimits } from './namespace-limits.js';
 import { ociSpec } from './oci-spec.js';
 import { mountOverlay, mountsUnder, unmount } from './overlay.js';
@@ -83,6 +83,8 @@ export class ContainerRuntime implements Runtime {
     if (process.getuid?.() !== 0) {
       throw new RuntimeUnavailableError('container', 'it needs root (network namespaces, mounts, runc): run the orchestrator as root');
     }
+    const idmap = idmappedMountsUnavailable();
+    if (idmap) throw new RuntimeUnavailableError('container', idmap);
   }
 
   async start(spec: SandboxSpec, cleanup: CleanupStack): Promise<RunningSandbox> {

@@ -1,4 +1,6 @@
+import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
+import os from 'node:os';
 import { run } from '../../util/exec.js';
 
 /** The host ids a sandbox's user namespace maps guest ids 0..size-1 onto. */
@@ -9,6 +11,16 @@ export interface IdRange {
 }
 
 const PYTHON = '/usr/bin/python3';
+
+/** Why idmapped overlay layers cannot be made on this host, if they cannot. */
+export function idmappedMountsUnavailable(release = os.release()): string | undefined {
+  const [major = 0, minor = 0] = release.split(/[.-]/).map(Number);
+  if (major < 5 || (major === 5 && minor < 19)) {
+    return `its sandboxes' user namespaces need Linux >= 5.19 (overlayfs over idmapped mounts); this kernel is ${release}`;
+  }
+  if (!existsSync(PYTHON)) return `${PYTHON} was not found (it makes the idmapped mounts): install it with \`apt-get install python3\``;
+  return undefined;
+}
 
 /**
  * Makes `source` visible at `target` with its owners shifted into an id range: a file the
