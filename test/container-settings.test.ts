@@ -87,7 +87,7 @@ describe('the multi-tenant warning', () => {
     });
     const names = new ResourceNames(TEST_PREFIX);
     // `auto` fell back to containers (as selectRuntime does where no VM runtime can run).
-    const orch = await startTestOrchestrator({ runtime: 'auto', ...overrides }, false, { runtime: new ContainerRuntime(names), reason: 'auto: no VM runtime' }, pino({ level: 'info' }, sink));
+    const orch = await startTestOrchestrator({ runtime: 'auto', ...overrides }, false, { runtime: new ContainerRuntime(names, containerSettingsFromEnv()), reason: 'auto: no VM runtime' }, pino({ level: 'info' }, sink));
     await orch.stop();
     return lines;
   }

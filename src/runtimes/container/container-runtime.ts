@@ -3,7 +3,7 @@ import { chown, mkdir, readFile, readdir, rm, rmdir, stat, writeFile } from 'nod
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import type { Logger } from 'pino';
-import { containerSettingsFromEnv, ID_RANGE_SIZE, type ContainerSettings } from '../../config.js';
+import { ID_RANGE_SIZE, type ContainerSettings } from '../../config.js';
 import { GUEST_SSH_PORT } from '../../guest/contract.js';
 import type { ResourceNames } from '../../network/names.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
@@ -45,7 +45,7 @@ export class ContainerRuntime implements Runtime {
 
   constructor(
     private readonly names: ResourceNames,
-    private readonly settings: ContainerSettings = containerSettingsFromEnv(),
+    private readonly settings: ContainerSettings,
   ) {}
 
   /** Host-wide settings for `sandboxes` sandboxes at most, said in the start-up log. */
