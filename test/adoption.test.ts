@@ -215,7 +215,9 @@ async function stopAndClean(otherPrefix?: string): Promise<void> {
   }
   await rm(stateDir, { recursive: true, force: true });
   await rmdirQuiet(NAMES.runcRoot);
+  await rmdirQuiet(NAMES.rootfsRoot);
   if (otherPrefix) await rmdirQuiet(new ResourceNames(otherPrefix).runcRoot);
+  if (otherPrefix) await rmdirQuiet(new ResourceNames(otherPrefix).rootfsRoot);
   await removeEmptyPrefixCgroups();
 }
 

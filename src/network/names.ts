@@ -54,7 +54,12 @@ export class ResourceNames {
    * 0700 (it holds the keys) the container's user namespace, being no host root, cannot cross.
    */
   containerRootfs(sessionId: string): string {
-    return `/run/${this.prefix}rootfs/${this.container(sessionId)}`;
+    return `${this.rootfsRoot}/${this.container(sessionId)}`;
+  }
+
+  /** The directory of the containers' rootfs mount points (see containerRootfs). */
+  get rootfsRoot(): string {
+    return `/run/${this.prefix}rootfs`;
   }
 
   /** The cgroup (path under each controller) of a sandbox container. */
