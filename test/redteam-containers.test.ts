@@ -129,9 +129,16 @@ function percentile(values: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] as number;
 }
 
+/** The test process's resident memory (the orchestrator runs in it), MiB. */
+async function rssMiB(): Promise<number> {
+  const status = await readFile('/proc/self/status', 'utf8');
+  return Number(/^VmRSS:\s+(\d+)/m.exec(status)?.[1] ?? 0) / 1024;
+}
+
 describe('red team: a container sandbox against the host and its neighbours', () => {
   let a: string;
   let b: string;
+  let rssAtStart = 0;
 
   before(async () => {
     const names = new ResourceNames(TEST_PREFIX);
@@ -141,8 +148,11 @@ describe('red team: a container sandbox against the host and its neighbours', ()
     a = first.id;
     b = second.id;
     console.log(`create-to-ready: ${Math.round(first.ms)} ms, ${Math.round(second.ms)} ms`);
+    rssAtStart = await rssMiB();
   });
   after(async () => {
+    // The attacks run in the guests: the orchestrator's memory is not theirs to grow.
+    console.log(`orchestrator (test process) RSS: ${rssAtStart.toFixed(0)} MiB before the attacks, ${(await rssMiB()).toFixed(0)} MiB after`);
     for (const conn of [...guests.values(), ...rootGuests.values()]) conn.close();
     await orch?.stop();
   });
