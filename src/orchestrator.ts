@@ -64,6 +64,10 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
   const names = new ResourceNames(config.resourcePrefix);
   const selection = options.runtime ?? (await selectRuntime(config.runtime, names));
   log.info({ runtime: selection.runtime.name, reason: selection.reason }, 'runtime selected');
+  if (config.runtime === 'auto' && selection.runtime.name === 'container' && keys.hasUnrevokedKeys()) {
+    warnContainersAreTheBoundary(log, selection.reason);
+  }
+  await selection.runtime.prepareHost?.(config.maxSessions + config.warmPoolSize, log.child({ runtime: selection.runtime.name }));
 
   let image = await findImage(config.imagesDir);
   if (!image) {
@@ -146,6 +150,21 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
       return closing;
     },
   };
+}
+
+/**
+ * Several tenants (API keys exist) and no VM runtime: `auto` fell back to containers. Said at
+ * warn level, in words an operator can act on: tenants then share the host's kernel.
+ */
+function warnContainersAreTheBoundary(log: Logger, reason: string): void {
+  log.warn(
+    { runtime: 'container', reason },
+    'MULTI-TENANT WITH CONTAINERS: API keys exist, and no VM runtime can run here, so runc containers are the only ' +
+      'isolation between tenants. Every tenant\'s sandbox runs on this host\'s own kernel (user namespace with its own ' +
+      'uid range, seccomp allow-list, dropped capabilities, cgroup limits): a kernel vulnerability reachable from inside a ' +
+      'sandbox would expose the host and every other tenant. For mutually untrusting tenants, run where /dev/kvm is usable ' +
+      '(Firecracker or qemu with KVM), or pass --runtime container to acknowledge this choice',
+  );
 }
 
 /** Keyless is said loudly, at warn level, so it cannot go unnoticed in any log setup. */

@@ -128,7 +128,7 @@ describe('an orchestrator killed with SIGKILL, and started again', () => {
     // The ledger holds what each had taken, recorded before it was taken.
     const ledger = ledgerOf();
     for (const id of live) {
-      assert.deepEqual(new Set(ledger.filter((r) => r.session_id === id).map((r) => r.kind)), new Set(['key-dir', 'netns', 'veth', 'disk', 'mount', 'container', 'process']), id);
+      assert.deepEqual(new Set(ledger.filter((r) => r.session_id === id).map((r) => r.kind)), new Set(['key-dir', 'netns', 'veth', 'disk', 'mount', 'container', 'process', 'id-range']), id);
     }
     assert.ok(ledger.some((r) => r.session_id === halfMade && r.kind === 'netns'), 'the half-made one is on the ledger');
   });
@@ -157,7 +157,7 @@ describe('an orchestrator killed with SIGKILL, and started again', () => {
     assert.deepEqual(held.veth, ids);
     assert.deepEqual(held.containers, ids);
     assert.deepEqual(held.keyDirs, ids);
-    assert.equal(held.overlayMounts, 6, 'two mounts each: its disk and its overlay');
+    assert.equal(held.overlayMounts, 12, 'four mounts each: its disk, the idmapped views of the image and of its config, and its overlay');
     assert.equal(held.liveInits, 3);
   });
 
@@ -215,7 +215,9 @@ async function stopAndClean(otherPrefix?: string): Promise<void> {
   }
   await rm(stateDir, { recursive: true, force: true });
   await rmdirQuiet(NAMES.runcRoot);
+  await rmdirQuiet(NAMES.rootfsRoot);
   if (otherPrefix) await rmdirQuiet(new ResourceNames(otherPrefix).runcRoot);
+  if (otherPrefix) await rmdirQuiet(new ResourceNames(otherPrefix).rootfsRoot);
   await removeEmptyPrefixCgroups();
 }
 

@@ -49,6 +49,19 @@ export class ResourceNames {
     return `/run/${this.prefix}runc`;
   }
 
+  /**
+   * Where a sandbox container's root filesystem is mounted: outside the session dir, whose
+   * 0700 (it holds the keys) the container's user namespace, being no host root, cannot cross.
+   */
+  containerRootfs(sessionId: string): string {
+    return `${this.rootfsRoot}/${this.container(sessionId)}`;
+  }
+
+  /** The directory of the containers' rootfs mount points (see containerRootfs). */
+  get rootfsRoot(): string {
+    return `/run/${this.prefix}rootfs`;
+  }
+
   /** The cgroup (path under each controller) of a sandbox container. */
   cgroup(sessionId: string): string {
     return `/${this.prefix.slice(0, -1)}/${this.prefix}${sessionId}`;

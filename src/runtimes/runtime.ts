@@ -1,3 +1,4 @@
+import type { Logger } from 'pino';
 import type { GuestImage } from '../guest/image/builder.js';
 import type { NetworkAttachment, SandboxNetwork, TapOwner } from '../network/netns.js';
 import type { GuestEndpoint } from '../transport/ssh-connection.js';
@@ -9,7 +10,7 @@ export type RuntimeName = 'container' | 'qemu' | 'firecracker';
  * The kinds of host resource a sandbox holds, as the store's ledger records them (see
  * sessions/resource-ledger.ts, which also reclaims each kind).
  */
-export const RESOURCE_KINDS = ['process', 'container', 'mount', 'disk', 'jail', 'cgroup', 'netns', 'veth', 'key-dir'] as const;
+export const RESOURCE_KINDS = ['process', 'container', 'mount', 'disk', 'jail', 'cgroup', 'netns', 'veth', 'key-dir', 'id-range'] as const;
 export type ResourceKind = (typeof RESOURCE_KINDS)[number];
 /** Records a resource in the store before it is taken (a no-op where nothing is stored). */
 export type RecordResource = (kind: ResourceKind, name: string) => void;
@@ -35,6 +36,11 @@ export interface SandboxSpec {
   logsDir: string;
   /** Call before taking each host resource, so that a crash at any point leaves a record of it. */
   record?: RecordResource;
+  /**
+   * Leases the session's host id range (the first of `size` ids from `base`, aligned to
+   * `size`), recorded on the ledger; the same range for the same session. See store.ts.
+   */
+  leaseIdRange?: (base: number, size: number) => number;
 }
 
 /** How a VM is run: with KVM, or in software (TCG, about ten times slower to boot). */
@@ -96,6 +102,11 @@ export interface Runtime {
    * never thrown.
    */
   prepare?(image: GuestImage, log: (message: string) => void): Promise<void>;
+  /**
+   * Host-wide settings this runtime needs for up to `sandboxes` sandboxes at once (e.g. the
+   * host's inotify limits), applied and logged at start-up. A failure stops the start.
+   */
+  prepareHost?(sandboxes: number, log: Logger): Promise<void>;
   /** Session ids of the sandboxes this runtime has on the host, alive or not. */
   list(): Promise<string[]>;
   /**

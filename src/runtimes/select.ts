@@ -1,4 +1,4 @@
-import { qemuSettingsFromEnv, type QemuSettings, type RuntimeChoice } from '../config.js';
+import { containerSettingsFromEnv, qemuSettingsFromEnv, type ContainerSettings, type QemuSettings, type RuntimeChoice } from '../config.js';
 import type { ResourceNames } from '../network/names.js';
 import { ContainerRuntime } from './container/container-runtime.js';
 import { FirecrackerRuntime } from './firecracker/firecracker-runtime.js';
@@ -25,11 +25,12 @@ export async function selectRuntime(
   names: ResourceNames,
   qemu: QemuSettings = qemuSettingsFromEnv(),
   firecracker: FirecrackerSettings = firecrackerSettingsFromEnv(),
+  container: ContainerSettings = containerSettingsFromEnv(),
 ): Promise<RuntimeSelection> {
   switch (choice) {
     case 'container':
       await ContainerRuntime.check();
-      return { runtime: new ContainerRuntime(names), reason: 'requested with --runtime container' };
+      return { runtime: new ContainerRuntime(names, container), reason: 'requested with --runtime container' };
     case 'qemu': {
       const runtime = await QemuRuntime.create(names, qemu);
       return { runtime, reason: `requested with --runtime qemu; ${runtime.accelerator}: ${runtime.acceleratorReason}` };
@@ -63,7 +64,7 @@ export async function selectRuntime(
         skipped.push(`qemu with KVM: ${kvm.reason}`);
       }
       await ContainerRuntime.check();
-      return { runtime: new ContainerRuntime(names), reason: `auto: no VM runtime can run here (${skipped.join('; ')}); using runc containers` };
+      return { runtime: new ContainerRuntime(names, container), reason: `auto: no VM runtime can run here (${skipped.join('; ')}); using runc containers` };
     }
   }
 }

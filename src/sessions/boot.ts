@@ -31,6 +31,8 @@ export interface BootContext {
   policy: NetworkPolicy;
   /** The store's ledger: each host resource is recorded here before it is taken. */
   ledger?: (sessionId: string, kind: ResourceKind, name: string) => void;
+  /** The store's lease of host id ranges (containers' user namespaces). */
+  leaseIdRange?: (sessionId: string, base: number, size: number) => number;
   /** Absolute time (ms) by which the guest must be ready. */
   deadline: number;
   log: Logger;
@@ -153,6 +155,7 @@ async function startSandbox(session: Session, lease: AddressLease, ctx: BootCont
       pidsLimit: ctx.pidsLimit,
       logsDir,
       record,
+      leaseIdRange: ctx.leaseIdRange && ((base, size) => ctx.leaseIdRange!(id, base, size)),
     },
     session.cleanup,
   );

@@ -3,6 +3,7 @@ import { parseAction } from '../computer/actions.js';
 import type { ComputerOutcome, ComputerTool, SettleOptions } from '../computer/computer-tool.js';
 import { modelSize, type ScalingRequest } from '../computer/scaling.js';
 import { NotFoundError, OrchestratorError, SessionStateError, UnavailableError } from '../errors.js';
+import { MAX_ID_RANGES } from '../config.js';
 import type { GuestImage } from '../guest/image/builder.js';
 import type { Metrics } from '../metrics/metrics.js';
 import { AddressPool, type AddressLease } from '../network/address-pool.js';
@@ -322,6 +323,8 @@ export class SessionManager {
       pidsLimit: this.opts.pidsLimit,
       policy: this.policy,
       ledger: (sessionId, kind, name) => this.opts.store.recordResource(sessionId, kind, name),
+      // As many ranges as this orchestrator can have sandboxes, with the warm pool's.
+      leaseIdRange: (sessionId, base, size) => this.opts.store.leaseIdRange(sessionId, base, size, MAX_ID_RANGES),
       deadline: Date.now() + this.opts.bootTimeoutMs,
       log,
     };

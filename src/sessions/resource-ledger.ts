@@ -1,4 +1,4 @@
-import { rm } from 'node:fs/promises';
+import { rm, rmdir } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { deleteLink, deleteNetns } from '../network/netns.js';
@@ -15,6 +15,7 @@ import { run } from '../util/exec.js';
  *   container  `<runc root>/<container id>`
  *   mount      the mount point;   disk  a file;   jail  a directory;   cgroup  a cgroup dir
  *   netns      its name;          veth  the host's end;   key-dir  the session dir
+ *   id-range   `<first host id>:<count>` (a container's user namespace; see store.leaseIdRange)
  * A crash at any moment therefore leaves a record of everything that may exist, under the
  * names it was given then: start-up reconciliation reclaims by the ledger first (even if the
  * resource prefix or another setting changed since), and by our naming prefix second.
@@ -58,7 +59,10 @@ async function reclaim(kind: ResourceKind, name: string): Promise<void> {
       return;
     }
     case 'mount':
-      return unmount(name);
+      await unmount(name);
+      // A mount point outside the session dir (a container's rootfs) goes with its mount.
+      await rmdir(name).catch(() => undefined);
+      return;
     case 'disk':
       return rm(name, { force: true });
     case 'jail':
@@ -70,5 +74,9 @@ async function reclaim(kind: ResourceKind, name: string): Promise<void> {
       return deleteNetns(name);
     case 'veth':
       return deleteLink(name);
+    case 'id-range':
+      // Nothing to undo on the host: the range is free once the processes and mounts that
+      // used it (reclaimed before it, by the order above) are gone.
+      return;
   }
 }

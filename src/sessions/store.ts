@@ -72,6 +72,8 @@ export class SessionStore {
         recorded_at TEXT NOT NULL,
         PRIMARY KEY (session_id, kind, name)
       );
+      -- A host id range (a container's user namespace) is held by one session at a time.
+      CREATE UNIQUE INDEX IF NOT EXISTS session_id_ranges ON session_resources(name) WHERE kind = 'id-range';
     `);
     this.migrate();
   }
@@ -146,6 +148,29 @@ export class SessionStore {
     this.db
       .prepare('INSERT OR IGNORE INTO session_resources (session_id, kind, name, recorded_at) VALUES (?, ?, ?, ?)')
       .run(sessionId, kind, name, new Date().toISOString());
+  }
+
+  /**
+   * Leases a range of `size` host ids, base + k * size for the lowest k no session holds, and
+   * records it on the ledger as "<first>:<size>" before anyone uses it: the range is held until
+   * the session's ledger is forgotten (everything released), so neither a crash nor a restart
+   * can hand it to a second session. A session that holds one already keeps it.
+   */
+  leaseIdRange(sessionId: string, base: number, size: number, maxRanges: number): number {
+    return this.db.transaction(() => {
+      const held = this.db.prepare("SELECT session_id, name FROM session_resources WHERE kind = 'id-range'").all() as Array<{ session_id: string; name: string }>;
+      const mine = held.find((r) => r.session_id === sessionId);
+      if (mine) return Number(mine.name.split(':')[0]);
+      const taken = new Set(held.map((r) => r.name));
+      for (let k = 0; k < maxRanges; k++) {
+        const first = base + k * size;
+        const name = `${first}:${size}`;
+        if (taken.has(name)) continue;
+        this.recordResource(sessionId, 'id-range', name);
+        return first;
+      }
+      throw new Error(`all ${maxRanges} host id ranges are held by sessions`);
+    })();
   }
 
   /** What the ledger says a session holds, in the order it was taken. */

@@ -73,6 +73,7 @@ export async function startTestOrchestrator(
       await rm(stateDir, { recursive: true, force: true });
       // runc's state dir of this test's prefix, once empty (rmdir refuses a non-empty one).
       await rmdir(orchestrator.names.runcRoot).catch(() => undefined);
+      await rmdir(orchestrator.names.rootfsRoot).catch(() => undefined);
       await removeEmptyPrefixCgroups();
     },
   };

@@ -1,7 +1,9 @@
 import { closeSync, existsSync, openSync } from 'node:fs';
-import { mkdir, readFile, readdir, rm, writeFile } from 'node:fs/promises';
+import { chown, mkdir, readFile, readdir, rm, rmdir, stat, writeFile } from 'node:fs/promises';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
+import type { Logger } from 'pino';
+import { ID_RANGE_SIZE, type ContainerSettings } from '../../config.js';
 import { GUEST_SSH_PORT } from '../../guest/contract.js';
 import type { ResourceNames } from '../../network/names.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
@@ -9,6 +11,9 @@ import { run } from '../../util/exec.js';
 import type { GuestEndpoint } from '../../transport/ssh-connection.js';
 import { adoptedProcess } from '../adopt-process.js';
 import { RuntimeUnavailableError, type AdoptedSandbox, type RunningSandbox, type Runtime, type SandboxSpec } from '../runtime.js';
+import { blockIoAvailable, deviceNumbers } from './block-io.js';
+import { idmappedMountsUnavailable, mountIdmapped, type IdRange } from './idmapped-mount.js';
+import { allowSshPort, limitUserNamespace, raiseHostInotifyLimits } from './namespace-limits.js';
 import { ociSpec } from './oci-spec.js';
 import { mountOverlay, mountsUnder, unmount } from './overlay.js';
 import { processStartTime, waitForExit, watchExit } from './process-watch.js';
@@ -17,12 +22,15 @@ import { diskMiB, layerTemplate, mountWritableLayer } from './writable-layer.js'
 const RUNC = process.env.RUNC_BIN || 'runc';
 
 /**
- * The container runtime: each sandbox is an OCI container run by runc, with its own pid,
- * mount, uts, ipc and cgroup namespaces, the session's network namespace, an overlay of the
- * shared image rootfs, dropped capabilities, seccomp, and memory and pids limits.
+ * The container runtime: each sandbox is an OCI container run by runc, with its own user
+ * namespace (a host id range of its own: guest root is not host root), pid, mount, uts, ipc
+ * and cgroup namespaces, the session's network namespace, an overlay of the shared image
+ * rootfs, dropped capabilities, an allow-list seccomp profile, memory (no swap), CPU, pids
+ * and I/O limits, and inotify limits of its own.
  *
  * Files under <sessionDir>: bundle/config.json, rootfs/ (the overlay mount point),
  * layer.ext4 (the sandbox's disk, loop-mounted at overlay/, holding upper/ and work/),
+ * image/ and config-view/ (idmapped views of the image rootfs and the config dir),
  * console.log.
  */
 export class ContainerRuntime implements Runtime {
@@ -32,7 +40,39 @@ export class ContainerRuntime implements Runtime {
   /** The config dir is bind-mounted as a directory (oci-spec.ts): renames in it show through. */
   readonly configDirIsLive = true;
 
-  constructor(private readonly names: ResourceNames) {}
+  /** Ranges handed out in this process when the caller keeps no ledger (no store). */
+  private readonly unledgeredRanges = new Map<string, number>();
+
+  constructor(
+    private readonly names: ResourceNames,
+    private readonly settings: ContainerSettings,
+  ) {}
+
+  /** Host-wide settings for `sandboxes` sandboxes at most, said in the start-up log. */
+  async prepareHost(sandboxes: number, log: Logger): Promise<void> {
+    await raiseHostInotifyLimits(sandboxes, this.settings, log);
+    const io = blockIoAvailable();
+    if (io !== true) log.warn({ reason: io }, 'no I/O limit for container sandboxes: the host has no usable io/blkio cgroup controller');
+    else if (this.settings.ioBytesPerSecond === 0 && this.settings.ioOpsPerSecond === 0) log.info('no I/O limit for container sandboxes (SBX_IO_BPS=0, SBX_IO_IOPS=0)');
+    log.info(
+      { cpus: this.settings.cpus, ioBytesPerSecond: this.settings.ioBytesPerSecond, ioOpsPerSecond: this.settings.ioOpsPerSecond, uidBase: this.settings.uidBase },
+      'container sandboxes: a user namespace and host id range each, CPU quota, no swap',
+    );
+  }
+
+  /** The session's host id range: from the store's lease (ledger) when there is one. */
+  private idRange(spec: SandboxSpec): IdRange {
+    const { uidBase } = this.settings;
+    if (spec.leaseIdRange) return { first: spec.leaseIdRange(uidBase, ID_RANGE_SIZE), size: ID_RANGE_SIZE };
+    let first = this.unledgeredRanges.get(spec.sessionId);
+    if (first === undefined) {
+      const taken = new Set(this.unledgeredRanges.values());
+      first = uidBase;
+      while (taken.has(first)) first += ID_RANGE_SIZE;
+      this.unledgeredRanges.set(spec.sessionId, first);
+    }
+    return { first, size: ID_RANGE_SIZE };
+  }
 
   /** Throws a RuntimeUnavailableError saying what to install if runc cannot be used. */
   static async check(): Promise<void> {
@@ -43,12 +83,14 @@ export class ContainerRuntime implements Runtime {
     if (process.getuid?.() !== 0) {
       throw new RuntimeUnavailableError('container', 'it needs root (network namespaces, mounts, runc): run the orchestrator as root');
     }
+    const idmap = idmappedMountsUnavailable();
+    if (idmap) throw new RuntimeUnavailableError('container', idmap);
   }
 
   async start(spec: SandboxSpec, cleanup: CleanupStack): Promise<RunningSandbox> {
     const id = this.names.container(spec.sessionId);
     const bundle = path.join(spec.sessionDir, 'bundle');
-    const rootfs = path.join(spec.sessionDir, 'rootfs');
+    const rootfs = this.names.containerRootfs(spec.sessionId);
     const consoleLogPath = path.join(spec.sessionDir, 'console.log');
 
     // The sandbox's own disk (writable-layer.ts): its writes land here and nowhere else.
@@ -61,18 +103,50 @@ export class ContainerRuntime implements Runtime {
       await unmount(layer);
       await rm(layerFile, { force: true });
     });
-    await mountWritableLayer(await layerTemplate(spec.image.dir, this.diskMiB), layerFile, layer);
+
+    // The image and the config dir as the sandbox's user namespace must see them: owned by
+    // its guest root and desktop user, not by host ids it cannot map (see idmapped-mount.ts).
+    const ids = this.idRange(spec);
+    if (!spec.leaseIdRange) await cleanup.push('id range', () => void this.unledgeredRanges.delete(spec.sessionId));
+    const imageView = path.join(spec.sessionDir, 'image');
+    const configView = path.join(spec.sessionDir, 'config-view');
+    record('mount', imageView);
+    record('mount', configView);
+    await cleanup.push(`idmapped views of ${spec.sessionId}`, async () => {
+      await unmount(configView);
+      await unmount(imageView);
+    });
+    // Independent steps at once: each costs a process or two (tens of ms on a busy host).
+    // All settle before a failure is thrown, so the cleanup never races a mount still being made.
+    await allSettledOrThrow([
+      layerTemplate(spec.image.dir, this.diskMiB).then((template) => mountWritableLayer(template, layerFile, layer)),
+      mountIdmapped(ids, [
+        { source: spec.image.rootfs, target: imageView },
+        { source: spec.configDir, target: configView },
+      ]),
+      allowSshPort(spec.network.netnsPath),
+    ]);
+    // The overlay's root directory takes its owner from the upper dir: guest root's.
+    const upper = path.join(layer, 'upper');
+    await mkdir(upper, { recursive: true, mode: 0o755 });
+    await chown(upper, ids.first, ids.first);
     record('mount', rootfs);
-    await mountOverlay(spec.image.rootfs, path.join(layer, 'upper'), path.join(layer, 'work'), rootfs);
-    await cleanup.push(`overlay ${rootfs}`, () => unmount(rootfs));
+    await cleanup.push(`overlay ${rootfs}`, () => removeRootfs(rootfs));
+    // Every directory on the way is crossable (0711) by the container's root, a host uid.
+    await mkdir(path.dirname(rootfs), { recursive: true, mode: 0o711 });
+    await mountOverlay(imageView, upper, path.join(layer, 'work'), rootfs);
 
     await mkdir(bundle, { recursive: true, mode: 0o700 });
-    const config = ociSpec(spec, rootfs, this.names.cgroup(spec.sessionId));
+    const config = ociSpec(
+      spec,
+      { rootfs, configView, cgroupsPath: this.names.cgroup(spec.sessionId), ids, disk: blockIoAvailable() === true ? deviceNumbers((await stat(layer, { bigint: true })).dev) : undefined },
+      this.settings,
+    );
     await writeFile(path.join(bundle, 'config.json'), JSON.stringify(config, null, 2), { mode: 0o600 });
 
     const pidFile = path.join(spec.sessionDir, 'container.pid');
     let init: { pid: number; startTime: string } | undefined;
-    // From here on a container may exist even if `runc run` fails part-way. Destroy returns
+    // From here on a container may exist even if `runc create` fails part-way. Destroy returns
     // only once its init is really gone: runc delete signals it, and the kernel then needs a
     // moment to tear the namespaces down.
     await cleanup.push(`container ${id}`, async () => {
@@ -82,7 +156,9 @@ export class ContainerRuntime implements Runtime {
       }
     });
     record('container', path.join(this.names.runcRoot, id));
-    await runcRunDetached(this.names.runcRoot, id, bundle, pidFile, consoleLogPath);
+    // Created (namespaces made, init waiting) but not started: its limits are set before any
+    // guest program runs, so none can take more inotify instances than its share.
+    await runcCreate(this.names.runcRoot, id, bundle, pidFile, consoleLogPath);
 
     const pid = Number((await readFile(pidFile, 'utf8')).trim());
     const startTime = processStartTime(pid);
@@ -90,6 +166,8 @@ export class ContainerRuntime implements Runtime {
     // Recorded once known: runc made it; the container record above already covers it.
     record('process', `${pid}@${startTime}`);
     init = { pid, startTime };
+    await limitUserNamespace(pid, this.settings);
+    await run([RUNC, '--root', this.names.runcRoot, 'start', id]);
     const watcher = watchExit(pid, startTime);
     // Stop watching before the container is deleted, so a destroy is not reported as a crash.
     await cleanup.push(`watch ${id}`, () => watcher.stop());
@@ -139,23 +217,39 @@ export class ContainerRuntime implements Runtime {
     return adoptedProcess("container's init", init, endpoint, path.join(sessionDir, 'console.log'), async () => {
       await deleteContainer(this.names.runcRoot, id);
       if (!(await waitForExit(init.pid, init.startTime, 10_000))) throw new Error(`container init ${init.pid} is still alive 10 s after it was killed`);
+      await removeRootfs(this.names.containerRootfs(sessionId));
       for (const target of await mountsUnder(sessionDir)) await unmount(target);
     });
   }
 
   async reclaim(sessionId: string, sessionDir: string): Promise<void> {
     await deleteContainer(this.names.runcRoot, this.names.container(sessionId));
+    await removeRootfs(this.names.containerRootfs(sessionId));
     for (const target of await mountsUnder(sessionDir)) await unmount(target);
   }
 }
 
-function runcRunDetached(root: string, id: string, bundle: string, pidFile: string, consoleLogPath: string): Promise<void> {
+/** Waits for every promise; then throws the first failure, if any. */
+async function allSettledOrThrow(promises: Array<Promise<unknown>>): Promise<void> {
+  const failed = (await Promise.allSettled(promises)).find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason;
+}
+
+/** Unmounts a container's root filesystem and removes its mount point; idempotent. */
+async function removeRootfs(rootfs: string): Promise<void> {
+  await unmount(rootfs);
+  await rmdir(rootfs).catch((err: NodeJS.ErrnoException) => {
+    if (err.code !== 'ENOENT') throw err;
+  });
+}
+
+function runcCreate(root: string, id: string, bundle: string, pidFile: string, consoleLogPath: string): Promise<void> {
   // The container inherits runc's stdout and stderr, so both go straight to the console log
   // file: a pipe here would be held open by the container for its whole life (and fill up).
   // runc's own error message lands in the same file, and is read back from it on failure.
   const log = openSync(consoleLogPath, 'a', 0o600);
   return new Promise<void>((resolve, reject) => {
-    const child = spawn(RUNC, ['--root', root, 'run', '--detach', '--bundle', bundle, '--pid-file', pidFile, id], {
+    const child = spawn(RUNC, ['--root', root, 'create', '--bundle', bundle, '--pid-file', pidFile, id], {
       stdio: ['ignore', log, log],
     });
     child.on('error', reject);
@@ -163,7 +257,7 @@ function runcRunDetached(root: string, id: string, bundle: string, pidFile: stri
       if (code === 0) return resolve();
       readFile(consoleLogPath, 'utf8')
         .catch(() => '')
-        .then((text) => reject(new Error(`runc run ${id} failed (exit ${code}): ${text.trim().slice(-1500)}`)));
+        .then((text) => reject(new Error(`runc create ${id} failed (exit ${code}): ${text.trim().slice(-1500)}`)));
     });
   }).finally(() => closeSync(log));
 }

@@ -1,5 +1,7 @@
+import type { ContainerSettings } from '../../config.js';
 import { CONFIG_MOUNT, GUEST_INIT } from '../../guest/contract.js';
 import type { SandboxSpec } from '../runtime.js';
+import type { IdRange } from './idmapped-mount.js';
 import { seccompProfile } from './seccomp.js';
 
 /**
@@ -19,12 +21,31 @@ export const GUEST_CAPABILITIES = [
   'CAP_AUDIT_WRITE',
 ];
 
+/** Where the container's pieces are on the host, as container-runtime.ts prepared them. */
+export interface ContainerLayout {
+  /** The overlay mount: the guest's /. */
+  rootfs: string;
+  /** The session's config dir as the guest must see it (an idmapped view: host root is guest root). */
+  configView: string;
+  cgroupsPath: string;
+  /** The host ids of the guest's ids 0.. (its user namespace). */
+  ids: IdRange;
+  /** major:minor of the sandbox's disk (its loop device), for the I/O limit. */
+  disk?: { major: number; minor: number };
+}
+
+/** CFS period: quota is CPUs times this. */
+const CPU_PERIOD_US = 100_000;
+
 /** The runtime-spec (OCI 1.0) config.json of one sandbox container. */
-export function ociSpec(spec: SandboxSpec, rootfs: string, cgroupsPath: string): Record<string, unknown> {
+export function ociSpec(spec: SandboxSpec, layout: ContainerLayout, settings: ContainerSettings): Record<string, unknown> {
   const caps = GUEST_CAPABILITIES;
+  const memory = spec.memoryMiB * 1024 * 1024;
+  const idMap = [{ containerID: 0, hostID: layout.ids.first, size: layout.ids.size }];
+  const throttle = (rate: number) => (layout.disk && rate > 0 ? [{ ...layout.disk, rate }] : undefined);
   return {
     ociVersion: '1.0.2',
-    root: { path: rootfs, readonly: false },
+    root: { path: layout.rootfs, readonly: false },
     hostname: spec.hostname,
     process: {
       terminal: false,
@@ -44,10 +65,13 @@ export function ociSpec(spec: SandboxSpec, rootfs: string, cgroupsPath: string):
       { destination: '/dev/pts', type: 'devpts', source: 'devpts', options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620', 'gid=5'] },
       { destination: '/dev/shm', type: 'tmpfs', source: 'shm', options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=268435456'] },
       { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
-      { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
+      // sysfs cannot be mounted from a user namespace that does not own the network namespace
+      // (the host's, see namespace-limits.ts), and a bind of the host's /sys would show the
+      // host's devices: the guest gets an empty, read-only /sys (its desktop needs none).
+      { destination: '/sys', type: 'tmpfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro', 'mode=555', 'size=4k'] },
       { destination: '/run', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'nodev', 'mode=755', 'size=65536k'] },
       { destination: '/tmp', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'nodev', 'mode=1777', 'size=536870912'] },
-      { destination: CONFIG_MOUNT, type: 'bind', source: spec.configDir, options: ['rbind', 'ro', 'nosuid', 'nodev', 'noexec'] },
+      { destination: CONFIG_MOUNT, type: 'bind', source: layout.configView, options: ['rbind', 'ro', 'nosuid', 'nodev', 'noexec'] },
     ],
     linux: {
       namespaces: [
@@ -57,12 +81,25 @@ export function ociSpec(spec: SandboxSpec, rootfs: string, cgroupsPath: string):
         { type: 'uts' },
         { type: 'mount' },
         { type: 'cgroup' },
+        // Guest root is host uid ids.first, guest uid 1000 is ids.first + 1000: ids no host
+        // user has and no other sandbox shares.
+        { type: 'user' },
       ],
-      cgroupsPath,
+      uidMappings: idMap,
+      gidMappings: idMap,
+      cgroupsPath: layout.cgroupsPath,
       resources: {
-        memory: { limit: spec.memoryMiB * 1024 * 1024 },
+        // swap = limit: memory plus swap may not exceed memory, i.e. no swap at all.
+        memory: { limit: memory, swap: memory },
+        cpu: { quota: Math.round(settings.cpus * CPU_PERIOD_US), period: CPU_PERIOD_US },
         pids: { limit: spec.pidsLimit },
         devices: [{ allow: false, access: 'rwm' }],
+        blockIO: {
+          throttleReadBpsDevice: throttle(settings.ioBytesPerSecond),
+          throttleWriteBpsDevice: throttle(settings.ioBytesPerSecond),
+          throttleReadIOPSDevice: throttle(settings.ioOpsPerSecond),
+          throttleWriteIOPSDevice: throttle(settings.ioOpsPerSecond),
+        },
       },
       seccomp: seccompProfile(),
       maskedPaths: [
