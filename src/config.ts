@@ -37,6 +37,8 @@ export interface OrchestratorConfig {
   requestTimeoutMs: number;
   /** ... and a response not read for this long is dropped (SBX_SEND_TIMEOUT_MS, 30 s). */
   sendTimeoutMs: number;
+  /** How often the guest network policy is checked and put back if changed (SBX_NETWORK_POLICY_CHECK_MS, 3 s). */
+  networkPolicyCheckMs: number;
   /** Prefix of every host resource's name (netns, veth, container, cgroup): "sbx-". */
   resourcePrefix: string;
   /** API keys: `auto` (required once a key exists, always off loopback), `on`, `off` (loopback only). */
@@ -93,6 +95,7 @@ export function defaultConfig(): OrchestratorConfig {
     headersTimeoutMs: positive('SBX_HEADERS_TIMEOUT_MS', envInt('SBX_HEADERS_TIMEOUT_MS', 10_000)),
     requestTimeoutMs: positive('SBX_REQUEST_TIMEOUT_MS', envInt('SBX_REQUEST_TIMEOUT_MS', 120_000)),
     sendTimeoutMs: positive('SBX_SEND_TIMEOUT_MS', envInt('SBX_SEND_TIMEOUT_MS', 30_000)),
+    networkPolicyCheckMs: positive('SBX_NETWORK_POLICY_CHECK_MS', envInt('SBX_NETWORK_POLICY_CHECK_MS', 3_000)),
     resourcePrefix: process.env.SBX_RESOURCE_PREFIX || DEFAULT_RESOURCE_PREFIX,
     auth,
     maxSessions: positive('SBX_MAX_SESSIONS', envInt('SBX_MAX_SESSIONS', defaultMaxSessions(memoryLimitMiB))),

@@ -77,6 +77,12 @@ export interface Runtime {
   /** With 'tap': who must own the TAP, when the VMM opens it after dropping root. */
   readonly tapOwner?: TapOwner;
   /**
+   * Source addresses the network policy lets through to the host from any sandbox veth, on
+   * top of each sandbox's own lease (anti-spoofing): the Firecracker template address that
+   * a snapshot clone answers from while the host rotates its keys.
+   */
+  readonly hostOnlySources?: readonly string[];
+  /**
    * The boot timeout this runtime needs when it is longer than the orchestrator-wide one
    * (SBX_BOOT_TIMEOUT_MS): a VM under TCG takes many times a container's start-up. The
    * longer of the two applies.

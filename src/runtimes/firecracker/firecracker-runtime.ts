@@ -70,6 +70,8 @@ export class FirecrackerRuntime implements Runtime {
   readonly networkAttachment = 'tap' as const;
   readonly accelerator = 'kvm' as const;
   readonly tapOwner: TapOwner | undefined;
+  /** With snapshots, a clone answers the host from its template's address during rotation. */
+  readonly hostOnlySources: readonly string[];
   readonly bootTimeoutMs: number;
   /** Ready template snapshots, by `<image hash>/<width>x<height>` (see prepare). */
   private readonly templates = new Map<string, TemplateSnapshot>();
@@ -81,6 +83,7 @@ export class FirecrackerRuntime implements Runtime {
   ) {
     this.tapOwner = host.jailerBin ? { uid: settings.uid, gid: settings.gid } : undefined;
     this.bootTimeoutMs = settings.bootTimeoutMs;
+    this.hostOnlySources = settings.snapshots ? [templateAddress(names.prefix).guest] : [];
   }
 
   /** Checks the host (KVM, binaries, jailer); throws a RuntimeUnavailableError naming everything missing. */
