@@ -356,6 +356,37 @@ describe('the firecracker runtime: host checks, selection and the kernel', () =>
     });
   });
 
+  it('refuses to run unjailed unless SBX_FC_JAILER=off says so, naming the fix', async () => {
+    for (const jailer of ['auto', 'on'] as const) {
+      assert.throws(
+        () => FirecrackerRuntime.forHost(NAMES, settings({ jailer }), host(false)),
+        (err: Error) => {
+          assert.match(err.message, /^runtime firecracker is not available here: /);
+          assert.match(err.message, /refuses to run unjailed/);
+          assert.match(err.message, /JAILER_BIN/);
+          assert.match(err.message, /SBX_FC_JAILER=off/);
+          return true;
+        },
+        `SBX_FC_JAILER=${jailer}`,
+      );
+    }
+    // The host check says it as well, when no jailer is found (auto looks on PATH).
+    const noJailer = { ...firecrackerSettingsFromEnv({ PATH: '/nonexistent' }), firecrackerBin: path.join(BIN, 'firecracker') };
+    await assert.rejects(
+      (async () => {
+        const saved = process.env.PATH;
+        process.env.PATH = '/nonexistent';
+        try {
+          return await FirecrackerRuntime.create(NAMES, noJailer);
+        } finally {
+          process.env.PATH = saved;
+        }
+      })(),
+      /no jailer binary.*refuses to run unjailed.*SBX_FC_JAILER=off/,
+    );
+    assert.ok(FirecrackerRuntime.forHost(NAMES, settings({ jailer: 'off' }), host(false)).describe().includes('NOT jailed'));
+  });
+
   it('checks the version: only the release whose API it speaks', async () => {
     const old = path.join(workDir, 'old-firecracker');
     await writeFile(old, '#!/bin/sh\necho "Firecracker v1.7.0"\n', { mode: 0o755 });

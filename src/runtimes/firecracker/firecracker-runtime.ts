@@ -10,7 +10,7 @@ import { GuestConnection, type GuestEndpoint } from '../../transport/ssh-connect
 import { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
 import { consoleLogTail, keepConsoleLog } from '../console-log.js';
-import type { AdoptedSandbox, ExitInfo, RunningSandbox, Runtime, SandboxSpec } from '../runtime.js';
+import { RuntimeUnavailableError, type AdoptedSandbox, type ExitInfo, type RunningSandbox, type Runtime, type SandboxSpec } from '../runtime.js';
 import { adoptedProcess } from '../adopt-process.js';
 import { processStartTime } from '../container/process-watch.js';
 import { killOrphan, spawnInNetns, spawnLogged, type VmProcess } from '../vm-process.js';
@@ -19,7 +19,7 @@ import { waitForApiSocket } from './api/wait-for-socket.js';
 import { bootSteps } from './boot/boot-steps.js';
 import { snapshotCreateSteps, snapshotRestoreSteps } from './boot/snapshot-steps.js';
 import { runSteps } from './boot/steps.js';
-import { checkFirecrackerHost, type FirecrackerHost } from './host/host-check.js';
+import { checkFirecrackerHost, unjailedRefusal, type FirecrackerHost } from './host/host-check.js';
 import { applyChrootLayout, removeChroot } from './jailer/apply-chroot.js';
 import { jailCgroupDirs, removeJailCgroups } from './jailer/cgroup.js';
 import { chrootLayout, type ChrootLayout } from './jailer/chroot-layout.js';
@@ -57,7 +57,7 @@ interface BootedVm {
  * (unpacked to vmlinux), initrd and a per-session copy of its ext4 root, with the session's
  * config drive as a second disk and the TAP in the session's netns as its NIC.
  *
- * Jailed (the default when a jailer binary is found): every VMM runs under the jailer in its
+ * Jailed (always, unless SBX_FC_JAILER=off: without a jailer the runtime refuses to start): every VMM runs under the jailer in its
  * own chroot (`<SBX_FC_CHROOT_DIR>/<firecracker exec name>/<prefix><id>/root`), network
  * namespace and cgroup, as the unprivileged SBX_FC_UID:SBX_FC_GID, which owns the TAP.
  * Unjailed (SBX_FC_JAILER=off; development only): Firecracker runs as root in the session's
@@ -81,6 +81,7 @@ export class FirecrackerRuntime implements Runtime {
     private readonly settings: FirecrackerSettings,
     readonly host: FirecrackerHost,
   ) {
+    if (!host.jailerBin && settings.jailer !== 'off') throw new RuntimeUnavailableError('firecracker', unjailedRefusal());
     this.tapOwner = host.jailerBin ? { uid: settings.uid, gid: settings.gid } : undefined;
     this.bootTimeoutMs = settings.bootTimeoutMs;
     this.hostOnlySources = settings.snapshots ? [templateAddress(names.prefix).guest] : [];
@@ -103,7 +104,7 @@ export class FirecrackerRuntime implements Runtime {
   describe(): string {
     const jail = this.host.jailerBin
       ? `jailed as ${this.settings.uid}:${this.settings.gid} under ${this.settings.chrootBaseDir} (cgroup v${this.host.cgroupVersion})`
-      : 'NOT jailed (SBX_FC_JAILER=off or no jailer binary: development only)';
+      : 'NOT jailed (SBX_FC_JAILER=off: development only)';
     return `firecracker ${this.host.version} (${this.host.firecrackerBin}), ${jail}`;
   }
 

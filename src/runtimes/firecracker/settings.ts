@@ -10,9 +10,9 @@ export interface FirecrackerSettings {
   /** JAILER_BIN: the jailer binary of the same release (default: `jailer` on PATH). */
   jailerBin?: string;
   /**
-   * SBX_FC_JAILER: 'auto' (default: jail every VM when a jailer binary is found), 'on'
-   * (refuse to start without one) or 'off' (development only: Firecracker runs as root,
-   * unconfined, in the session's netns).
+   * SBX_FC_JAILER: 'auto' (default) and 'on' both jail every VM, and the runtime refuses to
+   * start without a jailer binary; 'off' (development only, and only when said explicitly):
+   * Firecracker runs as root, unconfined, in the session's netns.
    */
   jailer: 'auto' | 'on' | 'off';
   /** SBX_FC_CHROOT_DIR: where the jailer makes each VM's chroot (default /srv/jailer). */
