@@ -2,6 +2,7 @@ import path from 'node:path';
 import { AUTH_SETTINGS, type AuthSetting } from './api/auth/auth-mode.js';
 import { DEFAULT_RESOURCE_PREFIX } from './network/names.js';
 import { defaultMaxSessions } from './sessions/capacity.js';
+import type { VmUserSettings } from './runtimes/vm-user-pool.js';
 
 export const RUNTIME_NAMES = ['auto', 'container', 'qemu', 'firecracker'] as const;
 export type RuntimeChoice = (typeof RUNTIME_NAMES)[number];
@@ -136,6 +137,8 @@ export interface QemuSettings {
   kernel?: string;
   /** SBX_INITRD: an initrd to use instead of the image's (with SBX_KERNEL, usually). */
   initrd?: string;
+  /** SBX_VM_UID_BASE / SBX_VM_UID_COUNT: the uids (and gids) VMMs run under, one each (vm-user-pool.ts). */
+  vmUsers?: VmUserSettings;
   /**
    * SBX_QEMU_BOOT_TIMEOUT_MS: how long a VM may take to be ready. Default: 90 s under TCG,
    * 30 s with KVM. SBX_BOOT_TIMEOUT_MS applies instead when it is longer.
@@ -159,5 +162,14 @@ export function qemuSettingsFromEnv(env: NodeJS.ProcessEnv = process.env): QemuS
     kernel: env.SBX_KERNEL || undefined,
     initrd: env.SBX_INITRD || undefined,
     bootTimeoutMs: timeout,
+    vmUsers: vmUserSettingsFromEnv(env),
   };
+}
+
+/** SBX_VM_UID_BASE and SBX_VM_UID_COUNT (both VM runtimes); unset ones take the pool's defaults. */
+export function vmUserSettingsFromEnv(env: NodeJS.ProcessEnv = process.env): VmUserSettings {
+  const settings: VmUserSettings = {};
+  if (env.SBX_VM_UID_BASE) settings.base = envInt('SBX_VM_UID_BASE', 0, env);
+  if (env.SBX_VM_UID_COUNT) settings.count = positive('SBX_VM_UID_COUNT', envInt('SBX_VM_UID_COUNT', 0, env));
+  return settings;
 }

@@ -1,3 +1,7 @@
+import { spawn } from 'node:child_process';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { processUid, VmUserPool, vmUserRange } from '../src/runtimes/vm-user-pool.js';
+import { CleanupStack } from '../src/util/cleanup-stack.js';
 import assert from 'node:assert/strict';
 import { chown, mkdir, mkdtemp, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -148,7 +152,7 @@ describe('kernel command line and QEMU command line', () => {
   it('builds a microvm command line: machine, accelerator, disks in order, TAP, serial, pidfile', () => {
     const argv = qemuArgv(vm);
     assert.deepEqual(after(argv, '-machine'), ['microvm,pit=on,pic=on,rtc=on']);
-    assert.deepEqual(after(argv, '-accel'), ['tcg']);
+    assert.deepEqual(after(argv, '-accel'), ['tcg,tb-size=256'], 'the TCG code cache fits the cgroup');
     assert.deepEqual(after(argv, '-cpu'), ['max']);
     assert.deepEqual(after(argv, '-name'), ['guest=sbx-abcdefghij,process=sbx-abcdefghij']);
     assert.deepEqual(after(argv, '-m'), ['1024M']);
@@ -209,7 +213,18 @@ describe('host facts and settings for the qemu runtime', () => {
   });
 
   it('reads SBX_QEMU_* settings and refuses bad ones', () => {
-    assert.deepEqual(qemuSettingsFromEnv({}), { binary: 'qemu-system-x86_64', imgBinary: 'qemu-img', accel: 'auto', smp: 2, kernel: undefined, initrd: undefined, bootTimeoutMs: undefined });
+    assert.deepEqual(qemuSettingsFromEnv({}), {
+      binary: 'qemu-system-x86_64',
+      imgBinary: 'qemu-img',
+      accel: 'auto',
+      smp: 2,
+      kernel: undefined,
+      initrd: undefined,
+      bootTimeoutMs: undefined,
+      vmUsers: {},
+    });
+    assert.deepEqual(qemuSettingsFromEnv({ SBX_VM_UID_BASE: '2000000', SBX_VM_UID_COUNT: '16' }).vmUsers, { base: 2_000_000, count: 16 });
+    assert.throws(() => qemuSettingsFromEnv({ SBX_VM_UID_COUNT: '0' }), /SBX_VM_UID_COUNT/);
     const set = qemuSettingsFromEnv({ SBX_QEMU_ACCEL: 'tcg', SBX_QEMU_SMP: '1', SBX_KERNEL: '/k', SBX_INITRD: '/i', SBX_QEMU_BOOT_TIMEOUT_MS: '120000' });
     assert.deepEqual([set.accel, set.smp, set.kernel, set.initrd, set.bootTimeoutMs], ['tcg', 1, '/k', '/i', 120000]);
     assert.throws(() => qemuSettingsFromEnv({ SBX_QEMU_ACCEL: 'hvf' }), /SBX_QEMU_ACCEL/);
@@ -319,3 +334,38 @@ function fakeModule(modinfo: string[]): Buffer {
   };
   return Buffer.concat([header, info, names, section(0, 0, 0), section(1, infoAt, info.length), section(10, namesAt, names.length)]);
 }
+
+describe('the VM uid pool', () => {
+  it('leases each VMM a uid of its own, records it, gives it back, and never leases one a process runs under', async () => {
+    const base = 3_000_000 + Math.floor(Math.random() * 1_000_000);
+    const pool = new VmUserPool({ base, count: 3 });
+    const recorded: string[] = [];
+    const cleanup = new CleanupStack();
+    // A process already running under the first uid (a VMM that outlived a crash, say).
+    const squatter = spawn('setpriv', [`--reuid=${base}`, `--regid=${base}`, '--clear-groups', 'sleep', '30'], { stdio: 'ignore' });
+    try {
+      for (let i = 0; i < 50 && (await processUid(squatter.pid ?? -1)) !== base; i++) await sleep(20);
+      const [a, b] = await Promise.all([pool.lease(cleanup, (kind, name) => recorded.push(`${kind}:${name}`)), pool.lease(cleanup)]);
+      assert.deepEqual([a, b].map((u) => u.uid).sort(), [base + 1, base + 2], 'the squatted uid is skipped, and two leases differ');
+      assert.deepEqual([a.gid, b.gid], [a.uid, b.uid], 'a group of its own');
+      assert.equal(recorded.length, 1);
+      assert.match(recorded[0] as string, new RegExp(`^vm-user:${base + 1}$|^vm-user:${base + 2}$`));
+      await assert.rejects(pool.lease(new CleanupStack()), /every VM uid is taken \(SBX_VM_UID_BASE=\d+, SBX_VM_UID_COUNT=3\)/);
+      await cleanup.run();
+      assert.equal(pool.inUse, 0);
+      pool.claim(base + 1); // adopted after a restart
+      assert.equal((await pool.lease(new CleanupStack())).uid, base + 2);
+    } finally {
+      squatter.kill('SIGKILL');
+    }
+  });
+
+  it('derives a range per resource prefix unless SBX_VM_UID_BASE says otherwise, and refuses a bad one', () => {
+    assert.deepEqual(vmUserRange({}, 'sbx-'), { base: 900_000, count: 4_096 });
+    const other = vmUserRange({}, 'tzz-');
+    assert.ok(other.base > 900_000 && (other.base - 900_000) % 4_096 === 0);
+    assert.deepEqual(vmUserRange({ base: 123_456, count: 8 }, 'tzz-'), { base: 123_456, count: 8 });
+    assert.throws(() => new VmUserPool({ base: 0, count: 10 }), /VM uid range/);
+    assert.throws(() => new VmUserPool({ base: 2 ** 32 - 5, count: 10 }), /VM uid range/);
+  });
+});

@@ -9,7 +9,7 @@ export type RuntimeName = 'container' | 'qemu' | 'firecracker';
  * The kinds of host resource a sandbox holds, as the store's ledger records them (see
  * sessions/resource-ledger.ts, which also reclaims each kind).
  */
-export const RESOURCE_KINDS = ['process', 'container', 'mount', 'disk', 'jail', 'cgroup', 'netns', 'veth', 'key-dir'] as const;
+export const RESOURCE_KINDS = ['process', 'container', 'mount', 'disk', 'jail', 'cgroup', 'netns', 'veth', 'key-dir', 'vm-user'] as const;
 export type ResourceKind = (typeof RESOURCE_KINDS)[number];
 /** Records a resource in the store before it is taken (a no-op where nothing is stored). */
 export type RecordResource = (kind: ResourceKind, name: string) => void;
@@ -35,6 +35,8 @@ export interface SandboxSpec {
   logsDir: string;
   /** Call before taking each host resource, so that a crash at any point leaves a record of it. */
   record?: RecordResource;
+  /** The uid/gid leased for this sandbox's VMM (Runtime.leaseVmUser), which owns its TAP. */
+  vmUser?: TapOwner;
 }
 
 /** How a VM is run: with KVM, or in software (TCG, about ten times slower to boot). */
@@ -82,6 +84,11 @@ export interface Runtime {
    * a snapshot clone answers from while the host rotates its keys.
    */
   readonly hostOnlySources?: readonly string[];
+  /**
+   * VM runtimes: a uid/gid of the sandbox's own for its VMM (vm-user-pool.ts), leased before
+   * its network is made (the TAP is created owned by it), released by `cleanup`.
+   */
+  leaseVmUser?(cleanup: CleanupStack, record?: RecordResource): Promise<TapOwner>;
   /**
    * The boot timeout this runtime needs when it is longer than the orchestrator-wide one
    * (SBX_BOOT_TIMEOUT_MS): a VM under TCG takes many times a container's start-up. The

@@ -70,5 +70,9 @@ async function reclaim(kind: ResourceKind, name: string): Promise<void> {
       return deleteNetns(name);
     case 'veth':
       return deleteLink(name);
+    case 'vm-user':
+      // A lease lives in the pool's memory, gone with the process that held it; the VMM
+      // that ran under it is the 'process' entry, killed above. Nothing is left to free.
+      return;
   }
 }

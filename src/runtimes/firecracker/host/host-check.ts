@@ -112,7 +112,6 @@ export async function checkFirecrackerHost(settings: FirecrackerSettings): Promi
     if (firecracker.bin && !path.basename(firecracker.bin).includes('firecracker')) {
       problems.push(`the jailer only runs a binary whose file name contains "firecracker"; rename ${firecracker.bin}`);
     }
-    if (settings.uid <= 0 || settings.gid <= 0) problems.push('SBX_FC_UID and SBX_FC_GID must not be root (0): the jail would protect nothing');
     if (!path.isAbsolute(settings.chrootBaseDir)) problems.push(`SBX_FC_CHROOT_DIR must be an absolute path, got ${settings.chrootBaseDir}`);
   }
 
