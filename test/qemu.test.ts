@@ -279,10 +279,12 @@ describe('qemu VMs left by an orchestrator that crashed', () => {
     const orphans = await processesMentioning(NAMES.vm(id));
     assert.equal(orphans.length, 1, 'the VM outlived its orchestrator');
     assert.ok((await hostTrace(NAMES, id, path.join(stateDir, id))).netns);
+    assert.ok((await vmCgroupDirs(NAMES.vm(id))).length > 0, 'and so did its cgroup');
 
     const restarted = await startTestOrchestrator({ runtime: 'qemu', stateDir });
     try {
       assert.deepEqual(await processesMentioning(NAMES.vm(id)), [], 'the orphaned QEMU is gone');
+      assert.deepEqual(await vmCgroupDirs(NAMES.vm(id)), [], 'its cgroup is reclaimed');
       assert.deepEqual(await hostTrace(NAMES, id, path.join(stateDir, id)), nothingLeft);
       assert.equal((await getSession(restarted, id)).state, 'destroyed');
     } finally {
