@@ -17,34 +17,26 @@ import { TEST_PREFIX, startTestOrchestrator, type TestOrchestrator } from './hel
  */
 const IP_FORWARD = '/proc/sys/net/ipv4/ip_forward';
 const CHECK_MS = 500;
-const PYTHON = '/usr/bin/python3';
 /** The UDP port both the honest and the forged datagrams come from (the same conntrack flow). */
 const SOURCE_PORT = 40_123;
 
 /** A UDP listener in the lab namespace: prints "<payload> <peer>" per datagram and answers it. */
 const UDP_LISTENER = `
-import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(('0.0.0.0', int(sys.argv[1])))
-print('ready', flush=True)
-while True:
-    data, peer = s.recvfrom(2048)
-    print(data.decode(errors='replace'), peer[0], flush=True)
-    s.sendto(b'ack', peer)
+const socket = require('node:dgram').createSocket('udp4');
+socket.on('message', (data, peer) => {
+  process.stdout.write(data.toString() + ' ' + peer.address + '\\n');
+  socket.send('ack', peer.port, peer.address);
+});
+socket.bind(Number(process.argv[1]), '0.0.0.0', () => process.stdout.write('ready\\n'));
 `;
 
-/** Sends one datagram from (source, SOURCE_PORT) and waits briefly for the answer. */
+/** Sends one datagram from (source, SOURCE_PORT) and prints the answer, or "no answer" after 2 s. */
 const UDP_SEND = `
-import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[1], int(sys.argv[2])))
-s.settimeout(2)
-s.sendto(sys.argv[5].encode(), (sys.argv[3], int(sys.argv[4])))
-try:
-    print(s.recvfrom(64)[0].decode())
-except socket.timeout:
-    print('no answer')
+const [source, sourcePort, target, targetPort, payload] = process.argv.slice(1);
+const socket = require('node:dgram').createSocket({ type: 'udp4', reuseAddr: true });
+const timer = setTimeout(() => { console.log('no answer'); socket.close(); }, 2000);
+socket.on('message', (data) => { clearTimeout(timer); console.log(data.toString()); socket.close(); });
+socket.bind(Number(sourcePort), source, () => socket.send(payload, Number(targetPort), target));
 `;
 
 describe('red team: the network policy stays in force, and a sandbox cannot forge its source', () => {
@@ -66,7 +58,7 @@ describe('red team: the network policy stays in force, and a sandbox cannot forg
 
   /** A datagram from a sandbox's netns with the given source address (root in the netns may add any). */
   async function sendFrom(sessionId: string, source: string, payload: string): Promise<string> {
-    const res = await run(['ip', 'netns', 'exec', orch.names.netns(sessionId), PYTHON, '-c', UDP_SEND, source, String(SOURCE_PORT), lab.publicAddress, String(udpPort), payload]);
+    const res = await run(['ip', 'netns', 'exec', orch.names.netns(sessionId), process.execPath, '-e', UDP_SEND, source, String(SOURCE_PORT), lab.publicAddress, String(udpPort), payload]);
     return res.stdout.trim();
   }
 
@@ -85,7 +77,7 @@ describe('red team: the network policy stays in force, and a sandbox cannot forg
     forwardingBefore = (await readFile(IP_FORWARD, 'utf8')).trim();
     lab = await createNetLab(TEST_PREFIX);
     udpPort = 30_000 + Math.floor(Math.random() * 5_000);
-    listener = spawn('ip', ['netns', 'exec', lab.netns, PYTHON, '-u', '-c', UDP_LISTENER, String(udpPort)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    listener = spawn('ip', ['netns', 'exec', lab.netns, process.execPath, '-e', UDP_LISTENER, String(udpPort)], { stdio: ['ignore', 'pipe', 'inherit'] });
     let buffered = '';
     listener.stdout?.on('data', (chunk: Buffer) => {
       buffered += chunk.toString();
@@ -93,7 +85,9 @@ describe('red team: the network policy stays in force, and a sandbox cannot forg
       buffered = lines.pop() ?? '';
       received.push(...lines);
     });
-    while (!received.includes('ready')) await sleep(20);
+    for (const end = Date.now() + 10_000; !received.includes('ready'); await sleep(20)) {
+      if (Date.now() > end) throw new Error('the UDP listener did not start');
+    }
     orch = await startTestOrchestrator({ networkPolicyCheckMs: CHECK_MS });
     const [a, b] = await Promise.all([create({ network: { egress: true } }), create({})]);
     assert.equal(a.statusCode, 201, a.body);
