@@ -201,6 +201,24 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     assert.ok(procs.split('\n').includes(String(sandbox.pid)), 'the VMM is inside');
   });
 
+  it('a second VM gets another uid of its own, which it gives back when it goes', async () => {
+    const second = new CleanupStack();
+    const other = await prepareSession(runtime, second);
+    try {
+      const vm = await runtime.start(other.spec, second);
+      const proc = (await records(other.sessionId))[0]?.process;
+      assert.ok(other.spec.vmUser && session.spec.vmUser);
+      assert.notEqual(other.spec.vmUser.uid, session.spec.vmUser.uid, 'two VMs never share a uid');
+      assert.equal(proc?.uid, other.spec.vmUser.uid);
+      assert.match(await readFile(`/proc/${vm.pid}/status`, 'utf8'), new RegExp(`^Uid:\\s+${other.spec.vmUser.uid}\\s`, 'm'));
+      assert.equal(runtime.users.inUse, 2);
+    } finally {
+      await second.run();
+      await rm(other.sessionDir, { recursive: true, force: true });
+    }
+    assert.equal(runtime.users.inUse, 1, 'its uid went back to the pool');
+  });
+
   it('destroys gracefully: Ctrl-Alt-Del, the VMM exits by itself; jail, cgroups, TAP and netns are gone', async () => {
     const jailDir = path.join(jailsDir, 'firecracker', `${TEST_PREFIX}${session.sessionId}`);
     const cgroups = await jailCgroupDirs(hostCgroupVersion(), TEST_PREFIX.slice(0, -1), `${TEST_PREFIX}${session.sessionId}`);
