@@ -1,9 +1,7 @@
-import { spawn } from 'node:child_process';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { processUid, VmUserPool, vmUserRange } from '../src/runtimes/vm-user-pool.js';
-import { CleanupStack } from '../src/util/cleanup-stack.js';
 import assert from 'node:assert/strict';
-import { chown, mkdir, mkdtemp, rm, stat, utimes, writeFile } from 'node:fs/promises';
+import { spawn } from 'node:child_process';
+import { chown, mkdir, mkdtemp, readFile, rm, stat, utimes, writeFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
@@ -25,6 +23,9 @@ import { macAddressFor, optionValue, qemuArgv, type QemuVmConfig } from '../src/
 import { sessionIdOfQemu } from '../src/runtimes/qemu/qemu-process.js';
 import { describeExit, type QemuRuntime } from '../src/runtimes/qemu/qemu-runtime.js';
 import { selectRuntime } from '../src/runtimes/select.js';
+import { VmCgroup } from '../src/runtimes/vm-cgroup.js';
+import { processUid, VmUserPool, vmUserRange } from '../src/runtimes/vm-user-pool.js';
+import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { run } from '../src/util/exec.js';
 
 const scratch = await mkdtemp(path.join(os.tmpdir(), 'sbx-qemu-unit-'));
@@ -367,5 +368,40 @@ describe('the VM uid pool', () => {
     assert.deepEqual(vmUserRange({ base: 123_456, count: 8 }, 'tzz-'), { base: 123_456, count: 8 });
     assert.throws(() => new VmUserPool({ base: 0, count: 10 }), /VM uid range/);
     assert.throws(() => new VmUserPool({ base: 2 ** 32 - 5, count: 10 }), /VM uid range/);
+  });
+});
+
+describe('a VMM cgroup (files checked in a stand-in hierarchy, v1 and v2)', () => {
+  it('v2: delegates memory, cpu and pids to the parent and writes the limits; v1: one directory per controller', async () => {
+    const root = await mkdtemp(path.join(os.tmpdir(), 'vm-cgroup-'));
+    try {
+      // What cgroupfs would show: the root's and the parent's subtree_control (one enabled already).
+      await writeFile(path.join(root, 'cgroup.subtree_control'), 'cpu\n');
+      await mkdir(path.join(root, 'tzz'));
+      await writeFile(path.join(root, 'tzz', 'cgroup.subtree_control'), '');
+      const recorded: string[] = [];
+      const v2 = await VmCgroup.create(
+        { version: 2, parent: 'tzz', name: 'tzz-abcdefghij', limits: { memoryMiB: 1024, vcpus: 2, pidsMax: 128 }, record: (kind, name) => recorded.push(`${kind}:${name}`) },
+        root,
+      );
+      const dir = path.join(root, 'tzz', 'tzz-abcdefghij');
+      assert.deepEqual(v2.dirs, [dir]);
+      assert.deepEqual(recorded, [`cgroup:${dir}`]);
+      assert.equal(await readFile(path.join(root, 'cgroup.subtree_control'), 'utf8'), 'cpu\n+memory +pids');
+      assert.equal(await readFile(path.join(root, 'tzz', 'cgroup.subtree_control'), 'utf8'), '+memory +cpu +pids');
+      assert.equal(await readFile(path.join(dir, 'memory.max'), 'utf8'), String((1024 + 128) * 1024 * 1024));
+      assert.equal(await readFile(path.join(dir, 'cpu.max'), 'utf8'), '200000 100000');
+      assert.equal(await readFile(path.join(dir, 'pids.max'), 'utf8'), '128');
+      await v2.add(4242);
+      assert.equal(await readFile(path.join(dir, 'cgroup.procs'), 'utf8'), '4242');
+
+      const v1 = await VmCgroup.create({ version: 1, parent: 'tzz', name: 'tzz-klmnopqrst', limits: { memoryMiB: 512, vcpus: 1, pidsMax: 64 } }, root);
+      assert.deepEqual(v1.dirs, ['memory', 'cpu', 'pids'].map((c) => path.join(root, c, 'tzz', 'tzz-klmnopqrst')));
+      assert.equal(await readFile(path.join(root, 'cpu', 'tzz', 'tzz-klmnopqrst', 'cpu.cfs_quota_us'), 'utf8'), '100000');
+      assert.equal(await readFile(path.join(root, 'memory', 'tzz', 'tzz-klmnopqrst', 'memory.limit_in_bytes'), 'utf8'), String((512 + 128) * 1024 * 1024));
+      await assert.rejects(VmCgroup.create({ version: 2, parent: '../x', name: 'y', limits: { memoryMiB: 1, vcpus: 1 } }, root), /invalid cgroup name/);
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
   });
 });

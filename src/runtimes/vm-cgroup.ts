@@ -67,13 +67,6 @@ export class VmCgroup {
   async remove(): Promise<void> {
     await removeJailCgroups(this.version, this.parent, this.name, this.root);
   }
-
-  /** One of its limit or statistics files (e.g. "memory.max", "pids.current"), read. */
-  async read(file: string): Promise<string> {
-    const controller = file.split('.')[0] as string;
-    const dir = this.version === 2 ? path.join(this.root, this.parent, this.name) : path.join(this.root, controller, this.parent, this.name);
-    return (await readFile(path.join(dir, file), 'utf8')).trim();
-  }
 }
 
 function splitSetting(setting: string): [string, string] {

@@ -1,16 +1,9 @@
 import type { Logger } from 'pino';
-import { OrchestratorError } from '../../errors.js';
+import { NetworkPolicyUnavailableError } from '../../errors.js';
 import type { NetworkPolicy } from './network-policy.js';
 
 /** A create while the policy is being put back: retry after this long (repairs take milliseconds). */
 export const POLICY_RETRY_AFTER_SECONDS = 2;
-
-/** New sessions are refused while the network policy is not in force. */
-export class NetworkPolicyUnavailableError extends OrchestratorError {
-  constructor(message: string) {
-    super(message, 503, 'network_policy_unavailable', { 'retry-after': String(POLICY_RETRY_AFTER_SECONDS) });
-  }
-}
 
 export interface PolicyGuardOptions {
   /** How often the table is compared with what was installed (SBX_NETWORK_POLICY_CHECK_MS). */
@@ -73,6 +66,7 @@ export class PolicyGuard {
     const wasInForce = this.inForce && (await this.check());
     if (!wasInForce) {
       throw new NetworkPolicyUnavailableError(
+        POLICY_RETRY_AFTER_SECONDS,
         `the guest network policy (nftables table ${this.policy.table}) was changed or removed on this host (${this.lastDrift ?? 'unknown change'}) ` +
           'and is being put back; no session is created until it is: retry shortly',
       );
