@@ -3,6 +3,7 @@ import { AUTH_SETTINGS, type AuthSetting } from './api/auth/auth-mode.js';
 import { DEFAULT_TENANT_REQUEST_LIMITS, parseTenantLimitOverrides, type TenantRequestLimits } from './api/tenant-request-limits.js';
 import { DEFAULT_RESOURCE_PREFIX } from './network/names.js';
 import { defaultMaxSessions } from './sessions/capacity.js';
+import type { VmUserSettings } from './runtimes/vm-user-pool.js';
 
 export const RUNTIME_NAMES = ['auto', 'container', 'qemu', 'firecracker'] as const;
 export type RuntimeChoice = (typeof RUNTIME_NAMES)[number];
@@ -46,6 +47,8 @@ export interface OrchestratorConfig {
   tenantRequestBurst: number;
   /** Tenants with other request limits (SBX_TENANT_REQUEST_LIMITS="ci=256/500/1000,..."). */
   tenantRequestLimitOverrides: ReadonlyMap<string, TenantRequestLimits>;
+  /** How often the guest network policy is checked and put back if changed (SBX_NETWORK_POLICY_CHECK_MS, 3 s). */
+  networkPolicyCheckMs: number;
   /** Prefix of every host resource's name (netns, veth, container, cgroup): "sbx-". */
   resourcePrefix: string;
   /** API keys: `auto` (required once a key exists, always off loopback), `on`, `off` (loopback only). */
@@ -106,6 +109,7 @@ export function defaultConfig(): OrchestratorConfig {
     tenantRequestsPerSecond: positive('SBX_TENANT_REQUESTS_PER_SECOND', envInt('SBX_TENANT_REQUESTS_PER_SECOND', DEFAULT_TENANT_REQUEST_LIMITS.perSecond)),
     tenantRequestBurst: positive('SBX_TENANT_REQUEST_BURST', envInt('SBX_TENANT_REQUEST_BURST', DEFAULT_TENANT_REQUEST_LIMITS.burst)),
     tenantRequestLimitOverrides: parseTenantLimitOverrides(process.env.SBX_TENANT_REQUEST_LIMITS || ''),
+    networkPolicyCheckMs: positive('SBX_NETWORK_POLICY_CHECK_MS', envInt('SBX_NETWORK_POLICY_CHECK_MS', 3_000)),
     resourcePrefix: process.env.SBX_RESOURCE_PREFIX || DEFAULT_RESOURCE_PREFIX,
     auth,
     maxSessions: positive('SBX_MAX_SESSIONS', envInt('SBX_MAX_SESSIONS', defaultMaxSessions(memoryLimitMiB))),
@@ -146,6 +150,8 @@ export interface QemuSettings {
   kernel?: string;
   /** SBX_INITRD: an initrd to use instead of the image's (with SBX_KERNEL, usually). */
   initrd?: string;
+  /** SBX_VM_UID_BASE / SBX_VM_UID_COUNT: the uids (and gids) VMMs run under, one each (vm-user-pool.ts). */
+  vmUsers?: VmUserSettings;
   /**
    * SBX_QEMU_BOOT_TIMEOUT_MS: how long a VM may take to be ready. Default: 90 s under TCG,
    * 30 s with KVM. SBX_BOOT_TIMEOUT_MS applies instead when it is longer.
@@ -169,6 +175,7 @@ export function qemuSettingsFromEnv(env: NodeJS.ProcessEnv = process.env): QemuS
     kernel: env.SBX_KERNEL || undefined,
     initrd: env.SBX_INITRD || undefined,
     bootTimeoutMs: timeout,
+    vmUsers: vmUserSettingsFromEnv(env),
   };
 }
 
@@ -220,4 +227,12 @@ export function containerSettingsFromEnv(env: NodeJS.ProcessEnv = process.env): 
     inotifyInstances: positive('SBX_INOTIFY_INSTANCES', envInt('SBX_INOTIFY_INSTANCES', 128, env)),
     inotifyWatches: positive('SBX_INOTIFY_WATCHES', envInt('SBX_INOTIFY_WATCHES', 16384, env)),
   };
+}
+
+/** SBX_VM_UID_BASE and SBX_VM_UID_COUNT (both VM runtimes); unset ones take the pool's defaults. */
+export function vmUserSettingsFromEnv(env: NodeJS.ProcessEnv = process.env): VmUserSettings {
+  const settings: VmUserSettings = {};
+  if (env.SBX_VM_UID_BASE) settings.base = envInt('SBX_VM_UID_BASE', 0, env);
+  if (env.SBX_VM_UID_COUNT) settings.count = positive('SBX_VM_UID_COUNT', envInt('SBX_VM_UID_COUNT', 0, env));
+  return settings;
 }

@@ -66,3 +66,10 @@ export class HostCapacityError extends OrchestratorError {
     super(message, 503, code, { 'retry-after': String(retryAfterSeconds) });
   }
 }
+
+/** The guest network policy is not in force (changed or removed on the host): no session is created until it is back. */
+export class NetworkPolicyUnavailableError extends OrchestratorError {
+  constructor(retryAfterSeconds: number, message: string) {
+    super(message, 503, 'network_policy_unavailable', { 'retry-after': String(retryAfterSeconds) });
+  }
+}

@@ -512,6 +512,7 @@ describe('firecracker: the jailer', () => {
       '--cgroup', `memory.max=${(1024 + 128) * 1024 * 1024}`,
       '--cgroup', 'cpu.max=200000 100000',
       '--cgroup', 'pids.max=64',
+      '--new-pid-ns',
       '--',
       '--api-sock', '/run/firecracker.socket',
     ]);
@@ -525,10 +526,10 @@ describe('firecracker: the jailer', () => {
     assert.ok(argv.join(' ').includes('--resource-limit no-file=1024'));
   });
 
-  it('keeps Firecracker our child: no --daemonize, no --new-pid-ns', () => {
+  it('puts Firecracker in a pid namespace of its own, keeping our console log: --new-pid-ns, no --daemonize', () => {
     const argv = jailerArgv(options);
     assert.ok(!argv.includes('--daemonize'));
-    assert.ok(!argv.includes('--new-pid-ns'));
+    assert.ok(argv.includes('--new-pid-ns'));
     assert.deepEqual(argv.slice(argv.indexOf('--')), ['--', '--api-sock', '/run/firecracker.socket']);
   });
 

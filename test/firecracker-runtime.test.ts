@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, mkdtemp, open, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, open, readFile, readlink, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -38,7 +38,6 @@ import { startXevSlowly } from './helpers/xev.js';
  */
 const BIN = path.join(import.meta.dirname, 'helpers/firecracker/bin');
 const NAMES = new ResourceNames(TEST_PREFIX);
-const JAIL_UID = 65534;
 /** What the runtime sends a fresh VMM: a wait until its API answers, then the boot sequence. */
 const COLD_BOOT_CALLS = ['GET /', ...BOOT_SEQUENCE];
 
@@ -94,7 +93,9 @@ async function prepareSession(runtime: FirecrackerRuntime, cleanup: CleanupStack
   await writeSessionKeys(sessionDir, configDir, generateSessionKeys(sessionId));
   const lease = pool.lease();
   await cleanup.push('lease', () => pool.release(lease.index));
-  const network = await createSandboxNetwork(NAMES, sessionId, lease, cleanup, 'tap', runtime.tapOwner);
+  // As the session layer does: the VM's own uid/gid first (jailed), which owns the TAP.
+  const vmUser = await runtime.leaseVmUser?.(cleanup);
+  const network = await createSandboxNetwork(NAMES, sessionId, lease, cleanup, 'tap', vmUser);
   return {
     sessionId,
     sessionDir,
@@ -109,6 +110,7 @@ async function prepareSession(runtime: FirecrackerRuntime, cleanup: CleanupStack
       memoryMiB: 512,
       pidsLimit: 256,
       logsDir: path.join(workDir, 'logs'),
+      vmUser,
     },
   };
 }
@@ -153,9 +155,15 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     assert.deepEqual(recorded.filter((r) => r.fault), [], 'no request was refused');
     const proc = recorded[0]?.process;
     assert.ok(proc);
-    assert.equal(proc.pid, sandbox.pid, 'the jailer execs Firecracker: one pid, our child');
-    assert.equal(proc.uid, JAIL_UID);
-    assert.equal(proc.gid, JAIL_UID);
+    // --new-pid-ns: Firecracker is the init of a pid namespace of its own; the pid the
+    // runtime watches is that same process as the host sees it (the jailer wrote it).
+    assert.equal(proc.pid, 1, 'Firecracker is pid 1 of its own pid namespace');
+    assert.match(await readFile(`/proc/${sandbox.pid}/status`, 'utf8'), new RegExp(`^NSpid:\\s+${sandbox.pid}\\s+1$`, 'm'));
+    assert.notEqual(await readlink(`/proc/${sandbox.pid}/ns/pid`), await readlink('/proc/self/ns/pid'));
+    const vmUid = session.spec.vmUser?.uid ?? -1;
+    assert.ok(runtime.users.contains(vmUid) && vmUid !== 65534, `a uid of its own from the pool, got ${vmUid}`);
+    assert.equal(proc.uid, vmUid);
+    assert.equal(proc.gid, vmUid);
     assert.equal(proc.netns, await netnsInode(session.spec.network), 'Firecracker runs in the session netns');
     assert.deepEqual(proc.argv.slice(0, 4), ['--id', `${TEST_PREFIX}${session.sessionId}`, '--api-sock', '/run/firecracker.socket']);
     // Paths are the fixed in-jail ones; the NIC is the TAP with the MAC derived from the lease.
@@ -176,10 +184,11 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     assert.equal(vmlinux.ino, (await stat(path.join(image.dir, 'vmlinux'))).ino, 'the unpacked kernel is shared, not copied');
     for (const file of ['rootfs.ext4', 'config.ext4']) {
       const s = await stat(path.join(root, file));
-      assert.equal(s.uid, JAIL_UID, file);
+      assert.equal(s.uid, session.spec.vmUser?.uid, file);
       assert.equal(s.mode & 0o777, 0o600, file);
     }
-    assert.match(await tapDetails(session.spec.network), /user (65534|nobody) group (65534|nogroup)/);
+    const vmUid = session.spec.vmUser?.uid;
+    assert.match(await tapDetails(session.spec.network), new RegExp(`user ${vmUid} group ${vmUid}`));
   });
 
   it('puts the VMM in its own cgroup with the memory and CPU limits', async () => {
@@ -192,12 +201,32 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     assert.ok(procs.split('\n').includes(String(sandbox.pid)), 'the VMM is inside');
   });
 
+  it('a second VM gets another uid of its own, which it gives back when it goes', async () => {
+    const second = new CleanupStack();
+    const other = await prepareSession(runtime, second);
+    try {
+      const vm = await runtime.start(other.spec, second);
+      const proc = (await records(other.sessionId))[0]?.process;
+      assert.ok(other.spec.vmUser && session.spec.vmUser);
+      assert.notEqual(other.spec.vmUser.uid, session.spec.vmUser.uid, 'two VMs never share a uid');
+      assert.equal(proc?.uid, other.spec.vmUser.uid);
+      assert.match(await readFile(`/proc/${vm.pid}/status`, 'utf8'), new RegExp(`^Uid:\\s+${other.spec.vmUser.uid}\\s`, 'm'));
+      assert.equal(runtime.users.inUse, 2);
+    } finally {
+      await second.run();
+      await rm(other.sessionDir, { recursive: true, force: true });
+    }
+    assert.equal(runtime.users.inUse, 1, 'its uid went back to the pool');
+  });
+
   it('destroys gracefully: Ctrl-Alt-Del, the VMM exits by itself; jail, cgroups, TAP and netns are gone', async () => {
     const jailDir = path.join(jailsDir, 'firecracker', `${TEST_PREFIX}${session.sessionId}`);
     const cgroups = await jailCgroupDirs(hostCgroupVersion(), TEST_PREFIX.slice(0, -1), `${TEST_PREFIX}${session.sessionId}`);
     await cleanup.run();
     const exit = await sandbox.exited;
-    assert.equal(exit.code, 0, `the VMM exited by itself after the guest powered off (${exit.reason})`);
+    // Not our child (a pid namespace of its own): no exit code, but no kill either.
+    assert.doesNotMatch(exit.reason, /killed/, `the VMM exited by itself after the guest powered off (${exit.reason})`);
+    assert.match(exit.reason, /pid namespace of its own/);
     assert.ok(acceptedCalls(await records(session.sessionId)).includes('PUT /actions'));
     assert.equal(bodyOf((await records(session.sessionId)).slice(-1), 'PUT /actions')?.action_type, 'SendCtrlAltDel');
     assert.equal(existsSync(jailDir), false, 'jail removed');
@@ -239,7 +268,7 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
 describe('the firecracker runtime, unjailed (development hosts)', () => {
   it('runs Firecracker as root in the session netns with host paths in the session dir, and cleans up', async () => {
     const runtime = FirecrackerRuntime.forHost(NAMES, settings({ jailer: 'off' }), host(false));
-    assert.equal(runtime.tapOwner, undefined);
+    assert.equal(runtime.leaseVmUser, undefined, 'unjailed: no uid of its own (it runs as root, development only)');
     const cleanup = new CleanupStack();
     const s = await prepareSession(runtime, cleanup);
     const vm = await runtime.start(s.spec, cleanup);
@@ -356,6 +385,37 @@ describe('the firecracker runtime: host checks, selection and the kernel', () =>
     });
   });
 
+  it('refuses to run unjailed unless SBX_FC_JAILER=off says so, naming the fix', async () => {
+    for (const jailer of ['auto', 'on'] as const) {
+      assert.throws(
+        () => FirecrackerRuntime.forHost(NAMES, settings({ jailer }), host(false)),
+        (err: Error) => {
+          assert.match(err.message, /^runtime firecracker is not available here: /);
+          assert.match(err.message, /refuses to run unjailed/);
+          assert.match(err.message, /JAILER_BIN/);
+          assert.match(err.message, /SBX_FC_JAILER=off/);
+          return true;
+        },
+        `SBX_FC_JAILER=${jailer}`,
+      );
+    }
+    // The host check says it as well, when no jailer is found (auto looks on PATH).
+    const noJailer = { ...firecrackerSettingsFromEnv({ PATH: '/nonexistent' }), firecrackerBin: path.join(BIN, 'firecracker') };
+    await assert.rejects(
+      (async () => {
+        const saved = process.env.PATH;
+        process.env.PATH = '/nonexistent';
+        try {
+          return await FirecrackerRuntime.create(NAMES, noJailer);
+        } finally {
+          process.env.PATH = saved;
+        }
+      })(),
+      /no jailer binary.*refuses to run unjailed.*SBX_FC_JAILER=off/,
+    );
+    assert.ok(FirecrackerRuntime.forHost(NAMES, settings({ jailer: 'off' }), host(false)).describe().includes('NOT jailed'));
+  });
+
   it('checks the version: only the release whose API it speaks', async () => {
     const old = path.join(workDir, 'old-firecracker');
     await writeFile(old, '#!/bin/sh\necho "Firecracker v1.7.0"\n', { mode: 0o755 });
@@ -422,8 +482,10 @@ describe('snapshots: a template built once, sessions restored from it (contract 
     assert.deepEqual(bodyOf(recorded, 'PUT /snapshot/create'), { snapshot_type: 'Full', snapshot_path: '/snapshot/vmstate', mem_file_path: '/snapshot/memory' });
     for (const file of ['vmstate', 'memory', 'rootfs.ext4']) {
       const s = await stat(path.join(dirOf(), file));
-      assert.deepEqual([s.uid, s.gid, s.mode & 0o777], [0, JAIL_UID, 0o640], file);
+      assert.deepEqual([s.uid, s.gid, s.mode & 0o777], [0, 0, 0o644], file);
     }
+    // No group stands for "the jails" any more: the way to the files is what is closed.
+    assert.equal((await stat(dirOf())).mode & 0o777, 0o700, 'the template dir is root\'s alone');
     assert.equal((await stat(path.join(dirOf(), 'template.json'))).mode & 0o777, 0o600, 'the template key stays root-only');
     assert.equal(existsSync(path.join(workDir, 'jails', 'firecracker', `${TEST_PREFIX}${templateId()}`)), false, 'template jail removed');
     assert.equal(existsSync(`/var/run/netns/${TEST_PREFIX}${templateId()}`), false, 'template netns removed');

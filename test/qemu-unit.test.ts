@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
-import { chown, mkdir, mkdtemp, rm, stat, utimes, writeFile } from 'node:fs/promises';
+import { spawn } from 'node:child_process';
+import { chown, mkdir, mkdtemp, readFile, rm, stat, utimes, writeFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
@@ -21,6 +23,9 @@ import { macAddressFor, optionValue, qemuArgv, type QemuVmConfig } from '../src/
 import { sessionIdOfQemu } from '../src/runtimes/qemu/qemu-process.js';
 import { describeExit, type QemuRuntime } from '../src/runtimes/qemu/qemu-runtime.js';
 import { selectRuntime } from '../src/runtimes/select.js';
+import { VmCgroup } from '../src/runtimes/vm-cgroup.js';
+import { processUid, VmUserPool, vmUserRange } from '../src/runtimes/vm-user-pool.js';
+import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { run } from '../src/util/exec.js';
 
 const scratch = await mkdtemp(path.join(os.tmpdir(), 'sbx-qemu-unit-'));
@@ -148,7 +153,7 @@ describe('kernel command line and QEMU command line', () => {
   it('builds a microvm command line: machine, accelerator, disks in order, TAP, serial, pidfile', () => {
     const argv = qemuArgv(vm);
     assert.deepEqual(after(argv, '-machine'), ['microvm,pit=on,pic=on,rtc=on']);
-    assert.deepEqual(after(argv, '-accel'), ['tcg']);
+    assert.deepEqual(after(argv, '-accel'), ['tcg,tb-size=256'], 'the TCG code cache fits the cgroup');
     assert.deepEqual(after(argv, '-cpu'), ['max']);
     assert.deepEqual(after(argv, '-name'), ['guest=sbx-abcdefghij,process=sbx-abcdefghij']);
     assert.deepEqual(after(argv, '-m'), ['1024M']);
@@ -209,7 +214,18 @@ describe('host facts and settings for the qemu runtime', () => {
   });
 
   it('reads SBX_QEMU_* settings and refuses bad ones', () => {
-    assert.deepEqual(qemuSettingsFromEnv({}), { binary: 'qemu-system-x86_64', imgBinary: 'qemu-img', accel: 'auto', smp: 2, kernel: undefined, initrd: undefined, bootTimeoutMs: undefined });
+    assert.deepEqual(qemuSettingsFromEnv({}), {
+      binary: 'qemu-system-x86_64',
+      imgBinary: 'qemu-img',
+      accel: 'auto',
+      smp: 2,
+      kernel: undefined,
+      initrd: undefined,
+      bootTimeoutMs: undefined,
+      vmUsers: {},
+    });
+    assert.deepEqual(qemuSettingsFromEnv({ SBX_VM_UID_BASE: '2000000', SBX_VM_UID_COUNT: '16' }).vmUsers, { base: 2_000_000, count: 16 });
+    assert.throws(() => qemuSettingsFromEnv({ SBX_VM_UID_COUNT: '0' }), /SBX_VM_UID_COUNT/);
     const set = qemuSettingsFromEnv({ SBX_QEMU_ACCEL: 'tcg', SBX_QEMU_SMP: '1', SBX_KERNEL: '/k', SBX_INITRD: '/i', SBX_QEMU_BOOT_TIMEOUT_MS: '120000' });
     assert.deepEqual([set.accel, set.smp, set.kernel, set.initrd, set.bootTimeoutMs], ['tcg', 1, '/k', '/i', 120000]);
     assert.throws(() => qemuSettingsFromEnv({ SBX_QEMU_ACCEL: 'hvf' }), /SBX_QEMU_ACCEL/);
@@ -319,3 +335,73 @@ function fakeModule(modinfo: string[]): Buffer {
   };
   return Buffer.concat([header, info, names, section(0, 0, 0), section(1, infoAt, info.length), section(10, namesAt, names.length)]);
 }
+
+describe('the VM uid pool', () => {
+  it('leases each VMM a uid of its own, records it, gives it back, and never leases one a process runs under', async () => {
+    const base = 3_000_000 + Math.floor(Math.random() * 1_000_000);
+    const pool = new VmUserPool({ base, count: 3 });
+    const recorded: string[] = [];
+    const cleanup = new CleanupStack();
+    // A process already running under the first uid (a VMM that outlived a crash, say).
+    const squatter = spawn('setpriv', [`--reuid=${base}`, `--regid=${base}`, '--clear-groups', 'sleep', '30'], { stdio: 'ignore' });
+    try {
+      for (let i = 0; i < 50 && (await processUid(squatter.pid ?? -1)) !== base; i++) await sleep(20);
+      const [a, b] = await Promise.all([pool.lease(cleanup, (kind, name) => recorded.push(`${kind}:${name}`)), pool.lease(cleanup)]);
+      assert.deepEqual([a, b].map((u) => u.uid).sort(), [base + 1, base + 2], 'the squatted uid is skipped, and two leases differ');
+      assert.deepEqual([a.gid, b.gid], [a.uid, b.uid], 'a group of its own');
+      assert.equal(recorded.length, 1);
+      assert.match(recorded[0] as string, new RegExp(`^vm-user:${base + 1}$|^vm-user:${base + 2}$`));
+      await assert.rejects(pool.lease(new CleanupStack()), /every VM uid is taken \(SBX_VM_UID_BASE=\d+, SBX_VM_UID_COUNT=3\)/);
+      await cleanup.run();
+      assert.equal(pool.inUse, 0);
+      pool.claim(base + 1); // adopted after a restart
+      assert.equal((await pool.lease(new CleanupStack())).uid, base + 2);
+    } finally {
+      squatter.kill('SIGKILL');
+    }
+  });
+
+  it('derives a range per resource prefix unless SBX_VM_UID_BASE says otherwise, and refuses a bad one', () => {
+    assert.deepEqual(vmUserRange({}, 'sbx-'), { base: 900_000, count: 4_096 });
+    const other = vmUserRange({}, 'tzz-');
+    assert.ok(other.base > 900_000 && (other.base - 900_000) % 4_096 === 0);
+    assert.deepEqual(vmUserRange({ base: 123_456, count: 8 }, 'tzz-'), { base: 123_456, count: 8 });
+    assert.throws(() => new VmUserPool({ base: 0, count: 10 }), /VM uid range/);
+    assert.throws(() => new VmUserPool({ base: 2 ** 32 - 5, count: 10 }), /VM uid range/);
+  });
+});
+
+describe('a VMM cgroup (files checked in a stand-in hierarchy, v1 and v2)', () => {
+  it('v2: delegates memory, cpu and pids to the parent and writes the limits; v1: one directory per controller', async () => {
+    const root = await mkdtemp(path.join(os.tmpdir(), 'vm-cgroup-'));
+    try {
+      // What cgroupfs would show: the root's and the parent's subtree_control (one enabled already).
+      await writeFile(path.join(root, 'cgroup.subtree_control'), 'cpu\n');
+      await mkdir(path.join(root, 'tzz'));
+      await writeFile(path.join(root, 'tzz', 'cgroup.subtree_control'), '');
+      const recorded: string[] = [];
+      const v2 = await VmCgroup.create(
+        { version: 2, parent: 'tzz', name: 'tzz-abcdefghij', limits: { memoryMiB: 1024, vcpus: 2, pidsMax: 128 }, record: (kind, name) => recorded.push(`${kind}:${name}`) },
+        root,
+      );
+      const dir = path.join(root, 'tzz', 'tzz-abcdefghij');
+      assert.deepEqual(v2.dirs, [dir]);
+      assert.deepEqual(recorded, [`cgroup:${dir}`]);
+      assert.equal(await readFile(path.join(root, 'cgroup.subtree_control'), 'utf8'), 'cpu\n+memory +pids');
+      assert.equal(await readFile(path.join(root, 'tzz', 'cgroup.subtree_control'), 'utf8'), '+memory +cpu +pids');
+      assert.equal(await readFile(path.join(dir, 'memory.max'), 'utf8'), String((1024 + 128) * 1024 * 1024));
+      assert.equal(await readFile(path.join(dir, 'cpu.max'), 'utf8'), '200000 100000');
+      assert.equal(await readFile(path.join(dir, 'pids.max'), 'utf8'), '128');
+      await v2.add(4242);
+      assert.equal(await readFile(path.join(dir, 'cgroup.procs'), 'utf8'), '4242');
+
+      const v1 = await VmCgroup.create({ version: 1, parent: 'tzz', name: 'tzz-klmnopqrst', limits: { memoryMiB: 512, vcpus: 1, pidsMax: 64 } }, root);
+      assert.deepEqual(v1.dirs, ['memory', 'cpu', 'pids'].map((c) => path.join(root, c, 'tzz', 'tzz-klmnopqrst')));
+      assert.equal(await readFile(path.join(root, 'cpu', 'tzz', 'tzz-klmnopqrst', 'cpu.cfs_quota_us'), 'utf8'), '100000');
+      assert.equal(await readFile(path.join(root, 'memory', 'tzz', 'tzz-klmnopqrst', 'memory.limit_in_bytes'), 'utf8'), String((512 + 128) * 1024 * 1024));
+      await assert.rejects(VmCgroup.create({ version: 2, parent: '../x', name: 'y', limits: { memoryMiB: 1, vcpus: 1 } }, root), /invalid cgroup name/);
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+});

@@ -8,8 +8,15 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import ssh2 from 'ssh2';
+import { qemuSettingsFromEnv } from '../src/config.js';
 import { GUEST_USER } from '../src/guest/contract.js';
 import { createLogger } from '../src/logger.js';
+import { AddressPool } from '../src/network/address-pool.js';
+import { createSandboxNetwork } from '../src/network/netns.js';
+import { QemuRuntime } from '../src/runtimes/qemu/qemu-runtime.js';
+import { newSessionId } from '../src/sessions/session.js';
+import { generateSessionKeys, writeSessionKeys } from '../src/transport/keys.js';
+import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { ResourceNames, SESSION_ID_PATTERN } from '../src/network/names.js';
 import { GuestConnection, HostKeyMismatchError } from '../src/transport/ssh-connection.js';
 import { run } from '../src/util/exec.js';
@@ -30,11 +37,14 @@ const nothingLeft = { netns: false, veth: false, mounts: [], container: false, p
  */
 describe('a qemu microVM sandbox, end to end', () => {
   let orch: TestOrchestrator;
+  let runtime: QemuRuntime;
   let id: string;
   let guest: GuestConnection;
+  let vmUid: number;
 
   before(async () => {
-    orch = await startTestOrchestrator({ runtime: 'qemu' });
+    runtime = await QemuRuntime.create(NAMES, qemuSettingsFromEnv());
+    orch = await startTestOrchestrator({ runtime: 'qemu' }, false, { runtime, reason: 'test' });
   });
   after(async () => {
     guest?.close();
@@ -84,6 +94,65 @@ describe('a qemu microVM sandbox, end to end', () => {
     conn.close();
   });
 
+  it('runs QEMU under a uid/gid of its own from the pool, which owns its TAP and its disks (0600)', async () => {
+    const sessionDir = path.join(orch.stateDir, id);
+    const pid = Number(await readFile(path.join(sessionDir, 'qemu.pid'), 'utf8'));
+    const status = await readFile(`/proc/${pid}/status`, 'utf8');
+    vmUid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1]);
+    assert.ok(runtime.users.contains(vmUid) && vmUid !== 65534, `qemu runs as ${vmUid}, not a uid of the pool ${JSON.stringify(runtime.users.range)}`);
+    assert.match(status, new RegExp(`^Uid:\\s+${vmUid}\\s+${vmUid}\\s+${vmUid}\\s+${vmUid}$`, 'm'), 'real, effective, saved and fs uid');
+    assert.match(status, new RegExp(`^Gid:\\s+${vmUid}\\s+${vmUid}\\s+${vmUid}\\s+${vmUid}$`, 'm'), 'a group of its own');
+    assert.match(status, new RegExp(`^Groups:\\s*(${vmUid}\\s*)?$`, 'm'), 'no supplementary group but its own');
+    const tap = (await run(['ip', '-d', '-n', orch.names.netns(id), 'link', 'show', 'tap0'])).stdout;
+    assert.match(tap, new RegExp(`user ${vmUid} group ${vmUid}`));
+    for (const disk of ['root.qcow2', 'config.ext4']) {
+      const info = await stat(path.join(sessionDir, disk));
+      assert.deepEqual([info.uid, info.gid, info.mode & 0o777], [vmUid, vmUid, 0o600], disk);
+    }
+  });
+
+  it('runs QEMU in a cgroup of its own with memory, CPU and pids limits', async () => {
+    const pid = Number(await readFile(path.join(orch.stateDir, id, 'qemu.pid'), 'utf8'));
+    const limits = await vmCgroupLimits(orch.names.vm(id));
+    const memoryMiB = orch.config.memoryLimitMiB + (runtime.accelerator === 'tcg' ? 512 : 0) + 128;
+    assert.equal(limits.memory, String(memoryMiB * 1024 * 1024));
+    assert.equal(limits.cpu, String(qemuSettingsFromEnv().smp * 100_000));
+    assert.equal(limits.pids, '128');
+    for (const procs of limits.procs) assert.ok(procs.includes(pid), `qemu (pid ${pid}) is in the cgroup: ${procs.join(',')}`);
+    assert.ok(limits.threads > 1, 'its threads are counted there too');
+  });
+
+  it('a second VM of the same runtime gets another uid, and gives it back when it goes', async () => {
+    const cleanup = new CleanupStack();
+    const second = newSessionId();
+    try {
+      const sessionDir = path.join(orch.stateDir, second);
+      const configDir = path.join(sessionDir, 'config');
+      await writeSessionKeys(sessionDir, configDir, generateSessionKeys(second));
+      await cleanup.push('session dir', () => rm(sessionDir, { recursive: true, force: true }));
+      const pool = new AddressPool(`10.246.${Math.floor(Math.random() * 256)}.0/24`);
+      const vmUser = await runtime.leaseVmUser(cleanup);
+      const network = await createSandboxNetwork(NAMES, second, pool.lease(), cleanup, 'tap', vmUser);
+      const sandbox = await runtime.start(
+        { sessionId: second, image: orch.image, sessionDir, configDir, hostname: 'second', network, memoryMiB: 256, pidsLimit: 64, logsDir: path.join(orch.stateDir, 'logs'), vmUser },
+        cleanup,
+      );
+      // QEMU writes its pidfile as root, then drops to its uid once its devices are open.
+      let uid = 0;
+      for (const end = Date.now() + 10_000; uid === 0 && Date.now() < end; await sleep(50)) {
+        uid = Number(/^Uid:\s+(\d+)/m.exec(await readFile(`/proc/${sandbox.pid}/status`, 'utf8'))?.[1]);
+      }
+      assert.ok(runtime.users.contains(uid), `the second qemu runs as ${uid}`);
+      assert.notEqual(uid, vmUid, 'two VMs never share a uid');
+      assert.equal(runtime.users.inUse, 2);
+      assert.ok((await vmCgroupLimits(NAMES.vm(second))).procs.every((p) => p.includes(sandbox.pid)));
+    } finally {
+      await cleanup.run();
+    }
+    assert.equal(runtime.users.inUse, 1, 'its uid went back to the pool');
+    assert.deepEqual(await vmCgroupDirs(NAMES.vm(second)), [], 'its cgroup is gone');
+  });
+
   it('returns a PNG screenshot of the requested size', async () => {
     await assertScreenshotSize(orch, id, { width: 800, height: 600 });
   });
@@ -109,7 +178,8 @@ describe('a qemu microVM sandbox, end to end', () => {
     const before = await hostTrace(NAMES, id, sessionDir);
     assert.ok(before.netns && before.veth && before.sessionDir);
     assert.ok(before.processes.includes(pid), 'qemu runs inside the session netns');
-    assert.match(await readFile(`/proc/${pid}/status`, 'utf8'), /^Uid:\s+65534\s/m, 'qemu dropped root (-runas nobody)');
+    assert.match(await readFile(`/proc/${pid}/status`, 'utf8'), new RegExp(`^Uid:\\s+${vmUid}\\s`, 'm'), 'qemu dropped root (-runas)');
+    assert.ok((await vmCgroupDirs(orch.names.vm(id))).length > 0);
     const links = (await run(['ip', '-n', orch.names.netns(id), '-o', 'link', 'show'])).stdout;
     assert.match(links, /\btap0\b.*master br0/);
     assert.match(links, /\beth0@.*master br0/);
@@ -122,6 +192,8 @@ describe('a qemu microVM sandbox, end to end', () => {
     assert.equal(res.json().state, 'destroyed');
     assert.deepEqual(await hostTrace(NAMES, id, sessionDir), nothingLeft);
     assert.deepEqual(await processesMentioning(orch.names.vm(id)), [], 'no qemu process');
+    assert.deepEqual(await vmCgroupDirs(orch.names.vm(id)), [], 'no cgroup');
+    assert.equal(runtime.users.inUse, 0, 'its uid went back to the pool');
     // The TAP went with the netns; it did not fall back into the host's namespace.
     assert.equal((await run(['ip', 'link', 'show', 'tap0'], { allowFailure: true })).exitCode !== 0, true, 'no tap0 on the host');
     assert.equal((await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${id}` })).json().state, 'destroyed');
@@ -217,10 +289,12 @@ describe('qemu VMs left by an orchestrator that crashed', () => {
     const orphans = await processesMentioning(NAMES.vm(id));
     assert.equal(orphans.length, 1, 'the VM outlived its orchestrator');
     assert.ok((await hostTrace(NAMES, id, path.join(stateDir, id))).netns);
+    assert.ok((await vmCgroupDirs(NAMES.vm(id))).length > 0, 'and so did its cgroup');
 
     const restarted = await startTestOrchestrator({ runtime: 'qemu', stateDir });
     try {
       assert.deepEqual(await processesMentioning(NAMES.vm(id)), [], 'the orphaned QEMU is gone');
+      assert.deepEqual(await vmCgroupDirs(NAMES.vm(id)), [], 'its cgroup is reclaimed');
       assert.deepEqual(await hostTrace(NAMES, id, path.join(stateDir, id)), nothingLeft);
       assert.equal((await getSession(restarted, id)).state, 'destroyed');
     } finally {
@@ -228,6 +302,29 @@ describe('qemu VMs left by an orchestrator that crashed', () => {
     }
   });
 });
+
+/** The cgroup directories of a VM (one per controller on v1, one on v2) that exist now. */
+async function vmCgroupDirs(name: string): Promise<string[]> {
+  const parent = TEST_PREFIX.slice(0, -1);
+  const candidates = [path.join('/sys/fs/cgroup', parent, name), ...['memory', 'cpu', 'pids'].map((c) => path.join('/sys/fs/cgroup', c, parent, name))];
+  return candidates.filter((dir) => existsSync(path.join(dir, 'cgroup.procs')));
+}
+
+/** A VM cgroup's limits (v1 or v2 files) and the pids in each of its directories. */
+async function vmCgroupLimits(name: string): Promise<{ memory: string; cpu: string; pids: string; procs: number[][]; threads: number }> {
+  const parent = TEST_PREFIX.slice(0, -1);
+  const v2 = existsSync('/sys/fs/cgroup/cgroup.controllers');
+  const dir = (controller: string) => (v2 ? path.join('/sys/fs/cgroup', parent, name) : path.join('/sys/fs/cgroup', controller, parent, name));
+  const read = async (controller: string, file: string) => (await readFile(path.join(dir(controller), file), 'utf8')).trim();
+  const procs = await Promise.all((await vmCgroupDirs(name)).map(async (d) => (await readFile(path.join(d, 'cgroup.procs'), 'utf8')).split('\n').filter(Boolean).map(Number)));
+  return {
+    memory: await read('memory', v2 ? 'memory.max' : 'memory.limit_in_bytes'),
+    cpu: v2 ? (await read('cpu', 'cpu.max')).split(' ')[0] as string : await read('cpu', 'cpu.cfs_quota_us'),
+    pids: await read('pids', 'pids.max'),
+    procs,
+    threads: Number(await read('pids', 'pids.current')),
+  };
+}
 
 /** Waits for the next session dir's QEMU to start, then fills its config drive with zeros. */
 async function breakConfigDriveOfNextSession(stateDir: string): Promise<string> {

@@ -86,6 +86,12 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly networkPolicyRepairs = new Counter({
+    name: 'sandbox_network_policy_repairs_total',
+    help: 'Times the guest network policy (nftables table) was found changed or removed and put back',
+    registers: [this.registry],
+  });
+
   readonly errors = new Counter({
     name: 'sandbox_errors_total',
     help: 'Errors by where they happened: create, action, screenshot, destroy, ssh, warm_claim',

@@ -10,7 +10,7 @@ export type RuntimeName = 'container' | 'qemu' | 'firecracker';
  * The kinds of host resource a sandbox holds, as the store's ledger records them (see
  * sessions/resource-ledger.ts, which also reclaims each kind).
  */
-export const RESOURCE_KINDS = ['process', 'container', 'mount', 'disk', 'jail', 'cgroup', 'netns', 'veth', 'key-dir', 'id-range'] as const;
+export const RESOURCE_KINDS = ['process', 'container', 'mount', 'disk', 'jail', 'cgroup', 'netns', 'veth', 'key-dir', 'id-range', 'vm-user'] as const;
 export type ResourceKind = (typeof RESOURCE_KINDS)[number];
 /** Records a resource in the store before it is taken (a no-op where nothing is stored). */
 export type RecordResource = (kind: ResourceKind, name: string) => void;
@@ -41,6 +41,8 @@ export interface SandboxSpec {
    * `size`), recorded on the ledger; the same range for the same session. See store.ts.
    */
   leaseIdRange?: (base: number, size: number) => number;
+  /** The uid/gid leased for this sandbox's VMM (Runtime.leaseVmUser), which owns its TAP. */
+  vmUser?: TapOwner;
 }
 
 /** How a VM is run: with KVM, or in software (TCG, about ten times slower to boot). */
@@ -82,6 +84,17 @@ export interface Runtime {
   readonly networkAttachment?: NetworkAttachment;
   /** With 'tap': who must own the TAP, when the VMM opens it after dropping root. */
   readonly tapOwner?: TapOwner;
+  /**
+   * Source addresses the network policy lets through to the host from any sandbox veth, on
+   * top of each sandbox's own lease (anti-spoofing): the Firecracker template address that
+   * a snapshot clone answers from while the host rotates its keys.
+   */
+  readonly hostOnlySources?: readonly string[];
+  /**
+   * VM runtimes: a uid/gid of the sandbox's own for its VMM (vm-user-pool.ts), leased before
+   * its network is made (the TAP is created owned by it), released by `cleanup`.
+   */
+  leaseVmUser?(cleanup: CleanupStack, record?: RecordResource): Promise<TapOwner>;
   /**
    * The boot timeout this runtime needs when it is longer than the orchestrator-wide one
    * (SBX_BOOT_TIMEOUT_MS): a VM under TCG takes many times a container's start-up. The

@@ -12,6 +12,8 @@ import { isProcessAlive, processStartTime, waitForExit } from './container/proce
 export interface VmExit {
   code: number | null;
   signal: NodeJS.Signals | null;
+  /** Not our child (a VMM in a pid namespace of its own): its exit status is unknown. */
+  notOurChild?: boolean;
 }
 
 export interface VmProcess {

@@ -135,9 +135,11 @@ async function startSandbox(session: Session, lease: AddressLease, ctx: BootCont
   // The policy first: the sandbox's veth is fenced from the moment it exists.
   await ctx.policy.admit(id, lease, { egress: session.record.egress }, session.cleanup, ctx.log);
   step('network policy');
+  // A VM's own uid/gid first: its TAP is made owned by it.
+  const vmUser = await ctx.runtime.leaseVmUser?.(session.cleanup, record);
   record('netns', ctx.names.netns(id));
   record('veth', ctx.names.hostVeth(id));
-  const network = await createSandboxNetwork(ctx.names, id, lease, session.cleanup, ctx.runtime.networkAttachment, ctx.runtime.tapOwner);
+  const network = await createSandboxNetwork(ctx.names, id, lease, session.cleanup, ctx.runtime.networkAttachment, vmUser ?? ctx.runtime.tapOwner);
   step('network');
   // A VM under TCG needs longer than the orchestrator-wide boot timeout: the longer applies.
   const deadline = Math.max(ctx.deadline, Date.now() + (ctx.runtime.bootTimeoutMs ?? 0));
@@ -156,6 +158,7 @@ async function startSandbox(session: Session, lease: AddressLease, ctx: BootCont
       logsDir,
       record,
       leaseIdRange: ctx.leaseIdRange && ((base, size) => ctx.leaseIdRange!(id, base, size)),
+      vmUser,
     },
     session.cleanup,
   );

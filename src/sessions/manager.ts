@@ -10,6 +10,7 @@ import { AddressPool, type AddressLease } from '../network/address-pool.js';
 import { run } from '../util/exec.js';
 import type { ResourceNames } from '../network/names.js';
 import { NetworkPolicy, type NetworkOptions } from '../network/policy/network-policy.js';
+import { PolicyGuard } from '../network/policy/policy-guard.js';
 import type { Runtime } from '../runtimes/runtime.js';
 import { adoptSession } from './adopt.js';
 import { bootPooledSandbox, bootSandbox, consoleTail, type BootContext } from './boot.js';
@@ -56,6 +57,8 @@ export interface ManagerOptions {
   names: ResourceNames;
   display: number;
   subnet: string;
+  /** How often the network policy is checked and repaired (default 3 s). */
+  networkPolicyCheckMs?: number;
   defaultTimeoutSeconds: number;
   /** The longest a session may live, and the lifetime of one that asks for none. */
   maxLifetimeSeconds: number;
@@ -115,6 +118,8 @@ export class SessionManager {
   private readonly sessions = new Map<string, Session>();
   private readonly pool: AddressPool;
   readonly policy: NetworkPolicy;
+  /** Keeps the policy in force; creates are refused while it is not (policy-guard.ts). */
+  readonly policyGuard: PolicyGuard;
   private reaper: NodeJS.Timeout | undefined;
   private shuttingDown = false;
   private readonly warmPool: WarmPool | undefined;
@@ -125,7 +130,12 @@ export class SessionManager {
       opts.capacity ??
       new CapacityGate({ maxSessions: defaultMaxSessions(opts.memoryMiB), maxSessionsPerTenant: 10, sessionMemoryMiB: opts.memoryMiB, memoryReserveMiB: 512 });
     this.pool = new AddressPool(opts.subnet);
-    this.policy = new NetworkPolicy(opts.names, opts.subnet, opts.log);
+    this.policy = new NetworkPolicy(opts.names, opts.subnet, opts.log, opts.runtime.hostOnlySources);
+    this.policyGuard = new PolicyGuard(this.policy, {
+      intervalMs: opts.networkPolicyCheckMs ?? 3_000,
+      onRepair: () => opts.metrics.networkPolicyRepairs.inc(),
+      log: opts.log.child({ part: 'network-policy' }),
+    });
     const warm = opts.warmPool;
     if (warm && !opts.runtime.configDirIsLive) {
       if (warm.size > 0) {
@@ -205,11 +215,13 @@ export class SessionManager {
       log: this.opts.log,
       keep: new Set(adopted.map((s) => s.id)),
     });
-    // Reconciliation put a fresh policy table in place: let adopted sessions out again.
+    // Reconciliation put a fresh policy table in place: admit adopted sessions again.
     for (const session of adopted) {
-      if (!session.record.egress || session.record.addressIndex === null) continue;
-      await this.policy.admit(session.id, this.pool.describe(session.record.addressIndex), { egress: true }, session.cleanup, this.sessionLog(session));
+      if (session.record.addressIndex === null) continue;
+      const lease = this.pool.describe(session.record.addressIndex);
+      await this.policy.admit(session.id, lease, { egress: session.record.egress }, session.cleanup, this.sessionLog(session));
     }
+    this.policyGuard.start();
     if (adopted.length > 0) this.opts.log.info({ adopted: adopted.length }, 'adopted live sessions of an earlier run');
     if (reclaimed > 0) this.opts.log.warn({ reclaimed }, 'reclaimed sandboxes left behind by an earlier run');
     this.reaper = setInterval(() => this.reapExpired(), REAPER_INTERVAL_MS);
@@ -248,6 +260,7 @@ export class SessionManager {
     if (this.shuttingDown) throw new UnavailableError('the orchestrator is shutting down');
     const started = performance.now();
     const request = this.resolve(options);
+    await this.policyGuard.assertInForce();
     // Admission: a 429/503 here has taken nothing. The slot is taken in the same synchronous
     // step as the check, so concurrent creates cannot overshoot a limit. The session that
     // gets it releases it last of all its resources; a create that fails gives it back
@@ -661,6 +674,7 @@ export class SessionManager {
   async shutdown(): Promise<void> {
     this.shuttingDown = true;
     if (this.reaper) clearInterval(this.reaper);
+    this.policyGuard.stop();
     await Promise.allSettled([this.warmPool?.stop(), ...[...this.sessions.keys()].map((id) => this.destroy(id, 'shutdown'))]);
     // Every session is gone: so goes the policy table (no rules left behind by a clean stop).
     await this.policy.uninstall().catch((err: unknown) => this.opts.log.error({ err, table: this.policy.table }, 'could not remove the network policy table'));

@@ -2,9 +2,23 @@ import type { Logger } from 'pino';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
 import type { AddressLease } from '../address-pool.js';
 import type { ResourceNames } from '../names.js';
+import { SerialQueue } from '../../util/serial-queue.js';
 import { ensureIpv4Forwarding } from './forwarding.js';
-import { applyNft, applyNftIfPresent, listSetElements, listTables } from './nft.js';
-import { EGRESS_SET, POLICY_FAMILY, renderAddEgress, renderDeleteTable, renderPolicyTable, renderRemoveEgress } from './ruleset.js';
+import { applyNft, applyNftIfPresent, listSetElements, listTable, listTables } from './nft.js';
+import {
+  EGRESS_SET,
+  POLICY_FAMILY,
+  SOURCES_SET,
+  renderAddEgress,
+  renderAddSource,
+  renderDeleteTable,
+  renderPolicyTable,
+  renderRemoveEgress,
+  renderRemoveSource,
+  type EgressEntry,
+  type PolicyEntries,
+} from './ruleset.js';
+import { describeDrift, tableShape } from './table-shape.js';
 
 /** Per session, at create time: may the sandbox reach the internet (through NAT)? */
 export interface NetworkOptions {
@@ -16,20 +30,81 @@ export const DEFAULT_NETWORK_OPTIONS: NetworkOptions = { egress: false };
 /**
  * The guest network policy of one orchestrator (see ruleset.ts for the rules and why):
  * installed at start-up, and removed when the orchestrator stops. The deny rules match our
- * interface prefix, so every sandbox is fenced without any step of its own; a session with
- * egress is added to the allow list before its network exists and taken out when it is
- * destroyed. Everything lives in the kernel; this object holds no state of its own, so a
- * crash loses nothing that start-up cannot find again by the prefix.
+ * interface prefix, so every sandbox is fenced without any step of its own; every session's
+ * own (veth, address) is added before its network exists (anti-spoofing), and so is its
+ * egress entry if it has one; both are taken out when it is destroyed.
+ *
+ * The kernel holds the policy; this object also remembers what it put there (the rules as
+ * read back after install, and the sessions admitted), so that `drift` can tell when
+ * someone else changed or removed the table and `reinstall` can put it back whole, with
+ * its sessions. Changes and checks run one at a time, so a check never sees an admit
+ * half-done. A crash loses nothing: start-up replaces the table and re-admits the sessions
+ * it adopts.
  */
 export class NetworkPolicy {
   readonly table: string;
+  /** Admitted sessions by host veth: their own address, and whether they may go out. */
+  private readonly admitted = new Map<string, { guestAddress: string; egress: boolean }>();
+  /** The table's structure as read back after the last install (table-shape.ts). */
+  private installedStructure: string | undefined;
+  private readonly queue = new SerialQueue();
 
   constructor(
     private readonly names: ResourceNames,
     private readonly sandboxSubnet: string,
     private readonly log: Logger,
+    /** Sources let through to the host from any sandbox veth (ruleset.ts, hostOnlySources). */
+    private readonly hostOnlySources: readonly string[] = [],
   ) {
     this.table = names.policyTable;
+  }
+
+  /** The table as it must be now, with the admitted sessions in its sets. */
+  private render(entries?: PolicyEntries): string {
+    return renderPolicyTable({
+      table: this.table,
+      interfacePrefix: this.names.prefix,
+      sandboxSubnet: this.sandboxSubnet,
+      hostOnlySources: this.hostOnlySources,
+      entries,
+    });
+  }
+
+  private entries(): PolicyEntries {
+    const all = [...this.admitted].map(([hostInterface, { guestAddress, egress }]) => ({ hostInterface, guestAddress, egress }));
+    const entry = ({ hostInterface, guestAddress }: EgressEntry): EgressEntry => ({ hostInterface, guestAddress });
+    return { sources: all.map(entry), egress: all.filter((e) => e.egress).map(entry) };
+  }
+
+  /** Installs the table (one transaction: never a moment without it) and notes its structure. */
+  private async install(entries?: PolicyEntries): Promise<void> {
+    await applyNft(this.render(entries));
+    const listed = await listTable(POLICY_FAMILY, this.table);
+    if (!listed) throw new Error(`nft: table ${POLICY_FAMILY} ${this.table} is missing right after it was installed`);
+    this.installedStructure = tableShape(listed, [SOURCES_SET, EGRESS_SET]).structure;
+  }
+
+  /**
+   * How the table in the kernel differs from what we installed and admitted, in words; or
+   * undefined when it is as it must be. "missing" when it is gone.
+   */
+  drift(): Promise<string | undefined> {
+    return this.queue.run(async () => {
+      if (this.installedStructure === undefined) return undefined; // not installed yet (or uninstalled)
+      const listed = await listTable(POLICY_FAMILY, this.table);
+      if (!listed) return 'the table is missing';
+      const { sources, egress } = this.entries();
+      const key = (e: EgressEntry) => `${e.hostInterface} . ${e.guestAddress}`;
+      return describeDrift(tableShape(listed, [SOURCES_SET, EGRESS_SET]), this.installedStructure, {
+        [SOURCES_SET]: sources.map(key),
+        [EGRESS_SET]: egress.map(key),
+      });
+    });
+  }
+
+  /** Puts the table back as it must be, with every admitted session's entries. */
+  reinstall(): Promise<void> {
+    return this.queue.run(() => this.install(this.entries()));
   }
 
   /**
@@ -46,16 +121,18 @@ export class NetworkPolicy {
       else await applyNftIfPresent(renderDeleteTable(name, family));
     }
     // The replace is one transaction: the host is never without the policy for a moment.
-    await applyNft(renderPolicyTable({ table: this.table, interfacePrefix: this.names.prefix, sandboxSubnet: this.sandboxSubnet }));
+    await this.queue.run(async () => {
+      this.admitted.clear();
+      await this.install();
+    });
     if (stale > 0) this.log.warn({ table: this.table, stale }, 'reclaimed network policy entries of sandboxes left behind by an earlier run');
     return stale;
   }
 
   /**
-   * Applies a session's options. Without egress there is nothing to do: the prefix rules
-   * fence it already. With egress, the allow entry is added before the veth exists (it is
-   * keyed by name), and its release is pushed first: the release is idempotent, so it is
-   * right whether the add happened or not.
+   * Admits a session: its own (veth, address) as the one source its packets may carry, and
+   * with egress its allow entry, added before the veth exists (they are keyed by name). The
+   * release is pushed first: it is idempotent, so it is right whether the add happened or not.
    */
   async admit(
     sessionId: string,
@@ -64,26 +141,44 @@ export class NetworkPolicy {
     cleanup: CleanupStack,
     log: Logger = this.log.child({ sessionId }),
   ): Promise<void> {
-    if (!options.egress) return;
     const entry = { hostInterface: this.names.hostVeth(sessionId), guestAddress: lease.guest };
-    await cleanup.push(`network egress ${entry.hostInterface}`, () => this.release(sessionId, lease.guest));
-    await ensureIpv4Forwarding(log);
-    await applyNft(renderAddEgress(this.table, entry));
+    await cleanup.push(`network policy entries ${entry.hostInterface}`, () => this.release(sessionId, lease.guest));
+    if (options.egress) await ensureIpv4Forwarding(log);
+    await this.queue.run(async () => {
+      this.admitted.set(entry.hostInterface, { guestAddress: entry.guestAddress, egress: options.egress });
+      await applyNft(renderAddSource(this.table, entry) + (options.egress ? renderAddEgress(this.table, entry) : ''));
+    });
   }
 
-  /** Withdraws a session's egress. Idempotent; a missing table means nothing to remove. */
+  /** Withdraws a session's entries. Idempotent; a missing table means nothing to remove. */
   async release(sessionId: string, guestAddress: string): Promise<void> {
-    await applyNftIfPresent(renderRemoveEgress(this.table, { hostInterface: this.names.hostVeth(sessionId), guestAddress }));
+    const entry = { hostInterface: this.names.hostVeth(sessionId), guestAddress };
+    await this.queue.run(async () => {
+      this.admitted.delete(entry.hostInterface);
+      await applyNftIfPresent(renderRemoveSource(this.table, entry) + renderRemoveEgress(this.table, entry));
+    });
   }
 
   /** At shutdown, once every session is gone: the table goes too. */
   async uninstall(): Promise<void> {
-    await applyNftIfPresent(renderDeleteTable(this.table));
+    await this.queue.run(async () => {
+      this.installedStructure = undefined;
+      await applyNftIfPresent(renderDeleteTable(this.table));
+    });
+  }
+
+  /** Host veths whose own address is admitted (every live sandbox); empty when the table is gone. */
+  async sourceInterfaces(): Promise<string[]> {
+    return this.interfacesIn(SOURCES_SET);
   }
 
   /** Host veths allowed egress (for leak counts); empty when the table is gone. */
   async egressInterfaces(): Promise<string[]> {
-    const elements = (await listSetElements(POLICY_FAMILY, this.table, EGRESS_SET)) ?? [];
+    return this.interfacesIn(EGRESS_SET);
+  }
+
+  private async interfacesIn(set: string): Promise<string[]> {
+    const elements = (await listSetElements(POLICY_FAMILY, this.table, set)) ?? [];
     return elements.map((e) => {
       const concat = (e as { concat?: unknown[] }).concat;
       return Array.isArray(concat) && typeof concat[0] === 'string' ? concat[0] : String(e);

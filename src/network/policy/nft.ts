@@ -56,6 +56,12 @@ async function listJson(args: readonly string[]): Promise<unknown[] | undefined>
   return parsed.nftables ?? [];
 }
 
+/** A whole table as nft's JSON objects (metainfo left out); undefined when it does not exist. */
+export async function listTable(family: string, table: string): Promise<unknown[] | undefined> {
+  const objects = await listJson(['list', 'table', family, table]);
+  return objects?.filter((o) => !(typeof o === 'object' && o !== null && 'metainfo' in o));
+}
+
 /** Every nftables table on the host, as family and name. */
 export async function listTables(): Promise<Array<{ family: string; name: string }>> {
   const objects = (await listJson(['list', 'tables'])) ?? [];

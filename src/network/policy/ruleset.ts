@@ -13,14 +13,22 @@ import { BLOCKED_IPV4_RANGES } from './ranges.js';
  * not its session got as far as registering anything, and a lost or stale entry can only
  * take a permission away, never leave a sandbox open.
  *
- * The one per-session entry is the allow list: `egress`, a set of (host veth . guest
- * address) of the sessions allowed out. Keying it on the guest's own address as well means
+ * Two per-session entries, each a set of (host veth . guest address): `sources`, every
+ * sandbox's own address on its own veth (anti-spoofing: a packet from a sandbox whose source
+ * is anything else is dropped before any other rule, so it can neither leave nor pass as a
+ * reply of someone else's connection; a veth of ours not in the set sends nothing at all,
+ * fail-closed), and `egress`, the allow list of the sessions allowed out. Keying it on the guest's own address as well means
  * a guest that forges another source address is not "allowed out", so it cannot masquerade
  * someone else's traffic. Adding or removing a session is one atomic set update: no rule is
  * rewritten, lookups cost the same with 1 or 1,000 sessions, and a leak is visible as a
  * leftover element.
  *
  * The chains, in words:
+ * - both filter chains first drop, from a sandbox, every IPv6 packet (guests have no IPv6
+ *   address of ours) and every IPv4 packet whose (veth, source) is not in `sources`. On
+ *   input only, `hostOnlySources` are also let through (the Firecracker template address
+ *   that a snapshot clone answers from while the host rotates its keys): the host's own
+ *   connections are all they can be part of.
  * - input (to the host's own addresses, any of them, on any port, the orchestrator's
  *   included): from a sandbox only replies to connections the host opened (the SSH
  *   connection to the guest) pass; everything new is dropped.
@@ -39,10 +47,23 @@ export interface RulesetOptions {
   interfacePrefix: string;
   /** The sandbox subnet (SBX_SUBNET): never reachable from a sandbox, whatever its range. */
   sandboxSubnet: string;
+  /** Sources let through to the host (input only) from any sandbox veth; see above. */
+  hostOnlySources?: readonly string[];
+  /** Elements of the per-session sets, when a table is put back with its sessions in it. */
+  entries?: PolicyEntries;
+}
+
+/** The per-session elements of the table. */
+export interface PolicyEntries {
+  /** Every admitted sandbox: its veth and its own address. */
+  sources: readonly EgressEntry[];
+  /** The sandboxes allowed out. */
+  egress: readonly EgressEntry[];
 }
 
 export const POLICY_FAMILY = 'inet';
 export const EGRESS_SET = 'egress';
+export const SOURCES_SET = 'sources';
 
 const NAME = /^[a-z0-9-]{1,15}$/; // ifnames and table names we make (see ResourceNames)
 const IPV4 = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/;
@@ -62,26 +83,32 @@ export function renderPolicyTable(opts: RulesetOptions): string {
   const t = checked(opts.table, /^[a-z][a-z0-9_-]{0,30}$/, 'table name');
   const blocked = [...BLOCKED_IPV4_RANGES, checked(opts.sandboxSubnet, CIDR4, 'subnet')].join(', ');
   const sandbox = `"${checked(opts.interfacePrefix, /^[a-z]{3}-$/, 'resource prefix')}*"`;
+  const hostOnly = (opts.hostOnlySources ?? []).map((a) => checked(a, IPV4, 'IPv4 address'));
+  const hostOnlyClause = hostOnly.length > 0 ? ` ip saddr != { ${hostOnly.join(', ')} }` : '';
   return `table ${POLICY_FAMILY} ${t} {}
 delete table ${POLICY_FAMILY} ${t}
 table ${POLICY_FAMILY} ${t} {
-  set ${EGRESS_SET} { type ifname . ipv4_addr; }
+  set ${SOURCES_SET} { type ifname . ipv4_addr;${elementsOf(opts.entries?.sources)} }
+  set ${EGRESS_SET} { type ifname . ipv4_addr;${elementsOf(opts.entries?.egress)} }
   set blocked4 { type ipv4_addr; flags interval; auto-merge; elements = { ${blocked} } }
 
   chain input {
     type filter hook input priority filter - 10; policy accept;
     iifname != ${sandbox} return
+    meta nfproto != ipv4 counter drop comment "IPv6 from a sandbox"
+    iifname . ip saddr != @${SOURCES_SET}${hostOnlyClause} counter drop comment "source address not the sandbox's own"
     ct state established,related accept
     counter drop comment "new connection from a sandbox to the host"
   }
 
   chain forward {
     type filter hook forward priority filter - 10; policy accept;
+    iifname ${sandbox} meta nfproto != ipv4 counter drop comment "IPv6 from a sandbox"
+    iifname ${sandbox} iifname . ip saddr != @${SOURCES_SET} counter drop comment "source address not the sandbox's own"
     oifname ${sandbox} ct state established,related accept
     oifname ${sandbox} counter drop comment "new connection into a sandbox"
     iifname != ${sandbox} return
     ct state established,related accept
-    meta nfproto != ipv4 counter drop comment "IPv6 from a sandbox"
     ip daddr @blocked4 counter drop comment "private range or sandbox subnet"
     iifname . ip saddr @${EGRESS_SET} accept
     counter drop comment "sandbox without egress"
@@ -107,16 +134,38 @@ export interface EgressEntry {
   guestAddress: string;
 }
 
-function egressElement(table: string, e: EgressEntry): string {
+/** One element of a per-session set, checked: `"<veth>" . <address>`. */
+function elementText(e: EgressEntry): string {
+  return `"${checked(e.hostInterface, NAME, 'interface name')}" . ${checked(e.guestAddress, IPV4, 'IPv4 address')}`;
+}
+
+function elementsOf(entries: readonly EgressEntry[] | undefined): string {
+  return entries && entries.length > 0 ? ` elements = { ${entries.map(elementText).join(', ')} };` : '';
+}
+
+function setElement(table: string, set: string, e: EgressEntry): string {
   const t = checked(table, /^[a-z][a-z0-9_-]{0,30}$/, 'table name');
-  const ifname = checked(e.hostInterface, NAME, 'interface name');
-  const address = checked(e.guestAddress, IPV4, 'IPv4 address');
-  return `element ${POLICY_FAMILY} ${t} ${EGRESS_SET} { "${ifname}" . ${address} }`;
+  return `element ${POLICY_FAMILY} ${t} ${set} { ${elementText(e)} }`;
+}
+
+function egressElement(table: string, e: EgressEntry): string {
+  return setElement(table, EGRESS_SET, e);
 }
 
 /** Allows a session out: one set update. */
 export function renderAddEgress(table: string, e: EgressEntry): string {
   return `add ${egressElement(table, e)}\n`;
+}
+
+/** A sandbox's own (veth, address): the one source its packets may carry. */
+export function renderAddSource(table: string, e: EgressEntry): string {
+  return `add ${setElement(table, SOURCES_SET, e)}\n`;
+}
+
+/** Withdraws it, idempotently (see renderRemoveEgress). */
+export function renderRemoveSource(table: string, e: EgressEntry): string {
+  const line = setElement(table, SOURCES_SET, e);
+  return `add ${line}\ndelete ${line}\n`;
 }
 
 /**

@@ -10,7 +10,15 @@ import { GuestConnection, type GuestEndpoint } from '../../transport/ssh-connect
 import { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
 import { consoleLogTail, keepConsoleLog } from '../console-log.js';
-import type { AdoptedSandbox, ExitInfo, RunningSandbox, Runtime, SandboxSpec } from '../runtime.js';
+import {
+  RuntimeUnavailableError,
+  type AdoptedSandbox,
+  type ExitInfo,
+  type RecordResource,
+  type RunningSandbox,
+  type Runtime,
+  type SandboxSpec,
+} from '../runtime.js';
 import { adoptedProcess } from '../adopt-process.js';
 import { processStartTime } from '../container/process-watch.js';
 import { killOrphan, spawnInNetns, spawnLogged, type VmProcess } from '../vm-process.js';
@@ -19,18 +27,20 @@ import { waitForApiSocket } from './api/wait-for-socket.js';
 import { bootSteps } from './boot/boot-steps.js';
 import { snapshotCreateSteps, snapshotRestoreSteps } from './boot/snapshot-steps.js';
 import { runSteps } from './boot/steps.js';
-import { checkFirecrackerHost, type FirecrackerHost } from './host/host-check.js';
+import { checkFirecrackerHost, unjailedRefusal, type FirecrackerHost } from './host/host-check.js';
 import { applyChrootLayout, removeChroot } from './jailer/apply-chroot.js';
 import { jailCgroupDirs, removeJailCgroups } from './jailer/cgroup.js';
 import { chrootLayout, type ChrootLayout } from './jailer/chroot-layout.js';
 import { jailId } from './jailer/jail-id.js';
-import { jailerArgv } from './jailer/jailer-args.js';
+import { jailerArgv, vmmPidFile } from './jailer/jailer-args.js';
+import { vmmOfPidNamespace } from './vmm/pid-ns-vmm.js';
 import { ensureVmlinux } from './kernel/vmlinux.js';
 import type { FirecrackerSettings } from './settings.js';
 import { rotateClone, templateAddress } from './snapshot/clone-rotation.js';
 import { writeTemplateRootKey } from './snapshot/template-config.js';
 import { loadTemplate, saveTemplate, templateDir, type TemplateSnapshot } from './snapshot/template-store.js';
 import { describeVmmExit, findFirecrackerProcesses, stopVmm } from './vmm/vmm-process.js';
+import { processUid, VmUserPool, vmUserRange } from '../vm-user-pool.js';
 
 /** The VMM's own threads (API, VMM, vCPUs, block and net I/O): the jail's pids limit. */
 const VMM_PIDS_MAX = 64;
@@ -57,9 +67,10 @@ interface BootedVm {
  * (unpacked to vmlinux), initrd and a per-session copy of its ext4 root, with the session's
  * config drive as a second disk and the TAP in the session's netns as its NIC.
  *
- * Jailed (the default when a jailer binary is found): every VMM runs under the jailer in its
+ * Jailed (always, unless SBX_FC_JAILER=off: without a jailer the runtime refuses to start): every VMM runs under the jailer in its
  * own chroot (`<SBX_FC_CHROOT_DIR>/<firecracker exec name>/<prefix><id>/root`), network
- * namespace and cgroup, as the unprivileged SBX_FC_UID:SBX_FC_GID, which owns the TAP.
+ * namespace, cgroup and pid namespace (--new-pid-ns), as a uid/gid of its own leased from
+ * the pool (vm-user-pool.ts), which owns the TAP and the VM's disks.
  * Unjailed (SBX_FC_JAILER=off; development only): Firecracker runs as root in the session's
  * netns, with its files in the session dir.
  *
@@ -69,7 +80,12 @@ export class FirecrackerRuntime implements Runtime {
   readonly name = 'firecracker' as const;
   readonly networkAttachment = 'tap' as const;
   readonly accelerator = 'kvm' as const;
-  readonly tapOwner: TapOwner | undefined;
+  /** The uids/gids the jailed VMs run under, one each. */
+  readonly users: VmUserPool;
+  /** Jailed only: each VM's own uid/gid, leased before its network (its TAP is made owned by it). */
+  readonly leaseVmUser: ((cleanup: CleanupStack, record?: RecordResource) => Promise<TapOwner>) | undefined;
+  /** With snapshots, a clone answers the host from its template's address during rotation. */
+  readonly hostOnlySources: readonly string[];
   readonly bootTimeoutMs: number;
   /** Ready template snapshots, by `<image hash>/<width>x<height>` (see prepare). */
   private readonly templates = new Map<string, TemplateSnapshot>();
@@ -79,8 +95,11 @@ export class FirecrackerRuntime implements Runtime {
     private readonly settings: FirecrackerSettings,
     readonly host: FirecrackerHost,
   ) {
-    this.tapOwner = host.jailerBin ? { uid: settings.uid, gid: settings.gid } : undefined;
+    if (!host.jailerBin && settings.jailer !== 'off') throw new RuntimeUnavailableError('firecracker', unjailedRefusal());
+    this.users = new VmUserPool(vmUserRange(settings.vmUsers, names.prefix));
+    this.leaseVmUser = host.jailerBin ? (cleanup, record) => this.users.lease(cleanup, record) : undefined;
     this.bootTimeoutMs = settings.bootTimeoutMs;
+    this.hostOnlySources = settings.snapshots ? [templateAddress(names.prefix).guest] : [];
   }
 
   /** Checks the host (KVM, binaries, jailer); throws a RuntimeUnavailableError naming everything missing. */
@@ -99,8 +118,8 @@ export class FirecrackerRuntime implements Runtime {
   /** How the VMs run, for the start-up log. */
   describe(): string {
     const jail = this.host.jailerBin
-      ? `jailed as ${this.settings.uid}:${this.settings.gid} under ${this.settings.chrootBaseDir} (cgroup v${this.host.cgroupVersion})`
-      : 'NOT jailed (SBX_FC_JAILER=off or no jailer binary: development only)';
+      ? `jailed, each VM as a uid/gid of its own from ${this.users.range.base} (${this.users.range.count} of them), under ${this.settings.chrootBaseDir} (cgroup v${this.host.cgroupVersion})`
+      : 'NOT jailed (SBX_FC_JAILER=off: development only)';
     return `firecracker ${this.host.version} (${this.host.firecrackerBin}), ${jail}`;
   }
 
@@ -266,7 +285,8 @@ export class FirecrackerRuntime implements Runtime {
         }),
       );
       const lease = { index: 0, ...address };
-      const network = await createSandboxNetwork(this.names, sessionId, lease, cleanup, 'tap', this.tapOwner);
+      const vmUser = await this.users.lease(cleanup);
+      const network = await createSandboxNetwork(this.names, sessionId, lease, cleanup, 'tap', vmUser);
       const spec: SandboxSpec = {
         sessionId,
         image,
@@ -278,6 +298,7 @@ export class FirecrackerRuntime implements Runtime {
         memoryMiB: this.settings.templateMemoryMiB,
         pidsLimit: 512,
         logsDir: path.join(sessionDir, 'logs'),
+        vmUser,
       };
       const vm = await this.boot(spec, cleanup);
       if (!vm.layout) throw new Error('a template needs the jailer');
@@ -294,7 +315,6 @@ export class FirecrackerRuntime implements Runtime {
           screen,
           address,
         },
-        this.settings.gid,
       );
     } finally {
       await cleanup.run();
@@ -328,9 +348,11 @@ export class FirecrackerRuntime implements Runtime {
       configDrive: files.configDrive,
       restoreFrom: template?.files,
     });
+    // Leased by the session layer before the network (it owns the TAP); else here.
+    const user = spec.vmUser ?? (await this.users.lease(cleanup, spec.record));
     spec.record?.('jail', layout.jailDir);
     await cleanup.push(`jail ${layout.jailDir}`, () => removeChroot(layout));
-    await applyChrootLayout(layout, { uid: this.settings.uid, gid: this.settings.gid });
+    await applyChrootLayout(layout, user);
     const parentCgroup = this.parentCgroup;
     const cgroupVersion = this.host.cgroupVersion;
     for (const dir of await jailCgroupDirs(cgroupVersion, parentCgroup, id)) spec.record?.('cgroup', dir);
@@ -340,16 +362,25 @@ export class FirecrackerRuntime implements Runtime {
       jailerBin: this.host.jailerBin as string,
       firecrackerBin,
       id,
-      uid: this.settings.uid,
-      gid: this.settings.gid,
+      uid: user.uid,
+      gid: user.gid,
       chrootBaseDir: this.settings.chrootBaseDir,
       netnsName: spec.network.netns,
       cgroupVersion,
       parentCgroup,
       limits: { memoryMiB: spec.memoryMiB, vcpus: this.settings.vcpus, pidsMax: VMM_PIDS_MAX },
     });
-    const vmm = spawnLogged(jailer as string, args, files.consoleLogPath, 'jailer');
-    return { vmm, apiSocket: layout.apiSocket.hostPath, paths: layout.vmPaths, layout };
+    const jailerProcess = spawnLogged(jailer as string, args, files.consoleLogPath, 'jailer');
+    try {
+      const vmm = await vmmOfPidNamespace(jailerProcess, vmmPidFile(layout.rootDir, firecrackerBin), this.settings.apiTimeoutMs);
+      return { vmm, apiSocket: layout.apiSocket.hostPath, paths: layout.vmPaths, layout };
+    } catch (err) {
+      // A Firecracker the jailer started but did not hand over is nobody's: found by its --id.
+      for (const orphan of await findFirecrackerProcesses(this.names)) {
+        if (orphan.sessionId === spec.sessionId) await killOrphan(orphan, 'firecracker');
+      }
+      throw err;
+    }
   }
 
   private async launchUnjailed(
@@ -408,6 +439,9 @@ export class FirecrackerRuntime implements Runtime {
   async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint): Promise<AdoptedSandbox | undefined> {
     const vmm = (await findFirecrackerProcesses(this.names)).find((p) => p.sessionId === sessionId);
     if (!vmm) return undefined;
+    // Its uid is held again, so that no new VM gets it while it runs.
+    const uid = await processUid(vmm.pid);
+    if (uid !== undefined) this.users.claim(uid);
     return adoptedProcess("VM's firecracker process", vmm, endpoint, path.join(sessionDir, 'console.log'), () => this.reclaim(sessionId, sessionDir));
   }
 
@@ -415,7 +449,10 @@ export class FirecrackerRuntime implements Runtime {
   async reclaim(sessionId: string, sessionDir: string): Promise<void> {
     void sessionDir; // its files go with the session dir, which reconciliation removes
     for (const orphan of await findFirecrackerProcesses(this.names)) {
-      if (orphan.sessionId === sessionId) await killOrphan(orphan, 'firecracker');
+      if (orphan.sessionId !== sessionId) continue;
+      const uid = await processUid(orphan.pid);
+      await killOrphan(orphan, 'firecracker');
+      if (uid !== undefined) this.users.release(uid);
     }
     const id = jailId(this.names.prefix, sessionId);
     await removeChroot({ jailDir: path.join(this.jailsDir, id) });

@@ -1,4 +1,5 @@
-import { envInt } from '../../config.js';
+import { envInt, vmUserSettingsFromEnv } from '../../config.js';
+import type { VmUserSettings } from '../vm-user-pool.js';
 
 /**
  * How the Firecracker runtime runs its microVMs. Read from the environment
@@ -10,19 +11,18 @@ export interface FirecrackerSettings {
   /** JAILER_BIN: the jailer binary of the same release (default: `jailer` on PATH). */
   jailerBin?: string;
   /**
-   * SBX_FC_JAILER: 'auto' (default: jail every VM when a jailer binary is found), 'on'
-   * (refuse to start without one) or 'off' (development only: Firecracker runs as root,
-   * unconfined, in the session's netns).
+   * SBX_FC_JAILER: 'auto' (default) and 'on' both jail every VM, and the runtime refuses to
+   * start without a jailer binary; 'off' (development only, and only when said explicitly):
+   * Firecracker runs as root, unconfined, in the session's netns.
    */
   jailer: 'auto' | 'on' | 'off';
   /** SBX_FC_CHROOT_DIR: where the jailer makes each VM's chroot (default /srv/jailer). */
   chrootBaseDir: string;
   /**
-   * SBX_FC_UID / SBX_FC_GID: the unprivileged ids jailed VMMs run as. Default 65534
-   * (nobody); a dedicated user is better, so that a VMM owns nothing else on the host.
+   * SBX_VM_UID_BASE / SBX_VM_UID_COUNT: the uids (and gids) jailed VMMs run as, one of its
+   * own for each VM (vm-user-pool.ts). They replace SBX_FC_UID / SBX_FC_GID.
    */
-  uid: number;
-  gid: number;
+  vmUsers: VmUserSettings;
   /** SBX_FC_VCPUS: virtual CPUs per microVM (default 2). */
   vcpus: number;
   /**
@@ -46,6 +46,9 @@ export interface FirecrackerSettings {
 }
 
 export function firecrackerSettingsFromEnv(env: NodeJS.ProcessEnv = process.env): FirecrackerSettings {
+  for (const gone of ['SBX_FC_UID', 'SBX_FC_GID']) {
+    if (env[gone]) throw new Error(`${gone} is no longer used: every VM runs under a uid/gid of its own from SBX_VM_UID_BASE (SBX_VM_UID_COUNT of them)`);
+  }
   const jailer = env.SBX_FC_JAILER || 'auto';
   if (jailer !== 'auto' && jailer !== 'on' && jailer !== 'off') {
     throw new Error(`SBX_FC_JAILER must be auto, on or off, got "${jailer}"`);
@@ -57,8 +60,7 @@ export function firecrackerSettingsFromEnv(env: NodeJS.ProcessEnv = process.env)
     jailerBin: env.JAILER_BIN || undefined,
     jailer,
     chrootBaseDir: env.SBX_FC_CHROOT_DIR || '/srv/jailer',
-    uid: envInt('SBX_FC_UID', 65534, env),
-    gid: envInt('SBX_FC_GID', 65534, env),
+    vmUsers: vmUserSettingsFromEnv(env),
     vcpus,
     kernel: env.SBX_FC_KERNEL || undefined,
     initrd: env.SBX_FC_INITRD || undefined,

@@ -30,11 +30,15 @@ export interface QemuVmConfig {
   mac: string;
   pidFile: string;
   /**
-   * The unprivileged user QEMU switches to once set up (it starts as root for the TAP).
-   * Omitted when QEMU is started unprivileged already.
+   * The unprivileged user QEMU switches to once set up (it starts as root for the TAP):
+   * `uid:gid` (the VM's own, from the pool) or a user name. Omitted when QEMU is started
+   * unprivileged already.
    */
   runAs?: string;
 }
+
+/** The TCG translation cache, MiB (QEMU's default is 1024). */
+export const TCG_TB_SIZE_MIB = 256;
 
 export function qemuArgv(vm: QemuVmConfig): string[] {
   return [
@@ -43,7 +47,9 @@ export function qemuArgv(vm: QemuVmConfig): string[] {
     // rtc: the guest's clock starts at the host's time. ACPI (on by default) is how Debian's
     // kernel finds the virtio-mmio devices (see src/guest/kernel-cmdline.ts).
     ...['-machine', 'microvm,pit=on,pic=on,rtc=on'],
-    ...['-accel', vm.accelerator],
+    // TCG's translated-code cache is 1 GiB by default, on top of the guest's memory: capped,
+    // so that the VM fits its cgroup (qemu-runtime.ts counts it in the memory limit).
+    ...['-accel', vm.accelerator === 'tcg' ? `tcg,tb-size=${TCG_TB_SIZE_MIB}` : vm.accelerator],
     ...['-cpu', cpuModel(vm.accelerator)],
     ...['-smp', String(vm.smp)],
     ...['-m', `${vm.memoryMiB}M`],

@@ -1,4 +1,4 @@
-import { rm } from 'node:fs/promises';
+import { chmod, chown, rm } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import path from 'node:path';
 import type { QemuSettings } from '../../config.js';
@@ -24,12 +24,26 @@ import {
 import { processStartTime } from '../container/process-watch.js';
 import { hostTscKhz, probeKvm } from './accelerator.js';
 import { createOverlay } from './overlay-disk.js';
-import { macAddressFor, qemuArgv } from './qemu-command.js';
+import { macAddressFor, qemuArgv, TCG_TB_SIZE_MIB } from './qemu-command.js';
 import { killOrphan, spawnInNetns, type VmExit } from '../vm-process.js';
 import { findQemuProcesses, waitForPidFile } from './qemu-process.js';
+import type { TapOwner } from '../../network/netns.js';
+import type { RecordResource } from '../runtime.js';
+import { removeJailCgroups } from '../firecracker/jailer/cgroup.js';
+import { hostCgroupVersion } from '../firecracker/host/host-check.js';
+import type { CgroupVersion } from '../firecracker/jailer/jailer-args.js';
+import { VmCgroup } from '../vm-cgroup.js';
+import { processUid, VmUserPool, vmUserRange } from '../vm-user-pool.js';
 
-/** QEMU drops root for this user once its disks and TAP are open (every Debian has it). */
-const QEMU_USER = 'nobody';
+/**
+ * Under TCG, QEMU's translated-code cache (TCG_TB_SIZE_MIB) and TCG's own bookkeeping come
+ * on top of the guest's memory and the VMM's usual overhead (VMM_MEMORY_OVERHEAD_MIB): its
+ * cgroup allows this much more. (Seen: a TCG guest of 1 GiB with the default 1 GiB cache
+ * reached 1.4 GiB of anonymous memory while typing into xev.)
+ */
+const TCG_EXTRA_MIB = TCG_TB_SIZE_MIB + 256;
+/** QEMU's threads: main loop, one per vCPU, RCU, and its I/O worker pool (up to 64). */
+const QEMU_PIDS_MAX = 128;
 
 /** Boot timeouts when SBX_QEMU_BOOT_TIMEOUT_MS is not set: TCG boots take ~10-15 s here. */
 const DEFAULT_BOOT_TIMEOUT_MS: Record<Accelerator, number> = { kvm: 30_000, tcg: 90_000 };
@@ -44,11 +58,19 @@ const DEFAULT_BOOT_TIMEOUT_MS: Record<Accelerator, number> = { kvm: 30_000, tcg:
  * config.ext4 (the config drive), console.log (serial console and QEMU's errors), qemu.pid.
  * Host resources: the QEMU process (named <prefix><id>) in the session's netns, whose TAP
  * it opens; netns.ts makes the TAP and its bridge.
+ *
+ * Confinement: QEMU starts as root only to open its TAP and disks, then drops (-runas) to a
+ * uid/gid of the VM's own, leased from the pool (vm-user-pool.ts), which also owns the TAP
+ * and the session's disks (0600); it runs in a cgroup of its own with memory, CPU and pids
+ * limits (vm-cgroup.ts), under a seccomp filter (qemu-command.ts).
  */
 export class QemuRuntime implements Runtime {
   readonly name = 'qemu' as const;
   readonly networkAttachment = 'tap' as const;
   readonly bootTimeoutMs: number;
+  /** The uids/gids the VMs run under, one each. */
+  readonly users: VmUserPool;
+  private readonly cgroupVersion: CgroupVersion = hostCgroupVersion();
 
   private constructor(
     private readonly names: ResourceNames,
@@ -59,6 +81,16 @@ export class QemuRuntime implements Runtime {
     private readonly tscKhz: number | undefined,
   ) {
     this.bootTimeoutMs = settings.bootTimeoutMs ?? DEFAULT_BOOT_TIMEOUT_MS[accelerator];
+    this.users = new VmUserPool(vmUserRange(settings.vmUsers ?? {}, names.prefix));
+  }
+
+  leaseVmUser(cleanup: CleanupStack, record?: RecordResource): Promise<TapOwner> {
+    return this.users.lease(cleanup, record);
+  }
+
+  /** Every VM's cgroup sits under one parent named after our prefix ("sbx"), as the containers' and jails' do. */
+  private get parentCgroup(): string {
+    return this.names.prefix.slice(0, -1);
   }
 
   /** Checks the host and picks the accelerator; throws a RuntimeUnavailableError saying what is missing. */
@@ -105,10 +137,32 @@ export class QemuRuntime implements Runtime {
     const consoleLogPath = path.join(spec.sessionDir, 'console.log');
     const pidFile = path.join(spec.sessionDir, 'qemu.pid');
 
+    // Leased by the session layer before the network (it owns the TAP); a caller that did
+    // not gets one here.
+    const user = spec.vmUser ?? (await this.leaseVmUser(cleanup, spec.record));
     await cleanup.push(`root disk ${rootDisk}`, () => rm(rootDisk, { force: true }));
     await createOverlay(this.settings.imgBinary, spec.image.ext4, rootDisk);
     await cleanup.push(`config drive ${configDrive}`, () => rm(configDrive, { force: true }));
     await buildConfigDrive(spec.configDir, configDrive);
+    // The VM's own disks are its user's alone (QEMU opens them as root, but a VMM that
+    // reopens one, or anything else running under that uid, finds only its own).
+    for (const disk of [rootDisk, configDrive]) {
+      await chown(disk, user.uid, user.gid);
+      await chmod(disk, 0o600);
+    }
+    const cgroup = await VmCgroup.create({
+      version: this.cgroupVersion,
+      parent: this.parentCgroup,
+      name,
+      limits: {
+        memoryMiB: spec.memoryMiB + (this.accelerator === 'tcg' ? TCG_EXTRA_MIB : 0),
+        vcpus: this.settings.smp,
+        pidsMax: QEMU_PIDS_MAX,
+      },
+      record: spec.record,
+    });
+    // Pushed before the VM's stop, so it runs after it: a cgroup with a process cannot go.
+    await cleanup.push(`cgroup ${this.parentCgroup}/${name}`, () => cgroup.remove());
 
     const argv = qemuArgv({
       name,
@@ -123,11 +177,12 @@ export class QemuRuntime implements Runtime {
       tap,
       mac: macAddressFor(name),
       pidFile,
-      runAs: QEMU_USER,
+      runAs: `${user.uid}:${user.gid}`,
     });
     const vm = spawnInNetns(spec.network.netns, this.settings.binary, argv, consoleLogPath);
     // Stopped first on destroy (pushed last): its disks and TAP are freed only once it is gone.
     await cleanup.push(`qemu ${name}`, () => vm.stop());
+    await cgroup.add(vm.pid);
     await waitForPidFile(pidFile, vm, 10_000).catch(async (err: Error) => {
       // QEMU refused to start (a bad option, a missing file): its message is in the log.
       const exit = await settled(vm.exited, 1_000);
@@ -165,15 +220,22 @@ export class QemuRuntime implements Runtime {
   async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint): Promise<AdoptedSandbox | undefined> {
     const vm = (await findQemuProcesses(this.names)).find((p) => p.sessionId === sessionId);
     if (!vm) return undefined;
+    // Its uid is held again, so that no new VM gets it while it runs.
+    const uid = await processUid(vm.pid);
+    if (uid !== undefined) this.users.claim(uid);
     return adoptedProcess('VM\'s qemu process', vm, endpoint, path.join(sessionDir, 'console.log'), () => this.reclaim(sessionId, sessionDir));
   }
 
-  /** Kills the session's orphaned QEMU (if any), then removes its TAP and bridge. */
+  /** Kills the session's orphaned QEMU (if any), then removes its cgroup, TAP and bridge; frees its uid. */
   async reclaim(sessionId: string, sessionDir: string): Promise<void> {
     void sessionDir; // its files go with the session dir, which reconciliation removes
     for (const orphan of await findQemuProcesses(this.names)) {
-      if (orphan.sessionId === sessionId) await killOrphan(orphan, 'qemu');
+      if (orphan.sessionId !== sessionId) continue;
+      const uid = await processUid(orphan.pid);
+      await killOrphan(orphan, 'qemu');
+      if (uid !== undefined) this.users.release(uid);
     }
+    await removeJailCgroups(this.cgroupVersion, this.parentCgroup, this.names.vm(sessionId));
     await deleteTapBridge(this.names.netns(sessionId));
   }
 }

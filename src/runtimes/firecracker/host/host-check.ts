@@ -81,6 +81,14 @@ function locate(explicit: string | undefined, variable: string, command: string)
     : { problem: `no ${command} binary: set ${variable} to the static ${command} of Firecracker v1.16.x (from its GitHub release) or put it on PATH` };
 }
 
+/**
+ * Firecracker never runs unjailed by accident: without a jailer it runs as root, outside
+ * any chroot or cgroup, sharing the host's pid namespace. Only SBX_FC_JAILER=off allows it.
+ */
+export function unjailedRefusal(why = 'no jailer binary was given'): string {
+  return `${why}; Firecracker refuses to run unjailed (as root, with no chroot, cgroup or pid namespace of its own): install the jailer of the same release and set JAILER_BIN (or put it on PATH), or set SBX_FC_JAILER=off on a development host`;
+}
+
 export function hostCgroupVersion(): CgroupVersion {
   return existsSync('/sys/fs/cgroup/cgroup.controllers') ? 2 : 1;
 }
@@ -98,13 +106,12 @@ export async function checkFirecrackerHost(settings: FirecrackerSettings): Promi
   if (settings.jailer !== 'off') {
     const jailer = locate(settings.jailerBin, 'JAILER_BIN', 'jailer');
     if (jailer.bin) jailerBin = jailer.bin;
-    else if (settings.jailer === 'on' || settings.jailerBin) problems.push(`${jailer.problem} (SBX_FC_JAILER=off runs unjailed, for development only)`);
+    else problems.push(unjailedRefusal(jailer.problem));
   }
   if (jailerBin) {
     if (firecracker.bin && !path.basename(firecracker.bin).includes('firecracker')) {
       problems.push(`the jailer only runs a binary whose file name contains "firecracker"; rename ${firecracker.bin}`);
     }
-    if (settings.uid <= 0 || settings.gid <= 0) problems.push('SBX_FC_UID and SBX_FC_GID must not be root (0): the jail would protect nothing');
     if (!path.isAbsolute(settings.chrootBaseDir)) problems.push(`SBX_FC_CHROOT_DIR must be an absolute path, got ${settings.chrootBaseDir}`);
   }
 

@@ -45,10 +45,11 @@ const CFS_PERIOD_US = 100_000;
  * the session's network namespace, places the process in its own cgroup with our limits,
  * drops to uid/gid and execs Firecracker with `--api-sock`.
  *
- * Not `--daemonize`: the jailer stays our child, so its exit is seen directly and its
- * console output reaches the log file we give it as stdout. Not `--new-pid-ns` either: the
- * jailer would then fork and exit, and we would be left holding a pid file instead of a
- * child.
+ * `--new-pid-ns`: Firecracker runs as the init of a pid namespace of its own, so it sees no
+ * host process and anything it forks dies with it. The jailer then clones it, writes its
+ * pid to `<jail root>/<exec name>.pid` and exits: the runtime watches that pid
+ * (vmm/pid-ns-vmm.ts). Not `--daemonize`: the VMM keeps the jailer's stdout and stderr,
+ * the console log file we give it.
  */
 export function jailerArgv(options: JailerOptions): string[] {
   assertJailId(options.id);
@@ -86,12 +87,18 @@ export function jailerArgv(options: JailerOptions): string[] {
   if (options.parentCgroup) argv.push('--parent-cgroup', options.parentCgroup);
   for (const setting of cgroupSettings(options.cgroupVersion, options.limits)) argv.push('--cgroup', setting);
   if (options.maxOpenFiles) argv.push('--resource-limit', `no-file=${options.maxOpenFiles}`);
+  argv.push('--new-pid-ns');
   // Everything after `--` goes to Firecracker; the jailer adds `--id` itself.
   argv.push('--', '--api-sock', JAILED_API_SOCKET);
   return argv;
 }
 
 /** `<file>=<value>` settings for `--cgroup`, in the files of the given cgroup version. */
+/** Where the jailer writes Firecracker's pid (--new-pid-ns): `<jail root>/<exec file name>.pid`. */
+export function vmmPidFile(jailRootDir: string, firecrackerBin: string): string {
+  return path.join(jailRootDir, `${path.basename(firecrackerBin)}.pid`);
+}
+
 export function cgroupSettings(version: CgroupVersion, limits: VmLimits): string[] {
   if (!Number.isInteger(limits.memoryMiB) || limits.memoryMiB < 1) throw new Error(`invalid memory limit ${limits.memoryMiB} MiB`);
   if (!(limits.vcpus > 0)) throw new Error(`invalid CPU limit ${limits.vcpus}`);

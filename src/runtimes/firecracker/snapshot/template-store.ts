@@ -65,19 +65,21 @@ export async function loadTemplate(dir: string, image: GuestImage): Promise<Temp
 
 /**
  * Moves a paused template VM's files into `dir`, all or nothing (a temporary directory
- * renamed at the end). The files are owned by root and readable by the jails' group only:
- * the memory file holds the template's host key, and clones hard-link all three.
+ * renamed at the end). Every VM runs under a uid/gid of its own, so no group can stand for
+ * "the jails": the files are root's and mode 0644, and what keeps them from anyone else is
+ * the way to them. `dir` is root's alone (0700); a clone reaches them through the hard
+ * links in its own jail, whose root only its own uid can enter (0750). The memory
+ * file holds the template's host key, which every clone replaces at rotation.
  */
 export async function saveTemplate(
   dir: string,
   image: GuestImage,
   parts: { files: SnapshotFiles; rootfs: string; keys: Manifest['keys']; screen: Manifest['screen']; address: TemplateAddress },
-  jailGid: number,
 ): Promise<TemplateSnapshot> {
   const building = `${dir}.building`;
   await rm(building, { recursive: true, force: true });
-  await mkdir(building, { mode: 0o750 });
-  await chown(building, 0, jailGid);
+  await mkdir(building, { mode: 0o700 });
+  await chown(building, 0, 0);
   try {
     const manifest: Manifest = { format: TEMPLATE_FORMAT, imageHash: image.hash, screen: parts.screen, keys: parts.keys, address: parts.address };
     const target = describe(building, manifest);
@@ -87,8 +89,8 @@ export async function saveTemplate(
       [parts.rootfs, target.rootfs],
     ] as const) {
       await rename(from, to);
-      await chown(to, 0, jailGid);
-      await chmod(to, 0o640);
+      await chown(to, 0, 0);
+      await chmod(to, 0o644);
     }
     // The template's private client key opens nothing but sbx-rekey on a clone not yet rotated.
     await writeFile(path.join(building, MANIFEST), JSON.stringify(manifest, null, 2), { mode: 0o600 });
