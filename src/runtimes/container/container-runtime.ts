@@ -1,4 +1,4 @@
-import { closeSync, existsSync, openSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { mkdir, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
@@ -8,6 +8,8 @@ import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
 import type { GuestEndpoint } from '../../transport/ssh-connection.js';
 import { adoptedProcess } from '../adopt-process.js';
+import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, type ConsoleLogLimits } from '../console-log.js';
+import { openConsole, withWriter, type ConsolePipe } from '../console-pipe.js';
 import { RuntimeUnavailableError, type AdoptedSandbox, type RunningSandbox, type Runtime, type SandboxSpec } from '../runtime.js';
 import { ociSpec } from './oci-spec.js';
 import { mountOverlay, mountsUnder, unmount } from './overlay.js';
@@ -23,7 +25,7 @@ const RUNC = process.env.RUNC_BIN || 'runc';
  *
  * Files under <sessionDir>: bundle/config.json, rootfs/ (the overlay mount point),
  * layer.ext4 (the sandbox's disk, loop-mounted at overlay/, holding upper/ and work/),
- * console.log.
+ * console.fifo (runc's and the container's stdout and stderr) and console.log (capped).
  */
 export class ContainerRuntime implements Runtime {
   readonly name = 'container' as const;
@@ -49,8 +51,6 @@ export class ContainerRuntime implements Runtime {
     const id = this.names.container(spec.sessionId);
     const bundle = path.join(spec.sessionDir, 'bundle');
     const rootfs = path.join(spec.sessionDir, 'rootfs');
-    const consoleLogPath = path.join(spec.sessionDir, 'console.log');
-
     // The sandbox's own disk (writable-layer.ts): its writes land here and nowhere else.
     const layer = path.join(spec.sessionDir, 'overlay');
     const layerFile = path.join(spec.sessionDir, 'layer.ext4');
@@ -70,6 +70,11 @@ export class ContainerRuntime implements Runtime {
     const config = ociSpec(spec, rootfs, this.names.cgroup(spec.sessionId));
     await writeFile(path.join(bundle, 'config.json'), JSON.stringify(config, null, 2), { mode: 0o600 });
 
+    // Released after the container is gone (pushed before it): its last words are read.
+    const console = await openConsole(spec.sessionDir, (spec.consoleLog ?? DEFAULT_CONSOLE_LOG_LIMITS).maxBytes);
+    await cleanup.push(`console ${id}`, () => console.close());
+    const consoleLogPath = console.logPath;
+
     const pidFile = path.join(spec.sessionDir, 'container.pid');
     let init: { pid: number; startTime: string } | undefined;
     // From here on a container may exist even if `runc run` fails part-way. Destroy returns
@@ -82,7 +87,7 @@ export class ContainerRuntime implements Runtime {
       }
     });
     record('container', path.join(this.names.runcRoot, id));
-    await runcRunDetached(this.names.runcRoot, id, bundle, pidFile, consoleLogPath);
+    await runcRunDetached(this.names.runcRoot, id, bundle, pidFile, console);
 
     const pid = Number((await readFile(pidFile, 'utf8')).trim());
     const startTime = processStartTime(pid);
@@ -128,7 +133,7 @@ export class ContainerRuntime implements Runtime {
   }
 
   /** A container of an earlier run, if runc still has it running. */
-  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint): Promise<AdoptedSandbox | undefined> {
+  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint, consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS): Promise<AdoptedSandbox | undefined> {
     const id = this.names.container(sessionId);
     const res = await run([RUNC, '--root', this.names.runcRoot, 'state', id], { allowFailure: true });
     if (res.exitCode !== 0) return undefined;
@@ -136,7 +141,7 @@ export class ContainerRuntime implements Runtime {
     const startTime = state.pid ? processStartTime(state.pid) : undefined;
     if (state.status !== 'running' || !state.pid || !startTime) return undefined;
     const init = { pid: state.pid, startTime };
-    return adoptedProcess("container's init", init, endpoint, path.join(sessionDir, 'console.log'), async () => {
+    return adoptedProcess("container's init", init, endpoint, sessionDir, consoleLog, async () => {
       await deleteContainer(this.names.runcRoot, id);
       if (!(await waitForExit(init.pid, init.startTime, 10_000))) throw new Error(`container init ${init.pid} is still alive 10 s after it was killed`);
       for (const target of await mountsUnder(sessionDir)) await unmount(target);
@@ -149,23 +154,24 @@ export class ContainerRuntime implements Runtime {
   }
 }
 
-function runcRunDetached(root: string, id: string, bundle: string, pidFile: string, consoleLogPath: string): Promise<void> {
-  // The container inherits runc's stdout and stderr, so both go straight to the console log
-  // file: a pipe here would be held open by the container for its whole life (and fill up).
-  // runc's own error message lands in the same file, and is read back from it on failure.
-  const log = openSync(consoleLogPath, 'a', 0o600);
+function runcRunDetached(root: string, id: string, bundle: string, pidFile: string, console: ConsolePipe): Promise<void> {
+  // The container inherits runc's stdout and stderr: both are the console FIFO, which the
+  // orchestrator copies into the capped log for the container's whole life. runc's own error
+  // message lands in the same log, and its end is read back from it on failure.
   return new Promise<void>((resolve, reject) => {
-    const child = spawn(RUNC, ['--root', root, 'run', '--detach', '--bundle', bundle, '--pid-file', pidFile, id], {
-      stdio: ['ignore', log, log],
-    });
+    const child = withWriter(console, (fd) =>
+      spawn(RUNC, ['--root', root, 'run', '--detach', '--bundle', bundle, '--pid-file', pidFile, id], { stdio: ['ignore', fd, fd] }),
+    );
     child.on('error', reject);
     child.on('exit', (code) => {
       if (code === 0) return resolve();
-      readFile(consoleLogPath, 'utf8')
+      console
+        .quiet()
+        .then(() => consoleLogTail(console.logPath, 20))
         .catch(() => '')
-        .then((text) => reject(new Error(`runc run ${id} failed (exit ${code}): ${text.trim().slice(-1500)}`)));
+        .then((tail) => reject(new Error(`runc run ${id} failed (exit ${code}): ${tail.slice(-1500)}`)));
     });
-  }).finally(() => closeSync(log));
+  });
 }
 
 /** Kills and deletes a container; a container that does not exist is not an error. */
