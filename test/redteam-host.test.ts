@@ -14,6 +14,7 @@ import { run } from '../src/util/exec.js';
 import { pngSize } from './helpers/guest.js';
 import { hostTrace } from './helpers/host.js';
 import { TEST_PREFIX, startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
+import { startServe } from './helpers/serve.js';
 
 /**
  * Red team, against the host: a guest that fills its console, a second orchestrator started
@@ -232,5 +233,71 @@ describe('the orchestrator lock', () => {
     assert.equal(existsSync(lockFilePath(prefix)), false, 'released: the file is gone');
     const again = await takeOrchestratorLock(prefix, { host: '127.0.0.1', port: 8082, stateDir: '/var/lib/third' });
     await again.release();
+  });
+});
+
+describe('the console of a sandbox adopted after a crash', () => {
+  it('is dropped while no orchestrator runs (nothing blocks, the sandbox lives on), then read again into the capped log', async (t) => {
+    const cap = 64 * 1024;
+    const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-redteam-'));
+    const subnet = `10.243.${Math.floor(Math.random() * 256)}.0/24`;
+    const port = 18500 + Math.floor(Math.random() * 400);
+    process.env.SBX_CONSOLE_LOG_MAX_BYTES = String(cap);
+    let first: Awaited<ReturnType<typeof startServe>> | undefined;
+    let second: Awaited<ReturnType<typeof startServe>> | undefined;
+    let cleanedUp = false;
+    try {
+      first = await startServe(stateDir, port, subnet);
+      const created = await fetch(`${first.url}/v1/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+      assert.equal(created.status, 201);
+      const { id } = (await created.json()) as { id: string };
+      const sessionDir = path.join(stateDir, id);
+      const initPid = Number(await readFile(path.join(sessionDir, 'container.pid'), 'utf8'));
+      const initStart = processStartTime(initPid) as string;
+      const inGuest = (script: string) => run(['nsenter', '-t', String(initPid), '-m', '--', 'sh', '-c', script], { timeoutMs: 10_000 });
+      // A guest process holding the console open, as init and sshd do: a numbered line every
+      // 50 ms, going on when a write fails (it ignores SIGPIPE, as sshd does).
+      await inGuest(`setsid -f sh -c 'trap "" PIPE; i=0; while :; do i=$((i+1)); echo "tick $i"; sleep 0.05; done' > /proc/1/fd/1 2>/dev/null`);
+      await sleep(500);
+
+      first.child.kill('SIGKILL');
+      await once(first.child, 'exit');
+      await sleep(2_000); // ~40 ticks written with no reader
+      assert.equal(await isProcessAlive(initPid, initStart), true, 'the sandbox lives on');
+
+      second = await startServe(stateDir, port, subnet);
+      const view = (await (await fetch(`${second.url}/v1/sessions/${id}`)).json()) as { state: string };
+      assert.equal(view.state, 'ready', 'adopted');
+      await sleep(1_000);
+      const previous = await readFile(path.join(sessionDir, 'console.log.1'), 'utf8').catch(() => '');
+      const ticks = [...(previous + (await readFile(path.join(sessionDir, 'console.log'), 'utf8'))).matchAll(/^tick (\d+)$/gm)].map((m) => Number(m[1]));
+      const jumps = ticks.slice(1).map((n, i) => n - (ticks[i] as number)).filter((d) => d > 1);
+      t.diagnostic(`ticks kept: ${ticks.length}, last ${ticks.at(-1)}; missing across the crash: ${jumps.map((d) => d - 1).join(', ')}`);
+      assert.ok(ticks.length > 20, 'ticks were read before the crash and after the adoption');
+      assert.ok(jumps.length >= 1 && Math.max(...jumps) > 10, 'what was written with no reader was dropped');
+      // A flood and a last line, after the adoption (a fresh open: there is a reader again).
+      await inGuest('{ yes flood | head -c 1000000; echo after-adoption; } > /proc/1/fd/1');
+      await sleep(1_000);
+      const log = await readFile(path.join(sessionDir, 'console.log'), 'utf8');
+      assert.ok(log.includes('after-adoption\n'), 'the adopted console is read again');
+      assert.ok((await consoleBytes(sessionDir)) <= cap, `under the cap (${await consoleBytes(sessionDir)})`);
+      assert.equal((await fetch(`${second.url}/v1/sessions/${id}/screenshot`)).status, 200);
+      second.child.kill('SIGTERM');
+      await once(second.child, 'exit');
+      cleanedUp = true;
+      assert.deepEqual(await hostTrace(NAMES, id, sessionDir), nothingLeft);
+    } finally {
+      // Whatever failed, an orchestrator of this state dir stops cleanly and leaves nothing.
+      if (!cleanedUp) {
+        for (const serve of [first, second]) if (serve && serve.child.exitCode === null && serve.child.signalCode === null) serve.child.kill('SIGKILL');
+        const cleaner = await startServe(stateDir, port, subnet).catch(() => undefined);
+        if (cleaner) {
+          cleaner.child.kill('SIGTERM');
+          await once(cleaner.child, 'exit');
+        }
+      }
+      delete process.env.SBX_CONSOLE_LOG_MAX_BYTES;
+      await rm(stateDir, { recursive: true, force: true });
+    }
   });
 });
