@@ -66,6 +66,11 @@ export class CappedLogWriter extends Writable {
     this.append(chunk).then(() => callback(), callback);
   }
 
+  /** Chunks that queued up while a write was on disk go in one write (a guest printing line by line). */
+  override _writev(chunks: Array<{ chunk: Buffer }>, callback: (error?: Error | null) => void): void {
+    this.append(Buffer.concat(chunks.map((c) => c.chunk))).then(() => callback(), callback);
+  }
+
   override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
     const handle = this.handle;
     this.handle = undefined;
