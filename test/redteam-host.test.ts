@@ -301,3 +301,42 @@ describe('the console of a sandbox adopted after a crash', () => {
     }
   });
 });
+
+describe('red team: a qemu VM killed from the host (one TCG boot)', () => {
+  let orch: TestOrchestrator;
+  before(async () => {
+    orch = await startTestOrchestrator({ runtime: 'qemu', consoleLog: { maxBytes: CAP, keptMaxCount: 100, keptMaxBytes: 64 * 1024 * 1024 } });
+  });
+  after(async () => {
+    await orch?.stop();
+  });
+
+  it('kill -9 of its QEMU: failed within 5 s, 410, its serial console kept under the cap, nothing left', async (t) => {
+    const created = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: {} });
+    assert.equal(created.statusCode, 201, created.body);
+    const id = created.json().id as string;
+    const sessionDir = path.join(orch.stateDir, id);
+    // The serial console came through the FIFO into the capped log.
+    assert.match(await readFile(path.join(sessionDir, 'console.log'), 'utf8'), /sandbox-init: starting in vm mode/);
+    const pid = Number(await readFile(path.join(sessionDir, 'qemu.pid'), 'utf8'));
+    const killedAt = Date.now();
+    process.kill(pid, 'SIGKILL');
+    let state = 'ready';
+    while (state !== 'failed' && Date.now() - killedAt < 5_000) {
+      await sleep(50);
+      state = (await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}` })).json().state;
+    }
+    t.diagnostic(`failed after ${Date.now() - killedAt} ms`);
+    assert.equal(state, 'failed');
+    const view = (await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}` })).json();
+    assert.match(view.error, /killed by SIGKILL/);
+    const kept = path.join(orch.stateDir, 'logs', `${id}.console.log`);
+    assert.match(view.error, new RegExp(`console log kept at ${kept}`));
+    assert.ok((await stat(kept)).size <= CAP);
+    assert.match(await readFile(kept, 'utf8'), /sandbox-init: starting in vm mode/);
+    const gone = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/actions`, payload: { action: 'screenshot' } });
+    assert.equal(gone.statusCode, 410, gone.body);
+    assert.deepEqual(await hostTrace(NAMES, id, sessionDir), nothingLeft);
+    assert.equal((await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${id}` })).json().state, 'destroyed');
+  });
+});
