@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { parseAction } from '../computer/actions.js';
 import type { ComputerOutcome, ComputerTool, SettleOptions } from '../computer/computer-tool.js';
@@ -95,6 +96,8 @@ const EXPIRY_PERSIST_INTERVAL_MS = 30_000;
 /** A pooled sandbox not ready for its new session within this is given up for a cold boot. */
 const CLAIM_TIMEOUT_MS = 5_000;
 const REAPER_INTERVAL_MS = 1_000;
+/** How long a watch that saw a sandbox's process gone waits for the runtime to report its exit. */
+const EXIT_REPORT_GRACE_MS = 1_500;
 /** A transfer's flowing bytes touch the session at most this often. */
 const TRANSFER_TOUCH_INTERVAL_MS = 1_000;
 
@@ -705,7 +708,12 @@ export class SessionManager {
     if (sandbox) {
       const watch = watchSandbox({ pid: sandbox.pid, netns: this.opts.names.netns(session.id), hostVeth: this.opts.names.hostVeth(session.id) });
       session.watch = watch;
-      void watch.gone.then((reason) => this.sandboxVanished(session, log, `sandbox vanished: ${reason}`));
+      void watch.gone.then(async (gone) => {
+        // A process that died is the runtime's to describe (its exit status, where its console
+        // log was kept): give its `exited` a moment to say so first.
+        if (gone.processExited) await Promise.race([sandbox.exited, sleep(EXIT_REPORT_GRACE_MS)]);
+        this.sandboxVanished(session, log, `sandbox vanished: ${gone.reason}`);
+      });
       void sandbox.exited.then((info) => this.sandboxVanished(session, log, `sandbox stopped unexpectedly: ${info.reason}`));
     }
     session.connection?.on('reconnected', () => this.opts.metrics.sshReconnects.inc());
@@ -730,10 +738,10 @@ export class SessionManager {
     const session = this.sessions.get(id);
     if (!session) return undefined;
     if (session.record.state === 'ready') {
-      const reason = await session.watch?.check();
-      if (!reason) return undefined;
-      // The watch's `gone` settles with it: sandboxVanished has begun the release.
-      return new SessionGoneError(`session ${id} is gone: sandbox vanished: ${reason}`);
+      const gone = await session.watch?.check();
+      if (!gone) return undefined;
+      // The watch's `gone` settles with it, and the session is failed and released from there.
+      return new SessionGoneError(`session ${id} is gone: sandbox vanished: ${gone.reason}`);
     }
     if (session.record.endReason === 'failed' || session.record.state === 'failed') {
       return new SessionGoneError(`session ${id} is gone${session.record.error ? `: ${session.record.error}` : ''}`);

@@ -9,11 +9,17 @@ import { isProcessAlive, processStartTime } from '../runtimes/container/process-
  * running container, or a veth removed, after which the guest can never be reached again.
  */
 export interface SandboxWatch {
-  /** Settles with a reason once something the sandbox needs is gone. */
-  readonly gone: Promise<string>;
+  /** Settles once something the sandbox needs is gone. */
+  readonly gone: Promise<SandboxGone>;
   /** Looks now instead of at the next tick (a request that failed asks). */
-  check(): Promise<string | undefined>;
+  check(): Promise<SandboxGone | undefined>;
   stop(): void;
+}
+
+export interface SandboxGone {
+  reason: string;
+  /** Its process died: the runtime's own `exited` says how, better (exit status, kept log). */
+  processExited: boolean;
 }
 
 export interface WatchedSandbox {
@@ -29,21 +35,21 @@ export function watchSandbox(target: WatchedSandbox, intervalMs = SANDBOX_WATCH_
   const startTime = processStartTime(target.pid);
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
-  let settle: (reason: string) => void = () => undefined;
-  const gone = new Promise<string>((resolve) => (settle = resolve));
+  let settle: (gone: SandboxGone) => void = () => undefined;
+  const gone = new Promise<SandboxGone>((resolve) => (settle = resolve));
 
-  const check = async (): Promise<string | undefined> => {
-    if (!startTime || !(await isProcessAlive(target.pid, startTime))) return `its process (pid ${target.pid}) is gone`;
-    if (!(await exists(`/run/netns/${target.netns}`))) return `its network namespace ${target.netns} was deleted`;
-    if (!(await exists(`/sys/class/net/${target.hostVeth}`))) return `its host interface ${target.hostVeth} was deleted`;
+  const check = async (): Promise<SandboxGone | undefined> => {
+    if (!startTime || !(await isProcessAlive(target.pid, startTime))) return { reason: `its process (pid ${target.pid}) is gone`, processExited: true };
+    if (!(await exists(`/run/netns/${target.netns}`))) return { reason: `its network namespace ${target.netns} was deleted`, processExited: false };
+    if (!(await exists(`/sys/class/net/${target.hostVeth}`))) return { reason: `its host interface ${target.hostVeth} was deleted`, processExited: false };
     return undefined;
   };
   const tick = async () => {
     if (stopped) return;
-    const reason = await check();
+    const found = await check();
     if (stopped) return;
-    if (reason) {
-      settle(reason);
+    if (found) {
+      settle(found);
       return;
     }
     timer = setTimeout(() => void tick(), intervalMs);
@@ -55,9 +61,9 @@ export function watchSandbox(target: WatchedSandbox, intervalMs = SANDBOX_WATCH_
     gone,
     async check() {
       if (stopped) return undefined;
-      const reason = await check();
-      if (reason) settle(reason);
-      return reason;
+      const found = await check();
+      if (found) settle(found);
+      return found;
     },
     stop() {
       stopped = true;
