@@ -158,6 +158,7 @@ describe('red team: the host', () => {
     ['kill -9 of the container init', async (_id, initPid) => void process.kill(initPid, 'SIGKILL')],
     ['runc kill', async (id) => void (await run(['runc', '--root', NAMES.runcRoot, 'kill', NAMES.container(id), 'KILL']))],
     ['deleting its netns', async (id) => void (await run(['ip', 'netns', 'delete', NAMES.netns(id)]))],
+    ['deleting its host veth', async (id) => void (await run(['ip', 'link', 'delete', NAMES.hostVeth(id)]))],
   ];
   for (const [how, kill] of kills) {
     it(`a sandbox gone by ${how} is failed within 5 s, answers 410 (never 500), and the host keeps nothing of it`, async (t) => {
