@@ -70,6 +70,7 @@ describe('red team: the host', () => {
     const initPid = Number(await readFile(path.join(sessionDir, 'container.pid'), 'utf8'));
     const before = await consoleBytes(sessionDir);
     const rssBefore = vm('VmRSS');
+    const cpuBefore = process.cpuUsage();
     // The loop runs in the guest, detached from the tool call: connect, say something that is
     // not SSH (sshd logs the bad banner and the close), hang up; again, for 60 seconds.
     await bash(
@@ -106,7 +107,8 @@ describe('red team: the host', () => {
     const log = await readFile(path.join(sessionDir, 'console.log'), 'utf8');
     t.diagnostic(
       `connections: ${connects}; console log: ${before} B before, at most ${maxBytes} B during (cap ${CAP}); ` +
-        `orchestrator RSS ${Math.round(rssBefore / 1e6)} -> ${Math.round(vm('VmRSS') / 1e6)} MB (peak ${Math.round(vm('VmHWM') / 1e6)} MB); /healthz at most ${maxHealthMs} ms`,
+        `orchestrator RSS ${Math.round(rssBefore / 1e6)} -> ${Math.round(vm('VmRSS') / 1e6)} MB (peak ${Math.round(vm('VmHWM') / 1e6)} MB); ` +
+        `orchestrator (and test) CPU ${Math.round((process.cpuUsage(cpuBefore).user + process.cpuUsage(cpuBefore).system) / 1000)} ms in ${Math.round((Date.now() - started) / 1000)} s; /healthz at most ${maxHealthMs} ms`,
     );
     assert.ok(connects > 100, `the loop connected (${connects} times)`);
     assert.ok(maxBytes <= CAP, `the console log stayed under its cap (${maxBytes} > ${CAP})`);

@@ -19,7 +19,7 @@ export async function adoptedProcess(
   release: () => Promise<void>,
 ): Promise<AdoptedSandbox> {
   const consoleLogPath = consoleLogPathOf(sessionDir);
-  const console = await reattachConsole(sessionDir, consoleLog.maxBytes).catch(() => undefined);
+  const consolePipe = await reattachConsole(sessionDir, consoleLog.maxBytes).catch(() => undefined);
   const watcher = watchExit(process.pid, process.startTime);
   let alive = true;
   const exited = watcher.exited.then(() => {
@@ -35,7 +35,7 @@ export async function adoptedProcess(
       try {
         await release();
       } finally {
-        await console?.close();
+        await consolePipe?.close();
       }
     },
   };

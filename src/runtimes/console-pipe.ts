@@ -100,8 +100,8 @@ function attach(fifo: string, logPath: string, maxBytes: number): ConsolePipe {
 }
 
 /** Spawns need an fd they can dup; this runs `use` with one and closes it after. */
-export function withWriter<T>(console: ConsolePipe, use: (fd: number) => T): T {
-  const fd = console.openWriter();
+export function withWriter<T>(consolePipe: ConsolePipe, use: (fd: number) => T): T {
+  const fd = consolePipe.openWriter();
   try {
     return use(fd);
   } finally {

@@ -38,9 +38,9 @@ const KILL_WAIT_MS = 5_000;
  * detached: the VM gets its own process group, so a Ctrl-C meant for the orchestrator does
  * not kill every VM behind its back; the orchestrator destroys them itself on SIGINT/SIGTERM.
  */
-export function spawnLogged(command: string, args: readonly string[], console: ConsolePipe, name = command): VmProcess {
+export function spawnLogged(command: string, args: readonly string[], consolePipe: ConsolePipe, name = command): VmProcess {
   // The child has its own copy of the write end; ours is closed once it is spawned.
-  const child = withWriter(console, (fd) => spawn(command, args, { stdio: ['ignore', fd, fd], detached: true }));
+  const child = withWriter(consolePipe, (fd) => spawn(command, args, { stdio: ['ignore', fd, fd], detached: true }));
   child.unref();
   let alive = true;
   let stopping = false;
@@ -81,8 +81,8 @@ export function spawnLogged(command: string, args: readonly string[], console: C
 }
 
 /** Runs `binary argv...` inside the network namespace `netns` (`ip netns exec` execs it, so the pid is the binary's own). */
-export function spawnInNetns(netns: string, binary: string, argv: readonly string[], console: ConsolePipe): VmProcess {
-  return spawnLogged('ip', ['netns', 'exec', netns, binary, ...argv], console, binary);
+export function spawnInNetns(netns: string, binary: string, argv: readonly string[], consolePipe: ConsolePipe): VmProcess {
+  return spawnLogged('ip', ['netns', 'exec', netns, binary, ...argv], consolePipe, binary);
 }
 
 export async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {

@@ -71,9 +71,9 @@ export class ContainerRuntime implements Runtime {
     await writeFile(path.join(bundle, 'config.json'), JSON.stringify(config, null, 2), { mode: 0o600 });
 
     // Released after the container is gone (pushed before it): its last words are read.
-    const console = await openConsole(spec.sessionDir, (spec.consoleLog ?? DEFAULT_CONSOLE_LOG_LIMITS).maxBytes);
-    await cleanup.push(`console ${id}`, () => console.close());
-    const consoleLogPath = console.logPath;
+    const consolePipe = await openConsole(spec.sessionDir, (spec.consoleLog ?? DEFAULT_CONSOLE_LOG_LIMITS).maxBytes);
+    await cleanup.push(`console ${id}`, () => consolePipe.close());
+    const consoleLogPath = consolePipe.logPath;
 
     const pidFile = path.join(spec.sessionDir, 'container.pid');
     let init: { pid: number; startTime: string } | undefined;
@@ -87,7 +87,7 @@ export class ContainerRuntime implements Runtime {
       }
     });
     record('container', path.join(this.names.runcRoot, id));
-    await runcRunDetached(this.names.runcRoot, id, bundle, pidFile, console);
+    await runcRunDetached(this.names.runcRoot, id, bundle, pidFile, consolePipe);
 
     const pid = Number((await readFile(pidFile, 'utf8')).trim());
     const startTime = processStartTime(pid);
@@ -154,20 +154,20 @@ export class ContainerRuntime implements Runtime {
   }
 }
 
-function runcRunDetached(root: string, id: string, bundle: string, pidFile: string, console: ConsolePipe): Promise<void> {
+function runcRunDetached(root: string, id: string, bundle: string, pidFile: string, consolePipe: ConsolePipe): Promise<void> {
   // The container inherits runc's stdout and stderr: both are the console FIFO, which the
   // orchestrator copies into the capped log for the container's whole life. runc's own error
   // message lands in the same log, and its end is read back from it on failure.
   return new Promise<void>((resolve, reject) => {
-    const child = withWriter(console, (fd) =>
+    const child = withWriter(consolePipe, (fd) =>
       spawn(RUNC, ['--root', root, 'run', '--detach', '--bundle', bundle, '--pid-file', pidFile, id], { stdio: ['ignore', fd, fd] }),
     );
     child.on('error', reject);
     child.on('exit', (code) => {
       if (code === 0) return resolve();
-      console
+      consolePipe
         .quiet()
-        .then(() => consoleLogTail(console.logPath, 20))
+        .then(() => consoleLogTail(consolePipe.logPath, 20))
         .catch(() => '')
         .then((tail) => reject(new Error(`runc run ${id} failed (exit ${code}): ${tail.slice(-1500)}`)));
     });

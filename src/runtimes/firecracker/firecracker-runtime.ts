@@ -127,15 +127,15 @@ export class FirecrackerRuntime implements Runtime {
     const configDrive = path.join(spec.sessionDir, 'config.ext4');
     const limits = spec.consoleLog ?? DEFAULT_CONSOLE_LOG_LIMITS;
     // Released after the VMM is gone (pushed before it): its last words are read.
-    const console = await openConsole(spec.sessionDir, limits.maxBytes);
-    await cleanup.push(`console ${id}`, () => console.close());
-    const consoleLogPath = console.logPath;
+    const consolePipe = await openConsole(spec.sessionDir, limits.maxBytes);
+    await cleanup.push(`console ${id}`, () => consolePipe.close());
+    const consoleLogPath = consolePipe.logPath;
 
     await cleanup.push(`config drive ${configDrive}`, () => rm(configDrive, { force: true }));
     await buildConfigDrive(spec.configDir, configDrive);
     const { kernel, initrd } = await this.bootFiles(spec.image);
 
-    const files = { kernel, initrd, configDrive, console };
+    const files = { kernel, initrd, configDrive, consolePipe };
     const launched = this.host.jailerBin
       ? await this.launchJailed(spec, cleanup, id, files, template)
       : await this.launchUnjailed(spec, cleanup, id, files);
@@ -190,7 +190,7 @@ export class FirecrackerRuntime implements Runtime {
       }
     } catch (err) {
       // Firecracker's own words (a refused file, a TAP it could not open) are in its output.
-      await console.quiet();
+      await consolePipe.quiet();
       const kept = await keepConsoleLog(consoleLogPath, spec.logsDir, spec.sessionId, limits);
       const tail = await consoleLogTail(consoleLogPath, 5);
       throw new Error(`${(err as Error).message}${kept ? `; console log kept at ${kept}` : ''}${tail ? `:\n${tail}` : ''}`, { cause: err });
@@ -199,7 +199,7 @@ export class FirecrackerRuntime implements Runtime {
     const exited = vmm.exited.then(async (exit): Promise<ExitInfo> => {
       const reason = `the VM's firecracker process (pid ${vmm.pid}) ${describeVmmExit(exit)}`;
       if (vmm.stopping) return { code: exit.code, reason };
-      await console.quiet();
+      await consolePipe.quiet();
       const kept = await keepConsoleLog(consoleLogPath, spec.logsDir, spec.sessionId, limits);
       return { code: exit.code, reason: kept ? `${reason}; console log kept at ${kept}` : reason, consoleLogKeptAt: kept };
     });
@@ -320,7 +320,7 @@ export class FirecrackerRuntime implements Runtime {
     spec: SandboxSpec,
     cleanup: CleanupStack,
     id: string,
-    files: { kernel: string; initrd?: string; configDrive: string; console: ConsolePipe },
+    files: { kernel: string; initrd?: string; configDrive: string; consolePipe: ConsolePipe },
     template?: TemplateSnapshot,
   ): Promise<LaunchedVmm> {
     const firecrackerBin = this.host.firecrackerBin;
@@ -355,7 +355,7 @@ export class FirecrackerRuntime implements Runtime {
       parentCgroup,
       limits: { memoryMiB: spec.memoryMiB, vcpus: this.settings.vcpus, pidsMax: VMM_PIDS_MAX },
     });
-    const vmm = spawnLogged(jailer as string, args, files.console, 'jailer');
+    const vmm = spawnLogged(jailer as string, args, files.consolePipe, 'jailer');
     return { vmm, apiSocket: layout.apiSocket.hostPath, paths: layout.vmPaths, layout };
   }
 
@@ -363,7 +363,7 @@ export class FirecrackerRuntime implements Runtime {
     spec: SandboxSpec,
     cleanup: CleanupStack,
     id: string,
-    files: { kernel: string; initrd?: string; configDrive: string; console: ConsolePipe },
+    files: { kernel: string; initrd?: string; configDrive: string; consolePipe: ConsolePipe },
   ): Promise<LaunchedVmm> {
     const rootfs = path.join(spec.sessionDir, 'rootfs.ext4');
     const apiSocket = path.join(spec.sessionDir, 'firecracker.socket');
@@ -374,7 +374,7 @@ export class FirecrackerRuntime implements Runtime {
       await rm(apiSocket, { force: true });
       await rm(vsock, { force: true });
     });
-    const vmm = spawnInNetns(spec.network.netns, this.host.firecrackerBin, ['--api-sock', apiSocket, '--id', id], files.console);
+    const vmm = spawnInNetns(spec.network.netns, this.host.firecrackerBin, ['--api-sock', apiSocket, '--id', id], files.consolePipe);
     return {
       vmm,
       apiSocket,

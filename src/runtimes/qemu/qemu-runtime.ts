@@ -42,7 +42,8 @@ const DEFAULT_BOOT_TIMEOUT_MS: Record<Accelerator, number> = { kvm: 30_000, tcg:
  * TAP networking, guest init, SSH with the session's keys.
  *
  * Files under <sessionDir>: root.qcow2 (the writable layer over the image's rootfs.ext4),
- * config.ext4 (the config drive), console.log (serial console and QEMU's errors), qemu.pid.
+ * config.ext4 (the config drive), console.fifo and console.log (serial console and QEMU's
+ * errors, capped: console-pipe.ts), qemu.pid.
  * Host resources: the QEMU process (named <prefix><id>) in the session's netns, whose TAP
  * it opens; netns.ts makes the TAP and its bridge.
  */
@@ -106,9 +107,9 @@ export class QemuRuntime implements Runtime {
     const pidFile = path.join(spec.sessionDir, 'qemu.pid');
     const limits = spec.consoleLog ?? DEFAULT_CONSOLE_LOG_LIMITS;
     // Released after QEMU is gone (pushed before it): its last words are read.
-    const console = await openConsole(spec.sessionDir, limits.maxBytes);
-    await cleanup.push(`console ${name}`, () => console.close());
-    const consoleLogPath = console.logPath;
+    const consolePipe = await openConsole(spec.sessionDir, limits.maxBytes);
+    await cleanup.push(`console ${name}`, () => consolePipe.close());
+    const consoleLogPath = consolePipe.logPath;
 
     await cleanup.push(`root disk ${rootDisk}`, () => rm(rootDisk, { force: true }));
     await createOverlay(this.settings.imgBinary, spec.image.ext4, rootDisk);
@@ -130,13 +131,13 @@ export class QemuRuntime implements Runtime {
       pidFile,
       runAs: QEMU_USER,
     });
-    const vm = spawnInNetns(spec.network.netns, this.settings.binary, argv, console);
+    const vm = spawnInNetns(spec.network.netns, this.settings.binary, argv, consolePipe);
     // Stopped first on destroy (pushed last): its disks and TAP are freed only once it is gone.
     await cleanup.push(`qemu ${name}`, () => vm.stop());
     await waitForPidFile(pidFile, vm, 10_000).catch(async (err: Error) => {
       // QEMU refused to start (a bad option, a missing file): its message is in the log.
       const exit = await settled(vm.exited, 1_000);
-      await console.quiet();
+      await consolePipe.quiet();
       const kept = await keepConsoleLog(consoleLogPath, spec.logsDir, spec.sessionId, limits);
       const tail = await consoleLogTail(consoleLogPath, 5);
       throw new Error(
@@ -150,7 +151,7 @@ export class QemuRuntime implements Runtime {
       const reason = `the VM's qemu process (pid ${vm.pid}) ${describeExit(exit)}`;
       if (vm.stopping) return { code: exit.code, reason };
       // A crash: the session dir goes with the session, so keep the console log elsewhere.
-      await console.quiet();
+      await consolePipe.quiet();
       const kept = await keepConsoleLog(consoleLogPath, spec.logsDir, spec.sessionId, limits);
       return { code: exit.code, reason: kept ? `${reason}; console log kept at ${kept}` : reason, consoleLogKeptAt: kept };
     });
