@@ -197,6 +197,13 @@ describe('red team: the host', () => {
       const view = (await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}` })).json();
       assert.match(view.error, /vanished|stopped unexpectedly/);
       assert.equal(view.endReason, 'failed');
+      if (how.startsWith('kill') || how.startsWith('runc')) {
+        // Its process died: the newest of its console is kept, under the cap.
+        const kept = path.join(orch.stateDir, 'logs', `${id}.console.log`);
+        assert.match(view.error, new RegExp(`console log kept at ${kept}`));
+        assert.ok((await stat(kept)).size <= CAP);
+        assert.match(await readFile(kept, 'utf8'), /sandbox-init/);
+      }
       const { sessions } = (await orch.server.inject({ method: 'GET', url: '/v1/sessions' })).json() as { sessions: Array<{ id: string; state: string }> };
       assert.equal(sessions.find((s) => s.id === id)?.state, 'failed', 'the list shows it failed');
       const gone = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/actions`, payload: { action: 'screenshot' } });

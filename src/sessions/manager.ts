@@ -97,7 +97,7 @@ const EXPIRY_PERSIST_INTERVAL_MS = 30_000;
 const CLAIM_TIMEOUT_MS = 5_000;
 const REAPER_INTERVAL_MS = 1_000;
 /** How long a watch that saw a sandbox's process gone waits for the runtime to report its exit. */
-const EXIT_REPORT_GRACE_MS = 1_500;
+const EXIT_REPORT_GRACE_MS = 2_500;
 /** A transfer's flowing bytes touch the session at most this often. */
 const TRANSFER_TOUCH_INTERVAL_MS = 1_000;
 

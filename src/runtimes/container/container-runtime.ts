@@ -8,9 +8,9 @@ import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
 import type { GuestEndpoint } from '../../transport/ssh-connection.js';
 import { adoptedProcess } from '../adopt-process.js';
-import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, type ConsoleLogLimits } from '../console-log.js';
+import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, type ConsoleLogLimits } from '../console-log.js';
 import { openConsole, withWriter, type ConsolePipe } from '../console-pipe.js';
-import { RuntimeUnavailableError, type AdoptedSandbox, type RunningSandbox, type Runtime, type SandboxSpec } from '../runtime.js';
+import { RuntimeUnavailableError, type AdoptedSandbox, type ExitInfo, type RunningSandbox, type Runtime, type SandboxSpec } from '../runtime.js';
 import { ociSpec } from './oci-spec.js';
 import { mountOverlay, mountsUnder, unmount } from './overlay.js';
 import { processStartTime, waitForExit, watchExit } from './process-watch.js';
@@ -99,9 +99,14 @@ export class ContainerRuntime implements Runtime {
     // Stop watching before the container is deleted, so a destroy is not reported as a crash.
     await cleanup.push(`watch ${id}`, () => watcher.stop());
     let alive = true;
-    const exited = watcher.exited.then(() => {
+    const exited = watcher.exited.then(async (): Promise<ExitInfo> => {
       alive = false;
-      return { code: null, reason: `the container's init (pid ${pid}) exited` };
+      const reason = `the container's init (pid ${pid}) exited`;
+      // A crash (a destroy stops the watcher first): the session dir goes with the session,
+      // so the newest of its console is kept elsewhere, as the VM runtimes do.
+      await consolePipe.quiet();
+      const kept = await keepConsoleLog(consoleLogPath, spec.logsDir, spec.sessionId, spec.consoleLog);
+      return { code: null, reason: kept ? `${reason}; console log kept at ${kept}` : reason, consoleLogKeptAt: kept };
     });
     return {
       endpoint: { host: spec.network.lease.guest, port: GUEST_SSH_PORT },
