@@ -2,6 +2,7 @@ import path from 'node:path';
 import { AUTH_SETTINGS, type AuthSetting } from './api/auth/auth-mode.js';
 import { DEFAULT_TENANT_REQUEST_LIMITS, parseTenantLimitOverrides, type TenantRequestLimits } from './api/tenant-request-limits.js';
 import { DEFAULT_RESOURCE_PREFIX } from './network/names.js';
+import { DEFAULT_CONSOLE_LOG_LIMITS, type ConsoleLogLimits } from './runtimes/console-log.js';
 import { defaultMaxSessions } from './sessions/capacity.js';
 import type { VmUserSettings } from './runtimes/vm-user-pool.js';
 
@@ -63,6 +64,12 @@ export interface OrchestratorConfig {
   warmPoolSize: number;
   /** The screen size of the warm pool's sandboxes: only creates of this size use the pool. */
   warmPoolScreen: { width: number; height: number };
+  /**
+   * Console logs: each session's at most SBX_CONSOLE_LOG_MAX_BYTES on disk (default 4 MiB);
+   * failed sessions' kept logs at most SBX_KEPT_LOGS of them (100) and SBX_KEPT_LOGS_MAX_BYTES
+   * in all (64 MiB).
+   */
+  consoleLog: ConsoleLogLimits;
 }
 
 export function envInt(name: string, fallback: number, env: NodeJS.ProcessEnv = process.env): number {
@@ -117,7 +124,17 @@ export function defaultConfig(): OrchestratorConfig {
     memoryReserveMiB: envInt('SBX_MEMORY_RESERVE_MIB', 512),
     warmPoolSize: warmPoolSize(envInt('SBX_WARM_POOL_SIZE', 0)),
     warmPoolScreen: parseScreenSize(process.env.SBX_WARM_POOL_SCREEN || '1024x768', 'SBX_WARM_POOL_SCREEN'),
+    consoleLog: {
+      maxBytes: atLeast('SBX_CONSOLE_LOG_MAX_BYTES', envInt('SBX_CONSOLE_LOG_MAX_BYTES', DEFAULT_CONSOLE_LOG_LIMITS.maxBytes), 4096),
+      keptMaxCount: atLeast('SBX_KEPT_LOGS', envInt('SBX_KEPT_LOGS', DEFAULT_CONSOLE_LOG_LIMITS.keptMaxCount), 0),
+      keptMaxBytes: atLeast('SBX_KEPT_LOGS_MAX_BYTES', envInt('SBX_KEPT_LOGS_MAX_BYTES', DEFAULT_CONSOLE_LOG_LIMITS.keptMaxBytes), 0),
+    },
   };
+}
+
+function atLeast(name: string, value: number, min: number): number {
+  if (value < min) throw new Error(`${name} must be at least ${min}, got ${value}`);
+  return value;
 }
 
 /** Checks a warm pool size (SBX_WARM_POOL_SIZE, `serve --warm-pool`). */

@@ -35,6 +35,16 @@ export class SessionStateError extends OrchestratorError {
   }
 }
 
+/**
+ * The session's sandbox vanished (its process died, its network was deleted): the session is
+ * failed, its resources are released, and nothing more can be done with it but delete it.
+ */
+export class SessionGoneError extends OrchestratorError {
+  constructor(message: string) {
+    super(message, 410, 'session_gone');
+  }
+}
+
 /** The sandbox could not be made or reached; nothing was left behind. */
 export class UnavailableError extends OrchestratorError {
   constructor(message: string) {

@@ -9,6 +9,7 @@ import { buildServer } from './api/server.js';
 import type { OrchestratorConfig } from './config.js';
 import { buildImage, findImage, type GuestImage } from './guest/image/builder.js';
 import { Metrics } from './metrics/metrics.js';
+import { takeOrchestratorLock, type OrchestratorLock } from './orchestrator-lock.js';
 import { ResourceNames } from './network/names.js';
 import { selectRuntime, type RuntimeSelection } from './runtimes/select.js';
 import { CapacityGate } from './sessions/capacity.js';
@@ -45,6 +46,18 @@ export interface StartOptions {
 
 /** Wires the parts together: store, runtime, image, session manager, HTTP server. */
 export async function startOrchestrator(config: OrchestratorConfig, log: Logger, options: StartOptions = {}): Promise<Orchestrator> {
+  // Before anything else, reclaim above all: a second orchestrator with this prefix must not
+  // take the first one's live sandboxes for leftovers (orchestrator-lock.ts).
+  const lock = await takeOrchestratorLock(config.resourcePrefix, { host: config.host, port: config.port, stateDir: config.stateDir });
+  try {
+    return await startLocked(config, log, options, lock);
+  } catch (err) {
+    await lock.release();
+    throw err;
+  }
+}
+
+async function startLocked(config: OrchestratorConfig, log: Logger, options: StartOptions, lock: OrchestratorLock): Promise<Orchestrator> {
   await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
   // The store first: whether the server may run keyless depends on the keys it holds, and a
   // server that must not start should refuse before it touches anything else.
@@ -104,6 +117,7 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
       memoryReserveMiB: config.memoryReserveMiB,
     }),
     warmPool: { size: config.warmPoolSize, shape: config.warmPoolScreen },
+    consoleLog: config.consoleLog,
   });
   log.info(
     { maxSessions: config.maxSessions, maxSessionsPerTenant: config.maxSessionsPerTenant, memoryReserveMiB: config.memoryReserveMiB },
@@ -129,7 +143,11 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
     tenantRequestLimits: { maxConcurrent: config.tenantMaxConcurrentRequests, perSecond: config.tenantRequestsPerSecond, burst: config.tenantRequestBurst },
     tenantRequestLimitOverrides: config.tenantRequestLimitOverrides,
   });
-  if (options.listen !== false) await server.listen({ host: config.host, port: config.port });
+  if (options.listen !== false) {
+    await server.listen({ host: config.host, port: config.port });
+    const address = server.server.address();
+    if (address && typeof address === 'object') await lock.update({ host: config.host, port: address.port });
+  }
 
   let closing: Promise<void> | undefined;
   return {
@@ -147,6 +165,7 @@ export async function startOrchestrator(config: OrchestratorConfig, log: Logger,
         await manager.shutdown();
         await server.close();
         store.close();
+        await lock.release();
       })();
       return closing;
     },

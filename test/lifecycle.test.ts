@@ -58,7 +58,8 @@ describe('sessions end by themselves when they should', () => {
     await waitFor('its resources to go', async () => (await hostTrace(NAMES, id, path.join(orch.stateDir, id))).netns === false);
     assert.deepEqual(await hostTrace(NAMES, id, path.join(orch.stateDir, id)), nothingLeft);
     const res = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/actions`, payload: { action: 'screenshot' } });
-    assert.equal(res.statusCode, 409);
+    assert.equal(res.statusCode, 410);
+    assert.equal(res.json().error.code, 'session_gone');
     assert.equal((await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${id}` })).json().state, 'destroyed');
   });
 

@@ -254,7 +254,7 @@ describe('qemu sandboxes that fail', () => {
     assert.match(view.error, new RegExp(`console log kept at ${path.join(orch.stateDir, 'logs', id)}`));
     await waitFor('its resources to go', async () => (await hostTrace(NAMES, id, sessionDir)).netns === false);
     assert.deepEqual(await hostTrace(NAMES, id, sessionDir), nothingLeft);
-    assert.equal((await act(orch, id, { action: 'screenshot' })).statusCode, 409);
+    assert.equal((await act(orch, id, { action: 'screenshot' })).statusCode, 410);
     assert.equal((await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${id}` })).json().state, 'destroyed');
   });
 });

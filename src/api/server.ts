@@ -8,6 +8,7 @@ import { installAuth, type AuthOptions } from './auth/request-identity.js';
 import { installTenantScope } from './auth/tenant-scope.js';
 import { applyConnectionLimits, connectionServerOptions, DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from './connection-limits.js';
 import { errorHandler } from './errors.js';
+import { OrchestratorError } from '../errors.js';
 import { APP_BODY_LIMIT_BYTES } from './limits.js';
 import { installRequestLog } from './logging/request-log.js';
 import { DEFAULT_TENANT_REQUEST_LIMITS, installTenantRequestLimits, TenantRequestGate, type TenantRequestLimits } from './tenant-request-limits.js';
@@ -52,7 +53,16 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
       customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false },
     },
   });
-  app.setErrorHandler(errorHandler);
+  app.setErrorHandler(async (error: Error, request, reply) => {
+    // An unexpected error on a session whose sandbox vanished (or is being destroyed) under
+    // the request is that, said as a 410/409, not a 500.
+    const id = (request.params as { id?: unknown } | undefined)?.id;
+    if (!(error instanceof OrchestratorError) && typeof id === 'string') {
+      const ended = await opts.manager.endedUnderRequest(id).catch(() => undefined);
+      if (ended) return errorHandler(ended, request, reply);
+    }
+    return errorHandler(error, request, reply);
+  });
   // On the root instance, before any route: every route is authenticated, then scoped to
   // the tenant, unless auth/request-identity.ts lists it as open.
   installAuth(app, opts.auth);

@@ -14,6 +14,8 @@ export class SandboxError extends Error {
 export class InvalidRequestError extends SandboxError {}
 export class NotFoundError extends SandboxError {}
 export class SessionNotReadyError extends SandboxError {}
+/** The session's sandbox vanished (410 session_gone): it is failed; delete it and make another. */
+export class SessionGoneError extends SessionNotReadyError {}
 /** The guest user may not read or write that file. */
 export class PermissionDeniedError extends SandboxError {}
 /** A file over the server's size limit. */
@@ -32,6 +34,7 @@ export function errorFor(status: number, code: string, message: string, retryAft
   if (status === 404) return new NotFoundError(message, status, code);
   if (status === 403) return new PermissionDeniedError(message, status, code);
   if (status === 409) return new SessionNotReadyError(message, status, code);
+  if (status === 410) return new SessionGoneError(message, status, code);
   if (status === 413) return new TooLargeError(message, status, code);
   if (status === 503) return new UnavailableError(message, status, code, retryAfterSeconds);
   return new SandboxError(message, status, code);

@@ -1,19 +1,25 @@
 import { watchExit } from './container/process-watch.js';
+import type { ConsoleLogLimits } from './console-log.js';
+import { consoleLogPathOf, reattachConsole } from './console-pipe.js';
 import type { AdoptedSandbox, RunningSandbox } from './runtime.js';
 import type { GuestEndpoint } from '../transport/ssh-connection.js';
 
 /**
  * A sandbox whose top process (a container init, a VM process) outlived the orchestrator
  * that started it: it is no one's child now, so its exit is watched through /proc (pid and
- * start time, so a recycled pid is never taken for it).
+ * start time, so a recycled pid is never taken for it). Its console FIFO is read again into
+ * the capped log (what it printed while no orchestrator ran was dropped: console-pipe.ts).
  */
-export function adoptedProcess(
+export async function adoptedProcess(
   what: string,
   process: { pid: number; startTime: string },
   endpoint: GuestEndpoint,
-  consoleLogPath: string,
+  sessionDir: string,
+  consoleLog: ConsoleLogLimits,
   release: () => Promise<void>,
-): AdoptedSandbox {
+): Promise<AdoptedSandbox> {
+  const consoleLogPath = consoleLogPathOf(sessionDir);
+  const consolePipe = await reattachConsole(sessionDir, consoleLog.maxBytes).catch(() => undefined);
   const watcher = watchExit(process.pid, process.startTime);
   let alive = true;
   const exited = watcher.exited.then(() => {
@@ -26,7 +32,11 @@ export function adoptedProcess(
     async release() {
       // Stop watching first, so that the destroy is not reported as a crash.
       watcher.stop();
-      await release();
+      try {
+        await release();
+      } finally {
+        await consolePipe?.close();
+      }
     },
   };
 }

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { GuestImage } from '../guest/image/builder.js';
+import type { ConsoleLogLimits } from './console-log.js';
 import type { NetworkAttachment, SandboxNetwork, TapOwner } from '../network/netns.js';
 import type { GuestEndpoint } from '../transport/ssh-connection.js';
 import type { CleanupStack } from '../util/cleanup-stack.js';
@@ -34,6 +35,8 @@ export interface SandboxSpec {
    * goes with the session). See keepConsoleLog.
    */
   logsDir: string;
+  /** How big its console log, and the kept logs, may grow (default DEFAULT_CONSOLE_LOG_LIMITS). */
+  consoleLog?: ConsoleLogLimits;
   /** Call before taking each host resource, so that a crash at any point leaves a record of it. */
   record?: RecordResource;
   /**
@@ -59,7 +62,10 @@ export interface ExitInfo {
 export interface RunningSandbox {
   /** Where the guest's sshd listens. */
   endpoint: GuestEndpoint;
-  /** Everything the guest printed since boot (kept for errors). */
+  /**
+   * The newest of what the guest printed (capped: see console-log.ts and console-pipe.ts;
+   * the older half is in `<consoleLogPath>.1`). Read it with consoleLogTail, never whole.
+   */
   consoleLogPath: string;
   /** The host pid of the sandbox's top process (container init or VM process). */
   pid: number;
@@ -127,7 +133,7 @@ export interface Runtime {
    * or a restart), or undefined if it is gone. `release` frees what the runtime holds for
    * it, as a destroy would.
    */
-  adopt?(sessionId: string, sessionDir: string, endpoint: GuestEndpoint): Promise<AdoptedSandbox | undefined>;
+  adopt?(sessionId: string, sessionDir: string, endpoint: GuestEndpoint, consoleLog?: ConsoleLogLimits): Promise<AdoptedSandbox | undefined>;
   /** Removes whatever this runtime left of a sandbox it no longer tracks. Idempotent. */
   reclaim(sessionId: string, sessionDir: string): Promise<void>;
 }

@@ -1,13 +1,14 @@
 /**
  * The host process of one VM (QEMU, Firecracker or its jailer): started as our child with
- * its output appended to the console log, watched, and stopped; and, after a crash of the
+ * its output going to the session's console pipe (capped on disk: console-pipe.ts), watched,
+ * and stopped; and, after a crash of the
  * orchestrator, found again by its command line and killed.
  */
 import { spawn } from 'node:child_process';
-import { closeSync, openSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { isProcessAlive, processStartTime, waitForExit } from './container/process-watch.js';
+import { withWriter, type ConsolePipe } from './console-pipe.js';
 
 export interface VmExit {
   code: number | null;
@@ -33,20 +34,15 @@ const STOP_GRACE_MS = 3_000;
 const KILL_WAIT_MS = 5_000;
 
 /**
- * Runs `command args...` with stdout and stderr appended to `logPath`: the serial console and
- * the VMM's own error messages end up in one file, in order.
+ * Runs `command args...` with stdout and stderr written to the session's console pipe: the
+ * serial console and the VMM's own error messages end up in one capped log, in order.
  *
  * detached: the VM gets its own process group, so a Ctrl-C meant for the orchestrator does
  * not kill every VM behind its back; the orchestrator destroys them itself on SIGINT/SIGTERM.
  */
-export function spawnLogged(command: string, args: readonly string[], logPath: string, name = command): VmProcess {
-  const log = openSync(logPath, 'a', 0o600);
-  let child;
-  try {
-    child = spawn(command, args, { stdio: ['ignore', log, log], detached: true });
-  } finally {
-    closeSync(log); // the child has its own copy
-  }
+export function spawnLogged(command: string, args: readonly string[], consolePipe: ConsolePipe, name = command): VmProcess {
+  // The child has its own copy of the write end; ours is closed once it is spawned.
+  const child = withWriter(consolePipe, (fd) => spawn(command, args, { stdio: ['ignore', fd, fd], detached: true }));
   child.unref();
   let alive = true;
   let stopping = false;
@@ -87,8 +83,8 @@ export function spawnLogged(command: string, args: readonly string[], logPath: s
 }
 
 /** Runs `binary argv...` inside the network namespace `netns` (`ip netns exec` execs it, so the pid is the binary's own). */
-export function spawnInNetns(netns: string, binary: string, argv: readonly string[], logPath: string): VmProcess {
-  return spawnLogged('ip', ['netns', 'exec', netns, binary, ...argv], logPath, binary);
+export function spawnInNetns(netns: string, binary: string, argv: readonly string[], consolePipe: ConsolePipe): VmProcess {
+  return spawnLogged('ip', ['netns', 'exec', netns, binary, ...argv], consolePipe, binary);
 }
 
 export async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {

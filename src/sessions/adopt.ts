@@ -5,6 +5,7 @@ import type { AddressPool } from '../network/address-pool.js';
 import type { ResourceNames } from '../network/names.js';
 import { deleteLink, deleteNetns } from '../network/netns.js';
 import type { Runtime } from '../runtimes/runtime.js';
+import type { ConsoleLogLimits } from '../runtimes/console-log.js';
 import { publicKeyBlob, readSessionKeys, removeSessionDir } from '../transport/keys.js';
 import { GUEST_SSH_PORT } from '../guest/contract.js';
 import { attachDesktop, sessionDirOf } from './boot.js';
@@ -19,6 +20,7 @@ export interface AdoptContext {
   display: number;
   settle: SettleOptions;
   log: Logger;
+  consoleLog?: ConsoleLogLimits;
 }
 
 /** How long a live sandbox of an earlier run gets to let us in and show its display. */
@@ -42,7 +44,7 @@ export async function adoptSession(record: SessionRecord, ctx: AdoptContext): Pr
     return undefined;
   }
   const lease = ctx.pool.describe(record.addressIndex);
-  const found = await ctx.runtime.adopt(record.id, sessionDir, { host: lease.guest, port: GUEST_SSH_PORT }).catch((err: unknown) => {
+  const found = await ctx.runtime.adopt(record.id, sessionDir, { host: lease.guest, port: GUEST_SSH_PORT }, ctx.consoleLog).catch((err: unknown) => {
     log.warn({ err }, 'could not look for the sandbox of a session left ready');
     return undefined;
   });

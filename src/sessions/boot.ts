@@ -1,4 +1,4 @@
-import { readFile, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -11,7 +11,7 @@ import type { AddressLease } from '../network/address-pool.js';
 import type { ResourceNames } from '../network/names.js';
 import { createSandboxNetwork } from '../network/netns.js';
 import type { NetworkPolicy } from '../network/policy/network-policy.js';
-import { keepConsoleLog, logsDirOf } from '../runtimes/console-log.js';
+import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, logsDirOf, type ConsoleLogLimits } from '../runtimes/console-log.js';
 import type { RecordResource, ResourceKind, RunningSandbox, Runtime } from '../runtimes/runtime.js';
 import { generateSessionKeys, publicKeyBlob, removeSessionDir, writeSessionKeys, type SessionKeys } from '../transport/keys.js';
 import { GuestConnection } from '../transport/ssh-connection.js';
@@ -36,6 +36,8 @@ export interface BootContext {
   /** Absolute time (ms) by which the guest must be ready. */
   deadline: number;
   log: Logger;
+  /** Console log caps (config: SBX_CONSOLE_LOG_MAX_BYTES, SBX_KEPT_LOGS, SBX_KEPT_LOGS_MAX_BYTES). */
+  consoleLog?: ConsoleLogLimits;
 }
 
 export function sessionDirOf(stateDir: string, sessionId: string): string {
@@ -67,7 +69,7 @@ export async function bootSandbox(session: Session, lease: AddressLease, ctx: Bo
   try {
     await attachDesktop(session, sandbox, keys.clientPrivateKey, publicKeyBlob(keys.hostPublicKey), deadline, ctx);
   } catch (err) {
-    throw await withConsoleLog(err, sandbox, logsDir, session.id);
+    throw await withConsoleLog(err, sandbox, logsDir, session.id, ctx.consoleLog);
   }
 }
 
@@ -93,7 +95,7 @@ export async function bootPooledSandbox(session: Session, lease: AddressLease, c
     await probe.push('probe desktop', () => desktop.close());
     await waitForDisplay(desktop, deadline, sandbox.isAlive);
   } catch (err) {
-    throw await withConsoleLog(err, sandbox, logsDir, session.id);
+    throw await withConsoleLog(err, sandbox, logsDir, session.id, ctx.consoleLog);
   } finally {
     // The pool keeps no connection: its access is its key alone, which a claim replaces.
     await probe.run();
@@ -156,6 +158,7 @@ async function startSandbox(session: Session, lease: AddressLease, ctx: BootCont
       memoryMiB: ctx.memoryMiB,
       pidsLimit: ctx.pidsLimit,
       logsDir,
+      consoleLog: ctx.consoleLog,
       record,
       leaseIdRange: ctx.leaseIdRange && ((base, size) => ctx.leaseIdRange!(id, base, size)),
       vmUser,
@@ -171,10 +174,16 @@ async function startSandbox(session: Session, lease: AddressLease, ctx: BootCont
  * A sandbox that did not come up: say how it ended if it did, and keep its console log (the
  * session dir is removed with the session) and say where.
  */
-async function withConsoleLog(err: unknown, sandbox: RunningSandbox, logsDir: string, sessionId: string): Promise<unknown> {
+async function withConsoleLog(
+  err: unknown,
+  sandbox: RunningSandbox,
+  logsDir: string,
+  sessionId: string,
+  limits: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS,
+): Promise<unknown> {
   if (!(err instanceof Error) || err instanceof OrchestratorError) return err;
   const exit = sandbox.isAlive() ? undefined : await sandbox.exited;
-  const kept = exit?.consoleLogKeptAt ?? (await keepConsoleLog(sandbox.consoleLogPath, logsDir, sessionId));
+  const kept = exit?.consoleLogKeptAt ?? (await keepConsoleLog(sandbox.consoleLogPath, logsDir, sessionId, limits));
   const parts = [err.message, exit && `(${exit.reason})`, kept && !exit?.consoleLogKeptAt && `(console log kept at ${kept})`];
   return new Error(parts.filter(Boolean).join(' '), { cause: err });
 }
@@ -231,13 +240,8 @@ function remaining(deadline: number): number {
   return Math.max(1, deadline - Date.now());
 }
 
-/** The last lines the guest printed, for an error message a user can act on. */
+/** The last lines the guest printed (read from the log's end), for an error message a user can act on. */
 export async function consoleTail(session: Session, lines = 15): Promise<string> {
   if (!session.sandbox) return '';
-  try {
-    const text = await readFile(session.sandbox.consoleLogPath, 'utf8');
-    return text.trimEnd().split('\n').slice(-lines).join('\n');
-  } catch {
-    return '';
-  }
+  return consoleLogTail(session.sandbox.consoleLogPath, lines);
 }

@@ -1,8 +1,9 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { parseAction } from '../computer/actions.js';
 import type { ComputerOutcome, ComputerTool, SettleOptions } from '../computer/computer-tool.js';
 import { modelSize, type ScalingRequest } from '../computer/scaling.js';
-import { NotFoundError, OrchestratorError, SessionStateError, UnavailableError } from '../errors.js';
+import { NotFoundError, OrchestratorError, SessionGoneError, SessionStateError, UnavailableError } from '../errors.js';
 import { MAX_ID_RANGES } from '../config.js';
 import type { GuestImage } from '../guest/image/builder.js';
 import type { Metrics } from '../metrics/metrics.js';
@@ -12,12 +13,14 @@ import type { ResourceNames } from '../network/names.js';
 import { NetworkPolicy, type NetworkOptions } from '../network/policy/network-policy.js';
 import { PolicyGuard } from '../network/policy/policy-guard.js';
 import type { Runtime } from '../runtimes/runtime.js';
+import type { ConsoleLogLimits } from '../runtimes/console-log.js';
 import { adoptSession } from './adopt.js';
 import { bootPooledSandbox, bootSandbox, consoleTail, type BootContext } from './boot.js';
 import { claimPooledSandbox } from './pool/claim.js';
 import { WarmPool, type PooledSandbox, type ScreenShape, type WarmPoolStatus } from './pool/warm-pool.js';
 import { CapacityGate, defaultMaxSessions, type CapacitySlot } from './capacity.js';
 import { reconcileHost } from './reconcile.js';
+import { watchSandbox } from './sandbox-watch.js';
 import { newSessionId, Session } from './session.js';
 import { LOCAL_TENANT, type ComputerToolVersion, type EndReason, type SessionRecord, type SessionState } from './session-record.js';
 import { changedLifetime, expiry, idleDeadline, resolveLifetime } from './timeouts.js';
@@ -74,6 +77,8 @@ export interface ManagerOptions {
   warmPool?: { size: number; shape: ScreenShape };
   /** Admission control (per host, per tenant, memory); default: limits derived from memoryMiB. */
   capacity?: CapacityGate;
+  /** Console log caps (default DEFAULT_CONSOLE_LOG_LIMITS). */
+  consoleLog?: ConsoleLogLimits;
 }
 
 export interface SessionHealth {
@@ -95,6 +100,8 @@ const EXPIRY_PERSIST_INTERVAL_MS = 30_000;
 /** A pooled sandbox not ready for its new session within this is given up for a cold boot. */
 const CLAIM_TIMEOUT_MS = 5_000;
 const REAPER_INTERVAL_MS = 1_000;
+/** How long a watch that saw a sandbox's process gone waits for the runtime to report its exit. */
+const EXIT_REPORT_GRACE_MS = 2_500;
 /** A transfer's flowing bytes touch the session at most this often. */
 const TRANSFER_TOUCH_INTERVAL_MS = 1_000;
 
@@ -243,6 +250,7 @@ export class SessionManager {
         display: this.opts.display,
         settle: this.opts.settle,
         log: this.opts.log,
+        consoleLog: this.opts.consoleLog,
       });
       if (!session) continue;
       // A live session holds its place whatever the limits are now: it is running already.
@@ -340,6 +348,7 @@ export class SessionManager {
       leaseIdRange: (sessionId, base, size) => this.opts.store.leaseIdRange(sessionId, base, size, MAX_ID_RANGES),
       deadline: Date.now() + this.opts.bootTimeoutMs,
       log,
+      consoleLog: this.opts.consoleLog,
     };
   }
 
@@ -685,7 +694,11 @@ export class SessionManager {
     if (!session) {
       const stored = this.opts.store.get(id);
       if (!stored) throw new NotFoundError(`session ${id} does not exist`);
+      if (stored.state === 'failed') throw new SessionGoneError(`session ${id} is gone${stored.error ? `: ${stored.error}` : ''}`);
       throw new SessionStateError(`session ${id} is ${stored.state}${stored.error ? `: ${stored.error}` : ''}`);
+    }
+    if (session.record.state === 'failed' || (session.record.state === 'destroying' && session.record.endReason === 'failed')) {
+      throw new SessionGoneError(`session ${id} is gone${session.record.error ? `: ${session.record.error}` : ''}`);
     }
     if (session.record.state !== 'ready' || !session.computer) {
       throw new SessionStateError(`session ${id} is ${session.record.state}, not ready`);
@@ -703,19 +716,59 @@ export class SessionManager {
     }
   }
 
-  /** A sandbox that dies by itself marks its session failed and gives back what it held. */
+  /**
+   * A sandbox that dies by itself, or whose network is deleted from under it, marks its
+   * session failed and gives back what it held, within about a second (sandbox-watch.ts).
+   */
   private watch(session: Session, log: Logger): void {
-    session.sandbox?.exited.then((info) => {
-      if (session.record.state !== 'ready') return;
-      log.warn({ reason: info.reason }, 'sandbox stopped unexpectedly');
-      this.opts.metrics.errors.inc({ kind: 'sandbox_exit' });
-      void this.releaseResources(session, 'failed', `sandbox stopped unexpectedly: ${info.reason}`);
-    });
+    const sandbox = session.sandbox;
+    if (sandbox) {
+      const watch = watchSandbox({ pid: sandbox.pid, netns: this.opts.names.netns(session.id), hostVeth: this.opts.names.hostVeth(session.id) });
+      session.watch = watch;
+      void watch.gone.then(async (gone) => {
+        // A process that died is the runtime's to describe (its exit status, where its console
+        // log was kept): give its `exited` a moment to say so first.
+        if (gone.processExited) await Promise.race([sandbox.exited, sleep(EXIT_REPORT_GRACE_MS)]);
+        this.sandboxVanished(session, log, `sandbox vanished: ${gone.reason}`);
+      });
+      void sandbox.exited.then((info) => this.sandboxVanished(session, log, `sandbox stopped unexpectedly: ${info.reason}`));
+    }
     session.connection?.on('reconnected', () => this.opts.metrics.sshReconnects.inc());
+  }
+
+  private sandboxVanished(session: Session, log: Logger, reason: string): void {
+    if (session.record.state !== 'ready') return;
+    // Set now, so that requests during the release are told it is gone (410), not busy.
+    session.record.endReason = 'failed';
+    log.warn({ reason }, 'the sandbox of a ready session is gone: marking it failed');
+    this.opts.metrics.errors.inc({ kind: 'sandbox_exit' });
+    void this.releaseResources(session, 'failed', reason);
+  }
+
+  /**
+   * What a request on session `id` that failed unexpectedly (not with an OrchestratorError)
+   * should answer instead of a 500, if the session ended under it: 410 when its sandbox
+   * vanished (looked at now, not at the next tick of the watch), 409 when it is being
+   * destroyed. Undefined when the session is live and well: the error is a real one.
+   */
+  async endedUnderRequest(id: string): Promise<OrchestratorError | undefined> {
+    const session = this.sessions.get(id);
+    if (!session) return undefined;
+    if (session.record.state === 'ready') {
+      const gone = await session.watch?.check();
+      if (!gone) return undefined;
+      // The watch's `gone` settles with it, and the session is failed and released from there.
+      return new SessionGoneError(`session ${id} is gone: sandbox vanished: ${gone.reason}`);
+    }
+    if (session.record.endReason === 'failed' || session.record.state === 'failed') {
+      return new SessionGoneError(`session ${id} is gone${session.record.error ? `: ${session.record.error}` : ''}`);
+    }
+    return new SessionStateError(`session ${id} is ${session.record.state}`);
   }
 
   private releaseResources(session: Session, final: 'destroyed' | 'failed', error: string | null): Promise<void> {
     session.release ??= (async () => {
+      session.watch?.stop();
       if (session.record.state !== 'destroying') this.setState(session, 'destroying');
       try {
         await session.cleanup.run();

@@ -3,6 +3,7 @@ import type { ComputerTool } from '../computer/computer-tool.js';
 import type { RunningSandbox } from '../runtimes/runtime.js';
 import type { GuestConnection } from '../transport/ssh-connection.js';
 import { CleanupStack } from '../util/cleanup-stack.js';
+import type { SandboxWatch } from './sandbox-watch.js';
 import type { SessionRecord } from './session-record.js';
 
 const ID_ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
@@ -24,6 +25,8 @@ export class Session {
   sandbox: RunningSandbox | undefined;
   connection: GuestConnection | undefined;
   computer: ComputerTool | undefined;
+  /** Watches the sandbox's process and network while the session is live (sandbox-watch.ts). */
+  watch: SandboxWatch | undefined;
   /** Settles when creation has finished, well or badly. */
   creation: Promise<unknown> | undefined;
   /** Set once resources are being released; later destroys wait for it. */

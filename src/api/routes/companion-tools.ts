@@ -25,6 +25,7 @@ const responses = {
   400: { $ref: 'Error#' },
   404: { $ref: 'Error#' },
   409: { $ref: 'Error#' },
+  410: { $ref: 'Error#' },
   502: { $ref: 'Error#' },
 };
 

@@ -5,7 +5,7 @@ import type { SessionManager } from '../../sessions/manager.js';
 import { errorResult, imageContent, type ToolResult } from '../../tools/tool-result.js';
 import { actionBody, sessionIdParams } from '../schemas.js';
 
-const errors = { 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' } };
+const errors = { 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 410: { $ref: 'Error#' } };
 
 /**
  * POST /v1/sessions/:id/tools/computer: the computer tool as an agent loop uses it. The body

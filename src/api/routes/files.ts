@@ -31,6 +31,7 @@ const errors = {
   403: { $ref: 'Error#' },
   404: { $ref: 'Error#' },
   409: { $ref: 'Error#' },
+  410: { $ref: 'Error#' },
   413: { $ref: 'Error#' },
   502: { $ref: 'Error#' },
 };

@@ -7,7 +7,7 @@ interface IdParams {
   id: string;
 }
 
-const errors = { 400: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 413: { $ref: 'Error#' } };
+const errors = { 400: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 410: { $ref: 'Error#' }, 413: { $ref: 'Error#' } };
 
 /**
  * A session's timeouts, as a client extends them:

@@ -7,7 +7,7 @@ interface IdParams {
   id: string;
 }
 
-const errors = { 400: { $ref: 'Error#' }, 401: { $ref: 'Error#' }, 413: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 502: { $ref: 'Error#' }, 503: { $ref: 'Error#' } };
+const errors = { 400: { $ref: 'Error#' }, 401: { $ref: 'Error#' }, 413: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 410: { $ref: 'Error#' }, 502: { $ref: 'Error#' }, 503: { $ref: 'Error#' } };
 
 /** /v1/sessions: create, list, inspect, destroy, screenshot, act. */
 export async function sessionRoutes(app: FastifyInstance, opts: { manager: SessionManager }): Promise<void> {

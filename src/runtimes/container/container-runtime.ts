@@ -1,4 +1,4 @@
-import { closeSync, existsSync, openSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { chown, mkdir, readFile, readdir, rm, rmdir, stat, writeFile } from 'node:fs/promises';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
@@ -10,7 +10,9 @@ import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
 import type { GuestEndpoint } from '../../transport/ssh-connection.js';
 import { adoptedProcess } from '../adopt-process.js';
-import { RuntimeUnavailableError, type AdoptedSandbox, type RunningSandbox, type Runtime, type SandboxSpec } from '../runtime.js';
+import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, type ConsoleLogLimits } from '../console-log.js';
+import { openConsole, withWriter, type ConsolePipe } from '../console-pipe.js';
+import { RuntimeUnavailableError, type AdoptedSandbox, type ExitInfo, type RunningSandbox, type Runtime, type SandboxSpec } from '../runtime.js';
 import { blockIoAvailable, deviceNumbers } from './block-io.js';
 import { idmappedMountsUnavailable, mountIdmapped, type IdRange } from './idmapped-mount.js';
 import { allowSshPort, limitUserNamespace, raiseHostInotifyLimits } from './namespace-limits.js';
@@ -28,10 +30,11 @@ const RUNC = process.env.RUNC_BIN || 'runc';
  * rootfs, dropped capabilities, an allow-list seccomp profile, memory (no swap), CPU, pids
  * and I/O limits, and inotify limits of its own.
  *
- * Files under <sessionDir>: bundle/config.json, rootfs/ (the overlay mount point),
- * layer.ext4 (the sandbox's disk, loop-mounted at overlay/, holding upper/ and work/),
+ * Files under <sessionDir>: bundle/config.json, layer.ext4 (the sandbox's disk, loop-mounted at overlay/, holding upper/ and work/),
  * image/ and config-view/ (idmapped views of the image rootfs and the config dir),
- * console.log.
+ * console.fifo (runc's and the container's stdout and stderr) and console.log (capped).
+ * The overlay (the container's root) is mounted at /run/<prefix>rootfs/<container>, which the
+ * container's root, a host uid, can reach (the session dir is 0700).
  */
 export class ContainerRuntime implements Runtime {
   readonly name = 'container' as const;
@@ -91,8 +94,6 @@ export class ContainerRuntime implements Runtime {
     const id = this.names.container(spec.sessionId);
     const bundle = path.join(spec.sessionDir, 'bundle');
     const rootfs = this.names.containerRootfs(spec.sessionId);
-    const consoleLogPath = path.join(spec.sessionDir, 'console.log');
-
     // The sandbox's own disk (writable-layer.ts): its writes land here and nowhere else.
     const layer = path.join(spec.sessionDir, 'overlay');
     const layerFile = path.join(spec.sessionDir, 'layer.ext4');
@@ -144,6 +145,11 @@ export class ContainerRuntime implements Runtime {
     );
     await writeFile(path.join(bundle, 'config.json'), JSON.stringify(config, null, 2), { mode: 0o600 });
 
+    // Released after the container is gone (pushed before it): its last words are read.
+    const consolePipe = await openConsole(spec.sessionDir, (spec.consoleLog ?? DEFAULT_CONSOLE_LOG_LIMITS).maxBytes);
+    await cleanup.push(`console ${id}`, () => consolePipe.close());
+    const consoleLogPath = consolePipe.logPath;
+
     const pidFile = path.join(spec.sessionDir, 'container.pid');
     let init: { pid: number; startTime: string } | undefined;
     // From here on a container may exist even if `runc create` fails part-way. Destroy returns
@@ -158,7 +164,7 @@ export class ContainerRuntime implements Runtime {
     record('container', path.join(this.names.runcRoot, id));
     // Created (namespaces made, init waiting) but not started: its limits are set before any
     // guest program runs, so none can take more inotify instances than its share.
-    await runcCreate(this.names.runcRoot, id, bundle, pidFile, consoleLogPath);
+    await runcCreate(this.names.runcRoot, id, bundle, pidFile, consolePipe);
 
     const pid = Number((await readFile(pidFile, 'utf8')).trim());
     const startTime = processStartTime(pid);
@@ -172,9 +178,14 @@ export class ContainerRuntime implements Runtime {
     // Stop watching before the container is deleted, so a destroy is not reported as a crash.
     await cleanup.push(`watch ${id}`, () => watcher.stop());
     let alive = true;
-    const exited = watcher.exited.then(() => {
+    const exited = watcher.exited.then(async (): Promise<ExitInfo> => {
       alive = false;
-      return { code: null, reason: `the container's init (pid ${pid}) exited` };
+      const reason = `the container's init (pid ${pid}) exited`;
+      // A crash (a destroy stops the watcher first): the session dir goes with the session,
+      // so the newest of its console is kept elsewhere, as the VM runtimes do.
+      await consolePipe.quiet();
+      const kept = await keepConsoleLog(consoleLogPath, spec.logsDir, spec.sessionId, spec.consoleLog);
+      return { code: null, reason: kept ? `${reason}; console log kept at ${kept}` : reason, consoleLogKeptAt: kept };
     });
     return {
       endpoint: { host: spec.network.lease.guest, port: GUEST_SSH_PORT },
@@ -206,7 +217,7 @@ export class ContainerRuntime implements Runtime {
   }
 
   /** A container of an earlier run, if runc still has it running. */
-  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint): Promise<AdoptedSandbox | undefined> {
+  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint, consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS): Promise<AdoptedSandbox | undefined> {
     const id = this.names.container(sessionId);
     const res = await run([RUNC, '--root', this.names.runcRoot, 'state', id], { allowFailure: true });
     if (res.exitCode !== 0) return undefined;
@@ -214,7 +225,7 @@ export class ContainerRuntime implements Runtime {
     const startTime = state.pid ? processStartTime(state.pid) : undefined;
     if (state.status !== 'running' || !state.pid || !startTime) return undefined;
     const init = { pid: state.pid, startTime };
-    return adoptedProcess("container's init", init, endpoint, path.join(sessionDir, 'console.log'), async () => {
+    return adoptedProcess("container's init", init, endpoint, sessionDir, consoleLog, async () => {
       await deleteContainer(this.names.runcRoot, id);
       if (!(await waitForExit(init.pid, init.startTime, 10_000))) throw new Error(`container init ${init.pid} is still alive 10 s after it was killed`);
       await removeRootfs(this.names.containerRootfs(sessionId));
@@ -243,23 +254,24 @@ async function removeRootfs(rootfs: string): Promise<void> {
   });
 }
 
-function runcCreate(root: string, id: string, bundle: string, pidFile: string, consoleLogPath: string): Promise<void> {
-  // The container inherits runc's stdout and stderr, so both go straight to the console log
-  // file: a pipe here would be held open by the container for its whole life (and fill up).
-  // runc's own error message lands in the same file, and is read back from it on failure.
-  const log = openSync(consoleLogPath, 'a', 0o600);
+function runcCreate(root: string, id: string, bundle: string, pidFile: string, consolePipe: ConsolePipe): Promise<void> {
+  // The container inherits runc's stdout and stderr: both are the console FIFO, which the
+  // orchestrator copies into the capped log for the container's whole life. runc's own error
+  // message lands in the same log, and its end is read back from it on failure.
   return new Promise<void>((resolve, reject) => {
-    const child = spawn(RUNC, ['--root', root, 'create', '--bundle', bundle, '--pid-file', pidFile, id], {
-      stdio: ['ignore', log, log],
-    });
+    const child = withWriter(consolePipe, (fd) =>
+      spawn(RUNC, ['--root', root, 'create', '--bundle', bundle, '--pid-file', pidFile, id], { stdio: ['ignore', fd, fd] }),
+    );
     child.on('error', reject);
     child.on('exit', (code) => {
       if (code === 0) return resolve();
-      readFile(consoleLogPath, 'utf8')
+      consolePipe
+        .quiet()
+        .then(() => consoleLogTail(consolePipe.logPath, 20))
         .catch(() => '')
-        .then((text) => reject(new Error(`runc create ${id} failed (exit ${code}): ${text.trim().slice(-1500)}`)));
+        .then((tail) => reject(new Error(`runc create ${id} failed (exit ${code}): ${tail.slice(-1500)}`)));
     });
-  }).finally(() => closeSync(log));
+  });
 }
 
 /** Kills and deletes a container; a container that does not exist is not an error. */

@@ -9,7 +9,8 @@ import { generateSessionKeys, publicKeyBlob, readSessionKeys, writeSessionKeys }
 import { GuestConnection, type GuestEndpoint } from '../../transport/ssh-connection.js';
 import { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
-import { consoleLogTail, keepConsoleLog } from '../console-log.js';
+import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, type ConsoleLogLimits } from '../console-log.js';
+import { openConsole, type ConsolePipe } from '../console-pipe.js';
 import {
   RuntimeUnavailableError,
   type AdoptedSandbox,
@@ -142,14 +143,18 @@ export class FirecrackerRuntime implements Runtime {
     const id = jailId(this.names.prefix, spec.sessionId);
     const tapName = spec.network.tapInterface;
     if (!tapName) throw new Error(`the firecracker runtime needs a TAP device in ${spec.network.netns} (networkAttachment 'tap')`);
-    const consoleLogPath = path.join(spec.sessionDir, 'console.log');
     const configDrive = path.join(spec.sessionDir, 'config.ext4');
+    const limits = spec.consoleLog ?? DEFAULT_CONSOLE_LOG_LIMITS;
+    // Released after the VMM is gone (pushed before it): its last words are read.
+    const consolePipe = await openConsole(spec.sessionDir, limits.maxBytes);
+    await cleanup.push(`console ${id}`, () => consolePipe.close());
+    const consoleLogPath = consolePipe.logPath;
 
     await cleanup.push(`config drive ${configDrive}`, () => rm(configDrive, { force: true }));
     await buildConfigDrive(spec.configDir, configDrive);
     const { kernel, initrd } = await this.bootFiles(spec.image);
 
-    const files = { kernel, initrd, configDrive, consoleLogPath };
+    const files = { kernel, initrd, configDrive, consolePipe };
     const launched = this.host.jailerBin
       ? await this.launchJailed(spec, cleanup, id, files, template)
       : await this.launchUnjailed(spec, cleanup, id, files);
@@ -204,7 +209,8 @@ export class FirecrackerRuntime implements Runtime {
       }
     } catch (err) {
       // Firecracker's own words (a refused file, a TAP it could not open) are in its output.
-      const kept = await keepConsoleLog(consoleLogPath, spec.logsDir, spec.sessionId);
+      await consolePipe.quiet();
+      const kept = await keepConsoleLog(consoleLogPath, spec.logsDir, spec.sessionId, limits);
       const tail = await consoleLogTail(consoleLogPath, 5);
       throw new Error(`${(err as Error).message}${kept ? `; console log kept at ${kept}` : ''}${tail ? `:\n${tail}` : ''}`, { cause: err });
     }
@@ -212,7 +218,8 @@ export class FirecrackerRuntime implements Runtime {
     const exited = vmm.exited.then(async (exit): Promise<ExitInfo> => {
       const reason = `the VM's firecracker process (pid ${vmm.pid}) ${describeVmmExit(exit)}`;
       if (vmm.stopping) return { code: exit.code, reason };
-      const kept = await keepConsoleLog(consoleLogPath, spec.logsDir, spec.sessionId);
+      await consolePipe.quiet();
+      const kept = await keepConsoleLog(consoleLogPath, spec.logsDir, spec.sessionId, limits);
       return { code: exit.code, reason: kept ? `${reason}; console log kept at ${kept}` : reason, consoleLogKeptAt: kept };
     });
     const sandbox: RunningSandbox = {
@@ -333,7 +340,7 @@ export class FirecrackerRuntime implements Runtime {
     spec: SandboxSpec,
     cleanup: CleanupStack,
     id: string,
-    files: { kernel: string; initrd?: string; configDrive: string; consoleLogPath: string },
+    files: { kernel: string; initrd?: string; configDrive: string; consolePipe: ConsolePipe },
     template?: TemplateSnapshot,
   ): Promise<LaunchedVmm> {
     const firecrackerBin = this.host.firecrackerBin;
@@ -370,7 +377,7 @@ export class FirecrackerRuntime implements Runtime {
       parentCgroup,
       limits: { memoryMiB: spec.memoryMiB, vcpus: this.settings.vcpus, pidsMax: VMM_PIDS_MAX },
     });
-    const jailerProcess = spawnLogged(jailer as string, args, files.consoleLogPath, 'jailer');
+    const jailerProcess = spawnLogged(jailer as string, args, files.consolePipe, 'jailer');
     try {
       const vmm = await vmmOfPidNamespace(jailerProcess, vmmPidFile(layout.rootDir, firecrackerBin), this.settings.apiTimeoutMs);
       return { vmm, apiSocket: layout.apiSocket.hostPath, paths: layout.vmPaths, layout };
@@ -387,7 +394,7 @@ export class FirecrackerRuntime implements Runtime {
     spec: SandboxSpec,
     cleanup: CleanupStack,
     id: string,
-    files: { kernel: string; initrd?: string; configDrive: string; consoleLogPath: string },
+    files: { kernel: string; initrd?: string; configDrive: string; consolePipe: ConsolePipe },
   ): Promise<LaunchedVmm> {
     const rootfs = path.join(spec.sessionDir, 'rootfs.ext4');
     const apiSocket = path.join(spec.sessionDir, 'firecracker.socket');
@@ -398,7 +405,7 @@ export class FirecrackerRuntime implements Runtime {
       await rm(apiSocket, { force: true });
       await rm(vsock, { force: true });
     });
-    const vmm = spawnInNetns(spec.network.netns, this.host.firecrackerBin, ['--api-sock', apiSocket, '--id', id], files.consoleLogPath);
+    const vmm = spawnInNetns(spec.network.netns, this.host.firecrackerBin, ['--api-sock', apiSocket, '--id', id], files.consolePipe);
     return {
       vmm,
       apiSocket,
@@ -436,13 +443,13 @@ export class FirecrackerRuntime implements Runtime {
    * nothing more is asked of it: destroying it is killing it (there is no client to send
    * Ctrl-Alt-Del through, and its disk is thrown away anyway).
    */
-  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint): Promise<AdoptedSandbox | undefined> {
+  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint, consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS): Promise<AdoptedSandbox | undefined> {
     const vmm = (await findFirecrackerProcesses(this.names)).find((p) => p.sessionId === sessionId);
     if (!vmm) return undefined;
     // Its uid is held again, so that no new VM gets it while it runs.
     const uid = await processUid(vmm.pid);
     if (uid !== undefined) this.users.claim(uid);
-    return adoptedProcess("VM's firecracker process", vmm, endpoint, path.join(sessionDir, 'console.log'), () => this.reclaim(sessionId, sessionDir));
+    return adoptedProcess("VM's firecracker process", vmm, endpoint, sessionDir, consoleLog, () => this.reclaim(sessionId, sessionDir));
   }
 
   /** Kills the session's orphaned VMM, then removes its jail, cgroups, TAP and bridge. Idempotent. */

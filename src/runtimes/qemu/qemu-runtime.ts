@@ -9,7 +9,8 @@ import type { ResourceNames } from '../../network/names.js';
 import { deleteTapBridge } from '../../network/netns.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
-import { consoleLogTail, keepConsoleLog } from '../console-log.js';
+import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, type ConsoleLogLimits } from '../console-log.js';
+import { openConsole } from '../console-pipe.js';
 import type { GuestEndpoint } from '../../transport/ssh-connection.js';
 import { adoptedProcess } from '../adopt-process.js';
 import {
@@ -55,7 +56,8 @@ const DEFAULT_BOOT_TIMEOUT_MS: Record<Accelerator, number> = { kvm: 30_000, tcg:
  * TAP networking, guest init, SSH with the session's keys.
  *
  * Files under <sessionDir>: root.qcow2 (the writable layer over the image's rootfs.ext4),
- * config.ext4 (the config drive), console.log (serial console and QEMU's errors), qemu.pid.
+ * config.ext4 (the config drive), console.fifo and console.log (serial console and QEMU's
+ * errors, capped: console-pipe.ts), qemu.pid.
  * Host resources: the QEMU process (named <prefix><id>) in the session's netns, whose TAP
  * it opens; netns.ts makes the TAP and its bridge.
  *
@@ -134,8 +136,12 @@ export class QemuRuntime implements Runtime {
     if (!tap) throw new Error(`the qemu runtime needs a TAP device in ${spec.network.netns} (networkAttachment 'tap')`);
     const rootDisk = path.join(spec.sessionDir, 'root.qcow2');
     const configDrive = path.join(spec.sessionDir, 'config.ext4');
-    const consoleLogPath = path.join(spec.sessionDir, 'console.log');
     const pidFile = path.join(spec.sessionDir, 'qemu.pid');
+    const limits = spec.consoleLog ?? DEFAULT_CONSOLE_LOG_LIMITS;
+    // Released after QEMU is gone (pushed before it): its last words are read.
+    const consolePipe = await openConsole(spec.sessionDir, limits.maxBytes);
+    await cleanup.push(`console ${name}`, () => consolePipe.close());
+    const consoleLogPath = consolePipe.logPath;
 
     // Leased by the session layer before the network (it owns the TAP); a caller that did
     // not gets one here.
@@ -179,14 +185,15 @@ export class QemuRuntime implements Runtime {
       pidFile,
       runAs: `${user.uid}:${user.gid}`,
     });
-    const vm = spawnInNetns(spec.network.netns, this.settings.binary, argv, consoleLogPath);
+    const vm = spawnInNetns(spec.network.netns, this.settings.binary, argv, consolePipe);
     // Stopped first on destroy (pushed last): its disks and TAP are freed only once it is gone.
     await cleanup.push(`qemu ${name}`, () => vm.stop());
     await cgroup.add(vm.pid);
     await waitForPidFile(pidFile, vm, 10_000).catch(async (err: Error) => {
       // QEMU refused to start (a bad option, a missing file): its message is in the log.
       const exit = await settled(vm.exited, 1_000);
-      const kept = await keepConsoleLog(consoleLogPath, spec.logsDir, spec.sessionId);
+      await consolePipe.quiet();
+      const kept = await keepConsoleLog(consoleLogPath, spec.logsDir, spec.sessionId, limits);
       const tail = await consoleLogTail(consoleLogPath, 5);
       throw new Error(
         `${err.message}${exit ? ` (it ${describeExit(exit)})` : ''}${kept ? `; console log kept at ${kept}` : ''}${tail ? `:\n${tail}` : ''}`,
@@ -199,7 +206,8 @@ export class QemuRuntime implements Runtime {
       const reason = `the VM's qemu process (pid ${vm.pid}) ${describeExit(exit)}`;
       if (vm.stopping) return { code: exit.code, reason };
       // A crash: the session dir goes with the session, so keep the console log elsewhere.
-      const kept = await keepConsoleLog(consoleLogPath, spec.logsDir, spec.sessionId);
+      await consolePipe.quiet();
+      const kept = await keepConsoleLog(consoleLogPath, spec.logsDir, spec.sessionId, limits);
       return { code: exit.code, reason: kept ? `${reason}; console log kept at ${kept}` : reason, consoleLogKeptAt: kept };
     });
     return {
@@ -217,13 +225,13 @@ export class QemuRuntime implements Runtime {
   }
 
   /** A VM of an earlier run, if its QEMU is still running. */
-  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint): Promise<AdoptedSandbox | undefined> {
+  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint, consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS): Promise<AdoptedSandbox | undefined> {
     const vm = (await findQemuProcesses(this.names)).find((p) => p.sessionId === sessionId);
     if (!vm) return undefined;
     // Its uid is held again, so that no new VM gets it while it runs.
     const uid = await processUid(vm.pid);
     if (uid !== undefined) this.users.claim(uid);
-    return adoptedProcess('VM\'s qemu process', vm, endpoint, path.join(sessionDir, 'console.log'), () => this.reclaim(sessionId, sessionDir));
+    return adoptedProcess("VM's qemu process", vm, endpoint, sessionDir, consoleLog, () => this.reclaim(sessionId, sessionDir));
   }
 
   /** Kills the session's orphaned QEMU (if any), then removes its cgroup, TAP and bridge; frees its uid. */
