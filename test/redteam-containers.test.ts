@@ -142,7 +142,8 @@ describe('red team: a container sandbox against the host and its neighbours', ()
 
   before(async () => {
     const names = new ResourceNames(TEST_PREFIX);
-    orch = await startTestOrchestrator({}, false, { runtime: new ContainerRuntime(names, SETTINGS), reason: 'red-team test' });
+    // Screenshots back to back measure the neighbour: far faster than a tenant's default request rate.
+    orch = await startTestOrchestrator({ tenantRequestsPerSecond: 10_000, tenantRequestBurst: 10_000 }, false, { runtime: new ContainerRuntime(names, SETTINGS), reason: 'red-team test' });
     const first = await createSession();
     const second = await createSession();
     a = first.id;
