@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import { parseAction } from '../computer/actions.js';
 import type { ComputerOutcome, ComputerTool, SettleOptions } from '../computer/computer-tool.js';
 import { modelSize, type ScalingRequest } from '../computer/scaling.js';
-import { NotFoundError, OrchestratorError, SessionStateError, UnavailableError } from '../errors.js';
+import { type GuestProtocolError, NotFoundError, OrchestratorError, SessionStateError, UnavailableError } from '../errors.js';
 import type { GuestImage } from '../guest/image/builder.js';
 import type { Metrics } from '../metrics/metrics.js';
 import { AddressPool, type AddressLease } from '../network/address-pool.js';
@@ -695,6 +695,10 @@ export class SessionManager {
       void this.releaseResources(session, 'failed', `sandbox stopped unexpectedly: ${info.reason}`);
     });
     session.connection?.on('reconnected', () => this.opts.metrics.sshReconnects.inc());
+    session.connection?.on('guest_protocol_error', (err: GuestProtocolError) => {
+      log.warn({ channel: err.channel, reason: err.reason, detail: err.message }, 'guest broke a protocol; its channel was closed');
+      this.opts.metrics.guestProtocolErrors.inc({ channel: err.channel, reason: err.reason });
+    });
   }
 
   private releaseResources(session: Session, final: 'destroyed' | 'failed', error: string | null): Promise<void> {

@@ -1,4 +1,5 @@
 import type { ClientChannel } from 'ssh2';
+import { GuestProtocolError } from '../../errors.js';
 import type { GuestConnection } from '../../transport/ssh-connection.js';
 import { MarkerScanner, newNonce, printMarker } from './marker.js';
 import { ShellOutput } from './shell-output.js';
@@ -13,7 +14,7 @@ export interface BashShellOptions {
 }
 
 /** Why a shell stopped: by itself, or because we stopped it. */
-export type ShellEndReason = 'exited' | 'connection_lost' | 'timed_out' | 'restarted' | 'session_ended';
+export type ShellEndReason = 'exited' | 'connection_lost' | 'timed_out' | 'restarted' | 'session_ended' | 'guest_protocol_error';
 
 export interface CommandOutput {
   text: string;
@@ -66,6 +67,8 @@ export class BashShell {
   private markEnded!: () => void;
   private exitGrace: NodeJS.Timeout | undefined;
   private killing: Promise<void> | undefined;
+  /** The shell broke the protocol: what it sends from then on is ignored until it is stopped. */
+  private broken = false;
   /** The shell's pid in the guest, which is also its process group id. */
   pid = 0;
 
@@ -181,17 +184,35 @@ export class BashShell {
   }
 
   private onData(chunk: Buffer): void {
+    if (this.broken) return;
     const waiter = this.waiter;
     if (!waiter) {
       // Between commands: a background job's output, shown with the next command's.
       this.output.push(chunk);
       return;
     }
-    const found = waiter.scanner.feed(chunk);
+    let found: ReturnType<MarkerScanner['feed']>;
+    try {
+      found = waiter.scanner.feed(chunk);
+    } catch (err) {
+      if (!(err instanceof GuestProtocolError)) throw err;
+      this.onProtocolError(err);
+      return;
+    }
     if (!found) return;
     this.waiter = undefined;
     waiter.onMarker(found.value);
     if (found.rest.length > 0) this.output.push(found.rest);
+  }
+
+  /**
+   * A marker that cannot be ours (see MarkerScanner): the shell is stopped and its command
+   * ends with a tool error, rather than its output being held or guessed at.
+   */
+  private onProtocolError(err: GuestProtocolError): void {
+    this.broken = true;
+    this.connection.reportProtocolError(err);
+    void this.stop('guest_protocol_error');
   }
 
   private onStderr(chunk: Buffer): void {

@@ -123,6 +123,8 @@ function endedMessage(outcome: Extract<ShellOutcome, { kind: 'ended' }>): string
       return 'the command was stopped because the tool was restarted meanwhile.';
     case 'session_ended':
       return 'the command was stopped because the session is ending.';
+    case 'guest_protocol_error':
+      return `the shell in the sandbox sent output the tool cannot parse (an end-of-command marker that never ended), so it was closed; ${reset}`;
   }
 }
 
