@@ -9,6 +9,10 @@ import type { Size } from './scaling.js';
  */
 const PNG_OPTIONS = { compressionLevel: 1, adaptiveFiltering: false } as const;
 
+// Every frame is a new buffer, so libvips' operation cache (50 MB by default, per process)
+// can never hit: it would only hold memory that the sessions' frames already take.
+sharp.cache(false);
+
 /** Swaps the first and third channel: B,G,R to R,G,B. */
 const BGR_TO_RGB: Matrix3x3 = [
   [0, 0, 1],
