@@ -12,7 +12,7 @@
 import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { chmod, mkdtemp, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { appendFile, chmod, mkdtemp, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -368,5 +368,10 @@ PY`,
     const grown = { console: (await stat(consoleLog)).size - before.console, sshd: (await stat(sshdLog)).size - before.sshd };
     assert.ok(grown.sshd > 0, 'sshd logged the connections, in the guest');
     assert.equal(grown.console, 0, 'the console log did not grow');
+    // A flood that outran it all: the guest's init empties the log once it passes 1 MiB.
+    await appendFile(sshdLog, Buffer.alloc(2 * 1024 * 1024, 0x2e));
+    const deadline = Date.now() + 5_000;
+    while ((await stat(sshdLog)).size > 1024 * 1024 && Date.now() < deadline) await sleep(100);
+    assert.ok((await stat(sshdLog)).size <= 1024 * 1024, 'emptied by sandbox-init');
   });
 });
