@@ -262,7 +262,7 @@ describe('a hostile guest fails only its own session, and the host does not pay 
     if (stateDir) await rm(stateDir, { recursive: true, force: true });
   });
 
-  it("code the desktop user plants for the capture helper (usercustomize.py, ~/.bashrc, ~/.ssh/rc) never runs", async () => {
+  it("code the desktop user plants for the helpers (usercustomize.py, ~/.bashrc, ~/.ssh/rc, ~/.x11vncrc) never runs", async () => {
     const plant = await bash(victim, {
       command: [
         'site=$(python3 -c "import site; print(site.getusersitepackages())")',
@@ -298,6 +298,22 @@ PY`,
     const ran = await bash(victim, { command: 'ls /tmp/usercustomize-ran /tmp/bashrc-ran /tmp/sshrc-ran 2>/dev/null; pgrep -fa sbx-capture' });
     assert.doesNotMatch(ran.text, /-ran/, 'no planted file ran');
     assert.match(ran.text, /python3 -I \/usr\/local\/bin\/sbx-capture/, `the helper runs isolated: ${ran.text}`);
+
+    // x11vnc (the views' server, started by init as the user) would read ~/.x11vncrc: one
+    // that sends its log to a file of the user's choosing shows whether it was read.
+    const vnc = await bash(victim, {
+      command: [
+        "printf '%s\\n' 'o /tmp/x11vncrc-ran' > ~/.x11vncrc",
+        'timeout 3 x11vnc -display :99 -localhost -rfbport 5977 -quiet >/dev/null 2>&1; test -e /tmp/x11vncrc-ran && echo x11vnc-reads-it',
+        'rm -f /tmp/x11vncrc-ran',
+        // init restarts the one it supervises within a second or two.
+        'pkill -u "$(id -u)" -x x11vnc; sleep 4',
+        'ls /tmp/x11vncrc-ran 2>/dev/null; pgrep -a x11vnc',
+      ].join('\n'),
+    });
+    assert.match(vnc.text, /x11vnc-reads-it/);
+    assert.doesNotMatch(vnc.text, /x11vncrc-ran/, 'the restarted x11vnc did not read it');
+    assert.match(vnc.text, /x11vnc -norc .*-rfbport 5900/, `x11vnc is back, without the rc file: ${vnc.text}`);
   });
 
   it('control: the same load without an attack (both sessions take screenshots)', async (t) => {
