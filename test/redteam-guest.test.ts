@@ -120,11 +120,13 @@ function statusField(text: string, field: string): number {
  * Watches the orchestrator while an attack runs: its peak RSS (VmHWM, reset first through
  * clear_refs) against the RSS before, and /healthz latency, one request every 20 ms.
  */
-async function measured<T>(t: TestContext, name: string, attack: () => Promise<T>): Promise<T> {
+async function measured<T>(t: TestContext, name: string, attacked: string, attack: () => Promise<T>): Promise<T> {
   const pid = server?.pid as number;
   await writeFile(`/proc/${pid}/clear_refs`, '5'); // resets VmHWM to the current RSS
   const baseline = statusField(await readFile(`/proc/${pid}/status`, 'utf8'), 'VmRSS');
   await api('GET', '/metrics'); // starts the orchestrator's own event-loop delay histogram afresh
+  const cpuBefore = await cpuMs(pid);
+  const guestCpuBefore = await guestCpuMs(attacked);
   const latencies: number[] = [];
   let running = true;
   const poller = (async () => {
@@ -146,14 +148,28 @@ async function measured<T>(t: TestContext, name: string, attack: () => Promise<T
   }
   const peak = statusField(await readFile(`/proc/${pid}/status`, 'utf8'), 'VmHWM');
   const lag = eventLoopLag((await api('GET', '/metrics')).body.toString());
+  const cpu = (await cpuMs(pid)) - cpuBefore;
+  const guestCpu = Math.round((await guestCpuMs(attacked)) - guestCpuBefore);
   latencies.sort((a, b) => a - b);
   const p99 = latencies[Math.min(latencies.length - 1, Math.ceil(latencies.length * 0.99) - 1)] as number;
   const growthMiB = (peak - baseline) / 1024 / 1024;
-  t.diagnostic(`${name}: RSS ${(baseline / 1048576).toFixed(1)} MiB, peak +${growthMiB.toFixed(1)} MiB; /healthz p99 ${p99.toFixed(1)} ms, max ${latencies.at(-1)?.toFixed(1)} ms over ${latencies.length} requests; event-loop delay p99 ${lag.p99} ms, max ${lag.max} ms`);
+  t.diagnostic(`${name}: RSS ${(baseline / 1048576).toFixed(1)} MiB, peak +${growthMiB.toFixed(1)} MiB; /healthz p99 ${p99.toFixed(1)} ms, max ${latencies.at(-1)?.toFixed(1)} ms over ${latencies.length} requests; event-loop delay p99 ${lag.p99} ms, max ${lag.max} ms; CPU: orchestrator ${cpu} ms, attacked sandbox ${guestCpu} ms`);
   assert.ok(latencies.length >= 5, 'healthz was polled during the attack');
   assert.ok(peak - baseline < MAX_RSS_GROWTH, `RSS grew by ${growthMiB.toFixed(1)} MiB`);
   assert.ok(p99 < MAX_HEALTHZ_P99_MS, `/healthz p99 ${p99.toFixed(1)} ms`);
   return result;
+}
+
+/** CPU time (user and system) a process has used, in ms (clock ticks of 10 ms). */
+async function cpuMs(pid: number): Promise<number> {
+  const fields = (await readFile(`/proc/${pid}/stat`, 'utf8')).split(') ')[1]?.split(' ') ?? [];
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+/** CPU time a container sandbox has used, in ms (its cgroup's cpuacct; NaN where there is none). */
+async function guestCpuMs(id: string): Promise<number> {
+  const usage = `/sys/fs/cgroup/cpuacct/${TEST_PREFIX.slice(0, -1)}/${TEST_PREFIX}${id}/cpuacct.usage`;
+  return readFile(usage, 'utf8').then((ns) => Number(ns) / 1e6, () => Number.NaN);
 }
 
 /** The orchestrator's event-loop delay since the previous scrape (prom-client resets it on each). */
@@ -317,7 +333,7 @@ PY`,
   });
 
   it('control: the same load without an attack (both sessions take screenshots)', async (t) => {
-    await measured(t, 'no attack', async () => {
+    await measured(t, 'no attack', victim, async () => {
       const until = performance.now() + ATTACK_MS;
       while (performance.now() < until) await Promise.all([screenshotOk(victim), screenshotOk(neighbour)]);
     });
@@ -334,7 +350,7 @@ PY`,
       // The helper already running keeps the old file: stop it, and let its channel close.
       await bash(victim, { command: 'pkill -u "$(id -u)" -f /usr/local/bin/sbx-capture; true' });
       await sleep(500);
-      await measured(t, name, async () => {
+      await measured(t, name, victim, async () => {
         // Each failure closes the channel; the next request starts the (replaced) helper again.
         // Attacked for a few seconds, so that /healthz's 99th percentile is one of many.
         const until = performance.now() + ATTACK_MS;
@@ -351,7 +367,7 @@ PY`,
     await plantFromHost(victim, '/usr/local/bin/bash', UNTERMINATED_MARKER);
     // The next shell is found on PATH (/usr/local/bin first): the fake.
     assert.equal((await bash(victim, { restart: true })).isError, false);
-    const result = await measured(t, 'an unterminated marker and 8 MiB', async () => {
+    const result = await measured(t, 'an unterminated marker and 8 MiB', victim, async () => {
       const [answer] = await Promise.all([bash(victim, { command: 'echo hello' }), screenshotOk(neighbour)]);
       return answer;
     });
