@@ -376,6 +376,21 @@ PY`,
     assert.equal((await bash(neighbour, { command: 'echo still here' })).text, 'still here');
   });
 
+  it('a command whose output passes its cap (a find printing 10 MiB for a directory view): a tool error', async (t) => {
+    await plantFromHost(victim, '/usr/bin/find', '#!/bin/sh\nexec head -c 10485760 /dev/zero\n');
+    const answer = await measured(t, 'a 10 MiB directory listing', victim, async () => {
+      const [res] = await Promise.all([
+        api('POST', `/v1/sessions/${victim}/tools/str_replace_based_edit_tool`, { command: 'view', path: '/tmp' }),
+        screenshotOk(neighbour),
+      ]);
+      return res;
+    });
+    assert.equal(answer.status, 200, answer.body.toString());
+    const result = answer.json() as { is_error?: boolean; content: Array<{ text?: string }> };
+    assert.equal(result.is_error, true);
+    assert.match(result.content[0]?.text ?? '', /printed more than 8388608 bytes while listing \/tmp/);
+  });
+
   it('every overrun is counted by channel and reason', async () => {
     const metrics = (await api('GET', '/metrics')).body.toString();
     for (const [channel, reason] of [
@@ -383,6 +398,7 @@ PY`,
       ['capture', 'bad_length'],
       ['capture', 'stderr_overrun'],
       ['bash', 'marker_overrun'],
+      ['exec', 'output_overrun'],
     ]) {
       const line = new RegExp(`^sandbox_guest_protocol_errors_total\\{channel="${channel}",reason="${reason}"\\} (\\d+)$`, 'm').exec(metrics);
       assert.ok(line && Number(line[1]) >= 1, `${channel}/${reason} counted`);
