@@ -8,7 +8,10 @@ import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import { describe, it } from 'node:test';
 import type { ClientChannel } from 'ssh2';
-import { CaptureChannel } from '../src/computer/capture-channel.js';
+import { randomBytes } from 'node:crypto';
+import sharp from 'sharp';
+import { CaptureChannel, type RawFrame } from '../src/computer/capture-channel.js';
+import { framePng, framePngRegion } from '../src/computer/frame-image.js';
 import { HEADER_BYTES, maxDeltaLength, parseDeltaRanges, parseFrameHeader } from '../src/computer/frame-header.js';
 import { STDERR_MAX_BYTES } from '../src/computer/guest-process-channel.js';
 import { GuestProtocolError } from '../src/errors.js';
@@ -236,4 +239,39 @@ describe('the bash tool marker scanner', () => {
     const held = 512 * chunk.length - passed;
     assert.ok(held < marker('0').length, `held ${held} bytes`);
   });
+});
+
+describe('frames to PNG, off the event loop', () => {
+  /** The conversion as it was done on the event loop, kept here as the reference. */
+  function referenceRgb(frame: RawFrame): Buffer {
+    const rgb = Buffer.alloc(frame.width * frame.height * 3);
+    for (let y = 0; y < frame.height; y++) {
+      for (let x = 0; x < frame.width; x++) {
+        const at = y * frame.stride + x * 4;
+        rgb.set([frame.pixels[at + 2] as number, frame.pixels[at + 1] as number, frame.pixels[at] as number], (y * frame.width + x) * 3);
+      }
+    }
+    return rgb;
+  }
+  const raw = (rgb: Buffer, width: number, height: number) => sharp(rgb, { raw: { width, height, channels: 3 } });
+
+  for (const padding of [0, 12]) {
+    it(`gives the same pixels as the reference, whole, scaled and cut (row padding ${padding})`, async () => {
+      const width = 64;
+      const height = 48;
+      const frame = { width, height, stride: width * 4 + padding, pixels: randomBytes((width * 4 + padding) * height) };
+      const reference = referenceRgb(frame);
+      assert.ok((await sharp(await framePng(frame)).raw().toBuffer()).equals(reference), 'whole');
+      for (const size of [
+        { width: 80, height: 60 },
+        { width: 40, height: 30 },
+      ]) {
+        const expected = await raw(reference, width, height).resize(size.width, size.height, { fit: 'fill' }).raw().toBuffer();
+        assert.ok((await sharp(await framePng(frame, size)).raw().toBuffer()).equals(expected), `scaled to ${size.width}x${size.height}`);
+      }
+      const region = { x0: 5, y0: 7, x1: 37, y1: 29 };
+      const cut = await raw(reference, width, height).extract({ left: 5, top: 7, width: 32, height: 22 }).raw().toBuffer();
+      assert.ok((await sharp(await framePngRegion(frame, region)).raw().toBuffer()).equals(cut), 'region');
+    });
+  }
 });
