@@ -15,6 +15,7 @@ import { framePng, framePngRegion } from '../src/computer/frame-image.js';
 import { HEADER_BYTES, maxDeltaLength, parseDeltaRanges, parseFrameHeader } from '../src/computer/frame-header.js';
 import { STDERR_MAX_BYTES } from '../src/computer/guest-process-channel.js';
 import { GuestProtocolError } from '../src/errors.js';
+import { BashShell } from '../src/tools/bash/bash-shell.js';
 import { MarkerScanner } from '../src/tools/bash/marker.js';
 import type { GuestConnection } from '../src/transport/ssh-connection.js';
 
@@ -274,4 +275,54 @@ describe('frames to PNG, off the event loop', () => {
       assert.ok((await sharp(await framePngRegion(frame, region)).raw().toBuffer()).equals(cut), 'region');
     });
   }
+});
+
+describe('the bash tool shell, on a stand-in channel', () => {
+  /** A started BashShell whose guest side is the test: it answers the start-up marker. */
+  async function startShell(): Promise<{ shell: BashShell; channel: FakeChannel; reported: GuestProtocolError[] }> {
+    const channel = new FakeChannel();
+    const reported: GuestProtocolError[] = [];
+    const connection = {
+      spawn: async () => channel as unknown as ClientChannel,
+      exec: async () => ({ stdout: Buffer.alloc(0), stderr: Buffer.alloc(0), exitCode: 0, signal: undefined }),
+      reportProtocolError: (err: GuestProtocolError) => reported.push(err),
+    } as unknown as GuestConnection;
+    channel.close = () => {
+      channel.closed = true;
+      channel.emit('close');
+    };
+    const starting = BashShell.start(connection, { display: 99, maxOutputChars: 1000, startTimeoutMs: 2_000 });
+    await new Promise((resolve) => setImmediate(resolve));
+    channel.emit('data', Buffer.from(`\n<<sbx:${lastNonce(channel)}:4242>>\n`));
+    return { shell: await starting, channel, reported };
+  }
+  function lastNonce(channel: FakeChannel): string {
+    const nonce = /([0-9a-f]{32})/.exec(channel.written.at(-1) ?? '')?.[1];
+    assert.ok(nonce, 'a marker was asked for');
+    return nonce;
+  }
+
+  it('ends a command whose marker never ends: the shell closed, the reason told, reported once', async () => {
+    const { shell, channel, reported } = await startShell();
+    assert.equal(shell.pid, 4242);
+    const running = shell.run('echo hi', 5_000);
+    channel.emit('data', Buffer.concat([Buffer.from(`hi\n<<sbx:${lastNonce(channel)}:`), Buffer.alloc(1024 * 1024, 0x37)]));
+    const outcome = await running;
+    assert.equal(outcome.kind, 'ended');
+    assert.equal(outcome.kind === 'ended' && outcome.reason, 'guest_protocol_error');
+    assert.match(outcome.kind === 'ended' ? (outcome.detail ?? '') : '', /end-of-command marker that never ends/);
+    assert.equal(outcome.output.text, 'hi');
+    assert.equal(channel.closed, true);
+    assert.deepEqual(reported.map((err) => err.reason), ['marker_overrun']);
+  });
+
+  it('closes a shell whose error stream passes 4 KiB', async () => {
+    const { shell, channel, reported } = await startShell();
+    const running = shell.run('true', 5_000);
+    for (let i = 0; i < 100 && !channel.closed; i++) channel.stderr.emit('data', Buffer.alloc(1024, 0x45));
+    const outcome = await running;
+    assert.equal(outcome.kind === 'ended' && outcome.reason, 'guest_protocol_error');
+    assert.equal(channel.closed, true);
+    assert.deepEqual(reported.map((err) => err.reason), ['stderr_overrun']);
+  });
 });

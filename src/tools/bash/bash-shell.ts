@@ -25,7 +25,15 @@ export interface CommandOutput {
 export type ShellOutcome =
   | { kind: 'completed'; output: CommandOutput; exitCode: number }
   | { kind: 'timed_out'; output: CommandOutput }
-  | { kind: 'ended'; output: CommandOutput; reason: ShellEndReason; exitCode: number | null; signal: string | undefined };
+  | {
+      kind: 'ended';
+      output: CommandOutput;
+      reason: ShellEndReason;
+      exitCode: number | null;
+      signal: string | undefined;
+      /** What the guest did wrong, when the reason is guest_protocol_error. */
+      detail?: string;
+    };
 
 /** After bash exits, output still in flight gets this long before the command is reported. */
 const EXIT_GRACE_MS = 200;
@@ -67,8 +75,8 @@ export class BashShell {
   private markEnded!: () => void;
   private exitGrace: NodeJS.Timeout | undefined;
   private killing: Promise<void> | undefined;
-  /** The shell broke the protocol: what it sends from then on is ignored until it is stopped. */
-  private broken = false;
+  /** How the shell broke the protocol: what it sends from then on is ignored until it is stopped. */
+  private protocolError: GuestProtocolError | undefined;
   /** The shell's pid in the guest, which is also its process group id. */
   pid = 0;
 
@@ -184,7 +192,7 @@ export class BashShell {
   }
 
   private onData(chunk: Buffer): void {
-    if (this.broken) return;
+    if (this.protocolError) return;
     const waiter = this.waiter;
     if (!waiter) {
       // Between commands: a background job's output, shown with the next command's.
@@ -210,16 +218,21 @@ export class BashShell {
    * ends with a tool error, rather than its output being held or guessed at.
    */
   private onProtocolError(err: GuestProtocolError): void {
-    this.broken = true;
+    this.protocolError = err;
     this.connection.reportProtocolError(err);
     void this.stop('guest_protocol_error');
   }
 
   private onStderr(chunk: Buffer): void {
-    // Only the login shell's own complaints land here (bash's stderr is merged into stdout).
-    if (this.stderrBytes >= STDERR_KEPT_BYTES) return;
-    this.stderr.push(chunk);
+    // Only the login shell's own complaints land here (bash's stderr, and so every command's,
+    // is merged into stdout): a line or two. More is not our bash, and is not kept.
+    if (this.protocolError) return;
     this.stderrBytes += chunk.length;
+    if (this.stderrBytes > STDERR_KEPT_BYTES) {
+      this.onProtocolError(new GuestProtocolError('bash', 'stderr_overrun', `the shell in the guest wrote more than ${STDERR_KEPT_BYTES} bytes of errors`));
+      return;
+    }
+    this.stderr.push(chunk);
   }
 
   private onEnd(): void {
@@ -230,7 +243,8 @@ export class BashShell {
     const waiter = this.waiter;
     this.waiter = undefined;
     if (waiter) {
-      waiter.scanner.flush();
+      // What a broken shell held back was the forged marker: not output to show.
+      if (!this.protocolError) waiter.scanner.flush();
       waiter.onEnd();
     }
   }
@@ -249,6 +263,7 @@ export class BashShell {
       reason,
       exitCode: this.exitInfo?.code ?? null,
       signal: this.exitInfo?.signal,
+      ...(this.protocolError ? { detail: this.protocolError.message } : {}),
     };
   }
 }

@@ -124,7 +124,7 @@ function endedMessage(outcome: Extract<ShellOutcome, { kind: 'ended' }>): string
     case 'session_ended':
       return 'the command was stopped because the session is ending.';
     case 'guest_protocol_error':
-      return `the shell in the sandbox sent output the tool cannot parse (an end-of-command marker that never ended), so it was closed; ${reset}`;
+      return `${outcome.detail ?? 'the shell in the guest broke the tool protocol'}, which no shell of ours does, so it was closed; ${reset}`;
   }
 }
 
