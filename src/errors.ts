@@ -83,3 +83,23 @@ export class NetworkPolicyUnavailableError extends OrchestratorError {
     super(message, 503, 'network_policy_unavailable', { 'retry-after': String(retryAfterSeconds) });
   }
 }
+
+/** Which stream of a guest broke its protocol (the label of the metric). */
+export type GuestChannelName = 'capture' | 'input' | 'bash' | 'exec';
+
+/**
+ * A guest sent something its protocol does not allow: a frame header that does not fit the
+ * session's screen, more output than that channel may hold, an end marker that never ends.
+ * Anything in a guest can be replaced by whoever controls its desktop, so this is the
+ * guest's fault, never ours: that request fails with a 502, the channel is closed, nothing
+ * the guest announced was allocated. `reason` is a short stable word for the metric.
+ */
+export class GuestProtocolError extends OrchestratorError {
+  constructor(
+    readonly channel: GuestChannelName,
+    readonly reason: string,
+    message: string,
+  ) {
+    super(message, 502, 'guest_protocol_error');
+  }
+}

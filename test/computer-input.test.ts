@@ -159,11 +159,15 @@ describe('every action of the contract', () => {
 
 describe('raw frames from the capture channel', () => {
   it('converts BGRX rows (with padding) to RGB', async () => {
-    const { frameToRgb } = await import('../src/computer/frame-image.js');
+    const { framePng, framePngRegion } = await import('../src/computer/frame-image.js');
+    const sharp = (await import('sharp')).default;
     // 2x2, stride 12 (4 bytes of padding per row): B,G,R,X per pixel.
     const pixels = Buffer.from([1, 2, 3, 0, 4, 5, 6, 0, 9, 9, 9, 9, 7, 8, 9, 0, 10, 11, 12, 0, 9, 9, 9, 9]);
-    const rgb = frameToRgb({ width: 2, height: 2, stride: 12, pixels });
+    const frame = { width: 2, height: 2, stride: 12, pixels };
+    const rgb = await sharp(await framePng(frame)).raw().toBuffer();
     assert.deepEqual([...rgb], [3, 2, 1, 6, 5, 4, 9, 8, 7, 12, 11, 10]);
+    const region = await sharp(await framePngRegion(frame, { x0: 1, y0: 1, x1: 2, y1: 2 })).raw().toBuffer();
+    assert.deepEqual([...region], [12, 11, 10]);
   });
   it('patches changed rows into a copy, and reuses the frame when nothing changed', async () => {
     const { applyDelta } = await import('../src/computer/capture-channel.js');

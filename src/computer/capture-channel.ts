@@ -1,5 +1,8 @@
 import type { GuestConnection } from '../transport/ssh-connection.js';
+import { GuestProtocolError } from '../errors.js';
+import { HEADER_BYTES, parseDeltaRanges, parseFrameHeader, type FrameHeader } from './frame-header.js';
 import { GuestProcessChannel } from './guest-process-channel.js';
+import type { Size } from './scaling.js';
 
 /** One screen frame as the X server holds it: 32 bits per pixel, BGRX, rows `stride` apart. */
 export interface RawFrame {
@@ -11,10 +14,6 @@ export interface RawFrame {
 
 export class CaptureChannelError extends Error {}
 
-const HEADER_BYTES = 20;
-/** A whole frame, or only the rows changed since the previous one (see sbx-capture). */
-const FULL = 'SBXF';
-const DELTA = 'SBXD';
 /** Where the image installs the grabber (src/guest/files/sbx-capture). */
 export const CAPTURE_COMMAND = '/usr/local/bin/sbx-capture';
 
@@ -22,23 +21,27 @@ export const CAPTURE_COMMAND = '/usr/local/bin/sbx-capture';
  * The session's long-lived screen grabber (sbx-capture in the guest) on a channel of its
  * SSH connection: a newline asks for a frame, raw pixels come back. No process starts and
  * nothing is encoded in the guest per screenshot; the host encodes (see frame-image.ts).
+ *
+ * The grabber is the guest's, so its answers are checked as they arrive (frame-header.ts):
+ * a header that does not fit the session's screen fails the request before its payload is
+ * read, and the payload goes into one buffer of the checked length, never more.
  */
 export class CaptureChannel extends GuestProcessChannel<RawFrame> {
-  private chunks: Buffer[] = [];
-  private buffered = 0;
-  /** The message being received: its header, and its total length with the header. */
-  private header: { kind: string; width: number; height: number; stride: number } | undefined;
-  private expected: number | undefined;
+  /** The header being received (at most HEADER_BYTES). */
+  private head = Buffer.alloc(0);
+  /** The message being received, once its header has passed: its payload, filled up to `filled`. */
+  private message: { header: FrameHeader; payload: Buffer; filled: number } | undefined;
   /** The last frame, which a delta patches (the grabber keeps the same one). */
   private last: RawFrame | undefined;
 
-  private constructor() {
+  private constructor(private readonly screen: Size) {
     super((message) => new CaptureChannelError(message));
   }
 
-  static async open(connection: GuestConnection, display: number): Promise<CaptureChannel> {
-    const capture = new CaptureChannel();
-    capture.attach(await connection.spawn(`DISPLAY=:${display} exec ${CAPTURE_COMMAND}`), 'capture');
+  static async open(connection: GuestConnection, display: number, screen: Size): Promise<CaptureChannel> {
+    const capture = new CaptureChannel(screen);
+    const channel = await connection.spawn(`DISPLAY=:${display} exec ${CAPTURE_COMMAND}`);
+    capture.attach(channel, 'capture', { label: 'capture', sink: connection });
     return capture;
   }
 
@@ -48,34 +51,46 @@ export class CaptureChannel extends GuestProcessChannel<RawFrame> {
   }
 
   protected onData(chunk: Buffer): void {
-    this.chunks.push(chunk);
-    this.buffered += chunk.length;
-    // Chunks are only gathered until the frame is complete, then joined once: joining on
-    // every chunk would copy a 3 MB frame dozens of times.
-    if (this.expected === undefined) {
-      if (this.buffered < HEADER_BYTES) return;
-      const head = Buffer.concat(this.chunks, this.buffered);
-      this.chunks = [head];
-      const kind = head.toString('latin1', 0, 4);
-      if (kind !== FULL && kind !== DELTA) return this.fail(new CaptureChannelError('the capture stream is out of step'));
-      this.header = { kind, width: head.readUInt32LE(4), height: head.readUInt32LE(8), stride: head.readUInt32LE(12) };
-      this.expected = HEADER_BYTES + head.readUInt32LE(16);
+    try {
+      this.take(chunk);
+    } catch (err) {
+      this.fail(err as Error);
     }
-    if (this.buffered < this.expected || !this.header) return;
-    const all = Buffer.concat(this.chunks, this.buffered);
-    const payload = all.subarray(HEADER_BYTES, this.expected);
-    const rest = all.subarray(this.expected);
-    const { kind, width, height, stride } = this.header;
-    let frame: RawFrame;
-    if (kind === FULL) frame = { width, height, stride, pixels: payload };
-    else if (this.last) frame = applyDelta(this.last, payload);
-    else return this.fail(new CaptureChannelError('a changed-rows frame came before any whole frame'));
-    this.last = frame;
-    this.chunks = rest.length ? [rest] : [];
-    this.buffered = rest.length;
-    this.expected = undefined;
-    this.header = undefined;
-    this.settle(frame);
+  }
+
+  private take(chunk: Buffer): void {
+    let data = chunk;
+    while (data.length > 0) {
+      if (!this.isOpen) return;
+      // The grabber speaks only when asked: anything else is not our grabber.
+      if (!this.busy) throw new GuestProtocolError('capture', 'unrequested_output', 'the guest sent frame data nobody asked for');
+      if (!this.message) {
+        const wanted = HEADER_BYTES - this.head.length;
+        this.head = Buffer.concat([this.head, data.subarray(0, wanted)]);
+        data = data.subarray(wanted);
+        if (this.head.length < HEADER_BYTES) return;
+        const header = parseFrameHeader(this.head, this.screen);
+        this.head = Buffer.alloc(0);
+        // Allocated only now, at a length checked against the screen.
+        this.message = { header, payload: Buffer.allocUnsafe(header.length), filled: 0 };
+      }
+      const message = this.message;
+      const copied = data.copy(message.payload, message.filled, 0, message.payload.length - message.filled);
+      message.filled += copied;
+      data = data.subarray(copied);
+      if (message.filled < message.payload.length) return;
+      this.message = undefined;
+      this.settle(this.frameOf(message.header, message.payload));
+    }
+  }
+
+  private frameOf(header: FrameHeader, payload: Buffer): RawFrame {
+    const { width, height, stride } = header;
+    if (header.kind === 'full') return (this.last = { width, height, stride, pixels: payload });
+    const last = this.last;
+    if (!last) throw new GuestProtocolError('capture', 'bad_delta', 'the guest sent a changed-rows frame before any whole frame');
+    if (last.stride !== stride) throw new GuestProtocolError('capture', 'bad_delta', 'the guest changed the row stride in a changed-rows frame');
+    return (this.last = applyDelta(last, payload));
   }
 }
 
@@ -84,13 +99,12 @@ export class CaptureChannel extends GuestProcessChannel<RawFrame> {
  * frame handed out is never modified); the same frame when nothing did.
  */
 export function applyDelta(previous: RawFrame, payload: Buffer): RawFrame {
-  const count = payload.readUInt32LE(0);
-  if (count === 0) return previous;
+  // Checked against the screen and this payload before anything is copied.
+  const ranges = parseDeltaRanges(payload, previous);
+  if (ranges.length === 0) return previous;
   const pixels = Buffer.from(previous.pixels);
-  let offset = 4 + count * 8;
-  for (let i = 0; i < count; i++) {
-    const first = payload.readUInt32LE(4 + i * 8);
-    const rows = payload.readUInt32LE(8 + i * 8);
+  let offset = 4 + ranges.length * 8;
+  for (const { first, rows } of ranges) {
     const length = rows * previous.stride;
     payload.copy(pixels, first * previous.stride, offset, offset + length);
     offset += length;

@@ -1,7 +1,7 @@
 import { InvalidRequestError, OrchestratorError } from '../errors.js';
 import { commandLine } from '../transport/quote.js';
 import type { GuestConnection } from '../transport/ssh-connection.js';
-import type { Point } from './scaling.js';
+import type { Point, Size } from './scaling.js';
 import { SerialQueue } from '../util/serial-queue.js';
 import { CaptureChannel, CaptureChannelError, type RawFrame } from './capture-channel.js';
 import { InputChannel, InputChannelError, type InputResult } from './input-channel.js';
@@ -20,6 +20,8 @@ export type Capture = { frame: RawFrame; png?: undefined } | { png: Buffer; fram
 /** Per-keystroke delay, as in the reference implementation: some applications drop faster input. */
 const TYPE_DELAY_MS = 12;
 const COMMAND_TIMEOUT_MS = 15_000;
+/** What a display command other than scrot may print: a keymap (xmodmap -pke) is ~10 KiB. */
+const MAX_COMMAND_OUTPUT_BYTES = 256 * 1024;
 
 /**
  * The guest's X display, driven with xdotool and captured with scrot over the session's
@@ -39,16 +41,20 @@ export class Desktop {
   constructor(
     private readonly connection: GuestConnection,
     private readonly display: number,
+    /** The session's screen: every frame the guest sends is checked against it. */
+    private readonly screen: Size,
   ) {}
 
   /**
    * The screen now: a raw frame from the session's persistent grabber, or, if that cannot
-   * run (an image without it, a grabber that just died), a PNG from scrot.
+   * run (an image without it, a grabber that just died), a PNG from scrot. A grabber that
+   * broke the protocol (a frame that does not fit the screen) fails the request with a 502:
+   * falling back would hide a guest that lies.
    */
   capture(): Promise<Capture> {
     return this.captureQueue.run(async () => {
       try {
-        if (!this.captureChannel?.isOpen) this.captureChannel = await CaptureChannel.open(this.connection, this.display);
+        if (!this.captureChannel?.isOpen) this.captureChannel = await CaptureChannel.open(this.connection, this.display, this.screen);
         return { frame: await this.captureChannel.grab(COMMAND_TIMEOUT_MS) };
       } catch (err) {
         this.captureChannel?.close();
@@ -61,8 +67,10 @@ export class Desktop {
 
   /** A PNG from scrot: one process per capture (the fallback, and the benchmark's floor). */
   async screenshot(): Promise<Buffer> {
-    // `scrot -` writes the PNG to standard output: no file in the guest, one round trip.
-    const { stdout } = await this.run(['scrot', '--silent', '-']);
+    // `scrot -` writes the PNG to standard output: no file in the guest, one round trip. A
+    // PNG of the screen is never much larger than its raw RGB pixels.
+    const maxPngBytes = this.screen.width * this.screen.height * 4 + 64 * 1024;
+    const { stdout } = await this.run(['scrot', '--silent', '-'], undefined, COMMAND_TIMEOUT_MS, maxPngBytes);
     if (stdout.length < 8 || stdout.readUInt32BE(0) !== 0x89504e47) {
       throw new DesktopError('scrot did not return a PNG image');
     }
@@ -137,10 +145,15 @@ export class Desktop {
     }
   }
 
-  private async run(argv: string[], stdin?: string, timeoutMs = COMMAND_TIMEOUT_MS): Promise<{ stdout: Buffer; stderr: Buffer }> {
+  private async run(
+    argv: string[],
+    stdin?: string,
+    timeoutMs = COMMAND_TIMEOUT_MS,
+    maxOutputBytes = MAX_COMMAND_OUTPUT_BYTES,
+  ): Promise<{ stdout: Buffer; stderr: Buffer }> {
     // A UTF-8 locale, or xdotool cannot decode non-ASCII text (C.UTF-8 is built into glibc).
     const command = `LC_ALL=C.UTF-8 DISPLAY=:${this.display} ${commandLine(argv)}`;
-    const result = await this.connection.exec(command, { stdin, timeoutMs });
+    const result = await this.connection.exec(command, { stdin, timeoutMs, maxOutputBytes });
     if (result.exitCode !== 0) {
       const detail = result.stderr.toString('utf8').trim().slice(0, 500) || `exit ${result.exitCode ?? result.signal}`;
       throw new DesktopError(`${argv[0]} failed in the guest: ${detail}`);

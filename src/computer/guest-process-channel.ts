@@ -1,4 +1,18 @@
 import type { ClientChannel } from 'ssh2';
+import { GuestProtocolError, type GuestChannelName } from '../errors.js';
+
+/** Where a channel reports a guest that broke its protocol (a GuestConnection: it is counted). */
+export interface ProtocolErrorSink {
+  reportProtocolError(err: GuestProtocolError): void;
+}
+
+/**
+ * stderr kept per request. Our helpers write a line or two there, and only as they fail. More
+ * than this is a helper that is not ours any more (or broken beyond use): the channel is
+ * closed rather than the excess dropped, because every byte the guest keeps sending still
+ * costs the host its decryption, and a closed channel stops the flood at its source.
+ */
+export const STDERR_MAX_BYTES = 4_096;
 
 /**
  * A long-lived helper process in the guest (xdotool, the screen grabber) on a channel of
@@ -9,16 +23,23 @@ import type { ClientChannel } from 'ssh2';
  */
 export abstract class GuestProcessChannel<T> {
   private channel: ClientChannel | undefined;
-  /** What the process wrote to stderr since the current request was sent. */
+  /** What the process wrote to stderr since the current request was sent (at most STDERR_MAX_BYTES). */
   protected stderr = '';
+  private stderrBytes = 0;
+  private watch: { label: GuestChannelName; sink: ProtocolErrorSink } | undefined;
   private pending: { resolve: (value: T) => void; reject: (err: Error) => void; timer: NodeJS.Timeout } | undefined;
 
   protected constructor(private readonly makeError: (message: string) => Error) {}
 
-  protected attach(channel: ClientChannel, name: string): void {
+  /**
+   * Takes over the process's channel. With `watch`, a guest that breaks the protocol is
+   * reported to the sink under that label (the metric of protocol errors).
+   */
+  protected attach(channel: ClientChannel, name: string, watch?: { label: GuestChannelName; sink: ProtocolErrorSink }): void {
     this.channel = channel;
+    this.watch = watch;
     channel.on('data', (chunk: Buffer) => this.onData(chunk));
-    channel.stderr.on('data', (chunk: Buffer) => (this.stderr += chunk.toString('utf8')));
+    channel.stderr.on('data', (chunk: Buffer) => this.onStderr(chunk, name));
     channel.on('close', () => this.fail(this.makeError(`the ${name} channel closed`)));
   }
 
@@ -39,11 +60,23 @@ export abstract class GuestProcessChannel<T> {
     if (!channel) return Promise.reject(this.makeError('the channel is closed'));
     if (this.pending) return Promise.reject(this.makeError('the channel is busy'));
     this.stderr = '';
+    this.stderrBytes = 0;
     return new Promise<T>((resolve, reject) => {
       const timer = setTimeout(() => this.fail(this.makeError(`no answer within ${timeoutMs} ms`)), timeoutMs);
       this.pending = { resolve, reject, timer };
       channel.write(input);
     });
+  }
+
+  private onStderr(chunk: Buffer, name: string): void {
+    if (!this.channel) return;
+    this.stderrBytes += chunk.length;
+    if (this.stderrBytes > STDERR_MAX_BYTES) {
+      // A channel attached without a watch is the input channel's (xdotool's), the only other one.
+      this.fail(new GuestProtocolError(this.watch?.label ?? 'input', 'stderr_overrun', `the ${name} helper in the guest wrote more than ${STDERR_MAX_BYTES} bytes of errors`));
+      return;
+    }
+    this.stderr += chunk.toString('utf8');
   }
 
   protected settle(value: T): void {
@@ -58,13 +91,17 @@ export abstract class GuestProcessChannel<T> {
     this.fail(this.makeError('the channel was closed'));
   }
 
-  /** Drops the channel for good and fails the request in flight. */
+  /**
+   * Drops the channel for good and fails the request in flight. A GuestProtocolError reaches
+   * the caller as it is (a 502 naming the guest) and is reported once.
+   */
   protected fail(cause: Error): void {
-    // What the process said before it went (e.g. "Can't open display") explains the failure.
-    const said = this.stderr.trim();
-    const err = said ? this.makeError(`${cause.message}: ${said.slice(0, 300)}`) : cause;
     const channel = this.channel;
     this.channel = undefined;
+    if (cause instanceof GuestProtocolError && channel) this.watch?.sink.reportProtocolError(cause);
+    // What the process said before it went (e.g. "Can't open display") explains the failure.
+    const said = this.stderr.trim();
+    const err = said && !(cause instanceof GuestProtocolError) ? this.makeError(`${cause.message}: ${said.slice(0, 300)}`) : cause;
     if (channel) channel.close();
     const pending = this.pending;
     this.pending = undefined;

@@ -107,6 +107,18 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  /**
+   * A guest broke a protocol and the channel was closed: a frame that does not fit the
+   * screen, a helper's stderr or a command's output past its cap, an end marker that never
+   * ends. Each is the guest's doing (or a helper replaced in it); only that channel fails.
+   */
+  readonly guestProtocolErrors = new Counter({
+    name: 'sandbox_guest_protocol_errors_total',
+    help: 'Guest channels closed because the guest broke their protocol, by channel (capture, input, bash, exec) and reason',
+    labelNames: ['channel', 'reason'] as const,
+    registers: [this.registry],
+  });
+
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: 'sandbox_orchestrator_' });
   }

@@ -91,7 +91,7 @@ export async function bootPooledSandbox(session: Session, lease: AddressLease, c
     });
     await probe.push('probe connection', () => connection.close());
     await connection.open(remaining(deadline), sandbox.isAlive);
-    const desktop = new Desktop(connection, ctx.display);
+    const desktop = new Desktop(connection, ctx.display, { width: session.record.width, height: session.record.height });
     await probe.push('probe desktop', () => desktop.close());
     await waitForDisplay(desktop, deadline, sandbox.isAlive);
   } catch (err) {
@@ -212,10 +212,10 @@ export async function attachDesktop(
   session.connection = connection;
   await connection.open(remaining(deadline), sandbox.isAlive);
 
-  const desktop = new Desktop(connection, ctx.display);
+  const screen = { width, height };
+  const desktop = new Desktop(connection, ctx.display, screen);
   await session.cleanup.push('desktop input', () => desktop.close());
   await waitForDisplay(desktop, deadline, sandbox.isAlive);
-  const screen = { width, height };
   const model = { width: session.record.modelWidth, height: session.record.modelHeight };
   session.computer = new ComputerTool(desktop, new Scaler(screen, model), ctx.settle);
 }

@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import { parseAction } from '../computer/actions.js';
 import type { ComputerOutcome, ComputerTool, SettleOptions } from '../computer/computer-tool.js';
 import { modelSize, type ScalingRequest } from '../computer/scaling.js';
-import { NotFoundError, OrchestratorError, SessionGoneError, SessionStateError, UnavailableError } from '../errors.js';
+import { type GuestProtocolError, NotFoundError, OrchestratorError, SessionGoneError, SessionStateError, UnavailableError } from '../errors.js';
 import { MAX_ID_RANGES } from '../config.js';
 import type { GuestImage } from '../guest/image/builder.js';
 import type { Metrics } from '../metrics/metrics.js';
@@ -734,6 +734,10 @@ export class SessionManager {
       void sandbox.exited.then((info) => this.sandboxVanished(session, log, `sandbox stopped unexpectedly: ${info.reason}`));
     }
     session.connection?.on('reconnected', () => this.opts.metrics.sshReconnects.inc());
+    session.connection?.on('guest_protocol_error', (err: GuestProtocolError) => {
+      log.warn({ channel: err.channel, reason: err.reason, detail: err.message }, 'guest broke a protocol; its channel was closed');
+      this.opts.metrics.guestProtocolErrors.inc({ channel: err.channel, reason: err.reason });
+    });
   }
 
   private sandboxVanished(session: Session, log: Logger, reason: string): void {

@@ -2,6 +2,7 @@ import { EventEmitter } from 'node:events';
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import ssh2, { type ClientChannel, type SFTPWrapper } from 'ssh2';
+import { GuestProtocolError } from '../errors.js';
 
 const { Client } = ssh2;
 type Client = InstanceType<typeof Client>;
@@ -58,7 +59,8 @@ export interface ExecResult {
 }
 
 const DEFAULT_EXEC_TIMEOUT_MS = 30_000;
-const DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024;
+/** Output of one command kept by default; callers that expect little ask for less. */
+const DEFAULT_MAX_OUTPUT = 16 * 1024 * 1024;
 const BACKOFF_MIN_MS = 100;
 const BACKOFF_MAX_MS = 5_000;
 /** How long close() lets the guest answer the disconnect before the socket is destroyed. */
@@ -71,7 +73,9 @@ const SOCKETS = new WeakMap<Client, net.Socket>();
  * so the handshake is paid once per session, not once per action. If the connection drops,
  * it reconnects with exponential backoff; commands issued meanwhile wait for it.
  *
- * Events: 'reconnecting' (attempt, delayMs), 'reconnected', 'error' is never emitted.
+ * Events: 'reconnecting' (attempt, delayMs), 'reconnected', 'guest_protocol_error'
+ * (GuestProtocolError: the guest broke a protocol on one channel, which was closed);
+ * 'error' is never emitted.
  */
 export class GuestConnection extends EventEmitter {
   private client: Client | undefined;
@@ -122,9 +126,17 @@ export class GuestConnection extends EventEmitter {
     return new Promise<ExecResult>((resolve, reject) => {
       client.exec(command, (err, channel) => {
         if (err) return reject(err);
-        collect(channel, opts.stdin, timeoutMs, maxOutput, command).then(resolve, reject);
+        collect(channel, opts.stdin, timeoutMs, maxOutput, command).then(resolve, (error: Error) => {
+          if (error instanceof GuestProtocolError) this.reportProtocolError(error);
+          reject(error);
+        });
       });
     });
+  }
+
+  /** A channel on this connection closed because the guest broke its protocol (counted by the session). */
+  reportProtocolError(err: GuestProtocolError): void {
+    this.emit('guest_protocol_error', err);
   }
 
   close(): void {
@@ -327,7 +339,9 @@ function collect(
     const timer = setTimeout(() => abort(new SshTimeoutError(`guest command "${command.slice(0, 80)}"`, timeoutMs)), timeoutMs);
     const take = (into: Buffer[]) => (chunk: Buffer) => {
       size += chunk.length;
-      if (size > maxOutput) return abort(new Error(`guest command printed more than ${maxOutput} bytes`));
+      if (size > maxOutput) {
+        return abort(new GuestProtocolError('exec', 'output_overrun', `a command in the guest printed more than ${maxOutput} bytes`));
+      }
       into.push(chunk);
     };
     channel.on('data', take(stdout));

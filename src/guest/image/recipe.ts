@@ -11,6 +11,9 @@ import { CONFIG_MOUNT, GUEST_GID, GUEST_INIT, GUEST_UID, GUEST_USER } from '../c
 import { GUEST_ROOT_DEVICE } from '../kernel-cmdline.js';
 import { initScript } from './initrd-init.js';
 
+/** The desktop user's login shell: bash without the user's rc files (see files/sbx-user-shell). */
+const GUEST_LOGIN_SHELL = '/usr/local/sbin/sbx-user-shell';
+
 /** How long the initrd waits for the root disk to appear. */
 export const INITRD_ROOT_WAIT_SECONDS = 10;
 
@@ -91,8 +94,9 @@ export const RECIPE: GuestRecipe = {
     { source: 'sshd_config', target: '/etc/ssh/sshd_config', mode: 0o644 },
     { source: 'sbx-capture', target: '/usr/local/bin/sbx-capture', mode: 0o755 },
     { source: 'sbx-rekey', target: '/usr/local/sbin/sbx-rekey', mode: 0o755 },
+    { source: 'sbx-user-shell', target: GUEST_LOGIN_SHELL, mode: 0o755 },
   ],
-  user: { name: GUEST_USER, uid: GUEST_UID, gid: GUEST_GID, home: `/home/${GUEST_USER}`, shell: '/bin/bash' },
+  user: { name: GUEST_USER, uid: GUEST_UID, gid: GUEST_GID, home: `/home/${GUEST_USER}`, shell: GUEST_LOGIN_SHELL },
   hostname: 'sandbox',
   configMount: CONFIG_MOUNT,
   vm: {

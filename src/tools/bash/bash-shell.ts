@@ -1,4 +1,5 @@
 import type { ClientChannel } from 'ssh2';
+import { GuestProtocolError } from '../../errors.js';
 import type { GuestConnection } from '../../transport/ssh-connection.js';
 import { MarkerScanner, newNonce, printMarker } from './marker.js';
 import { ShellOutput } from './shell-output.js';
@@ -13,7 +14,7 @@ export interface BashShellOptions {
 }
 
 /** Why a shell stopped: by itself, or because we stopped it. */
-export type ShellEndReason = 'exited' | 'connection_lost' | 'timed_out' | 'restarted' | 'session_ended';
+export type ShellEndReason = 'exited' | 'connection_lost' | 'timed_out' | 'restarted' | 'session_ended' | 'guest_protocol_error';
 
 export interface CommandOutput {
   text: string;
@@ -24,7 +25,15 @@ export interface CommandOutput {
 export type ShellOutcome =
   | { kind: 'completed'; output: CommandOutput; exitCode: number }
   | { kind: 'timed_out'; output: CommandOutput }
-  | { kind: 'ended'; output: CommandOutput; reason: ShellEndReason; exitCode: number | null; signal: string | undefined };
+  | {
+      kind: 'ended';
+      output: CommandOutput;
+      reason: ShellEndReason;
+      exitCode: number | null;
+      signal: string | undefined;
+      /** What the guest did wrong, when the reason is guest_protocol_error. */
+      detail?: string;
+    };
 
 /** After bash exits, output still in flight gets this long before the command is reported. */
 const EXIT_GRACE_MS = 200;
@@ -66,6 +75,8 @@ export class BashShell {
   private markEnded!: () => void;
   private exitGrace: NodeJS.Timeout | undefined;
   private killing: Promise<void> | undefined;
+  /** How the shell broke the protocol: what it sends from then on is ignored until it is stopped. */
+  private protocolError: GuestProtocolError | undefined;
   /** The shell's pid in the guest, which is also its process group id. */
   pid = 0;
 
@@ -181,24 +192,47 @@ export class BashShell {
   }
 
   private onData(chunk: Buffer): void {
+    if (this.protocolError) return;
     const waiter = this.waiter;
     if (!waiter) {
       // Between commands: a background job's output, shown with the next command's.
       this.output.push(chunk);
       return;
     }
-    const found = waiter.scanner.feed(chunk);
+    let found: ReturnType<MarkerScanner['feed']>;
+    try {
+      found = waiter.scanner.feed(chunk);
+    } catch (err) {
+      if (!(err instanceof GuestProtocolError)) throw err;
+      this.onProtocolError(err);
+      return;
+    }
     if (!found) return;
     this.waiter = undefined;
     waiter.onMarker(found.value);
     if (found.rest.length > 0) this.output.push(found.rest);
   }
 
+  /**
+   * A marker that cannot be ours (see MarkerScanner): the shell is stopped and its command
+   * ends with a tool error, rather than its output being held or guessed at.
+   */
+  private onProtocolError(err: GuestProtocolError): void {
+    this.protocolError = err;
+    this.connection.reportProtocolError(err);
+    void this.stop('guest_protocol_error');
+  }
+
   private onStderr(chunk: Buffer): void {
-    // Only the login shell's own complaints land here (bash's stderr is merged into stdout).
-    if (this.stderrBytes >= STDERR_KEPT_BYTES) return;
-    this.stderr.push(chunk);
+    // Only the login shell's own complaints land here (bash's stderr, and so every command's,
+    // is merged into stdout): a line or two. More is not our bash, and is not kept.
+    if (this.protocolError) return;
     this.stderrBytes += chunk.length;
+    if (this.stderrBytes > STDERR_KEPT_BYTES) {
+      this.onProtocolError(new GuestProtocolError('bash', 'stderr_overrun', `the shell in the guest wrote more than ${STDERR_KEPT_BYTES} bytes of errors`));
+      return;
+    }
+    this.stderr.push(chunk);
   }
 
   private onEnd(): void {
@@ -209,7 +243,8 @@ export class BashShell {
     const waiter = this.waiter;
     this.waiter = undefined;
     if (waiter) {
-      waiter.scanner.flush();
+      // What a broken shell held back was the forged marker: not output to show.
+      if (!this.protocolError) waiter.scanner.flush();
       waiter.onEnd();
     }
   }
@@ -228,6 +263,7 @@ export class BashShell {
       reason,
       exitCode: this.exitInfo?.code ?? null,
       signal: this.exitInfo?.signal,
+      ...(this.protocolError ? { detail: this.protocolError.message } : {}),
     };
   }
 }

@@ -123,6 +123,8 @@ function endedMessage(outcome: Extract<ShellOutcome, { kind: 'ended' }>): string
       return 'the command was stopped because the tool was restarted meanwhile.';
     case 'session_ended':
       return 'the command was stopped because the session is ending.';
+    case 'guest_protocol_error':
+      return `${outcome.detail ?? 'the shell in the guest broke the tool protocol'}, which no shell of ours does, so it was closed; ${reset}`;
   }
 }
 

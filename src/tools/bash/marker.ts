@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { GuestProtocolError } from '../../errors.js';
 
 /**
  * The line the shell prints after each command (and once at start):
@@ -25,14 +26,26 @@ export function printMarker(nonce: string, value: '$?' | '$$'): string {
 }
 
 const TERMINATOR = Buffer.from('>>\n');
+/** printf's %d of an exit status or a pid: at most "-2147483648". */
+const MAX_VALUE_CHARS = 11;
+/** What may follow the marker's prefix before its terminator has surely come. */
+const MAX_TAIL_BYTES = MAX_VALUE_CHARS + TERMINATOR.length;
 
 /**
  * Finds one marker in a stream of output chunks. Bytes before it go to `sink` as soon as
- * they cannot be the start of the marker; only a possible partial marker is held back.
+ * they cannot be the start of the marker; only a possible partial marker is held back, so
+ * what is held never exceeds the marker's own length, and each chunk is scanned once (with
+ * at most that held tail before it), however much the command prints.
+ *
+ * Once the prefix (with its nonce) has come, the value and terminator must follow within
+ * MAX_TAIL_BYTES: anything else is a shell that is not ours to parse (only our printf knows
+ * the nonce), and feed() throws a GuestProtocolError rather than hold on.
  */
 export class MarkerScanner {
   private readonly prefix: Buffer;
+  /** Before the prefix: a tail that could grow into it; after: the value read so far. */
   private held = Buffer.alloc(0);
+  private prefixSeen = false;
 
   constructor(
     nonce: string,
@@ -43,6 +56,7 @@ export class MarkerScanner {
 
   /** Takes a chunk; once the marker is complete, returns its value and the bytes after it. */
   feed(chunk: Buffer): { value: number; rest: Buffer } | undefined {
+    if (this.prefixSeen) return this.feedTail(chunk);
     const data = this.held.length > 0 ? Buffer.concat([this.held, chunk]) : chunk;
     const start = data.indexOf(this.prefix);
     if (start === -1) {
@@ -53,25 +67,42 @@ export class MarkerScanner {
       return undefined;
     }
     this.pass(data.subarray(0, start));
-    const valueStart = start + this.prefix.length;
-    const end = data.indexOf(TERMINATOR, valueStart);
+    this.prefixSeen = true;
+    this.held = Buffer.alloc(0);
+    return this.feedTail(data.subarray(start + this.prefix.length));
+  }
+
+  /** After the prefix: the value and the terminator, within MAX_TAIL_BYTES. */
+  private feedTail(bytes: Buffer): { value: number; rest: Buffer } | undefined {
+    const before = this.held.length;
+    const window = Buffer.concat([this.held, bytes.subarray(0, MAX_TAIL_BYTES - before)]);
+    const end = window.indexOf(TERMINATOR);
     if (end === -1) {
-      this.held = Buffer.from(data.subarray(start));
+      if (window.length >= MAX_TAIL_BYTES) throw markerError('marker_overrun', 'an end-of-command marker that never ends');
+      this.held = window;
       return undefined;
     }
+    const text = window.subarray(0, end).toString('latin1');
+    if (!/^-?\d{1,10}$/.test(text)) throw markerError('bad_marker', 'an end-of-command marker without a number');
     this.held = Buffer.alloc(0);
-    // printf's %d always prints an integer; NaN would mean the shell was not ours to parse.
-    const value = Number.parseInt(data.subarray(valueStart, end).toString('latin1'), 10);
-    return { value, rest: Buffer.from(data.subarray(end + TERMINATOR.length)) };
+    this.prefixSeen = false;
+    // The terminator ends at `end + 3` of the window, of which `before` bytes were held.
+    return { value: Number.parseInt(text, 10), rest: Buffer.from(bytes.subarray(end + TERMINATOR.length - before)) };
   }
 
   /** Passes on whatever is held back (the command ended without a marker). */
   flush(): void {
+    if (this.prefixSeen) this.pass(this.prefix);
     this.pass(this.held);
     this.held = Buffer.alloc(0);
+    this.prefixSeen = false;
   }
 
   private pass(bytes: Buffer): void {
     if (bytes.length > 0) this.sink(bytes);
   }
+}
+
+function markerError(reason: string, what: string): GuestProtocolError {
+  return new GuestProtocolError('bash', reason, `the shell in the guest sent ${what}`);
 }

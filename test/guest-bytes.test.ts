@@ -1,0 +1,328 @@
+/**
+ * Every byte a guest sends is bounded (issue 11, point 2), without a sandbox: the frame
+ * header checks, the capture channel and the helper-stderr cap on a stand-in SSH channel,
+ * and the bash tool's marker scanner. The red-team file (redteam-guest.test.ts) performs the
+ * same attacks against real sandboxes.
+ */
+import assert from 'node:assert/strict';
+import { EventEmitter } from 'node:events';
+import { describe, it } from 'node:test';
+import type { ClientChannel } from 'ssh2';
+import { randomBytes } from 'node:crypto';
+import sharp from 'sharp';
+import { CaptureChannel, type RawFrame } from '../src/computer/capture-channel.js';
+import { framePng, framePngRegion } from '../src/computer/frame-image.js';
+import { HEADER_BYTES, maxDeltaLength, parseDeltaRanges, parseFrameHeader } from '../src/computer/frame-header.js';
+import { STDERR_MAX_BYTES } from '../src/computer/guest-process-channel.js';
+import { GuestProtocolError } from '../src/errors.js';
+import { BashShell } from '../src/tools/bash/bash-shell.js';
+import { MarkerScanner } from '../src/tools/bash/marker.js';
+import type { GuestConnection } from '../src/transport/ssh-connection.js';
+
+const SCREEN = { width: 1024, height: 768 };
+const STRIDE = SCREEN.width * 4;
+
+function header(tag: string, width: number, height: number, stride: number, length: number): Buffer {
+  const head = Buffer.alloc(HEADER_BYTES);
+  head.write(tag, 0, 'latin1');
+  head.writeUInt32LE(width, 4);
+  head.writeUInt32LE(height, 8);
+  head.writeUInt32LE(stride, 12);
+  head.writeUInt32LE(length, 16);
+  return head;
+}
+
+function u32s(...values: number[]): Buffer {
+  const out = Buffer.alloc(values.length * 4);
+  values.forEach((value, i) => out.writeUInt32LE(value, i * 4));
+  return out;
+}
+
+function isProtocolError(reason: string) {
+  return (err: unknown) => {
+    assert.ok(err instanceof GuestProtocolError, `expected a GuestProtocolError, got ${String(err)}`);
+    assert.equal(err.reason, reason);
+    assert.equal(err.statusCode, 502);
+    assert.equal(err.code, 'guest_protocol_error');
+    return true;
+  };
+}
+
+describe('frame headers are checked against the screen', () => {
+  it('accepts a whole frame of the screen, with or without row padding', () => {
+    const full = parseFrameHeader(header('SBXF', 1024, 768, STRIDE, STRIDE * 768), SCREEN);
+    assert.deepEqual(full, { kind: 'full', width: 1024, height: 768, stride: STRIDE, length: STRIDE * 768 });
+    const padded = STRIDE + 60;
+    assert.equal(parseFrameHeader(header('SBXF', 1024, 768, padded, padded * 768), SCREEN).stride, padded);
+    assert.equal(parseFrameHeader(header('SBXD', 1024, 768, STRIDE, 4), SCREEN).kind, 'delta');
+    assert.equal(parseFrameHeader(header('SBXD', 1024, 768, STRIDE, maxDeltaLength(768, STRIDE)), SCREEN).kind, 'delta');
+  });
+
+  const bad: Array<[string, Buffer, string]> = [
+    ['the forged 16383x16383 header', header('SBXF', 16383, 16383, 0, 65536), 'bad_size'],
+    ['a size other than the screen', header('SBXF', 1024, 769, STRIDE, STRIDE * 769), 'bad_size'],
+    ['stride 0', header('SBXF', 1024, 768, 0, 0), 'bad_stride'],
+    ['a stride below a row', header('SBXF', 1024, 768, STRIDE - 4, (STRIDE - 4) * 768), 'bad_stride'],
+    ['a stride with more than 63 bytes of padding', header('SBXF', 1024, 768, STRIDE + 64, (STRIDE + 64) * 768), 'bad_stride'],
+    ['a stride that is not whole pixels', header('SBXF', 1024, 768, STRIDE + 2, (STRIDE + 2) * 768), 'bad_stride'],
+    ['length 0xFFFFFFF0', header('SBXF', 1024, 768, STRIDE, 0xfffffff0), 'bad_length'],
+    ['a whole frame one byte short', header('SBXF', 1024, 768, STRIDE, STRIDE * 768 - 1), 'bad_length'],
+    ['a delta larger than a frame and its table', header('SBXD', 1024, 768, STRIDE, maxDeltaLength(768, STRIDE) + 1), 'bad_length'],
+    ['a delta of 0xFFFFFFF0 bytes', header('SBXD', 1024, 768, STRIDE, 0xfffffff0), 'bad_length'],
+    ['a delta without its count', header('SBXD', 1024, 768, STRIDE, 3), 'bad_length'],
+    ['an unknown tag', header('SBXZ', 1024, 768, STRIDE, STRIDE * 768), 'bad_tag'],
+  ];
+  for (const [name, head, reason] of bad) {
+    it(`refuses ${name}`, () => assert.throws(() => parseFrameHeader(head, SCREEN), isProtocolError(reason)));
+  }
+
+  it('accepts row ranges in order within the screen, with exactly their bytes', () => {
+    const shape = { height: 3, stride: 4 };
+    const payload = Buffer.concat([u32s(2, 0, 1, 2, 1), Buffer.alloc(8)]);
+    assert.deepEqual(parseDeltaRanges(payload, shape), [
+      { first: 0, rows: 1 },
+      { first: 2, rows: 1 },
+    ]);
+    assert.deepEqual(parseDeltaRanges(u32s(0), shape), []);
+  });
+
+  const badDeltas: Array<[string, Buffer]> = [
+    ['a range off the screen', Buffer.concat([u32s(1, 2, 2), Buffer.alloc(8)])],
+    ['a range that wraps around u32', Buffer.concat([u32s(1, 0xffffffff, 2), Buffer.alloc(8)])],
+    ['overlapping ranges', Buffer.concat([u32s(2, 0, 2, 1, 1), Buffer.alloc(12)])],
+    ['ranges out of order', Buffer.concat([u32s(2, 2, 1, 0, 1), Buffer.alloc(8)])],
+    ['an empty range', u32s(1, 1, 0)],
+    ['more ranges than rows', u32s(4)],
+    ['a table longer than the payload', u32s(2, 0, 1)],
+    ['pixels missing', Buffer.concat([u32s(1, 0, 2), Buffer.alloc(7)])],
+    ['pixels beyond the ranges', Buffer.concat([u32s(1, 0, 1), Buffer.alloc(5)])],
+  ];
+  for (const [name, payload] of badDeltas) {
+    it(`refuses a delta with ${name}`, () => assert.throws(() => parseDeltaRanges(payload, { height: 3, stride: 4 }), isProtocolError('bad_delta')));
+  }
+});
+
+/** An SSH channel stand-in: what the guest "sends" is emitted by the test. */
+class FakeChannel extends EventEmitter {
+  readonly stderr = new EventEmitter();
+  readonly written: string[] = [];
+  closed = false;
+  write(data: string): boolean {
+    this.written.push(data);
+    return true;
+  }
+  close(): void {
+    this.closed = true;
+  }
+}
+
+async function openCapture(): Promise<{ capture: CaptureChannel; channel: FakeChannel; reported: GuestProtocolError[] }> {
+  const channel = new FakeChannel();
+  const reported: GuestProtocolError[] = [];
+  const connection = {
+    spawn: async () => channel as unknown as ClientChannel,
+    reportProtocolError: (err: GuestProtocolError) => reported.push(err),
+  } as unknown as GuestConnection;
+  const capture = await CaptureChannel.open(connection, 99, SCREEN);
+  return { capture, channel, reported };
+}
+
+describe('the capture channel', () => {
+  it('assembles a whole frame and a delta from chunks of any size', async () => {
+    const { capture, channel } = await openCapture();
+    const pixels = Buffer.alloc(STRIDE * 768, 7);
+    const first = capture.grab(1_000);
+    const message = Buffer.concat([header('SBXF', 1024, 768, STRIDE, pixels.length), pixels]);
+    for (let at = 0; at < message.length; at += 65_521) channel.emit('data', message.subarray(at, at + 65_521));
+    const frame = await first;
+    assert.equal(frame.pixels.length, pixels.length);
+    assert.ok(frame.pixels.equals(pixels));
+
+    const second = capture.grab(1_000);
+    const row = Buffer.alloc(STRIDE, 9);
+    const delta = Buffer.concat([u32s(1, 5, 1), row]);
+    const bytes = Buffer.concat([header('SBXD', 1024, 768, STRIDE, delta.length), delta]);
+    for (const byte of bytes) channel.emit('data', Buffer.from([byte]));
+    const patched = await second;
+    assert.ok(patched.pixels.subarray(5 * STRIDE, 6 * STRIDE).equals(row));
+    assert.equal(patched.pixels[0], 7);
+    assert.equal(channel.closed, false);
+  });
+
+  for (const [name, head] of [
+    ['16383x16383, stride 0', header('SBXF', 16383, 16383, 0, 65536)],
+    ['length 0xFFFFFFF0', header('SBXF', 1024, 768, STRIDE, 0xfffffff0)],
+  ] as const) {
+    it(`fails the request at once on a header of ${name}, closes the channel and allocates nothing`, async () => {
+      const { capture, channel, reported } = await openCapture();
+      const before = process.memoryUsage().arrayBuffers;
+      const grab = capture.grab(5_000);
+      channel.emit('data', head);
+      // The payload that follows is never kept: the channel is gone.
+      channel.emit('data', Buffer.alloc(65_536));
+      await assert.rejects(grab, (err: unknown) => err instanceof GuestProtocolError && /bad frame/.test(err.message));
+      assert.ok(process.memoryUsage().arrayBuffers - before < 1024 * 1024, 'no buffer of the announced size');
+      assert.equal(channel.closed, true);
+      assert.equal(capture.isOpen, false);
+      assert.equal(reported.length, 1, 'reported once, for the metric');
+      assert.equal(reported[0]?.channel, 'capture');
+    });
+  }
+
+  it('refuses a delta before any whole frame, and output nobody asked for', async () => {
+    const first = await openCapture();
+    const grab = first.capture.grab(1_000);
+    first.channel.emit('data', Buffer.concat([header('SBXD', 1024, 768, STRIDE, 4), u32s(0)]));
+    await assert.rejects(grab, isProtocolError('bad_delta'));
+
+    const second = await openCapture();
+    second.channel.emit('data', header('SBXF', 1024, 768, STRIDE, STRIDE * 768));
+    assert.equal(second.channel.closed, true);
+    assert.equal(second.reported[0]?.reason, 'unrequested_output');
+  });
+
+  it(`closes the channel once stderr passes ${STDERR_MAX_BYTES} bytes, and keeps what came before`, async () => {
+    const { capture, channel, reported } = await openCapture();
+    const grab = capture.grab(5_000);
+    channel.stderr.emit('data', Buffer.from('sbx-capture: a line of its own\n'));
+    assert.equal(channel.closed, false);
+    for (let i = 0; i < 10_000 && !channel.closed; i++) channel.stderr.emit('data', Buffer.alloc(1024, 0x41));
+    assert.equal(channel.closed, true, 'closed after the first chunk past the cap');
+    await assert.rejects(grab, isProtocolError('stderr_overrun'));
+    assert.equal(reported.length, 1);
+  });
+});
+
+describe('the bash tool marker scanner', () => {
+  const nonce = 'ab'.repeat(16);
+  const marker = (value: string) => Buffer.from(`\n<<sbx:${nonce}:${value}>>\n`);
+
+  it('finds a marker split byte by byte and passes everything before it on', () => {
+    const seen: Buffer[] = [];
+    const scanner = new MarkerScanner(nonce, (bytes) => seen.push(Buffer.from(bytes)));
+    const stream = Buffer.concat([Buffer.from('output\n<<sbx:not-it>>\n'), marker('42'), Buffer.from('after')]);
+    let found: ReturnType<MarkerScanner['feed']>;
+    for (const byte of stream) found ??= scanner.feed(Buffer.from([byte]));
+    assert.equal(found?.value, 42);
+    assert.equal(Buffer.concat(seen).toString(), 'output\n<<sbx:not-it>>\n');
+  });
+
+  it('returns the bytes after the marker in the same chunk', () => {
+    const scanner = new MarkerScanner(nonce, () => undefined);
+    scanner.feed(Buffer.from(`\n<<sbx:${nonce}:1`));
+    const found = scanner.feed(Buffer.from('27>>\nrest'));
+    assert.deepEqual({ value: found?.value, rest: found?.rest.toString() }, { value: 127, rest: 'rest' });
+  });
+
+  it('fails an unterminated marker followed by megabytes within a few bytes, holding nothing', () => {
+    const scanner = new MarkerScanner(nonce, () => undefined);
+    const flood = Buffer.alloc(64 * 1024, 0x37); // "7777...": digits, as a value would be
+    assert.throws(() => scanner.feed(Buffer.concat([Buffer.from(`\n<<sbx:${nonce}:`), flood])), isProtocolError('marker_overrun'));
+    const slow = new MarkerScanner(nonce, () => undefined);
+    slow.feed(Buffer.from(`\n<<sbx:${nonce}:`));
+    let fed = 0;
+    assert.throws(() => {
+      for (; fed < 100; fed++) slow.feed(Buffer.from('7'));
+    }, isProtocolError('marker_overrun'));
+    assert.ok(fed <= 14, `failed after ${fed} bytes`);
+  });
+
+  it('refuses a marker whose value is not a number', () => {
+    const scanner = new MarkerScanner(nonce, () => undefined);
+    assert.throws(() => scanner.feed(marker('x1')), isProtocolError('bad_marker'));
+  });
+
+  it('scans 16 MiB without a marker once, holding at most the marker length', () => {
+    let passed = 0;
+    const scanner = new MarkerScanner(nonce, (bytes) => (passed += bytes.length));
+    const chunk = Buffer.alloc(32 * 1024, 0x0a); // newlines: each could start a marker
+    for (let i = 0; i < 512; i++) assert.equal(scanner.feed(chunk), undefined);
+    const held = 512 * chunk.length - passed;
+    assert.ok(held < marker('0').length, `held ${held} bytes`);
+  });
+});
+
+describe('frames to PNG, off the event loop', () => {
+  /** The conversion as it was done on the event loop, kept here as the reference. */
+  function referenceRgb(frame: RawFrame): Buffer {
+    const rgb = Buffer.alloc(frame.width * frame.height * 3);
+    for (let y = 0; y < frame.height; y++) {
+      for (let x = 0; x < frame.width; x++) {
+        const at = y * frame.stride + x * 4;
+        rgb.set([frame.pixels[at + 2] as number, frame.pixels[at + 1] as number, frame.pixels[at] as number], (y * frame.width + x) * 3);
+      }
+    }
+    return rgb;
+  }
+  const raw = (rgb: Buffer, width: number, height: number) => sharp(rgb, { raw: { width, height, channels: 3 } });
+
+  for (const padding of [0, 12]) {
+    it(`gives the same pixels as the reference, whole, scaled and cut (row padding ${padding})`, async () => {
+      const width = 64;
+      const height = 48;
+      const frame = { width, height, stride: width * 4 + padding, pixels: randomBytes((width * 4 + padding) * height) };
+      const reference = referenceRgb(frame);
+      assert.ok((await sharp(await framePng(frame)).raw().toBuffer()).equals(reference), 'whole');
+      for (const size of [
+        { width: 80, height: 60 },
+        { width: 40, height: 30 },
+      ]) {
+        const expected = await raw(reference, width, height).resize(size.width, size.height, { fit: 'fill' }).raw().toBuffer();
+        assert.ok((await sharp(await framePng(frame, size)).raw().toBuffer()).equals(expected), `scaled to ${size.width}x${size.height}`);
+      }
+      const region = { x0: 5, y0: 7, x1: 37, y1: 29 };
+      const cut = await raw(reference, width, height).extract({ left: 5, top: 7, width: 32, height: 22 }).raw().toBuffer();
+      assert.ok((await sharp(await framePngRegion(frame, region)).raw().toBuffer()).equals(cut), 'region');
+    });
+  }
+});
+
+describe('the bash tool shell, on a stand-in channel', () => {
+  /** A started BashShell whose guest side is the test: it answers the start-up marker. */
+  async function startShell(): Promise<{ shell: BashShell; channel: FakeChannel; reported: GuestProtocolError[] }> {
+    const channel = new FakeChannel();
+    const reported: GuestProtocolError[] = [];
+    const connection = {
+      spawn: async () => channel as unknown as ClientChannel,
+      exec: async () => ({ stdout: Buffer.alloc(0), stderr: Buffer.alloc(0), exitCode: 0, signal: undefined }),
+      reportProtocolError: (err: GuestProtocolError) => reported.push(err),
+    } as unknown as GuestConnection;
+    channel.close = () => {
+      channel.closed = true;
+      channel.emit('close');
+    };
+    const starting = BashShell.start(connection, { display: 99, maxOutputChars: 1000, startTimeoutMs: 2_000 });
+    await new Promise((resolve) => setImmediate(resolve));
+    channel.emit('data', Buffer.from(`\n<<sbx:${lastNonce(channel)}:4242>>\n`));
+    return { shell: await starting, channel, reported };
+  }
+  function lastNonce(channel: FakeChannel): string {
+    const nonce = /([0-9a-f]{32})/.exec(channel.written.at(-1) ?? '')?.[1];
+    assert.ok(nonce, 'a marker was asked for');
+    return nonce;
+  }
+
+  it('ends a command whose marker never ends: the shell closed, the reason told, reported once', async () => {
+    const { shell, channel, reported } = await startShell();
+    assert.equal(shell.pid, 4242);
+    const running = shell.run('echo hi', 5_000);
+    channel.emit('data', Buffer.concat([Buffer.from(`hi\n<<sbx:${lastNonce(channel)}:`), Buffer.alloc(1024 * 1024, 0x37)]));
+    const outcome = await running;
+    assert.equal(outcome.kind, 'ended');
+    assert.equal(outcome.kind === 'ended' && outcome.reason, 'guest_protocol_error');
+    assert.match(outcome.kind === 'ended' ? (outcome.detail ?? '') : '', /end-of-command marker that never ends/);
+    assert.equal(outcome.output.text, 'hi');
+    assert.equal(channel.closed, true);
+    assert.deepEqual(reported.map((err) => err.reason), ['marker_overrun']);
+  });
+
+  it('closes a shell whose error stream passes 4 KiB', async () => {
+    const { shell, channel, reported } = await startShell();
+    const running = shell.run('true', 5_000);
+    for (let i = 0; i < 100 && !channel.closed; i++) channel.stderr.emit('data', Buffer.alloc(1024, 0x45));
+    const outcome = await running;
+    assert.equal(outcome.kind === 'ended' && outcome.reason, 'guest_protocol_error');
+    assert.equal(channel.closed, true);
+    assert.deepEqual(reported.map((err) => err.reason), ['stderr_overrun']);
+  });
+});
