@@ -1,12 +1,14 @@
 import assert from 'node:assert/strict';
+import { EventEmitter } from 'node:events';
 import { describe, it } from 'node:test';
 import { parseAction } from '../src/computer/actions.js';
-import { requestLine } from '../src/computer/input-channel.js';
-import { inputPlan, isPointerOrKeyAction } from '../src/computer/input-requests.js';
+import { InputChannel, InputChannelError, requestLine } from '../src/computer/input-channel.js';
+import { inputPlan, isPointerOrKeyAction, type InputRequest } from '../src/computer/input-requests.js';
 import { ALIASES, keyCombo, parseKeySequence } from '../src/computer/keys.js';
 import { KEYSYM_NAMES } from '../src/computer/keysym-names.js';
 import { modelSize, Scaler } from '../src/computer/scaling.js';
 import { InvalidRequestError } from '../src/errors.js';
+import type { GuestConnection } from '../src/transport/ssh-connection.js';
 
 const scaler = (w: number, h: number) => new Scaler({ width: w, height: h }, modelSize({ width: w, height: h }));
 
@@ -227,3 +229,91 @@ function u32(n: number): Buffer {
   b.writeUInt32LE(n);
   return b;
 }
+
+describe('the input channel reads a hostile helper with a bounded buffer', () => {
+  /** A stand-in for the SSH channel to sbx-input: what the host writes, and a way to answer. */
+  class FakeHelper extends EventEmitter {
+    readonly stderr = new EventEmitter();
+    written = '';
+    closed = false;
+    command = '';
+    write(data: string): boolean {
+      this.written += data;
+      return true;
+    }
+    close(): void {
+      if (this.closed) return;
+      this.closed = true;
+      // As ssh2 does: the close event comes later, not inside close().
+      setImmediate(() => this.emit('close'));
+    }
+    say(text: string | Buffer): void {
+      this.emit('data', Buffer.isBuffer(text) ? text : Buffer.from(text));
+    }
+  }
+  const open = async () => {
+    const helper = new FakeHelper();
+    const connection = {
+      spawn: async (command: string) => {
+        helper.command = command;
+        return helper;
+      },
+    } as unknown as GuestConnection;
+    return { helper, channel: await InputChannel.open(connection, 99) };
+  };
+  const click: InputRequest[] = [{ verb: 'move', x: 1, y: 2 }, { verb: 'button', button: 1, down: true }, { verb: 'button', button: 1, down: false }];
+
+  it('runs the helper isolated, writes one line per request, and settles on the last answer, however it is cut', async () => {
+    const { helper, channel } = await open();
+    assert.equal(helper.command, 'DISPLAY=:99 exec /usr/bin/python3 -I /usr/local/bin/sbx-input');
+    const answered = channel.run([...click, { verb: 'where' }], 1_000);
+    assert.equal(helper.written, 'move 1 2\nbutton 1 down\nbutton 1 up\nwhere\n');
+    helper.say('ok\no');
+    helper.say('k\nok\nok 1');
+    helper.say('2 34\n');
+    assert.deepEqual(await answered, [{ ok: true }, { ok: true }, { ok: true }, { ok: true, position: { x: 12, y: 34 } }]);
+    const refused = channel.run([{ verb: 'key', keysym: 'nosuch', down: true, field: 'text' }], 1_000);
+    helper.say('err unknown keysym nosuch\n');
+    assert.deepEqual(await refused, [{ ok: false, reason: 'unknown keysym nosuch' }]);
+    assert.equal(channel.isOpen, true);
+  });
+
+  const hostile: Array<[string, string | Buffer, RegExp]> = [
+    ['an endless line', Buffer.alloc(1 << 20, 'o'), /longer than 256 bytes/],
+    ['a long line cut in pieces', 'ok' + ' '.repeat(200), /longer than 256 bytes/],
+    ['something that is not an answer', 'y\n', /not one/],
+    ['a position too large to be one', 'ok 123456 1\n', /not one/],
+    ['control characters in a refusal', 'err \x1b[2J\n', /not one/],
+  ];
+  for (const [what, text, message] of hostile) {
+    it(`${what} closes the channel and fails the action`, async () => {
+      const { helper, channel } = await open();
+      const answered = channel.run(click, 1_000);
+      helper.say(text);
+      if (what === 'a long line cut in pieces') helper.say(' '.repeat(100));
+      await assert.rejects(answered, (err: unknown) => err instanceof InputChannelError && message.test(err.message));
+      assert.equal(helper.closed, true);
+      assert.equal(channel.isOpen, false);
+    });
+  }
+
+  it('an answer nobody asked for closes the channel too', async () => {
+    const { helper, channel } = await open();
+    helper.say('ok\n');
+    assert.equal(helper.closed, true);
+    await assert.rejects(channel.run(click, 1_000), /closed/);
+    // More answers than requests: the action had its answers, the channel goes after it.
+    const second = await open();
+    const answered = second.channel.run(click, 1_000);
+    second.helper.say('ok\nok\nok\nok\n');
+    assert.equal((await answered).length, 3);
+    assert.equal(second.helper.closed, true);
+  });
+
+  it('nothing but a clean request line is ever written', async () => {
+    const { helper, channel } = await open();
+    await assert.rejects(channel.run([{ verb: 'move', x: 1, y: 1 }, { verb: 'key', keysym: 'a\nexec yes', down: true, field: 'text' }], 1_000), /not a keysym name/);
+    assert.equal(helper.written, '');
+    assert.equal(channel.isOpen, true);
+  });
+});

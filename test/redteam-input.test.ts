@@ -58,6 +58,29 @@ describe('red team: no xdotool command reachable from any key field', () => {
     return res.body;
   };
   const events = async (until: (e: XEvent[]) => boolean) => parseXev(await waitForXev(main.guest, (log) => until(parseXev(log))));
+  /** Sends every attack to every session on both routes; each must be refused by field. */
+  const attack = async (): Promise<number> => {
+    let refused = 0;
+    for (const command of commands) {
+      for (const [input, field] of hostileInputs(command)) {
+        for (const sandbox of sandboxes) {
+          const what = `${sandbox.version} ${JSON.stringify(input)}`;
+          const plain = await post(sandbox.id, 'actions', input);
+          assert.equal(plain.status, 400, `${what}: ${JSON.stringify(plain.body)}`);
+          const error = plain.body.error as { code: string; message: string };
+          assert.equal(error.code, 'invalid_request', what);
+          assert.ok(error.message.startsWith(`${field} `), `${what}: the error names ${field}: ${error.message}`);
+          const tool = await post(sandbox.id, 'tools/computer', input);
+          assert.equal(tool.status, 200, what);
+          assert.equal(tool.body.is_error, true, `${what}: ${JSON.stringify(tool.body)}`);
+          const text = (tool.body.content as Array<{ text?: string }>)[0]?.text ?? '';
+          assert.ok(text.startsWith(`${field} `), `${what}: the tool error names ${field}: ${text}`);
+          refused += 2;
+        }
+      }
+    }
+    return refused;
+  };
 
   before(async () => {
     stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-redteam-input-'));
@@ -107,26 +130,13 @@ describe('red team: no xdotool command reachable from any key field', () => {
     const baseline = await memoryOf(pid());
 
     const sampler = sampleHealthz(serve.url);
-    let refused = 0;
-    for (const command of commands) {
-      for (const [input, field] of hostileInputs(command)) {
-        for (const sandbox of sandboxes) {
-          const what = `${sandbox.version} ${JSON.stringify(input)}`;
-          const plain = await post(sandbox.id, 'actions', input);
-          assert.equal(plain.status, 400, `${what}: ${JSON.stringify(plain.body)}`);
-          const error = plain.body.error as { code: string; message: string };
-          assert.equal(error.code, 'invalid_request', what);
-          assert.ok(error.message.startsWith(`${field} `), `${what}: the error names ${field}: ${error.message}`);
-          const tool = await post(sandbox.id, 'tools/computer', input);
-          assert.equal(tool.status, 200, what);
-          assert.equal(tool.body.is_error, true, `${what}: ${JSON.stringify(tool.body)}`);
-          const text = ((tool.body.content as Array<{ text?: string }>)[0]?.text ?? '');
-          assert.ok(text.startsWith(`${field} `), `${what}: the tool error names ${field}: ${text}`);
-          refused += 2;
-        }
-      }
+    let refused: number;
+    let healthz: number[];
+    try {
+      refused = await attack();
+    } finally {
+      healthz = await sampler.stop();
     }
-    const healthz = await sampler.stop();
     const now = await memoryOf(pid());
     const p99 = percentile(healthz, 0.99);
     console.log(
@@ -227,6 +237,38 @@ describe('red team: no xdotool command reachable from any key field', () => {
     assert.deepEqual(log.map((e) => `${e.type === 'KeyPress' ? '+' : '-'}${e.keyName}`), ['+Control_L', '+Shift_L', '+A', '-A', '-Shift_L', '-Control_L']);
     const held = (log[3]?.time ?? 0) - (log[2]?.time ?? 0);
     assert.ok(held >= 450, `held for ${held} ms`);
+  });
+
+  it('a guest that answers for the input helper with endless lines fails its own input only, with bounded memory', async () => {
+    const victim = sandboxes[2] as Sandbox;
+    // The guest user owns its shell start-up: bash runs ~/.bashrc for commands over SSH, so
+    // the next input helper the orchestrator starts is `yes` with 100 KB lines instead.
+    await guestSh(
+      victim.guest,
+      `printf '%s\\n' 'case "$BASH_EXECUTION_STRING" in *sbx-input*) exec yes "$(head -c 100000 /dev/zero | tr "\\\\0" k)";; esac' > ~/.bashrc; ` +
+        'pkill -u "$(id -u)" -f "^/usr/bin/python3 -I /usr/local/bin/sbx-input" || true',
+    );
+    const baseline = await memoryOf(pid());
+    for (let i = 0; i < 5; i++) {
+      const res = await post(victim.id, 'actions', { action: 'left_click', coordinate: [10, 10] });
+      assert.equal(res.status, 502, JSON.stringify(res.body));
+      assert.match((res.body.error as { message: string }).message, /input helper.*longer than 256 bytes/);
+      // The other sessions do not notice.
+      await act({ action: 'mouse_move', coordinate: [20 + i, 20] });
+    }
+    const now = await memoryOf(pid());
+    console.log(`redteam-input: hostile input helper (endless 100 KB lines, 5 actions): orchestrator peak ${baseline.peakMiB} -> ${now.peakMiB} MiB`);
+    assert.ok(now.peakMiB - baseline.peakMiB < MAX_GROWTH_MIB, `peak memory grew by ${now.peakMiB - baseline.peakMiB} MiB`);
+    // Each closed channel took its yes with it (no leaked process), and the session recovers.
+    await guestSh(victim.guest, 'rm -f ~/.bashrc');
+    let left = '';
+    for (let i = 0; i < 50; i++) {
+      left = (await guestSh(victim.guest, 'pgrep -x yes || true')).text.trim();
+      if (!left) break;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    assert.equal(left, '', 'no yes left running in the guest');
+    assert.equal((await post(victim.id, 'actions', { action: 'left_click', coordinate: [10, 10] })).status, 200);
   });
 
   it('click latency over the API (30 clicks; reported, not asserted)', async () => {
