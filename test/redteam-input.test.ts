@@ -271,6 +271,19 @@ describe('red team: no xdotool command reachable from any key field', () => {
     assert.equal((await post(victim.id, 'actions', { action: 'left_click', coordinate: [10, 10] })).status, 200);
   });
 
+  it('a hold_key in progress ends at once when its session is destroyed, not when its duration is up', async () => {
+    const doomed = sandboxes[1] as Sandbox;
+    const started = Date.now();
+    const holding = post(doomed.id, 'actions', { action: 'hold_key', text: 'shift', duration: 60 });
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    assert.equal((await fetch(`${serve.url}/v1/sessions/${doomed.id}`, { method: 'DELETE' })).status < 300, true);
+    const answer = await holding;
+    const tookMs = Date.now() - started;
+    console.log(`redteam-input: hold_key of 60 s answered ${answer.status} ${tookMs} ms after it started, its session destroyed at 1 s`);
+    assert.ok(answer.status >= 400, JSON.stringify(answer.body));
+    assert.ok(tookMs < 10_000, `answered after ${tookMs} ms`);
+  });
+
   it('click latency over the API (30 clicks; reported, not asserted)', async () => {
     const times: number[] = [];
     for (let i = 0; i < 32; i++) {
