@@ -81,7 +81,7 @@ async function main(): Promise<void> {
     const guestIp = await guestAddressOf(orchestrator.names, id);
     const direct = await openDirect(stateDir, orchestrator.names, id);
     const guestShot = await timeInGuest(direct, config.display, 'scrot -', N);
-    const guestMove = await timeInGuest(direct, config.display, 'xdotool mousemove $((100 + (i % 2) * 200)) $((100 + (i % 2) * 100))', N);
+    const guestMove = await timeInputInGuest(direct, config.display, INPUT_COMMAND, 'move 300 200\n', N);
 
     // Every pointer and key action: over the API versus the very same input requests in the guest.
     const perAction: Array<[string, Summary, Summary]> = [];
@@ -133,7 +133,7 @@ async function main(): Promise<void> {
       ['screenshot, scrot in guest (floor)', summarize(guestShot)],
       ['screenshot, fresh ssh per command', summarize(naiveShot)],
       ['mouse_move, API', summarize(apiMove)],
-      ['mouse_move, xdotool in guest (floor)', summarize(guestMove)],
+      ['mouse_move, sbx-input in guest (floor)', summarize(guestMove)],
       ['mouse_move, fresh ssh per command', summarize(naiveMove)],
       [`load: ${LOAD_SESSIONS} sessions, screenshot or click`, loadSummary],
     ];

@@ -123,6 +123,8 @@ export class Desktop {
    * failed on it is not repeated (part of it may have run), its error is reported.
    */
   private async sendInput(requests: readonly InputRequest[], timeoutMs: number): Promise<InputAnswer[]> {
+    // An action queued behind the last one of a destroyed session must not start a helper.
+    if (this.closing.signal.aborted) throw new DesktopError('the session\'s desktop was closed');
     try {
       if (!this.inputChannel?.isOpen) this.inputChannel = await InputChannel.open(this.connection, this.display);
       return await this.inputChannel.run(requests, timeoutMs);
