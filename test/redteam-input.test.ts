@@ -218,6 +218,21 @@ describe('red team: no xdotool command reachable from any key field', () => {
     assert.equal((presses[6]?.state ?? 0) & 1, 0, 'and released after it');
   });
 
+  it('rapid clicks are not lost: 8 triple clicks and 20 single clicks back to back all arrive whole', async () => {
+    await clearXev(main.guest);
+    for (let i = 0; i < 8; i++) await act({ action: 'triple_click', coordinate: [300 + i, 400] });
+    for (let i = 0; i < 20; i++) await act({ action: 'left_click', coordinate: [500 + (i % 2), 400] });
+    const log = await events((e) => e.filter((x) => x.type === 'ButtonRelease').length >= 44);
+    const presses = log.filter((e) => e.type === 'ButtonPress');
+    assert.equal(presses.length, 44, `presses seen: ${presses.map((p) => p.root?.x).join(' ')}`);
+    for (let i = 0; i < 8; i++) {
+      const triple = presses.slice(i * 3, i * 3 + 3);
+      assert.deepEqual(triple.map((p) => p.root?.x), [300 + i, 300 + i, 300 + i]);
+      const span = (triple[2]?.time ?? Infinity) - (triple[0]?.time ?? 0);
+      assert.ok(span < DOUBLE_CLICK_MS, `triple click ${i}: ${span} ms from first to last press`);
+    }
+  });
+
   it('drag and scroll still work', async () => {
     await clearXev(main.guest);
     await act({ action: 'left_click_drag', start_coordinate: [200, 300], coordinate: [400, 350] });
