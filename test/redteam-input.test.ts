@@ -310,6 +310,9 @@ describe('red team: no xdotool command reachable from any key field', () => {
   it('click latency over the API (30 clicks; reported, not asserted)', async () => {
     const times: number[] = [];
     for (let i = 0; i < 32; i++) {
+      // Apart as an agent's clicks are (a screenshot and a model call between): each click's
+      // own cost, not the pacing of back-to-back presses (CLICK_GAP_MS in desktop.ts).
+      await new Promise((resolve) => setTimeout(resolve, 50));
       const started = performance.now();
       await act({ action: 'left_click', coordinate: [100 + (i % 2) * 10, 100] });
       if (i >= 2) times.push(performance.now() - started);
