@@ -19,14 +19,6 @@ export class DesktopError extends OrchestratorError {
 /** What the screen looked like: raw pixels (the fast path) or a PNG (scrot, the fallback). */
 export type Capture = { frame: RawFrame; png?: undefined } | { png: Buffer; frame?: undefined };
 
-/**
- * The least time between a release of button 1, 2 or 3 and the next press of one. The
- * window manager (openbox) grabs these buttons on every window, synchronously, and hands
- * each press on to the application itself: a press that arrives while it is still doing
- * that for the one before is lost (seen: one triple click in eight arrived as one or two
- * presses when sent back to back). 20 ms is far inside any double-click interval.
- */
-const CLICK_GAP_MS = 20;
 /** Per-keystroke delay, as in the reference implementation: some applications drop faster input. */
 const TYPE_DELAY_MS = 12;
 const COMMAND_TIMEOUT_MS = 15_000;
@@ -48,8 +40,6 @@ export class Desktop {
   private readonly captureQueue = new SerialQueue();
   /** Aborted by close(): a hold_key in progress ends at once. */
   private readonly closing = new AbortController();
-  /** When the last batch that released button 1, 2 or 3 was answered (see CLICK_GAP_MS). */
-  private lastReleaseAt = -Infinity;
 
   constructor(
     private readonly connection: GuestConnection,
@@ -99,7 +89,7 @@ export class Desktop {
     const hold = plan.hold;
     await this.inputQueue.run(async () => {
       // If this fails the helper is gone, and it released whatever it had pressed.
-      const answers = await this.sendPaced(plan.requests, timeoutMs);
+      const answers = await this.sendInput(plan.requests, timeoutMs);
       if (!hold) return checkAnswers(plan.requests, answers);
       try {
         checkAnswers(plan.requests, answers);
@@ -125,41 +115,6 @@ export class Desktop {
   /** Requests on the session's input helper, one batch at a time. */
   private input(requests: readonly InputRequest[], timeoutMs: number): Promise<InputAnswer[]> {
     return this.inputQueue.run(() => this.sendInput(requests, timeoutMs));
-  }
-
-  /**
-   * The requests of one action, in as few batches as CLICK_GAP_MS allows: a press of a
-   * button the window manager grabs waits until that long after the last release of one
-   * (in this action or the one before). The caller holds the queue.
-   */
-  private async sendPaced(requests: readonly InputRequest[], timeoutMs: number): Promise<InputAnswer[]> {
-    const answers: InputAnswer[] = [];
-    let batch: InputRequest[] = [];
-    let releases = false;
-    const flush = async () => {
-      if (batch.length === 0) return;
-      answers.push(...(await this.sendInput(batch, timeoutMs)));
-      if (releases) this.lastReleaseAt = performance.now();
-      batch = [];
-      releases = false;
-    };
-    for (const request of requests) {
-      const grabbed = request.verb === 'button' && request.button <= 3;
-      if (grabbed && request.down) {
-        if (releases) await flush();
-        const wait = this.lastReleaseAt + CLICK_GAP_MS - performance.now();
-        if (wait > 0) {
-          await flush();
-          await sleep(wait, undefined, { signal: this.closing.signal }).catch(() => {
-            throw new DesktopError('the session\'s desktop was closed');
-          });
-        }
-      }
-      batch.push(request);
-      if (grabbed && !request.down) releases = true;
-    }
-    await flush();
-    return answers;
   }
 
   /**
