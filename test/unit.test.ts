@@ -150,7 +150,7 @@ describe('computer-use input validation', () => {
       action: 'left_click',
       coordinate: { x: 1023, y: 767 },
     });
-    assert.deepEqual(parseAction({ action: 'key', text: 'ctrl+shift+t' }, screen), { action: 'key', combos: ['ctrl+shift+t'] });
+    assert.deepEqual(parseAction({ action: 'key', text: 'ctrl+shift+t' }, screen), { action: 'key', combos: [['Control_L', 'Shift_L', 't']] });
     assert.deepEqual(parseAction({ action: 'type', text: '$(id) ;`x`' }, screen), { action: 'type', text: '$(id) ;`x`' });
   });
 });

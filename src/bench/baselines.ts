@@ -22,6 +22,28 @@ for i in $(seq ${n}); do s=$EPOCHREALTIME; ${command} >/dev/null 2>&1; e=$EPOCHR
     });
 }
 
+/**
+ * The floor of a pointer or key action: the very same requests written to a persistent
+ * sbx-input in the guest (a bash coprocess) and all its answers read, timed in the guest.
+ */
+export async function timeInputInGuest(connection: GuestConnection, display: number, helper: string, requests: string, n: number): Promise<number[]> {
+  const count = requests.split('\n').length - 1;
+  const script = `export DISPLAY=:${display}
+coproc HELPER { exec /usr/bin/python3 -I ${helper}; }
+send() { printf '%s' ${quoteForBash(requests)} >&"\${HELPER[1]}"; for ((k = 0; k < ${count}; k++)); do read -r _ <&"\${HELPER[0]}"; done; }
+for i in 1 2; do send; done
+for i in $(seq ${n}); do s=$EPOCHREALTIME; send; e=$EPOCHREALTIME; echo "$s $e"; done`;
+  const result = await connection.exec(`bash -c ${quoteForBash(script)}`, { timeoutMs: 120_000 });
+  return result.stdout
+    .toString('utf8')
+    .trim()
+    .split('\n')
+    .map((line) => {
+      const [s, e] = line.split(' ').map(Number);
+      return ((e as number) - (s as number)) * 1000;
+    });
+}
+
 function quoteForBash(script: string): string {
   return `'${script.replace(/'/g, `'\\''`)}'`;
 }

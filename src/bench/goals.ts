@@ -17,7 +17,7 @@ export interface GoalFigures {
 export function goalRows(f: GoalFigures, loadIntervalMs: number): ChartRow[] {
   return [
     { label: 'screenshot API / scrot in guest', value: f.screenshot_ratio_vs_guest_scrot, goal: 0.5, unit: 'x' },
-    { label: 'mouse_move API - xdotool in guest', value: f.mouse_move_overhead_ms, goal: 5, unit: 'ms' },
+    { label: 'mouse_move API - sbx-input in guest', value: f.mouse_move_overhead_ms, goal: 5, unit: 'ms' },
     { label: 'mouse_move API / fresh ssh', value: f.mouse_move_ratio_vs_fresh_ssh, goal: 0.05, unit: 'x' },
     { label: 'create-to-ready p50, warm pool', value: f.warm_create_p50_ms, goal: 150, unit: 'ms' },
     { label: 'create-to-ready p50, cold', value: f.cold_create_p50_ms, goal: 1500, unit: 'ms' },

@@ -19,16 +19,16 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { SandboxClient, type ComputerToolInput, type Sandbox } from '../client/index.js';
 import { parseAction } from '../computer/actions.js';
 import { Scaler } from '../computer/scaling.js';
-import { isPointerOrKeyAction, xdotoolArgs } from '../computer/xdotool-commands.js';
+import { INPUT_COMMAND, requestLine } from '../computer/input-channel.js';
+import { inputPlan, isPointerOrKeyAction } from '../computer/input-requests.js';
 import type { ResourceNames } from '../network/names.js';
-import { commandLine } from '../transport/quote.js';
 import { defaultConfig } from '../config.js';
 import { CONFIG_FILES, GUEST_USER } from '../guest/contract.js';
 import { guestAddressOf } from '../network/netns.js';
 import { startOrchestrator } from '../orchestrator.js';
 import { publicKeyBlob } from '../transport/keys.js';
 import { GuestConnection } from '../transport/ssh-connection.js';
-import { naiveSsh, timeInGuest } from './baselines.js';
+import { naiveSsh, timeInGuest, timeInputInGuest } from './baselines.js';
 import { writeChart } from './chart.js';
 import { goalRows, printGoals } from './goals.js';
 import { measureIdleMemory } from './idle-memory.js';
@@ -87,15 +87,16 @@ async function main(): Promise<void> {
     const guestIp = await guestAddressOf(orchestrator.names, id);
     const direct = await openDirect(stateDir, orchestrator.names, id);
     const guestShot = await timeInGuest(direct, config.display, 'scrot -', N);
-    const guestMove = await timeInGuest(direct, config.display, 'xdotool mousemove $((100 + (i % 2) * 200)) $((100 + (i % 2) * 100))', N);
+    const guestMove = await timeInputInGuest(direct, config.display, INPUT_COMMAND, 'move 300 200\n', N);
 
-    // Every pointer and key action: over the API versus the very same xdotool command in the guest.
+    // Every pointer and key action: over the API versus the very same input requests in the guest.
     const perAction: Array<[string, Summary, Summary]> = [];
     for (const input of ACTION_SAMPLES) {
       const api = summarize(await timeIt(N, () => sandbox.action(input)));
       const action = parseAction(input, new Scaler({ width: 1024, height: 768 }, { width: 1024, height: 768 }));
-      const args = isPointerOrKeyAction(action) ? xdotoolArgs(action) : [];
-      const floor = summarize(await timeInGuest(direct, config.display, `xdotool ${commandLine(args)}`, N));
+      const plan = isPointerOrKeyAction(action) ? inputPlan(action) : { requests: [] };
+      const requests = [...plan.requests, ...(plan.hold?.release ?? [])].map(requestLine).join('');
+      const floor = summarize(await timeInputInGuest(direct, config.display, INPUT_COMMAND, requests, N));
       perAction.push([input.action, api, floor]);
     }
     direct.close();
@@ -138,7 +139,7 @@ async function main(): Promise<void> {
       ['screenshot, scrot in guest (floor)', summarize(guestShot)],
       ['screenshot, fresh ssh per command', summarize(naiveShot)],
       ['mouse_move, API', summarize(apiMove)],
-      ['mouse_move, xdotool in guest (floor)', summarize(guestMove)],
+      ['mouse_move, sbx-input in guest (floor)', summarize(guestMove)],
       ['mouse_move, fresh ssh per command', summarize(naiveMove)],
       [`load: ${LOAD_SESSIONS} sessions, screenshot or click`, loadSummary],
     ];

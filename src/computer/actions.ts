@@ -1,5 +1,5 @@
 import { InvalidRequestError } from '../errors.js';
-import { keyCombo, parseKeySequence } from './keys.js';
+import { keyCombo, parseKeySequence, type KeyCombo } from './keys.js';
 import type { Point, Scaler } from './scaling.js';
 
 /**
@@ -38,12 +38,12 @@ export type ComputerAction =
   | { action: 'screenshot' | 'cursor_position' }
   | { action: 'left_mouse_down' | 'left_mouse_up' }
   | { action: 'mouse_move'; coordinate: Point }
-  | { action: ClickAction; coordinate?: Point; modifier?: string }
+  | { action: ClickAction; coordinate?: Point; modifier?: KeyCombo }
   | { action: 'left_click_drag'; start?: Point; coordinate: Point }
-  | { action: 'scroll'; direction: ScrollDirection; amount: number; coordinate?: Point; modifier?: string }
+  | { action: 'scroll'; direction: ScrollDirection; amount: number; coordinate?: Point; modifier?: KeyCombo }
   | { action: 'type'; text: string }
-  | { action: 'key'; combos: string[] }
-  | { action: 'hold_key'; key: string; seconds: number }
+  | { action: 'key'; combos: KeyCombo[] }
+  | { action: 'hold_key'; key: KeyCombo; seconds: number }
   | { action: 'wait'; seconds: number }
   | { action: 'zoom'; region: { x0: number; y0: number; x1: number; y1: number } };
 
@@ -167,7 +167,7 @@ export function parseCoordinate(value: unknown, field: string, scaler: Scaler): 
 }
 
 /** A key held during a click or scroll, or by hold_key: one combo, no sequence. */
-function parseSingleKey(value: unknown, field: string): string {
+function parseSingleKey(value: unknown, field: string): KeyCombo {
   if (typeof value !== 'string' || value.trim() === '') throw new InvalidRequestError(`${field} must be a non-empty key name such as "shift"`);
   if (/\s/.test(value.trim()) || value.length > 200) {
     throw new InvalidRequestError(`${field} must be a single key or combo such as "shift" or "ctrl+shift", got ${JSON.stringify(value.slice(0, 40))}`);

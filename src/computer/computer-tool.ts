@@ -4,7 +4,7 @@ import type { Capture, Desktop } from './desktop.js';
 import { framePng, framePngRegion, sameFrame } from './frame-image.js';
 import { cropPng, scalePng } from './image.js';
 import type { Point, Scaler, Size } from './scaling.js';
-import { isPointerOrKeyAction, xdotoolArgs } from './xdotool-commands.js';
+import { inputPlan, isPointerOrKeyAction } from './input-requests.js';
 
 export interface SettleOptions {
   /** Give up waiting for the screen to settle after this long, and return what is there. */
@@ -27,7 +27,6 @@ export interface ComputerOutcome {
 
 /** Actions whose result is their own output, not a screenshot taken afterwards. */
 const NO_SCREENSHOT_AFTER: ReadonlySet<ActionName> = new Set(['screenshot', 'cursor_position', 'zoom']);
-const COMMAND_TIMEOUT_MS = 15_000;
 
 /**
  * The computer tool of one session: performs validated actions on its desktop, in the
@@ -80,10 +79,7 @@ export class ComputerTool {
         await sleep(action.seconds * 1000);
         break;
       default:
-        if (isPointerOrKeyAction(action)) {
-          const holdMs = action.action === 'hold_key' ? action.seconds * 1000 : 0;
-          await this.desktop.xdotool(xdotoolArgs(action), COMMAND_TIMEOUT_MS + holdMs);
-        }
+        if (isPointerOrKeyAction(action)) await this.desktop.perform(inputPlan(action));
     }
     if (options.screenshotAfter && !NO_SCREENSHOT_AFTER.has(action.action)) {
       const { capture, settleMs } = await this.settledCapture();

@@ -1,10 +1,12 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { InvalidRequestError, OrchestratorError } from '../errors.js';
 import { commandLine } from '../transport/quote.js';
 import type { GuestConnection } from '../transport/ssh-connection.js';
 import type { Point, Size } from './scaling.js';
 import { SerialQueue } from '../util/serial-queue.js';
 import { CaptureChannel, CaptureChannelError, type RawFrame } from './capture-channel.js';
-import { InputChannel, InputChannelError, type InputResult } from './input-channel.js';
+import { InputChannel, InputChannelError, type InputAnswer } from './input-channel.js';
+import { WHERE, type InputPlan, type InputRequest } from './input-requests.js';
 import { KeymapBinder, spareKeycodes } from './keymap.js';
 
 /** A display command failed inside the guest (e.g. the X server is gone). */
@@ -24,9 +26,10 @@ const COMMAND_TIMEOUT_MS = 15_000;
 const MAX_COMMAND_OUTPUT_BYTES = 256 * 1024;
 
 /**
- * The guest's X display, driven with xdotool and captured with scrot over the session's
- * SSH connection. Commands are built from argument vectors and quoted; text to type goes
- * on standard input (`xdotool type --file -`), so model text never meets a shell.
+ * The guest's X display over the session's SSH connection: pointer and keys through the
+ * persistent input helper (sbx-input, no command language), the screen through the
+ * persistent grabber (scrot as the fallback), and text typed by `xdotool type --file -`
+ * with the text on standard input, so model text never meets a shell or a command line.
  */
 export class Desktop {
   /** Keysyms bound for non-ASCII text; created on first use (see keymap.ts). */
@@ -37,6 +40,8 @@ export class Desktop {
   private readonly inputQueue = new SerialQueue();
   private captureChannel: CaptureChannel | undefined;
   private readonly captureQueue = new SerialQueue();
+  /** Aborted by close(): a hold_key in progress ends at once. */
+  private readonly closing = new AbortController();
 
   constructor(
     private readonly connection: GuestConnection,
@@ -78,45 +83,64 @@ export class Desktop {
   }
 
   async cursorPosition(timeoutMs = COMMAND_TIMEOUT_MS): Promise<Point> {
-    const { stdout } = await this.input(['getmouselocation'], timeoutMs);
-    const match = /^x:(\d+) y:(\d+)/m.exec(stdout);
-    if (!match) throw new DesktopError(`unexpected xdotool output: ${stdout.slice(0, 200)}`);
-    return { x: Number(match[1]), y: Number(match[2]) };
+    const [answer] = await this.input([WHERE], timeoutMs);
+    if (!answer?.ok || !answer.position) throw new DesktopError('the input helper did not say where the pointer is');
+    return answer.position;
   }
 
-  /** Runs one xdotool command line (arguments are validated keysym names and numbers). */
-  async xdotool(args: string[], timeoutMs = COMMAND_TIMEOUT_MS): Promise<void> {
-    if (args.length === 0) return;
-    const { stderr } = await this.input(args, timeoutMs);
-    // xdotool warns about an unknown key name but still exits 0: that is the model's error.
-    const unknown = /No such key name '([^']*)'/.exec(stderr);
-    if (unknown) throw new InvalidRequestError(`unknown key name "${unknown[1]}" (use X keysym names such as Return, ctrl, alt, Page_Down, F5)`);
+  /**
+   * Performs the requests of one pointer or key action (see input-requests.ts). For
+   * hold_key the keys stay down for a wait on the host, which close() cuts short, and are
+   * released whatever happens; a helper that goes away releases what it held itself.
+   */
+  async perform(plan: InputPlan, timeoutMs = COMMAND_TIMEOUT_MS): Promise<void> {
+    const hold = plan.hold;
+    await this.inputQueue.run(async () => {
+      // If this fails the helper is gone, and it released whatever it had pressed.
+      const answers = await this.sendInput(plan.requests, timeoutMs);
+      if (!hold) return checkAnswers(plan.requests, answers);
+      try {
+        checkAnswers(plan.requests, answers);
+        await sleep(hold.ms, undefined, { signal: this.closing.signal });
+      } catch (err) {
+        if (this.closing.signal.aborted) throw new DesktopError('the session was closed while keys were held');
+        throw err;
+      } finally {
+        if (!this.closing.signal.aborted) await this.sendInput(hold.release, timeoutMs);
+      }
+    });
   }
 
   /** Stops the session's input and capture processes (destroy). */
   close(): void {
+    this.closing.abort();
     this.inputChannel?.close();
     this.inputChannel = undefined;
     this.captureChannel?.close();
     this.captureChannel = undefined;
   }
 
+  /** Requests on the session's input helper, one batch at a time. */
+  private input(requests: readonly InputRequest[], timeoutMs: number): Promise<InputAnswer[]> {
+    return this.inputQueue.run(() => this.sendInput(requests, timeoutMs));
+  }
+
   /**
-   * A command on the session's persistent xdotool (see input-channel.ts), one at a time.
-   * A channel that cannot be opened or has died is replaced on the next command; a command
-   * that failed on it is not repeated (it may have run), its error is reported.
+   * One batch on the input helper (see input-channel.ts); the caller holds the queue. A
+   * channel that cannot be opened or has died is replaced on the next batch; a batch that
+   * failed on it is not repeated (part of it may have run), its error is reported.
    */
-  private input(args: string[], timeoutMs: number): Promise<InputResult> {
-    return this.inputQueue.run(async () => {
-      try {
-        if (!this.inputChannel?.isOpen) this.inputChannel = await InputChannel.open(this.connection, this.display);
-        return await this.inputChannel.run(args, timeoutMs);
-      } catch (err) {
-        this.inputChannel?.close();
-        this.inputChannel = undefined;
-        throw err instanceof InputChannelError ? new DesktopError(`xdotool failed in the guest: ${err.message}`) : err;
-      }
-    });
+  private async sendInput(requests: readonly InputRequest[], timeoutMs: number): Promise<InputAnswer[]> {
+    // An action queued behind the last one of a destroyed session must not start a helper.
+    if (this.closing.signal.aborted) throw new DesktopError('the session\'s desktop was closed');
+    try {
+      if (!this.inputChannel?.isOpen) this.inputChannel = await InputChannel.open(this.connection, this.display);
+      return await this.inputChannel.run(requests, timeoutMs);
+    } catch (err) {
+      this.inputChannel?.close();
+      this.inputChannel = undefined;
+      throw err instanceof InputChannelError ? new DesktopError(`the input helper failed in the guest: ${err.message}`) : err;
+    }
   }
 
   /** Types text literally, one text at a time per session (other sessions are not held). */
@@ -159,6 +183,22 @@ export class Desktop {
       throw new DesktopError(`${argv[0]} failed in the guest: ${detail}`);
     }
     return result;
+  }
+}
+
+/**
+ * A refused request is the client's error when it names a keysym the guest's X library
+ * does not know (the host's list is X11's, the guest's Xlib may be older): a 400 naming the
+ * field. Any other refusal means host and helper disagree: the guest's fault, a 502.
+ */
+function checkAnswers(requests: readonly InputRequest[], answers: readonly InputAnswer[]): void {
+  for (const [index, answer] of answers.entries()) {
+    if (answer.ok) continue;
+    const request = requests[index];
+    if (request?.verb === 'key' && answer.reason.startsWith('unknown keysym')) {
+      throw new InvalidRequestError(`${request.field} has an unknown key name "${request.keysym}": the guest's X server does not know it`);
+    }
+    throw new DesktopError(`the input helper refused a request: ${answer.reason}`);
   }
 }
 

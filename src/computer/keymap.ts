@@ -43,7 +43,8 @@ export class KeymapBinder {
   private readonly pool: number[];
 
   /**
-   * @param spare keycodes with no symbol. One is left unbound, for xdotool's own scratch use.
+   * @param spare keycodes with no symbol. The highest is left unbound: it is xdotool's
+   * scratch keycode, and the one sbx-input binds a pressed keysym that no key carries to.
    */
   constructor(spare: number[]) {
     this.pool = spare.slice(0, Math.max(0, spare.length - 1));

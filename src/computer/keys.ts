@@ -1,30 +1,40 @@
 import { InvalidRequestError } from '../errors.js';
+import { KEYSYM_NAMES } from './keysym-names.js';
 
 /**
- * Key names as models write them, mapped to the X keysym names xdotool understands. Models
- * trained on several platforms say "Enter", "cmd", "PageDown" as often as xdotool's
- * "Return", "super", "Page_Down"; both are accepted. Matching is case-insensitive here.
+ * Key names from a client, checked against an allow-list: an X keysym name (keysym-names.ts,
+ * generated from X11's headers) or one of the aliases below. Nothing else reaches the guest,
+ * where sbx-input presses keysyms by name and has no command language to smuggle into.
+ *
+ * Models trained on several platforms say "Enter", "cmd", "PageDown" as often as X's
+ * "Return", "Super_L", "Page_Down"; both are accepted. Aliases match case-insensitively,
+ * keysym names exactly (X tells "a" from "A").
  */
-const ALIASES: Record<string, string> = {
+export const ALIASES: Readonly<Record<string, string>> = {
   enter: 'Return',
   return: 'Return',
   esc: 'Escape',
   escape: 'Escape',
-  cmd: 'super',
-  command: 'super',
-  win: 'super',
-  windows: 'super',
-  meta: 'super',
-  super: 'super',
+  cmd: 'Super_L',
+  command: 'Super_L',
+  win: 'Super_L',
+  windows: 'Super_L',
+  meta: 'Super_L',
+  super: 'Super_L',
   super_l: 'Super_L',
-  ctrl: 'ctrl',
-  control: 'ctrl',
+  super_r: 'Super_R',
+  ctrl: 'Control_L',
+  control: 'Control_L',
   control_l: 'Control_L',
   control_r: 'Control_R',
-  alt: 'alt',
-  option: 'alt',
-  opt: 'alt',
-  shift: 'shift',
+  alt: 'Alt_L',
+  option: 'Alt_L',
+  opt: 'Alt_L',
+  alt_l: 'Alt_L',
+  alt_r: 'Alt_R',
+  shift: 'Shift_L',
+  shift_l: 'Shift_L',
+  shift_r: 'Shift_R',
   backspace: 'BackSpace',
   delete: 'Delete',
   del: 'Delete',
@@ -101,26 +111,33 @@ const PUNCTUATION: Record<string, string> = {
   '~': 'asciitilde',
 };
 
-const KEYSYM_NAME = /^[A-Za-z0-9_]{1,64}$/;
-const MAX_COMBOS = 50;
+/** One key combo ("ctrl+shift+t"): X keysym names, pressed in order, released in reverse. */
+export type KeyCombo = readonly string[];
 
-/** One key name as xdotool wants it. Unknown names pass through if they look like keysyms. */
+const KEY_NAME_SHAPE = /^[A-Za-z0-9_]{1,64}$/;
+const MAX_COMBOS = 50;
+const MAX_KEYS_PER_COMBO = 10;
+
+/** One key name as an X keysym name, or a 400 naming the field. */
 export function keysymName(name: string, field: string): string {
   const alias = ALIASES[name.toLowerCase()];
   if (alias) return alias;
   const fkey = /^f([1-9]|1[0-9]|2[0-4])$/i.exec(name);
   if (fkey) return `F${fkey[1]}`;
   if (name.length === 1 && PUNCTUATION[name]) return PUNCTUATION[name] as string;
-  if (KEYSYM_NAME.test(name)) return name;
+  if (!KEY_NAME_SHAPE.test(name)) {
+    throw new InvalidRequestError(
+      `${field} has an invalid key name ${JSON.stringify(name.slice(0, 40))}: use names such as Return, ctrl, alt, shift, super, Page_Down, F5, a`,
+    );
+  }
+  if (KEYSYM_NAMES.has(name)) return name;
   throw new InvalidRequestError(
-    `${field} has an invalid key name ${JSON.stringify(name.slice(0, 40))}: use names such as Return, ctrl, alt, shift, super, Page_Down, F5, a`,
+    `${field} has an unknown key name ${JSON.stringify(name)}: use X keysym names such as Return, Page_Down, F5, a, or ctrl, alt, shift, super`,
   );
 }
 
-/**
- * A key combo ("ctrl+shift+t", "ctrl++") as xdotool argument, keysym names joined by "+".
- */
-export function keyCombo(combo: string, field: string): string {
+/** A key combo ("ctrl+shift+t", "ctrl++") as keysym names. */
+export function keyCombo(combo: string, field: string): KeyCombo {
   // "ctrl++" means ctrl and the + key: a trailing empty part after splitting is the plus key.
   const parts = combo.split('+');
   const names: string[] = [];
@@ -136,14 +153,17 @@ export function keyCombo(combo: string, field: string): string {
     }
     names.push(keysymName(part, field));
   }
-  return names.join('+');
+  if (names.length > MAX_KEYS_PER_COMBO) {
+    throw new InvalidRequestError(`${field} ${JSON.stringify(combo.slice(0, 40))} has ${names.length} keys; at most ${MAX_KEYS_PER_COMBO} in one combo`);
+  }
+  return names;
 }
 
 /**
  * The `text` of the key action: one combo, or several separated by spaces
- * ("ctrl+a Delete"), pressed one after the other as xdotool does.
+ * ("ctrl+a Delete"), pressed one after the other.
  */
-export function parseKeySequence(value: unknown, field: string): string[] {
+export function parseKeySequence(value: unknown, field: string): KeyCombo[] {
   if (typeof value !== 'string' || value.trim() === '') throw new InvalidRequestError(`${field} must be a non-empty string`);
   if (value.length > 1_000) throw new InvalidRequestError(`${field} is too long (${value.length} characters; at most 1000)`);
   const combos = value.trim().split(/\s+/);

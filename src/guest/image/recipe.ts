@@ -74,7 +74,8 @@ export const RECIPE: GuestRecipe = {
     'scrot',
     'x11-utils', // xdpyinfo: sandbox-init waits for the display with it
     'x11-xserver-utils', // xmodmap: binds keysyms of non-ASCII text before it is typed
-    'python3', // sbx-capture, the persistent screen grabber (ctypes and libX11 only)
+    'python3', // sbx-capture and sbx-input, the persistent screen grabber and input helper (ctypes only)
+    'libxtst6', // XTEST for sbx-input (xdotool needs it too; named because sbx-input does)
     'x11vnc',
     // A window manager and a terminal, so that there is a desktop to look at.
     'openbox',
@@ -93,6 +94,7 @@ export const RECIPE: GuestRecipe = {
     { source: 'sandbox-init', target: GUEST_INIT, mode: 0o755 },
     { source: 'sshd_config', target: '/etc/ssh/sshd_config', mode: 0o644 },
     { source: 'sbx-capture', target: '/usr/local/bin/sbx-capture', mode: 0o755 },
+    { source: 'sbx-input', target: '/usr/local/bin/sbx-input', mode: 0o755 },
     { source: 'sbx-rekey', target: '/usr/local/sbin/sbx-rekey', mode: 0o755 },
     { source: 'sbx-user-shell', target: GUEST_LOGIN_SHELL, mode: 0o755 },
   ],
