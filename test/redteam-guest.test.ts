@@ -52,6 +52,9 @@ async function startServer(): Promise<ChildProcess> {
       SBX_SUBNET: TEST_SUBNET,
       SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
       SBX_LOG_LEVEL: process.env.SBX_TEST_LOG_LEVEL || 'error',
+      // /healthz every 20 ms and screenshots back to back measure the host's cost, not the
+      // tenant request limits (test/redteam-api.test.ts tests those).
+      SBX_TENANT_REQUEST_LIMITS: 'local=1000/10000/10000',
     },
     stdio: ['ignore', 'ignore', 'inherit'],
   });

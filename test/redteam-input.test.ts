@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import { promisify } from 'node:util';
 import { once } from 'node:events';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -85,7 +86,9 @@ describe('red team: no xdotool command reachable from any key field', () => {
 
   before(async () => {
     stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-redteam-input-'));
-    serve = await startServe(stateDir, 18_900 + Math.floor(Math.random() * 600));
+    // Thousands of refused requests from one tenant: what is measured is the host's cost, not
+    // the per-tenant request limits (test/redteam-api.test.ts tests those).
+    serve = await startServe(stateDir, 18_900 + Math.floor(Math.random() * 600), undefined, [], { SBX_TENANT_REQUEST_LIMITS: 'local=1000/100000/100000' });
     for (const version of VERSIONS) {
       const response = await fetch(`${serve.url}/v1/sessions`, {
         method: 'POST',
@@ -264,13 +267,13 @@ describe('red team: no xdotool command reachable from any key field', () => {
 
   it('a guest that answers for the input helper with endless lines fails its own input only, with bounded memory', async () => {
     const victim = sandboxes[2] as Sandbox;
-    // The guest user owns its shell start-up: bash runs ~/.bashrc for commands over SSH, so
-    // the next input helper the orchestrator starts is `yes` with 100 KB lines instead.
-    await guestSh(
-      victim.guest,
-      `printf '%s\\n' 'case "$BASH_EXECUTION_STRING" in *sbx-input*) exec yes "$(head -c 100000 /dev/zero | tr "\\\\0" k)";; esac' > ~/.bashrc; ` +
-        'pkill -u "$(id -u)" -f "^/usr/bin/python3 -I /usr/local/bin/sbx-input" || true',
-    );
+    // A compromised guest: the helper the orchestrator starts next answers with endless
+    // 100 KB lines (replaced from the host through the sandbox init's view of its root, as a
+    // guest root could; the user's shell start-up files no longer run for SSH commands).
+    const helper = await guestRootPath(victim.id, '/usr/local/bin/sbx-input');
+    const original = await readFile(helper);
+    await writeFile(helper, "import sys\nline = 'k' * 100000 + '\\n'\nwhile True:\n    sys.stdout.write(line)\n    sys.stdout.flush()\n");
+    await guestSh(victim.guest, 'pkill -u "$(id -u)" -f "^/usr/bin/python3 -I /usr/local/bin/sbx-input" || true');
     const baseline = await memoryOf(pid());
     // The helper killed above may take this one with it (its channel closes under it).
     assert.equal((await post(victim.id, 'actions', { action: 'left_click', coordinate: [10, 10] })).status, 502);
@@ -284,15 +287,17 @@ describe('red team: no xdotool command reachable from any key field', () => {
     const now = await memoryOf(pid());
     console.log(`redteam-input: hostile input helper (endless 100 KB lines, 5 actions): orchestrator peak ${baseline.peakMiB} -> ${now.peakMiB} MiB`);
     assert.ok(now.peakMiB - baseline.peakMiB < MAX_GROWTH_MIB, `peak memory grew by ${now.peakMiB - baseline.peakMiB} MiB`);
-    // Each closed channel took its yes with it (no leaked process), and the session recovers.
-    await guestSh(victim.guest, 'rm -f ~/.bashrc');
+    // Each closed channel took its hostile helper with it (no leaked process), and the
+    // session recovers once the helper is itself again.
+    await writeFile(helper, original);
     let left = '';
     for (let i = 0; i < 50; i++) {
-      left = (await guestSh(victim.guest, 'pgrep -x yes || true')).text.trim();
+      const count = Number((await guestSh(victim.guest, 'pgrep -cf "^/usr/bin/python3 -I /usr/local/bin/sbx-input" || true')).text.trim() || '0');
+      left = count > 0 ? `${count} helper processes` : '';
       if (!left) break;
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
-    assert.equal(left, '', 'no yes left running in the guest');
+    assert.equal(left, '', 'no hostile helper left running in the guest');
     assert.equal((await post(victim.id, 'actions', { action: 'left_click', coordinate: [10, 10] })).status, 200);
   });
 
@@ -325,6 +330,12 @@ describe('red team: no xdotool command reachable from any key field', () => {
  * name alone, chained after a real key as the issue's reproduction did, inside a combo,
  * as hold_key's key and as the modifier of every click and of scroll.
  */
+/** A path in a container sandbox's root as its init sees it. */
+async function guestRootPath(id: string, guestPath: string): Promise<string> {
+  const { stdout } = await promisify(execFile)('runc', ['--root', NAMES.runcRoot, 'state', NAMES.container(id)]);
+  return `/proc/${(JSON.parse(stdout) as { pid: number }).pid}/root${guestPath}`;
+}
+
 function hostileInputs(command: string): Array<[Json, string]> {
   const inputs: Array<[Json, string]> = [
     [{ action: 'key', text: command }, 'text'],

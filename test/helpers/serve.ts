@@ -17,9 +17,10 @@ export async function startServe(
   port: number,
   subnet = `10.243.${Math.floor(Math.random() * 256)}.0/24`,
   extraArgs: string[] = [],
+  env: Record<string, string> = {},
 ): Promise<ServeProcess> {
   const child = spawn(process.execPath, [CLI, 'serve', '--port', String(port), '--state-dir', stateDir, '--runtime', 'container', ...extraArgs], {
-    env: { ...process.env, SBX_RESOURCE_PREFIX: TEST_PREFIX, SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images', SBX_SUBNET: subnet, SBX_LOG_LEVEL: 'info' },
+    env: { ...process.env, SBX_RESOURCE_PREFIX: TEST_PREFIX, SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images', SBX_SUBNET: subnet, SBX_LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
