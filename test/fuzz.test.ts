@@ -119,7 +119,8 @@ describe('fuzzing the HTTP API', () => {
     assert.equal((await sandbox.refresh()).state, 'ready');
     assert.equal(pngSize(await sandbox.screenshot()).width, 1024);
     const live = await client.list();
-    assert.deepEqual(live.map((s) => s.id), [sandbox.id], 'no session but the one');
+    const others = live.filter((s) => s.id !== sandbox.id).map((s) => ({ id: s.id, state: s.state, createdAt: s.createdAt, endReason: s.endReason, error: s.error }));
+    assert.deepEqual(live.map((s) => s.id), [sandbox.id], `no session but the one; also: ${JSON.stringify(others)}`);
     const netns = (await run(['ip', 'netns', 'list'])).stdout.split('\n').filter((l) => l.startsWith(TEST_PREFIX));
     assert.equal(netns.length, 1, `one netns: ${netns.join(', ')}`);
     const links = (await run(['ip', '-o', 'link', 'show'])).stdout.split('\n').filter((l) => l.includes(`: ${TEST_PREFIX}`));

@@ -56,8 +56,13 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   app.setErrorHandler(async (error: Error, request, reply) => {
     // An unexpected error on a session whose sandbox vanished (or is being destroyed) under
     // the request is that, said as a 410/409, not a 500.
+    // Fastify's own refusals of the request (validation 400, body too large 413) are answered
+    // at once: a refused body keeps streaming into the void until the answer closes the
+    // connection, so no await may come before it.
     const id = (request.params as { id?: unknown } | undefined)?.id;
-    if (!(error instanceof OrchestratorError) && typeof id === 'string') {
+    const status = (error as { statusCode?: unknown }).statusCode;
+    const refusedByFastify = typeof status === 'number' && status < 500;
+    if (!(error instanceof OrchestratorError) && !refusedByFastify && typeof id === 'string') {
       const ended = await opts.manager.endedUnderRequest(id).catch(() => undefined);
       if (ended) return errorHandler(ended, request, reply);
     }
