@@ -237,4 +237,12 @@ describe('docs', () => {
       ['400 is_a_directory', '401 x_one', '401 x_two', '404 not_found', '404 route_not_found', '413 file_too_large', '500 internal', '? invalid_json', '? invalid_request'].sort(),
     );
   });
+  it('docs/api.md names every Prometheus metric the orchestrator exports', () => {
+    const api = readFileSync(API_DOC, 'utf8');
+    const exported = filesUnder(path.join(ROOT, 'src'), '.ts').flatMap((file) =>
+      [...readFileSync(file, 'utf8').matchAll(/\bname:\s*'(sandbox_[a-z0-9_]+)'/g)].map((m) => m[1] as string),
+    );
+    assert.ok(exported.length > 10, `only ${exported.length} metrics found: is the pattern still right?`);
+    assert.deepEqual(exported.filter((name) => !api.includes(`\`${name}`)), []);
+  });
 });
