@@ -38,13 +38,7 @@ describe('fuzzing the HTTP API', () => {
 
   before(async () => {
     stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-fuzz-'));
-    const saved = { ...process.env };
-    Object.assign(process.env, SERVE_ENV);
-    try {
-      serve = await startServe(stateDir, 19_000 + Math.floor(Math.random() * 900));
-    } finally {
-      for (const key of Object.keys(SERVE_ENV)) if (saved[key] === undefined) delete process.env[key];
-    }
+    serve = await startServe(stateDir, 19_000 + Math.floor(Math.random() * 900), undefined, [], SERVE_ENV);
     client = new SandboxClient({ baseUrl: serve.url });
     sandbox = await client.create({});
     routes = routesOf((await (await fetch(`${serve.url}/openapi.json`)).json()) as Parameters<typeof routesOf>[0]);

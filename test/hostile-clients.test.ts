@@ -42,13 +42,7 @@ describe('hostile clients', () => {
   before(async () => {
     stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-hostile-'));
     port = 18_100 + Math.floor(Math.random() * 800);
-    const saved = { ...process.env };
-    Object.assign(process.env, LIMITS);
-    try {
-      serve = await startServe(stateDir, port);
-    } finally {
-      for (const key of Object.keys(LIMITS)) if (saved[key] === undefined) delete process.env[key];
-    }
+    serve = await startServe(stateDir, port, undefined, [], LIMITS);
     client = new SandboxClient({ baseUrl: serve.url });
     target = await client.create({ width: 1024, height: 768 });
     bystander = await client.create({ width: 1024, height: 768 });

@@ -263,13 +263,7 @@ describe('per-tenant request limits, one tenant flooding while another works (re
     keyB = store.keys.create('tenant-b').key;
     store.close();
     port = await freePort();
-    const saved = { ...process.env };
-    Object.assign(process.env, LIMITS);
-    try {
-      serve = await startServe(stateDir, port);
-    } finally {
-      for (const key of Object.keys(LIMITS)) if (saved[key] === undefined) delete process.env[key];
-    }
+    serve = await startServe(stateDir, port, undefined, [], LIMITS);
     const [a, b] = await Promise.all([as(keyA, 'POST', '/v1/sessions', {}), as(keyB, 'POST', '/v1/sessions', {})]);
     assert.equal(a.status, 201, await a.clone().text());
     assert.equal(b.status, 201, await b.clone().text());

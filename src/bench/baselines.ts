@@ -11,15 +11,7 @@ export async function timeInGuest(connection: GuestConnection, display: number, 
   const script = `export DISPLAY=:${display}
 for i in 1 2; do ${command} >/dev/null 2>&1; done
 for i in $(seq ${n}); do s=$EPOCHREALTIME; ${command} >/dev/null 2>&1; e=$EPOCHREALTIME; echo "$s $e"; done`;
-  const result = await connection.exec(`bash -c ${quoteForBash(script)}`, { timeoutMs: 120_000 });
-  return result.stdout
-    .toString('utf8')
-    .trim()
-    .split('\n')
-    .map((line) => {
-      const [s, e] = line.split(' ').map(Number);
-      return ((e as number) - (s as number)) * 1000;
-    });
+  return timedLines(connection, script);
 }
 
 /**
@@ -33,15 +25,7 @@ coproc HELPER { exec /usr/bin/python3 -I ${helper}; }
 send() { printf '%s' ${quoteForBash(requests)} >&"\${HELPER[1]}"; for ((k = 0; k < ${count}; k++)); do read -r _ <&"\${HELPER[0]}"; done; }
 for i in 1 2; do send; done
 for i in $(seq ${n}); do s=$EPOCHREALTIME; send; e=$EPOCHREALTIME; echo "$s $e"; done`;
-  const result = await connection.exec(`bash -c ${quoteForBash(script)}`, { timeoutMs: 120_000 });
-  return result.stdout
-    .toString('utf8')
-    .trim()
-    .split('\n')
-    .map((line) => {
-      const [s, e] = line.split(' ').map(Number);
-      return ((e as number) - (s as number)) * 1000;
-    });
+  return timedLines(connection, script);
 }
 
 function quoteForBash(script: string): string {
@@ -80,5 +64,18 @@ export async function naiveSsh(opts: {
       child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
       child.on('error', reject);
       child.on('close', (code) => (code === 0 ? resolve() : reject(new Error(`ssh exited ${code}: ${stderr.trim()}`))));
+    });
+}
+
+/** Runs a bash script that prints "start end" ($EPOCHREALTIME) per run; the runs in ms. */
+async function timedLines(connection: GuestConnection, script: string): Promise<number[]> {
+  const result = await connection.exec(`bash -c ${quoteForBash(script)}`, { timeoutMs: 120_000 });
+  return result.stdout
+    .toString('utf8')
+    .trim()
+    .split('\n')
+    .map((line) => {
+      const [s, e] = line.split(' ').map(Number);
+      return ((e as number) - (s as number)) * 1000;
     });
 }
