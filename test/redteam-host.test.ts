@@ -72,7 +72,7 @@ describe('red team: the host', () => {
     const rssBefore = vm('VmRSS');
     const cpuBefore = process.cpuUsage();
     // The loop runs in the guest, detached from the tool call: connect, say something that is
-    // not SSH (sshd logs the bad banner and the close), hang up; again, for 60 seconds.
+    // not SSH (sshd logs the bad banner and the close, in the guest), hang up; again, for 60 s.
     await bash(
       id,
       `setsid nohup bash -c 'end=$((SECONDS+60)); n=0; while [ $SECONDS -lt $end ]; do ` +
@@ -114,7 +114,8 @@ describe('red team: the host', () => {
     assert.ok(maxBytes <= CAP, `the console log stayed under its cap (${maxBytes} > ${CAP})`);
     assert.ok(flooded);
     assert.ok(log.includes('last-words-of-the-guest\n'), `the newest output is what is kept; the log ends with: ${JSON.stringify(log.slice(-300))}`);
-    assert.match(log, /not-ssh|banner exchange|Connection from/i, 'sshd went on writing to the console after the flood');
+    // sshd itself logs inside the guest now (test/redteam-guest.test.ts shows its logins stay
+    // out of the console); the cap above holds whatever the guest writes there.
     // The orchestrator still works for this session.
     const shot = await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}/screenshot` });
     assert.equal(shot.statusCode, 200);
