@@ -3,7 +3,7 @@ import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { AUTH_SETTINGS, type AuthSetting } from '../api/auth/auth-mode.js';
-import { SandboxClient, SandboxError } from '../client/index.js';
+import { DEFAULT_ORCHESTRATOR_URL, SandboxClient, SandboxError } from '../client/index.js';
 import { defaultConfig } from '../config.js';
 import { buildImage } from '../guest/image/builder.js';
 import { createLogger } from '../logger.js';
@@ -22,7 +22,7 @@ function integer(value: string): number {
 const defaults = defaultConfig(process.env);
 const program = new Command('sbx')
   .description('Disposable Linux desktops for computer-use agents')
-  .addOption(new Option('--url <url>', 'orchestrator URL (client commands)').env('SBX_URL').default('http://127.0.0.1:8080'))
+  .addOption(new Option('--url <url>', 'orchestrator URL (client commands)').env('SBX_URL').default(DEFAULT_ORCHESTRATOR_URL))
   .addOption(new Option('--api-key <key>', 'API key (client commands)').env('SBX_API_KEY'));
 
 program
