@@ -44,8 +44,11 @@ function resolvesToConfig(file: string, specifier: string): boolean {
   return target === CONFIG || target === CONFIG.replace(/\.ts$/, '');
 }
 
+/** process.env, process['env'], or env imported from node:process. */
+const READS_ENV = [/\bprocess\s*\.\s*env\b/, /\bprocess\s*\[\s*['"]env['"]\s*\]/, /import\s*\{[^}]*\benv\b[^}]*\}\s*from\s*['"](?:node:)?process['"]/];
+
 function readersOfEnv(files: Array<{ name: string; text: string }>): string[] {
-  return files.filter(({ name, text }) => !(name in MAY_READ_ENV) && /\bprocess\s*\.\s*env\b|\bprocess\s*\[\s*['"]env['"]\s*\]/.test(text)).map(({ name }) => name);
+  return files.filter(({ name, text }) => !(name in MAY_READ_ENV) && READS_ENV.some((pattern) => pattern.test(text))).map(({ name }) => name);
 }
 
 function importersOfConfig(files: Array<{ name: string; file: string; text: string }>): string[] {
@@ -74,6 +77,8 @@ describe('configuration flows one way', () => {
     const planted = (name: string, text: string) => ({ name, file: path.join(SRC, name), text });
     assert.deepEqual(readersOfEnv([planted('runtimes/x.ts', "const bin = process.env.RUNC_BIN || 'runc';")]), ['runtimes/x.ts']);
     assert.deepEqual(readersOfEnv([planted('runtimes/x.ts', "const { RUNC_BIN } = process['env'];")]), ['runtimes/x.ts']);
+    assert.deepEqual(readersOfEnv([planted('api/x.ts', "import { argv, env } from 'node:process';")]), ['api/x.ts']);
+    assert.deepEqual(readersOfEnv([planted('api/x.ts', "import { argv } from 'node:process'; const environment = {};")]), []);
     assert.deepEqual(readersOfEnv([planted('cli/main.ts', 'process.env.SBX_URL')]), []);
     assert.deepEqual(importersOfConfig([planted('runtimes/qemu/x.ts', "import type { OrchestratorConfig } from '../../config.js';")]), ['runtimes/qemu/x.ts']);
     assert.deepEqual(importersOfConfig([planted('sessions/x.ts', "const c = await import('../config.js');")]), ['sessions/x.ts']);
