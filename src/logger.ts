@@ -7,9 +7,10 @@ export function logLevelFromEnv(env: Env): string {
 }
 
 /**
- * Structured logs (JSON lines) at `level` (SBX_LOG_LEVEL at the entry points). Keys and typed text are never
- * logged: nothing logs them on purpose (request logs carry lengths and key ids only, see
- * api/logging/request-log.ts), and these paths are removed should one slip into an object.
+ * Structured logs (JSON lines) at `level` (SBX_LOG_LEVEL, given by the entry points). Keys
+ * and typed text are never logged: nothing logs them on purpose (request logs carry lengths
+ * and key ids only, see api/logging/request-log.ts), and these paths are removed should one
+ * slip into an object.
  */
 export function createLogger(destination?: DestinationStream, level = 'info'): Logger {
   const options = {

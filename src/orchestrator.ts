@@ -46,9 +46,10 @@ export interface StartOptions {
 
 /** Wires the parts together: store, runtime, image, session manager, HTTP server. */
 export async function startOrchestrator(config: OrchestratorConfig, log: Logger, options: StartOptions = {}): Promise<Orchestrator> {
+  // Every setting in one line first, so that what follows can be read against it.
+  log.info({ config: describeConfig(config) }, 'configuration');
   // Before anything else, reclaim above all: a second orchestrator with this prefix must not
   // take the first one's live sandboxes for leftovers (orchestrator-lock.ts).
-  log.info({ config: describeConfig(config) }, 'configuration');
   const lock = await takeOrchestratorLock(config.resourcePrefix, { host: config.host, port: config.port, stateDir: config.stateDir });
   try {
     return await startLocked(config, log, options, lock);
