@@ -1,11 +1,18 @@
 import { pino, type DestinationStream, type Logger } from 'pino';
+import { envString, type Env } from './util/env.js';
+
+/** SBX_LOG_LEVEL (default info): pino's levels, trace to fatal, or silent. */
+export function logLevelFromEnv(env: Env): string {
+  return envString(env, 'SBX_LOG_LEVEL', 'info');
+}
 
 /**
- * Structured logs (JSON lines); SBX_LOG_LEVEL sets the level. Keys and typed text are never
- * logged: nothing logs them on purpose (request logs carry lengths and key ids only, see
- * api/logging/request-log.ts), and these paths are removed should one slip into an object.
+ * Structured logs (JSON lines) at `level` (SBX_LOG_LEVEL, given by the entry points). Keys
+ * and typed text are never logged: nothing logs them on purpose (request logs carry lengths
+ * and key ids only, see api/logging/request-log.ts), and these paths are removed should one
+ * slip into an object.
  */
-export function createLogger(destination?: DestinationStream, level = process.env.SBX_LOG_LEVEL || 'info'): Logger {
+export function createLogger(destination?: DestinationStream, level = 'info'): Logger {
   const options = {
     level,
     redact: {

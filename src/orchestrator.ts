@@ -6,7 +6,7 @@ import { resolveAuthMode, type AuthMode } from './api/auth/auth-mode.js';
 import { KeyRequirement } from './api/auth/key-requirement.js';
 import { KeyStore } from './api/auth/key-store.js';
 import { buildServer } from './api/server.js';
-import type { OrchestratorConfig } from './config.js';
+import { describeConfig, type OrchestratorConfig } from './config.js';
 import { buildImage, findImage, type GuestImage } from './guest/image/builder.js';
 import { Metrics } from './metrics/metrics.js';
 import { takeOrchestratorLock, type OrchestratorLock } from './orchestrator-lock.js';
@@ -46,6 +46,8 @@ export interface StartOptions {
 
 /** Wires the parts together: store, runtime, image, session manager, HTTP server. */
 export async function startOrchestrator(config: OrchestratorConfig, log: Logger, options: StartOptions = {}): Promise<Orchestrator> {
+  // Every setting in one line first, so that what follows can be read against it.
+  log.info({ config: describeConfig(config) }, 'configuration');
   // Before anything else, reclaim above all: a second orchestrator with this prefix must not
   // take the first one's live sandboxes for leftovers (orchestrator-lock.ts).
   const lock = await takeOrchestratorLock(config.resourcePrefix, { host: config.host, port: config.port, stateDir: config.stateDir });
@@ -75,7 +77,8 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     log.warn({ auth: 'required' }, 'an API key was created: keys are required from now on, for good (revoking every key does not turn them off)'),
   );
   const names = new ResourceNames(config.resourcePrefix);
-  const selection = options.runtime ?? (await selectRuntime(config.runtime, names));
+  const { qemu, firecracker, container } = config.runtimes;
+  const selection = options.runtime ?? (await selectRuntime(config.runtime, names, qemu, firecracker, container));
   log.info({ runtime: selection.runtime.name, reason: selection.reason }, 'runtime selected');
   if (config.runtime === 'auto' && selection.runtime.name === 'container' && keys.hasUnrevokedKeys()) {
     warnContainersAreTheBoundary(log, selection.reason);
@@ -142,6 +145,8 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     connectionLimits: { headersTimeoutMs: config.headersTimeoutMs, requestTimeoutMs: config.requestTimeoutMs, sendTimeoutMs: config.sendTimeoutMs },
     tenantRequestLimits: { maxConcurrent: config.tenantMaxConcurrentRequests, perSecond: config.tenantRequestsPerSecond, burst: config.tenantRequestBurst },
     tenantRequestLimitOverrides: config.tenantRequestLimitOverrides,
+    maxFileBytes: config.maxFileBytes,
+    bashTimeoutSeconds: config.bashTimeoutSeconds,
   });
   if (options.listen !== false) {
     await server.listen({ host: config.host, port: config.port });

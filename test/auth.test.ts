@@ -238,7 +238,7 @@ describe('keyless mode: loopback only, and said loudly', () => {
 
   it('refuses to start keyless on a non-loopback address, saying how to create a key', async () => {
     const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-test-'));
-    const config = { ...defaultConfig(), stateDir, subnet: TEST_SUBNET, resourcePrefix: TEST_PREFIX, runtime: 'container' as const, port: 0 };
+    const config = { ...defaultConfig(process.env), stateDir, subnet: TEST_SUBNET, resourcePrefix: TEST_PREFIX, runtime: 'container' as const, port: 0 };
     const silent = pino({ level: 'silent' });
     try {
       for (const host of ['0.0.0.0', '::', '192.0.2.1']) {

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { Writable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
 import pino from 'pino';
-import { containerSettingsFromEnv, ID_RANGE_SIZE } from '../src/config.js';
+import { containerSettingsFromEnv, ID_RANGE_SIZE } from '../src/runtimes/container/settings.js';
 import { ResourceNames } from '../src/network/names.js';
 import { ContainerRuntime } from '../src/runtimes/container/container-runtime.js';
 import { idmappedMountsUnavailable } from '../src/runtimes/container/idmapped-mount.js';
@@ -21,7 +21,12 @@ describe('container settings', () => {
       ioOpsPerSecond: 2000,
       inotifyInstances: 128,
       inotifyWatches: 16384,
+      diskMiB: 4096,
+      runcBin: 'runc',
     });
+    assert.equal(containerSettingsFromEnv({ SBX_DISK_MIB: '64', RUNC_BIN: '/opt/runc' }).diskMiB, 64);
+    assert.equal(containerSettingsFromEnv({ RUNC_BIN: '/opt/runc' }).runcBin, '/opt/runc');
+    assert.throws(() => containerSettingsFromEnv({ SBX_DISK_MIB: '63' }), /SBX_DISK_MIB must be between 64 and 1048576/);
     assert.equal(containerSettingsFromEnv({ SBX_CPUS: '0.5' }).cpus, 0.5);
     assert.equal(containerSettingsFromEnv({ SBX_IO_BPS: '0' }).ioBytesPerSecond, 0);
     assert.throws(() => containerSettingsFromEnv({ SBX_CPUS: 'lots' }), /SBX_CPUS/);
@@ -87,7 +92,7 @@ describe('the multi-tenant warning', () => {
     });
     const names = new ResourceNames(TEST_PREFIX);
     // `auto` fell back to containers (as selectRuntime does where no VM runtime can run).
-    const orch = await startTestOrchestrator({ runtime: 'auto', ...overrides }, false, { runtime: new ContainerRuntime(names, containerSettingsFromEnv()), reason: 'auto: no VM runtime' }, pino({ level: 'info' }, sink));
+    const orch = await startTestOrchestrator({ runtime: 'auto', ...overrides }, false, { runtime: new ContainerRuntime(names, containerSettingsFromEnv(process.env)), reason: 'auto: no VM runtime' }, pino({ level: 'info' }, sink));
     await orch.stop();
     return lines;
   }

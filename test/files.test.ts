@@ -60,7 +60,7 @@ describe('files over SFTP', { timeout: 180_000 }, () => {
   let client: SandboxClient;
 
   before(async () => {
-    // Read by the file routes when they are registered (see src/files/limits.ts).
+    // Read with the rest of the configuration when the orchestrator starts (src/files/limits.ts).
     process.env.SBX_MAX_FILE_BYTES = String(LIMIT);
     orch = await startTestOrchestrator({}, true);
     delete process.env.SBX_MAX_FILE_BYTES;

@@ -3,7 +3,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { qemuSettingsFromEnv } from '../src/config.js';
+import { qemuSettingsFromEnv } from '../src/runtimes/qemu/settings.js';
 import { GUEST_USER, renderSettings, CONFIG_FILES } from '../src/guest/contract.js';
 import { findImage } from '../src/guest/image/builder.js';
 import { AddressPool, type AddressLease } from '../src/network/address-pool.js';
@@ -65,7 +65,7 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
     const image = await findImage(process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images');
     assert.ok(image, 'the guest image must be built first (scripts/test.sh does it)');
     workDir = await mkdtemp(path.join(os.tmpdir(), 'fc-rotation-'));
-    const runtime = await QemuRuntime.create(NAMES, qemuSettingsFromEnv());
+    const runtime = await QemuRuntime.create(NAMES, qemuSettingsFromEnv(process.env));
     const sessionId = newSessionId();
     const sessionDir = path.join(workDir, sessionId);
     const configDir = path.join(sessionDir, 'config');

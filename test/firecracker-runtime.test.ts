@@ -14,7 +14,9 @@ import { findOnPath, hostCgroupVersion, kvmUnavailable, type FirecrackerHost } f
 import { jailCgroupDirs } from '../src/runtimes/firecracker/jailer/cgroup.js';
 import { ensureVmlinux } from '../src/runtimes/firecracker/kernel/vmlinux.js';
 import { templateAddress } from '../src/runtimes/firecracker/snapshot/clone-rotation.js';
+import { containerSettingsFromEnv } from '../src/runtimes/container/settings.js';
 import { firecrackerSettingsFromEnv, type FirecrackerSettings } from '../src/runtimes/firecracker/settings.js';
+import { qemuSettingsFromEnv } from '../src/runtimes/qemu/settings.js';
 import type { RunningSandbox } from '../src/runtimes/runtime.js';
 import { newSessionId } from '../src/sessions/session.js';
 import { generateSessionKeys, writeSessionKeys } from '../src/transport/keys.js';
@@ -366,7 +368,7 @@ endToEnd('end to end on the contract emulator booting the configured VM under QE
 
 const realFirecracker = kvmUnavailable() ?? (process.env.FIRECRACKER_BIN || findOnPath('firecracker') ? false : 'no firecracker binary: set FIRECRACKER_BIN (and JAILER_BIN) or put them on PATH');
 endToEnd('end to end on a real Firecracker microVM (KVM)', realFirecracker, async () => {
-  const s = { ...firecrackerSettingsFromEnv(), chrootBaseDir: path.join(workDir, 'jails-real') };
+  const s = { ...firecrackerSettingsFromEnv(process.env), chrootBaseDir: path.join(workDir, 'jails-real') };
   const runtime = await FirecrackerRuntime.create(NAMES, s);
   settingsByRuntime.set(runtime, s);
   return runtime;
@@ -430,9 +432,9 @@ describe('the firecracker runtime: host checks, selection and the kernel', () =>
 
   it('auto says why it did not pick firecracker; asking for it fails with the reason', async () => {
     const { selectRuntime } = await import('../src/runtimes/select.js');
-    const picked = await selectRuntime('auto', NAMES, undefined, firecrackerSettingsFromEnv({}));
+    const picked = await selectRuntime('auto', NAMES, qemuSettingsFromEnv(process.env), firecrackerSettingsFromEnv({}), containerSettingsFromEnv(process.env));
     if (picked.runtime.name !== 'firecracker') assert.match(picked.reason, /firecracker: /);
-    if (kvmUnavailable()) await assert.rejects(selectRuntime('firecracker', NAMES, undefined, firecrackerSettingsFromEnv({})), /runtime firecracker is not available here/);
+    if (kvmUnavailable()) await assert.rejects(selectRuntime('firecracker', NAMES, qemuSettingsFromEnv(process.env), firecrackerSettingsFromEnv({}), containerSettingsFromEnv(process.env)), /runtime firecracker is not available here/);
   });
 
   it('unpacks the image kernel (a bzImage) into the ELF vmlinux Firecracker boots, once', async () => {

@@ -6,7 +6,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { after, describe, it } from 'node:test';
-import { qemuSettingsFromEnv } from '../src/config.js';
+import { containerSettingsFromEnv } from '../src/runtimes/container/settings.js';
+import { firecrackerSettingsFromEnv } from '../src/runtimes/firecracker/settings.js';
+import { qemuSettingsFromEnv } from '../src/runtimes/qemu/settings.js';
 import { buildConfigDrive, configDriveArgv } from '../src/guest/config-drive.js';
 import { cpioArchive, type CpioEntry } from '../src/guest/image/cpio.js';
 import { mkfsExt4Argv, rootImageSize } from '../src/guest/image/ext4-image.js';
@@ -243,7 +245,7 @@ describe('host facts and settings for the qemu runtime', () => {
 describe('runtime selection', () => {
   it('auto picks qemu only when KVM really works here, else the container, and says why', async () => {
     const names = new ResourceNames('tst-');
-    const picked = await selectRuntime('auto', names, qemuSettingsFromEnv({}));
+    const picked = await selectRuntime('auto', names, qemuSettingsFromEnv({}), firecrackerSettingsFromEnv(process.env), containerSettingsFromEnv(process.env));
     if (picked.runtime.name === 'qemu') {
       assert.equal((picked.runtime as QemuRuntime).accelerator, 'kvm');
     } else {
@@ -253,7 +255,7 @@ describe('runtime selection', () => {
   });
 
   it('qemu says which accelerator it uses and why, and gives TCG a long boot timeout', async () => {
-    const picked = await selectRuntime('qemu', new ResourceNames('tst-'), { ...qemuSettingsFromEnv({}), accel: 'tcg' });
+    const picked = await selectRuntime('qemu', new ResourceNames('tst-'), { ...qemuSettingsFromEnv({}), accel: 'tcg' }, firecrackerSettingsFromEnv(process.env), containerSettingsFromEnv(process.env));
     const runtime = picked.runtime as QemuRuntime;
     assert.equal(runtime.accelerator, 'tcg');
     assert.equal(runtime.networkAttachment, 'tap');

@@ -8,7 +8,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import ssh2 from 'ssh2';
-import { qemuSettingsFromEnv } from '../src/config.js';
+import { qemuSettingsFromEnv } from '../src/runtimes/qemu/settings.js';
 import { GUEST_USER } from '../src/guest/contract.js';
 import { createLogger } from '../src/logger.js';
 import { AddressPool } from '../src/network/address-pool.js';
@@ -43,7 +43,7 @@ describe('a qemu microVM sandbox, end to end', () => {
   let vmUid: number;
 
   before(async () => {
-    runtime = await QemuRuntime.create(NAMES, qemuSettingsFromEnv());
+    runtime = await QemuRuntime.create(NAMES, qemuSettingsFromEnv(process.env));
     orch = await startTestOrchestrator({ runtime: 'qemu' }, false, { runtime, reason: 'test' });
   });
   after(async () => {
@@ -116,7 +116,7 @@ describe('a qemu microVM sandbox, end to end', () => {
     const limits = await vmCgroupLimits(orch.names.vm(id));
     const memoryMiB = orch.config.memoryLimitMiB + (runtime.accelerator === 'tcg' ? 512 : 0) + 128;
     assert.equal(limits.memory, String(memoryMiB * 1024 * 1024));
-    assert.equal(limits.cpu, String(qemuSettingsFromEnv().smp * 100_000));
+    assert.equal(limits.cpu, String(qemuSettingsFromEnv(process.env).smp * 100_000));
     assert.equal(limits.pids, '128');
     for (const procs of limits.procs) assert.ok(procs.includes(pid), `qemu (pid ${pid}) is in the cgroup: ${procs.join(',')}`);
     assert.ok(limits.threads > 1, 'its threads are counted there too');

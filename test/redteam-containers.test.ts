@@ -5,7 +5,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import Database from 'better-sqlite3';
-import { containerSettingsFromEnv, ID_RANGE_SIZE } from '../src/config.js';
+import { containerSettingsFromEnv, ID_RANGE_SIZE } from '../src/runtimes/container/settings.js';
 import { ResourceNames } from '../src/network/names.js';
 import { ContainerRuntime } from '../src/runtimes/container/container-runtime.js';
 import { CONFIG_FILES } from '../src/guest/contract.js';
@@ -27,7 +27,7 @@ const IO_LIMIT_BPS = 8 * 1024 * 1024;
  * contended burner never reaches is never seen to throttle).
  */
 const CPUS = 0.25;
-const SETTINGS = { ...containerSettingsFromEnv(), ioBytesPerSecond: IO_LIMIT_BPS, cpus: CPUS };
+const SETTINGS = { ...containerSettingsFromEnv(process.env), ioBytesPerSecond: IO_LIMIT_BPS, cpus: CPUS };
 
 let orch: TestOrchestrator;
 const sessions: string[] = [];

@@ -285,17 +285,17 @@ describe('warm pool settings', () => {
     try {
       delete process.env.SBX_WARM_POOL_SIZE;
       delete process.env.SBX_WARM_POOL_SCREEN;
-      assert.equal(defaultConfig().warmPoolSize, 0);
-      assert.deepEqual(defaultConfig().warmPoolScreen, { width: 1024, height: 768 });
+      assert.equal(defaultConfig(process.env).warmPoolSize, 0);
+      assert.deepEqual(defaultConfig(process.env).warmPoolScreen, { width: 1024, height: 768 });
       process.env.SBX_WARM_POOL_SIZE = '3';
       process.env.SBX_WARM_POOL_SCREEN = '1280x800';
-      assert.equal(defaultConfig().warmPoolSize, 3);
-      assert.deepEqual(defaultConfig().warmPoolScreen, { width: 1280, height: 800 });
+      assert.equal(defaultConfig(process.env).warmPoolSize, 3);
+      assert.deepEqual(defaultConfig(process.env).warmPoolScreen, { width: 1280, height: 800 });
       process.env.SBX_WARM_POOL_SIZE = '-1';
-      assert.throws(() => defaultConfig(), /warm pool size must be between 0 and 64/);
+      assert.throws(() => defaultConfig(process.env), /warm pool size must be between 0 and 64/);
       process.env.SBX_WARM_POOL_SIZE = '1';
       process.env.SBX_WARM_POOL_SCREEN = '1280';
-      assert.throws(() => defaultConfig(), /SBX_WARM_POOL_SCREEN must look like 1024x768/);
+      assert.throws(() => defaultConfig(process.env), /SBX_WARM_POOL_SCREEN must look like 1024x768/);
     } finally {
       for (const [name, value] of [['SBX_WARM_POOL_SIZE', saved.size], ['SBX_WARM_POOL_SCREEN', saved.screen]] as const) {
         if (value === undefined) delete process.env[name];

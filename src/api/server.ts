@@ -33,6 +33,10 @@ export interface ServerOptions {
   tenantRequestLimits?: TenantRequestLimits;
   /** ... except for these tenants. */
   tenantRequestLimitOverrides?: ReadonlyMap<string, TenantRequestLimits>;
+  /** Largest file moved by the file routes (SBX_MAX_FILE_BYTES). */
+  maxFileBytes: number;
+  /** Per-command timeout of the bash tool (SBX_BASH_TIMEOUT_SECONDS). */
+  bashTimeoutSeconds: number;
 }
 
 /** The HTTP API. Built without listening, so tests can drive it with inject(). */
@@ -106,8 +110,8 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   await app.register(sessionRoutes, { manager: opts.manager });
   await app.register(sessionTimeoutRoutes, { manager: opts.manager });
   await app.register(computerToolRoutes, { manager: opts.manager });
-  await app.register(companionToolRoutes, { manager: opts.manager, display: opts.manager.display });
-  await app.register(fileRoutes, { manager: opts.manager });
+  await app.register(companionToolRoutes, { manager: opts.manager, display: opts.manager.display, bashTimeoutSeconds: opts.bashTimeoutSeconds });
+  await app.register(fileRoutes, { manager: opts.manager, maxFileBytes: opts.maxFileBytes });
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
   return app;
 }

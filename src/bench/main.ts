@@ -46,7 +46,7 @@ async function main(): Promise<void> {
   const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-'));
   // The pool starts empty whatever SBX_WARM_POOL_SIZE says: cold creates must be cold. It is
   // grown for the warm figure only (measureWarmCreates).
-  const defaults = defaultConfig();
+  const defaults = defaultConfig(process.env);
   const config = {
     ...defaults,
     stateDir,

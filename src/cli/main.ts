@@ -3,11 +3,13 @@ import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { AUTH_SETTINGS, type AuthSetting } from '../api/auth/auth-mode.js';
-import { SandboxClient, SandboxError } from '../client/index.js';
-import { defaultConfig, RUNTIME_NAMES, warmPoolSize, type RuntimeChoice } from '../config.js';
+import { DEFAULT_ORCHESTRATOR_URL, SandboxClient, SandboxError } from '../client/index.js';
+import { defaultConfig } from '../config.js';
 import { buildImage } from '../guest/image/builder.js';
 import { createLogger } from '../logger.js';
 import { startOrchestrator } from '../orchestrator.js';
+import { RUNTIME_NAMES, type RuntimeChoice } from '../runtimes/settings.js';
+import { imagesDirFromEnv, warmPoolSize } from '../sessions/settings.js';
 import { keysCommand } from './keys.js';
 
 function integer(value: string): number {
@@ -16,10 +18,11 @@ function integer(value: string): number {
   return n;
 }
 
-const defaults = defaultConfig();
+// The entry point: the only place (with src/bench/main.ts) that reads the process's environment.
+const defaults = defaultConfig(process.env);
 const program = new Command('sbx')
   .description('Disposable Linux desktops for computer-use agents')
-  .addOption(new Option('--url <url>', 'orchestrator URL (client commands)').env('SBX_URL').default('http://127.0.0.1:8080'))
+  .addOption(new Option('--url <url>', 'orchestrator URL (client commands)').env('SBX_URL').default(DEFAULT_ORCHESTRATOR_URL))
   .addOption(new Option('--api-key <key>', 'API key (client commands)').env('SBX_API_KEY'));
 
 program
@@ -50,7 +53,7 @@ program
   .addOption(new Option('--no-auth', 'serve without API keys (loopback only; same as --auth off)'))
   .option('--demo', 'create one demo sandbox once started, and save its screenshot')
   .action(async (opts: { host: string; port: number; stateDir: string; runtime: RuntimeChoice; warmPool: number; auth: AuthSetting | false; demo?: boolean }) => {
-    const log = createLogger();
+    const log = createLogger(undefined, defaults.logLevel);
     const config = {
       ...defaults,
       // commander turns --no-auth into auth: false.
@@ -58,7 +61,7 @@ program
       host: opts.host,
       port: opts.port,
       stateDir: opts.stateDir,
-      imagesDir: process.env.SBX_IMAGES_DIR || path.join(opts.stateDir, 'images'),
+      imagesDir: imagesDirFromEnv(process.env, opts.stateDir),
       runtime: opts.runtime,
       warmPoolSize: opts.warmPool,
     };

@@ -117,8 +117,11 @@ export interface ActionResult {
   durationMs: number;
 }
 
+/** Where the client looks for the orchestrator unless told (SBX_URL, `--url`): `sbx serve`'s default address. */
+export const DEFAULT_ORCHESTRATOR_URL = 'http://127.0.0.1:8080';
+
 export interface ClientOptions {
-  /** e.g. http://127.0.0.1:8080 (default: SBX_URL or that) */
+  /** e.g. http://127.0.0.1:8080 (default: SBX_URL, else DEFAULT_ORCHESTRATOR_URL) */
   baseUrl?: string;
   /** Sent as `Authorization: Bearer <apiKey>` (default: SBX_API_KEY). */
   apiKey?: string;
@@ -130,7 +133,7 @@ export class SandboxClient {
   private readonly apiKey: string | undefined;
 
   constructor(options: ClientOptions = {}) {
-    this.baseUrl = (options.baseUrl ?? process.env.SBX_URL ?? 'http://127.0.0.1:8080').replace(/\/$/, '');
+    this.baseUrl = (options.baseUrl ?? process.env.SBX_URL ?? DEFAULT_ORCHESTRATOR_URL).replace(/\/$/, '');
     this.apiKey = options.apiKey ?? process.env.SBX_API_KEY;
   }
 

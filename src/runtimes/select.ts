@@ -1,12 +1,14 @@
-import { containerSettingsFromEnv, qemuSettingsFromEnv, type ContainerSettings, type QemuSettings, type RuntimeChoice } from '../config.js';
 import type { ResourceNames } from '../network/names.js';
 import { ContainerRuntime } from './container/container-runtime.js';
+import type { ContainerSettings } from './container/settings.js';
 import { FirecrackerRuntime } from './firecracker/firecracker-runtime.js';
 import { findOnPath, kvmUnavailable } from './firecracker/host/host-check.js';
-import { firecrackerSettingsFromEnv, type FirecrackerSettings } from './firecracker/settings.js';
+import type { FirecrackerSettings } from './firecracker/settings.js';
 import { probeKvm } from './qemu/accelerator.js';
 import { QemuRuntime } from './qemu/qemu-runtime.js';
+import type { QemuSettings } from './qemu/settings.js';
 import type { Runtime } from './runtime.js';
+import type { RuntimeChoice } from './settings.js';
 
 export interface RuntimeSelection {
   runtime: Runtime;
@@ -23,13 +25,13 @@ export interface RuntimeSelection {
 export async function selectRuntime(
   choice: RuntimeChoice,
   names: ResourceNames,
-  qemu: QemuSettings = qemuSettingsFromEnv(),
-  firecracker: FirecrackerSettings = firecrackerSettingsFromEnv(),
-  container: ContainerSettings = containerSettingsFromEnv(),
+  qemu: QemuSettings,
+  firecracker: FirecrackerSettings,
+  container: ContainerSettings,
 ): Promise<RuntimeSelection> {
   switch (choice) {
     case 'container':
-      await ContainerRuntime.check();
+      await ContainerRuntime.check(container.runcBin);
       return { runtime: new ContainerRuntime(names, container), reason: 'requested with --runtime container' };
     case 'qemu': {
       const runtime = await QemuRuntime.create(names, qemu);
@@ -63,7 +65,7 @@ export async function selectRuntime(
       } else {
         skipped.push(`qemu with KVM: ${kvm.reason}`);
       }
-      await ContainerRuntime.check();
+      await ContainerRuntime.check(container.runcBin);
       return { runtime: new ContainerRuntime(names, container), reason: `auto: no VM runtime can run here (${skipped.join('; ')}); using runc containers` };
     }
   }

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import type { TapOwner } from '../network/netns.js';
 import type { CleanupStack } from '../util/cleanup-stack.js';
+import { envInt, positive, type Env } from '../util/env.js';
 import type { RecordResource } from './runtime.js';
 
 /** The ids VMMs run under: `base` to `base + count - 1`, uid and gid alike (SBX_VM_UID_BASE, SBX_VM_UID_COUNT). */
@@ -14,6 +15,14 @@ export interface VmUserRange {
 export interface VmUserSettings {
   base?: number;
   count?: number;
+}
+
+/** SBX_VM_UID_BASE and SBX_VM_UID_COUNT (both VM runtimes); unset ones take the pool's defaults. */
+export function vmUserSettingsFromEnv(env: Env): VmUserSettings {
+  const settings: VmUserSettings = {};
+  if (env.SBX_VM_UID_BASE) settings.base = envInt('SBX_VM_UID_BASE', 0, env);
+  if (env.SBX_VM_UID_COUNT) settings.count = positive('SBX_VM_UID_COUNT', envInt('SBX_VM_UID_COUNT', 0, env));
+  return settings;
 }
 
 export const VM_UID_DEFAULT_BASE = 900_000;

@@ -4,7 +4,7 @@ import { parseAction } from '../computer/actions.js';
 import type { ComputerOutcome, ComputerTool, SettleOptions } from '../computer/computer-tool.js';
 import { modelSize, type ScalingRequest } from '../computer/scaling.js';
 import { type GuestProtocolError, NotFoundError, OrchestratorError, SessionGoneError, SessionStateError, UnavailableError } from '../errors.js';
-import { MAX_ID_RANGES } from '../config.js';
+import { MAX_ID_RANGES } from '../runtimes/container/settings.js';
 import type { GuestImage } from '../guest/image/builder.js';
 import type { Metrics } from '../metrics/metrics.js';
 import { AddressPool, type AddressLease } from '../network/address-pool.js';

@@ -39,7 +39,8 @@ export function run(argv: readonly string[], opts: RunOptions = {}): Promise<Run
   if (!file) throw new Error('run: empty argv');
   const spawnOpts: SpawnOptions = {
     stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
-    env: opts.env ?? process.env,
+    // Unset: the child inherits this process's environment (spawn's own default).
+    env: opts.env,
     cwd: opts.cwd,
     timeout: opts.timeoutMs,
     killSignal: 'SIGKILL',

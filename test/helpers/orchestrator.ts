@@ -44,7 +44,7 @@ export async function startTestOrchestrator(
   logger?: Logger,
 ): Promise<TestOrchestrator> {
   const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-test-'));
-  const base = defaultConfig();
+  const base = defaultConfig(process.env);
   const config: OrchestratorConfig = {
     ...base,
     host: '127.0.0.1',

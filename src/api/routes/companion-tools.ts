@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { InvalidRequestError, OrchestratorError } from '../../errors.js';
 import type { SessionManager } from '../../sessions/manager.js';
-import { BashTool, bashTimeoutFromEnv } from '../../tools/bash/bash-tool.js';
+import { BashTool } from '../../tools/bash/bash-tool.js';
 import { COMMANDS } from '../../tools/editor/editor-input.js';
 import { EditorTool } from '../../tools/editor/editor-tool.js';
 import { GuestToolError, ToolError } from '../../tools/tool-error.js';
@@ -10,10 +10,10 @@ import { sessionIdParams } from '../schemas.js';
 
 export interface CompanionToolOptions {
   manager: SessionManager;
-  /** X display number in the guests (default: SBX_DISPLAY, else 99, as the orchestrator's config). */
-  display?: number;
-  /** Per-command timeout of the bash tool (default: SBX_BASH_TIMEOUT_SECONDS, else 120). */
-  bashTimeoutSeconds?: number;
+  /** X display number in the guests (the orchestrator's config: SBX_DISPLAY). */
+  display: number;
+  /** Per-command timeout of the bash tool (the orchestrator's config: SBX_BASH_TIMEOUT_SECONDS). */
+  bashTimeoutSeconds: number;
 }
 
 interface IdParams {
@@ -76,8 +76,8 @@ const editorBody = {
  */
 export async function companionToolRoutes(app: FastifyInstance, opts: CompanionToolOptions): Promise<void> {
   const bash = new BashTool(opts.manager, {
-    display: opts.display ?? displayFromEnv(),
-    timeoutSeconds: opts.bashTimeoutSeconds ?? bashTimeoutFromEnv(),
+    display: opts.display,
+    timeoutSeconds: opts.bashTimeoutSeconds,
   });
   const editor = new EditorTool(opts.manager);
 
@@ -135,11 +135,4 @@ async function answer(work: () => Promise<ToolResult>): Promise<ToolResult> {
     if (err instanceof OrchestratorError) throw err;
     throw new GuestToolError(`the tool could not run in the sandbox: ${(err as Error).message}`);
   }
-}
-
-function displayFromEnv(): number {
-  const raw = process.env.SBX_DISPLAY;
-  const display = raw === undefined || raw === '' ? 99 : Number(raw);
-  if (!Number.isInteger(display) || display < 0) throw new Error(`SBX_DISPLAY must be a display number, got "${raw}"`);
-  return display;
 }

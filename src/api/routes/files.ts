@@ -3,15 +3,14 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { SessionManager } from '../../sessions/manager.js';
 import { attachmentDisposition } from '../../files/content-disposition.js';
 import { FileTooLargeError } from '../../files/errors.js';
-import { maxFileBytesFrom } from '../../files/limits.js';
 import { SandboxFiles } from '../../files/sandbox-files.js';
 import { MAX_PATH_LENGTH, sandboxPath } from '../../files/sandbox-path.js';
 import { sessionIdParams } from '../schemas.js';
 
 export interface FileRoutesOptions {
   manager: SessionManager;
-  /** Largest file in either direction; default SBX_MAX_FILE_BYTES, else 100 MiB. */
-  maxFileBytes?: number;
+  /** Largest file in either direction (the orchestrator's config: SBX_MAX_FILE_BYTES). */
+  maxFileBytes: number;
 }
 
 interface FileRequest {
@@ -42,7 +41,7 @@ const errors = {
  */
 export async function fileRoutes(app: FastifyInstance, opts: FileRoutesOptions): Promise<void> {
   const { manager } = opts;
-  const maxBytes = opts.maxFileBytes ?? maxFileBytesFrom(process.env);
+  const maxBytes = opts.maxFileBytes;
 
   // Upload bodies are streamed, never parsed. In this plugin's scope only (fastify
   // encapsulates parsers), every content type reaches the handler as the raw request: the

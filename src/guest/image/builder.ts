@@ -26,6 +26,7 @@ import { GUEST_ROOT_DEVICE } from '../kernel-cmdline.js';
 import { createImageFile, mkfsExt4Argv, rootImageSize } from './ext4-image.js';
 import { buildInitrd } from './initrd.js';
 import { guestFilesDir, INITRD_ROOT_WAIT_SECONDS, RECIPE, recipeHash, BUILDER_VERSION, type GuestRecipe } from './recipe.js';
+import { inheritedEnv } from '../../util/inherited-env.js';
 import { truncateTimestamps } from './timestamps.js';
 import { fetchVmPackages, type VmPackages } from './vm-packages.js';
 
@@ -478,12 +479,11 @@ function execLogged(command: string, args: string[], options: ExecOptions): Prom
   return new Promise((resolve, reject) => {
     const child = spawn(command, args, {
       stdio: [options.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
-      env: {
-        ...process.env,
+      env: inheritedEnv({
         PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
         LC_ALL: 'C',
         DEBIAN_FRONTEND: 'noninteractive',
-      },
+      }),
     });
     const lastLines: string[] = [];
     const onLine = (line: string) => {

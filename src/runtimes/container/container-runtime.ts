@@ -3,7 +3,7 @@ import { chown, mkdir, readFile, readdir, rm, rmdir, stat, writeFile } from 'nod
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import type { Logger } from 'pino';
-import { ID_RANGE_SIZE, type ContainerSettings } from '../../config.js';
+import { ID_RANGE_SIZE, type ContainerSettings } from './settings.js';
 import { GUEST_SSH_PORT } from '../../guest/contract.js';
 import type { ResourceNames } from '../../network/names.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
@@ -19,9 +19,7 @@ import { allowSshPort, limitUserNamespace, raiseHostInotifyLimits } from './name
 import { ociSpec } from './oci-spec.js';
 import { mountOverlay, mountsUnder, unmount } from './overlay.js';
 import { processStartTime, waitForExit, watchExit } from './process-watch.js';
-import { diskMiB, layerTemplate, mountWritableLayer } from './writable-layer.js';
-
-const RUNC = process.env.RUNC_BIN || 'runc';
+import { layerTemplate, mountWritableLayer } from './writable-layer.js';
 
 /**
  * The container runtime: each sandbox is an OCI container run by runc, with its own user
@@ -38,8 +36,6 @@ const RUNC = process.env.RUNC_BIN || 'runc';
  */
 export class ContainerRuntime implements Runtime {
   readonly name = 'container' as const;
-  /** How much each sandbox may write (SBX_DISK_MIB, default 4 GiB). */
-  readonly diskMiB = diskMiB();
   /** The config dir is bind-mounted as a directory (oci-spec.ts): renames in it show through. */
   readonly configDirIsLive = true;
 
@@ -78,8 +74,8 @@ export class ContainerRuntime implements Runtime {
   }
 
   /** Throws a RuntimeUnavailableError saying what to install if runc cannot be used. */
-  static async check(): Promise<void> {
-    const res = await run([RUNC, '--version'], { allowFailure: true }).catch(() => undefined);
+  static async check(runcBin: string): Promise<void> {
+    const res = await run([runcBin, '--version'], { allowFailure: true }).catch(() => undefined);
     if (!res || res.exitCode !== 0) {
       throw new RuntimeUnavailableError('container', 'runc was not found: install it with `apt-get install runc` (or set RUNC_BIN)');
     }
@@ -120,7 +116,7 @@ export class ContainerRuntime implements Runtime {
     // Independent steps at once: each costs a process or two (tens of ms on a busy host).
     // All settle before a failure is thrown, so the cleanup never races a mount still being made.
     await allSettledOrThrow([
-      layerTemplate(spec.image.dir, this.diskMiB).then((template) => mountWritableLayer(template, layerFile, layer)),
+      layerTemplate(spec.image.dir, this.settings.diskMiB).then((template) => mountWritableLayer(template, layerFile, layer)),
       mountIdmapped(ids, [
         { source: spec.image.rootfs, target: imageView },
         { source: spec.configDir, target: configView },
@@ -156,7 +152,7 @@ export class ContainerRuntime implements Runtime {
     // only once its init is really gone: runc delete signals it, and the kernel then needs a
     // moment to tear the namespaces down.
     await cleanup.push(`container ${id}`, async () => {
-      await deleteContainer(this.names.runcRoot, id);
+      await deleteContainer(this.settings.runcBin, this.names.runcRoot, id);
       if (init && !(await waitForExit(init.pid, init.startTime, 10_000))) {
         throw new Error(`container init ${init.pid} is still alive 10 s after it was killed`);
       }
@@ -164,7 +160,7 @@ export class ContainerRuntime implements Runtime {
     record('container', path.join(this.names.runcRoot, id));
     // Created (namespaces made, init waiting) but not started: its limits are set before any
     // guest program runs, so none can take more inotify instances than its share.
-    await runcCreate(this.names.runcRoot, id, bundle, pidFile, consolePipe);
+    await runcCreate(this.settings.runcBin, this.names.runcRoot, id, bundle, pidFile, consolePipe);
 
     const pid = Number((await readFile(pidFile, 'utf8')).trim());
     const startTime = processStartTime(pid);
@@ -173,7 +169,7 @@ export class ContainerRuntime implements Runtime {
     record('process', `${pid}@${startTime}`);
     init = { pid, startTime };
     await limitUserNamespace(pid, this.settings);
-    await run([RUNC, '--root', this.names.runcRoot, 'start', id]);
+    await run([this.settings.runcBin, '--root', this.names.runcRoot, 'start', id]);
     const watcher = watchExit(pid, startTime);
     // Stop watching before the container is deleted, so a destroy is not reported as a crash.
     await cleanup.push(`watch ${id}`, () => watcher.stop());
@@ -199,7 +195,7 @@ export class ContainerRuntime implements Runtime {
   async list(): Promise<string[]> {
     const ids = new Set<string>();
     const root = this.names.runcRoot;
-    const res = await run([RUNC, '--root', root, 'list', '--format', 'json'], { allowFailure: true });
+    const res = await run([this.settings.runcBin, '--root', root, 'list', '--format', 'json'], { allowFailure: true });
     if (res.exitCode === 0 && res.stdout.trim() && res.stdout.trim() !== 'null') {
       for (const c of JSON.parse(res.stdout) as Array<{ id: string }>) {
         const id = this.names.sessionIdOf(c.id);
@@ -219,14 +215,14 @@ export class ContainerRuntime implements Runtime {
   /** A container of an earlier run, if runc still has it running. */
   async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint, consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS): Promise<AdoptedSandbox | undefined> {
     const id = this.names.container(sessionId);
-    const res = await run([RUNC, '--root', this.names.runcRoot, 'state', id], { allowFailure: true });
+    const res = await run([this.settings.runcBin, '--root', this.names.runcRoot, 'state', id], { allowFailure: true });
     if (res.exitCode !== 0) return undefined;
     const state = JSON.parse(res.stdout) as { status?: string; pid?: number };
     const startTime = state.pid ? processStartTime(state.pid) : undefined;
     if (state.status !== 'running' || !state.pid || !startTime) return undefined;
     const init = { pid: state.pid, startTime };
     return adoptedProcess("container's init", init, endpoint, sessionDir, consoleLog, async () => {
-      await deleteContainer(this.names.runcRoot, id);
+      await deleteContainer(this.settings.runcBin, this.names.runcRoot, id);
       if (!(await waitForExit(init.pid, init.startTime, 10_000))) throw new Error(`container init ${init.pid} is still alive 10 s after it was killed`);
       await removeRootfs(this.names.containerRootfs(sessionId));
       for (const target of await mountsUnder(sessionDir)) await unmount(target);
@@ -234,7 +230,7 @@ export class ContainerRuntime implements Runtime {
   }
 
   async reclaim(sessionId: string, sessionDir: string): Promise<void> {
-    await deleteContainer(this.names.runcRoot, this.names.container(sessionId));
+    await deleteContainer(this.settings.runcBin, this.names.runcRoot, this.names.container(sessionId));
     await removeRootfs(this.names.containerRootfs(sessionId));
     for (const target of await mountsUnder(sessionDir)) await unmount(target);
   }
@@ -254,13 +250,13 @@ async function removeRootfs(rootfs: string): Promise<void> {
   });
 }
 
-function runcCreate(root: string, id: string, bundle: string, pidFile: string, consolePipe: ConsolePipe): Promise<void> {
+function runcCreate(runcBin: string, root: string, id: string, bundle: string, pidFile: string, consolePipe: ConsolePipe): Promise<void> {
   // The container inherits runc's stdout and stderr: both are the console FIFO, which the
   // orchestrator copies into the capped log for the container's whole life. runc's own error
   // message lands in the same log, and its end is read back from it on failure.
   return new Promise<void>((resolve, reject) => {
     const child = withWriter(consolePipe, (fd) =>
-      spawn(RUNC, ['--root', root, 'create', '--bundle', bundle, '--pid-file', pidFile, id], { stdio: ['ignore', fd, fd] }),
+      spawn(runcBin, ['--root', root, 'create', '--bundle', bundle, '--pid-file', pidFile, id], { stdio: ['ignore', fd, fd] }),
     );
     child.on('error', reject);
     child.on('exit', (code) => {
@@ -275,8 +271,8 @@ function runcCreate(root: string, id: string, bundle: string, pidFile: string, c
 }
 
 /** Kills and deletes a container; a container that does not exist is not an error. */
-async function deleteContainer(root: string, id: string): Promise<void> {
-  const res = await run([RUNC, '--root', root, 'delete', '--force', id], { allowFailure: true, timeoutMs: 15_000 });
+async function deleteContainer(runcBin: string, root: string, id: string): Promise<void> {
+  const res = await run([runcBin, '--root', root, 'delete', '--force', id], { allowFailure: true, timeoutMs: 15_000 });
   if (res.exitCode !== 0 && !/does not exist|not exist|container not found/i.test(res.stderr)) {
     throw new Error(`runc delete ${id}: ${res.stderr.trim()}`);
   }

@@ -1,6 +1,6 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import type { Logger } from 'pino';
-import type { ContainerSettings } from '../../config.js';
+import type { ContainerSettings } from './settings.js';
 import { run } from '../../util/exec.js';
 
 /**

@@ -1,4 +1,4 @@
-import type { ContainerSettings } from '../../config.js';
+import type { ContainerSettings } from './settings.js';
 import { CONFIG_MOUNT, GUEST_INIT } from '../../guest/contract.js';
 import type { SandboxSpec } from '../runtime.js';
 import type { IdRange } from './idmapped-mount.js';

@@ -1,6 +1,5 @@
 import { mkdir, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
-import { envInt } from '../../config.js';
 import { run } from '../../util/exec.js';
 
 /**
@@ -11,13 +10,9 @@ import { run } from '../../util/exec.js';
  * against the sandbox's memory limit: a full disk would end in the OOM killer, not ENOSPC.)
  *
  * An empty filesystem of each size is made once next to the image and copied sparsely per
- * session (~2 MB, a few ms), so a create does not pay for mkfs.
+ * session (~2 MB, a few ms), so a create does not pay for mkfs. The size is a setting
+ * (ContainerSettings.diskMiB, settings.ts).
  */
-export function diskMiB(env: NodeJS.ProcessEnv = process.env): number {
-  const mib = envInt('SBX_DISK_MIB', 4096, env);
-  if (mib < 64 || mib > 1024 * 1024) throw new Error(`SBX_DISK_MIB must be between 64 and 1048576, got ${mib}`);
-  return mib;
-}
 
 const building = new Map<string, Promise<string>>();
 

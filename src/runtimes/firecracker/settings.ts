@@ -1,5 +1,6 @@
-import { envInt, vmUserSettingsFromEnv } from '../../config.js';
-import type { VmUserSettings } from '../vm-user-pool.js';
+import { envInt, envOnOff, envOptional, envString, parseScreenSize, type Env, type ScreenSize } from '../../util/env.js';
+import { sandboxMemoryMiBFromEnv } from '../sandbox-settings.js';
+import { vmUserSettingsFromEnv, type VmUserSettings } from '../vm-user-pool.js';
 
 /**
  * How the Firecracker runtime runs its microVMs. Read from the environment
@@ -41,11 +42,11 @@ export interface FirecrackerSettings {
    */
   snapshots: boolean;
   /** The template's screen (SBX_FC_TEMPLATE_SCREEN, default 1024x768) and memory (SBX_MEMORY_MIB). */
-  templateScreen: { width: number; height: number };
+  templateScreen: ScreenSize;
   templateMemoryMiB: number;
 }
 
-export function firecrackerSettingsFromEnv(env: NodeJS.ProcessEnv = process.env): FirecrackerSettings {
+export function firecrackerSettingsFromEnv(env: Env): FirecrackerSettings {
   for (const gone of ['SBX_FC_UID', 'SBX_FC_GID']) {
     if (env[gone]) throw new Error(`${gone} is no longer used: every VM runs under a uid/gid of its own from SBX_VM_UID_BASE (SBX_VM_UID_COUNT of them)`);
   }
@@ -56,32 +57,18 @@ export function firecrackerSettingsFromEnv(env: NodeJS.ProcessEnv = process.env)
   const vcpus = envInt('SBX_FC_VCPUS', 2, env);
   if (vcpus < 1 || vcpus > 32) throw new Error(`SBX_FC_VCPUS must be between 1 and 32 (Firecracker's range), got ${vcpus}`);
   return {
-    firecrackerBin: env.FIRECRACKER_BIN || undefined,
-    jailerBin: env.JAILER_BIN || undefined,
+    firecrackerBin: envOptional(env, 'FIRECRACKER_BIN'),
+    jailerBin: envOptional(env, 'JAILER_BIN'),
     jailer,
-    chrootBaseDir: env.SBX_FC_CHROOT_DIR || '/srv/jailer',
+    chrootBaseDir: envString(env, 'SBX_FC_CHROOT_DIR', '/srv/jailer'),
     vmUsers: vmUserSettingsFromEnv(env),
     vcpus,
-    kernel: env.SBX_FC_KERNEL || undefined,
-    initrd: env.SBX_FC_INITRD || undefined,
+    kernel: envOptional(env, 'SBX_FC_KERNEL'),
+    initrd: envOptional(env, 'SBX_FC_INITRD'),
     apiTimeoutMs: envInt('SBX_FC_API_TIMEOUT_MS', 10_000, env),
     bootTimeoutMs: envInt('SBX_FC_BOOT_TIMEOUT_MS', 30_000, env),
-    snapshots: onOff('SBX_FC_SNAPSHOTS', false, env),
-    templateScreen: screenSize(env.SBX_FC_TEMPLATE_SCREEN || '1024x768'),
-    templateMemoryMiB: envInt('SBX_MEMORY_MIB', 1024, env),
+    snapshots: envOnOff('SBX_FC_SNAPSHOTS', false, env),
+    templateScreen: parseScreenSize(envString(env, 'SBX_FC_TEMPLATE_SCREEN', '1024x768'), 'SBX_FC_TEMPLATE_SCREEN'),
+    templateMemoryMiB: sandboxMemoryMiBFromEnv(env),
   };
-}
-
-function onOff(name: string, fallback: boolean, env: NodeJS.ProcessEnv): boolean {
-  const raw = env[name];
-  if (raw === undefined || raw === '') return fallback;
-  if (raw === 'on') return true;
-  if (raw === 'off') return false;
-  throw new Error(`${name} must be on or off, got "${raw}"`);
-}
-
-function screenSize(text: string): { width: number; height: number } {
-  const match = /^(\d{3,4})x(\d{3,4})$/.exec(text);
-  if (!match) throw new Error(`SBX_FC_TEMPLATE_SCREEN must look like 1024x768, got "${text}"`);
-  return { width: Number(match[1]), height: Number(match[2]) };
 }

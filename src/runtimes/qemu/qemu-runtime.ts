@@ -1,7 +1,7 @@
 import { chmod, chown, rm } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import path from 'node:path';
-import type { QemuSettings } from '../../config.js';
+import type { QemuSettings } from './settings.js';
 import { buildConfigDrive } from '../../guest/config-drive.js';
 import { GUEST_SSH_PORT } from '../../guest/contract.js';
 import { guestKernelCmdline } from '../../guest/kernel-cmdline.js';

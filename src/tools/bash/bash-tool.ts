@@ -1,6 +1,7 @@
 import type { SessionManager } from '../../sessions/manager.js';
 import { errorResult, textResult, type ToolResult } from '../tool-result.js';
 import { ToolError } from '../tool-error.js';
+import type { Env } from '../../util/env.js';
 import { describeType } from '../input-checks.js';
 import { BashSession } from './bash-session.js';
 import type { CommandOutput, ShellOutcome } from './bash-shell.js';
@@ -141,8 +142,8 @@ function withOutput(output: string, message: string): ToolResult {
 }
 
 /** Reads SBX_BASH_TIMEOUT_SECONDS (a positive number of seconds), or the default. */
-export function bashTimeoutFromEnv(): number {
-  const raw = process.env.SBX_BASH_TIMEOUT_SECONDS;
+export function bashTimeoutFromEnv(env: Env): number {
+  const raw = env.SBX_BASH_TIMEOUT_SECONDS;
   if (raw === undefined || raw === '') return DEFAULT_BASH_TIMEOUT_SECONDS;
   const seconds = Number(raw);
   if (!Number.isFinite(seconds) || seconds <= 0) {

@@ -6,6 +6,7 @@
 import { accessSync, closeSync, constants, existsSync, openSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { run } from '../../../util/exec.js';
+import { commandSearchPath } from '../../../util/inherited-env.js';
 import { RuntimeUnavailableError } from '../../runtime.js';
 import type { CgroupVersion } from '../jailer/jailer-args.js';
 import type { FirecrackerSettings } from '../settings.js';
@@ -51,7 +52,7 @@ function readCpuFlags(): Set<string> | undefined {
 }
 
 /** An executable on PATH, or undefined. */
-export function findOnPath(command: string, searchPath = process.env.PATH ?? ''): string | undefined {
+export function findOnPath(command: string, searchPath = commandSearchPath()): string | undefined {
   for (const dir of searchPath.split(':')) {
     if (!dir) continue;
     const candidate = path.join(dir, command);

@@ -1,0 +1,85 @@
+import path from 'node:path';
+import { DEFAULT_CONSOLE_LOG_LIMITS, type ConsoleLogLimits } from '../runtimes/console-log.js';
+import { sandboxMemoryMiBFromEnv } from '../runtimes/sandbox-settings.js';
+import { atLeast, envInt, envString, parseScreenSize, positive, type Env, type ScreenSize } from '../util/env.js';
+import { defaultMaxSessions } from './capacity.js';
+
+/** What the session layer is told: where state lives, each sandbox's shape and limits, the clocks, capacity, the warm pool. */
+export interface SessionSettings {
+  /** Root of all per-session state: <stateDir>/<sessionId>/ holds keys, config and disks (SBX_STATE_DIR). */
+  stateDir: string;
+  /** Where built guest images are cached, by recipe hash (SBX_IMAGES_DIR, default <stateDir>/images). */
+  imagesDir: string;
+  /** X display number inside every guest (SBX_DISPLAY, default 99: DISPLAY=:99). */
+  display: number;
+  /** Idle timeout of a session unless the client asks for another (SBX_TIMEOUT_SECONDS, 300). */
+  defaultTimeoutSeconds: number;
+  /** The longest a session may live (SBX_MAX_LIFETIME_SECONDS, 3600), and its lifetime by default. */
+  maxLifetimeSeconds: number;
+  /** How long a sandbox may take from start to "SSH up and display answering" (SBX_BOOT_TIMEOUT_MS, 30 s). */
+  bootTimeoutMs: number;
+  /** Memory of each sandbox (SBX_MEMORY_MIB, 1024). */
+  memoryLimitMiB: number;
+  /** Processes in each sandbox (SBX_PIDS_LIMIT, 512). */
+  pidsLimit: number;
+  /** The screenshot after an action waits for the screen to settle, at most this long (SBX_SETTLE_MAX_MS, 2 s)... */
+  settleMaxMs: number;
+  /** ... judging it settled when two captures this far apart are identical (SBX_SETTLE_INTERVAL_MS, 100 ms). */
+  settleIntervalMs: number;
+  /** Sessions on this host (SBX_MAX_SESSIONS; default: as many as fit in its memory at memoryLimitMiB, at most 64). */
+  maxSessions: number;
+  /** Sessions per tenant (SBX_MAX_SESSIONS_PER_TENANT, 10). */
+  maxSessionsPerTenant: number;
+  /** Memory a create must leave to the host (SBX_MEMORY_RESERVE_MIB, 512): refused when MemAvailable minus this is below memoryLimitMiB. */
+  memoryReserveMiB: number;
+  /** Booted sandboxes kept ready to be claimed by a create (SBX_WARM_POOL_SIZE, 0: no warm pool). */
+  warmPoolSize: number;
+  /** The screen size of the warm pool's sandboxes (SBX_WARM_POOL_SCREEN, 1024x768): only creates of this size use the pool. */
+  warmPoolScreen: ScreenSize;
+  /**
+   * Console logs: each session's at most SBX_CONSOLE_LOG_MAX_BYTES on disk (default 4 MiB);
+   * failed sessions' kept logs at most SBX_KEPT_LOGS of them (100) and SBX_KEPT_LOGS_MAX_BYTES
+   * in all (64 MiB).
+   */
+  consoleLog: ConsoleLogLimits;
+}
+
+export const DEFAULT_STATE_DIR = '/var/lib/sandboxes';
+
+export function sessionSettingsFromEnv(env: Env): SessionSettings {
+  const stateDir = envString(env, 'SBX_STATE_DIR', DEFAULT_STATE_DIR);
+  const memoryLimitMiB = sandboxMemoryMiBFromEnv(env);
+  return {
+    stateDir,
+    imagesDir: imagesDirFromEnv(env, stateDir),
+    display: envInt('SBX_DISPLAY', 99, env),
+    defaultTimeoutSeconds: positive('SBX_TIMEOUT_SECONDS', envInt('SBX_TIMEOUT_SECONDS', 300, env)),
+    maxLifetimeSeconds: positive('SBX_MAX_LIFETIME_SECONDS', envInt('SBX_MAX_LIFETIME_SECONDS', 3600, env)),
+    bootTimeoutMs: envInt('SBX_BOOT_TIMEOUT_MS', 30_000, env),
+    memoryLimitMiB,
+    pidsLimit: envInt('SBX_PIDS_LIMIT', 512, env),
+    settleMaxMs: envInt('SBX_SETTLE_MAX_MS', 2_000, env),
+    settleIntervalMs: envInt('SBX_SETTLE_INTERVAL_MS', 100, env),
+    maxSessions: positive('SBX_MAX_SESSIONS', envInt('SBX_MAX_SESSIONS', defaultMaxSessions(memoryLimitMiB), env)),
+    maxSessionsPerTenant: positive('SBX_MAX_SESSIONS_PER_TENANT', envInt('SBX_MAX_SESSIONS_PER_TENANT', 10, env)),
+    memoryReserveMiB: envInt('SBX_MEMORY_RESERVE_MIB', 512, env),
+    warmPoolSize: warmPoolSize(envInt('SBX_WARM_POOL_SIZE', 0, env)),
+    warmPoolScreen: parseScreenSize(envString(env, 'SBX_WARM_POOL_SCREEN', '1024x768'), 'SBX_WARM_POOL_SCREEN'),
+    consoleLog: {
+      maxBytes: atLeast('SBX_CONSOLE_LOG_MAX_BYTES', envInt('SBX_CONSOLE_LOG_MAX_BYTES', DEFAULT_CONSOLE_LOG_LIMITS.maxBytes, env), 4096),
+      keptMaxCount: atLeast('SBX_KEPT_LOGS', envInt('SBX_KEPT_LOGS', DEFAULT_CONSOLE_LOG_LIMITS.keptMaxCount, env), 0),
+      keptMaxBytes: atLeast('SBX_KEPT_LOGS_MAX_BYTES', envInt('SBX_KEPT_LOGS_MAX_BYTES', DEFAULT_CONSOLE_LOG_LIMITS.keptMaxBytes, env), 0),
+    },
+  };
+}
+
+/** SBX_IMAGES_DIR, else <stateDir>/images: also for `serve --state-dir`, which moves the default. */
+export function imagesDirFromEnv(env: Env, stateDir: string): string {
+  return envString(env, 'SBX_IMAGES_DIR', path.join(stateDir, 'images'));
+}
+
+/** Checks a warm pool size (SBX_WARM_POOL_SIZE, `serve --warm-pool`). */
+export function warmPoolSize(value: number): number {
+  if (!Number.isInteger(value) || value < 0 || value > 64) throw new Error(`the warm pool size must be between 0 and 64, got ${value}`);
+  return value;
+}
