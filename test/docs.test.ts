@@ -81,7 +81,8 @@ const SYSTEM_VARIABLES = new Set(['PATH']);
 /**
  * The environment variables the code reads: every SBX_* name in the code (the settings
  * modules read them by name, e.g. envInt('SBX_PORT', ...), and error messages name them),
- * and every other name read as `env.NAME` or `env['NAME']`. Comments do not count: the
+ * and every other name read as `env.NAME`, `env['NAME']` or by the helpers of src/util/env.ts
+ * (`envOptional(env, 'NAME')`, `envString(env, 'NAME', ...)`). Comments do not count: the
  * source is first put through esbuild (the compiler tsx runs these tests with), which drops
  * them and leaves the code and its strings as they are.
  */
@@ -92,6 +93,7 @@ export function variablesReadIn(sourceText: string): Set<string> {
   for (const match of code.matchAll(/\benv\??\.([A-Z][A-Z0-9_]+)\b|\benv\[\s*["'`]([A-Z][A-Z0-9_]+)["'`]\s*\]/g)) {
     names.add((match[1] ?? match[2]) as string);
   }
+  for (const match of code.matchAll(/\benv[A-Z]\w*\(\s*(?:[\w.]+\s*,\s*)?["'`]([A-Z][A-Z0-9_]+)["'`]/g)) names.add(match[1] as string);
   for (const name of SYSTEM_VARIABLES) names.delete(name);
   return names;
 }
@@ -191,11 +193,12 @@ describe('docs', () => {
         '/** SBX_IN_A_DOC_COMMENT */',
         "const a = envInt('SBX_BY_NAME', 1);",
         'const b = process.env.SBX_THROUGH_ENV;',
+        "const helper = envOptional(env, 'HELPER_BIN');",
         'const c = env.OTHER_BIN ?? env["BRACKETED"] ?? process.env.PATH;',
         'throw new Error(`${x} SBX_IN_A_TEMPLATE=${y} and SBX_FC_* is a prefix`);',
       ].join('\n'),
     );
-    assert.deepEqual([...found].sort(), ['BRACKETED', 'OTHER_BIN', 'SBX_BY_NAME', 'SBX_IN_A_TEMPLATE', 'SBX_THROUGH_ENV']);
+    assert.deepEqual([...found].sort(), ['BRACKETED', 'HELPER_BIN', 'OTHER_BIN', 'SBX_BY_NAME', 'SBX_IN_A_TEMPLATE', 'SBX_THROUGH_ENV']);
   });
   it('docs/api.md has one row per error code the server answers with, with its status and the client error it maps to', () => {
     const rows = documentedErrors(readFileSync(API_DOC, 'utf8'));
