@@ -17,8 +17,9 @@ import { blockIoAvailable, deviceNumbers } from './block-io.js';
 import { idmappedMountsUnavailable, mountIdmapped, type IdRange } from './idmapped-mount.js';
 import { allowSshPort, limitUserNamespace, raiseHostInotifyLimits } from './namespace-limits.js';
 import { ociSpec } from './oci-spec.js';
-import { mountOverlay, mountsUnder, unmount } from './overlay.js';
-import { processStartTime, waitForExit, watchExit } from './process-watch.js';
+import { mountsUnder, unmount } from '../../host/mounts.js';
+import { mountOverlay } from './overlay.js';
+import { processStartTime, waitForExit, watchExit } from '../../host/process-watch.js';
 import { diskMiB, layerTemplate, mountWritableLayer } from './writable-layer.js';
 
 const RUNC = process.env.RUNC_BIN || 'runc';

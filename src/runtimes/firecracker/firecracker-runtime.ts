@@ -21,7 +21,7 @@ import {
   type SandboxSpec,
 } from '../runtime.js';
 import { adoptedProcess } from '../adopt-process.js';
-import { processStartTime } from '../container/process-watch.js';
+import { processStartTime } from '../../host/process-watch.js';
 import { killOrphan, spawnInNetns, spawnLogged, type VmProcess } from '../vm-process.js';
 import { FirecrackerClient } from './api/client.js';
 import { waitForApiSocket } from './api/wait-for-socket.js';

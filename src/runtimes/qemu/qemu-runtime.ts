@@ -22,7 +22,7 @@ import {
   type Runtime,
   type SandboxSpec,
 } from '../runtime.js';
-import { processStartTime } from '../container/process-watch.js';
+import { processStartTime } from '../../host/process-watch.js';
 import { hostTscKhz, probeKvm } from './accelerator.js';
 import { createOverlay } from './overlay-disk.js';
 import { macAddressFor, qemuArgv, TCG_TB_SIZE_MIB } from './qemu-command.js';
