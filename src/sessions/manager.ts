@@ -137,14 +137,14 @@ export class SessionManager {
       opts.capacity ??
       new CapacityGate({ maxSessions: defaultMaxSessions(opts.memoryMiB), maxSessionsPerTenant: 10, sessionMemoryMiB: opts.memoryMiB, memoryReserveMiB: 512 });
     this.pool = new AddressPool(opts.subnet);
-    this.policy = new NetworkPolicy(opts.names, opts.subnet, opts.log, opts.runtime.hostOnlySources);
+    this.policy = new NetworkPolicy(opts.names, opts.subnet, opts.log, opts.runtime.capabilities.hostOnlySources);
     this.policyGuard = new PolicyGuard(this.policy, {
       intervalMs: opts.networkPolicyCheckMs ?? 3_000,
       onRepair: () => opts.metrics.networkPolicyRepairs.inc(),
       log: opts.log.child({ part: 'network-policy' }),
     });
     const warm = opts.warmPool;
-    if (warm && !opts.runtime.configDirIsLive) {
+    if (warm && !opts.runtime.capabilities.configDirIsLive) {
       if (warm.size > 0) {
         opts.log.warn(
           { runtime: opts.runtime.name },

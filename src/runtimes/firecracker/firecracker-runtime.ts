@@ -18,6 +18,7 @@ import {
   type RecordResource,
   type RunningSandbox,
   type Runtime,
+  type RuntimeCapabilities,
   type SandboxSpec,
 } from '../runtime.js';
 import { adoptedProcess } from '../adopt-process.js';
@@ -79,15 +80,12 @@ interface BootedVm {
  */
 export class FirecrackerRuntime implements Runtime {
   readonly name = 'firecracker' as const;
-  readonly networkAttachment = 'tap' as const;
   readonly accelerator = 'kvm' as const;
   /** The uids/gids the jailed VMs run under, one each. */
   readonly users: VmUserPool;
   /** Jailed only: each VM's own uid/gid, leased before its network (its TAP is made owned by it). */
   readonly leaseVmUser: ((cleanup: CleanupStack, record?: RecordResource) => Promise<TapOwner>) | undefined;
-  /** With snapshots, a clone answers the host from its template's address during rotation. */
-  readonly hostOnlySources: readonly string[];
-  readonly bootTimeoutMs: number;
+  readonly capabilities: RuntimeCapabilities;
   /** Ready template snapshots, by `<image hash>/<width>x<height>` (see prepare). */
   private readonly templates = new Map<string, TemplateSnapshot>();
 
@@ -99,8 +97,15 @@ export class FirecrackerRuntime implements Runtime {
     if (!host.jailerBin && settings.jailer !== 'off') throw new RuntimeUnavailableError('firecracker', unjailedRefusal());
     this.users = new VmUserPool(vmUserRange(settings.vmUsers, names.prefix));
     this.leaseVmUser = host.jailerBin ? (cleanup, record) => this.users.lease(cleanup, record) : undefined;
-    this.bootTimeoutMs = settings.bootTimeoutMs;
-    this.hostOnlySources = settings.snapshots ? [templateAddress(names.prefix).guest] : [];
+    this.capabilities = {
+      networkAttachment: 'tap',
+      guestConfiguresNetwork: true,
+      configDirIsLive: false,
+      bootTimeoutMs: settings.bootTimeoutMs,
+      // With snapshots, a clone answers the host from its template's address during rotation.
+      hostOnlySources: settings.snapshots ? [templateAddress(names.prefix).guest] : [],
+      sharesHostKernel: false,
+    };
   }
 
   /** Checks the host (KVM, binaries, jailer); throws a RuntimeUnavailableError naming everything missing. */
@@ -309,7 +314,7 @@ export class FirecrackerRuntime implements Runtime {
       };
       const vm = await this.boot(spec, cleanup);
       if (!vm.layout) throw new Error('a template needs the jailer');
-      await waitForDesktop(address.guest, keys, Date.now() + this.bootTimeoutMs, vm.sandbox.isAlive);
+      await waitForDesktop(address.guest, keys, Date.now() + this.capabilities.bootTimeoutMs, vm.sandbox.isAlive);
       await runSteps(snapshotCreateSteps(vm.layout.snapshot.jailPaths), vm.client);
       await vm.vmm.stop(500); // paused: there is no guest to power off
       return await saveTemplate(

@@ -20,6 +20,7 @@ import {
   type ExitInfo,
   type RunningSandbox,
   type Runtime,
+  type RuntimeCapabilities,
   type SandboxSpec,
 } from '../runtime.js';
 import { processStartTime } from '../../host/process-watch.js';
@@ -68,8 +69,7 @@ const DEFAULT_BOOT_TIMEOUT_MS: Record<Accelerator, number> = { kvm: 30_000, tcg:
  */
 export class QemuRuntime implements Runtime {
   readonly name = 'qemu' as const;
-  readonly networkAttachment = 'tap' as const;
-  readonly bootTimeoutMs: number;
+  readonly capabilities: RuntimeCapabilities;
   /** The uids/gids the VMs run under, one each. */
   readonly users: VmUserPool;
   private readonly cgroupVersion: CgroupVersion = hostCgroupVersion();
@@ -82,8 +82,21 @@ export class QemuRuntime implements Runtime {
     readonly acceleratorReason: string,
     private readonly tscKhz: number | undefined,
   ) {
-    this.bootTimeoutMs = settings.bootTimeoutMs ?? DEFAULT_BOOT_TIMEOUT_MS[accelerator];
+    this.capabilities = {
+      networkAttachment: 'tap',
+      guestConfiguresNetwork: true,
+      // A config drive is copied at boot: the warm pool cannot hand it a new key.
+      configDirIsLive: false,
+      bootTimeoutMs: settings.bootTimeoutMs ?? DEFAULT_BOOT_TIMEOUT_MS[accelerator],
+      hostOnlySources: [],
+      sharesHostKernel: false,
+    };
     this.users = new VmUserPool(vmUserRange(settings.vmUsers ?? {}, names.prefix));
+  }
+
+  /** How the VMs run, for the start-up log. */
+  describe(): string {
+    return `qemu (${this.accelerator}: ${this.acceleratorReason}), each VM as a uid/gid of its own from ${this.users.range.base}`;
   }
 
   leaseVmUser(cleanup: CleanupStack, record?: RecordResource): Promise<TapOwner> {
