@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
-# The second command of the README: set everything up (packages, npm, guest image), then run
-# the whole suite against real sandboxes. Needs root; tests run one file at a time because
-# each starts an orchestrator that owns the host's sandboxes.
+# The second command of the README: set everything up (packages, npm, guest image), check the
+# types, then run the tests in two tiers:
+#   1. the unit tier (test/unit/*.test.ts): no root, no sandbox, under a minute; it runs first
+#      so that a broken state machine or layering (layering.test.ts) is reported before any
+#      sandbox boots;
+#   2. the real-sandbox tier (test/*.test.ts): root, real runc/QEMU/Xvfb/sshd/nftables, one
+#      file at a time because each starts an orchestrator that owns the host's sandboxes.
+# With arguments, runs just those test files (after the same checks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 npm run --silent typecheck
-if [ $# -eq 0 ]; then set -- test/*.test.ts; fi
-exec node --import tsx --test --test-concurrency=1 --test-reporter=spec "$@"
+run_tests() { node --import tsx --test --test-concurrency=1 --test-reporter=spec "$@"; }
+if [ $# -gt 0 ]; then
+  run_tests "$@"
+  exit
+fi
+run_tests test/unit/*.test.ts
+run_tests test/*.test.ts

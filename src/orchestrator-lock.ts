@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { rename, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
-import { processStartTime } from './runtimes/container/process-watch.js';
+import { processStartTime } from './host/process-watch.js';
 
 /**
  * One orchestrator per resource prefix per host. Two orchestrators with one prefix would each

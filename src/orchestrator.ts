@@ -79,8 +79,8 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
   const names = new ResourceNames(config.resourcePrefix);
   const { qemu, firecracker, container } = config.runtimes;
   const selection = options.runtime ?? (await selectRuntime(config.runtime, names, qemu, firecracker, container));
-  log.info({ runtime: selection.runtime.name, reason: selection.reason }, 'runtime selected');
-  if (config.runtime === 'auto' && selection.runtime.name === 'container' && keys.hasUnrevokedKeys()) {
+  log.info({ runtime: selection.runtime.name, reason: selection.reason, how: selection.runtime.describe() }, 'runtime selected');
+  if (config.runtime === 'auto' && selection.runtime.capabilities.sharesHostKernel && keys.hasUnrevokedKeys()) {
     warnContainersAreTheBoundary(log, selection.reason);
   }
   await selection.runtime.prepareHost?.(config.maxSessions + config.warmPoolSize, log.child({ runtime: selection.runtime.name }));

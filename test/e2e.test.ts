@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { isProcessAlive, processStartTime } from '../src/runtimes/container/process-watch.js';
+import { isProcessAlive, processStartTime } from '../src/host/process-watch.js';
 import type { GuestConnection } from '../src/transport/ssh-connection.js';
 import { connectToGuest, guestAddress, guestSh, pngSize } from './helpers/guest.js';
 import { act, assertClickArrives, assertScreenshotSize, assertTypesLiterally } from './helpers/desktop-checks.js';

@@ -258,8 +258,8 @@ describe('runtime selection', () => {
     const picked = await selectRuntime('qemu', new ResourceNames('tst-'), { ...qemuSettingsFromEnv({}), accel: 'tcg' }, firecrackerSettingsFromEnv(process.env), containerSettingsFromEnv(process.env));
     const runtime = picked.runtime as QemuRuntime;
     assert.equal(runtime.accelerator, 'tcg');
-    assert.equal(runtime.networkAttachment, 'tap');
-    assert.equal(runtime.bootTimeoutMs, 90_000);
+    assert.equal(runtime.capabilities.networkAttachment, 'tap');
+    assert.equal(runtime.capabilities.bootTimeoutMs, 90_000);
     assert.match(picked.reason, /tcg: SBX_QEMU_ACCEL=tcg/);
   });
 });

@@ -9,7 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import { ResourceNames } from '../src/network/names.js';
 import { lockFilePath, OrchestratorLockedError, takeOrchestratorLock } from '../src/orchestrator-lock.js';
-import { isProcessAlive, processStartTime } from '../src/runtimes/container/process-watch.js';
+import { isProcessAlive, processStartTime } from '../src/host/process-watch.js';
 import { run } from '../src/util/exec.js';
 import { pngSize } from './helpers/guest.js';
 import { hostTrace } from './helpers/host.js';

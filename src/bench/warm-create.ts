@@ -6,7 +6,7 @@ import type { SessionManager } from '../sessions/manager.js';
  * Create-to-ready from the warm pool, over the API: the pool is grown to one sandbox, and
  * each create is timed once that sandbox is ready and no refill is booting (a refill running
  * during the create would measure the refill's boot, not the claim). Returns [] when the
- * runtime cannot have a pool (see Runtime.configDirIsLive).
+ * runtime cannot have a pool (see RuntimeCapabilities.configDirIsLive).
  */
 export async function measureWarmCreates(manager: SessionManager, client: SandboxClient, n: number): Promise<number[]> {
   try {

@@ -1,4 +1,4 @@
-import { watchExit } from './container/process-watch.js';
+import { watchExit } from '../host/process-watch.js';
 import type { ConsoleLogLimits } from './console-log.js';
 import { consoleLogPathOf, reattachConsole } from './console-pipe.js';
 import type { AdoptedSandbox, RunningSandbox } from './runtime.js';

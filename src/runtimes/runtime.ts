@@ -77,43 +77,62 @@ export interface RunningSandbox {
 }
 
 /**
- * One narrow interface per backend (container, qemu, firecracker); nothing above it knows
- * which one runs. `start` pushes a release for every resource it takes onto `cleanup`, so a
- * start that fails half-way, and a later destroy, free exactly what was taken.
+ * What a runtime can and needs, as data (containerd's model: a few required methods, the
+ * differences between backends said here), so that nothing above the runtime asks which one
+ * it is.
  */
-export interface Runtime {
-  readonly name: RuntimeName;
+export interface RuntimeCapabilities {
   /**
-   * How the sandbox joins its network namespace (default 'veth': the netns end of the veth
-   * is the guest's eth0). VMs need 'tap': a TAP bridged with the veth end. See netns.ts.
+   * How the sandbox joins its network namespace. 'veth': the netns end of the veth is the
+   * guest's eth0. 'tap' (VMs): a TAP bridged with the veth end. See netns.ts.
    */
-  readonly networkAttachment?: NetworkAttachment;
-  /** With 'tap': who must own the TAP, when the VMM opens it after dropping root. */
-  readonly tapOwner?: TapOwner;
+  readonly networkAttachment: NetworkAttachment;
   /**
-   * Source addresses the network policy lets through to the host from any sandbox veth, on
-   * top of each sandbox's own lease (anti-spoofing): the Firecracker template address that
-   * a snapshot clone answers from while the host rotates its keys.
+   * True when the guest configures its own eth0 from sandbox.env (a VM's kernel sees a bare
+   * NIC); false when the host has configured it already (a container's netns end of the veth).
    */
-  readonly hostOnlySources?: readonly string[];
-  /**
-   * VM runtimes: a uid/gid of the sandbox's own for its VMM (vm-user-pool.ts), leased before
-   * its network is made (the TAP is created owned by it), released by `cleanup`.
-   */
-  leaseVmUser?(cleanup: CleanupStack, record?: RecordResource): Promise<TapOwner>;
-  /**
-   * The boot timeout this runtime needs when it is longer than the orchestrator-wide one
-   * (SBX_BOOT_TIMEOUT_MS): a VM under TCG takes many times a container's start-up. The
-   * longer of the two applies.
-   */
-  readonly bootTimeoutMs?: number;
+  readonly guestConfiguresNetwork: boolean;
   /**
    * True when the guest sees the host's config directory itself (a bind mount of the
    * directory), so that a file renamed into it on the host is what the guest reads next:
    * the warm pool hands a sandbox to a new client key this way. A config drive (VMs) is
    * copied at boot, so it is not live.
    */
-  readonly configDirIsLive?: boolean;
+  readonly configDirIsLive: boolean;
+  /**
+   * The boot timeout this runtime needs (0: none of its own). A VM under TCG takes many times
+   * a container's start-up: the longer of this and SBX_BOOT_TIMEOUT_MS applies.
+   */
+  readonly bootTimeoutMs: number;
+  /**
+   * Source addresses the network policy lets through to the host from any sandbox veth, on
+   * top of each sandbox's own lease (anti-spoofing): the Firecracker template address that
+   * a snapshot clone answers from while the host rotates its keys.
+   */
+  readonly hostOnlySources: readonly string[];
+  /**
+   * True when the guest runs on the host's own kernel (containers): the kernel is then the
+   * isolation boundary, which the start-up log warns about when keys are handed out.
+   */
+  readonly sharesHostKernel: boolean;
+}
+
+/**
+ * One narrow interface per backend (container, qemu, firecracker); nothing above it knows
+ * which one runs. `start` pushes a release for every resource it takes onto `cleanup`, so a
+ * start that fails half-way, and a later destroy, free exactly what was taken.
+ */
+export interface Runtime {
+  /** Recorded with each session and said in logs and /v1/health; never branched on above. */
+  readonly name: RuntimeName;
+  readonly capabilities: RuntimeCapabilities;
+  /** How this runtime runs its sandboxes, one line for the start-up log. */
+  describe(): string;
+  /**
+   * VM runtimes that drop root: a uid/gid of the sandbox's own for its VMM (vm-user-pool.ts),
+   * leased before its network is made (the TAP is created owned by it), released by `cleanup`.
+   */
+  leaseVmUser?(cleanup: CleanupStack, record?: RecordResource): Promise<TapOwner>;
   start(spec: SandboxSpec, cleanup: CleanupStack): Promise<RunningSandbox>;
   /**
    * Work done once per guest image before sessions are served (the Firecracker runtime's
@@ -133,7 +152,7 @@ export interface Runtime {
    * or a restart), or undefined if it is gone. `release` frees what the runtime holds for
    * it, as a destroy would.
    */
-  adopt?(sessionId: string, sessionDir: string, endpoint: GuestEndpoint, consoleLog?: ConsoleLogLimits): Promise<AdoptedSandbox | undefined>;
+  adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint, consoleLog?: ConsoleLogLimits): Promise<AdoptedSandbox | undefined>;
   /** Removes whatever this runtime left of a sandbox it no longer tracks. Idempotent. */
   reclaim(sessionId: string, sessionDir: string): Promise<void>;
 }

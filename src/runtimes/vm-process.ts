@@ -7,7 +7,7 @@
 import { spawn } from 'node:child_process';
 import { readdir, readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { isProcessAlive, processStartTime, waitForExit } from './container/process-watch.js';
+import { isProcessAlive, processStartTime, waitForExit } from '../host/process-watch.js';
 import { withWriter, type ConsolePipe } from './console-pipe.js';
 
 export interface VmExit {

@@ -36,7 +36,7 @@ const ADOPT_TIMEOUT_MS = 10_000;
  */
 export async function adoptSession(record: SessionRecord, ctx: AdoptContext): Promise<Session | undefined> {
   const log = ctx.log.child({ sessionId: record.id, tenant: record.tenant });
-  if (record.state !== 'ready' || record.pooled || record.addressIndex === null || !ctx.runtime.adopt) return undefined;
+  if (record.state !== 'ready' || record.pooled || record.addressIndex === null) return undefined;
   const sessionDir = sessionDirOf(ctx.stateDir, record.id);
   if (record.addressIndex >= ctx.pool.size) {
     // SBX_SUBNET changed since: the stored lease is not an address of this run.

@@ -53,7 +53,7 @@ export function configDirOf(stateDir: string, sessionId: string): string {
 export interface StartedSandbox {
   sandbox: RunningSandbox;
   keys: SessionKeys;
-  /** The boot deadline, stretched for runtimes that need longer (see Runtime.bootTimeoutMs). */
+  /** The boot deadline, stretched for runtimes that need longer (see RuntimeCapabilities.bootTimeoutMs). */
   deadline: number;
   logsDir: string;
 }
@@ -126,7 +126,7 @@ async function startSandbox(session: Session, lease: AddressLease, ctx: BootCont
       SANDBOX_WIDTH: width,
       SANDBOX_HEIGHT: height,
       SANDBOX_DEPTH: 24,
-      SANDBOX_NET_CONFIGURE: ctx.runtime.name === 'container' ? 0 : 1,
+      SANDBOX_NET_CONFIGURE: ctx.runtime.capabilities.guestConfiguresNetwork ? 1 : 0,
       SANDBOX_ADDRESS: `${lease.guest}/${lease.prefixLength}`,
       SANDBOX_GATEWAY: lease.gateway,
     }),
@@ -141,10 +141,10 @@ async function startSandbox(session: Session, lease: AddressLease, ctx: BootCont
   const vmUser = await ctx.runtime.leaseVmUser?.(session.cleanup, record);
   record('netns', ctx.names.netns(id));
   record('veth', ctx.names.hostVeth(id));
-  const network = await createSandboxNetwork(ctx.names, id, lease, session.cleanup, ctx.runtime.networkAttachment, vmUser ?? ctx.runtime.tapOwner);
+  const network = await createSandboxNetwork(ctx.names, id, lease, session.cleanup, ctx.runtime.capabilities.networkAttachment, vmUser);
   step('network');
   // A VM under TCG needs longer than the orchestrator-wide boot timeout: the longer applies.
-  const deadline = Math.max(ctx.deadline, Date.now() + (ctx.runtime.bootTimeoutMs ?? 0));
+  const deadline = Math.max(ctx.deadline, Date.now() + ctx.runtime.capabilities.bootTimeoutMs);
   const logsDir = logsDirOf(ctx.stateDir);
   const sandbox = await ctx.runtime.start(
     {

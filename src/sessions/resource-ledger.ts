@@ -2,9 +2,9 @@ import { rm, rmdir } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { deleteLink, deleteNetns } from '../network/netns.js';
-import { unmount } from '../runtimes/container/overlay.js';
-import { isProcessAlive, waitForExit } from '../runtimes/container/process-watch.js';
-import { removeCgroupDir } from '../runtimes/firecracker/jailer/cgroup.js';
+import { unmount } from '../host/mounts.js';
+import { isProcessAlive, waitForExit } from '../host/process-watch.js';
+import { removeCgroupDir } from '../host/cgroups.js';
 import { RESOURCE_KINDS, type ResourceKind } from '../runtimes/runtime.js';
 import { run } from '../util/exec.js';
 

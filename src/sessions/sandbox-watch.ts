@@ -1,5 +1,5 @@
 import { access } from 'node:fs/promises';
-import { isProcessAlive, processStartTime } from '../runtimes/container/process-watch.js';
+import { isProcessAlive, processStartTime } from '../host/process-watch.js';
 
 /**
  * Watches what a live sandbox cannot do without, whatever its runtime: its top process (the

@@ -44,3 +44,11 @@ export class Session {
     return this.record.id;
   }
 }
+
+/** A session whose desktop answers: its connection and computer are there, not optional. */
+export type ReadySession = Session & { readonly connection: GuestConnection; readonly computer: ComputerTool };
+
+/** True once creation attached the session's connection and desktop (see boot.ts). */
+export function hasDesktop(session: Session): session is ReadySession {
+  return session.connection !== undefined && session.computer !== undefined;
+}

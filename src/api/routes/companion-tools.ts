@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { InvalidRequestError, OrchestratorError } from '../../errors.js';
-import type { SessionManager } from '../../sessions/manager.js';
+import type { ToolSessions } from '../../sessions/ports.js';
 import { BashTool } from '../../tools/bash/bash-tool.js';
 import { COMMANDS } from '../../tools/editor/editor-input.js';
 import { EditorTool } from '../../tools/editor/editor-tool.js';
@@ -9,7 +9,7 @@ import { errorResult, type ToolResult } from '../../tools/tool-result.js';
 import { sessionIdParams } from '../schemas.js';
 
 export interface CompanionToolOptions {
-  manager: SessionManager;
+  manager: ToolSessions;
   /** X display number in the guests (the orchestrator's config: SBX_DISPLAY). */
   display: number;
   /** Per-command timeout of the bash tool (the orchestrator's config: SBX_BASH_TIMEOUT_SECONDS). */

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { DesktopError } from '../../computer/desktop.js';
 import { InvalidRequestError } from '../../errors.js';
-import type { SessionManager } from '../../sessions/manager.js';
+import type { ComputerActions } from '../../sessions/ports.js';
 import { errorResult, imageContent, type ToolResult } from '../../tools/tool-result.js';
 import { actionBody, sessionIdParams } from '../schemas.js';
 
@@ -12,7 +12,7 @@ const errors = { 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 410: { $ref: 
  * is the model's tool_use input as sent; the answer is the tool_result content, with
  * is_error for mistakes the model can correct (HTTP 200, so the loop just forwards it).
  */
-export async function computerToolRoutes(app: FastifyInstance, opts: { manager: SessionManager }): Promise<void> {
+export async function computerToolRoutes(app: FastifyInstance, opts: { manager: ComputerActions }): Promise<void> {
   app.post<{ Params: { id: string }; Body: unknown }>(
     '/v1/sessions/:id/tools/computer',
     {

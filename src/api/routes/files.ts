@@ -1,6 +1,6 @@
 import path from 'node:path';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { SessionManager } from '../../sessions/manager.js';
+import type { FileSessions } from '../../sessions/ports.js';
 import { attachmentDisposition } from '../../files/content-disposition.js';
 import { FileTooLargeError } from '../../files/errors.js';
 import { SandboxFiles } from '../../files/sandbox-files.js';
@@ -8,7 +8,7 @@ import { MAX_PATH_LENGTH, sandboxPath } from '../../files/sandbox-path.js';
 import { sessionIdParams } from '../schemas.js';
 
 export interface FileRoutesOptions {
-  manager: SessionManager;
+  manager: FileSessions;
   /** Largest file in either direction (the orchestrator's config: SBX_MAX_FILE_BYTES). */
   maxFileBytes: number;
 }

@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
-import type { SessionManager, SessionTimeoutUpdate } from '../../sessions/manager.js';
+import type { SessionTimeouts } from '../../sessions/ports.js';
+import type { SessionTimeoutUpdate } from '../../sessions/clocks.js';
 import { SMALL_BODY_LIMIT_BYTES } from '../limits.js';
 import { keepaliveBody, sessionIdParams, updateSessionBody } from '../schemas.js';
 
@@ -17,7 +18,7 @@ const errors = { 400: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 
  *   grow up to the orchestrator's maximum and never past it.
  * Both answer the session, with its new expiresAt and lifetimeEndsAt.
  */
-export async function sessionTimeoutRoutes(app: FastifyInstance, opts: { manager: SessionManager }): Promise<void> {
+export async function sessionTimeoutRoutes(app: FastifyInstance, opts: { manager: SessionTimeouts }): Promise<void> {
   const { manager } = opts;
 
   app.post<{ Params: IdParams; Body: { timeoutSeconds?: number } }>(

@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
-import type { CreateSessionOptions, SessionManager } from '../../sessions/manager.js';
+import type { SessionDirectory, ComputerActions } from '../../sessions/ports.js';
+import type { CreateSessionOptions } from '../../sessions/session-request.js';
 import { SMALL_BODY_LIMIT_BYTES } from '../limits.js';
 import { actionBody, createSessionBody, sessionIdParams } from '../schemas.js';
 
@@ -10,7 +11,7 @@ interface IdParams {
 const errors = { 400: { $ref: 'Error#' }, 401: { $ref: 'Error#' }, 413: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 410: { $ref: 'Error#' }, 502: { $ref: 'Error#' }, 503: { $ref: 'Error#' } };
 
 /** /v1/sessions: create, list, inspect, destroy, screenshot, act. */
-export async function sessionRoutes(app: FastifyInstance, opts: { manager: SessionManager }): Promise<void> {
+export async function sessionRoutes(app: FastifyInstance, opts: { manager: SessionDirectory & ComputerActions }): Promise<void> {
   const { manager } = opts;
 
   app.post<{ Body: CreateSessionOptions }>(

@@ -1,9 +1,9 @@
 import type { FastifyInstance } from 'fastify';
 import type { Metrics } from '../../metrics/metrics.js';
-import type { SessionManager } from '../../sessions/manager.js';
+import type { SystemStatus } from '../../sessions/ports.js';
 
 /** Health, Prometheus metrics and the OpenAPI document. */
-export async function systemRoutes(app: FastifyInstance, opts: { manager: SessionManager; metrics: Metrics }): Promise<void> {
+export async function systemRoutes(app: FastifyInstance, opts: { manager: SystemStatus; metrics: Metrics }): Promise<void> {
   app.get(
     '/healthz',
     {

@@ -16,47 +16,22 @@
  * Everything runs as argv arrays (never a shell string), and every change to the rootfs
  * runs through chroot, so that paths resolve inside the rootfs, never on the host.
  */
-import { spawn } from 'node:child_process';
 import { createWriteStream, type WriteStream } from 'node:fs';
-import { chmod, copyFile, mkdir, readdir, readFile, realpath, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, copyFile, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { GUEST_INIT } from '../contract.js';
 import { GUEST_ROOT_DEVICE } from '../kernel-cmdline.js';
 import { createImageFile, mkfsExt4Argv, rootImageSize } from './ext4-image.js';
 import { buildInitrd } from './initrd.js';
-import { guestFilesDir, INITRD_ROOT_WAIT_SECONDS, RECIPE, recipeHash, BUILDER_VERSION, type GuestRecipe } from './recipe.js';
-import { inheritedEnv } from '../../util/inherited-env.js';
+import { guestFilesDir, INITRD_ROOT_WAIT_SECONDS, RECIPE, recipeHash, BUILDER_VERSION } from './recipe.js';
+import { removeStaleBuilds, removeTree } from './build-dirs.js';
+import { CommandError, execLogged, isErrnoCode, type ExecOptions } from './build-exec.js';
+import { EXT4, findImage, imageAt, INITRD, isDirectory, KERNEL, MANIFEST, ROOTFS, type GuestImage, type ImageManifest } from './image-store.js';
 import { truncateTimestamps } from './timestamps.js';
 import { fetchVmPackages, type VmPackages } from './vm-packages.js';
 
-export interface GuestImage {
-  hash: string;
-  /** <imagesDir>/<hash> */
-  dir: string;
-  /** <dir>/rootfs: the root filesystem as a directory. */
-  rootfs: string;
-  /** <dir>/rootfs.ext4: the same tree as an ext4 image, shared read-only by every VM. */
-  ext4: string;
-  /** <dir>/vmlinuz: the guest kernel for the VM runtimes. */
-  kernel: string;
-  /** <dir>/initrd.img: loads the kernel's virtio modules and mounts the root disk. */
-  initrd: string;
-}
-
-/** Written to <dir>/manifest.json. */
-export interface ImageManifest {
-  hash: string;
-  builderVersion: number;
-  recipe: GuestRecipe;
-  builtAt: string;
-  /** Paths relative to the image directory. */
-  artifacts: { rootfs: string; ext4: string; kernel: string; initrd: string };
-  /** What the VM artifacts were made of. */
-  vm: { kernelPackage: string; kernelRelease: string; initrdModules: string[]; initrdBytes: number; ext4Bytes: number };
-  durationsMs: { debootstrap: number; configure: number; vm: number; total: number };
-  rootfsBytes: number;
-}
+export { findImage, type GuestImage, type ImageManifest } from './image-store.js';
 
 export interface BuildOptions {
   imagesDir: string;
@@ -66,42 +41,7 @@ export interface BuildOptions {
   onProgress?: (line: string) => void;
 }
 
-const MANIFEST = 'manifest.json';
-const ROOTFS = 'rootfs';
-const EXT4 = 'rootfs.ext4';
-const KERNEL = 'vmlinuz';
-const INITRD = 'initrd.img';
 const TOTAL_STEPS = 10;
-
-/** The current recipe's image, if it has been built (and completed). */
-export async function findImage(imagesDir: string): Promise<GuestImage | undefined> {
-  const hash = recipeHash();
-  const dir = join(imagesDir, hash);
-  let manifest: ImageManifest;
-  try {
-    manifest = JSON.parse(await readFile(join(dir, MANIFEST), 'utf8')) as ImageManifest;
-  } catch {
-    return undefined;
-  }
-  if (manifest.hash !== hash) return undefined;
-  const image = imageAt(dir, hash, manifest.artifacts);
-  if (!(await isDirectory(image.rootfs))) return undefined;
-  for (const file of [image.ext4, image.kernel, image.initrd]) {
-    if (!(await isFile(file))) return undefined;
-  }
-  return image;
-}
-
-function imageAt(dir: string, hash: string, artifacts: ImageManifest['artifacts']): GuestImage {
-  return {
-    hash,
-    dir,
-    rootfs: join(dir, artifacts.rootfs),
-    ext4: join(dir, artifacts.ext4),
-    kernel: join(dir, artifacts.kernel),
-    initrd: join(dir, artifacts.initrd),
-  };
-}
 
 // One build per image at a time within this process; concurrent callers share it.
 const buildsInProgress = new Map<string, Promise<GuestImage>>();
@@ -451,152 +391,4 @@ class ImageBuild {
   private logLine(line: string): void {
     this.log?.write(line + '\n');
   }
-}
-
-interface ExecOptions {
-  stdin?: Buffer;
-  /** Every line of stdout and stderr. */
-  onLine?: (line: string) => void;
-}
-
-class CommandError extends Error {
-  constructor(
-    message: string,
-    readonly exitCode: number | undefined,
-    readonly lastLines: string[],
-  ) {
-    super(message);
-  }
-}
-
-const HOW_TO_INSTALL: Record<string, string> = {
-  debootstrap: 'apt-get install debootstrap',
-  'mkfs.ext4': 'apt-get install e2fsprogs',
-};
-
-/** Runs argv (no shell) and resolves on exit 0; lines of output go to onLine. */
-function execLogged(command: string, args: string[], options: ExecOptions): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, {
-      stdio: [options.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
-      env: inheritedEnv({
-        PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-        LC_ALL: 'C',
-        DEBIAN_FRONTEND: 'noninteractive',
-      }),
-    });
-    const lastLines: string[] = [];
-    const onLine = (line: string) => {
-      lastLines.push(line);
-      if (lastLines.length > 3) lastLines.shift();
-      options.onLine?.(line);
-    };
-    splitLines(child.stdout, onLine);
-    splitLines(child.stderr, onLine);
-    if (options.stdin && child.stdin) child.stdin.end(options.stdin);
-    child.on('error', (error) => {
-      const hint = HOW_TO_INSTALL[command];
-      reject(
-        isErrnoCode(error, 'ENOENT')
-          ? new CommandError(`${command} not found${hint ? `: ${hint}` : ''}`, undefined, [])
-          : error,
-      );
-    });
-    child.on('close', (code, signal) => {
-      if (code === 0) return resolve();
-      const status = signal ? `signal ${signal}` : `exit ${code}`;
-      const detail = lastLines.length ? `: ${lastLines.join(' | ')}` : '';
-      reject(new CommandError(`${command} ${args.join(' ')} failed (${status})${detail}`, code ?? undefined, [...lastLines]));
-    });
-  });
-}
-
-function splitLines(stream: NodeJS.ReadableStream | null, onLine: (line: string) => void): void {
-  if (!stream) return;
-  let pending = '';
-  stream.setEncoding('utf8');
-  stream.on('data', (chunk: string) => {
-    pending += chunk;
-    const lines = pending.split('\n');
-    pending = lines.pop() ?? '';
-    for (const line of lines) onLine(line.replace(/\r$/, ''));
-  });
-  stream.on('end', () => {
-    if (pending) onLine(pending);
-  });
-}
-
-/**
- * Removes .build-* and .old-* directories left by processes that no longer run (a crash or
- * kill -9 in the middle of a build).
- */
-async function removeStaleBuilds(imagesDir: string, progress: (line: string) => void): Promise<void> {
-  for (const name of await readdir(imagesDir)) {
-    const match = /^\.(?:build|old)-[0-9a-f]+-(\d+)$/.exec(name);
-    if (!match) continue;
-    const pid = Number(match[1]);
-    if (pid === process.pid || isProcessAlive(pid)) continue;
-    progress(`removing stale build directory ${name} (process ${pid} is gone)`);
-    await removeTree(join(imagesDir, name));
-  }
-}
-
-function isProcessAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return isErrnoCode(error, 'EPERM');
-  }
-}
-
-/**
- * rm -rf that never reaches outside the tree: a debootstrap killed half-way leaves /proc,
- * /sys (and sometimes /dev) of the host mounted inside the target, and a plain recursive
- * delete would walk into them. Unmount everything below first, and refuse if that fails.
- */
-async function removeTree(path: string): Promise<void> {
-  // mountinfo has canonical paths: compare with the real one.
-  const dir = await realpath(path).catch(() => path);
-  const mounted = await mountsBelow(dir);
-  // Deepest first, so that nested mounts come off before their parents.
-  for (const mountPoint of mounted.sort((a, b) => b.length - a.length)) {
-    await execLogged('umount', ['--lazy', mountPoint], {}).catch(() => {});
-  }
-  const left = await mountsBelow(dir);
-  if (left.length > 0) throw new Error(`cannot remove ${dir}: still mounted: ${left.join(', ')}`);
-  await rm(dir, { recursive: true, force: true });
-}
-
-async function mountsBelow(dir: string): Promise<string[]> {
-  const mountInfo = await readFile('/proc/self/mountinfo', 'utf8');
-  const below: string[] = [];
-  for (const line of mountInfo.split('\n')) {
-    const field = line.split(' ')[4];
-    if (!field) continue;
-    // mountinfo escapes space, tab, newline and backslash as octal.
-    const mountPoint = field.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8)));
-    if (mountPoint === dir || mountPoint.startsWith(`${dir}/`)) below.push(mountPoint);
-  }
-  return below;
-}
-
-async function isFile(path: string): Promise<boolean> {
-  try {
-    return (await stat(path)).isFile();
-  } catch {
-    return false;
-  }
-}
-
-async function isDirectory(path: string): Promise<boolean> {
-  try {
-    return (await stat(path)).isDirectory();
-  } catch {
-    return false;
-  }
-}
-
-function isErrnoCode(error: unknown, code: string): boolean {
-  return error instanceof Error && (error as NodeJS.ErrnoException).code === code;
 }

@@ -12,13 +12,14 @@ import type { GuestEndpoint } from '../../transport/ssh-connection.js';
 import { adoptedProcess } from '../adopt-process.js';
 import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, type ConsoleLogLimits } from '../console-log.js';
 import { openConsole, withWriter, type ConsolePipe } from '../console-pipe.js';
-import { RuntimeUnavailableError, type AdoptedSandbox, type ExitInfo, type RunningSandbox, type Runtime, type SandboxSpec } from '../runtime.js';
+import { RuntimeUnavailableError, type AdoptedSandbox, type ExitInfo, type RunningSandbox, type Runtime, type RuntimeCapabilities, type SandboxSpec } from '../runtime.js';
 import { blockIoAvailable, deviceNumbers } from './block-io.js';
 import { idmappedMountsUnavailable, mountIdmapped, type IdRange } from './idmapped-mount.js';
 import { allowSshPort, limitUserNamespace, raiseHostInotifyLimits } from './namespace-limits.js';
 import { ociSpec } from './oci-spec.js';
-import { mountOverlay, mountsUnder, unmount } from './overlay.js';
-import { processStartTime, waitForExit, watchExit } from './process-watch.js';
+import { mountsUnder, unmount } from '../../host/mounts.js';
+import { mountOverlay } from './overlay.js';
+import { processStartTime, waitForExit, watchExit } from '../../host/process-watch.js';
 import { layerTemplate, mountWritableLayer } from './writable-layer.js';
 
 /**
@@ -36,8 +37,16 @@ import { layerTemplate, mountWritableLayer } from './writable-layer.js';
  */
 export class ContainerRuntime implements Runtime {
   readonly name = 'container' as const;
-  /** The config dir is bind-mounted as a directory (oci-spec.ts): renames in it show through. */
-  readonly configDirIsLive = true;
+  readonly capabilities: RuntimeCapabilities = {
+    // The netns end of the veth is the container's eth0, configured by the host.
+    networkAttachment: 'veth',
+    guestConfiguresNetwork: false,
+    // The config dir is bind-mounted as a directory (oci-spec.ts): renames in it show through.
+    configDirIsLive: true,
+    bootTimeoutMs: 0,
+    hostOnlySources: [],
+    sharesHostKernel: true,
+  };
 
   /** Ranges handed out in this process when the caller keeps no ledger (no store). */
   private readonly unledgeredRanges = new Map<string, number>();
@@ -46,6 +55,11 @@ export class ContainerRuntime implements Runtime {
     private readonly names: ResourceNames,
     private readonly settings: ContainerSettings,
   ) {}
+
+  /** How the containers run, for the start-up log. */
+  describe(): string {
+    return `container (runc, a user namespace and ${this.settings.diskMiB} MiB writable disk each)`;
+  }
 
   /** Host-wide settings for `sandboxes` sandboxes at most, said in the start-up log. */
   async prepareHost(sandboxes: number, log: Logger): Promise<void> {

@@ -1,32 +1,32 @@
-import { readdir, rm, writeFile } from 'node:fs/promises';
+import { readdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { buildConfigDrive } from '../../guest/config-drive.js';
-import { CONFIG_FILES, GUEST_SSH_PORT, GUEST_USER, renderSettings } from '../../guest/contract.js';
+import { GUEST_SSH_PORT } from '../../guest/contract.js';
 import type { GuestImage } from '../../guest/image/builder.js';
 import type { ResourceNames } from '../../network/names.js';
-import { createSandboxNetwork, deleteTapBridge, type TapOwner } from '../../network/netns.js';
-import { generateSessionKeys, publicKeyBlob, readSessionKeys, writeSessionKeys } from '../../transport/keys.js';
-import { GuestConnection, type GuestEndpoint } from '../../transport/ssh-connection.js';
-import { CleanupStack } from '../../util/cleanup-stack.js';
+import { deleteTapBridge, type TapOwner } from '../../network/netns.js';
+import { readSessionKeys } from '../../transport/keys.js';
+import type { GuestEndpoint } from '../../transport/ssh-connection.js';
+import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
-import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, type ConsoleLogLimits } from '../console-log.js';
+import { DEFAULT_CONSOLE_LOG_LIMITS, type ConsoleLogLimits } from '../console-log.js';
 import { openConsole, type ConsolePipe } from '../console-pipe.js';
 import {
   RuntimeUnavailableError,
   type AdoptedSandbox,
-  type ExitInfo,
   type RecordResource,
   type RunningSandbox,
   type Runtime,
+  type RuntimeCapabilities,
   type SandboxSpec,
 } from '../runtime.js';
-import { adoptedProcess } from '../adopt-process.js';
-import { processStartTime } from '../container/process-watch.js';
+import { processStartTime } from '../../host/process-watch.js';
+import { adoptVmm, initrdFor, killOrphanVmms, vmExited, vmStartError } from '../vm-common.js';
 import { killOrphan, spawnInNetns, spawnLogged, type VmProcess } from '../vm-process.js';
 import { FirecrackerClient } from './api/client.js';
 import { waitForApiSocket } from './api/wait-for-socket.js';
 import { bootSteps } from './boot/boot-steps.js';
-import { snapshotCreateSteps, snapshotRestoreSteps } from './boot/snapshot-steps.js';
+import { snapshotRestoreSteps } from './boot/snapshot-steps.js';
 import { runSteps } from './boot/steps.js';
 import { checkFirecrackerHost, unjailedRefusal, type FirecrackerHost } from './host/host-check.js';
 import { applyChrootLayout, removeChroot } from './jailer/apply-chroot.js';
@@ -38,10 +38,10 @@ import { vmmOfPidNamespace } from './vmm/pid-ns-vmm.js';
 import { ensureVmlinux } from './kernel/vmlinux.js';
 import type { FirecrackerSettings } from './settings.js';
 import { rotateClone, templateAddress } from './snapshot/clone-rotation.js';
-import { writeTemplateRootKey } from './snapshot/template-config.js';
-import { loadTemplate, saveTemplate, templateDir, type TemplateSnapshot } from './snapshot/template-store.js';
+import { buildTemplate } from './snapshot/template-build.js';
+import { loadTemplate, templateDir, type TemplateSnapshot } from './snapshot/template-store.js';
 import { describeVmmExit, findFirecrackerProcesses, stopVmm } from './vmm/vmm-process.js';
-import { processUid, VmUserPool, vmUserRange } from '../vm-user-pool.js';
+import { VmUserPool, vmUserRange } from '../vm-user-pool.js';
 
 /** The VMM's own threads (API, VMM, vCPUs, block and net I/O): the jail's pids limit. */
 const VMM_PIDS_MAX = 64;
@@ -56,7 +56,7 @@ interface LaunchedVmm {
 }
 
 /** A started VM and the handles a template build needs to snapshot it. */
-interface BootedVm {
+export interface BootedVm {
   sandbox: RunningSandbox;
   client: FirecrackerClient;
   vmm: VmProcess;
@@ -79,15 +79,12 @@ interface BootedVm {
  */
 export class FirecrackerRuntime implements Runtime {
   readonly name = 'firecracker' as const;
-  readonly networkAttachment = 'tap' as const;
   readonly accelerator = 'kvm' as const;
   /** The uids/gids the jailed VMs run under, one each. */
   readonly users: VmUserPool;
   /** Jailed only: each VM's own uid/gid, leased before its network (its TAP is made owned by it). */
   readonly leaseVmUser: ((cleanup: CleanupStack, record?: RecordResource) => Promise<TapOwner>) | undefined;
-  /** With snapshots, a clone answers the host from its template's address during rotation. */
-  readonly hostOnlySources: readonly string[];
-  readonly bootTimeoutMs: number;
+  readonly capabilities: RuntimeCapabilities;
   /** Ready template snapshots, by `<image hash>/<width>x<height>` (see prepare). */
   private readonly templates = new Map<string, TemplateSnapshot>();
 
@@ -99,8 +96,15 @@ export class FirecrackerRuntime implements Runtime {
     if (!host.jailerBin && settings.jailer !== 'off') throw new RuntimeUnavailableError('firecracker', unjailedRefusal());
     this.users = new VmUserPool(vmUserRange(settings.vmUsers, names.prefix));
     this.leaseVmUser = host.jailerBin ? (cleanup, record) => this.users.lease(cleanup, record) : undefined;
-    this.bootTimeoutMs = settings.bootTimeoutMs;
-    this.hostOnlySources = settings.snapshots ? [templateAddress(names.prefix).guest] : [];
+    this.capabilities = {
+      networkAttachment: 'tap',
+      guestConfiguresNetwork: true,
+      configDirIsLive: false,
+      bootTimeoutMs: settings.bootTimeoutMs,
+      // With snapshots, a clone answers the host from its template's address during rotation.
+      hostOnlySources: settings.snapshots ? [templateAddress(names.prefix).guest] : [],
+      sharesHostKernel: false,
+    };
   }
 
   /** Checks the host (KVM, binaries, jailer); throws a RuntimeUnavailableError naming everything missing. */
@@ -162,6 +166,7 @@ export class FirecrackerRuntime implements Runtime {
     const vmmStart = processStartTime(vmm.pid);
     if (vmmStart) spec.record?.('process', `${vmm.pid}@${vmmStart}`);
 
+    const vmConsole = { pipe: consolePipe, spec, limits };
     const client = new FirecrackerClient(launched.apiSocket);
     let started = false;
     // Pushed after the process, so it runs first: the VM is asked to power off, then killed.
@@ -209,19 +214,10 @@ export class FirecrackerRuntime implements Runtime {
       }
     } catch (err) {
       // Firecracker's own words (a refused file, a TAP it could not open) are in its output.
-      await consolePipe.quiet();
-      const kept = await keepConsoleLog(consoleLogPath, spec.logsDir, spec.sessionId, limits);
-      const tail = await consoleLogTail(consoleLogPath, 5);
-      throw new Error(`${(err as Error).message}${kept ? `; console log kept at ${kept}` : ''}${tail ? `:\n${tail}` : ''}`, { cause: err });
+      throw await vmStartError(err as Error, vmConsole);
     }
 
-    const exited = vmm.exited.then(async (exit): Promise<ExitInfo> => {
-      const reason = `the VM's firecracker process (pid ${vmm.pid}) ${describeVmmExit(exit)}`;
-      if (vmm.stopping) return { code: exit.code, reason };
-      await consolePipe.quiet();
-      const kept = await keepConsoleLog(consoleLogPath, spec.logsDir, spec.sessionId, limits);
-      return { code: exit.code, reason: kept ? `${reason}; console log kept at ${kept}` : reason, consoleLogKeptAt: kept };
-    });
+    const exited = vmExited(vmm, 'firecracker process', describeVmmExit, vmConsole);
     const sandbox: RunningSandbox = {
       endpoint: { host: spec.network.lease.guest, port: GUEST_SSH_PORT },
       consoleLogPath,
@@ -251,7 +247,13 @@ export class FirecrackerRuntime implements Runtime {
       if (!template) {
         log(`building the template snapshot of image ${image.hash} (${screen.width}x${screen.height}) in ${dir}`);
         const started = Date.now();
-        template = await this.buildTemplate(image, screen, dir);
+        template = await buildTemplate(image, screen, dir, {
+          names: this.names,
+          users: this.users,
+          memoryMiB: this.settings.templateMemoryMiB,
+          bootTimeoutMs: this.capabilities.bootTimeoutMs,
+          boot: (spec, cleanup) => this.boot(spec, cleanup),
+        });
         log(`template snapshot ready in ${Date.now() - started} ms`);
       }
       this.templates.set(`${image.hash}/${screen.width}x${screen.height}`, template);
@@ -260,80 +262,10 @@ export class FirecrackerRuntime implements Runtime {
     }
   }
 
-  /**
-   * Boots a template VM (its own keys, plus its key's root access to sbx-rekey; the fixed
-   * templateAddress of our prefix), waits until its desktop answers, pauses it, snapshots it, and keeps
-   * the snapshot with the root disk as it was at the pause. Everything else goes.
-   */
-  private async buildTemplate(image: GuestImage, screen: { width: number; height: number }, dir: string): Promise<TemplateSnapshot> {
-    const cleanup = new CleanupStack();
-    const sessionId = `tpl${image.hash.slice(0, 7)}`;
-    const sessionDir = `${dir}.work`;
-    const configDir = path.join(sessionDir, 'config');
-    const address = templateAddress(this.names.prefix);
-    try {
-      await rm(sessionDir, { recursive: true, force: true });
-      await cleanup.push('template work dir', () => rm(sessionDir, { recursive: true, force: true }));
-      const keys = generateSessionKeys(`template-${image.hash}`);
-      await writeSessionKeys(sessionDir, configDir, keys);
-      await writeTemplateRootKey(configDir, keys.clientPublicKey);
-      await writeFile(
-        path.join(configDir, CONFIG_FILES.settings),
-        renderSettings({
-          SANDBOX_ID: sessionId,
-          SANDBOX_HOSTNAME: 'sbx-template',
-          SANDBOX_DISPLAY: 99,
-          SANDBOX_WIDTH: screen.width,
-          SANDBOX_HEIGHT: screen.height,
-          SANDBOX_DEPTH: 24,
-          SANDBOX_NET_CONFIGURE: 1,
-          SANDBOX_ADDRESS: `${address.guest}/${address.prefixLength}`,
-          SANDBOX_GATEWAY: address.gateway,
-        }),
-      );
-      const lease = { index: 0, ...address };
-      const vmUser = await this.users.lease(cleanup);
-      const network = await createSandboxNetwork(this.names, sessionId, lease, cleanup, 'tap', vmUser);
-      const spec: SandboxSpec = {
-        sessionId,
-        image,
-        sessionDir,
-        configDir,
-        screen,
-        hostname: 'sbx-template',
-        network,
-        memoryMiB: this.settings.templateMemoryMiB,
-        pidsLimit: 512,
-        logsDir: path.join(sessionDir, 'logs'),
-        vmUser,
-      };
-      const vm = await this.boot(spec, cleanup);
-      if (!vm.layout) throw new Error('a template needs the jailer');
-      await waitForDesktop(address.guest, keys, Date.now() + this.bootTimeoutMs, vm.sandbox.isAlive);
-      await runSteps(snapshotCreateSteps(vm.layout.snapshot.jailPaths), vm.client);
-      await vm.vmm.stop(500); // paused: there is no guest to power off
-      return await saveTemplate(
-        dir,
-        image,
-        {
-          files: vm.layout.snapshot.hostPaths,
-          rootfs: path.join(vm.layout.rootDir, vm.layout.vmPaths.rootfsPath),
-          keys: { clientPrivateKey: keys.clientPrivateKey, hostPublicKey: keys.hostPublicKey },
-          screen,
-          address,
-        },
-      );
-    } finally {
-      await cleanup.run();
-    }
-  }
-
   /** The kernel to boot (an ELF vmlinux, unpacked once per image) and its initrd. */
   private async bootFiles(image: GuestImage): Promise<{ kernel: string; initrd?: string }> {
     const kernel = this.settings.kernel ?? (await ensureVmlinux(image.kernel, path.join(path.dirname(image.kernel), 'vmlinux')));
-    // A kernel of one's own usually comes without our initrd (everything built in).
-    const initrd = this.settings.kernel && !this.settings.initrd ? undefined : (this.settings.initrd ?? image.initrd);
-    return { kernel, initrd };
+    return { kernel, initrd: initrdFor(image, this.settings) };
   }
 
   private async launchJailed(
@@ -445,56 +377,16 @@ export class FirecrackerRuntime implements Runtime {
    */
   async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint, consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS): Promise<AdoptedSandbox | undefined> {
     const vmm = (await findFirecrackerProcesses(this.names)).find((p) => p.sessionId === sessionId);
-    if (!vmm) return undefined;
-    // Its uid is held again, so that no new VM gets it while it runs.
-    const uid = await processUid(vmm.pid);
-    if (uid !== undefined) this.users.claim(uid);
-    return adoptedProcess("VM's firecracker process", vmm, endpoint, sessionDir, consoleLog, () => this.reclaim(sessionId, sessionDir));
+    return adoptVmm(vmm, "VM's firecracker process", this.users, endpoint, sessionDir, consoleLog, () => this.reclaim(sessionId, sessionDir));
   }
 
   /** Kills the session's orphaned VMM, then removes its jail, cgroups, TAP and bridge. Idempotent. */
   async reclaim(sessionId: string, sessionDir: string): Promise<void> {
     void sessionDir; // its files go with the session dir, which reconciliation removes
-    for (const orphan of await findFirecrackerProcesses(this.names)) {
-      if (orphan.sessionId !== sessionId) continue;
-      const uid = await processUid(orphan.pid);
-      await killOrphan(orphan, 'firecracker');
-      if (uid !== undefined) this.users.release(uid);
-    }
+    await killOrphanVmms(await findFirecrackerProcesses(this.names), sessionId, 'firecracker', this.users);
     const id = jailId(this.names.prefix, sessionId);
     await removeChroot({ jailDir: path.join(this.jailsDir, id) });
     await removeJailCgroups(this.host.cgroupVersion, this.parentCgroup, id);
     await deleteTapBridge(this.names.netns(sessionId));
-  }
-}
-
-/** Waits until the guest at `host` lets the keys in and its display answers. */
-async function waitForDesktop(
-  host: string,
-  keys: { clientPrivateKey: string; hostPublicKey: string },
-  deadline: number,
-  isAlive: () => boolean,
-): Promise<void> {
-  const connection = new GuestConnection({
-    endpoint: { host, port: GUEST_SSH_PORT },
-    username: GUEST_USER,
-    privateKey: keys.clientPrivateKey,
-    pinnedHostKey: publicKeyBlob(keys.hostPublicKey),
-  });
-  try {
-    await connection.open(Math.max(1, deadline - Date.now()), isAlive);
-    while (Date.now() < deadline) {
-      if (!isAlive()) throw new Error('the template VM exited before its desktop answered');
-      // A probe that fails or takes too long (a busy host) is tried again, until the deadline.
-      const answered = await connection.exec('DISPLAY=:99 xdpyinfo >/dev/null 2>&1', { timeoutMs: 10_000 }).then(
-        (probe) => probe.exitCode === 0,
-        () => false,
-      );
-      if (answered) return;
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-    throw new Error("the template VM's desktop did not answer in time");
-  } finally {
-    connection.close();
   }
 }

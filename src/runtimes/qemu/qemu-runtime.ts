@@ -9,24 +9,24 @@ import type { ResourceNames } from '../../network/names.js';
 import { deleteTapBridge } from '../../network/netns.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
-import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, type ConsoleLogLimits } from '../console-log.js';
+import { DEFAULT_CONSOLE_LOG_LIMITS, type ConsoleLogLimits } from '../console-log.js';
 import { openConsole } from '../console-pipe.js';
 import type { GuestEndpoint } from '../../transport/ssh-connection.js';
-import { adoptedProcess } from '../adopt-process.js';
 import {
   RuntimeUnavailableError,
   type Accelerator,
   type AdoptedSandbox,
-  type ExitInfo,
   type RunningSandbox,
   type Runtime,
+  type RuntimeCapabilities,
   type SandboxSpec,
 } from '../runtime.js';
-import { processStartTime } from '../container/process-watch.js';
+import { processStartTime } from '../../host/process-watch.js';
 import { hostTscKhz, probeKvm } from './accelerator.js';
 import { createOverlay } from './overlay-disk.js';
 import { macAddressFor, qemuArgv, TCG_TB_SIZE_MIB } from './qemu-command.js';
-import { killOrphan, spawnInNetns, type VmExit } from '../vm-process.js';
+import { adoptVmm, initrdFor, killOrphanVmms, vmExited, vmStartError } from '../vm-common.js';
+import { spawnInNetns, type VmExit } from '../vm-process.js';
 import { findQemuProcesses, waitForPidFile } from './qemu-process.js';
 import type { TapOwner } from '../../network/netns.js';
 import type { RecordResource } from '../runtime.js';
@@ -34,7 +34,7 @@ import { removeJailCgroups } from '../firecracker/jailer/cgroup.js';
 import { hostCgroupVersion } from '../firecracker/host/host-check.js';
 import type { CgroupVersion } from '../firecracker/jailer/jailer-args.js';
 import { VmCgroup } from '../vm-cgroup.js';
-import { processUid, VmUserPool, vmUserRange } from '../vm-user-pool.js';
+import { VmUserPool, vmUserRange } from '../vm-user-pool.js';
 
 /**
  * Under TCG, QEMU's translated-code cache (TCG_TB_SIZE_MIB) and TCG's own bookkeeping come
@@ -68,8 +68,7 @@ const DEFAULT_BOOT_TIMEOUT_MS: Record<Accelerator, number> = { kvm: 30_000, tcg:
  */
 export class QemuRuntime implements Runtime {
   readonly name = 'qemu' as const;
-  readonly networkAttachment = 'tap' as const;
-  readonly bootTimeoutMs: number;
+  readonly capabilities: RuntimeCapabilities;
   /** The uids/gids the VMs run under, one each. */
   readonly users: VmUserPool;
   private readonly cgroupVersion: CgroupVersion = hostCgroupVersion();
@@ -82,8 +81,21 @@ export class QemuRuntime implements Runtime {
     readonly acceleratorReason: string,
     private readonly tscKhz: number | undefined,
   ) {
-    this.bootTimeoutMs = settings.bootTimeoutMs ?? DEFAULT_BOOT_TIMEOUT_MS[accelerator];
+    this.capabilities = {
+      networkAttachment: 'tap',
+      guestConfiguresNetwork: true,
+      // A config drive is copied at boot: the warm pool cannot hand it a new key.
+      configDirIsLive: false,
+      bootTimeoutMs: settings.bootTimeoutMs ?? DEFAULT_BOOT_TIMEOUT_MS[accelerator],
+      hostOnlySources: [],
+      sharesHostKernel: false,
+    };
     this.users = new VmUserPool(vmUserRange(settings.vmUsers ?? {}, names.prefix));
+  }
+
+  /** How the VMs run, for the start-up log. */
+  describe(): string {
+    return `qemu (${this.accelerator}: ${this.acceleratorReason}), each VM as a uid/gid of its own from ${this.users.range.base}`;
   }
 
   leaseVmUser(cleanup: CleanupStack, record?: RecordResource): Promise<TapOwner> {
@@ -176,7 +188,7 @@ export class QemuRuntime implements Runtime {
       smp: this.settings.smp,
       memoryMiB: spec.memoryMiB,
       kernel: this.settings.kernel ?? spec.image.kernel,
-      initrd: this.settings.kernel && !this.settings.initrd ? undefined : (this.settings.initrd ?? spec.image.initrd),
+      initrd: initrdFor(spec.image, this.settings),
       cmdline: guestKernelCmdline({ extra: this.tscKhz ? [`tsc_early_khz=${this.tscKhz}`] : [] }),
       rootDisk,
       configDrive,
@@ -189,27 +201,17 @@ export class QemuRuntime implements Runtime {
     // Stopped first on destroy (pushed last): its disks and TAP are freed only once it is gone.
     await cleanup.push(`qemu ${name}`, () => vm.stop());
     await cgroup.add(vm.pid);
+    const vmConsole = { pipe: consolePipe, spec, limits };
     await waitForPidFile(pidFile, vm, 10_000).catch(async (err: Error) => {
       // QEMU refused to start (a bad option, a missing file): its message is in the log.
       const exit = await settled(vm.exited, 1_000);
-      await consolePipe.quiet();
-      const kept = await keepConsoleLog(consoleLogPath, spec.logsDir, spec.sessionId, limits);
-      const tail = await consoleLogTail(consoleLogPath, 5);
-      throw new Error(
-        `${err.message}${exit ? ` (it ${describeExit(exit)})` : ''}${kept ? `; console log kept at ${kept}` : ''}${tail ? `:\n${tail}` : ''}`,
-      );
+      throw await vmStartError(err, vmConsole, exit && describeExit(exit));
     });
 
     const startTime = processStartTime(vm.pid);
     if (startTime) spec.record?.('process', `${vm.pid}@${startTime}`);
-    const exited = vm.exited.then(async (exit): Promise<ExitInfo> => {
-      const reason = `the VM's qemu process (pid ${vm.pid}) ${describeExit(exit)}`;
-      if (vm.stopping) return { code: exit.code, reason };
-      // A crash: the session dir goes with the session, so keep the console log elsewhere.
-      await consolePipe.quiet();
-      const kept = await keepConsoleLog(consoleLogPath, spec.logsDir, spec.sessionId, limits);
-      return { code: exit.code, reason: kept ? `${reason}; console log kept at ${kept}` : reason, consoleLogKeptAt: kept };
-    });
+    // A crash: the session dir goes with the session, so the console log is kept elsewhere.
+    const exited = vmExited(vm, 'qemu process', describeExit, vmConsole);
     return {
       endpoint: { host: spec.network.lease.guest, port: GUEST_SSH_PORT },
       consoleLogPath,
@@ -227,22 +229,13 @@ export class QemuRuntime implements Runtime {
   /** A VM of an earlier run, if its QEMU is still running. */
   async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint, consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS): Promise<AdoptedSandbox | undefined> {
     const vm = (await findQemuProcesses(this.names)).find((p) => p.sessionId === sessionId);
-    if (!vm) return undefined;
-    // Its uid is held again, so that no new VM gets it while it runs.
-    const uid = await processUid(vm.pid);
-    if (uid !== undefined) this.users.claim(uid);
-    return adoptedProcess("VM's qemu process", vm, endpoint, sessionDir, consoleLog, () => this.reclaim(sessionId, sessionDir));
+    return adoptVmm(vm, "VM's qemu process", this.users, endpoint, sessionDir, consoleLog, () => this.reclaim(sessionId, sessionDir));
   }
 
   /** Kills the session's orphaned QEMU (if any), then removes its cgroup, TAP and bridge; frees its uid. */
   async reclaim(sessionId: string, sessionDir: string): Promise<void> {
     void sessionDir; // its files go with the session dir, which reconciliation removes
-    for (const orphan of await findQemuProcesses(this.names)) {
-      if (orphan.sessionId !== sessionId) continue;
-      const uid = await processUid(orphan.pid);
-      await killOrphan(orphan, 'qemu');
-      if (uid !== undefined) this.users.release(uid);
-    }
+    await killOrphanVmms(await findQemuProcesses(this.names), sessionId, 'qemu', this.users);
     await removeJailCgroups(this.cgroupVersion, this.parentCgroup, this.names.vm(sessionId));
     await deleteTapBridge(this.names.netns(sessionId));
   }

@@ -23,7 +23,7 @@ export interface ClaimContext {
  *     key is refused (HostKeyMismatchError), the claim fails and the caller destroys it;
  *  4. the display must answer on that connection.
  * Only containers can do step 2 (their config dir is bind-mounted as a directory, see
- * Runtime.configDirIsLive); the pool is off on the other runtimes.
+ * RuntimeCapabilities.configDirIsLive); the pool is off on the other runtimes.
  */
 export async function claimPooledSandbox(pooled: PooledSandbox, ctx: ClaimContext): Promise<void> {
   const { session, hostPublicKey } = pooled;

@@ -1,4 +1,4 @@
-import type { SessionManager } from '../../sessions/manager.js';
+import type { SessionAccess } from '../session-access.js';
 import { errorResult, textResult, type ToolResult } from '../tool-result.js';
 import { ToolError } from '../tool-error.js';
 import type { Env } from '../../util/env.js';
@@ -28,13 +28,13 @@ export type BashRequest = { kind: 'run'; command: string } | { kind: 'restart' }
  */
 export class BashTool {
   constructor(
-    private readonly manager: SessionManager,
+    private readonly sessions: SessionAccess,
     private readonly config: BashToolConfig,
   ) {}
 
   async call(sessionId: string, input: unknown): Promise<ToolResult> {
     // The session first: an unknown or finished session is a 404/409, whatever the input.
-    const session = await this.manager.attachment(sessionId, 'bash', async ({ connection, cleanup }) => {
+    const session = await this.sessions.attachment(sessionId, 'bash', async ({ connection, cleanup }) => {
       const made = new BashSession(connection, {
         display: this.config.display,
         timeoutMs: this.config.timeoutSeconds * 1000,

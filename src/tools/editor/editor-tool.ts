@@ -1,4 +1,4 @@
-import type { SessionManager } from '../../sessions/manager.js';
+import type { SessionAccess } from '../session-access.js';
 import type { GuestConnection } from '../../transport/ssh-connection.js';
 import { SerialQueue } from '../../util/serial-queue.js';
 import { ToolError } from '../tool-error.js';
@@ -20,12 +20,12 @@ import { catN, joinLines, SNIPPET_LINES, splitLines } from './text-view.js';
  * One command at a time per session, so that two edits of one file cannot lose either.
  */
 export class EditorTool {
-  constructor(private readonly manager: SessionManager) {}
+  constructor(private readonly sessions: SessionAccess) {}
 
   async call(sessionId: string, input: unknown): Promise<ToolResult> {
     // The session first: an unknown or finished session is a 404/409, whatever the input.
-    const connection = this.manager.connection(sessionId);
-    const queue = await this.manager.attachment(sessionId, 'str_replace_based_edit_tool', () => new SerialQueue());
+    const connection = this.sessions.connection(sessionId);
+    const queue = await this.sessions.attachment(sessionId, 'str_replace_based_edit_tool', () => new SerialQueue());
     const request = parseEditorInput(input);
     return queue.run(async () => textResult(await perform(connection, request)));
   }

@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { processStartTime, waitForExit, watchExit } from '../../container/process-watch.js';
+import { processStartTime, waitForExit, watchExit } from '../../../host/process-watch.js';
 import { settlesWithin, type VmExit, type VmProcess } from '../../vm-process.js';
 
 const KILL_WAIT_MS = 5_000;

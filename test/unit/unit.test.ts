@@ -1,15 +1,15 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { parseAction } from '../src/computer/actions.js';
-import { Scaler } from '../src/computer/scaling.js';
-import { InvalidRequestError } from '../src/errors.js';
-import { renderSettings } from '../src/guest/contract.js';
-import { AddressPool } from '../src/network/address-pool.js';
-import { ResourceNames } from '../src/network/names.js';
-import { newSessionId } from '../src/sessions/session.js';
-import { commandLine, shellQuote } from '../src/transport/quote.js';
-import { CleanupStack } from '../src/util/cleanup-stack.js';
-import { run } from '../src/util/exec.js';
+import { parseAction } from '../../src/computer/actions.js';
+import { Scaler } from '../../src/computer/scaling.js';
+import { InvalidRequestError } from '../../src/errors.js';
+import { renderSettings } from '../../src/guest/contract.js';
+import { AddressPool } from '../../src/network/address-pool.js';
+import { ResourceNames } from '../../src/network/names.js';
+import { newSessionId } from '../../src/sessions/session.js';
+import { commandLine, shellQuote } from '../../src/transport/quote.js';
+import { CleanupStack } from '../../src/util/cleanup-stack.js';
+import { run } from '../../src/util/exec.js';
 
 describe('shell quoting', () => {
   const hostile = [
@@ -157,7 +157,7 @@ describe('computer-use input validation', () => {
 
 describe('keymap binder for non-ASCII typing', () => {
   it('binds only what the keyboard lacks, reuses bindings, and chunks beyond capacity', async () => {
-    const { KeymapBinder, keysymFor, spareKeycodes } = await import('../src/computer/keymap.js');
+    const { KeymapBinder, keysymFor, spareKeycodes } = await import('../../src/computer/keymap.js');
     assert.deepEqual(spareKeycodes('keycode   8 =\nkeycode  93 = \nkeycode  94 = less greater\nkeycode  97 =\nkeycode 103 =\n'), [93, 97, 103]);
     assert.equal(keysymFor(0xf6), 0xf6);
     assert.equal(keysymFor(0x6f22), 0x01006f22);
@@ -176,7 +176,7 @@ describe('keymap binder for non-ASCII typing', () => {
 
 describe('session keys', () => {
   it('are always well-formed ed25519 pairs (ssh2 alone makes a bad one about 1 in 230)', async () => {
-    const { generateSessionKeys, publicKeyBlob } = await import('../src/transport/keys.js');
+    const { generateSessionKeys, publicKeyBlob } = await import('../../src/transport/keys.js');
     const ssh2 = (await import('ssh2')).default;
     for (let i = 0; i < 1500; i++) {
       const keys = generateSessionKeys('abcdefghij');

@@ -3,7 +3,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { describe, it } from 'node:test';
 import { transformSync } from 'esbuild';
-import { errorFor } from '../src/client/errors.js';
+import { errorFor } from '../../src/client/errors.js';
 
 /**
  * The docs cannot drift from the code unnoticed: every relative link in README.md and docs/
@@ -12,7 +12,7 @@ import { errorFor } from '../src/client/errors.js';
  * no sandbox: it reads files.
  */
 
-const ROOT = path.resolve(import.meta.dirname, '..');
+const ROOT = path.resolve(import.meta.dirname, '../..');
 const CONFIGURATION_DOC = path.join(ROOT, 'docs', 'configuration.md');
 const API_DOC = path.join(ROOT, 'docs', 'api.md');
 

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { after, before, describe, it } from 'node:test';
-import { CappedLogWriter, consoleLogTail, keepConsoleLog, readConsoleLogEnd } from '../src/runtimes/console-log.js';
+import { CappedLogWriter, consoleLogTail, keepConsoleLog, readConsoleLogEnd } from '../../src/runtimes/console-log.js';
 
 /** The capped console log, its tail reads and the kept logs of failed sessions, on real files. */
 describe('console logs on the host disk', () => {

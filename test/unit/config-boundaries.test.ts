@@ -9,7 +9,7 @@ import { describe, it } from 'node:test';
  * itself or imports the aggregator. A fast check of the source text, no root needed.
  */
 
-const SRC = path.resolve(import.meta.dirname, '../src');
+const SRC = path.resolve(import.meta.dirname, '../../src');
 const CONFIG = path.join(SRC, 'config.ts');
 
 /** Files that may read the process's environment, and why. */

@@ -1,0 +1,82 @@
+import { spawn } from 'node:child_process';
+import { inheritedEnv } from '../../util/inherited-env.js';
+
+// How the image build runs its commands: argv arrays (never a shell string), every line of
+// output passed on, and an error that quotes the last lines.
+
+export interface ExecOptions {
+  stdin?: Buffer;
+  /** Every line of stdout and stderr. */
+  onLine?: (line: string) => void;
+}
+
+export class CommandError extends Error {
+  constructor(
+    message: string,
+    readonly exitCode: number | undefined,
+    readonly lastLines: string[],
+  ) {
+    super(message);
+  }
+}
+
+const HOW_TO_INSTALL: Record<string, string> = {
+  debootstrap: 'apt-get install debootstrap',
+  'mkfs.ext4': 'apt-get install e2fsprogs',
+};
+
+/** Runs argv (no shell) and resolves on exit 0; lines of output go to onLine. */
+export function execLogged(command: string, args: string[], options: ExecOptions): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, {
+      stdio: [options.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+      env: inheritedEnv({
+        PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+        LC_ALL: 'C',
+        DEBIAN_FRONTEND: 'noninteractive',
+      }),
+    });
+    const lastLines: string[] = [];
+    const onLine = (line: string) => {
+      lastLines.push(line);
+      if (lastLines.length > 3) lastLines.shift();
+      options.onLine?.(line);
+    };
+    splitLines(child.stdout, onLine);
+    splitLines(child.stderr, onLine);
+    if (options.stdin && child.stdin) child.stdin.end(options.stdin);
+    child.on('error', (error) => {
+      const hint = HOW_TO_INSTALL[command];
+      reject(
+        isErrnoCode(error, 'ENOENT')
+          ? new CommandError(`${command} not found${hint ? `: ${hint}` : ''}`, undefined, [])
+          : error,
+      );
+    });
+    child.on('close', (code, signal) => {
+      if (code === 0) return resolve();
+      const status = signal ? `signal ${signal}` : `exit ${code}`;
+      const detail = lastLines.length ? `: ${lastLines.join(' | ')}` : '';
+      reject(new CommandError(`${command} ${args.join(' ')} failed (${status})${detail}`, code ?? undefined, [...lastLines]));
+    });
+  });
+}
+
+function splitLines(stream: NodeJS.ReadableStream | null, onLine: (line: string) => void): void {
+  if (!stream) return;
+  let pending = '';
+  stream.setEncoding('utf8');
+  stream.on('data', (chunk: string) => {
+    pending += chunk;
+    const lines = pending.split('\n');
+    pending = lines.pop() ?? '';
+    for (const line of lines) onLine(line.replace(/\r$/, ''));
+  });
+  stream.on('end', () => {
+    if (pending) onLine(pending);
+  });
+}
+
+export function isErrnoCode(error: unknown, code: string): boolean {
+  return error instanceof Error && (error as NodeJS.ErrnoException).code === code;
+}

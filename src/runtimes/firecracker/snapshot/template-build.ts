@@ -1,0 +1,125 @@
+import { rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { CONFIG_FILES, GUEST_SSH_PORT, GUEST_USER, renderSettings } from '../../../guest/contract.js';
+import type { GuestImage } from '../../../guest/image/builder.js';
+import type { ResourceNames } from '../../../network/names.js';
+import { createSandboxNetwork } from '../../../network/netns.js';
+import { generateSessionKeys, publicKeyBlob, writeSessionKeys } from '../../../transport/keys.js';
+import { GuestConnection } from '../../../transport/ssh-connection.js';
+import { CleanupStack } from '../../../util/cleanup-stack.js';
+import type { SandboxSpec } from '../../runtime.js';
+import type { VmUserPool } from '../../vm-user-pool.js';
+import type { BootedVm } from '../firecracker-runtime.js';
+import { runSteps } from '../boot/steps.js';
+import { snapshotCreateSteps } from '../boot/snapshot-steps.js';
+import { templateAddress } from './clone-rotation.js';
+import { writeTemplateRootKey } from './template-config.js';
+import { saveTemplate, type TemplateSnapshot } from './template-store.js';
+
+/** What building a template takes from the runtime: its names, its VM users, its boot. */
+export interface TemplateBuildDeps {
+  names: ResourceNames;
+  users: VmUserPool;
+  memoryMiB: number;
+  bootTimeoutMs: number;
+  boot(spec: SandboxSpec, cleanup: CleanupStack): Promise<BootedVm>;
+}
+
+/**
+ * Boots a template VM (its own keys, plus its key's root access to sbx-rekey; the fixed
+ * templateAddress of our prefix), waits until its desktop answers, pauses it, snapshots it, and keeps
+ * the snapshot with the root disk as it was at the pause. Everything else goes.
+ */
+export async function buildTemplate(image: GuestImage, screen: { width: number; height: number }, dir: string, deps: TemplateBuildDeps): Promise<TemplateSnapshot> {
+  const cleanup = new CleanupStack();
+  const sessionId = `tpl${image.hash.slice(0, 7)}`;
+  const sessionDir = `${dir}.work`;
+  const configDir = path.join(sessionDir, 'config');
+  const address = templateAddress(deps.names.prefix);
+  try {
+    await rm(sessionDir, { recursive: true, force: true });
+    await cleanup.push('template work dir', () => rm(sessionDir, { recursive: true, force: true }));
+    const keys = generateSessionKeys(`template-${image.hash}`);
+    await writeSessionKeys(sessionDir, configDir, keys);
+    await writeTemplateRootKey(configDir, keys.clientPublicKey);
+    await writeFile(
+      path.join(configDir, CONFIG_FILES.settings),
+      renderSettings({
+        SANDBOX_ID: sessionId,
+        SANDBOX_HOSTNAME: 'sbx-template',
+        SANDBOX_DISPLAY: 99,
+        SANDBOX_WIDTH: screen.width,
+        SANDBOX_HEIGHT: screen.height,
+        SANDBOX_DEPTH: 24,
+        SANDBOX_NET_CONFIGURE: 1,
+        SANDBOX_ADDRESS: `${address.guest}/${address.prefixLength}`,
+        SANDBOX_GATEWAY: address.gateway,
+      }),
+    );
+    const lease = { index: 0, ...address };
+    const vmUser = await deps.users.lease(cleanup);
+    const network = await createSandboxNetwork(deps.names, sessionId, lease, cleanup, 'tap', vmUser);
+    const spec: SandboxSpec = {
+      sessionId,
+      image,
+      sessionDir,
+      configDir,
+      screen,
+      hostname: 'sbx-template',
+      network,
+      memoryMiB: deps.memoryMiB,
+      pidsLimit: 512,
+      logsDir: path.join(sessionDir, 'logs'),
+      vmUser,
+    };
+    const vm = await deps.boot(spec, cleanup);
+    if (!vm.layout) throw new Error('a template needs the jailer');
+    await waitForDesktop(address.guest, keys, Date.now() + deps.bootTimeoutMs, vm.sandbox.isAlive);
+    await runSteps(snapshotCreateSteps(vm.layout.snapshot.jailPaths), vm.client);
+    await vm.vmm.stop(500); // paused: there is no guest to power off
+    return await saveTemplate(
+      dir,
+      image,
+      {
+        files: vm.layout.snapshot.hostPaths,
+        rootfs: path.join(vm.layout.rootDir, vm.layout.vmPaths.rootfsPath),
+        keys: { clientPrivateKey: keys.clientPrivateKey, hostPublicKey: keys.hostPublicKey },
+        screen,
+        address,
+      },
+    );
+  } finally {
+    await cleanup.run();
+  }
+}
+
+/** Waits until the guest at `host` lets the keys in and its display answers. */
+async function waitForDesktop(
+  host: string,
+  keys: { clientPrivateKey: string; hostPublicKey: string },
+  deadline: number,
+  isAlive: () => boolean,
+): Promise<void> {
+  const connection = new GuestConnection({
+    endpoint: { host, port: GUEST_SSH_PORT },
+    username: GUEST_USER,
+    privateKey: keys.clientPrivateKey,
+    pinnedHostKey: publicKeyBlob(keys.hostPublicKey),
+  });
+  try {
+    await connection.open(Math.max(1, deadline - Date.now()), isAlive);
+    while (Date.now() < deadline) {
+      if (!isAlive()) throw new Error('the template VM exited before its desktop answered');
+      // A probe that fails or takes too long (a busy host) is tried again, until the deadline.
+      const answered = await connection.exec('DISPLAY=:99 xdpyinfo >/dev/null 2>&1', { timeoutMs: 10_000 }).then(
+        (probe) => probe.exitCode === 0,
+        () => false,
+      );
+      if (answered) return;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    throw new Error("the template VM's desktop did not answer in time");
+  } finally {
+    connection.close();
+  }
+}

@@ -1,0 +1,123 @@
+import type { Logger } from 'pino';
+import type { SettleOptions } from '../computer/computer-tool.js';
+import { MAX_ID_RANGES } from '../runtimes/container/settings.js';
+import type { GuestImage } from '../guest/image/builder.js';
+import type { AddressAllocator } from '../network/address-allocator.js';
+import type { AddressLease } from '../network/address-pool.js';
+import type { ResourceNames } from '../network/names.js';
+import type { NetworkPolicy } from '../network/policy/network-policy.js';
+import type { PolicyGuard } from '../network/policy/policy-guard.js';
+import type { ConsoleLogLimits } from '../runtimes/console-log.js';
+import type { Runtime } from '../runtimes/runtime.js';
+import { adoptSession } from './adopt.js';
+import { bootPooledSandbox, bootSandbox, consoleTail, type BootContext } from './boot.js';
+import { claimPooledSandbox } from './pool/claim.js';
+import type { PooledSandbox } from './pool/warm-pool.js';
+import { reconcileHost } from './reconcile.js';
+import type { SandboxHost } from './sandbox-host.js';
+import { watchSandbox, type SandboxWatch } from './sandbox-watch.js';
+import type { Session } from './session.js';
+import type { SessionRecord } from './session-record.js';
+import type { SessionStore } from './store.js';
+
+/** A pooled sandbox not ready for its new session within this is given up for a cold boot. */
+const CLAIM_TIMEOUT_MS = 5_000;
+
+export interface HostSandboxOptions {
+  settle: SettleOptions;
+  stateDir: string;
+  names: ResourceNames;
+  display: number;
+  bootTimeoutMs: number;
+  memoryMiB: number;
+  pidsLimit: number;
+  runtime: Runtime;
+  image: GuestImage;
+  store: SessionStore;
+  addresses: AddressAllocator;
+  policy: NetworkPolicy;
+  policyGuard: PolicyGuard;
+  log: Logger;
+  consoleLog?: ConsoleLogLimits;
+}
+
+/** The real SandboxHost: sandboxes booted on this host, as root (see sandbox-host.ts). */
+export class HostSandboxes implements SandboxHost {
+  constructor(private readonly opts: HostSandboxOptions) {}
+
+  assertCreatesAllowed(): Promise<void> {
+    return this.opts.policyGuard.assertInForce();
+  }
+
+  boot(session: Session, lease: AddressLease, log: Logger): Promise<void> {
+    return bootSandbox(session, lease, this.bootContext(log));
+  }
+
+  async bootPooled(session: Session, lease: AddressLease, log: Logger): Promise<PooledSandbox> {
+    const keys = await bootPooledSandbox(session, lease, this.bootContext(log));
+    return { session, hostPublicKey: keys.hostPublicKey };
+  }
+
+  claim(pooled: PooledSandbox): Promise<void> {
+    const { stateDir, display, settle } = this.opts;
+    return claimPooledSandbox(pooled, { stateDir, display, settle, timeoutMs: CLAIM_TIMEOUT_MS });
+  }
+
+  watch(session: Session): SandboxWatch | undefined {
+    const { sandbox } = session;
+    if (!sandbox) return undefined;
+    return watchSandbox({ pid: sandbox.pid, netns: this.opts.names.netns(session.id), hostVeth: this.opts.names.hostVeth(session.id) });
+  }
+
+  consoleTail(session: Session): Promise<string> {
+    return consoleTail(session);
+  }
+
+  adopt(record: SessionRecord): Promise<Session | undefined> {
+    const { stateDir, names, runtime, addresses, display, settle, log, consoleLog } = this.opts;
+    return adoptSession(record, { stateDir, names, runtime, pool: addresses.pool, display, settle, log, consoleLog });
+  }
+
+  async recover(adopted: readonly Session[]): Promise<number> {
+    const { stateDir, names, runtime, store, policy, log } = this.opts;
+    const reclaimed = await reconcileHost({ stateDir, names, runtime, store, policy, log, keep: new Set(adopted.map((s) => s.id)) });
+    // Reconciliation put a fresh policy table in place: admit adopted sessions again.
+    for (const session of adopted) {
+      if (session.record.addressIndex === null) continue;
+      const lease = this.opts.addresses.describe(session.record.addressIndex);
+      await policy.admit(session.id, lease, { egress: session.record.egress }, session.cleanup, log.child({ sessionId: session.id, tenant: session.record.tenant }));
+    }
+    this.opts.policyGuard.start();
+    return reclaimed;
+  }
+
+  stopPolicyGuard(): void {
+    this.opts.policyGuard.stop();
+  }
+
+  async removePolicy(): Promise<void> {
+    const { policy, log } = this.opts;
+    await policy.uninstall().catch((err: unknown) => log.error({ err, table: policy.table }, 'could not remove the network policy table'));
+  }
+
+  private bootContext(log: Logger): BootContext {
+    const { settle, stateDir, names, display, runtime, image, memoryMiB, pidsLimit, policy, store, consoleLog } = this.opts;
+    return {
+      settle,
+      stateDir,
+      names,
+      display,
+      runtime,
+      image,
+      memoryMiB,
+      pidsLimit,
+      policy,
+      ledger: (sessionId, kind, name) => store.recordResource(sessionId, kind, name),
+      // As many ranges as this orchestrator can have sandboxes, with the warm pool's.
+      leaseIdRange: (sessionId, base, size) => store.leaseIdRange(sessionId, base, size, MAX_ID_RANGES),
+      deadline: Date.now() + this.opts.bootTimeoutMs,
+      log,
+      consoleLog,
+    };
+  }
+}

@@ -1,0 +1,296 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Logger } from 'pino';
+import { type GuestProtocolError, OrchestratorError, UnavailableError } from '../errors.js';
+import type { Metrics } from '../metrics/metrics.js';
+import type { AddressLease } from '../network/address-pool.js';
+import type { RuntimeName } from '../runtimes/runtime.js';
+import type { CapacityGate, CapacitySlot } from './capacity.js';
+import type { PooledSandbox, WarmPool } from './pool/warm-pool.js';
+import type { SessionRegistry } from './registry.js';
+import type { SandboxHost } from './sandbox-host.js';
+import { Session } from './session.js';
+import { LOCAL_TENANT, type EndReason, type SessionRecord, type SessionState } from './session-record.js';
+import { newRecord, resolveRequest, startClocks, type CreateSessionOptions, type RequestDefaults, type SessionOwner, type SessionRequest } from './session-request.js';
+import { toView, type SessionView } from './session-view.js';
+import type { SessionStore } from './store.js';
+
+/** How long a watch that saw a sandbox's process gone waits for the runtime to report its exit. */
+const EXIT_REPORT_GRACE_MS = 2_500;
+
+/** The /30 blocks sandboxes are addressed from (network/address-allocator.ts). */
+export interface AddressSource {
+  leaseFree(): Promise<AddressLease>;
+  release(index: number): void;
+}
+
+export interface LifecycleOptions {
+  registry: SessionRegistry;
+  store: SessionStore;
+  host: SandboxHost;
+  addresses: AddressSource;
+  capacity: CapacityGate;
+  metrics: Metrics;
+  log: Logger;
+  runtimeName: RuntimeName;
+  defaults: RequestDefaults;
+}
+
+/**
+ * The session lifecycle: creating -> ready -> destroying -> destroyed, or failed. Creates
+ * (cold, or from the warm pool with a cold fallback), destroys, and the release of
+ * everything a session holds when it ends, however it ends (a DELETE, a clock, a sandbox
+ * that vanished, a shutdown).
+ */
+export class SessionLifecycle {
+  private shuttingDown = false;
+  /** Set once the warm pool exists (it is made with hooks into this lifecycle). */
+  warmPool: WarmPool | undefined;
+
+  constructor(private readonly opts: LifecycleOptions) {}
+
+  async create(options: CreateSessionOptions = {}, owner: SessionOwner = { tenant: LOCAL_TENANT }): Promise<SessionView> {
+    if (this.shuttingDown) throw new UnavailableError('the orchestrator is shutting down');
+    const started = performance.now();
+    const request = this.resolve(options);
+    await this.opts.host.assertCreatesAllowed();
+    // Admission: a 429/503 here has taken nothing. The slot is taken in the same synchronous
+    // step as the check, so concurrent creates cannot overshoot a limit. The session that
+    // gets it releases it last of all its resources; a create that fails gives it back
+    // (release is idempotent, so a failed boot that released it already is no harm).
+    const slot = this.opts.capacity.reserve(owner.tenant);
+    try {
+      const view = await this.createWithSlot(request, owner.tenant, slot, started);
+      slot.booted();
+      return view;
+    } catch (err) {
+      slot.release();
+      throw err;
+    }
+  }
+
+  /** Defaults applied and checked before anything is taken. */
+  resolve(options: CreateSessionOptions): SessionRequest {
+    return resolveRequest(options, this.opts.defaults);
+  }
+
+  /** Marks the start of a shutdown: creates are refused from now on. */
+  beginShutdown(): void {
+    this.shuttingDown = true;
+  }
+
+  get isShuttingDown(): boolean {
+    return this.shuttingDown;
+  }
+
+  private async createWithSlot(request: SessionRequest, tenant: string, slot: CapacitySlot, started: number): Promise<SessionView> {
+    // A pooled sandbox of the same screen size, if one is ready; any other request boots cold.
+    // (A pooled sandbox was fenced without egress: a request for egress boots cold too.)
+    const pooled = request.egress ? undefined : this.warmPool?.take({ width: request.width, height: request.height });
+    if (pooled) {
+      const view = await this.createFromPool(pooled, request, tenant, slot, started).finally(() => this.warmPool?.refill());
+      if (view) return view;
+    }
+    return this.createCold(request, tenant, slot, started);
+  }
+
+  private async createCold(request: SessionRequest, tenant: string, slot: CapacitySlot, started: number): Promise<SessionView> {
+    const { store, registry, metrics, host, addresses } = this.opts;
+    const lease = await addresses.leaseFree();
+    const record = newRecord(request, lease.index, false, tenant, this.opts.runtimeName);
+    const session = new Session(record);
+    const log = this.sessionLog(session);
+    // Stored before any resource is taken, so a crash from here on is found at restart.
+    store.insert(record);
+    registry.add(session);
+    metrics.activeSessions.inc();
+    // First on the stack, so released last: the slot is free only once everything else is.
+    await session.cleanup.push('capacity slot', () => slot.release());
+    await session.cleanup.push('address lease', () => addresses.release(lease.index));
+
+    const boot = host.boot(session, lease, log);
+    session.creation = boot.catch(() => undefined);
+    try {
+      await boot;
+    } catch (err) {
+      const tail = await host.consoleTail(session);
+      const reason = (err as Error).message;
+      log.error({ err, console: tail }, 'sandbox failed to start');
+      metrics.errors.inc({ kind: 'create' });
+      await this.releaseResources(session, 'failed', `failed to start: ${reason}`);
+      if (err instanceof OrchestratorError) throw err;
+      throw new UnavailableError(`sandbox failed to start: ${reason}${tail ? `\n--- guest console (last lines) ---\n${tail}` : ''}`);
+    }
+    return this.becomeReady(session, 'cold', started, log);
+  }
+
+  /**
+   * A session from a pooled sandbox: the request's settings are applied, then the sandbox is
+   * handed to the session's own key (SandboxHost.claim). Undefined if the claim failed: the
+   * pooled sandbox is destroyed and the caller boots one cold, so the client never sees it.
+   */
+  private async createFromPool(pooled: PooledSandbox, request: SessionRequest, tenant: string, slot: CapacitySlot, started: number): Promise<SessionView | undefined> {
+    const { store, registry, metrics } = this.opts;
+    const { session } = pooled;
+    const now = new Date();
+    Object.assign(session.record, {
+      tenant,
+      state: 'creating',
+      // The request's screen is the pool's (only a matching request takes a pooled sandbox).
+      ...request,
+      // Its clocks start at the claim: the time it spent in the pool is not the client's.
+      createdAt: now.toISOString(),
+      updatedAt: now.toISOString(),
+      expiresAt: startClocks(request, now),
+      pooled: false,
+      endReason: null,
+    } satisfies Partial<SessionRecord>);
+    const log = this.sessionLog(session);
+    // From here it is a session like any other: listed, destroyed by a DELETE or a shutdown.
+    store.adopt(session.record);
+    registry.add(session);
+    metrics.activeSessions.inc();
+    const claim = this.opts.host.claim(pooled);
+    session.creation = claim.catch(() => undefined);
+    try {
+      await claim;
+    } catch (err) {
+      metrics.errors.inc({ kind: 'warm_claim' });
+      // A destroy (or shutdown) that came meanwhile owns the release.
+      if (session.record.state !== 'creating') throw new UnavailableError(`session ${session.id} was destroyed while it was being created`);
+      log.warn({ err }, 'could not claim a warm sandbox; destroying it and booting one cold');
+      registry.remove(session.id);
+      metrics.activeSessions.dec();
+      try {
+        await session.cleanup.run();
+      } catch (releaseErr) {
+        metrics.errors.inc({ kind: 'destroy' });
+        log.error({ err: releaseErr }, 'releasing a warm sandbox that could not be claimed failed');
+      }
+      store.delete(session.id);
+      return undefined; // the slot was not on its stack: the cold boot that follows uses it
+    }
+    // Only now, so that a failed claim above does not give back the slot the cold boot needs.
+    await session.cleanup.push('capacity slot', () => slot.release());
+    return this.becomeReady(session, 'warm', started, log);
+  }
+
+  private becomeReady(session: Session, source: 'warm' | 'cold', started: number, log: Logger): SessionView {
+    const { record } = session;
+    const { metrics } = this.opts;
+    if (record.state !== 'creating') {
+      // Destroyed while it was booting: the destroy has released it already.
+      throw new UnavailableError(`session ${record.id} was destroyed while it was being created`);
+    }
+    this.watch(session, log);
+    this.setState(session, 'ready');
+    const seconds = (performance.now() - started) / 1000;
+    metrics.sessionsTotal.inc({ outcome: 'ready' });
+    metrics.createsTotal.inc({ source });
+    metrics.createDuration.observe({ runtime: record.runtime }, seconds);
+    const accel = session.sandbox?.accelerator;
+    if (accel && source === 'cold') metrics.vmBootDuration.observe({ runtime: record.runtime, accel }, seconds);
+    log.info({ runtime: record.runtime, source, ms: Math.round(seconds * 1000) }, 'session ready');
+    return toView(record);
+  }
+
+  /** A session adopted alive from an earlier run joins the live ones (adopt.ts). */
+  async admitAdopted(session: Session): Promise<void> {
+    // A live session holds its place whatever the limits are now: it is running already.
+    const slot = this.opts.capacity.hold(session.record.tenant);
+    await session.cleanup.push('capacity slot', () => slot.release());
+    this.opts.registry.add(session);
+    this.opts.metrics.activeSessions.inc();
+    this.watch(session, this.sessionLog(session));
+  }
+
+  /** Destroys a session and releases everything it holds, recording why. Idempotent. */
+  async destroy(id: string, reason: EndReason = 'deleted'): Promise<SessionView> {
+    const session = this.opts.registry.find(id);
+    if (!session) return this.opts.registry.view(id); // already destroyed (or unknown: 404)
+    // The first reason stands: a DELETE racing the reaper does not rewrite why it ended.
+    session.record.endReason ??= reason;
+    if (session.record.state === 'creating') {
+      // Let the boot reach a resting point, so its releases are all on the stack.
+      this.setState(session, 'destroying');
+      await session.creation;
+    }
+    await this.releaseResources(session, 'destroyed', session.record.error);
+    return toView(session.record);
+  }
+
+  /**
+   * A sandbox that dies by itself, or whose network is deleted from under it, marks its
+   * session failed and gives back what it held, within about a second (sandbox-watch.ts).
+   */
+  private watch(session: Session, log: Logger): void {
+    const { sandbox } = session;
+    const watch = this.opts.host.watch(session);
+    if (sandbox && watch) {
+      session.watch = watch;
+      void watch.gone.then(async (gone) => {
+        // A process that died is the runtime's to describe (its exit status, where its console
+        // log was kept): give its `exited` a moment to say so first.
+        if (gone.processExited) await Promise.race([sandbox.exited, sleep(EXIT_REPORT_GRACE_MS)]);
+        this.sandboxVanished(session, log, `sandbox vanished: ${gone.reason}`);
+      });
+    }
+    if (sandbox) void sandbox.exited.then((info) => this.sandboxVanished(session, log, `sandbox stopped unexpectedly: ${info.reason}`));
+    session.connection?.on('reconnected', () => this.opts.metrics.sshReconnects.inc());
+    session.connection?.on('guest_protocol_error', (err: GuestProtocolError) => {
+      log.warn({ channel: err.channel, reason: err.reason, detail: err.message }, 'guest broke a protocol; its channel was closed');
+      this.opts.metrics.guestProtocolErrors.inc({ channel: err.channel, reason: err.reason });
+    });
+  }
+
+  private sandboxVanished(session: Session, log: Logger, reason: string): void {
+    if (session.record.state !== 'ready') return;
+    // Set now, so that requests during the release are told it is gone (410), not busy.
+    session.record.endReason = 'failed';
+    log.warn({ reason }, 'the sandbox of a ready session is gone: marking it failed');
+    this.opts.metrics.errors.inc({ kind: 'sandbox_exit' });
+    void this.releaseResources(session, 'failed', reason);
+  }
+
+  private releaseResources(session: Session, final: 'destroyed' | 'failed', error: string | null): Promise<void> {
+    const { registry, store, metrics } = this.opts;
+    session.release ??= (async () => {
+      session.watch?.stop();
+      if (session.record.state !== 'destroying') this.setState(session, 'destroying');
+      try {
+        await session.cleanup.run();
+        // All released: the ledger has nothing left to say. (After a failure it keeps its
+        // records, and the next start-up reclaims what they name.)
+        store.forgetResources(session.id);
+      } catch (err) {
+        metrics.errors.inc({ kind: 'destroy' });
+        this.sessionLog(session).error({ err }, 'releasing sandbox resources failed');
+      }
+      session.record.addressIndex = null;
+      session.record.error = error;
+      if (final === 'failed') session.record.endReason ??= 'failed';
+      this.setState(session, final);
+      metrics.activeSessions.dec();
+      metrics.sessionsTotal.inc({ outcome: final });
+      // A failed session stays listed (with its error) until it is destroyed.
+      if (final === 'destroyed') registry.remove(session.id);
+    })();
+    return session.release.then(() => {
+      // Destroying a failed session only records that the client is done with it.
+      if (final === 'destroyed' && session.record.state === 'failed') {
+        this.setState(session, 'destroyed');
+        registry.remove(session.id);
+      }
+    });
+  }
+
+  /** Every log line about a session carries its id and its tenant. */
+  sessionLog(session: Session): Logger {
+    return this.opts.log.child({ sessionId: session.id, tenant: session.record.tenant });
+  }
+
+  setState(session: Session, state: SessionState): void {
+    session.record.state = state;
+    session.record.updatedAt = new Date().toISOString();
+    this.opts.store.update(session.record);
+  }
+}

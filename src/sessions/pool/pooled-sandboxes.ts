@@ -1,0 +1,61 @@
+import type { Logger } from 'pino';
+import { UnavailableError } from '../../errors.js';
+import type { Metrics } from '../../metrics/metrics.js';
+import type { RuntimeName } from '../../runtimes/runtime.js';
+import type { AddressSource, SessionLifecycle } from '../lifecycle.js';
+import type { SandboxHost } from '../sandbox-host.js';
+import { Session } from '../session.js';
+import { LOCAL_TENANT } from '../session-record.js';
+import { newRecord } from '../session-request.js';
+import type { SessionStore } from '../store.js';
+import type { PooledSandbox, ScreenShape, WarmPoolHooks } from './warm-pool.js';
+
+export interface PooledSandboxOptions {
+  lifecycle: SessionLifecycle;
+  host: SandboxHost;
+  addresses: AddressSource;
+  store: SessionStore;
+  metrics: Metrics;
+  log: Logger;
+  runtimeName: RuntimeName;
+}
+
+/** How the warm pool makes and unmakes its sandboxes (its WarmPoolHooks). */
+export function pooledSandboxHooks(opts: PooledSandboxOptions): WarmPoolHooks {
+  const release = async (pooled: PooledSandbox, reason: string): Promise<void> => {
+    const { session } = pooled;
+    opts.log.debug({ pooledSandbox: session.id, reason }, 'warm pool: destroying a pooled sandbox');
+    try {
+      await session.cleanup.run();
+      opts.store.forgetResources(session.id);
+      opts.store.delete(session.id);
+    } catch (err) {
+      // Its row and ledger stay: the next start-up reclaims what is left.
+      opts.metrics.errors.inc({ kind: 'destroy' });
+      opts.log.error({ err, pooledSandbox: session.id }, 'releasing a pooled sandbox failed');
+    }
+  };
+
+  /** One sandbox for the warm pool: stored (so a restart reclaims it), booted, known ready. */
+  const boot = async (shape: ScreenShape): Promise<PooledSandbox> => {
+    if (opts.lifecycle.isShuttingDown) throw new UnavailableError('the orchestrator is shutting down');
+    const request = opts.lifecycle.resolve(shape);
+    const lease = await opts.addresses.leaseFree();
+    // Owned by no tenant until a create claims it (and not counted against any limit).
+    const record = newRecord(request, lease.index, true, LOCAL_TENANT, opts.runtimeName);
+    const session = new Session(record);
+    const log = opts.log.child({ pooledSandbox: record.id });
+    opts.store.insert(record);
+    await session.cleanup.push('address lease', () => opts.addresses.release(lease.index));
+    try {
+      const pooled = await opts.host.bootPooled(session, lease, log);
+      opts.lifecycle.setState(session, 'ready');
+      return pooled;
+    } catch (err) {
+      await release({ session, hostPublicKey: '' }, 'it failed to boot');
+      throw err;
+    }
+  };
+
+  return { boot, release };
+}

@@ -1,0 +1,53 @@
+import type { OrchestratorError } from '../errors.js';
+import type { RuntimeName } from '../runtimes/runtime.js';
+import type { SessionAccess } from '../tools/session-access.js';
+import type { SessionTimeoutUpdate } from './clocks.js';
+import type { ActionOutcome, SessionHealth } from './session-actions.js';
+import type { CreateSessionOptions, SessionOwner } from './session-request.js';
+import type { EndReason } from './session-record.js';
+import type { SessionView } from './session-view.js';
+
+// The narrow interfaces the HTTP routes depend on: each route module asks for what it uses,
+// never for the whole session manager (which implements them all).
+
+/** Sessions as resources: create, list, look up, destroy. */
+export interface SessionDirectory {
+  create(options?: CreateSessionOptions, owner?: SessionOwner): Promise<SessionView>;
+  list(tenant?: string): SessionView[];
+  get(id: string): SessionView;
+  destroy(id: string, reason?: EndReason): Promise<SessionView>;
+  health(id: string): Promise<SessionHealth>;
+}
+
+/** The computer-use actions and screenshots of a ready session. */
+export interface ComputerActions {
+  screenshot(id: string, scaled?: boolean): Promise<Buffer>;
+  act(id: string, input: unknown, options: { screenshotAfter: boolean }): Promise<ActionOutcome>;
+}
+
+/** A session's clocks as a client moves them, and the busy mark long work holds. */
+export interface SessionTimeouts {
+  keepalive(id: string, timeoutSeconds?: number): SessionView;
+  updateTimeouts(id: string, update: SessionTimeoutUpdate): SessionView;
+  whileBusy<T>(id: string, work: () => Promise<T>): Promise<T>;
+}
+
+/** What the file routes need: the connection, and transfers that count as activity. */
+export interface FileSessions {
+  connection: SessionAccess['connection'];
+  transferActivity(id: string): () => void;
+}
+
+/** What the companion tools' routes need. */
+export type ToolSessions = SessionAccess & Pick<SessionTimeouts, 'whileBusy'> & { readonly display: number };
+
+/** What a request that failed unexpectedly asks (server.ts's error handler). */
+export interface SessionFailures {
+  endedUnderRequest(id: string): Promise<OrchestratorError | undefined>;
+}
+
+/** The health route's view of the whole. */
+export interface SystemStatus {
+  readonly runtimeName: RuntimeName;
+  list(tenant?: string): SessionView[];
+}

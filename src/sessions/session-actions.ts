@@ -1,0 +1,149 @@
+import { parseAction } from '../computer/actions.js';
+import type { ComputerOutcome } from '../computer/computer-tool.js';
+import { NotFoundError, type OrchestratorError, SessionGoneError, SessionStateError } from '../errors.js';
+import type { Metrics } from '../metrics/metrics.js';
+import type { AttachmentContext, SessionAccess } from '../tools/session-access.js';
+import type { GuestConnection } from '../transport/ssh-connection.js';
+import type { SessionClocks } from './clocks.js';
+import type { SessionRegistry } from './registry.js';
+import { hasDesktop } from './session.js';
+import type { SessionState } from './session-record.js';
+import type { SessionStore } from './store.js';
+
+const HEALTH_PROBE_TIMEOUT_MS = 3_000;
+
+export interface SessionHealth {
+  state: SessionState;
+  healthy: boolean;
+  ssh: 'ok' | 'down';
+  display: 'ok' | 'down';
+  detail?: string;
+}
+
+export interface ActionOutcome extends ComputerOutcome {
+  durationMs: number;
+}
+
+export interface SessionActionOptions {
+  registry: SessionRegistry;
+  clocks: SessionClocks;
+  store: SessionStore;
+  metrics: Metrics;
+}
+
+/**
+ * What a request does with a ready session: the computer's actions and screenshots, health
+ * probes, and the connection and per-session state the companion tools use (SessionAccess).
+ * Each counts as activity on the session's idle clock.
+ */
+export class SessionActions implements SessionAccess {
+  constructor(private readonly opts: SessionActionOptions) {}
+
+  /**
+   * Probes a live session now: is its SSH connection up, does its display answer? A dead
+   * display is reported here (and as a clear error by every action), never as a hang.
+   */
+  async health(id: string): Promise<SessionHealth> {
+    const session = this.opts.registry.find(id);
+    if (!session) {
+      const stored = this.opts.store.get(id);
+      if (!stored) throw new NotFoundError(`session ${id} does not exist`);
+      return { state: stored.state, healthy: false, ssh: 'down', display: 'down', detail: `session is ${stored.state}` };
+    }
+    const { state } = session.record;
+    if (state !== 'ready' || !hasDesktop(session)) {
+      return { state, healthy: false, ssh: 'down', display: 'down', detail: `session is ${state}` };
+    }
+    try {
+      await session.computer.probeDisplay(HEALTH_PROBE_TIMEOUT_MS);
+      return { state, healthy: true, ssh: 'ok', display: 'ok' };
+    } catch (err) {
+      const ssh = session.connection.isConnected ? 'ok' : 'down';
+      return { state, healthy: false, ssh, display: 'down', detail: (err as Error).message };
+    }
+  }
+
+  /** A PNG of the whole screen: at its real size, or as the model sees it when `scaled`. */
+  async screenshot(id: string, scaled = false): Promise<Buffer> {
+    const session = this.opts.registry.ready(id);
+    const { computer } = session;
+    const end = this.opts.metrics.screenshotDuration.startTimer();
+    try {
+      const png = scaled ? await computer.screenshot() : await computer.fullScreenshot();
+      end();
+      this.opts.clocks.touch(session);
+      return png;
+    } catch (err) {
+      this.opts.metrics.errors.inc({ kind: 'screenshot' });
+      throw err;
+    }
+  }
+
+  /**
+   * Performs one computer-use action. With `screenshotAfter`, actions other than
+   * screenshot, cursor_position and zoom also return the settled screen (the tool_result).
+   */
+  async act(id: string, input: unknown, options: { screenshotAfter: boolean }): Promise<ActionOutcome> {
+    const session = this.opts.registry.ready(id);
+    const { computer } = session;
+    const action = parseAction(input, computer.scaler);
+    const started = performance.now();
+    try {
+      // A long action (hold_key, wait, a settle) holds the idle timeout off while it runs.
+      const outcome = await this.opts.clocks.whileBusy(id, () => computer.run(action, options));
+      const seconds = (performance.now() - started) / 1000;
+      this.opts.metrics.actionDuration.observe({ action: action.action }, seconds);
+      if (action.action === 'screenshot') this.opts.metrics.screenshotDuration.observe(seconds);
+      this.opts.clocks.touch(session);
+      return { ...outcome, durationMs: seconds * 1000 };
+    } catch (err) {
+      this.opts.metrics.errors.inc({ kind: 'action' });
+      throw err;
+    }
+  }
+
+  /** A ready session's SSH connection, for the companion tools and files. Counts as activity. */
+  connection(id: string): GuestConnection {
+    const session = this.opts.registry.ready(id);
+    this.opts.clocks.touch(session);
+    return session.connection;
+  }
+
+  /**
+   * Per-session state of a companion tool (e.g. a persistent shell), made on first use. What
+   * `create` pushes onto the cleanup stack is released when the session ends, before its
+   * SSH connection closes.
+   */
+  async attachment<T>(id: string, name: string, create: (ctx: AttachmentContext) => Promise<T> | T): Promise<T> {
+    const session = this.opts.registry.ready(id);
+    this.opts.clocks.touch(session);
+    if (!session.attachments.has(name)) {
+      // Stored as a promise at once, so two concurrent first uses make only one.
+      const made = Promise.resolve().then(() => create({ connection: session.connection, cleanup: session.cleanup }));
+      made.catch(() => session.attachments.delete(name)); // a failed start is retried next time
+      session.attachments.set(name, made);
+    }
+    return (await session.attachments.get(name)) as T;
+  }
+
+  /**
+   * What a request on session `id` that failed unexpectedly (not with an OrchestratorError)
+   * should answer instead of a 500, if the session ended under it: 410 when its sandbox
+   * vanished (looked at now, not at the next tick of the watch), 409 when it is being
+   * destroyed. Undefined when the session is live and well: the error is a real one.
+   */
+  async endedUnderRequest(id: string): Promise<OrchestratorError | undefined> {
+    const session = this.opts.registry.find(id);
+    if (!session) return undefined;
+    if (session.record.state === 'ready') {
+      const gone = await session.watch?.check();
+      if (!gone) return undefined;
+      // The watch's `gone` settles with it, and the session is failed and released from there.
+      return new SessionGoneError(`session ${id} is gone: sandbox vanished: ${gone.reason}`);
+    }
+    if (session.record.endReason === 'failed' || session.record.state === 'failed') {
+      return new SessionGoneError(`session ${id} is gone${session.record.error ? `: ${session.record.error}` : ''}`);
+    }
+    return new SessionStateError(`session ${id} is ${session.record.state}`);
+  }
+}

@@ -1,0 +1,80 @@
+import { modelSize, type ScalingRequest } from '../computer/scaling.js';
+import type { NetworkOptions } from '../network/policy/network-policy.js';
+import { newSessionId } from './session.js';
+import type { ComputerToolVersion, SessionRecord } from './session-record.js';
+import { idleDeadline, resolveLifetime } from './timeouts.js';
+
+export interface CreateSessionOptions {
+  width?: number;
+  height?: number;
+  /** The model-facing screen size: 'auto' (default, as the reference), 'none', or a size. */
+  scaling?: ScalingRequest;
+  /** The computer-use tool version the session's tool definition declares. */
+  toolVersion?: ComputerToolVersion;
+  timeoutSeconds?: number;
+  /** Hard end of the session, at most (and by default) the orchestrator's maximum. */
+  maxLifetimeSeconds?: number;
+  metadata?: Record<string, unknown>;
+  /** The guest network policy: `egress` lets the sandbox reach the internet (default off). */
+  network?: Partial<NetworkOptions>;
+}
+
+/** Who a session is made for. */
+export interface SessionOwner {
+  tenant: string;
+}
+
+/** A create request with its defaults applied and checked: the record's requested part. */
+export type SessionRequest = Pick<
+  SessionRecord,
+  'width' | 'height' | 'modelWidth' | 'modelHeight' | 'toolVersion' | 'timeoutSeconds' | 'maxLifetimeSeconds' | 'metadata' | 'egress'
+>;
+
+export interface RequestDefaults {
+  defaultTimeoutSeconds: number;
+  /** The longest a session may live, and the lifetime of one that asks for none. */
+  maxLifetimeSeconds: number;
+}
+
+/** Defaults applied and checked before anything is taken: a bad request leaves nothing to undo. */
+export function resolveRequest(options: CreateSessionOptions, defaults: RequestDefaults): SessionRequest {
+  const width = options.width ?? 1024;
+  const height = options.height ?? 768;
+  const model = modelSize({ width, height }, options.scaling ?? 'auto');
+  return {
+    width,
+    height,
+    modelWidth: model.width,
+    modelHeight: model.height,
+    toolVersion: options.toolVersion ?? 'computer_20250124',
+    timeoutSeconds: options.timeoutSeconds ?? defaults.defaultTimeoutSeconds,
+    // Checked here, before anything is taken: over the maximum is a 400, not a silent cut.
+    maxLifetimeSeconds: resolveLifetime(options.maxLifetimeSeconds, defaults.maxLifetimeSeconds),
+    metadata: options.metadata ?? {},
+    egress: options.network?.egress ?? false,
+  };
+}
+
+/** A new session's record, state 'creating', its clocks starting now. */
+export function newRecord(request: SessionRequest, addressIndex: number, pooled: boolean, tenant: string, runtime: SessionRecord['runtime']): SessionRecord {
+  const now = new Date();
+  return {
+    id: newSessionId(),
+    tenant,
+    state: 'creating',
+    runtime,
+    ...request,
+    createdAt: now.toISOString(),
+    updatedAt: now.toISOString(),
+    expiresAt: startClocks(request, now),
+    addressIndex,
+    error: null,
+    pooled,
+    endReason: null,
+  };
+}
+
+/** The first idle deadline of a session whose clocks start at `now`. */
+export function startClocks(request: Pick<SessionRequest, 'maxLifetimeSeconds' | 'timeoutSeconds'>, now: Date): string {
+  return idleDeadline({ createdAt: now.toISOString(), maxLifetimeSeconds: request.maxLifetimeSeconds, timeoutSeconds: request.timeoutSeconds }, now.getTime());
+}

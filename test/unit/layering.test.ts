@@ -1,0 +1,126 @@
+/**
+ * The layering of src/ (issue 12), checked on every run of scripts/test.sh (unit tier).
+ *
+ * A folder imports only from its own layer and the layers below it:
+ *
+ *   entry points   cli/, bench/, orchestrator.ts, index.ts  (wire everything together)
+ *   api/           the HTTP server and its routes
+ *   sessions/      the session registry, lifecycle, clocks, warm pool
+ *   runtimes/ computer/ tools/ files/        what a session is made of
+ *   transport/ network/ guest/ host/         SSH, addresses and nftables, the guest contract, host facts
+ *   util/          nothing about sandboxes at all
+ *
+ * Shared leaves any layer may import: errors.ts, logger.ts, metrics/, config.ts (the settings
+ * module: it reads each part's settings types, and is read by the parts' settings). The
+ * client SDK (client/) is published on its own and imports nothing of the server.
+ *
+ * (dependency-cruiser was the first choice; it cannot read this project's TypeScript 7, whose
+ * compiler has no JavaScript API, so the imports are read here: every `import`/`export ...
+ * from` and `import()` of a relative path. Type-only imports count too: a type from a layer
+ * above is as much a dependency on it.)
+ */
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const SRC = path.join(ROOT, 'src');
+
+/** Higher numbers are higher layers; undefined: a shared leaf (see above). */
+const LAYER_OF_TOP: Record<string, number | undefined> = {
+  cli: 6,
+  bench: 6,
+  'orchestrator.ts': 6,
+  'index.ts': 6,
+  'orchestrator-lock.ts': 6,
+  api: 5,
+  sessions: 4,
+  runtimes: 3,
+  computer: 3,
+  tools: 3,
+  files: 3,
+  transport: 2,
+  network: 2,
+  guest: 2,
+  host: 2,
+  util: 1,
+};
+const SHARED_LEAVES = new Set(['errors.ts', 'logger.ts', 'metrics', 'config.ts']);
+/** Generated files, not held to the size limit. */
+const GENERATED = new Set(['runtimes/firecracker/api/spec-types.ts', 'computer/keysym-names.ts']);
+const MAX_LINES = 400;
+
+function sourceFiles(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const full = path.join(dir, entry.name);
+    if (entry.isDirectory()) return sourceFiles(full);
+    return entry.name.endsWith('.ts') ? [full] : [];
+  });
+}
+
+/** Relative import specifiers of a module (static, re-exports, dynamic). */
+export function relativeImports(source: string): string[] {
+  const found: string[] = [];
+  const patterns = [/\b(?:import|export)\s[^'"`;]*?\bfrom\s*['"](\.[^'"]+)['"]/g, /\bimport\s*['"](\.[^'"]+)['"]/g, /\bimport\(\s*['"](\.[^'"]+)['"]\s*\)/g];
+  for (const pattern of patterns) for (const match of source.matchAll(pattern)) found.push(match[1] as string);
+  return found;
+}
+
+/** The first path segment under src/ ('sessions', 'config.ts', ...). */
+function topOf(file: string): string {
+  return path.relative(SRC, file).split(path.sep)[0] as string;
+}
+
+/** Every import of `file` that reaches a layer above its own. */
+function violations(file: string): string[] {
+  const from = topOf(file);
+  const fromLayer = LAYER_OF_TOP[from];
+  const out: string[] = [];
+  for (const spec of relativeImports(readFileSync(file, 'utf8'))) {
+    // Sources import each other by their compiled name (./x.js for ./x.ts).
+    const target = path.resolve(path.dirname(file), spec).replace(/\.js$/, '.ts');
+    if (!target.startsWith(SRC + path.sep)) continue;
+    const to = topOf(target);
+    if (from === 'client' && to !== 'client') out.push(`${path.relative(ROOT, file)} -> ${spec} (the client SDK imports nothing of the server)`);
+    if (fromLayer === undefined || to === from || SHARED_LEAVES.has(to)) continue;
+    const toLayer = LAYER_OF_TOP[to];
+    if (toLayer === undefined) {
+      if (to !== 'client') out.push(`${path.relative(ROOT, file)} -> ${spec} (${to} has no layer: add it to LAYER_OF_TOP)`);
+      continue;
+    }
+    if (toLayer > fromLayer) out.push(`${path.relative(ROOT, file)} -> ${spec} (${from} is below ${to})`);
+  }
+  return out;
+}
+
+describe('layering of src/', () => {
+  const files = sourceFiles(SRC);
+
+  it('finds the imports it checks (the parser is not blind)', () => {
+    assert.deepEqual(relativeImports(`import a from './a.js';\nimport type { B } from '../b/b.js';\nexport { c } from './c.js';\nimport './d.js';\nconst e = await import('./e.js');`), [
+      './a.js',
+      '../b/b.js',
+      './c.js',
+      './d.js',
+      './e.js',
+    ]);
+    assert.deepEqual(relativeImports(`import {\n  x,\n  type Y,\n} from '../sessions/manager.js';`), ['../sessions/manager.js']);
+    assert.ok(files.length > 100, `src/ has its files (${files.length})`);
+    const all = files.flatMap((file) => relativeImports(readFileSync(file, 'utf8')));
+    assert.ok(all.length > 300, `imports were found (${all.length})`);
+  });
+
+  it('no folder imports from a folder above it', () => {
+    assert.deepEqual(files.flatMap(violations), []);
+  });
+
+  it(`no hand-written file in src/ is over ${MAX_LINES} lines`, () => {
+    const long = files
+      .filter((file) => !GENERATED.has(path.relative(SRC, file)))
+      .map((file) => ({ file: path.relative(ROOT, file), lines: readFileSync(file, 'utf8').split('\n').length - 1 }))
+      .filter(({ lines }) => lines > MAX_LINES);
+    assert.deepEqual(long, []);
+  });
+});
