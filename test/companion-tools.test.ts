@@ -3,7 +3,7 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { MarkerScanner } from '../src/tools/bash/marker.js';
 import { ShellOutput } from '../src/tools/bash/shell-output.js';
-import { hostTrace } from './helpers/host.js';
+import { hostTrace, rememberNetns } from './helpers/host.js';
 import { startTestOrchestrator, TEST_PREFIX, type TestOrchestrator } from './helpers/orchestrator.js';
 import { ResourceNames } from '../src/network/names.js';
 
@@ -435,6 +435,7 @@ describe('companion tools: bash and the text editor, on a real sandbox', () => {
 
     it('destroying a session stops its shell, even mid-command, and leaves nothing running', async () => {
       const doomed = await createSession(orch);
+      await rememberNetns(new ResourceNames(TEST_PREFIX), doomed);
       const pid = text(await bash({ command: 'echo $$' }, doomed));
       assert.match(pid, /^\d+$/);
       const running = bash({ command: 'sleep 60' }, doomed);

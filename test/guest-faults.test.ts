@@ -5,7 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import { ResourceNames } from '../src/network/names.js';
 import { run } from '../src/util/exec.js';
-import { hostTrace } from './helpers/host.js';
+import { hostTrace, rememberNetns } from './helpers/host.js';
 import { startTestOrchestrator, TEST_PREFIX, type TestOrchestrator } from './helpers/orchestrator.js';
 
 /**
@@ -113,6 +113,7 @@ describe('guest faults stay inside their sandbox', () => {
   });
 
   it('destroying the sandbox frees its disk (loop device) with the rest', async () => {
+    await rememberNetns(NAMES, victim);
     const res = await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${victim}` });
     assert.equal(res.json().state, 'destroyed');
     const loops = (await run(['losetup', '-a'])).stdout;

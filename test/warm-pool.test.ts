@@ -11,7 +11,7 @@ import { ResourceNames, SESSION_ID_PATTERN } from '../src/network/names.js';
 import { generateSessionKeys, publicKeyBlob } from '../src/transport/keys.js';
 import { GuestConnection, HostKeyMismatchError, SshAuthenticationError } from '../src/transport/ssh-connection.js';
 import { connectToGuest, guestAddress, pngSize } from './helpers/guest.js';
-import { hostTrace } from './helpers/host.js';
+import { hostTrace, rememberNetns } from './helpers/host.js';
 import { TEST_PREFIX, TEST_SUBNET, startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 import { runCli, startServe } from './helpers/serve.js';
 import { startXev, waitForXev } from './helpers/xev.js';
@@ -160,6 +160,7 @@ describe('the warm pool', () => {
   it('destroys a pooled sandbox that presents another host key, and boots the session cold', async () => {
     const [pooledId] = await poolReady(orch);
     assert.ok(pooledId);
+    await rememberNetns(NAMES, pooledId);
     // The guest's sshd reads its host key at each connection: this one is an impostor's.
     const impostor = generateSessionKeys('impostor');
     await writeFile(path.join(orch.stateDir, pooledId, 'config', CONFIG_FILES.hostKey), impostor.hostPrivateKey, { mode: 0o600 });

@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { readdir, readFile } from 'node:fs/promises';
+import { readdir, readFile, readlink, stat } from 'node:fs/promises';
 import type { ResourceNames } from '../../src/network/names.js';
 import { run } from '../../src/util/exec.js';
 
@@ -13,28 +13,70 @@ export interface HostTrace {
   sessionDir: boolean;
 }
 
-export async function hostTrace(names: ResourceNames, sessionId: string, sessionDir: string): Promise<HostTrace> {
+/**
+ * `netnsNeverSeen`: the sandbox's netns came and went inside one request (a failed create), so
+ * no inode could be remembered; the caller then checks processes another way (by command line).
+ */
+export async function hostTrace(names: ResourceNames, sessionId: string, sessionDir: string, options: { netnsNeverSeen?: boolean } = {}): Promise<HostTrace> {
   const name = names.netns(sessionId);
   const netns = (await run(['ip', 'netns', 'list'])).stdout.split('\n').some((l) => l.split(' ')[0] === name);
   const veth = (await run(['ip', 'link', 'show', name], { allowFailure: true })).exitCode === 0;
   const mounts = (await readFile('/proc/self/mountinfo', 'utf8')).split('\n').filter((l) => l.includes(sessionDir));
   const container = existsSync(`${names.runcRoot}/${names.container(sessionId)}`);
-  return { netns, veth, mounts, container, processes: await processesInNetns(name), sessionDir: existsSync(sessionDir) };
+  return { netns, veth, mounts, container, processes: await processesInNetns(name, options.netnsNeverSeen === true), sessionDir: existsSync(sessionDir) };
 }
 
-/** Host pids whose network namespace is the sandbox's (inode comparison, no netns needed). */
-async function processesInNetns(name: string): Promise<number[]> {
-  const nsPath = `/var/run/netns/${name}`;
-  if (!existsSync(nsPath)) return [];
-  const { stdout } = await run(['stat', '-L', '-c', '%i', nsPath]);
-  const inode = stdout.trim();
+/**
+ * The inode of each sandbox netns seen while it still had its name. A destroy removes the name
+ * first, but a process left behind keeps the namespace (and its inode) alive: only the inode
+ * remembered from before tells which processes were the sandbox's.
+ */
+const rememberedInodes = new Map<string, number>();
+
+/** Remembers the sandbox's netns inode: call while the sandbox lives, before it is destroyed. */
+export async function rememberNetns(names: ResourceNames, sessionId: string): Promise<void> {
+  const name = names.netns(sessionId);
+  const inode = await namedNetnsInode(name);
+  if (inode === undefined) throw new Error(`rememberNetns: the netns ${name} does not exist`);
+  rememberedInodes.set(name, inode);
+}
+
+async function namedNetnsInode(name: string): Promise<number | undefined> {
+  try {
+    return (await stat(`/var/run/netns/${name}`)).ino;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Host pids whose network namespace is the sandbox's, by the namespace's inode (read while
+ * it is named, else the one remembered): a netns whose name is gone can still hold processes.
+ */
+async function processesInNetns(name: string, neverSeen: boolean): Promise<number[]> {
+  const current = await namedNetnsInode(name);
+  if (current !== undefined) rememberedInodes.set(name, current);
+  const inode = current ?? rememberedInodes.get(name);
+  if (inode === undefined) {
+    if (neverSeen) return [];
+    throw new Error(`hostTrace: the netns ${name} was never seen; call rememberNetns (or hostTrace) before the destroy, or processes cannot be checked`);
+  }
+  // Once the namespace is truly gone the kernel may give its inode number to a new one
+  // (another sandbox's, named): then nothing is left in ours.
+  if (current === undefined && (await namedNetnsInodes()).has(inode)) return [];
   const pids: number[] = [];
   for (const entry of await readdir('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
-    const res = await run(['readlink', `/proc/${entry}/ns/net`], { allowFailure: true });
-    if (res.stdout.trim() === `net:[${inode}]`) pids.push(Number(entry));
+    const link = await readlink(`/proc/${entry}/ns/net`).catch(() => ''); // gone meanwhile
+    if (link === `net:[${inode}]`) pids.push(Number(entry));
   }
   return pids;
+}
+
+async function namedNetnsInodes(): Promise<Set<number>> {
+  const names = await readdir('/var/run/netns').catch(() => [] as string[]);
+  const inodes = await Promise.all(names.map((n) => namedNetnsInode(n)));
+  return new Set(inodes.filter((i): i is number => i !== undefined));
 }
 
 /** The pids of all processes whose command line mentions the session (runc, its init). */
