@@ -93,3 +93,22 @@ export async function processesMentioning(text: string): Promise<number[]> {
   }
   return pids;
 }
+
+/**
+ * The cgroup directories that exist for a cgroup path (as runc's `cgroupsPath`), on either
+ * hierarchy: under cgroup v2 one directory in the unified tree; under v1 one per controller
+ * (`/sys/fs/cgroup/<controller>/<path>`). Checking a v1 path on a v2 host (or the reverse)
+ * would find nothing whatever happened, so tests assert this is non-empty while it lives.
+ */
+export async function cgroupDirsOf(cgroupPath: string): Promise<string[]> {
+  const root = '/sys/fs/cgroup';
+  if (existsSync(`${root}/cgroup.controllers`)) return existsSync(`${root}${cgroupPath}`) ? [`${root}${cgroupPath}`] : [];
+  const dirs: string[] = [];
+  for (const entry of await readdir(root, { withFileTypes: true })) {
+    // v1 mounts each controller once; "cpu,cpuacct" style links point at the same mount.
+    if (!entry.isDirectory()) continue;
+    const dir = `${root}/${entry.name}${cgroupPath}`;
+    if (existsSync(dir)) dirs.push(dir);
+  }
+  return dirs;
+}
