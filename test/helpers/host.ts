@@ -1,6 +1,10 @@
-import { existsSync } from 'node:fs';
+import { createPrivateKey } from 'node:crypto';
+import { createReadStream, existsSync } from 'node:fs';
+import path from 'node:path';
+import ssh2 from 'ssh2';
 import { readdir, readFile, readlink, stat } from 'node:fs/promises';
 import type { ResourceNames } from '../../src/network/names.js';
+import { generateClientKey } from '../../src/transport/keys.js';
 import { run } from '../../src/util/exec.js';
 
 /** What the host holds for one session: every kind of resource a sandbox takes. */
@@ -111,4 +115,49 @@ export async function cgroupDirsOf(cgroupPath: string): Promise<string[]> {
     if (existsSync(dir)) dirs.push(dir);
   }
   return dirs;
+}
+
+/**
+ * The forms in which an OpenSSH ed25519 private key could be found in a file: the PEM, each
+ * line of its base64 body, and the 32-byte secret seed (raw, base64, base64url, hex).
+ */
+export function privateKeyForms(openSshPrivateKey: string): Buffer[] {
+  const parsed = ssh2.utils.parseKey(openSshPrivateKey);
+  if (parsed instanceof Error) throw parsed;
+  const jwk = createPrivateKey(parsed.getPrivatePEM()).export({ format: 'jwk' });
+  const seed = Buffer.from(jwk.d ?? '', 'base64url');
+  if (seed.length !== 32) throw new Error('not an ed25519 private key');
+  // Body lines this key shares with any other (the format's header) would find every key.
+  const shared = new Set(generateClientKey('reference').private.split('\n'));
+  const bodyLines = openSshPrivateKey.split('\n').filter((l) => /^[A-Za-z0-9+/=]{40,}$/.test(l) && !shared.has(l));
+  return [openSshPrivateKey.trim(), ...bodyLines, seed.toString('base64'), seed.toString('base64url'), seed.toString('hex')]
+    .map((text) => Buffer.from(text))
+    .concat(seed);
+}
+
+/**
+ * Every regular file under `dir` that holds any of `needles`, read in chunks (disk images
+ * included) with an overlap so that a needle across two chunks is found.
+ */
+export async function filesHolding(dir: string, needles: Buffer[]): Promise<string[]> {
+  const longest = Math.max(...needles.map((n) => n.length));
+  const found: string[] = [];
+  for (const entry of await readdir(dir, { recursive: true, withFileTypes: true })) {
+    if (!entry.isFile()) continue;
+    const file = path.join(entry.parentPath, entry.name);
+    let tail = Buffer.alloc(0);
+    try {
+      for await (const chunk of createReadStream(file, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>) {
+        const window = Buffer.concat([tail, chunk]);
+        if (needles.some((n) => window.includes(n))) {
+          found.push(file);
+          break;
+        }
+        tail = window.subarray(Math.max(0, window.length - longest + 1));
+      }
+    } catch {
+      // gone meanwhile (a socket, a file removed as we read)
+    }
+  }
+  return found;
 }
