@@ -254,12 +254,19 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     const abandoned = new CleanupStack();
     const s = await prepareSession(runtime, abandoned);
     const vm = await runtime.start(s.spec, abandoned);
+    const jailDir = path.join(jailsDir, 'firecracker', `${TEST_PREFIX}${s.sessionId}`);
+    const cgroups = (await jailCgroupDirs(hostCgroupVersion(), TEST_PREFIX.slice(0, -1), `${TEST_PREFIX}${s.sessionId}`)).filter((d) => existsSync(d));
+    assert.ok(existsSync(jailDir) && cgroups.length > 0, 'the orphan has its jail and cgroups');
+    assert.ok(existsSync(`/proc/${vm.pid}`), 'and its VMM runs');
     // A new orchestrator (a new runtime object) knows nothing of it but the names.
     const restarted = FirecrackerRuntime.forHost(NAMES, settings(), host(true));
     assert.ok((await restarted.list()).includes(s.sessionId));
     await restarted.reclaim(s.sessionId, s.sessionDir);
     const exit = await vm.exited;
-    assert.ok(exit.code !== null || exit.reason, 'the orphan VMM is gone');
+    assert.equal(existsSync(`/proc/${vm.pid}`), false, `the orphan VMM (pid ${vm.pid}) is gone: ${exit.reason}`);
+    assert.deepEqual(await processesMentioning(`${TEST_PREFIX}${s.sessionId}`), []);
+    assert.equal(existsSync(jailDir), false, 'jail removed');
+    assert.deepEqual(cgroups.filter((d) => existsSync(d)), [], 'cgroups removed');
     assert.equal((await restarted.list()).includes(s.sessionId), false);
     assert.equal((await tapDetails(s.spec.network)).trim(), '', 'TAP removed');
     await abandoned.run(); // the rest (netns, lease) as the reconciler would
