@@ -19,7 +19,8 @@ fi
 # hostile-client tests' HTTP client (it reads an early 413 as a real client does).
 # python3 makes the container runtime's idmapped mounts (ctypes; idmapped-mount.ts) and
 # procps's sysctl sets each container's namespace limits (through util-linux's nsenter).
-packages=(runc debootstrap iproute2 nftables util-linux mount e2fsprogs openssh-client ca-certificates qemu-system-x86 qemu-utils lz4 curl python3 procps)
+# The shellcheck package lints the guest and setup scripts in a fast test (test/shellcheck.test.ts).
+packages=(runc debootstrap iproute2 nftables util-linux mount e2fsprogs openssh-client ca-certificates qemu-system-x86 qemu-utils lz4 curl python3 procps shellcheck)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")

@@ -16,6 +16,8 @@ import { AuthenticationError, SandboxClient } from '../src/client/index.js';
 import { defaultConfig } from '../src/config.js';
 import { createLogger } from '../src/logger.js';
 import { startOrchestrator } from '../src/orchestrator.js';
+import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
+import { startXev, typedText, waitForXev } from './helpers/xev.js';
 import { startTestOrchestrator, TEST_PREFIX, TEST_SUBNET, type TestOrchestrator } from './helpers/orchestrator.js';
 
 const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
@@ -112,15 +114,39 @@ describe('API keys and tenants', () => {
   });
 
   it("tenant B gets exactly the 404 of a session that does not exist on every route of A's session", async () => {
+    // B's attempts carry a marker, so that one that ran anyway (a 404 given after the work)
+    // would leave a trace in A's sandbox: a file, a shell's output, keys typed into A's desktop.
+    const marker = `zq${crypto.randomBytes(4).toString('hex').replace(/[0-9]/g, (d) => 'ghijklmnop'[Number(d)] as string)}`;
+    const guestA = await connectToGuest(orch.stateDir, idA, await guestAddress(orch.names, idA));
+    try {
+      await startXev(guestA, 800, 600);
+      await tenantBIsRefusedEverywhere(marker);
+      const traces = await guestSh(guestA, `grep -rl ${marker} /tmp /home/user 2>/dev/null; ls -A /tmp | grep ${marker}; true`);
+      assert.equal(traces.text, '', `B's marker in A's sandbox: ${traces.text}`);
+      // Positive control: A's own typing of the marker does arrive in the xev window that watched.
+      const typedByA = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${idA}/actions`, headers: bearer(keyA), payload: { action: 'type', text: `a${marker}` } });
+      assert.equal(typedByA.statusCode, 200, typedByA.body);
+      const typed = typedText(await waitForXev(guestA, (log) => typedText(log).includes(`a${marker}`)));
+      assert.equal(typed, `a${marker}`, 'the keys A typed arrived, and only those: none of B\'s');
+    } finally {
+      // Inside A's sandbox: the window later tests do not expect (A may be gone if B's DELETE went through).
+      await guestSh(guestA, 'pkill -x xev; true').catch(() => undefined);
+      guestA.close();
+    }
+  });
+
+  async function tenantBIsRefusedEverywhere(marker: string): Promise<void> {
     const routes: Array<{ method: 'GET' | 'POST' | 'PUT' | 'DELETE'; path: string; payload?: unknown; contentType?: string }> = [
       { method: 'GET', path: '' },
       { method: 'GET', path: '/health' },
       { method: 'GET', path: '/screenshot' },
       { method: 'POST', path: '/actions', payload: { action: 'left_click', coordinate: [10, 10] } },
-      { method: 'POST', path: '/actions', payload: { action: 'type', text: 'from B' } },
+      { method: 'POST', path: '/actions', payload: { action: 'type', text: `b${marker}` } },
       { method: 'POST', path: '/tools/computer', payload: { action: 'screenshot' } },
-      { method: 'POST', path: '/tools/bash', payload: { command: 'id' } },
+      { method: 'POST', path: '/tools/computer', payload: { action: 'type', text: `c${marker}` } },
+      { method: 'POST', path: '/tools/bash', payload: { command: `echo d${marker} > /tmp/d${marker}; echo e${marker}` } },
       { method: 'POST', path: '/tools/str_replace_based_edit_tool', payload: { command: 'view', path: '/etc/hostname' } },
+      { method: 'POST', path: '/tools/str_replace_based_edit_tool', payload: { command: 'create', path: `/tmp/f${marker}`, file_text: marker } },
       { method: 'GET', path: '/files?path=/etc/hostname' },
       { method: 'PUT', path: '/files?path=/tmp/from-b', payload: 'hello', contentType: 'application/octet-stream' },
       { method: 'DELETE', path: '' },
@@ -146,7 +172,7 @@ describe('API keys and tenants', () => {
     assert.equal(act.statusCode, 200, act.body);
     const file = await orch.server.inject({ method: 'GET', url: `/v1/sessions/${idA}/files?path=/tmp/from-b`, headers: bearer(keyA) });
     assert.equal(file.statusCode, 404, 'B uploaded nothing');
-  });
+  }
 
   it("a tenant's list shows its own sessions only", async () => {
     const listA = (await orch.server.inject({ method: 'GET', url: '/v1/sessions', headers: bearer(keyA) })).json().sessions as Array<{ id: string; tenant: string }>;

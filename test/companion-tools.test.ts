@@ -3,7 +3,7 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { MarkerScanner } from '../src/tools/bash/marker.js';
 import { ShellOutput } from '../src/tools/bash/shell-output.js';
-import { hostTrace } from './helpers/host.js';
+import { hostTrace, rememberNetns } from './helpers/host.js';
 import { startTestOrchestrator, TEST_PREFIX, type TestOrchestrator } from './helpers/orchestrator.js';
 import { ResourceNames } from '../src/network/names.js';
 
@@ -363,6 +363,8 @@ describe('companion tools: bash and the text editor, on a real sandbox', () => {
     });
 
     it('refuses what it cannot or must not read', async () => {
+      const hostname = await sh('cat /etc/hostname');
+      assert.ok(hostname.length > 0, 'the guest has a hostname to replace');
       const cases: Array<[Record<string, unknown>, RegExp]> = [
         [{ command: 'view', path: '/no/such/file' }, /^The path \/no\/such\/file does not exist\. Please provide a valid path\.$/],
         [{ command: 'view', path: 'tmp/ed/five.txt' }, /^The path tmp\/ed\/five\.txt is not an absolute path, it should start with `\/`\. Maybe you meant \/tmp\/ed\/five\.txt\?$/],
@@ -370,7 +372,8 @@ describe('companion tools: bash and the text editor, on a real sandbox', () => {
         [{ command: 'view', path: '/dev/zero' }, /is not a regular file/],
         [{ command: 'view', path: '/tmp/ed/big.txt' }, /larger than 10485760 bytes/],
         [{ command: 'create', path: '/etc/owned', file_text: 'x' }, /^Ran into Permission denied \(the tool runs as the sandbox user "user"\) while trying to write to \/etc\/owned$/],
-        [{ command: 'str_replace', path: '/etc/hostname', old_str: 'a', new_str: 'b' }, /./],
+        // Text that is there, so the write (not the search) is what fails.
+        [{ command: 'str_replace', path: '/etc/hostname', old_str: hostname, new_str: 'b' }, /^Ran into Permission denied \(the tool runs as the sandbox user "user"\) while trying to write to \/etc\/hostname$/],
       ];
       await sh("head -c 11000000 /dev/zero | tr '\\0' a > /tmp/ed/big.txt");
       for (const [input, message] of cases) {
@@ -435,6 +438,7 @@ describe('companion tools: bash and the text editor, on a real sandbox', () => {
 
     it('destroying a session stops its shell, even mid-command, and leaves nothing running', async () => {
       const doomed = await createSession(orch);
+      await rememberNetns(new ResourceNames(TEST_PREFIX), doomed);
       const pid = text(await bash({ command: 'echo $$' }, doomed));
       assert.match(pid, /^\d+$/);
       const running = bash({ command: 'sleep 60' }, doomed);

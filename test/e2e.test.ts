@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -9,7 +9,7 @@ import { connectToGuest, guestAddress, guestSh, pngSize } from './helpers/guest.
 import { act, assertClickArrives, assertScreenshotSize, assertTypesLiterally } from './helpers/desktop-checks.js';
 import { startXev, typedText, waitForXev } from './helpers/xev.js';
 import { ResourceNames } from '../src/network/names.js';
-import { hostTrace, processesMentioning } from './helpers/host.js';
+import { cgroupDirsOf, hostTrace, processesMentioning } from './helpers/host.js';
 import { TEST_PREFIX, startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 
 const NAMES = new ResourceNames(TEST_PREFIX);
@@ -126,6 +126,9 @@ describe('a sandbox, end to end', () => {
     const before = await hostTrace(NAMES, id, sessionDir);
     assert.ok(before.netns && before.veth && before.container && before.sessionDir && before.mounts.length > 0);
     assert.ok(before.processes.includes(pid));
+    const cgroups = await cgroupDirsOf(orch.names.cgroup(id));
+    assert.ok(cgroups.length > 0, `the sandbox has a cgroup on this host (${orch.names.cgroup(id)})`);
+    assert.ok(cgroups.every((dir) => readFileSync(path.join(dir, 'cgroup.procs'), 'utf8').split('\n').includes(String(pid))), `its init is in ${cgroups.join(', ')}`);
     guest.close();
 
     const res = await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${id}` });
@@ -137,7 +140,7 @@ describe('a sandbox, end to end', () => {
     // Gone, or a zombie that only the host's init has left to reap: nothing runs any more.
     assert.equal(await isProcessAlive(pid, startTime), false, 'the container init is gone');
     assert.deepEqual(await processesMentioning(orch.names.container(id)), []);
-    assert.equal(existsSync(`/sys/fs/cgroup/memory${orch.names.cgroup(id)}`), false, 'its cgroup is gone');
+    assert.deepEqual(await cgroupDirsOf(orch.names.cgroup(id)), [], 'its cgroups are gone');
 
     const again = await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${id}` });
     assert.equal(again.statusCode, 200);

@@ -33,6 +33,8 @@ import { COLD_BOOT_CALLS } from './helpers/firecracker/calls.js';
 import { FirecrackerContractServer } from './helpers/firecracker/contract-server.js';
 import { fakeKeys, FakeRekeyGuest } from './helpers/firecracker/fake-rekey-guest.js';
 import { FAULTS } from './helpers/firecracker/vm-model.js';
+import { GRACEFUL_STOP_MS, stopVmm } from '../src/runtimes/firecracker/vmm/vmm-process.js';
+import type { VmExit, VmProcess } from '../src/runtimes/vm-process.js';
 
 const API_DIR = new URL('../src/runtimes/firecracker/api/', import.meta.url);
 
@@ -276,10 +278,59 @@ describe('firecracker: boot and snapshot sequences against the contract server',
     });
   });
 
+  /**
+   * A stand-in VMM process (a real `sleep`) for stopVmm: `powersOff` makes it exit as a guest
+   * that honours Ctrl-Alt-Del would (the VMM ends by itself once the guest reboots).
+   */
+  function standInVmm(powersOff: boolean): { vmm: VmProcess; killed: () => boolean } {
+    const child = spawn('sleep', ['60'], { stdio: 'ignore' });
+    const exited = new Promise<VmExit>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+    let stopping = false;
+    let killed = false;
+    const watch = setInterval(() => {
+      if (powersOff && server.model.shutdownRequested) child.kill('SIGTERM');
+    }, 20);
+    void exited.then(() => clearInterval(watch));
+    const vmm: VmProcess = {
+      pid: child.pid as number,
+      exited,
+      isAlive: () => child.exitCode === null && child.signalCode === null,
+      get stopping() {
+        return stopping;
+      },
+      markStopping: () => void (stopping = true),
+      async stop() {
+        stopping = true;
+        killed = true;
+        child.kill('SIGKILL');
+        await exited;
+      },
+    };
+    return { vmm, killed: () => killed };
+  }
+
   it('graceful stop asks the guest with SendCtrlAltDel', async () => {
     await runSteps(bootSteps(vmSpec), client);
-    await client.putAction('SendCtrlAltDel');
+    // The runtime's own stop (stopVmm), not the test, sends the action.
+    const guest = standInVmm(true);
+    await stopVmm(guest.vmm, client, true);
     assert.equal(server.model.shutdownRequested, true);
+    assert.deepEqual(server.acceptedCalls().slice(COLD_BOOT_CALLS.length), ['PUT /actions']);
+    assert.deepEqual(server.bodyOf('PUT /actions'), { action_type: 'SendCtrlAltDel' });
+    assert.equal(guest.killed(), false, 'the VMM ended by itself: no kill');
+    assert.equal(guest.vmm.isAlive(), false);
+    assert.equal(guest.vmm.stopping, true, 'its exit is not taken for a crash');
+  });
+
+  it('graceful stop kills a VMM whose guest ignores Ctrl-Alt-Del, after the grace period', async () => {
+    await runSteps(bootSteps(vmSpec), client);
+    const guest = standInVmm(false);
+    const started = Date.now();
+    await stopVmm(guest.vmm, client, true);
+    assert.equal(server.model.shutdownRequested, true, 'asked first');
+    assert.equal(guest.killed(), true, 'then killed');
+    assert.ok(Date.now() - started >= GRACEFUL_STOP_MS - 50, `after the grace period (${Date.now() - started} ms)`);
+    assert.equal(guest.vmm.isAlive(), false);
   });
 
   it('snapshot create: pause, then a full snapshot (and resume when asked)', async () => {

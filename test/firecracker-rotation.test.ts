@@ -154,5 +154,32 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
       rotateClone({ at: TEMPLATE_ADDRESS, hostInterface: network.hostInterface, template, session: generateSessionKeys('other'), lease }),
       (err: unknown) => err instanceof KeyRotationError && err.phase === 'connect-template',
     );
+    // Nothing answers at the template address any more, so that alone fails for want of a
+    // route. Where the clone does answer (its session address, which rotateClone routes to
+    // itself when told it is the template's), the template key must fail for the key: the
+    // template's host key is no longer presented, and the template's client key is refused
+    // as root even by an attacker who pins the new host key.
+    const sessionAddress = { guest: lease.guest, gateway: lease.gateway, prefixLength: lease.prefixLength };
+    const gatewayCidr = `${lease.gateway}/${lease.prefixLength}`;
+    const hadGateway = (await run(['ip', '-o', 'addr', 'show', 'dev', network.hostInterface])).stdout.includes(`inet ${gatewayCidr} `);
+    if (hadGateway) await run(['ip', 'addr', 'del', gatewayCidr, 'dev', network.hostInterface]);
+    const failures: unknown[] = [];
+    try {
+      for (const keys of [template, { ...template, hostPublicKey: session.hostPublicKey }]) {
+        await rotateClone({ at: sessionAddress, hostInterface: network.hostInterface, template: keys, session: generateSessionKeys('other'), lease }).then(
+          () => assert.fail('a rotation with the template key succeeded'),
+          (err: unknown) => failures.push(err),
+        );
+      }
+    } finally {
+      if (hadGateway) await run(['ip', 'addr', 'add', gatewayCidr, 'dev', network.hostInterface], { allowFailure: true });
+    }
+    const [hostKeyGone, clientKeyRefused] = failures;
+    assert.ok(hostKeyGone instanceof KeyRotationError && hostKeyGone.phase === 'connect-template', String(hostKeyGone));
+    assert.ok(hostKeyGone.cause instanceof HostKeyMismatchError, `the template host key is not presented: ${String(hostKeyGone.cause)}`);
+    assert.ok(clientKeyRefused instanceof KeyRotationError && clientKeyRefused.phase === 'connect-template', String(clientKeyRefused));
+    assert.ok(clientKeyRefused.cause instanceof SshAuthenticationError, `the template client key is refused: ${String(clientKeyRefused.cause)}`);
+    // The control: at that address, in that state, the session's own key still gets in.
+    (await login(lease.guest, GUEST_USER, session.clientPrivateKey, session.hostPublicKey)).close();
   });
 });

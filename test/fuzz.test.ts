@@ -20,8 +20,31 @@ import { startServe, type ServeProcess } from './helpers/serve.js';
  */
 const SECONDS = Number(process.env.FUZZ_SECONDS || 60);
 const SEED = process.env.FUZZ_SEED ? Number(process.env.FUZZ_SEED) : Math.floor(Math.random() * 2 ** 31);
-/** Long valid actions (a 100 s wait) are not failures: the client stops waiting. */
+/**
+ * How long any request may take, beyond the seconds it asks to take (a valid `wait` or
+ * `hold_key` of up to 100 s). One that takes longer never answers: a failure, with its route.
+ */
 const REQUEST_TIMEOUT_MS = 15_000;
+
+/** The seconds a request asks the sandbox to spend: every numeric `duration` in its JSON body. */
+function askedSeconds(body: string | undefined): number {
+  let total = 0;
+  const visit = (value: unknown): void => {
+    if (Array.isArray(value)) value.forEach(visit);
+    else if (value && typeof value === 'object') {
+      for (const [key, inner] of Object.entries(value)) {
+        if (key === 'duration' && typeof inner === 'number' && Number.isFinite(inner) && inner > 0) total += Math.min(inner, 100);
+        else visit(inner);
+      }
+    }
+  };
+  try {
+    visit(JSON.parse(body ?? 'null'));
+  } catch {
+    // not JSON: asks for no time
+  }
+  return total;
+}
 /**
  * Settings that keep valid-but-slow inputs short: a bash command, the settle wait. And no
  * request-rate limit to speak of: the fuzzer sends its requests back to back (hundreds a
@@ -59,23 +82,25 @@ describe('fuzzing the HTTP API', () => {
     const idSafe = (route: RouteShape) => !(route.method === 'DELETE' && route.path === '/v1/sessions/{id}');
     const statuses = new Map<number, number>();
     let sent = 0;
-    let gaveUp = 0;
+    const neverAnswered: string[] = [];
     let created = 0;
 
     const send = async (req: FuzzRequest): Promise<void> => {
       sent++;
       let response: Response;
+      const boundMs = REQUEST_TIMEOUT_MS + askedSeconds(req.body) * 1000;
       try {
         response = await fetch(serve.url + req.url, {
           method: req.method,
           headers: req.headers,
           body: req.body,
-          signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+          signal: AbortSignal.timeout(boundMs),
         });
       } catch (err) {
         assert.equal(serve.child.exitCode, null, `the orchestrator died on ${req.note}:\n${serve.output().slice(-3000)}`);
         if ((err as Error).name === 'TimeoutError') {
-          gaveUp++;
+          // Noted, not thrown: fast-check would replay it while shrinking, a minute each time.
+          neverAnswered.push(`${req.note} ${req.url.slice(0, 200)} ${req.body?.slice(0, 200) ?? ''}: no answer in ${boundMs / 1000} s`);
           return;
         }
         throw err;
@@ -105,8 +130,9 @@ describe('fuzzing the HTTP API', () => {
       }),
       { seed: SEED, numRuns: 1_000_000, interruptAfterTimeLimit: SECONDS * 1000, markInterruptAsFailure: false, endOnFailure: true },
     );
-    console.log(`fuzz: ${sent} requests (seed ${SEED}); statuses ${JSON.stringify(Object.fromEntries([...statuses].sort()))}; ${gaveUp} still running after ${REQUEST_TIMEOUT_MS / 1000} s; ${created} valid creates destroyed`);
+    console.log(`fuzz: ${sent} requests (seed ${SEED}); statuses ${JSON.stringify(Object.fromEntries([...statuses].sort()))}; ${neverAnswered.length} never answered; ${created} valid creates destroyed`);
     assert.ok(sent > 100, `fuzzed ${sent} requests`);
+    assert.deepEqual(neverAnswered, [], 'every request is answered within its bound');
 
     // The process lives, the session works, and the host holds exactly that one session.
     assert.equal(serve.child.exitCode, null);

@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
-import { readFile, stat } from 'node:fs/promises';
+import { readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import { ResourceNames } from '../src/network/names.js';
 import { run } from '../src/util/exec.js';
-import { hostTrace } from './helpers/host.js';
+import { hostTrace, rememberNetns } from './helpers/host.js';
+import { memoryOf } from './helpers/raw-http.js';
 import { startTestOrchestrator, TEST_PREFIX, type TestOrchestrator } from './helpers/orchestrator.js';
 
 /**
@@ -67,12 +68,15 @@ describe('guest faults stay inside their sandbox', () => {
   });
 
   it('a flood of output is clipped; the orchestrator does not buffer it', async () => {
-    const rssBefore = process.memoryUsage().rss;
+    // The peak (VmHWM, reset to the current RSS first), not the RSS after: a buffer that was
+    // filled and freed again before the answer would not show in the RSS afterwards.
+    await writeFile('/proc/self/clear_refs', '5');
+    const before = await memoryOf(process.pid);
     const flood = await bash(victim, "head -c 300000000 /dev/zero | tr '\\0' x; echo; echo done");
     assert.equal(flood.status, 200);
     assert.ok(flood.text.length < 100_000, `clipped to ${flood.text.length} characters`);
-    const grown = (process.memoryUsage().rss - rssBefore) / 2 ** 20;
-    assert.ok(grown < 150, `orchestrator RSS grew ${grown.toFixed(0)} MiB for 300 MB of output`);
+    const grown = (await memoryOf(process.pid)).peakMiB - before.rssMiB;
+    assert.ok(grown < 150, `orchestrator peak RSS grew ${grown} MiB for 300 MB of output`);
     await bystanderFine();
   });
 
@@ -113,6 +117,7 @@ describe('guest faults stay inside their sandbox', () => {
   });
 
   it('destroying the sandbox frees its disk (loop device) with the rest', async () => {
+    await rememberNetns(NAMES, victim);
     const res = await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${victim}` });
     assert.equal(res.json().state, 'destroyed');
     const loops = (await run(['losetup', '-a'])).stdout;

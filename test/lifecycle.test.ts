@@ -10,7 +10,7 @@ import { SandboxClient, NotFoundError, InvalidRequestError } from '../src/client
 import { run } from '../src/util/exec.js';
 import { pngSize } from './helpers/guest.js';
 import { ResourceNames } from '../src/network/names.js';
-import { hostTrace } from './helpers/host.js';
+import { hostTrace, rememberNetns } from './helpers/host.js';
 import { TEST_PREFIX, startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 import { runCli, startServe } from './helpers/serve.js';
 
@@ -44,12 +44,18 @@ describe('sessions end by themselves when they should', () => {
     await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/actions`, payload: { action: 'cursor_position' } });
     const extended = (await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}` })).json().expiresAt;
     assert.ok(Date.parse(extended) >= Date.parse(expiresAt) + 2_500, 'an action moved the deadline');
+    await rememberNetns(NAMES, id);
+    // Past the deadline it was created with (and a reaper tick after it): the action keeps it alive.
+    await sleep(Math.max(0, Date.parse(expiresAt) + 1_500 - Date.now()));
+    const past = (await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}` })).json();
+    assert.equal(past.state, 'ready', `still ready 1.5 s after its first deadline (${past.endReason ?? ''})`);
     await waitFor('the reaper', async () => (await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}` })).json().state === 'destroyed', 15_000);
     assert.deepEqual(await hostTrace(NAMES, id, path.join(orch.stateDir, id)), nothingLeft);
   });
 
   it('a sandbox whose init dies is marked failed and releases everything', async () => {
     const { id } = (await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json();
+    await rememberNetns(NAMES, id);
     const pid = Number(await readFile(path.join(orch.stateDir, id, 'container.pid'), 'utf8'));
     process.kill(pid, 'SIGKILL');
     await waitFor('the session to fail', async () => (await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}` })).json().state === 'failed');
@@ -117,6 +123,7 @@ describe('the orchestrator process: CLI, SDK, SIGTERM and restart after a crash'
       assert.match(bad.stderr, /action "nope" is unknown/);
 
       const second = await client.create({ width: 800, height: 600 });
+      for (const sid of [id, second.id]) await rememberNetns(NAMES, sid);
       serve.child.kill('SIGTERM');
       const [code] = (await once(serve.child, 'exit')) as [number | null];
       assert.equal(code, 0, serve.output());
@@ -133,6 +140,7 @@ describe('the orchestrator process: CLI, SDK, SIGTERM and restart after a crash'
     const client = new SandboxClient({ baseUrl: serve.url });
     const survivor = await client.create();
     const sandbox = await client.create();
+    await rememberNetns(NAMES, survivor.id);
     const sessionDir = path.join(stateDir, sandbox.id);
     serve.child.kill('SIGKILL');
     await once(serve.child, 'exit');

@@ -22,7 +22,7 @@ import { GuestConnection, HostKeyMismatchError } from '../src/transport/ssh-conn
 import { run } from '../src/util/exec.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { act, assertClickArrives, assertScreenshotSize, assertTypesLiterally } from './helpers/desktop-checks.js';
-import { hostTrace, processesMentioning } from './helpers/host.js';
+import { hostTrace, processesMentioning, rememberNetns } from './helpers/host.js';
 import { TEST_PREFIX, startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 import { startXevSlowly } from './helpers/xev.js';
 
@@ -236,7 +236,7 @@ describe('qemu sandboxes that fail', () => {
     assert.match(await readFile(kept, 'utf8'), /could not mount config drive \/dev\/vdb/);
     assert.ok(Date.now() - started < 60_000, 'it did not wait for the boot timeout');
 
-    assert.deepEqual(await hostTrace(NAMES, id, path.join(orch.stateDir, id)), nothingLeft);
+    assert.deepEqual(await hostTrace(NAMES, id, path.join(orch.stateDir, id), { netnsNeverSeen: true }), nothingLeft);
     assert.deepEqual(await processesMentioning(orch.names.vm(id)), []);
     assert.equal((await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}` })).json().state, 'failed');
   });
@@ -245,6 +245,7 @@ describe('qemu sandboxes that fail', () => {
     const created = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: {} });
     assert.equal(created.statusCode, 201, created.body);
     const id = created.json().id as string;
+    await rememberNetns(NAMES, id);
     const sessionDir = path.join(orch.stateDir, id);
     const pid = Number(await readFile(path.join(sessionDir, 'qemu.pid'), 'utf8'));
     process.kill(pid, 'SIGKILL');

@@ -12,7 +12,7 @@ import { lockFilePath, OrchestratorLockedError, takeOrchestratorLock } from '../
 import { isProcessAlive, processStartTime } from '../src/host/process-watch.js';
 import { run } from '../src/util/exec.js';
 import { pngSize } from './helpers/guest.js';
-import { hostTrace } from './helpers/host.js';
+import { hostTrace, rememberNetns } from './helpers/host.js';
 import { TEST_PREFIX, startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 import { startServe } from './helpers/serve.js';
 
@@ -167,6 +167,7 @@ describe('red team: the host', () => {
     it(`a sandbox gone by ${how} is failed within 5 s, answers 410 (never 500), and the host keeps nothing of it`, async (t) => {
       const leasesBefore = orch.manager.leasesInUse;
       const id = await createSession();
+      await rememberNetns(NAMES, id);
       const sessionDir = path.join(orch.stateDir, id);
       const initPid = Number(await readFile(path.join(sessionDir, 'container.pid'), 'utf8'));
       const initStart = processStartTime(initPid) as string;
@@ -262,6 +263,7 @@ describe('the console of a sandbox adopted after a crash', () => {
       const created = await fetch(`${first.url}/v1/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
       assert.equal(created.status, 201);
       const { id } = (await created.json()) as { id: string };
+      await rememberNetns(NAMES, id);
       const sessionDir = path.join(stateDir, id);
       const initPid = Number(await readFile(path.join(sessionDir, 'container.pid'), 'utf8'));
       const initStart = processStartTime(initPid) as string;
@@ -327,6 +329,7 @@ describe('red team: a qemu VM killed from the host (one TCG boot)', () => {
     assert.equal(created.statusCode, 201, created.body);
     const id = created.json().id as string;
     const sessionDir = path.join(orch.stateDir, id);
+    await rememberNetns(NAMES, id);
     // The serial console came through the FIFO into the capped log.
     assert.match(await readFile(path.join(sessionDir, 'console.log'), 'utf8'), /sandbox-init: starting in vm mode/);
     const pid = Number(await readFile(path.join(sessionDir, 'qemu.pid'), 'utf8'));

@@ -11,7 +11,7 @@ import { ResourceNames } from '../src/network/names.js';
 import type { SessionRecord } from '../src/sessions/session-record.js';
 import { SessionStore } from '../src/sessions/store.js';
 import { changedLifetime, expiry, idleDeadline, lifetimeEnd, resolveLifetime } from '../src/sessions/timeouts.js';
-import { hostTrace } from './helpers/host.js';
+import { hostTrace, rememberNetns } from './helpers/host.js';
 import { TEST_PREFIX, startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 
 const NAMES = new ResourceNames(TEST_PREFIX);
@@ -200,7 +200,24 @@ describe('idle timeout and maximum lifetime on real sandboxes', () => {
 
   it('an idle session ends at its idle timeout, with the reason, and leaves nothing', async () => {
     const sandbox = await create({ timeoutSeconds: 10 });
-    const info = await ended(sandbox.id, 20_000);
+    // Watch the state on the wall clock (GET is not activity): the deadline the session was
+    // created with must find it still ready shortly before, and ended shortly after.
+    const deadline = Date.parse((await client.get(sandbox.id)).expiresAt);
+    await rememberNetns(NAMES, sandbox.id);
+    let lastReady = 0;
+    let firstEnded = 0;
+    while (Date.now() < deadline + 10_000) {
+      const askedAt = Date.now();
+      const state = (await client.get(sandbox.id)).state;
+      if (state === 'ready') lastReady = askedAt;
+      else if (!firstEnded) firstEnded = askedAt;
+      if (state === 'destroyed') break;
+      await sleep(200);
+    }
+    assert.ok(lastReady >= deadline - 1_500, `still ready 1.5 s before its idle deadline (last seen ready ${deadline - lastReady} ms before it)`);
+    // The reaper looks once a second; a destroy then takes a moment.
+    assert.ok(firstEnded > 0 && firstEnded <= deadline + 3_000, `ending within 3 s of its idle deadline (${firstEnded ? firstEnded - deadline : 'never'} ms after)`);
+    const info = await ended(sandbox.id, 10_000);
     assert.equal(info.endReason, 'idle_timeout');
     const lived = Date.parse((await client.get(sandbox.id)).expiresAt) - Date.parse(info.createdAt);
     assert.ok(lived >= 9_000 && lived <= 11_000, `expired after its idle timeout (${lived} ms)`);
@@ -210,6 +227,7 @@ describe('idle timeout and maximum lifetime on real sandboxes', () => {
 
   it('keepalives hold the idle timeout off, but the lifetime ends the session anyway', async () => {
     const sandbox = await create({ timeoutSeconds: 10, maxLifetimeSeconds: 16 });
+    await rememberNetns(NAMES, sandbox.id);
     const started = Date.now();
     let last: SessionInfo | undefined;
     while (Date.now() - started < 25_000) {

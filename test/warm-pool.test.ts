@@ -11,7 +11,7 @@ import { ResourceNames, SESSION_ID_PATTERN } from '../src/network/names.js';
 import { generateSessionKeys, publicKeyBlob } from '../src/transport/keys.js';
 import { GuestConnection, HostKeyMismatchError, SshAuthenticationError } from '../src/transport/ssh-connection.js';
 import { connectToGuest, guestAddress, pngSize } from './helpers/guest.js';
-import { hostTrace } from './helpers/host.js';
+import { filesHolding, hostTrace, privateKeyForms, rememberNetns } from './helpers/host.js';
 import { TEST_PREFIX, TEST_SUBNET, startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 import { runCli, startServe } from './helpers/serve.js';
 import { startXev, waitForXev } from './helpers/xev.js';
@@ -134,6 +134,10 @@ describe('the warm pool', () => {
     assert.ok(refused instanceof SshAuthenticationError, `the pool's key must be refused, got ${String(refused)}`);
     const sessionKey = await readFile(path.join(orch.stateDir, sessionId, 'id_ed25519'), 'utf8');
     assert.notEqual(sessionKey, poolKey, "the pool's private key is gone from the host");
+    // Not only overwritten in that file: nowhere in the state dir (session dirs, disk images,
+    // the database and its WAL) is there any form of it; the session's own key is (the control).
+    assert.deepEqual(await filesHolding(orch.stateDir, privateKeyForms(poolKey)), [], "the pool's private key in the state dir");
+    assert.ok((await filesHolding(orch.stateDir, privateKeyForms(sessionKey))).includes(path.join(orch.stateDir, sessionId, 'id_ed25519')), 'the scan finds a key that is there');
     assert.equal(await tryLogin(address, sessionKey, hostKey), 'accepted');
     const impostor = generateSessionKeys('impostor').hostPublicKey;
     const mismatch = await tryLogin(address, sessionKey, impostor);
@@ -160,6 +164,7 @@ describe('the warm pool', () => {
   it('destroys a pooled sandbox that presents another host key, and boots the session cold', async () => {
     const [pooledId] = await poolReady(orch);
     assert.ok(pooledId);
+    await rememberNetns(NAMES, pooledId);
     // The guest's sshd reads its host key at each connection: this one is an impostor's.
     const impostor = generateSessionKeys('impostor');
     await writeFile(path.join(orch.stateDir, pooledId, 'config', CONFIG_FILES.hostKey), impostor.hostPrivateKey, { mode: 0o600 });

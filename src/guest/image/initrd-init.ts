@@ -62,7 +62,8 @@ mount -t devtmpfs -o mode=0755,nosuid devtmpfs /dev || fail "cannot mount devtmp
 root=${opts.defaultRoot}
 init=${opts.defaultInit}
 mode=ro
-for arg in $(cat /proc/cmdline); do
+read -r cmdline </proc/cmdline
+for arg in $cmdline; do
 \tcase $arg in
 \troot=*) root=\${arg#root=} ;;
 \tinit=*) init=\${arg#init=} ;;

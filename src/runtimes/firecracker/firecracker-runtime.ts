@@ -37,7 +37,7 @@ import { jailerArgv, vmmPidFile } from './jailer/jailer-args.js';
 import { vmmOfPidNamespace } from './vmm/pid-ns-vmm.js';
 import { ensureVmlinux } from './kernel/vmlinux.js';
 import type { FirecrackerSettings } from './settings.js';
-import { rotateClone, templateAddress } from './snapshot/clone-rotation.js';
+import { rotateClone, templateAddress, type CloneRotation } from './snapshot/clone-rotation.js';
 import { buildTemplate } from './snapshot/template-build.js';
 import { loadTemplate, templateDir, type TemplateSnapshot } from './snapshot/template-store.js';
 import { describeVmmExit, findFirecrackerProcesses, stopVmm } from './vmm/vmm-process.js';
@@ -92,6 +92,8 @@ export class FirecrackerRuntime implements Runtime {
     private readonly names: ResourceNames,
     private readonly settings: FirecrackerSettings,
     readonly host: FirecrackerHost,
+    /** The key rotation of a restored clone: rotateClone, or a test's stand-in for a guest. */
+    private readonly rotate: (rotation: CloneRotation) => Promise<void> = rotateClone,
   ) {
     if (!host.jailerBin && settings.jailer !== 'off') throw new RuntimeUnavailableError('firecracker', unjailedRefusal());
     this.users = new VmUserPool(vmUserRange(settings.vmUsers, names.prefix));
@@ -116,8 +118,8 @@ export class FirecrackerRuntime implements Runtime {
    * For a host already checked, or a test that runs the runtime against Firecracker's
    * contract (test/helpers/firecracker/) where KVM is missing.
    */
-  static forHost(names: ResourceNames, settings: FirecrackerSettings, host: FirecrackerHost): FirecrackerRuntime {
-    return new FirecrackerRuntime(names, settings, host);
+  static forHost(names: ResourceNames, settings: FirecrackerSettings, host: FirecrackerHost, rotate?: (rotation: CloneRotation) => Promise<void>): FirecrackerRuntime {
+    return new FirecrackerRuntime(names, settings, host, rotate);
   }
 
   /** How the VMs run, for the start-up log. */
@@ -191,7 +193,7 @@ export class FirecrackerRuntime implements Runtime {
           client,
         );
         started = true;
-        await rotateClone({
+        await this.rotate({
           at: template.address,
           hostInterface: spec.network.hostInterface,
           template: template.keys,
