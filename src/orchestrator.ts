@@ -136,7 +136,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     'request limits per tenant',
   );
   await manager.start();
-  await selection.runtime.prepare?.(image, (message) => log.info({ runtime: selection.runtime.name }, message));
+  await selection.runtime.prepare?.(image, { display: config.display, pidsLimit: config.pidsLimit }, (message) => log.info({ runtime: selection.runtime.name }, message));
   const server = await buildServer({
     manager,
     metrics,

@@ -41,6 +41,8 @@ import { startXevSlowly } from './helpers/xev.js';
  */
 const BIN = path.join(import.meta.dirname, 'helpers/firecracker/bin');
 const NAMES = new ResourceNames(TEST_PREFIX);
+/** A template's guest as the orchestrator's settings say: not display 99, so a template that ignored them would not come up. */
+const TEMPLATE_GUEST = { display: 98, pidsLimit: 400 };
 /** What the runtime sends a fresh VMM: a wait until its API answers, then the boot sequence. */
 const COLD_BOOT_CALLS = ['GET /', ...BOOT_SEQUENCE];
 
@@ -493,7 +495,7 @@ describe('snapshots: a template built once, sessions restored from it (contract 
     // The template must really come up (its desktop is awaited): the emulator boots it under QEMU.
     process.env.FAKE_FIRECRACKER_GUEST = 'qemu';
     const lines: string[] = [];
-    await runtime.prepare(templateImage, (line) => lines.push(line));
+    await runtime.prepare(templateImage, TEMPLATE_GUEST, (line) => lines.push(line));
     delete process.env.FAKE_FIRECRACKER_GUEST;
     assert.match(lines.join('\n'), /template snapshot ready in \d+ ms/, lines.join('\n'));
 
@@ -552,7 +554,7 @@ describe('snapshots: a template built once, sessions restored from it (contract 
       async (rotation) => void rotations.push(rotation),
     );
     const lines: string[] = [];
-    await rotating.prepare(templateImage, (line) => lines.push(line));
+    await rotating.prepare(templateImage, TEMPLATE_GUEST, (line) => lines.push(line));
     assert.deepEqual(lines, [], 'the template built above is loaded');
     const cleanup = new CleanupStack();
     const s = await prepareSession(rotating, cleanup);
@@ -589,7 +591,7 @@ describe('snapshots: a template built once, sessions restored from it (contract 
   it('a second prepare() loads the template instead of building it', async () => {
     const again = FirecrackerRuntime.forHost(NAMES, settings({ snapshots: true }), host(true));
     const lines: string[] = [];
-    await again.prepare(templateImage, (line) => lines.push(line));
+    await again.prepare(templateImage, TEMPLATE_GUEST, (line) => lines.push(line));
     assert.deepEqual(lines, []);
   });
 });

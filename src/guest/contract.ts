@@ -46,6 +46,32 @@ export interface GuestSettings {
   SANDBOX_GATEWAY: string;
 }
 
+/** What a sandbox's guest is told at boot: the same for a session and a snapshot template. */
+export interface SandboxGuest {
+  id: string;
+  hostname: string;
+  display: number;
+  screen: { width: number; height: number };
+  /** The runtime's capability: the guest configures its own eth0 (VMs), or the host did. */
+  guestConfiguresNetwork: boolean;
+  lease: { guest: string; prefixLength: number; gateway: string };
+}
+
+/** The settings of a sandbox, as sandbox-init reads them. */
+export function sandboxSettings(guest: SandboxGuest): GuestSettings {
+  return {
+    SANDBOX_ID: guest.id,
+    SANDBOX_HOSTNAME: guest.hostname,
+    SANDBOX_DISPLAY: guest.display,
+    SANDBOX_WIDTH: guest.screen.width,
+    SANDBOX_HEIGHT: guest.screen.height,
+    SANDBOX_DEPTH: 24,
+    SANDBOX_NET_CONFIGURE: guest.guestConfiguresNetwork ? 1 : 0,
+    SANDBOX_ADDRESS: `${guest.lease.guest}/${guest.lease.prefixLength}`,
+    SANDBOX_GATEWAY: guest.lease.gateway,
+  };
+}
+
 export function renderSettings(settings: GuestSettings): string {
   return (
     Object.entries(settings)

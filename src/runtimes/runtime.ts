@@ -139,7 +139,7 @@ export interface Runtime {
    * template snapshot). A failure only makes sessions slower: it is reported through `log`,
    * never thrown.
    */
-  prepare?(image: GuestImage, log: (message: string) => void): Promise<void>;
+  prepare?(image: GuestImage, guest: TemplateGuest, log: (message: string) => void): Promise<void>;
   /**
    * Host-wide settings this runtime needs for up to `sandboxes` sandboxes at once (e.g. the
    * host's inotify limits), applied and logged at start-up. A failure stops the start.
@@ -168,4 +168,12 @@ export class RuntimeUnavailableError extends Error {
     super(`runtime ${runtime} is not available here: ${reason}`);
     this.name = 'RuntimeUnavailableError';
   }
+}
+
+/** What a runtime that prepares sandboxes ahead (a snapshot template) must give their guests, as sessions get it. */
+export interface TemplateGuest {
+  /** X display number (SBX_DISPLAY). */
+  display: number;
+  /** Processes the guest may run (SBX_PIDS_LIMIT). */
+  pidsLimit: number;
 }

@@ -5,7 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ComputerTool, type SettleOptions } from '../computer/computer-tool.js';
 import { Desktop } from '../computer/desktop.js';
 import { Scaler } from '../computer/scaling.js';
-import { CONFIG_FILES, GUEST_USER, renderSettings } from '../guest/contract.js';
+import { CONFIG_FILES, GUEST_USER, renderSettings, sandboxSettings } from '../guest/contract.js';
 import type { GuestImage } from '../guest/image/builder.js';
 import type { AddressLease } from '../network/address-pool.js';
 import type { ResourceNames } from '../network/names.js';
@@ -119,17 +119,16 @@ async function startSandbox(session: Session, lease: AddressLease, ctx: BootCont
   await writeSessionKeys(sessionDir, configDir, keys);
   await writeFile(
     path.join(configDir, CONFIG_FILES.settings),
-    renderSettings({
-      SANDBOX_ID: id,
-      SANDBOX_HOSTNAME: `sbx-${id}`,
-      SANDBOX_DISPLAY: ctx.display,
-      SANDBOX_WIDTH: width,
-      SANDBOX_HEIGHT: height,
-      SANDBOX_DEPTH: 24,
-      SANDBOX_NET_CONFIGURE: ctx.runtime.capabilities.guestConfiguresNetwork ? 1 : 0,
-      SANDBOX_ADDRESS: `${lease.guest}/${lease.prefixLength}`,
-      SANDBOX_GATEWAY: lease.gateway,
-    }),
+    renderSettings(
+      sandboxSettings({
+        id,
+        hostname: `sbx-${id}`,
+        display: ctx.display,
+        screen: { width, height },
+        guestConfiguresNetwork: ctx.runtime.capabilities.guestConfiguresNetwork,
+        lease,
+      }),
+    ),
     { mode: 0o644 },
   );
 

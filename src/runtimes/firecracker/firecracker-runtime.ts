@@ -18,6 +18,7 @@ import {
   type RunningSandbox,
   type Runtime,
   type RuntimeCapabilities,
+  type TemplateGuest,
   type SandboxSpec,
 } from '../runtime.js';
 import { processStartTime } from '../../host/process-watch.js';
@@ -236,7 +237,7 @@ export class FirecrackerRuntime implements Runtime {
    * template snapshot of the image, or builds it. Sessions of the template's screen size are
    * then restored from it; any failure here leaves them booting cold.
    */
-  async prepare(image: GuestImage, log: (message: string) => void): Promise<void> {
+  async prepare(image: GuestImage, guest: TemplateGuest, log: (message: string) => void): Promise<void> {
     if (!this.settings.snapshots) return;
     if (!this.host.jailerBin) {
       log('SBX_FC_SNAPSHOTS=on needs the jailer (every clone must find its disks at the template\'s paths): booting cold');
@@ -253,6 +254,7 @@ export class FirecrackerRuntime implements Runtime {
           names: this.names,
           users: this.users,
           memoryMiB: this.settings.templateMemoryMiB,
+          guest,
           bootTimeoutMs: this.capabilities.bootTimeoutMs,
           boot: (spec, cleanup) => this.boot(spec, cleanup),
         });

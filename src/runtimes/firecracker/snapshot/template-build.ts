@@ -1,13 +1,13 @@
 import { rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { CONFIG_FILES, GUEST_SSH_PORT, GUEST_USER, renderSettings } from '../../../guest/contract.js';
+import { CONFIG_FILES, GUEST_SSH_PORT, GUEST_USER, renderSettings, sandboxSettings } from '../../../guest/contract.js';
 import type { GuestImage } from '../../../guest/image/builder.js';
 import type { ResourceNames } from '../../../network/names.js';
 import { createSandboxNetwork } from '../../../network/netns.js';
 import { generateSessionKeys, publicKeyBlob, writeSessionKeys } from '../../../transport/keys.js';
 import { GuestConnection } from '../../../transport/ssh-connection.js';
 import { CleanupStack } from '../../../util/cleanup-stack.js';
-import type { SandboxSpec } from '../../runtime.js';
+import type { SandboxSpec, TemplateGuest } from '../../runtime.js';
 import type { VmUserPool } from '../../vm-user-pool.js';
 import type { BootedVm } from '../firecracker-runtime.js';
 import { runSteps } from '../boot/steps.js';
@@ -21,6 +21,8 @@ export interface TemplateBuildDeps {
   names: ResourceNames;
   users: VmUserPool;
   memoryMiB: number;
+  /** The guest settings every sandbox of this orchestrator gets (its display, its pids limit). */
+  guest: TemplateGuest;
   bootTimeoutMs: number;
   boot(spec: SandboxSpec, cleanup: CleanupStack): Promise<BootedVm>;
 }
@@ -44,17 +46,8 @@ export async function buildTemplate(image: GuestImage, screen: { width: number; 
     await writeTemplateRootKey(configDir, keys.clientPublicKey);
     await writeFile(
       path.join(configDir, CONFIG_FILES.settings),
-      renderSettings({
-        SANDBOX_ID: sessionId,
-        SANDBOX_HOSTNAME: 'sbx-template',
-        SANDBOX_DISPLAY: 99,
-        SANDBOX_WIDTH: screen.width,
-        SANDBOX_HEIGHT: screen.height,
-        SANDBOX_DEPTH: 24,
-        SANDBOX_NET_CONFIGURE: 1,
-        SANDBOX_ADDRESS: `${address.guest}/${address.prefixLength}`,
-        SANDBOX_GATEWAY: address.gateway,
-      }),
+      // The same settings a session's guest gets (sessions/boot.ts), at the template's address.
+      renderSettings(sandboxSettings({ id: sessionId, hostname: 'sbx-template', display: deps.guest.display, screen, guestConfiguresNetwork: true, lease: address })),
     );
     const lease = { index: 0, ...address };
     const vmUser = await deps.users.lease(cleanup);
@@ -68,13 +61,13 @@ export async function buildTemplate(image: GuestImage, screen: { width: number; 
       hostname: 'sbx-template',
       network,
       memoryMiB: deps.memoryMiB,
-      pidsLimit: 512,
+      pidsLimit: deps.guest.pidsLimit,
       logsDir: path.join(sessionDir, 'logs'),
       vmUser,
     };
     const vm = await deps.boot(spec, cleanup);
     if (!vm.layout) throw new Error('a template needs the jailer');
-    await waitForDesktop(address.guest, keys, Date.now() + deps.bootTimeoutMs, vm.sandbox.isAlive);
+    await waitForDesktop(address.guest, keys, deps.guest.display, Date.now() + deps.bootTimeoutMs, vm.sandbox.isAlive);
     await runSteps(snapshotCreateSteps(vm.layout.snapshot.jailPaths), vm.client);
     await vm.vmm.stop(500); // paused: there is no guest to power off
     return await saveTemplate(
@@ -97,6 +90,7 @@ export async function buildTemplate(image: GuestImage, screen: { width: number; 
 async function waitForDesktop(
   host: string,
   keys: { clientPrivateKey: string; hostPublicKey: string },
+  display: number,
   deadline: number,
   isAlive: () => boolean,
 ): Promise<void> {
@@ -111,7 +105,7 @@ async function waitForDesktop(
     while (Date.now() < deadline) {
       if (!isAlive()) throw new Error('the template VM exited before its desktop answered');
       // A probe that fails or takes too long (a busy host) is tried again, until the deadline.
-      const answered = await connection.exec('DISPLAY=:99 xdpyinfo >/dev/null 2>&1', { timeoutMs: 10_000 }).then(
+      const answered = await connection.exec(`DISPLAY=:${display} xdpyinfo >/dev/null 2>&1`, { timeoutMs: 10_000 }).then(
         (probe) => probe.exitCode === 0,
         () => false,
       );
