@@ -44,23 +44,28 @@ export function spawnLogged(command: string, args: readonly string[], consolePip
   // The child has its own copy of the write end; ours is closed once it is spawned.
   const child = withWriter(consolePipe, (fd) => spawn(command, args, { stdio: ['ignore', fd, fd], detached: true }));
   child.unref();
+  const exited = new Promise<VmExit>((resolve) => {
+    child.on('exit', (code, signal) => resolve({ code, signal }));
+    child.on('error', () => resolve({ code: null, signal: null }));
+  });
+  return stoppableProcess(child.pid ?? -1, exited, (signal) => child.kill(signal), name);
+}
+
+/**
+ * A VmProcess over a process we can signal, child of ours or not: `exited` settles once it
+ * is gone; `stop()` asks with SIGTERM and SIGKILLs it after the grace period.
+ */
+export function stoppableProcess(pid: number, exited: Promise<VmExit>, signal: (signal: NodeJS.Signals) => void, name: string): VmProcess {
   let alive = true;
   let stopping = false;
-  const exited = new Promise<VmExit>((resolve) => {
-    child.on('exit', (code, signal) => {
-      alive = false;
-      resolve({ code, signal });
-    });
-    child.on('error', () => {
-      alive = false;
-      resolve({ code: null, signal: null });
-    });
-  });
-  const pid = child.pid ?? -1;
   let stopped: Promise<void> | undefined;
+  const gone = exited.then((exit) => {
+    alive = false;
+    return exit;
+  });
   return {
     pid,
-    exited,
+    exited: gone,
     isAlive: () => alive,
     get stopping() {
       return stopping;
@@ -72,10 +77,10 @@ export function spawnLogged(command: string, args: readonly string[], consolePip
       stopping = true;
       stopped ??= (async () => {
         if (!alive) return;
-        child.kill('SIGTERM');
-        if (await settlesWithin(exited, graceMs)) return;
-        child.kill('SIGKILL');
-        if (!(await settlesWithin(exited, KILL_WAIT_MS))) throw new Error(`${name} (pid ${pid}) is still alive after SIGKILL`);
+        signal('SIGTERM');
+        if (await settlesWithin(gone, graceMs)) return;
+        signal('SIGKILL');
+        if (!(await settlesWithin(gone, KILL_WAIT_MS))) throw new Error(`${name} (pid ${pid}) is still alive after SIGKILL`);
       })();
       return stopped;
     },

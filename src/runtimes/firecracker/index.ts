@@ -97,7 +97,8 @@
  *   template's (each is alone in its netns).
  * - **Per-session config.** The clone never reads its config drive (the template read its
  *   own at boot): keys are replaced by keys/key-rotation.ts; hostname, display number and
- *   screen size are the template's (one template per screen size; display :99).
+ *   screen size are the template's (one template per screen size; its display and pids limit
+ *   are the orchestrator's, given to prepare(), as every session's are).
  * - **Guest clock.** Restore with `advanceClock` (`clock_realtime`, x86_64), or the clone
  *   keeps the template's date and TLS in its browser fails.
  * - **Key rotation needs the guest's help**, and has it: in a VM, sshd reads its keys from

@@ -1,9 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { processStartTime, waitForExit, watchExit } from '../../../host/process-watch.js';
-import { settlesWithin, type VmExit, type VmProcess } from '../../vm-process.js';
-
-const KILL_WAIT_MS = 5_000;
+import { processStartTime, watchExit } from '../../../host/process-watch.js';
+import { settlesWithin, stoppableProcess, type VmExit, type VmProcess } from '../../vm-process.js';
 
 /**
  * The Firecracker process of a jail started with `--new-pid-ns`: the jailer clones it into
@@ -41,45 +39,17 @@ async function readPidFile(pidFile: string): Promise<number> {
 
 function watchedVmm(pid: number, startTime: string): VmProcess {
   const watcher = watchExit(pid, startTime, 100);
-  let alive = true;
-  let stopping = false;
   let killedBy: NodeJS.Signals | null = null;
-  const exited: Promise<VmExit> = watcher.exited.then(() => {
-    alive = false;
-    return { code: null, signal: killedBy, notOurChild: true };
-  });
-  let stopped: Promise<void> | undefined;
+  const exited: Promise<VmExit> = watcher.exited.then(() => ({ code: null, signal: killedBy, notOurChild: true }));
+  // The init of a pid namespace gets from outside only the signals it handles (and
+  // SIGKILL): SIGTERM is asked for, SIGKILL follows.
   const send = (signal: NodeJS.Signals) => {
+    if (signal === 'SIGKILL') killedBy = signal;
     try {
       process.kill(pid, signal);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ESRCH') throw err;
     }
   };
-  return {
-    pid,
-    exited,
-    isAlive: () => alive,
-    get stopping() {
-      return stopping;
-    },
-    markStopping() {
-      stopping = true;
-    },
-    stop(graceMs = 3_000) {
-      stopping = true;
-      stopped ??= (async () => {
-        if (!alive) return;
-        // The init of a pid namespace gets from outside only the signals it handles (and
-        // SIGKILL): SIGTERM is asked for, SIGKILL follows.
-        send('SIGTERM');
-        if (await settlesWithin(exited, graceMs)) return;
-        killedBy = 'SIGKILL';
-        send('SIGKILL');
-        if (!(await waitForExit(pid, startTime, KILL_WAIT_MS))) throw new Error(`firecracker (pid ${pid}) is still alive after SIGKILL`);
-        await exited;
-      })();
-      return stopped;
-    },
-  };
+  return stoppableProcess(pid, exited, send, 'firecracker');
 }
