@@ -1,13 +1,14 @@
 import sharp, { type Matrix3x3, type Sharp } from 'sharp';
 import type { RawFrame } from './capture-channel.js';
+import { encodeAs } from './encoders.js';
 import type { Size } from './scaling.js';
+import { PNG_FORMAT, type EncodedImage, type ScreenshotFormat } from './screenshot-format.js';
 
 /**
- * Raw frames (BGRX from the X server) to PNG on the host. The PNG holds exactly the
- * screen's pixels, as scrot's would: same RGB values, only the encoder differs. Compression
- * is kept low: the model pays per pixel, not per byte, and this is the agent loop's hot path.
+ * Raw frames (BGRX from the X server) to an image on the host. A PNG (or a lossless WebP)
+ * holds exactly the screen's pixels, as scrot's would: same RGB values, only the encoder
+ * differs. The encoder settings are in encoders.ts.
  */
-const PNG_OPTIONS = { compressionLevel: 1, adaptiveFiltering: false } as const;
 
 // Every frame is a new buffer, so libvips' operation cache (50 MB by default, per process)
 // can never hit: it would only hold memory that the sessions' frames already take.
@@ -37,28 +38,38 @@ function rgbOf(frame: RawFrame, region?: Region): Sharp {
   return image.removeAlpha().recomb(BGR_TO_RGB);
 }
 
-interface Region {
+export interface Region {
   x0: number;
   y0: number;
   x1: number;
   y1: number;
 }
 
-/** The frame as a PNG, scaled to `size` when given and different. */
-export async function framePng(frame: RawFrame, size?: Size): Promise<Buffer> {
-  if (!size || (size.width === frame.width && size.height === frame.height)) return rgbOf(frame).png(PNG_OPTIONS).toBuffer();
-  // Two passes: within one pipeline libvips would resize before the channels are swapped and
-  // the padding byte dropped (it takes that byte for alpha), and the pixels would differ.
+/** The frame in the chosen format, scaled to `size` when given and different. */
+export async function encodeFrame(frame: RawFrame, choice: ScreenshotFormat, size?: Size): Promise<EncodedImage> {
+  if (!size || (size.width === frame.width && size.height === frame.height)) return encodeAs(rgbOf(frame), choice);
+  // Two passes, and it cannot be one with sharp: a 4-band input counts as having alpha, sharp
+  // premultiplies the bands by it before a resize, and removeAlpha runs last in its pipeline
+  // (pipeline.cc). The X server's padding byte is 0, so one pass gives black; it would agree
+  // only if that byte were 255. The intermediate RGB buffer stays on libvips' side of the work.
   const rgb = await rgbOf(frame).raw().toBuffer();
-  return sharp(rgb, { raw: { width: frame.width, height: frame.height, channels: 3 } })
-    .resize(size.width, size.height, { fit: 'fill' })
-    .png(PNG_OPTIONS)
-    .toBuffer();
+  const scaled = sharp(rgb, { raw: { width: frame.width, height: frame.height, channels: 3 } }).resize(size.width, size.height, { fit: 'fill' });
+  return encodeAs(scaled, choice);
 }
 
-/** A region of the frame at full resolution (zoom). */
+/** A region of the frame at full resolution (zoom), in the chosen format. */
+export function encodeFrameRegion(frame: RawFrame, region: Region, choice: ScreenshotFormat): Promise<EncodedImage> {
+  return encodeAs(rgbOf(frame, region), choice);
+}
+
+/** The frame as a PNG (the default format), scaled to `size` when given and different. */
+export async function framePng(frame: RawFrame, size?: Size): Promise<Buffer> {
+  return (await encodeFrame(frame, PNG_FORMAT, size)).data;
+}
+
+/** A region of the frame at full resolution, as a PNG. */
 export async function framePngRegion(frame: RawFrame, region: Region): Promise<Buffer> {
-  return rgbOf(frame, region).png(PNG_OPTIONS).toBuffer();
+  return (await encodeFrameRegion(frame, region, PNG_FORMAT)).data;
 }
 
 /** Whether two frames show the same pixels. */
