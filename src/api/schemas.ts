@@ -76,15 +76,17 @@ export const sessionSchema = {
   },
 } as const;
 
-/** The format of a screenshot (query parameters), next to ?scaled and ?screenshot. */
+const FORMAT = { type: 'string', enum: ['png', 'jpeg', 'webp'], description: "The image format (default: the session's, png unless set at create)" } as const;
+const QUALITY_RULE = 'jpeg and webp only: 1-100 (default: jpeg 80, webp 100); webp at 100 is lossless (exact pixels). A quality for png is a 400';
+
+/**
+ * The format of a screenshot as query parameters, next to ?scaled and ?screenshot. Query
+ * strings are not coerced here: quality is digits, its range checked with the rest
+ * (computer/screenshot-format.ts), so every refusal names the field.
+ */
 export const screenshotFormatQuery = {
-  format: { type: 'string', enum: ['png', 'jpeg', 'webp'], description: "The image format (default: the session's, png unless set at create)" },
-  quality: {
-    type: 'integer',
-    minimum: 1,
-    maximum: 100,
-    description: 'jpeg and webp only: 1-100 (default 80); webp at 100 is lossless (exact pixels). A quality for png is a 400',
-  },
+  format: FORMAT,
+  quality: { type: 'string', pattern: '^[0-9]{1,3}$', description: `An integer: ${QUALITY_RULE}` },
 } as const;
 
 export const createSessionBody = {
@@ -137,7 +139,7 @@ export const createSessionBody = {
       type: 'object',
       additionalProperties: false,
       description: "The session's default screenshot format (screenshot route, actions, the computer tool); png unless set",
-      properties: screenshotFormatQuery,
+      properties: { format: FORMAT, quality: { type: 'integer', minimum: 1, maximum: 100, description: QUALITY_RULE } },
     },
   },
 } as const;

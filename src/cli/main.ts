@@ -158,7 +158,7 @@ program
   .option('--max-lifetime <seconds>', 'maximum lifetime (at most the server maximum)', integer)
   .option('--egress', 'let the sandbox reach the internet (NAT); off by default')
   .addOption(new Option('--screenshot-format <format>', "the session's default screenshot format (png)").choices(['png', 'jpeg', 'webp']))
-  .option('--screenshot-quality <1-100>', 'its quality, for jpeg and webp (default 80; webp at 100 is lossless)', integer)
+  .option('--screenshot-quality <1-100>', 'its quality, for jpeg and webp (default jpeg 80, webp 100: lossless)', integer)
   .action(async (opts: CreateFlags) => {
     const screenshot = opts.screenshotFormat || opts.screenshotQuality !== undefined ? { format: opts.screenshotFormat, quality: opts.screenshotQuality } : undefined;
     const sandbox = await client().create({

@@ -5,7 +5,7 @@ export type ImageMediaType = 'image/png' | 'image/jpeg' | 'image/webp';
 /** A screenshot's format: PNG (the default, lossless), JPEG or WebP (WebP at quality 100 is lossless). */
 export interface ScreenshotFormatOptions {
   format?: 'png' | 'jpeg' | 'webp';
-  /** 1-100, jpeg and webp only (default 80). */
+  /** 1-100, jpeg and webp only (default: jpeg 80, webp 100, which is lossless). */
   quality?: number;
 }
 

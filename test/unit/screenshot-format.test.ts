@@ -19,6 +19,7 @@ describe('screenshot format and quality', () => {
   it('is png unless asked, and fills in the quality of jpeg and webp', () => {
     assert.deepEqual(resolveScreenshotFormat({}), { format: 'png' });
     assert.deepEqual(resolveScreenshotFormat({ format: 'jpeg' }), { format: 'jpeg', quality: 80 });
+    assert.deepEqual(resolveScreenshotFormat({ format: 'webp' }), { format: 'webp', quality: 100 }, 'webp is lossless unless asked');
     assert.deepEqual(resolveScreenshotFormat({ format: 'webp', quality: 100 }), { format: 'webp', quality: 100 });
     // Query strings carry digits.
     assert.deepEqual(resolveScreenshotFormat({ format: 'jpeg', quality: '35' }), { format: 'jpeg', quality: 35 });

@@ -91,7 +91,7 @@ export async function sessionRoutes(app: FastifyInstance, opts: { manager: Sessi
     async (request) => manager.destroy(request.params.id),
   );
 
-  app.get<{ Params: IdParams; Querystring: { scaled?: 'true' | 'false'; format?: string; quality?: number } }>(
+  app.get<{ Params: IdParams; Querystring: { scaled?: 'true' | 'false'; format?: string; quality?: string } }>(
     '/v1/sessions/:id/screenshot',
     {
       schema: {
@@ -114,7 +114,7 @@ export async function sessionRoutes(app: FastifyInstance, opts: { manager: Sessi
     },
   );
 
-  app.post<{ Params: IdParams; Body: unknown; Querystring: { screenshot?: 'true' | 'false'; format?: string; quality?: number } }>(
+  app.post<{ Params: IdParams; Body: unknown; Querystring: { screenshot?: 'true' | 'false'; format?: string; quality?: string } }>(
     '/v1/sessions/:id/actions',
     {
       schema: {
