@@ -3,7 +3,8 @@ import { describe, it } from 'node:test';
 import sharp from 'sharp';
 import type { RawFrame } from '../../src/computer/capture-channel.js';
 import { EncodeCache } from '../../src/computer/encode-cache.js';
-import { encodeFrame, encodeFrameRegion } from '../../src/computer/frame-image.js';
+import { encodeFrame, encodeFrameRegion, framePng } from '../../src/computer/frame-image.js';
+import { cropPng, encodePng } from '../../src/computer/image.js';
 import { resolveScreenshotFormat, type EncodedImage } from '../../src/computer/screenshot-format.js';
 import { InvalidRequestError } from '../../src/errors.js';
 import { resolveRequest } from '../../src/sessions/session-request.js';
@@ -104,6 +105,30 @@ describe('encoding a raw frame in each format', () => {
     const region = await encodeFrameRegion(frame, { x0: 8, y0: 8, x1: 24, y1: 16 }, { format: 'webp', quality: 100 });
     const meta = await sharp(region.data).metadata();
     assert.deepEqual([meta.width, meta.height, meta.format], [16, 8, 'webp']);
+  });
+});
+
+describe("the fallback path: scrot's PNG in each format", () => {
+  it('keeps scrot\'s bytes for png, and re-encodes, scales and crops to the same pixels as the raw path', async () => {
+    const frame = testFrame();
+    const scrotPng = await framePng(frame); // what scrot would have sent: the same pixels
+    const screen = { width: frame.width, height: frame.height };
+    assert.equal((await encodePng(scrotPng, screen, screen, { format: 'png' })).data, scrotPng, 'no work when nothing changes');
+    const small = { width: 32, height: 24 };
+    for (const choice of [{ format: 'png' as const }, { format: 'webp' as const, quality: 100 }]) {
+      const viaScrot = await encodePng(scrotPng, screen, small, choice);
+      const viaFrame = await encodeFrame(frame, choice, small);
+      assert.equal(viaScrot.mediaType, viaFrame.mediaType);
+      assert.ok((await rgbOfImage(viaScrot)).equals(await rgbOfImage(viaFrame)), `${choice.format}: scaled alike`);
+      const region = { x0: 3, y0: 5, x1: 40, y1: 30 };
+      const cut = await cropPng(scrotPng, region, choice);
+      assert.ok((await rgbOfImage(cut)).equals(await rgbOfImage(await encodeFrameRegion(frame, region, choice))), `${choice.format}: cropped alike`);
+    }
+    // scrot may write RGBA: the model gets RGB, whatever the format.
+    const rgba = await sharp(scrotPng).ensureAlpha().png().toBuffer();
+    const jpeg = await encodePng(rgba, screen, screen, { format: 'jpeg', quality: 80 });
+    assert.equal(jpeg.mediaType, 'image/jpeg');
+    assert.equal((await sharp(jpeg.data).metadata()).channels, 3);
   });
 });
 
