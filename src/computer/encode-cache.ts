@@ -17,12 +17,13 @@ export interface EncodeKey {
  * image exactly: a static screen is encoded once, however often it is asked for.
  *
  * Bounded to `capacity` entries (a few: e.g. the scaled screenshot in two formats and a full
- * one), held by the session's ComputerTool and dropped with it. Entries keep their frame alive,
- * but the channel keeps the latest frame anyway, and an older one is dropped as soon as a
- * newer encoding takes its place.
+ * one), and to one frame's worth of encoded bytes (a screen of noise encodes to about its raw
+ * size, so four images could otherwise triple what a session holds); held by the session's
+ * ComputerTool and dropped with it. Entries keep their frame alive, but the channel keeps the
+ * latest frame anyway, and an older one's entries go as soon as a newer frame is encoded.
  */
 export class EncodeCache {
-  private entries: Array<{ frame: RawFrame; key: string; image: Promise<EncodedImage> }> = [];
+  private entries: Entry[] = [];
 
   constructor(private readonly capacity = 4) {}
 
@@ -40,14 +41,25 @@ export class EncodeCache {
     }
     // Entries of older frames are never asked for again once a newer frame exists: dropped now.
     this.entries = this.entries.filter((e) => e.frame === frame);
-    const image = encode();
-    const entry = { frame, key: name, image };
+    const entry: Entry = { frame, key: name, image: encode(), bytes: 0 };
     this.entries.unshift(entry);
     this.entries.length = Math.min(this.entries.length, this.capacity);
-    image.catch(() => {
-      this.entries = this.entries.filter((e) => e !== entry);
-    });
-    return image;
+    entry.image.then(
+      (image) => {
+        entry.bytes = image.data.length;
+        this.trimToBudget(frame.pixels.length);
+      },
+      () => {
+        this.entries = this.entries.filter((e) => e !== entry);
+      },
+    );
+    return entry.image;
+  }
+
+  /** Drops the least recently used images (never the newest) until their bytes fit `budget`. */
+  private trimToBudget(budget: number): void {
+    let total = this.entries.reduce((sum, e) => sum + e.bytes, 0);
+    while (total > budget && this.entries.length > 1) total -= this.entries.pop()!.bytes;
   }
 
   get size(): number {
@@ -57,6 +69,14 @@ export class EncodeCache {
   clear(): void {
     this.entries = [];
   }
+}
+
+interface Entry {
+  frame: RawFrame;
+  key: string;
+  image: Promise<EncodedImage>;
+  /** The encoded size, once known (0 while encoding). */
+  bytes: number;
 }
 
 function keyName({ choice, size, region }: EncodeKey): string {

@@ -159,6 +159,25 @@ describe('the encode cache', () => {
     assert.equal(cache.size, 1, "a newer frame drops the older frame's entries");
   });
 
+  it("keeps at most one frame's worth of encoded bytes, dropping the least recently used", async () => {
+    const cache = new EncodeCache(4);
+    const frame = testFrame(); // 12,672 bytes of pixels
+    const big = (format: 'jpeg' | 'webp', quality: number) => ({ choice: { format, quality } });
+    const encodeBig = () => Promise.resolve<EncodedImage>({ data: Buffer.alloc(5_000), mediaType: 'image/jpeg' });
+    await cache.get(frame, big('jpeg', 10), encodeBig);
+    await cache.get(frame, big('jpeg', 20), encodeBig);
+    assert.equal(cache.size, 2);
+    await cache.get(frame, big('jpeg', 30), encodeBig);
+    await Promise.resolve(); // the trim runs once the encoding has settled
+    assert.equal(cache.size, 2, '15,000 bytes do not fit: the oldest goes');
+    let encodings = 0;
+    await cache.get(frame, big('jpeg', 10), () => {
+      encodings++;
+      return encodeBig();
+    });
+    assert.equal(encodings, 1, 'the dropped one is encoded again');
+  });
+
   it('shares one encoding between concurrent requests and forgets a failed one', async () => {
     const cache = new EncodeCache();
     const frame = testFrame();
