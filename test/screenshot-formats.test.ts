@@ -198,6 +198,25 @@ describe('screenshot formats, end to end', () => {
     }
   });
 
+  it('the OpenAPI document lists the formats on every route that returns an image', async () => {
+    const spec = (await orch.server.inject({ method: 'GET', url: '/openapi.json' })).json();
+    const queryOf = (route: string, method: string) =>
+      (spec.paths[route][method].parameters as Array<{ in: string; name: string; schema: { enum?: string[] } }>).filter((p) => p.in === 'query');
+    for (const [route, method] of [
+      ['/v1/sessions/{id}/screenshot', 'get'],
+      ['/v1/sessions/{id}/actions', 'post'],
+      ['/v1/sessions/{id}/tools/computer', 'post'],
+    ] as const) {
+      const names = queryOf(route, method).map((p) => p.name);
+      assert.ok(names.includes('format') && names.includes('quality'), `${route}: ${names.join(', ')}`);
+    }
+    assert.deepEqual(queryOf('/v1/sessions/{id}/screenshot', 'get').find((p) => p.name === 'format')?.schema.enum, ['png', 'jpeg', 'webp']);
+    assert.deepEqual(spec.paths['/v1/sessions/{id}/screenshot'].get.responses['200'].content && Object.keys(spec.paths['/v1/sessions/{id}/screenshot'].get.responses['200'].content).sort(), ['image/jpeg', 'image/png', 'image/webp']);
+    const create = spec.paths['/v1/sessions'].post.requestBody.content['application/json'].schema.properties.screenshot;
+    assert.deepEqual(create.properties.format.enum, ['png', 'jpeg', 'webp']);
+    assert.deepEqual([create.properties.quality.minimum, create.properties.quality.maximum], [1, 100]);
+  });
+
   it('a bad format or quality is a 400 naming the field, and a tool error the model can read', async () => {
     const bad: Array<[string, RegExp]> = [
       ['/screenshot?format=gif', /format/],
