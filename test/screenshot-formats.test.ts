@@ -198,6 +198,30 @@ describe('screenshot formats, end to end', () => {
     }
   });
 
+  it('red team: a flood of costly encodings from one session holds one encoding at a time in the pool', async (t) => {
+    // 40 distinct qualities at once, so that the cache cannot help: each one is encoded. libvips
+    // runs them on libuv's thread pool (4 threads, shared with file I/O); without the session's
+    // encode queue they would all wait there at once, ahead of every other session's work.
+    let most = 0;
+    let sampling = true;
+    const sampler = (async () => {
+      while (sampling) {
+        const { queue, process } = sharp.counters();
+        most = Math.max(most, queue + process);
+        await new Promise((resolve) => setTimeout(resolve, 2));
+      }
+    })();
+    const started = performance.now();
+    const answers = await Promise.all(Array.from({ length: 40 }, (_, i) => get(`/screenshot?format=webp&quality=${40 + i}`)));
+    const took = performance.now() - started;
+    sampling = false;
+    await sampler;
+    assert.deepEqual(new Set(answers.map((r) => r.statusCode)), new Set([200]));
+    t.diagnostic(`40 lossy webp screenshots at once took ${took.toFixed(0)} ms; at most ${most} sharp tasks queued or running`);
+    // One encoding is three channel extractions in parallel, then the join and encode.
+    assert.ok(most <= 3, `at most one encoding's tasks at a time, saw ${most}`);
+  });
+
   it('the OpenAPI document lists the formats on every route that returns an image', async () => {
     const spec = (await orch.server.inject({ method: 'GET', url: '/openapi.json' })).json();
     const queryOf = (route: string, method: string) =>

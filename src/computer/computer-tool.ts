@@ -7,6 +7,7 @@ import { cropPng, encodePng } from './image.js';
 import type { Point, Scaler, Size } from './scaling.js';
 import { inputPlan, isPointerOrKeyAction } from './input-requests.js';
 import { PNG_FORMAT, type EncodedImage, type ScreenshotFormat } from './screenshot-format.js';
+import { SerialQueue } from '../util/serial-queue.js';
 
 export interface SettleOptions {
   /** Give up waiting for the screen to settle after this long, and return what is there. */
@@ -38,6 +39,12 @@ const NO_SCREENSHOT_AFTER: ReadonlySet<ActionName> = new Set(['screenshot', 'cur
 export class ComputerTool {
   /** The last images encoded: a screen that has not changed is not encoded again. */
   private readonly encoded = new EncodeCache();
+  /**
+   * One encoding at a time per session: libvips runs on libuv's small thread pool (4 threads,
+   * shared with file I/O), and a client asking for many costly images at once (lossless WebP of
+   * a large screen) must queue behind itself, not take the pool from every other session.
+   */
+  private readonly encoding = new SerialQueue();
 
   constructor(
     private readonly desktop: Desktop,
@@ -116,14 +123,14 @@ export class ComputerTool {
   /** A raw frame is encoded once per (frame, format, size); scrot's PNGs are new every time. */
   private encode(capture: Capture, size: Size, choice: ScreenshotFormat): Promise<EncodedImage> {
     const { frame } = capture;
-    if (!frame) return encodePng(capture.png, this.scaler.screen, size, choice);
-    return this.encoded.get(frame, { choice, size }, () => encodeFrame(frame, choice, size));
+    if (!frame) return this.encoding.run(() => encodePng(capture.png, this.scaler.screen, size, choice));
+    return this.encoded.get(frame, { choice, size }, () => this.encoding.run(() => encodeFrame(frame, choice, size)));
   }
 
   private encodeRegion(capture: Capture, region: Region, choice: ScreenshotFormat): Promise<EncodedImage> {
     const { frame } = capture;
-    if (!frame) return cropPng(capture.png, region, choice);
-    return this.encoded.get(frame, { choice, region }, () => encodeFrameRegion(frame, region, choice));
+    if (!frame) return this.encoding.run(() => cropPng(capture.png, region, choice));
+    return this.encoded.get(frame, { choice, region }, () => this.encoding.run(() => encodeFrameRegion(frame, region, choice)));
   }
 }
 
