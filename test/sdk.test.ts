@@ -52,6 +52,21 @@ describe('the TypeScript SDK over real HTTP', () => {
     await assert.rejects(sandbox.mouseMove(640, 0), InvalidRequestError);
   });
 
+  it('asks for screenshots in jpeg and webp, and gets the right media type back', async () => {
+    const sharp = (await import('sharp')).default;
+    const meta = async (image: Buffer) => sharp(image).metadata();
+    const jpeg = await meta(await sandbox.screenshot({ format: 'jpeg', quality: 70 }));
+    assert.deepEqual([jpeg.format, jpeg.width, jpeg.height], ['jpeg', 1280, 800]);
+    const webp = await meta(await sandbox.screenshot({ scaled: true, format: 'webp' }));
+    assert.deepEqual([webp.format, webp.width, webp.height], ['webp', 640, 400]);
+    const moved = await sandbox.action({ action: 'mouse_move', coordinate: [10, 10] }, { screenshot: true, format: 'webp', quality: 100 });
+    assert.equal(moved.image?.mediaType, 'image/webp');
+    const tool = await sandbox.executeToolUse({ action: 'screenshot' }, 'computer', { format: 'jpeg' });
+    assert.ok(tool.content[0]?.type === 'image');
+    assert.equal(tool.content[0].source.media_type, 'image/jpeg');
+    await assert.rejects(sandbox.screenshot({ format: 'png', quality: 50 }), (err: unknown) => err instanceof InvalidRequestError && /quality/.test(err.message));
+  });
+
   it('forwards tool_use inputs unchanged and returns tool_result content', async () => {
     const shot = await sandbox.executeToolUse({ action: 'screenshot' });
     assert.equal(shot.is_error, false);

@@ -71,6 +71,8 @@ describe('session clocks (pure)', () => {
       assert.equal(store.get('oldone')?.maxLifetimeSeconds, 3600);
       assert.equal(store.get('oldone')?.endReason, null);
       assert.equal(store.get('oldone')?.tenant, 'local', 'a session from before tenants belongs to the local tenant');
+      assert.equal(store.get('oldone')?.screenshotFormat, 'png', 'a session from before screenshot formats takes png');
+      assert.equal(store.get('oldone')?.screenshotQuality, null);
       const record: SessionRecord = {
         id: 'newone',
         tenant: 'acme',
@@ -81,6 +83,8 @@ describe('session clocks (pure)', () => {
         modelWidth: 1024,
         modelHeight: 768,
         toolVersion: 'computer_20250124',
+        screenshotFormat: 'png',
+        screenshotQuality: null,
         timeoutSeconds: 300,
         maxLifetimeSeconds: 120,
         metadata: {},

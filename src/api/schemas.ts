@@ -47,6 +47,11 @@ export const sessionSchema = {
         enable_zoom: { type: 'boolean' },
       },
     },
+    screenshot: {
+      type: 'object',
+      description: "The default screenshot format chosen at create: format, and quality for jpeg and webp",
+      properties: { format: { type: 'string', enum: ['png', 'jpeg', 'webp'] }, quality: { type: 'integer' } },
+    },
     timeoutSeconds: { type: 'integer', description: 'Idle timeout: the session ends this long after its last activity' },
     maxLifetimeSeconds: { type: 'integer', description: 'Maximum lifetime, counted from createdAt' },
     metadata: { type: 'object', additionalProperties: true },
@@ -69,6 +74,19 @@ export const sessionSchema = {
       description: 'Why the session ended (or is ending): a DELETE, its idle timeout, its maximum lifetime, a failure (see error), the orchestrator stopping',
     },
   },
+} as const;
+
+const FORMAT = { type: 'string', enum: ['png', 'jpeg', 'webp'], description: "The image format (default: the session's, png unless set at create)" } as const;
+const QUALITY_RULE = 'jpeg and webp only: 1-100 (default: jpeg 80, webp 100); webp at 100 is lossless (exact pixels). A quality for png is a 400';
+
+/**
+ * The format of a screenshot as query parameters, next to ?scaled and ?screenshot. Query
+ * strings are not coerced here: quality is digits, its range checked with the rest
+ * (computer/screenshot-format.ts), so every refusal names the field.
+ */
+export const screenshotFormatQuery = {
+  format: FORMAT,
+  quality: { type: 'string', pattern: '^[0-9]{1,3}$', description: `An integer: ${QUALITY_RULE}` },
 } as const;
 
 export const createSessionBody = {
@@ -117,6 +135,12 @@ export const createSessionBody = {
       enum: ['computer_20241022', 'computer_20250124', 'computer_20251124'],
       description: 'The computer tool version of the tool definition in computerTool (default computer_20250124)',
     },
+    screenshot: {
+      type: 'object',
+      additionalProperties: false,
+      description: "The session's default screenshot format (screenshot route, actions, the computer tool); png unless set",
+      properties: { format: FORMAT, quality: { type: 'integer', minimum: 1, maximum: 100, description: QUALITY_RULE } },
+    },
   },
 } as const;
 
@@ -155,8 +179,8 @@ export const actionResultSchema = {
     cursor: { type: 'object', properties: { x: { type: 'integer' }, y: { type: 'integer' } } },
     image: {
       type: 'object',
-      description: 'A screenshot, for the screenshot action',
-      properties: { mediaType: { type: 'string' }, data: { type: 'string', description: 'base64' } },
+      description: 'A screenshot: of the screenshot and zoom actions, or the settled screen with ?screenshot=true',
+      properties: { mediaType: { type: 'string', enum: ['image/png', 'image/jpeg', 'image/webp'] }, data: { type: 'string', description: 'base64' } },
     },
     settleMs: { type: 'number', description: 'How long the screen took to settle before the screenshot' },
     durationMs: { type: 'number' },

@@ -12,6 +12,13 @@ import { RUNTIME_NAMES, type RuntimeChoice } from '../runtimes/settings.js';
 import { imagesDirFromEnv, warmPoolSize } from '../sessions/settings.js';
 import { keysCommand } from './keys.js';
 
+/** The file extension of an image by its first bytes (the session's default format may be any). */
+function extensionOf(image: Buffer): string {
+  if (image.subarray(0, 3).equals(Buffer.from([0xff, 0xd8, 0xff]))) return 'jpg';
+  if (image.toString('latin1', 0, 4) === 'RIFF' && image.toString('latin1', 8, 12) === 'WEBP') return 'webp';
+  return 'png';
+}
+
 function integer(value: string): number {
   const n = Number(value);
   if (!Number.isInteger(n)) throw new InvalidArgumentError('must be an integer');
@@ -98,7 +105,7 @@ program
       const session = await orchestrator.manager.create({ metadata: { demo: true } });
       const png = await orchestrator.manager.screenshot(session.id);
       const file = path.resolve(`demo-${session.id}.png`);
-      await writeFile(file, png);
+      await writeFile(file, png.data);
       console.error(
         [
           `sbx: demo sandbox ${session.id} is ready (${session.display.width}x${session.display.height}, runtime ${session.runtime})`,
@@ -132,6 +139,16 @@ function client(): SandboxClient {
 
 program.addCommand(keysCommand(defaults.stateDir));
 
+interface CreateFlags {
+  width?: number;
+  height?: number;
+  timeout?: number;
+  maxLifetime?: number;
+  egress?: boolean;
+  screenshotFormat?: 'png' | 'jpeg' | 'webp';
+  screenshotQuality?: number;
+}
+
 program
   .command('create')
   .description('create a sandbox and print its description')
@@ -140,13 +157,17 @@ program
   .option('-t, --timeout <seconds>', 'idle timeout', integer)
   .option('--max-lifetime <seconds>', 'maximum lifetime (at most the server maximum)', integer)
   .option('--egress', 'let the sandbox reach the internet (NAT); off by default')
-  .action(async (opts: { width?: number; height?: number; timeout?: number; maxLifetime?: number; egress?: boolean }) => {
+  .addOption(new Option('--screenshot-format <format>', "the session's default screenshot format (png)").choices(['png', 'jpeg', 'webp']))
+  .option('--screenshot-quality <1-100>', 'its quality, for jpeg and webp (default jpeg 80, webp 100: lossless)', integer)
+  .action(async (opts: CreateFlags) => {
+    const screenshot = opts.screenshotFormat || opts.screenshotQuality !== undefined ? { format: opts.screenshotFormat, quality: opts.screenshotQuality } : undefined;
     const sandbox = await client().create({
       width: opts.width,
       height: opts.height,
       timeoutSeconds: opts.timeout,
       maxLifetimeSeconds: opts.maxLifetime,
       ...(opts.egress ? { network: { egress: true } } : {}),
+      ...(screenshot ? { screenshot } : {}),
     });
     console.log(JSON.stringify(sandbox.info, null, 2));
   });
@@ -171,11 +192,16 @@ program
 
 program
   .command('screenshot <id>')
-  .description('save a PNG of the sandbox screen')
-  .option('-o, --output <file>', 'where to write it', 'screenshot.png')
-  .action(async (id: string, opts: { output: string }) => {
-    await writeFile(opts.output, await client().screenshot(id));
-    console.log(path.resolve(opts.output));
+  .description("save an image of the sandbox screen (PNG unless --format or the session's default says otherwise)")
+  .option('-o, --output <file>', 'where to write it (default screenshot.<format>)')
+  .addOption(new Option('-f, --format <format>', 'image format').choices(['png', 'jpeg', 'webp']))
+  .option('-q, --quality <1-100>', 'jpeg and webp quality (webp at 100 is lossless)', integer)
+  .option('--scaled', 'as the model sees the screen (scaled down), not at its real size')
+  .action(async (id: string, opts: { output?: string; format?: 'png' | 'jpeg' | 'webp'; quality?: number; scaled?: boolean }) => {
+    const image = await client().screenshot(id, { scaled: opts.scaled, format: opts.format, quality: opts.quality });
+    const output = opts.output ?? `screenshot.${extensionOf(image)}`;
+    await writeFile(output, image);
+    console.log(path.resolve(output));
   });
 
 program

@@ -1,7 +1,9 @@
 import { errorFor, SandboxError } from './errors.js';
 import { downloadFile, downloadFileStream, uploadFile, type FileRequestOptions, type UploadData, type UploadedFile, type UploadFileOptions } from './files.js';
+import { formatQuery, queryString, type ImageMediaType, type ScreenshotFormatOptions } from './screenshot-format.js';
 
 export * from './errors.js';
+export type { ImageMediaType, ScreenshotFormatOptions } from './screenshot-format.js';
 export type { FileRequestOptions, UploadData, UploadedFile, UploadFileOptions } from './files.js';
 
 /** A session as the API describes it. */
@@ -18,6 +20,8 @@ export interface SessionInfo {
     display_height_px: number;
     enable_zoom?: boolean;
   };
+  /** The default screenshot format chosen at create. */
+  screenshot?: ScreenshotFormatOptions;
   /** Idle timeout: the session ends this long after its last activity. */
   timeoutSeconds?: number;
   /** Maximum lifetime, counted from createdAt. */
@@ -49,6 +53,8 @@ export interface CreateOptions {
   /** The screen size the model sees: 'auto' (default), 'none', or a size. */
   scaling?: 'auto' | 'none' | { width: number; height: number };
   toolVersion?: 'computer_20241022' | 'computer_20250124' | 'computer_20251124';
+  /** The session's default screenshot format (png unless set). */
+  screenshot?: ScreenshotFormatOptions;
   /** Idle timeout in seconds (server default 300). */
   timeoutSeconds?: number;
   /** Maximum lifetime in seconds: at most, and by default, the server's maximum (3600). */
@@ -103,7 +109,7 @@ export function resultText(result: ToolResult): string {
 /** The tool_result content of the Messages API, as the tool endpoints answer. */
 export interface ToolResult {
   content: Array<
-    { type: 'text'; text: string } | { type: 'image'; source: { type: 'base64'; media_type: 'image/png'; data: string } }
+    { type: 'text'; text: string } | { type: 'image'; source: { type: 'base64'; media_type: ImageMediaType; data: string } }
   >;
   is_error: boolean;
 }
@@ -169,22 +175,23 @@ export class SandboxClient {
     return this.json<SessionInfo>('PATCH', `/v1/sessions/${encodeURIComponent(id)}`, update);
   }
 
-  /** A PNG of the screen: real size, or as the model sees it with `scaled`. */
-  async screenshot(id: string, options: { scaled?: boolean } = {}): Promise<Buffer> {
-    const query = options.scaled ? '?scaled=true' : '';
+  /** The screen at its size or (`scaled`) the model's, in `format` (else the session's), e.g. `{ format: 'jpeg', quality: 80 }`. */
+  async screenshot(id: string, options: { scaled?: boolean } & ScreenshotFormatOptions = {}): Promise<Buffer> {
+    const query = queryString([...(options.scaled ? ['scaled=true'] : []), ...formatQuery(options)]);
     const response = await this.request('GET', `/v1/sessions/${encodeURIComponent(id)}/screenshot${query}`);
     return Buffer.from(await response.arrayBuffer());
   }
 
-  /** One action as plain JSON; `screenshot: true` adds the settled screen after it. */
-  async action(id: string, input: ComputerToolInput, options: { screenshot?: boolean } = {}): Promise<ActionResult> {
-    const query = options.screenshot ? '?screenshot=true' : '';
+  /** One action as plain JSON; `screenshot: true` adds the settled screen after it, in `format`. */
+  async action(id: string, input: ComputerToolInput, options: { screenshot?: boolean } & ScreenshotFormatOptions = {}): Promise<ActionResult> {
+    const query = queryString([...(options.screenshot ? ['screenshot=true'] : []), ...formatQuery(options)]);
     return this.json<ActionResult>('POST', `/v1/sessions/${encodeURIComponent(id)}/actions${query}`, input);
   }
 
-  /** A model's tool_use input for one of the session's tools, as is; its tool_result content back. */
-  async executeToolUse(id: string, input: unknown, tool = 'computer'): Promise<ToolResult> {
-    return this.json<ToolResult>('POST', `/v1/sessions/${encodeURIComponent(id)}/tools/${encodeURIComponent(tool)}`, input);
+  /** A model's tool_use input for one of the session's tools, as is; its tool_result back (images in `format`). */
+  async executeToolUse(id: string, input: unknown, tool = 'computer', format: ScreenshotFormatOptions = {}): Promise<ToolResult> {
+    const query = queryString(formatQuery(format));
+    return this.json<ToolResult>('POST', `/v1/sessions/${encodeURIComponent(id)}/tools/${encodeURIComponent(tool)}${query}`, input);
   }
 
   async json<T>(method: string, path: string, body?: unknown): Promise<T> {
@@ -234,11 +241,11 @@ export class Sandbox {
     return this.info.id;
   }
 
-  screenshot(options: { scaled?: boolean } = {}): Promise<Buffer> {
+  screenshot(options: { scaled?: boolean } & ScreenshotFormatOptions = {}): Promise<Buffer> {
     return this.client.screenshot(this.id, options);
   }
 
-  action(input: ComputerToolInput, options: { screenshot?: boolean } = {}): Promise<ActionResult> {
+  action(input: ComputerToolInput, options: { screenshot?: boolean } & ScreenshotFormatOptions = {}): Promise<ActionResult> {
     return this.client.action(this.id, input, options);
   }
 
@@ -246,8 +253,8 @@ export class Sandbox {
    * Forwards a model's tool_use input unchanged (computer tool by default; also 'bash' and
    * 'str_replace_based_edit_tool') and returns the tool_result content to send back.
    */
-  executeToolUse(input: unknown, tool = 'computer'): Promise<ToolResult> {
-    return this.client.executeToolUse(this.id, input, tool);
+  executeToolUse(input: unknown, tool = 'computer', format: ScreenshotFormatOptions = {}): Promise<ToolResult> {
+    return this.client.executeToolUse(this.id, input, tool, format);
   }
 
   /** Runs a command in the session's persistent shell (the bash tool). */

@@ -1,10 +1,13 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ActionName, ComputerAction } from './actions.js';
 import type { Capture, Desktop } from './desktop.js';
-import { framePng, framePngRegion, sameFrame } from './frame-image.js';
-import { cropPng, scalePng } from './image.js';
+import { EncodeCache } from './encode-cache.js';
+import { encodeFrame, encodeFrameRegion, sameFrame, type Region } from './frame-image.js';
+import { cropPng, encodePng } from './image.js';
 import type { Point, Scaler, Size } from './scaling.js';
 import { inputPlan, isPointerOrKeyAction } from './input-requests.js';
+import { PNG_FORMAT, type EncodedImage, type ScreenshotFormat } from './screenshot-format.js';
+import { SerialQueue } from '../util/serial-queue.js';
 
 export interface SettleOptions {
   /** Give up waiting for the screen to settle after this long, and return what is there. */
@@ -19,8 +22,8 @@ export interface ComputerOutcome {
   output?: string;
   /** The pointer position in the model's space (cursor_position). */
   cursor?: Point;
-  /** A PNG in the model's space (or, for zoom, the region at full resolution). */
-  image?: Buffer;
+  /** A screenshot in the model's space (or, for zoom, the region at full resolution). */
+  image?: EncodedImage;
   /** How long the screen took to settle before the screenshot that follows an action. */
   settleMs?: number;
 }
@@ -34,6 +37,15 @@ const NO_SCREENSHOT_AFTER: ReadonlySet<ActionName> = new Set(['screenshot', 'cur
  * has stopped changing (instead of the reference's fixed 2 s sleep).
  */
 export class ComputerTool {
+  /** The last images encoded: a screen that has not changed is not encoded again. */
+  private readonly encoded = new EncodeCache();
+  /**
+   * One encoding at a time per session: libvips runs on libuv's small thread pool (4 threads,
+   * shared with file I/O), and a client asking for many costly images at once (lossless WebP of
+   * a large screen) must queue behind itself, not take the pool from every other session.
+   */
+  private readonly encoding = new SerialQueue();
+
   constructor(
     private readonly desktop: Desktop,
     readonly scaler: Scaler,
@@ -46,20 +58,25 @@ export class ComputerTool {
   }
 
   /** A screenshot of the real screen, unscaled. */
-  async fullScreenshot(): Promise<Buffer> {
-    return this.encode(await this.desktop.capture(), this.scaler.screen);
+  async fullScreenshot(choice: ScreenshotFormat = PNG_FORMAT): Promise<EncodedImage> {
+    return this.encode(await this.desktop.capture(), this.scaler.screen, choice);
   }
 
   /** A screenshot in the model's space. */
-  async screenshot(): Promise<Buffer> {
-    return this.encode(await this.desktop.capture(), this.scaler.model);
+  async screenshot(choice: ScreenshotFormat = PNG_FORMAT): Promise<EncodedImage> {
+    return this.encode(await this.desktop.capture(), this.scaler.model, choice);
   }
 
-  async run(action: ComputerAction, options: { screenshotAfter: boolean }): Promise<ComputerOutcome> {
+  /**
+   * Performs an action; `format` is the image format of any screenshot it returns (the
+   * screenshot and zoom actions, and the settled screen with `screenshotAfter`).
+   */
+  async run(action: ComputerAction, options: { screenshotAfter: boolean; format?: ScreenshotFormat }): Promise<ComputerOutcome> {
     const outcome: ComputerOutcome = { action: action.action };
+    const choice = options.format ?? PNG_FORMAT;
     switch (action.action) {
       case 'screenshot':
-        outcome.image = await this.screenshot();
+        outcome.image = await this.screenshot(choice);
         return outcome;
       case 'cursor_position': {
         const cursor = this.scaler.toModel(await this.desktop.cursorPosition());
@@ -67,11 +84,9 @@ export class ComputerTool {
         outcome.output = `X=${cursor.x},Y=${cursor.y}`;
         return outcome;
       }
-      case 'zoom': {
-        const capture = await this.desktop.capture();
-        outcome.image = capture.frame ? await framePngRegion(capture.frame, action.region) : await cropPng(capture.png, action.region);
+      case 'zoom':
+        outcome.image = await this.encodeRegion(await this.desktop.capture(), action.region, choice);
         return outcome;
-      }
       case 'type':
         await this.desktop.type(action.text);
         break;
@@ -83,7 +98,7 @@ export class ComputerTool {
     }
     if (options.screenshotAfter && !NO_SCREENSHOT_AFTER.has(action.action)) {
       const { capture, settleMs } = await this.settledCapture();
-      outcome.image = await this.encode(capture, this.scaler.model);
+      outcome.image = await this.encode(capture, this.scaler.model, choice);
       outcome.settleMs = settleMs;
     }
     return outcome;
@@ -105,8 +120,17 @@ export class ComputerTool {
     return { capture: previous, settleMs: Math.round(performance.now() - started) };
   }
 
-  private encode(capture: Capture, size: Size): Promise<Buffer> {
-    return capture.frame ? framePng(capture.frame, size) : scalePng(capture.png, this.scaler.screen, size);
+  /** A raw frame is encoded once per (frame, format, size); scrot's PNGs are new every time. */
+  private encode(capture: Capture, size: Size, choice: ScreenshotFormat): Promise<EncodedImage> {
+    const { frame } = capture;
+    if (!frame) return this.encoding.run(() => encodePng(capture.png, this.scaler.screen, size, choice));
+    return this.encoded.get(frame, { choice, size }, () => this.encoding.run(() => encodeFrame(frame, choice, size)));
+  }
+
+  private encodeRegion(capture: Capture, region: Region, choice: ScreenshotFormat): Promise<EncodedImage> {
+    const { frame } = capture;
+    if (!frame) return this.encoding.run(() => cropPng(capture.png, region, choice));
+    return this.encoded.get(frame, { choice, region }, () => this.encoding.run(() => encodeFrameRegion(frame, region, choice)));
   }
 }
 

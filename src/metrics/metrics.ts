@@ -13,7 +13,7 @@ export class Metrics {
   /** The early warning for the cost of SSH: the hot path of every agent loop. */
   readonly screenshotDuration = new Histogram({
     name: 'sandbox_screenshot_duration_seconds',
-    help: 'Time to capture a screenshot of a sandbox, from request to PNG bytes on the host',
+    help: 'Time to capture a screenshot of a sandbox, from request to encoded image bytes on the host',
     buckets: LATENCY_BUCKETS,
     registers: [this.registry],
   });

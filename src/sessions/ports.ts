@@ -1,8 +1,9 @@
+import type { EncodedImage } from '../computer/screenshot-format.js';
 import type { OrchestratorError } from '../errors.js';
 import type { RuntimeName } from '../runtimes/runtime.js';
 import type { SessionAccess } from '../tools/session-access.js';
 import type { SessionTimeoutUpdate } from './clocks.js';
-import type { ActionOutcome, SessionHealth } from './session-actions.js';
+import type { ActOptions, ActionOutcome, ScreenshotOptions, SessionHealth } from './session-actions.js';
 import type { CreateSessionOptions, SessionOwner } from './session-request.js';
 import type { EndReason } from './session-record.js';
 import type { SessionView } from './session-view.js';
@@ -21,8 +22,8 @@ export interface SessionDirectory {
 
 /** The computer-use actions and screenshots of a ready session. */
 export interface ComputerActions {
-  screenshot(id: string, scaled?: boolean): Promise<Buffer>;
-  act(id: string, input: unknown, options: { screenshotAfter: boolean }): Promise<ActionOutcome>;
+  screenshot(id: string, options?: ScreenshotOptions): Promise<EncodedImage>;
+  act(id: string, input: unknown, options: ActOptions): Promise<ActionOutcome>;
 }
 
 /** A session's clocks as a client moves them, and the busy mark long work holds. */

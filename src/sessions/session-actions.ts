@@ -1,5 +1,6 @@
 import { parseAction } from '../computer/actions.js';
 import type { ComputerOutcome } from '../computer/computer-tool.js';
+import { resolveScreenshotFormat, type EncodedImage, type ScreenshotFormat, type ScreenshotFormatRequest } from '../computer/screenshot-format.js';
 import { NotFoundError, type OrchestratorError, SessionGoneError, SessionStateError } from '../errors.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { AttachmentContext, SessionAccess } from '../tools/session-access.js';
@@ -7,7 +8,7 @@ import type { GuestConnection } from '../transport/ssh-connection.js';
 import type { SessionClocks } from './clocks.js';
 import type { SessionRegistry } from './registry.js';
 import { hasDesktop } from './session.js';
-import type { SessionState } from './session-record.js';
+import type { SessionRecord, SessionState } from './session-record.js';
 import type { SessionStore } from './store.js';
 
 const HEALTH_PROBE_TIMEOUT_MS = 3_000;
@@ -22,6 +23,19 @@ export interface SessionHealth {
 
 export interface ActionOutcome extends ComputerOutcome {
   durationMs: number;
+}
+
+/** A screenshot request: as the model sees the screen (`scaled`) or not, and its format. */
+export interface ScreenshotOptions {
+  scaled?: boolean;
+  /** Format and quality as the client sent them (checked here); the session's default otherwise. */
+  format?: ScreenshotFormatRequest;
+}
+
+export interface ActOptions {
+  screenshotAfter: boolean;
+  /** The format of any screenshot the action returns, as the client sent it. */
+  format?: ScreenshotFormatRequest;
 }
 
 export interface SessionActionOptions {
@@ -63,16 +77,17 @@ export class SessionActions implements SessionAccess {
     }
   }
 
-  /** A PNG of the whole screen: at its real size, or as the model sees it when `scaled`. */
-  async screenshot(id: string, scaled = false): Promise<Buffer> {
+  /** The whole screen: at its real size, or as the model sees it when `scaled`. */
+  async screenshot(id: string, options: ScreenshotOptions = {}): Promise<EncodedImage> {
     const session = this.opts.registry.ready(id);
     const { computer } = session;
+    const choice = formatOf(options.format, session.record);
     const end = this.opts.metrics.screenshotDuration.startTimer();
     try {
-      const png = scaled ? await computer.screenshot() : await computer.fullScreenshot();
+      const image = options.scaled ? await computer.screenshot(choice) : await computer.fullScreenshot(choice);
       end();
       this.opts.clocks.touch(session);
-      return png;
+      return image;
     } catch (err) {
       this.opts.metrics.errors.inc({ kind: 'screenshot' });
       throw err;
@@ -83,14 +98,16 @@ export class SessionActions implements SessionAccess {
    * Performs one computer-use action. With `screenshotAfter`, actions other than
    * screenshot, cursor_position and zoom also return the settled screen (the tool_result).
    */
-  async act(id: string, input: unknown, options: { screenshotAfter: boolean }): Promise<ActionOutcome> {
+  async act(id: string, input: unknown, options: ActOptions): Promise<ActionOutcome> {
     const session = this.opts.registry.ready(id);
     const { computer } = session;
     const action = parseAction(input, computer.scaler);
+    // Checked before the action runs: a bad format must not leave a click done and unreported.
+    const format = formatOf(options.format, session.record);
     const started = performance.now();
     try {
       // A long action (hold_key, wait, a settle) holds the idle timeout off while it runs.
-      const outcome = await this.opts.clocks.whileBusy(id, () => computer.run(action, options));
+      const outcome = await this.opts.clocks.whileBusy(id, () => computer.run(action, { screenshotAfter: options.screenshotAfter, format }));
       const seconds = (performance.now() - started) / 1000;
       this.opts.metrics.actionDuration.observe({ action: action.action }, seconds);
       if (action.action === 'screenshot') this.opts.metrics.screenshotDuration.observe(seconds);
@@ -146,4 +163,10 @@ export class SessionActions implements SessionAccess {
     }
     return new SessionStateError(`session ${id} is ${session.record.state}`);
   }
+}
+
+/** The format a request asked for, checked, with the session's default filling what it left out. */
+function formatOf(request: ScreenshotFormatRequest | undefined, record: SessionRecord): ScreenshotFormat {
+  const fallback = { format: record.screenshotFormat, quality: record.screenshotQuality ?? undefined };
+  return resolveScreenshotFormat(request ?? {}, fallback);
 }

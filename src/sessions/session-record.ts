@@ -1,3 +1,4 @@
+import type { ImageFormat } from '../computer/screenshot-format.js';
 import type { RuntimeName } from '../runtimes/runtime.js';
 
 export const COMPUTER_TOOL_VERSIONS = ['computer_20241022', 'computer_20250124', 'computer_20251124'] as const;
@@ -30,6 +31,9 @@ export interface SessionRecord {
   modelHeight: number;
   /** Which computer-use tool version the session's tool definition declares. */
   toolVersion: ComputerToolVersion;
+  /** The session's default screenshot format, and its quality (jpeg and webp; null for png). */
+  screenshotFormat: ImageFormat;
+  screenshotQuality: number | null;
   /** Idle timeout: destroyed this long after the last activity. */
   timeoutSeconds: number;
   /** Hard end, counted from createdAt, at most the orchestrator's maximum. */

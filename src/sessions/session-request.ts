@@ -1,4 +1,5 @@
 import { modelSize, type ScalingRequest } from '../computer/scaling.js';
+import { resolveScreenshotFormat, type ScreenshotFormatRequest } from '../computer/screenshot-format.js';
 import type { NetworkOptions } from '../network/policy/network-policy.js';
 import { newSessionId } from './session.js';
 import type { ComputerToolVersion, SessionRecord } from './session-record.js';
@@ -11,6 +12,8 @@ export interface CreateSessionOptions {
   scaling?: ScalingRequest;
   /** The computer-use tool version the session's tool definition declares. */
   toolVersion?: ComputerToolVersion;
+  /** The default format of the session's screenshots (png unless asked), and its quality. */
+  screenshot?: ScreenshotFormatRequest;
   timeoutSeconds?: number;
   /** Hard end of the session, at most (and by default) the orchestrator's maximum. */
   maxLifetimeSeconds?: number;
@@ -27,7 +30,17 @@ export interface SessionOwner {
 /** A create request with its defaults applied and checked: the record's requested part. */
 export type SessionRequest = Pick<
   SessionRecord,
-  'width' | 'height' | 'modelWidth' | 'modelHeight' | 'toolVersion' | 'timeoutSeconds' | 'maxLifetimeSeconds' | 'metadata' | 'egress'
+  | 'width'
+  | 'height'
+  | 'modelWidth'
+  | 'modelHeight'
+  | 'toolVersion'
+  | 'screenshotFormat'
+  | 'screenshotQuality'
+  | 'timeoutSeconds'
+  | 'maxLifetimeSeconds'
+  | 'metadata'
+  | 'egress'
 >;
 
 export interface RequestDefaults {
@@ -41,12 +54,15 @@ export function resolveRequest(options: CreateSessionOptions, defaults: RequestD
   const width = options.width ?? 1024;
   const height = options.height ?? 768;
   const model = modelSize({ width, height }, options.scaling ?? 'auto');
+  const screenshot = resolveScreenshotFormat(options.screenshot ?? {}, undefined, { format: 'screenshot.format', quality: 'screenshot.quality' });
   return {
     width,
     height,
     modelWidth: model.width,
     modelHeight: model.height,
     toolVersion: options.toolVersion ?? 'computer_20250124',
+    screenshotFormat: screenshot.format,
+    screenshotQuality: screenshot.quality ?? null,
     timeoutSeconds: options.timeoutSeconds ?? defaults.defaultTimeoutSeconds,
     // Checked here, before anything is taken: over the maximum is a 400, not a silent cut.
     maxLifetimeSeconds: resolveLifetime(options.maxLifetimeSeconds, defaults.maxLifetimeSeconds),

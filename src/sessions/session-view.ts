@@ -31,6 +31,8 @@ export interface SessionView {
   display: { width: number; height: number };
   /** A ready tool definition for the Messages API, in the model's (scaled) space. */
   computerTool: ComputerToolDefinition;
+  /** The default format of its screenshots (a request may ask for another). */
+  screenshot: { format: SessionRecord['screenshotFormat']; quality?: number };
   timeoutSeconds: number;
   maxLifetimeSeconds: number;
   metadata: Record<string, unknown>;
@@ -45,6 +47,11 @@ export interface SessionView {
   endReason?: EndReason;
 }
 
+/** The session's default screenshot format, as a request would spell it. */
+export function screenshotDefault(record: Pick<SessionRecord, 'screenshotFormat' | 'screenshotQuality'>): { format: SessionRecord['screenshotFormat']; quality?: number } {
+  return record.screenshotQuality === null ? { format: record.screenshotFormat } : { format: record.screenshotFormat, quality: record.screenshotQuality };
+}
+
 export function toView(record: SessionRecord): SessionView {
   const view: SessionView = {
     id: record.id,
@@ -53,6 +60,7 @@ export function toView(record: SessionRecord): SessionView {
     runtime: record.runtime,
     display: { width: record.width, height: record.height },
     computerTool: computerToolDefinition(record),
+    screenshot: screenshotDefault(record),
     timeoutSeconds: record.timeoutSeconds,
     maxLifetimeSeconds: record.maxLifetimeSeconds,
     metadata: record.metadata,

@@ -12,6 +12,8 @@ interface Row {
   model_width: number;
   model_height: number;
   tool_version: SessionRecord['toolVersion'];
+  screenshot_format: SessionRecord['screenshotFormat'];
+  screenshot_quality: number | null;
   timeout_seconds: number;
   metadata: string;
   created_at: string;
@@ -96,6 +98,8 @@ export class SessionStore {
       ['tenant', "TEXT NOT NULL DEFAULT 'local'"],
       ['max_lifetime_seconds', 'INTEGER NOT NULL DEFAULT 3600'],
       ['end_reason', 'TEXT'],
+      ['screenshot_format', "TEXT NOT NULL DEFAULT 'png'"],
+      ['screenshot_quality', 'INTEGER'],
     ];
     for (const [name, type] of added) {
       if (!columns.has(name)) this.db.exec(`ALTER TABLE sessions ADD COLUMN ${name} ${type}`);
@@ -107,10 +111,10 @@ export class SessionStore {
       .prepare(
         `INSERT INTO sessions (id, tenant, state, runtime, width, height, model_width, model_height, tool_version,
            timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error, egress, pooled,
-           max_lifetime_seconds, end_reason)
+           max_lifetime_seconds, end_reason, screenshot_format, screenshot_quality)
          VALUES (@id, @tenant, @state, @runtime, @width, @height, @model_width, @model_height, @tool_version,
            @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error, @egress, @pooled,
-           @max_lifetime_seconds, @end_reason)`,
+           @max_lifetime_seconds, @end_reason, @screenshot_format, @screenshot_quality)`,
       )
       .run(toRow(record));
   }
@@ -128,13 +132,14 @@ export class SessionStore {
 
   /**
    * A warm-pool sandbox becomes a client's session: every field the request decides
-   * (screen as the model sees it, tool version, timeout, metadata, times) is written at once.
+   * (screen as the model sees it, tool version, screenshot format, timeout, metadata, times) is written at once.
    */
   adopt(record: SessionRecord): void {
     this.db
       .prepare(
         `UPDATE sessions SET tenant = @tenant, state = @state, model_width = @model_width, model_height = @model_height,
-           tool_version = @tool_version, timeout_seconds = @timeout_seconds, metadata = @metadata,
+           tool_version = @tool_version, screenshot_format = @screenshot_format, screenshot_quality = @screenshot_quality,
+           timeout_seconds = @timeout_seconds, metadata = @metadata,
            created_at = @created_at, updated_at = @updated_at, expires_at = @expires_at,
            address_index = @address_index, error = @error, pooled = @pooled,
            max_lifetime_seconds = @max_lifetime_seconds, end_reason = @end_reason
@@ -230,6 +235,8 @@ function toRow(r: SessionRecord): Row {
     model_width: r.modelWidth,
     model_height: r.modelHeight,
     tool_version: r.toolVersion,
+    screenshot_format: r.screenshotFormat,
+    screenshot_quality: r.screenshotQuality,
     timeout_seconds: r.timeoutSeconds,
     metadata: JSON.stringify(r.metadata),
     created_at: r.createdAt,
@@ -255,6 +262,8 @@ function fromRow(row: Row): SessionRecord {
     modelWidth: row.model_width || row.width,
     modelHeight: row.model_height || row.height,
     toolVersion: row.tool_version,
+    screenshotFormat: row.screenshot_format,
+    screenshotQuality: row.screenshot_quality,
     timeoutSeconds: row.timeout_seconds,
     metadata: JSON.parse(row.metadata) as Record<string, unknown>,
     createdAt: row.created_at,

@@ -1,10 +1,12 @@
+import type { EncodedImage, ImageMediaType } from '../computer/screenshot-format.js';
+
 /**
  * The tool_result content of the Messages API: what an agent loop sends back to the model
  * after a tool_use. Every tool endpoint answers in this shape, so a loop can forward it as is.
  */
 export type ToolContent =
   | { type: 'text'; text: string }
-  | { type: 'image'; source: { type: 'base64'; media_type: 'image/png'; data: string } };
+  | { type: 'image'; source: { type: 'base64'; media_type: ImageMediaType; data: string } };
 
 export interface ToolResult {
   content: ToolContent[];
@@ -20,8 +22,8 @@ export function errorResult(message: string): ToolResult {
   return { content: [{ type: 'text', text: message }], is_error: true };
 }
 
-export function imageContent(png: Buffer): ToolContent {
-  return { type: 'image', source: { type: 'base64', media_type: 'image/png', data: png.toString('base64') } };
+export function imageContent(image: EncodedImage): ToolContent {
+  return { type: 'image', source: { type: 'base64', media_type: image.mediaType, data: image.data.toString('base64') } };
 }
 
 /** JSON schema of a tool result, for the OpenAPI document. */

@@ -320,6 +320,8 @@ describe('unit: adoption at start-up', () => {
         modelWidth: 1024,
         modelHeight: 768,
         toolVersion: 'computer_20250124',
+        screenshotFormat: 'png',
+        screenshotQuality: null,
         timeoutSeconds: 300,
         maxLifetimeSeconds: 3600,
         metadata: {},

@@ -13,16 +13,25 @@ const errors = { 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 410: { $ref: 
  * is_error for mistakes the model can correct (HTTP 200, so the loop just forwards it).
  */
 export async function computerToolRoutes(app: FastifyInstance, opts: { manager: ComputerActions }): Promise<void> {
-  app.post<{ Params: { id: string }; Body: unknown }>(
+  app.post<{ Params: { id: string }; Body: unknown; Querystring: { format?: string; quality?: string } }>(
     '/v1/sessions/:id/tools/computer',
     {
       schema: {
         summary: 'The computer tool: a tool_use input in, its tool_result content out',
         description:
           'Actions other than screenshot, cursor_position and zoom return the screen once it has settled; ' +
-          'the headers x-settle-ms and x-duration-ms say how long that took.',
+          'the headers x-settle-ms and x-duration-ms say how long that took. ?format and ?quality choose the image format ' +
+          "(png, jpeg or webp; the session's default otherwise): the image block's media_type says which. A bad one is a tool error.",
         tags: ['tools'],
         params: sessionIdParams,
+        // Checked by the handler, not here: a bad value is a tool error, like a bad tool input.
+        querystring: {
+          type: 'object',
+          properties: {
+            format: { type: 'string', description: 'png, jpeg or webp' },
+            quality: { type: 'string', description: 'jpeg and webp: 1-100 (100 is lossless for webp)' },
+          },
+        },
         body: { ...actionBody, required: [] },
         response: { 200: { $ref: 'ToolResult#' }, ...errors },
       },
@@ -30,7 +39,8 @@ export async function computerToolRoutes(app: FastifyInstance, opts: { manager: 
     async (request, reply) => {
       let result: ToolResult;
       try {
-        const outcome = await opts.manager.act(request.params.id, request.body, { screenshotAfter: true });
+        const { format, quality } = request.query;
+        const outcome = await opts.manager.act(request.params.id, request.body, { screenshotAfter: true, format: { format, quality } });
         result = { content: [], is_error: false };
         if (outcome.output !== undefined) result.content.push({ type: 'text', text: outcome.output });
         if (outcome.image) result.content.push(imageContent(outcome.image));

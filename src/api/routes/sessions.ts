@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { SessionDirectory, ComputerActions } from '../../sessions/ports.js';
 import type { CreateSessionOptions } from '../../sessions/session-request.js';
 import { SMALL_BODY_LIMIT_BYTES } from '../limits.js';
-import { actionBody, createSessionBody, sessionIdParams } from '../schemas.js';
+import { actionBody, createSessionBody, screenshotFormatQuery, sessionIdParams } from '../schemas.js';
 
 interface IdParams {
   id: string;
@@ -91,47 +91,53 @@ export async function sessionRoutes(app: FastifyInstance, opts: { manager: Sessi
     async (request) => manager.destroy(request.params.id),
   );
 
-  app.get<{ Params: IdParams; Querystring: { scaled?: 'true' | 'false' } }>(
+  app.get<{ Params: IdParams; Querystring: { scaled?: 'true' | 'false'; format?: string; quality?: string } }>(
     '/v1/sessions/:id/screenshot',
     {
       schema: {
-        summary: 'A PNG of the whole screen (at its real size, or with ?scaled=true as the model sees it)',
+        summary: 'The whole screen as an image (at its real size, or with ?scaled=true as the model sees it)',
+        description: 'PNG unless ?format= or the session\'s default (screenshot at create) says jpeg or webp; the Content-Type says which.',
         tags: ['computer'],
         params: sessionIdParams,
-        querystring: { type: 'object', properties: { scaled: { type: 'string', enum: ['true', 'false'] } } },
-        produces: ['image/png'],
-        response: { 200: { description: 'PNG image', type: 'string', format: 'binary' }, ...errors },
+        querystring: {
+          type: 'object',
+          properties: { scaled: { type: 'string', enum: ['true', 'false'] }, ...screenshotFormatQuery },
+        },
+        produces: ['image/png', 'image/jpeg', 'image/webp'],
+        response: { 200: { description: 'The image (image/png, image/jpeg or image/webp)', type: 'string', format: 'binary' }, ...errors },
       },
     },
     async (request, reply) => {
-      const png = await manager.screenshot(request.params.id, request.query.scaled === 'true');
-      return reply.type('image/png').header('cache-control', 'no-store').send(png);
+      const { scaled, format, quality } = request.query;
+      const image = await manager.screenshot(request.params.id, { scaled: scaled === 'true', format: { format, quality } });
+      return reply.type(image.mediaType).header('cache-control', 'no-store').send(image.data);
     },
   );
 
-  app.post<{ Params: IdParams; Body: unknown; Querystring: { screenshot?: 'true' | 'false' } }>(
+  app.post<{ Params: IdParams; Body: unknown; Querystring: { screenshot?: 'true' | 'false'; format?: string; quality?: string } }>(
     '/v1/sessions/:id/actions',
     {
       schema: {
         summary: 'Perform one computer-use action (the tool_use input as the model sent it), as plain JSON',
         description:
           'Coordinates are in the model space of the session (see computerTool). Bad input is a 400 naming the field. ' +
-          'With ?screenshot=true, actions other than screenshot, cursor_position and zoom also return the settled screen.',
+          'With ?screenshot=true, actions other than screenshot, cursor_position and zoom also return the settled screen. ' +
+          '?format and ?quality choose the format of any image returned (the session\'s default otherwise).',
         tags: ['computer'],
         params: sessionIdParams,
-        querystring: { type: 'object', properties: { screenshot: { type: 'string', enum: ['true', 'false'] } } },
+        querystring: { type: 'object', properties: { screenshot: { type: 'string', enum: ['true', 'false'] }, ...screenshotFormatQuery } },
         body: actionBody,
         response: { 200: { $ref: 'ActionResult#' }, ...errors },
       },
     },
     async (request) => {
-      const screenshotAfter = request.query.screenshot === 'true';
-      const outcome = await manager.act(request.params.id, request.body, { screenshotAfter });
+      const { screenshot, format, quality } = request.query;
+      const outcome = await manager.act(request.params.id, request.body, { screenshotAfter: screenshot === 'true', format: { format, quality } });
       return {
         action: outcome.action,
         output: outcome.output,
         cursor: outcome.cursor,
-        image: outcome.image ? { mediaType: 'image/png', data: outcome.image.toString('base64') } : undefined,
+        image: outcome.image ? { mediaType: outcome.image.mediaType, data: outcome.image.data.toString('base64') } : undefined,
         settleMs: outcome.settleMs,
         durationMs: Math.round(outcome.durationMs * 1000) / 1000,
       };
