@@ -62,8 +62,9 @@ export async function compareScreenshots(opts: {
 }
 
 /**
- * A screen that changes every frame: an xterm printing `yes` as fast as it can, on top,
- * started through the bench's own SSH connection. Returns a function that stops it.
+ * A screen that changes every frame: an xterm printing numbered lines as fast as it can
+ * (`yes | cat -n`: plain `yes` scrolls a column of identical lines, which looks static), on
+ * top, started through the bench's own SSH connection. Returns a function that stops it.
  */
 export async function startChangingScreen(
   direct: GuestConnection,
@@ -72,7 +73,7 @@ export async function startChangingScreen(
 ): Promise<() => Promise<void>> {
   const title = 'sbx-bench-changing-screen';
   const started = await direct.exec(
-    `export DISPLAY=:${display}; setsid xterm -T ${title} -geometry 120x50+0+0 -e yes </dev/null >/dev/null 2>&1 & echo $!; ` +
+    `export DISPLAY=:${display}; setsid xterm -T ${title} -geometry 120x50+0+0 -e sh -c 'yes | cat -n' </dev/null >/dev/null 2>&1 & echo $!; ` +
       `xdotool search --sync --onlyvisible --name '^${title}$' windowactivate --sync >/dev/null 2>&1`,
     { timeoutMs: 30_000 },
   );
