@@ -9,8 +9,11 @@ export interface RampResult {
   steps: Array<{ sessions: number; errors: number; p95Ms: number; lateTicksPercent: number; passed: boolean }>;
   /** The most sessions that passed (0 when not even the first step did). */
   maxSessions: number;
-  /** Why the ramp stopped: a step failed, or it reached its cap. */
-  stoppedBy: 'failure' | 'cap';
+  /**
+   * Why the ramp stopped: a step failed, it reached its cap, or the first step failed and
+   * it went down (halving the sessions) to the first that passed, or to none.
+   */
+  stoppedBy: 'failure' | 'cap' | 'went-down';
 }
 
 export function rampPassed(load: LoadResult): boolean {
@@ -21,7 +24,8 @@ export function rampPassed(load: LoadResult): boolean {
  * The most sessions under the load: starting from the sessions already measured (the
  * 16-session load, `first`), add `step` sessions at a time and run the load for
  * `seconds`, until a step fails or `max` is reached. Every session it created is
- * destroyed before it returns, whatever happens.
+ * destroyed before it returns, whatever happens. When the first step fails already, it goes
+ * down instead (half the sessions, then half again) to the first step that passes.
  */
 export async function rampSessions(opts: {
   client: SandboxClient;
@@ -45,7 +49,16 @@ export async function rampSessions(opts: {
   };
   const added: Sandbox[] = [];
   try {
-    if (!record(opts.first)) return { steps, maxSessions: 0, stoppedBy: 'failure' };
+    if (!record(opts.first)) {
+      // A host too busy for the first step still gets a figure: half as many, and so on.
+      for (let sessions = Math.floor(opts.sandboxes.length / 2); sessions >= 1; sessions = Math.floor(sessions / 2)) {
+        const ids = opts.sandboxes.slice(0, sessions).map((s) => s.id);
+        if (record(await runLoad(opts.client.baseUrl, ids, opts.intervalMs, opts.seconds * 1000))) {
+          return { steps, maxSessions: sessions, stoppedBy: 'went-down' };
+        }
+      }
+      return { steps, maxSessions: 0, stoppedBy: 'went-down' };
+    }
     let sessions = opts.sandboxes.length;
     while (sessions + opts.step <= opts.max) {
       sessions += opts.step;
