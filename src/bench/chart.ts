@@ -10,7 +10,7 @@ export interface ChartRow {
   better?: 'lower' | 'higher';
 }
 
-const WIDTH = 900;
+const WIDTH = 1000;
 const ROW = 46;
 const LEFT = 330;
 const BAR_MAX = 420;
