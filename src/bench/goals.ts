@@ -3,7 +3,8 @@ import type { ChartRow } from './chart.js';
 /**
  * Screenshot formats the bench measures. PNG is the default and the only one the API
  * serves today; when the `format` parameter lands (issue 13), add 'jpeg' and 'webp' here
- * and to captureIn() in main.ts: each format gets its own rows.
+ * and pass the format on in captureIn() (main.ts): each format is then measured (static,
+ * changing, scaled, CPU) and gets its own rows in the table, the JSON and the chart.
  */
 export const SCREENSHOT_FORMATS = ['png'] as const;
 export type ScreenshotFormat = (typeof SCREENSHOT_FORMATS)[number];

@@ -28,12 +28,12 @@ import { measureActions } from './actions.js';
 import { naiveSsh, timeInGuest, timeInputInGuest } from './baselines.js';
 import { writeChart } from './chart.js';
 import { openDirect } from './direct.js';
-import { goalRows, printGoals, type ScreenshotFormat } from './goals.js';
+import { goalRows, printGoals, SCREENSHOT_FORMATS, type ScreenshotFormat } from './goals.js';
 import { measureIdleMemory } from './idle-memory.js';
 import { runLoad } from './load.js';
 import { rampSessions } from './ramp.js';
 import { buildResults, printReport } from './report.js';
-import { compareScreenshots, startChangingScreen } from './screenshots.js';
+import { compareScreenshots, staticAndChanging } from './screenshots.js';
 import { summarize, timeIt } from './stats.js';
 import { measureWarmCreates } from './warm-create.js';
 
@@ -89,22 +89,11 @@ async function main(): Promise<void> {
     const sandbox = await client.create({ width: 1024, height: 768 });
     const direct = await openDirect(stateDir, names, sandbox.id);
 
-    console.error('bench: screenshots, static screen');
-    const screenshots = {} as Record<ScreenshotFormat, Awaited<ReturnType<typeof measureScreenshots>>>;
-    const measureScreenshots = async (format: ScreenshotFormat) => {
-      const shot = { sandbox, direct, names, display, n: N, capture: captureIn(sandbox, format) };
-      const staticScreen = await compareScreenshots(shot);
-      console.error('bench: screenshots, a screen changing every frame');
-      const stop = await startChangingScreen(direct, display, captureIn(sandbox, format));
-      let changing;
-      try {
-        changing = await compareScreenshots(shot);
-      } finally {
-        await stop();
-      }
-      return { static: staticScreen, changing };
-    };
-    screenshots.png = await measureScreenshots('png');
+    const screenshots = {} as Record<ScreenshotFormat, Awaited<ReturnType<typeof staticAndChanging>>>;
+    for (const format of SCREENSHOT_FORMATS) {
+      console.error(`bench: ${format} screenshots, static screen, then a screen changing every frame`);
+      screenshots[format] = await staticAndChanging({ sandbox, direct, names, display, n: N, capture: captureIn(sandbox, format) });
+    }
 
     const apiMove = await timeIt(N, (i) => sandbox.mouseMove(100 + (i % 2) * 200, 100 + (i % 2) * 100));
     const guestMove = await timeInputInGuest(direct, display, INPUT_COMMAND, 'move 300 200\n', N);
@@ -117,7 +106,9 @@ async function main(): Promise<void> {
     const large = await client.create({ width: 1920, height: 1080 });
     const largeDirect = await openDirect(stateDir, names, large.id);
     const scaled = {} as Record<ScreenshotFormat, Awaited<ReturnType<typeof compareScreenshots>>>;
-    scaled.png = await compareScreenshots({ sandbox: large, direct: largeDirect, names, display, n: N, capture: captureIn(large, 'png', true) });
+    for (const format of SCREENSHOT_FORMATS) {
+      scaled[format] = await compareScreenshots({ sandbox: large, direct: largeDirect, names, display, n: N, capture: captureIn(large, format, true) });
+    }
     largeDirect.close();
     await large.destroy();
 

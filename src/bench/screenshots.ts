@@ -26,18 +26,22 @@ export interface ScreenshotComparison {
   cpuRatio: number;
 }
 
-/**
- * Screenshots over the API against scrot in the guest, same screen, same moment, with the
- * CPU each costs. `capture` takes one screenshot over the API (raw or scaled).
- */
-export async function compareScreenshots(opts: {
+export interface ComparisonTarget {
   sandbox: Sandbox;
+  /** The bench's own SSH connection to the same guest (for scrot). */
   direct: GuestConnection;
   names: ResourceNames;
   display: number;
   n: number;
-  capture: () => Promise<unknown>;
-}): Promise<ScreenshotComparison> {
+  /** One screenshot over the API (raw or scaled, in one format). */
+  capture: () => Promise<Buffer>;
+}
+
+/**
+ * Screenshots over the API against scrot in the guest, same screen, same moment, with the
+ * CPU each costs.
+ */
+export async function compareScreenshots(opts: ComparisonTarget): Promise<ScreenshotComparison> {
   await opts.capture(); // the capture helper runs before its CPU is read
   await opts.capture();
   const own0 = ownCpuSeconds();
@@ -59,6 +63,17 @@ export async function compareScreenshots(opts: {
     scrotCpuSeconds: scrot.cpuSecondsPerRun,
     cpuRatio: apiCpu / scrot.cpuSecondsPerRun,
   };
+}
+
+/** compareScreenshots on the screen as it is, then while it changes every frame. */
+export async function staticAndChanging(target: ComparisonTarget): Promise<{ static: ScreenshotComparison; changing: ScreenshotComparison }> {
+  const staticScreen = await compareScreenshots(target);
+  const stop = await startChangingScreen(target.direct, target.display, target.capture);
+  try {
+    return { static: staticScreen, changing: await compareScreenshots(target) };
+  } finally {
+    await stop();
+  }
 }
 
 /**
