@@ -13,7 +13,9 @@ export interface RampResult {
    * Why the ramp stopped: a step failed, it reached its cap, or the first step failed and
    * it went down (halving the sessions) to the first that passed, or to none.
    */
-  stoppedBy: 'failure' | 'cap' | 'went-down';
+  stoppedBy: 'failure' | 'cap' | 'went-down' | 'create-refused';
+  /** Why a create for the next step failed (the host's capacity, say), when it did. */
+  createError?: string;
 }
 
 export function rampPassed(load: LoadResult): boolean {
@@ -62,10 +64,17 @@ export async function rampSessions(opts: {
     let sessions = opts.sandboxes.length;
     while (sessions + opts.step <= opts.max) {
       sessions += opts.step;
-      while (opts.sandboxes.length + added.length < sessions) {
-        const sandbox = await opts.create();
-        added.push(sandbox);
-        await sandbox.screenshot(); // used once, like the others
+      try {
+        while (opts.sandboxes.length + added.length < sessions) {
+          const sandbox = await opts.create();
+          added.push(sandbox);
+          await sandbox.screenshot(); // used once, like the others
+        }
+      } catch (err) {
+        // Not the load failing: the host would not give more sessions. Report what passed.
+        const createError = err instanceof Error ? err.message : String(err);
+        console.error(`bench: ramp: could not create session ${opts.sandboxes.length + added.length + 1}: ${createError}`);
+        return { steps, maxSessions: sessions - opts.step, stoppedBy: 'create-refused', createError };
       }
       const ids = [...opts.sandboxes, ...added].map((s) => s.id);
       const load = await runLoad(opts.client.baseUrl, ids, opts.intervalMs, opts.seconds * 1000);

@@ -150,6 +150,6 @@ export function printReport(r: Results): void {
   );
   console.log(
     `ramp: ${r.ramp.steps.map((s) => `${s.sessions}: ${s.errors} errors, p95 ${s.p95Ms.toFixed(0)} ms ${s.passed ? 'ok' : 'FAIL'}`).join('; ')}; ` +
-      `most sessions ${r.ramp.maxSessions} (stopped by ${r.ramp.stoppedBy})`,
+      `most sessions ${r.ramp.maxSessions} (stopped by ${r.ramp.stoppedBy}${r.ramp.createError ? `: ${r.ramp.createError}` : ''})`,
   );
 }
