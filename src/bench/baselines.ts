@@ -15,6 +15,45 @@ for i in $(seq ${n}); do s=$EPOCHREALTIME; ${command} >/dev/null 2>&1; e=$EPOCHR
 }
 
 /**
+ * timeInGuest, plus the CPU the command costs per run: the children's user + system time
+ * that bash's `times` reports (the rusage of the commands it waited for), before and after
+ * the timed runs. Only the command's own process counts (scrot: not the X server).
+ */
+export async function timeInGuestWithCpu(
+  connection: GuestConnection,
+  display: number,
+  command: string,
+  n: number,
+): Promise<{ samples: number[]; cpuSecondsPerRun: number }> {
+  // `times` is a builtin run in this shell (no subshell, whose children would not count).
+  const script = `export DISPLAY=:${display}
+for i in 1 2; do ${command} >/dev/null 2>&1; done
+echo before; times
+for ((i = 0; i < ${n}; i++)); do s=$EPOCHREALTIME; ${command} >/dev/null 2>&1; e=$EPOCHREALTIME; echo "$s $e"; done
+echo after; times`;
+  const result = await connection.exec(`bash -c ${quoteForBash(script)}`, { timeoutMs: 120_000 });
+  const lines = result.stdout.toString('utf8').trim().split('\n');
+  const childrenCpu = (marker: string): number => {
+    // `times` prints the shell's own user and system time, then its children's.
+    const line = lines[lines.indexOf(marker) + 2] ?? '';
+    return line.split(' ').reduce((sum, t) => sum + minutesSeconds(t), 0);
+  };
+  const samples = lines.filter((l) => /^\d+\.\d+ \d+\.\d+$/.test(l)).map(startEndMs);
+  return { samples, cpuSecondsPerRun: (childrenCpu('after') - childrenCpu('before')) / n };
+}
+
+/** "1m2.345s" (bash's `times`) in seconds. */
+function minutesSeconds(text: string): number {
+  const match = /^(\d+)m([\d.]+)s$/.exec(text);
+  return match ? Number(match[1]) * 60 + Number(match[2]) : Number.NaN;
+}
+
+function startEndMs(line: string): number {
+  const [s, e] = line.split(' ').map(Number);
+  return ((e as number) - (s as number)) * 1000;
+}
+
+/**
  * The floor of a pointer or key action: the very same requests written to a persistent
  * sbx-input in the guest (a bash coprocess) and all its answers read, timed in the guest.
  */
@@ -74,8 +113,5 @@ async function timedLines(connection: GuestConnection, script: string): Promise<
     .toString('utf8')
     .trim()
     .split('\n')
-    .map((line) => {
-      const [s, e] = line.split(' ').map(Number);
-      return ((e as number) - (s as number)) * 1000;
-    });
+    .map(startEndMs);
 }

@@ -6,11 +6,11 @@ export interface ChartRow {
   value: number | null;
   goal: number;
   unit: string;
-  /** What the reference line means for this row, when it is not a goal (e.g. "tick"). */
-  goalName?: string;
+  /** Which way is better: 'lower' (the default) or 'higher' (e.g. most sessions). */
+  better?: 'lower' | 'higher';
 }
 
-const WIDTH = 900;
+const WIDTH = 1000;
 const ROW = 46;
 const LEFT = 330;
 const BAR_MAX = 420;
@@ -37,12 +37,16 @@ export async function writeChart(file: string, title: string, rows: ChartRow[]):
       parts.push(`<text x="${LEFT}" y="${y + 20}" font-size="13" fill="#777">not measured</text>`);
       return;
     }
-    const ratio = row.goal > 0 ? row.value / row.goal : row.value > 0 ? 2 : 0;
+    // Past the goal line is a goal missed, whichever way is better.
+    const ratio =
+      row.better === 'higher'
+        ? row.value > 0 ? row.goal / row.value : 2
+        : row.goal > 0 ? row.value / row.goal : row.value > 0 ? 2 : 0;
     const width = Math.max(2, Math.min(BAR_MAX, (ratio * BAR_MAX) / 2));
     const colour = ratio <= 1 ? '#2e8b57' : '#c0392b';
     parts.push(`<rect x="${LEFT}" y="${y + 6}" width="${width.toFixed(1)}" height="20" fill="${colour}"/>`);
     parts.push(
-      `<text x="${LEFT + BAR_MAX + 10}" y="${y + 20}" font-size="12">${escape(`${format(row.value)} ${row.unit} (${row.goalName ?? 'goal'} ${format(row.goal)})`)}</text>`,
+      `<text x="${LEFT + BAR_MAX + 10}" y="${y + 20}" font-size="12">${escape(`${format(row.value)} ${row.unit} (goal ${row.better === 'higher' ? '>=' : '<='} ${format(row.goal)})`)}</text>`,
     );
   });
   parts.push('</svg>');

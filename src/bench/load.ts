@@ -1,48 +1,59 @@
-import { setTimeout as sleep } from 'node:timers/promises';
-import type { Sandbox } from '../client/index.js';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { Worker } from 'node:worker_threads';
+import type { LoadRequest, LoadSamples } from './load-worker.js';
+import { summarize } from './stats.js';
 
 export interface LoadResult {
   sessions: number;
   durationMs: number;
-  /** Failed operations (a screenshot or a click that threw). */
+  operations: number;
   errors: number;
-  /** Latency of every operation (screenshot or click), in milliseconds. */
-  samples: number[];
-  /** Ticks whose work was still running when the next one was due (the pace was not kept). */
+  firstError: string | null;
+  p50Ms: number;
+  p95Ms: number;
+  ticks: number;
   lateTicks: number;
+  /** Late ticks in % of all ticks. */
+  lateTicksPercent: number;
+  /** p99 and max of the orchestrator's event-loop delay meanwhile, in milliseconds. */
+  eventLoopP99Ms: number;
+  eventLoopMaxMs: number;
 }
 
 /**
- * The issue's load: every session takes a screenshot and then clicks, once every
- * `intervalMs`, all sessions at once, for `durationMs`. A tick whose work overruns starts
- * the next one at once (no overlap within a session, as an agent loop would not overlap).
+ * The issue's load (see load-worker.ts) on the given sessions, with the client in a worker
+ * thread while this thread, the orchestrator's, records its event-loop delay
+ * (perf_hooks.monitorEventLoopDelay, 10 ms resolution).
  */
-export async function runLoad(sandboxes: Sandbox[], intervalMs: number, durationMs: number): Promise<LoadResult> {
-  const samples: number[] = [];
-  let errors = 0;
-  let lateTicks = 0;
-  const started = performance.now();
-  const end = started + durationMs;
-  await Promise.all(
-    sandboxes.map(async (sandbox, s) => {
-      // Spread the sessions over the interval, as independent agents would be.
-      let due = started + (intervalMs * s) / sandboxes.length;
-      for (let tick = 0; due < end; tick++) {
-        const wait = due - performance.now();
-        if (wait > 0) await sleep(wait);
-        else if (tick > 0) lateTicks++;
-        for (const op of [() => sandbox.screenshot(), () => sandbox.leftClick(100 + (tick % 8) * 100, 100 + (s % 6) * 100)]) {
-          const t = performance.now();
-          try {
-            await op();
-            samples.push(performance.now() - t);
-          } catch {
-            errors++;
-          }
-        }
-        due += intervalMs;
-      }
-    }),
-  );
-  return { sessions: sandboxes.length, durationMs: performance.now() - started, errors, samples, lateTicks };
+export async function runLoad(baseUrl: string, sessionIds: string[], intervalMs: number, durationMs: number): Promise<LoadResult> {
+  const histogram = monitorEventLoopDelay({ resolution: 10 });
+  const request: LoadRequest = { baseUrl, sessionIds, intervalMs, durationMs };
+  const worker = new Worker(new URL('./load-worker.js', import.meta.url), { workerData: request });
+  histogram.enable();
+  let raw: LoadSamples;
+  try {
+    raw = await new Promise<LoadSamples>((resolve, reject) => {
+      worker.once('message', (message: LoadSamples) => resolve(message));
+      worker.once('error', reject);
+      worker.once('exit', (code) => reject(new Error(`the load worker exited (${code}) without a result`)));
+    });
+  } finally {
+    histogram.disable();
+    await worker.terminate();
+  }
+  const summary = summarize(raw.samples);
+  return {
+    sessions: sessionIds.length,
+    durationMs: raw.durationMs,
+    operations: raw.samples.length,
+    errors: raw.errors,
+    firstError: raw.firstError,
+    p50Ms: summary.p50,
+    p95Ms: summary.p95,
+    ticks: raw.ticks,
+    lateTicks: raw.lateTicks,
+    lateTicksPercent: raw.ticks > 0 ? (100 * raw.lateTicks) / raw.ticks : 0,
+    eventLoopP99Ms: histogram.percentile(99) / 1e6,
+    eventLoopMaxMs: histogram.max / 1e6,
+  };
 }

@@ -23,6 +23,21 @@ export const GUEST_UID = 1000;
 export const GUEST_GID = 1000;
 export const GUEST_SSH_PORT = 22;
 
+/** The VNC server's port, on the guest's loopback only (reached through an SSH tunnel). */
+export const GUEST_VNC_PORT = 5900;
+
+/**
+ * The VNC server of a live view, run as the desktop user on a channel of the session's SSH
+ * connection by whoever opens the view (init does not start it: an idle x11vnc would cost
+ * every session ~6 MiB that nothing uses). -norc: the user owns ~/.x11vncrc, whose options
+ * (-listen, -rfbport, commands to run) would be read before these. Only the display number,
+ * a checked integer, varies.
+ */
+export function vncServerCommand(display: number): string {
+  if (!Number.isInteger(display) || display < 0) throw new Error(`bad display number ${display}`);
+  return `exec /usr/bin/x11vnc -norc -display :${display} -localhost -forever -shared -nopw -rfbport ${GUEST_VNC_PORT} -quiet`;
+}
+
 export const CONFIG_FILES = {
   authorizedKeys: 'authorized_keys',
   hostKey: 'ssh_host_ed25519_key',

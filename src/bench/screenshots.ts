@@ -1,0 +1,104 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Sandbox } from '../client/index.js';
+import type { ResourceNames } from '../network/names.js';
+import type { GuestConnection } from '../transport/ssh-connection.js';
+import { timeInGuestWithCpu } from './baselines.js';
+import { ownCpuSeconds, sessionProcessCpu } from './cpu.js';
+import { summarize, timeIt, type Summary } from './stats.js';
+
+/**
+ * The processes of a session that work for a screenshot besides the orchestrator: the
+ * capture helper, and the sshd process that carries its channel (it encrypts every byte).
+ */
+const CAPTURE_PROCESSES = [/sbx-capture/, /^sshd: user@/];
+
+export interface ScreenshotComparison {
+  api: Summary;
+  scrot: Summary;
+  /** API p50 / scrot p50. */
+  ratio: number;
+  /** CPU seconds per screenshot: orchestrator process + capture helper + its sshd. */
+  apiCpuSeconds: number;
+  /** Of which the orchestrator process (with the bench's own HTTP client in it). */
+  apiOrchestratorCpuSeconds: number;
+  /** CPU seconds per scrot run (its child rusage in the guest). */
+  scrotCpuSeconds: number;
+  cpuRatio: number;
+}
+
+export interface ComparisonTarget {
+  sandbox: Sandbox;
+  /** The bench's own SSH connection to the same guest (for scrot). */
+  direct: GuestConnection;
+  names: ResourceNames;
+  display: number;
+  n: number;
+  /** One screenshot over the API (raw or scaled, in one format). */
+  capture: () => Promise<Buffer>;
+}
+
+/**
+ * Screenshots over the API against scrot in the guest, same screen, same moment, with the
+ * CPU each costs.
+ */
+export async function compareScreenshots(opts: ComparisonTarget): Promise<ScreenshotComparison> {
+  await opts.capture(); // the capture helper runs before its CPU is read
+  await opts.capture();
+  const own0 = ownCpuSeconds();
+  const guest0 = await sessionProcessCpu(opts.names, opts.sandbox.id, CAPTURE_PROCESSES);
+  const api = await timeIt(opts.n, () => opts.capture(), 0);
+  const own1 = ownCpuSeconds();
+  const guest1 = await sessionProcessCpu(opts.names, opts.sandbox.id, CAPTURE_PROCESSES);
+  const scrot = await timeInGuestWithCpu(opts.direct, opts.display, 'scrot -', opts.n);
+  const orchestrator = (own1 - own0) / opts.n;
+  const apiCpu = orchestrator + (guest1.seconds - guest0.seconds) / opts.n;
+  const apiSummary = summarize(api);
+  const scrotSummary = summarize(scrot.samples);
+  return {
+    api: apiSummary,
+    scrot: scrotSummary,
+    ratio: apiSummary.p50 / scrotSummary.p50,
+    apiCpuSeconds: apiCpu,
+    apiOrchestratorCpuSeconds: orchestrator,
+    scrotCpuSeconds: scrot.cpuSecondsPerRun,
+    cpuRatio: apiCpu / scrot.cpuSecondsPerRun,
+  };
+}
+
+/** compareScreenshots on the screen as it is, then while it changes every frame. */
+export async function staticAndChanging(target: ComparisonTarget): Promise<{ static: ScreenshotComparison; changing: ScreenshotComparison }> {
+  const staticScreen = await compareScreenshots(target);
+  const stop = await startChangingScreen(target.direct, target.display, target.capture);
+  try {
+    return { static: staticScreen, changing: await compareScreenshots(target) };
+  } finally {
+    await stop();
+  }
+}
+
+/**
+ * A screen that changes every frame: an xterm printing numbered lines as fast as it can
+ * (`yes | cat -n`: plain `yes` scrolls a column of identical lines, which looks static), on
+ * top, started through the bench's own SSH connection. Returns a function that stops it.
+ */
+export async function startChangingScreen(
+  direct: GuestConnection,
+  display: number,
+  capture: () => Promise<Buffer>,
+): Promise<() => Promise<void>> {
+  const title = 'sbx-bench-changing-screen';
+  const started = await direct.exec(
+    `export DISPLAY=:${display}; setsid xterm -T ${title} -geometry 120x50+0+0 -e sh -c 'yes | cat -n' </dev/null >/dev/null 2>&1 & echo $!; ` +
+      `xdotool search --sync --onlyvisible --name '^${title}$' windowactivate --sync >/dev/null 2>&1`,
+    { timeoutMs: 30_000 },
+  );
+  const pid = Number(started.stdout.toString('utf8').trim().split('\n')[0]);
+  if (!Number.isInteger(pid) || pid <= 0) throw new Error('could not start the changing screen');
+  // A figure for a "changing" screen that did not change would be the static one again.
+  const first = await capture();
+  await sleep(50);
+  if (first.equals(await capture())) console.error('bench: warning: the changing screen did not change between two captures');
+  return async () => {
+    await direct.exec(`kill ${pid}`, { timeoutMs: 10_000 });
+  };
+}
