@@ -47,8 +47,8 @@ const RAMP_STEP = Number(process.env.BENCH_RAMP_STEP || 8);
 const RAMP_SECONDS = Number(process.env.BENCH_RAMP_SECONDS || 20);
 
 /** One screenshot over the API in a format (only PNG exists yet: see SCREENSHOT_FORMATS). */
-function captureIn(sandbox: Sandbox, _format: ScreenshotFormat, scaled = false): () => Promise<Buffer> {
-  return () => sandbox.screenshot({ scaled });
+function captureIn(sandbox: Sandbox, format: ScreenshotFormat, scaled = false): () => Promise<Buffer> {
+  return () => sandbox.screenshot({ scaled, format });
 }
 
 async function main(): Promise<void> {

@@ -6,7 +6,11 @@ import { rampPassed } from '../../src/bench/ramp.js';
 import type { LoadResult } from '../../src/bench/load.js';
 
 const FIGURES: GoalFigures = {
-  screenshots: { png: { static_ratio_vs_scrot: 0.2, changing_ratio_vs_scrot: 0.5, scaled_1080p_ratio_vs_scrot: 0.3, changing_cpu_ratio_vs_scrot: 0.4 } },
+  screenshots: {
+    png: { static_ratio_vs_scrot: 0.2, changing_ratio_vs_scrot: 0.5, scaled_1080p_ratio_vs_scrot: 0.3, changing_cpu_ratio_vs_scrot: 0.4 },
+    jpeg: { static_ratio_vs_scrot: 0.2, changing_ratio_vs_scrot: 0.3, scaled_1080p_ratio_vs_scrot: 0.3, changing_cpu_ratio_vs_scrot: 0.4 },
+    webp: { static_ratio_vs_scrot: 0.2, changing_ratio_vs_scrot: 0.3, scaled_1080p_ratio_vs_scrot: 0.3, changing_cpu_ratio_vs_scrot: 0.6 },
+  },
   click_p50_ms: { left_click: 2, right_click: 2, middle_click: 16, double_click: 3, triple_click: 4 },
   load_errors: 0,
   load_p95_ms: 100,
@@ -26,6 +30,8 @@ describe('bench figures', () => {
     const met = (label: string) => goalMet(rows.get(label) ?? assert.fail(`no row ${label}`));
     assert.equal(met('screenshot png API / scrot, static'), true);
     assert.equal(met('screenshot png API / scrot, changing'), false);
+    assert.equal(met('screenshot jpeg API / scrot, changing'), true, 'each format has its own rows');
+    assert.equal(met('CPU per screenshot webp / scrot, changing'), false);
     assert.equal(met('middle_click API p50'), false, '16 ms is over 15');
     assert.equal(met('triple_click API p50'), true);
     assert.equal(met('most sessions, 0 errors, p95 <= 250 ms'), false, 'higher is better: 24 < 32');
