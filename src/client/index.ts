@@ -1,7 +1,9 @@
+import { DesktopMethods } from './desktop.js';
 import { errorFor, SandboxError } from './errors.js';
 import { downloadFile, downloadFileStream, uploadFile, type FileRequestOptions, type UploadData, type UploadedFile, type UploadFileOptions } from './files.js';
 
 export * from './errors.js';
+export type { DesktopWindow } from './desktop.js';
 export type { FileRequestOptions, UploadData, UploadedFile, UploadFileOptions } from './files.js';
 
 /** A session as the API describes it. */
@@ -223,12 +225,14 @@ export class SandboxClient {
   }
 }
 
-/** One sandbox: a method per action. */
-export class Sandbox {
+/** One sandbox: a method per action (the desktop actions' are in desktop.ts). */
+export class Sandbox extends DesktopMethods {
   constructor(
-    private readonly client: SandboxClient,
+    protected readonly client: SandboxClient,
     public info: SessionInfo,
-  ) {}
+  ) {
+    super();
+  }
 
   get id(): string {
     return this.info.id;
