@@ -46,7 +46,7 @@ describe('desktop action requests', () => {
 });
 
 describe('desktop helper answers', () => {
-  const answer = (value: unknown) => Buffer.from(JSON.stringify(value));
+  const answer = (value: unknown) => Buffer.from(`${JSON.stringify(value)}\n`);
   const window = { id: 5, title: 't', app: 'XTerm', instance: 'xterm', x: 0, y: 0, width: 10, height: 10, focused: false };
 
   it('errors the helper names become the errors a client reads', () => {
@@ -56,10 +56,21 @@ describe('desktop helper answers', () => {
   });
 
   it('anything the protocol does not allow is a guest protocol error', () => {
-    const broken = [Buffer.from('not json'), answer([1]), answer({ ok: 'yes' }), answer({ ok: false, error: 'other' })];
+    const broken = [Buffer.from('not json\n'), Buffer.from('{"ok":true}'), Buffer.from('{"ok":true}\n{}\n'), answer([1]), answer({ ok: 'yes' }), answer({ ok: false, error: 'other' })];
     for (const bytes of broken) assert.throws(() => parseAnswer(bytes, { verb: 'windows' }), GuestProtocolError);
     const lists = [[{ ...window, id: 'x' }], [{ ...window, id: 0 }], [{ ...window, title: 'x'.repeat(257) }], [{ ...window, focused: 1 }], [{ ...window, width: -1 }], Array(257).fill(window), 'x'];
     for (const windows of lists) assert.throws(() => parseWindows({ windows }), GuestProtocolError);
     assert.deepEqual(parseWindows({ windows: [window] }), [window]);
+  });
+
+  it('a clipboard read is a header line and exactly the bytes it announces', () => {
+    const text = 'héllo\n日本 🎉';
+    const bytes = Buffer.from(text);
+    const frame = (announced: number, body: Buffer) => Buffer.concat([answer({ ok: true, bytes: announced }), body]);
+    assert.equal(parseAnswer(frame(bytes.length, bytes), { verb: 'clipboard-get' }).text, text);
+    assert.equal(parseAnswer(frame(0, Buffer.alloc(0)), { verb: 'clipboard-get' }).text, '');
+    for (const [announced, body] of [[bytes.length + 1, bytes], [bytes.length - 1, bytes], [-1, Buffer.alloc(0)]] as const) {
+      assert.throws(() => parseAnswer(frame(announced, body), { verb: 'clipboard-get' }), GuestProtocolError);
+    }
   });
 });

@@ -64,26 +64,42 @@ export class DesktopActionFailedError extends OrchestratorError {
   }
 }
 
+/** The JSON line of an answer: a window list is MAX_WINDOWS entries of three short strings. */
+const MAX_JSON_BYTES = 1024 * 1024;
+/** A clipboard read is a short JSON line, then the text's bytes as they are. */
+const MAX_HEADER_BYTES = 4096;
+
 /**
- * Bytes of answer kept, per request. A clipboard of MAX_CLIPBOARD_BYTES may grow sixfold as
- * JSON (a control character is `\u0001`); a window list is at most MAX_WINDOWS entries of
- * short strings. Anything longer is the guest's fault.
+ * Bytes of answer kept, per request; the SSH exec stops reading past it (every byte the
+ * guest sends costs the host its decryption, so the caps are as tight as the answers).
  */
 export function maxAnswerBytes(request: DesktopRequest): number {
-  return request.verb === 'clipboard-get' ? 6 * MAX_CLIPBOARD_BYTES + 4096 : 1024 * 1024;
+  return request.verb === 'clipboard-get' ? MAX_HEADER_BYTES + MAX_CLIPBOARD_BYTES : MAX_JSON_BYTES;
 }
 
 type Fields = Record<string, unknown>;
 
-/** The fields of an `ok` answer; a refusal becomes the error it stands for. */
+/**
+ * The fields of an `ok` answer; a refusal becomes the error it stands for. A clipboard read
+ * answers `{"ok": true, "bytes": N}`, a newline and N bytes of text: its fields get `text`.
+ */
 export function parseAnswer(stdout: Buffer, request: DesktopRequest): Fields {
+  const newline = stdout.indexOf(0x0a);
+  if (newline < 0) throw broken('an answer without its end of line');
   let answer: unknown;
   try {
-    answer = JSON.parse(stdout.toString('utf8'));
+    answer = JSON.parse(stdout.subarray(0, newline).toString('utf8'));
   } catch {
     throw broken(`an answer that is not JSON: ${JSON.stringify(stdout.subarray(0, 80).toString('utf8'))}`);
   }
   if (!isObject(answer)) throw broken('an answer that is not an object');
+  const rest = stdout.subarray(newline + 1);
+  if (answer.ok === true && request.verb === 'clipboard-get') {
+    if (answer.bytes !== rest.length) throw broken(`${rest.length} bytes of clipboard text where it announced ${String(answer.bytes).slice(0, 20)}`);
+    // Not UTF-8 (another client's clipboard may hold anything): U+FFFD for what is not.
+    return { ...answer, text: rest.toString('utf8') };
+  }
+  if (rest.length > 0) throw broken('more than one line of answer');
   if (answer.ok === true) return answer;
   const message = guestText(answer.message, 500);
   switch (answer.error) {
