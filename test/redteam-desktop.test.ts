@@ -10,7 +10,7 @@ import { ResourceNames } from '../src/network/names.js';
 import type { GuestConnection } from '../src/transport/ssh-connection.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { guestProcesses, newProcesses } from './helpers/guest-processes.js';
-import { percentile, sampleHealthz } from './helpers/host-cost.js';
+import { cpuSecondsOf, percentile, sampleHealthz } from './helpers/host-cost.js';
 import { TEST_PREFIX } from './helpers/orchestrator.js';
 import { memoryOf } from './helpers/raw-http.js';
 import { startServe, type ServeProcess } from './helpers/serve.js';
@@ -156,10 +156,11 @@ describe('red team: desktop actions', () => {
     await copyFile(helper, saved);
     await writeFile(helper, '#!/usr/bin/python3\nimport sys\nwhile True:\n    sys.stdout.write("x" * 65536)\n');
     const baseline = await memoryOf(pid());
+    const cpuBefore = await cpuSecondsOf(pid());
     const sampler = sampleHealthz(serve.url);
     let healthz: number[];
     try {
-      for (let i = 0; i < 4; i++) {
+      for (let i = 0; i < 8; i++) {
         for (const [method, route] of [['GET', 'windows'], ['GET', 'clipboard'], ['GET', 'screen']] as const) {
           const [hostile, fine] = await Promise.all([call(method, victim, route), call('GET', bystander, 'screen')]);
           assert.equal(hostile.status, 502, JSON.stringify(hostile.body));
@@ -172,9 +173,10 @@ describe('red team: desktop actions', () => {
       await copyFile(saved, helper);
     }
     const now = await memoryOf(pid());
+    const cpuMs = ((await cpuSecondsOf(pid())) - cpuBefore) * 1000;
     const p99 = percentile(healthz, 0.99);
     console.log(
-      `redteam-desktop (endless helper): rss ${baseline.rssMiB} -> ${now.rssMiB} MiB, peak ${baseline.peakMiB} -> ${now.peakMiB} MiB; ` +
+      `redteam-desktop (endless helper): 24 hostile answers and 24 requests to another session cost ${cpuMs.toFixed(0)} ms of orchestrator CPU; rss ${baseline.rssMiB} -> ${now.rssMiB} MiB, peak ${baseline.peakMiB} -> ${now.peakMiB} MiB; ` +
         `/healthz ${healthz.length} samples, p50 ${percentile(healthz, 0.5).toFixed(1)} ms, p99 ${p99.toFixed(1)} ms (load average ${os.loadavg()[0]?.toFixed(1)})`,
     );
     assert.ok(now.peakMiB - baseline.peakMiB < MAX_GROWTH_MIB, `peak memory grew by ${now.peakMiB - baseline.peakMiB} MiB`);
