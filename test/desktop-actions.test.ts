@@ -87,6 +87,13 @@ describe('desktop actions: open, launch, windows, focus, close, clipboard, scree
     assert.equal(cli.stdout.trim(), '1024x768', cli.stderr);
   });
 
+  it('the routes are in the OpenAPI document', async () => {
+    const spec = (await (await fetch(`${serve.url}/openapi.json`)).json()) as { paths: Record<string, Record<string, unknown>> };
+    for (const [route, method] of [['open', 'post'], ['launch', 'post'], ['windows', 'get'], ['windows/{windowId}/focus', 'post'], ['windows/{windowId}/close', 'post'], ['clipboard', 'get'], ['clipboard', 'put'], ['screen', 'get']]) {
+      assert.ok(spec.paths[`/v1/sessions/{id}/desktop/${route}`]?.[method as string], `${method} ${route}`);
+    }
+  });
+
   it('windows: lists an xterm the test started, with its title, class, id and geometry as X has them', async () => {
     // xterm's own title is Latin-1 (WM_NAME); a UTF-8 title is set as desktops do, in _NET_WM_NAME.
     await startXterm('sbx window plain');
