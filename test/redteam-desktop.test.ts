@@ -88,7 +88,7 @@ describe('red team: desktop actions', () => {
     let refused = 0;
     let healthz: number[];
     try {
-      for (let round = 0; round < 10; round++) {
+      for (let round = 0; round < 20; round++) {
         for (const target of TARGETS) {
           const res = await call('POST', id, 'open', { target });
           assert.equal(res.status, 400, `${JSON.stringify(target)}: ${JSON.stringify(res.body)}`);
