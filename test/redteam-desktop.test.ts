@@ -84,6 +84,7 @@ describe('red team: desktop actions', () => {
     const quiet = sampleHealthz(serve.url);
     await new Promise((resolve) => setTimeout(resolve, 3_000));
     const control = await quiet.stop();
+    const cpuBefore = await cpuSecondsOf(pid());
     const sampler = sampleHealthz(serve.url);
     let refused = 0;
     let healthz: number[];
@@ -129,9 +130,10 @@ describe('red team: desktop actions', () => {
     assert.equal(data.status, 422, JSON.stringify(data.body));
 
     const now = await memoryOf(pid());
+    const cpuMs = ((await cpuSecondsOf(pid())) - cpuBefore) * 1000;
     const p99 = percentile(healthz, 0.99);
     console.log(
-      `redteam-desktop: ${refused} hostile requests refused; orchestrator rss ${baseline.rssMiB} -> ${now.rssMiB} MiB, peak ${baseline.peakMiB} -> ${now.peakMiB} MiB; ` +
+      `redteam-desktop: ${refused} hostile requests refused, ${(cpuMs / refused).toFixed(2)} ms of orchestrator CPU each; orchestrator rss ${baseline.rssMiB} -> ${now.rssMiB} MiB, peak ${baseline.peakMiB} -> ${now.peakMiB} MiB; ` +
         `/healthz meanwhile ${healthz.length} samples, p50 ${percentile(healthz, 0.5).toFixed(1)} ms, p99 ${p99.toFixed(1)} ms ` +
         `(without the attack: p50 ${percentile(control, 0.5).toFixed(1)} ms, p99 ${percentile(control, 0.99).toFixed(1)} ms; load average ${os.loadavg()[0]?.toFixed(1)})`,
     );
