@@ -151,6 +151,34 @@ describe('red team: desktop actions', () => {
     assert.equal(errorOf(res.body).code, 'clipboard_too_large');
   });
 
+  it('a clipboard owner that never answers: a 502 after the helper\'s 10 s, another session unaffected meanwhile', async () => {
+    const [victim, bystander] = ids as [string, string];
+    const owner = await guest.exec('cat > /tmp/sbx-silent-owner.py', { stdin: SILENT_OWNER });
+    assert.equal(owner.exitCode, 0);
+    await guestSh(guest, 'DISPLAY=:99 setsid python3 /tmp/sbx-silent-owner.py </dev/null >/dev/null 2>&1 &');
+    try {
+      // Until it owns the clipboard.
+      for (let i = 0; i < 100 && (await guestSh(guest, 'test -e /tmp/sbx-silent-owner.ready')).exitCode !== 0; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      const started = performance.now();
+      const pending = call('GET', victim, 'clipboard');
+      const fine = await call('GET', bystander, 'screen');
+      assert.equal(fine.status, 200, 'another session answers while this one waits');
+      const res = await pending;
+      const seconds = (performance.now() - started) / 1000;
+      assert.equal(res.status, 502, JSON.stringify(res.body));
+      assert.match(errorOf(res.body).message, /did not answer within 10 s/);
+      assert.ok(seconds >= 9.5 && seconds < 20, `answered after ${seconds.toFixed(1)} s`);
+      assert.equal((await guestSh(guest, 'pgrep -x xclip')).text.trim(), '', 'the xclip that waited is gone');
+    } finally {
+      await guestSh(guest, 'pkill -f sbx-silent-owner; rm -f /tmp/sbx-silent-owner.ready; true');
+    }
+    // With the silent owner gone, the clipboard works again.
+    assert.equal((await call('PUT', victim, 'clipboard', { text: 'back' })).status, 200);
+    assert.deepEqual((await call('GET', victim, 'clipboard')).body, { text: 'back' });
+  });
+
   it('a hostile helper answering without end: a 502 for that session only, memory and latency flat, and it recovers', async () => {
     const [victim, bystander] = ids as [string, string];
     const helper = await guestRootPath(victim, HELPER);
@@ -190,6 +218,27 @@ describe('red team: desktop actions', () => {
     assert.equal(res.status, 200, JSON.stringify(res.body));
   });
 });
+
+/** An X client that takes the CLIPBOARD selection and then never answers a request for it. */
+const SILENT_OWNER = `import ctypes, time
+x = ctypes.CDLL("libX11.so.6")
+x.XOpenDisplay.restype = ctypes.c_void_p
+x.XOpenDisplay.argtypes = [ctypes.c_char_p]
+x.XDefaultRootWindow.restype = ctypes.c_ulong
+x.XDefaultRootWindow.argtypes = [ctypes.c_void_p]
+x.XCreateSimpleWindow.restype = ctypes.c_ulong
+x.XCreateSimpleWindow.argtypes = [ctypes.c_void_p, ctypes.c_ulong] + [ctypes.c_int] * 2 + [ctypes.c_uint] * 3 + [ctypes.c_ulong] * 2
+x.XInternAtom.restype = ctypes.c_ulong
+x.XInternAtom.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+x.XSetSelectionOwner.argtypes = [ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+x.XSync.argtypes = [ctypes.c_void_p, ctypes.c_int]
+d = x.XOpenDisplay(b":99")
+w = x.XCreateSimpleWindow(d, x.XDefaultRootWindow(d), 0, 0, 1, 1, 0, 0, 0)
+x.XSetSelectionOwner(d, x.XInternAtom(d, b"CLIPBOARD", 0), w, 0)
+x.XSync(d, 0)
+open("/tmp/sbx-silent-owner.ready", "w").close()
+time.sleep(600)
+`;
 
 /** A path in a container sandbox's root as its init sees it (the guest's root can write there). */
 async function guestRootPath(id: string, guestPath: string): Promise<string> {

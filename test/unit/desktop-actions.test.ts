@@ -58,7 +58,7 @@ describe('desktop helper answers', () => {
   it('anything the protocol does not allow is a guest protocol error', () => {
     const broken = [Buffer.from('not json\n'), Buffer.from('{"ok":true}'), Buffer.from('{"ok":true}\n{}\n'), answer([1]), answer({ ok: 'yes' }), answer({ ok: false, error: 'other' })];
     for (const bytes of broken) assert.throws(() => parseAnswer(bytes, { verb: 'windows' }), GuestProtocolError);
-    const lists = [[{ ...window, id: 'x' }], [{ ...window, id: 0 }], [{ ...window, title: 'x'.repeat(257) }], [{ ...window, focused: 1 }], [{ ...window, width: -1 }], Array(257).fill(window), 'x'];
+    const lists = [[{ ...window, id: 'x' }], [{ ...window, id: 0 }], [{ ...window, title: 'x'.repeat(257) }], [{ ...window, focused: 1 }], [{ ...window, width: -1 }], Array(129).fill(window), [{ ...window, app: 'x'.repeat(65) }], 'x'];
     for (const windows of lists) assert.throws(() => parseWindows({ windows }), GuestProtocolError);
     assert.deepEqual(parseWindows({ windows: [window] }), [window]);
   });

@@ -30,9 +30,10 @@ export interface ScreenSize {
   height: number;
 }
 
-/** Most windows listed, and longest title or class (the helper cuts them there too). */
-export const MAX_WINDOWS = 256;
+/** Most windows listed, longest title, longest class (the helper cuts them there too). */
+export const MAX_WINDOWS = 128;
 export const MAX_TITLE_LENGTH = 256;
+export const MAX_CLASS_LENGTH = 64;
 const MAX_SIDE = 65_535;
 const MIN_POSITION = -65_535;
 
@@ -64,8 +65,11 @@ export class DesktopActionFailedError extends OrchestratorError {
   }
 }
 
-/** The JSON line of an answer: a window list is MAX_WINDOWS entries of three short strings. */
-const MAX_JSON_BYTES = 1024 * 1024;
+/**
+ * The JSON line of an answer. The longest is a window list: MAX_WINDOWS entries of a title
+ * and two classes of at most 4 UTF-8 bytes a character, and a few numbers (about 200 KiB).
+ */
+const MAX_JSON_BYTES = 256 * 1024;
 /** A clipboard read is a short JSON line, then the text's bytes as they are. */
 const MAX_HEADER_BYTES = 4096;
 
@@ -128,8 +132,8 @@ export function parseWindows(fields: Fields): DesktopWindow[] {
     return {
       id: integer(item.id, 1, MAX_WINDOW_ID, 'id'),
       title: string(item.title, MAX_TITLE_LENGTH, 'title'),
-      app: string(item.app, MAX_TITLE_LENGTH, 'app'),
-      instance: string(item.instance, MAX_TITLE_LENGTH, 'instance'),
+      app: string(item.app, MAX_CLASS_LENGTH, 'app'),
+      instance: string(item.instance, MAX_CLASS_LENGTH, 'instance'),
       x: integer(item.x, MIN_POSITION, MAX_SIDE, 'x'),
       y: integer(item.y, MIN_POSITION, MAX_SIDE, 'y'),
       width: integer(item.width, 0, MAX_SIDE, 'width'),
