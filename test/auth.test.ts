@@ -149,6 +149,14 @@ describe('API keys and tenants', () => {
       { method: 'POST', path: '/tools/str_replace_based_edit_tool', payload: { command: 'create', path: `/tmp/f${marker}`, file_text: marker } },
       { method: 'GET', path: '/files?path=/etc/hostname' },
       { method: 'PUT', path: '/files?path=/tmp/from-b', payload: 'hello', contentType: 'application/octet-stream' },
+      { method: 'GET', path: '/desktop/windows' },
+      { method: 'GET', path: '/desktop/screen' },
+      { method: 'GET', path: '/desktop/clipboard' },
+      { method: 'PUT', path: '/desktop/clipboard', payload: { text: `g${marker}` } },
+      { method: 'POST', path: '/desktop/open', payload: { target: 'https://example.test/' } },
+      { method: 'POST', path: '/desktop/launch', payload: { app: 'debian-xterm' } },
+      { method: 'POST', path: '/desktop/windows/1/focus' },
+      { method: 'POST', path: '/desktop/windows/1/close' },
       { method: 'DELETE', path: '' },
     ];
     for (const r of routes) {
@@ -172,6 +180,9 @@ describe('API keys and tenants', () => {
     assert.equal(act.statusCode, 200, act.body);
     const file = await orch.server.inject({ method: 'GET', url: `/v1/sessions/${idA}/files?path=/tmp/from-b`, headers: bearer(keyA) });
     assert.equal(file.statusCode, 404, 'B uploaded nothing');
+    const clipboard = await orch.server.inject({ method: 'GET', url: `/v1/sessions/${idA}/desktop/clipboard`, headers: bearer(keyA) });
+    assert.equal(clipboard.statusCode, 200, clipboard.body);
+    assert.notEqual(clipboard.json().text, `g${marker}`, 'B set nothing on the clipboard');
   }
 
   it("a tenant's list shows its own sessions only", async () => {

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { once } from 'node:events';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -10,6 +10,8 @@ import { ResourceNames } from '../src/network/names.js';
 import type { GuestConnection } from '../src/transport/ssh-connection.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { TEST_PREFIX } from './helpers/orchestrator.js';
+import { guestProcesses, newProcesses } from './helpers/guest-processes.js';
+import { cpuSecondsOf, percentile, sampleHealthz } from './helpers/host-cost.js';
 import { memoryOf } from './helpers/raw-http.js';
 import { startServe, type ServeProcess } from './helpers/serve.js';
 import { clearXev, parseXev, startXev, waitForXev, type XEvent } from './helpers/xev.js';
@@ -364,70 +366,7 @@ function hostileInputs(command: string): Array<[Json, string]> {
   return inputs;
 }
 
-/**
- * The guest's processes (pid -> command line), without the ps that lists them and its own
- * shell, and without the `sleep 1` that sandbox-init (pid 1) naps in between its checks.
- */
-async function guestProcesses(guest: GuestConnection): Promise<Map<number, string>> {
-  const { text } = await guestSh(guest, 'echo $$; exec ps -eo pid=,ppid=,args=');
-  const [self, ...rows] = text.trim().split('\n');
-  const processes = new Map<number, string>();
-  for (const row of rows) {
-    const match = /^\s*(\d+)\s+(\d+)\s+(.*)$/.exec(row);
-    if (!match) continue;
-    const [pidText, ppid, args] = [match[1] as string, match[2] as string, match[3] as string];
-    if (Number(pidText) === Number(self)) continue;
-    if (Number(ppid) === 1 && args === 'sleep 1') continue;
-    processes.set(Number(pidText), args);
-  }
-  return processes;
-}
 
-function newProcesses(before: Map<number, string>, after: Map<number, string>): string[] {
-  return [...after].filter(([pid]) => !before.has(pid)).map(([pid, args]) => `${pid} ${args}`);
-}
 
-/**
- * /healthz, asked one request after another until stopped: the latencies in ms. From a
- * process of its own, so the figure is the orchestrator's, not this test's event loop (busy
- * sending the attack meanwhile).
- */
-function sampleHealthz(url: string): { stop(): Promise<number[]> } {
-  const script = `
-    let running = true;
-    process.on('SIGTERM', () => (running = false));
-    (async () => {
-      while (running) {
-        const started = performance.now();
-        const response = await fetch(${JSON.stringify(`${url}/healthz`)});
-        await response.arrayBuffer();
-        process.stdout.write((performance.now() - started).toFixed(2) + '\\n');
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      }
-    })();`;
-  const child = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
-  let output = '';
-  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  return {
-    async stop() {
-      if (child.exitCode === null) {
-        child.kill('SIGTERM');
-        await once(child, 'exit');
-      }
-      return output.trim().split('\n').filter(Boolean).map(Number);
-    },
-  };
-}
 
-/** User and system CPU time a process has used, in seconds (/proc/<pid>/stat, in clock ticks of 1/100 s). */
-async function cpuSecondsOf(pid: number): Promise<number> {
-  const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
-  // Fields after the command name (which may hold spaces), from field 3 on: utime is 14, stime 15.
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / 100;
-}
 
-function percentile(values: number[], p: number): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))] ?? NaN;
-}

@@ -14,6 +14,7 @@ import { installRequestLog } from './logging/request-log.js';
 import { DEFAULT_TENANT_REQUEST_LIMITS, installTenantRequestLimits, TenantRequestGate, type TenantRequestLimits } from './tenant-request-limits.js';
 import { companionToolRoutes } from './routes/companion-tools.js';
 import { computerToolRoutes } from './routes/computer-tool.js';
+import { desktopActionRoutes } from './routes/desktop-actions.js';
 import { fileRoutes } from './routes/files.js';
 import { sessionRoutes } from './routes/sessions.js';
 import { sessionTimeoutRoutes } from './routes/session-timeouts.js';
@@ -96,6 +97,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
       tags: [
         { name: 'sessions', description: 'Sandbox lifecycle' },
         { name: 'computer', description: 'Screenshots and computer-use actions as plain JSON' },
+        { name: 'desktop', description: 'Desktop actions: open, launch, windows, clipboard, screen size' },
         { name: 'tools', description: 'The tools of the computer-use loop: tool_use input in, tool_result content out' },
         { name: 'files', description: 'Files in and out of a sandbox, over SFTP' },
         { name: 'system', description: 'Health and metrics' },
@@ -111,6 +113,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   await app.register(sessionTimeoutRoutes, { manager: opts.manager });
   await app.register(computerToolRoutes, { manager: opts.manager });
   await app.register(companionToolRoutes, { manager: opts.manager, display: opts.manager.display, bashTimeoutSeconds: opts.bashTimeoutSeconds });
+  await app.register(desktopActionRoutes, { manager: opts.manager });
   await app.register(fileRoutes, { manager: opts.manager, maxFileBytes: opts.maxFileBytes });
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
   return app;

@@ -10,6 +10,7 @@ import { createLogger } from '../logger.js';
 import { startOrchestrator } from '../orchestrator.js';
 import { RUNTIME_NAMES, type RuntimeChoice } from '../runtimes/settings.js';
 import { imagesDirFromEnv, warmPoolSize } from '../sessions/settings.js';
+import { desktopCommand } from './desktop.js';
 import { keysCommand } from './keys.js';
 
 /** The file extension of an image by its first bytes (the session's default format may be any). */
@@ -138,6 +139,7 @@ function client(): SandboxClient {
 }
 
 program.addCommand(keysCommand(defaults.stateDir));
+program.addCommand(desktopCommand(client));
 
 interface CreateFlags {
   width?: number;

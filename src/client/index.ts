@@ -1,127 +1,14 @@
+import { DesktopMethods } from './desktop.js';
 import { errorFor, SandboxError } from './errors.js';
 import { downloadFile, downloadFileStream, uploadFile, type FileRequestOptions, type UploadData, type UploadedFile, type UploadFileOptions } from './files.js';
-import { formatQuery, queryString, type ImageMediaType, type ScreenshotFormatOptions } from './screenshot-format.js';
+import { formatQuery, queryString, type ScreenshotFormatOptions } from './screenshot-format.js';
+import type { ActionResult, BashToolInput, ComputerToolInput, CreateOptions, EditorToolInput, SessionInfo, TimeoutUpdate, ToolResult } from './types.js';
 
 export * from './errors.js';
 export type { ImageMediaType, ScreenshotFormatOptions } from './screenshot-format.js';
+export type { DesktopWindow } from './desktop.js';
 export type { FileRequestOptions, UploadData, UploadedFile, UploadFileOptions } from './files.js';
-
-/** A session as the API describes it. */
-export interface SessionInfo {
-  id: string;
-  state: 'creating' | 'ready' | 'destroying' | 'destroyed' | 'failed';
-  runtime: 'container' | 'qemu' | 'firecracker';
-  display: { width: number; height: number };
-  /** The tool definition to pass to the Messages API as is (in the model's space). */
-  computerTool: {
-    type: 'computer_20241022' | 'computer_20250124' | 'computer_20251124';
-    name: 'computer';
-    display_width_px: number;
-    display_height_px: number;
-    enable_zoom?: boolean;
-  };
-  /** The default screenshot format chosen at create. */
-  screenshot?: ScreenshotFormatOptions;
-  /** Idle timeout: the session ends this long after its last activity. */
-  timeoutSeconds?: number;
-  /** Maximum lifetime, counted from createdAt. */
-  maxLifetimeSeconds?: number;
-  metadata?: Record<string, unknown>;
-  /** The guest network policy chosen at create time. */
-  network?: { egress: boolean };
-  /** The tenant that owns it (the API key's; `local` without keys). */
-  tenant?: string;
-  createdAt: string;
-  /** When the session ends unless it is used again (never after lifetimeEndsAt). */
-  expiresAt: string;
-  /** When the session ends whatever happens. */
-  lifetimeEndsAt?: string;
-  error?: string;
-  /** Why the session ended. */
-  endReason?: 'deleted' | 'idle_timeout' | 'max_lifetime' | 'failed' | 'shutdown';
-}
-
-/** What PATCH /v1/sessions/:id changes: at least one of them. */
-export interface TimeoutUpdate {
-  timeoutSeconds?: number;
-  maxLifetimeSeconds?: number;
-}
-
-export interface CreateOptions {
-  width?: number;
-  height?: number;
-  /** The screen size the model sees: 'auto' (default), 'none', or a size. */
-  scaling?: 'auto' | 'none' | { width: number; height: number };
-  toolVersion?: 'computer_20241022' | 'computer_20250124' | 'computer_20251124';
-  /** The session's default screenshot format (png unless set). */
-  screenshot?: ScreenshotFormatOptions;
-  /** Idle timeout in seconds (server default 300). */
-  timeoutSeconds?: number;
-  /** Maximum lifetime in seconds: at most, and by default, the server's maximum (3600). */
-  maxLifetimeSeconds?: number;
-  metadata?: Record<string, unknown>;
-  /**
-   * The guest network policy. The sandbox never reaches the host, the orchestrator, other
-   * sandboxes or private ranges; `egress: true` lets it reach the internet (NAT). Default off.
-   */
-  network?: { egress?: boolean };
-}
-
-/** A computer-use tool input, as a model sends it. */
-export interface ComputerToolInput {
-  action: string;
-  coordinate?: [number, number];
-  start_coordinate?: [number, number];
-  text?: string;
-  key?: string;
-  scroll_direction?: 'up' | 'down' | 'left' | 'right';
-  scroll_amount?: number;
-  duration?: number;
-  region?: [number, number, number, number];
-  [field: string]: unknown;
-}
-
-/** A bash_20250124 tool_use input. */
-export interface BashToolInput {
-  command?: string;
-  restart?: boolean;
-  [field: string]: unknown;
-}
-
-/** A text_editor_20250728 (str_replace_based_edit_tool) tool_use input. */
-export interface EditorToolInput {
-  command: 'view' | 'create' | 'str_replace' | 'insert' | (string & {});
-  path: string;
-  view_range?: [number, number];
-  file_text?: string;
-  old_str?: string;
-  new_str?: string;
-  insert_line?: number;
-  insert_text?: string;
-  [field: string]: unknown;
-}
-
-/** The text of a tool result (its text blocks joined), for callers that only read it. */
-export function resultText(result: ToolResult): string {
-  return result.content.flatMap((block) => (block.type === 'text' ? [block.text] : [])).join('\n');
-}
-
-/** The tool_result content of the Messages API, as the tool endpoints answer. */
-export interface ToolResult {
-  content: Array<
-    { type: 'text'; text: string } | { type: 'image'; source: { type: 'base64'; media_type: ImageMediaType; data: string } }
-  >;
-  is_error: boolean;
-}
-
-export interface ActionResult {
-  action: string;
-  output?: string;
-  cursor?: { x: number; y: number };
-  image?: { mediaType: string; data: string };
-  settleMs?: number;
-  durationMs: number;
-}
+export * from './types.js';
 
 /** Where the client looks for the orchestrator unless told (SBX_URL, `--url`): `sbx serve`'s default address. */
 export const DEFAULT_ORCHESTRATOR_URL = 'http://127.0.0.1:8080';
@@ -230,12 +117,14 @@ export class SandboxClient {
   }
 }
 
-/** One sandbox: a method per action. */
-export class Sandbox {
+/** One sandbox: a method per action (the desktop actions' are in desktop.ts). */
+export class Sandbox extends DesktopMethods {
   constructor(
-    private readonly client: SandboxClient,
+    protected readonly client: SandboxClient,
     public info: SessionInfo,
-  ) {}
+  ) {
+    super();
+  }
 
   get id(): string {
     return this.info.id;

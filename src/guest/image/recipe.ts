@@ -77,6 +77,12 @@ export const RECIPE: GuestRecipe = {
     'python3', // sbx-capture and sbx-input, the persistent screen grabber and input helper (ctypes only)
     'libxtst6', // XTEST for sbx-input (xdotool needs it too; named because sbx-input does)
     'x11vnc',
+    // The desktop actions (sbx-desktop): the clipboard through xclip, `open` and `launch`
+    // through GLib's gio (which quotes a file or URL as one argument of an Exec= line), and
+    // the MIME database gio finds a file's default application with.
+    'xclip',
+    'libglib2.0-bin',
+    'shared-mime-info',
     // A window manager and a terminal, so that there is a desktop to look at.
     'openbox',
     'xterm',
@@ -95,6 +101,7 @@ export const RECIPE: GuestRecipe = {
     { source: 'sshd_config', target: '/etc/ssh/sshd_config', mode: 0o644 },
     { source: 'sbx-capture', target: '/usr/local/bin/sbx-capture', mode: 0o755 },
     { source: 'sbx-input', target: '/usr/local/bin/sbx-input', mode: 0o755 },
+    { source: 'sbx-desktop', target: '/usr/local/bin/sbx-desktop', mode: 0o755 },
     { source: 'sbx-rekey', target: '/usr/local/sbin/sbx-rekey', mode: 0o755 },
     { source: 'sbx-user-shell', target: GUEST_LOGIN_SHELL, mode: 0o755 },
   ],
