@@ -74,7 +74,7 @@ export class CaptureChannel extends GuestProcessChannel<RawFrame> {
    * The request is made of two integers only, formatted here.
    */
   settled(quietMs: number, maxMs: number, timeoutMs: number): Promise<RawFrame> {
-    const whole = (n: number) => Math.max(0, Math.min(Math.round(n), 2 ** 31 - 1));
+    const whole = (n: number) => (Number.isFinite(n) ? Math.max(0, Math.min(Math.round(n), 2 ** 31 - 1)) : 0);
     return this.request(`settle ${whole(quietMs)} ${whole(maxMs)}\n`, timeoutMs + whole(maxMs));
   }
 
