@@ -13,6 +13,39 @@ const SETTLE = { settleMaxMs: 1_500, settleIntervalMs: 250 };
 const STOP_CHANGES = 'pkill -f "[w]hile :; do xsetroot"; pkill -x xterm; pkill -x yes; sleep 0.3; true';
 
 /**
+ * Drives /usr/local/bin/sbx-capture on the display given as its argument, as the host does:
+ * a whole frame, a root colour change, then the changed rectangles patched in; prints the
+ * flags, the rectangles, the pixel at (5,5) and how many rectangles an unchanged screen sent.
+ */
+const FALLBACK_PROBE = `
+import json, struct, subprocess, sys, time, zlib
+env = {"DISPLAY": sys.argv[1]}
+p = subprocess.Popen(["/usr/local/bin/sbx-capture"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+def ask():
+    p.stdin.write(b"grab\\n"); p.stdin.flush()
+    tag, w, h, stride, n = struct.unpack("<4sIIII", p.stdout.read(20))
+    return tag, w, stride, p.stdout.read(n)
+tag, w, stride, frame = ask()
+assert tag == b"SBXF", tag
+frame = bytearray(frame)
+subprocess.run(["xsetroot", "-solid", "#102030"], env=env, check=True)
+time.sleep(0.3)
+tag, w, stride, data = ask()
+assert tag == b"SBXR", tag
+flags, count = struct.unpack("<II", data[:8])
+rects, at = [], 8 + 20 * count
+for i in range(count):
+    x, y, rw, rh, n = struct.unpack("<IIIII", data[8 + 20 * i:28 + 20 * i])
+    pixels = zlib.decompress(data[at:at + n]); at += n
+    for row in range(rh):
+        frame[(y + row) * stride + x * 4:(y + row) * stride + (x + rw) * 4] = pixels[row * rw * 4:(row + 1) * rw * 4]
+    rects.append([x, y, rw, rh])
+tag, w, stride, again = ask()
+unchanged = struct.unpack("<II", again[:8])[1]
+print(json.dumps({"flags": flags, "rects": rects, "pixel": list(frame[5 * stride + 20:5 * stride + 23]), "unchanged": unchanged}))
+`;
+
+/**
  * The damage-driven capture path (issue 13) on a real sandbox: the grabber reads only what
  * XDamage says changed, through MIT-SHM, and sends it compressed; the host patches its last
  * frame. After a screen that changed every frame, the API's screenshot must still hold
@@ -84,6 +117,25 @@ describe('capture by damaged rectangles', () => {
     }
     assert.ok(same, 'the API screenshot and scrot agree pixel for pixel');
   });
+
+  for (const [missing, flags, shape] of [
+    ['MIT-SHM', 2, 'only the changed rectangle'],
+    ['DAMAGE', 1, 'the whole screen every time'],
+  ] as const) {
+    it(`without ${missing} in the X server, the grabber says so and still sends the right pixels (${shape})`, async () => {
+      // A second X server in the guest, started by the desktop user, without that extension.
+      const display = missing === 'DAMAGE' ? 97 : 98;
+      const result = await guest.exec(`Xvfb :${display} -screen 0 320x240x24 -extension ${missing} -nolisten tcp >/dev/null 2>&1 & x=$!
+for i in $(seq 50); do [ -e /tmp/.X11-unix/X${display} ] && break; sleep 0.1; done
+python3 -I - :${display}; status=$?; kill $x; exit $status`, { stdin: FALLBACK_PROBE, timeoutMs: 30_000 });
+      assert.equal(result.exitCode, 0, result.stderr.toString());
+      const answer = JSON.parse(result.stdout.toString()) as { flags: number; rects: number[][]; pixel: number[]; unchanged: number };
+      assert.equal(answer.flags, flags, `flags ${answer.flags}`);
+      assert.deepEqual(answer.pixel, [0x30, 0x20, 0x10], 'the new root colour, BGR');
+      if (missing === 'DAMAGE') assert.deepEqual(answer.rects, [[0, 0, 320, 240]]);
+      else assert.ok(answer.rects.length >= 1 && answer.unchanged === 0, JSON.stringify(answer));
+    });
+  }
 
   it('settles on damage quiet time: a still screen within a few intervals, a changing one at the maximum', async () => {
     const act = async () => {
