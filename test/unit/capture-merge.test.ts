@@ -1,6 +1,6 @@
 /**
  * The grabber's merging of damaged rectangles (src/guest/files/sbx-capture, run by the
- * host's python3): whatever XDamage reports, what it sends covers every damaged pixel, has
+ * host's python3, -B: no __pycache__ in src/guest/files): whatever XDamage reports, what it sends covers every damaged pixel, has
  * no two rectangles overlapping (the host refuses that) and at most MAX_RECTS of them.
  */
 import assert from 'node:assert/strict';
@@ -41,7 +41,7 @@ print(json.dumps(out))
 `;
 
 describe("the grabber's merging of damaged rectangles", () => {
-  const results = JSON.parse(execFileSync('python3', ['-I', '-c', CHECK, HELPER], { encoding: 'utf8' })) as Record<
+  const results = JSON.parse(execFileSync('python3', ['-I', '-B', '-c', CHECK, HELPER], { encoding: 'utf8' })) as Record<
     string,
     { count: number; overlap: boolean; covered: boolean; max: number }
   >;
