@@ -216,23 +216,16 @@ describe('raw frames from the capture channel', () => {
     const region = await sharp(await framePngRegion(frame, { x0: 1, y0: 1, x1: 2, y1: 2 })).raw().toBuffer();
     assert.deepEqual([...region], [12, 11, 10]);
   });
-  it('patches changed rows into a copy, and reuses the frame when nothing changed', async () => {
-    const { applyDelta } = await import('../src/computer/capture-channel.js');
-    const previous = { width: 1, height: 3, stride: 4, pixels: Buffer.from([1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3]) };
-    const none = Buffer.alloc(4);
-    assert.equal(applyDelta(previous, none), previous);
-    const delta = Buffer.concat([u32(1), u32(1), u32(2), Buffer.from([5, 5, 5, 5, 6, 6, 6, 6])]);
-    const next = applyDelta(previous, delta);
-    assert.deepEqual([...next.pixels], [1, 1, 1, 1, 5, 5, 5, 5, 6, 6, 6, 6]);
-    assert.deepEqual([...previous.pixels], [1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3], 'the previous frame is untouched');
+  it('patches changed rectangles into a copy', async () => {
+    const { patchFrame } = await import('../src/computer/damage-rects.js');
+    // 2x3, stride 8: a 1x2 rectangle at (1,1).
+    const previous = Buffer.from([1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3]);
+    const rect = { x: 1, y: 1, width: 1, height: 2, offset: 0, length: 1 };
+    const next = patchFrame(previous, 8, [rect], [Buffer.from([5, 5, 5, 5, 6, 6, 6, 6])]);
+    assert.deepEqual([...next], [1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 5, 5, 5, 5, 3, 3, 3, 3, 6, 6, 6, 6]);
+    assert.deepEqual([...previous], [1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3], 'the previous frame is untouched');
   });
 });
-
-function u32(n: number): Buffer {
-  const b = Buffer.alloc(4);
-  b.writeUInt32LE(n);
-  return b;
-}
 
 describe('the input channel reads a hostile helper with a bounded buffer', () => {
   /** A stand-in for the SSH channel to sbx-input: what the host writes, and a way to answer. */

@@ -153,8 +153,11 @@ describe('a qemu microVM sandbox, end to end', () => {
     assert.deepEqual(await vmCgroupDirs(NAMES.vm(second)), [], 'its cgroup is gone');
   });
 
-  it('returns a PNG screenshot of the requested size', async () => {
+  it('returns a PNG screenshot of the requested size, from the grabber reading through MIT-SHM', async () => {
     await assertScreenshotSize(orch, id, { width: 800, height: 600 });
+    // The VM's own Xvfb shares memory with the grabber as a container's does.
+    const maps = await guestSh(guest, 'cat /proc/$(pgrep -f /usr/local/bin/sbx-capture | head -1)/maps');
+    assert.match(maps.text, /SYSV/, 'a shared-memory segment is mapped in the grabber');
   });
 
   it('delivers a click at the requested point to an X client in the guest', async () => {

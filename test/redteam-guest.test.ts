@@ -3,7 +3,8 @@
  * real runc sandboxes). The guest's desktop user plants code where Python, bash and sshd
  * would once have run it for the capture helper; then the helpers themselves are replaced
  * from the host, as a guest root could, with ones that lie: a forged 16383x16383 header, a
- * length of 0xFFFFFFF0, a 10 MB stderr flood, a bash whose end marker never ends. Each must
+ * length of 0xFFFFFFF0, a 10 MB stderr flood, a list of 0xFFFFFFFF changed rectangles, a
+ * zip bomb for a rectangle, a bash whose end marker never ends. Each must
  * fail only its own request (a 502 naming the guest, or a tool error), the other session must
  * keep answering, and the orchestrator must not pay for it: its RSS growth (VmHWM, reset
  * before each attack) stays under 50 MiB and /healthz, polled every 20 ms meanwhile, answers
@@ -232,6 +233,50 @@ time.sleep(60)
 `);
 
 /**
+ * Helpers that answer the first request honestly (a whole frame of the screen's size, all
+ * black), then send changed rectangles that lie: `second()` makes that message.
+ */
+function afterFirstFrame(second: string): string {
+  return fakeCapture(`
+import os, zlib
+FULL = struct.pack('<4sIIII', b'SBXF', W, H, STRIDE, STRIDE * H) + bytes(STRIDE * H)
+${second}
+first = True
+for _ in sys.stdin.buffer:
+    sys.stdout.buffer.write(FULL if first else second())
+    sys.stdout.buffer.flush()
+    first = False
+`);
+}
+
+/** A rectangle list of 0xFFFFFFFF entries in 2 MiB (a length the header allows), then an endless stream. */
+const HUGE_RECT_LIST = afterFirstFrame(`
+def second():
+    body = struct.pack('<II', 3, 0xFFFFFFFF) + struct.pack('<IIIII', 0, 0, 1, 1, 1) * ((2 * 1024 * 1024 - 8) // 20)
+    sys.stdout.buffer.write(struct.pack('<4sIIII', b'SBXR', W, H, STRIDE, len(body)) + body)
+    chunk = bytes(1 << 20)
+    while True:
+        sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+`);
+
+/** One full-screen rectangle whose zlib stream inflates to 256 MiB (the rectangle is 3 MiB). */
+const ZIP_BOMB = afterFirstFrame(`
+BOMB_FILE = '/tmp/.sbx-zip-bomb'
+if not os.path.exists(BOMB_FILE):
+    c = zlib.compressobj(9)
+    with open(BOMB_FILE + '.new', 'wb') as f:
+        for _ in range(256):
+            f.write(c.compress(bytes(1 << 20)))
+        f.write(c.flush())
+    os.rename(BOMB_FILE + '.new', BOMB_FILE)
+BOMB = open(BOMB_FILE, 'rb').read()
+def second():
+    body = struct.pack('<IIIIIII', 3, 1, 0, 0, W, H, len(BOMB)) + BOMB
+    return struct.pack('<4sIIII', b'SBXR', W, H, STRIDE, len(body)) + body
+`);
+
+/**
  * A bash that speaks the bash tool's framing (see src/tools/bash/bash-shell.ts) just well
  * enough to start, then answers a command with the start of its end marker, nonce and all,
  * followed by megabytes of digits, and never the end.
@@ -368,6 +413,31 @@ PY`,
     });
   }
 
+  const rectAttacks: Array<[string, string, RegExp]> = [
+    ['a list of 0xFFFFFFFF changed rectangles in 2 MiB, then an endless stream', HUGE_RECT_LIST, /bad frame: 4294967295 rectangles in a payload of \d+ bytes \(at most 64\)/],
+    ['a zip bomb: a full-screen rectangle whose stream inflates to 256 MiB', ZIP_BOMB, /bad frame: rectangle 1024x768 at 0,0 does not inflate to its 3145728 bytes/],
+  ];
+  for (const [name, script, message] of rectAttacks) {
+    it(`a capture helper replaced with one sending ${name}: 502 for its session only`, async (t) => {
+      await plantFromHost(victim, '/usr/local/bin/sbx-capture', script);
+      await bash(victim, { command: 'pkill -u "$(id -u)" -f /usr/local/bin/sbx-capture; true' });
+      await sleep(500);
+      await measured(t, name, victim, async () => {
+        // The lie comes in the helper's second answer; each failure starts a new helper, whose
+        // first (honest) frame is a 200.
+        const until = performance.now() + ATTACK_MS;
+        while (performance.now() < until) {
+          const started = performance.now();
+          await Promise.all([(async () => {
+            await screenshotOk(victim);
+            await screenshotRefused(victim, message);
+          })(), screenshotOk(neighbour)]);
+          assert.ok(performance.now() - started < 10_000, 'failed at once, not at the capture timeout');
+        }
+      });
+    });
+  }
+
   it('a bash whose end-of-command marker never ends (then 8 MiB): a tool error, the shell closed', async (t) => {
     await plantFromHost(victim, '/usr/local/bin/bash', UNTERMINATED_MARKER);
     // The next shell is found on PATH (/usr/local/bin first): the fake.
@@ -402,6 +472,7 @@ PY`,
       ['capture', 'bad_size'],
       ['capture', 'bad_length'],
       ['capture', 'stderr_overrun'],
+      ['capture', 'bad_rects'],
       ['bash', 'marker_overrun'],
       ['exec', 'output_overrun'],
     ]) {

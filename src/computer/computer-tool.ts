@@ -12,7 +12,7 @@ import { SerialQueue } from '../util/serial-queue.js';
 export interface SettleOptions {
   /** Give up waiting for the screen to settle after this long, and return what is there. */
   maxMs: number;
-  /** Two captures this far apart that are identical mean the screen has settled. */
+  /** No damage for this long (or two scrot captures this far apart that are identical) means the screen has settled. */
   intervalMs: number;
 }
 
@@ -105,11 +105,15 @@ export class ComputerTool {
   }
 
   /**
-   * Captures until two consecutive captures are identical, or the time is up. Raw frames
-   * are compared as they come, and only the last one is encoded.
+   * The screen once it has stopped changing, or when the time is up. With the grabber, the
+   * guest waits for `intervalMs` without damage from the X server and sends one frame
+   * (settleMs: from the request until that frame arrived). Without it (scrot), captures are
+   * taken until two consecutive ones are identical.
    */
   private async settledCapture(): Promise<{ capture: Capture; settleMs: number }> {
     const started = performance.now();
+    const frame = await this.desktop.settledCapture(this.settle.intervalMs, this.settle.maxMs);
+    if (frame) return { capture: { frame }, settleMs: Math.round(performance.now() - started) };
     let previous = await this.desktop.capture();
     while (performance.now() - started < this.settle.maxMs) {
       await sleep(this.settle.intervalMs);

@@ -57,10 +57,24 @@ export class Desktop {
    * falling back would hide a guest that lies.
    */
   capture(): Promise<Capture> {
+    return this.grab((channel) => channel.grab(COMMAND_TIMEOUT_MS));
+  }
+
+  /**
+   * The screen once it has settled: the grabber waits until the X server has reported no
+   * damage for `quietMs` (at most `maxMs`), then sends one frame. Undefined when the grabber
+   * cannot run: the caller then compares scrot's captures itself.
+   */
+  async settledCapture(quietMs: number, maxMs: number): Promise<RawFrame | undefined> {
+    const capture = await this.grab((channel) => channel.settled(quietMs, maxMs, COMMAND_TIMEOUT_MS));
+    return capture.frame;
+  }
+
+  private grab(ask: (channel: CaptureChannel) => Promise<RawFrame>): Promise<Capture> {
     return this.captureQueue.run(async () => {
       try {
         if (!this.captureChannel?.isOpen) this.captureChannel = await CaptureChannel.open(this.connection, this.display, this.screen);
-        return { frame: await this.captureChannel.grab(COMMAND_TIMEOUT_MS) };
+        return { frame: await ask(this.captureChannel) };
       } catch (err) {
         this.captureChannel?.close();
         this.captureChannel = undefined;

@@ -1,5 +1,6 @@
 import { GuestProtocolError } from '../errors.js';
 import type { Size } from './scaling.js';
+import { MAX_RECTS, RECT_ENTRY_BYTES, RECTS_PREFIX_BYTES, maxCompressedLength } from './damage-rects.js';
 
 /**
  * The capture protocol's framing (see src/guest/files/sbx-capture), checked against the
@@ -16,11 +17,16 @@ export const HEADER_BYTES = 20;
  */
 export const MAX_ROW_PADDING = 63;
 const BYTES_PER_PIXEL = 4;
-/** A delta's count of row ranges, then (first row, row count) per range. */
-const DELTA_COUNT_BYTES = 4;
-const DELTA_RANGE_BYTES = 8;
 
-export type FrameKind = 'full' | 'delta';
+/**
+ * The most payload a changed-rectangles frame of this screen may carry: its table with every
+ * entry used, and rectangles that cover the screen once (they may not overlap), each
+ * compressed no worse than zlib's own bound allows.
+ */
+export function maxRectsLength(width: number, height: number): number {
+  return RECTS_PREFIX_BYTES + MAX_RECTS * RECT_ENTRY_BYTES + maxCompressedLength(width * height * BYTES_PER_PIXEL) + MAX_RECTS * maxCompressedLength(0);
+}
+export type FrameKind = 'full' | 'rects';
 
 export interface FrameHeader {
   kind: FrameKind;
@@ -31,27 +37,16 @@ export interface FrameHeader {
   length: number;
 }
 
-/** A run of changed rows in a delta. */
-export interface RowRange {
-  first: number;
-  rows: number;
-}
-
-const TAGS: Readonly<Record<string, FrameKind>> = { SBXF: 'full', SBXD: 'delta' };
+const TAGS: Readonly<Record<string, FrameKind>> = { SBXF: 'full', SBXR: 'rects' };
 
 function badFrame(reason: string, detail: string): GuestProtocolError {
   return new GuestProtocolError('capture', reason, `the guest sent a bad frame: ${detail}`);
 }
 
-/** The most payload a delta of this screen may carry: every row changed, one range per row. */
-export function maxDeltaLength(height: number, stride: number): number {
-  return DELTA_COUNT_BYTES + height * DELTA_RANGE_BYTES + height * stride;
-}
-
 /**
  * Reads and checks a header (HEADER_BYTES bytes): its size must be the screen's, its row
  * stride 4 bytes a pixel plus at most MAX_ROW_PADDING (a multiple of 4, as X pads rows), a
- * full frame exactly stride*height bytes, a delta at most maxDeltaLength. Throws a
+ * full frame exactly stride*height bytes, changed rectangles at most maxRectsLength. Throws a
  * GuestProtocolError otherwise.
  */
 export function parseFrameHeader(head: Buffer, screen: Size): FrameHeader {
@@ -72,38 +67,8 @@ export function parseFrameHeader(head: Buffer, screen: Size): FrameHeader {
   if (kind === 'full' && length !== stride * height) {
     throw badFrame('bad_length', `a whole frame of ${width}x${height} is ${stride * height} bytes, not ${length}`);
   }
-  if (kind === 'delta' && (length < DELTA_COUNT_BYTES || length > maxDeltaLength(height, stride))) {
-    throw badFrame('bad_length', `a changed-rows frame of ${length} bytes (at most ${maxDeltaLength(height, stride)} for this screen)`);
+  if (kind === 'rects' && (length < RECTS_PREFIX_BYTES || length > maxRectsLength(width, height))) {
+    throw badFrame('bad_length', `a changed-rectangles frame of ${length} bytes (at most ${maxRectsLength(width, height)} for this screen)`);
   }
   return { kind, width, height, stride, length };
-}
-
-/**
- * The row ranges of a delta's payload, checked: within the screen, in order, not
- * overlapping, none empty, and exactly as many pixel bytes after the table as they cover.
- */
-export function parseDeltaRanges(payload: Buffer, header: Pick<FrameHeader, 'height' | 'stride'>): RowRange[] {
-  if (payload.length < DELTA_COUNT_BYTES) throw badFrame('bad_delta', `a changed-rows payload of ${payload.length} bytes`);
-  const count = payload.readUInt32LE(0);
-  const tableEnd = DELTA_COUNT_BYTES + count * DELTA_RANGE_BYTES;
-  if (count > header.height || tableEnd > payload.length) {
-    throw badFrame('bad_delta', `${count} row ranges in a payload of ${payload.length} bytes`);
-  }
-  const ranges: RowRange[] = [];
-  let nextFree = 0;
-  let covered = 0;
-  for (let i = 0; i < count; i++) {
-    const first = payload.readUInt32LE(DELTA_COUNT_BYTES + i * DELTA_RANGE_BYTES);
-    const rows = payload.readUInt32LE(DELTA_COUNT_BYTES + i * DELTA_RANGE_BYTES + 4);
-    if (rows === 0 || first < nextFree || first + rows > header.height) {
-      throw badFrame('bad_delta', `row range ${i} (rows ${first}..${first + rows}) is empty, out of order or off the screen`);
-    }
-    nextFree = first + rows;
-    covered += rows;
-    ranges.push({ first, rows });
-  }
-  if (payload.length !== tableEnd + covered * header.stride) {
-    throw badFrame('bad_delta', `${covered} changed rows need ${tableEnd + covered * header.stride} bytes, the payload has ${payload.length}`);
-  }
-  return ranges;
 }

@@ -24,7 +24,7 @@ export interface SessionSettings {
   pidsLimit: number;
   /** The screenshot after an action waits for the screen to settle, at most this long (SBX_SETTLE_MAX_MS, 2 s)... */
   settleMaxMs: number;
-  /** ... judging it settled when two captures this far apart are identical (SBX_SETTLE_INTERVAL_MS, 100 ms). */
+  /** ... judging it settled once no damage was reported for this long (SBX_SETTLE_INTERVAL_MS, 100 ms). */
   settleIntervalMs: number;
   /** Sessions on this host (SBX_MAX_SESSIONS; default: as many as fit in its memory at memoryLimitMiB, at most 64). */
   maxSessions: number;

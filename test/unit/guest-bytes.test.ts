@@ -9,10 +9,11 @@ import { EventEmitter } from 'node:events';
 import { describe, it } from 'node:test';
 import type { ClientChannel } from 'ssh2';
 import { randomBytes } from 'node:crypto';
+import { deflateSync } from 'node:zlib';
 import sharp from 'sharp';
 import { CaptureChannel, type RawFrame } from '../../src/computer/capture-channel.js';
 import { framePng, framePngRegion } from '../../src/computer/frame-image.js';
-import { HEADER_BYTES, maxDeltaLength, parseDeltaRanges, parseFrameHeader } from '../../src/computer/frame-header.js';
+import { HEADER_BYTES, maxRectsLength, parseFrameHeader } from '../../src/computer/frame-header.js';
 import { STDERR_MAX_BYTES } from '../../src/computer/guest-process-channel.js';
 import { GuestProtocolError } from '../../src/errors.js';
 import { BashShell } from '../../src/tools/bash/bash-shell.js';
@@ -54,8 +55,8 @@ describe('frame headers are checked against the screen', () => {
     assert.deepEqual(full, { kind: 'full', width: 1024, height: 768, stride: STRIDE, length: STRIDE * 768 });
     const padded = STRIDE + 60;
     assert.equal(parseFrameHeader(header('SBXF', 1024, 768, padded, padded * 768), SCREEN).stride, padded);
-    assert.equal(parseFrameHeader(header('SBXD', 1024, 768, STRIDE, 4), SCREEN).kind, 'delta');
-    assert.equal(parseFrameHeader(header('SBXD', 1024, 768, STRIDE, maxDeltaLength(768, STRIDE)), SCREEN).kind, 'delta');
+    assert.equal(parseFrameHeader(header('SBXR', 1024, 768, STRIDE, 8), SCREEN).kind, 'rects');
+    assert.equal(parseFrameHeader(header('SBXR', 1024, 768, STRIDE, maxRectsLength(1024, 768)), SCREEN).kind, 'rects');
   });
 
   const bad: Array<[string, Buffer, string]> = [
@@ -67,38 +68,14 @@ describe('frame headers are checked against the screen', () => {
     ['a stride that is not whole pixels', header('SBXF', 1024, 768, STRIDE + 2, (STRIDE + 2) * 768), 'bad_stride'],
     ['length 0xFFFFFFF0', header('SBXF', 1024, 768, STRIDE, 0xfffffff0), 'bad_length'],
     ['a whole frame one byte short', header('SBXF', 1024, 768, STRIDE, STRIDE * 768 - 1), 'bad_length'],
-    ['a delta larger than a frame and its table', header('SBXD', 1024, 768, STRIDE, maxDeltaLength(768, STRIDE) + 1), 'bad_length'],
-    ['a delta of 0xFFFFFFF0 bytes', header('SBXD', 1024, 768, STRIDE, 0xfffffff0), 'bad_length'],
-    ['a delta without its count', header('SBXD', 1024, 768, STRIDE, 3), 'bad_length'],
+    ['rectangles larger than a compressed frame and its table', header('SBXR', 1024, 768, STRIDE, maxRectsLength(1024, 768) + 1), 'bad_length'],
+    ['rectangles of 0xFFFFFFF0 bytes', header('SBXR', 1024, 768, STRIDE, 0xfffffff0), 'bad_length'],
+    ['rectangles without flags and count', header('SBXR', 1024, 768, STRIDE, 7), 'bad_length'],
+    ['the old changed-rows kind', header('SBXD', 1024, 768, STRIDE, 4), 'bad_tag'],
     ['an unknown tag', header('SBXZ', 1024, 768, STRIDE, STRIDE * 768), 'bad_tag'],
   ];
   for (const [name, head, reason] of bad) {
     it(`refuses ${name}`, () => assert.throws(() => parseFrameHeader(head, SCREEN), isProtocolError(reason)));
-  }
-
-  it('accepts row ranges in order within the screen, with exactly their bytes', () => {
-    const shape = { height: 3, stride: 4 };
-    const payload = Buffer.concat([u32s(2, 0, 1, 2, 1), Buffer.alloc(8)]);
-    assert.deepEqual(parseDeltaRanges(payload, shape), [
-      { first: 0, rows: 1 },
-      { first: 2, rows: 1 },
-    ]);
-    assert.deepEqual(parseDeltaRanges(u32s(0), shape), []);
-  });
-
-  const badDeltas: Array<[string, Buffer]> = [
-    ['a range off the screen', Buffer.concat([u32s(1, 2, 2), Buffer.alloc(8)])],
-    ['a range that wraps around u32', Buffer.concat([u32s(1, 0xffffffff, 2), Buffer.alloc(8)])],
-    ['overlapping ranges', Buffer.concat([u32s(2, 0, 2, 1, 1), Buffer.alloc(12)])],
-    ['ranges out of order', Buffer.concat([u32s(2, 2, 1, 0, 1), Buffer.alloc(8)])],
-    ['an empty range', u32s(1, 1, 0)],
-    ['more ranges than rows', u32s(4)],
-    ['a table longer than the payload', u32s(2, 0, 1)],
-    ['pixels missing', Buffer.concat([u32s(1, 0, 2), Buffer.alloc(7)])],
-    ['pixels beyond the ranges', Buffer.concat([u32s(1, 0, 1), Buffer.alloc(5)])],
-  ];
-  for (const [name, payload] of badDeltas) {
-    it(`refuses a delta with ${name}`, () => assert.throws(() => parseDeltaRanges(payload, { height: 3, stride: 4 }), isProtocolError('bad_delta')));
   }
 });
 
@@ -128,7 +105,7 @@ async function openCapture(): Promise<{ capture: CaptureChannel; channel: FakeCh
 }
 
 describe('the capture channel', () => {
-  it('assembles a whole frame and a delta from chunks of any size', async () => {
+  it('assembles a whole frame and changed rectangles from chunks of any size', async () => {
     const { capture, channel } = await openCapture();
     const pixels = Buffer.alloc(STRIDE * 768, 7);
     const first = capture.grab(1_000);
@@ -140,12 +117,16 @@ describe('the capture channel', () => {
 
     const second = capture.grab(1_000);
     const row = Buffer.alloc(STRIDE, 9);
-    const delta = Buffer.concat([u32s(1, 5, 1), row]);
-    const bytes = Buffer.concat([header('SBXD', 1024, 768, STRIDE, delta.length), delta]);
+    const stream = deflateSync(row);
+    const rects = Buffer.concat([u32s(3, 1, 0, 5, 1024, 1, stream.length), stream]);
+    const bytes = Buffer.concat([header('SBXR', 1024, 768, STRIDE, rects.length), rects]);
     for (const byte of bytes) channel.emit('data', Buffer.from([byte]));
     const patched = await second;
     assert.ok(patched.pixels.subarray(5 * STRIDE, 6 * STRIDE).equals(row));
     assert.equal(patched.pixels[0], 7);
+    assert.ok(frame.pixels.subarray(5 * STRIDE, 6 * STRIDE).equals(Buffer.alloc(STRIDE, 7)), 'the frame handed out before is unchanged');
+    assert.notEqual(patched, frame);
+    assert.deepEqual(capture.method, { shm: true, damage: true });
     assert.equal(channel.closed, false);
   });
 
@@ -169,11 +150,11 @@ describe('the capture channel', () => {
     });
   }
 
-  it('refuses a delta before any whole frame, and output nobody asked for', async () => {
+  it('refuses changed rectangles before any whole frame, and output nobody asked for', async () => {
     const first = await openCapture();
     const grab = first.capture.grab(1_000);
-    first.channel.emit('data', Buffer.concat([header('SBXD', 1024, 768, STRIDE, 4), u32s(0)]));
-    await assert.rejects(grab, isProtocolError('bad_delta'));
+    first.channel.emit('data', Buffer.concat([header('SBXR', 1024, 768, STRIDE, 8), u32s(3, 0)]));
+    await assert.rejects(grab, isProtocolError('bad_rects'));
 
     const second = await openCapture();
     second.channel.emit('data', header('SBXF', 1024, 768, STRIDE, STRIDE * 768));

@@ -76,6 +76,8 @@ export const RECIPE: GuestRecipe = {
     'x11-xserver-utils', // xmodmap: binds keysyms of non-ASCII text before it is typed
     'python3', // sbx-capture and sbx-input, the persistent screen grabber and input helper (ctypes only)
     'libxtst6', // XTEST for sbx-input (xdotool needs it too; named because sbx-input does)
+    'libxdamage1', // XDamage for sbx-capture: which parts of the screen changed (pulls in libxfixes3 for its regions)
+    'libxext6', // MIT-SHM for sbx-capture: pixels through shared memory, not the X socket
     'x11vnc',
     // The desktop actions (sbx-desktop): the clipboard through xclip, `open` and `launch`
     // through GLib's gio (which quotes a file or URL as one argument of an Exec= line), and
