@@ -71,9 +71,11 @@ describe('session clocks (pure)', () => {
       assert.equal(store.get('oldone')?.maxLifetimeSeconds, 3600);
       assert.equal(store.get('oldone')?.endReason, null);
       assert.equal(store.get('oldone')?.tenant, 'local', 'a session from before tenants belongs to the local tenant');
+      assert.equal(store.get('oldone')?.template, 'minimal', 'a session from before templates booted the minimal image');
       const record: SessionRecord = {
         id: 'newone',
         tenant: 'acme',
+        template: 'minimal',
         state: 'ready',
         runtime: 'container',
         width: 1024,

@@ -11,6 +11,7 @@ import { startOrchestrator } from '../orchestrator.js';
 import { RUNTIME_NAMES, type RuntimeChoice } from '../runtimes/settings.js';
 import { imagesDirFromEnv, warmPoolSize } from '../sessions/settings.js';
 import { keysCommand } from './keys.js';
+import { templateCommand } from './templates.js';
 
 function integer(value: string): number {
   const n = Number(value);
@@ -131,6 +132,7 @@ function client(): SandboxClient {
 }
 
 program.addCommand(keysCommand(defaults.stateDir));
+program.addCommand(templateCommand(defaults.imagesDir));
 
 program
   .command('create')
@@ -140,8 +142,10 @@ program
   .option('-t, --timeout <seconds>', 'idle timeout', integer)
   .option('--max-lifetime <seconds>', 'maximum lifetime (at most the server maximum)', integer)
   .option('--egress', 'let the sandbox reach the internet (NAT); off by default')
-  .action(async (opts: { width?: number; height?: number; timeout?: number; maxLifetime?: number; egress?: boolean }) => {
+  .option('--template <name>', 'the template to boot (`sbx template ls`; default: the server\'s)')
+  .action(async (opts: { width?: number; height?: number; timeout?: number; maxLifetime?: number; egress?: boolean; template?: string }) => {
     const sandbox = await client().create({
+      ...(opts.template ? { template: opts.template } : {}),
       width: opts.width,
       height: opts.height,
       timeoutSeconds: opts.timeout,
@@ -165,7 +169,7 @@ program
   .description('list live sessions')
   .action(async () => {
     const sessions = await client().list();
-    for (const s of sessions) console.log(`${s.id}  ${s.state.padEnd(10)} ${s.runtime.padEnd(10)} ${s.display.width}x${s.display.height}  expires ${s.expiresAt}`);
+    for (const s of sessions) console.log(`${s.id}  ${s.state.padEnd(10)} ${s.runtime.padEnd(10)} ${s.template.padEnd(12)} ${s.display.width}x${s.display.height}  expires ${s.expiresAt}`);
     if (sessions.length === 0) console.error('no sessions');
   });
 

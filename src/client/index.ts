@@ -3,12 +3,16 @@ import { downloadFile, downloadFileStream, uploadFile, type FileRequestOptions, 
 
 export * from './errors.js';
 export type { FileRequestOptions, UploadData, UploadedFile, UploadFileOptions } from './files.js';
+export type { BashToolInput, ComputerToolInput, EditorToolInput, ToolResult } from './tool-types.js';
+import type { BashToolInput, ComputerToolInput, EditorToolInput, ToolResult } from './tool-types.js';
 
 /** A session as the API describes it. */
 export interface SessionInfo {
   id: string;
   state: 'creating' | 'ready' | 'destroying' | 'destroyed' | 'failed';
   runtime: 'container' | 'qemu' | 'firecracker';
+  /** The template its sandbox booted. */
+  template: string;
   display: { width: number; height: number };
   /** The tool definition to pass to the Messages API as is (in the model's space). */
   computerTool: {
@@ -43,7 +47,20 @@ export interface TimeoutUpdate {
   maxLifetimeSeconds?: number;
 }
 
+/** A template as GET /v1/templates lists it. */
+export interface TemplateInfo {
+  name: string;
+  kind: 'built-in' | 'user';
+  base: string | null;
+  built: boolean;
+  sizeBytes: number | null;
+  builtAt: string | null;
+  screen: { width: number; height: number } | null;
+}
+
 export interface CreateOptions {
+  /** The template to boot (default: the server's); see listTemplates(). */
+  template?: string;
   width?: number;
   height?: number;
   /** The screen size the model sees: 'auto' (default), 'none', or a size. */
@@ -61,51 +78,9 @@ export interface CreateOptions {
   network?: { egress?: boolean };
 }
 
-/** A computer-use tool input, as a model sends it. */
-export interface ComputerToolInput {
-  action: string;
-  coordinate?: [number, number];
-  start_coordinate?: [number, number];
-  text?: string;
-  key?: string;
-  scroll_direction?: 'up' | 'down' | 'left' | 'right';
-  scroll_amount?: number;
-  duration?: number;
-  region?: [number, number, number, number];
-  [field: string]: unknown;
-}
-
-/** A bash_20250124 tool_use input. */
-export interface BashToolInput {
-  command?: string;
-  restart?: boolean;
-  [field: string]: unknown;
-}
-
-/** A text_editor_20250728 (str_replace_based_edit_tool) tool_use input. */
-export interface EditorToolInput {
-  command: 'view' | 'create' | 'str_replace' | 'insert' | (string & {});
-  path: string;
-  view_range?: [number, number];
-  file_text?: string;
-  old_str?: string;
-  new_str?: string;
-  insert_line?: number;
-  insert_text?: string;
-  [field: string]: unknown;
-}
-
 /** The text of a tool result (its text blocks joined), for callers that only read it. */
 export function resultText(result: ToolResult): string {
   return result.content.flatMap((block) => (block.type === 'text' ? [block.text] : [])).join('\n');
-}
-
-/** The tool_result content of the Messages API, as the tool endpoints answer. */
-export interface ToolResult {
-  content: Array<
-    { type: 'text'; text: string } | { type: 'image'; source: { type: 'base64'; media_type: 'image/png'; data: string } }
-  >;
-  is_error: boolean;
 }
 
 export interface ActionResult {
@@ -140,6 +115,11 @@ export class SandboxClient {
   async create(options: CreateOptions = {}): Promise<Sandbox> {
     const info = await this.json<SessionInfo>('POST', '/v1/sessions', options);
     return new Sandbox(this, info);
+  }
+
+  /** The built-in and user templates a session can name. */
+  async listTemplates(): Promise<TemplateInfo[]> {
+    return (await this.json<{ templates: TemplateInfo[] }>('GET', '/v1/templates')).templates;
   }
 
   async list(): Promise<SessionInfo[]> {

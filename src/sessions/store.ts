@@ -23,6 +23,7 @@ interface Row {
   pooled: number;
   max_lifetime_seconds: number;
   end_reason: EndReason | null;
+  template: string;
 }
 
 /**
@@ -96,6 +97,8 @@ export class SessionStore {
       ['tenant', "TEXT NOT NULL DEFAULT 'local'"],
       ['max_lifetime_seconds', 'INTEGER NOT NULL DEFAULT 3600'],
       ['end_reason', 'TEXT'],
+      // Sessions from before templates booted the one image there was: the built-in minimal.
+      ['template', "TEXT NOT NULL DEFAULT 'minimal'"],
     ];
     for (const [name, type] of added) {
       if (!columns.has(name)) this.db.exec(`ALTER TABLE sessions ADD COLUMN ${name} ${type}`);
@@ -107,10 +110,10 @@ export class SessionStore {
       .prepare(
         `INSERT INTO sessions (id, tenant, state, runtime, width, height, model_width, model_height, tool_version,
            timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error, egress, pooled,
-           max_lifetime_seconds, end_reason)
+           max_lifetime_seconds, end_reason, template)
          VALUES (@id, @tenant, @state, @runtime, @width, @height, @model_width, @model_height, @tool_version,
            @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error, @egress, @pooled,
-           @max_lifetime_seconds, @end_reason)`,
+           @max_lifetime_seconds, @end_reason, @template)`,
       )
       .run(toRow(record));
   }
@@ -241,6 +244,7 @@ function toRow(r: SessionRecord): Row {
     pooled: r.pooled ? 1 : 0,
     max_lifetime_seconds: r.maxLifetimeSeconds,
     end_reason: r.endReason,
+    template: r.template,
   };
 }
 
@@ -266,5 +270,6 @@ function fromRow(row: Row): SessionRecord {
     pooled: row.pooled === 1,
     maxLifetimeSeconds: row.max_lifetime_seconds,
     endReason: row.end_reason,
+    template: row.template,
   };
 }

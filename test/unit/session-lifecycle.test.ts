@@ -57,6 +57,8 @@ async function rig(options: Partial<ManagerOptions> & { start?: boolean; store?:
     pidsLimit: 64,
     runtime,
     image: FAKE_IMAGE,
+    templates: { resolve: (name) => (name === 'minimal' ? Promise.resolve({ name, image: FAKE_IMAGE }) : Promise.reject(new Error(`unknown template "${name}"; available: minimal`))) },
+    defaultTemplate: 'minimal',
     store,
     metrics,
     log: silentLogger(),
@@ -273,7 +275,7 @@ describe('unit: a vanished sandbox', () => {
 
 describe('unit: the warm pool', () => {
   it('a create takes a pooled sandbox; a failed claim destroys it and boots one cold', async () => {
-    const r = await rig({ warmPool: { size: 1, shape: { width: 1024, height: 768 } } });
+    const r = await rig({ warmPool: { sizes: new Map([['minimal', 1]]), shape: { width: 1024, height: 768 } } });
     await until('the pool has a sandbox ready', () => r.manager.warmPoolStatus().ready.length === 1);
     const [pooledId] = r.manager.warmPoolStatus().ready;
     const warm = await r.manager.create({}, { tenant: 'alpha' });
@@ -297,7 +299,7 @@ describe('unit: the warm pool', () => {
   });
 
   it('a runtime without a live config dir has no pool, and says so', async () => {
-    const r = await rig({ runtime: new FakeRuntime({ configDirIsLive: false }), warmPool: { size: 2, shape: { width: 1024, height: 768 } } });
+    const r = await rig({ runtime: new FakeRuntime({ configDirIsLive: false }), warmPool: { sizes: new Map([['minimal', 2]]), shape: { width: 1024, height: 768 } } });
     assert.equal(r.manager.warmPoolStatus().target, 0);
     await assert.rejects(r.manager.resizeWarmPool(1), /there is no warm pool/);
     await r.manager.shutdown();
@@ -313,6 +315,7 @@ describe('unit: adoption at start-up', () => {
       const record: SessionRecord = {
         id,
         tenant: 'alpha',
+        template: 'minimal',
         state: 'ready',
         runtime: 'container',
         width: 1024,
