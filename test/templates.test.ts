@@ -115,9 +115,18 @@ describe('user templates: build, list, boot, pool, remove', () => {
     await rm(workDir, { recursive: true, force: true });
   });
 
-  it('builds with progress per step, and a second build of the same content is not rebuilt', async () => {
+  it('builds with progress per step; a changed file makes a new build (the old one goes), the same content is not rebuilt', async () => {
+    await writeFile(path.join(workDir, 'hello.txt'), 'an older greeting\n');
+    const older = await sbx(['template', 'build', templateFile]);
+    assert.equal(older.code, 0, older.stderr);
+    const olderDir = older.stdout.trim().split(' ')[2] as string;
+    await writeFile(path.join(workDir, 'hello.txt'), 'hello from a template\n');
+
     const first = await sbx(['template', 'build', templateFile]);
     assert.equal(first.code, 0, first.stderr);
+    assert.notEqual(first.stdout, older.stdout, 'a changed file is a new build');
+    assert.ok(first.stderr.includes(`removed the previous build ${path.basename(olderDir)}`), first.stderr.slice(-1000));
+    assert.ok(!(await readdir(templatesDir(IMAGES_DIR))).includes(path.basename(olderDir)), 'the previous build is gone');
     for (const step of ['[1/7] copy', '[2/7] install packages: jq', '[3/7] copy 1 file', '[4/7] run 1 command', '[6/7] make rootfs.ext4']) {
       assert.ok(first.stderr.includes(step), `progress shows ${step}:\n${first.stderr.slice(-2000)}`);
     }

@@ -20,7 +20,7 @@ import { truncateTimestamps } from '../guest/image/timestamps.js';
 import { GUEST_GID, GUEST_UID } from '../guest/contract.js';
 import type { TemplateCatalogue } from './catalogue.js';
 import { readTemplateFile, TemplateFileError, type TemplateDefinition } from './template-file.js';
-import { IMAGE_ARTIFACTS, loadBuild, pointName, TEMPLATE_MANIFEST, templatesDir, type StoredTemplate, type TemplateManifest } from './template-store.js';
+import { IMAGE_ARTIFACTS, loadBuild, pointName, pruneOldBuilds, TEMPLATE_MANIFEST, templatesDir, type StoredTemplate, type TemplateManifest } from './template-store.js';
 
 /** Bump when this file changes what it does to an image: every cached template is rebuilt. */
 const TEMPLATE_BUILDER_VERSION = 1;
@@ -160,6 +160,7 @@ class TemplateBuild {
         await removeTree(this.tempDir);
       });
       await pointName(this.imagesDir, this.def.name, this.hash);
+      await pruneOldBuilds(this.imagesDir, this.def.name, this.hash, (line) => this.report(line));
       const built = await loadBuild(this.imagesDir, this.hash);
       if (!built) throw new Error(`the template build in ${dir} is incomplete`);
       this.report(`template ${this.def.name} ready: ${dir} (rootfs ${(manifest.rootfsBytes / 1e6).toFixed(0)} MB)`);

@@ -112,6 +112,25 @@ export async function removeUserTemplate(imagesDir: string, name: string): Promi
 }
 
 /**
+ * After a rebuild: removes the older builds of `name` that no sandbox runs on. One still in
+ * use (a live session, a pooled sandbox) is kept and said; the next rebuild or `rm` takes it.
+ */
+export async function pruneOldBuilds(imagesDir: string, name: string, keep: string, progress: (line: string) => void): Promise<void> {
+  const dir = templatesDir(imagesDir);
+  for (const entry of await readdir(dir)) {
+    if (!/^[0-9a-f]{16}$/.test(entry) || entry === keep) continue;
+    const build = await loadBuild(imagesDir, entry);
+    if (build?.manifest.name !== name) continue;
+    if (await buildInUse(build.image.dir)) {
+      progress(`kept the previous build ${entry} of ${name}: a sandbox runs on it`);
+      continue;
+    }
+    await removeTree(build.image.dir);
+    progress(`removed the previous build ${entry} of ${name}`);
+  }
+}
+
+/**
  * Whether a running sandbox uses the build in `dir`: a mount made from it (the container
  * runtime's id-mapped view of its rootfs, an overlay over it) or a file in it held open (a
  * VM's disk). Removing it under a live sandbox would pull files from under that guest.
