@@ -75,6 +75,8 @@ async function assertTemplateInside(orch: TestOrchestrator, id: string): Promise
   assert.equal((await bash(orch, id, 'stat -c "%U %a" /opt/greeting/hello.txt')).trim(), 'user 640');
   assert.equal((await bash(orch, id, 'cat /etc/template-marker')).trim(), 'built inside');
   assert.equal((await bash(orch, id, 'printf %s "$GREETING"')).trim(), 'hello template world', 'the env reaches the bash tool');
+  assert.equal((await bash(orch, id, 'printf %s "$TRICKY"')).trim(), '$(touch /tmp/env-ran) `touch /tmp/env-ran`; echo x', 'as written');
+  assert.equal((await bash(orch, id, 'ls /tmp/env-ran 2>&1 || true')).includes('No such file'), true, 'the env value was never run');
 }
 
 describe('user templates: build, list, boot, pool, remove', () => {
@@ -101,6 +103,8 @@ describe('user templates: build, list, boot, pool, remove', () => {
         '  - echo "built inside" > /etc/template-marker',
         'env:',
         '  GREETING: hello template world',
+        // Data, never code: neither sandbox-init nor the login shell may run this.
+        `  TRICKY: '$(touch /tmp/env-ran) \`touch /tmp/env-ran\`; echo x'`,
         'autostart:',
         // -e: no shell in it, so no prompt retitles the window.
         '  - [xterm, -title, autostarted by template, -e, sleep, "3600"]',
