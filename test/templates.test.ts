@@ -217,24 +217,30 @@ describe('user templates: build, list, boot, pool, remove', () => {
   });
 
   it('`sbx template rm` is refused while a sandbox runs on it', async () => {
-    const refused = await sbx(['template', 'rm', NAME]);
-    assert.notEqual(refused.code, 0);
-    assert.match(refused.stderr, /in use by a running sandbox/);
-    await orch.stop();
-    orch = undefined as unknown as TestOrchestrator;
+    try {
+      const refused = await sbx(['template', 'rm', NAME]);
+      assert.notEqual(refused.code, 0);
+      assert.match(refused.stderr, /in use by a running sandbox/);
+    } finally {
+      await orch.stop();
+      orch = undefined as unknown as TestOrchestrator;
+    }
   });
 
   it('boots on the qemu runtime (a real microVM) and has its package, file and env', { timeout: 600_000 }, async () => {
     const names = new ResourceNames(TEST_PREFIX);
     const runtime = await QemuRuntime.create(names, qemuSettingsFromEnv(process.env));
     orch = await startTestOrchestrator({ runtime: 'qemu' }, false, { runtime, reason: 'test' });
-    const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: { template: NAME, timeoutSeconds: 300 } });
-    assert.equal(res.statusCode, 201, res.body);
-    assert.equal(res.json().runtime, 'qemu');
-    assert.equal(res.json().template, NAME);
-    await assertTemplateInside(orch, res.json().id);
-    await orch.stop();
-    orch = undefined as unknown as TestOrchestrator;
+    try {
+      const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: { template: NAME, timeoutSeconds: 300 } });
+      assert.equal(res.statusCode, 201, res.body);
+      assert.equal(res.json().runtime, 'qemu');
+      assert.equal(res.json().template, NAME);
+      await assertTemplateInside(orch, res.json().id);
+    } finally {
+      await orch.stop();
+      orch = undefined as unknown as TestOrchestrator;
+    }
   });
 
   it('`sbx template rm` removes it once nothing runs on it: name, build and listing', async () => {

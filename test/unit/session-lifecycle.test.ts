@@ -274,6 +274,30 @@ describe('unit: a vanished sandbox', () => {
 });
 
 describe('unit: the warm pool', () => {
+  it('keeps a pool per template; a create takes only its own template\'s, and boots that image', async () => {
+    const tools = { ...FAKE_IMAGE, hash: 'tools' };
+    const r = await rig({
+      warmPool: { sizes: new Map([['minimal', 1], ['tools', 1]]), shape: { width: 1024, height: 768 } },
+      templates: { resolve: async (name) => (name === 'tools' ? { name, image: tools } : { name, image: FAKE_IMAGE }) },
+    });
+    await until('both pools have a sandbox ready', () => r.manager.warmPoolStatuses().every((s) => s.ready.length === 1) && r.manager.warmPoolStatuses().length === 2);
+    const [minimalPooled] = r.manager.warmPoolStatus('minimal').ready;
+    const [toolsPooled] = r.manager.warmPoolStatus('tools').ready;
+    assert.equal(r.runtime.sandboxes.get(toolsPooled ?? '')?.imageHash, 'tools', "the tools pool boots the tools image");
+
+    const view = await r.manager.create({ template: 'tools' }, { tenant: 'alpha' });
+    assert.equal(view.id, toolsPooled, "the tools pool's sandbox became the session");
+    assert.equal(view.template, 'tools');
+    assert.deepEqual(r.manager.warmPoolStatus('minimal').ready, [minimalPooled], 'the minimal pool was not touched');
+    const plain = await r.manager.create({}, { tenant: 'alpha' });
+    assert.equal(plain.id, minimalPooled, 'no template: the default template\'s pool');
+    assert.equal(plain.template, 'minimal');
+    const egress = await r.manager.create({ template: 'tools', network: { egress: true } }, { tenant: 'alpha' });
+    assert.equal(r.runtime.sandboxes.get(egress.id)?.imageHash, 'tools', 'a cold boot of a template boots its image');
+    await r.manager.shutdown();
+    assertNothingHeld(r);
+  });
+
   it('a create takes a pooled sandbox; a failed claim destroys it and boots one cold', async () => {
     const r = await rig({ warmPool: { sizes: new Map([['minimal', 1]]), shape: { width: 1024, height: 768 } } });
     await until('the pool has a sandbox ready', () => r.manager.warmPoolStatus().ready.length === 1);
