@@ -3,10 +3,9 @@
  * builder) and the user templates built with `sbx template build` (template-store.ts).
  * Built-ins go in BUILT_IN_TEMPLATES; a user template cannot take a built-in's name.
  */
-import { stat } from 'node:fs/promises';
-import { buildImage, findImage, type GuestImage, type ImageManifest } from '../guest/image/builder.js';
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
+import { buildImage, findImage, type GuestImage, type ImageManifest } from '../guest/image/builder.js';
 import { findUserTemplate, listUserTemplates } from './template-store.js';
 
 /** The template of a session that names none. */

@@ -110,7 +110,8 @@ class TemplateBuild {
   private readonly tempDir: string;
   private readonly rootfs: string;
   private step = 0;
-  private readonly totalSteps: number;
+  /** copy, packages, files, run, guest settings, VM artifacts, move into place. */
+  private readonly totalSteps = 7;
 
   constructor(
     private readonly imagesDir: string,
@@ -123,7 +124,6 @@ class TemplateBuild {
   ) {
     this.tempDir = path.join(templatesDir(imagesDir), `.build-${hash}-${process.pid}`);
     this.rootfs = path.join(this.tempDir, IMAGE_ARTIFACTS.rootfs);
-    this.totalSteps = 7;
   }
 
   async run(): Promise<StoredTemplate> {

@@ -8,6 +8,8 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Ajv, type ErrorObject } from 'ajv';
 import { isMap, isScalar, isSeq, LineCounter, parseDocument, type Node as YamlNode } from 'yaml';
+import { CONFIG_MOUNT } from '../guest/contract.js';
+import { RECIPE } from '../guest/image/recipe.js';
 
 /** Letters, digits and dashes, starting with a letter: a file and directory name everywhere. */
 export const TEMPLATE_NAME_PATTERN = '^[a-z][a-z0-9-]{0,39}$';
@@ -146,6 +148,11 @@ export function parseTemplate(text: string, file = 'template'): TemplateDefiniti
       problems.push(`files[${index}].source: must be a path relative to the template file, inside its directory (got ${JSON.stringify(entry.source)})`);
     }
   }
+  for (const [index, entry] of (raw.files ?? []).entries()) {
+    if (isReservedTarget(entry.target)) {
+      problems.push(`files[${index}].target: ${entry.target} is the orchestrator's own (the guest contract: sandbox-init, sshd_config, its helpers, the config mount, the template settings)`);
+    }
+  }
   for (const name of Object.keys(raw.env ?? {})) {
     if (RESERVED_ENV.test(name)) problems.push(`env.${name}: reserved (it would change how the orchestrator's commands run in the guest)`);
   }
@@ -161,6 +168,16 @@ export function parseTemplate(text: string, file = 'template'): TemplateDefiniti
     autostart: raw.autostart ?? [],
     ...(raw.screen ? { screen: raw.screen } : {}),
   };
+}
+
+/**
+ * Paths a template's files may not replace: what the orchestrator relies on in every guest. A
+ * `run` command could still change them; this keeps a file list from doing it by mistake.
+ */
+function isReservedTarget(target: string): boolean {
+  const exact = new Set(RECIPE.files.map((file) => file.target));
+  const trees = [CONFIG_MOUNT, '/etc/sandbox/template'];
+  return exact.has(target) || trees.some((tree) => target === tree || target.startsWith(`${tree}/`));
 }
 
 /** oneOf's own error repeats what its branches said; keep the specific ones. */

@@ -75,6 +75,9 @@ describe('unit: template files', () => {
     assert.match(problems('name: tools\nbase: minimal\nfiles: [{source: a, target: /a, mode: "4755"}]\n')[0] ?? '', /mode/, 'no setuid bit');
     assert.match(problems('name: tools\nbase: minimal\nfiles: [{source: a, target: /a, owner: nobody}]\n')[0] ?? '', /owner .*must be one of "user", "root"/);
     assert.match(problems('name: tools\nbase: minimal\nautostart: [["A=b", x]]\n')[0] ?? '', /^autostart\[0\]\[0\]/, 'argv[0] cannot be an env assignment');
+    for (const reserved of ['/sbin/sandbox-init', '/etc/ssh/sshd_config', '/usr/local/bin/sbx-input', '/sandbox/config/authorized_keys', '/etc/sandbox/template/env']) {
+      assert.match(file('a', reserved)[0] ?? '', /^files\[0\]\.target: .* is the orchestrator's own/, reserved);
+    }
   });
 });
 
