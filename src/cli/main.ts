@@ -34,7 +34,7 @@ program
   .addOption(new Option('--state-dir <dir>', 'keys, per-session files and the store').env('SBX_STATE_DIR').default(defaults.stateDir))
   .addOption(new Option('--runtime <name>', 'sandbox runtime').env('SBX_RUNTIME').choices([...RUNTIME_NAMES]).default(defaults.runtime))
   .addOption(
-    new Option('--warm-pool <n>', `booted sandboxes kept ready for creates of ${defaults.warmPoolScreen.width}x${defaults.warmPoolScreen.height} (SBX_WARM_POOL_SCREEN)`)
+    new Option('--warm-pool <n>', `booted sandboxes of the default template kept ready for creates of ${defaults.warmPoolScreen.width}x${defaults.warmPoolScreen.height} (SBX_WARM_POOL_SCREEN; per template: SBX_WARM_POOL=name:count,...)`)
       .env('SBX_WARM_POOL_SIZE')
       .default(defaults.warmPoolSize)
       .argParser((v) => {
