@@ -140,6 +140,21 @@ describe('user templates: build, list, boot, pool, remove', () => {
     assert.equal(second.stdout, first.stdout, 'the same build');
   });
 
+  it('a template can be the base of another: the derived one has what its base has, and its own', async () => {
+    const derivedName = `${NAME}-more`;
+    const file = await writeTemplate(workDir, 'more.yaml', `name: ${derivedName}\nbase: ${NAME}\nrun:\n  - test -f /opt/greeting/hello.txt && command -v jq && touch /etc/more-marker\n`);
+    try {
+      const built = await sbx(['template', 'build', file]);
+      assert.equal(built.code, 0, built.stderr.slice(-2000));
+      assert.match(built.stderr, new RegExp(`on ${NAME} \\(`));
+      const ls = JSON.parse((await sbx(['template', 'ls', '--json'])).stdout) as Array<{ name: string; base: string }>;
+      assert.equal(ls.find((t) => t.name === derivedName)?.base, NAME);
+    } finally {
+      const removed = await sbx(['template', 'rm', derivedName]);
+      assert.equal(removed.code, 0, removed.stderr);
+    }
+  });
+
   it('is listed by `sbx template ls` and GET /v1/templates, with its base and screen', async () => {
     const ls = await sbx(['template', 'ls', '--json']);
     assert.equal(ls.code, 0, ls.stderr);
@@ -158,13 +173,15 @@ describe('user templates: build, list, boot, pool, remove', () => {
   });
 
   it('a session on an unknown template is a 400 that lists the templates there are; nothing is taken', async () => {
-    const leases = orch.manager.leasesInUse;
+    // (Not the address leases: the warm pool is leasing in the background meanwhile.)
+    const sessions = orch.manager.list().length;
     const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: { template: 'no-such-template' } });
     assert.equal(res.statusCode, 400, res.body);
     assert.equal(res.json().error.code, 'invalid_request');
     assert.match(res.json().error.message, /template: unknown template "no-such-template"; available: .*minimal/);
     assert.ok(res.json().error.message.includes(NAME), res.body);
-    assert.equal(orch.manager.leasesInUse, leases);
+    assert.equal(orch.manager.list().length, sessions, 'no session was made');
+    assert.deepEqual(orch.manager.capacity.usage().perTenant, {}, 'no capacity slot was taken');
   });
 
   it("the warm pool keeps the template's own sandboxes, and a claim takes only its template's", async () => {
