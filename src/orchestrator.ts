@@ -7,14 +7,16 @@ import { KeyRequirement } from './api/auth/key-requirement.js';
 import { KeyStore } from './api/auth/key-store.js';
 import { buildServer } from './api/server.js';
 import { describeConfig, type OrchestratorConfig } from './config.js';
-import { buildImage, findImage, type GuestImage } from './guest/image/builder.js';
+import type { GuestImage } from './guest/image/builder.js';
 import { Metrics } from './metrics/metrics.js';
 import { takeOrchestratorLock, type OrchestratorLock } from './orchestrator-lock.js';
 import { ResourceNames } from './network/names.js';
 import { selectRuntime, type RuntimeSelection } from './runtimes/select.js';
 import { CapacityGate } from './sessions/capacity.js';
 import { SessionManager } from './sessions/manager.js';
+import { warmPoolSizes } from './sessions/settings.js';
 import { SessionStore } from './sessions/store.js';
+import { DEFAULT_TEMPLATE, TemplateCatalogue } from './templates/catalogue.js';
 
 export interface Orchestrator {
   config: OrchestratorConfig;
@@ -22,7 +24,10 @@ export interface Orchestrator {
   manager: SessionManager;
   metrics: Metrics;
   server: FastifyInstance;
+  /** The default template's image. */
   image: GuestImage;
+  /** Built-in and user templates (GET /v1/templates). */
+  templates: TemplateCatalogue;
   /** API keys in the store (the CLI's `sbx keys` works on the same table). */
   keys: KeyStore;
   authMode: AuthMode;
@@ -83,17 +88,28 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
   if (config.runtime === 'auto' && selection.runtime.capabilities.sharesHostKernel && keys.hasUnrevokedKeys()) {
     warnContainersAreTheBoundary(log, selection.reason);
   }
-  await selection.runtime.prepareHost?.(config.maxSessions + config.warmPoolSize, log.child({ runtime: selection.runtime.name }));
+  const poolSizes = warmPoolSizes(config, DEFAULT_TEMPLATE);
+  const pooled = [...poolSizes.values()].reduce((a, b) => a + b, 0);
+  await selection.runtime.prepareHost?.(config.maxSessions + pooled, log.child({ runtime: selection.runtime.name }));
 
-  let image = await findImage(config.imagesDir);
+  const templates = new TemplateCatalogue(config.imagesDir);
+  let image = (await templates.resolve(DEFAULT_TEMPLATE).catch(() => undefined))?.image;
   if (!image) {
     if (options.buildImageIfMissing === false) {
       throw new Error(`no guest image in ${config.imagesDir}: build it with \`sbx image build\``);
     }
     log.info('guest image not built yet; building it now (a few minutes, once)');
-    image = await buildImage({ imagesDir: config.imagesDir, onProgress: (line) => log.info(line) });
+    image = await templates.ensureBuiltIn(DEFAULT_TEMPLATE, (line) => log.info(line));
   }
-  log.info({ image: image.hash }, 'guest image ready');
+  log.info({ image: image.hash, template: DEFAULT_TEMPLATE }, 'guest image ready');
+  // Every template a warm pool keeps must exist now: a typo should stop the start, not retry forever.
+  const prepared = new Map<string, GuestImage>([[image.hash, image]]);
+  for (const template of poolSizes.keys()) {
+    const resolved = await templates.resolve(template).catch((err: unknown) => {
+      throw new Error(`SBX_WARM_POOL: ${err instanceof Error ? err.message : String(err)}`);
+    });
+    prepared.set(resolved.image.hash, resolved.image);
+  }
 
   const metrics = new Metrics();
   const manager = new SessionManager({
@@ -110,6 +126,8 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     pidsLimit: config.pidsLimit,
     runtime: selection.runtime,
     image,
+    templates,
+    defaultTemplate: DEFAULT_TEMPLATE,
     store,
     metrics,
     log,
@@ -119,7 +137,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
       sessionMemoryMiB: config.memoryLimitMiB,
       memoryReserveMiB: config.memoryReserveMiB,
     }),
-    warmPool: { size: config.warmPoolSize, shape: config.warmPoolScreen },
+    warmPool: { sizes: poolSizes, shape: config.warmPoolScreen },
     consoleLog: config.consoleLog,
   });
   log.info(
@@ -136,9 +154,14 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     'request limits per tenant',
   );
   await manager.start();
-  await selection.runtime.prepare?.(image, { display: config.display, pidsLimit: config.pidsLimit }, (message) => log.info({ runtime: selection.runtime.name }, message));
+  // Once per image a session can boot at start-up (the default's and the pools'); another
+  // template's image boots without it (prepare is an optimisation, see Runtime.prepare).
+  for (const preparedImage of prepared.values()) {
+    await selection.runtime.prepare?.(preparedImage, { display: config.display, pidsLimit: config.pidsLimit }, (message) => log.info({ runtime: selection.runtime.name }, message));
+  }
   const server = await buildServer({
     manager,
+    templates,
     metrics,
     logger: log,
     auth: { keys, requirement: keyRequirement },
@@ -162,6 +185,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     metrics,
     server,
     image,
+    templates,
     keys,
     authMode,
     keyRequirement,

@@ -42,6 +42,7 @@ describe('the configuration an environment describes', () => {
       maxSessionsPerTenant: 10,
       memoryReserveMiB: 512,
       warmPoolSize: 0,
+      warmPool: new Map(),
       warmPoolScreen: { width: 1024, height: 768 },
       consoleLog: { maxBytes: 4 * MiB, keptMaxCount: 100, keptMaxBytes: 64 * MiB },
       subnet: '10.241.0.0/16',

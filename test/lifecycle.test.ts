@@ -102,11 +102,15 @@ describe('the orchestrator process: CLI, SDK, SIGTERM and restart after a crash'
   it('is driven by the CLI and the SDK, and destroys its sessions on SIGTERM', async () => {
     const serve = await startServe(stateDir, 18081);
     try {
-      const created = await runCli(['create', '--width', '640', '--height', '480'], serve.url);
+      const unknown = await runCli(['create', '--template', 'no-such-template'], serve.url);
+      assert.notEqual(unknown.code, 0);
+      assert.match(unknown.stderr, /unknown template "no-such-template"; available: .*minimal/);
+      const created = await runCli(['create', '--template', 'minimal', '--width', '640', '--height', '480'], serve.url);
       assert.equal(created.code, 0, created.stderr);
       const id = JSON.parse(created.stdout).id as string;
+      assert.equal(JSON.parse(created.stdout).template, 'minimal');
       const ls = await runCli(['ls'], serve.url);
-      assert.match(ls.stdout, new RegExp(`${id}\\s+ready\\s+container\\s+640x480`));
+      assert.match(ls.stdout, new RegExp(`${id}\\s+ready\\s+container\\s+minimal\\s+640x480`));
       const out = path.join(stateDir, 'shot.png');
       const shot = await runCli(['screenshot', id, '-o', out], serve.url);
       assert.equal(shot.code, 0, shot.stderr);

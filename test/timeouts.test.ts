@@ -73,9 +73,11 @@ describe('session clocks (pure)', () => {
       assert.equal(store.get('oldone')?.tenant, 'local', 'a session from before tenants belongs to the local tenant');
       assert.equal(store.get('oldone')?.screenshotFormat, 'png', 'a session from before screenshot formats takes png');
       assert.equal(store.get('oldone')?.screenshotQuality, null);
+      assert.equal(store.get('oldone')?.template, 'minimal', 'a session from before templates booted the minimal image');
       const record: SessionRecord = {
         id: 'newone',
         tenant: 'acme',
+        template: 'minimal',
         state: 'ready',
         runtime: 'container',
         width: 1024,

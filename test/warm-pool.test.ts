@@ -147,7 +147,7 @@ describe('the warm pool', () => {
   it('refills itself after a claim', async () => {
     const [next] = await poolReady(orch);
     assert.ok(next && next !== sessionId, 'a new sandbox took its place');
-    assert.match(await metrics(orch), /sandbox_warm_pool_sandboxes\{state="ready"\} 1/);
+    assert.match(await metrics(orch), /sandbox_warm_pool_sandboxes\{state="ready",template="minimal"\} 1/);
   });
 
   it('boots cold for another screen size and leaves the pool alone', async () => {
@@ -240,7 +240,7 @@ describe('a warm pool of size 0 (the default)', () => {
     const text = await metrics(orch);
     assert.match(text, /sandbox_session_creates_total\{source="cold"\} 1/);
     assert.doesNotMatch(text, /sandbox_session_creates_total\{source="warm"\}/);
-    assert.match(text, /sandbox_warm_pool_sandboxes\{state="ready"\} 0/);
+    assert.match(text, /sandbox_warm_pool_sandboxes\{state="ready",template="minimal"\} 0/);
   });
 });
 
@@ -259,7 +259,7 @@ describe('the warm pool across a crash', () => {
     try {
       await waitFor('the pool to fill', async () => {
         const text = await (await fetch(`${serve.url}/metrics`)).text();
-        return /sandbox_warm_pool_sandboxes\{state="ready"\} 1/.test(text) ? true : undefined;
+        return /sandbox_warm_pool_sandboxes\{state="ready",template="minimal"\} 1/.test(text) ? true : undefined;
       });
       const dirs = (await readdir(stateDir)).filter((name) => SESSION_ID_PATTERN.test(name));
       assert.equal(dirs.length, 1);

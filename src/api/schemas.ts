@@ -31,6 +31,7 @@ export const sessionSchema = {
     tenant: { type: 'string', description: 'The tenant that owns the session (the API key\'s; `local` without keys)' },
     state: { type: 'string', enum: ['creating', 'ready', 'destroying', 'destroyed', 'failed'] },
     runtime: { type: 'string', enum: ['container', 'qemu', 'firecracker'] },
+    template: { type: 'string', description: 'The template its sandbox booted (GET /v1/templates)' },
     display: {
       type: 'object',
       required: ['width', 'height'],
@@ -93,8 +94,15 @@ export const createSessionBody = {
   type: 'object',
   additionalProperties: false,
   properties: {
-    width: { type: 'integer', minimum: MIN_SIDE, maximum: MAX_SIDE, default: 1024 },
-    height: { type: 'integer', minimum: MIN_SIDE, maximum: MAX_SIDE, default: 768 },
+    template: {
+      type: 'string',
+      minLength: 1,
+      maxLength: 64,
+      description: 'The template to boot (GET /v1/templates lists them; default: the orchestrator\'s). An unknown name is a 400 listing the names there are',
+    },
+    // No schema default for the size: a template's own default screen applies when neither is given.
+    width: { type: 'integer', minimum: MIN_SIDE, maximum: MAX_SIDE, description: "Screen width (default: the template's screen, else 1024)" },
+    height: { type: 'integer', minimum: MIN_SIDE, maximum: MAX_SIDE, description: "Screen height (default: the template's screen, else 768)" },
     timeoutSeconds: {
       type: 'integer',
       minimum: 10,

@@ -19,11 +19,14 @@ import { fileRoutes } from './routes/files.js';
 import { sessionRoutes } from './routes/sessions.js';
 import { sessionTimeoutRoutes } from './routes/session-timeouts.js';
 import { systemRoutes } from './routes/system.js';
+import { templateRoutes, type TemplateListing } from './routes/templates.js';
 import { toolResultSchema } from '../tools/tool-result.js';
 import { actionResultSchema, errorSchema, sessionSchema } from './schemas.js';
 
 export interface ServerOptions {
   manager: SessionManager;
+  /** The templates GET /v1/templates lists (the TemplateCatalogue). */
+  templates: TemplateListing;
   metrics: Metrics;
   logger: Logger;
   /** API keys and whether they are required (see auth/auth-mode.ts). */
@@ -116,5 +119,6 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   await app.register(desktopActionRoutes, { manager: opts.manager });
   await app.register(fileRoutes, { manager: opts.manager, maxFileBytes: opts.maxFileBytes });
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
+  await app.register(templateRoutes, { templates: opts.templates });
   return app;
 }

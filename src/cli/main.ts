@@ -12,6 +12,7 @@ import { RUNTIME_NAMES, type RuntimeChoice } from '../runtimes/settings.js';
 import { imagesDirFromEnv, warmPoolSize } from '../sessions/settings.js';
 import { desktopCommand } from './desktop.js';
 import { keysCommand } from './keys.js';
+import { templateCommand } from './templates.js';
 
 /** The file extension of an image by its first bytes (the session's default format may be any). */
 function extensionOf(image: Buffer): string {
@@ -41,7 +42,7 @@ program
   .addOption(new Option('--state-dir <dir>', 'keys, per-session files and the store').env('SBX_STATE_DIR').default(defaults.stateDir))
   .addOption(new Option('--runtime <name>', 'sandbox runtime').env('SBX_RUNTIME').choices([...RUNTIME_NAMES]).default(defaults.runtime))
   .addOption(
-    new Option('--warm-pool <n>', `booted sandboxes kept ready for creates of ${defaults.warmPoolScreen.width}x${defaults.warmPoolScreen.height} (SBX_WARM_POOL_SCREEN)`)
+    new Option('--warm-pool <n>', `booted sandboxes of the default template kept ready for creates of ${defaults.warmPoolScreen.width}x${defaults.warmPoolScreen.height} (SBX_WARM_POOL_SCREEN; per template: SBX_WARM_POOL=name:count,...)`)
       .env('SBX_WARM_POOL_SIZE')
       .default(defaults.warmPoolSize)
       .argParser((v) => {
@@ -140,6 +141,7 @@ function client(): SandboxClient {
 
 program.addCommand(keysCommand(defaults.stateDir));
 program.addCommand(desktopCommand(client));
+program.addCommand(templateCommand(defaults.imagesDir));
 
 interface CreateFlags {
   width?: number;
@@ -149,6 +151,7 @@ interface CreateFlags {
   egress?: boolean;
   screenshotFormat?: 'png' | 'jpeg' | 'webp';
   screenshotQuality?: number;
+  template?: string;
 }
 
 program
@@ -159,11 +162,13 @@ program
   .option('-t, --timeout <seconds>', 'idle timeout', integer)
   .option('--max-lifetime <seconds>', 'maximum lifetime (at most the server maximum)', integer)
   .option('--egress', 'let the sandbox reach the internet (NAT); off by default')
+  .option('--template <name>', 'the template to boot (`sbx template ls`; default: the server\'s)')
   .addOption(new Option('--screenshot-format <format>', "the session's default screenshot format (png)").choices(['png', 'jpeg', 'webp']))
   .option('--screenshot-quality <1-100>', 'its quality, for jpeg and webp (default jpeg 80, webp 100: lossless)', integer)
   .action(async (opts: CreateFlags) => {
     const screenshot = opts.screenshotFormat || opts.screenshotQuality !== undefined ? { format: opts.screenshotFormat, quality: opts.screenshotQuality } : undefined;
     const sandbox = await client().create({
+      ...(opts.template ? { template: opts.template } : {}),
       width: opts.width,
       height: opts.height,
       timeoutSeconds: opts.timeout,
@@ -188,7 +193,7 @@ program
   .description('list live sessions')
   .action(async () => {
     const sessions = await client().list();
-    for (const s of sessions) console.log(`${s.id}  ${s.state.padEnd(10)} ${s.runtime.padEnd(10)} ${s.display.width}x${s.display.height}  expires ${s.expiresAt}`);
+    for (const s of sessions) console.log(`${s.id}  ${s.state.padEnd(10)} ${s.runtime.padEnd(10)} ${s.template.padEnd(12)} ${s.display.width}x${s.display.height}  expires ${s.expiresAt}`);
     if (sessions.length === 0) console.error('no sessions');
   });
 

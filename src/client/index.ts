@@ -2,7 +2,7 @@ import { DesktopMethods } from './desktop.js';
 import { errorFor, SandboxError } from './errors.js';
 import { downloadFile, downloadFileStream, uploadFile, type FileRequestOptions, type UploadData, type UploadedFile, type UploadFileOptions } from './files.js';
 import { formatQuery, queryString, type ScreenshotFormatOptions } from './screenshot-format.js';
-import type { ActionResult, BashToolInput, ComputerToolInput, CreateOptions, EditorToolInput, SessionInfo, TimeoutUpdate, ToolResult } from './types.js';
+import type { ActionResult, BashToolInput, ComputerToolInput, CreateOptions, EditorToolInput, SessionInfo, TemplateInfo, TimeoutUpdate, ToolResult } from './types.js';
 
 export * from './errors.js';
 export type { ImageMediaType, ScreenshotFormatOptions } from './screenshot-format.js';
@@ -33,6 +33,11 @@ export class SandboxClient {
   async create(options: CreateOptions = {}): Promise<Sandbox> {
     const info = await this.json<SessionInfo>('POST', '/v1/sessions', options);
     return new Sandbox(this, info);
+  }
+
+  /** The built-in and user templates a session can name. */
+  async listTemplates(): Promise<TemplateInfo[]> {
+    return (await this.json<{ templates: TemplateInfo[] }>('GET', '/v1/templates')).templates;
   }
 
   async list(): Promise<SessionInfo[]> {

@@ -7,6 +7,8 @@ export interface SessionInfo {
   id: string;
   state: 'creating' | 'ready' | 'destroying' | 'destroyed' | 'failed';
   runtime: 'container' | 'qemu' | 'firecracker';
+  /** The template its sandbox booted. */
+  template: string;
   display: { width: number; height: number };
   /** The tool definition to pass to the Messages API as is (in the model's space). */
   computerTool: {
@@ -43,7 +45,20 @@ export interface TimeoutUpdate {
   maxLifetimeSeconds?: number;
 }
 
+/** A template as GET /v1/templates lists it. */
+export interface TemplateInfo {
+  name: string;
+  kind: 'built-in' | 'user';
+  base: string | null;
+  built: boolean;
+  sizeBytes: number | null;
+  builtAt: string | null;
+  screen: { width: number; height: number } | null;
+}
+
 export interface CreateOptions {
+  /** The template to boot (default: the server's); see listTemplates(). */
+  template?: string;
   width?: number;
   height?: number;
   /** The screen size the model sees: 'auto' (default), 'none', or a size. */

@@ -62,8 +62,8 @@ export class Metrics {
 
   readonly warmPoolSandboxes = new Gauge({
     name: 'sandbox_warm_pool_sandboxes',
-    help: 'Sandboxes in the warm pool, by state: ready (to be claimed) or booting (being refilled)',
-    labelNames: ['state'] as const,
+    help: 'Sandboxes in the warm pool, by state (ready to be claimed, or booting to refill it) and template',
+    labelNames: ['state', 'template'] as const,
     registers: [this.registry],
   });
 

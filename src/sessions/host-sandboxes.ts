@@ -50,11 +50,11 @@ export class HostSandboxes implements SandboxHost {
   }
 
   boot(session: Session, lease: AddressLease, log: Logger): Promise<void> {
-    return bootSandbox(session, lease, this.bootContext(log));
+    return bootSandbox(session, lease, this.bootContext(session, log));
   }
 
   async bootPooled(session: Session, lease: AddressLease, log: Logger): Promise<PooledSandbox> {
-    const keys = await bootPooledSandbox(session, lease, this.bootContext(log));
+    const keys = await bootPooledSandbox(session, lease, this.bootContext(session, log));
     return { session, hostPublicKey: keys.hostPublicKey };
   }
 
@@ -100,8 +100,10 @@ export class HostSandboxes implements SandboxHost {
     await policy.uninstall().catch((err: unknown) => log.error({ err, table: policy.table }, 'could not remove the network policy table'));
   }
 
-  private bootContext(log: Logger): BootContext {
-    const { settle, stateDir, names, display, runtime, image, memoryMiB, pidsLimit, policy, store, consoleLog } = this.opts;
+  private bootContext(session: Session, log: Logger): BootContext {
+    // The session's template's image (lifecycle.ts resolved it); the default one otherwise.
+    const image = session.image ?? this.opts.image;
+    const { settle, stateDir, names, display, runtime, memoryMiB, pidsLimit, policy, store, consoleLog } = this.opts;
     return {
       settle,
       stateDir,

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import { type GuestProtocolError, OrchestratorError, UnavailableError } from '../errors.js';
+import { type GuestProtocolError, InvalidRequestError, OrchestratorError, UnavailableError } from '../errors.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { AddressLease } from '../network/address-pool.js';
 import type { RuntimeName } from '../runtimes/runtime.js';
@@ -13,6 +13,7 @@ import { LOCAL_TENANT, type EndReason, type SessionRecord, type SessionState } f
 import { newRecord, resolveRequest, startClocks, type CreateSessionOptions, type RequestDefaults, type SessionOwner, type SessionRequest } from './session-request.js';
 import { toView, type SessionView } from './session-view.js';
 import type { SessionStore } from './store.js';
+import type { SessionTemplate, TemplateSource } from './templates.js';
 
 /** How long a watch that saw a sandbox's process gone waits for the runtime to report its exit. */
 const EXIT_REPORT_GRACE_MS = 2_500;
@@ -33,6 +34,7 @@ export interface LifecycleOptions {
   log: Logger;
   runtimeName: RuntimeName;
   defaults: RequestDefaults;
+  templates: TemplateSource;
 }
 
 /**
@@ -43,15 +45,16 @@ export interface LifecycleOptions {
  */
 export class SessionLifecycle {
   private shuttingDown = false;
-  /** Set once the warm pool exists (it is made with hooks into this lifecycle). */
-  warmPool: WarmPool | undefined;
+  /** The warm pools, by template, once they exist (they are made with hooks into this lifecycle). */
+  warmPools = new Map<string, WarmPool>();
 
   constructor(private readonly opts: LifecycleOptions) {}
 
   async create(options: CreateSessionOptions = {}, owner: SessionOwner = { tenant: LOCAL_TENANT }): Promise<SessionView> {
     if (this.shuttingDown) throw new UnavailableError('the orchestrator is shutting down');
     const started = performance.now();
-    const request = this.resolve(options);
+    const template = await this.template(options.template ?? this.opts.defaults.template);
+    const request = resolveRequest(options, this.opts.defaults, template.screen);
     await this.opts.host.assertCreatesAllowed();
     // Admission: a 429/503 here has taken nothing. The slot is taken in the same synchronous
     // step as the check, so concurrent creates cannot overshoot a limit. The session that
@@ -59,12 +62,21 @@ export class SessionLifecycle {
     // (release is idempotent, so a failed boot that released it already is no harm).
     const slot = this.opts.capacity.reserve(owner.tenant);
     try {
-      const view = await this.createWithSlot(request, owner.tenant, slot, started);
+      const view = await this.createWithSlot(request, template, owner.tenant, slot, started);
       slot.booted();
       return view;
     } catch (err) {
       slot.release();
       throw err;
+    }
+  }
+
+  /** The template a create names, or a 400 that lists the ones there are. */
+  private async template(name: string): Promise<SessionTemplate> {
+    try {
+      return await this.opts.templates.resolve(name);
+    } catch (err) {
+      throw new InvalidRequestError(`template: ${err instanceof Error ? err.message : String(err)}`);
     }
   }
 
@@ -82,22 +94,25 @@ export class SessionLifecycle {
     return this.shuttingDown;
   }
 
-  private async createWithSlot(request: SessionRequest, tenant: string, slot: CapacitySlot, started: number): Promise<SessionView> {
+  private async createWithSlot(request: SessionRequest, template: SessionTemplate, tenant: string, slot: CapacitySlot, started: number): Promise<SessionView> {
     // A pooled sandbox of the same screen size, if one is ready; any other request boots cold.
     // (A pooled sandbox was fenced without egress: a request for egress boots cold too.)
-    const pooled = request.egress ? undefined : this.warmPool?.take({ width: request.width, height: request.height });
+    // Only the pool of the session's own template: a sandbox booted from another image is never handed out.
+    const pool = this.warmPools.get(request.template);
+    const pooled = request.egress ? undefined : pool?.take({ width: request.width, height: request.height });
     if (pooled) {
-      const view = await this.createFromPool(pooled, request, tenant, slot, started).finally(() => this.warmPool?.refill());
+      const view = await this.createFromPool(pooled, request, tenant, slot, started).finally(() => pool?.refill());
       if (view) return view;
     }
-    return this.createCold(request, tenant, slot, started);
+    return this.createCold(request, template, tenant, slot, started);
   }
 
-  private async createCold(request: SessionRequest, tenant: string, slot: CapacitySlot, started: number): Promise<SessionView> {
+  private async createCold(request: SessionRequest, template: SessionTemplate, tenant: string, slot: CapacitySlot, started: number): Promise<SessionView> {
     const { store, registry, metrics, host, addresses } = this.opts;
     const lease = await addresses.leaseFree();
     const record = newRecord(request, lease.index, false, tenant, this.opts.runtimeName);
     const session = new Session(record);
+    session.image = template.image;
     const log = this.sessionLog(session);
     // Stored before any resource is taken, so a crash from here on is found at restart.
     store.insert(record);

@@ -19,6 +19,7 @@ import type { SandboxHost } from './sandbox-host.js';
 import { SessionActions } from './session-actions.js';
 import type { Session } from './session.js';
 import type { SessionStore } from './store.js';
+import type { TemplateSource } from './templates.js';
 
 export type { CreateSessionOptions, SessionOwner } from './session-request.js';
 export type { SessionTimeoutUpdate } from './clocks.js';
@@ -44,8 +45,12 @@ export interface ManagerOptions {
   store: SessionStore;
   metrics: Metrics;
   log: Logger;
-  /** Booted sandboxes kept ready for creates of this screen size (size 0: no pool). */
-  warmPool?: { size: number; shape: ScreenShape };
+  /** Booted sandboxes kept ready for creates of this screen size, by template (count 0: no pool). */
+  warmPool?: { sizes: ReadonlyMap<string, number>; shape: ScreenShape };
+  /** Where templates' images are found (the TemplateCatalogue). */
+  templates: TemplateSource;
+  /** The template of a session that names none. */
+  defaultTemplate: string;
   /** Admission control (per host, per tenant, memory); default: limits derived from memoryMiB. */
   capacity?: CapacityGate;
   /** Console log caps (default DEFAULT_CONSOLE_LOG_LIMITS). */
@@ -72,7 +77,7 @@ export class SessionManager {
   readonly policyGuard: PolicyGuard;
   private readonly addresses: AddressAllocator;
   private readonly host: SandboxHost;
-  private readonly warmPool: WarmPool | undefined;
+  private readonly warmPools: Map<string, WarmPool>;
 
   constructor(private readonly opts: ManagerOptions) {
     const { runtime, store, metrics, log } = opts;
@@ -97,7 +102,8 @@ export class SessionManager {
       metrics,
       log,
       runtimeName: runtime.name,
-      defaults: { defaultTimeoutSeconds: opts.defaultTimeoutSeconds, maxLifetimeSeconds: opts.maxLifetimeSeconds },
+      templates: opts.templates,
+      defaults: { defaultTimeoutSeconds: opts.defaultTimeoutSeconds, maxLifetimeSeconds: opts.maxLifetimeSeconds, template: opts.defaultTemplate },
     });
     this.clocks = new SessionClocks({
       registry: this.registry,
@@ -108,21 +114,27 @@ export class SessionManager {
       reaperIntervalMs: opts.reaperIntervalMs,
     });
     this.actions = new SessionActions({ registry: this.registry, clocks: this.clocks, store, metrics });
-    this.warmPool = this.makeWarmPool();
-    this.lifecycle.warmPool = this.warmPool;
+    this.warmPools = this.lifecycle.warmPools;
+    // The default template's pool always exists (size 0: empty), so that it can be resized and its gauge reads 0.
+    const sizes = new Map(opts.warmPool?.sizes ?? []);
+    if (opts.warmPool && !sizes.has(opts.defaultTemplate)) sizes.set(opts.defaultTemplate, 0);
+    for (const [template, size] of sizes) this.makeWarmPool(template, size);
   }
 
-  private makeWarmPool(): WarmPool | undefined {
-    const { warmPool: warm, runtime, log, metrics, store } = this.opts;
-    if (!warm) return undefined;
+  /** The pool of one template (one pool per template: a claim takes only its own). */
+  private makeWarmPool(template: string, size: number): WarmPool | undefined {
+    const { warmPool: warm, runtime, log, metrics, store, templates } = this.opts;
     if (!runtime.capabilities.configDirIsLive) {
-      if (warm.size > 0) {
+      if (size > 0) {
         log.warn({ runtime: runtime.name }, 'warm pool is off: it hands a sandbox to a new key through its live config dir, which this runtime does not have');
       }
       return undefined;
     }
-    const hooks = pooledSandboxHooks({ lifecycle: this.lifecycle, host: this.host, addresses: this.addresses, store, metrics, log, runtimeName: runtime.name });
-    return new WarmPool({ size: warm.size, shape: warm.shape, metrics, log: log.child({ part: 'warm-pool' }), hooks });
+    const hooks = pooledSandboxHooks({ lifecycle: this.lifecycle, host: this.host, addresses: this.addresses, store, metrics, log, runtimeName: runtime.name, templates }, template);
+    const shape = warm?.shape ?? { width: 1024, height: 768 };
+    const pool = new WarmPool({ template, size, shape, metrics, log: log.child({ part: 'warm-pool', template }), hooks });
+    this.warmPools.set(template, pool);
+    return pool;
   }
 
   /**
@@ -143,7 +155,7 @@ export class SessionManager {
     if (adopted.length > 0) this.opts.log.info({ adopted: adopted.length }, 'adopted live sessions of an earlier run');
     if (reclaimed > 0) this.opts.log.warn({ reclaimed }, 'reclaimed sandboxes left behind by an earlier run');
     this.clocks.start();
-    this.warmPool?.start();
+    for (const pool of this.warmPools.values()) pool.start();
   }
 
   /** Destroys every session and every pooled sandbox (SIGTERM, tests). */
@@ -151,19 +163,29 @@ export class SessionManager {
     this.lifecycle.beginShutdown();
     this.clocks.stop();
     this.host.stopPolicyGuard();
-    await Promise.allSettled([this.warmPool?.stop(), ...this.registry.ids().map((id) => this.lifecycle.destroy(id, 'shutdown'))]);
+    await Promise.allSettled([...[...this.warmPools.values()].map((pool) => pool.stop()), ...this.registry.ids().map((id) => this.lifecycle.destroy(id, 'shutdown'))]);
     await this.host.removePolicy();
   }
 
-  /** The warm pool as it is now (target 0 and nothing ready when there is none). */
-  warmPoolStatus(): WarmPoolStatus {
-    return this.warmPool?.status() ?? { target: 0, shape: this.opts.warmPool?.shape ?? { width: 1024, height: 768 }, ready: [], booting: 0 };
+  /** A template's warm pool as it is now (default: the default template's; target 0 and nothing ready when there is none). */
+  warmPoolStatus(template: string = this.opts.defaultTemplate): WarmPoolStatus {
+    return (
+      this.warmPools.get(template)?.status() ?? { template, target: 0, shape: this.opts.warmPool?.shape ?? { width: 1024, height: 768 }, ready: [], booting: 0 }
+    );
   }
 
-  /** Changes how many sandboxes the warm pool keeps ready (the benchmark uses it). */
-  async resizeWarmPool(size: number): Promise<void> {
-    if (!this.warmPool) throw new Error('there is no warm pool (SBX_WARM_POOL_SIZE, or a runtime without a live config dir)');
-    await this.warmPool.resize(size);
+  /** Every template's warm pool. */
+  warmPoolStatuses(): WarmPoolStatus[] {
+    return [...this.warmPools.values()].map((pool) => pool.status());
+  }
+
+  /** Changes how many sandboxes a template's warm pool keeps ready (the benchmark uses it); makes the pool if needed. */
+  async resizeWarmPool(size: number, template: string = this.opts.defaultTemplate): Promise<void> {
+    const existing = this.warmPools.get(template);
+    if (existing) return existing.resize(size);
+    const pool = this.makeWarmPool(template, size);
+    if (!pool) throw new Error('there is no warm pool on a runtime without a live config dir');
+    pool.start();
   }
 
   /** Address blocks leased now (sessions and pooled sandboxes): a leak shows here. */

@@ -23,6 +23,8 @@ export interface SessionRecord {
   tenant: string;
   state: SessionState;
   runtime: RuntimeName;
+  /** The template its sandbox boots (src/templates/catalogue.ts). */
+  template: string;
   /** The real screen. */
   width: number;
   height: number;

@@ -6,6 +6,8 @@ import type { ComputerToolVersion, SessionRecord } from './session-record.js';
 import { idleDeadline, resolveLifetime } from './timeouts.js';
 
 export interface CreateSessionOptions {
+  /** The template to boot (default: the orchestrator's, DEFAULT_TEMPLATE). */
+  template?: string;
   width?: number;
   height?: number;
   /** The model-facing screen size: 'auto' (default, as the reference), 'none', or a size. */
@@ -30,6 +32,7 @@ export interface SessionOwner {
 /** A create request with its defaults applied and checked: the record's requested part. */
 export type SessionRequest = Pick<
   SessionRecord,
+  | 'template'
   | 'width'
   | 'height'
   | 'modelWidth'
@@ -45,17 +48,22 @@ export type SessionRequest = Pick<
 
 export interface RequestDefaults {
   defaultTimeoutSeconds: number;
+  /** The template of a session that names none. */
+  template: string;
   /** The longest a session may live, and the lifetime of one that asks for none. */
   maxLifetimeSeconds: number;
 }
 
 /** Defaults applied and checked before anything is taken: a bad request leaves nothing to undo. */
-export function resolveRequest(options: CreateSessionOptions, defaults: RequestDefaults): SessionRequest {
-  const width = options.width ?? 1024;
-  const height = options.height ?? 768;
+export function resolveRequest(options: CreateSessionOptions, defaults: RequestDefaults, templateScreen?: { width: number; height: number }): SessionRequest {
+  // A size asked for wins; else the template's default screen; else 1024x768.
+  const asked = options.width !== undefined || options.height !== undefined;
+  const width = options.width ?? (asked ? undefined : templateScreen?.width) ?? 1024;
+  const height = options.height ?? (asked ? undefined : templateScreen?.height) ?? 768;
   const model = modelSize({ width, height }, options.scaling ?? 'auto');
   const screenshot = resolveScreenshotFormat(options.screenshot ?? {}, undefined, { format: 'screenshot.format', quality: 'screenshot.quality' });
   return {
+    template: options.template ?? defaults.template,
     width,
     height,
     modelWidth: model.width,

@@ -28,6 +28,8 @@ export interface SessionView {
   tenant: string;
   state: SessionRecord['state'];
   runtime: SessionRecord['runtime'];
+  /** The template its sandbox booted. */
+  template: string;
   display: { width: number; height: number };
   /** A ready tool definition for the Messages API, in the model's (scaled) space. */
   computerTool: ComputerToolDefinition;
@@ -58,6 +60,7 @@ export function toView(record: SessionRecord): SessionView {
     tenant: record.tenant,
     state: record.state,
     runtime: record.runtime,
+    template: record.template,
     display: { width: record.width, height: record.height },
     computerTool: computerToolDefinition(record),
     screenshot: screenshotDefault(record),

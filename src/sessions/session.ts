@@ -1,5 +1,6 @@
 import { randomInt } from 'node:crypto';
 import type { ComputerTool } from '../computer/computer-tool.js';
+import type { GuestImage } from '../guest/image/image-store.js';
 import type { RunningSandbox } from '../runtimes/runtime.js';
 import type { GuestConnection } from '../transport/ssh-connection.js';
 import { CleanupStack } from '../util/cleanup-stack.js';
@@ -25,6 +26,8 @@ export class Session {
   sandbox: RunningSandbox | undefined;
   connection: GuestConnection | undefined;
   computer: ComputerTool | undefined;
+  /** The image of its template, resolved at create time; what the runtime boots. */
+  image: GuestImage | undefined;
   /** Watches the sandbox's process and network while the session is live (sandbox-watch.ts). */
   watch: SandboxWatch | undefined;
   /** Settles when creation has finished, well or badly. */

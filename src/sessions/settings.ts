@@ -32,8 +32,13 @@ export interface SessionSettings {
   maxSessionsPerTenant: number;
   /** Memory a create must leave to the host (SBX_MEMORY_RESERVE_MIB, 512): refused when MemAvailable minus this is below memoryLimitMiB. */
   memoryReserveMiB: number;
-  /** Booted sandboxes kept ready to be claimed by a create (SBX_WARM_POOL_SIZE, 0: no warm pool). */
+  /** Booted sandboxes of the default template kept ready to be claimed by a create (SBX_WARM_POOL_SIZE, 0: no warm pool). */
   warmPoolSize: number;
+  /**
+   * Booted sandboxes kept ready per template (SBX_WARM_POOL, `template:count` pairs such as
+   * `minimal:2,desktop:1`). A count it gives for the default template wins over warmPoolSize.
+   */
+  warmPool: Map<string, number>;
   /** The screen size of the warm pool's sandboxes (SBX_WARM_POOL_SCREEN, 1024x768): only creates of this size use the pool. */
   warmPoolScreen: ScreenSize;
   /**
@@ -64,6 +69,7 @@ export function sessionSettingsFromEnv(env: Env): SessionSettings {
     maxSessionsPerTenant: positive('SBX_MAX_SESSIONS_PER_TENANT', envInt('SBX_MAX_SESSIONS_PER_TENANT', 10, env)),
     memoryReserveMiB: envInt('SBX_MEMORY_RESERVE_MIB', 512, env),
     warmPoolSize: warmPoolSize(envInt('SBX_WARM_POOL_SIZE', 0, env)),
+    warmPool: parseWarmPool(envString(env, 'SBX_WARM_POOL', '')),
     warmPoolScreen: parseScreenSize(envString(env, 'SBX_WARM_POOL_SCREEN', '1024x768'), 'SBX_WARM_POOL_SCREEN'),
     consoleLog: {
       maxBytes: atLeast('SBX_CONSOLE_LOG_MAX_BYTES', envInt('SBX_CONSOLE_LOG_MAX_BYTES', DEFAULT_CONSOLE_LOG_LIMITS.maxBytes, env), 4096),
@@ -76,6 +82,26 @@ export function sessionSettingsFromEnv(env: Env): SessionSettings {
 /** SBX_IMAGES_DIR, else <stateDir>/images: also for `serve --state-dir`, which moves the default. */
 export function imagesDirFromEnv(env: Env, stateDir: string): string {
   return envString(env, 'SBX_IMAGES_DIR', path.join(stateDir, 'images'));
+}
+
+/** SBX_WARM_POOL: `template:count` pairs, comma-separated (empty: none). A bad pair throws, naming it. */
+export function parseWarmPool(value: string): Map<string, number> {
+  const sizes = new Map<string, number>();
+  for (const pair of value.split(',').map((p) => p.trim()).filter((p) => p !== '')) {
+    const match = /^([a-z][a-z0-9-]{0,39}):(\d{1,2})$/.exec(pair);
+    if (!match) throw new Error(`SBX_WARM_POOL: "${pair}" is not template:count (e.g. minimal:2,desktop:1)`);
+    const [, template, count] = match as unknown as [string, string, string];
+    if (sizes.has(template)) throw new Error(`SBX_WARM_POOL: ${template} is named twice`);
+    sizes.set(template, warmPoolSize(Number(count)));
+  }
+  return sizes;
+}
+
+/** The warm pool sizes by template: SBX_WARM_POOL, with SBX_WARM_POOL_SIZE for the default template unless it is named there. */
+export function warmPoolSizes(settings: Pick<SessionSettings, 'warmPool' | 'warmPoolSize'>, defaultTemplate: string): Map<string, number> {
+  const sizes = new Map(settings.warmPool);
+  if (!sizes.has(defaultTemplate) && settings.warmPoolSize > 0) sizes.set(defaultTemplate, settings.warmPoolSize);
+  return sizes;
 }
 
 /** Checks a warm pool size (SBX_WARM_POOL_SIZE, `serve --warm-pool`). */

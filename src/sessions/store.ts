@@ -25,6 +25,7 @@ interface Row {
   pooled: number;
   max_lifetime_seconds: number;
   end_reason: EndReason | null;
+  template: string;
 }
 
 /**
@@ -100,6 +101,8 @@ export class SessionStore {
       ['end_reason', 'TEXT'],
       ['screenshot_format', "TEXT NOT NULL DEFAULT 'png'"],
       ['screenshot_quality', 'INTEGER'],
+      // Sessions from before templates booted the one image there was: the built-in minimal.
+      ['template', "TEXT NOT NULL DEFAULT 'minimal'"],
     ];
     for (const [name, type] of added) {
       if (!columns.has(name)) this.db.exec(`ALTER TABLE sessions ADD COLUMN ${name} ${type}`);
@@ -111,10 +114,10 @@ export class SessionStore {
       .prepare(
         `INSERT INTO sessions (id, tenant, state, runtime, width, height, model_width, model_height, tool_version,
            timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error, egress, pooled,
-           max_lifetime_seconds, end_reason, screenshot_format, screenshot_quality)
+           max_lifetime_seconds, end_reason, screenshot_format, screenshot_quality, template)
          VALUES (@id, @tenant, @state, @runtime, @width, @height, @model_width, @model_height, @tool_version,
            @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error, @egress, @pooled,
-           @max_lifetime_seconds, @end_reason, @screenshot_format, @screenshot_quality)`,
+           @max_lifetime_seconds, @end_reason, @screenshot_format, @screenshot_quality, @template)`,
       )
       .run(toRow(record));
   }
@@ -248,6 +251,7 @@ function toRow(r: SessionRecord): Row {
     pooled: r.pooled ? 1 : 0,
     max_lifetime_seconds: r.maxLifetimeSeconds,
     end_reason: r.endReason,
+    template: r.template,
   };
 }
 
@@ -275,5 +279,6 @@ function fromRow(row: Row): SessionRecord {
     pooled: row.pooled === 1,
     maxLifetimeSeconds: row.max_lifetime_seconds,
     endReason: row.end_reason,
+    template: row.template,
   };
 }

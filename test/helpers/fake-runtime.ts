@@ -40,7 +40,11 @@ export class FakeSandbox implements RunningSandbox {
   releases = 0;
   private settleExit: (info: ExitInfo) => void = () => undefined;
 
-  constructor(readonly sessionId: string) {
+  constructor(
+    readonly sessionId: string,
+    /** The image it was started from (the session's template's). */
+    readonly imageHash = FAKE_IMAGE.hash,
+  ) {
     this.exited = new Promise((resolve) => (this.settleExit = resolve));
   }
 
@@ -103,7 +107,7 @@ export class FakeRuntime implements Runtime {
   async start(spec: SandboxSpec, cleanup: CleanupStack): Promise<RunningSandbox> {
     if (this.startGate) await this.startGate.promise;
     if (this.startError) throw this.startError;
-    const sandbox = new FakeSandbox(spec.sessionId);
+    const sandbox = new FakeSandbox(spec.sessionId, spec.image.hash);
     this.sandboxes.set(spec.sessionId, sandbox);
     await cleanup.push(`fake sandbox ${spec.sessionId}`, () => this.release(sandbox));
     return sandbox;
@@ -223,7 +227,7 @@ export class FakeHost implements SandboxHost {
     session.sandbox = await this.runtime.start(
       {
         sessionId: id,
-        image: FAKE_IMAGE,
+        image: session.image ?? FAKE_IMAGE,
         sessionDir: `/nonexistent/${id}`,
         configDir: `/nonexistent/${id}/config`,
         screen: { width, height },

@@ -10,7 +10,7 @@ import { InvalidRequestError } from '../../src/errors.js';
 import { resolveRequest } from '../../src/sessions/session-request.js';
 import { screenshotDefault } from '../../src/sessions/session-view.js';
 
-const DEFAULTS = { defaultTimeoutSeconds: 300, maxLifetimeSeconds: 3600 };
+const DEFAULTS = { defaultTimeoutSeconds: 300, maxLifetimeSeconds: 3600, template: 'minimal' };
 
 function refused(run: () => unknown, message: RegExp): void {
   assert.throws(run, (err: unknown) => err instanceof InvalidRequestError && message.test(err.message));

@@ -8,6 +8,10 @@ export interface ExecOptions {
   stdin?: Buffer;
   /** Every line of stdout and stderr. */
   onLine?: (line: string) => void;
+  /** Aborting kills the command (SIGTERM): a build interrupted by Ctrl-C stops its child. */
+  signal?: AbortSignal;
+  /** How many of the last lines the error quotes (default 3). */
+  tailLines?: number;
 }
 
 export class CommandError extends Error {
@@ -29,6 +33,7 @@ const HOW_TO_INSTALL: Record<string, string> = {
 export function execLogged(command: string, args: string[], options: ExecOptions): Promise<void> {
   return new Promise((resolve, reject) => {
     const child = spawn(command, args, {
+      signal: options.signal,
       stdio: [options.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
       env: inheritedEnv({
         PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
@@ -39,7 +44,7 @@ export function execLogged(command: string, args: string[], options: ExecOptions
     const lastLines: string[] = [];
     const onLine = (line: string) => {
       lastLines.push(line);
-      if (lastLines.length > 3) lastLines.shift();
+      if (lastLines.length > (options.tailLines ?? 3)) lastLines.shift();
       options.onLine?.(line);
     };
     splitLines(child.stdout, onLine);

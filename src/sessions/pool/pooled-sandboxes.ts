@@ -8,6 +8,7 @@ import { Session } from '../session.js';
 import { LOCAL_TENANT } from '../session-record.js';
 import { newRecord } from '../session-request.js';
 import type { SessionStore } from '../store.js';
+import type { TemplateSource } from '../templates.js';
 import type { PooledSandbox, ScreenShape, WarmPoolHooks } from './warm-pool.js';
 
 export interface PooledSandboxOptions {
@@ -18,10 +19,11 @@ export interface PooledSandboxOptions {
   metrics: Metrics;
   log: Logger;
   runtimeName: RuntimeName;
+  templates: TemplateSource;
 }
 
-/** How the warm pool makes and unmakes its sandboxes (its WarmPoolHooks). */
-export function pooledSandboxHooks(opts: PooledSandboxOptions): WarmPoolHooks {
+/** How the warm pool of `template` makes and unmakes its sandboxes (its WarmPoolHooks). */
+export function pooledSandboxHooks(opts: PooledSandboxOptions, template: string): WarmPoolHooks {
   const release = async (pooled: PooledSandbox, reason: string): Promise<void> => {
     const { session } = pooled;
     opts.log.debug({ pooledSandbox: session.id, reason }, 'warm pool: destroying a pooled sandbox');
@@ -39,11 +41,14 @@ export function pooledSandboxHooks(opts: PooledSandboxOptions): WarmPoolHooks {
   /** One sandbox for the warm pool: stored (so a restart reclaims it), booted, known ready. */
   const boot = async (shape: ScreenShape): Promise<PooledSandbox> => {
     if (opts.lifecycle.isShuttingDown) throw new UnavailableError('the orchestrator is shutting down');
-    const request = opts.lifecycle.resolve(shape);
+    // Resolved at every boot: a template rebuilt meanwhile is what the next pooled sandbox runs.
+    const { image } = await opts.templates.resolve(template);
+    const request = opts.lifecycle.resolve({ ...shape, template });
     const lease = await opts.addresses.leaseFree();
     // Owned by no tenant until a create claims it (and not counted against any limit).
     const record = newRecord(request, lease.index, true, LOCAL_TENANT, opts.runtimeName);
     const session = new Session(record);
+    session.image = image;
     const log = opts.log.child({ pooledSandbox: record.id });
     opts.store.insert(record);
     await session.cleanup.push('address lease', () => opts.addresses.release(lease.index));

@@ -25,6 +25,8 @@ export interface WarmPoolHooks {
 }
 
 export interface WarmPoolOptions {
+  /** The template of every sandbox in this pool (one pool per template). */
+  template: string;
   size: number;
   shape: ScreenShape;
   hooks: WarmPoolHooks;
@@ -35,6 +37,7 @@ export interface WarmPoolOptions {
 }
 
 export interface WarmPoolStatus {
+  template: string;
   target: number;
   shape: ScreenShape;
   /** Ids of the sandboxes ready to be claimed, oldest first. */
@@ -76,7 +79,7 @@ export class WarmPool {
   }
 
   status(): WarmPoolStatus {
-    return { target: this.target, shape: { ...this.opts.shape }, ready: this.idle.map((p) => p.session.id), booting: this.booting };
+    return { template: this.opts.template, target: this.target, shape: { ...this.opts.shape }, ready: this.idle.map((p) => p.session.id), booting: this.booting };
   }
 
   /**
@@ -177,7 +180,8 @@ export class WarmPool {
   }
 
   private report(): void {
-    this.opts.metrics.warmPoolSandboxes.set({ state: 'ready' }, this.idle.length);
-    this.opts.metrics.warmPoolSandboxes.set({ state: 'booting' }, this.booting);
+    const { template } = this.opts;
+    this.opts.metrics.warmPoolSandboxes.set({ state: 'ready', template }, this.idle.length);
+    this.opts.metrics.warmPoolSandboxes.set({ state: 'booting', template }, this.booting);
   }
 }

@@ -1,0 +1,67 @@
+import { Command, Option } from 'commander';
+import { TemplateCatalogue } from '../templates/catalogue.js';
+import { buildTemplateFile } from '../templates/template-build.js';
+import { removeUserTemplate } from '../templates/template-store.js';
+
+/**
+ * `sbx template build|ls|rm`: works on the images directory directly (as root, like `sbx image
+ * build`); a running orchestrator sees a new or rebuilt template at its next create.
+ */
+export function templateCommand(defaultImagesDir: string): Command {
+  const command = new Command('template').description('user templates: build, list, remove (docs/templates.md)');
+  const imagesDir = () => new Option('--images-dir <dir>').env('SBX_IMAGES_DIR').default(defaultImagesDir);
+
+  command
+    .command('build <file>')
+    .description('build a template file (YAML or JSON) on its base; cached by a hash of its content and its base')
+    .option('--force', 'rebuild even if this content was built before')
+    .addOption(imagesDir())
+    .action(async (file: string, opts: { force?: boolean; imagesDir: string }) => {
+      const controller = new AbortController();
+      // Ctrl-C: the running step is killed and the half-built template removed, then we exit.
+      const onSignal = () => controller.abort();
+      process.once('SIGINT', onSignal);
+      process.once('SIGTERM', onSignal);
+      try {
+        const built = await buildTemplateFile(file, {
+          catalogue: new TemplateCatalogue(opts.imagesDir),
+          force: opts.force,
+          signal: controller.signal,
+          onProgress: (line) => console.error(line),
+        });
+        console.log(`${built.manifest.name} ${built.manifest.hash} ${built.image.dir}`);
+      } finally {
+        process.off('SIGINT', onSignal);
+        process.off('SIGTERM', onSignal);
+      }
+      if (controller.signal.aborted) process.exit(130);
+    });
+
+  command
+    .command('ls')
+    .description('list built-in and user templates')
+    .option('--json', 'print JSON')
+    .addOption(imagesDir())
+    .action(async (opts: { json?: boolean; imagesDir: string }) => {
+      const templates = await new TemplateCatalogue(opts.imagesDir).list();
+      if (opts.json) return console.log(JSON.stringify(templates, null, 2));
+      console.log(['NAME', 'KIND', 'BASE', 'SIZE', 'SCREEN', 'BUILT AT'].join('\t'));
+      for (const t of templates) {
+        const size = t.sizeBytes === null ? '-' : `${(t.sizeBytes / 1e6).toFixed(0)}MB`;
+        const screen = t.screen ? `${t.screen.width}x${t.screen.height}` : '-';
+        console.log([t.name, t.kind, t.base ?? '-', t.built ? size : 'not built', screen, t.builtAt ?? '-'].join('\t'));
+      }
+    });
+
+  command
+    .command('rm <name>')
+    .description('remove a user template (refused while a sandbox runs on it)')
+    .addOption(imagesDir())
+    .action(async (name: string, opts: { imagesDir: string }) => {
+      const catalogue = new TemplateCatalogue(opts.imagesDir);
+      if (catalogue.isBuiltIn(name)) throw new Error(`${name} is a built-in template; it cannot be removed`);
+      if (!(await removeUserTemplate(opts.imagesDir, name))) throw new Error(`no user template called ${name}`);
+      console.error(`removed template ${name}`);
+    });
+  return command;
+}

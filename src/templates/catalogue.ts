@@ -1,0 +1,133 @@
+/**
+ * Every template a session can name: the built-ins (a recipe each, built by the image
+ * builder) and the user templates built with `sbx template build` (template-store.ts).
+ * Built-ins go in BUILT_IN_TEMPLATES; a user template cannot take a built-in's name.
+ */
+import { readFile, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { buildImage, findImage, type GuestImage, type ImageManifest } from '../guest/image/builder.js';
+import { findUserTemplate, listUserTemplates } from './template-store.js';
+
+/** The template of a session that names none. */
+export const DEFAULT_TEMPLATE = 'minimal';
+
+/** A template built from one of our recipes. */
+export interface BuiltInTemplate {
+  name: string;
+  description: string;
+  /** Its image, if built. */
+  find(imagesDir: string): Promise<GuestImage | undefined>;
+  /** Builds its image (or returns the cached one). */
+  build(imagesDir: string, onProgress: (line: string) => void): Promise<GuestImage>;
+}
+
+export const BUILT_IN_TEMPLATES: readonly BuiltInTemplate[] = [
+  {
+    name: 'minimal',
+    description: 'Xvfb, openbox and an xterm: fast, for tests and headless work',
+    find: (imagesDir) => findImage(imagesDir),
+    build: (imagesDir, onProgress) => buildImage({ imagesDir, onProgress }),
+  },
+];
+
+/** A template as GET /v1/templates and `sbx template ls` show it. */
+export interface TemplateInfo {
+  name: string;
+  kind: 'built-in' | 'user';
+  /** The template it was built on (null for built-ins). */
+  base: string | null;
+  /** Whether its image is built (sessions can use only built ones). */
+  built: boolean;
+  /** Its root filesystem's size in bytes (null until built). */
+  sizeBytes: number | null;
+  builtAt: string | null;
+  /** The screen its sessions get unless they ask for another (null: the orchestrator's default). */
+  screen: { width: number; height: number } | null;
+}
+
+/** A template a session can boot: its image and its default screen. */
+export interface ResolvedTemplate {
+  name: string;
+  image: GuestImage;
+  screen?: { width: number; height: number };
+}
+
+/** Unknown template: the message lists what exists (the API answers 400 with it). */
+export class UnknownTemplateError extends Error {
+  constructor(
+    readonly requested: string,
+    readonly available: readonly string[],
+  ) {
+    super(`unknown template "${requested}"; available: ${available.join(', ') || 'none'}`);
+    this.name = 'UnknownTemplateError';
+  }
+}
+
+export class TemplateCatalogue {
+  constructor(
+    readonly imagesDir: string,
+    private readonly builtIns: readonly BuiltInTemplate[] = BUILT_IN_TEMPLATES,
+  ) {}
+
+  isBuiltIn(name: string): boolean {
+    return this.builtIns.some((t) => t.name === name);
+  }
+
+  /** The built template called `name`, or UnknownTemplateError listing the usable names. */
+  async resolve(name: string): Promise<ResolvedTemplate> {
+    const builtIn = this.builtIns.find((t) => t.name === name);
+    if (builtIn) {
+      const image = await builtIn.find(this.imagesDir);
+      if (image) return { name, image };
+    } else if (/^[a-z][a-z0-9-]{0,39}$/.test(name)) {
+      const user = await findUserTemplate(this.imagesDir, name);
+      if (user) return { name, image: user.image, ...(user.manifest.definition.screen ? { screen: user.manifest.definition.screen } : {}) };
+    }
+    throw new UnknownTemplateError(name, (await this.list()).filter((t) => t.built).map((t) => t.name));
+  }
+
+  /** The built-in's image, built now if missing (start-up, `sbx image build`). */
+  async ensureBuiltIn(name: string, onProgress: (line: string) => void): Promise<GuestImage> {
+    const builtIn = this.builtIns.find((t) => t.name === name);
+    if (!builtIn) throw new Error(`${name} is not a built-in template`);
+    return (await builtIn.find(this.imagesDir)) ?? builtIn.build(this.imagesDir, onProgress);
+  }
+
+  async list(): Promise<TemplateInfo[]> {
+    const infos: TemplateInfo[] = [];
+    for (const builtIn of this.builtIns) {
+      const image = await builtIn.find(this.imagesDir);
+      const manifest = image ? await readManifest(image.dir) : undefined;
+      infos.push({
+        name: builtIn.name,
+        kind: 'built-in',
+        base: null,
+        built: image !== undefined,
+        sizeBytes: manifest?.rootfsBytes ?? null,
+        builtAt: manifest?.builtAt ?? (image ? (await stat(image.dir)).mtime.toISOString() : null),
+        screen: null,
+      });
+    }
+    for (const user of await listUserTemplates(this.imagesDir)) {
+      const { manifest } = user;
+      infos.push({
+        name: manifest.name,
+        kind: 'user',
+        base: manifest.base,
+        built: true,
+        sizeBytes: manifest.rootfsBytes,
+        builtAt: manifest.builtAt,
+        screen: manifest.definition.screen ?? null,
+      });
+    }
+    return infos;
+  }
+}
+
+async function readManifest(dir: string): Promise<ImageManifest | undefined> {
+  try {
+    return JSON.parse(await readFile(join(dir, 'manifest.json'), 'utf8')) as ImageManifest;
+  } catch {
+    return undefined;
+  }
+}

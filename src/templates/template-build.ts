@@ -1,0 +1,280 @@
+/**
+ * `sbx template build`: a user template built on its base's image (docs/templates.md).
+ *
+ * Every step that changes the image runs inside it, never on the host: `unshare` gives the
+ * step its own mount, pid and ipc namespaces (and, for `run` commands, its own empty network
+ * namespace: only apt gets the network), `--mount-proc` a /proc of its own that ends with it,
+ * and `chroot` puts the rootfs at /, so every path resolves inside the image. The build goes
+ * to .build-<hash>-<pid>/ and is renamed into place only once complete; a failure or Ctrl-C
+ * removes it (removeTree unmounts anything left inside first).
+ */
+import { copyFile, mkdir, readFile, realpath, rename, stat, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { createHash } from 'node:crypto';
+import { removeStaleBuilds, removeTree } from '../guest/image/build-dirs.js';
+import { CommandError, execLogged, isErrnoCode } from '../guest/image/build-exec.js';
+import { createImageFile, mkfsExt4Argv, rootImageSize } from '../guest/image/ext4-image.js';
+import type { GuestImage } from '../guest/image/image-store.js';
+import { truncateTimestamps } from '../guest/image/timestamps.js';
+import { GUEST_GID, GUEST_UID } from '../guest/contract.js';
+import type { TemplateCatalogue } from './catalogue.js';
+import { readTemplateFile, TemplateFileError, type TemplateDefinition } from './template-file.js';
+import { IMAGE_ARTIFACTS, loadBuild, pointName, pruneOldBuilds, TEMPLATE_MANIFEST, templatesDir, type StoredTemplate, type TemplateManifest } from './template-store.js';
+
+/** Bump when this file changes what it does to an image: every cached template is rebuilt. */
+const TEMPLATE_BUILDER_VERSION = 1;
+/** Where sandbox-init and sbx-user-shell read a template's env and autostart (as data). */
+export const GUEST_TEMPLATE_DIR = '/etc/sandbox/template';
+const ROOT_HEADROOM_MIB = 512;
+/** Lines of a failed step's output quoted in its error. */
+const TAIL_LINES = 15;
+
+export interface TemplateBuildOptions {
+  catalogue: TemplateCatalogue;
+  onProgress?: (line: string) => void;
+  /** Ctrl-C: the step running is killed and the half-built template removed. */
+  signal?: AbortSignal;
+  /** Rebuild even if this content's build exists. */
+  force?: boolean;
+}
+
+/** A build step that failed: its name and the tail of its output. */
+export class TemplateBuildError extends Error {
+  constructor(
+    readonly step: string,
+    readonly outputTail: string[],
+    cause: string,
+  ) {
+    super(`step "${step}" failed: ${cause}${outputTail.length ? `\n--- last lines of its output ---\n${outputTail.join('\n')}` : ''}`);
+    this.name = 'TemplateBuildError';
+  }
+}
+
+/** Reads, checks and builds a template file; an up-to-date build is reused. */
+export async function buildTemplateFile(file: string, opts: TemplateBuildOptions): Promise<StoredTemplate> {
+  const definition = await readTemplateFile(file);
+  const base = await opts.catalogue.resolve(definition.base).catch(() => undefined);
+  if (!base) {
+    const names = (await opts.catalogue.list()).map((t) => t.name).filter((n) => n !== definition.name);
+    throw new TemplateFileError(file, [`base: unknown template "${definition.base}" (built-ins and built user templates: ${names.join(', ') || 'none'})`]);
+  }
+  if (opts.catalogue.isBuiltIn(definition.name)) throw new TemplateFileError(file, [`name: "${definition.name}" is a built-in template`]);
+  const files = await readSources(file, definition);
+  const hash = templateHash(definition, base.image.hash, files);
+  const imagesDir = opts.catalogue.imagesDir;
+  const progress = opts.onProgress ?? (() => {});
+  const cached = opts.force ? undefined : await loadBuild(imagesDir, hash);
+  if (cached) {
+    await pointName(imagesDir, definition.name, hash);
+    progress(`template ${definition.name} is up to date (${hash}); not rebuilt`);
+    return cached;
+  }
+  if (process.getuid?.() !== 0) throw new Error('building a template needs root (chroot and namespaces); run as root');
+  await mkdir(templatesDir(imagesDir), { recursive: true, mode: 0o755 });
+  await removeStaleBuilds(templatesDir(imagesDir), progress);
+  return new TemplateBuild(imagesDir, definition, base.image, hash, files, progress, opts.signal).run();
+}
+
+/** The contents of the template's files, read from its directory (never outside it). */
+async function readSources(file: string, definition: TemplateDefinition): Promise<Buffer[]> {
+  const dir = await realpath(path.dirname(path.resolve(file)));
+  const contents: Buffer[] = [];
+  for (const [index, entry] of definition.files.entries()) {
+    const field = `files[${index}].source`;
+    // realpath: a symlink in the template's directory must not lead out of it.
+    const real = await realpath(path.join(dir, entry.source)).catch(() => undefined);
+    if (!real) throw new TemplateFileError(file, [`${field}: ${entry.source} does not exist (relative to ${dir})`]);
+    if (!real.startsWith(dir + path.sep)) throw new TemplateFileError(file, [`${field}: ${entry.source} leads outside ${dir}`]);
+    const info = await stat(real);
+    if (!info.isFile()) throw new TemplateFileError(file, [`${field}: ${entry.source} is not a regular file`]);
+    if (info.size > 64 * 2 ** 20) throw new TemplateFileError(file, [`${field}: ${entry.source} is larger than 64 MiB`]);
+    contents.push(await readFile(real));
+  }
+  return contents;
+}
+
+/** sha256 of the builder version, the base's image hash, the definition and every file's bytes. */
+export function templateHash(definition: TemplateDefinition, baseHash: string, files: readonly Buffer[]): string {
+  const hash = createHash('sha256');
+  hash.update(`template-builder ${TEMPLATE_BUILDER_VERSION}\nbase ${baseHash}\n${JSON.stringify(definition)}\n`);
+  for (const [index, content] of files.entries()) {
+    hash.update(`file ${index} ${content.length}\n`);
+    hash.update(content);
+  }
+  return hash.digest('hex').slice(0, 16);
+}
+
+class TemplateBuild {
+  private readonly started = performance.now();
+  private readonly tempDir: string;
+  private readonly rootfs: string;
+  private step = 0;
+  /** copy, packages, files, run, guest settings, VM artifacts, move into place. */
+  private readonly totalSteps = 7;
+
+  constructor(
+    private readonly imagesDir: string,
+    private readonly def: TemplateDefinition,
+    private readonly base: GuestImage,
+    private readonly hash: string,
+    private readonly files: readonly Buffer[],
+    private readonly progress: (line: string) => void,
+    private readonly signal: AbortSignal | undefined,
+  ) {
+    this.tempDir = path.join(templatesDir(imagesDir), `.build-${hash}-${process.pid}`);
+    this.rootfs = path.join(this.tempDir, IMAGE_ARTIFACTS.rootfs);
+  }
+
+  async run(): Promise<StoredTemplate> {
+    try {
+      this.report(`building template ${this.def.name} (${this.hash}) on ${this.def.base} (${this.base.hash})`);
+      await removeTree(this.tempDir);
+      await mkdir(this.tempDir, { recursive: true, mode: 0o755 });
+      await this.stepDo(`copy the base image's rootfs (${this.def.base})`, () =>
+        this.exec(['cp', '-a', '--reflink=auto', this.base.rootfs, this.rootfs]),
+      );
+      await this.stepDo(`install packages: ${this.def.packages.join(' ') || '(none)'}`, () => this.installPackages());
+      await this.stepDo(`copy ${this.def.files.length} file(s)`, () => this.copyFiles());
+      await this.stepDo(`run ${this.def.run.length} command(s)`, () => this.runCommands());
+      await this.stepDo('write env and autostart for sandbox-init', () => this.writeGuestSettings());
+      let ext4Bytes = 0;
+      await this.stepDo('make rootfs.ext4 and copy the kernel and initrd', async () => (ext4Bytes = await this.vmArtifacts()));
+      this.nextStep('write the manifest and move the template into place');
+      const manifest: TemplateManifest = {
+        name: this.def.name,
+        hash: this.hash,
+        base: this.def.base,
+        baseHash: this.base.hash,
+        definition: this.def,
+        builtAt: new Date().toISOString(),
+        rootfsBytes: await this.diskUsage(this.rootfs),
+        ext4Bytes,
+        durationMs: Math.round(performance.now() - this.started),
+      };
+      await writeFile(path.join(this.tempDir, TEMPLATE_MANIFEST), JSON.stringify(manifest, null, 2) + '\n', { mode: 0o644 });
+      const dir = path.join(templatesDir(this.imagesDir), this.hash);
+      await rename(this.tempDir, dir).catch(async (err: unknown) => {
+        // Another build of the same content finished first: keep theirs.
+        if (!isErrnoCode(err, 'ENOTEMPTY') && !isErrnoCode(err, 'EEXIST')) throw err;
+        await removeTree(this.tempDir);
+      });
+      await pointName(this.imagesDir, this.def.name, this.hash);
+      await pruneOldBuilds(this.imagesDir, this.def.name, this.hash, (line) => this.report(line));
+      const built = await loadBuild(this.imagesDir, this.hash);
+      if (!built) throw new Error(`the template build in ${dir} is incomplete`);
+      this.report(`template ${this.def.name} ready: ${dir} (rootfs ${(manifest.rootfsBytes / 1e6).toFixed(0)} MB)`);
+      return built;
+    } catch (err) {
+      await removeTree(this.tempDir).catch((cleanupError: unknown) => {
+        this.report(`could not remove ${this.tempDir}: ${String(cleanupError)}; remove it by hand`);
+      });
+      throw err;
+    }
+  }
+
+  private async stepDo(name: string, work: () => Promise<unknown>): Promise<void> {
+    this.nextStep(name);
+    try {
+      await work();
+    } catch (err) {
+      if (this.signal?.aborted) throw new TemplateBuildError(name, [], 'interrupted');
+      if (err instanceof CommandError) throw new TemplateBuildError(name, err.lastLines, err.exitCode === undefined ? err.message : `exit ${err.exitCode}`);
+      throw new TemplateBuildError(name, [], err instanceof Error ? err.message : String(err));
+    }
+  }
+
+  private async installPackages(): Promise<void> {
+    if (this.def.packages.length === 0) return;
+    // apt needs a resolver inside the image for the duration of this step (the base image has
+    // none: a guest's means nothing), and must not start the daemons it installs.
+    await copyFile('/etc/resolv.conf', path.join(this.rootfs, 'etc', 'resolv.conf'));
+    await this.inImage(['tee', '/usr/sbin/policy-rc.d'], { stdin: Buffer.from('#!/bin/sh\nexit 101\n'), network: true });
+    await this.inImage(['chmod', '0755', '/usr/sbin/policy-rc.d'], { network: true });
+    try {
+      await this.inImage(['apt-get', 'update', '-q'], { network: true });
+      await this.inImage(['apt-get', 'install', '-y', '-q', '--no-install-recommends', '--', ...this.def.packages], { network: true });
+      await this.inImage(['apt-get', 'clean'], { network: true });
+      await this.inImage(['find', '/var/lib/apt/lists', '-type', 'f', '-delete'], { network: true });
+    } finally {
+      await this.inImage(['rm', '-f', '/usr/sbin/policy-rc.d', '/etc/resolv.conf'], { network: true }).catch(() => undefined);
+    }
+  }
+
+  private async copyFiles(): Promise<void> {
+    for (const [index, entry] of this.def.files.entries()) {
+      const content = this.files[index] ?? Buffer.alloc(0);
+      // Through the image's own tools, so that the target (and any symlink on its way)
+      // resolves inside the image.
+      await this.inImage(['mkdir', '-p', '--', path.posix.dirname(entry.target)]);
+      await this.inImage(['tee', '--', entry.target], { stdin: content });
+      const owner = entry.owner === 'user' ? `${GUEST_UID}:${GUEST_GID}` : '0:0';
+      await this.inImage(['chown', '--', owner, entry.target]);
+      await this.inImage(['chmod', '--', entry.mode, entry.target]);
+    }
+  }
+
+  private async runCommands(): Promise<void> {
+    for (const [index, command] of this.def.run.entries()) {
+      const argv = typeof command === 'string' ? ['/bin/sh', '-c', command] : command;
+      this.report(`  run[${index}]: ${typeof command === 'string' ? command : JSON.stringify(command)}`);
+      await this.inImage(argv);
+    }
+  }
+
+  private async writeGuestSettings(): Promise<void> {
+    await this.inImage(['mkdir', '-p', '-m', '0755', `${GUEST_TEMPLATE_DIR}/autostart`]);
+    const env = Object.entries(this.def.env).map(([name, value]) => `${name}=${value}\n`).join('');
+    await this.inImage(['tee', `${GUEST_TEMPLATE_DIR}/env`], { stdin: Buffer.from(env) });
+    for (const [index, argv] of this.def.autostart.entries()) {
+      const file = `${GUEST_TEMPLATE_DIR}/autostart/${String(index).padStart(2, '0')}`;
+      await this.inImage(['tee', file], { stdin: Buffer.from(argv.join('\0') + '\0') });
+    }
+  }
+
+  /** The VM runtimes' disk; the base's kernel and initrd serve unchanged (no modules in the rootfs). */
+  private async vmArtifacts(): Promise<number> {
+    await truncateTimestamps(this.rootfs);
+    const size = rootImageSize(await this.diskUsage(this.rootfs), ROOT_HEADROOM_MIB);
+    const image = path.join(this.tempDir, IMAGE_ARTIFACTS.ext4);
+    await createImageFile(image, 0o644);
+    await this.exec(mkfsExt4Argv({ source: this.rootfs, image, sizeBytes: size, label: 'sbx-root', journal: true }));
+    await execLogged('chmod', ['0444', image], {});
+    await copyFile(this.base.kernel, path.join(this.tempDir, IMAGE_ARTIFACTS.kernel));
+    await copyFile(this.base.initrd, path.join(this.tempDir, IMAGE_ARTIFACTS.initrd));
+    return size;
+  }
+
+  /**
+   * argv run as root inside the image: its own mount, pid, ipc and uts namespaces, and its own
+   * (empty) network namespace unless it is an apt step. --kill-child: if the build is killed,
+   * so is the step, and with it (pid namespace) everything it started.
+   */
+  private inImage(argv: readonly string[], options: { stdin?: Buffer; network?: boolean } = {}): Promise<void> {
+    const namespaces = ['--mount', '--pid', '--ipc', '--uts', ...(options.network ? [] : ['--net'])];
+    const command = ['unshare', ...namespaces, '--fork', '--kill-child', `--mount-proc=${path.join(this.rootfs, 'proc')}`, 'chroot', this.rootfs, ...argv];
+    // tee echoes what it writes: the template's files are not progress.
+    return this.exec(command, options.stdin, argv[0] !== 'tee');
+  }
+
+  private exec(argv: readonly string[], stdin?: Buffer, show = true): Promise<void> {
+    const [command, ...args] = argv;
+    const onLine = show ? (line: string) => this.progress(`    ${line}`) : undefined;
+    return execLogged(command as string, args, { stdin, signal: this.signal, tailLines: TAIL_LINES, onLine });
+  }
+
+  private async diskUsage(dir: string): Promise<number> {
+    let output = '';
+    await execLogged('du', ['-sb', dir], { onLine: (line) => (output = line) });
+    return Number.parseInt(output, 10) || 0;
+  }
+
+  private nextStep(description: string): void {
+    this.step += 1;
+    this.report(`[${this.step}/${this.totalSteps}] ${description}`);
+  }
+
+  private report(text: string): void {
+    this.progress(`${((performance.now() - this.started) / 1000).toFixed(1).padStart(6)}s ${text}`);
+  }
+}
