@@ -7,7 +7,8 @@ import { KeyRequirement } from './api/auth/key-requirement.js';
 import { KeyStore } from './api/auth/key-store.js';
 import { buildServer } from './api/server.js';
 import { describeConfig, type OrchestratorConfig } from './config.js';
-import { buildImage, findImage, type GuestImage } from './guest/image/builder.js';
+import { buildImage, type GuestImage } from './guest/image/builder.js';
+import { builtInRecipe, imageFor } from './guest/image/templates.js';
 import { Metrics } from './metrics/metrics.js';
 import { takeOrchestratorLock, type OrchestratorLock } from './orchestrator-lock.js';
 import { ResourceNames } from './network/names.js';
@@ -85,15 +86,15 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
   }
   await selection.runtime.prepareHost?.(config.maxSessions + config.warmPoolSize, log.child({ runtime: selection.runtime.name }));
 
-  let image = await findImage(config.imagesDir);
+  let image = await imageFor(config.imagesDir, config.template);
   if (!image) {
     if (options.buildImageIfMissing === false) {
-      throw new Error(`no guest image in ${config.imagesDir}: build it with \`sbx image build\``);
+      throw new Error(`no guest image of template ${config.template} in ${config.imagesDir}: build it with \`sbx image build --template ${config.template}\``);
     }
-    log.info('guest image not built yet; building it now (a few minutes, once)');
-    image = await buildImage({ imagesDir: config.imagesDir, onProgress: (line) => log.info(line) });
+    log.info({ template: config.template }, 'guest image not built yet; building it now (a few minutes, once)');
+    image = await buildImage({ imagesDir: config.imagesDir, recipe: builtInRecipe(config.template), onProgress: (line) => log.info(line) });
   }
-  log.info({ image: image.hash }, 'guest image ready');
+  log.info({ template: config.template, image: image.hash }, 'guest image ready');
 
   const metrics = new Metrics();
   const manager = new SessionManager({

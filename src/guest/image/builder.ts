@@ -1,11 +1,12 @@
 /**
- * Builds the guest image from RECIPE with debootstrap, and finds it again by recipe hash.
+ * Builds a guest image from a recipe (a built-in template's, see templates.ts) with
+ * debootstrap, and finds it again by recipe hash.
  *
  * Layout under imagesDir:
  *   <hash>/rootfs/          the root filesystem (the container runtime uses it as is)
  *   <hash>/rootfs.ext4      the same tree as an ext4 image (mkfs.ext4 -d): the VMs' shared,
  *                           read-only root disk, under a per-session copy-on-write layer
- *   <hash>/vmlinuz          the guest kernel (Debian's cloud kernel, from RECIPE.vm)
+ *   <hash>/vmlinuz          the guest kernel (Debian's cloud kernel, from the recipe's vm)
  *   <hash>/initrd.img       a busybox initrd that loads the virtio modules and mounts the root
  *   <hash>/manifest.json    what was built, from which recipe, how long it took
  *   <hash>.build.log        everything debootstrap and the build steps printed
@@ -18,13 +19,13 @@
  */
 import { createWriteStream, type WriteStream } from 'node:fs';
 import { chmod, copyFile, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, posix } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { GUEST_INIT } from '../contract.js';
 import { GUEST_ROOT_DEVICE } from '../kernel-cmdline.js';
 import { createImageFile, mkfsExt4Argv, rootImageSize } from './ext4-image.js';
 import { buildInitrd } from './initrd.js';
-import { guestFilesDir, INITRD_ROOT_WAIT_SECONDS, RECIPE, recipeHash, BUILDER_VERSION } from './recipe.js';
+import { guestFilesDir, INITRD_ROOT_WAIT_SECONDS, MINIMAL_RECIPE, recipeHash, BUILDER_VERSION, type GuestRecipe } from './recipe.js';
 import { removeStaleBuilds, removeTree } from './build-dirs.js';
 import { CommandError, execLogged, isErrnoCode, type ExecOptions } from './build-exec.js';
 import { EXT4, findImage, imageAt, INITRD, isDirectory, KERNEL, MANIFEST, ROOTFS, type GuestImage, type ImageManifest } from './image-store.js';
@@ -35,6 +36,8 @@ export { findImage, type GuestImage, type ImageManifest } from './image-store.js
 
 export interface BuildOptions {
   imagesDir: string;
+  /** What to build: a built-in template's recipe (templates.ts); `minimal` by default. */
+  recipe?: GuestRecipe;
   /** Rebuild even if the current recipe's image exists (do not use while sandboxes run on it). */
   force?: boolean;
   /** Progress lines, e.g. "  12.3s [1/7] I: Retrieving Packages". */
@@ -46,9 +49,9 @@ const TOTAL_STEPS = 10;
 // One build per image at a time within this process; concurrent callers share it.
 const buildsInProgress = new Map<string, Promise<GuestImage>>();
 
-/** Returns the current recipe's image, building it first if needed (2-4 minutes). */
+/** Returns the recipe's image, building it first if needed (minimal: 1-2 minutes; desktop: more). */
 export async function buildImage(opts: BuildOptions): Promise<GuestImage> {
-  const key = `${opts.imagesDir}\0${recipeHash()}`;
+  const key = `${opts.imagesDir}\0${recipeHash(opts.recipe ?? MINIMAL_RECIPE)}`;
   const running = buildsInProgress.get(key);
   if (running) return running;
   const build = buildOrReuse(opts).finally(() => buildsInProgress.delete(key));
@@ -58,8 +61,9 @@ export async function buildImage(opts: BuildOptions): Promise<GuestImage> {
 
 async function buildOrReuse(opts: BuildOptions): Promise<GuestImage> {
   const progress = opts.onProgress ?? (() => {});
+  const recipe = opts.recipe ?? MINIMAL_RECIPE;
   if (!opts.force) {
-    const cached = await findImage(opts.imagesDir);
+    const cached = await findImage(opts.imagesDir, recipe);
     if (cached) {
       progress(`using cached guest image ${cached.dir}`);
       return cached;
@@ -70,13 +74,12 @@ async function buildOrReuse(opts: BuildOptions): Promise<GuestImage> {
   }
   await mkdir(opts.imagesDir, { recursive: true, mode: 0o755 });
   await removeStaleBuilds(opts.imagesDir, progress);
-  return new ImageBuild(opts.imagesDir, progress).run(opts.force === true);
+  return new ImageBuild(opts.imagesDir, recipe, progress).run(opts.force === true);
 }
 
 /** One build attempt: a temporary directory that becomes <hash>/ only when complete. */
 class ImageBuild {
-  private readonly hash = recipeHash();
-  private readonly recipe = RECIPE;
+  private readonly hash: string;
   private readonly started = performance.now();
   private readonly tempDir: string;
   private readonly rootfs: string;
@@ -86,8 +89,10 @@ class ImageBuild {
 
   constructor(
     private readonly imagesDir: string,
+    private readonly recipe: GuestRecipe,
     private readonly progress: (line: string) => void,
   ) {
+    this.hash = recipeHash(recipe);
     this.tempDir = join(imagesDir, `.build-${this.hash}-${process.pid}`);
     this.rootfs = join(this.tempDir, ROOTFS);
     this.logPath = join(imagesDir, `${this.hash}.build.log`);
@@ -221,6 +226,7 @@ class ImageBuild {
     this.nextStep(`installing ${this.recipe.files.map((file) => file.source).join(' and ')}`);
     for (const file of this.recipe.files) {
       const content = await readFile(join(guestFilesDir(), file.source));
+      await this.inRoot(['mkdir', '-p', '-m', '0755', posix.dirname(file.target)]); // e.g. Firefox's distribution/
       await this.inRoot(['tee', file.target], { stdin: content });
       await this.inRoot(['chown', 'root:root', file.target]);
       await this.inRoot(['chmod', file.mode.toString(8), file.target]);
