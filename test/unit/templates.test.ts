@@ -21,9 +21,11 @@ describe('built-in templates', () => {
   });
 
   it('desktop is minimal plus more: every package and file of minimal, on the same Debian and user', () => {
-    for (const name of MINIMAL_RECIPE.packages) assert.ok(DESKTOP_RECIPE.packages.includes(name), `desktop has ${name}`);
+    assert.deepEqual(DESKTOP_RECIPE.packages, MINIMAL_RECIPE.packages, 'the same debootstrap stage');
+    assert.ok((DESKTOP_RECIPE.aptPackages ?? []).includes('firefox-esr'), 'then apt installs the desktop');
+    assert.equal(MINIMAL_RECIPE.aptPackages, undefined, 'minimal has no apt stage');
     for (const file of MINIMAL_RECIPE.files) assert.ok(DESKTOP_RECIPE.files.some((f) => f.target === file.target && f.source === file.source), `desktop has ${file.target}`);
-    assert.deepEqual({ ...DESKTOP_RECIPE, packages: [], files: [], vm: {} }, { ...MINIMAL_RECIPE, packages: [], files: [], vm: {} });
+    assert.deepEqual({ ...DESKTOP_RECIPE, aptPackages: [], files: [], vm: {} }, { ...MINIMAL_RECIPE, aptPackages: [], files: [], vm: {} });
     assert.ok(DESKTOP_RECIPE.files.some((f) => f.target === DESKTOP_SESSION_PATH), 'desktop ships the session sandbox-init looks for');
     assert.ok(!MINIMAL_RECIPE.files.some((f) => f.target === DESKTOP_SESSION_PATH), 'minimal does not: it gets the xterm');
     // sandbox-init runs the session by this path: the two must agree.

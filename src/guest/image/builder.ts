@@ -24,12 +24,14 @@ import { performance } from 'node:perf_hooks';
 import { GUEST_INIT } from '../contract.js';
 import { GUEST_ROOT_DEVICE } from '../kernel-cmdline.js';
 import { createImageFile, mkfsExt4Argv, rootImageSize } from './ext4-image.js';
+import { installWithApt } from './apt-install.js';
 import { buildInitrd } from './initrd.js';
 import { guestFilesDir, INITRD_ROOT_WAIT_SECONDS, MINIMAL_RECIPE, recipeHash, BUILDER_VERSION, type GuestRecipe } from './recipe.js';
 import { removeStaleBuilds, removeTree } from './build-dirs.js';
 import { CommandError, execLogged, isErrnoCode, type ExecOptions } from './build-exec.js';
 import { EXT4, findImage, imageAt, INITRD, isDirectory, KERNEL, MANIFEST, ROOTFS, type GuestImage, type ImageManifest } from './image-store.js';
 import { truncateTimestamps } from './timestamps.js';
+import { trimRootfs } from './trim.js';
 import { fetchVmPackages, type VmPackages } from './vm-packages.js';
 
 export { findImage, type GuestImage, type ImageManifest } from './image-store.js';
@@ -44,7 +46,6 @@ export interface BuildOptions {
   onProgress?: (line: string) => void;
 }
 
-const TOTAL_STEPS = 10;
 
 // One build per image at a time within this process; concurrent callers share it.
 const buildsInProgress = new Map<string, Promise<GuestImage>>();
@@ -107,6 +108,7 @@ class ImageBuild {
 
       const debootstrapStarted = performance.now();
       await this.debootstrap();
+      await this.installAptPackages();
       const debootstrapMs = performance.now() - debootstrapStarted;
 
       const configureStarted = performance.now();
@@ -199,6 +201,14 @@ class ImageBuild {
     }
   }
 
+  private async installAptPackages(): Promise<void> {
+    const packages = this.recipe.aptPackages ?? [];
+    if (packages.length === 0) return;
+    this.nextStep(`apt-get install ${packages.length} packages`);
+    const cacheDir = join(this.imagesDir, '.debs');
+    await installWithApt(this.rootfs, packages, cacheDir, { inRoot: (argv, options) => this.inRoot(argv, options), report: (line) => this.report(line) });
+  }
+
   private async createUser(): Promise<void> {
     const { name, uid, gid, home, shell } = this.recipe.user;
     this.nextStep(`creating user ${name} (${uid}:${gid})`);
@@ -236,35 +246,7 @@ class ImageBuild {
 
   private async trim(): Promise<void> {
     this.nextStep('removing apt caches, docs, man pages and locales; refreshing the font cache');
-    const deleteAll = (dir: string, ...filters: string[]) =>
-      this.inRoot(['find', dir, '-mindepth', '1', ...filters, '-delete']);
-    await deleteAll('/var/cache/apt');
-    await deleteAll('/var/lib/apt/lists', '-type', 'f');
-    await deleteAll('/var/log', '-type', 'f');
-    // Keep the copyright files: they are tiny and the licences ask for them.
-    await deleteAll('/usr/share/doc', '!', '-type', 'd', '!', '-name', 'copyright');
-    await deleteAll('/usr/share/doc', '-type', 'd', '-empty');
-    await deleteAll('/usr/share/man');
-    await deleteAll('/usr/share/info');
-    // Translations; the C and C.UTF-8 locales live in /usr/lib/locale and stay.
-    await deleteAll('/usr/share/locale', '!', '-name', 'locale.alias');
-    // Some font packages leave the system font cache stale; then every desktop program
-    // rebuilds it in the user's home at boot, and the first seconds of the desktop are black.
-    await this.inRoot(['fc-cache', '--system-only']);
-    // Packages added later by derived images (apt in the guest) stay small too.
-    await this.inRoot(['tee', '/etc/dpkg/dpkg.cfg.d/01-sandbox-nodoc'], {
-      stdin: Buffer.from(
-        [
-          'path-exclude /usr/share/doc/*',
-          'path-include /usr/share/doc/*/copyright',
-          'path-exclude /usr/share/man/*',
-          'path-exclude /usr/share/info/*',
-          'path-exclude /usr/share/locale/*',
-          'path-include /usr/share/locale/locale.alias',
-          '',
-        ].join('\n'),
-      ),
-    });
+    await trimRootfs((argv, options) => this.inRoot(argv, options));
   }
 
   /** The kernel and busybox packages, unpacked next to the rootfs (see vm-packages.ts). */
@@ -384,7 +366,8 @@ class ImageBuild {
 
   private nextStep(description: string): void {
     this.step += 1;
-    this.report(`[${this.step}/${TOTAL_STEPS}] ${description}`);
+    const total = 10 + (this.recipe.aptPackages?.length ? 1 : 0);
+    this.report(`[${this.step}/${total}] ${description}`);
   }
 
   private report(text: string): void {

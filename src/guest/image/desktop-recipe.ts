@@ -34,6 +34,9 @@ const DESKTOP_PACKAGES: readonly string[] = [
   // xdg-open, and `file`, which xdg-mime needs to tell a file's type outside a full DE.
   'xdg-utils',
   'file',
+  // The session bus GTK's settings backend (dconf) asks for: dbus-x11 provides it without
+  // systemd (apt would otherwise pick dbus-user-session, which wants systemd and PAM).
+  'dbus-x11',
 ];
 
 const DESKTOP_FILES: readonly RecipeFile[] = [
@@ -48,7 +51,7 @@ const DESKTOP_FILES: readonly RecipeFile[] = [
 
 export const DESKTOP_RECIPE: GuestRecipe = {
   ...MINIMAL_RECIPE,
-  packages: [...MINIMAL_RECIPE.packages, ...DESKTOP_PACKAGES],
+  aptPackages: DESKTOP_PACKAGES,
   files: [...MINIMAL_RECIPE.files, ...DESKTOP_FILES],
   // Firefox and LibreOffice need room for profiles and downloads in the VMs' root disk.
   vm: { ...MINIMAL_RECIPE.vm, rootHeadroomMiB: 2048 },

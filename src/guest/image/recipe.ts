@@ -55,6 +55,12 @@ export interface GuestRecipe {
   variant: 'minbase';
   /** Installed by debootstrap on top of minbase; Recommends are never installed. */
   packages: readonly string[];
+  /**
+   * Installed next with apt-get in the rootfs, without Recommends (see apt-install.ts): the
+   * larger package sets, whose alternatives and conflicts debootstrap resolves wrongly. Absent
+   * in `minimal` (whose hash stays what it was).
+   */
+  aptPackages?: readonly string[];
   files: readonly RecipeFile[];
   /** The desktop user; SSH logs in as this user and the desktop runs as it. */
   user: { name: string; uid: number; gid: number; home: string; shell: string };
