@@ -47,6 +47,8 @@ export interface BuildOptions {
 }
 
 
+const GSETTINGS_SCHEMAS = '/usr/share/glib-2.0/schemas/';
+
 // One build per image at a time within this process; concurrent callers share it.
 const buildsInProgress = new Map<string, Promise<GuestImage>>();
 
@@ -242,6 +244,10 @@ class ImageBuild {
       await this.inRoot(['chmod', file.mode.toString(8), file.target]);
     }
     await this.inRoot(['mkdir', '-p', '-m', '0755', this.recipe.configMount]);
+    // GSettings defaults take effect only once compiled (the packages' trigger ran before).
+    if (this.recipe.files.some((file) => file.target.startsWith(GSETTINGS_SCHEMAS))) {
+      await this.inRoot(['/usr/lib/x86_64-linux-gnu/glib-2.0/glib-compile-schemas', GSETTINGS_SCHEMAS]);
+    }
   }
 
   private async trim(): Promise<void> {

@@ -43,6 +43,10 @@ const DESKTOP_FILES: readonly RecipeFile[] = [
   { source: 'desktop/sbx-desktop-session', target: DESKTOP_SESSION_PATH, mode: 0o755 },
   { source: 'desktop/tint2rc', target: '/etc/xdg/tint2/sandbox.tint2rc', mode: 0o644 },
   { source: 'desktop/policies.json', target: '/usr/lib/firefox-esr/distribution/policies.json', mode: 0o644 },
+  { source: 'desktop/firefox-prefs.js', target: '/usr/lib/firefox-esr/defaults/pref/sandbox-desktop.js', mode: 0o644 },
+  { source: 'desktop/libreoffice.xcd', target: '/usr/lib/libreoffice/share/registry/sandbox-desktop.xcd', mode: 0o644 },
+  // Compiled by the build (builder.ts runs glib-compile-schemas when a recipe adds one).
+  { source: 'desktop/mousepad.gschema.override', target: '/usr/share/glib-2.0/schemas/90_sandbox-desktop.gschema.override', mode: 0o644 },
   // xdg-mime reads the defaults from /etc/xdg (XDG_CONFIG_DIRS) and, for older tools, from
   // the applications folder: the same file in both.
   { source: 'desktop/mimeapps.list', target: '/etc/xdg/mimeapps.list', mode: 0o644 },
