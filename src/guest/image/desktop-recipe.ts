@@ -14,6 +14,7 @@ const DESKTOP_PACKAGES: readonly string[] = [
   'tint2',
   'hsetroot',
   'adwaita-icon-theme',
+  'gnome-themes-extra', // Adwaita for the GTK 2 programs (PCManFM, GPicView), see gtkrc-2.0
   'librsvg2-common', // SVG icons (launchers, GTK)
   // The applications.
   'firefox-esr',
@@ -42,6 +43,7 @@ const DESKTOP_PACKAGES: readonly string[] = [
 const DESKTOP_FILES: readonly RecipeFile[] = [
   { source: 'desktop/sbx-desktop-session', target: DESKTOP_SESSION_PATH, mode: 0o755 },
   { source: 'desktop/tint2rc', target: '/etc/xdg/tint2/sandbox.tint2rc', mode: 0o644 },
+  { source: 'desktop/gtkrc-2.0', target: '/etc/gtk-2.0/gtkrc', mode: 0o644 },
   { source: 'desktop/policies.json', target: '/usr/lib/firefox-esr/distribution/policies.json', mode: 0o644 },
   { source: 'desktop/firefox-prefs.js', target: '/usr/lib/firefox-esr/defaults/pref/sandbox-desktop.js', mode: 0o644 },
   { source: 'desktop/libreoffice.xcd', target: '/usr/lib/libreoffice/share/registry/sandbox-desktop.xcd', mode: 0o644 },
