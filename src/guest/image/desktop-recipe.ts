@@ -42,6 +42,7 @@ const DESKTOP_PACKAGES: readonly string[] = [
 
 const DESKTOP_FILES: readonly RecipeFile[] = [
   { source: 'desktop/sbx-desktop-session', target: DESKTOP_SESSION_PATH, mode: 0o755 },
+  { source: 'desktop/terminal.desktop', target: '/usr/local/share/applications/sbx-terminal.desktop', mode: 0o644 },
   { source: 'desktop/tint2rc', target: '/etc/xdg/tint2/sandbox.tint2rc', mode: 0o644 },
   { source: 'desktop/gtkrc-2.0', target: '/etc/gtk-2.0/gtkrc', mode: 0o644 },
   { source: 'desktop/policies.json', target: '/usr/lib/firefox-esr/distribution/policies.json', mode: 0o644 },
