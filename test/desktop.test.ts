@@ -136,6 +136,18 @@ describe('the desktop template on the container runtime', () => {
     assert.equal((await sh(orch, id, 'pgrep -c -f "firefox|soffice" || true')).trim(), '0');
   });
 
+  it('brings the panel back when it dies (sandbox-init supervises the desktop session)', async () => {
+    const before = (await sh(orch, id, 'pgrep -x tint2')).trim();
+    assert.match(before, /^\d+$/);
+    await sh(orch, id, 'pkill -x tint2; true');
+    let after = '';
+    // The old one may take a moment to exit: wait for another pid, not just any.
+    for (let i = 0; i < 40 && !(/^\d+$/.test(after) && after !== before); i++, await sleep(250)) after = (await sh(orch, id, 'pgrep -x tint2 || true')).trim();
+    assert.ok(/^\d+$/.test(after) && after !== before, `a new tint2 runs (before: ${before}, now: ${after || 'none'})`);
+    const panel = (await sh(orch, id, 'timeout 20 xdotool search --sync --onlyvisible --class tint2 | head -n 1')).trim();
+    assert.match(panel, /^\d+$/, 'and its window is mapped');
+  });
+
   it('Firefox opens a page served inside the guest; clicking its link through the computer tool shows the linked page', async () => {
     // Two pages on the guest's loopback: a green one that is all link, and a red one.
     await sh(
