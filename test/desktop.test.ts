@@ -58,8 +58,15 @@ async function launch(orch: TestOrchestrator, id: string, command: string): Prom
  * The id of the first visible window whose title matches (xdotool's regex), waiting up to
  * `seconds`; undefined if none appears.
  */
-async function waitForWindow(orch: TestOrchestrator, id: string, titlePattern: string, seconds = 60): Promise<string | undefined> {
-  const out = await sh(orch, id, `timeout ${seconds} xdotool search --sync --onlyvisible --name '${titlePattern}' 2>/dev/null | head -n 1; true`);
+async function waitForWindow(orch: TestOrchestrator, id: string, titlePattern: string, seconds = 60, by: 'name' | 'class' = 'name'): Promise<string | undefined> {
+  // A loop rather than `xdotool search --sync`: a window that closes while xdotool walks the
+  // tree (the previous check's program exiting) makes it die of BadWindow, with no answer.
+  const out = await sh(
+    orch,
+    id,
+    `end=$(($(date +%s) + ${seconds})); while [ "$(date +%s)" -lt "$end" ]; do ` +
+      `w=$(xdotool search --onlyvisible --${by} '${titlePattern}' 2>/dev/null | head -n 1); [ -n "$w" ] && { echo "$w"; break; }; sleep 0.3; done; true`,
+  );
   const window = out.trim();
   return /^\d+$/.test(window) ? window : undefined;
 }
@@ -121,7 +128,7 @@ describe('the desktop template on the container runtime', () => {
 
   it('boots to a desktop: a panel with launchers along the bottom, a background that is not black, no browser running', async () => {
     // The panel is tint2, docked at the bottom edge across the screen.
-    const panel = (await sh(orch, id, 'timeout 20 xdotool search --sync --onlyvisible --class tint2 | head -n 1')).trim();
+    const panel = (await waitForWindow(orch, id, 'tint2', 20, 'class')) ?? '';
     assert.match(panel, /^\d+$/, 'a tint2 window is mapped');
     const geometry = await sh(orch, id, `xdotool getwindowgeometry --shell ${panel}`);
     assert.match(geometry, /^Y=7[0-9]{2}$/m, geometry);
@@ -144,7 +151,7 @@ describe('the desktop template on the container runtime', () => {
     // The old one may take a moment to exit: wait for another pid, not just any.
     for (let i = 0; i < 40 && !(/^\d+$/.test(after) && after !== before); i++, await sleep(250)) after = (await sh(orch, id, 'pgrep -x tint2 || true')).trim();
     assert.ok(/^\d+$/.test(after) && after !== before, `a new tint2 runs (before: ${before}, now: ${after || 'none'})`);
-    const panel = (await sh(orch, id, 'timeout 20 xdotool search --sync --onlyvisible --class tint2 | head -n 1')).trim();
+    const panel = (await waitForWindow(orch, id, 'tint2', 20, 'class')) ?? '';
     assert.match(panel, /^\d+$/, 'and its window is mapped');
   });
 
@@ -180,9 +187,37 @@ describe('the desktop template on the container runtime', () => {
     await sh(orch, id, 'pkill -f "http.server 8000"; true');
   });
 
+  it('starts Firefox on a blank page: no first-run, welcome, privacy or default-browser page, no warning bar', async () => {
+    // A profile of its own, never used: what every new session's Firefox sees the first time.
+    await sh(orch, id, 'rm -rf /tmp/ff-fresh && mkdir /tmp/ff-fresh');
+    await launch(orch, id, 'firefox-esr --no-remote --profile /tmp/ff-fresh');
+    const window = await waitForWindow(orch, id, 'Mozilla Firefox', 90);
+    assert.ok(window, 'Firefox started');
+    const geometry = await sh(orch, id, `xdotool getwindowgeometry --shell ${window}`);
+    const value = (name: string) => Number(new RegExp(`^${name}=(\\d+)$`, 'm').exec(geometry)?.[1]);
+    // Below the tab strip and toolbar (about 110 px), the page area: all white when blank. A
+    // welcome page, a notification bar or a bookmarks-toolbar hint would put colour or text there.
+    await sleep(3000); // what first-run shows, it shows within a second or two of the window
+    const screen = await screenPixels(orch, id);
+    const notWhite: string[] = [];
+    // (The window may reach under the panel, 36 px along the bottom, which stays on top.)
+    const bottom = Math.min(value('Y') + value('HEIGHT'), HEIGHT - 36) - 10;
+    for (let y = value('Y') + 130; y < bottom; y += 8) {
+      for (let x = value('X') + 10; x < value('X') + value('WIDTH') - 10; x += 8) {
+        const [r, g, b] = pixelAt(screen, x, y);
+        if (Math.min(r, g, b) < 235) notWhite.push(`(${x},${y})=${r},${g},${b}`);
+      }
+    }
+    assert.deepEqual(notWhite.slice(0, 5), [], `${notWhite.length} pixels of the page area are not white`);
+    assert.equal(await windowTitle(orch, id, window), 'Mozilla Firefox');
+    await quit(orch, id, 'firefox-esr');
+  });
+
   it('keeps Firefox inside the sandbox: its processes are in the session cgroup, under its memory and pids limits', async () => {
-    await launch(orch, id, 'firefox-esr about:blank');
-    assert.ok(await waitForWindow(orch, id, 'Mozilla Firefox', 90), 'Firefox started');
+    // A title of its own, so that no window of an earlier Firefox is taken for this one.
+    await sh(orch, id, "printf '%s' '<title>cgroup-check</title>' > /tmp/cgroup-check.html");
+    await launch(orch, id, 'firefox-esr file:///tmp/cgroup-check.html');
+    assert.ok(await waitForWindow(orch, id, 'cgroup-check', 90), 'Firefox started');
     const dirs = await cgroupDirsOf(orch.names.cgroup(id));
     assert.ok(dirs.length > 0, 'the session has a cgroup');
     // Firefox's processes, as the host sees them in the session's cgroup: the browser and
@@ -259,7 +294,7 @@ describe('the desktop template on the qemu runtime', () => {
     // Under TCG (no KVM) the boot takes tens of seconds: a generous boot timeout, no timing asserted.
     orch = await startTestOrchestrator({ runtime: 'qemu', template: 'desktop', bootTimeoutMs: 180_000 }, false, { runtime, reason: 'test' });
     const id = await createSession(orch, { timeoutSeconds: 300 });
-    const panel = (await sh(orch, id, 'timeout 60 xdotool search --sync --onlyvisible --class tint2 | head -n 1')).trim();
+    const panel = (await waitForWindow(orch, id, 'tint2', 60, 'class')) ?? '';
     assert.match(panel, /^\d+$/, 'a tint2 window is mapped');
     const screen = await screenPixels(orch, id);
     const [r, g, b] = pixelAt(screen, 512, 300);
