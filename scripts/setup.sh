@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up everything the orchestrator needs on a Debian 12 host, idempotently:
-# system packages, npm dependencies, the TypeScript build and the guest image (cached).
+# system packages, npm dependencies, the TypeScript build and the guest images (cached).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,5 +44,8 @@ fi
 echo "setup: compiling TypeScript" >&2
 npm run --silent build
 
-echo "setup: guest image (built once, then cached by a hash of its recipe)" >&2
+# Both built-in templates: minimal (a minute; the tests use it) and desktop, the default for
+# new sessions (Firefox, LibreOffice, fonts: several minutes the first time). Each is cached
+# by a hash of its recipe; the build prints its progress lines on stderr.
+echo "setup: guest images of the built-in templates minimal and desktop (built once, then cached by a hash of each recipe)" >&2
 node dist/cli/main.js image build >/dev/null

@@ -16,7 +16,7 @@ import { CapacityGate } from './sessions/capacity.js';
 import { SessionManager } from './sessions/manager.js';
 import { warmPoolSizes } from './sessions/settings.js';
 import { SessionStore } from './sessions/store.js';
-import { DEFAULT_TEMPLATE, TemplateCatalogue } from './templates/catalogue.js';
+import { TemplateCatalogue } from './templates/catalogue.js';
 
 export interface Orchestrator {
   config: OrchestratorConfig;
@@ -88,20 +88,20 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
   if (config.runtime === 'auto' && selection.runtime.capabilities.sharesHostKernel && keys.hasUnrevokedKeys()) {
     warnContainersAreTheBoundary(log, selection.reason);
   }
-  const poolSizes = warmPoolSizes(config, DEFAULT_TEMPLATE);
+  const poolSizes = warmPoolSizes(config, config.template);
   const pooled = [...poolSizes.values()].reduce((a, b) => a + b, 0);
   await selection.runtime.prepareHost?.(config.maxSessions + pooled, log.child({ runtime: selection.runtime.name }));
 
   const templates = new TemplateCatalogue(config.imagesDir);
-  let image = (await templates.resolve(DEFAULT_TEMPLATE).catch(() => undefined))?.image;
+  let image = (await templates.resolve(config.template).catch(() => undefined))?.image;
   if (!image) {
     if (options.buildImageIfMissing === false) {
-      throw new Error(`no guest image in ${config.imagesDir}: build it with \`sbx image build\``);
+      throw new Error(`no guest image of template ${config.template} in ${config.imagesDir}: build it with \`sbx image build --template ${config.template}\``);
     }
-    log.info('guest image not built yet; building it now (a few minutes, once)');
-    image = await templates.ensureBuiltIn(DEFAULT_TEMPLATE, (line) => log.info(line));
+    log.info({ template: config.template }, 'guest image not built yet; building it now (a few minutes, once)');
+    image = await templates.ensureBuiltIn(config.template, (line) => log.info(line));
   }
-  log.info({ image: image.hash, template: DEFAULT_TEMPLATE }, 'guest image ready');
+  log.info({ image: image.hash, template: config.template }, 'guest image ready');
   // Every template a warm pool keeps must exist now: a typo should stop the start, not retry forever.
   const prepared = new Map<string, GuestImage>([[image.hash, image]]);
   for (const template of poolSizes.keys()) {
@@ -127,7 +127,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     runtime: selection.runtime,
     image,
     templates,
-    defaultTemplate: DEFAULT_TEMPLATE,
+    defaultTemplate: config.template,
     store,
     metrics,
     log,

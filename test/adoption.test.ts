@@ -43,6 +43,7 @@ async function startServer(prefix = TEST_PREFIX): Promise<ChildProcess> {
       SBX_RESOURCE_PREFIX: prefix,
       SBX_SUBNET: TEST_SUBNET,
       SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
+      SBX_TEMPLATE: 'minimal',
       SBX_LOG_LEVEL: process.env.SBX_TEST_LOG_LEVEL || 'warn',
     },
     stdio: ['ignore', 'ignore', 'inherit'],

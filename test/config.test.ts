@@ -30,6 +30,7 @@ describe('the configuration an environment describes', () => {
       bashTimeoutSeconds: 120,
       stateDir: '/var/lib/sandboxes',
       imagesDir: '/var/lib/sandboxes/images',
+      template: 'desktop',
       display: 99,
       defaultTimeoutSeconds: 300,
       maxLifetimeSeconds: 3600,
@@ -67,6 +68,7 @@ describe('the configuration an environment describes', () => {
       SBX_FC_TEMPLATE_SCREEN: '1280x800',
       SBX_TENANT_REQUEST_LIMITS: 'ci=256/500/1000',
       SBX_LOG_LEVEL: 'debug',
+      SBX_TEMPLATE: 'minimal',
     });
     assert.equal(config.imagesDir, '/srv/sbx/images', 'the images live under the state dir unless SBX_IMAGES_DIR says otherwise');
     assert.equal(config.display, 7);
@@ -82,6 +84,7 @@ describe('the configuration an environment describes', () => {
     assert.deepEqual(config.runtimes.firecracker.templateScreen, config.warmPoolScreen);
     assert.deepEqual(Object.fromEntries(config.tenantRequestLimitOverrides), { ci: { maxConcurrent: 256, perSecond: 500, burst: 1000 } });
     assert.equal(config.logLevel, 'debug');
+    assert.equal(config.template, 'minimal');
   });
 
   it('refuses a bad value naming its variable', () => {
@@ -105,6 +108,7 @@ describe('the configuration an environment describes', () => {
       ['SBX_FC_JAILER', 'maybe', /SBX_FC_JAILER must be auto, on or off/],
       ['SBX_FC_SNAPSHOTS', 'yes', /SBX_FC_SNAPSHOTS must be on or off, got "yes"/],
       ['SBX_VM_UID_COUNT', '0', /SBX_VM_UID_COUNT/],
+      ['SBX_TEMPLATE', 'gnome', /SBX_TEMPLATE must be one of minimal, desktop, got "gnome"/],
       ['SBX_FC_UID', '1000', /SBX_FC_UID is no longer used/],
     ];
     for (const [name, value, message] of bad) assert.throws(() => defaultConfig({ [name]: value }), message, `${name}=${value}`);

@@ -277,7 +277,7 @@ describe('qemu VMs left by an orchestrator that crashed', () => {
     // group) outlives it, an orphan that only the next start can find.
     const port = 18600 + Math.floor(Math.random() * 300);
     const serve = spawn(process.execPath, [path.resolve('dist/cli/main.js'), 'serve', '--port', String(port), '--state-dir', stateDir, '--runtime', 'qemu'], {
-      env: { ...process.env, SBX_RESOURCE_PREFIX: TEST_PREFIX, SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images', SBX_SUBNET: `10.245.${Math.floor(Math.random() * 256)}.0/24` },
+      env: { ...process.env, SBX_RESOURCE_PREFIX: TEST_PREFIX, SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images', SBX_TEMPLATE: 'minimal', SBX_SUBNET: `10.245.${Math.floor(Math.random() * 256)}.0/24` },
       stdio: 'ignore',
     });
     let id: string;

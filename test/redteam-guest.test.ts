@@ -53,6 +53,7 @@ async function startServer(): Promise<ChildProcess> {
       SBX_RESOURCE_PREFIX: TEST_PREFIX,
       SBX_SUBNET: TEST_SUBNET,
       SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
+      SBX_TEMPLATE: 'minimal',
       SBX_LOG_LEVEL: process.env.SBX_TEST_LOG_LEVEL || 'error',
       // /healthz every 20 ms and screenshots back to back measure the host's cost, not the
       // tenant request limits (test/redteam-api.test.ts tests those).

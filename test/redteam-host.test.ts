@@ -127,7 +127,7 @@ describe('red team: the host', () => {
     const otherStateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-second-'));
     try {
       const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', '--state-dir', path.join(otherStateDir, 'state'), '--runtime', 'container'], {
-        env: { ...process.env, SBX_RESOURCE_PREFIX: TEST_PREFIX, SBX_SUBNET: '10.244.0.0/24', SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images' },
+        env: { ...process.env, SBX_RESOURCE_PREFIX: TEST_PREFIX, SBX_SUBNET: '10.244.0.0/24', SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images', SBX_TEMPLATE: 'minimal' },
         stdio: ['ignore', 'pipe', 'pipe'],
       });
       let output = '';

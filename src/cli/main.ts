@@ -6,6 +6,7 @@ import { AUTH_SETTINGS, type AuthSetting } from '../api/auth/auth-mode.js';
 import { DEFAULT_ORCHESTRATOR_URL, SandboxClient, SandboxError } from '../client/index.js';
 import { defaultConfig } from '../config.js';
 import { buildImage } from '../guest/image/builder.js';
+import { BUILT_IN_TEMPLATE_NAMES, builtInRecipe } from '../guest/image/templates.js';
 import { createLogger } from '../logger.js';
 import { startOrchestrator } from '../orchestrator.js';
 import { RUNTIME_NAMES, type RuntimeChoice } from '../runtimes/settings.js';
@@ -123,15 +124,27 @@ program
     }
   });
 
-const image = program.command('image').description('the guest image');
+const image = program.command('image').description('the guest images of the built-in templates');
 image
   .command('build')
-  .description('build the guest image with debootstrap (cached by a hash of its recipe)')
+  .description('build the built-in templates\' guest images with debootstrap (each cached by a hash of its recipe)')
+  .addOption(
+    new Option('--template <name>', 'build only this built-in template (default: all of them, minimal first)').choices(BUILT_IN_TEMPLATE_NAMES),
+  )
   .option('--force', 'rebuild even if the image is cached')
   .addOption(new Option('--images-dir <dir>').env('SBX_IMAGES_DIR').default(defaults.imagesDir))
-  .action(async (opts: { force?: boolean; imagesDir: string }) => {
-    const built = await buildImage({ imagesDir: opts.imagesDir, force: opts.force, onProgress: (line) => console.error(line) });
-    console.log(built.dir);
+  .action(async (opts: { template?: string; force?: boolean; imagesDir: string }) => {
+    // One at a time: two debootstraps at once would only compete for the same disk and mirror.
+    for (const name of opts.template ? [opts.template] : BUILT_IN_TEMPLATE_NAMES) {
+      console.error(`sbx: template ${name}`);
+      const built = await buildImage({
+        imagesDir: opts.imagesDir,
+        recipe: builtInRecipe(name),
+        force: opts.force,
+        onProgress: (line) => console.error(`[${name}] ${line}`),
+      });
+      console.log(`${name} ${built.dir}`);
+    }
   });
 
 function client(): SandboxClient {

@@ -1,4 +1,5 @@
 import path from 'node:path';
+import { DEFAULT_TEMPLATE, isBuiltInTemplate, BUILT_IN_TEMPLATE_NAMES } from '../guest/image/templates.js';
 import { DEFAULT_CONSOLE_LOG_LIMITS, type ConsoleLogLimits } from '../runtimes/console-log.js';
 import { sandboxMemoryMiBFromEnv } from '../runtimes/sandbox-settings.js';
 import { atLeast, envInt, envString, parseScreenSize, positive, type Env, type ScreenSize } from '../util/env.js';
@@ -10,6 +11,8 @@ export interface SessionSettings {
   stateDir: string;
   /** Where built guest images are cached, by recipe hash (SBX_IMAGES_DIR, default <stateDir>/images). */
   imagesDir: string;
+  /** The built-in template new sessions boot (SBX_TEMPLATE, default `desktop`; `minimal` is the fast one). */
+  template: string;
   /** X display number inside every guest (SBX_DISPLAY, default 99: DISPLAY=:99). */
   display: number;
   /** Idle timeout of a session unless the client asks for another (SBX_TIMEOUT_SECONDS, 300). */
@@ -57,6 +60,7 @@ export function sessionSettingsFromEnv(env: Env): SessionSettings {
   return {
     stateDir,
     imagesDir: imagesDirFromEnv(env, stateDir),
+    template: templateFromEnv(env),
     display: envInt('SBX_DISPLAY', 99, env),
     defaultTimeoutSeconds: positive('SBX_TIMEOUT_SECONDS', envInt('SBX_TIMEOUT_SECONDS', 300, env)),
     maxLifetimeSeconds: positive('SBX_MAX_LIFETIME_SECONDS', envInt('SBX_MAX_LIFETIME_SECONDS', 3600, env)),
@@ -102,6 +106,15 @@ export function warmPoolSizes(settings: Pick<SessionSettings, 'warmPool' | 'warm
   const sizes = new Map(settings.warmPool);
   if (!sizes.has(defaultTemplate) && settings.warmPoolSize > 0) sizes.set(defaultTemplate, settings.warmPoolSize);
   return sizes;
+}
+
+/** SBX_TEMPLATE: a built-in template's name (templates.ts); another throws, listing them. */
+export function templateFromEnv(env: Env): string {
+  const name = envString(env, 'SBX_TEMPLATE', DEFAULT_TEMPLATE);
+  if (!isBuiltInTemplate(name)) {
+    throw new Error(`SBX_TEMPLATE must be one of ${BUILT_IN_TEMPLATE_NAMES.join(', ')}, got "${name}"`);
+  }
+  return name;
 }
 
 /** Checks a warm pool size (SBX_WARM_POOL_SIZE, `serve --warm-pool`). */

@@ -5,11 +5,9 @@
  */
 import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { buildImage, findImage, type GuestImage, type ImageManifest } from '../guest/image/builder.js';
+import { buildImage, type GuestImage, type ImageManifest } from '../guest/image/builder.js';
+import { BUILT_IN_TEMPLATE_NAMES, builtInRecipe, imageFor, type BuiltInTemplateName } from '../guest/image/templates.js';
 import { findUserTemplate, listUserTemplates } from './template-store.js';
-
-/** The template of a session that names none. */
-export const DEFAULT_TEMPLATE = 'minimal';
 
 /** A template built from one of our recipes. */
 export interface BuiltInTemplate {
@@ -21,14 +19,18 @@ export interface BuiltInTemplate {
   build(imagesDir: string, onProgress: (line: string) => void): Promise<GuestImage>;
 }
 
-export const BUILT_IN_TEMPLATES: readonly BuiltInTemplate[] = [
-  {
-    name: 'minimal',
-    description: 'Xvfb, openbox and an xterm: fast, for tests and headless work',
-    find: (imagesDir) => findImage(imagesDir),
-    build: (imagesDir, onProgress) => buildImage({ imagesDir, onProgress }),
-  },
-];
+const DESCRIPTIONS: Record<BuiltInTemplateName, string> = {
+  minimal: 'Xvfb, openbox and an xterm: fast, for tests and headless work',
+  desktop: 'a panel, Firefox ESR, LibreOffice Writer and Calc, a file manager, an editor, viewers',
+};
+
+/** One per recipe of guest/image/templates.ts. */
+export const BUILT_IN_TEMPLATES: readonly BuiltInTemplate[] = BUILT_IN_TEMPLATE_NAMES.map((name) => ({
+  name,
+  description: DESCRIPTIONS[name],
+  find: (imagesDir: string) => imageFor(imagesDir, name),
+  build: (imagesDir: string, onProgress: (line: string) => void) => buildImage({ imagesDir, recipe: builtInRecipe(name), onProgress }),
+}));
 
 /** A template as GET /v1/templates and `sbx template ls` show it. */
 export interface TemplateInfo {

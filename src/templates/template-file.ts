@@ -9,7 +9,7 @@ import path from 'node:path';
 import { Ajv, type ErrorObject } from 'ajv';
 import { isMap, isScalar, isSeq, LineCounter, parseDocument, type Node as YamlNode } from 'yaml';
 import { CONFIG_MOUNT } from '../guest/contract.js';
-import { RECIPE } from '../guest/image/recipe.js';
+import { MINIMAL_RECIPE } from '../guest/image/recipe.js';
 
 /** Letters, digits and dashes, starting with a letter: a file and directory name everywhere. */
 export const TEMPLATE_NAME_PATTERN = '^[a-z][a-z0-9-]{0,39}$';
@@ -175,7 +175,7 @@ export function parseTemplate(text: string, file = 'template'): TemplateDefiniti
  * `run` command could still change them; this keeps a file list from doing it by mistake.
  */
 function isReservedTarget(target: string): boolean {
-  const exact = new Set(RECIPE.files.map((file) => file.target));
+  const exact = new Set(MINIMAL_RECIPE.files.map((file) => file.target));
   const trees = [CONFIG_MOUNT, '/etc/sandbox/template'];
   return exact.has(target) || trees.some((tree) => target === tree || target.startsWith(`${tree}/`));
 }

@@ -54,6 +54,9 @@ export async function startTestOrchestrator(
     subnet: TEST_SUBNET,
     runtime: 'container',
     resourcePrefix: TEST_PREFIX,
+    // The fast template, whatever SBX_TEMPLATE says: tests of the desktop's content ask for
+    // `desktop` in their overrides (test/desktop.test.ts).
+    template: 'minimal',
     ...overrides,
   };
   const authHeaders: Record<string, string> = {};

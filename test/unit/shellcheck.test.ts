@@ -53,7 +53,11 @@ describe('shellcheck', () => {
       initrdInit,
       initScript({ modules: ['virtio_ring', 'virtio', 'virtio_blk'], defaultRoot: GUEST_ROOT_DEVICE, defaultInit: GUEST_INIT, rootWaitSeconds: 10 }),
     );
-    const guestScripts = await shellScriptsIn(path.join(ROOT, 'src/guest/files'));
+    const guestScripts = [
+      ...(await shellScriptsIn(path.join(ROOT, 'src/guest/files'))),
+      // The templates' own files (e.g. the desktop template's session).
+      ...(await shellScriptsIn(path.join(ROOT, 'src/guest/files/desktop'))),
+    ];
     const files = [
       ...guestScripts,
       initrdInit,
@@ -61,7 +65,7 @@ describe('shellcheck', () => {
       ...(await shellScriptsIn(path.join(ROOT, 'test/helpers/firecracker/bin'))),
     ];
     // The scripts the guest runs by name must be among them (a renamed one must not drop out).
-    for (const name of ['sandbox-init', 'sbx-rekey', 'sbx-user-shell']) {
+    for (const name of ['sandbox-init', 'sbx-rekey', 'sbx-user-shell', 'sbx-desktop-session']) {
       assert.ok(guestScripts.some((f) => path.basename(f) === name), `${name} is a shell script in src/guest/files`);
     }
 

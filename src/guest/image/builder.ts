@@ -1,11 +1,12 @@
 /**
- * Builds the guest image from RECIPE with debootstrap, and finds it again by recipe hash.
+ * Builds a guest image from a recipe (a built-in template's, see templates.ts) with
+ * debootstrap, and finds it again by recipe hash.
  *
  * Layout under imagesDir:
  *   <hash>/rootfs/          the root filesystem (the container runtime uses it as is)
  *   <hash>/rootfs.ext4      the same tree as an ext4 image (mkfs.ext4 -d): the VMs' shared,
  *                           read-only root disk, under a per-session copy-on-write layer
- *   <hash>/vmlinuz          the guest kernel (Debian's cloud kernel, from RECIPE.vm)
+ *   <hash>/vmlinuz          the guest kernel (Debian's cloud kernel, from the recipe's vm)
  *   <hash>/initrd.img       a busybox initrd that loads the virtio modules and mounts the root
  *   <hash>/manifest.json    what was built, from which recipe, how long it took
  *   <hash>.build.log        everything debootstrap and the build steps printed
@@ -18,37 +19,42 @@
  */
 import { createWriteStream, type WriteStream } from 'node:fs';
 import { chmod, copyFile, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, posix } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { GUEST_INIT } from '../contract.js';
 import { GUEST_ROOT_DEVICE } from '../kernel-cmdline.js';
 import { createImageFile, mkfsExt4Argv, rootImageSize } from './ext4-image.js';
+import { installWithApt } from './apt-install.js';
 import { buildInitrd } from './initrd.js';
-import { guestFilesDir, INITRD_ROOT_WAIT_SECONDS, RECIPE, recipeHash, BUILDER_VERSION } from './recipe.js';
+import { guestFilesDir, INITRD_ROOT_WAIT_SECONDS, MINIMAL_RECIPE, recipeHash, BUILDER_VERSION, type GuestRecipe } from './recipe.js';
 import { removeStaleBuilds, removeTree } from './build-dirs.js';
 import { CommandError, execLogged, isErrnoCode, type ExecOptions } from './build-exec.js';
 import { EXT4, findImage, imageAt, INITRD, isDirectory, KERNEL, MANIFEST, ROOTFS, type GuestImage, type ImageManifest } from './image-store.js';
 import { truncateTimestamps } from './timestamps.js';
+import { trimRootfs } from './trim.js';
 import { fetchVmPackages, type VmPackages } from './vm-packages.js';
 
 export { findImage, type GuestImage, type ImageManifest } from './image-store.js';
 
 export interface BuildOptions {
   imagesDir: string;
+  /** What to build: a built-in template's recipe (templates.ts); `minimal` by default. */
+  recipe?: GuestRecipe;
   /** Rebuild even if the current recipe's image exists (do not use while sandboxes run on it). */
   force?: boolean;
   /** Progress lines, e.g. "  12.3s [1/7] I: Retrieving Packages". */
   onProgress?: (line: string) => void;
 }
 
-const TOTAL_STEPS = 10;
+
+const GSETTINGS_SCHEMAS = '/usr/share/glib-2.0/schemas/';
 
 // One build per image at a time within this process; concurrent callers share it.
 const buildsInProgress = new Map<string, Promise<GuestImage>>();
 
-/** Returns the current recipe's image, building it first if needed (2-4 minutes). */
+/** Returns the recipe's image, building it first if needed (minimal: 1-2 minutes; desktop: more). */
 export async function buildImage(opts: BuildOptions): Promise<GuestImage> {
-  const key = `${opts.imagesDir}\0${recipeHash()}`;
+  const key = `${opts.imagesDir}\0${recipeHash(opts.recipe ?? MINIMAL_RECIPE)}`;
   const running = buildsInProgress.get(key);
   if (running) return running;
   const build = buildOrReuse(opts).finally(() => buildsInProgress.delete(key));
@@ -58,8 +64,9 @@ export async function buildImage(opts: BuildOptions): Promise<GuestImage> {
 
 async function buildOrReuse(opts: BuildOptions): Promise<GuestImage> {
   const progress = opts.onProgress ?? (() => {});
+  const recipe = opts.recipe ?? MINIMAL_RECIPE;
   if (!opts.force) {
-    const cached = await findImage(opts.imagesDir);
+    const cached = await findImage(opts.imagesDir, recipe);
     if (cached) {
       progress(`using cached guest image ${cached.dir}`);
       return cached;
@@ -70,13 +77,12 @@ async function buildOrReuse(opts: BuildOptions): Promise<GuestImage> {
   }
   await mkdir(opts.imagesDir, { recursive: true, mode: 0o755 });
   await removeStaleBuilds(opts.imagesDir, progress);
-  return new ImageBuild(opts.imagesDir, progress).run(opts.force === true);
+  return new ImageBuild(opts.imagesDir, recipe, progress).run(opts.force === true);
 }
 
 /** One build attempt: a temporary directory that becomes <hash>/ only when complete. */
 class ImageBuild {
-  private readonly hash = recipeHash();
-  private readonly recipe = RECIPE;
+  private readonly hash: string;
   private readonly started = performance.now();
   private readonly tempDir: string;
   private readonly rootfs: string;
@@ -86,8 +92,10 @@ class ImageBuild {
 
   constructor(
     private readonly imagesDir: string,
+    private readonly recipe: GuestRecipe,
     private readonly progress: (line: string) => void,
   ) {
+    this.hash = recipeHash(recipe);
     this.tempDir = join(imagesDir, `.build-${this.hash}-${process.pid}`);
     this.rootfs = join(this.tempDir, ROOTFS);
     this.logPath = join(imagesDir, `${this.hash}.build.log`);
@@ -102,6 +110,7 @@ class ImageBuild {
 
       const debootstrapStarted = performance.now();
       await this.debootstrap();
+      await this.installAptPackages();
       const debootstrapMs = performance.now() - debootstrapStarted;
 
       const configureStarted = performance.now();
@@ -194,6 +203,14 @@ class ImageBuild {
     }
   }
 
+  private async installAptPackages(): Promise<void> {
+    const packages = this.recipe.aptPackages ?? [];
+    if (packages.length === 0) return;
+    this.nextStep(`apt-get install ${packages.length} packages`);
+    const cacheDir = join(this.imagesDir, '.debs');
+    await installWithApt(this.rootfs, packages, cacheDir, { inRoot: (argv, options) => this.inRoot(argv, options), report: (line) => this.report(line) });
+  }
+
   private async createUser(): Promise<void> {
     const { name, uid, gid, home, shell } = this.recipe.user;
     this.nextStep(`creating user ${name} (${uid}:${gid})`);
@@ -221,44 +238,21 @@ class ImageBuild {
     this.nextStep(`installing ${this.recipe.files.map((file) => file.source).join(' and ')}`);
     for (const file of this.recipe.files) {
       const content = await readFile(join(guestFilesDir(), file.source));
+      await this.inRoot(['mkdir', '-p', '-m', '0755', posix.dirname(file.target)]); // e.g. Firefox's distribution/
       await this.inRoot(['tee', file.target], { stdin: content });
       await this.inRoot(['chown', 'root:root', file.target]);
       await this.inRoot(['chmod', file.mode.toString(8), file.target]);
     }
     await this.inRoot(['mkdir', '-p', '-m', '0755', this.recipe.configMount]);
+    // GSettings defaults take effect only once compiled (the packages' trigger ran before).
+    if (this.recipe.files.some((file) => file.target.startsWith(GSETTINGS_SCHEMAS))) {
+      await this.inRoot(['/usr/lib/x86_64-linux-gnu/glib-2.0/glib-compile-schemas', GSETTINGS_SCHEMAS]);
+    }
   }
 
   private async trim(): Promise<void> {
     this.nextStep('removing apt caches, docs, man pages and locales; refreshing the font cache');
-    const deleteAll = (dir: string, ...filters: string[]) =>
-      this.inRoot(['find', dir, '-mindepth', '1', ...filters, '-delete']);
-    await deleteAll('/var/cache/apt');
-    await deleteAll('/var/lib/apt/lists', '-type', 'f');
-    await deleteAll('/var/log', '-type', 'f');
-    // Keep the copyright files: they are tiny and the licences ask for them.
-    await deleteAll('/usr/share/doc', '!', '-type', 'd', '!', '-name', 'copyright');
-    await deleteAll('/usr/share/doc', '-type', 'd', '-empty');
-    await deleteAll('/usr/share/man');
-    await deleteAll('/usr/share/info');
-    // Translations; the C and C.UTF-8 locales live in /usr/lib/locale and stay.
-    await deleteAll('/usr/share/locale', '!', '-name', 'locale.alias');
-    // Some font packages leave the system font cache stale; then every desktop program
-    // rebuilds it in the user's home at boot, and the first seconds of the desktop are black.
-    await this.inRoot(['fc-cache', '--system-only']);
-    // Packages added later by derived images (apt in the guest) stay small too.
-    await this.inRoot(['tee', '/etc/dpkg/dpkg.cfg.d/01-sandbox-nodoc'], {
-      stdin: Buffer.from(
-        [
-          'path-exclude /usr/share/doc/*',
-          'path-include /usr/share/doc/*/copyright',
-          'path-exclude /usr/share/man/*',
-          'path-exclude /usr/share/info/*',
-          'path-exclude /usr/share/locale/*',
-          'path-include /usr/share/locale/locale.alias',
-          '',
-        ].join('\n'),
-      ),
-    });
+    await trimRootfs((argv, options) => this.inRoot(argv, options));
   }
 
   /** The kernel and busybox packages, unpacked next to the rootfs (see vm-packages.ts). */
@@ -378,7 +372,8 @@ class ImageBuild {
 
   private nextStep(description: string): void {
     this.step += 1;
-    this.report(`[${this.step}/${TOTAL_STEPS}] ${description}`);
+    const total = 10 + (this.recipe.aptPackages?.length ? 1 : 0);
+    this.report(`[${this.step}/${total}] ${description}`);
   }
 
   private report(text: string): void {

@@ -1,6 +1,6 @@
 import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { recipeHash, type GuestRecipe } from './recipe.js';
+import { MINIMAL_RECIPE, recipeHash, type GuestRecipe } from './recipe.js';
 
 // The guest images under imagesDir as builder.ts leaves them, found by recipe hash.
 
@@ -38,9 +38,9 @@ export const EXT4 = 'rootfs.ext4';
 export const KERNEL = 'vmlinuz';
 export const INITRD = 'initrd.img';
 
-/** The current recipe's image, if it has been built (and completed). */
-export async function findImage(imagesDir: string): Promise<GuestImage | undefined> {
-  const hash = recipeHash();
+/** The recipe's image (by default the `minimal` template's), if it has been built (and completed). */
+export async function findImage(imagesDir: string, recipe: GuestRecipe = MINIMAL_RECIPE): Promise<GuestImage | undefined> {
+  const hash = recipeHash(recipe);
   const dir = join(imagesDir, hash);
   let manifest: ImageManifest;
   try {

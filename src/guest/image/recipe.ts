@@ -1,7 +1,9 @@
 /**
- * The guest image recipe, as data: which Debian, which packages, which of our files go
- * where. Images are cached by recipeHash(), so anything that changes the built image must
- * be part of the recipe, of the files in src/guest/files, or of BUILDER_VERSION.
+ * The guest image recipes, as data: which Debian, which packages, which of our files go
+ * where. This file has the recipe of the built-in template `minimal` and what every recipe
+ * shares; desktop-recipe.ts extends it, and templates.ts names them. Images are cached by
+ * recipeHash(), so anything that changes the built image must be part of the recipe, of the
+ * files in src/guest/files, or of BUILDER_VERSION.
  */
 import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
@@ -25,7 +27,7 @@ export const BUILDER_VERSION = 2;
 
 /** One of our files (from src/guest/files) copied into the rootfs. */
 export interface RecipeFile {
-  /** Name in src/guest/files. */
+  /** Path relative to src/guest/files (a template's own files live in a subfolder, e.g. desktop/). */
   source: string;
   /** Absolute path in the guest. */
   target: string;
@@ -53,6 +55,12 @@ export interface GuestRecipe {
   variant: 'minbase';
   /** Installed by debootstrap on top of minbase; Recommends are never installed. */
   packages: readonly string[];
+  /**
+   * Installed next with apt-get in the rootfs, without Recommends (see apt-install.ts): the
+   * larger package sets, whose alternatives and conflicts debootstrap resolves wrongly. Absent
+   * in `minimal` (whose hash stays what it was).
+   */
+  aptPackages?: readonly string[];
   files: readonly RecipeFile[];
   /** The desktop user; SSH logs in as this user and the desktop runs as it. */
   user: { name: string; uid: number; gid: number; home: string; shell: string };
@@ -63,7 +71,11 @@ export interface GuestRecipe {
   vm: VmRecipe;
 }
 
-export const RECIPE: GuestRecipe = {
+/**
+ * The built-in template `minimal`: Xvfb, openbox and one xterm, sshd, x11vnc. Fast to build
+ * and to boot; the tests and headless work use it.
+ */
+export const MINIMAL_RECIPE: GuestRecipe = {
   suite: 'bookworm',
   mirror: 'http://deb.debian.org/debian',
   variant: 'minbase',
@@ -149,17 +161,18 @@ function stableStringify(value: unknown): string {
 }
 
 /**
- * Identifies a built image: sha256 over the builder version, the recipe and every file in
- * src/guest/files (all of them, not only the listed ones, so that nothing is missed).
+ * Identifies a built image: sha256 over the builder version, the recipe and every file at the
+ * top of src/guest/files (all of them, not only the listed ones, so that nothing is missed),
+ * then the recipe's files in subfolders (a template's own files: only that template's hash
+ * changes with them, and `minimal`, which has none, keeps the hash it had before templates).
  * 16 hex characters are plenty to tell a handful of cached images apart.
  */
-export function recipeHash(recipe: GuestRecipe = RECIPE): string {
+export function recipeHash(recipe: GuestRecipe = MINIMAL_RECIPE, filesDir: string = guestFilesDir()): string {
   const hash = createHash('sha256');
   hash.update(`builder ${BUILDER_VERSION}\n`);
   hash.update(stableStringify(recipe));
   // The initrd's /init is generated, not a file in src/guest/files: hash its text too.
   hash.update(`\ninitrd-init\n${initScript({ modules: recipe.vm.initrdModules, defaultRoot: GUEST_ROOT_DEVICE, defaultInit: GUEST_INIT, rootWaitSeconds: INITRD_ROOT_WAIT_SECONDS })}`);
-  const filesDir = guestFilesDir();
   const names = readdirSync(filesDir, { withFileTypes: true })
     .filter((entry) => entry.isFile())
     .map((entry) => entry.name)
@@ -168,6 +181,12 @@ export function recipeHash(recipe: GuestRecipe = RECIPE): string {
     const content = readFileSync(join(filesDir, name));
     // Name and length first, so that moving bytes from one file to another changes the hash.
     hash.update(`\nfile ${name} ${content.length}\n`);
+    hash.update(content);
+  }
+  const nested = recipe.files.map((file) => file.source).filter((source) => source.includes('/'));
+  for (const source of [...new Set(nested)].sort()) {
+    const content = readFileSync(join(filesDir, source));
+    hash.update(`\nfile ${source} ${content.length}\n`);
     hash.update(content);
   }
   return hash.digest('hex').slice(0, 16);
