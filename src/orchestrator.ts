@@ -15,6 +15,9 @@ import { selectRuntime, type RuntimeSelection } from './runtimes/select.js';
 import { CapacityGate } from './sessions/capacity.js';
 import { SessionManager } from './sessions/manager.js';
 import { SessionStore } from './sessions/store.js';
+import { LinkTokens } from './api/links/link-tokens.js';
+import { TrajectoryRecorder } from './sessions/trajectory/recorder.js';
+import { TrajectoryStore } from './sessions/trajectory/trajectory-store.js';
 
 export interface Orchestrator {
   config: OrchestratorConfig;
@@ -28,6 +31,8 @@ export interface Orchestrator {
   authMode: AuthMode;
   /** Whether requests without a key are refused now (once true, true until a restart). */
   keyRequirement: KeyRequirement;
+  /** Every session's calls, stored (its pruning can be run by hand: tests). */
+  trajectory: TrajectoryRecorder;
   /** Destroys every session, stops the server and closes the store. */
   close(): Promise<void>;
 }
@@ -136,12 +141,27 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     'request limits per tenant',
   );
   await manager.start();
+  // Trajectories live beside the sessions' rows, their screenshots under <stateDir>/trajectories/
+  // (not in a session's own dir, which goes when it is destroyed: a trajectory outlives it).
+  const trajectory = new TrajectoryRecorder({
+    store: new TrajectoryStore(store.database),
+    dir: path.join(config.stateDir, 'trajectories'),
+    settings: config.trajectory,
+    describe: (id) => {
+      const record = store.get(id);
+      return record && { tenant: record.tenant, createdAt: record.createdAt };
+    },
+    isLive: (id) => manager.registry.find(id) !== undefined,
+    log: log.child({ part: 'trajectory' }),
+  });
+  trajectory.start();
   await selection.runtime.prepare?.(image, { display: config.display, pidsLimit: config.pidsLimit }, (message) => log.info({ runtime: selection.runtime.name }, message));
   const server = await buildServer({
     manager,
     metrics,
     logger: log,
-    auth: { keys, requirement: keyRequirement },
+    auth: { keys, requirement: keyRequirement, links: new LinkTokens(store.database) },
+    trajectory,
     connectionLimits: { headersTimeoutMs: config.headersTimeoutMs, requestTimeoutMs: config.requestTimeoutMs, sendTimeoutMs: config.sendTimeoutMs },
     tenantRequestLimits: { maxConcurrent: config.tenantMaxConcurrentRequests, perSecond: config.tenantRequestsPerSecond, burst: config.tenantRequestBurst },
     tenantRequestLimitOverrides: config.tenantRequestLimitOverrides,
@@ -165,9 +185,11 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     keys,
     authMode,
     keyRequirement,
+    trajectory,
     close() {
       closing ??= (async () => {
         await manager.shutdown();
+        trajectory.stop();
         await server.close();
         store.close();
         await lock.release();

@@ -1,0 +1,255 @@
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { Writable } from 'node:stream';
+import { after, before, describe, it } from 'node:test';
+import Database from 'better-sqlite3';
+import { pino } from 'pino';
+import type { Browser } from 'playwright-core';
+import sharp from 'sharp';
+import { LinkTokens } from '../src/api/links/link-tokens.js';
+import { decodePng, findColour, launchBrowser } from './helpers/browser.js';
+import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
+
+const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
+const CLICK = { x: 200, y: 150 };
+const SECRET = 'hunter2-not-for-the-log';
+/** The marker's colour in the page (viewer-style.ts / viewer-script.ts). */
+const MAGENTA: [number, number, number] = [255, 0, 255];
+
+interface Step {
+  n: number;
+  tool: string;
+  action: string | null;
+  input: Record<string, unknown>;
+  output: string | null;
+  error: { code: string; message: string } | null;
+  startedMs: number;
+  durationMs: number;
+  settleMs: number | null;
+  screenshots: { before: string | null; after: string | null };
+}
+
+/**
+ * The trajectory on a real sandbox: a session that clicks, types and runs bash is stored step
+ * by step, as JSON and JSONL, kept after destroy and pruned by age; the page renders in a real
+ * Chromium with the click marker on the pixel clicked, opened through a link token that other
+ * tokens cannot stand in for.
+ */
+describe('trajectory', () => {
+  let orch: TestOrchestrator;
+  let keyA: string;
+  let keyB: string;
+  let id: string;
+  let optedIn: string;
+  let browser: Browser;
+  let base: string;
+  let logText = '';
+
+  const inject = (method: 'GET' | 'POST' | 'DELETE', url: string, key: string, payload?: unknown, headers: Record<string, string> = {}) =>
+    orch.server.inject({ method, url, headers: { ...bearer(key), ...headers }, ...(payload === undefined ? {} : { payload: payload as Record<string, unknown> }) });
+  const computer = (session: string, input: Record<string, unknown>) => inject('POST', `/v1/sessions/${session}/tools/computer`, keyA, input);
+
+  before(async () => {
+    const sink = new Writable({ write: (chunk: Buffer, _enc, done) => ((logText += chunk.toString()), done()) });
+    orch = await startTestOrchestrator({}, true, undefined, pino({ level: 'info' }, sink));
+    keyA = orch.keys.create('tenant-a').key;
+    keyB = orch.keys.create('tenant-b').key;
+    const address = orch.server.server.address();
+    assert.ok(address && typeof address === 'object');
+    base = `http://127.0.0.1:${address.port}`;
+    const [plain, opted] = await Promise.all([
+      inject('POST', '/v1/sessions', keyA, {}),
+      inject('POST', '/v1/sessions', keyA, { trajectory: { keepTypedText: true } }),
+    ]);
+    assert.equal(plain.statusCode, 201, plain.body);
+    assert.equal(opted.statusCode, 201, opted.body);
+    id = plain.json().id;
+    optedIn = opted.json().id;
+    browser = await launchBrowser();
+  });
+
+  after(async () => {
+    await browser?.close();
+    await orch?.stop();
+  });
+
+  it('lists every call in order, with timings, results and screenshots; typed text as its length', async () => {
+    assert.equal((await computer(id, { action: 'screenshot' })).statusCode, 200);
+    assert.equal((await computer(id, { action: 'left_click', coordinate: [CLICK.x, CLICK.y] })).statusCode, 200);
+    assert.equal((await computer(id, { action: 'type', text: SECRET })).statusCode, 200);
+    assert.equal((await computer(id, { action: 'key', text: 'Return' })).statusCode, 200);
+    const bash = await inject('POST', `/v1/sessions/${id}/tools/bash`, keyA, { command: 'echo trajectory-$((6*7))' });
+    assert.equal(bash.statusCode, 200, bash.body);
+    const refused = await computer(id, { action: 'left_click', coordinate: [99999, 5] });
+    assert.equal(refused.json().is_error, true);
+    assert.equal((await inject('POST', `/v1/sessions/${id}/actions`, keyA, { action: 'mouse_move', coordinate: [10, 10] })).statusCode, 200);
+
+    const res = await inject('GET', `/v1/sessions/${id}/trajectory`, keyA);
+    assert.equal(res.statusCode, 200, res.body);
+    const body = res.json() as { state: string; totals: Record<string, number>; videoUrl: null; steps: Step[] };
+    assert.equal(body.state, 'ready');
+    assert.equal(body.videoUrl, null);
+    const steps = body.steps;
+    assert.deepEqual(
+      steps.map((s) => [s.n, s.tool, s.action]),
+      [
+        [1, 'computer', 'screenshot'],
+        [2, 'computer', 'left_click'],
+        [3, 'computer', 'type'],
+        [4, 'computer', 'key'],
+        [5, 'bash', 'command'],
+        [6, 'computer', 'left_click'],
+        [7, 'actions', 'mouse_move'],
+      ],
+    );
+    assert.equal(body.totals.steps, 7);
+    assert.equal(body.totals.errors, 1);
+    for (let k = 1; k < steps.length; k++) assert.ok(steps[k]!.startedMs >= steps[k - 1]!.startedMs, 'in the order they ran');
+    for (const s of steps) assert.ok(s.durationMs > 0 && s.startedMs > 0, `step ${s.n} has timings`);
+    const [shot, click, typed, key, run, bad] = steps as [Step, Step, Step, Step, Step, Step];
+    assert.deepEqual(click.input, { action: 'left_click', coordinate: [CLICK.x, CLICK.y] });
+    assert.equal(typeof click.settleMs, 'number');
+    assert.equal(shot.screenshots.before, null);
+    assert.match(click.screenshots.before ?? '', /\/steps\/2\/screenshot\?when=before$/);
+    assert.match(click.screenshots.after ?? '', /\/steps\/2\/screenshot\?when=after$/);
+    assert.deepEqual(typed.input, { action: 'type', textLength: SECRET.length }, 'typed text is a length by default');
+    assert.deepEqual(key.input, { action: 'key', textLength: 'Return'.length });
+    assert.equal(run.output, 'trajectory-42');
+    assert.equal(bad.error?.code, 'invalid_request');
+    assert.match(bad.error?.message ?? '', /coordinate/);
+    assert.ok(!res.body.includes(SECRET), 'the typed secret is nowhere in the trajectory');
+
+    // The screenshot by URL: the frame the click returned, as the model saw it.
+    const image = await inject('GET', click.screenshots.after!, keyA);
+    assert.equal(image.statusCode, 200);
+    assert.equal(image.headers['content-type'], 'image/png');
+    const meta = await sharp(image.rawPayload).metadata();
+    const view = (await inject('GET', `/v1/sessions/${id}`, keyA)).json();
+    assert.deepEqual([meta.width, meta.height], [view.computerTool.display_width_px, view.computerTool.display_height_px]);
+    // "before" of step 2 is step 1's frame, the same bytes.
+    const beforeClick = await inject('GET', click.screenshots.before!, keyA);
+    const first = await inject('GET', shot.screenshots.after!, keyA);
+    assert.ok(beforeClick.rawPayload.equals(first.rawPayload));
+    assert.equal((await inject('GET', `/v1/sessions/${id}/trajectory/steps/5/screenshot`, keyA)).statusCode, 404, 'bash returns no screenshot');
+  });
+
+  it('keeps typed text when the session opted in at create', async () => {
+    assert.equal((await computer(optedIn, { action: 'type', text: 'shown-on-purpose' })).statusCode, 200);
+    const steps = (await inject('GET', `/v1/sessions/${optedIn}/trajectory`, keyA)).json().steps as Step[];
+    assert.deepEqual(steps[0]?.input, { action: 'type', text: 'shown-on-purpose' });
+  });
+
+  it('streams JSONL: a summary line, then one line per step', async () => {
+    for (const request of [{ url: `/v1/sessions/${id}/trajectory?format=jsonl`, headers: {} as Record<string, string> }, { url: `/v1/sessions/${id}/trajectory`, headers: { accept: 'application/x-ndjson' } }]) {
+      const res = await inject('GET', request.url, keyA, undefined, request.headers);
+      assert.equal(res.statusCode, 200);
+      assert.match(String(res.headers['content-type']), /application\/x-ndjson/);
+      const lines = res.body.trimEnd().split('\n').map((line) => JSON.parse(line) as { type: string; n?: number });
+      assert.equal(lines[0]?.type, 'trajectory');
+      assert.deepEqual(lines.slice(1).map((l) => [l.type, l.n]), [1, 2, 3, 4, 5, 6, 7].map((n) => ['step', n]));
+    }
+    // Streamed for real over HTTP: chunked, read line by line.
+    const res = await fetch(`${base}/v1/sessions/${id}/trajectory?format=jsonl`, { headers: bearer(keyA) });
+    assert.equal(res.headers.get('transfer-encoding'), 'chunked');
+    assert.equal((await res.text()).trimEnd().split('\n').length, 8);
+  });
+
+  it("is the session's tenant's only: another tenant gets 404, as for a session that does not exist", async () => {
+    for (const url of [`/v1/sessions/${id}/trajectory`, `/v1/sessions/${id}/trajectory/steps/2/screenshot`, `/v1/sessions/${id}/trajectory/view`]) {
+      const res = await inject('GET', url, keyB);
+      assert.equal(res.statusCode, 404, url);
+      assert.equal(res.json().error.code, 'not_found');
+    }
+    assert.equal((await inject('POST', `/v1/sessions/${id}/links`, keyB, { purpose: 'trajectory' })).statusCode, 404);
+  });
+
+  it('renders in Chromium through a link token, the click marker on the pixel clicked, and steps with the arrow keys', async () => {
+    const link = await inject('POST', `/v1/sessions/${id}/links`, keyA, { purpose: 'trajectory', ttlSeconds: 600 });
+    assert.equal(link.statusCode, 201, link.body);
+    const { url, path: linkPath } = link.json() as { url: string; path: string };
+    assert.match(linkPath, new RegExp(`^/v1/sessions/${id}/trajectory/view\\?token=lnk_`));
+    const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    try {
+      // Through inject, the link's url names inject's Host; a browser asks our real address.
+      assert.match(url, /^http:\/\/localhost(:\d+)?\/v1\//);
+      const response = await page.goto(`${base}${linkPath}#step-2`);
+      assert.equal(response?.status(), 200);
+      await page.waitForFunction(() => (document.getElementById('screenshot') as HTMLImageElement | null)?.dataset.loaded === '2before');
+      assert.match((await page.textContent('#step-title')) ?? '', /left click at \(200, 150\)/);
+      assert.match((await page.textContent('#totals')) ?? '', /Steps\s*7/);
+      const box = await page.locator('#screenshot').boundingBox();
+      const natural = await page.$eval('#screenshot', (img) => [(img as HTMLImageElement).naturalWidth, (img as HTMLImageElement).naturalHeight]);
+      assert.ok(box);
+      const expected = { x: box.x + (CLICK.x * box.width) / natural[0]!, y: box.y + (CLICK.y * box.height) / natural[1]! };
+      // SBX_TEST_SCREENSHOT_DIR=dir keeps the page's screenshot, to look at it.
+      const keep = process.env.SBX_TEST_SCREENSHOT_DIR;
+      const shot = await page.screenshot(keep ? { path: path.join(keep, 'trajectory-page.png') } : {});
+      const pixels = await decodePng(shot);
+      const marker = findColour(pixels, MAGENTA, { ...expected, radius: 30 });
+      assert.ok(marker.count > 30, `the marker is drawn near (${expected.x.toFixed(0)}, ${expected.y.toFixed(0)})`);
+      assert.ok(Math.abs(marker.x - expected.x) <= 2 && Math.abs(marker.y - expected.y) <= 2, `marker centred at ${marker.x},${marker.y}, expected ${expected.x},${expected.y}`);
+      // Nothing magenta elsewhere on the screenshot: the marker is only where the click was.
+      const elsewhere = findColour(pixels, MAGENTA, { x: box.x + box.width / 2, y: box.y + box.height / 2, radius: Math.min(box.width, box.height) / 2 - 1 });
+      assert.equal(elsewhere.count, marker.count);
+
+      await page.keyboard.press('ArrowRight');
+      assert.match((await page.textContent('#step-title')) ?? '', /#3 · type 23 characters/);
+      await page.keyboard.press('ArrowLeft');
+      await page.keyboard.press('ArrowLeft');
+      assert.match((await page.textContent('#position')) ?? '', /^1 \/ 7$/);
+    } finally {
+      await page.close();
+    }
+    assert.ok(!logText.includes(url.split('token=')[1]!), 'the link token is never logged');
+    assert.match(logText, /trajectory\/view/, 'the page request was logged (by its route)');
+  });
+
+  it('refuses an expired, a revoked, a made-up and another session\'s token', async () => {
+    const db = new Database(path.join(orch.stateDir, 'orchestrator.db'));
+    const expired = new LinkTokens(db).create('tenant-a', id, 'trajectory', 10, new Date(Date.now() - 60_000)).token;
+    db.close();
+    const revokedLink = (await inject('POST', `/v1/sessions/${id}/links`, keyA, { purpose: 'trajectory' })).json() as { id: string; path: string };
+    assert.equal((await inject('DELETE', `/v1/sessions/${id}/links/${revokedLink.id}`, keyA)).statusCode, 204);
+    const other = (await inject('POST', `/v1/sessions/${optedIn}/links`, keyA, { purpose: 'trajectory' })).json() as { path: string };
+    const otherToken = other.path.split('token=')[1]!;
+    const page = await browser.newPage();
+    try {
+      const cases: Array<[string, string]> = [
+        [`/v1/sessions/${id}/trajectory/view?token=${expired}`, 'expired_link_token'],
+        [revokedLink.path, 'revoked_link_token'],
+        [`/v1/sessions/${id}/trajectory/view?token=lnk_aaaaaaaaaaaa_${'A'.repeat(43)}`, 'invalid_link_token'],
+        [`/v1/sessions/${id}/trajectory/view?token=${otherToken}`, 'invalid_link_token'],
+        [`/v1/sessions/${id}/trajectory/steps/2/screenshot?token=${otherToken}`, 'invalid_link_token'],
+      ];
+      for (const [url, code] of cases) {
+        const response = await page.goto(`${base}${url}`);
+        assert.equal(response?.status(), 401, url);
+        assert.equal((await response?.json())?.error.code, code, url);
+      }
+      // A link token opens its pages only: not the session's other routes.
+      const direct = await fetch(`${base}/v1/sessions/${optedIn}?token=${otherToken}`);
+      assert.equal(direct.status, 401);
+    } finally {
+      await page.close();
+    }
+  });
+
+  it('is kept after the session is destroyed, then pruned by its retention', async () => {
+    const destroyed = await inject('DELETE', `/v1/sessions/${id}`, keyA);
+    assert.equal(destroyed.statusCode, 200, destroyed.body);
+    const res = await inject('GET', `/v1/sessions/${id}/trajectory`, keyA);
+    assert.equal(res.statusCode, 200);
+    assert.equal(res.json().state, 'destroyed');
+    assert.equal(res.json().steps.length, 7);
+    assert.equal((await inject('GET', `/v1/sessions/${id}/trajectory/steps/2/screenshot`, keyA)).statusCode, 200);
+    const dir = path.join(orch.stateDir, 'trajectories', id);
+    assert.ok(existsSync(dir));
+
+    const deleted = await orch.trajectory.prune(Date.now() + orch.config.trajectory.retentionSeconds * 1000 + 1000);
+    assert.equal(deleted, 1, 'only the ended session\'s trajectory: the live one is kept');
+    assert.equal(existsSync(dir), false, 'its screenshots are gone');
+    assert.equal((await inject('GET', `/v1/sessions/${id}/trajectory`, keyA)).statusCode, 404);
+    assert.equal((await inject('GET', `/v1/sessions/${optedIn}/trajectory`, keyA)).statusCode, 200);
+  });
+});
