@@ -8,7 +8,9 @@ import { pino } from 'pino';
 import type { Browser } from 'playwright-core';
 import sharp from 'sharp';
 import { LinkTokens } from '../src/api/links/link-tokens.js';
+import { SandboxClient } from '../src/client/index.js';
 import { decodePng, findColour, launchBrowser } from './helpers/browser.js';
+import { runCli } from './helpers/serve.js';
 import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 
 const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
@@ -155,6 +157,37 @@ describe('trajectory', () => {
     assert.equal((await res.text()).trimEnd().split('\n').length, 8);
   });
 
+  it('the client and the CLI show it: sandbox.trajectory(), sandbox.trajectoryUrl(), sbx trajectory', async () => {
+    const sdk = new SandboxClient({ baseUrl: base, apiKey: keyA });
+    const sandbox = await sdk.connect(id);
+    const trajectory = await sandbox.trajectory();
+    assert.deepEqual(trajectory.steps.map((s) => s.n), [1, 2, 3, 4, 5, 6, 7]);
+    const link = await sandbox.trajectoryUrl({ ttlSeconds: 60 });
+    assert.ok(link.url.startsWith(`${base}/v1/sessions/${id}/trajectory/view?token=lnk_`));
+    const page = await fetch(link.url);
+    assert.equal(page.status, 200);
+    assert.match(String(page.headers.get('content-security-policy')), /default-src 'none'/);
+    assert.equal(page.headers.get('referrer-policy'), 'no-referrer');
+
+    const cli = await runCli(['--api-key', keyA, 'trajectory', id], base);
+    assert.equal(cli.code, 0, cli.stderr);
+    const lines = cli.stdout.trimEnd().split('\n');
+    assert.match(lines[0]!, new RegExp(`^session ${id} \\(ready\\).*: 7 steps, 1 error`));
+    assert.match(cli.stdout, /#2 +\+\d+\.\d\d s +computer +left_click \(200, 150\)/);
+    assert.match(cli.stdout, /type \(23 characters\)/);
+    assert.match(cli.stdout, /→ trajectory-42/);
+    assert.match(cli.stdout, /✗ invalid_request: /);
+    assert.ok(!cli.stdout.includes(SECRET));
+    const json = await runCli(['--api-key', keyA, 'trajectory', id, '--json'], base);
+    assert.equal(JSON.parse(json.stdout).steps.length, 7);
+
+    const openapi = (await orch.server.inject({ method: 'GET', url: '/openapi.json' })).json() as { paths: Record<string, Record<string, unknown>> };
+    for (const route of ['/v1/sessions/{id}/trajectory', '/v1/sessions/{id}/trajectory/view', '/v1/sessions/{id}/trajectory/steps/{n}/screenshot', '/v1/sessions/{id}/links']) {
+      assert.ok(openapi.paths[route], `${route} is in the OpenAPI document`);
+    }
+    assert.ok(openapi.paths['/v1/sessions/{id}/links/{linkId}']?.delete);
+  });
+
   it("is the session's tenant's only: another tenant gets 404, as for a session that does not exist", async () => {
     for (const url of [`/v1/sessions/${id}/trajectory`, `/v1/sessions/${id}/trajectory/steps/2/screenshot`, `/v1/sessions/${id}/trajectory/view`]) {
       const res = await inject('GET', url, keyB);
@@ -198,6 +231,13 @@ describe('trajectory', () => {
       await page.keyboard.press('ArrowLeft');
       await page.keyboard.press('ArrowLeft');
       assert.match((await page.textContent('#position')) ?? '', /^1 \/ 7$/);
+      // A failed step shows its error; a bash step its output.
+      await page.click('#step-list li:nth-child(6)');
+      assert.match((await page.textContent('#error')) ?? '', /^invalid_request: coordinate/);
+      if (keep) await page.screenshot({ path: path.join(keep, 'trajectory-page-error.png') });
+      await page.evaluate(() => (location.hash = '#step-5'));
+      await page.waitForFunction(() => document.getElementById('output')?.textContent === 'trajectory-42');
+      if (keep) await page.screenshot({ path: path.join(keep, 'trajectory-page-bash.png') });
     } finally {
       await page.close();
     }

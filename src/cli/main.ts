@@ -11,6 +11,7 @@ import { startOrchestrator } from '../orchestrator.js';
 import { RUNTIME_NAMES, type RuntimeChoice } from '../runtimes/settings.js';
 import { imagesDirFromEnv, warmPoolSize } from '../sessions/settings.js';
 import { keysCommand } from './keys.js';
+import { trajectoryCommand } from './trajectory.js';
 
 /** The file extension of an image by its first bytes (the session's default format may be any). */
 function extensionOf(image: Buffer): string {
@@ -138,6 +139,7 @@ function client(): SandboxClient {
 }
 
 program.addCommand(keysCommand(defaults.stateDir));
+program.addCommand(trajectoryCommand(client));
 
 interface CreateFlags {
   width?: number;

@@ -1,10 +1,14 @@
 import { errorFor, SandboxError } from './errors.js';
 import { downloadFile, downloadFileStream, uploadFile, type FileRequestOptions, type UploadData, type UploadedFile, type UploadFileOptions } from './files.js';
-import { formatQuery, queryString, type ImageMediaType, type ScreenshotFormatOptions } from './screenshot-format.js';
+import { formatQuery, queryString, type ScreenshotFormatOptions } from './screenshot-format.js';
+import type { ActionResult, ToolResult } from './results.js';
+import { createTrajectoryLink, fetchTrajectory, type Trajectory, type TrajectoryLink } from './trajectory.js';
 
 export * from './errors.js';
 export type { ImageMediaType, ScreenshotFormatOptions } from './screenshot-format.js';
 export type { FileRequestOptions, UploadData, UploadedFile, UploadFileOptions } from './files.js';
+export * from './results.js';
+export type { Trajectory, TrajectoryLink, TrajectoryStep } from './trajectory.js';
 
 /** A session as the API describes it. */
 export interface SessionInfo {
@@ -65,6 +69,8 @@ export interface CreateOptions {
    * sandboxes or private ranges; `egress: true` lets it reach the internet (NAT). Default off.
    */
   network?: { egress?: boolean };
+  /** Every call is stored (sandbox.trajectory()); typed text as its length unless keepTypedText. */
+  trajectory?: { keepTypedText?: boolean };
 }
 
 /** A computer-use tool input, as a model sends it. */
@@ -99,28 +105,6 @@ export interface EditorToolInput {
   insert_line?: number;
   insert_text?: string;
   [field: string]: unknown;
-}
-
-/** The text of a tool result (its text blocks joined), for callers that only read it. */
-export function resultText(result: ToolResult): string {
-  return result.content.flatMap((block) => (block.type === 'text' ? [block.text] : [])).join('\n');
-}
-
-/** The tool_result content of the Messages API, as the tool endpoints answer. */
-export interface ToolResult {
-  content: Array<
-    { type: 'text'; text: string } | { type: 'image'; source: { type: 'base64'; media_type: ImageMediaType; data: string } }
-  >;
-  is_error: boolean;
-}
-
-export interface ActionResult {
-  action: string;
-  output?: string;
-  cursor?: { x: number; y: number };
-  image?: { mediaType: string; data: string };
-  settleMs?: number;
-  durationMs: number;
 }
 
 /** Where the client looks for the orchestrator unless told (SBX_URL, `--url`): `sbx serve`'s default address. */
@@ -367,6 +351,11 @@ export class Sandbox {
   }
 
   /** Probes the sandbox now: SSH connection and display. */
+  /** Every action and tool call of this session, in order, with timings and results (also after it ended). */
+  trajectory = (): Promise<Trajectory> => fetchTrajectory(this.client, this.id);
+  /** A short-lived URL of the trajectory viewer page, to open in a browser (no API key needed). */
+  trajectoryUrl = (options: { ttlSeconds?: number } = {}): Promise<TrajectoryLink> => createTrajectoryLink(this.client, this.id, options.ttlSeconds);
+
   health(): Promise<{ state: string; healthy: boolean; ssh: 'ok' | 'down'; display: 'ok' | 'down'; detail?: string }> {
     return this.client.json('GET', `/v1/sessions/${encodeURIComponent(this.id)}/health`);
   }

@@ -17,7 +17,7 @@ export const VIEWER_SCRIPT = String.raw`
 
   function withToken(url) { return token ? url + (url.indexOf('?') < 0 ? '?' : '&') + 'token=' + encodeURIComponent(token) : url; }
   function seconds(ms) { return ms >= 60000 ? Math.floor(ms / 60000) + ' min ' + ((ms % 60000) / 1000).toFixed(1) + ' s' : (ms / 1000).toFixed(ms < 10000 ? 2 : 1) + ' s'; }
-  function millis(ms) { return ms < 1000 ? Math.round(ms) + ' ms' : seconds(ms); }
+  function millis(ms) { return ms < 1 ? '< 1 ms' : ms < 1000 ? Math.round(ms) + ' ms' : seconds(ms); }
   function el(tag, cls, text) { var e = document.createElement(tag); if (cls) e.className = cls; if (text !== undefined) e.textContent = text; return e; }
   function point(v) { return Array.isArray(v) && v.length === 2 && typeof v[0] === 'number' && typeof v[1] === 'number' ? v : null; }
   function plural(n, word) { return n + ' ' + word + (n === 1 ? '' : 's'); }
@@ -187,10 +187,15 @@ export const VIEWER_SCRIPT = String.raw`
     else if (e.key === 'Home') go(0);
     else if (e.key === 'End') go(steps.length - 1);
   });
+  /** #step-<n> in the URL opens that step: a link to one moment of the trajectory. */
+  function fromHash() {
+    var match = /^#step-(\d+)$/.exec(location.hash);
+    var k = match ? steps.findIndex(function (s) { return s.n === Number(match[1]); }) : 0;
+    go(k < 0 ? 0 : k);
+  }
+  window.addEventListener('hashchange', fromHash);
   header();
   list();
-  var fromHash = /^#step-(\d+)$/.exec(location.hash);
-  var start = fromHash ? steps.findIndex(function (s) { return s.n === Number(fromHash[1]); }) : 0;
-  go(start < 0 ? 0 : start);
+  fromHash();
 })();
 `;

@@ -37,7 +37,7 @@ button:disabled { opacity:.4; cursor:default; }
 #position { color:var(--muted); font-variant-numeric:tabular-nums; min-width:70px; text-align:center; }
 .shot { margin:14px 0 0; }
 .frame { position:relative; display:inline-block; max-width:100%; border:1px solid var(--line); background:#000; line-height:0; }
-.frame img { display:block; max-width:100%; max-height:calc(100vh - 240px); width:auto; height:auto; }
+.frame img { display:block; max-width:100%; max-height:calc(100vh - 320px); width:auto; height:auto; }
 .frame svg { position:absolute; left:0; top:0; width:100%; height:100%; pointer-events:none; }
 .frame.empty { display:flex; align-items:center; justify-content:center; width:480px; height:120px; background:#eceef2; color:var(--muted); line-height:1.4; }
 figcaption { color:var(--muted); font-size:12px; margin-top:4px; }
