@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
+import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
@@ -8,11 +9,14 @@ import { pino } from 'pino';
 import type { Browser } from 'playwright-core';
 import sharp from 'sharp';
 import { LinkTokens } from '../src/api/links/link-tokens.js';
+import { DEFAULT_TRAJECTORY_SETTINGS } from '../src/sessions/trajectory/settings.js';
 import { SandboxClient } from '../src/client/index.js';
 import { decodePng, findColour, launchBrowser } from './helpers/browser.js';
 import { runCli } from './helpers/serve.js';
 import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 
+const MiB = 1024 * 1024;
+const CAPS = { maxSessionBytes: 1 * MiB, maxSteps: 150 };
 const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
 const CLICK = { x: 200, y: 150 };
 const SECRET = 'hunter2-not-for-the-log';
@@ -54,7 +58,8 @@ describe('trajectory', () => {
 
   before(async () => {
     const sink = new Writable({ write: (chunk: Buffer, _enc, done) => ((logText += chunk.toString()), done()) });
-    orch = await startTestOrchestrator({}, true, undefined, pino({ level: 'info' }, sink));
+    // Small caps for the red-team flood at the end; the other tests stay far below them.
+    orch = await startTestOrchestrator({ trajectory: { ...DEFAULT_TRAJECTORY_SETTINGS, ...CAPS } }, true, undefined, pino({ level: 'info' }, sink));
     keyA = orch.keys.create('tenant-a').key;
     keyB = orch.keys.create('tenant-b').key;
     const address = orch.server.server.address();
@@ -291,5 +296,60 @@ describe('trajectory', () => {
     assert.equal(existsSync(dir), false, 'its screenshots are gone');
     assert.equal((await inject('GET', `/v1/sessions/${id}/trajectory`, keyA)).statusCode, 404);
     assert.equal((await inject('GET', `/v1/sessions/${optedIn}/trajectory`, keyA)).statusCode, 200);
+  });
+
+  it('red team: a model that floods calls with large inputs fills its own budget and no more, at little cost to the host', async () => {
+    const dir = path.join(orch.stateDir, 'trajectories', optedIn);
+    const rssBefore = process.memoryUsage().rss;
+    const latencies: number[] = [];
+    let flooding = true;
+    // Another tenant's request meanwhile, timed.
+    const probe = (async () => {
+      while (flooding) {
+        const t0 = performance.now();
+        assert.equal((await inject('GET', '/v1/sessions', keyB)).statusCode, 200);
+        latencies.push(performance.now() - t0);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    })();
+    const calls = 200;
+    const big = 'y'.repeat(900 * 1024); // near the body limit: stored cut to 8 KiB
+    let next = 0;
+    const worker = async () => {
+      while (next < calls) {
+        const k = next++;
+        const res =
+          k % 4 === 0
+            ? await inject('POST', `/v1/sessions/${optedIn}/tools/str_replace_based_edit_tool`, keyA, { command: 'create', path: `/tmp/f${k}`, file_text: big })
+            : await computer(optedIn, { action: 'screenshot' });
+        assert.equal(res.statusCode, 200);
+      }
+    };
+    const started = performance.now();
+    await Promise.all([worker(), worker(), worker()]);
+    const seconds = (performance.now() - started) / 1000;
+    flooding = false;
+    await probe;
+    const rssAfter = process.memoryUsage().rss;
+
+    const row = orch.trajectory.get(optedIn)!;
+    const onDisk = (await readdir(dir)).length ? (await Promise.all((await readdir(dir)).map((f) => stat(path.join(dir, f))))).reduce((sum, st) => sum + st.size, 0) : 0;
+    assert.ok(row.bytes <= CAPS.maxSessionBytes, `${row.bytes} bytes counted`);
+    assert.ok(onDisk <= CAPS.maxSessionBytes, `${onDisk} bytes on disk`);
+    assert.equal(row.steps + row.droppedSteps, calls + 1, 'every call is counted');
+    assert.ok(row.steps <= CAPS.maxSteps);
+    assert.ok(row.droppedImages > 0, 'screenshots past the budget were dropped');
+    const steps = (await inject('GET', `/v1/sessions/${optedIn}/trajectory`, keyA)).json().steps as Step[];
+    const created = steps.find((s) => s.action === 'create')!;
+    assert.ok(String(created.input.file_text).length < 9 * 1024, 'a large input is stored cut');
+    latencies.sort((a, b) => a - b);
+    const p50 = latencies[Math.floor(latencies.length / 2)]!;
+    const max = latencies[latencies.length - 1]!;
+    console.log(
+      `trajectory flood: ${calls} calls in ${seconds.toFixed(1)} s; stored ${row.steps} steps, ${row.droppedSteps} counted only, ` +
+        `${row.droppedImages} screenshots dropped; ${(row.bytes / 1024).toFixed(0)} KiB counted, ${(onDisk / 1024).toFixed(0)} KiB of files; ` +
+        `orchestrator RSS ${(rssBefore / MiB).toFixed(0)} -> ${(rssAfter / MiB).toFixed(0)} MiB; ` +
+        `another tenant's GET /v1/sessions meanwhile: p50 ${p50.toFixed(1)} ms, max ${max.toFixed(1)} ms over ${latencies.length}`,
+    );
   });
 });

@@ -100,22 +100,19 @@ export class TrajectoryRecorder {
     };
     // What the row costs on disk, roughly: its text. Counted against the same budgets as images.
     const rowBytes = 256 + Buffer.byteLength(JSON.stringify(step));
-    if (row.bytes + rowBytes > settings.maxSessionBytes) {
-      store.append(report.sessionId, step, rowBytes, 0); // counted as dropped
-      return;
-    }
-    const added = store.append(report.sessionId, step, rowBytes, settings.maxSteps);
+    const added = store.append(report.sessionId, step, rowBytes, settings);
     if (!added || !report.image) return;
     const size = report.image.data.length;
-    const after = store.get(report.sessionId);
-    if (!after || after.bytes + size > settings.maxSessionBytes || !(await this.makeRoom(size, report.sessionId))) {
-      store.countDroppedImage(report.sessionId);
-      return;
+    await this.makeRoom(size, report.sessionId);
+    if (!store.reserveImage(report.sessionId, size, settings)) return;
+    try {
+      await mkdir(path.join(this.opts.dir, report.sessionId), { recursive: true, mode: 0o700 });
+      await writeFile(this.imageFile(report.sessionId, added.n, report.image.mediaType), report.image.data, { mode: 0o600 });
+    } catch (err) {
+      store.releaseImage(report.sessionId, size);
+      throw err;
     }
-    const dir = path.join(this.opts.dir, report.sessionId);
-    await mkdir(dir, { recursive: true, mode: 0o700 });
-    await writeFile(this.imageFile(report.sessionId, added.n, report.image.mediaType), report.image.data, { mode: 0o600 });
-    store.setAfterImage(report.sessionId, added.n, report.image.mediaType, size);
+    store.setAfterImage(report.sessionId, added.n, report.image.mediaType);
   }
 
   /** The screenshot stored for step `n` (the screen after it), if there is one. */
@@ -130,16 +127,17 @@ export class TrajectoryRecorder {
     return path.join(this.opts.dir, sessionId, `${n}.${EXTENSIONS[mediaType] ?? 'bin'}`);
   }
 
-  /** Frees room for `bytes` more under the total cap, deleting the oldest ended trajectories; false if it cannot. */
-  private async makeRoom(bytes: number, forSession: string): Promise<boolean> {
+  /**
+   * Frees room for `bytes` more under the total cap by deleting the oldest ended trajectories
+   * (never a live one: reserveImage then refuses the screenshot instead).
+   */
+  private async makeRoom(bytes: number, forSession: string): Promise<void> {
     const { store, settings } = this.opts;
-    if (store.totalBytes() + bytes <= settings.maxTotalBytes) return true;
     for (const row of store.oldestFirst()) {
+      if (store.totalBytes() + bytes <= settings.maxTotalBytes) return;
       if (row.sessionId === forSession || this.opts.isLive(row.sessionId)) continue;
       await this.delete(row.sessionId);
-      if (store.totalBytes() + bytes <= settings.maxTotalBytes) return true;
     }
-    return false;
   }
 
   /** Deletes trajectories past their retention, then the oldest ended ones while over the total cap. */

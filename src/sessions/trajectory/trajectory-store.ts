@@ -120,14 +120,15 @@ export class TrajectoryStore {
   }
 
   /**
-   * Appends a step, numbered after the last one, in one transaction with the counters; the
-   * step before it with a screenshot is its "before". Null when the step cap is reached.
+   * Appends a step, numbered after the last one, in one transaction with the counters (so
+   * concurrent calls can neither share a number nor together pass the caps); the step before
+   * it with a screenshot is its "before". Null when a cap is reached: the step is counted only.
    */
-  append(sessionId: string, step: NewStep, rowBytes: number, maxSteps: number): { n: number; beforeStep: number | null } | null {
+  append(sessionId: string, step: NewStep, rowBytes: number, caps: { maxSteps: number; maxSessionBytes: number }): { n: number; beforeStep: number | null } | null {
     return this.db.transaction(() => {
       const row = this.get(sessionId);
       if (!row) return null;
-      if (row.steps >= maxSteps) {
+      if (row.steps >= caps.maxSteps || row.bytes + rowBytes > caps.maxSessionBytes) {
         this.db.prepare('UPDATE trajectories SET dropped_steps = dropped_steps + 1 WHERE session_id = ?').run(sessionId);
         return null;
       }
@@ -162,16 +163,31 @@ export class TrajectoryStore {
     })();
   }
 
-  /** A step's screenshot was written: its media type, and its bytes counted. */
-  setAfterImage(sessionId: string, n: number, mediaType: string, bytes: number): void {
-    this.db.transaction(() => {
-      this.db.prepare('UPDATE trajectory_steps SET after_image = ? WHERE session_id = ? AND n = ?').run(mediaType, sessionId, n);
+  /**
+   * Counts `bytes` of a screenshot against the caps before it is written, in one transaction:
+   * false (and counted as dropped) when the session's or the total budget has no room for it.
+   */
+  reserveImage(sessionId: string, bytes: number, caps: { maxSessionBytes: number; maxTotalBytes: number }): boolean {
+    return this.db.transaction(() => {
+      const row = this.get(sessionId);
+      if (!row) return false;
+      if (row.bytes + bytes > caps.maxSessionBytes || this.totalBytes() + bytes > caps.maxTotalBytes) {
+        this.db.prepare('UPDATE trajectories SET dropped_images = dropped_images + 1 WHERE session_id = ?').run(sessionId);
+        return false;
+      }
       this.db.prepare('UPDATE trajectories SET bytes = bytes + ? WHERE session_id = ?').run(bytes, sessionId);
+      return true;
     })();
   }
 
-  countDroppedImage(sessionId: string): void {
-    this.db.prepare('UPDATE trajectories SET dropped_images = dropped_images + 1 WHERE session_id = ?').run(sessionId);
+  /** A reserved screenshot that could not be written: its bytes are given back. */
+  releaseImage(sessionId: string, bytes: number): void {
+    this.db.prepare('UPDATE trajectories SET bytes = MAX(0, bytes - ?), dropped_images = dropped_images + 1 WHERE session_id = ?').run(bytes, sessionId);
+  }
+
+  /** A step's screenshot is written: its media type says so (and which file it is). */
+  setAfterImage(sessionId: string, n: number, mediaType: string): void {
+    this.db.prepare('UPDATE trajectory_steps SET after_image = ? WHERE session_id = ? AND n = ?').run(mediaType, sessionId, n);
   }
 
   /** Steps in order, from `fromStep` on, at most `limit` of them (so a long one is read in pages). */
