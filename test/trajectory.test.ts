@@ -353,3 +353,32 @@ describe('trajectory', () => {
     );
   });
 });
+
+/**
+ * Without keys (local development) the page needs no token, and the browser rules of every
+ * keyless request apply to it, token or not: a page elsewhere cannot open it (DNS rebinding,
+ * cross-site navigation).
+ */
+describe('trajectory page without API keys', () => {
+  let orch: TestOrchestrator;
+  before(async () => {
+    orch = await startTestOrchestrator();
+  });
+  after(async () => {
+    await orch?.stop();
+  });
+
+  it('follows the browser rules of keyless requests', async () => {
+    const url = '/v1/sessions/abcdefghij/trajectory/view';
+    const get = (headers: Record<string, string>, query = '') => orch.server.inject({ method: 'GET', url: url + query, headers });
+    // A same-origin or typed-in request reaches the route (no such trajectory here: 404).
+    assert.equal((await get({ host: '127.0.0.1:8080', 'sec-fetch-site': 'none' })).statusCode, 404);
+    assert.equal((await get({ host: 'localhost:8080', 'sec-fetch-site': 'same-origin' })).statusCode, 404);
+    const crossSite = await get({ host: '127.0.0.1:8080', 'sec-fetch-site': 'cross-site' });
+    assert.equal(crossSite.statusCode, 403);
+    assert.equal(crossSite.json().error.code, 'cross_origin_request');
+    assert.equal((await get({ host: 'evil.example' })).json().error.code, 'invalid_host');
+    const withToken = await get({ host: 'evil.example' }, `?token=lnk_aaaaaaaaaaaa_${'A'.repeat(43)}`);
+    assert.equal(withToken.statusCode, 403, 'a token does not lift the browser rules');
+  });
+});
