@@ -168,8 +168,8 @@ describe('trajectory', () => {
     const trajectory = await sandbox.trajectory();
     assert.deepEqual(trajectory.steps.map((s) => s.n), [1, 2, 3, 4, 5, 6, 7]);
     const link = await sandbox.trajectoryUrl({ ttlSeconds: 60 });
-    assert.ok(link.url.startsWith(`${base}/v1/sessions/${id}/trajectory/view?token=lnk_`));
-    const page = await fetch(link.url);
+    assert.ok(link.startsWith(`${base}/v1/sessions/${id}/trajectory/view?token=lnk_`));
+    const page = await fetch(link);
     assert.equal(page.status, 200);
     assert.match(String(page.headers.get('content-security-policy')), /default-src 'none'/);
     assert.equal(page.headers.get('referrer-policy'), 'no-referrer');

@@ -2,13 +2,13 @@ import { errorFor, SandboxError } from './errors.js';
 import { downloadFile, downloadFileStream, uploadFile, type FileRequestOptions, type UploadData, type UploadedFile, type UploadFileOptions } from './files.js';
 import { formatQuery, queryString, type ScreenshotFormatOptions } from './screenshot-format.js';
 import type { ActionResult, ToolResult } from './results.js';
-import { createTrajectoryLink, fetchTrajectory, type Trajectory, type TrajectoryLink } from './trajectory.js';
+import { createTrajectoryLink, fetchTrajectory, type Trajectory } from './trajectory.js';
 
 export * from './errors.js';
 export type { ImageMediaType, ScreenshotFormatOptions } from './screenshot-format.js';
 export type { FileRequestOptions, UploadData, UploadedFile, UploadFileOptions } from './files.js';
 export * from './results.js';
-export type { Trajectory, TrajectoryLink, TrajectoryStep } from './trajectory.js';
+export { createTrajectoryLink, fetchTrajectory, type Trajectory, type TrajectoryLink, type TrajectoryStep } from './trajectory.js';
 
 /** A session as the API describes it. */
 export interface SessionInfo {
@@ -353,8 +353,8 @@ export class Sandbox {
   /** Probes the sandbox now: SSH connection and display. */
   /** Every action and tool call of this session, in order, with timings and results (also after it ended). */
   trajectory = (): Promise<Trajectory> => fetchTrajectory(this.client, this.id);
-  /** A short-lived URL of the trajectory viewer page, to open in a browser (no API key needed). */
-  trajectoryUrl = (options: { ttlSeconds?: number } = {}): Promise<TrajectoryLink> => createTrajectoryLink(this.client, this.id, options.ttlSeconds);
+  /** A short-lived URL of the trajectory viewer page, to open in a browser (createTrajectoryLink also gives its id, to revoke it). */
+  trajectoryUrl = async (options: { ttlSeconds?: number } = {}): Promise<string> => (await createTrajectoryLink(this.client, this.id, options.ttlSeconds)).url;
 
   health(): Promise<{ state: string; healthy: boolean; ssh: 'ok' | 'down'; display: 'ok' | 'down'; detail?: string }> {
     return this.client.json('GET', `/v1/sessions/${encodeURIComponent(this.id)}/health`);
