@@ -126,6 +126,12 @@ describe('trajectory', () => {
     assert.equal(bad.error?.code, 'invalid_request');
     assert.match(bad.error?.message ?? '', /coordinate/);
     assert.ok(!res.body.includes(SECRET), 'the typed secret is nowhere in the trajectory');
+    // In pages: ?from and ?limit, and `next` while there are more.
+    const page = (await inject('GET', `/v1/sessions/${id}/trajectory?from=3&limit=3`, keyA)).json() as { steps: Step[]; next: string };
+    assert.deepEqual(page.steps.map((s) => s.n), [3, 4, 5]);
+    assert.equal(page.next, `/v1/sessions/${id}/trajectory?from=6&limit=3`);
+    const last = (await inject('GET', page.next, keyA)).json() as { steps: Step[]; next: string | null };
+    assert.deepEqual([last.steps.map((s) => s.n), last.next], [[6, 7], null]);
 
     // The screenshot by URL: the frame the click returned, as the model saw it.
     const image = await inject('GET', click.screenshots.after!, keyA);

@@ -28,6 +28,8 @@ export interface Trajectory {
   /** A recording to link steps to by startedMs; null until recordings exist. */
   videoUrl: string | null;
   steps: TrajectoryStep[];
+  /** The next page of steps (the server answers at most 1000 at a time); fetchTrajectory follows it. */
+  next?: string | null;
 }
 
 export interface TrajectoryLink {
@@ -38,8 +40,16 @@ export interface TrajectoryLink {
   expiresAt: string;
 }
 
-export function fetchTrajectory(client: SandboxClient, sessionId: string): Promise<Trajectory> {
-  return client.json<Trajectory>('GET', `/v1/sessions/${encodeURIComponent(sessionId)}/trajectory`);
+/** The whole trajectory, every page of it. */
+export async function fetchTrajectory(client: SandboxClient, sessionId: string): Promise<Trajectory> {
+  const first = await client.json<Trajectory>('GET', `/v1/sessions/${encodeURIComponent(sessionId)}/trajectory`);
+  for (let next = first.next; next; ) {
+    const page = await client.json<Trajectory>('GET', next);
+    first.steps.push(...page.steps);
+    next = page.next;
+  }
+  first.next = null;
+  return first;
 }
 
 /** A link to the viewer page; its URL is made from the client's base URL (the address this client reaches). */

@@ -18,6 +18,8 @@ interface IdParams {
 }
 
 const errors = { 400: { $ref: 'Error#' }, 401: { $ref: 'Error#' }, 404: { $ref: 'Error#' } };
+/** Steps in one JSON answer at most (JSONL streams them all). */
+const JSON_PAGE_STEPS = 1000;
 /** How many steps the page embeds; a longer trajectory is read whole through the JSON route. */
 const PAGE_STEPS = 2000;
 const tokenQuery = { token: { type: 'string', maxLength: 128, description: 'A link token (POST /v1/sessions/:id/links), for a browser that cannot send the API key' } } as const;
@@ -68,7 +70,7 @@ export async function trajectoryRoutes(app: FastifyInstance, opts: TrajectoryRou
     return trajectorySummary(row, trajectory.reader, session);
   };
 
-  app.get<{ Params: IdParams; Querystring: { format?: 'json' | 'jsonl'; token?: string } }>(
+  app.get<{ Params: IdParams; Querystring: { format?: 'json' | 'jsonl'; from?: string; limit?: string; token?: string } }>(
     '/v1/sessions/:id/trajectory',
     {
       config: { linkPurpose: 'trajectory' },
@@ -76,10 +78,19 @@ export async function trajectoryRoutes(app: FastifyInstance, opts: TrajectoryRou
         summary: "A session's trajectory: every action and tool call, in order, with timings, results and screenshots by URL",
         description:
           'JSON by default; JSONL (one summary line, then one line per step, streamed) with ?format=jsonl or Accept: application/x-ndjson. ' +
+          `JSON answers at most ${JSON_PAGE_STEPS} steps from ?from= (default 1), and \`next\`, the URL of the next page, while there are more. ` +
           'Kept after the session ends, for SBX_TRAJECTORY_RETENTION_SECONDS within the size caps.',
         tags: ['trajectory'],
         params: sessionIdParams,
-        querystring: { type: 'object', properties: { format: { type: 'string', enum: ['json', 'jsonl'] }, ...tokenQuery } },
+        querystring: {
+          type: 'object',
+          properties: {
+            format: { type: 'string', enum: ['json', 'jsonl'] },
+            from: { type: 'string', pattern: '^[1-9][0-9]{0,8}$', description: 'JSON: the first step of the page (default 1)' },
+            limit: { type: 'string', pattern: '^[1-9][0-9]{0,8}$', description: `JSON: steps in the page, at most (and by default) ${JSON_PAGE_STEPS}` },
+            ...tokenQuery,
+          },
+        },
         produces: ['application/json', 'application/x-ndjson'],
         response: {
           200: {
@@ -93,6 +104,7 @@ export async function trajectoryRoutes(app: FastifyInstance, opts: TrajectoryRou
               totals: { type: 'object', additionalProperties: { type: 'number' } },
               videoUrl: { type: 'string', nullable: true, description: 'A recording to link steps to by startedMs; null until recordings exist' },
               steps: { type: 'array', items: stepSchema },
+              next: { type: 'string', nullable: true, description: 'JSON: the URL of the next page of steps, null on the last' },
             },
           },
           ...errors,
@@ -104,9 +116,13 @@ export async function trajectoryRoutes(app: FastifyInstance, opts: TrajectoryRou
       const summary = summaryOf(row);
       const jsonl = request.query.format === 'jsonl' || (request.query.format === undefined && (request.headers.accept ?? '').includes('application/x-ndjson'));
       if (!jsonl) {
-        const steps = [];
-        for await (const step of allSteps(trajectory, row.sessionId)) steps.push(stepJson(row.sessionId, step));
-        return { ...summary, steps };
+        // A page at a time: a trajectory may hold tens of MiB, and an answer is built whole in memory.
+        const from = Number(request.query.from ?? 1);
+        const limit = Math.min(Number(request.query.limit ?? JSON_PAGE_STEPS), JSON_PAGE_STEPS);
+        const page = trajectory.steps(row.sessionId, from, limit + 1);
+        const more = page.length > limit ? page.pop() : undefined;
+        const next = more ? `/v1/sessions/${row.sessionId}/trajectory?from=${more.n}&limit=${limit}` : null;
+        return { ...summary, steps: page.map((step) => stepJson(row.sessionId, step)), next };
       }
       async function* lines(): AsyncGenerator<string> {
         yield `${JSON.stringify({ type: 'trajectory', ...summary })}\n`;
