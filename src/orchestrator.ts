@@ -153,6 +153,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     },
     isLive: (id) => manager.registry.find(id) !== undefined,
     log: log.child({ part: 'trajectory' }),
+    metrics,
   });
   trajectory.start();
   await selection.runtime.prepare?.(image, { display: config.display, pidsLimit: config.pidsLimit }, (message) => log.info({ runtime: selection.runtime.name }, message));

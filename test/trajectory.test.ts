@@ -351,6 +351,10 @@ describe('trajectory', () => {
     latencies.sort((a, b) => a - b);
     const p50 = latencies[Math.floor(latencies.length / 2)]!;
     const max = latencies[latencies.length - 1]!;
+    const metrics = (await orch.server.inject({ method: 'GET', url: '/metrics', remoteAddress: '127.0.0.1' })).body;
+    assert.match(metrics, /sandbox_trajectory_steps_total\{outcome="dropped"\} [1-9]/);
+    assert.match(metrics, /sandbox_trajectory_steps_total\{outcome="screenshot_dropped"\} [1-9]/);
+    assert.match(metrics, /sandbox_trajectory_bytes [1-9]/);
     console.log(
       `trajectory flood: ${calls} calls in ${seconds.toFixed(1)} s; stored ${row.steps} steps, ${row.droppedSteps} counted only, ` +
         `${row.droppedImages} screenshots dropped; ${(row.bytes / 1024).toFixed(0)} KiB counted, ${(onDisk / 1024).toFixed(0)} KiB of files; ` +

@@ -2,6 +2,7 @@ import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import type { EncodedImage } from '../../computer/screenshot-format.js';
+import type { Metrics } from '../../metrics/metrics.js';
 import type { TrajectorySettings } from './settings.js';
 import { actionName, storedInput, storedOutput } from './step-input.js';
 import type { StepTool, StoredStep, TrajectoryRow, TrajectoryStore } from './trajectory-store.js';
@@ -33,6 +34,7 @@ export interface RecorderOptions {
   /** Is the session still live? A live one's trajectory is never pruned to make room. */
   isLive(sessionId: string): boolean;
   log: Logger;
+  metrics?: Metrics;
 }
 
 const EXTENSIONS: Record<string, string> = { 'image/png': 'png', 'image/jpeg': 'jpg', 'image/webp': 'webp' };
@@ -101,10 +103,16 @@ export class TrajectoryRecorder {
     // What the row costs on disk, roughly: its text. Counted against the same budgets as images.
     const rowBytes = 256 + Buffer.byteLength(JSON.stringify(step));
     const added = store.append(report.sessionId, step, rowBytes, settings);
+    this.opts.metrics?.trajectorySteps.inc({ outcome: added ? 'stored' : 'dropped' });
+    this.measure();
     if (!added || !report.image) return;
     const size = report.image.data.length;
     await this.makeRoom(size, report.sessionId);
-    if (!store.reserveImage(report.sessionId, size, settings)) return;
+    if (!store.reserveImage(report.sessionId, size, settings)) {
+      this.opts.metrics?.trajectorySteps.inc({ outcome: 'screenshot_dropped' });
+      return;
+    }
+    this.measure();
     try {
       await mkdir(path.join(this.opts.dir, report.sessionId), { recursive: true, mode: 0o700 });
       await writeFile(this.imageFile(report.sessionId, added.n, report.image.mediaType), report.image.data, { mode: 0o600 });
@@ -154,10 +162,16 @@ export class TrajectoryRecorder {
     return deleted;
   }
 
+  /** The bytes gauge, read from the store (one SUM over a row per trajectory). */
+  private measure(): void {
+    this.opts.metrics?.trajectoryBytes.set(this.opts.store.totalBytes());
+  }
+
   private async delete(sessionId: string): Promise<void> {
     // Files first: a crash between the two leaves a row without files (shown as no screenshot), never files nobody counts.
     await rm(path.join(this.opts.dir, sessionId), { recursive: true, force: true });
     this.opts.store.delete(sessionId);
+    this.measure();
   }
 
   start(): void {
