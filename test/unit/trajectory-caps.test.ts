@@ -112,6 +112,17 @@ describe('trajectory caps', () => {
     assert.ok(r.get('hhhhhhhhhh') && r.get('iiiiiiiiii'));
   });
 
+  it("keeps a step's screenshot as the next one's before, but never a zoom's magnified region", async () => {
+    const r = recorder({});
+    begin(r, 'jjjjjjjjjj');
+    await click(r, 'jjjjjjjjjj', 100);
+    await r.record({ sessionId: 'jjjjjjjjjj', tool: 'computer', input: { action: 'zoom', region: [0, 0, 10, 10] }, startedAt: Date.now(), durationMs: 5, image: png(50) });
+    await click(r, 'jjjjjjjjjj', 100);
+    const steps = r.steps('jjjjjjjjjj', 1, 10);
+    assert.deepEqual(steps.map((s) => [s.n, s.afterImage, s.beforeStep]), [[1, 'image/png', null], [2, null, 1], [3, 'image/png', 1]]);
+    assert.equal((await r.image('jjjjjjjjjj', 1))?.data.length, 100);
+  });
+
   it('stores typed text and key sequences as their length unless kept, and cuts long strings', () => {
     assert.deepEqual(storedInput({ action: 'type', text: 'secret' }, 'length', true), { action: 'type', textLength: 6 });
     assert.deepEqual(storedInput({ action: 'key', text: 'ctrl+a' }, 'length', true), { action: 'key', textLength: 6 });

@@ -105,8 +105,11 @@ export class TrajectoryRecorder {
     const added = store.append(report.sessionId, step, rowBytes, settings);
     this.opts.metrics?.trajectorySteps.inc({ outcome: added ? 'stored' : 'dropped' });
     this.measure();
-    if (!added || !report.image) return;
-    const size = report.image.data.length;
+    // A zoom's image is a magnified region, not the screen: it is neither this step's "after"
+    // nor the next one's "before" (the page draws coordinates on the whole screen).
+    const image = step.action === 'zoom' ? undefined : report.image;
+    if (!added || !image) return;
+    const size = image.data.length;
     await this.makeRoom(size, report.sessionId);
     if (!store.reserveImage(report.sessionId, size, settings)) {
       this.opts.metrics?.trajectorySteps.inc({ outcome: 'screenshot_dropped' });
@@ -115,12 +118,12 @@ export class TrajectoryRecorder {
     this.measure();
     try {
       await mkdir(path.join(this.opts.dir, report.sessionId), { recursive: true, mode: 0o700 });
-      await writeFile(this.imageFile(report.sessionId, added.n, report.image.mediaType), report.image.data, { mode: 0o600 });
+      await writeFile(this.imageFile(report.sessionId, added.n, image.mediaType), image.data, { mode: 0o600 });
     } catch (err) {
       store.releaseImage(report.sessionId, size);
       throw err;
     }
-    store.setAfterImage(report.sessionId, added.n, report.image.mediaType);
+    store.setAfterImage(report.sessionId, added.n, image.mediaType);
   }
 
   /** The screenshot stored for step `n` (the screen after it), if there is one. */
