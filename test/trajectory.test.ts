@@ -286,6 +286,31 @@ describe('trajectory', () => {
     }
   });
 
+  it('draws a drag as a path from its start to its end', async () => {
+    const drag = await computer(optedIn, { action: 'left_click_drag', start_coordinate: [100, 400], coordinate: [600, 400] });
+    assert.equal(drag.statusCode, 200, drag.body);
+    const { path: linkPath } = (await inject('POST', `/v1/sessions/${optedIn}/links`, keyA, { purpose: 'trajectory' })).json() as { path: string };
+    const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    try {
+      const steps = (await inject('GET', `/v1/sessions/${optedIn}/trajectory`, keyA)).json().steps as Step[];
+      const n = steps.find((s) => s.action === 'left_click_drag')!.n;
+      await page.goto(`${base}${linkPath}#step-${n}`);
+      await page.waitForFunction((want) => (document.getElementById('screenshot') as HTMLImageElement | null)?.dataset.loaded === want, `${n}${n > 1 ? 'before' : 'after'}`);
+      const box = (await page.locator('#screenshot').boundingBox())!;
+      const natural = await page.$eval('#screenshot', (img) => (img as HTMLImageElement).naturalWidth);
+      const at = (x: number) => ({ x: box.x + (x * box.width) / natural, y: box.y + (400 * box.width) / natural, radius: 20 });
+      const pixels = await decodePng(await page.screenshot());
+      for (const x of [100, 350, 600]) {
+        const found = findColour(pixels, MAGENTA, at(x));
+        assert.ok(found.count > 5, `the path is drawn at x=${x}`);
+        assert.ok(Math.abs(found.y - at(x).y) <= 2);
+      }
+      assert.equal(findColour(pixels, MAGENTA, { ...at(350), y: at(350).y + 60 }).count, 0, 'and nowhere else');
+    } finally {
+      await page.close();
+    }
+  });
+
   it('is kept after the session is destroyed, then pruned by its retention', async () => {
     const destroyed = await inject('DELETE', `/v1/sessions/${id}`, keyA);
     assert.equal(destroyed.statusCode, 200, destroyed.body);
@@ -342,7 +367,7 @@ describe('trajectory', () => {
     const onDisk = (await readdir(dir)).length ? (await Promise.all((await readdir(dir)).map((f) => stat(path.join(dir, f))))).reduce((sum, st) => sum + st.size, 0) : 0;
     assert.ok(row.bytes <= CAPS.maxSessionBytes, `${row.bytes} bytes counted`);
     assert.ok(onDisk <= CAPS.maxSessionBytes, `${onDisk} bytes on disk`);
-    assert.equal(row.steps + row.droppedSteps, calls + 1, 'every call is counted');
+    assert.equal(row.steps + row.droppedSteps, calls + 2, 'every call is counted');
     assert.ok(row.steps <= CAPS.maxSteps);
     assert.ok(row.droppedImages > 0, 'screenshots past the budget were dropped');
     const steps = (await inject('GET', `/v1/sessions/${optedIn}/trajectory`, keyA)).json().steps as Step[];
