@@ -148,7 +148,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     dir: path.join(config.stateDir, 'trajectories'),
     settings: config.trajectory,
     describe: (id) => {
-      const record = store.get(id);
+      const record = manager.registry.find(id)?.record;
       return record && { tenant: record.tenant, createdAt: record.createdAt };
     },
     isLive: (id) => manager.registry.find(id) !== undefined,

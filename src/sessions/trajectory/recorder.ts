@@ -29,7 +29,10 @@ export interface RecorderOptions {
   /** Where screenshots are kept: <dir>/<sessionId>/<n>.<ext> (outside the session's own dir, which goes at destroy). */
   dir: string;
   settings: TrajectorySettings;
-  /** A session's owner and creation time, for a step of a session whose trajectory was not begun (adopted after a restart). */
+  /**
+   * A live session's owner and creation time, for a step of a session whose trajectory was not
+   * begun (adopted after a restart); undefined for one that ended (its calls are not recorded then).
+   */
   describe(sessionId: string): { tenant: string; createdAt: string } | undefined;
   /** Is the session still live? A live one's trajectory is never pruned to make room. */
   isLive(sessionId: string): boolean;
@@ -144,6 +147,7 @@ export class TrajectoryRecorder {
    */
   private async makeRoom(bytes: number, forSession: string): Promise<void> {
     const { store, settings } = this.opts;
+    if (store.totalBytes() + bytes <= settings.maxTotalBytes) return; // the usual case: no table scan
     for (const row of store.oldestFirst()) {
       if (store.totalBytes() + bytes <= settings.maxTotalBytes) return;
       if (row.sessionId === forSession || this.opts.isLive(row.sessionId)) continue;
