@@ -299,7 +299,8 @@ describe('trajectory', () => {
       const box = (await page.locator('#screenshot').boundingBox())!;
       const natural = await page.$eval('#screenshot', (img) => (img as HTMLImageElement).naturalWidth);
       const at = (x: number) => ({ x: box.x + (x * box.width) / natural, y: box.y + (400 * box.width) / natural, radius: 20 });
-      const pixels = await decodePng(await page.screenshot());
+      const keep = process.env.SBX_TEST_SCREENSHOT_DIR;
+      const pixels = await decodePng(await page.screenshot(keep ? { path: path.join(keep, 'trajectory-page-drag.png') } : {}));
       for (const x of [100, 350, 600]) {
         const found = findColour(pixels, MAGENTA, at(x));
         assert.ok(found.count > 5, `the path is drawn at x=${x}`);
