@@ -3,6 +3,7 @@ import { logLevelFromEnv } from './logger.js';
 import { networkSettingsFromEnv, type NetworkSettings } from './network/settings.js';
 import { runtimeSettingsFromEnv, type RuntimeSettings } from './runtimes/settings.js';
 import { sessionSettingsFromEnv, type SessionSettings } from './sessions/settings.js';
+import { trajectorySettingsFromEnv, type TrajectorySettings } from './sessions/trajectory/settings.js';
 import type { Env } from './util/env.js';
 
 /**
@@ -17,6 +18,8 @@ import type { Env } from './util/env.js';
 export interface OrchestratorConfig extends ApiSettings, SessionSettings, NetworkSettings, RuntimeSettings {
   /** SBX_LOG_LEVEL (default info): the level of the orchestrator's log. */
   logLevel: string;
+  /** How much of every session's trajectory is kept, and for how long (SBX_TRAJECTORY_*). */
+  trajectory: TrajectorySettings;
 }
 
 /** The configuration an environment describes; a bad value throws, naming the variable. */
@@ -26,6 +29,7 @@ export function defaultConfig(env: Env): OrchestratorConfig {
     ...apiSettingsFromEnv(env),
     ...sessionSettingsFromEnv(env),
     ...networkSettingsFromEnv(env),
+    ...trajectorySettingsFromEnv(env),
     logLevel: logLevelFromEnv(env),
   };
 }

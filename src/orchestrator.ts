@@ -17,6 +17,9 @@ import { SessionManager } from './sessions/manager.js';
 import { warmPoolSizes } from './sessions/settings.js';
 import { SessionStore } from './sessions/store.js';
 import { TemplateCatalogue } from './templates/catalogue.js';
+import { LinkTokens } from './api/links/link-tokens.js';
+import { TrajectoryRecorder } from './sessions/trajectory/recorder.js';
+import { TrajectoryStore } from './sessions/trajectory/trajectory-store.js';
 
 export interface Orchestrator {
   config: OrchestratorConfig;
@@ -33,6 +36,8 @@ export interface Orchestrator {
   authMode: AuthMode;
   /** Whether requests without a key are refused now (once true, true until a restart). */
   keyRequirement: KeyRequirement;
+  /** Every session's calls, stored (its pruning can be run by hand: tests). */
+  trajectory: TrajectoryRecorder;
   /** Destroys every session, stops the server and closes the store. */
   close(): Promise<void>;
 }
@@ -154,6 +159,21 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     'request limits per tenant',
   );
   await manager.start();
+  // Trajectories live beside the sessions' rows, their screenshots under <stateDir>/trajectories/
+  // (not in a session's own dir, which goes when it is destroyed: a trajectory outlives it).
+  const trajectory = new TrajectoryRecorder({
+    store: new TrajectoryStore(store.database),
+    dir: path.join(config.stateDir, 'trajectories'),
+    settings: config.trajectory,
+    describe: (id) => {
+      const record = manager.registry.find(id)?.record;
+      return record && { tenant: record.tenant, createdAt: record.createdAt };
+    },
+    isLive: (id) => manager.registry.find(id) !== undefined,
+    log: log.child({ part: 'trajectory' }),
+    metrics,
+  });
+  trajectory.start();
   // Once per image a session can boot at start-up (the default's and the pools'); another
   // template's image boots without it (prepare is an optimisation, see Runtime.prepare).
   for (const preparedImage of prepared.values()) {
@@ -164,7 +184,8 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     templates,
     metrics,
     logger: log,
-    auth: { keys, requirement: keyRequirement },
+    auth: { keys, requirement: keyRequirement, links: new LinkTokens(store.database) },
+    trajectory,
     connectionLimits: { headersTimeoutMs: config.headersTimeoutMs, requestTimeoutMs: config.requestTimeoutMs, sendTimeoutMs: config.sendTimeoutMs },
     tenantRequestLimits: { maxConcurrent: config.tenantMaxConcurrentRequests, perSecond: config.tenantRequestsPerSecond, burst: config.tenantRequestBurst },
     tenantRequestLimitOverrides: config.tenantRequestLimitOverrides,
@@ -189,9 +210,11 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     keys,
     authMode,
     keyRequirement,
+    trajectory,
     close() {
       closing ??= (async () => {
         await manager.shutdown();
+        trajectory.stop();
         await server.close();
         store.close();
         await lock.release();

@@ -50,6 +50,7 @@ describe('the configuration an environment describes', () => {
       networkPolicyCheckMs: 3_000,
       resourcePrefix: 'sbx-',
       logLevel: 'info',
+      trajectory: { retentionSeconds: 7 * 24 * 3600, maxSessionBytes: 64 * MiB, maxTotalBytes: 1024 * MiB, maxSteps: 5000 },
     };
     assert.deepEqual(config, expected);
     assert.equal(config.runtimes.firecracker.templateMemoryMiB, 1024);

@@ -125,6 +125,14 @@ export const createSessionBody = {
         'with egress true it may reach the internet through NAT (default false: no network beyond its SSH link)',
       properties: { egress: { type: 'boolean', default: false } },
     },
+    trajectory: {
+      type: 'object',
+      additionalProperties: false,
+      description:
+        'Every action and tool call is stored as the session\'s trajectory (GET /v1/sessions/:id/trajectory). Text typed into the desktop ' +
+        '(type, key) is stored as its length unless keepTypedText is true',
+      properties: { keepTypedText: { type: 'boolean', default: false } },
+    },
     scaling: {
       description:
         'The screen size the model sees: "auto" (default: XGA/WXGA/FWXGA as the computer-use reference chooses), "none", or {width, height}',

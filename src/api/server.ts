@@ -20,6 +20,9 @@ import { sessionRoutes } from './routes/sessions.js';
 import { sessionTimeoutRoutes } from './routes/session-timeouts.js';
 import { systemRoutes } from './routes/system.js';
 import { templateRoutes, type TemplateListing } from './routes/templates.js';
+import { linkRoutes } from './routes/links.js';
+import { trajectoryRoutes } from './routes/trajectory.js';
+import type { TrajectoryRecorder } from '../sessions/trajectory/recorder.js';
 import { toolResultSchema } from '../tools/tool-result.js';
 import { actionResultSchema, errorSchema, sessionSchema } from './schemas.js';
 
@@ -41,6 +44,8 @@ export interface ServerOptions {
   maxFileBytes: number;
   /** Per-command timeout of the bash tool (SBX_BASH_TIMEOUT_SECONDS). */
   bashTimeoutSeconds: number;
+  /** Every call stored as a step of its session's trajectory, and the routes that show it (none: not recorded). */
+  trajectory?: TrajectoryRecorder;
 }
 
 /** The HTTP API. Built without listening, so tests can drive it with inject(). */
@@ -103,6 +108,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
         { name: 'desktop', description: 'Desktop actions: open, launch, windows, clipboard, screen size' },
         { name: 'tools', description: 'The tools of the computer-use loop: tool_use input in, tool_result content out' },
         { name: 'files', description: 'Files in and out of a sandbox, over SFTP' },
+        { name: 'trajectory', description: "Every call of a session, stored: as JSON, JSONL, and a page for people (link tokens)" },
         { name: 'system', description: 'Health and metrics' },
       ],
     },
@@ -112,12 +118,21 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   app.addSchema(actionResultSchema);
   app.addSchema(toolResultSchema);
 
-  await app.register(sessionRoutes, { manager: opts.manager });
+  const { trajectory } = opts;
+  await app.register(sessionRoutes, { manager: opts.manager, trajectory });
   await app.register(sessionTimeoutRoutes, { manager: opts.manager });
-  await app.register(computerToolRoutes, { manager: opts.manager });
-  await app.register(companionToolRoutes, { manager: opts.manager, display: opts.manager.display, bashTimeoutSeconds: opts.bashTimeoutSeconds });
+  await app.register(computerToolRoutes, { manager: opts.manager, trajectory });
+  await app.register(companionToolRoutes, { manager: opts.manager, display: opts.manager.display, bashTimeoutSeconds: opts.bashTimeoutSeconds, trajectory });
   await app.register(desktopActionRoutes, { manager: opts.manager });
   await app.register(fileRoutes, { manager: opts.manager, maxFileBytes: opts.maxFileBytes });
+  if (trajectory) await app.register(trajectoryRoutes, { manager: opts.manager, trajectory });
+  if (opts.auth.links) {
+    const owners = opts.manager;
+    await app.register(linkRoutes, {
+      links: opts.auth.links,
+      owns: (tenant, id) => owners.tenantOf(id) === tenant || trajectory?.get(id)?.tenant === tenant,
+    });
+  }
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
   await app.register(templateRoutes, { templates: opts.templates });
   return app;

@@ -14,6 +14,7 @@ import { imagesDirFromEnv, warmPoolSize } from '../sessions/settings.js';
 import { desktopCommand } from './desktop.js';
 import { keysCommand } from './keys.js';
 import { templateCommand } from './templates.js';
+import { trajectoryCommand } from './trajectory.js';
 
 /** The file extension of an image by its first bytes (the session's default format may be any). */
 function extensionOf(image: Buffer): string {
@@ -155,6 +156,7 @@ function client(): SandboxClient {
 program.addCommand(keysCommand(defaults.stateDir));
 program.addCommand(desktopCommand(client));
 program.addCommand(templateCommand(defaults.imagesDir));
+program.addCommand(trajectoryCommand(client));
 
 interface CreateFlags {
   width?: number;

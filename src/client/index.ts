@@ -3,12 +3,14 @@ import { errorFor, SandboxError } from './errors.js';
 import { downloadFile, downloadFileStream, uploadFile, type FileRequestOptions, type UploadData, type UploadedFile, type UploadFileOptions } from './files.js';
 import { formatQuery, queryString, type ScreenshotFormatOptions } from './screenshot-format.js';
 import type { ActionResult, BashToolInput, ComputerToolInput, CreateOptions, EditorToolInput, SessionInfo, TemplateInfo, TimeoutUpdate, ToolResult } from './types.js';
+import { createTrajectoryLink, fetchTrajectory, type Trajectory } from './trajectory.js';
 
 export * from './errors.js';
 export type { ImageMediaType, ScreenshotFormatOptions } from './screenshot-format.js';
 export type { DesktopWindow } from './desktop.js';
 export type { FileRequestOptions, UploadData, UploadedFile, UploadFileOptions } from './files.js';
 export * from './types.js';
+export { createTrajectoryLink, fetchTrajectory, type Trajectory, type TrajectoryLink, type TrajectoryStep } from './trajectory.js';
 
 /** Where the client looks for the orchestrator unless told (SBX_URL, `--url`): `sbx serve`'s default address. */
 export const DEFAULT_ORCHESTRATOR_URL = 'http://127.0.0.1:8080';
@@ -261,6 +263,11 @@ export class Sandbox extends DesktopMethods {
   }
 
   /** Probes the sandbox now: SSH connection and display. */
+  /** Every action and tool call of this session, in order, with timings and results (also after it ended). */
+  trajectory = (): Promise<Trajectory> => fetchTrajectory(this.client, this.id);
+  /** A short-lived URL of the trajectory viewer page, to open in a browser (createTrajectoryLink also gives its id, to revoke it). */
+  trajectoryUrl = async (options: { ttlSeconds?: number } = {}): Promise<string> => (await createTrajectoryLink(this.client, this.id, options.ttlSeconds)).url;
+
   health(): Promise<{ state: string; healthy: boolean; ssh: 'ok' | 'down'; display: 'ok' | 'down'; detail?: string }> {
     return this.client.json('GET', `/v1/sessions/${encodeURIComponent(this.id)}/health`);
   }

@@ -76,6 +76,8 @@ export interface CreateOptions {
    * sandboxes or private ranges; `egress: true` lets it reach the internet (NAT). Default off.
    */
   network?: { egress?: boolean };
+  /** Every call is stored (sandbox.trajectory()); typed text as its length unless keepTypedText. */
+  trajectory?: { keepTypedText?: boolean };
 }
 
 /** A computer-use tool input, as a model sends it. */

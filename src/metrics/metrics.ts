@@ -119,6 +119,20 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  /** Calls stored as trajectory steps, or counted only past a cap (sessions/trajectory/). */
+  readonly trajectorySteps = new Counter({
+    name: 'sandbox_trajectory_steps_total',
+    help: 'Calls recorded in trajectories: stored, dropped (a step cap), or screenshot_dropped (a byte cap; the step was stored)',
+    labelNames: ['outcome'] as const,
+    registers: [this.registry],
+  });
+
+  readonly trajectoryBytes = new Gauge({
+    name: 'sandbox_trajectory_bytes',
+    help: 'Bytes all kept trajectories hold, steps and screenshot files (under SBX_TRAJECTORY_MAX_TOTAL_BYTES)',
+    registers: [this.registry],
+  });
+
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: 'sandbox_orchestrator_' });
   }

@@ -22,6 +22,8 @@ export interface CreateSessionOptions {
   metadata?: Record<string, unknown>;
   /** The guest network policy: `egress` lets the sandbox reach the internet (default off). */
   network?: Partial<NetworkOptions>;
+  /** The trajectory (every call stored): typed text is kept as its length unless keepTypedText. */
+  trajectory?: { keepTypedText?: boolean };
 }
 
 /** Who a session is made for. */

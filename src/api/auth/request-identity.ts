@@ -1,9 +1,10 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { LOCAL_TENANT } from '../../sessions/session-record.js';
 import { isLoopbackAddress } from './auth-mode.js';
 import { assertNotFromAWebPage } from './browser-guard.js';
 import type { KeyRequirement } from './key-requirement.js';
 import type { KeyStore } from './key-store.js';
+import type { LinkPurpose, LinkTokens } from '../links/link-tokens.js';
 import { bindRequestLog } from '../logging/request-log.js';
 import { missingKeyError, verifyAuthorization, type Identity } from './verify-key.js';
 
@@ -14,12 +15,18 @@ declare module 'fastify' {
     /** The id of the API key used (null in keyless mode, and on open routes). */
     apiKeyId: string | null;
   }
+  interface FastifyContextConfig {
+    /** The route also opens with a link token of this purpose in ?token= (pages a browser opens). */
+    linkPurpose?: LinkPurpose;
+  }
 }
 
 export interface AuthOptions {
   keys: KeyStore;
   /** Whether a request without a key is refused (latched: see key-requirement.ts). */
   requirement: KeyRequirement;
+  /** Link tokens, for the routes that open with one (config.linkPurpose). */
+  links?: LinkTokens;
 }
 
 /** Open to anyone: the API description. */
@@ -61,11 +68,37 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
       return;
     }
     if (!hasKey && route !== undefined && KEY_OPTIONAL_ROUTES.has(route) && !keylessCaller(request, opts)) return;
+    if (!hasKey && opts.links && linkTokenOf(request) !== undefined) {
+      openWithLink(request, reply, opts, opts.links);
+      return;
+    }
     const identity = identify(request, opts);
     request.tenant = identity.tenant;
     request.apiKeyId = identity.keyId ?? null;
     bindRequestLog(request, reply, identity.keyId ? { tenant: identity.tenant, keyId: identity.keyId } : { tenant: identity.tenant });
   });
+}
+
+/** The ?token= of a route that opens with a link token, if it has one. */
+function linkTokenOf(request: FastifyRequest): string | undefined {
+  if (request.routeOptions.config.linkPurpose === undefined) return undefined;
+  const token = (request.query as { token?: unknown } | undefined)?.token;
+  return typeof token === 'string' ? token : undefined;
+}
+
+/**
+ * A page opened with a link token: the token names the tenant, and opens only its own
+ * session's route of its purpose. Without keys (local development) a web page elsewhere must
+ * still not drive this server, token or not: the browser guard applies as to any keyless call.
+ * The token is never logged: the request log names the route pattern, not the URL.
+ */
+function openWithLink(request: FastifyRequest, reply: FastifyReply, opts: AuthOptions, links: LinkTokens): void {
+  if (!opts.requirement.keysRequired()) assertNotFromAWebPage(request.headers, request.socket.localPort);
+  const sessionId = (request.params as { id?: unknown }).id;
+  const purpose = request.routeOptions.config.linkPurpose as LinkPurpose;
+  const link = links.verify(linkTokenOf(request) as string, typeof sessionId === 'string' ? sessionId : '', purpose);
+  request.tenant = link.tenant;
+  bindRequestLog(request, reply, { tenant: link.tenant, linkId: link.id });
 }
 
 /** A key, when one is given, is always checked, even where none is required. */

@@ -1,6 +1,8 @@
 import type { FastifyInstance } from 'fastify';
 import { InvalidRequestError, OrchestratorError } from '../../errors.js';
 import type { ToolSessions } from '../../sessions/ports.js';
+import type { TrajectoryRecorder } from '../../sessions/trajectory/recorder.js';
+import { recordedCall, type StepOutcome } from '../../sessions/trajectory/recorded-call.js';
 import { BashTool } from '../../tools/bash/bash-tool.js';
 import { COMMANDS } from '../../tools/editor/editor-input.js';
 import { EditorTool } from '../../tools/editor/editor-tool.js';
@@ -14,6 +16,8 @@ export interface CompanionToolOptions {
   display: number;
   /** Per-command timeout of the bash tool (the orchestrator's config: SBX_BASH_TIMEOUT_SECONDS). */
   bashTimeoutSeconds: number;
+  /** Where each call is stored as a step of the session's trajectory. */
+  trajectory?: TrajectoryRecorder;
 }
 
 interface IdParams {
@@ -99,7 +103,9 @@ export async function companionToolRoutes(app: FastifyInstance, opts: CompanionT
     async (request) => {
       rejectBadParams(request.validationError);
       // A command may run for minutes: the idle timeout waits for it (the lifetime does not).
-      return opts.manager.whileBusy(request.params.id, () => answer(() => bash.call(request.params.id, request.body)));
+      const { id } = request.params;
+      const call = { sessionId: id, tool: 'bash' as const, input: request.body };
+      return opts.manager.whileBusy(id, () => recordedCall(opts.trajectory, call, () => answer(() => bash.call(id, request.body)), stepOf));
     },
   );
 
@@ -117,7 +123,9 @@ export async function companionToolRoutes(app: FastifyInstance, opts: CompanionT
     },
     async (request) => {
       rejectBadParams(request.validationError);
-      return opts.manager.whileBusy(request.params.id, () => answer(() => editor.call(request.params.id, request.body)));
+      const { id } = request.params;
+      const call = { sessionId: id, tool: 'str_replace_based_edit_tool' as const, input: request.body };
+      return opts.manager.whileBusy(id, () => recordedCall(opts.trajectory, call, () => answer(() => editor.call(id, request.body)), stepOf));
     },
   );
 }
@@ -125,6 +133,12 @@ export async function companionToolRoutes(app: FastifyInstance, opts: CompanionT
 /** Only the body's schema is advisory; a malformed session id is still a 400. */
 function rejectBadParams(error: (Error & { validationContext?: string }) | undefined): void {
   if (error && error.validationContext !== 'body') throw new InvalidRequestError(error.message);
+}
+
+/** A tool result as a trajectory step: its text, and is_error as an error the model was shown. */
+function stepOf(result: ToolResult, durationMs: number): StepOutcome {
+  const text = result.content.flatMap((block) => (block.type === 'text' ? [block.text] : [])).join('\n');
+  return result.is_error ? { durationMs, error: { code: 'tool_error', message: text } } : { durationMs, output: text };
 }
 
 async function answer(work: () => Promise<ToolResult>): Promise<ToolResult> {

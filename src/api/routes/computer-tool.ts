@@ -2,6 +2,8 @@ import type { FastifyInstance } from 'fastify';
 import { DesktopError } from '../../computer/desktop.js';
 import { InvalidRequestError } from '../../errors.js';
 import type { ComputerActions } from '../../sessions/ports.js';
+import type { TrajectoryRecorder } from '../../sessions/trajectory/recorder.js';
+import { recordedCall } from '../../sessions/trajectory/recorded-call.js';
 import { errorResult, imageContent, type ToolResult } from '../../tools/tool-result.js';
 import { actionBody, sessionIdParams } from '../schemas.js';
 
@@ -12,7 +14,7 @@ const errors = { 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 410: { $ref: 
  * is the model's tool_use input as sent; the answer is the tool_result content, with
  * is_error for mistakes the model can correct (HTTP 200, so the loop just forwards it).
  */
-export async function computerToolRoutes(app: FastifyInstance, opts: { manager: ComputerActions }): Promise<void> {
+export async function computerToolRoutes(app: FastifyInstance, opts: { manager: ComputerActions; trajectory?: TrajectoryRecorder }): Promise<void> {
   app.post<{ Params: { id: string }; Body: unknown; Querystring: { format?: string; quality?: string } }>(
     '/v1/sessions/:id/tools/computer',
     {
@@ -40,7 +42,13 @@ export async function computerToolRoutes(app: FastifyInstance, opts: { manager: 
       let result: ToolResult;
       try {
         const { format, quality } = request.query;
-        const outcome = await opts.manager.act(request.params.id, request.body, { screenshotAfter: true, format: { format, quality } });
+        const { id } = request.params;
+        const outcome = await recordedCall(
+          opts.trajectory,
+          { sessionId: id, tool: 'computer', input: request.body },
+          () => opts.manager.act(id, request.body, { screenshotAfter: true, format: { format, quality } }),
+          (o) => ({ durationMs: o.durationMs, settleMs: o.settleMs, output: o.output, cursor: o.cursor, image: o.image }),
+        );
         result = { content: [], is_error: false };
         if (outcome.output !== undefined) result.content.push({ type: 'text', text: outcome.output });
         if (outcome.image) result.content.push(imageContent(outcome.image));

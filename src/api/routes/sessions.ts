@@ -1,6 +1,8 @@
 import type { FastifyInstance } from 'fastify';
 import type { SessionDirectory, ComputerActions } from '../../sessions/ports.js';
 import type { CreateSessionOptions } from '../../sessions/session-request.js';
+import type { TrajectoryRecorder } from '../../sessions/trajectory/recorder.js';
+import { recordedCall } from '../../sessions/trajectory/recorded-call.js';
 import { SMALL_BODY_LIMIT_BYTES } from '../limits.js';
 import { actionBody, createSessionBody, screenshotFormatQuery, sessionIdParams } from '../schemas.js';
 
@@ -11,7 +13,7 @@ interface IdParams {
 const errors = { 400: { $ref: 'Error#' }, 401: { $ref: 'Error#' }, 413: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 410: { $ref: 'Error#' }, 502: { $ref: 'Error#' }, 503: { $ref: 'Error#' } };
 
 /** /v1/sessions: create, list, inspect, destroy, screenshot, act. */
-export async function sessionRoutes(app: FastifyInstance, opts: { manager: SessionDirectory & ComputerActions }): Promise<void> {
+export async function sessionRoutes(app: FastifyInstance, opts: { manager: SessionDirectory & ComputerActions; trajectory?: TrajectoryRecorder }): Promise<void> {
   const { manager } = opts;
 
   app.post<{ Body: CreateSessionOptions }>(
@@ -27,6 +29,7 @@ export async function sessionRoutes(app: FastifyInstance, opts: { manager: Sessi
     },
     async (request, reply) => {
       const session = await manager.create(request.body ?? {}, { tenant: request.tenant });
+      opts.trajectory?.begin(session, request.body?.trajectory?.keepTypedText === true);
       return reply.status(201).send(session);
     },
   );
@@ -132,7 +135,13 @@ export async function sessionRoutes(app: FastifyInstance, opts: { manager: Sessi
     },
     async (request) => {
       const { screenshot, format, quality } = request.query;
-      const outcome = await manager.act(request.params.id, request.body, { screenshotAfter: screenshot === 'true', format: { format, quality } });
+      const { id } = request.params;
+      const outcome = await recordedCall(
+        opts.trajectory,
+        { sessionId: id, tool: 'actions', input: request.body },
+        () => manager.act(id, request.body, { screenshotAfter: screenshot === 'true', format: { format, quality } }),
+        (o) => ({ durationMs: o.durationMs, settleMs: o.settleMs, output: o.output, cursor: o.cursor, image: o.image }),
+      );
       return {
         action: outcome.action,
         output: outcome.output,
