@@ -1,6 +1,7 @@
 import { promisify } from 'node:util';
 import { crc32, deflate } from 'node:zlib';
 import { endianness } from 'node:os';
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { RawFrame } from './capture-channel.js';
 
 /**
@@ -13,6 +14,9 @@ import type { RawFrame } from './capture-channel.js';
  * zlib-compressed, in three chunks: so the rows are written straight into that layout and
  * handed to Node's zlib (on the libuv pool, off the event loop). The pixels are the same RGB
  * values as scrot's PNG and as the libvips path: only the compressor differs.
+ *
+ * The loop runs on the event loop, so it yields between bands of rows (~0.5 ms each): a
+ * 3840x2160 frame (~15 ms of loop) never holds up other sessions' requests for longer than a band.
  */
 
 const deflateAsync = promisify(deflate);
@@ -25,6 +29,8 @@ const PNG_ZLIB_LEVEL = 2;
 const SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 /** Colour type 2 (truecolour, RGB), 8 bits per sample. */
 const COLOUR_TYPE_RGB = 2;
+/** Pixels converted between two yields to the event loop (~0.5 ms of loop here). */
+const PIXELS_PER_TURN = 256 * 1024;
 
 export interface PixelArea {
   x0: number;
@@ -42,7 +48,7 @@ function wholeFrame(frame: RawFrame): PixelArea {
  * bytes into each row (1 for a PNG row's filter byte, left 0 = no filter; 0 for raw RGB).
  * The fourth byte of each pixel, the X server's padding, is dropped.
  */
-function writeRgbRows(frame: RawFrame, area: PixelArea, out: Buffer, lead: 0 | 1): void {
+async function writeRgbRows(frame: RawFrame, area: PixelArea, out: Buffer, lead: 0 | 1): Promise<void> {
   const width = area.x1 - area.x0;
   const rowBytes = width * 3 + lead;
   // One 32-bit read per pixel (little-endian: B | G << 8 | R << 16) rather than four byte
@@ -50,7 +56,9 @@ function writeRgbRows(frame: RawFrame, area: PixelArea, out: Buffer, lead: 0 | 1
   const pixels = frame.pixels.byteOffset % 4 === 0 ? frame.pixels : new Uint8Array(frame.pixels);
   const words = new Uint32Array(pixels.buffer, pixels.byteOffset, pixels.length >>> 2);
   const wordsPerRow = frame.stride >>> 2;
+  const rowsPerTurn = Math.max(1, Math.floor(PIXELS_PER_TURN / width));
   for (let y = area.y0; y < area.y1; y++) {
+    if (y > area.y0 && (y - area.y0) % rowsPerTurn === 0) await nextTurn();
     let o = (y - area.y0) * rowBytes;
     if (lead === 1) out[o++] = 0;
     const end = y * wordsPerRow + area.x1;
@@ -65,9 +73,9 @@ function writeRgbRows(frame: RawFrame, area: PixelArea, out: Buffer, lead: 0 | 1
 }
 
 /** `area` (the whole frame by default) as packed RGB bytes, 3 per pixel. */
-export function rgbBytes(frame: RawFrame, area: PixelArea = wholeFrame(frame)): Buffer {
+export async function rgbBytes(frame: RawFrame, area: PixelArea = wholeFrame(frame)): Promise<Buffer> {
   const out = Buffer.allocUnsafe((area.x1 - area.x0) * (area.y1 - area.y0) * 3);
-  writeRgbRows(frame, area, out, 0);
+  await writeRgbRows(frame, area, out, 0);
   return out;
 }
 
@@ -76,7 +84,7 @@ export async function bgrxToPng(frame: RawFrame, area: PixelArea = wholeFrame(fr
   const width = area.x1 - area.x0;
   const height = area.y1 - area.y0;
   const rows = Buffer.allocUnsafe(height * (width * 3 + 1));
-  writeRgbRows(frame, area, rows, 1);
+  await writeRgbRows(frame, area, rows, 1);
   const compressed = await deflateAsync(rows, { level: PNG_ZLIB_LEVEL });
   const header = Buffer.alloc(13);
   header.writeUInt32BE(width, 0);

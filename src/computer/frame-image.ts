@@ -19,11 +19,12 @@ sharp.cache(false);
  * The frame's BGRX pixels (or a region of them) as an RGB image for libvips: the bands are
  * reordered by one loop over 32-bit words (bgrx-png.ts), ~1.5 ms at 1024x768, where libvips
  * took ~6 ms of CPU (three extract_band pipelines and a join; recomb, in floating point, twice
- * that). The fourth byte, the X server's padding, is dropped: the same RGB values as scrot's.
+ * that), yielding to the event loop between bands of rows. The fourth byte, the X server's
+ * padding, is dropped: the same RGB values as scrot's.
  */
-function rgbOf(frame: RawFrame, region?: Region): Sharp {
+async function rgbOf(frame: RawFrame, region?: Region): Promise<Sharp> {
   const area = region ?? { x0: 0, y0: 0, x1: frame.width, y1: frame.height };
-  return sharp(rgbBytes(frame, area), { raw: { width: area.x1 - area.x0, height: area.y1 - area.y0, channels: 3 } });
+  return sharp(await rgbBytes(frame, area), { raw: { width: area.x1 - area.x0, height: area.y1 - area.y0, channels: 3 } });
 }
 
 export interface Region {
@@ -38,16 +39,16 @@ export async function encodeFrame(frame: RawFrame, choice: ScreenshotFormat, siz
   const full = !size || (size.width === frame.width && size.height === frame.height);
   // A full-size PNG, the default and most frequent, needs no libvips at all (bgrx-png.ts).
   if (full && choice.format === 'png') return { data: await bgrxToPng(frame), mediaType: MEDIA_TYPES.png };
-  if (full) return encodeAs(rgbOf(frame), choice);
+  if (full) return encodeAs(await rgbOf(frame), choice);
   // RGB first (never the 4-band frame itself: sharp would take the 4th band, the X server's
   // padding byte 0, for alpha and premultiply by it before resizing: black).
-  return encodeAs(rgbOf(frame).resize(size.width, size.height, { fit: 'fill' }), choice);
+  return encodeAs((await rgbOf(frame)).resize(size.width, size.height, { fit: 'fill' }), choice);
 }
 
 /** A region of the frame at full resolution (zoom), in the chosen format. */
 export async function encodeFrameRegion(frame: RawFrame, region: Region, choice: ScreenshotFormat): Promise<EncodedImage> {
   if (choice.format === 'png') return { data: await bgrxToPng(frame, region), mediaType: MEDIA_TYPES.png };
-  return encodeAs(rgbOf(frame, region), choice);
+  return encodeAs(await rgbOf(frame, region), choice);
 }
 
 /** The frame as a PNG (the default format), scaled to `size` when given and different. */

@@ -62,8 +62,15 @@ describe('the host PNG of a BGRX frame', () => {
   it('reads a frame whose bytes start off a 4-byte boundary', async () => {
     const frame = testFrame(16, 9, 1, 3);
     assert.notEqual(frame.pixels.byteOffset % 4, 0);
-    assert.ok(rgbBytes(frame).equals(expectedRgb(frame, 0, 0, 16, 9)));
+    assert.ok((await rgbBytes(frame)).equals(expectedRgb(frame, 0, 0, 16, 9)));
     assert.ok((await decoded(await bgrxToPng(frame))).data.equals(expectedRgb(frame, 0, 0, 16, 9)));
+  });
+
+  it('converts a frame taller than one band (it yields between bands) exactly', async () => {
+    const frame = testFrame(600, 900, 1);
+    const image = await decoded(await bgrxToPng(frame));
+    assert.ok(image.data.equals(expectedRgb(frame, 0, 0, 600, 900)));
+    assert.ok((await rgbBytes(frame, { x0: 1, y0: 450, x1: 599, y1: 899 })).equals(expectedRgb(frame, 1, 450, 599, 899)));
   });
 
   it('gives the same pixels as the libvips path (lossless WebP) of the same frame', async () => {
