@@ -46,19 +46,28 @@ function wholeFrame(frame: RawFrame): PixelArea {
 /**
  * Copies `area` of a BGRX frame into `out` as RGB rows of `rowBytes` bytes starting `lead`
  * bytes into each row (1 for a PNG row's filter byte, left 0 = no filter; 0 for raw RGB).
- * The fourth byte of each pixel, the X server's padding, is dropped.
+ * The fourth byte of each pixel, the X server's padding, is dropped. A band of rows at a
+ * time, yielding to the event loop in between.
  */
 async function writeRgbRows(frame: RawFrame, area: PixelArea, out: Buffer, lead: 0 | 1): Promise<void> {
-  const width = area.x1 - area.x0;
-  const rowBytes = width * 3 + lead;
   // One 32-bit read per pixel (little-endian: B | G << 8 | R << 16) rather than four byte
   // reads; a frame whose bytes do not start on a 4-byte boundary is copied to one that does.
   const pixels = frame.pixels.byteOffset % 4 === 0 ? frame.pixels : new Uint8Array(frame.pixels);
   const words = new Uint32Array(pixels.buffer, pixels.byteOffset, pixels.length >>> 2);
-  const wordsPerRow = frame.stride >>> 2;
-  const rowsPerTurn = Math.max(1, Math.floor(PIXELS_PER_TURN / width));
-  for (let y = area.y0; y < area.y1; y++) {
-    if (y > area.y0 && (y - area.y0) % rowsPerTurn === 0) await nextTurn();
+  const rowsPerTurn = Math.max(1, Math.floor(PIXELS_PER_TURN / (area.x1 - area.x0)));
+  for (let y = area.y0; y < area.y1; y += rowsPerTurn) {
+    if (y > area.y0) await nextTurn();
+    writeBand(words, frame.stride >>> 2, area, y, Math.min(y + rowsPerTurn, area.y1), out, lead);
+  }
+}
+
+/**
+ * Rows y0 to y1 of `area` (see writeRgbRows). A plain function, not inlined into the async
+ * one above: V8 does not optimise a loop inside a function that awaits (measured: 10x the CPU).
+ */
+function writeBand(words: Uint32Array, wordsPerRow: number, area: PixelArea, y0: number, y1: number, out: Buffer, lead: 0 | 1): void {
+  const rowBytes = (area.x1 - area.x0) * 3 + lead;
+  for (let y = y0; y < y1; y++) {
     let o = (y - area.y0) * rowBytes;
     if (lead === 1) out[o++] = 0;
     const end = y * wordsPerRow + area.x1;
