@@ -118,6 +118,29 @@ describe('capture by damaged rectangles', () => {
     assert.ok(same, 'the API screenshot and scrot agree pixel for pixel');
   });
 
+  it('an idle grabber gives its shared pages back, and the next screenshot is still scrot\'s pixels', async () => {
+    // The whole root repainted, then captured: the segment holds a whole screen.
+    await guestSh(guest, `${STOP_CHANGES}; DISPLAY=:99 xsetroot -solid "#123456"; sleep 0.3`);
+    await screenshot();
+    // Left idle for more than the grabber's IDLE_RELEASE_SECONDS (1 s).
+    await new Promise((resolve) => setTimeout(resolve, 2_500));
+    const smaps = await guestSh(guest, 'cat /proc/$(pgrep -f /usr/local/bin/sbx-capture | head -1)/smaps');
+    const segment = /SYSV[^\n]*\n(?:[^\n]*\n)*?Rss:\s+(\d+) kB/.exec(smaps.text);
+    assert.ok(segment, 'the grabber maps its shared-memory segment');
+    assert.ok(Number(segment[1]) <= 8, `the idle grabber's segment holds ${segment[1]} kB (an 800x600 screen is 1875 kB)`);
+
+    // Pages gone, pixels not: a detailed picture is captured exactly afterwards.
+    const drawn = await guestSh(guest, 'export DISPLAY=:99; xsetroot -mod 5 3 -fg "#2468ac" -bg "#fdb975"; sleep 0.3; echo ok');
+    assert.equal(drawn.exitCode, 0, drawn.stderr.toString());
+    let same = false;
+    for (let attempt = 0; attempt < 3 && !same; attempt++) {
+      const ours = await screenshot();
+      const scrot = (await guest.exec('DISPLAY=:99 scrot -')).stdout;
+      same = (await sharpPixels(ours)).equals(await sharpPixels(scrot));
+    }
+    assert.ok(same, 'the API screenshot and scrot agree pixel for pixel');
+  });
+
   for (const [missing, flags, shape] of [
     ['MIT-SHM', 2, 'only the changed rectangle'],
     ['DAMAGE', 1, 'the whole screen every time'],

@@ -46,10 +46,6 @@ const RAMP_MAX = Number(process.env.BENCH_RAMP_MAX || 64);
 const RAMP_STEP = Number(process.env.BENCH_RAMP_STEP || 8);
 const RAMP_SECONDS = Number(process.env.BENCH_RAMP_SECONDS || 20);
 
-/** One screenshot over the API in a format (only PNG exists yet: see SCREENSHOT_FORMATS). */
-function captureIn(sandbox: Sandbox, format: ScreenshotFormat, scaled = false): () => Promise<Buffer> {
-  return () => sandbox.screenshot({ scaled, format });
-}
 
 async function main(): Promise<void> {
   const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-'));
@@ -92,7 +88,7 @@ async function main(): Promise<void> {
     const screenshots = {} as Record<ScreenshotFormat, Awaited<ReturnType<typeof staticAndChanging>>>;
     for (const format of SCREENSHOT_FORMATS) {
       console.error(`bench: ${format} screenshots, static screen, then a screen changing every frame`);
-      screenshots[format] = await staticAndChanging({ sandbox, direct, names, display, n: N, capture: captureIn(sandbox, format) });
+      screenshots[format] = await staticAndChanging({ sandbox, direct, names, display, n: N, baseUrl: client.baseUrl, shot: { scaled: false, format: { format } } });
     }
 
     const apiMove = await timeIt(N, (i) => sandbox.mouseMove(100 + (i % 2) * 200, 100 + (i % 2) * 100));
@@ -107,7 +103,7 @@ async function main(): Promise<void> {
     const largeDirect = await openDirect(stateDir, names, large.id);
     const scaled = {} as Record<ScreenshotFormat, Awaited<ReturnType<typeof compareScreenshots>>>;
     for (const format of SCREENSHOT_FORMATS) {
-      scaled[format] = await compareScreenshots({ sandbox: large, direct: largeDirect, names, display, n: N, capture: captureIn(large, format, true) });
+      scaled[format] = await compareScreenshots({ sandbox: large, direct: largeDirect, names, display, n: N, baseUrl: client.baseUrl, shot: { scaled: true, format: { format } } });
     }
     largeDirect.close();
     await large.destroy();

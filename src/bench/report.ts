@@ -121,7 +121,7 @@ export function printReport(r: Results): void {
       );
     }
   }
-  console.log('(API CPU: orchestrator process, bench client included, + sbx-capture + its sshd; scrot CPU: its own rusage)');
+  console.log('(API CPU: orchestrator process (the bench client runs in a child process, not counted) + sbx-capture + its sshd; scrot CPU: its own rusage)');
 
   console.log(`\n${'action (1024x768)'.padEnd(20)} ${'API p50'.padStart(9)} ${'API p95'.padStart(9)} ${'guest p50'.padStart(10)} ${'guest p95'.padStart(10)}`);
   for (const [name, a] of Object.entries(r.actions)) {

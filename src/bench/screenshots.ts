@@ -1,10 +1,13 @@
+import { fork } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { ScreenshotFormatOptions } from '../client/index.js';
 import type { Sandbox } from '../client/index.js';
 import type { ResourceNames } from '../network/names.js';
 import type { GuestConnection } from '../transport/ssh-connection.js';
 import { timeInGuestWithCpu } from './baselines.js';
 import { ownCpuSeconds, sessionProcessCpu } from './cpu.js';
-import { summarize, timeIt, type Summary } from './stats.js';
+import type { ScreenshotClientRequest, ScreenshotClientResult } from './screenshot-client.js';
+import { summarize, type Summary } from './stats.js';
 
 /**
  * The processes of a session that work for a screenshot besides the orchestrator: the
@@ -19,8 +22,10 @@ export interface ScreenshotComparison {
   ratio: number;
   /** CPU seconds per screenshot: orchestrator process + capture helper + its sshd. */
   apiCpuSeconds: number;
-  /** Of which the orchestrator process (with the bench's own HTTP client in it). */
+  /** Of which the orchestrator process (the bench's HTTP client runs in a child process: not counted). */
   apiOrchestratorCpuSeconds: number;
+  /** The bench's HTTP client's own CPU per screenshot (receiving the image), for reference. */
+  clientCpuSeconds: number;
   /** CPU seconds per scrot run (its child rusage in the guest). */
   scrotCpuSeconds: number;
   cpuRatio: number;
@@ -33,8 +38,15 @@ export interface ComparisonTarget {
   names: ResourceNames;
   display: number;
   n: number;
-  /** One screenshot over the API (raw or scaled, in one format). */
-  capture: () => Promise<Buffer>;
+  /** The orchestrator's API, for the measuring client (a child process). */
+  baseUrl: string;
+  /** Raw or scaled, in one format: what each screenshot over the API asks for. */
+  shot: { scaled: boolean; format: ScreenshotFormatOptions };
+}
+
+/** One screenshot over the API as `target` asks (in this process: for checks, not for CPU). */
+export function captureOf(target: ComparisonTarget): () => Promise<Buffer> {
+  return () => target.sandbox.screenshot({ scaled: target.shot.scaled, ...target.shot.format });
 }
 
 /**
@@ -42,13 +54,19 @@ export interface ComparisonTarget {
  * CPU each costs.
  */
 export async function compareScreenshots(opts: ComparisonTarget): Promise<ScreenshotComparison> {
-  await opts.capture(); // the capture helper runs before its CPU is read
-  await opts.capture();
-  const own0 = ownCpuSeconds();
-  const guest0 = await sessionProcessCpu(opts.names, opts.sandbox.id, CAPTURE_PROCESSES);
-  const api = await timeIt(opts.n, () => opts.capture(), 0);
+  let own0 = 0;
+  let guest0 = { seconds: 0 };
+  const client = await runScreenshotClient(
+    { baseUrl: opts.baseUrl, sessionId: opts.sandbox.id, ...opts.shot, n: opts.n, warmup: 2 },
+    // After the warm-up (the capture helper runs before its CPU is read).
+    async () => {
+      own0 = ownCpuSeconds();
+      guest0 = await sessionProcessCpu(opts.names, opts.sandbox.id, CAPTURE_PROCESSES);
+    },
+  );
   const own1 = ownCpuSeconds();
   const guest1 = await sessionProcessCpu(opts.names, opts.sandbox.id, CAPTURE_PROCESSES);
+  const api = client.samples;
   const scrot = await timeInGuestWithCpu(opts.direct, opts.display, 'scrot -', opts.n);
   const orchestrator = (own1 - own0) / opts.n;
   const apiCpu = orchestrator + (guest1.seconds - guest0.seconds) / opts.n;
@@ -60,15 +78,37 @@ export async function compareScreenshots(opts: ComparisonTarget): Promise<Screen
     ratio: apiSummary.p50 / scrotSummary.p50,
     apiCpuSeconds: apiCpu,
     apiOrchestratorCpuSeconds: orchestrator,
+    clientCpuSeconds: client.clientCpuSeconds / opts.n,
     scrotCpuSeconds: scrot.cpuSecondsPerRun,
     cpuRatio: apiCpu / scrot.cpuSecondsPerRun,
   };
 }
 
+/**
+ * Runs the measuring client (screenshot-client.ts) in a child process; `warmedUp` runs once
+ * its untimed screenshots are done, before the timed ones start.
+ */
+async function runScreenshotClient(request: ScreenshotClientRequest, warmedUp: () => Promise<void>): Promise<ScreenshotClientResult> {
+  const child = fork(new URL('./screenshot-client.js', import.meta.url), [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  try {
+    return await new Promise<ScreenshotClientResult>((resolve, reject) => {
+      child.on('message', (message: 'warm' | ScreenshotClientResult) => {
+        if (message === 'warm') warmedUp().then(() => child.send('go'), reject);
+        else resolve(message);
+      });
+      child.once('error', reject);
+      child.once('exit', (code) => reject(new Error(`the screenshot client exited (${code}) without a result`)));
+      child.send(request);
+    });
+  } finally {
+    if (child.exitCode === null) child.kill();
+  }
+}
+
 /** compareScreenshots on the screen as it is, then while it changes every frame. */
 export async function staticAndChanging(target: ComparisonTarget): Promise<{ static: ScreenshotComparison; changing: ScreenshotComparison }> {
   const staticScreen = await compareScreenshots(target);
-  const stop = await startChangingScreen(target.direct, target.display, target.capture);
+  const stop = await startChangingScreen(target.direct, target.display, captureOf(target));
   try {
     return { static: staticScreen, changing: await compareScreenshots(target) };
   } finally {

@@ -7,7 +7,8 @@ import { LOSSLESS_WEBP_QUALITY, MEDIA_TYPES, type EncodedImage, type ScreenshotF
  * pixel, not per byte, and every millisecond here is on the agent loop's hot path, so where a
  * setting buys a few percent of bytes for several times the CPU, the CPU wins.
  */
-// PNG: zlib level 2, no adaptive filtering. Levels 1-3 are zlib's fast deflate: level 2 halves
+// PNG (scaled screenshots only: a full-size or zoomed PNG is written by bgrx-png.ts, without
+// libvips, at Node zlib's level 2 and no filter, for the same reasons): zlib level 2, no adaptive filtering. Levels 1-3 are zlib's fast deflate: level 2 halves
 // level 1's bytes on text screens (84 -> 44 KiB at 1024x768) for ~0.4 ms more; level 4 and up
 // cost more for a few KiB; adaptive filtering costs 5-10x the CPU for no gain on screens, and a
 // 256-colour palette 10-30x.

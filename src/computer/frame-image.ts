@@ -1,8 +1,9 @@
 import sharp, { type Sharp } from 'sharp';
 import type { RawFrame } from './capture-channel.js';
+import { bgrxToPng, rgbBytes } from './bgrx-png.js';
 import { encodeAs } from './encoders.js';
 import type { Size } from './scaling.js';
-import { PNG_FORMAT, type EncodedImage, type ScreenshotFormat } from './screenshot-format.js';
+import { MEDIA_TYPES, PNG_FORMAT, type EncodedImage, type ScreenshotFormat } from './screenshot-format.js';
 
 /**
  * Raw frames (BGRX from the X server) to an image on the host. A PNG (or a lossless WebP)
@@ -15,30 +16,15 @@ import { PNG_FORMAT, type EncodedImage, type ScreenshotFormat } from './screensh
 sharp.cache(false);
 
 /**
- * The frame's BGRX pixels as an RGB image, converted by libvips on its own threads, never in
- * a loop on the event loop. The rows are read `stride` apart (the padding, a multiple of 4
- * bytes, see frame-header.ts, is an extra column of pixels cut off), and the fourth byte, the X
- * server's padding, is dropped: the same RGB values as scrot's PNG.
- *
- * The channels are taken one by one (three extract_band pipelines, in parallel on libvips'
- * threads) and joined as R, G, B: half the CPU of a 3x3 recomb matrix, which libvips computes
- * in floating point (13 against 26 ms of CPU at 1920x1080, measured; docs/benchmarks.md),
- * and the same bytes.
+ * The frame's BGRX pixels (or a region of them) as an RGB image for libvips: the bands are
+ * reordered by one loop over 32-bit words (bgrx-png.ts), ~1.5 ms at 1024x768, where libvips
+ * took ~6 ms of CPU (three extract_band pipelines and a join; recomb, in floating point, twice
+ * that), yielding to the event loop between bands of rows. The fourth byte, the X server's
+ * padding, is dropped: the same RGB values as scrot's.
  */
 async function rgbOf(frame: RawFrame, region?: Region): Promise<Sharp> {
-  const { width, height, stride, pixels } = frame;
-  const area = region ?? { x0: 0, y0: 0, x1: width, y1: height };
-  const whole = area.x0 === 0 && area.y0 === 0 && area.x1 === stride / 4 && area.y1 === height;
-  const size = { width: area.x1 - area.x0, height: area.y1 - area.y0 };
-  const channel = (index: 0 | 1 | 2): Promise<Buffer> => {
-    let image = sharp(pixels, { raw: { width: stride / 4, height, channels: 4 } });
-    if (!whole) image = image.extract({ left: area.x0, top: area.y0, ...size });
-    return image.extractChannel(index).raw().toBuffer();
-  };
-  const [red, green, blue] = await Promise.all([channel(2), channel(1), channel(0)]);
-  const band = { raw: { ...size, channels: 1 as const } };
-  // joinChannel tags the result sRGB: three colour bands, as the encoders expect.
-  return sharp(red, band).joinChannel([green, blue], band);
+  const area = region ?? { x0: 0, y0: 0, x1: frame.width, y1: frame.height };
+  return sharp(await rgbBytes(frame, area), { raw: { width: area.x1 - area.x0, height: area.y1 - area.y0, channels: 3 } });
 }
 
 export interface Region {
@@ -50,18 +36,18 @@ export interface Region {
 
 /** The frame in the chosen format, scaled to `size` when given and different. */
 export async function encodeFrame(frame: RawFrame, choice: ScreenshotFormat, size?: Size): Promise<EncodedImage> {
-  if (!size || (size.width === frame.width && size.height === frame.height)) return encodeAs(await rgbOf(frame), choice);
-  // Two passes, and it cannot be one with sharp: joinChannel runs after resize in its pipeline
-  // (pipeline.cc), and on the 4-band frame itself sharp would premultiply the bands by the 4th
-  // (taken for alpha) before a resize, while removeAlpha runs last. The X server's padding
-  // byte is 0, so that gives black; it would agree only if the byte were 255.
-  const rgb = await (await rgbOf(frame)).raw().toBuffer();
-  const scaled = sharp(rgb, { raw: { width: frame.width, height: frame.height, channels: 3 } }).resize(size.width, size.height, { fit: 'fill' });
-  return encodeAs(scaled, choice);
+  const full = !size || (size.width === frame.width && size.height === frame.height);
+  // A full-size PNG, the default and most frequent, needs no libvips at all (bgrx-png.ts).
+  if (full && choice.format === 'png') return { data: await bgrxToPng(frame), mediaType: MEDIA_TYPES.png };
+  if (full) return encodeAs(await rgbOf(frame), choice);
+  // RGB first (never the 4-band frame itself: sharp would take the 4th band, the X server's
+  // padding byte 0, for alpha and premultiply by it before resizing: black).
+  return encodeAs((await rgbOf(frame)).resize(size.width, size.height, { fit: 'fill' }), choice);
 }
 
 /** A region of the frame at full resolution (zoom), in the chosen format. */
 export async function encodeFrameRegion(frame: RawFrame, region: Region, choice: ScreenshotFormat): Promise<EncodedImage> {
+  if (choice.format === 'png') return { data: await bgrxToPng(frame, region), mediaType: MEDIA_TYPES.png };
   return encodeAs(await rgbOf(frame, region), choice);
 }
 
