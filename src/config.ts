@@ -1,6 +1,7 @@
 import { apiSettingsFromEnv, type ApiSettings } from './api/settings.js';
 import { logLevelFromEnv } from './logger.js';
 import { networkSettingsFromEnv, type NetworkSettings } from './network/settings.js';
+import { recordingSettingsFromEnv, type RecordingSettings } from './recording/settings.js';
 import { runtimeSettingsFromEnv, type RuntimeSettings } from './runtimes/settings.js';
 import { sessionSettingsFromEnv, type SessionSettings } from './sessions/settings.js';
 import type { Env } from './util/env.js';
@@ -17,6 +18,8 @@ import type { Env } from './util/env.js';
 export interface OrchestratorConfig extends ApiSettings, SessionSettings, NetworkSettings, RuntimeSettings {
   /** SBX_LOG_LEVEL (default info): the level of the orchestrator's log. */
   logLevel: string;
+  /** Screen recordings: rate, caps, retention (SBX_RECORDING_*). */
+  recording: RecordingSettings;
 }
 
 /** The configuration an environment describes; a bad value throws, naming the variable. */
@@ -27,6 +30,7 @@ export function defaultConfig(env: Env): OrchestratorConfig {
     ...sessionSettingsFromEnv(env),
     ...networkSettingsFromEnv(env),
     logLevel: logLevelFromEnv(env),
+    recording: recordingSettingsFromEnv(env),
   };
 }
 

@@ -48,6 +48,7 @@ describe('the configuration an environment describes', () => {
       networkPolicyCheckMs: 3_000,
       resourcePrefix: 'sbx-',
       logLevel: 'info',
+      recording: { dir: undefined, fps: 5, maxBytes: 256 * MiB, maxSeconds: 3600, keepSeconds: 7 * 24 * 3600, totalMaxBytes: 4096 * MiB },
     };
     assert.deepEqual(config, expected);
     assert.equal(config.runtimes.firecracker.templateMemoryMiB, 1024);

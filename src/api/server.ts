@@ -19,6 +19,8 @@ import { fileRoutes } from './routes/files.js';
 import { sessionRoutes } from './routes/sessions.js';
 import { sessionTimeoutRoutes } from './routes/session-timeouts.js';
 import { systemRoutes } from './routes/system.js';
+import { recordingRoutes } from './routes/recording.js';
+import { screenStreamRoutes } from './routes/screen-stream.js';
 import { toolResultSchema } from '../tools/tool-result.js';
 import { actionResultSchema, errorSchema, sessionSchema } from './schemas.js';
 
@@ -100,6 +102,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
         { name: 'desktop', description: 'Desktop actions: open, launch, windows, clipboard, screen size' },
         { name: 'tools', description: 'The tools of the computer-use loop: tool_use input in, tool_result content out' },
         { name: 'files', description: 'Files in and out of a sandbox, over SFTP' },
+        { name: 'recording', description: 'Video of a session\'s screen, with the agent\'s actions as subtitles' },
         { name: 'system', description: 'Health and metrics' },
       ],
     },
@@ -115,6 +118,8 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   await app.register(companionToolRoutes, { manager: opts.manager, display: opts.manager.display, bashTimeoutSeconds: opts.bashTimeoutSeconds });
   await app.register(desktopActionRoutes, { manager: opts.manager });
   await app.register(fileRoutes, { manager: opts.manager, maxFileBytes: opts.maxFileBytes });
+  await app.register(recordingRoutes, { manager: opts.manager });
+  await app.register(screenStreamRoutes, { manager: opts.manager });
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
   return app;
 }

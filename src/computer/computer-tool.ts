@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ActionName, ComputerAction } from './actions.js';
+import type { RawFrame } from './capture-channel.js';
 import type { Capture, Desktop } from './desktop.js';
 import { EncodeCache } from './encode-cache.js';
 import { encodeFrame, encodeFrameRegion, sameFrame, type Region } from './frame-image.js';
@@ -55,6 +56,15 @@ export class ComputerTool {
   /** Throws unless the display answers within the time given. */
   async probeDisplay(timeoutMs: number): Promise<void> {
     await this.desktop.cursorPosition(timeoutMs);
+  }
+
+  /**
+   * The screen now as the capture channel holds it (the same object while nothing changed),
+   * or undefined when only scrot works: for the recorder and the screen stream, which share
+   * the session's one grabber with screenshots rather than start another.
+   */
+  async rawFrame(): Promise<RawFrame | undefined> {
+    return (await this.desktop.capture()).frame;
   }
 
   /** A screenshot of the real screen, unscaled. */

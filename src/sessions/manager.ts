@@ -1,3 +1,5 @@
+import path from 'node:path';
+import type { RawFrame } from '../computer/capture-channel.js';
 import type { Logger } from 'pino';
 import type { SettleOptions } from '../computer/computer-tool.js';
 import type { GuestImage } from '../guest/image/builder.js';
@@ -17,6 +19,8 @@ import { WarmPool, type ScreenShape, type WarmPoolStatus } from './pool/warm-poo
 import { SessionRegistry } from './registry.js';
 import type { SandboxHost } from './sandbox-host.js';
 import { SessionActions } from './session-actions.js';
+import { RecordingService, type RecordingStatus } from '../recording/recordings.js';
+import { recordingSettingsFromEnv, type RecordingSettings } from '../recording/settings.js';
 import type { Session } from './session.js';
 import type { SessionStore } from './store.js';
 
@@ -54,6 +58,8 @@ export interface ManagerOptions {
   host?: SandboxHost;
   /** How often the reaper looks for sessions whose clock ran out (default 1 s). */
   reaperIntervalMs?: number;
+  /** Recordings (default: the defaults, under <stateDir>/recordings). */
+  recording?: RecordingSettings;
 }
 
 /**
@@ -73,6 +79,8 @@ export class SessionManager {
   private readonly addresses: AddressAllocator;
   private readonly host: SandboxHost;
   private readonly warmPool: WarmPool | undefined;
+  /** Screen recordings of sessions (recording/). */
+  readonly recordings: RecordingService;
 
   constructor(private readonly opts: ManagerOptions) {
     const { runtime, store, metrics, log } = opts;
@@ -107,7 +115,16 @@ export class SessionManager {
       log,
       reaperIntervalMs: opts.reaperIntervalMs,
     });
-    this.actions = new SessionActions({ registry: this.registry, clocks: this.clocks, store, metrics });
+    this.recordings = new RecordingService({ settings: opts.recording ?? recordingSettingsFromEnv({}),
+      dir: opts.recording?.dir ?? path.join(opts.stateDir, 'recordings'), metrics, log: log.child({ part: 'recording' }) });
+    this.registry.recordingOf = (id) => this.recordings.statusNow(id);
+    this.actions = new SessionActions({
+      registry: this.registry,
+      clocks: this.clocks,
+      store,
+      metrics,
+      onAction: (id, action, at, ms) => this.recordings.noteAction(id, action, at, ms),
+    });
     this.warmPool = this.makeWarmPool();
     this.lifecycle.warmPool = this.warmPool;
   }
@@ -152,6 +169,7 @@ export class SessionManager {
     this.clocks.stop();
     this.host.stopPolicyGuard();
     await Promise.allSettled([this.warmPool?.stop(), ...this.registry.ids().map((id) => this.lifecycle.destroy(id, 'shutdown'))]);
+    await this.recordings.close();
     await this.host.removePolicy();
   }
 
@@ -181,7 +199,33 @@ export class SessionManager {
   }
 
   // The roles' methods, as the routes (ports.ts), the CLI and the tests call them.
-  readonly create: SessionLifecycle['create'] = (options, owner) => this.lifecycle.create(options, owner);
+  /** Creates a session; with `record`, its recording starts once it is ready (a failure to start shows in its view). */
+  readonly create: SessionLifecycle['create'] = async (options, owner) => {
+    const view = await this.lifecycle.create(options, owner);
+    if (!options?.record) return view;
+    await this.startRecording(view.id).catch((err: Error) => this.opts.log.warn({ err, sessionId: view.id }, 'recording could not start'));
+    return this.registry.view(view.id);
+  };
+
+  /** Starts recording a ready session's screen (nothing changes if it is being recorded). */
+  async startRecording(id: string): Promise<RecordingStatus> {
+    const session = this.registry.ready(id);
+    const { computer } = session;
+    return this.recordings.start({
+      id,
+      tenant: session.record.tenant,
+      screen: computer.scaler.screen,
+      toScreen: (p) => computer.scaler.toScreen(p),
+      rawFrame: () => computer.rawFrame(),
+      cleanup: session.cleanup,
+    });
+  }
+
+  readonly stopRecording: RecordingService['stop'] = (id) => this.recordings.stop(id);
+  /** A ready session's screen now, for the screen stream (not activity: watching keeps nothing alive). */
+  readonly screenFrame = (id: string): Promise<RawFrame | undefined> => this.registry.ready(id).computer.rawFrame();
+  readonly recordingStatus: RecordingService['status'] = (id) => this.recordings.status(id);
+  readonly recordingFiles: RecordingService['files'] = (id) => this.recordings.files(id);
   readonly destroy: SessionLifecycle['destroy'] = (id, reason) => this.lifecycle.destroy(id, reason);
   readonly list: SessionRegistry['list'] = (tenant) => this.registry.list(tenant);
   readonly get: SessionRegistry['view'] = (id) => this.registry.view(id);

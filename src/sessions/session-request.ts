@@ -20,6 +20,8 @@ export interface CreateSessionOptions {
   metadata?: Record<string, unknown>;
   /** The guest network policy: `egress` lets the sandbox reach the internet (default off). */
   network?: Partial<NetworkOptions>;
+  /** Record the screen to a video from the start (see recording/). */
+  record?: boolean;
 }
 
 /** Who a session is made for. */
