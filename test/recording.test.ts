@@ -7,11 +7,13 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 import sharp from 'sharp';
+import { SandboxClient } from '../src/client/index.js';
 import { prune, recordingFiles } from '../src/recording/retention.js';
 import type { RecordingStatus } from '../src/recording/session-recorder.js';
 import type { GuestConnection } from '../src/transport/ssh-connection.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
+import { runCli } from './helpers/serve.js';
 
 const run = promisify(execFile);
 const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
@@ -44,6 +46,18 @@ async function ffmpegsWriting(dir: string): Promise<number[]> {
     if (cmd.startsWith('ffmpeg\0') && cmd.includes(dir)) found.push(Number(pid));
   }
   return found;
+}
+
+/** The CLI with an API key (SBX_API_KEY, as a user would set it). */
+async function runCliWithKey(args: string[], url: string, key: string): ReturnType<typeof runCli> {
+  const saved = process.env.SBX_API_KEY;
+  process.env.SBX_API_KEY = key;
+  try {
+    return await runCli(args, url);
+  } finally {
+    if (saved === undefined) delete process.env.SBX_API_KEY;
+    else process.env.SBX_API_KEY = saved;
+  }
 }
 
 describe('recording and the screen stream, end to end', () => {
@@ -242,6 +256,38 @@ describe('recording and the screen stream, end to end', () => {
       abort.abort();
       guest.close();
       await req('DELETE', `/v1/sessions/${id}`);
+    }
+  });
+
+  it('the client and the CLI: record at create, stream, stop, download', async () => {
+    const address = orch.server.server.address();
+    assert.ok(address && typeof address === 'object');
+    const url = `http://127.0.0.1:${address.port}`;
+    const client = new SandboxClient({ baseUrl: url, apiKey: keyA });
+    const sandbox = await client.create({ record: true });
+    try {
+      assert.equal(sandbox.info.recording?.state, 'recording');
+      const abort = new AbortController();
+      for await (const frame of sandbox.screenStream({ fps: 5, format: 'png', signal: abort.signal })) {
+        assert.equal(frame.mediaType, 'image/png');
+        assert.deepEqual([frame.width, frame.height], [1024, 768]);
+        assert.equal(frame.data.readUInt32BE(0), 0x89504e47);
+        break;
+      }
+      abort.abort();
+      await sandbox.leftClick(10, 10);
+      await sleep(1000);
+      const stopped = await sandbox.stopRecording();
+      assert.equal(stopped.state, 'finished');
+      const video = await sandbox.downloadRecording();
+      assert.equal(video.toString('latin1', 4, 8), 'ftyp', 'an MP4 file');
+      assert.match(await sandbox.recordingSubtitles(), /left click at \(10, 10\)/);
+      const output = path.join(work, 'cli.mp4');
+      const cli = await runCliWithKey(['recording', sandbox.id, '-o', output], url, keyA);
+      assert.equal(cli.code, 0, cli.stderr);
+      assert.deepEqual(await import('node:fs/promises').then((fs) => fs.readFile(output)), video);
+    } finally {
+      await sandbox.destroy();
     }
   });
 

@@ -12,6 +12,7 @@ import { RUNTIME_NAMES, type RuntimeChoice } from '../runtimes/settings.js';
 import { imagesDirFromEnv, warmPoolSize } from '../sessions/settings.js';
 import { desktopCommand } from './desktop.js';
 import { keysCommand } from './keys.js';
+import { recordingCommand } from './recording.js';
 
 /** The file extension of an image by its first bytes (the session's default format may be any). */
 function extensionOf(image: Buffer): string {
@@ -140,6 +141,7 @@ function client(): SandboxClient {
 
 program.addCommand(keysCommand(defaults.stateDir));
 program.addCommand(desktopCommand(client));
+program.addCommand(recordingCommand(client));
 
 interface CreateFlags {
   width?: number;
@@ -149,6 +151,7 @@ interface CreateFlags {
   egress?: boolean;
   screenshotFormat?: 'png' | 'jpeg' | 'webp';
   screenshotQuality?: number;
+  record?: boolean;
 }
 
 program
@@ -159,6 +162,7 @@ program
   .option('-t, --timeout <seconds>', 'idle timeout', integer)
   .option('--max-lifetime <seconds>', 'maximum lifetime (at most the server maximum)', integer)
   .option('--egress', 'let the sandbox reach the internet (NAT); off by default')
+  .option('--record', 'record the screen to a video from the start (`sbx recording <id>` downloads it)')
   .addOption(new Option('--screenshot-format <format>', "the session's default screenshot format (png)").choices(['png', 'jpeg', 'webp']))
   .option('--screenshot-quality <1-100>', 'its quality, for jpeg and webp (default jpeg 80, webp 100: lossless)', integer)
   .action(async (opts: CreateFlags) => {
@@ -170,6 +174,7 @@ program
       maxLifetimeSeconds: opts.maxLifetime,
       ...(opts.egress ? { network: { egress: true } } : {}),
       ...(screenshot ? { screenshot } : {}),
+      ...(opts.record ? { record: true } : {}),
     });
     console.log(JSON.stringify(sandbox.info, null, 2));
   });
