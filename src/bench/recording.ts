@@ -59,28 +59,43 @@ async function cpuOver(target: RecordingTarget, seconds: number): Promise<{ tota
   return { total: ownCpuSeconds() - own0 + ffmpeg + guest, ffmpeg, guest };
 }
 
+/** Rounds of "not recorded, then recorded": interleaved, so a machine whose load drifts affects both sides alike. */
+const ROUNDS = 3;
+
 async function costOn(target: RecordingTarget): Promise<RecordingCost> {
   const shot = () => target.sandbox.screenshot({ format: 'png' });
-  const idle = await cpuOver(target, target.cpuSeconds);
-  const alone = await timeIt(target.n, shot);
-  await target.sandbox.startRecording();
-  try {
-    await sleep(1000); // ffmpeg started, the first frames written
-    const recorded = await cpuOver(target, target.cpuSeconds);
-    const withRecording = await timeIt(target.n, shot);
-    const a = summarize(alone);
-    const r = summarize(withRecording);
-    return {
-      screenshotsAlone: a,
-      screenshotsRecorded: r,
-      latencyIncreasePercent: ((r.p50 - a.p50) / a.p50) * 100,
-      cpuCoreFraction: (recorded.total - idle.total) / target.cpuSeconds,
-      ffmpegCoreFraction: recorded.ffmpeg / target.cpuSeconds,
-      guestCoreFraction: (recorded.guest - idle.guest) / target.cpuSeconds,
-    };
-  } finally {
-    await target.sandbox.stopRecording();
+  const perRound = Math.max(5, Math.ceil(target.n / ROUNDS));
+  const window = target.cpuSeconds / ROUNDS;
+  const alone: number[] = [];
+  const recorded: number[] = [];
+  const cpu = { idle: 0, recorded: 0, ffmpeg: 0, idleGuest: 0, recordedGuest: 0 };
+  for (let round = 0; round < ROUNDS; round++) {
+    const idle = await cpuOver(target, window);
+    cpu.idle += idle.total;
+    cpu.idleGuest += idle.guest;
+    alone.push(...(await timeIt(perRound, shot, 1)));
+    await target.sandbox.startRecording();
+    try {
+      await sleep(500); // ffmpeg started, the first frames written
+      const busy = await cpuOver(target, window);
+      cpu.recorded += busy.total;
+      cpu.ffmpeg += busy.ffmpeg;
+      cpu.recordedGuest += busy.guest;
+      recorded.push(...(await timeIt(perRound, shot, 1)));
+    } finally {
+      await target.sandbox.stopRecording();
+    }
   }
+  const a = summarize(alone);
+  const r = summarize(recorded);
+  return {
+    screenshotsAlone: a,
+    screenshotsRecorded: r,
+    latencyIncreasePercent: ((r.p50 - a.p50) / a.p50) * 100,
+    cpuCoreFraction: (cpu.recorded - cpu.idle) / target.cpuSeconds,
+    ffmpegCoreFraction: cpu.ffmpeg / target.cpuSeconds,
+    guestCoreFraction: (cpu.recordedGuest - cpu.idleGuest) / target.cpuSeconds,
+  };
 }
 
 /**

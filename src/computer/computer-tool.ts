@@ -59,12 +59,13 @@ export class ComputerTool {
   }
 
   /**
-   * The screen now as the capture channel holds it (the same object while nothing changed),
-   * or undefined when only scrot works: for the recorder and the screen stream, which share
-   * the session's one grabber with screenshots rather than start another.
+   * The screen as the capture channel holds it (the same object while nothing changed), at
+   * most `maxAgeMs` old unless a capture is under way, or undefined when only scrot works: for
+   * the recorder and the screen stream, which share the session's one grabber with screenshots
+   * rather than start another, and never make a screenshot wait in its queue (Desktop.watchFrame).
    */
-  async rawFrame(): Promise<RawFrame | undefined> {
-    return (await this.desktop.capture()).frame;
+  watchFrame(maxAgeMs: number): Promise<RawFrame | undefined> {
+    return this.desktop.watchFrame(maxAgeMs);
   }
 
   /** A screenshot of the real screen, unscaled. */

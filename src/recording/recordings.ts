@@ -34,8 +34,8 @@ export interface RecordableSession {
   screen: Size;
   /** Model coordinates to the screen's (subtitles give positions in the video's pixels). */
   toScreen(p: Point): Point;
-  /** A frame through the session's capture channel (undefined when it has none). */
-  rawFrame(): Promise<RawFrame | undefined>;
+  /** A frame through the session's capture channel, at most `maxAgeMs` old unless a capture is under way (undefined when it has none). */
+  rawFrame(maxAgeMs: number): Promise<RawFrame | undefined>;
   /** Released when the session ends, before its connection closes. */
   cleanup: CleanupStack;
 }
@@ -89,7 +89,7 @@ export class RecordingService {
       maxBytes: settings.maxBytes,
       maxSeconds: settings.maxSeconds,
       videoPath: files.video,
-      grab: () => session.rawFrame(),
+      grab: (maxAgeMs) => session.rawFrame(maxAgeMs),
       onBytes: (delta) => metrics.recordingBytes.inc(delta),
       onEnd: (status) => void this.recordEnd(session.id, tenant, status).finally(ended),
       ffmpeg: this.opts.ffmpeg,

@@ -26,8 +26,8 @@ export interface RecorderOptions {
   maxBytes: number;
   maxSeconds: number;
   videoPath: string;
-  /** One frame of the session's screen through its capture channel; undefined when there is none (scrot fallback). */
-  grab: () => Promise<RawFrame | undefined>;
+  /** One frame of the session's screen through its capture channel, at most `maxAgeMs` old unless a capture is under way; undefined when there is none (scrot fallback). */
+  grab: (maxAgeMs: number) => Promise<RawFrame | undefined>;
   /** Bytes the file grew by (the bytes-written metric). */
   onBytes: (delta: number) => void;
   /** Called once when the recording ends, however it ends. */
@@ -42,8 +42,8 @@ const MAX_CATCH_UP_FRAMES = 20;
 
 /**
  * Records one session's screen: a timer at `fps` asks the session's own capture channel for
- * a frame (never more than one request in flight, so screenshots queue behind at most one
- * cheap grab), and writes the latest frame to ffmpeg at a constant rate, the same buffer again
+ * a frame (one request at a time; it reuses a frame a screenshot just fetched, and never
+ * queues behind a capture: see Desktop.watchFrame), and writes the latest frame to ffmpeg at a constant rate, the same buffer again
  * when nothing changed. Frames are counted from the start so that the video's time is wall
  * time: a stall is made up with repeats, and the video offset of a moment is simply the ms
  * since `startedAt` (offsetMs).
@@ -130,8 +130,9 @@ export class SessionRecorder {
     }
     if (!this.grabbing) {
       this.grabbing = true;
+      // A frame a screenshot fetched within half a tick is as good as a new one.
       this.opts
-        .grab()
+        .grab(500 / this.opts.fps)
         .then((frame) => this.take(frame))
         .catch(() => undefined) // a failed grab repeats the last frame; the session reports its own errors
         .finally(() => (this.grabbing = false));

@@ -216,14 +216,14 @@ export class SessionManager {
       tenant: session.record.tenant,
       screen: computer.scaler.screen,
       toScreen: (p) => computer.scaler.toScreen(p),
-      rawFrame: () => computer.rawFrame(),
+      rawFrame: (maxAgeMs) => computer.watchFrame(maxAgeMs),
       cleanup: session.cleanup,
     });
   }
 
   readonly stopRecording: RecordingService['stop'] = (id) => this.recordings.stop(id);
   /** A ready session's screen now, for the screen stream (not activity: watching keeps nothing alive). */
-  readonly screenFrame = (id: string): Promise<RawFrame | undefined> => this.registry.ready(id).computer.rawFrame();
+  readonly screenFrame = (id: string, maxAgeMs: number): Promise<RawFrame | undefined> => this.registry.ready(id).computer.watchFrame(maxAgeMs);
   readonly recordingStatus: RecordingService['status'] = (id) => this.recordings.status(id);
   readonly recordingFiles: RecordingService['files'] = (id) => this.recordings.files(id);
   readonly destroy: SessionLifecycle['destroy'] = (id, reason) => this.lifecycle.destroy(id, reason);

@@ -38,7 +38,8 @@ export interface SessionRecordings {
 
 /** The screen of a ready session as raw frames (the same object while nothing changed). */
 export interface ScreenFrames {
-  screenFrame(id: string): Promise<RawFrame | undefined>;
+  /** At most `maxAgeMs` old unless a capture is under way (then the last one): watchers never queue. */
+  screenFrame(id: string, maxAgeMs: number): Promise<RawFrame | undefined>;
 }
 
 /** A session's clocks as a client moves them, and the busy mark long work holds. */

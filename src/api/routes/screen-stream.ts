@@ -47,7 +47,7 @@ export async function screenStreamRoutes(app: FastifyInstance, opts: { manager: 
       const choice = resolveScreenshotFormat({ format, quality }, { format: 'jpeg', quality: 70 });
       const intervalMs = 1000 / Number(fps ?? 2);
       // The first frame before the answer starts: a session that is not ready gets its 404/409/410.
-      let frame = await manager.screenFrame(id);
+      let frame = await manager.screenFrame(id, 0);
       reply.hijack();
       const res = reply.raw;
       res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive', 'x-accel-buffering': 'no' });
@@ -82,7 +82,7 @@ export async function screenStreamRoutes(app: FastifyInstance, opts: { manager: 
           }
           await sleep(intervalMs);
           if (!open) break;
-          frame = await manager.screenFrame(id);
+          frame = await manager.screenFrame(id, intervalMs / 2);
         }
       } catch (err) {
         send(`event: end\ndata: ${JSON.stringify({ reason: (err as Error).message })}\n\n`);
