@@ -7,6 +7,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 import sharp from 'sharp';
+import net from 'node:net';
+import { startChangingScreen } from '../src/bench/screenshots.js';
 import { SandboxClient } from '../src/client/index.js';
 import { prune, recordingFiles } from '../src/recording/retention.js';
 import type { RecordingStatus } from '../src/recording/session-recorder.js';
@@ -254,6 +256,53 @@ describe('recording and the screen stream, end to end', () => {
       await other.body?.cancel();
     } finally {
       abort.abort();
+      guest.close();
+      await req('DELETE', `/v1/sessions/${id}`);
+    }
+  });
+
+  it('red team: a stream client that never reads is dropped within a bounded buffer, and the host does not pay for it', { timeout: 150_000 }, async () => {
+    const created = await req('POST', '/v1/sessions', keyA, {});
+    const id = created.json().id as string;
+    const guest = await guestOf(id);
+    const address = orch.server.server.address();
+    assert.ok(address && typeof address === 'object');
+    const connections = () => new Promise<number>((resolve, reject) => orch.server.server.getConnections((err, n) => (err ? reject(err) : resolve(n))));
+    const shot = () => req('GET', `/v1/sessions/${id}/screenshot`);
+    const stop = await startChangingScreen(guest, 99, async () => (await shot()).rawPayload);
+    const socket = net.connect(address.port, '127.0.0.1');
+    try {
+      await new Promise((resolve) => socket.once('connect', resolve));
+      // PNG frames of a screen changing every frame, five a second, and not one byte read.
+      socket.pause();
+      socket.write(`GET /v1/sessions/${id}/screen/stream?fps=5&format=png HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${keyA}\r\n\r\n`);
+      const rss0 = process.memoryUsage.rss();
+      // Meanwhile another request of the same session (cheap, so that what the orchestrator
+      // grows by is the stream's doing): its latency is the host's cost of the attack.
+      const latencies: number[] = [];
+      let open = true;
+      const deadline = Date.now() + 90_000;
+      while (open && Date.now() < deadline) {
+        const started = performance.now();
+        assert.equal((await req('GET', `/v1/sessions/${id}`)).statusCode, 200);
+        latencies.push(performance.now() - started);
+        open = (await connections()) > 0;
+        await sleep(250);
+      }
+      assert.equal(open, false, 'the slow client was not dropped within 90 s');
+      const grewMiB = (process.memoryUsage.rss() - rss0) / 2 ** 20;
+      latencies.sort((a, b) => a - b);
+      const p95 = latencies[Math.floor(latencies.length * 0.95)]!;
+      console.error(`slow stream client dropped after ${(latencies.length / 4).toFixed(0)} s; RSS +${grewMiB.toFixed(1)} MiB; another request's p95 meanwhile ${p95.toFixed(1)} ms`);
+      // The kernel's socket buffers hold a few MiB (not the orchestrator's), ours at most 1 MiB.
+      // What RSS shows besides is frames not yet collected (a changing 1024x768 screen is 3 MiB
+      // a frame): a sanity bound, the drop above is what the cap is tested by.
+      assert.ok(grewMiB < 64, `the orchestrator grew by ${grewMiB.toFixed(1)} MiB`);
+      // The session is unharmed, and a new stream works.
+      assert.equal((await req('GET', `/v1/sessions/${id}`)).json().state, 'ready');
+    } finally {
+      socket.destroy();
+      await stop().catch(() => undefined);
       guest.close();
       await req('DELETE', `/v1/sessions/${id}`);
     }
