@@ -226,6 +226,8 @@ export class SessionManager {
   readonly screenFrame = (id: string, maxAgeMs: number): Promise<RawFrame | undefined> => this.registry.ready(id).computer.watchFrame(maxAgeMs);
   readonly recordingStatus: RecordingService['status'] = (id) => this.recordings.status(id);
   readonly recordingFiles: RecordingService['files'] = (id) => this.recordings.files(id);
+  /** Where a moment falls in a session's video (ms since its recording started), for the trajectory's links; undefined without a recording. */
+  readonly videoOffsetMs: RecordingService['videoOffsetMs'] = (id, at) => this.recordings.videoOffsetMs(id, at);
   readonly destroy: SessionLifecycle['destroy'] = (id, reason) => this.lifecycle.destroy(id, reason);
   readonly list: SessionRegistry['list'] = (tenant) => this.registry.list(tenant);
   readonly get: SessionRegistry['view'] = (id) => this.registry.view(id);

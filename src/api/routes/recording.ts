@@ -70,11 +70,12 @@ export async function recordingRoutes(app: FastifyInstance, opts: { manager: Ses
       const { video, status } = await manager.recordingFiles(request.params.id);
       const size = (await stat(video)).size;
       const range = parseByteRange(request.headers.range, size);
-      void reply.header('accept-ranges', 'bytes').header('cache-control', 'no-store').header('x-recording-state', status.state).type('video/mp4');
+      void reply.header('accept-ranges', 'bytes').header('cache-control', 'no-store').header('x-recording-state', status.state);
       if (range === 'unsatisfiable') {
         void reply.header('content-range', `bytes */${size}`);
         return reply.status(416).send({ error: { code: 'range_not_satisfiable', message: `range is outside the file's ${size} bytes` } });
       }
+      void reply.type('video/mp4');
       if (range === 'whole') return reply.header('content-length', size).send(createReadStream(video));
       return reply
         .status(206)
