@@ -18,7 +18,7 @@ const PRUNE_INTERVAL_MS = 10 * 60_000;
 
 export interface RecordingServiceOptions {
   settings: RecordingSettings;
-  /** The recordings directory (settings.dir, else <stateDir>/recordings). */
+  /** The recordings directory (settings.dir, else <stateDir>/session-recordings). */
   dir: string;
   metrics: Metrics;
   log: Logger;

@@ -1,8 +1,15 @@
 import { atLeast, envInt, envOptional, positive, type Env } from '../util/env.js';
 
+/**
+ * The recordings' folder under the state dir when SBX_RECORDING_DIR is unset. Not ten
+ * characters of [a-z0-9]: start-up reconciliation takes such folders for sessions' and removes
+ * those it does not know (sessions/reconcile.ts).
+ */
+export const DEFAULT_RECORDING_SUBDIR = 'session-recordings';
+
 /** Where recordings go and how much of them is kept (docs/configuration.md, "Recording"). */
 export interface RecordingSettings {
-  /** Videos and their subtitles (SBX_RECORDING_DIR; unset: <stateDir>/recordings): on the host only. */
+  /** Videos and their subtitles (SBX_RECORDING_DIR; unset: <stateDir>/session-recordings): on the host only. */
   dir?: string;
   /** Frames per second of every recording (SBX_RECORDING_FPS, 5; 1-10). */
   fps: number;

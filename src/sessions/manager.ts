@@ -20,7 +20,7 @@ import { SessionRegistry } from './registry.js';
 import type { SandboxHost } from './sandbox-host.js';
 import { SessionActions } from './session-actions.js';
 import { RecordingService, type RecordingStatus } from '../recording/recordings.js';
-import { recordingSettingsFromEnv, type RecordingSettings } from '../recording/settings.js';
+import { DEFAULT_RECORDING_SUBDIR, recordingSettingsFromEnv, type RecordingSettings } from '../recording/settings.js';
 import type { Session } from './session.js';
 import type { SessionStore } from './store.js';
 
@@ -58,7 +58,7 @@ export interface ManagerOptions {
   host?: SandboxHost;
   /** How often the reaper looks for sessions whose clock ran out (default 1 s). */
   reaperIntervalMs?: number;
-  /** Recordings (default: the defaults, under <stateDir>/recordings). */
+  /** Recordings (default: the defaults, under <stateDir>/session-recordings). */
   recording?: RecordingSettings;
 }
 
@@ -116,7 +116,7 @@ export class SessionManager {
       reaperIntervalMs: opts.reaperIntervalMs,
     });
     this.recordings = new RecordingService({ settings: opts.recording ?? recordingSettingsFromEnv({}),
-      dir: opts.recording?.dir ?? path.join(opts.stateDir, 'recordings'), metrics, log: log.child({ part: 'recording' }) });
+      dir: opts.recording?.dir ?? path.join(opts.stateDir, DEFAULT_RECORDING_SUBDIR), metrics, log: log.child({ part: 'recording' }) });
     this.registry.recordingOf = (id) => this.recordings.statusNow(id);
     this.actions = new SessionActions({
       registry: this.registry,
