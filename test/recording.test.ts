@@ -11,7 +11,11 @@ import net from 'node:net';
 import { SandboxClient } from '../src/client/index.js';
 import { SESSION_ID_PATTERN } from '../src/network/names.js';
 import { prune, recordingFiles } from '../src/recording/retention.js';
-import { DEFAULT_RECORDING_SUBDIR } from '../src/recording/settings.js';
+import { DEFAULT_RECORDING_SUBDIR, recordingSettingsFromEnv } from '../src/recording/settings.js';
+import { RecordingService } from '../src/recording/recordings.js';
+import { Metrics } from '../src/metrics/metrics.js';
+import { pino } from 'pino';
+import { readFile } from 'node:fs/promises';
 import type { RecordingStatus } from '../src/recording/session-recorder.js';
 import type { GuestConnection } from '../src/transport/ssh-connection.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
@@ -374,6 +378,17 @@ describe('recording and the screen stream, end to end', () => {
       assert.deepEqual(deleted.sort(), ['expired', 'oldest', 'older'].sort());
       const left = (await readdir(store)).filter((f) => f.endsWith('.mp4')).sort();
       assert.deepEqual(left, ['active.mp4', 'newest.mp4']);
+      // A recording an earlier run left in progress is marked failed at start-up, and kept.
+      const crashed = recordingFiles(store, 'crashed');
+      await writeFile(crashed.video, Buffer.alloc(10));
+      await writeFile(crashed.meta, JSON.stringify({ sessionId: 'crashed', tenant: 't', status: { state: 'recording', startedAt: new Date(now).toISOString(), bytes: 0, fps: 5, frames: 1 } }));
+      const service = new RecordingService({ settings: recordingSettingsFromEnv({}), dir: store, metrics: new Metrics(), log: pino({ level: 'silent' }) });
+      await service.recover();
+      await service.close();
+      const meta = JSON.parse(await readFile(crashed.meta, 'utf8')) as { status: RecordingStatus };
+      assert.equal(meta.status.state, 'failed');
+      assert.match(meta.status.error ?? '', /orchestrator stopped/);
+      assert.equal((await service.status('crashed')).state, 'failed');
       // Start-up reconciliation removes unknown folders named like a session: never this one.
       assert.equal(SESSION_ID_PATTERN.test(DEFAULT_RECORDING_SUBDIR), false);
     } finally {

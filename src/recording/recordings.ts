@@ -1,4 +1,4 @@
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, writeFile } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import type { ComputerAction } from '../computer/actions.js';
 import { NotFoundError } from '../errors.js';
@@ -75,10 +75,11 @@ export class RecordingService {
    * session ends, before its connection closes (its cleanup stack).
    */
   async start(session: RecordableSession): Promise<RecordingStatus> {
-    const running = this.active.get(session.id);
-    if (running) return running.recorder.status;
     const { settings, metrics, log } = this.opts;
     await mkdir(this.opts.dir, { recursive: true, mode: 0o700 });
+    // Checked after the await: of two starts at once, the second finds the first's recorder.
+    const running = this.active.get(session.id);
+    if (running) return running.recorder.status;
     const files = recordingFiles(this.opts.dir, session.id);
     const { screen, tenant } = session;
     let ended = (): void => undefined;
@@ -149,6 +150,22 @@ export class RecordingService {
   async close(): Promise<void> {
     clearInterval(this.pruner);
     await Promise.allSettled([...this.active.keys()].map((id) => this.stop(id, 'session_ended')));
+  }
+
+  /**
+   * At start-up: recordings an earlier run left "recording" (it crashed or was killed) are
+   * marked failed; their files, fragmented MP4, play up to where they stopped.
+   */
+  async recover(): Promise<void> {
+    const names = await readdir(this.opts.dir).catch(() => [] as string[]);
+    for (const name of names) {
+      if (!name.endsWith('.json')) continue;
+      const meta = await readMeta(this.opts.dir, name.slice(0, -5));
+      if (!meta || meta.status.state !== 'recording' || this.active.has(meta.sessionId)) continue;
+      meta.status = { ...meta.status, state: 'failed', stopReason: 'failed', error: 'the orchestrator stopped while recording' };
+      await this.writeMeta(meta);
+    }
+    await this.prune();
   }
 
   /** Applies the retention limits now; returns the session ids whose recordings were deleted. */

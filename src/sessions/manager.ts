@@ -159,6 +159,7 @@ export class SessionManager {
     const reclaimed = await this.host.recover(adopted);
     if (adopted.length > 0) this.opts.log.info({ adopted: adopted.length }, 'adopted live sessions of an earlier run');
     if (reclaimed > 0) this.opts.log.warn({ reclaimed }, 'reclaimed sandboxes left behind by an earlier run');
+    await this.recordings.recover();
     this.clocks.start();
     this.warmPool?.start();
   }
