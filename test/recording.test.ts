@@ -215,6 +215,45 @@ describe('recording and the screen stream, end to end', () => {
     }
   });
 
+  it('caps: a recording that reaches its duration or size stops, the session goes on', async () => {
+    const created = await req('POST', '/v1/sessions', keyA, {});
+    const id = created.json().id as string;
+    const settings = orch.manager.recordings.settings;
+    const saved = { ...settings };
+    const guest = await guestOf(id);
+    try {
+      settings.maxSeconds = 2;
+      assert.equal((await req('POST', `/v1/sessions/${id}/recording/start`)).statusCode, 200);
+      await sleep(3500);
+      const byDuration = (await req('GET', `/v1/sessions/${id}`)).json();
+      assert.equal(byDuration.state, 'ready');
+      assert.equal(byDuration.recording.state, 'finished', JSON.stringify(byDuration.recording));
+      assert.equal(byDuration.recording.stopReason, 'duration_cap');
+      const video = await probe(await download(id, 'capped.mp4'));
+      assert.ok(video.seconds >= 1.8 && video.seconds <= 2.6, `a 2 s cap gave ${video.seconds} s`);
+
+      // A random-text screen changing every frame, and a 64 KiB cap.
+      Object.assign(settings, saved, { maxBytes: 64 * 1024 });
+      await guestSh(guest, 'export DISPLAY=:99; setsid xterm -geometry 160x56+0+0 -e sh -c "while :; do head -c 6000 /dev/urandom | base64; done" </dev/null >/dev/null 2>&1 &');
+      assert.equal((await req('POST', `/v1/sessions/${id}/recording/start`)).statusCode, 200);
+      let status = (await req('GET', `/v1/sessions/${id}/recording/status`)).json() as RecordingStatus;
+      for (let i = 0; i < 100 && status.state === 'recording'; i++) {
+        await sleep(200);
+        status = (await req('GET', `/v1/sessions/${id}/recording/status`)).json() as RecordingStatus;
+      }
+      assert.equal(status.stopReason, 'size_cap', JSON.stringify(status));
+      // Past the cap by at most about a second of video (a fragment, then the next size check):
+      // a random-text screen is the worst case, ~0.5 MiB a second.
+      assert.ok(status.bytes <= 64 * 1024 + 1.5 * 2 ** 20, `${status.bytes} bytes under a 64 KiB cap`);
+      assert.equal((await req('GET', `/v1/sessions/${id}/screenshot`)).statusCode, 200);
+      assert.deepEqual(await ffmpegsWriting(dir), []);
+    } finally {
+      Object.assign(settings, saved);
+      guest.close();
+      await req('DELETE', `/v1/sessions/${id}`);
+    }
+  });
+
   it('the screen stream pushes a frame when the screen changes', async () => {
     const created = await req('POST', '/v1/sessions', keyA, {});
     const id = created.json().id as string;

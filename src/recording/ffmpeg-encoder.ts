@@ -38,7 +38,10 @@ export function ffmpegArgs(o: EncoderOptions): string[] {
     '-g', String(o.fps * 10), '-threads', '1',
     '-fs', whole(o.maxBytes, 'maxBytes'),
     // Fragmented MP4: playable while it is written and after a crash, and by every browser.
-    '-movflags', '+frag_keyframe+empty_moov+default_base_moof',
+    // A fragment at least every second, written at once (not held in ffmpeg's 32 KiB output
+    // buffer): this bounds what a crash loses and how far past -fs / the size cap a file goes,
+    // and lets a download during the recording see it up to the last second.
+    '-movflags', '+frag_keyframe+empty_moov+default_base_moof', '-frag_duration', '1000000', '-flush_packets', '1',
     '-f', 'mp4', '-y', o.output,
   ];
 }
