@@ -76,12 +76,14 @@ export class Desktop {
    * A frame for a watcher (the recorder, the screen stream), no older than `maxAgeMs` when it
    * can be: the last frame any capture returned if it is that recent, else one grabbed now, but
    * never by queueing behind or ahead of another capture. While one is queued or running, the
-   * last frame is the answer: a watcher must not make the agent's screenshots wait.
+   * last frame is the answer: a watcher must not make the agent's screenshots wait. Undefined
+   * only when the session has no grabber (scrot: no raw frames).
    */
   async watchFrame(maxAgeMs: number): Promise<RawFrame | undefined> {
     const last = this.lastFrame;
     if (last && performance.now() - last.at < maxAgeMs) return last.frame;
-    if (this.captureQueue.pending > 0) return last?.frame;
+    // The very first frame is worth a wait; after that, a watcher never queues.
+    if (last && this.captureQueue.pending > 0) return last.frame;
     return (await this.capture()).frame;
   }
 

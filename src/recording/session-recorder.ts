@@ -39,6 +39,8 @@ export interface RecorderOptions {
 const SIZE_CHECK_MS = 1000;
 /** At most this many frames are written in one tick to catch up after a stall (a settle holds the grabber up to 2 s). */
 const MAX_CATCH_UP_FRAMES = 20;
+/** How long a recorder of a session without a grabber waits before asking again. */
+const NO_GRABBER_RETRY_MS = 5000;
 
 /**
  * Records one session's screen: a timer at `fps` asks the session's own capture channel for
@@ -57,6 +59,8 @@ export class SessionRecorder {
   private latest: Buffer;
   private latestSource: RawFrame | undefined;
   private grabbing = false;
+  /** No grab before this (ms since the start): set when the session has no grabber. */
+  private quietUntil = 0;
   private ending: Promise<RecordingStatus> | undefined;
 
   constructor(private readonly opts: RecorderOptions) {
@@ -128,12 +132,16 @@ export class SessionRecorder {
       void this.stop('duration_cap');
       return;
     }
-    if (!this.grabbing) {
+    if (!this.grabbing && elapsedMs >= this.quietUntil) {
       this.grabbing = true;
       // A frame a screenshot fetched within half a tick is as good as a new one.
       this.opts
         .grab(500 / this.opts.fps)
-        .then((frame) => this.take(frame))
+        .then((frame) => {
+          // No frame: the grabber cannot run and a grab is a scrot run in the guest; not 5 a second.
+          if (!frame) this.quietUntil = performance.now() - this.started + NO_GRABBER_RETRY_MS;
+          this.take(frame);
+        })
         .catch(() => undefined) // a failed grab repeats the last frame; the session reports its own errors
         .finally(() => (this.grabbing = false));
     }
