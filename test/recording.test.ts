@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtemp, readdir, rm, utimes, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, utimes, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -15,7 +15,6 @@ import { DEFAULT_RECORDING_SUBDIR, recordingSettingsFromEnv } from '../src/recor
 import { RecordingService } from '../src/recording/recordings.js';
 import { Metrics } from '../src/metrics/metrics.js';
 import { pino } from 'pino';
-import { readFile } from 'node:fs/promises';
 import type { RecordingStatus } from '../src/recording/session-recorder.js';
 import type { GuestConnection } from '../src/transport/ssh-connection.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
@@ -49,7 +48,7 @@ async function ffmpegsWriting(dir: string): Promise<number[]> {
   const found: number[] = [];
   for (const pid of await readdir('/proc')) {
     if (!/^\d+$/.test(pid)) continue;
-    const cmd = await import('node:fs/promises').then((fs) => fs.readFile(`/proc/${pid}/cmdline`, 'utf8')).catch(() => '');
+    const cmd = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
     if (cmd.startsWith('ffmpeg\0') && cmd.includes(dir)) found.push(Number(pid));
   }
   return found;
@@ -390,7 +389,7 @@ describe('recording and the screen stream, end to end', () => {
       const output = path.join(work, 'cli.mp4');
       const cli = await runCliWithKey(['recording', sandbox.id, '-o', output], url, keyA);
       assert.equal(cli.code, 0, cli.stderr);
-      assert.deepEqual(await import('node:fs/promises').then((fs) => fs.readFile(output)), video);
+      assert.deepEqual(await readFile(output), video);
     } finally {
       await sandbox.destroy();
     }
