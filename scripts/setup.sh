@@ -21,7 +21,8 @@ fi
 # procps's sysctl sets each container's namespace limits (through util-linux's nsenter).
 # The shellcheck package lints the guest and setup scripts in a fast test (test/shellcheck.test.ts).
 # chromium is the real browser the page tests drive with playwright-core (test/helpers/browser.ts).
-packages=(runc debootstrap iproute2 nftables util-linux mount e2fsprogs openssh-client ca-certificates qemu-system-x86 qemu-utils lz4 curl python3 procps shellcheck chromium)
+# ffmpeg encodes session recordings (src/recording/; ffprobe, from the same package, checks them in tests).
+packages=(runc debootstrap iproute2 nftables util-linux mount e2fsprogs openssh-client ca-certificates qemu-system-x86 qemu-utils lz4 curl python3 procps shellcheck chromium ffmpeg)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")

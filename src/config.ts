@@ -1,6 +1,7 @@
 import { apiSettingsFromEnv, type ApiSettings } from './api/settings.js';
 import { logLevelFromEnv } from './logger.js';
 import { networkSettingsFromEnv, type NetworkSettings } from './network/settings.js';
+import { recordingSettingsFromEnv, type RecordingSettings } from './recording/settings.js';
 import { runtimeSettingsFromEnv, type RuntimeSettings } from './runtimes/settings.js';
 import { sessionSettingsFromEnv, type SessionSettings } from './sessions/settings.js';
 import { trajectorySettingsFromEnv, type TrajectorySettings } from './sessions/trajectory/settings.js';
@@ -20,6 +21,8 @@ export interface OrchestratorConfig extends ApiSettings, SessionSettings, Networ
   logLevel: string;
   /** How much of every session's trajectory is kept, and for how long (SBX_TRAJECTORY_*). */
   trajectory: TrajectorySettings;
+  /** Screen recordings: rate, caps, retention (SBX_RECORDING_*). */
+  recording: RecordingSettings;
 }
 
 /** The configuration an environment describes; a bad value throws, naming the variable. */
@@ -31,6 +34,7 @@ export function defaultConfig(env: Env): OrchestratorConfig {
     ...networkSettingsFromEnv(env),
     ...trajectorySettingsFromEnv(env),
     logLevel: logLevelFromEnv(env),
+    recording: recordingSettingsFromEnv(env),
   };
 }
 

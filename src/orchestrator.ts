@@ -144,6 +144,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     }),
     warmPool: { sizes: poolSizes, shape: config.warmPoolScreen },
     consoleLog: config.consoleLog,
+    recording: config.recording,
   });
   log.info(
     { maxSessions: config.maxSessions, maxSessionsPerTenant: config.maxSessionsPerTenant, memoryReserveMiB: config.memoryReserveMiB },

@@ -51,6 +51,7 @@ describe('the configuration an environment describes', () => {
       resourcePrefix: 'sbx-',
       logLevel: 'info',
       trajectory: { retentionSeconds: 7 * 24 * 3600, maxSessionBytes: 64 * MiB, maxTotalBytes: 1024 * MiB, maxSteps: 5000 },
+      recording: { dir: undefined, fps: 5, maxBytes: 256 * MiB, maxSeconds: 3600, keepSeconds: 7 * 24 * 3600, totalMaxBytes: 4096 * MiB },
     };
     assert.deepEqual(config, expected);
     assert.equal(config.runtimes.firecracker.templateMemoryMiB, 1024);

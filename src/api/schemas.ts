@@ -2,6 +2,7 @@
  * JSON schemas of the HTTP API. Fastify validates requests with them and @fastify/swagger
  * publishes them as the OpenAPI document at /openapi.json, so the docs cannot drift.
  */
+import { recordingStatusSchema } from './recording-schemas.js';
 export const MIN_SIDE = 320;
 export const MAX_SIDE = 3840;
 
@@ -74,6 +75,7 @@ export const sessionSchema = {
       enum: ['deleted', 'idle_timeout', 'max_lifetime', 'failed', 'shutdown'],
       description: 'Why the session ended (or is ending): a DELETE, its idle timeout, its maximum lifetime, a failure (see error), the orchestrator stopping',
     },
+    recording: recordingStatusSchema,
   },
 } as const;
 
@@ -117,6 +119,7 @@ export const createSessionBody = {
         'At most the orchestrator maximum (SBX_MAX_LIFETIME_SECONDS, default 3600), which is also the default; more is a 400',
     },
     metadata: { type: 'object', additionalProperties: true, maxProperties: 64 },
+    record: { type: 'boolean', default: false, description: 'Record the screen to a video (GET /v1/sessions/{id}/recording) from the start' },
     network: {
       type: 'object',
       additionalProperties: false,

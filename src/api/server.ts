@@ -23,6 +23,8 @@ import { templateRoutes, type TemplateListing } from './routes/templates.js';
 import { linkRoutes } from './routes/links.js';
 import { trajectoryRoutes } from './routes/trajectory.js';
 import type { TrajectoryRecorder } from '../sessions/trajectory/recorder.js';
+import { recordingRoutes } from './routes/recording.js';
+import { screenStreamRoutes } from './routes/screen-stream.js';
 import { toolResultSchema } from '../tools/tool-result.js';
 import { actionResultSchema, errorSchema, sessionSchema } from './schemas.js';
 
@@ -109,6 +111,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
         { name: 'tools', description: 'The tools of the computer-use loop: tool_use input in, tool_result content out' },
         { name: 'files', description: 'Files in and out of a sandbox, over SFTP' },
         { name: 'trajectory', description: "Every call of a session, stored: as JSON, JSONL, and a page for people (link tokens)" },
+        { name: 'recording', description: 'Video of a session\'s screen, with the agent\'s actions as subtitles' },
         { name: 'system', description: 'Health and metrics' },
       ],
     },
@@ -133,6 +136,8 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
       owns: (tenant, id) => owners.tenantOf(id) === tenant || trajectory?.get(id)?.tenant === tenant,
     });
   }
+  await app.register(recordingRoutes, { manager: opts.manager });
+  await app.register(screenStreamRoutes, { manager: opts.manager });
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
   await app.register(templateRoutes, { templates: opts.templates });
   return app;

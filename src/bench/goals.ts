@@ -31,6 +31,10 @@ export interface GoalFigures {
   mouse_move_ratio_vs_fresh_ssh: number;
   warm_create_p50_ms: number | null;
   cold_create_p50_ms: number;
+  /** Recording a 1024x768 session at 5 fps on a screen changing every frame (the worst case): its CPU, % of one core... */
+  recording_cpu_core_percent: number;
+  /** ... and how much slower that session's screenshots are while it is recorded (p50, %). */
+  recording_screenshot_latency_increase_percent: number;
 }
 
 /** The goal table of issue 13, then the earlier one (issue 6) for the figures it kept. */
@@ -58,6 +62,9 @@ export function goalRows(f: GoalFigures): ChartRow[] {
     { label: 'most sessions, 0 errors, p95 <= 250 ms', value: f.ramp_max_sessions, goal: 32, unit: '', better: 'higher' },
     { label: 'event-loop delay p99 under the load', value: f.load_event_loop_p99_ms, goal: 20, unit: 'ms' },
     { label: 'host memory per idle session', value: f.idle_session_mib, goal: 40, unit: 'MiB' },
+    // Issue 15's recording goals.
+    { label: 'CPU per recorded session, 5 fps, changing', value: f.recording_cpu_core_percent, goal: 10, unit: '%' },
+    { label: 'screenshot latency while recorded, changing', value: f.recording_screenshot_latency_increase_percent, goal: 10, unit: '%' },
     // Issue 6's goals, kept.
     { label: 'mouse_move API - sbx-input in guest', value: f.mouse_move_overhead_ms, goal: 5, unit: 'ms' },
     { label: 'mouse_move API / fresh ssh', value: f.mouse_move_ratio_vs_fresh_ssh, goal: 0.05, unit: 'x' },

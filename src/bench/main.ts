@@ -11,7 +11,8 @@
  *
  * Settings (read here only): BENCH_N (samples per figure, 50), BENCH_CREATES (creates timed,
  * 5), BENCH_LOAD_SESSIONS (16), BENCH_LOAD_SECONDS (60; e.g. 5 for a quick run),
- * BENCH_LOAD_INTERVAL_MS (250), BENCH_RAMP_MAX (64), BENCH_RAMP_STEP (8), BENCH_RAMP_SECONDS (20).
+ * BENCH_LOAD_INTERVAL_MS (250), BENCH_RAMP_MAX (64), BENCH_RAMP_STEP (8), BENCH_RAMP_SECONDS (20),
+ * BENCH_RECORDING_SECONDS (10: each CPU window of the recording figures).
  */
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -32,6 +33,7 @@ import { goalRows, printGoals, SCREENSHOT_FORMATS, type ScreenshotFormat } from 
 import { measureIdleMemory } from './idle-memory.js';
 import { runLoad } from './load.js';
 import { rampSessions } from './ramp.js';
+import { measureRecording } from './recording.js';
 import { buildResults, printReport } from './report.js';
 import { compareScreenshots, staticAndChanging } from './screenshots.js';
 import { summarize, timeIt } from './stats.js';
@@ -45,6 +47,7 @@ const LOAD_INTERVAL_MS = Number(process.env.BENCH_LOAD_INTERVAL_MS || 250);
 const RAMP_MAX = Number(process.env.BENCH_RAMP_MAX || 64);
 const RAMP_STEP = Number(process.env.BENCH_RAMP_STEP || 8);
 const RAMP_SECONDS = Number(process.env.BENCH_RAMP_SECONDS || 20);
+const RECORDING_SECONDS = Number(process.env.BENCH_RECORDING_SECONDS || 10);
 
 
 async function main(): Promise<void> {
@@ -95,6 +98,8 @@ async function main(): Promise<void> {
     const guestMove = await timeInputInGuest(direct, display, INPUT_COMMAND, 'move 300 200\n', N);
     console.error('bench: pointer and key actions');
     const actions = await measureActions(sandbox, direct, display, N);
+    console.error('bench: recording at 5 fps: CPU and the same session\'s screenshot latency, static then changing screen');
+    const recording = await measureRecording({ sandbox, direct, names, display, n: N, cpuSeconds: RECORDING_SECONDS });
     direct.close();
 
     // A large screen scaled to FWXGA (1366x768) on the host: capture plus scaling over the API.
@@ -168,6 +173,7 @@ async function main(): Promise<void> {
         loadIntervalMs: LOAD_INTERVAL_MS,
         ramp,
         memory: memory ?? null,
+        recording,
       });
       printReport(results);
       const goals = goalRows(results);

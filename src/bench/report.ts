@@ -4,6 +4,7 @@ import { SCREENSHOT_FORMATS } from './goals.js';
 import type { IdleMemory } from './idle-memory.js';
 import type { LoadResult } from './load.js';
 import type { RampResult } from './ramp.js';
+import type { RecordingCost } from './recording.js';
 import type { ScreenshotComparison } from './screenshots.js';
 import type { Summary } from './stats.js';
 
@@ -23,6 +24,7 @@ export interface Measured {
   loadIntervalMs: number;
   ramp: RampResult;
   memory: IdleMemory | null;
+  recording: { static: RecordingCost; changing: RecordingCost };
 }
 
 export type Results = ReturnType<typeof buildResults>;
@@ -60,6 +62,8 @@ export function buildResults(m: Measured) {
     mouse_move_ratio_vs_fresh_ssh: m.mouseMove.api.p50 / m.mouseMove.freshSsh.p50,
     warm_create_p50_ms: m.warm?.p50 ?? null,
     cold_create_p50_ms: m.create.p50,
+    recording_cpu_core_percent: m.recording.changing.cpuCoreFraction * 100,
+    recording_screenshot_latency_increase_percent: m.recording.changing.latencyIncreasePercent,
   };
   return {
     ...figures,
@@ -67,6 +71,7 @@ export function buildResults(m: Measured) {
     accelerator: m.accelerator,
     cores: m.cores,
     cold_create_p95_ms: m.create.p95,
+    recording_detail: m.recording,
     warm_create_p95_ms: m.warm?.p95 ?? null,
     // Kept under their earlier names (PNG, static screen) for comparison with older runs.
     screenshot_api_p50_ms: png.static.api.p50,
@@ -148,6 +153,14 @@ export function printReport(r: Results): void {
       `${r.load_late_ticks} of ${r.load_ticks} ticks late (${r.load_late_ticks_percent.toFixed(1)}%), ` +
       `event-loop delay p99 ${r.load_event_loop_p99_ms.toFixed(1)} ms (max ${r.load_event_loop_max_ms.toFixed(1)})`,
   );
+  for (const screen of ['static', 'changing'] as const) {
+    const c = r.recording_detail[screen];
+    console.log(
+      `recording at 5 fps, ${screen} screen: ${(c.cpuCoreFraction * 100).toFixed(1)}% of a core (ffmpeg ${(c.ffmpegCoreFraction * 100).toFixed(1)}%, ` +
+        `guest capture ${(c.guestCoreFraction * 100).toFixed(1)}%); screenshot p50 ${c.screenshotsAlone.p50.toFixed(1)} -> ${c.screenshotsRecorded.p50.toFixed(1)} ms ` +
+        `(${c.latencyIncreasePercent >= 0 ? '+' : ''}${c.latencyIncreasePercent.toFixed(1)}%)`,
+    );
+  }
   console.log(
     `ramp: ${r.ramp.steps.map((s) => `${s.sessions}: ${s.errors} errors, p95 ${s.p95Ms.toFixed(0)} ms ${s.passed ? 'ok' : 'FAIL'}`).join('; ')}; ` +
       `most sessions ${r.ramp.maxSessions} (stopped by ${r.ramp.stoppedBy}${r.ramp.createError ? `: ${r.ramp.createError}` : ''})`,

@@ -15,6 +15,7 @@ import { desktopCommand } from './desktop.js';
 import { keysCommand } from './keys.js';
 import { templateCommand } from './templates.js';
 import { trajectoryCommand } from './trajectory.js';
+import { recordingCommand } from './recording.js';
 
 /** The file extension of an image by its first bytes (the session's default format may be any). */
 function extensionOf(image: Buffer): string {
@@ -157,6 +158,7 @@ program.addCommand(keysCommand(defaults.stateDir));
 program.addCommand(desktopCommand(client));
 program.addCommand(templateCommand(defaults.imagesDir));
 program.addCommand(trajectoryCommand(client));
+program.addCommand(recordingCommand(client));
 
 interface CreateFlags {
   width?: number;
@@ -167,6 +169,7 @@ interface CreateFlags {
   screenshotFormat?: 'png' | 'jpeg' | 'webp';
   screenshotQuality?: number;
   template?: string;
+  record?: boolean;
 }
 
 program
@@ -178,6 +181,7 @@ program
   .option('--max-lifetime <seconds>', 'maximum lifetime (at most the server maximum)', integer)
   .option('--egress', 'let the sandbox reach the internet (NAT); off by default')
   .option('--template <name>', 'the template to boot (`sbx template ls`; default: the server\'s)')
+  .option('--record', 'record the screen to a video from the start (`sbx recording <id>` downloads it)')
   .addOption(new Option('--screenshot-format <format>', "the session's default screenshot format (png)").choices(['png', 'jpeg', 'webp']))
   .option('--screenshot-quality <1-100>', 'its quality, for jpeg and webp (default jpeg 80, webp 100: lossless)', integer)
   .action(async (opts: CreateFlags) => {
@@ -190,6 +194,7 @@ program
       maxLifetimeSeconds: opts.maxLifetime,
       ...(opts.egress ? { network: { egress: true } } : {}),
       ...(screenshot ? { screenshot } : {}),
+      ...(opts.record ? { record: true } : {}),
     });
     console.log(JSON.stringify(sandbox.info, null, 2));
   });

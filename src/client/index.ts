@@ -1,6 +1,17 @@
 import { DesktopMethods } from './desktop.js';
 import { errorFor, SandboxError } from './errors.js';
 import { downloadFile, downloadFileStream, uploadFile, type FileRequestOptions, type UploadData, type UploadedFile, type UploadFileOptions } from './files.js';
+import {
+  downloadRecording,
+  recordingStatus,
+  recordingSubtitles,
+  screenStream,
+  startRecording,
+  stopRecording,
+  type RecordingStatus,
+  type ScreenFrame,
+  type ScreenStreamOptions,
+} from './recording.js';
 import { formatQuery, queryString, type ScreenshotFormatOptions } from './screenshot-format.js';
 import type { ActionResult, BashToolInput, ComputerToolInput, CreateOptions, EditorToolInput, SessionInfo, TemplateInfo, TimeoutUpdate, ToolResult } from './types.js';
 import { createTrajectoryLink, fetchTrajectory, type Trajectory } from './trajectory.js';
@@ -8,6 +19,7 @@ import { createTrajectoryLink, fetchTrajectory, type Trajectory } from './trajec
 export * from './errors.js';
 export type { ImageMediaType, ScreenshotFormatOptions } from './screenshot-format.js';
 export type { DesktopWindow } from './desktop.js';
+export type { RecordingStatus, ScreenFrame, ScreenStreamOptions } from './recording.js';
 export type { FileRequestOptions, UploadData, UploadedFile, UploadFileOptions } from './files.js';
 export * from './types.js';
 export { createTrajectoryLink, fetchTrajectory, type Trajectory, type TrajectoryLink, type TrajectoryStep } from './trajectory.js';
@@ -288,6 +300,35 @@ export class Sandbox extends DesktopMethods {
   async setMaxLifetime(maxLifetimeSeconds: number): Promise<SessionInfo> {
     this.info = await this.client.updateTimeouts(this.id, { maxLifetimeSeconds });
     return this.info;
+  }
+
+  /** Starts recording the screen to a video (see docs/api.md, "Recording and the screen stream"). */
+  startRecording(): Promise<RecordingStatus> {
+    return startRecording(this.client, this.id);
+  }
+
+  /** Stops recording; the video is complete once this returns. */
+  stopRecording(): Promise<RecordingStatus> {
+    return stopRecording(this.client, this.id);
+  }
+
+  recordingStatus(): Promise<RecordingStatus> {
+    return recordingStatus(this.client, this.id);
+  }
+
+  /** The video (MP4), also after the session ended. */
+  downloadRecording(options: { signal?: AbortSignal } = {}): Promise<Buffer> {
+    return downloadRecording(this.client, this.id, options);
+  }
+
+  /** The agent's actions as WebVTT subtitles of the video. */
+  recordingSubtitles(): Promise<string> {
+    return recordingSubtitles(this.client, this.id);
+  }
+
+  /** Frames as the screen changes, until the session ends or `signal` aborts. */
+  screenStream(options: ScreenStreamOptions = {}): AsyncGenerator<ScreenFrame> {
+    return screenStream(this.client, this.id, options);
   }
 
   async refresh(): Promise<SessionInfo> {

@@ -1,4 +1,5 @@
 import type { ImageMediaType, ScreenshotFormatOptions } from './screenshot-format.js';
+import type { RecordingStatus } from './recording.js';
 
 /** The shapes the API answers with and takes: sessions, tool inputs, tool results. */
 
@@ -37,6 +38,8 @@ export interface SessionInfo {
   error?: string;
   /** Why the session ended. */
   endReason?: 'deleted' | 'idle_timeout' | 'max_lifetime' | 'failed' | 'shutdown';
+  /** Its screen recording, when it was recorded. */
+  recording?: RecordingStatus;
 }
 
 /** What PATCH /v1/sessions/:id changes: at least one of them. */
@@ -78,6 +81,8 @@ export interface CreateOptions {
   network?: { egress?: boolean };
   /** Every call is stored (sandbox.trajectory()); typed text as its length unless keepTypedText. */
   trajectory?: { keepTypedText?: boolean };
+  /** Record the screen to a video from the start (Sandbox.downloadRecording). */
+  record?: boolean;
 }
 
 /** A computer-use tool input, as a model sends it. */

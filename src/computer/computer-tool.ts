@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ActionName, ComputerAction } from './actions.js';
+import type { RawFrame } from './capture-channel.js';
 import type { Capture, Desktop } from './desktop.js';
 import { EncodeCache } from './encode-cache.js';
 import { encodeFrame, encodeFrameRegion, sameFrame, type Region } from './frame-image.js';
@@ -55,6 +56,16 @@ export class ComputerTool {
   /** Throws unless the display answers within the time given. */
   async probeDisplay(timeoutMs: number): Promise<void> {
     await this.desktop.cursorPosition(timeoutMs);
+  }
+
+  /**
+   * The screen as the capture channel holds it (the same object while nothing changed), at
+   * most `maxAgeMs` old unless a capture is under way, or undefined when only scrot works: for
+   * the recorder and the screen stream, which share the session's one grabber with screenshots
+   * rather than start another, and never make a screenshot wait in its queue (Desktop.watchFrame).
+   */
+  watchFrame(maxAgeMs: number): Promise<RawFrame | undefined> {
+    return this.desktop.watchFrame(maxAgeMs);
   }
 
   /** A screenshot of the real screen, unscaled. */

@@ -40,6 +40,8 @@ export class Desktop {
   private readonly inputQueue = new SerialQueue();
   private captureChannel: CaptureChannel | undefined;
   private readonly captureQueue = new SerialQueue();
+  /** The last frame any capture returned, and when: watchers (recording, the screen stream) reuse it. */
+  private lastFrame: { frame: RawFrame; at: number } | undefined;
   /** Aborted by close(): a hold_key in progress ends at once. */
   private readonly closing = new AbortController();
 
@@ -70,11 +72,28 @@ export class Desktop {
     return capture.frame;
   }
 
+  /**
+   * A frame for a watcher (the recorder, the screen stream), no older than `maxAgeMs` when it
+   * can be: the last frame any capture returned if it is that recent, else one grabbed now, but
+   * never by queueing behind or ahead of another capture. While one is queued or running, the
+   * last frame is the answer: a watcher must not make the agent's screenshots wait. Undefined
+   * only when the session has no grabber (scrot: no raw frames).
+   */
+  async watchFrame(maxAgeMs: number): Promise<RawFrame | undefined> {
+    const last = this.lastFrame;
+    if (last && performance.now() - last.at < maxAgeMs) return last.frame;
+    // The very first frame is worth a wait; after that, a watcher never queues.
+    if (last && this.captureQueue.pending > 0) return last.frame;
+    return (await this.capture()).frame;
+  }
+
   private grab(ask: (channel: CaptureChannel) => Promise<RawFrame>): Promise<Capture> {
     return this.captureQueue.run(async () => {
       try {
         if (!this.captureChannel?.isOpen) this.captureChannel = await CaptureChannel.open(this.connection, this.display, this.screen);
-        return { frame: await ask(this.captureChannel) };
+        const frame = await ask(this.captureChannel);
+        this.lastFrame = { frame, at: performance.now() };
+        return { frame };
       } catch (err) {
         this.captureChannel?.close();
         this.captureChannel = undefined;

@@ -46,6 +46,18 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly recordingsActive = new Gauge({
+    name: 'sandbox_recordings_active',
+    help: 'Session recordings in progress (one ffmpeg each)',
+    registers: [this.registry],
+  });
+
+  readonly recordingBytes = new Counter({
+    name: 'sandbox_recording_bytes_total',
+    help: 'Bytes of video written by session recordings',
+    registers: [this.registry],
+  });
+
   readonly activeSessions = new Gauge({
     name: 'sandbox_sessions_active',
     help: 'Sessions that hold resources (creating, ready or destroying)',

@@ -1,3 +1,5 @@
+import path from 'node:path';
+import type { RawFrame } from '../computer/capture-channel.js';
 import type { Logger } from 'pino';
 import type { SettleOptions } from '../computer/computer-tool.js';
 import type { GuestImage } from '../guest/image/builder.js';
@@ -17,6 +19,8 @@ import { WarmPool, type ScreenShape, type WarmPoolStatus } from './pool/warm-poo
 import { SessionRegistry } from './registry.js';
 import type { SandboxHost } from './sandbox-host.js';
 import { SessionActions } from './session-actions.js';
+import { RecordingService, type RecordingStatus } from '../recording/recordings.js';
+import { DEFAULT_RECORDING_SUBDIR, recordingSettingsFromEnv, type RecordingSettings } from '../recording/settings.js';
 import type { Session } from './session.js';
 import type { SessionStore } from './store.js';
 import type { TemplateSource } from './templates.js';
@@ -59,6 +63,8 @@ export interface ManagerOptions {
   host?: SandboxHost;
   /** How often the reaper looks for sessions whose clock ran out (default 1 s). */
   reaperIntervalMs?: number;
+  /** Recordings (default: the defaults, under <stateDir>/session-recordings). */
+  recording?: RecordingSettings;
 }
 
 /**
@@ -78,6 +84,8 @@ export class SessionManager {
   private readonly addresses: AddressAllocator;
   private readonly host: SandboxHost;
   private readonly warmPools: Map<string, WarmPool>;
+  /** Screen recordings of sessions (recording/). */
+  readonly recordings: RecordingService;
 
   constructor(private readonly opts: ManagerOptions) {
     const { runtime, store, metrics, log } = opts;
@@ -113,7 +121,16 @@ export class SessionManager {
       log,
       reaperIntervalMs: opts.reaperIntervalMs,
     });
-    this.actions = new SessionActions({ registry: this.registry, clocks: this.clocks, store, metrics });
+    this.recordings = new RecordingService({ settings: opts.recording ?? recordingSettingsFromEnv({}),
+      dir: opts.recording?.dir ?? path.join(opts.stateDir, DEFAULT_RECORDING_SUBDIR), metrics, log: log.child({ part: 'recording' }) });
+    this.registry.recordingOf = (id) => this.recordings.statusNow(id);
+    this.actions = new SessionActions({
+      registry: this.registry,
+      clocks: this.clocks,
+      store,
+      metrics,
+      onAction: (id, action, at, ms) => this.recordings.noteAction(id, action, at, ms),
+    });
     this.warmPools = this.lifecycle.warmPools;
     // The default template's pool always exists (size 0: empty), so that it can be resized and its gauge reads 0.
     const sizes = new Map(opts.warmPool?.sizes ?? []);
@@ -154,6 +171,7 @@ export class SessionManager {
     const reclaimed = await this.host.recover(adopted);
     if (adopted.length > 0) this.opts.log.info({ adopted: adopted.length }, 'adopted live sessions of an earlier run');
     if (reclaimed > 0) this.opts.log.warn({ reclaimed }, 'reclaimed sandboxes left behind by an earlier run');
+    await this.recordings.recover();
     this.clocks.start();
     for (const pool of this.warmPools.values()) pool.start();
   }
@@ -164,6 +182,7 @@ export class SessionManager {
     this.clocks.stop();
     this.host.stopPolicyGuard();
     await Promise.allSettled([...[...this.warmPools.values()].map((pool) => pool.stop()), ...this.registry.ids().map((id) => this.lifecycle.destroy(id, 'shutdown'))]);
+    await this.recordings.close();
     await this.host.removePolicy();
   }
 
@@ -203,7 +222,35 @@ export class SessionManager {
   }
 
   // The roles' methods, as the routes (ports.ts), the CLI and the tests call them.
-  readonly create: SessionLifecycle['create'] = (options, owner) => this.lifecycle.create(options, owner);
+  /** Creates a session; with `record`, its recording starts once it is ready (a failure to start shows in its view). */
+  readonly create: SessionLifecycle['create'] = async (options, owner) => {
+    const view = await this.lifecycle.create(options, owner);
+    if (!options?.record) return view;
+    await this.startRecording(view.id).catch((err: Error) => this.opts.log.warn({ err, sessionId: view.id }, 'recording could not start'));
+    return this.registry.view(view.id);
+  };
+
+  /** Starts recording a ready session's screen (nothing changes if it is being recorded). */
+  async startRecording(id: string): Promise<RecordingStatus> {
+    const session = this.registry.ready(id);
+    const { computer } = session;
+    return this.recordings.start({
+      id,
+      tenant: session.record.tenant,
+      screen: computer.scaler.screen,
+      toScreen: (p) => computer.scaler.toScreen(p),
+      rawFrame: (maxAgeMs) => computer.watchFrame(maxAgeMs),
+      cleanup: session.cleanup,
+    });
+  }
+
+  readonly stopRecording: RecordingService['stop'] = (id) => this.recordings.stop(id);
+  /** A ready session's screen now, for the screen stream (not activity: watching keeps nothing alive). */
+  readonly screenFrame = (id: string, maxAgeMs: number): Promise<RawFrame | undefined> => this.registry.ready(id).computer.watchFrame(maxAgeMs);
+  readonly recordingStatus: RecordingService['status'] = (id) => this.recordings.status(id);
+  readonly recordingFiles: RecordingService['files'] = (id) => this.recordings.files(id);
+  /** Where a moment falls in a session's video (ms since its recording started), for the trajectory's links; undefined without a recording. */
+  readonly videoOffsetMs: RecordingService['videoOffsetMs'] = (id, at) => this.recordings.videoOffsetMs(id, at);
   readonly destroy: SessionLifecycle['destroy'] = (id, reason) => this.lifecycle.destroy(id, reason);
   readonly list: SessionRegistry['list'] = (tenant) => this.registry.list(tenant);
   readonly get: SessionRegistry['view'] = (id) => this.registry.view(id);

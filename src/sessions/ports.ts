@@ -1,3 +1,5 @@
+import type { RawFrame } from '../computer/capture-channel.js';
+import type { RecordingStatus } from '../recording/session-recorder.js';
 import type { EncodedImage } from '../computer/screenshot-format.js';
 import type { OrchestratorError } from '../errors.js';
 import type { RuntimeName } from '../runtimes/runtime.js';
@@ -24,6 +26,20 @@ export interface SessionDirectory {
 export interface ComputerActions {
   screenshot(id: string, options?: ScreenshotOptions): Promise<EncodedImage>;
   act(id: string, input: unknown, options: ActOptions): Promise<ActionOutcome>;
+}
+
+/** A session's screen recording (recording/), and frames for the screen stream. */
+export interface SessionRecordings {
+  startRecording(id: string): Promise<RecordingStatus>;
+  stopRecording(id: string): Promise<RecordingStatus>;
+  recordingStatus(id: string): Promise<RecordingStatus>;
+  recordingFiles(id: string): Promise<{ video: string; subtitles: string; status: RecordingStatus }>;
+}
+
+/** The screen of a ready session as raw frames (the same object while nothing changed). */
+export interface ScreenFrames {
+  /** At most `maxAgeMs` old unless a capture is under way (then the last one): watchers never queue. */
+  screenFrame(id: string, maxAgeMs: number): Promise<RawFrame | undefined>;
 }
 
 /** A session's clocks as a client moves them, and the busy mark long work holds. */

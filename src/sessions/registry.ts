@@ -1,3 +1,4 @@
+import type { RecordingStatus } from '../recording/session-recorder.js';
 import { NotFoundError, SessionGoneError, SessionStateError } from '../errors.js';
 import { hasDesktop, type ReadySession, type Session } from './session.js';
 import { toView, type SessionView } from './session-view.js';
@@ -10,6 +11,8 @@ import type { SessionStore } from './store.js';
  */
 export class SessionRegistry {
   private readonly live = new Map<string, Session>();
+  /** A session's recording as this run knows it, shown in its view (set by the manager). */
+  recordingOf: (id: string) => RecordingStatus | undefined = () => undefined;
 
   constructor(private readonly store: SessionStore) {}
 
@@ -57,7 +60,7 @@ export class SessionRegistry {
   list(tenant?: string): SessionView[] {
     return this.all()
       .filter((s) => tenant === undefined || s.record.tenant === tenant)
-      .map((s) => toView(s.record));
+      .map((s) => toView(s.record, this.recordingOf(s.id)));
   }
 
   /** The tenant that owns a session (live or stored), or undefined if there is none. */
@@ -68,9 +71,9 @@ export class SessionRegistry {
   /** A session as a client sees it, live or ended; 404 if there never was one. */
   view(id: string): SessionView {
     const live = this.live.get(id);
-    if (live) return toView(live.record);
+    if (live) return toView(live.record, this.recordingOf(id));
     const stored = this.store.get(id);
     if (!stored) throw new NotFoundError(`session ${id} does not exist`);
-    return toView(stored);
+    return toView(stored, this.recordingOf(id));
   }
 }

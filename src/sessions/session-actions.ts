@@ -1,4 +1,4 @@
-import { parseAction } from '../computer/actions.js';
+import { parseAction, type ComputerAction } from '../computer/actions.js';
 import type { ComputerOutcome } from '../computer/computer-tool.js';
 import { resolveScreenshotFormat, type EncodedImage, type ScreenshotFormat, type ScreenshotFormatRequest } from '../computer/screenshot-format.js';
 import { NotFoundError, type OrchestratorError, SessionGoneError, SessionStateError } from '../errors.js';
@@ -43,6 +43,8 @@ export interface SessionActionOptions {
   clocks: SessionClocks;
   store: SessionStore;
   metrics: Metrics;
+  /** Told of every action performed (the recording's subtitles). */
+  onAction?: (id: string, action: ComputerAction, startedAt: Date, durationMs: number) => void;
 }
 
 /**
@@ -105,6 +107,7 @@ export class SessionActions implements SessionAccess {
     // Checked before the action runs: a bad format must not leave a click done and unreported.
     const format = formatOf(options.format, session.record);
     const started = performance.now();
+    const startedAt = new Date();
     try {
       // A long action (hold_key, wait, a settle) holds the idle timeout off while it runs.
       const outcome = await this.opts.clocks.whileBusy(id, () => computer.run(action, { screenshotAfter: options.screenshotAfter, format }));
@@ -112,6 +115,7 @@ export class SessionActions implements SessionAccess {
       this.opts.metrics.actionDuration.observe({ action: action.action }, seconds);
       if (action.action === 'screenshot') this.opts.metrics.screenshotDuration.observe(seconds);
       this.opts.clocks.touch(session);
+      this.opts.onAction?.(id, action, startedAt, seconds * 1000);
       return { ...outcome, durationMs: seconds * 1000 };
     } catch (err) {
       this.opts.metrics.errors.inc({ kind: 'action' });

@@ -24,6 +24,8 @@ export interface CreateSessionOptions {
   network?: Partial<NetworkOptions>;
   /** The trajectory (every call stored): typed text is kept as its length unless keepTypedText. */
   trajectory?: { keepTypedText?: boolean };
+  /** Record the screen to a video from the start (see recording/). */
+  record?: boolean;
 }
 
 /** Who a session is made for. */

@@ -1,3 +1,4 @@
+import type { RecordingStatus } from '../recording/session-recorder.js';
 import type { EndReason, SessionRecord } from './session-record.js';
 import { lifetimeEnd } from './timeouts.js';
 
@@ -47,6 +48,8 @@ export interface SessionView {
   lifetimeEndsAt: string;
   error?: string;
   endReason?: EndReason;
+  /** Its recording, if it was recorded (in progress, finished, or failed with why). */
+  recording?: RecordingStatus;
 }
 
 /** The session's default screenshot format, as a request would spell it. */
@@ -54,7 +57,7 @@ export function screenshotDefault(record: Pick<SessionRecord, 'screenshotFormat'
   return record.screenshotQuality === null ? { format: record.screenshotFormat } : { format: record.screenshotFormat, quality: record.screenshotQuality };
 }
 
-export function toView(record: SessionRecord): SessionView {
+export function toView(record: SessionRecord, recording?: RecordingStatus): SessionView {
   const view: SessionView = {
     id: record.id,
     tenant: record.tenant,
@@ -74,5 +77,6 @@ export function toView(record: SessionRecord): SessionView {
   };
   if (record.error) view.error = record.error;
   if (record.endReason) view.endReason = record.endReason;
+  if (recording) view.recording = recording;
   return view;
 }

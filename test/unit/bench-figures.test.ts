@@ -22,6 +22,8 @@ const FIGURES: GoalFigures = {
   mouse_move_ratio_vs_fresh_ssh: 0.01,
   warm_create_p50_ms: null,
   cold_create_p50_ms: 800,
+  recording_cpu_core_percent: 12,
+  recording_screenshot_latency_increase_percent: 4,
 };
 
 describe('bench figures', () => {
@@ -39,6 +41,8 @@ describe('bench figures', () => {
     assert.equal(met('create-to-ready p50, warm pool'), null, 'not measured');
     assert.equal(rows.get('event-loop delay p99 under the load')?.goal, 20);
     assert.equal(rows.get('load 16 sessions: late ticks')?.goal, 2);
+    assert.equal(met('CPU per recorded session, 5 fps, changing'), false, '12% of a core is over 10');
+    assert.equal(met('screenshot latency while recorded, changing'), true);
   });
 
   it('a ramp step passes with no error and a p95 up to 250 ms', () => {

@@ -1,0 +1,105 @@
+import { createReadStream } from 'node:fs';
+import { stat } from 'node:fs/promises';
+import type { FastifyInstance } from 'fastify';
+import type { SessionRecordings } from '../../sessions/ports.js';
+import { parseByteRange } from '../byte-range.js';
+import { recordingStatusSchema } from '../recording-schemas.js';
+import { sessionIdParams } from '../schemas.js';
+
+interface IdParams {
+  id: string;
+}
+
+const errors = { 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 410: { $ref: 'Error#' } };
+
+/**
+ * A session's screen recording: start, stop, its status, and the video (MP4, with Range for
+ * browsers' <video>) and its subtitles (WebVTT: the agent's actions), also after the session
+ * ended, until retention deletes them. The files are the orchestrator's, on the host only.
+ */
+export async function recordingRoutes(app: FastifyInstance, opts: { manager: SessionRecordings }): Promise<void> {
+  const { manager } = opts;
+  const statusReply = { 200: recordingStatusSchema, ...errors };
+
+  app.post<{ Params: IdParams }>(
+    '/v1/sessions/:id/recording/start',
+    {
+      schema: {
+        summary: 'Start recording the screen to a video (nothing changes if it is being recorded)',
+        description: 'A recording stopped earlier is replaced by the new one.',
+        tags: ['recording'],
+        params: sessionIdParams,
+        response: statusReply,
+      },
+    },
+    async (request) => manager.startRecording(request.params.id),
+  );
+
+  app.post<{ Params: IdParams }>(
+    '/v1/sessions/:id/recording/stop',
+    {
+      schema: {
+        summary: 'Stop recording; the video is complete when this answers',
+        tags: ['recording'],
+        params: sessionIdParams,
+        response: statusReply,
+      },
+    },
+    async (request) => manager.stopRecording(request.params.id),
+  );
+
+  app.get<{ Params: IdParams }>(
+    '/v1/sessions/:id/recording/status',
+    { schema: { summary: 'The recording\'s state, size and frames', tags: ['recording'], params: sessionIdParams, response: statusReply } },
+    async (request) => manager.recordingStatus(request.params.id),
+  );
+
+  app.get<{ Params: IdParams }>(
+    '/v1/sessions/:id/recording',
+    {
+      schema: {
+        summary: 'Download the video (MP4, H.264), also after the session ended; Range requests are answered',
+        description: 'While recording, the file so far (fragmented MP4: playable). x-recording-state says recording, finished or failed.',
+        tags: ['recording'],
+        params: sessionIdParams,
+        produces: ['video/mp4'],
+        response: { 200: { description: 'The video', type: 'string', format: 'binary' }, 206: { description: 'A byte range of it', type: 'string', format: 'binary' }, 416: { $ref: 'Error#' }, ...errors },
+      },
+    },
+    async (request, reply) => {
+      const { video, status } = await manager.recordingFiles(request.params.id);
+      const size = (await stat(video)).size;
+      const range = parseByteRange(request.headers.range, size);
+      void reply.header('accept-ranges', 'bytes').header('cache-control', 'no-store').header('x-recording-state', status.state);
+      if (range === 'unsatisfiable') {
+        void reply.header('content-range', `bytes */${size}`);
+        return reply.status(416).send({ error: { code: 'range_not_satisfiable', message: `range is outside the file's ${size} bytes` } });
+      }
+      void reply.type('video/mp4');
+      if (range === 'whole') return reply.header('content-length', size).send(createReadStream(video));
+      return reply
+        .status(206)
+        .header('content-range', `bytes ${range.start}-${range.end}/${size}`)
+        .header('content-length', range.end - range.start + 1)
+        .send(createReadStream(video, { start: range.start, end: range.end }));
+    },
+  );
+
+  app.get<{ Params: IdParams }>(
+    '/v1/sessions/:id/recording/subtitles',
+    {
+      schema: {
+        summary: "The agent's actions as WebVTT subtitles of the video (clicks with position, typed text as its length, key names)",
+        tags: ['recording'],
+        params: sessionIdParams,
+        produces: ['text/vtt'],
+        response: { 200: { description: 'WebVTT', type: 'string' }, ...errors },
+      },
+    },
+    async (request, reply) => {
+      const { subtitles } = await manager.recordingFiles(request.params.id);
+      await stat(subtitles);
+      return reply.type('text/vtt; charset=utf-8').header('cache-control', 'no-store').send(createReadStream(subtitles));
+    },
+  );
+}

@@ -1,0 +1,181 @@
+import { stat } from 'node:fs/promises';
+import type { RawFrame } from '../computer/capture-channel.js';
+import type { Size } from '../computer/scaling.js';
+import { FfmpegEncoder } from './ffmpeg-encoder.js';
+
+/** Why a recording is no longer running. */
+export type StopReason = 'requested' | 'session_ended' | 'size_cap' | 'duration_cap' | 'failed';
+
+/** A recording as the API shows it (in the session view and beside the file). */
+export interface RecordingStatus {
+  state: 'recording' | 'finished' | 'failed';
+  startedAt: string;
+  endedAt?: string;
+  stopReason?: StopReason;
+  /** Bytes of the video on disk (as last measured while recording). */
+  bytes: number;
+  fps: number;
+  /** Frames written to the encoder (the same frame again when the screen did not change). */
+  frames: number;
+  error?: string;
+}
+
+export interface RecorderOptions {
+  screen: Size;
+  fps: number;
+  maxBytes: number;
+  maxSeconds: number;
+  videoPath: string;
+  /** One frame of the session's screen through its capture channel, at most `maxAgeMs` old unless a capture is under way; undefined when there is none (scrot fallback). */
+  grab: (maxAgeMs: number) => Promise<RawFrame | undefined>;
+  /** Bytes the file grew by (the bytes-written metric). */
+  onBytes: (delta: number) => void;
+  /** Called once when the recording ends, however it ends. */
+  onEnd: (status: RecordingStatus) => void;
+  ffmpeg?: string;
+}
+
+/** How often the file's size is looked at against the cap. */
+const SIZE_CHECK_MS = 1000;
+/** At most this many frames are written in one tick to catch up after a stall (a settle holds the grabber up to 2 s). */
+const MAX_CATCH_UP_FRAMES = 20;
+/** How long a recorder of a session without a grabber waits before asking again. */
+const NO_GRABBER_RETRY_MS = 5000;
+
+/**
+ * Records one session's screen: a timer at `fps` asks the session's own capture channel for
+ * a frame (one request at a time; it reuses a frame a screenshot just fetched, and never
+ * queues behind a capture: see Desktop.watchFrame), and writes the latest frame to ffmpeg at a constant rate, the same buffer again
+ * when nothing changed. Frames are counted from the start so that the video's time is wall
+ * time: a stall is made up with repeats, and the video offset of a moment is simply the ms
+ * since `startedAt` (offsetMs).
+ */
+export class SessionRecorder {
+  readonly status: RecordingStatus;
+  private readonly encoder: FfmpegEncoder;
+  private readonly started = performance.now();
+  private readonly ticker: NodeJS.Timeout;
+  private readonly sizer: NodeJS.Timeout;
+  private latest: Buffer;
+  private latestSource: RawFrame | undefined;
+  private grabbing = false;
+  /** No grab before this (ms since the start): set when the session has no grabber. */
+  private quietUntil = 0;
+  private ending: Promise<RecordingStatus> | undefined;
+
+  constructor(private readonly opts: RecorderOptions) {
+    const { width, height } = opts.screen;
+    this.status = { state: 'recording', startedAt: new Date().toISOString(), bytes: 0, fps: opts.fps, frames: 0 };
+    // Black until the first frame arrives.
+    this.latest = Buffer.alloc(width * height * 4);
+    this.encoder = new FfmpegEncoder({ width, height, fps: opts.fps, maxBytes: opts.maxBytes, output: opts.videoPath, program: opts.ffmpeg });
+    void this.encoder.exited.then(({ code, signal }) => {
+      if (this.ending) return;
+      // ffmpeg ends by itself with success only at its own size guard (-fs).
+      if (code === 0) return void this.stop('size_cap');
+      this.fail(`ffmpeg exited unexpectedly (${signal ?? `code ${code}`})${this.encoder.lastWords ? `: ${this.encoder.lastWords.slice(-300)}` : ''}`);
+    });
+    this.ticker = setInterval(() => this.tick(), Math.round(1000 / opts.fps));
+    this.sizer = setInterval(() => void this.checkSize(), SIZE_CHECK_MS);
+    this.tick();
+  }
+
+  /** The ffmpeg process (tests kill it to see a crash reported). */
+  get encoderPid(): number | undefined {
+    return this.encoder.pid;
+  }
+
+  /** Where a moment falls in the video: ms since the recording started (may be negative: before it). */
+  offsetMs(at: Date): number {
+    return at.getTime() - Date.parse(this.status.startedAt);
+  }
+
+  get isRecording(): boolean {
+    return this.status.state === 'recording' && !this.ending;
+  }
+
+  /** Stops and finalises the file (ffmpeg gets EOF and writes its end). Idempotent. */
+  stop(reason: StopReason): Promise<RecordingStatus> {
+    this.ending ??= this.end(reason);
+    return this.ending;
+  }
+
+  private async end(reason: StopReason, error?: string): Promise<RecordingStatus> {
+    clearInterval(this.ticker);
+    clearInterval(this.sizer);
+    if (error) this.encoder.kill();
+    const { code, signal } = await this.encoder.finish();
+    await this.checkSize();
+    this.status.endedAt = new Date().toISOString();
+    this.status.stopReason = reason;
+    if (error) {
+      this.status.state = 'failed';
+      this.status.error = error;
+    } else if (code !== 0 && reason !== 'size_cap') {
+      this.status.state = 'failed';
+      this.status.error = `ffmpeg did not finish the file (${signal ?? `code ${code}`})${this.encoder.lastWords ? `: ${this.encoder.lastWords.slice(-300)}` : ''}`;
+    } else {
+      this.status.state = 'finished';
+    }
+    this.opts.onEnd(this.status);
+    return this.status;
+  }
+
+  private fail(error: string): void {
+    this.ending ??= this.end('failed', error);
+  }
+
+  private tick(): void {
+    if (this.ending) return;
+    const elapsedMs = performance.now() - this.started;
+    if (elapsedMs >= this.opts.maxSeconds * 1000) {
+      void this.stop('duration_cap');
+      return;
+    }
+    if (!this.grabbing && elapsedMs >= this.quietUntil) {
+      this.grabbing = true;
+      // A frame a screenshot fetched within half a tick is as good as a new one.
+      this.opts
+        .grab(500 / this.opts.fps)
+        .then((frame) => {
+          // No frame: the grabber cannot run and a grab is a scrot run in the guest; not 5 a second.
+          if (!frame) this.quietUntil = performance.now() - this.started + NO_GRABBER_RETRY_MS;
+          this.take(frame);
+        })
+        .catch(() => undefined) // a failed grab repeats the last frame; the session reports its own errors
+        .finally(() => (this.grabbing = false));
+    }
+    const due = Math.floor((elapsedMs * this.opts.fps) / 1000) + 1;
+    let behind = Math.min(due - this.status.frames, MAX_CATCH_UP_FRAMES);
+    // ffmpeg behind: nothing is queued on its pipe beyond one write; the count catches up later.
+    while (behind > 0 && !this.encoder.busy) {
+      this.encoder.write(this.latest);
+      this.status.frames += 1;
+      behind -= 1;
+    }
+  }
+
+  /** Keeps the frame to write: tightly packed rows of the recording's size, or the last one. */
+  private take(frame: RawFrame | undefined): void {
+    if (!frame || frame === this.latestSource) return;
+    const { width, height } = this.opts.screen;
+    // A screen resized since the recording started cannot go into this video: keep the last frame.
+    if (frame.width !== width || frame.height !== height) return;
+    this.latestSource = frame;
+    const row = width * 4;
+    if (frame.stride === row) {
+      this.latest = frame.pixels.subarray(0, row * height);
+      return;
+    }
+    const packed = Buffer.allocUnsafe(row * height);
+    for (let y = 0; y < height; y++) frame.pixels.copy(packed, y * row, y * frame.stride, y * frame.stride + row);
+    this.latest = packed;
+  }
+
+  private async checkSize(): Promise<void> {
+    const size = await stat(this.opts.videoPath).then((s) => s.size, () => this.status.bytes);
+    if (size > this.status.bytes) this.opts.onBytes(size - this.status.bytes);
+    this.status.bytes = size;
+    if (!this.ending && size >= this.opts.maxBytes) void this.stop('size_cap');
+  }
+}
