@@ -154,6 +154,24 @@ describe('recording and the screen stream, end to end', () => {
     const clickSeconds = Number(clickAt[3]) + Number(clickAt[4]) / 1000;
     assert.ok(clickSeconds > 1 && clickSeconds < video.seconds, `click cue at ${clickSeconds} s`);
 
+    // The trajectory links each step to its moment in this video, and its link token (the
+    // page's only credential) opens the video too.
+    const trajectory = (await req('GET', `/v1/sessions/${id}/trajectory`)).json() as {
+      videoUrl: string | null;
+      videoStartMs: number | null;
+      steps: Array<{ action: string | null; startedMs: number }>;
+    };
+    assert.equal(trajectory.videoUrl, `/v1/sessions/${id}/recording`);
+    const clickStep = trajectory.steps.find((step) => step.action === 'left_click');
+    assert.ok(clickStep && trajectory.videoStartMs !== null, JSON.stringify(trajectory).slice(0, 300));
+    const stepSeconds = (clickStep.startedMs - trajectory.videoStartMs) / 1000;
+    assert.ok(Math.abs(stepSeconds - clickSeconds) < 0.5, `the step is at ${stepSeconds} s in the video, its cue at ${clickSeconds} s`);
+    const link = await req('POST', `/v1/sessions/${id}/links`, keyA, { purpose: 'trajectory' });
+    assert.equal(link.statusCode, 201, link.body);
+    const token = new URL(link.json().url as string).searchParams.get('token');
+    const viaLink = await orch.server.inject({ method: 'GET', url: `${trajectory.videoUrl}?token=${encodeURIComponent(token ?? '')}`, headers: { range: 'bytes=0-99' } });
+    assert.equal(viaLink.statusCode, 206, viaLink.body.slice(0, 300));
+
     // A byte range, as a browser's <video> asks.
     const range = await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}/recording`, headers: { ...bearer(keyA), range: 'bytes=0-99' } });
     assert.equal(range.statusCode, 206);

@@ -128,7 +128,10 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   await app.register(companionToolRoutes, { manager: opts.manager, display: opts.manager.display, bashTimeoutSeconds: opts.bashTimeoutSeconds, trajectory });
   await app.register(desktopActionRoutes, { manager: opts.manager });
   await app.register(fileRoutes, { manager: opts.manager, maxFileBytes: opts.maxFileBytes });
-  if (trajectory) await app.register(trajectoryRoutes, { manager: opts.manager, trajectory });
+  if (trajectory) {
+    const recordingStart = (id: string) => opts.manager.recordingStatus(id).catch(() => undefined); // none: 404
+    await app.register(trajectoryRoutes, { manager: opts.manager, trajectory, recordingStart });
+  }
   if (opts.auth.links) {
     const owners = opts.manager;
     await app.register(linkRoutes, {

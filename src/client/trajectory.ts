@@ -27,6 +27,8 @@ export interface Trajectory {
   totals: { steps: number; errors: number; busyMs: number; lastEndMs: number; droppedSteps: number; droppedImages: number; bytes: number };
   /** A recording to link steps to by startedMs; null until recordings exist. */
   videoUrl: string | null;
+  /** When the recording started, in ms since the session was created: a step is at startedMs - videoStartMs in it. */
+  videoStartMs: number | null;
   steps: TrajectoryStep[];
   /** The next page of steps (the server answers at most 1000 at a time); fetchTrajectory follows it. */
   next?: string | null;

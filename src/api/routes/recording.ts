@@ -57,6 +57,8 @@ export async function recordingRoutes(app: FastifyInstance, opts: { manager: Ses
   app.get<{ Params: IdParams }>(
     '/v1/sessions/:id/recording',
     {
+      // The trajectory page links each step into the video: its link token opens this too.
+      config: { linkPurpose: 'trajectory' },
       schema: {
         summary: 'Download the video (MP4, H.264), also after the session ended; Range requests are answered',
         description: 'While recording, the file so far (fragmented MP4: playable). x-recording-state says recording, finished or failed.',

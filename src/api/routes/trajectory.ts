@@ -5,12 +5,14 @@ import type { SessionDirectory } from '../../sessions/ports.js';
 import type { TrajectoryRecorder } from '../../sessions/trajectory/recorder.js';
 import type { TrajectoryRow } from '../../sessions/trajectory/trajectory-store.js';
 import { sessionIdParams } from '../schemas.js';
-import { allSteps, stepJson, trajectorySummary, type TrajectorySummary } from '../trajectory-view/trajectory-json.js';
+import { allSteps, stepJson, trajectorySummary, type TrajectorySummary, type VideoStart } from '../trajectory-view/trajectory-json.js';
 import { viewerPage } from '../trajectory-view/viewer-page.js';
 
 export interface TrajectoryRouteOptions {
   manager: Pick<SessionDirectory, 'get'>;
   trajectory: TrajectoryRecorder;
+  /** When the session's recording started, if it has one (for the page's links into the video). */
+  recordingStart?: (sessionId: string) => Promise<VideoStart | undefined>;
 }
 
 interface IdParams {
@@ -59,7 +61,7 @@ export async function trajectoryRoutes(app: FastifyInstance, opts: TrajectoryRou
     if (!row || row.tenant !== request.tenant) throw new NotFoundError(`session ${request.params.id} has no trajectory`);
     return row;
   };
-  const summaryOf = (row: TrajectoryRow): TrajectorySummary => {
+  const summaryOf = async (row: TrajectoryRow): Promise<TrajectorySummary> => {
     let session: { state: string; endReason: string | null } | undefined;
     try {
       const view = opts.manager.get(row.sessionId);
@@ -67,7 +69,7 @@ export async function trajectoryRoutes(app: FastifyInstance, opts: TrajectoryRou
     } catch {
       session = undefined; // its record was pruned: the trajectory outlives it
     }
-    return trajectorySummary(row, trajectory.reader, session);
+    return trajectorySummary(row, trajectory.reader, session, await opts.recordingStart?.(row.sessionId));
   };
 
   app.get<{ Params: IdParams; Querystring: { format?: 'json' | 'jsonl'; from?: string; limit?: string; token?: string } }>(
@@ -102,7 +104,8 @@ export async function trajectoryRoutes(app: FastifyInstance, opts: TrajectoryRou
               startedAt: { type: 'string', format: 'date-time' },
               keepTypedText: { type: 'boolean' },
               totals: { type: 'object', additionalProperties: { type: 'number' } },
-              videoUrl: { type: 'string', nullable: true, description: 'A recording to link steps to by startedMs; null until recordings exist' },
+              videoUrl: { type: 'string', nullable: true, description: "The session's recording (GET .../recording), null without one" },
+              videoStartMs: { type: 'number', nullable: true, description: 'When the recording started, in ms since the session was created: a step is at startedMs - videoStartMs in the video' },
               steps: { type: 'array', items: stepSchema },
               next: { type: 'string', nullable: true, description: 'JSON: the URL of the next page of steps, null on the last' },
             },
@@ -113,7 +116,7 @@ export async function trajectoryRoutes(app: FastifyInstance, opts: TrajectoryRou
     },
     async (request, reply) => {
       const row = trajectoryOf(request);
-      const summary = summaryOf(row);
+      const summary = await summaryOf(row);
       const jsonl = request.query.format === 'jsonl' || (request.query.format === undefined && (request.headers.accept ?? '').includes('application/x-ndjson'));
       if (!jsonl) {
         // A page at a time: a trajectory may hold tens of MiB, and an answer is built whole in memory.
@@ -173,7 +176,7 @@ export async function trajectoryRoutes(app: FastifyInstance, opts: TrajectoryRou
     },
     async (request, reply) => {
       const row = trajectoryOf(request);
-      const summary = summaryOf(row);
+      const summary = await summaryOf(row);
       const steps = trajectory.steps(row.sessionId, 1, PAGE_STEPS).map((step) => stepJson(row.sessionId, step));
       const page = viewerPage({ ...summary, steps });
       return reply

@@ -23,8 +23,15 @@ export interface TrajectorySummary {
     droppedImages: number;
     bytes: number;
   };
-  /** A recording of the session to link each step to (by startedMs), once recordings exist; null now. */
+  /** The session's recording, when it has one: a step is at `startedMs - videoStartMs` in it. */
   videoUrl: string | null;
+  /** When the recording started, in ms since the session was created (null without one). */
+  videoStartMs: number | null;
+}
+
+/** Where a session's recording started, if it has one (the recording's own clock is wall time). */
+export interface VideoStart {
+  startedAt: string;
 }
 
 export function screenshotUrl(sessionId: string, n: number, when: 'before' | 'after'): string {
@@ -42,7 +49,12 @@ export function stepJson(sessionId: string, step: StoredStep): StepJson {
   };
 }
 
-export function trajectorySummary(row: TrajectoryRow, store: TrajectoryStore, session: { state: string; endReason: string | null } | undefined): TrajectorySummary {
+export function trajectorySummary(
+  row: TrajectoryRow,
+  store: TrajectoryStore,
+  session: { state: string; endReason: string | null } | undefined,
+  video?: VideoStart,
+): TrajectorySummary {
   const totals = store.totals(row.sessionId);
   return {
     sessionId: row.sessionId,
@@ -51,7 +63,8 @@ export function trajectorySummary(row: TrajectoryRow, store: TrajectoryStore, se
     startedAt: row.startedAt,
     keepTypedText: row.keepTypedText,
     totals: { steps: row.steps, ...totals, droppedSteps: row.droppedSteps, droppedImages: row.droppedImages, bytes: row.bytes },
-    videoUrl: null,
+    videoUrl: video ? `/v1/sessions/${row.sessionId}/recording` : null,
+    videoStartMs: video ? Date.parse(video.startedAt) - Date.parse(row.startedAt) : null,
   };
 }
 

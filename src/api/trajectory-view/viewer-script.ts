@@ -71,8 +71,9 @@ export const VIEWER_SCRIPT = String.raw`
     var v = $('video');
     v.textContent = '';
     if (data.videoUrl && s) {
-      var a = el('a', '', 'Open in video at t=' + seconds(s.startedMs));
-      a.href = withToken(data.videoUrl + '#t=' + (s.startedMs / 1000).toFixed(2));
+      var at = Math.max(0, s.startedMs - (data.videoStartMs || 0));
+      var a = el('a', '', 'Open in video at t=' + seconds(at));
+      a.href = withToken(data.videoUrl) + '#t=' + (at / 1000).toFixed(2);
       v.appendChild(a);
     } else {
       v.textContent = 'No recording of this session';
