@@ -63,7 +63,9 @@ describe('the MCP server', () => {
     stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-mcp-'));
     keyA = await createKey(stateDir, 'alpha');
     keyB = await createKey(stateDir, 'beta');
-    serve = await startServe(stateDir, 19_900 + Math.floor(Math.random() * 90));
+    // Few request slots per tenant: a tool call over /mcp that kept its inner request's slot
+    // would use them up within the tests below.
+    serve = await startServe(stateDir, 19_900 + Math.floor(Math.random() * 90), undefined, [], { SBX_TENANT_MAX_CONCURRENT_REQUESTS: '4' });
     stdio = new Client({ name: 'mcp-test', version: '1.0.0' });
     await stdio.connect(
       new StdioClientTransport({ command: process.execPath, args: [CLI, 'mcp'], env: { PATH: process.env.PATH ?? '', SBX_URL: serve.url, SBX_API_KEY: keyA }, stderr: 'inherit' }),
@@ -182,6 +184,7 @@ describe('the MCP server', () => {
       assert.equal(shot.content[0].mimeType, 'image/png');
       assert.deepEqual(pngSize(Buffer.from(shot.content[0].data, 'base64')), { width: 1024, height: 768 });
       assert.equal(text(await ok(a.client, 'bash', { sandbox_id: sandboxId, command: 'cat /tmp/poem.txt' })).trim(), 'one\nthree');
+      for (let i = 0; i < 12; i++) assert.equal(JSON.parse(text(await ok(a.client, 'sandbox_list', {}))).length, 1, 'no request slot is kept');
       const unknown = await call(a.client, 'computer', { sandbox_id: 'zzzzzzzzzz', action: 'screenshot' });
       assert.equal(unknown.isError, true);
       assert.match(text(unknown), /does not exist/);
