@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { once } from 'node:events';
 import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer, type AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -185,6 +187,13 @@ describe('the MCP server', () => {
       assert.deepEqual(pngSize(Buffer.from(shot.content[0].data, 'base64')), { width: 1024, height: 768 });
       assert.equal(text(await ok(a.client, 'bash', { sandbox_id: sandboxId, command: 'cat /tmp/poem.txt' })).trim(), 'one\nthree');
       for (let i = 0; i < 12; i++) assert.equal(JSON.parse(text(await ok(a.client, 'sandbox_list', {}))).length, 1, 'no request slot is kept');
+      // Bytes both ways through the in-process requests (not JSON): every byte value survives.
+      const bytes = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
+      await ok(a.client, 'upload_file', { sandbox_id: sandboxId, path: '/tmp/all.bin', content_base64: bytes.toString('base64') });
+      assert.equal(text(await ok(a.client, 'bash', { sandbox_id: sandboxId, command: 'sha256sum < /tmp/all.bin | cut -c1-16' })).trim(), createHash('sha256').update(bytes).digest('hex').slice(0, 16));
+      const back = (await ok(a.client, 'download_file', { sandbox_id: sandboxId, path: '/tmp/all.bin' })).content.find((block) => block.type === 'resource');
+      assert.ok(back?.type === 'resource' && 'blob' in back.resource);
+      assert.deepEqual(Buffer.from(back.resource.blob, 'base64'), bytes);
       const unknown = await call(a.client, 'computer', { sandbox_id: 'zzzzzzzzzz', action: 'screenshot' });
       assert.equal(unknown.isError, true);
       assert.match(text(unknown), /does not exist/);
@@ -219,6 +228,28 @@ describe('the MCP server', () => {
       body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
     });
     assert.equal(none.status, 401);
+    const stream = await fetch(`${serve.url}/mcp`, { headers: { authorization: `Bearer ${keyA}`, accept: 'text/event-stream' } });
+    assert.equal(stream.status, 405, 'a stateless endpoint offers no stream');
+    assert.equal(((await stream.json()) as { error: { code: string } }).error.code, 'method_not_allowed');
+  });
+
+  it('over stdio says so when the orchestrator cannot be reached, as a tool error', async () => {
+    // A port that was free a moment ago: nothing listens there.
+    const probe = createServer().listen(0, '127.0.0.1');
+    await once(probe, 'listening');
+    const port = (probe.address() as AddressInfo).port;
+    probe.close();
+    const lost = new Client({ name: 'mcp-test', version: '1.0.0' });
+    await lost.connect(
+      new StdioClientTransport({ command: process.execPath, args: [CLI, 'mcp'], env: { PATH: process.env.PATH ?? '', SBX_URL: `http://127.0.0.1:${port}`, SBX_API_KEY: keyA } }),
+    );
+    try {
+      const result = await call(lost, 'sandbox_list', {});
+      assert.equal(result.isError, true);
+      assert.match(text(result), /could not be reached.*ECONNREFUSED/);
+    } finally {
+      await lost.close();
+    }
   });
 
   it('destroys the sandbox through a tool', async () => {
