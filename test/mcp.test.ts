@@ -117,6 +117,10 @@ describe('the MCP server', () => {
         'export DISPLAY=:99; setsid -f sh -c "exec stdbuf -oL xev -geometry 1024x768+0+0 -event button -event keyboard > /tmp/xev.log 2>&1"; ' +
         'xdotool search --sync --onlyvisible --name "^Event Tester$" windowactivate --sync windowfocus --sync >/dev/null; echo started',
     });
+    const windows = JSON.parse(text(await ok(stdio, 'desktop', { sandbox_id: id, action: 'list_windows' }))) as Array<{ id: number; title: string; focused: boolean }>;
+    const xev = windows.find((w) => w.title === 'Event Tester');
+    assert.ok(xev, `xev's window is listed: ${JSON.stringify(windows)}`);
+    assert.deepEqual(JSON.parse(text(await ok(stdio, 'desktop', { sandbox_id: id, action: 'focus_window', window_id: xev.id }))), { focused: true });
     const clicked = await ok(stdio, 'computer', { sandbox_id: id, action: 'left_click', coordinate: [300, 200] });
     assert.ok(clicked.content.some((block) => block.type === 'image' && block.mimeType === 'image/png'), 'an action answers with the screen after it');
     await ok(stdio, 'computer', { sandbox_id: id, action: 'type', text: 'Hi' });
