@@ -91,6 +91,8 @@ describe('the MCP server', () => {
     assert.ok(computer);
     assert.deepEqual(computer.inputSchema.required?.sort(), ['action', 'sandbox_id']);
     assert.equal((computer.inputSchema as { additionalProperties?: unknown }).additionalProperties, false);
+    assert.equal(tools.find((t) => t.name === 'screenshot')?.annotations?.readOnlyHint, true);
+    assert.equal(tools.find((t) => t.name === 'sandbox_destroy')?.annotations?.destructiveHint, true);
   });
 
   it('over stdio creates a sandbox of the key\'s tenant, lists it, and screenshots it as a PNG of its size', async () => {

@@ -34,6 +34,7 @@ export const createShape = {
 };
 export const createInput = z.strictObject(createShape);
 
+export const noInput = z.strictObject({});
 export const sandboxOnlyInput = z.strictObject({ sandbox_id: sandboxId });
 
 export const screenshotInput = z.strictObject({

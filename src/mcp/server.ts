@@ -1,5 +1,5 @@
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
-import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import type { CallToolResult, ToolAnnotations } from '@modelcontextprotocol/sdk/types.js';
 import { Sandbox, type SandboxClient } from '../client/index.js';
 import { download, upload } from './files.js';
 import { asToolResult, fromToolResult, imageMimeType, jsonResult, textResult } from './results.js';
@@ -10,6 +10,8 @@ import {
   desktopInput,
   downloadInput,
   editorInput,
+  MCP_MAX_FILE_BYTES,
+  noInput,
   sandboxOnlyInput,
   screenshotInput,
   uploadInput,
@@ -29,9 +31,19 @@ const MCP_SERVER_VERSION = '0.1.0';
 
 export function createMcpServer(client: SandboxClient): McpServer {
   const server = new McpServer({ name: MCP_SERVER_NAME, version: MCP_SERVER_VERSION }, { capabilities: { tools: {} } });
-  const register = <S extends z.ZodObject>(name: string, description: string, inputSchema: S, run: (input: z.infer<S>) => Promise<CallToolResult>) => {
-    server.registerTool(name, { description, inputSchema }, ((input: z.infer<S>) => asToolResult(() => run(input))) as never);
+  const register = <S extends z.ZodObject>(
+    name: string,
+    description: string,
+    inputSchema: S,
+    run: (input: z.infer<S>) => Promise<CallToolResult>,
+    annotations: ToolAnnotations = {},
+  ) => {
+    // The SDK's callback type cannot be resolved for a generic schema (it is, for each
+    // concrete one below): the handler takes exactly what the schema parsed.
+    server.registerTool(name, { description, inputSchema, annotations }, ((input: z.infer<S>) => asToolResult(() => run(input))) as never);
   };
+  // Hints MCP clients use to decide what to confirm with the user first.
+  const readOnly: ToolAnnotations = { readOnlyHint: true, openWorldHint: false };
   // The handle needs only the id: its methods build the routes' paths.
   const sandbox = (id: string) => new Sandbox(client, { id } as Sandbox['info']);
 
@@ -46,17 +58,17 @@ export function createMcpServer(client: SandboxClient): McpServer {
     return jsonResult(created.info);
   });
 
-  register('sandbox_list', 'List your live sandboxes.', createEmptyInput(), async () => jsonResult(await client.list()));
+  register('sandbox_list', 'List your live sandboxes.', noInput, async () => jsonResult(await client.list()), readOnly);
 
   register('sandbox_destroy', 'Destroy a sandbox (idempotent).', sandboxOnlyInput, async ({ sandbox_id }) => {
     const info = await client.destroy(sandbox_id);
     return textResult(`${info.id} ${info.state}`);
-  });
+  }, { destructiveHint: true, idempotentHint: true, openWorldHint: false });
 
   register('screenshot', "An image of the sandbox's screen.", screenshotInput, async ({ sandbox_id, format, scaled }) => {
     const image = await client.screenshot(sandbox_id, { scaled: scaled ?? true, ...(format ? { format } : {}) });
     return { content: [{ type: 'image', data: image.toString('base64'), mimeType: imageMimeType(image) }] };
-  });
+  }, readOnly);
 
   register(
     'computer',
@@ -78,11 +90,11 @@ export function createMcpServer(client: SandboxClient): McpServer {
     async ({ sandbox_id, ...input }) => fromToolResult(await client.executeToolUse(sandbox_id, input, 'str_replace_based_edit_tool')),
   );
 
-  register('upload_file', 'Write a file into the sandbox from base64 (at most 512 KiB).', uploadInput, ({ sandbox_id, path, content_base64, mode }) =>
+  register('upload_file', `Write a file into the sandbox from base64 (at most ${MCP_MAX_FILE_BYTES / 1024} KiB).`, uploadInput, ({ sandbox_id, path, content_base64, mode }) =>
     upload(client, sandbox_id, path, content_base64, mode),
   );
 
-  register('download_file', 'Read a file of the sandbox, as base64 (at most 512 KiB).', downloadInput, ({ sandbox_id, path }) => download(client, sandbox_id, path));
+  register('download_file', `Read a file of the sandbox, as base64 (at most ${MCP_MAX_FILE_BYTES / 1024} KiB).`, downloadInput, ({ sandbox_id, path }) => download(client, sandbox_id, path), readOnly);
 
   register(
     'desktop',
@@ -91,10 +103,6 @@ export function createMcpServer(client: SandboxClient): McpServer {
     async (input) => desktopAction(sandbox(input.sandbox_id), input),
   );
   return server;
-}
-
-function createEmptyInput() {
-  return sandboxOnlyInput.omit({ sandbox_id: true });
 }
 
 /** Which field a desktop action needs, said as a tool error when it is missing. */
