@@ -219,6 +219,17 @@ describe('the MCP server', () => {
         assert.equal(refused.isError, true, name);
         assert.match(text(refused), new RegExp(`session ${sandboxId} does not exist`), name);
       }
+      // A sandbox made over HTTP belongs to the key's tenant: the other tenant cannot see it.
+      const made = JSON.parse(text(await ok(b.client, 'sandbox_create', { template: 'minimal' }))) as { id: string; tenant: string };
+      try {
+        assert.equal(made.tenant, 'beta');
+        assert.deepEqual((JSON.parse(text(await ok(stdio, 'sandbox_list', {}))) as Array<{ id: string }>).map((s) => s.id), [sandboxId]);
+        const hidden = await call(stdio, 'bash', { sandbox_id: made.id, command: 'echo reached' });
+        assert.equal(hidden.isError, true);
+        assert.match(text(hidden), /does not exist/);
+      } finally {
+        assert.match(text(await ok(b.client, 'sandbox_destroy', { sandbox_id: made.id })), /destroyed/);
+      }
     } finally {
       await b.client.close();
     }
