@@ -245,6 +245,20 @@ describe('the MCP server', () => {
       body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
     });
     assert.equal(none.status, 401);
+    // The transport's own refusals in this API's error shape (as the fuzzer expects of every 4xx).
+    for (const [headers, body, status, code] of [
+      [{ accept: 'application/json' }, { jsonrpc: '2.0', id: 1, method: 'tools/list' }, 406, 'not_acceptable'],
+      [{ accept: 'application/json, text/event-stream' }, { hello: 'world' }, 400, 'invalid_mcp_request'],
+      [{ accept: 'application/json, text/event-stream' }, [1, 2, 3], 400, 'invalid_mcp_request'],
+    ] as const) {
+      const refused = await fetch(`${serve.url}/mcp`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${keyA}`, 'content-type': 'application/json', ...headers },
+        body: JSON.stringify(body),
+      });
+      const answer = (await refused.json()) as { error: { code: unknown; message: unknown } };
+      assert.deepEqual([refused.status, answer.error.code, typeof answer.error.message], [status, code, 'string'], JSON.stringify(answer));
+    }
     const stream = await fetch(`${serve.url}/mcp`, { headers: { authorization: `Bearer ${keyA}`, accept: 'text/event-stream' } });
     assert.equal(stream.status, 405, 'a stateless endpoint offers no stream');
     assert.equal(((await stream.json()) as { error: { code: string } }).error.code, 'method_not_allowed');

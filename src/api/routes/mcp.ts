@@ -72,7 +72,37 @@ function webRequest(request: FastifyRequest): Request {
   return new Request(`http://${request.hostname || 'localhost'}${request.url}`, { method: request.method, headers });
 }
 
+/** Our error codes for the transport's own refusals, by status. */
+const TRANSPORT_ERROR_CODES: Record<number, string> = {
+  400: 'invalid_mcp_request',
+  404: 'not_found',
+  405: 'method_not_allowed',
+  406: 'not_acceptable',
+  413: 'body_too_large',
+  415: 'unsupported_media_type',
+};
+
+/**
+ * The transport's answer as ours. A refusal of the HTTP request itself (not JSON-RPC, no
+ * Accept of both JSON and SSE...) comes from the SDK as a JSON-RPC error with a numeric code;
+ * it is said in this API's one error shape instead (the SDK's client reads only the status
+ * and the text of a refused POST). JSON-RPC errors of a well-formed request (an unknown
+ * method, say) stay in the 200 answer, as MCP has them.
+ */
 async function sendWebResponse(reply: FastifyReply, response: Response): Promise<FastifyReply> {
+  if (response.status >= 400) {
+    const text = await response.text();
+    let message = `the MCP request was refused (HTTP ${response.status})`;
+    try {
+      const said = (JSON.parse(text) as { error?: { message?: unknown } }).error?.message;
+      if (typeof said === 'string' && said.length > 0) message = said.slice(0, 500);
+    } catch {
+      // not JSON: keep the generic message
+    }
+    const status = response.status >= 500 ? 500 : response.status;
+    const code = status === 500 ? 'internal' : (TRANSPORT_ERROR_CODES[status] ?? 'invalid_mcp_request');
+    return reply.status(status).send({ error: { code, message } });
+  }
   reply.status(response.status);
   response.headers.forEach((value, name) => {
     void reply.header(name, value);
