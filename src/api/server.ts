@@ -21,6 +21,7 @@ import { sessionTimeoutRoutes } from './routes/session-timeouts.js';
 import { systemRoutes } from './routes/system.js';
 import { templateRoutes, type TemplateListing } from './routes/templates.js';
 import { linkRoutes } from './routes/links.js';
+import { mcpRoutes } from './routes/mcp.js';
 import { trajectoryRoutes } from './routes/trajectory.js';
 import type { TrajectoryRecorder } from '../sessions/trajectory/recorder.js';
 import { recordingRoutes } from './routes/recording.js';
@@ -112,6 +113,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
         { name: 'files', description: 'Files in and out of a sandbox, over SFTP' },
         { name: 'trajectory', description: "Every call of a session, stored: as JSON, JSONL, and a page for people (link tokens)" },
         { name: 'recording', description: 'Video of a session\'s screen, with the agent\'s actions as subtitles' },
+        { name: 'mcp', description: 'The MCP server (streamable HTTP): sandboxes as tools of any MCP client' },
         { name: 'system', description: 'Health and metrics' },
       ],
     },
@@ -141,6 +143,8 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   }
   await app.register(recordingRoutes, { manager: opts.manager });
   await app.register(screenStreamRoutes, { manager: opts.manager });
+  // The MCP tools call the routes above in process, as the caller (routes/mcp.ts).
+  await app.register(mcpRoutes, { dispatch: (request) => app.inject(request) });
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
   await app.register(templateRoutes, { templates: opts.templates });
   return app;

@@ -13,6 +13,7 @@ import { RUNTIME_NAMES, type RuntimeChoice } from '../runtimes/settings.js';
 import { imagesDirFromEnv, warmPoolSize } from '../sessions/settings.js';
 import { desktopCommand } from './desktop.js';
 import { keysCommand } from './keys.js';
+import { runStdioServer } from '../mcp/stdio.js';
 import { templateCommand } from './templates.js';
 import { trajectoryCommand } from './trajectory.js';
 import { recordingCommand } from './recording.js';
@@ -197,6 +198,15 @@ program
       ...(opts.record ? { record: true } : {}),
     });
     console.log(JSON.stringify(sandbox.info, null, 2));
+  });
+
+program
+  .command('mcp')
+  .description('an MCP server on stdin/stdout (for Claude Desktop, Claude Code, IDEs) using the orchestrator at --url with --api-key')
+  .action(async () => {
+    await runStdioServer(client());
+    // stdin's end closes the server; the client's keep-alive sockets must not keep the process.
+    process.exit(0);
   });
 
 program

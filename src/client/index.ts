@@ -32,16 +32,23 @@ export interface ClientOptions {
   baseUrl?: string;
   /** Sent as `Authorization: Bearer <apiKey>` (default: SBX_API_KEY). */
   apiKey?: string;
+  /**
+   * What sends the requests (default: the global fetch). The orchestrator's own MCP endpoint
+   * passes one that hands each request to its routes in process, with the caller's key.
+   */
+  fetch?: typeof fetch;
 }
 
 /** A small typed client of the orchestrator's HTTP API. */
 export class SandboxClient {
   readonly baseUrl: string;
   private readonly apiKey: string | undefined;
+  private readonly fetch: typeof fetch;
 
   constructor(options: ClientOptions = {}) {
     this.baseUrl = (options.baseUrl ?? process.env.SBX_URL ?? DEFAULT_ORCHESTRATOR_URL).replace(/\/$/, '');
     this.apiKey = options.apiKey ?? process.env.SBX_API_KEY;
+    this.fetch = options.fetch ?? ((input, init) => fetch(input, init));
   }
 
   async create(options: CreateOptions = {}): Promise<Sandbox> {
@@ -118,7 +125,7 @@ export class SandboxClient {
     const headers = new Headers(init.headers);
     if (this.apiKey) headers.set('authorization', `Bearer ${this.apiKey}`);
     const method = init.method ?? 'GET';
-    const response = await fetch(this.baseUrl + path, { ...init, headers });
+    const response = await this.fetch(this.baseUrl + path, { ...init, headers });
     if (!response.ok) {
       let code = 'http_error';
       let message = `${method} ${path}: HTTP ${response.status}`;

@@ -4,7 +4,7 @@
  * A folder imports only from its own layer and the layers below it:
  *
  *   entry points   cli/, bench/, orchestrator.ts, index.ts  (wire everything together)
- *   api/           the HTTP server and its routes
+ *   api/ mcp/      the HTTP server and its routes; the MCP server (tools over the client SDK)
  *   sessions/      the session registry, lifecycle, clocks, warm pool
  *   runtimes/ computer/ tools/ files/ templates/ recording/   what a session is made of
  *   transport/ network/ guest/ host/         SSH, addresses and nftables, the guest contract, host facts
@@ -36,6 +36,7 @@ const LAYER_OF_TOP: Record<string, number | undefined> = {
   'index.ts': 6,
   'orchestrator-lock.ts': 6,
   api: 5,
+  mcp: 5,
   sessions: 4,
   runtimes: 3,
   computer: 3,
