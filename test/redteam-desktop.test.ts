@@ -10,7 +10,7 @@ import { ResourceNames } from '../src/network/names.js';
 import type { GuestConnection } from '../src/transport/ssh-connection.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { guestProcesses, newProcesses } from './helpers/guest-processes.js';
-import { cpuSecondsOf, percentile, sampleHealthz } from './helpers/host-cost.js';
+import { cpuSecondsOf, healthzP99Limit, percentile, sampleHealthz } from './helpers/host-cost.js';
 import { TEST_PREFIX } from './helpers/orchestrator.js';
 import { memoryOf } from './helpers/raw-http.js';
 import { startServe, type ServeProcess } from './helpers/serve.js';
@@ -25,7 +25,6 @@ import { startServe, type ServeProcess } from './helpers/serve.js';
  */
 const NAMES = new ResourceNames(TEST_PREFIX);
 const MAX_GROWTH_MIB = 50;
-const MAX_HEALTHZ_P99_MS = 50;
 const PWNED = '/tmp/pwned';
 const HELPER = '/usr/local/bin/sbx-desktop';
 type Json = Record<string, unknown>;
@@ -80,7 +79,7 @@ describe('red team: desktop actions', () => {
     assert.equal((await call('GET', id, 'windows')).status, 200); // warm up
     const before = await guestProcesses(guest);
     const baseline = await memoryOf(pid());
-    // The same sampling with no attack: this machine's own noise, for the log.
+    // The same sampling with no attack: this machine's own noise, which sets the limit.
     const quiet = sampleHealthz(serve.url);
     await new Promise((resolve) => setTimeout(resolve, 3_000));
     const control = await quiet.stop();
@@ -140,7 +139,7 @@ describe('red team: desktop actions', () => {
     assert.equal((await guestSh(guest, `test -e ${PWNED}`)).exitCode, 1, `${PWNED} exists: a target ran as code`);
     assert.deepEqual(newProcesses(before, await guestProcesses(guest)), [], 'processes started in the guest');
     assert.ok(now.peakMiB - baseline.peakMiB < MAX_GROWTH_MIB, `peak memory grew by ${now.peakMiB - baseline.peakMiB} MiB`);
-    assert.ok(p99 < MAX_HEALTHZ_P99_MS, `/healthz p99 ${p99.toFixed(1)} ms while under attack`);
+    assert.ok(p99 < healthzP99Limit(control), `/healthz p99 ${p99.toFixed(1)} ms while under attack (limit ${healthzP99Limit(control).toFixed(1)} ms)`);
   });
 
   it('a clipboard over 1 MiB in the guest is a clear 413, read no further', async () => {
@@ -185,6 +184,9 @@ describe('red team: desktop actions', () => {
     const saved = path.join(stateDir, 'sbx-desktop.saved');
     await copyFile(helper, saved);
     await writeFile(helper, '#!/usr/bin/python3\nimport sys\nwhile True:\n    sys.stdout.write("x" * 65536)\n');
+    const quiet = sampleHealthz(serve.url);
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    const control = await quiet.stop();
     const baseline = await memoryOf(pid());
     const cpuBefore = await cpuSecondsOf(pid());
     const sampler = sampleHealthz(serve.url);
@@ -210,7 +212,7 @@ describe('red team: desktop actions', () => {
         `/healthz ${healthz.length} samples, p50 ${percentile(healthz, 0.5).toFixed(1)} ms, p99 ${p99.toFixed(1)} ms (load average ${os.loadavg()[0]?.toFixed(1)})`,
     );
     assert.ok(now.peakMiB - baseline.peakMiB < MAX_GROWTH_MIB, `peak memory grew by ${now.peakMiB - baseline.peakMiB} MiB`);
-    assert.ok(p99 < MAX_HEALTHZ_P99_MS, `/healthz p99 ${p99.toFixed(1)} ms`);
+    assert.ok(p99 < healthzP99Limit(control), `/healthz p99 ${p99.toFixed(1)} ms (limit ${healthzP99Limit(control).toFixed(1)} ms)`);
     const left = await guestSh(guest, 'pgrep -f sbx-desktop');
     assert.equal(left.text.trim(), '', 'a hostile helper is still running in the guest');
     // The session itself is fine: with the helper back, it answers again.

@@ -11,7 +11,7 @@ import type { GuestConnection } from '../src/transport/ssh-connection.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { TEST_PREFIX } from './helpers/orchestrator.js';
 import { guestProcesses, newProcesses } from './helpers/guest-processes.js';
-import { cpuSecondsOf, percentile, sampleHealthz } from './helpers/host-cost.js';
+import { cpuSecondsOf, healthzP99Limit, percentile, sampleHealthz } from './helpers/host-cost.js';
 import { memoryOf } from './helpers/raw-http.js';
 import { startServe, type ServeProcess } from './helpers/serve.js';
 import { clearXev, parseXev, startXev, waitForXev, type XEvent } from './helpers/xev.js';
@@ -29,7 +29,6 @@ const NAMES = new ResourceNames(TEST_PREFIX);
 const VERSIONS = ['computer_20250124', 'computer_20241022', 'computer_20251124'] as const;
 /** The issue's bounds for a red-team attack: orchestrator memory growth and /healthz p99. */
 const MAX_GROWTH_MIB = 50;
-const MAX_HEALTHZ_P99_MS = 50;
 /**
  * The strictest common multi-click interval: Xt's default multiClickTime (xterm, Xaw) is
  * 250 ms; GTK's is 400, Qt's 400. Clicks of one double or triple click must fall inside it.
@@ -161,7 +160,7 @@ describe('red team: no xdotool command reachable from any key field', () => {
         `(without the attack: p50 ${percentile(control, 0.5).toFixed(1)} ms, p99 ${percentile(control, 0.99).toFixed(1)} ms; load average ${os.loadavg()[0]?.toFixed(1)})`,
     );
     assert.ok(now.peakMiB - baseline.peakMiB < MAX_GROWTH_MIB, `peak memory grew by ${now.peakMiB - baseline.peakMiB} MiB`);
-    assert.ok(p99 < MAX_HEALTHZ_P99_MS, `/healthz p99 ${p99.toFixed(1)} ms while under attack`);
+    assert.ok(p99 < healthzP99Limit(control), `/healthz p99 ${p99.toFixed(1)} ms while under attack (limit ${healthzP99Limit(control).toFixed(1)} ms)`);
 
     for (const [index, sandbox] of sandboxes.entries()) {
       const started = newProcesses(before[index] as Map<number, string>, await guestProcesses(sandbox.guest));
