@@ -10,6 +10,7 @@ export type { ImageMediaType, ScreenshotFormatOptions } from './screenshot-forma
 export type { DesktopWindow } from './desktop.js';
 export type { FileRequestOptions, UploadData, UploadedFile, UploadFileOptions } from './files.js';
 export * from './types.js';
+export * from './vendor-types.js';
 export { createTrajectoryLink, fetchTrajectory, type Trajectory, type TrajectoryLink, type TrajectoryStep } from './trajectory.js';
 
 /** Where the client looks for the orchestrator unless told (SBX_URL, `--url`): `sbx serve`'s default address. */

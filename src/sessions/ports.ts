@@ -1,3 +1,5 @@
+import type { ComputerAction } from '../computer/actions.js';
+import type { Scaler } from '../computer/scaling.js';
 import type { EncodedImage } from '../computer/screenshot-format.js';
 import type { OrchestratorError } from '../errors.js';
 import type { RuntimeName } from '../runtimes/runtime.js';
@@ -24,6 +26,8 @@ export interface SessionDirectory {
 export interface ComputerActions {
   screenshot(id: string, options?: ScreenshotOptions): Promise<EncodedImage>;
   act(id: string, input: unknown, options: ActOptions): Promise<ActionOutcome>;
+  /** Actions already translated for the session's scaling (another vendor's call), run as `act` runs one. */
+  perform(id: string, translate: (scaler: Scaler) => ComputerAction[], options: ActOptions): Promise<ActionOutcome>;
 }
 
 /** A session's clocks as a client moves them, and the busy mark long work holds. */

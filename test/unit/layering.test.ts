@@ -6,7 +6,7 @@
  *   entry points   cli/, bench/, orchestrator.ts, index.ts  (wire everything together)
  *   api/           the HTTP server and its routes
  *   sessions/      the session registry, lifecycle, clocks, warm pool
- *   runtimes/ computer/ tools/ files/ templates/   what a session is made of
+ *   runtimes/ computer/ tools/ files/ templates/ vendors/   what a session is made of
  *   transport/ network/ guest/ host/         SSH, addresses and nftables, the guest contract, host facts
  *   util/          nothing about sandboxes at all
  *
@@ -42,6 +42,7 @@ const LAYER_OF_TOP: Record<string, number | undefined> = {
   tools: 3,
   files: 3,
   templates: 3,
+  vendors: 3,
   transport: 2,
   network: 2,
   guest: 2,
