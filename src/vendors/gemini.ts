@@ -22,6 +22,10 @@ const DEFAULT_MAGNITUDE = 800;
 export const SEARCH_HOME = 'https://www.google.com/';
 const MAX_NAME_LENGTH = 64;
 
+/**
+ * What the browser must do first. `open`: in the browser's window when one is open (the
+ * current tab, as Gemini's reference navigates), else started on it by the desktop's `open`.
+ */
 export type BrowserStep = { kind: 'launch' } | { kind: 'open'; target: string } | { kind: 'window' };
 
 export interface GeminiPlan {
@@ -89,6 +93,14 @@ function gridPoint(args: Fields, screen: Size, xField = 'x', yField = 'y'): Poin
 
 function keys(combo: string): ComputerAction {
   return { action: 'key', combos: [vendorKeyCombo(combo, 'keys')] };
+}
+
+/**
+ * Navigating the focused browser window's current tab: its address bar (ctrl+L), the URL
+ * typed as text (already checked by openTarget: no spaces or control characters), Enter.
+ */
+export function addressBarActions(target: string): ComputerAction[] {
+  return [keys('Control+l'), { action: 'type', text: target }, keys('Enter')];
 }
 
 /** Nothing to press: the settled screen after the browser's step is the answer. */

@@ -192,3 +192,14 @@ describe('tool definitions', () => {
   it('OpenAI: the model space, linux', () => assert.deepEqual(openaiToolDefinition({ width: 1366, height: 768 }), { type: 'computer_use_preview', display_width: 1366, display_height: 768, environment: 'linux' }));
   it('Gemini: the computer_use tool', () => assert.deepEqual(geminiToolDefinition(), { computerUse: { environment: 'ENVIRONMENT_BROWSER' } }));
 });
+
+describe('navigating an open browser window', () => {
+  it('its address bar: ctrl+L, the URL typed, Enter', async () => {
+    const { addressBarActions } = await import('../../src/vendors/gemini.js');
+    assert.deepEqual(addressBarActions('http://x.test/'), [
+      { action: 'key', combos: [['Control_L', 'l']] },
+      { action: 'type', text: 'http://x.test/' },
+      { action: 'key', combos: [['Return']] },
+    ]);
+  });
+});

@@ -7,7 +7,8 @@ import type { EncodedImage } from '../../computer/screenshot-format.js';
 import { InvalidRequestError } from '../../errors.js';
 import type { ComputerActions, SessionDirectory, ToolSessions } from '../../sessions/ports.js';
 import { ignoredText, objectOf, onlyFields } from '../../vendors/fields.js';
-import { translateGemini, type BrowserStep } from '../../vendors/gemini.js';
+import { addressBarActions, translateGemini, type BrowserStep } from '../../vendors/gemini.js';
+import type { ComputerAction } from '../../computer/actions.js';
 import { openaiActionList, translateOpenAI } from '../../vendors/openai.js';
 import { SMALL_BODY_LIMIT_BYTES } from '../limits.js';
 import { sessionIdParams } from '../schemas.js';
@@ -88,8 +89,8 @@ export async function vendorToolRoutes(app: FastifyInstance, opts: { manager: Ve
         const view = manager.get(request.params.id);
         const scaler = new Scaler(view.display, { width: view.computerTool.display_width_px, height: view.computerTool.display_height_px });
         const plan = translateGemini(call, scaler);
-        if (plan.browser) await browserStep(manager, request.params.id, plan.browser, plan.name);
-        const outcome = await manager.perform(request.params.id, () => plan.actions, { screenshotAfter: true, format: { format: 'png' } });
+        const first = plan.browser ? await browserStep(manager, request.params.id, plan.browser, plan.name) : [];
+        const outcome = await manager.perform(request.params.id, () => [...first, ...plan.actions], { screenshotAfter: true, format: { format: 'png' } });
         const image = required(outcome.image);
         return {
           ...head,
@@ -104,20 +105,29 @@ export async function vendorToolRoutes(app: FastifyInstance, opts: { manager: Ve
   );
 }
 
-/** What a browser-only call needs done (or there) before its input. */
-async function browserStep(manager: VendorSessions, id: string, step: BrowserStep, name: string): Promise<void> {
+/**
+ * What a browser-only call needs done (or there) before its input; answers the input that
+ * goes first (for a navigation in an open browser window, its address bar).
+ */
+async function browserStep(manager: VendorSessions, id: string, step: BrowserStep, name: string): Promise<ComputerAction[]> {
   const actions = await manager.attachment(id, 'desktop-actions', ({ connection }) => new DesktopActions(connection, manager.display));
   const noBrowser = `${name} needs a web browser, and this sandbox has none (the desktop template has Firefox)`;
   try {
-    if (step.kind === 'launch') await actions.launch(BROWSER_APP);
-    else if (step.kind === 'open') await actions.open(step.target);
-    else {
-      const browsers = (await actions.windows()).filter((w) => BROWSER_CLASS.test(w.app) || BROWSER_CLASS.test(w.instance));
-      const target = browsers.find((w) => w.focused) ?? browsers[0];
-      if (!target) throw new InvalidRequestError(`${name} needs an open web browser window, and none is open (call open_web_browser first)`);
-      // Keys go to the focused window: the browser's, not whatever was in front of it.
-      if (!target.focused) await actions.focus(String(target.id));
+    if (step.kind === 'launch') {
+      await actions.launch(BROWSER_APP);
+      return [];
     }
+    const browsers = (await actions.windows()).filter((w) => BROWSER_CLASS.test(w.app) || BROWSER_CLASS.test(w.instance));
+    const target = browsers.find((w) => w.focused) ?? browsers[0];
+    if (!target) {
+      if (step.kind === 'window') throw new InvalidRequestError(`${name} needs an open web browser window, and none is open (call open_web_browser first)`);
+      // No browser window: the desktop's default application for the URL starts on it.
+      await actions.open(step.target);
+      return [];
+    }
+    // Keys go to the focused window: the browser's, not whatever was in front of it.
+    if (!target.focused) await actions.focus(String(target.id));
+    return step.kind === 'open' ? addressBarActions(step.target) : [];
   } catch (err) {
     if (err instanceof AppNotFoundError || err instanceof DesktopActionFailedError) throw new InvalidRequestError(`${noBrowser}: ${err.message}`);
     throw err;
