@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
+import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
+import { SandboxClient } from '../src/client/index.js';
 import type { GuestConnection } from '../src/transport/ssh-connection.js';
 import { connectToGuest, guestAddress, guestSh, pngSize } from './helpers/guest.js';
 import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
@@ -48,7 +50,7 @@ describe('other vendors\' computer-use actions, in a real guest', () => {
   const scaledY = (y: number) => Math.round((y * 1080) / 768);
 
   before(async () => {
-    orch = await startTestOrchestrator({ settleMaxMs: 1_000, settleIntervalMs: 50 });
+    orch = await startTestOrchestrator({ settleMaxMs: 1_000, settleIntervalMs: 50 }, true);
     const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: { width: 1920, height: 1080 } });
     assert.equal(res.statusCode, 201, res.body);
     id = res.json().id;
@@ -191,6 +193,23 @@ describe('other vendors\' computer-use actions, in a real guest', () => {
       assert.equal(answer.parts, undefined);
     }
     assert.equal((await guestSh(guest, 'cat /tmp/xev.log')).text.trim(), '', 'no key reached the guest');
+  });
+
+  it('the TypeScript client: openaiComputer and geminiComputer forward a call and return the answer to send back', async () => {
+    const client = new SandboxClient({ baseUrl: `http://127.0.0.1:${(orch.server.server.address() as AddressInfo).port}` });
+    const sandbox = await client.connect(id);
+    assert.deepEqual(sandbox.info.tools?.openai, { type: 'computer_use_preview', display_width: 1366, display_height: 768, environment: 'linux' });
+    await clearXev(guest);
+    const output = await sandbox.openaiComputer({ call_id: 'call_1', action: { type: 'click', x: 683, y: 384, button: 'back' } });
+    assert.equal(output.call_id, 'call_1');
+    assert.match(output.output.image_url, /^data:image\/png;base64,/);
+    const response = await sandbox.geminiComputer({ name: 'click_at', args: { x: 250, y: 500 }, id: 'g1' });
+    assert.equal(response.id, 'g1');
+    assert.equal(response.parts?.[0]?.inlineData.mimeType, 'image/png');
+    assert.deepEqual((await presses(2)).map((p) => [p.button, p.root?.x, p.root?.y]), [[8, 960, 540], [1, 480, 540]]);
+    const refused = await sandbox.geminiComputer({ name: 'key_combination', args: { keys: 'exec yes' } });
+    assert.match(refused.response.error ?? '', /args\.keys has an invalid key name/);
+    await assert.rejects(sandbox.openaiComputer({ action: { type: 'keypress', keys: ['exec yes'] } }), (err: Error & { status?: number }) => err.status === 400 && /action\.keys\[0\]/.test(err.message));
   });
 
   it('red team: hostile names and values are refused by field, and nothing reaches the guest', async () => {

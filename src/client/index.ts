@@ -1,4 +1,4 @@
-import { DesktopMethods } from './desktop.js';
+import { VendorToolMethods } from './vendor-tools.js';
 import { errorFor, SandboxError } from './errors.js';
 import { downloadFile, downloadFileStream, uploadFile, type FileRequestOptions, type UploadData, type UploadedFile, type UploadFileOptions } from './files.js';
 import { formatQuery, queryString, type ScreenshotFormatOptions } from './screenshot-format.js';
@@ -125,8 +125,8 @@ export class SandboxClient {
   }
 }
 
-/** One sandbox: a method per action (the desktop actions' are in desktop.ts). */
-export class Sandbox extends DesktopMethods {
+/** One sandbox: a method per action (the desktop actions' are in desktop.ts, other vendors' calls in vendor-tools.ts). */
+export class Sandbox extends VendorToolMethods {
   constructor(
     protected readonly client: SandboxClient,
     public info: SessionInfo,
