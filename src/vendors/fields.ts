@@ -1,3 +1,5 @@
+import { parseAction, type ComputerAction } from '../computer/actions.js';
+import type { Scaler } from '../computer/scaling.js';
 import { InvalidRequestError } from '../errors.js';
 
 /**
@@ -39,4 +41,14 @@ export function ignoredText(value: unknown, field: string, maxLength = 4_000): v
   if (value === undefined) return;
   const text = JSON.stringify(value);
   if (text.length > maxLength) throw new InvalidRequestError(`${field} is too long (at most ${maxLength} characters as JSON)`);
+}
+
+/** Text to type, checked as the computer tool's `type` checks it (length, NUL), named as the vendor's field. */
+export function typedText(value: unknown, field: string, scaler: Scaler): ComputerAction {
+  try {
+    return parseAction({ action: 'type', text: value }, scaler);
+  } catch (err) {
+    if (err instanceof InvalidRequestError) throw new InvalidRequestError(err.message.replace(/^text\b/, field));
+    throw err;
+  }
 }

@@ -1,8 +1,8 @@
-import { parseAction, type ComputerAction, type ScrollDirection } from '../computer/actions.js';
+import type { ComputerAction, ScrollDirection } from '../computer/actions.js';
 import type { Point, Scaler, Size } from '../computer/scaling.js';
 import { openTarget } from '../computer/desktop-actions/requests.js';
 import { InvalidRequestError } from '../errors.js';
-import { boolean, ignoredText, integer, objectOf, onlyFields, type Fields } from './fields.js';
+import { boolean, ignoredText, integer, objectOf, onlyFields, typedText, type Fields } from './fields.js';
 import { vendorKeyCombo } from './key-names.js';
 import { notches } from './openai.js';
 
@@ -119,7 +119,7 @@ function navigate(value: unknown): Omit<GeminiPlan, 'name'> {
 /** Click, optionally select all and delete, type, optionally Enter (Gemini's defaults: both on). */
 function typeTextAt(args: Fields, scaler: Scaler): Omit<GeminiPlan, 'name'> {
   const coordinate = gridPoint(args, scaler.screen);
-  const typed = parseAction({ action: 'type', text: args.text }, scaler);
+  const typed = typedText(args.text, 'args.text', scaler);
   const clear = boolean(args.clear_before_typing, 'args.clear_before_typing', true);
   const enter = boolean(args.press_enter, 'args.press_enter', true);
   return {

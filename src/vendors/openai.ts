@@ -1,8 +1,8 @@
-import { parseAction, type ComputerAction, type ScrollDirection } from '../computer/actions.js';
+import type { ComputerAction, ScrollDirection } from '../computer/actions.js';
 import type { KeyCombo } from '../computer/keys.js';
 import type { Point, Scaler } from '../computer/scaling.js';
 import { InvalidRequestError } from '../errors.js';
-import { integer, objectOf, onlyFields, type Fields } from './fields.js';
+import { integer, objectOf, onlyFields, typedText, type Fields } from './fields.js';
 import { vendorKeyList } from './key-names.js';
 
 /**
@@ -77,8 +77,7 @@ function translateOne(value: unknown, where: string, scaler: Scaler): ComputerAc
     case 'scroll':
       return scroll(body, where, at(), keys());
     case 'type':
-      // Our own check of typed text (length, NUL), naming the field as OpenAI does.
-      return [parseAction({ action: 'type', text: body.text }, scaler)];
+      return [typedText(body.text, `${where}.text`, scaler)];
     case 'wait':
       return [{ action: 'wait', seconds: WAIT_SECONDS }];
     case 'screenshot':
