@@ -49,6 +49,28 @@ export const sessionSchema = {
         enable_zoom: { type: 'boolean' },
       },
     },
+    tools: {
+      type: 'object',
+      description: "Each vendor's tool definition for this session, to pass as is (docs/api.md, Other vendors)",
+      properties: {
+        anthropic: { type: 'object', additionalProperties: true, description: 'The same as computerTool' },
+        openai: {
+          type: 'object',
+          description: "OpenAI's computer tool, sized to the model space: x, y of /tools/openai-computer are read in it",
+          properties: {
+            type: { type: 'string' },
+            display_width: { type: 'integer' },
+            display_height: { type: 'integer' },
+            environment: { type: 'string' },
+          },
+        },
+        gemini: {
+          type: 'object',
+          description: "Gemini's computer_use tool (no size: Gemini points on a 0-999 grid)",
+          properties: { computerUse: { type: 'object', properties: { environment: { type: 'string' } } } },
+        },
+      },
+    },
     screenshot: {
       type: 'object',
       description: "The default screenshot format chosen at create: format, and quality for jpeg and webp",

@@ -15,6 +15,7 @@ import { DEFAULT_TENANT_REQUEST_LIMITS, installTenantRequestLimits, TenantReques
 import { companionToolRoutes } from './routes/companion-tools.js';
 import { computerToolRoutes } from './routes/computer-tool.js';
 import { desktopActionRoutes } from './routes/desktop-actions.js';
+import { vendorToolRoutes } from './routes/vendor-tools.js';
 import { fileRoutes } from './routes/files.js';
 import { sessionRoutes } from './routes/sessions.js';
 import { sessionTimeoutRoutes } from './routes/session-timeouts.js';
@@ -129,6 +130,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   await app.register(computerToolRoutes, { manager: opts.manager, trajectory });
   await app.register(companionToolRoutes, { manager: opts.manager, display: opts.manager.display, bashTimeoutSeconds: opts.bashTimeoutSeconds, trajectory });
   await app.register(desktopActionRoutes, { manager: opts.manager });
+  await app.register(vendorToolRoutes, { manager: opts.manager });
   await app.register(fileRoutes, { manager: opts.manager, maxFileBytes: opts.maxFileBytes });
   if (trajectory) {
     const recordingStart = (id: string) => opts.manager.recordingStatus(id).catch(() => undefined); // none: 404

@@ -1,4 +1,4 @@
-import { DesktopMethods } from './desktop.js';
+import { VendorToolMethods } from './vendor-tools.js';
 import { errorFor, SandboxError } from './errors.js';
 import { downloadFile, downloadFileStream, uploadFile, type FileRequestOptions, type UploadData, type UploadedFile, type UploadFileOptions } from './files.js';
 import {
@@ -22,6 +22,7 @@ export type { DesktopWindow } from './desktop.js';
 export type { RecordingStatus, ScreenFrame, ScreenStreamOptions } from './recording.js';
 export type { FileRequestOptions, UploadData, UploadedFile, UploadFileOptions } from './files.js';
 export * from './types.js';
+export * from './vendor-types.js';
 export { createTrajectoryLink, fetchTrajectory, type Trajectory, type TrajectoryLink, type TrajectoryStep } from './trajectory.js';
 
 /** Where the client looks for the orchestrator unless told (SBX_URL, `--url`): `sbx serve`'s default address. */
@@ -143,8 +144,8 @@ export class SandboxClient {
   }
 }
 
-/** One sandbox: a method per action (the desktop actions' are in desktop.ts). */
-export class Sandbox extends DesktopMethods {
+/** One sandbox: a method per action (the desktop actions' are in desktop.ts, other vendors' calls in vendor-tools.ts). */
+export class Sandbox extends VendorToolMethods {
   constructor(
     protected readonly client: SandboxClient,
     public info: SessionInfo,

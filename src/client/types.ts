@@ -1,5 +1,6 @@
 import type { ImageMediaType, ScreenshotFormatOptions } from './screenshot-format.js';
 import type { RecordingStatus } from './recording.js';
+import type { VendorTools } from './vendor-types.js';
 
 /** The shapes the API answers with and takes: sessions, tool inputs, tool results. */
 
@@ -19,6 +20,8 @@ export interface SessionInfo {
     display_height_px: number;
     enable_zoom?: boolean;
   };
+  /** Each vendor's tool definition for this session (anthropic is computerTool). */
+  tools?: VendorTools;
   /** The default screenshot format chosen at create. */
   screenshot?: ScreenshotFormatOptions;
   /** Idle timeout: the session ends this long after its last activity. */

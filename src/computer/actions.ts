@@ -45,7 +45,18 @@ export type ComputerAction =
   | { action: 'key'; combos: KeyCombo[] }
   | { action: 'hold_key'; key: KeyCombo; seconds: number }
   | { action: 'wait'; seconds: number }
-  | { action: 'zoom'; region: { x0: number; y0: number; x1: number; y1: number } };
+  | { action: 'zoom'; region: { x0: number; y0: number; x1: number; y1: number } }
+  /**
+   * Not in Anthropic's contract (parseAction never makes it): the back and forward buttons
+   * (X buttons 8 and 9) that OpenAI's click names, so that vendor adapters stay a
+   * translation into this one list.
+   */
+  | { action: 'button_click'; button: SideButton; coordinate?: Point; modifier?: KeyCombo };
+
+/** X's back (8) and forward (9) mouse buttons. */
+export type SideButton = 8 | 9;
+/** Every action the computer runs: the contract's, and the internal ones above. */
+export type RunnableActionName = ComputerAction['action'];
 
 /** Which fields each action takes; any other field is refused by name. */
 const FIELDS: Record<ActionName, { required: string[]; optional: string[] }> = {

@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ActionName, ComputerAction } from './actions.js';
+import type { ComputerAction, RunnableActionName } from './actions.js';
 import type { RawFrame } from './capture-channel.js';
 import type { Capture, Desktop } from './desktop.js';
 import { EncodeCache } from './encode-cache.js';
@@ -18,7 +18,7 @@ export interface SettleOptions {
 }
 
 export interface ComputerOutcome {
-  action: ActionName;
+  action: RunnableActionName;
   /** Text for the model, e.g. "X=10,Y=20" for cursor_position. */
   output?: string;
   /** The pointer position in the model's space (cursor_position). */
@@ -30,7 +30,7 @@ export interface ComputerOutcome {
 }
 
 /** Actions whose result is their own output, not a screenshot taken afterwards. */
-const NO_SCREENSHOT_AFTER: ReadonlySet<ActionName> = new Set(['screenshot', 'cursor_position', 'zoom']);
+const NO_SCREENSHOT_AFTER: ReadonlySet<RunnableActionName> = new Set(['screenshot', 'cursor_position', 'zoom']);
 
 /**
  * The computer tool of one session: performs validated actions on its desktop, in the

@@ -52,6 +52,8 @@ export function inputPlan(action: PointerAction): InputPlan {
       const clicks = repeat(CLICKS[action.action], click(BUTTON[action.action]));
       return { requests: [...moveTo(action.coordinate), ...holding(action.modifier, 'key', clicks)] };
     }
+    case 'button_click':
+      return { requests: [...moveTo(action.coordinate), ...holding(action.modifier, 'keys', click(action.button))] };
     case 'left_click_drag':
       return {
         requests: [...moveTo(action.start), button(1, true), ...moveTo(action.coordinate), button(1, false)],

@@ -1,5 +1,7 @@
 import type { RawFrame } from '../computer/capture-channel.js';
 import type { RecordingStatus } from '../recording/session-recorder.js';
+import type { ComputerAction } from '../computer/actions.js';
+import type { Scaler } from '../computer/scaling.js';
 import type { EncodedImage } from '../computer/screenshot-format.js';
 import type { OrchestratorError } from '../errors.js';
 import type { RuntimeName } from '../runtimes/runtime.js';
@@ -26,6 +28,8 @@ export interface SessionDirectory {
 export interface ComputerActions {
   screenshot(id: string, options?: ScreenshotOptions): Promise<EncodedImage>;
   act(id: string, input: unknown, options: ActOptions): Promise<ActionOutcome>;
+  /** Actions already translated for the session's scaling (another vendor's call), run as `act` runs one. */
+  perform(id: string, translate: (scaler: Scaler) => ComputerAction[], options: ActOptions): Promise<ActionOutcome>;
 }
 
 /** A session's screen recording (recording/), and frames for the screen stream. */

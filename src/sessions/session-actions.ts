@@ -1,7 +1,8 @@
 import { parseAction, type ComputerAction } from '../computer/actions.js';
+import type { Scaler } from '../computer/scaling.js';
 import type { ComputerOutcome } from '../computer/computer-tool.js';
 import { resolveScreenshotFormat, type EncodedImage, type ScreenshotFormat, type ScreenshotFormatRequest } from '../computer/screenshot-format.js';
-import { NotFoundError, type OrchestratorError, SessionGoneError, SessionStateError } from '../errors.js';
+import { InvalidRequestError, NotFoundError, type OrchestratorError, SessionGoneError, SessionStateError } from '../errors.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { AttachmentContext, SessionAccess } from '../tools/session-access.js';
 import type { GuestConnection } from '../transport/ssh-connection.js';
@@ -101,26 +102,47 @@ export class SessionActions implements SessionAccess {
    * screenshot, cursor_position and zoom also return the settled screen (the tool_result).
    */
   async act(id: string, input: unknown, options: ActOptions): Promise<ActionOutcome> {
+    return this.perform(id, (scaler) => [parseAction(input, scaler)], options);
+  }
+
+  /**
+   * Performs a list of actions that `translate` makes for the session's scaling (another
+   * vendor's call, src/vendors/), by the same code as `act`: all are checked before the first
+   * runs, and only the last one takes the settled screenshot that follows.
+   */
+  async perform(id: string, translate: (scaler: Scaler) => ComputerAction[], options: ActOptions): Promise<ActionOutcome> {
     const session = this.opts.registry.ready(id);
     const { computer } = session;
-    const action = parseAction(input, computer.scaler);
+    const actions = translate(computer.scaler);
+    const last = actions.at(-1);
+    if (!last) throw new InvalidRequestError('there is no action to perform');
     // Checked before the action runs: a bad format must not leave a click done and unreported.
     const format = formatOf(options.format, session.record);
     const started = performance.now();
     const startedAt = new Date();
     try {
       // A long action (hold_key, wait, a settle) holds the idle timeout off while it runs.
-      const outcome = await this.opts.clocks.whileBusy(id, () => computer.run(action, { screenshotAfter: options.screenshotAfter, format }));
-      const seconds = (performance.now() - started) / 1000;
-      this.opts.metrics.actionDuration.observe({ action: action.action }, seconds);
-      if (action.action === 'screenshot') this.opts.metrics.screenshotDuration.observe(seconds);
+      const outcome = await this.opts.clocks.whileBusy(id, async () => {
+        for (const action of actions.slice(0, -1)) await this.timed(action, () => computer.run(action, { screenshotAfter: false, format }));
+        return this.timed(last, () => computer.run(last, { screenshotAfter: options.screenshotAfter, format }));
+      });
       this.opts.clocks.touch(session);
-      this.opts.onAction?.(id, action, startedAt, seconds * 1000);
-      return { ...outcome, durationMs: seconds * 1000 };
+      const durationMs = performance.now() - started;
+      for (const action of actions) this.opts.onAction?.(id, action, startedAt, durationMs);
+      return { ...outcome, durationMs };
     } catch (err) {
       this.opts.metrics.errors.inc({ kind: 'action' });
       throw err;
     }
+  }
+
+  private async timed<T>(action: ComputerAction, run: () => Promise<T>): Promise<T> {
+    const started = performance.now();
+    const result = await run();
+    const seconds = (performance.now() - started) / 1000;
+    this.opts.metrics.actionDuration.observe({ action: action.action }, seconds);
+    if (action.action === 'screenshot') this.opts.metrics.screenshotDuration.observe(seconds);
+    return result;
   }
 
   /** A ready session's SSH connection, for the companion tools and files. Counts as activity. */

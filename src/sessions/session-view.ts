@@ -1,4 +1,5 @@
 import type { RecordingStatus } from '../recording/session-recorder.js';
+import { geminiToolDefinition, openaiToolDefinition, type GeminiToolDefinition, type OpenAIToolDefinition } from '../vendors/tool-definitions.js';
 import type { EndReason, SessionRecord } from './session-record.js';
 import { lifetimeEnd } from './timeouts.js';
 
@@ -34,6 +35,8 @@ export interface SessionView {
   display: { width: number; height: number };
   /** A ready tool definition for the Messages API, in the model's (scaled) space. */
   computerTool: ComputerToolDefinition;
+  /** Each vendor's tool definition for this session (anthropic is computerTool). */
+  tools: { anthropic: ComputerToolDefinition; openai: OpenAIToolDefinition; gemini: GeminiToolDefinition };
   /** The default format of its screenshots (a request may ask for another). */
   screenshot: { format: SessionRecord['screenshotFormat']; quality?: number };
   timeoutSeconds: number;
@@ -66,6 +69,11 @@ export function toView(record: SessionRecord, recording?: RecordingStatus): Sess
     template: record.template,
     display: { width: record.width, height: record.height },
     computerTool: computerToolDefinition(record),
+    tools: {
+      anthropic: computerToolDefinition(record),
+      openai: openaiToolDefinition({ width: record.modelWidth, height: record.modelHeight }),
+      gemini: geminiToolDefinition(),
+    },
     screenshot: screenshotDefault(record),
     timeoutSeconds: record.timeoutSeconds,
     maxLifetimeSeconds: record.maxLifetimeSeconds,

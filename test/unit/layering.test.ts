@@ -6,7 +6,7 @@
  *   entry points   cli/, bench/, orchestrator.ts, index.ts  (wire everything together)
  *   api/ mcp/      the HTTP server and its routes; the MCP server (tools over the client SDK)
  *   sessions/      the session registry, lifecycle, clocks, warm pool
- *   runtimes/ computer/ tools/ files/ templates/ recording/   what a session is made of
+ *   runtimes/ computer/ tools/ files/ templates/ recording/ vendors/   what a session is made of
  *   transport/ network/ guest/ host/         SSH, addresses and nftables, the guest contract, host facts
  *   util/          nothing about sandboxes at all
  *
@@ -44,6 +44,7 @@ const LAYER_OF_TOP: Record<string, number | undefined> = {
   files: 3,
   templates: 3,
   recording: 3,
+  vendors: 3,
   transport: 2,
   network: 2,
   guest: 2,
