@@ -45,6 +45,13 @@ export class SessionGoneError extends OrchestratorError {
   }
 }
 
+/** The built-in loop has no Anthropic API key: said before any sandbox is made for a run. */
+export class ModelKeyMissingError extends OrchestratorError {
+  constructor(message: string) {
+    super(message, 503, 'anthropic_key_missing');
+  }
+}
+
 /** The sandbox could not be made or reached; nothing was left behind. */
 export class UnavailableError extends OrchestratorError {
   constructor(message: string) {

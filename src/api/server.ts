@@ -22,6 +22,8 @@ import { systemRoutes } from './routes/system.js';
 import { templateRoutes, type TemplateListing } from './routes/templates.js';
 import { linkRoutes } from './routes/links.js';
 import { trajectoryRoutes } from './routes/trajectory.js';
+import { runRoutes } from './routes/runs.js';
+import type { RunManager } from '../runs/runs.js';
 import type { TrajectoryRecorder } from '../sessions/trajectory/recorder.js';
 import { toolResultSchema } from '../tools/tool-result.js';
 import { actionResultSchema, errorSchema, sessionSchema } from './schemas.js';
@@ -46,6 +48,8 @@ export interface ServerOptions {
   bashTimeoutSeconds: number;
   /** Every call stored as a step of its session's trajectory, and the routes that show it (none: not recorded). */
   trajectory?: TrajectoryRecorder;
+  /** The built-in Claude loop (POST /v1/runs); none: the routes are not there. */
+  runs?: RunManager;
 }
 
 /** The HTTP API. Built without listening, so tests can drive it with inject(). */
@@ -109,6 +113,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
         { name: 'tools', description: 'The tools of the computer-use loop: tool_use input in, tool_result content out' },
         { name: 'files', description: 'Files in and out of a sandbox, over SFTP' },
         { name: 'trajectory', description: "Every call of a session, stored: as JSON, JSONL, and a page for people (link tokens)" },
+        { name: 'runs', description: 'The built-in Claude computer-use loop: run a task, follow it, stop it' },
         { name: 'system', description: 'Health and metrics' },
       ],
     },
@@ -133,6 +138,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
       owns: (tenant, id) => owners.tenantOf(id) === tenant || trajectory?.get(id)?.tenant === tenant,
     });
   }
+  if (opts.runs) await app.register(runRoutes, { runs: opts.runs });
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
   await app.register(templateRoutes, { templates: opts.templates });
   return app;

@@ -15,6 +15,7 @@ import { desktopCommand } from './desktop.js';
 import { keysCommand } from './keys.js';
 import { templateCommand } from './templates.js';
 import { trajectoryCommand } from './trajectory.js';
+import { runCommand } from './run.js';
 
 /** The file extension of an image by its first bytes (the session's default format may be any). */
 function extensionOf(image: Buffer): string {
@@ -78,7 +79,8 @@ program
     };
     let orchestrator: Awaited<ReturnType<typeof startOrchestrator>>;
     try {
-      orchestrator = await startOrchestrator(config, log);
+      // The loop's API key comes from the environment only (never a flag: it would show in ps).
+      orchestrator = await startOrchestrator(config, log, { anthropic: { apiKey: process.env.ANTHROPIC_API_KEY, baseURL: process.env.ANTHROPIC_BASE_URL } });
     } catch (err) {
       console.error(`sbx: ${err instanceof Error ? err.message : String(err)}`);
       process.exit(1);
@@ -157,6 +159,7 @@ program.addCommand(keysCommand(defaults.stateDir));
 program.addCommand(desktopCommand(client));
 program.addCommand(templateCommand(defaults.imagesDir));
 program.addCommand(trajectoryCommand(client));
+program.addCommand(runCommand(client));
 
 interface CreateFlags {
   width?: number;

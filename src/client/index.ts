@@ -3,6 +3,7 @@ import { errorFor, SandboxError } from './errors.js';
 import { downloadFile, downloadFileStream, uploadFile, type FileRequestOptions, type UploadData, type UploadedFile, type UploadFileOptions } from './files.js';
 import { formatQuery, queryString, type ScreenshotFormatOptions } from './screenshot-format.js';
 import type { ActionResult, BashToolInput, ComputerToolInput, CreateOptions, EditorToolInput, SessionInfo, TemplateInfo, TimeoutUpdate, ToolResult } from './types.js';
+import { Runs } from './runs.js';
 import { createTrajectoryLink, fetchTrajectory, type Trajectory } from './trajectory.js';
 
 export * from './errors.js';
@@ -10,6 +11,7 @@ export type { ImageMediaType, ScreenshotFormatOptions } from './screenshot-forma
 export type { DesktopWindow } from './desktop.js';
 export type { FileRequestOptions, UploadData, UploadedFile, UploadFileOptions } from './files.js';
 export * from './types.js';
+export { Runs, type RunEvent, type RunInfo, type RunOptions } from './runs.js';
 export { createTrajectoryLink, fetchTrajectory, type Trajectory, type TrajectoryLink, type TrajectoryStep } from './trajectory.js';
 
 /** Where the client looks for the orchestrator unless told (SBX_URL, `--url`): `sbx serve`'s default address. */
@@ -26,6 +28,8 @@ export interface ClientOptions {
 export class SandboxClient {
   readonly baseUrl: string;
   private readonly apiKey: string | undefined;
+  /** Runs of the built-in Claude loop (POST /v1/runs). */
+  readonly runs: Runs = new Runs(this);
 
   constructor(options: ClientOptions = {}) {
     this.baseUrl = (options.baseUrl ?? process.env.SBX_URL ?? DEFAULT_ORCHESTRATOR_URL).replace(/\/$/, '');

@@ -37,6 +37,8 @@ const LAYER_OF_TOP: Record<string, number | undefined> = {
   'orchestrator-lock.ts': 6,
   api: 5,
   sessions: 4,
+  // The built-in agent loop: drives sessions through their tools; the API serves it.
+  runs: 4,
   runtimes: 3,
   computer: 3,
   tools: 3,
