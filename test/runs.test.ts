@@ -71,7 +71,7 @@ describe('runs: the built-in Claude loop', { timeout: 600_000 }, () => {
       { content: [toolUse('tu_7', 'computer', { action: 'screenshot' })], stop_reason: 'tool_use' },
       { content: [text('Done: the haiku is saved.')], stop_reason: 'end_turn' },
     ]);
-    const created = await api('POST', '/v1/runs', { task, model: 'claude-sonnet-4-5' });
+    const created = await api('POST', '/v1/runs', { task, model: 'claude-sonnet-4-6', toolVersion: 'computer_20250124' });
     assert.equal(created.status, 201, JSON.stringify(created.json));
     const id = created.json.id as string;
     const sessionId = created.json.sessionId as string;
@@ -171,6 +171,10 @@ describe('runs: the built-in Claude loop', { timeout: 600_000 }, () => {
     stand.script(steps, [{ content: [toolUse('tu_s', 'bash', { command: 'true' })], stop_reason: 'tool_use' }]);
     const s = await api('POST', '/v1/runs', { task: steps, maxSteps: 1 });
     const endS = await waitEnd(s.json.id as string);
+    // The defaults: the newest tool version, on the session made for the run too.
+    assert.equal(stand.requestsOf(steps)[0]?.body.tools[0]?.type, 'computer_20251124');
+    assert.equal(((await api('GET', `/v1/sessions/${s.json.sessionId as string}`)).json.computerTool as { type: string }).type, 'computer_20251124');
+    assert.equal(stand.requestsOf(steps)[0]?.body.model, 'claude-sonnet-4-6');
     assert.deepEqual([endS.state, endS.stopReason, endS.steps], ['stopped', 'budget_steps', 1]);
 
     const hang = 'a model that never answers';

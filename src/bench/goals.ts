@@ -31,6 +31,8 @@ export interface GoalFigures {
   mouse_move_ratio_vs_fresh_ssh: number;
   warm_create_p50_ms: number | null;
   cold_create_p50_ms: number;
+  /** Issue 16: wall time per step of the built-in loop minus a direct tool call (zero-latency model). */
+  run_loop_overhead_ms: number;
 }
 
 /** The goal table of issue 13, then the earlier one (issue 6) for the figures it kept. */
@@ -63,6 +65,8 @@ export function goalRows(f: GoalFigures): ChartRow[] {
     { label: 'mouse_move API / fresh ssh', value: f.mouse_move_ratio_vs_fresh_ssh, goal: 0.05, unit: 'x' },
     { label: 'create-to-ready p50, warm pool', value: f.warm_create_p50_ms, goal: 150, unit: 'ms' },
     { label: 'create-to-ready p50, cold', value: f.cold_create_p50_ms, goal: 1500, unit: 'ms' },
+    // Issue 16's goal.
+    { label: 'run loop per step - direct tool call', value: f.run_loop_overhead_ms, goal: 5, unit: 'ms' },
   );
   return rows;
 }

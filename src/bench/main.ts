@@ -36,6 +36,7 @@ import { buildResults, printReport } from './report.js';
 import { compareScreenshots, staticAndChanging } from './screenshots.js';
 import { summarize, timeIt } from './stats.js';
 import { measureWarmCreates } from './warm-create.js';
+import { measureLoopOverhead, startZeroLatencyModel } from './run-loop.js';
 
 const N = Number(process.env.BENCH_N || 50);
 const CREATES = Number(process.env.BENCH_CREATES || 5);
@@ -74,7 +75,9 @@ async function main(): Promise<void> {
     tenantRequestBurst: Math.max(defaults.tenantRequestBurst, 10_000),
     tenantMaxConcurrentRequests: Math.max(defaults.tenantMaxConcurrentRequests, mostSessions * 4),
   };
-  const orchestrator = await startOrchestrator(config, pino({ level: 'warn' }), { buildImageIfMissing: false });
+  // The built-in loop talks to a stand-in with zero latency: the figure is the loop's own cost.
+  const model = await startZeroLatencyModel();
+  const orchestrator = await startOrchestrator(config, pino({ level: 'warn' }), { buildImageIfMissing: false, anthropic: { apiKey: 'bench', baseURL: model.url } });
   const address = orchestrator.server.server.address();
   if (!address || typeof address === 'string') throw new Error('server has no TCP address');
   const client = new SandboxClient({ baseUrl: `http://127.0.0.1:${address.port}` });
@@ -99,6 +102,7 @@ async function main(): Promise<void> {
     const guestMove = await timeInputInGuest(direct, display, INPUT_COMMAND, 'move 300 200\n', N);
     console.error('bench: pointer and key actions');
     const actions = await measureActions(sandbox, direct, display, N);
+    const loop = await measureLoopOverhead(client, sandbox, N);
     direct.close();
 
     // A large screen scaled to FWXGA (1366x768) on the host: capture plus scaling over the API.
@@ -172,6 +176,7 @@ async function main(): Promise<void> {
         loadIntervalMs: LOAD_INTERVAL_MS,
         ramp,
         memory: memory ?? null,
+        loop,
       });
       printReport(results);
       const goals = goalRows(results);
@@ -184,6 +189,7 @@ async function main(): Promise<void> {
     }
   } finally {
     await orchestrator.close();
+    await model.close();
     await rm(stateDir, { recursive: true, force: true });
   }
 }

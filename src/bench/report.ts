@@ -4,6 +4,7 @@ import { SCREENSHOT_FORMATS } from './goals.js';
 import type { IdleMemory } from './idle-memory.js';
 import type { LoadResult } from './load.js';
 import type { RampResult } from './ramp.js';
+import type { LoopOverhead } from './run-loop.js';
 import type { ScreenshotComparison } from './screenshots.js';
 import type { Summary } from './stats.js';
 
@@ -23,6 +24,7 @@ export interface Measured {
   loadIntervalMs: number;
   ramp: RampResult;
   memory: IdleMemory | null;
+  loop: LoopOverhead;
 }
 
 export type Results = ReturnType<typeof buildResults>;
@@ -60,6 +62,7 @@ export function buildResults(m: Measured) {
     mouse_move_ratio_vs_fresh_ssh: m.mouseMove.api.p50 / m.mouseMove.freshSsh.p50,
     warm_create_p50_ms: m.warm?.p50 ?? null,
     cold_create_p50_ms: m.create.p50,
+    run_loop_overhead_ms: m.loop.loopPerStepMs - m.loop.directMeanMs,
   };
   return {
     ...figures,
@@ -67,6 +70,7 @@ export function buildResults(m: Measured) {
     accelerator: m.accelerator,
     cores: m.cores,
     cold_create_p95_ms: m.create.p95,
+    run_loop_detail: m.loop,
     warm_create_p95_ms: m.warm?.p95 ?? null,
     // Kept under their earlier names (PNG, static screen) for comparison with older runs.
     screenshot_api_p50_ms: png.static.api.p50,

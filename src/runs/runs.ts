@@ -44,7 +44,8 @@ export interface RunView {
   endedAt: string | null;
 }
 
-export const RUN_DEFAULTS = { model: 'claude-sonnet-4-5', maxSteps: 50, maxSeconds: 1800, maxTokens: 2_000_000 } as const;
+/** claude-sonnet-4-5 reaches its end of life on 2026-11-30 (the SDK warns of it): its successor. */
+export const RUN_DEFAULTS = { model: 'claude-sonnet-4-6', toolVersion: 'computer_20251124', maxSteps: 50, maxSeconds: 1800, maxTokens: 2_000_000 } as const;
 /** As the reference loop: the three most recent screenshots are enough to act on. */
 const KEEP_IMAGES = 3;
 const RESPONSE_TOKENS = 4096;
@@ -97,16 +98,19 @@ export class RunManager {
     }
     const { sessions, trajectory } = this.opts;
     let sessionId: string;
+    let version: ToolVersion;
     if (request.sessionId !== undefined) {
       if (sessions.tenantOf(request.sessionId) !== tenant) throw new NotFoundError(`session ${request.sessionId} does not exist`);
       sessionId = request.sessionId;
+      version = request.toolVersion ?? sessions.get(sessionId).computerTool.type;
     } else {
-      const made = await sessions.create(request.session ?? {}, { tenant });
+      // A session made for the run shows the run's tool definition in its view.
+      version = request.toolVersion ?? request.session?.toolVersion ?? RUN_DEFAULTS.toolVersion;
+      const made = await sessions.create({ ...request.session, toolVersion: version }, { tenant });
       trajectory?.begin(made, request.session?.trajectory?.keepTypedText === true);
       sessionId = made.id;
     }
     const session = sessions.get(sessionId);
-    const version = request.toolVersion ?? session.computerTool.type;
     const screen = { width: session.computerTool.display_width_px, height: session.computerTool.display_height_px };
     const id = `run_${randomBytes(12).toString('hex')}`;
     const view: RunView = {

@@ -22,6 +22,7 @@ const FIGURES: GoalFigures = {
   mouse_move_ratio_vs_fresh_ssh: 0.01,
   warm_create_p50_ms: null,
   cold_create_p50_ms: 800,
+  run_loop_overhead_ms: 6,
 };
 
 describe('bench figures', () => {
@@ -37,6 +38,7 @@ describe('bench figures', () => {
     assert.equal(met('most sessions, 0 errors, p95 <= 250 ms'), false, 'higher is better: 24 < 32');
     assert.equal(met('host memory per idle session'), true);
     assert.equal(met('create-to-ready p50, warm pool'), null, 'not measured');
+    assert.equal(met('run loop per step - direct tool call'), false, '6 ms is over 5');
     assert.equal(rows.get('event-loop delay p99 under the load')?.goal, 20);
     assert.equal(rows.get('load 16 sessions: late ticks')?.goal, 2);
   });
