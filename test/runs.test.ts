@@ -3,6 +3,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import Database from 'better-sqlite3';
 import { imagesIn, MessagesStandIn, type SeenRequest } from './helpers/messages-stand-in.js';
 import { runCli, startServe, type ServeProcess } from './helpers/serve.js';
 
@@ -120,6 +121,20 @@ describe('runs: the built-in Claude loop', { timeout: 600_000 }, () => {
     const lastRequest = requests[6]!;
     assert.equal(imagesIn(lastRequest).length, 3);
     assert.match(JSON.stringify(lastRequest.body.messages[2]), /older screenshot omitted/);
+    // The transcript is kept in SQLite with the session's trajectory id (image data replaced by its size).
+    const db = new Database(path.join(stateDir, 'orchestrator.db'), { readonly: true });
+    try {
+      const row = db.prepare('SELECT trajectory_id, state, stop_reason, transcript FROM runs WHERE id = ?').get(id) as { trajectory_id: string; state: string; stop_reason: string; transcript: string };
+      assert.deepEqual([row.trajectory_id, row.state, row.stop_reason], [sessionId, 'completed', 'end_turn']);
+      const transcript = JSON.parse(row.transcript) as { messages: unknown[] };
+      assert.equal(transcript.messages.length, 14, 'the task, 7 answers and 6 turns of tool results');
+      assert.match(row.transcript, /frog leaps in/);
+      assert.match(row.transcript, /base64 characters/);
+    } finally {
+      db.close();
+    }
+    const trajectory = (await api('GET', `/v1/sessions/${sessionId}/trajectory`)).json as { steps: Array<{ tool: string }> };
+    assert.deepEqual(trajectory.steps.map((st) => st.tool), ['computer', 'str_replace_based_edit_tool', 'computer', 'bash', 'computer', 'computer', 'computer']);
     // The file is there: read through the bash tool route.
     const bash = await api('POST', `/v1/sessions/${sessionId}/tools/bash`, { command: 'cat /tmp/haiku.txt' });
     assert.match(JSON.stringify(bash.json), /old pond\\nfrog leaps in\\nsplash/);
@@ -220,6 +235,44 @@ describe('runs without an API key', { timeout: 120_000 }, () => {
     } finally {
       s.child.kill('SIGTERM');
       await new Promise((r) => s.child.once('exit', r));
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('runs are the tenant\'s own', { timeout: 180_000 }, () => {
+  it("another tenant cannot see, follow, stop a run or run on the tenant's session", async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'sbx-runs-tenants-'));
+    const keyOf = async (tenant: string) => (await runCli(['keys', 'create', '--tenant', tenant, '--state-dir', dir], 'http://127.0.0.1:1')).stdout.trim();
+    const [keyA, keyB] = [await keyOf('alpha'), await keyOf('beta')];
+    const tenantStand = new MessagesStandIn();
+    await tenantStand.start();
+    const s = await startServe(dir, 20_000 + Math.floor(Math.random() * 20_000), undefined, ['--auth', 'on'], { ANTHROPIC_API_KEY: 'sk-test-key', ANTHROPIC_BASE_URL: tenantStand.url });
+    const as = (key: string) => async (method: string, url: string, body?: unknown) => {
+      const headers: Record<string, string> = { authorization: `Bearer ${key}` };
+      if (body !== undefined) headers['content-type'] = 'application/json';
+      const res = await fetch(`${s.url}${url}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+      return { status: res.status, json: (await res.json()) as Record<string, unknown> };
+    };
+    const [a, b] = [as(keyA), as(keyB)];
+    try {
+      tenantStand.script('alpha task', [{ hang: true }]);
+      const run = await a('POST', '/v1/runs', { task: 'alpha task' });
+      assert.equal(run.status, 201, JSON.stringify(run.json));
+      const id = run.json.id as string;
+      assert.equal((await b('GET', `/v1/runs/${id}`)).status, 404);
+      assert.equal((await b('GET', `/v1/runs/${id}/events`)).status, 404);
+      assert.equal((await b('DELETE', `/v1/runs/${id}`)).status, 404);
+      const onTheirs = await b('POST', '/v1/runs', { task: 'beta task', sessionId: run.json.sessionId });
+      assert.equal(onTheirs.status, 404);
+      assert.equal(tenantStand.requestsOf('beta task').length, 0);
+      assert.equal((await a('GET', `/v1/runs/${id}`)).json.state, 'running', 'still running');
+      const stopped = await a('DELETE', `/v1/runs/${id}`);
+      assert.deepEqual([stopped.status, stopped.json.stopReason], [200, 'cancelled']);
+    } finally {
+      s.child.kill('SIGTERM');
+      await new Promise((r) => s.child.once('exit', r));
+      await tenantStand.stop();
       await rm(dir, { recursive: true, force: true });
     }
   });
