@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
+import { Writable } from 'node:stream';
 import { describe, it } from 'node:test';
 import type { BetaMessageParam } from '@anthropic-ai/sdk/resources/beta/messages/messages';
+import { EventStream } from '../../src/api/event-stream.js';
 import { DROPPED_IMAGE_TEXT, keepRecentImages, markCacheBreakpoint } from '../../src/runs/image-budget.js';
 import { storableTranscript } from '../../src/runs/run-store.js';
 import { TOOL_VERSIONS, toolSet } from '../../src/runs/tool-versions.js';
@@ -59,5 +61,45 @@ describe('runs: the loop\'s pure parts', () => {
     assert.ok(stored.length < 1000);
     assert.match(stored, /\[10000 base64 characters\]/);
     assert.match(stored, /short/);
+  });
+});
+
+describe('runs: the event stream', () => {
+  const sink = () => {
+    // A reader that reads nothing: every write stays buffered, as on a stalled TCP connection.
+    const out = new Writable({ write: () => undefined });
+    let destroyed = false;
+    let ended = false;
+    const view = {
+      write: (chunk: string) => out.write(chunk),
+      end: () => (ended = true),
+      destroy: () => (destroyed = true),
+      get writableLength() {
+        return out.writableLength;
+      },
+    };
+    return { view, state: () => ({ destroyed, ended, buffered: out.writableLength }) };
+  };
+
+  it('drops a client that leaves more than the limit unread, and stops writing to it', () => {
+    const { view, state } = sink();
+    let unsubscribed = 0;
+    const stream = new EventStream<{ type: string; text?: string }>(view, 10_000, () => unsubscribed++, (e) => e.type === 'end');
+    for (let i = 0; i < 100; i++) stream.send({ type: 'text', text: 'x'.repeat(500) });
+    assert.equal(stream.dropped, true);
+    assert.equal(state().destroyed, true);
+    assert.ok(state().buffered < 10_000 + 1000, `no more than the limit and one event buffered (${state().buffered})`);
+    assert.equal(unsubscribed, 1);
+  });
+
+  it('ends after the last event, numbering and naming each', () => {
+    const chunks: string[] = [];
+    let ended = false;
+    const stream = new EventStream<{ type: string }>({ write: (c) => chunks.push(c) > 0, end: () => (ended = true), destroy: () => undefined, writableLength: 0 }, 10_000, () => undefined, (e) => e.type === 'end');
+    stream.send({ type: 'text' });
+    stream.send({ type: 'end' });
+    stream.send({ type: 'text' });
+    assert.deepEqual(chunks, ['id: 0\nevent: text\ndata: {"type":"text"}\n\n', 'id: 1\nevent: end\ndata: {"type":"end"}\n\n']);
+    assert.equal(ended, true);
   });
 });

@@ -4,6 +4,7 @@ import type { RunManager, RunRequest } from '../../runs/runs.js';
 import { TOOL_VERSIONS } from '../../runs/tool-versions.js';
 import { SMALL_BODY_LIMIT_BYTES } from '../limits.js';
 import { createSessionBody } from '../schemas.js';
+import { EventStream } from '../event-stream.js';
 
 /** Bytes an SSE client may leave unread before it is dropped: a slow reader holds no more. */
 const SSE_UNREAD_LIMIT_BYTES = 256 * 1024;
@@ -63,37 +64,17 @@ export async function runRoutes(app: FastifyInstance, opts: { runs: RunManager }
     '/v1/runs/:id/events',
     { schema: { summary: "A run's progress as Server-Sent Events, from its start; the stream ends after the `end` event", tags: ['runs'], params: runIdParams } },
     async (request, reply) => {
-      const raw = reply.raw;
-      let closed = false;
-      let n = 0;
-      const finish = (): void => {
-        if (closed) return;
-        closed = true;
-        subscription.unsubscribe();
-        raw.end();
-      };
-      const send = (event: RunEvent): void => {
-        if (closed) return;
-        raw.write(`id: ${n++}\nevent: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`);
-        if (event.type === 'end') return finish();
-        // A reader that does not keep up is dropped rather than buffered for without bound.
-        if (raw.writableLength > SSE_UNREAD_LIMIT_BYTES) {
-          closed = true;
-          subscription.unsubscribe();
-          raw.destroy();
-        }
-      };
       const pending: RunEvent[] = [];
-      let ready = false;
-      const subscription = runs.subscribe(request.params.id, request.tenant, (event) => (ready ? send(event) : pending.push(event)));
+      let stream: EventStream<RunEvent> | undefined;
+      // Throws (404) before anything is written for a run that is not the tenant's.
+      const subscription = runs.subscribe(request.params.id, request.tenant, (event) => (stream ? stream.send(event) : pending.push(event)));
       reply.hijack();
+      const raw = reply.raw;
       raw.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive' });
-      raw.on('close', () => {
-        closed = true;
-        subscription.unsubscribe();
-      });
-      for (const event of [...subscription.past, ...pending]) send(event);
-      ready = true;
+      const opened = new EventStream<RunEvent>(raw, SSE_UNREAD_LIMIT_BYTES, subscription.unsubscribe, (event) => event.type === 'end');
+      raw.on('close', () => opened.close());
+      for (const event of [...subscription.past, ...pending]) opened.send(event);
+      stream = opened;
     },
   );
 }
