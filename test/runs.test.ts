@@ -49,6 +49,9 @@ describe('runs: the built-in Claude loop', { timeout: 600_000 }, () => {
     const bad = await api('POST', '/v1/runs', { task: 'x', maxSteps: 0 });
     assert.equal(bad.status, 400);
     assert.match(JSON.stringify(bad.json), /maxSteps/);
+    const both = await api('POST', '/v1/runs', { task: 'x', sessionId: 'abc', session: {} });
+    assert.equal(both.status, 400);
+    assert.match(JSON.stringify(both.json), /sessionId and session/);
     const { json } = await api('GET', '/v1/sessions');
     assert.deepEqual(json.sessions, []);
   });

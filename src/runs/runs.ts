@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import Anthropic from '@anthropic-ai/sdk';
 import type { Logger } from 'pino';
-import { ModelKeyMissingError, NotFoundError } from '../errors.js';
+import { InvalidRequestError, ModelKeyMissingError, NotFoundError } from '../errors.js';
 import type { SessionDirectory } from '../sessions/ports.js';
 import type { CreateSessionOptions } from '../sessions/session-request.js';
 import type { TrajectoryRecorder } from '../sessions/trajectory/recorder.js';
@@ -95,6 +95,9 @@ export class RunManager {
     const { client } = this;
     if (!client) {
       throw new ModelKeyMissingError('no Anthropic API key: set ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL for a proxy or gateway) in the environment of `sbx serve`');
+    }
+    if (request.sessionId !== undefined && request.session !== undefined) {
+      throw new InvalidRequestError('sessionId and session: give one (an existing sandbox, or how to make a new one), not both');
     }
     const { sessions, trajectory } = this.opts;
     let sessionId: string;

@@ -1,11 +1,11 @@
 import { DesktopError } from '../computer/desktop.js';
-import { InvalidRequestError, OrchestratorError } from '../errors.js';
+import { InvalidRequestError } from '../errors.js';
 import type { ComputerActions, ToolSessions } from '../sessions/ports.js';
 import type { TrajectoryRecorder } from '../sessions/trajectory/recorder.js';
-import { recordedCall, type StepOutcome } from '../sessions/trajectory/recorded-call.js';
+import { recordedCall, toolResultStep } from '../sessions/trajectory/recorded-call.js';
 import { BashTool } from '../tools/bash/bash-tool.js';
 import { EditorTool } from '../tools/editor/editor-tool.js';
-import { GuestToolError, ToolError } from '../tools/tool-error.js';
+import { toolAnswer } from '../tools/tool-error.js';
 import { errorResult, imageContent, type ToolResult } from '../tools/tool-result.js';
 
 export type RunToolSessions = ComputerActions & ToolSessions;
@@ -73,21 +73,7 @@ export class SessionTools {
   }
 
   private companion(sessionId: string, tool: 'bash' | 'str_replace_based_edit_tool', input: unknown, work: () => Promise<ToolResult>): Promise<ToolResult> {
-    return this.sessions.whileBusy(sessionId, () => recordedCall(this.trajectory, { sessionId, tool, input }, () => answer(work), stepOf));
+    return this.sessions.whileBusy(sessionId, () => recordedCall(this.trajectory, { sessionId, tool, input }, () => toolAnswer(work), toolResultStep));
   }
 }
 
-function stepOf(result: ToolResult, durationMs: number): StepOutcome {
-  const text = result.content.flatMap((block) => (block.type === 'text' ? [block.text] : [])).join('\n');
-  return result.is_error ? { durationMs, error: { code: 'tool_error', message: text } } : { durationMs, output: text };
-}
-
-async function answer(work: () => Promise<ToolResult>): Promise<ToolResult> {
-  try {
-    return await work();
-  } catch (err) {
-    if (err instanceof ToolError) return errorResult(err.message);
-    if (err instanceof OrchestratorError) throw err;
-    throw new GuestToolError(`the tool could not run in the sandbox: ${(err as Error).message}`);
-  }
-}

@@ -27,7 +27,6 @@ const runBody = {
     session: createSessionBody,
     system: { type: 'string', maxLength: 20_000, description: 'Added to the system prompt' },
   },
-  not: { required: ['sessionId', 'session'] },
 } as const;
 
 /**
