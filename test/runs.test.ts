@@ -210,6 +210,16 @@ describe('runs: the built-in Claude loop', { timeout: 600_000 }, () => {
     assert.deepEqual([endT.state, endT.stopReason], ['stopped', 'budget_seconds']);
   });
 
+  it('a session does not idle out while a run waits for the model', async () => {
+    const task = 'a model thinking for longer than the idle timeout';
+    stand.script(task, [{ hang: true }]);
+    const run = await api('POST', '/v1/runs', { task, session: { timeoutSeconds: 10 } });
+    assert.equal(run.status, 201, JSON.stringify(run.json));
+    await new Promise((r) => setTimeout(r, 13_000));
+    assert.equal((await api('GET', `/v1/sessions/${run.json.sessionId as string}`)).json.state, 'ready');
+    assert.equal((await api('DELETE', `/v1/runs/${run.json.id as string}`)).json.stopReason, 'cancelled');
+  });
+
   it('sbx run prints progress and the end', async () => {
     const task = 'cli task';
     stand.script(task, [

@@ -157,7 +157,9 @@ export class RunManager {
     const run: LiveRun = { view, tenant, loop, events, listeners, done: Promise.resolve() };
     this.runs.set(id, run);
     this.save(run);
-    run.done = loop.run().then((end) => {
+    // A session a run drives is in use while the model thinks too: its idle timeout waits for
+    // the run (its lifetime does not).
+    run.done = sessions.whileBusy(sessionId, () => loop.run()).then((end) => {
       Object.assign(view, { state: end.state, stopReason: end.stopReason, steps: loop.steps, usage: { ...loop.usage }, endedAt: new Date().toISOString() });
       if (end.error !== undefined) view.error = end.error;
       this.save(run);
