@@ -199,6 +199,9 @@ describe('runs: the built-in Claude loop', { timeout: 600_000 }, () => {
     stand.script(hang, [{ hang: true }]);
     const h = await api('POST', '/v1/runs', { task: hang, sessionId: s.json.sessionId });
     await new Promise((r) => setTimeout(r, 300));
+    const second = await api('POST', '/v1/runs', { task: 'a second run on the same session', sessionId: s.json.sessionId });
+    assert.equal(second.status, 409);
+    assert.match(JSON.stringify(second.json), /run_in_progress/);
     const cancelled = await api('DELETE', `/v1/runs/${h.json.id as string}`);
     assert.equal(cancelled.status, 200);
     assert.deepEqual([cancelled.json.state, cancelled.json.stopReason], ['stopped', 'cancelled']);

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import Anthropic from '@anthropic-ai/sdk';
 import type { Logger } from 'pino';
-import { InvalidRequestError, ModelKeyMissingError, NotFoundError } from '../errors.js';
+import { InvalidRequestError, ModelKeyMissingError, NotFoundError, RunInProgressError } from '../errors.js';
 import type { SessionDirectory } from '../sessions/ports.js';
 import type { CreateSessionOptions } from '../sessions/session-request.js';
 import type { TrajectoryRecorder } from '../sessions/trajectory/recorder.js';
@@ -70,6 +70,8 @@ export type RunSessions = SessionDirectory & RunToolSessions & { tenantOf(id: st
  */
 export class RunManager {
   private readonly runs = new Map<string, LiveRun>();
+  /** The running run of each session that has one. */
+  private readonly bySession = new Map<string, string>();
   private readonly client: Anthropic | undefined;
   private readonly tools: SessionTools;
   private readonly store: RunStore;
@@ -105,6 +107,8 @@ export class RunManager {
     if (request.sessionId !== undefined) {
       if (sessions.tenantOf(request.sessionId) !== tenant) throw new NotFoundError(`session ${request.sessionId} does not exist`);
       sessionId = request.sessionId;
+      const running = this.bySession.get(sessionId);
+      if (running) throw new RunInProgressError(`sessionId: session ${sessionId} is driven by run ${running}; stop it (DELETE /v1/runs/${running}) or wait for its end`);
       version = request.toolVersion ?? sessions.get(sessionId).computerTool.type;
     } else {
       // A session made for the run shows the run's tool definition in its view.
@@ -156,12 +160,14 @@ export class RunManager {
     });
     const run: LiveRun = { view, tenant, loop, events, listeners, done: Promise.resolve() };
     this.runs.set(id, run);
+    this.bySession.set(sessionId, id);
     this.save(run);
     // A session a run drives is in use while the model thinks too: its idle timeout waits for
     // the run (its lifetime does not).
     run.done = sessions.whileBusy(sessionId, () => loop.run()).then((end) => {
       Object.assign(view, { state: end.state, stopReason: end.stopReason, steps: loop.steps, usage: { ...loop.usage }, endedAt: new Date().toISOString() });
       if (end.error !== undefined) view.error = end.error;
+      this.bySession.delete(sessionId);
       this.save(run);
       this.opts.log.info({ runId: id, sessionId, state: end.state, stopReason: end.stopReason, steps: loop.steps }, 'run ended');
       emit({ type: 'end', state: end.state, stopReason: end.stopReason, steps: loop.steps, usage: { ...loop.usage }, ...(end.error !== undefined ? { error: end.error } : {}) });
