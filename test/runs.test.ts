@@ -213,6 +213,28 @@ describe('runs: the built-in Claude loop', { timeout: 600_000 }, () => {
     assert.deepEqual([endT.state, endT.stopReason], ['stopped', 'budget_seconds']);
   });
 
+  it('computer actions alone: types a command into the terminal and presses Return; the file it writes is read back', async () => {
+    // The minimal template's xterm sits in the middle of the screen: a click there focuses it.
+    const task = 'Save a line into /tmp/typed.txt with the terminal';
+    stand.script(task, [
+      { content: [toolUse('tu_t1', 'computer', { action: 'left_click', coordinate: [512, 400] })], stop_reason: 'tool_use' },
+      { content: [toolUse('tu_t2', 'computer', { action: 'type', text: 'echo typed-by-the-loop > /tmp/typed.txt' })], stop_reason: 'tool_use' },
+      { content: [toolUse('tu_t3', 'computer', { action: 'key', text: 'Return' })], stop_reason: 'tool_use' },
+      { content: [text('Saved.')], stop_reason: 'end_turn' },
+    ]);
+    const run = await api('POST', '/v1/runs', { task, toolVersion: 'computer_20250124' });
+    assert.equal(run.status, 201, JSON.stringify(run.json));
+    const end = await waitEnd(run.json.id as string);
+    assert.deepEqual([end.state, end.stopReason], ['completed', 'end_turn']);
+    for (const r of stand.requestsOf(task).slice(1)) assert.equal(results(r)[0]?.is_error, false, JSON.stringify(results(r)[0]?.content).slice(0, 300));
+    let content = '';
+    for (let i = 0; i < 20 && !content.includes('typed-by-the-loop'); i++) {
+      content = JSON.stringify((await api('POST', `/v1/sessions/${run.json.sessionId as string}/tools/bash`, { command: 'cat /tmp/typed.txt 2>&1' })).json);
+      if (!content.includes('typed-by-the-loop')) await new Promise((r) => setTimeout(r, 250));
+    }
+    assert.match(content, /"text":"typed-by-the-loop"/);
+  });
+
   it('a session does not idle out while a run waits for the model', async () => {
     const task = 'a model thinking for longer than the idle timeout';
     stand.script(task, [{ hang: true }]);
