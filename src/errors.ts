@@ -45,6 +45,20 @@ export class SessionGoneError extends OrchestratorError {
   }
 }
 
+/** A session already driven by a run: one run at a time per session (a tenant's runs are bounded by its sessions). */
+export class RunInProgressError extends OrchestratorError {
+  constructor(message: string) {
+    super(message, 409, 'run_in_progress');
+  }
+}
+
+/** The built-in loop has no Anthropic API key: said before any sandbox is made for a run. */
+export class ModelKeyMissingError extends OrchestratorError {
+  constructor(message: string) {
+    super(message, 503, 'anthropic_key_missing');
+  }
+}
+
 /** The sandbox could not be made or reached; nothing was left behind. */
 export class UnavailableError extends OrchestratorError {
   constructor(message: string) {

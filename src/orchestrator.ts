@@ -20,6 +20,7 @@ import { TemplateCatalogue } from './templates/catalogue.js';
 import { LinkTokens } from './api/links/link-tokens.js';
 import { TrajectoryRecorder } from './sessions/trajectory/recorder.js';
 import { TrajectoryStore } from './sessions/trajectory/trajectory-store.js';
+import { RunManager, type AnthropicSettings } from './runs/runs.js';
 
 export interface Orchestrator {
   config: OrchestratorConfig;
@@ -52,6 +53,8 @@ export interface StartOptions {
    * run the Firecracker runtime against its contract emulator on hosts without KVM.
    */
   runtime?: RuntimeSelection;
+  /** The Messages API of the built-in loop (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, read by the CLI). */
+  anthropic?: AnthropicSettings;
 }
 
 /** Wires the parts together: store, runtime, image, session manager, HTTP server. */
@@ -180,8 +183,17 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
   for (const preparedImage of prepared.values()) {
     await selection.runtime.prepare?.(preparedImage, { display: config.display, pidsLimit: config.pidsLimit }, (message) => log.info({ runtime: selection.runtime.name }, message));
   }
+  const runs = new RunManager({
+    sessions: manager,
+    database: store.database,
+    anthropic: options.anthropic ?? {},
+    bashTimeoutSeconds: config.bashTimeoutSeconds,
+    trajectory,
+    log: log.child({ part: 'runs' }),
+  });
   const server = await buildServer({
     manager,
+    runs,
     templates,
     metrics,
     logger: log,
@@ -214,6 +226,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     trajectory,
     close() {
       closing ??= (async () => {
+        await runs.stopAll();
         await manager.shutdown();
         trajectory.stop();
         await server.close();

@@ -24,6 +24,8 @@ import { templateRoutes, type TemplateListing } from './routes/templates.js';
 import { linkRoutes } from './routes/links.js';
 import { mcpRoutes } from './routes/mcp.js';
 import { trajectoryRoutes } from './routes/trajectory.js';
+import { runRoutes } from './routes/runs.js';
+import type { RunManager } from '../runs/runs.js';
 import type { TrajectoryRecorder } from '../sessions/trajectory/recorder.js';
 import { recordingRoutes } from './routes/recording.js';
 import { screenStreamRoutes } from './routes/screen-stream.js';
@@ -50,6 +52,8 @@ export interface ServerOptions {
   bashTimeoutSeconds: number;
   /** Every call stored as a step of its session's trajectory, and the routes that show it (none: not recorded). */
   trajectory?: TrajectoryRecorder;
+  /** The built-in Claude loop (POST /v1/runs); none: the routes are not there. */
+  runs?: RunManager;
 }
 
 /** The HTTP API. Built without listening, so tests can drive it with inject(). */
@@ -115,6 +119,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
         { name: 'trajectory', description: "Every call of a session, stored: as JSON, JSONL, and a page for people (link tokens)" },
         { name: 'recording', description: 'Video of a session\'s screen, with the agent\'s actions as subtitles' },
         { name: 'mcp', description: 'The MCP server (streamable HTTP): sandboxes as tools of any MCP client' },
+        { name: 'runs', description: 'The built-in Claude computer-use loop: run a task, follow it, stop it' },
         { name: 'system', description: 'Health and metrics' },
       ],
     },
@@ -147,6 +152,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   await app.register(screenStreamRoutes, { manager: opts.manager });
   // The MCP tools call the routes above in process, as the caller (routes/mcp.ts).
   await app.register(mcpRoutes, { dispatch: (request) => app.inject(request) });
+  if (opts.runs) await app.register(runRoutes, { runs: opts.runs });
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
   await app.register(templateRoutes, { templates: opts.templates });
   return app;

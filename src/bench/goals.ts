@@ -35,6 +35,8 @@ export interface GoalFigures {
   recording_cpu_core_percent: number;
   /** ... and how much slower that session's screenshots are while it is recorded (p50, %). */
   recording_screenshot_latency_increase_percent: number;
+  /** Issue 16: wall time per step of the built-in loop minus a direct tool call (zero-latency model). */
+  run_loop_overhead_ms: number;
 }
 
 /** The goal table of issue 13, then the earlier one (issue 6) for the figures it kept. */
@@ -70,6 +72,8 @@ export function goalRows(f: GoalFigures): ChartRow[] {
     { label: 'mouse_move API / fresh ssh', value: f.mouse_move_ratio_vs_fresh_ssh, goal: 0.05, unit: 'x' },
     { label: 'create-to-ready p50, warm pool', value: f.warm_create_p50_ms, goal: 150, unit: 'ms' },
     { label: 'create-to-ready p50, cold', value: f.cold_create_p50_ms, goal: 1500, unit: 'ms' },
+    // Issue 16's goal.
+    { label: 'run loop per step - direct tool call', value: f.run_loop_overhead_ms, goal: 5, unit: 'ms' },
   );
   return rows;
 }

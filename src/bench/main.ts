@@ -38,6 +38,7 @@ import { buildResults, printReport } from './report.js';
 import { compareScreenshots, staticAndChanging } from './screenshots.js';
 import { summarize, timeIt } from './stats.js';
 import { measureWarmCreates } from './warm-create.js';
+import { measureLoopOverhead, startZeroLatencyModel } from './run-loop.js';
 
 const N = Number(process.env.BENCH_N || 50);
 const CREATES = Number(process.env.BENCH_CREATES || 5);
@@ -73,7 +74,9 @@ async function main(): Promise<void> {
     tenantRequestBurst: Math.max(defaults.tenantRequestBurst, 10_000),
     tenantMaxConcurrentRequests: Math.max(defaults.tenantMaxConcurrentRequests, mostSessions * 4),
   };
-  const orchestrator = await startOrchestrator(config, pino({ level: 'warn' }), { buildImageIfMissing: false });
+  // The built-in loop talks to a stand-in with zero latency: the figure is the loop's own cost.
+  const model = await startZeroLatencyModel();
+  const orchestrator = await startOrchestrator(config, pino({ level: 'warn' }), { buildImageIfMissing: false, anthropic: { apiKey: 'bench', baseURL: model.url } });
   const address = orchestrator.server.server.address();
   if (!address || typeof address === 'string') throw new Error('server has no TCP address');
   const client = new SandboxClient({ baseUrl: `http://127.0.0.1:${address.port}` });
@@ -100,6 +103,7 @@ async function main(): Promise<void> {
     const actions = await measureActions(sandbox, direct, display, N);
     console.error('bench: recording at 5 fps: CPU and the same session\'s screenshot latency, static then changing screen');
     const recording = await measureRecording({ sandbox, direct, names, display, n: N, cpuSeconds: RECORDING_SECONDS });
+    const loop = await measureLoopOverhead(client, sandbox, N);
     direct.close();
 
     // A large screen scaled to FWXGA (1366x768) on the host: capture plus scaling over the API.
@@ -174,6 +178,7 @@ async function main(): Promise<void> {
         ramp,
         memory: memory ?? null,
         recording,
+        loop,
       });
       printReport(results);
       const goals = goalRows(results);
@@ -186,6 +191,7 @@ async function main(): Promise<void> {
     }
   } finally {
     await orchestrator.close();
+    await model.close();
     await rm(stateDir, { recursive: true, force: true });
   }
 }

@@ -5,6 +5,7 @@ import type { IdleMemory } from './idle-memory.js';
 import type { LoadResult } from './load.js';
 import type { RampResult } from './ramp.js';
 import type { RecordingCost } from './recording.js';
+import type { LoopOverhead } from './run-loop.js';
 import type { ScreenshotComparison } from './screenshots.js';
 import type { Summary } from './stats.js';
 
@@ -25,6 +26,7 @@ export interface Measured {
   ramp: RampResult;
   memory: IdleMemory | null;
   recording: { static: RecordingCost; changing: RecordingCost };
+  loop: LoopOverhead;
 }
 
 export type Results = ReturnType<typeof buildResults>;
@@ -64,6 +66,7 @@ export function buildResults(m: Measured) {
     cold_create_p50_ms: m.create.p50,
     recording_cpu_core_percent: m.recording.changing.cpuCoreFraction * 100,
     recording_screenshot_latency_increase_percent: m.recording.changing.latencyIncreasePercent,
+    run_loop_overhead_ms: m.loop.loopPerStepMs - m.loop.directMeanMs,
   };
   return {
     ...figures,
@@ -72,6 +75,7 @@ export function buildResults(m: Measured) {
     cores: m.cores,
     cold_create_p95_ms: m.create.p95,
     recording_detail: m.recording,
+    run_loop_detail: m.loop,
     warm_create_p95_ms: m.warm?.p95 ?? null,
     // Kept under their earlier names (PNG, static screen) for comparison with older runs.
     screenshot_api_p50_ms: png.static.api.p50,

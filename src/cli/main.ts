@@ -17,6 +17,7 @@ import { runStdioServer } from '../mcp/stdio.js';
 import { templateCommand } from './templates.js';
 import { trajectoryCommand } from './trajectory.js';
 import { recordingCommand } from './recording.js';
+import { runCommand } from './run.js';
 
 /** The file extension of an image by its first bytes (the session's default format may be any). */
 function extensionOf(image: Buffer): string {
@@ -80,7 +81,8 @@ program
     };
     let orchestrator: Awaited<ReturnType<typeof startOrchestrator>>;
     try {
-      orchestrator = await startOrchestrator(config, log);
+      // The loop's API key comes from the environment only (never a flag: it would show in ps).
+      orchestrator = await startOrchestrator(config, log, { anthropic: { apiKey: process.env.ANTHROPIC_API_KEY, baseURL: process.env.ANTHROPIC_BASE_URL } });
     } catch (err) {
       console.error(`sbx: ${err instanceof Error ? err.message : String(err)}`);
       process.exit(1);
@@ -160,6 +162,7 @@ program.addCommand(desktopCommand(client));
 program.addCommand(templateCommand(defaults.imagesDir));
 program.addCommand(trajectoryCommand(client));
 program.addCommand(recordingCommand(client));
+program.addCommand(runCommand(client));
 
 interface CreateFlags {
   width?: number;

@@ -14,6 +14,7 @@ import {
 } from './recording.js';
 import { formatQuery, queryString, type ScreenshotFormatOptions } from './screenshot-format.js';
 import type { ActionResult, BashToolInput, ComputerToolInput, CreateOptions, EditorToolInput, SessionInfo, TemplateInfo, TimeoutUpdate, ToolResult } from './types.js';
+import { Runs } from './runs.js';
 import { createTrajectoryLink, fetchTrajectory, type Trajectory } from './trajectory.js';
 
 export * from './errors.js';
@@ -23,6 +24,7 @@ export type { RecordingStatus, ScreenFrame, ScreenStreamOptions } from './record
 export type { FileRequestOptions, UploadData, UploadedFile, UploadFileOptions } from './files.js';
 export * from './types.js';
 export * from './vendor-types.js';
+export { Runs, type RunEvent, type RunInfo, type RunOptions } from './runs.js';
 export { createTrajectoryLink, fetchTrajectory, type Trajectory, type TrajectoryLink, type TrajectoryStep } from './trajectory.js';
 
 /** Where the client looks for the orchestrator unless told (SBX_URL, `--url`): `sbx serve`'s default address. */
@@ -45,6 +47,8 @@ export class SandboxClient {
   readonly baseUrl: string;
   private readonly apiKey: string | undefined;
   private readonly fetch: typeof fetch;
+  /** Runs of the built-in Claude loop (POST /v1/runs). */
+  readonly runs: Runs = new Runs(this);
 
   constructor(options: ClientOptions = {}) {
     this.baseUrl = (options.baseUrl ?? process.env.SBX_URL ?? DEFAULT_ORCHESTRATOR_URL).replace(/\/$/, '');

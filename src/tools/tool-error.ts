@@ -1,4 +1,5 @@
 import { OrchestratorError } from '../errors.js';
+import { errorResult, type ToolResult } from './tool-result.js';
 
 /**
  * A mistake or failure the model can read and act on (a bad field, a missing file, a
@@ -19,5 +20,20 @@ export class ToolError extends Error {
 export class GuestToolError extends OrchestratorError {
   constructor(message: string) {
     super(message, 502, 'guest_error');
+  }
+}
+
+/**
+ * A companion tool's answer: its result, a ToolError as an is_error result the model reads,
+ * an OrchestratorError as is (404, 409...), anything else as the guest being unreachable.
+ * Shared by the tool routes and the built-in loop, so both answer alike.
+ */
+export async function toolAnswer(work: () => Promise<ToolResult>): Promise<ToolResult> {
+  try {
+    return await work();
+  } catch (err) {
+    if (err instanceof ToolError) return errorResult(err.message);
+    if (err instanceof OrchestratorError) throw err;
+    throw new GuestToolError(`the tool could not run in the sandbox: ${(err as Error).message}`);
   }
 }

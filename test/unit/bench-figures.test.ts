@@ -24,6 +24,7 @@ const FIGURES: GoalFigures = {
   cold_create_p50_ms: 800,
   recording_cpu_core_percent: 12,
   recording_screenshot_latency_increase_percent: 4,
+  run_loop_overhead_ms: 6,
 };
 
 describe('bench figures', () => {
@@ -39,6 +40,7 @@ describe('bench figures', () => {
     assert.equal(met('most sessions, 0 errors, p95 <= 250 ms'), false, 'higher is better: 24 < 32');
     assert.equal(met('host memory per idle session'), true);
     assert.equal(met('create-to-ready p50, warm pool'), null, 'not measured');
+    assert.equal(met('run loop per step - direct tool call'), false, '6 ms is over 5');
     assert.equal(rows.get('event-loop delay p99 under the load')?.goal, 20);
     assert.equal(rows.get('load 16 sessions: late ticks')?.goal, 2);
     assert.equal(met('CPU per recorded session, 5 fps, changing'), false, '12% of a core is over 10');

@@ -38,6 +38,8 @@ const LAYER_OF_TOP: Record<string, number | undefined> = {
   api: 5,
   mcp: 5,
   sessions: 4,
+  // The built-in agent loop: drives sessions through their tools; the API serves it.
+  runs: 4,
   runtimes: 3,
   computer: 3,
   tools: 3,

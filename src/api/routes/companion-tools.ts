@@ -1,13 +1,12 @@
 import type { FastifyInstance } from 'fastify';
-import { InvalidRequestError, OrchestratorError } from '../../errors.js';
+import { InvalidRequestError } from '../../errors.js';
 import type { ToolSessions } from '../../sessions/ports.js';
 import type { TrajectoryRecorder } from '../../sessions/trajectory/recorder.js';
-import { recordedCall, type StepOutcome } from '../../sessions/trajectory/recorded-call.js';
+import { recordedCall, toolResultStep } from '../../sessions/trajectory/recorded-call.js';
 import { BashTool } from '../../tools/bash/bash-tool.js';
 import { COMMANDS } from '../../tools/editor/editor-input.js';
 import { EditorTool } from '../../tools/editor/editor-tool.js';
-import { GuestToolError, ToolError } from '../../tools/tool-error.js';
-import { errorResult, type ToolResult } from '../../tools/tool-result.js';
+import { toolAnswer } from '../../tools/tool-error.js';
 import { sessionIdParams } from '../schemas.js';
 
 export interface CompanionToolOptions {
@@ -105,7 +104,7 @@ export async function companionToolRoutes(app: FastifyInstance, opts: CompanionT
       // A command may run for minutes: the idle timeout waits for it (the lifetime does not).
       const { id } = request.params;
       const call = { sessionId: id, tool: 'bash' as const, input: request.body };
-      return opts.manager.whileBusy(id, () => recordedCall(opts.trajectory, call, () => answer(() => bash.call(id, request.body)), stepOf));
+      return opts.manager.whileBusy(id, () => recordedCall(opts.trajectory, call, () => toolAnswer(() => bash.call(id, request.body)), toolResultStep));
     },
   );
 
@@ -125,7 +124,7 @@ export async function companionToolRoutes(app: FastifyInstance, opts: CompanionT
       rejectBadParams(request.validationError);
       const { id } = request.params;
       const call = { sessionId: id, tool: 'str_replace_based_edit_tool' as const, input: request.body };
-      return opts.manager.whileBusy(id, () => recordedCall(opts.trajectory, call, () => answer(() => editor.call(id, request.body)), stepOf));
+      return opts.manager.whileBusy(id, () => recordedCall(opts.trajectory, call, () => toolAnswer(() => editor.call(id, request.body)), toolResultStep));
     },
   );
 }
@@ -135,18 +134,3 @@ function rejectBadParams(error: (Error & { validationContext?: string }) | undef
   if (error && error.validationContext !== 'body') throw new InvalidRequestError(error.message);
 }
 
-/** A tool result as a trajectory step: its text, and is_error as an error the model was shown. */
-function stepOf(result: ToolResult, durationMs: number): StepOutcome {
-  const text = result.content.flatMap((block) => (block.type === 'text' ? [block.text] : [])).join('\n');
-  return result.is_error ? { durationMs, error: { code: 'tool_error', message: text } } : { durationMs, output: text };
-}
-
-async function answer(work: () => Promise<ToolResult>): Promise<ToolResult> {
-  try {
-    return await work();
-  } catch (err) {
-    if (err instanceof ToolError) return errorResult(err.message);
-    if (err instanceof OrchestratorError) throw err;
-    throw new GuestToolError(`the tool could not run in the sandbox: ${(err as Error).message}`);
-  }
-}

@@ -1,6 +1,7 @@
 import { OrchestratorError } from '../../errors.js';
 import type { StepReport, TrajectoryRecorder } from './recorder.js';
 import type { StepTool } from './trajectory-store.js';
+import type { ToolResult } from '../../tools/tool-result.js';
 
 /** What a finished call says about itself, for its step. */
 export type StepOutcome = Pick<StepReport, 'durationMs' | 'settleMs' | 'output' | 'cursor' | 'error' | 'image'>;
@@ -32,4 +33,10 @@ export async function recordedCall<T>(
     }
     throw err;
   }
+}
+
+/** A companion tool's result as a trajectory step: its text, and is_error as an error the model was shown. */
+export function toolResultStep(result: ToolResult, durationMs: number): StepOutcome {
+  const text = result.content.flatMap((block) => (block.type === 'text' ? [block.text] : [])).join('\n');
+  return result.is_error ? { durationMs, error: { code: 'tool_error', message: text } } : { durationMs, output: text };
 }
