@@ -15,6 +15,9 @@ import { selectRuntime, type RuntimeSelection } from './runtimes/select.js';
 import { CapacityGate } from './sessions/capacity.js';
 import { SessionManager } from './sessions/manager.js';
 import { SessionStore } from './sessions/store.js';
+import { LiveViews, type LiveViewSettings } from './views/live-views.js';
+import { DEFAULT_LIVE_VIEW_SETTINGS } from './views/settings.js';
+import { ViewTokens } from './views/view-tokens.js';
 
 export interface Orchestrator {
   config: OrchestratorConfig;
@@ -28,6 +31,8 @@ export interface Orchestrator {
   authMode: AuthMode;
   /** Whether requests without a key are refused now (once true, true until a restart). */
   keyRequirement: KeyRequirement;
+  /** Live views of sessions (views/live-views.ts). */
+  views: LiveViews;
   /** Destroys every session, stops the server and closes the store. */
   close(): Promise<void>;
 }
@@ -42,6 +47,8 @@ export interface StartOptions {
    * run the Firecracker runtime against its contract emulator on hosts without KVM.
    */
   runtime?: RuntimeSelection;
+  /** Live-view settings other than the defaults (tests shorten the takeover grace). */
+  liveViews?: Partial<LiveViewSettings>;
 }
 
 /** Wires the parts together: store, runtime, image, session manager, HTTP server. */
@@ -137,7 +144,19 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
   );
   await manager.start();
   await selection.runtime.prepare?.(image, { display: config.display, pidsLimit: config.pidsLimit }, (message) => log.info({ runtime: selection.runtime.name }, message));
+  const views = new LiveViews(
+    new ViewTokens(store.database),
+    manager,
+    { ...DEFAULT_LIVE_VIEW_SETTINGS, ...options.liveViews },
+    {
+      viewerConnected: () => metrics.liveViewers.inc(),
+      viewerDisconnected: () => metrics.liveViewers.dec(),
+      bytes: (direction, bytes) => metrics.liveViewBytes.inc({ direction }, bytes),
+    },
+    log.child({ part: 'live-views' }),
+  );
   const server = await buildServer({
+    views,
     manager,
     metrics,
     logger: log,
@@ -165,6 +184,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     keys,
     authMode,
     keyRequirement,
+    views,
     close() {
       closing ??= (async () => {
         await manager.shutdown();

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
+import websocket from '@fastify/websocket';
 import type { Logger } from 'pino';
 import type { Metrics } from '../metrics/metrics.js';
 import type { SessionManager } from '../sessions/manager.js';
@@ -18,6 +19,8 @@ import { fileRoutes } from './routes/files.js';
 import { sessionRoutes } from './routes/sessions.js';
 import { sessionTimeoutRoutes } from './routes/session-timeouts.js';
 import { systemRoutes } from './routes/system.js';
+import { viewRoutes } from './routes/views.js';
+import type { LiveViews } from '../views/live-views.js';
 import { toolResultSchema } from '../tools/tool-result.js';
 import { actionResultSchema, errorSchema, sessionSchema } from './schemas.js';
 
@@ -37,7 +40,12 @@ export interface ServerOptions {
   maxFileBytes: number;
   /** Per-command timeout of the bash tool (SBX_BASH_TIMEOUT_SECONDS). */
   bashTimeoutSeconds: number;
+  /** Live views (noVNC pages, their WebSocket proxy, takeover); absent: no view routes. */
+  views?: LiveViews;
 }
+
+/** Largest WebSocket message a live-view browser may send (a clipboard paste is the largest RFB message allowed). */
+const VIEW_MAX_WS_MESSAGE_BYTES = 512 * 1024;
 
 /** The HTTP API. Built without listening, so tests can drive it with inject(). */
 export async function buildServer(opts: ServerOptions): Promise<FastifyInstance> {
@@ -98,6 +106,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
         { name: 'computer', description: 'Screenshots and computer-use actions as plain JSON' },
         { name: 'tools', description: 'The tools of the computer-use loop: tool_use input in, tool_result content out' },
         { name: 'files', description: 'Files in and out of a sandbox, over SFTP' },
+        { name: 'views', description: 'Live views in a browser (noVNC), view-only enforced by the server, and human takeover' },
         { name: 'system', description: 'Health and metrics' },
       ],
     },
@@ -113,5 +122,9 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   await app.register(companionToolRoutes, { manager: opts.manager, display: opts.manager.display, bashTimeoutSeconds: opts.bashTimeoutSeconds });
   await app.register(fileRoutes, { manager: opts.manager, maxFileBytes: opts.maxFileBytes });
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
+  if (opts.views) {
+    await app.register(websocket, { options: { maxPayload: VIEW_MAX_WS_MESSAGE_BYTES } });
+    await app.register(viewRoutes, { views: opts.views });
+  }
   return app;
 }

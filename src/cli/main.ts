@@ -214,6 +214,17 @@ program
   });
 
 program
+  .command('view <id>')
+  .description('print a live-view URL of a sandbox for a browser (view only unless --control)')
+  .option('--control', 'the URL may also type and click (and take over from the agent)')
+  .option('--ttl <seconds>', 'how long the URL works (default 3600)', integer)
+  .action(async (id: string, opts: { control?: boolean; ttl?: number }) => {
+    const sandbox = await client().connect(id);
+    const view = await sandbox.liveView({ mode: opts.control ? 'control' : 'view', ttlSeconds: opts.ttl });
+    console.log(view.url);
+  });
+
+program
   .command('rm <id>')
   .description('destroy a sandbox (idempotent)')
   .action(async (id: string) => {

@@ -1,10 +1,12 @@
 import { errorFor, SandboxError } from './errors.js';
+import { openLiveView, type LiveView, type LiveViewOptions } from './live-view.js';
 import { downloadFile, downloadFileStream, uploadFile, type FileRequestOptions, type UploadData, type UploadedFile, type UploadFileOptions } from './files.js';
 import { formatQuery, queryString, type ImageMediaType, type ScreenshotFormatOptions } from './screenshot-format.js';
 
 export * from './errors.js';
 export type { ImageMediaType, ScreenshotFormatOptions } from './screenshot-format.js';
 export type { FileRequestOptions, UploadData, UploadedFile, UploadFileOptions } from './files.js';
+export type { LiveView, LiveViewOptions } from './live-view.js';
 
 /** A session as the API describes it. */
 export interface SessionInfo {
@@ -204,10 +206,7 @@ export class SandboxClient {
     return this.send(path, { method, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
   }
 
-  /**
-   * A request with this client's credentials; a non-2xx answer becomes the typed error its
-   * status and code say. For bodies other than JSON (file uploads, streams).
-   */
+  /** A request with this client's credentials (any body: uploads, streams); a non-2xx answer becomes its typed error. */
   async send(path: string, init: RequestInit & { duplex?: 'half' }): Promise<Response> {
     const headers = new Headers(init.headers);
     if (this.apiKey) headers.set('authorization', `Bearer ${this.apiKey}`);
@@ -249,10 +248,7 @@ export class Sandbox {
     return this.client.action(this.id, input, options);
   }
 
-  /**
-   * Forwards a model's tool_use input unchanged (computer tool by default; also 'bash' and
-   * 'str_replace_based_edit_tool') and returns the tool_result content to send back.
-   */
+  /** Forwards a model's tool_use input unchanged (computer by default; 'bash', 'str_replace_based_edit_tool') and returns the tool_result content. */
   executeToolUse(input: unknown, tool = 'computer', format: ScreenshotFormatOptions = {}): Promise<ToolResult> {
     return this.client.executeToolUse(this.id, input, tool, format);
   }
@@ -388,6 +384,9 @@ export class Sandbox {
     this.info = await this.client.updateTimeouts(this.id, { maxLifetimeSeconds });
     return this.info;
   }
+
+  /** A live view in a browser: `view` only watches (input dropped by the server), `control` types and clicks. */
+  liveView = (options: LiveViewOptions = {}): Promise<LiveView> => openLiveView(this.client, this.id, options);
 
   async refresh(): Promise<SessionInfo> {
     this.info = await this.client.get(this.id);

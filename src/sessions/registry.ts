@@ -57,7 +57,7 @@ export class SessionRegistry {
   list(tenant?: string): SessionView[] {
     return this.all()
       .filter((s) => tenant === undefined || s.record.tenant === tenant)
-      .map((s) => toView(s.record));
+      .map((s) => toView(s.record, s.control));
   }
 
   /** The tenant that owns a session (live or stored), or undefined if there is none. */
@@ -68,7 +68,7 @@ export class SessionRegistry {
   /** A session as a client sees it, live or ended; 404 if there never was one. */
   view(id: string): SessionView {
     const live = this.live.get(id);
-    if (live) return toView(live.record);
+    if (live) return toView(live.record, live.control);
     const stored = this.store.get(id);
     if (!stored) throw new NotFoundError(`session ${id} does not exist`);
     return toView(stored);

@@ -45,6 +45,8 @@ export interface SessionView {
   lifetimeEndsAt: string;
   error?: string;
   endReason?: EndReason;
+  /** Present while a person holds the desktop through a live view: agent actions answer 409 human_in_control. */
+  control?: { heldBy: string; since: string };
 }
 
 /** The session's default screenshot format, as a request would spell it. */
@@ -52,7 +54,7 @@ export function screenshotDefault(record: Pick<SessionRecord, 'screenshotFormat'
   return record.screenshotQuality === null ? { format: record.screenshotFormat } : { format: record.screenshotFormat, quality: record.screenshotQuality };
 }
 
-export function toView(record: SessionRecord): SessionView {
+export function toView(record: SessionRecord, control?: { heldBy: string; since: string }): SessionView {
   const view: SessionView = {
     id: record.id,
     tenant: record.tenant,
@@ -71,5 +73,6 @@ export function toView(record: SessionRecord): SessionView {
   };
   if (record.error) view.error = record.error;
   if (record.endReason) view.endReason = record.endReason;
+  if (control) view.control = { ...control };
   return view;
 }

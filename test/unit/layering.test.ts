@@ -36,6 +36,8 @@ const LAYER_OF_TOP: Record<string, number | undefined> = {
   'index.ts': 6,
   'orchestrator-lock.ts': 6,
   api: 5,
+  // Live views sit on the sessions (their connection, takeover) and under the routes.
+  views: 4.5,
   sessions: 4,
   runtimes: 3,
   computer: 3,
