@@ -20,7 +20,7 @@ fi
 # python3 makes the container runtime's idmapped mounts (ctypes; idmapped-mount.ts) and
 # procps's sysctl sets each container's namespace limits (through util-linux's nsenter).
 # The shellcheck package lints the guest and setup scripts in a fast test (test/shellcheck.test.ts).
-packages=(runc debootstrap iproute2 nftables util-linux mount e2fsprogs openssh-client ca-certificates qemu-system-x86 qemu-utils lz4 curl python3 procps shellcheck)
+packages=(runc debootstrap iproute2 nftables util-linux mount e2fsprogs openssh-client ca-certificates qemu-system-x86 qemu-utils lz4 curl python3 procps shellcheck chromium)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")

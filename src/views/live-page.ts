@@ -53,7 +53,7 @@ export function livePage(grant: ViewGrant): string {
   const mode = grant.mode === 'control' ? 'control' : 'view only';
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="referrer" content="no-referrer">
+<meta name="referrer" content="no-referrer"><link rel="icon" href="data:,">
 <title>Live view · ${escapeHtml(grant.sessionId)}</title><style>${STYLE}</style></head>
 <body data-session="${escapeHtml(grant.sessionId)}" data-mode="${escapeHtml(grant.mode)}" data-expires="${escapeHtml(grant.expiresAt)}">
 <header>

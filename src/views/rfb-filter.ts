@@ -153,8 +153,9 @@ function sizeOf(buf: Buffer): Sized | undefined {
       return { length: 6, input: true };
     case ClientMessage.ClientCutText: {
       if (buf.length < 8) return undefined;
-      // Unsigned: a negative (extended clipboard) length was never negotiated, and is too long.
-      const length = buf.readUInt32BE(4);
+      // A negative length is the extended clipboard (its caps, notify, provide...: noVNC
+      // sends its caps when the server announces the pseudo-encoding): |length| bytes follow.
+      const length = Math.abs(buf.readInt32BE(4));
       if (length > MAX_CLIENT_CUT_TEXT_BYTES) throw new RfbViolation('client', `ClientCutText of ${length} bytes (at most ${MAX_CLIENT_CUT_TEXT_BYTES})`);
       return { length: 8 + length, input: true };
     }
