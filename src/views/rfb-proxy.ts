@@ -13,7 +13,8 @@ export interface ViewerLimits {
   stallMs: number;
 }
 
-export const DEFAULT_VIEWER_LIMITS: ViewerLimits = { highWaterBytes: 4 * 1024 * 1024, maxBufferedBytes: 16 * 1024 * 1024, stallMs: 20_000 };
+/** A full 1024x768 raw frame is 3 MiB: one fits under the high water mark, two under the cap. */
+export const DEFAULT_VIEWER_LIMITS: ViewerLimits = { highWaterBytes: 4 * 1024 * 1024, maxBufferedBytes: 8 * 1024 * 1024, stallMs: 20_000 };
 
 /** Why a viewer's connection ended, for its close frame, the log and the tests. */
 export type ViewerEnd = 'viewer_closed' | 'guest_closed' | 'client_protocol' | 'guest_protocol' | 'slow_viewer' | 'revoked' | 'session_ended' | 'expired';
