@@ -106,10 +106,13 @@ program
       const png = await orchestrator.manager.screenshot(session.id);
       const file = path.resolve(`demo-${session.id}.png`);
       await writeFile(file, png.data);
+      // The live view is opened by a browser on this machine, so its URL names the listening address.
+      const live = await orchestrator.views.create(session.id, session.tenant, 'view', undefined);
       console.error(
         [
           `sbx: demo sandbox ${session.id} is ready (${session.display.width}x${session.display.height}, runtime ${session.runtime})`,
           `sbx: screenshot saved to ${file}`,
+          `sbx: watch it live in a browser (view only, 1 hour): ${url}/v1/views/${live.token}`,
           `sbx: try:`,
           `  curl -s -X POST ${url}/v1/sessions/${session.id}/actions -H 'content-type: application/json' -d '{"action":"left_click","coordinate":[200,150]}'`,
           `  curl -s -X POST ${url}/v1/sessions/${session.id}/actions -H 'content-type: application/json' -d '{"action":"type","text":"hello"}'`,
