@@ -59,6 +59,16 @@ export class ModelKeyMissingError extends OrchestratorError {
   }
 }
 
+/**
+ * A person holds the session through a live view's "Take over" (views/takeover.ts): the
+ * agent's actions wait until it is handed back. The tool routes answer it as a tool error.
+ */
+export class HumanInControlError extends OrchestratorError {
+  constructor(message: string) {
+    super(message, 409, 'human_in_control');
+  }
+}
+
 /** The sandbox could not be made or reached; nothing was left behind. */
 export class UnavailableError extends OrchestratorError {
   constructor(message: string) {

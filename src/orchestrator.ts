@@ -21,6 +21,9 @@ import { LinkTokens } from './api/links/link-tokens.js';
 import { TrajectoryRecorder } from './sessions/trajectory/recorder.js';
 import { TrajectoryStore } from './sessions/trajectory/trajectory-store.js';
 import { RunManager, type AnthropicSettings } from './runs/runs.js';
+import { LiveViews, type LiveViewSettings } from './views/live-views.js';
+import { DEFAULT_LIVE_VIEW_SETTINGS } from './views/settings.js';
+import { ViewTokens } from './views/view-tokens.js';
 
 export interface Orchestrator {
   config: OrchestratorConfig;
@@ -39,6 +42,8 @@ export interface Orchestrator {
   keyRequirement: KeyRequirement;
   /** Every session's calls, stored (its pruning can be run by hand: tests). */
   trajectory: TrajectoryRecorder;
+  /** Live views of sessions (views/live-views.ts). */
+  views: LiveViews;
   /** Destroys every session, stops the server and closes the store. */
   close(): Promise<void>;
 }
@@ -55,6 +60,8 @@ export interface StartOptions {
   runtime?: RuntimeSelection;
   /** The Messages API of the built-in loop (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, read by the CLI). */
   anthropic?: AnthropicSettings;
+  /** Live-view settings other than the defaults (tests shorten the takeover grace). */
+  liveViews?: Partial<LiveViewSettings>;
 }
 
 /** Wires the parts together: store, runtime, image, session manager, HTTP server. */
@@ -191,7 +198,19 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     trajectory,
     log: log.child({ part: 'runs' }),
   });
+  const views = new LiveViews(
+    new ViewTokens(store.database),
+    manager,
+    { ...DEFAULT_LIVE_VIEW_SETTINGS, ...options.liveViews },
+    {
+      viewerConnected: () => metrics.liveViewers.inc(),
+      viewerDisconnected: () => metrics.liveViewers.dec(),
+      bytes: (direction, bytes) => metrics.liveViewBytes.inc({ direction }, bytes),
+    },
+    log.child({ part: 'live-views' }),
+  );
   const server = await buildServer({
+    views,
     manager,
     runs,
     templates,
@@ -224,6 +243,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     authMode,
     keyRequirement,
     trajectory,
+    views,
     close() {
       closing ??= (async () => {
         await runs.stopAll();

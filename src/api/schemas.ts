@@ -98,6 +98,11 @@ export const sessionSchema = {
       description: 'Why the session ended (or is ending): a DELETE, its idle timeout, its maximum lifetime, a failure (see error), the orchestrator stopping',
     },
     recording: recordingStatusSchema,
+    control: {
+      type: 'object',
+      description: 'Present while a person holds the desktop through a live view (takeover): agent actions answer 409 human_in_control',
+      properties: { heldBy: { type: 'string', description: 'the viewId holding it' }, since: { type: 'string', format: 'date-time' } },
+    },
   },
 } as const;
 

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
+import websocket from '@fastify/websocket';
 import type { Logger } from 'pino';
 import type { Metrics } from '../metrics/metrics.js';
 import type { SessionManager } from '../sessions/manager.js';
@@ -29,6 +30,8 @@ import type { RunManager } from '../runs/runs.js';
 import type { TrajectoryRecorder } from '../sessions/trajectory/recorder.js';
 import { recordingRoutes } from './routes/recording.js';
 import { screenStreamRoutes } from './routes/screen-stream.js';
+import { viewRoutes } from './routes/views.js';
+import type { LiveViews } from '../views/live-views.js';
 import { toolResultSchema } from '../tools/tool-result.js';
 import { actionResultSchema, errorSchema, sessionSchema } from './schemas.js';
 
@@ -54,7 +57,12 @@ export interface ServerOptions {
   trajectory?: TrajectoryRecorder;
   /** The built-in Claude loop (POST /v1/runs); none: the routes are not there. */
   runs?: RunManager;
+  /** Live views (noVNC pages, their WebSocket proxy, takeover); absent: no view routes. */
+  views?: LiveViews;
 }
+
+/** Largest WebSocket message a live-view browser may send (a clipboard paste is the largest RFB message allowed). */
+const VIEW_MAX_WS_MESSAGE_BYTES = 512 * 1024;
 
 /** The HTTP API. Built without listening, so tests can drive it with inject(). */
 export async function buildServer(opts: ServerOptions): Promise<FastifyInstance> {
@@ -120,6 +128,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
         { name: 'recording', description: 'Video of a session\'s screen, with the agent\'s actions as subtitles' },
         { name: 'mcp', description: 'The MCP server (streamable HTTP): sandboxes as tools of any MCP client' },
         { name: 'runs', description: 'The built-in Claude computer-use loop: run a task, follow it, stop it' },
+        { name: 'views', description: 'Live views in a browser (noVNC), view-only enforced by the server, and human takeover' },
         { name: 'system', description: 'Health and metrics' },
       ],
     },
@@ -155,5 +164,9 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   if (opts.runs) await app.register(runRoutes, { runs: opts.runs });
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
   await app.register(templateRoutes, { templates: opts.templates });
+  if (opts.views) {
+    await app.register(websocket, { options: { maxPayload: VIEW_MAX_WS_MESSAGE_BYTES } });
+    await app.register(viewRoutes, { views: opts.views });
+  }
   return app;
 }

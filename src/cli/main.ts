@@ -114,10 +114,13 @@ program
       const png = await orchestrator.manager.screenshot(session.id);
       const file = path.resolve(`demo-${session.id}.png`);
       await writeFile(file, png.data);
+      // The live view is opened by a browser on this machine, so its URL names the listening address.
+      const live = await orchestrator.views.create(session.id, session.tenant, 'view', undefined);
       console.error(
         [
           `sbx: demo sandbox ${session.id} is ready (${session.display.width}x${session.display.height}, runtime ${session.runtime})`,
           `sbx: screenshot saved to ${file}`,
+          `sbx: watch it live in a browser (view only, 1 hour): ${url}/v1/views/${live.token}`,
           `sbx: try:`,
           `  curl -s -X POST ${url}/v1/sessions/${session.id}/actions -H 'content-type: application/json' -d '{"action":"left_click","coordinate":[200,150]}'`,
           `  curl -s -X POST ${url}/v1/sessions/${session.id}/actions -H 'content-type: application/json' -d '{"action":"type","text":"hello"}'`,
@@ -251,6 +254,17 @@ program
     const result = await client().action(id, JSON.parse(json) as { action: string });
     if (result.image) result.image.data = `<${result.image.data.length} base64 characters>`;
     console.log(JSON.stringify(result, null, 2));
+  });
+
+program
+  .command('view <id>')
+  .description('print a live-view URL of a sandbox for a browser (view only unless --control)')
+  .option('--control', 'the URL may also type and click (and take over from the agent)')
+  .option('--ttl <seconds>', 'how long the URL works (default 3600)', integer)
+  .action(async (id: string, opts: { control?: boolean; ttl?: number }) => {
+    const sandbox = await client().connect(id);
+    const view = await sandbox.liveView({ mode: opts.control ? 'control' : 'view', ttlSeconds: opts.ttl });
+    console.log(view.url);
   });
 
 program

@@ -14,6 +14,8 @@ export class SandboxError extends Error {
 export class InvalidRequestError extends SandboxError {}
 export class NotFoundError extends SandboxError {}
 export class SessionNotReadyError extends SandboxError {}
+/** A person took the session over through a live view (409 human_in_control): retry after hand-back. */
+export class HumanInControlError extends SessionNotReadyError {}
 /** The session's sandbox vanished (410 session_gone): it is failed; delete it and make another. */
 export class SessionGoneError extends SessionNotReadyError {}
 /** The guest user may not read or write that file. */
@@ -33,6 +35,7 @@ export function errorFor(status: number, code: string, message: string, retryAft
   if (status === 429) return new RateLimitError(message, status, code, retryAfterSeconds);
   if (status === 404) return new NotFoundError(message, status, code);
   if (status === 403) return new PermissionDeniedError(message, status, code);
+  if (status === 409 && code === 'human_in_control') return new HumanInControlError(message, status, code);
   if (status === 409) return new SessionNotReadyError(message, status, code);
   if (status === 410) return new SessionGoneError(message, status, code);
   if (status === 413) return new TooLargeError(message, status, code);

@@ -1,5 +1,6 @@
 import { VendorToolMethods } from './vendor-tools.js';
 import { errorFor, SandboxError } from './errors.js';
+import { openLiveView, type LiveView, type LiveViewOptions } from './live-view.js';
 import { downloadFile, downloadFileStream, uploadFile, type FileRequestOptions, type UploadData, type UploadedFile, type UploadFileOptions } from './files.js';
 import {
   downloadRecording,
@@ -26,6 +27,7 @@ export * from './types.js';
 export * from './vendor-types.js';
 export { Runs, type RunEvent, type RunInfo, type RunOptions } from './runs.js';
 export { createTrajectoryLink, fetchTrajectory, type Trajectory, type TrajectoryLink, type TrajectoryStep } from './trajectory.js';
+export type { LiveView, LiveViewOptions } from './live-view.js';
 
 /** Where the client looks for the orchestrator unless told (SBX_URL, `--url`): `sbx serve`'s default address. */
 export const DEFAULT_ORCHESTRATOR_URL = 'http://127.0.0.1:8080';
@@ -122,10 +124,7 @@ export class SandboxClient {
     return this.send(path, { method, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
   }
 
-  /**
-   * A request with this client's credentials; a non-2xx answer becomes the typed error its
-   * status and code say. For bodies other than JSON (file uploads, streams).
-   */
+  /** A request with this client's credentials (any body: uploads, streams); a non-2xx answer becomes its typed error. */
   async send(path: string, init: RequestInit & { duplex?: 'half' }): Promise<Response> {
     const headers = new Headers(init.headers);
     if (this.apiKey) headers.set('authorization', `Bearer ${this.apiKey}`);
@@ -169,10 +168,7 @@ export class Sandbox extends VendorToolMethods {
     return this.client.action(this.id, input, options);
   }
 
-  /**
-   * Forwards a model's tool_use input unchanged (computer tool by default; also 'bash' and
-   * 'str_replace_based_edit_tool') and returns the tool_result content to send back.
-   */
+  /** Forwards a model's tool_use input unchanged (computer by default; 'bash', 'str_replace_based_edit_tool') and returns the tool_result content. */
   executeToolUse(input: unknown, tool = 'computer', format: ScreenshotFormatOptions = {}): Promise<ToolResult> {
     return this.client.executeToolUse(this.id, input, tool, format);
   }
@@ -342,6 +338,9 @@ export class Sandbox extends VendorToolMethods {
   screenStream(options: ScreenStreamOptions = {}): AsyncGenerator<ScreenFrame> {
     return screenStream(this.client, this.id, options);
   }
+
+  /** A live view in a browser: `view` only watches (input dropped by the server), `control` types and clicks. */
+  liveView = (options: LiveViewOptions = {}): Promise<LiveView> => openLiveView(this.client, this.id, options);
 
   async refresh(): Promise<SessionInfo> {
     this.info = await this.client.get(this.id);

@@ -145,6 +145,19 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly liveViewers = new Gauge({
+    name: 'sandbox_live_viewers',
+    help: 'Browsers connected to live views now',
+    registers: [this.registry],
+  });
+
+  readonly liveViewBytes = new Counter({
+    name: 'sandbox_live_view_bytes_total',
+    help: 'Bytes through the live-view proxy, by direction (to_viewer: from the guest VNC server; to_guest: from browsers, after filtering)',
+    labelNames: ['direction'] as const,
+    registers: [this.registry],
+  });
+
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: 'sandbox_orchestrator_' });
   }

@@ -60,7 +60,7 @@ export class SessionRegistry {
   list(tenant?: string): SessionView[] {
     return this.all()
       .filter((s) => tenant === undefined || s.record.tenant === tenant)
-      .map((s) => toView(s.record, this.recordingOf(s.id)));
+      .map((s) => toView(s.record, this.recordingOf(s.id), s.control));
   }
 
   /** The tenant that owns a session (live or stored), or undefined if there is none. */
@@ -71,7 +71,7 @@ export class SessionRegistry {
   /** A session as a client sees it, live or ended; 404 if there never was one. */
   view(id: string): SessionView {
     const live = this.live.get(id);
-    if (live) return toView(live.record, this.recordingOf(id));
+    if (live) return toView(live.record, this.recordingOf(id), live.control);
     const stored = this.store.get(id);
     if (!stored) throw new NotFoundError(`session ${id} does not exist`);
     return toView(stored, this.recordingOf(id));

@@ -2,13 +2,13 @@ import { parseAction, type ComputerAction } from '../computer/actions.js';
 import type { Scaler } from '../computer/scaling.js';
 import type { ComputerOutcome } from '../computer/computer-tool.js';
 import { resolveScreenshotFormat, type EncodedImage, type ScreenshotFormat, type ScreenshotFormatRequest } from '../computer/screenshot-format.js';
-import { InvalidRequestError, NotFoundError, type OrchestratorError, SessionGoneError, SessionStateError } from '../errors.js';
+import { HumanInControlError, InvalidRequestError, NotFoundError, type OrchestratorError, SessionGoneError, SessionStateError } from '../errors.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { AttachmentContext, SessionAccess } from '../tools/session-access.js';
 import type { GuestConnection } from '../transport/ssh-connection.js';
 import type { SessionClocks } from './clocks.js';
 import type { SessionRegistry } from './registry.js';
-import { hasDesktop } from './session.js';
+import { hasDesktop, type ControlHold } from './session.js';
 import type { SessionRecord, SessionState } from './session-record.js';
 import type { SessionStore } from './store.js';
 
@@ -116,6 +116,12 @@ export class SessionActions implements SessionAccess {
     const actions = translate(computer.scaler);
     const last = actions.at(-1);
     if (!last) throw new InvalidRequestError('there is no action to perform');
+    if (session.control) {
+      throw new HumanInControlError(
+        `a person has taken over session ${id} through live view ${session.control.heldBy} (since ${session.control.since}); ` +
+          'no action was performed: wait until it is handed back, then take a screenshot, as the screen may have changed',
+      );
+    }
     // Checked before the action runs: a bad format must not leave a click done and unreported.
     const format = formatOf(options.format, session.record);
     const started = performance.now();
@@ -143,6 +149,18 @@ export class SessionActions implements SessionAccess {
     this.opts.metrics.actionDuration.observe({ action: action.action }, seconds);
     if (action.action === 'screenshot') this.opts.metrics.screenshotDuration.observe(seconds);
     return result;
+  }
+
+  /**
+   * Gives the desktop to a person (a live view's takeover) or back to the agent (undefined).
+   * The session must be ready to be taken; giving it back always works.
+   */
+  setControl(id: string, hold: ControlHold | undefined): void {
+    if (hold) this.opts.registry.ready(id).control = hold;
+    else {
+      const session = this.opts.registry.find(id);
+      if (session) session.control = undefined;
+    }
   }
 
   /** A ready session's SSH connection, for the companion tools and files. Counts as activity. */

@@ -53,6 +53,8 @@ export interface SessionView {
   endReason?: EndReason;
   /** Its recording, if it was recorded (in progress, finished, or failed with why). */
   recording?: RecordingStatus;
+  /** Present while a person holds the desktop through a live view: agent actions answer 409 human_in_control. */
+  control?: { heldBy: string; since: string };
 }
 
 /** The session's default screenshot format, as a request would spell it. */
@@ -60,7 +62,7 @@ export function screenshotDefault(record: Pick<SessionRecord, 'screenshotFormat'
   return record.screenshotQuality === null ? { format: record.screenshotFormat } : { format: record.screenshotFormat, quality: record.screenshotQuality };
 }
 
-export function toView(record: SessionRecord, recording?: RecordingStatus): SessionView {
+export function toView(record: SessionRecord, recording?: RecordingStatus, control?: { heldBy: string; since: string }): SessionView {
   const view: SessionView = {
     id: record.id,
     tenant: record.tenant,
@@ -86,5 +88,6 @@ export function toView(record: SessionRecord, recording?: RecordingStatus): Sess
   if (record.error) view.error = record.error;
   if (record.endReason) view.endReason = record.endReason;
   if (recording) view.recording = recording;
+  if (control) view.control = { ...control };
   return view;
 }

@@ -7,6 +7,12 @@ import { CleanupStack } from '../util/cleanup-stack.js';
 import type { SandboxWatch } from './sandbox-watch.js';
 import type { SessionRecord } from './session-record.js';
 
+/** Who holds a session's desktop instead of the agent, and since when. */
+export interface ControlHold {
+  heldBy: string;
+  since: string;
+}
+
 const ID_ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
 
 /** 10 random characters of [a-z0-9] (about 51 bits), short enough for interface names. */
@@ -38,6 +44,8 @@ export class Session {
   expiryPersistedAt = 0;
   /** Long actions and tool calls running now: while any is, the idle timeout waits. */
   inFlight = 0;
+  /** Set while a person holds the desktop through a live view (views/takeover.ts): agent actions answer 409. */
+  control: ControlHold | undefined;
   /** Per-session state of companion tools (e.g. the persistent bash shell), by name. */
   readonly attachments = new Map<string, unknown>();
 

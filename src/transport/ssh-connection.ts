@@ -303,6 +303,18 @@ export class GuestConnection extends EventEmitter {
   }
 
   /**
+   * A direct-tcpip channel to `port` on the guest's own loopback (the live view's tunnel to
+   * its VNC server): nothing in the guest listens beyond loopback, and the caller owns the
+   * channel. It dies with the connection.
+   */
+  async forwardToGuestLoopback(port: number, timeoutMs = DEFAULT_EXEC_TIMEOUT_MS): Promise<ClientChannel> {
+    const client = await this.waitConnected(timeoutMs);
+    return new Promise<ClientChannel>((resolve, reject) => {
+      client.forwardOut('127.0.0.1', 0, '127.0.0.1', port, (err, channel) => (err ? reject(err) : resolve(channel)));
+    });
+  }
+
+  /**
    * Starts a long-lived command on its own channel and hands the open channel over (for the
    * bash tool's persistent shell). Unlike exec(), nothing is collected, no timeout applies
    * once it runs and the caller owns the channel: it writes stdin, reads output and closes

@@ -37,6 +37,8 @@ const LAYER_OF_TOP: Record<string, number | undefined> = {
   'orchestrator-lock.ts': 6,
   api: 5,
   mcp: 5,
+  // Live views sit on the sessions (their connection, takeover) and under the routes.
+  views: 4.5,
   sessions: 4,
   // The built-in agent loop: drives sessions through their tools; the API serves it.
   runs: 4,

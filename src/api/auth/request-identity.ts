@@ -29,8 +29,20 @@ export interface AuthOptions {
   links?: LinkTokens;
 }
 
-/** Open to anyone: the API description. */
-const OPEN_ROUTES = new Set(['/openapi.json']);
+/**
+ * Open to anyone: the API description, and a live view's page, state, takeover button and
+ * WebSocket, whose token in the path is their credential (checked by views/live-views.ts
+ * before anything is served), with the page's static files.
+ */
+const OPEN_ROUTES = new Set([
+  '/openapi.json',
+  '/v1/views/:token',
+  '/v1/views/:token/state',
+  '/v1/views/:token/takeover',
+  '/v1/views/:token/handback',
+  '/v1/views/:token/rfb',
+  '/v1/view-assets/*',
+]);
 /**
  * Open to anyone, but what they say depends on who asks: /healthz answers a bare liveness
  * probe with "ok" only, and says more to a caller with a key (routes/system.ts). A key,

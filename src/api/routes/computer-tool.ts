@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { DesktopError } from '../../computer/desktop.js';
-import { InvalidRequestError } from '../../errors.js';
+import { HumanInControlError, InvalidRequestError } from '../../errors.js';
 import type { ComputerActions } from '../../sessions/ports.js';
 import type { TrajectoryRecorder } from '../../sessions/trajectory/recorder.js';
 import { recordedCall } from '../../sessions/trajectory/recorded-call.js';
@@ -55,7 +55,7 @@ export async function computerToolRoutes(app: FastifyInstance, opts: { manager: 
         if (outcome.settleMs !== undefined) void reply.header('x-settle-ms', String(outcome.settleMs));
         void reply.header('x-duration-ms', outcome.durationMs.toFixed(1));
       } catch (err) {
-        if (!(err instanceof InvalidRequestError || err instanceof DesktopError)) throw err;
+        if (!(err instanceof InvalidRequestError || err instanceof DesktopError || err instanceof HumanInControlError)) throw err;
         result = errorResult(err.message);
       }
       return reply.send(result);
