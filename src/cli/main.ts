@@ -110,7 +110,8 @@ program
     if (opts.demo && !keyless) {
       console.error('sbx: API keys exist, so every request needs one: no demo sandbox; try `SBX_API_KEY=<key> node dist/cli/main.js create`');
     } else if (opts.demo) {
-      const session = await orchestrator.manager.create({ metadata: { demo: true } });
+      // Recorded from the start: afterwards the user replays it step by step and as video.
+      const session = await orchestrator.manager.create({ metadata: { demo: true }, record: true });
       const png = await orchestrator.manager.screenshot(session.id);
       const file = path.resolve(`demo-${session.id}.png`);
       await writeFile(file, png.data);
@@ -126,6 +127,8 @@ program
           `  curl -s -X POST ${url}/v1/sessions/${session.id}/actions -H 'content-type: application/json' -d '{"action":"type","text":"hello"}'`,
           `  curl -s -o shot.png ${url}/v1/sessions/${session.id}/screenshot`,
           `  curl -s -X DELETE ${url}/v1/sessions/${session.id}`,
+          `sbx: afterwards, replay it step by step: ${url}/v1/sessions/${session.id}/trajectory/view`,
+          `sbx:   and as video (recorded from the start): ${url}/v1/sessions/${session.id}/recording`,
           `sbx: Ctrl-C stops the orchestrator and destroys its sandboxes.`,
         ].join('\n'),
       );
