@@ -37,6 +37,8 @@ export interface GoalFigures {
   recording_screenshot_latency_increase_percent: number;
   /** Issue 16: wall time per step of the built-in loop minus a direct tool call (zero-latency model). */
   run_loop_overhead_ms: number;
+  /** Issue 14, per template: create-to-ready p50 cold and from its warm pool, idle session memory. */
+  templates: Record<string, { cold_create_p50_ms: number; warm_create_p50_ms: number | null; idle_session_mib: number | null }>;
 }
 
 /** The goal table of issue 13, then the earlier one (issue 6) for the figures it kept. */
@@ -72,6 +74,12 @@ export function goalRows(f: GoalFigures): ChartRow[] {
     { label: 'mouse_move API / fresh ssh', value: f.mouse_move_ratio_vs_fresh_ssh, goal: 0.05, unit: 'x' },
     { label: 'create-to-ready p50, warm pool', value: f.warm_create_p50_ms, goal: 150, unit: 'ms' },
     { label: 'create-to-ready p50, cold', value: f.cold_create_p50_ms, goal: 1500, unit: 'ms' },
+    // Issue 14's goals, per template (an idle desktop session: at most 250 MiB).
+    ...Object.entries(f.templates).flatMap(([name, t]): ChartRow[] => [
+      { label: `create-to-ready p50, cold, ${name}`, value: t.cold_create_p50_ms, goal: 2000, unit: 'ms' },
+      { label: `create-to-ready p50, warm pool, ${name}`, value: t.warm_create_p50_ms, goal: 150, unit: 'ms' },
+      ...(name === 'desktop' ? [{ label: 'host memory per idle desktop session', value: t.idle_session_mib, goal: 250, unit: 'MiB' }] : []),
+    ]),
     // Issue 16's goal.
     { label: 'run loop per step - direct tool call', value: f.run_loop_overhead_ms, goal: 5, unit: 'ms' },
   );

@@ -38,6 +38,7 @@ import { buildResults, printReport } from './report.js';
 import { compareScreenshots, staticAndChanging } from './screenshots.js';
 import { summarize, timeIt } from './stats.js';
 import { measureWarmCreates } from './warm-create.js';
+import { measureTemplate, type TemplateFigures } from './templates.js';
 import { measureLoopOverhead, startZeroLatencyModel } from './run-loop.js';
 
 const N = Number(process.env.BENCH_N || 50);
@@ -49,6 +50,9 @@ const RAMP_MAX = Number(process.env.BENCH_RAMP_MAX || 64);
 const RAMP_STEP = Number(process.env.BENCH_RAMP_STEP || 8);
 const RAMP_SECONDS = Number(process.env.BENCH_RAMP_SECONDS || 20);
 const RECORDING_SECONDS = Number(process.env.BENCH_RECORDING_SECONDS || 10);
+/** Templates whose create-to-ready (cold, warm) and idle memory are measured (issue 14); a template not built is skipped. */
+const TEMPLATES = (process.env.BENCH_TEMPLATES ?? 'minimal,desktop').split(',').map((t) => t.trim()).filter(Boolean);
+const TEMPLATE_IDLE_SESSIONS = Number(process.env.BENCH_TEMPLATE_IDLE_SESSIONS || 4);
 
 
 async function main(): Promise<void> {
@@ -131,6 +135,13 @@ async function main(): Promise<void> {
 
     const warmMs = await measureWarmCreates(orchestrator.manager, client, CREATES);
 
+    const templates: TemplateFigures[] = [];
+    for (const template of TEMPLATES) {
+      console.error(`bench: template ${template}: cold and warm creates, ${TEMPLATE_IDLE_SESSIONS} idle sessions`);
+      const figures = await measureTemplate({ client, manager: orchestrator.manager, names, template, creates: CREATES, idle: TEMPLATE_IDLE_SESSIONS });
+      if (figures) templates.push(figures);
+    }
+
     // The load's sessions are made first and measured idle: that is the memory figure.
     const rssBefore = process.memoryUsage.rss();
     const loadSandboxes: Sandbox[] = [];
@@ -179,6 +190,7 @@ async function main(): Promise<void> {
         memory: memory ?? null,
         recording,
         loop,
+        templates,
       });
       printReport(results);
       const goals = goalRows(results);

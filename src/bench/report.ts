@@ -8,6 +8,7 @@ import type { RecordingCost } from './recording.js';
 import type { LoopOverhead } from './run-loop.js';
 import type { ScreenshotComparison } from './screenshots.js';
 import type { Summary } from './stats.js';
+import type { TemplateFigures } from './templates.js';
 
 export interface Measured {
   runtime: string;
@@ -27,6 +28,7 @@ export interface Measured {
   memory: IdleMemory | null;
   recording: { static: RecordingCost; changing: RecordingCost };
   loop: LoopOverhead;
+  templates: TemplateFigures[];
 }
 
 export type Results = ReturnType<typeof buildResults>;
@@ -67,6 +69,9 @@ export function buildResults(m: Measured) {
     recording_cpu_core_percent: m.recording.changing.cpuCoreFraction * 100,
     recording_screenshot_latency_increase_percent: m.recording.changing.latencyIncreasePercent,
     run_loop_overhead_ms: m.loop.loopPerStepMs - m.loop.directMeanMs,
+    templates: Object.fromEntries(
+      m.templates.map((t) => [t.template, { cold_create_p50_ms: t.cold.p50, warm_create_p50_ms: t.warm?.p50 ?? null, idle_session_mib: t.idleMiB }]),
+    ),
   };
   return {
     ...figures,
@@ -76,6 +81,7 @@ export function buildResults(m: Measured) {
     cold_create_p95_ms: m.create.p95,
     recording_detail: m.recording,
     run_loop_detail: m.loop,
+    templates_detail: m.templates,
     warm_create_p95_ms: m.warm?.p95 ?? null,
     // Kept under their earlier names (PNG, static screen) for comparison with older runs.
     screenshot_api_p50_ms: png.static.api.p50,

@@ -8,32 +8,32 @@ import type { SessionManager } from '../sessions/manager.js';
  * during the create would measure the refill's boot, not the claim). Returns [] when the
  * runtime cannot have a pool (see RuntimeCapabilities.configDirIsLive).
  */
-export async function measureWarmCreates(manager: SessionManager, client: SandboxClient, n: number): Promise<number[]> {
+export async function measureWarmCreates(manager: SessionManager, client: SandboxClient, n: number, template?: string): Promise<number[]> {
   try {
-    await manager.resizeWarmPool(1);
+    await manager.resizeWarmPool(1, template);
   } catch {
     return [];
   }
   const samples: number[] = [];
   try {
     for (let i = 0; i < n + 1; i++) {
-      await waitForPool(manager);
+      await waitForPool(manager, template);
       const started = performance.now();
-      const sandbox = await client.create({ width: 1024, height: 768 });
+      const sandbox = await client.create({ width: 1024, height: 768, ...(template ? { template } : {}) });
       const ms = performance.now() - started;
       if (i > 0) samples.push(ms); // the first is a warm-up
       await sandbox.destroy();
     }
   } finally {
-    await manager.resizeWarmPool(0);
+    await manager.resizeWarmPool(0, template);
   }
   return samples;
 }
 
-async function waitForPool(manager: SessionManager, timeoutMs = 60_000): Promise<void> {
+async function waitForPool(manager: SessionManager, template: string | undefined, timeoutMs = 60_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    const status = manager.warmPoolStatus();
+    const status = manager.warmPoolStatus(template);
     if (status.ready.length >= 1 && status.booting === 0) {
       // Let the guest's own start-up work (the desktop settling) finish too.
       await sleep(300);

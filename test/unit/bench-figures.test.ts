@@ -25,6 +25,7 @@ const FIGURES: GoalFigures = {
   recording_cpu_core_percent: 12,
   recording_screenshot_latency_increase_percent: 4,
   run_loop_overhead_ms: 6,
+  templates: { desktop: { cold_create_p50_ms: 1800, warm_create_p50_ms: 160, idle_session_mib: 240 } },
 };
 
 describe('bench figures', () => {
@@ -37,6 +38,9 @@ describe('bench figures', () => {
     assert.equal(met('CPU per screenshot webp / scrot, changing'), false);
     assert.equal(met('middle_click API p50'), false, '16 ms is over 15');
     assert.equal(met('triple_click API p50'), true);
+    assert.equal(met('create-to-ready p50, cold, desktop'), true, 'issue 14: per template, under 2 s');
+    assert.equal(met('create-to-ready p50, warm pool, desktop'), false, '160 ms is over 150');
+    assert.equal(met('host memory per idle desktop session'), true);
     assert.equal(met('most sessions, 0 errors, p95 <= 250 ms'), false, 'higher is better: 24 < 32');
     assert.equal(met('host memory per idle session'), true);
     assert.equal(met('create-to-ready p50, warm pool'), null, 'not measured');
