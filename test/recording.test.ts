@@ -199,6 +199,11 @@ describe('recording and the screen stream, end to end', () => {
       const started = await req('POST', `/v1/sessions/${id}/recording/start`);
       assert.equal(started.statusCode, 200, started.body);
       assert.equal(started.json().state, 'recording');
+      // Asked for before ffmpeg has written its first fragment: a 404 saying so, or the file; never a 500.
+      for (const path of ['recording', 'recording/subtitles']) {
+        const early = await req('GET', `/v1/sessions/${id}/${path}`);
+        assert.ok(early.statusCode === 200 || (early.statusCode === 404 && /no file yet/.test(early.body)), `${path}: ${early.statusCode} ${early.body.slice(0, 200)}`);
+      }
       await sleep(1200);
       const stopped = await req('POST', `/v1/sessions/${id}/recording/stop`);
       assert.equal(stopped.json().state, 'finished', stopped.body);

@@ -1,5 +1,6 @@
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
+import { NotFoundError } from '../../errors.js';
 import type { FastifyInstance } from 'fastify';
 import type { SessionRecordings } from '../../sessions/ports.js';
 import { parseByteRange } from '../byte-range.js';
@@ -70,7 +71,7 @@ export async function recordingRoutes(app: FastifyInstance, opts: { manager: Ses
     },
     async (request, reply) => {
       const { video, status } = await manager.recordingFiles(request.params.id);
-      const size = (await stat(video)).size;
+      const size = (await fileSize(video, request.params.id)).size;
       const range = parseByteRange(request.headers.range, size);
       void reply.header('accept-ranges', 'bytes').header('cache-control', 'no-store').header('x-recording-state', status.state);
       if (range === 'unsatisfiable') {
@@ -100,8 +101,23 @@ export async function recordingRoutes(app: FastifyInstance, opts: { manager: Ses
     },
     async (request, reply) => {
       const { subtitles } = await manager.recordingFiles(request.params.id);
-      await stat(subtitles);
+      await fileSize(subtitles, request.params.id);
       return reply.type('text/vtt; charset=utf-8').header('cache-control', 'no-store').send(createReadStream(subtitles));
     },
   );
+}
+
+/**
+ * A recording's file, which ffmpeg (or the subtitle writer) creates within about a second of
+ * the start: asked for before that, or after a failure left none, it is a 404 saying so.
+ */
+async function fileSize(file: string, sessionId: string): Promise<{ size: number }> {
+  try {
+    return await stat(file);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
+      throw new NotFoundError(`the recording of session ${sessionId} has no file yet (it is written within a second of the start): try again shortly`);
+    }
+    throw err;
+  }
 }
