@@ -1,3 +1,4 @@
+import { serverSentEvents } from './event-stream.js';
 import type { SandboxClient } from './index.js';
 import type { ScreenshotFormatOptions } from './screenshot-format.js';
 
@@ -74,19 +75,10 @@ export async function* screenStream(client: SandboxClient, id: string, options: 
   if (options.format !== undefined) query.set('format', options.format);
   if (options.quality !== undefined) query.set('quality', String(options.quality));
   const response = await client.send(`/v1/sessions/${encodeURIComponent(id)}/screen/stream?${query}`, { method: 'GET', signal: options.signal });
-  if (!response.body) return;
-  const decoder = new TextDecoder();
-  let text = '';
-  for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
-    text += decoder.decode(chunk, { stream: true });
-    for (let end = text.indexOf('\n\n'); end >= 0; end = text.indexOf('\n\n')) {
-      const event = text.slice(0, end);
-      text = text.slice(end + 2);
-      const data = /^data: (.*)$/m.exec(event)?.[1];
-      if (/^event: end$/m.test(event)) return;
-      if (!/^event: frame$/m.test(event) || data === undefined) continue;
-      const frame = JSON.parse(data) as Omit<ScreenFrame, 'data'> & { data: string };
-      yield { ...frame, data: Buffer.from(frame.data, 'base64') };
-    }
+  for await (const { event, data } of serverSentEvents(response.body)) {
+    if (event === 'end') return;
+    if (event !== 'frame' || data === '') continue;
+    const frame = JSON.parse(data) as Omit<ScreenFrame, 'data'> & { data: string };
+    yield { ...frame, data: Buffer.from(frame.data, 'base64') };
   }
 }

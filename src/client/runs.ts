@@ -1,3 +1,4 @@
+import { serverSentEvents } from './event-stream.js';
 import type { SandboxClient } from './index.js';
 
 /** POST /v1/runs: a task for the built-in Claude loop, on a new sandbox (`session`) or an existing one (`sessionId`). */
@@ -57,20 +58,11 @@ export class Runs {
   /** The run's events from its start, as they come; the iteration ends after the `end` event. */
   async *events(id: string): AsyncGenerator<RunEvent> {
     const response = await this.client.send(`/v1/runs/${encodeURIComponent(id)}/events`, { method: 'GET', headers: { accept: 'text/event-stream' } });
-    if (!response.body) return;
-    const decoder = new TextDecoder();
-    let buffered = '';
-    for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
-      buffered += decoder.decode(chunk, { stream: true });
-      for (let cut = buffered.indexOf('\n\n'); cut >= 0; cut = buffered.indexOf('\n\n')) {
-        const message = buffered.slice(0, cut);
-        buffered = buffered.slice(cut + 2);
-        const data = message.split('\n').filter((line) => line.startsWith('data: ')).map((line) => line.slice(6)).join('\n');
-        if (!data) continue;
-        const event = JSON.parse(data) as RunEvent;
-        yield event;
-        if (event.type === 'end') return;
-      }
+    for await (const { data } of serverSentEvents(response.body)) {
+      if (!data) continue;
+      const event = JSON.parse(data) as RunEvent;
+      yield event;
+      if (event.type === 'end') return;
     }
   }
 }
