@@ -257,6 +257,12 @@ describe('runs: the built-in Claude loop', { timeout: 600_000 }, () => {
     assert.match(out.stdout, /bash/);
     assert.match(out.stdout, /hi-from-cli/);
     assert.match(out.stdout, /end_turn/);
+    // A view-only live view to watch it, which opens as the page.
+    const live = /watch it live: (http\S+)/.exec(out.stdout);
+    assert.ok(live, out.stdout);
+    const page = await fetch(live[1] as string);
+    assert.equal(page.status, 200);
+    assert.match(page.headers.get('content-type') ?? '', /text\/html/);
   });
 });
 

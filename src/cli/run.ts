@@ -1,5 +1,6 @@
 import { Command, InvalidArgumentError } from 'commander';
 import type { SandboxClient } from '../client/index.js';
+import { openLiveView } from '../client/live-view.js';
 import type { RunEvent } from '../client/runs.js';
 
 function positive(value: string): number {
@@ -36,8 +37,9 @@ export function runCommand(client: () => SandboxClient): Command {
       const sbx = client();
       const run = await sbx.runs.create({ task, sessionId: opts.session, model: opts.model, maxSteps: opts.maxSteps });
       console.log(`run ${run.id} on session ${run.sessionId}`);
-      // TODO(issue 15 live view): print the live-view URL here once client.liveView exists
-      // (another engineer adds it); until then the trajectory page is the way to watch.
+      // A view-only link to watch it: the server drops a view link's input, so sharing it is safe.
+      const live = await openLiveView(sbx, run.sessionId, { mode: 'view' }).catch((err: unknown) => err as Error);
+      console.log(live instanceof Error ? `(no live view: ${live.message})` : `watch it live: ${live.url}`);
       let stop = false;
       process.once('SIGINT', () => {
         if (stop) process.exit(130);
