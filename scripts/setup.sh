@@ -20,9 +20,10 @@ fi
 # python3 makes the container runtime's idmapped mounts (ctypes; idmapped-mount.ts) and
 # procps's sysctl sets each container's namespace limits (through util-linux's nsenter).
 # The shellcheck package lints the guest and setup scripts in a fast test (test/shellcheck.test.ts).
-# chromium is the real browser the page tests drive with playwright-core (test/helpers/browser.ts).
+# chromium is the real browser the page tests drive with playwright-core (test/helpers/browser.ts);
+# fonts-liberation: its fonts (a Recommends of chromium, which --no-install-recommends skips).
 # ffmpeg encodes session recordings (src/recording/; ffprobe, from the same package, checks them in tests).
-packages=(runc debootstrap iproute2 nftables util-linux mount e2fsprogs openssh-client ca-certificates qemu-system-x86 qemu-utils lz4 curl python3 procps shellcheck chromium ffmpeg)
+packages=(runc debootstrap iproute2 nftables util-linux mount e2fsprogs openssh-client ca-certificates qemu-system-x86 qemu-utils lz4 curl python3 procps shellcheck chromium fonts-liberation ffmpeg)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
