@@ -15,6 +15,9 @@ export interface RawFrame {
 
 export class CaptureChannelError extends Error {}
 
+/** Screen versions, unique in the process: a grabber opened anew never repeats an old channel's number. */
+let lastVersion = 0;
+
 /** Where the image installs the grabber (src/guest/files/sbx-capture). */
 export const CAPTURE_COMMAND = '/usr/local/bin/sbx-capture';
 
@@ -39,14 +42,24 @@ export interface GrabberMethod {
  *
  * A frame handed out is never modified: an unchanged screen gives the very same RawFrame
  * object again (callers may key caches on it), a changed one a new object.
+ *
+ * Copy on write: the channel keeps the screen in one buffer and patches it in place while no
+ * RawFrame of it has been handed out; only once one has (grab, frame()) does the next change
+ * go to a fresh copy. A watcher that copies the screen out instead (copyInto: the recorder,
+ * 5 times a second) therefore costs no allocation per frame: a 3 MiB Buffer per changed frame
+ * is what made V8 run a full mark-compact every half second while a busy screen was recorded.
  */
-export class CaptureChannel extends GuestProcessChannel<RawFrame> {
+export class CaptureChannel extends GuestProcessChannel<void> {
   /** The header being received (at most HEADER_BYTES). */
   private head = Buffer.alloc(0);
   /** The message being received, once its header has passed: its payload, filled up to `filled`. */
   private message: { header: FrameHeader; payload: Buffer; filled: number } | undefined;
-  /** The last frame, which changed rectangles patch (the grabber's previous frame too). */
-  private last: RawFrame | undefined;
+  /** The screen as the grabber last sent it, which changed rectangles patch (its previous frame too). */
+  private screenNow: { width: number; height: number; stride: number; pixels: Buffer } | undefined;
+  /** The RawFrame handed out for the screen as it is now, if any: then `screenNow.pixels` may not be written. */
+  private handedOut: RawFrame | undefined;
+  /** Names the screen as it is now: a new number whenever it changes (0: no frame yet). */
+  private screenVersion = 0;
   /** A complete message is being decoded (inflated on the thread pool): the grabber must be silent. */
   private decoding = false;
   /** What the last changed-rectangles frame said about the grabber. */
@@ -64,8 +77,44 @@ export class CaptureChannel extends GuestProcessChannel<RawFrame> {
   }
 
   /** One frame. One request at a time (the caller serialises). */
-  grab(timeoutMs: number): Promise<RawFrame> {
+  async grab(timeoutMs: number): Promise<RawFrame> {
+    await this.refresh(timeoutMs);
+    return this.frame();
+  }
+
+  /** Brings the channel's screen up to date without handing out a frame (see copyInto). */
+  refresh(timeoutMs: number): Promise<void> {
     return this.request('grab\n', timeoutMs);
+  }
+
+  /** The screen as the channel holds it now, as a frame that is never modified (the same object while it has not changed). */
+  frame(): RawFrame {
+    const now = this.screenNow;
+    if (!now) throw new CaptureChannelError('no frame has been received yet');
+    this.handedOut ??= { width: now.width, height: now.height, stride: now.stride, pixels: now.pixels };
+    return this.handedOut;
+  }
+
+  /** Which version of the screen the channel holds (see copyInto). */
+  get version(): number {
+    return this.screenVersion;
+  }
+
+  /**
+   * Copies the screen as the channel holds it into `target` (rows packed, `width * 4` bytes
+   * each), unless it is still version `have`; returns the version now in `target`, or undefined
+   * before any frame. Synchronous, so no change lands halfway; nothing is handed out, so the
+   * channel goes on patching its buffer in place.
+   */
+  copyInto(target: Buffer, have: number | undefined): number | undefined {
+    const now = this.screenNow;
+    if (!now) return undefined;
+    if (have === this.screenVersion) return have;
+    const row = now.width * 4;
+    if (target.length !== row * now.height) throw new CaptureChannelError(`a copy of the screen needs ${row * now.height} bytes, not ${target.length}`);
+    if (now.stride === row) now.pixels.copy(target, 0, 0, row * now.height);
+    else for (let y = 0; y < now.height; y++) now.pixels.copy(target, y * row, y * now.stride, y * now.stride + row);
+    return this.screenVersion;
   }
 
   /**
@@ -73,9 +122,10 @@ export class CaptureChannel extends GuestProcessChannel<RawFrame> {
    * passed): the grabber waits on damage events instead of the host comparing captures.
    * The request is made of two integers only, formatted here.
    */
-  settled(quietMs: number, maxMs: number, timeoutMs: number): Promise<RawFrame> {
+  async settled(quietMs: number, maxMs: number, timeoutMs: number): Promise<RawFrame> {
     const whole = (n: number) => (Number.isFinite(n) ? Math.max(0, Math.min(Math.round(n), 2 ** 31 - 1)) : 0);
-    return this.request(`settle ${whole(quietMs)} ${whole(maxMs)}\n`, timeoutMs + whole(maxMs));
+    await this.request(`settle ${whole(quietMs)} ${whole(maxMs)}\n`, timeoutMs + whole(maxMs));
+    return this.frame();
   }
 
   protected onData(chunk: Buffer): void {
@@ -110,7 +160,10 @@ export class CaptureChannel extends GuestProcessChannel<RawFrame> {
       this.message = undefined;
       if (message.header.kind === 'full') {
         const { width, height, stride } = message.header;
-        this.settle((this.last = { width, height, stride, pixels: message.payload }));
+        this.screenNow = { width, height, stride, pixels: message.payload };
+        this.handedOut = undefined;
+        this.screenVersion = ++lastVersion;
+        this.settle();
       } else {
         // The table is checked here, synchronously, before anything is inflated.
         this.decode(message.header, message.payload);
@@ -120,20 +173,24 @@ export class CaptureChannel extends GuestProcessChannel<RawFrame> {
 
   /** Applies a changed-rectangles frame; its streams are inflated off the event loop. */
   private decode(header: FrameHeader, payload: Buffer): void {
-    const last = this.last;
-    if (!last) throw new GuestProtocolError('capture', 'bad_rects', 'the guest sent changed rectangles before any whole frame');
-    if (last.stride !== header.stride) throw new GuestProtocolError('capture', 'bad_rects', 'the guest changed the row stride in a changed-rectangles frame');
+    const now = this.screenNow;
+    if (!now) throw new GuestProtocolError('capture', 'bad_rects', 'the guest sent changed rectangles before any whole frame');
+    if (now.stride !== header.stride) throw new GuestProtocolError('capture', 'bad_rects', 'the guest changed the row stride in a changed-rectangles frame');
     const table = parseRectTable(payload, header);
     this.method = { shm: table.shm, damage: table.damage };
-    if (table.rects.length === 0) return this.settle(last);
+    if (table.rects.length === 0) return this.settle();
     this.decoding = true;
     Promise.all(table.rects.map((rect) => inflateRect(payload, rect))).then(
       (pixels) => {
         this.decoding = false;
         // Closed meanwhile (a timeout, close()): the request has already failed.
         if (!this.isOpen) return;
-        this.last = { ...last, pixels: patchFrame(last.pixels, last.stride, table.rects, pixels) };
-        this.settle(this.last);
+        // A buffer someone holds a frame of is never written: the change goes to a copy.
+        if (this.handedOut) now.pixels = Buffer.from(now.pixels);
+        this.handedOut = undefined;
+        patchFrame(now.pixels, now.stride, table.rects, pixels);
+        this.screenVersion = ++lastVersion;
+        this.settle();
       },
       (err: Error) => {
         this.decoding = false;

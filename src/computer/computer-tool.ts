@@ -68,6 +68,11 @@ export class ComputerTool {
     return this.desktop.watchFrame(maxAgeMs);
   }
 
+  /** The recorder's way to watch: the screen copied into its own buffer, no frame allocated (Desktop.copyFrameInto). */
+  copyFrameInto(maxAgeMs: number, target: Buffer, have: number | undefined): Promise<number | undefined> {
+    return this.desktop.copyFrameInto(maxAgeMs, target, have);
+  }
+
   /** A screenshot of the real screen, unscaled. */
   async fullScreenshot(choice: ScreenshotFormat = PNG_FORMAT): Promise<EncodedImage> {
     return this.encode(await this.desktop.capture(), this.scaler.screen, choice);

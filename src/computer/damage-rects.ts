@@ -99,7 +99,11 @@ export async function inflateRect(payload: Buffer, rect: DamageRect): Promise<Bu
   const expected = rect.width * rect.height * BYTES_PER_PIXEL;
   let pixels: Buffer;
   try {
-    pixels = await inflateAsync(payload.subarray(rect.offset, rect.offset + rect.length), { maxOutputLength: expected, chunkSize: Math.max(64, expected) });
+    // One byte more than the rectangle: zlib then ends with room to spare in its one output
+    // buffer. With exactly its size, Node allocates a second buffer of that size to look for
+    // more output (a wasted 2 MiB for a terminal's worth of pixels, each frame); maxOutputLength
+    // still stops a stream that would give more.
+    pixels = await inflateAsync(payload.subarray(rect.offset, rect.offset + rect.length), { maxOutputLength: expected, chunkSize: Math.max(64, expected + 1) });
   } catch (err) {
     throw badRects(`rectangle ${rect.width}x${rect.height} at ${rect.x},${rect.y} does not inflate to its ${expected} bytes (${(err as Error).message})`);
   }
@@ -109,9 +113,8 @@ export async function inflateRect(payload: Buffer, rect: DamageRect): Promise<Bu
   return pixels;
 }
 
-/** A copy of `previous` (rows `stride` apart) with each rectangle's pixels put in. */
-export function patchFrame(previous: Buffer, stride: number, rects: readonly DamageRect[], pixels: readonly Buffer[]): Buffer {
-  const out = Buffer.from(previous);
+/** Puts each rectangle's pixels into `out`, a frame with rows `stride` apart (in place). */
+export function patchFrame(out: Buffer, stride: number, rects: readonly DamageRect[], pixels: readonly Buffer[]): void {
   rects.forEach((rect, i) => {
     const source = pixels[i];
     if (!source) return;
@@ -122,5 +125,4 @@ export function patchFrame(previous: Buffer, stride: number, rects: readonly Dam
       source.copy(out, (rect.y + row) * stride + rect.x * BYTES_PER_PIXEL, row * rowBytes, (row + 1) * rowBytes);
     }
   });
-  return out;
 }

@@ -40,8 +40,8 @@ export class Desktop {
   private readonly inputQueue = new SerialQueue();
   private captureChannel: CaptureChannel | undefined;
   private readonly captureQueue = new SerialQueue();
-  /** The last frame any capture returned, and when: watchers (recording, the screen stream) reuse it. */
-  private lastFrame: { frame: RawFrame; at: number } | undefined;
+  /** When the grabber last answered: watchers (recording, the screen stream) reuse what it holds if that is recent. */
+  private lastGrabAt = -Infinity;
   /** Aborted by close(): a hold_key in progress ends at once. */
   private readonly closing = new AbortController();
 
@@ -80,11 +80,50 @@ export class Desktop {
    * only when the session has no grabber (scrot: no raw frames).
    */
   async watchFrame(maxAgeMs: number): Promise<RawFrame | undefined> {
-    const last = this.lastFrame;
-    if (last && performance.now() - last.at < maxAgeMs) return last.frame;
-    // The very first frame is worth a wait; after that, a watcher never queues.
-    if (last && this.captureQueue.pending > 0) return last.frame;
+    const held = this.heldScreen(maxAgeMs);
+    if (held) return held.frame();
     return (await this.capture()).frame;
+  }
+
+  /**
+   * For the recorder: copies the screen into `target` (rows packed) unless it is still version
+   * `have`, under the same rules as watchFrame (a recent screen is reused, a capture is never
+   * queued behind), and returns the version now in `target`. Nothing is handed out, so the
+   * grabber's buffer is patched in place: recording a busy screen allocates no frame per frame.
+   * Undefined when the session has no working grabber (no scrot run instead: not 5 a second).
+   */
+  async copyFrameInto(maxAgeMs: number, target: Buffer, have: number | undefined): Promise<number | undefined> {
+    if (!this.heldScreen(maxAgeMs)) {
+      const refreshed = await this.captureQueue.run(async () => {
+        try {
+          if (!this.captureChannel?.isOpen) this.captureChannel = await CaptureChannel.open(this.connection, this.display, this.screen);
+          await this.captureChannel.refresh(COMMAND_TIMEOUT_MS);
+          this.lastGrabAt = performance.now();
+          return true;
+        } catch (err) {
+          this.captureChannel?.close();
+          this.captureChannel = undefined;
+          if (!(err instanceof CaptureChannelError)) throw err;
+          return false;
+        }
+      });
+      if (!refreshed) return undefined;
+    }
+    // Synchronous from here: a change the grabber sends meanwhile lands before or after the copy, never during it.
+    const channel = this.captureChannel;
+    return channel?.isOpen ? channel.copyInto(target, have) : undefined;
+  }
+
+  /**
+   * The grabber, if what it holds will do for a watcher: grabbed within `maxAgeMs`, or any
+   * frame while a capture is queued or running (a watcher must not make the agent's
+   * screenshots wait). The very first frame is worth a wait: undefined before it.
+   */
+  private heldScreen(maxAgeMs: number): CaptureChannel | undefined {
+    const channel = this.captureChannel;
+    if (!channel?.isOpen || channel.version === 0) return undefined;
+    if (performance.now() - this.lastGrabAt < maxAgeMs || this.captureQueue.pending > 0) return channel;
+    return undefined;
   }
 
   private grab(ask: (channel: CaptureChannel) => Promise<RawFrame>): Promise<Capture> {
@@ -92,7 +131,7 @@ export class Desktop {
       try {
         if (!this.captureChannel?.isOpen) this.captureChannel = await CaptureChannel.open(this.connection, this.display, this.screen);
         const frame = await ask(this.captureChannel);
-        this.lastFrame = { frame, at: performance.now() };
+        this.lastGrabAt = performance.now();
         return { frame };
       } catch (err) {
         this.captureChannel?.close();

@@ -95,10 +95,15 @@ export class FfmpegEncoder {
     return this.child.stdin.writableNeedDrain;
   }
 
-  /** Writes one frame (exactly frameBytes); the same buffer may be written again. */
-  write(frame: Buffer): void {
+  /**
+   * Writes one frame (exactly frameBytes); the same buffer may be written again. `taken` is
+   * called once ffmpeg's pipe has it all (or the write failed, or was never made): until then
+   * the buffer must not change.
+   */
+  write(frame: Buffer, taken: () => void = () => undefined): void {
     if (frame.length !== this.frameBytes) throw new Error(`a recorded frame must be ${this.frameBytes} bytes, got ${frame.length}`);
-    if (this.running && this.child.stdin.writable) this.child.stdin.write(frame);
+    if (this.running && this.child.stdin.writable) this.child.stdin.write(frame, () => taken());
+    else taken();
   }
 
   /** What ffmpeg said last (its stderr, at most 2 KiB), to explain a failure. */

@@ -3,7 +3,6 @@ import type { Logger } from 'pino';
 import type { ComputerAction } from '../computer/actions.js';
 import { NotFoundError } from '../errors.js';
 import type { Metrics } from '../metrics/metrics.js';
-import type { RawFrame } from '../computer/capture-channel.js';
 import type { Point, Size } from '../computer/scaling.js';
 import type { CleanupStack } from '../util/cleanup-stack.js';
 import { prune, readMeta, recordingFiles, type RecordingMeta } from './retention.js';
@@ -34,8 +33,12 @@ export interface RecordableSession {
   screen: Size;
   /** Model coordinates to the screen's (subtitles give positions in the video's pixels). */
   toScreen(p: Point): Point;
-  /** A frame through the session's capture channel, at most `maxAgeMs` old unless a capture is under way (undefined when it has none). */
-  rawFrame(maxAgeMs: number): Promise<RawFrame | undefined>;
+  /**
+   * Copies the screen, through the session's capture channel, into `target` unless it is still
+   * version `have`; at most `maxAgeMs` old unless a capture is under way. The version now in
+   * `target`, or undefined when the session has no grabber.
+   */
+  copyFrame(maxAgeMs: number, target: Buffer, have: number | undefined): Promise<number | undefined>;
   /** Released when the session ends, before its connection closes. */
   cleanup: CleanupStack;
 }
@@ -90,7 +93,7 @@ export class RecordingService {
       maxBytes: settings.maxBytes,
       maxSeconds: settings.maxSeconds,
       videoPath: files.video,
-      grab: (maxAgeMs) => session.rawFrame(maxAgeMs),
+      copyFrame: (maxAgeMs, target, have) => session.copyFrame(maxAgeMs, target, have),
       onBytes: (delta) => metrics.recordingBytes.inc(delta),
       onEnd: (status) => void this.recordEnd(session.id, tenant, status).finally(ended),
       ffmpeg: this.opts.ffmpeg,

@@ -1,5 +1,4 @@
 import { stat } from 'node:fs/promises';
-import type { RawFrame } from '../computer/capture-channel.js';
 import type { Size } from '../computer/scaling.js';
 import { FfmpegEncoder } from './ffmpeg-encoder.js';
 
@@ -26,8 +25,12 @@ export interface RecorderOptions {
   maxBytes: number;
   maxSeconds: number;
   videoPath: string;
-  /** One frame of the session's screen through its capture channel, at most `maxAgeMs` old unless a capture is under way; undefined when there is none (scrot fallback). */
-  grab: (maxAgeMs: number) => Promise<RawFrame | undefined>;
+  /**
+   * Copies the session's screen (through its capture channel, at most `maxAgeMs` old unless a
+   * capture is under way) into `target`, tightly packed rows of the recording's size, unless it
+   * is still version `have`; the version now in `target`, or undefined when there is no grabber.
+   */
+  copyFrame: (maxAgeMs: number, target: Buffer, have: number | undefined) => Promise<number | undefined>;
   /** Bytes the file grew by (the bytes-written metric). */
   onBytes: (delta: number) => void;
   /** Called once when the recording ends, however it ends. */
@@ -43,12 +46,14 @@ const MAX_CATCH_UP_FRAMES = 20;
 const NO_GRABBER_RETRY_MS = 5000;
 
 /**
- * Records one session's screen: a timer at `fps` asks the session's own capture channel for
- * a frame (one request at a time; it reuses a frame a screenshot just fetched, and never
- * queues behind a capture: see Desktop.watchFrame), and writes the latest frame to ffmpeg at a constant rate, the same buffer again
- * when nothing changed. Frames are counted from the start so that the video's time is wall
- * time: a stall is made up with repeats, and the video offset of a moment is simply the ms
- * since `startedAt` (offsetMs).
+ * Records one session's screen: a timer at `fps` has the session's own capture channel copy
+ * the screen into one of the recorder's two frame buffers (one request at a time; it reuses
+ * what a screenshot just fetched, and never queues behind a capture: see
+ * Desktop.copyFrameInto), and writes the latest frame to ffmpeg at a constant rate, the same
+ * buffer again when nothing changed. Two buffers, reused for the whole recording: a new frame
+ * is copied into the one ffmpeg is not reading, so a busy screen costs no allocation per frame.
+ * Frames are counted from the start so that the video's time is wall time: a stall is made up
+ * with repeats, and the video offset of a moment is simply the ms since `startedAt` (offsetMs).
  */
 export class SessionRecorder {
   readonly status: RecordingStatus;
@@ -56,8 +61,13 @@ export class SessionRecorder {
   private readonly started = performance.now();
   private readonly ticker: NodeJS.Timeout;
   private readonly sizer: NodeJS.Timeout;
+  /** The frame written at each tick; the other buffer, the next frame's place. */
   private latest: Buffer;
-  private latestSource: RawFrame | undefined;
+  private spare: Buffer;
+  /** Writes to ffmpeg not yet taken by it, per buffer: a buffer with some is never overwritten. */
+  private readonly unwritten = new Map<Buffer, number>();
+  /** The screen version in `latest`. */
+  private latestVersion: number | undefined;
   private grabbing = false;
   /** No grab before this (ms since the start): set when the session has no grabber. */
   private quietUntil = 0;
@@ -68,6 +78,7 @@ export class SessionRecorder {
     this.status = { state: 'recording', startedAt: new Date().toISOString(), bytes: 0, fps: opts.fps, frames: 0 };
     // Black until the first frame arrives.
     this.latest = Buffer.alloc(width * height * 4);
+    this.spare = Buffer.alloc(width * height * 4);
     this.encoder = new FfmpegEncoder({ width, height, fps: opts.fps, maxBytes: opts.maxBytes, output: opts.videoPath, program: opts.ffmpeg });
     void this.encoder.exited.then(({ code, signal }) => {
       if (this.ending) return;
@@ -134,42 +145,49 @@ export class SessionRecorder {
     }
     if (!this.grabbing && elapsedMs >= this.quietUntil) {
       this.grabbing = true;
-      // A frame a screenshot fetched within half a tick is as good as a new one.
-      this.opts
-        .grab(500 / this.opts.fps)
-        .then((frame) => {
-          // No frame: the grabber cannot run and a grab is a scrot run in the guest; not 5 a second.
-          if (!frame) this.quietUntil = performance.now() - this.started + NO_GRABBER_RETRY_MS;
-          this.take(frame);
-        })
-        .catch(() => undefined) // a failed grab repeats the last frame; the session reports its own errors
-        .finally(() => (this.grabbing = false));
+      void this.grab().finally(() => (this.grabbing = false));
     }
     const due = Math.floor((elapsedMs * this.opts.fps) / 1000) + 1;
     let behind = Math.min(due - this.status.frames, MAX_CATCH_UP_FRAMES);
     // ffmpeg behind: nothing is queued on its pipe beyond one write; the count catches up later.
     while (behind > 0 && !this.encoder.busy) {
-      this.encoder.write(this.latest);
+      this.write(this.latest);
       this.status.frames += 1;
       behind -= 1;
     }
   }
 
-  /** Keeps the frame to write: tightly packed rows of the recording's size, or the last one. */
-  private take(frame: RawFrame | undefined): void {
-    if (!frame || frame === this.latestSource) return;
-    const { width, height } = this.opts.screen;
-    // A screen resized since the recording started cannot go into this video: keep the last frame.
-    if (frame.width !== width || frame.height !== height) return;
-    this.latestSource = frame;
-    const row = width * 4;
-    if (frame.stride === row) {
-      this.latest = frame.pixels.subarray(0, row * height);
-      return;
+  /**
+   * Has the screen copied into the spare buffer and makes it the latest, if it changed. While
+   * ffmpeg has not taken every write of the spare buffer yet, this tick's frame is skipped (the
+   * last one is repeated): a buffer is never written while ffmpeg may still read it.
+   */
+  private async grab(): Promise<void> {
+    if (this.unwritten.has(this.spare)) return;
+    const target = this.spare;
+    try {
+      // What a screenshot fetched within half a tick is as good as a new frame.
+      // The spare buffer holds an older frame: copied into unless the screen is still the latest's.
+      const version = await this.opts.copyFrame(500 / this.opts.fps, target, this.latestVersion);
+      // No grabber: a grab would be a scrot run in the guest; not 5 a second.
+      if (version === undefined) return void (this.quietUntil = performance.now() - this.started + NO_GRABBER_RETRY_MS);
+      if (version === this.latestVersion) return;
+      this.spare = this.latest;
+      this.latest = target;
+      this.latestVersion = version;
+    } catch {
+      // A failed grab repeats the last frame; the session reports its own errors. (A screen
+      // resized since the recording started no longer fits `target`: the last frame stays too.)
     }
-    const packed = Buffer.allocUnsafe(row * height);
-    for (let y = 0; y < height; y++) frame.pixels.copy(packed, y * row, y * frame.stride, y * frame.stride + row);
-    this.latest = packed;
+  }
+
+  private write(frame: Buffer): void {
+    this.unwritten.set(frame, (this.unwritten.get(frame) ?? 0) + 1);
+    this.encoder.write(frame, () => {
+      const left = (this.unwritten.get(frame) ?? 1) - 1;
+      if (left > 0) this.unwritten.set(frame, left);
+      else this.unwritten.delete(frame);
+    });
   }
 
   private async checkSize(): Promise<void> {

@@ -239,7 +239,7 @@ export class SessionManager {
       tenant: session.record.tenant,
       screen: computer.scaler.screen,
       toScreen: (p) => computer.scaler.toScreen(p),
-      rawFrame: (maxAgeMs) => computer.watchFrame(maxAgeMs),
+      copyFrame: (maxAgeMs, target, have) => computer.copyFrameInto(maxAgeMs, target, have),
       cleanup: session.cleanup,
     });
   }

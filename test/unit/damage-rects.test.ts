@@ -142,6 +142,39 @@ describe('the capture channel with changed rectangles', () => {
     assert.equal(channel.written.at(-1), 'grab\n');
   });
 
+  it('copies the screen out for a watcher without handing out a frame; a frame handed out is never written (copy on write)', async () => {
+    const { capture, channel, first } = await withFirstFrame();
+    const sevens = Buffer.alloc(STRIDE * SCREEN.height, 7);
+    const change = async (x: number, fill: number) => {
+      const done = capture.refresh(1_000);
+      channel.emit('data', message('SBXR', rectsPayload([{ x, y: 0, w: 1, h: 1, fill }])));
+      await done;
+    };
+    const target = Buffer.alloc(STRIDE * SCREEN.height);
+    const v1 = capture.copyInto(target, undefined);
+    assert.ok(v1 !== undefined && target.equals(sevens));
+    // Unchanged: `target` is not touched (a buffer of the wrong size would be refused if it were).
+    assert.equal(capture.copyInto(Buffer.alloc(1), v1), v1);
+
+    await change(0, 9);
+    assert.ok(first.pixels.equals(sevens), 'the frame handed out before the change is untouched');
+    const v2 = capture.copyInto(target, v1);
+    assert.notEqual(v2, v1);
+    assert.equal(target[0], 9);
+    await change(1, 5); // nothing handed out since: patched where it is
+    const second = capture.frame();
+    assert.equal(capture.frame(), second, 'the same object while the screen is unchanged');
+    assert.deepEqual([second.pixels[0], second.pixels[4], second.pixels[8]], [9, 5, 7]);
+
+    await change(2, 3);
+    assert.deepEqual([second.pixels[0], second.pixels[4], second.pixels[8]], [9, 5, 7], 'a frame handed out is never written');
+    const third = capture.frame();
+    assert.notEqual(third, second);
+    assert.deepEqual([third.pixels[0], third.pixels[4], third.pixels[8]], [9, 5, 3]);
+    assert.notEqual(capture.copyInto(target, v2), v2);
+    assert.equal(target[8], 3);
+  });
+
   it('asks the grabber to settle with two integers only', async () => {
     const { capture, channel, first } = await withFirstFrame();
     const settled = capture.settled(100.4, 2_000, 1_000);
