@@ -1,4 +1,4 @@
-import { readFile } from 'node:fs/promises';
+import { open } from 'node:fs/promises';
 import { readFileSync } from 'node:fs';
 
 /**
@@ -21,9 +21,27 @@ function parseStat(stat: string): { state: string; startTime: string } | undefin
   return state && startTime ? { state, startTime } : undefined;
 }
 
+/**
+ * /proc/<pid>/stat is a few hundred bytes (its longest fields are 20-digit numbers): one read
+ * into a small buffer. readFile would allocate 64 KiB for a file whose size /proc gives as 0,
+ * twice a second for every session: garbage the collector then has to chase.
+ */
+const STAT_READ_BYTES = 2048;
+
+async function readStat(pid: number): Promise<string> {
+  const handle = await open(`/proc/${pid}/stat`, 'r');
+  try {
+    const buffer = Buffer.allocUnsafe(STAT_READ_BYTES);
+    const { bytesRead } = await handle.read(buffer, 0, buffer.length, 0);
+    return buffer.toString('utf8', 0, bytesRead);
+  } finally {
+    await handle.close();
+  }
+}
+
 export async function isProcessAlive(pid: number, startTime: string): Promise<boolean> {
   try {
-    const parsed = parseStat(await readFile(`/proc/${pid}/stat`, 'utf8'));
+    const parsed = parseStat(await readStat(pid));
     return parsed !== undefined && parsed.startTime === startTime && parsed.state !== 'Z' && parsed.state !== 'X';
   } catch {
     return false;
