@@ -8,6 +8,8 @@ export interface ChartRow {
   unit: string;
   /** Which way is better: 'lower' (the default) or 'higher' (e.g. most sessions). */
   better?: 'lower' | 'higher';
+  /** Shown against another row's goal for comparison, not a goal of its own (drawn grey, never "missed"). */
+  reference?: boolean;
 }
 
 const WIDTH = 1000;
@@ -43,10 +45,10 @@ export async function writeChart(file: string, title: string, rows: ChartRow[]):
         ? row.value > 0 ? row.goal / row.value : 2
         : row.goal > 0 ? row.value / row.goal : row.value > 0 ? 2 : 0;
     const width = Math.max(2, Math.min(BAR_MAX, (ratio * BAR_MAX) / 2));
-    const colour = ratio <= 1 ? '#2e8b57' : '#c0392b';
+    const colour = row.reference ? '#9aa5b1' : ratio <= 1 ? '#2e8b57' : '#c0392b';
     parts.push(`<rect x="${LEFT}" y="${y + 6}" width="${width.toFixed(1)}" height="20" fill="${colour}"/>`);
     parts.push(
-      `<text x="${LEFT + BAR_MAX + 10}" y="${y + 20}" font-size="12">${escape(`${format(row.value)} ${row.unit} (goal ${row.better === 'higher' ? '>=' : '<='} ${format(row.goal)})`)}</text>`,
+      `<text x="${LEFT + BAR_MAX + 10}" y="${y + 20}" font-size="12">${escape(`${format(row.value)} ${row.unit} (${row.reference ? 'for reference; PNG\'s goal' : 'goal'} ${row.better === 'higher' ? '>=' : '<='} ${format(row.goal)})`)}</text>`,
     );
   });
   parts.push('</svg>');
