@@ -216,14 +216,6 @@ describe('raw frames from the capture channel', () => {
     const region = await sharp(await framePngRegion(frame, { x0: 1, y0: 1, x1: 2, y1: 2 })).raw().toBuffer();
     assert.deepEqual([...region], [12, 11, 10]);
   });
-  it('patches changed rectangles into the frame, row by row', async () => {
-    const { patchFrame } = await import('../src/computer/damage-rects.js');
-    // 2x3, stride 8: a 1x2 rectangle at (1,1).
-    const frame = Buffer.from([1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3]);
-    const rect = { x: 1, y: 1, width: 1, height: 2, offset: 0, length: 1 };
-    patchFrame(frame, 8, [rect], [Buffer.from([5, 5, 5, 5, 6, 6, 6, 6])]);
-    assert.deepEqual([...frame], [1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 5, 5, 5, 5, 3, 3, 3, 3, 6, 6, 6, 6]);
-  });
 });
 
 describe('the input channel reads a hostile helper with a bounded buffer', () => {

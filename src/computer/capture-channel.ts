@@ -1,17 +1,12 @@
 import type { GuestConnection } from '../transport/ssh-connection.js';
 import { GuestProtocolError } from '../errors.js';
-import { inflateRect, parseRectTable, patchFrame } from './damage-rects.js';
+import { inflateRect, parseRectTable } from './damage-rects.js';
+import { BandedScreen, type RawFrame } from './frame-bands.js';
 import { HEADER_BYTES, parseFrameHeader, type FrameHeader } from './frame-header.js';
 import { GuestProcessChannel } from './guest-process-channel.js';
 import type { Size } from './scaling.js';
 
-/** One screen frame as the X server holds it: 32 bits per pixel, BGRX, rows `stride` apart. */
-export interface RawFrame {
-  width: number;
-  height: number;
-  stride: number;
-  pixels: Buffer;
-}
+export type { RawFrame } from './frame-bands.js';
 
 export class CaptureChannelError extends Error {}
 
@@ -43,11 +38,11 @@ export interface GrabberMethod {
  * A frame handed out is never modified: an unchanged screen gives the very same RawFrame
  * object again (callers may key caches on it), a changed one a new object.
  *
- * Copy on write: the channel keeps the screen in one buffer and patches it in place while no
- * RawFrame of it has been handed out; only once one has (grab, frame()) does the next change
- * go to a fresh copy. A watcher that copies the screen out instead (copyInto: the recorder,
- * 5 times a second) therefore costs no allocation per frame: a 3 MiB Buffer per changed frame
- * is what made V8 run a full mark-compact every half second while a busy screen was recorded.
+ * Copy on write (frame-bands.ts): the channel keeps the screen in bands of rows and patches
+ * them in place while no RawFrame holds them; once one does (grab, frame()), a change copies
+ * only the bands it touches. A watcher that copies the screen out instead (copyInto: the
+ * recorder, 5 times a second) costs no allocation per frame. (A whole new frame per change is
+ * what made V8 run full collections several times a second under load or while recording.)
  */
 export class CaptureChannel extends GuestProcessChannel<void> {
   /** The header being received (at most HEADER_BYTES). */
@@ -55,9 +50,7 @@ export class CaptureChannel extends GuestProcessChannel<void> {
   /** The message being received, once its header has passed: its payload, filled up to `filled`. */
   private message: { header: FrameHeader; payload: Buffer; filled: number } | undefined;
   /** The screen as the grabber last sent it, which changed rectangles patch (its previous frame too). */
-  private screenNow: { width: number; height: number; stride: number; pixels: Buffer } | undefined;
-  /** The RawFrame handed out for the screen as it is now, if any: then `screenNow.pixels` may not be written. */
-  private handedOut: RawFrame | undefined;
+  private screenNow: BandedScreen | undefined;
   /** Names the screen as it is now: a new number whenever it changes (0: no frame yet). */
   private screenVersion = 0;
   /** A complete message is being decoded (inflated on the thread pool): the grabber must be silent. */
@@ -89,10 +82,8 @@ export class CaptureChannel extends GuestProcessChannel<void> {
 
   /** The screen as the channel holds it now, as a frame that is never modified (the same object while it has not changed). */
   frame(): RawFrame {
-    const now = this.screenNow;
-    if (!now) throw new CaptureChannelError('no frame has been received yet');
-    this.handedOut ??= { width: now.width, height: now.height, stride: now.stride, pixels: now.pixels };
-    return this.handedOut;
+    if (!this.screenNow) throw new CaptureChannelError('no frame has been received yet');
+    return this.screenNow.handOut();
   }
 
   /** Which version of the screen the channel holds (see copyInto). */
@@ -107,13 +98,13 @@ export class CaptureChannel extends GuestProcessChannel<void> {
    * channel goes on patching its buffer in place.
    */
   copyInto(target: Buffer, have: number | undefined): number | undefined {
-    const now = this.screenNow;
-    if (!now) return undefined;
+    if (!this.screenNow) return undefined;
     if (have === this.screenVersion) return have;
-    const row = now.width * 4;
-    if (target.length !== row * now.height) throw new CaptureChannelError(`a copy of the screen needs ${row * now.height} bytes, not ${target.length}`);
-    if (now.stride === row) now.pixels.copy(target, 0, 0, row * now.height);
-    else for (let y = 0; y < now.height; y++) now.pixels.copy(target, y * row, y * now.stride, y * now.stride + row);
+    try {
+      this.screenNow.copyInto(target);
+    } catch (err) {
+      throw new CaptureChannelError((err as Error).message);
+    }
     return this.screenVersion;
   }
 
@@ -160,8 +151,7 @@ export class CaptureChannel extends GuestProcessChannel<void> {
       this.message = undefined;
       if (message.header.kind === 'full') {
         const { width, height, stride } = message.header;
-        this.screenNow = { width, height, stride, pixels: message.payload };
-        this.handedOut = undefined;
+        this.screenNow = new BandedScreen(width, height, stride, message.payload);
         this.screenVersion = ++lastVersion;
         this.settle();
       } else {
@@ -185,10 +175,8 @@ export class CaptureChannel extends GuestProcessChannel<void> {
         this.decoding = false;
         // Closed meanwhile (a timeout, close()): the request has already failed.
         if (!this.isOpen) return;
-        // A buffer someone holds a frame of is never written: the change goes to a copy.
-        if (this.handedOut) now.pixels = Buffer.from(now.pixels);
-        this.handedOut = undefined;
-        patchFrame(now.pixels, now.stride, table.rects, pixels);
+        // Bands a frame handed out holds are never written: the change goes to copies of them.
+        now.patch(table.rects, pixels);
         this.screenVersion = ++lastVersion;
         this.settle();
       },

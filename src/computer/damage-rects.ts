@@ -112,17 +112,3 @@ export async function inflateRect(payload: Buffer, rect: DamageRect): Promise<Bu
   }
   return pixels;
 }
-
-/** Puts each rectangle's pixels into `out`, a frame with rows `stride` apart (in place). */
-export function patchFrame(out: Buffer, stride: number, rects: readonly DamageRect[], pixels: readonly Buffer[]): void {
-  rects.forEach((rect, i) => {
-    const source = pixels[i];
-    if (!source) return;
-    const rowBytes = rect.width * BYTES_PER_PIXEL;
-    // Whole rows of an unpadded frame: one copy.
-    if (rowBytes === stride) return void source.copy(out, rect.y * stride);
-    for (let row = 0; row < rect.height; row++) {
-      source.copy(out, (rect.y + row) * stride + rect.x * BYTES_PER_PIXEL, row * rowBytes, (row + 1) * rowBytes);
-    }
-  });
-}

@@ -47,7 +47,7 @@ export class EncodeCache {
     entry.image.then(
       (image) => {
         entry.bytes = image.data.length;
-        this.trimToBudget(frame.pixels.length);
+        this.trimToBudget(frame.stride * frame.height);
       },
       () => {
         this.entries = this.entries.filter((e) => e !== entry);

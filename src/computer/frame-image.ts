@@ -61,8 +61,11 @@ export async function framePngRegion(frame: RawFrame, region: Region): Promise<B
   return (await encodeFrameRegion(frame, region, PNG_FORMAT)).data;
 }
 
-/** Whether two frames show the same pixels. */
+/** Whether two frames show the same pixels (bands a capture channel shares are equal without a look). */
 export function sameFrame(a: RawFrame, b: RawFrame): boolean {
-  if (a.pixels === b.pixels) return true;
-  return a.width === b.width && a.height === b.height && a.stride === b.stride && a.pixels.equals(b.pixels);
+  if (a === b) return true;
+  if (a.width !== b.width || a.height !== b.height || a.stride !== b.stride) return false;
+  const [x, y] = [a.bands, b.bands];
+  if (x && y && x.rows === y.rows && x.buffers.length === y.buffers.length) return x.buffers.every((band, i) => band === y.buffers[i] || band.equals(y.buffers[i]!));
+  return a.pixels === b.pixels || a.pixels.equals(b.pixels);
 }
