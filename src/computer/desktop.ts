@@ -94,19 +94,13 @@ export class Desktop {
    */
   async copyFrameInto(maxAgeMs: number, target: Buffer, have: number | undefined): Promise<number | undefined> {
     if (!this.heldScreen(maxAgeMs)) {
-      const refreshed = await this.captureQueue.run(async () => {
-        try {
-          if (!this.captureChannel?.isOpen) this.captureChannel = await CaptureChannel.open(this.connection, this.display, this.screen);
-          await this.captureChannel.refresh(COMMAND_TIMEOUT_MS);
-          this.lastGrabAt = performance.now();
+      const refreshed = await this.useGrabber(
+        async (channel) => {
+          await channel.refresh(COMMAND_TIMEOUT_MS);
           return true;
-        } catch (err) {
-          this.captureChannel?.close();
-          this.captureChannel = undefined;
-          if (!(err instanceof CaptureChannelError)) throw err;
-          return false;
-        }
-      });
+        },
+        async () => false,
+      );
       if (!refreshed) return undefined;
     }
     // Synchronous from here: a change the grabber sends meanwhile lands before or after the copy, never during it.
@@ -127,17 +121,25 @@ export class Desktop {
   }
 
   private grab(ask: (channel: CaptureChannel) => Promise<RawFrame>): Promise<Capture> {
+    return this.useGrabber<Capture>(async (channel) => ({ frame: await ask(channel) }), async () => ({ png: await this.screenshot() }));
+  }
+
+  /**
+   * Runs `ask` on the grabber (opened if need be) in the capture queue. A grabber that cannot
+   * run is dropped (a new one is tried next time) and `instead` answers.
+   */
+  private useGrabber<T>(ask: (channel: CaptureChannel) => Promise<T>, instead: () => Promise<T>): Promise<T> {
     return this.captureQueue.run(async () => {
       try {
         if (!this.captureChannel?.isOpen) this.captureChannel = await CaptureChannel.open(this.connection, this.display, this.screen);
-        const frame = await ask(this.captureChannel);
+        const answer = await ask(this.captureChannel);
         this.lastGrabAt = performance.now();
-        return { frame };
+        return answer;
       } catch (err) {
         this.captureChannel?.close();
         this.captureChannel = undefined;
         if (!(err instanceof CaptureChannelError)) throw err;
-        return { png: await this.screenshot() };
+        return instead();
       }
     });
   }
