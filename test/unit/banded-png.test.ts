@@ -13,6 +13,7 @@ import { describe, it } from 'node:test';
 import sharp from 'sharp';
 import type { RawFrame } from '../../src/computer/capture-channel.js';
 import { adler32Combine } from '../../src/computer/png/adler32.js';
+import { planPieces } from '../../src/computer/png/band-plan.js';
 import { BandedPngEncoder } from '../../src/computer/png/banded-png.js';
 
 const BAND = 16;
@@ -86,86 +87,95 @@ async function assertExact(png: Buffer, frame: RawFrame): Promise<void> {
 
 describe('the banded PNG encoder', () => {
   it('encodes a first frame exactly, deflating every band', async () => {
-    const encoder = new BandedPngEncoder(BAND);
+    const encoder = new BandedPngEncoder({ bandRows: BAND, pieceBytes: 1 });
     const frame = patternFrame(97, 70);
     await assertExact(await encoder.encode(frame), frame);
-    assert.deepEqual(encoder.lastStats, { bands: 5, deflated: 5 });
+    assert.deepEqual(encoder.lastStats, { bands: 5, deflated: 5, deflates: 5 });
   });
 
   it('re-deflates only a changed band in the middle, and the PNG is still exact', async () => {
-    const encoder = new BandedPngEncoder(BAND);
+    const encoder = new BandedPngEncoder({ bandRows: BAND, pieceBytes: 1 });
     const frame = patternFrame(120, 96);
     await encoder.encode(frame);
     const next = painted(frame, 40, 44, 0x00ff2040, 10, 30);
     await assertExact(await encoder.encode(next), next);
-    assert.deepEqual(encoder.lastStats, { bands: 6, deflated: 1 });
+    assert.deepEqual(encoder.lastStats, { bands: 6, deflated: 1, deflates: 1 });
   });
 
   it('re-deflates the first and the last band when only they changed', async () => {
-    const encoder = new BandedPngEncoder(BAND);
+    const encoder = new BandedPngEncoder({ bandRows: BAND, pieceBytes: 1 });
     const frame = patternFrame(64, 64);
     await encoder.encode(frame);
     const next = painted(painted(frame, 0, 1, 0x00112233), 63, 64, 0x00445566, 63, 64);
     await assertExact(await encoder.encode(next), next);
-    assert.deepEqual(encoder.lastStats, { bands: 4, deflated: 2 });
+    assert.deepEqual(encoder.lastStats, { bands: 4, deflated: 2, deflates: 2 });
     // And back: the kept bands were views into the previous PNG, copied into this one.
     await assertExact(await encoder.encode(frame), frame);
-    assert.deepEqual(encoder.lastStats, { bands: 4, deflated: 2 });
+    assert.deepEqual(encoder.lastStats, { bands: 4, deflated: 2, deflates: 2 });
   });
 
   it('keeps every band of a frame with the same pixels, giving the same bytes', async () => {
-    const encoder = new BandedPngEncoder(BAND);
+    const encoder = new BandedPngEncoder({ bandRows: BAND, pieceBytes: 1 });
     const frame = patternFrame(50, 40);
     const first = await encoder.encode(frame);
     const same = { ...frame, pixels: Buffer.from(frame.pixels) };
     const again = await encoder.encode(same);
-    assert.deepEqual(encoder.lastStats, { bands: 3, deflated: 0 });
+    assert.deepEqual(encoder.lastStats, { bands: 3, deflated: 0, deflates: 0 });
     assert.ok(again.equals(first));
   });
 
   it('starts over for a frame of another size', async () => {
-    const encoder = new BandedPngEncoder(BAND);
+    const encoder = new BandedPngEncoder({ bandRows: BAND, pieceBytes: 1 });
     await encoder.encode(patternFrame(64, 48));
     const other = patternFrame(48, 64);
     await assertExact(await encoder.encode(other), other);
-    assert.deepEqual(encoder.lastStats, { bands: 4, deflated: 4 });
+    assert.deepEqual(encoder.lastStats, { bands: 4, deflated: 4, deflates: 4 });
   });
 
   it('handles an odd height (a short last band), changed or not', async () => {
-    const encoder = new BandedPngEncoder(BAND);
+    const encoder = new BandedPngEncoder({ bandRows: BAND, pieceBytes: 1 });
     const frame = patternFrame(33, 2 * BAND + 5, 3);
     await assertExact(await encoder.encode(frame), frame);
     const next = painted(frame, 2 * BAND + 4, 2 * BAND + 5, 0x00abcdef);
     await assertExact(await encoder.encode(next), next);
-    assert.deepEqual(encoder.lastStats, { bands: 3, deflated: 1 });
+    assert.deepEqual(encoder.lastStats, { bands: 3, deflated: 1, deflates: 1 });
     const above = painted(next, 5, 6, 0x00010203);
     await assertExact(await encoder.encode(above), above);
-    assert.deepEqual(encoder.lastStats, { bands: 3, deflated: 1 });
+    assert.deepEqual(encoder.lastStats, { bands: 3, deflated: 1, deflates: 1 });
   });
 
   it('encodes random noise (stored blocks) exactly, then a change in it', async () => {
-    const encoder = new BandedPngEncoder(BAND);
+    const encoder = new BandedPngEncoder({ bandRows: BAND, pieceBytes: 1 });
     const frame: RawFrame = { width: 200, height: 150, stride: 800, pixels: randomBytes(800 * 150) };
     await assertExact(await encoder.encode(frame), frame);
     const next = { ...frame, pixels: Buffer.from(frame.pixels) };
     randomBytes(800 * 3).copy(next.pixels, 800 * 70);
     await assertExact(await encoder.encode(next), next);
-    assert.deepEqual(encoder.lastStats, { bands: 10, deflated: 1 });
+    assert.deepEqual(encoder.lastStats, { bands: 10, deflated: 1, deflates: 1 });
   });
 
-  it('is exact at the default band height on a screen-sized frame, several changes in a row', async () => {
+  it('groups bands into pieces at the default sizes, and regroups the rows that keep changing', async () => {
+    // 1024x768: 24 bands of 32 rows, 5 bands (~480 KiB of rows) to a piece.
     const encoder = new BandedPngEncoder();
     let frame = patternFrame(1024, 768, 0, 1);
     await assertExact(await encoder.encode(frame), frame);
-    for (const [y0, y1] of [[0, 20], [300, 415], [760, 768], [31, 33]] as const) {
-      frame = painted(frame, y0, y1, 0x00fe0000 + y0, 100, 900);
+    assert.deepEqual(encoder.lastStats, { bands: 24, deflated: 24, deflates: 5 });
+    const steps: Array<[y0: number, y1: number, deflated: number, deflates: number]> = [
+      [0, 20, 5, 2], // band 0 changed: its piece of bands 0-4 is split into [0] and [1-4]
+      [300, 415, 10, 3], // bands 9-12: pieces 5-9 and 10-14 become [5-8], [9-12], [13-14]
+      [760, 768, 4, 2], // band 23: piece 20-23 becomes [20-22], [23]
+      [0, 20, 1, 1], // band 0 again: only its own piece
+      [31, 33, 5, 2], // bands 0 and 1 (rows 31, 32): [0-1] together, [2-4]
+    ];
+    for (const [y0, y1, deflated, deflates] of steps) {
+      frame = painted(frame, y0, y1, 0x00fe0000 + y0 + deflates, 100, 900);
       await assertExact(await encoder.encode(frame), frame);
+      assert.deepEqual(encoder.lastStats, { bands: 24, deflated, deflates }, `rows ${y0}-${y1}`);
     }
-    assert.equal(encoder.lastStats?.deflated, 2); // rows 31 and 32 straddle two bands of 32
   });
 
   it('gives correct PNGs to two encodes running at once', async () => {
-    const encoder = new BandedPngEncoder(BAND);
+    const encoder = new BandedPngEncoder({ bandRows: BAND, pieceBytes: 1 });
     const frame = patternFrame(80, 80);
     await encoder.encode(frame);
     const a = painted(frame, 10, 12, 0x00ff0000);
@@ -193,7 +203,7 @@ describe('the banded PNG encoder', () => {
     assert.ok((await turnsDuring(encoder.encode(frame))) >= 20);
     // The same pixels again: nothing but comparisons (~33 MB), which must not run in one go either.
     const turns = await turnsDuring(encoder.encode({ ...frame, pixels: Buffer.from(frame.pixels) }));
-    assert.deepEqual(encoder.lastStats, { bands: 68, deflated: 0 });
+    assert.deepEqual(encoder.lastStats, { bands: 68, deflated: 0, deflates: 0 });
     assert.ok(turns >= 2, `the event loop got ${turns} turns while 8 Mi pixels were compared`);
   });
 });
@@ -214,9 +224,31 @@ describe('the Adler-32 of the bands', () => {
   });
 
   it('is checked by both decoders of the tests: a wrong one is refused', async () => {
-    const stream = zlibStreamOf(await new BandedPngEncoder(BAND).encode(patternFrame(40, 40)));
+    const stream = zlibStreamOf(await new BandedPngEncoder({ bandRows: BAND, pieceBytes: 1 }).encode(patternFrame(40, 40)));
     stream[stream.length - 1]! ^= 1;
     assert.throws(() => inflateSync(stream), /incorrect data check/);
     assert.match(pythonInflate(stream), /incorrect data check/);
+  });
+});
+
+describe('which bands are deflated again (planPieces)', () => {
+  const spans = (plan: ReturnType<typeof planPieces>) => plan.map(({ span, kept }) => `${kept === undefined ? 'new' : 'kept'} ${span.first}-${span.end - 1}`);
+
+  it('deflates every band, in pieces of at most maxBands, without stored pieces', () => {
+    assert.deepEqual(spans(planPieces([true, true, true, true, true, true, true], undefined, 3)), ['new 0-2', 'new 3-5', 'new 6-6']);
+  });
+
+  it('keeps every stored piece when nothing changed', () => {
+    const stored = [{ first: 0, end: 2 }, { first: 2, end: 5 }];
+    assert.deepEqual(spans(planPieces([false, false, false, false, false], stored, 8)), ['kept 0-1', 'kept 2-4']);
+  });
+
+  it('redoes a piece with a changed band, apart from its unchanged bands, and keeps the others', () => {
+    const stored = [{ first: 0, end: 3 }, { first: 3, end: 6 }, { first: 6, end: 8 }];
+    const changed = [false, false, false, false, true, true, false, false];
+    assert.deepEqual(spans(planPieces(changed, stored, 8)), ['kept 0-2', 'new 3-3', 'new 4-5', 'kept 6-7']);
+    // Changed bands of neighbouring pieces join, up to maxBands.
+    const across = [false, false, true, true, true, false, true, false];
+    assert.deepEqual(spans(planPieces(across, stored, 2)), ['new 0-1', 'new 2-3', 'new 4-4', 'new 5-5', 'new 6-6', 'new 7-7']);
   });
 });

@@ -3,8 +3,10 @@ import { promisify } from 'node:util';
 import { constants, deflateRaw } from 'node:zlib';
 import type { RawFrame } from '../capture-channel.js';
 import { ADLER_EMPTY, adler32Combine } from './adler32.js';
+import { planPieces, type BandSpan, type PlannedPiece } from './band-plan.js';
 import { IDAT_DATA_OFFSET, PNG_ZLIB_LEVEL, writePng } from './png-file.js';
 import { frameWords, pngRowBytes, writePngRowsWithAdler } from './rgb-rows.js';
+import { giveRows, PIECE_BYTES, takeRows } from './row-buffers.js';
 
 /**
  * A session's full-size PNG screenshots, re-encoding only the rows that changed since its
@@ -33,14 +35,14 @@ import { frameWords, pngRowBytes, writePngRowsWithAdler } from './rgb-rows.js';
  */
 
 /**
- * Rows per band. Each band is one deflate call, ~25 us of fixed cost on top of the
- * compression (measured, docs/benchmarks.md): 32 rows (24 bands at 1024x768) cost ~0.6 ms
- * more than one deflate when every row changed, and re-encode ~1/24 of the frame when a
- * button or a line changed.
+ * Rows per band: the unit of comparison, and of re-encoding when little changed. 32 rows (24
+ * bands at 1024x768) re-encode ~1/24 of the frame when a button or a line changed; pieces of
+ * several bands (band-plan.ts) keep a frame where every row changed at about the cost of one
+ * deflate (measured with scripts/measure-banded-png.ts, docs/benchmarks.md).
  */
 export const BAND_ROWS = 32;
 /** Deflates of one encode on the libuv pool at once (it has 4 threads, shared by all sessions). */
-const DEFLATES_IN_FLIGHT = 2;
+export const DEFLATES_IN_FLIGHT = 2;
 /** Work between two yields to the event loop, in pixels swapped (~0.5 ms of loop). */
 const WORK_PER_TURN = 192 * 1024;
 /** Comparing a pixel costs about this fraction of swapping it (memcmp against the swap loop). */
@@ -54,67 +56,120 @@ const DEFLATE_OPTIONS = { level: PNG_ZLIB_LEVEL, finishFlush: constants.Z_SYNC_F
 
 const deflateRawAsync = promisify(deflateRaw);
 
-interface Band {
-  /** The band's rows, raw-deflated on their own and sync-flushed. */
+/** Bands deflated together: their rows raw-deflated on their own and sync-flushed. */
+interface Piece extends BandSpan {
   deflated: Uint8Array;
-  /** Adler-32 of the band's rows (filter bytes included) and their length. */
+  /** Adler-32 of the piece's rows (filter bytes included) and their length. */
   adler: number;
   length: number;
 }
 
 interface Reference {
   frame: RawFrame;
-  bands: readonly Band[];
+  pieces: readonly Piece[];
 }
 
-/** What the last encode did: bands in the frame, and how many were deflated again. */
+/** What the last encode did: bands in the frame, how many were deflated again, in how many calls. */
 export interface BandStats {
   bands: number;
   deflated: number;
+  deflates: number;
+}
+
+export interface BandedPngOptions {
+  /** Rows per band (default BAND_ROWS). */
+  bandRows?: number;
+  /** Deflates at once (default DEFLATES_IN_FLIGHT). */
+  deflatesInFlight?: number;
+  /** Most bytes of rows deflated in one call (default PIECE_BYTES; at least one band). */
+  pieceBytes?: number;
 }
 
 export class BandedPngEncoder {
   private reference: Reference | undefined;
   /** What the last finished encode did (for tests and measurements). */
   lastStats: BandStats | undefined;
+  private readonly bandRows: number;
+  private readonly inFlight: number;
+  private readonly pieceBytes: number;
 
-  constructor(private readonly bandRows: number = BAND_ROWS) {
-    if (!Number.isInteger(bandRows) || bandRows < 1) throw new RangeError(`bandRows must be a positive integer, not ${bandRows}`);
+  constructor(options: BandedPngOptions = {}) {
+    this.bandRows = options.bandRows ?? BAND_ROWS;
+    this.inFlight = options.deflatesInFlight ?? DEFLATES_IN_FLIGHT;
+    this.pieceBytes = options.pieceBytes ?? PIECE_BYTES;
+    for (const [name, value] of [['bandRows', this.bandRows], ['deflatesInFlight', this.inFlight], ['pieceBytes', this.pieceBytes]] as const) {
+      if (!Number.isInteger(value) || value < 1) throw new RangeError(`${name} must be a positive integer, not ${value}`);
+    }
   }
 
   /** The frame as an RGB PNG (the same pixels as bgrxToPng's). */
   async encode(frame: RawFrame): Promise<Buffer> {
-    const { width, height, stride } = frame;
     const reference = this.reference && sameGeometry(this.reference.frame, frame) ? this.reference : undefined;
+    const changed = await this.changedBands(frame, reference);
+    const maxBands = Math.max(1, Math.floor(this.pieceBytes / (this.bandRows * pngRowBytes(frame.width))));
+    const plan = planPieces(changed, reference?.pieces, maxBands);
+    const pieces = await this.deflatePieces(frame, plan, reference);
+    const png = writePng(frame.width, frame.height, zlibStream(pieces));
+    this.reference = { frame, pieces: viewsInto(png, pieces) };
+    const redone = plan.filter((piece) => piece.kept === undefined);
+    this.lastStats = { bands: changed.length, deflated: redone.reduce((sum, { span }) => sum + span.end - span.first, 0), deflates: redone.length };
+    return png;
+  }
+
+  /** Drops the reference frame and the pieces: the next encode deflates every band. */
+  forget(): void {
+    this.reference = undefined;
+  }
+
+  /** Per band, whether its bytes differ from the reference's (all true without one); yields now and then. */
+  private async changedBands(frame: RawFrame, reference: Reference | undefined): Promise<boolean[]> {
+    const changed = new Array<boolean>(Math.ceil(frame.height / this.bandRows)).fill(true);
+    if (!reference) return changed;
+    let work = 0;
+    for (let band = 0; band < changed.length; band++) {
+      const y0 = band * this.bandRows;
+      const y1 = Math.min(frame.height, y0 + this.bandRows);
+      changed[band] = !sameRows(reference.frame, frame, y0, y1);
+      work += (y1 - y0) * frame.width * COMPARE_COST;
+      if (work >= WORK_PER_TURN) {
+        await nextTurn();
+        work = 0;
+      }
+    }
+    return changed;
+  }
+
+  /**
+   * The planned pieces: kept ones from the reference, the others swapped (on the event loop,
+   * yielding between pieces) and deflated on the libuv pool, `inFlight` at a time.
+   */
+  private async deflatePieces(frame: RawFrame, plan: readonly PlannedPiece[], reference: Reference | undefined): Promise<Piece[]> {
+    const { width, height, stride } = frame;
     const words = frameWords(frame);
-    const bandBytes = this.bandRows * pngRowBytes(width);
-    const bands: Band[] = new Array<Band>(Math.ceil(height / this.bandRows));
-    // Deflate i writes into buffers[i % DEFLATES_IN_FLIGHT], once deflate i - DEFLATES_IN_FLIGHT is done with it.
-    const buffers: Buffer[] = [];
+    const pieces = new Array<Piece>(plan.length);
     const deflates: Promise<void>[] = [];
     let work = 0;
     try {
-      for (let i = 0; i < bands.length; i++) {
-        const y0 = i * this.bandRows;
-        const y1 = Math.min(height, y0 + this.bandRows);
-        const kept = reference?.bands[i];
-        if (kept && sameRows(reference.frame, frame, y0, y1)) {
-          bands[i] = kept;
-          work += (y1 - y0) * width * COMPARE_COST;
-        } else {
-          const n = deflates.length;
-          if (n >= DEFLATES_IN_FLIGHT) await deflates[n - DEFLATES_IN_FLIGHT];
-          const slot = n % DEFLATES_IN_FLIGHT;
-          const rows = (buffers[slot] ??= Buffer.allocUnsafe(bandBytes)).subarray(0, (y1 - y0) * pngRowBytes(width));
-          const adler = writePngRowsWithAdler(words, stride >>> 2, width, y0, y1, rows);
-          const deflate = deflateRawAsync(rows, DEFLATE_OPTIONS).then((deflated) => {
-            bands[i] = { deflated, adler, length: rows.length };
-          });
-          // Handled now (awaited below): a failure while the loop is yielding is not "unhandled".
-          deflate.catch(() => undefined);
-          deflates.push(deflate);
-          work += (y1 - y0) * width;
+      for (const [index, planned] of plan.entries()) {
+        if (planned.kept !== undefined) {
+          pieces[index] = reference!.pieces[planned.kept]!;
+          continue;
         }
+        if (deflates.length >= this.inFlight) await deflates[deflates.length - this.inFlight];
+        const { first, end } = planned.span;
+        const y0 = first * this.bandRows;
+        const y1 = Math.min(height, end * this.bandRows);
+        const rows = takeRows((y1 - y0) * pngRowBytes(width));
+        const adler = writePngRowsWithAdler(words, stride >>> 2, width, y0, y1, rows);
+        const deflate = deflateRawAsync(rows, DEFLATE_OPTIONS)
+          .then((deflated) => {
+            pieces[index] = { first, end, deflated, adler, length: rows.length };
+          })
+          .finally(() => giveRows(rows));
+        // Handled now (awaited below): a failure while the loop is yielding is not "unhandled".
+        deflate.catch(() => undefined);
+        deflates.push(deflate);
+        work += (y1 - y0) * width;
         if (work >= WORK_PER_TURN) {
           await nextTurn();
           work = 0;
@@ -127,25 +182,17 @@ export class BandedPngEncoder {
       throw err;
     }
     await Promise.all(deflates);
-    const png = writePng(width, height, zlibStream(bands));
-    this.reference = { frame, bands: viewsInto(png, bands) };
-    this.lastStats = { bands: bands.length, deflated: deflates.length };
-    return png;
-  }
-
-  /** Drops the reference frame and the bands: the next encode deflates every band. */
-  forget(): void {
-    this.reference = undefined;
+    return pieces;
   }
 }
 
-/** The zlib stream of the bands' rows, in parts: header, bands, empty final block, Adler-32. */
-function zlibStream(bands: readonly Band[]): Uint8Array[] {
+/** The zlib stream of the pieces' rows, in parts: header, pieces, empty final block, Adler-32. */
+function zlibStream(pieces: readonly Piece[]): Uint8Array[] {
   let adler = ADLER_EMPTY;
   const parts: Uint8Array[] = [ZLIB_HEADER];
-  for (const band of bands) {
-    parts.push(band.deflated);
-    adler = adler32Combine(adler, band.adler, band.length);
+  for (const piece of pieces) {
+    parts.push(piece.deflated);
+    adler = adler32Combine(adler, piece.adler, piece.length);
   }
   const trailer = Buffer.allocUnsafe(4);
   trailer.writeUInt32BE(adler, 0);
@@ -153,13 +200,13 @@ function zlibStream(bands: readonly Band[]): Uint8Array[] {
   return parts;
 }
 
-/** The bands with their bytes as views into `png` (written by zlibStream's order), so the previous PNG can go. */
-function viewsInto(png: Buffer, bands: readonly Band[]): Band[] {
+/** The pieces with their bytes as views into `png` (in zlibStream's order), so the previous PNG can go. */
+function viewsInto(png: Buffer, pieces: readonly Piece[]): Piece[] {
   let at = IDAT_DATA_OFFSET + ZLIB_HEADER.length;
-  return bands.map((band) => {
-    const deflated = png.subarray(at, at + band.deflated.length);
-    at += band.deflated.length;
-    return { ...band, deflated };
+  return pieces.map((piece) => {
+    const deflated = png.subarray(at, at + piece.deflated.length);
+    at += piece.deflated.length;
+    return { ...piece, deflated };
   });
 }
 
