@@ -14,22 +14,23 @@ import { giveRows, PIECE_BYTES, takeRows } from './row-buffers.js';
  * while the whole-frame encoder (bgrx-png.ts) swaps and deflates every row of every changed
  * frame.
  *
- * The image is cut into bands of full-width rows. Each band's PNG rows are deflated on their
- * own (raw deflate, ending with a sync flush: byte-aligned and not final), so the bands'
- * compressed bytes concatenate into one valid zlib stream: a 2-byte header, the bands, an
- * empty final block, and the Adler-32 of all rows, combined from the bands' own (computed
- * while their rows are written: Node's zlib does not give it). A band's bytes never refer to
- * another band's rows, so a band whose pixels did not change keeps its bytes.
+ * The image is cut into bands of full-width rows, and runs of bands into pieces (band-plan.ts).
+ * Each piece's PNG rows are deflated on their own (raw deflate, ending with a sync flush:
+ * byte-aligned and not final), so the pieces' compressed bytes concatenate into one valid
+ * zlib stream: a 2-byte header, the pieces, an empty final block, and the Adler-32 of all
+ * rows, combined from the pieces' own (computed while their rows are written: Node's zlib
+ * does not give it). A piece's bytes never refer to another's rows, so a piece whose bands'
+ * pixels did not change keeps its bytes.
  *
  * State, per session: the last frame encoded (a reference: frames are never modified once
- * handed out, capture-channel.ts) and each band's compressed bytes and Adler-32. The bytes
+ * handed out, capture-channel.ts) and each piece's compressed bytes and Adler-32. The bytes
  * are views into the last PNG, not copies: the state holds no more than that PNG and that
- * frame, which the session's EncodeCache holds anyway. So the PNG returned must not be
- * modified (EncodeCache's images are shared already).
+ * frame, which the session's EncodeCache holds too while the PNG is its latest image. So the
+ * PNG returned must not be modified (EncodeCache's images are shared already).
  *
  * The event loop does only the comparisons (memcmp, ~0.1 ms per 1024x768 frame) and the
- * swaps of changed bands, yielding every ~0.5 ms; the deflates run on the libuv pool, a few
- * at a time (each would otherwise hold its own zlib state and output buffer at once).
+ * swaps of the pieces to deflate, yielding every ~0.5 ms; the deflates run on the libuv pool,
+ * a few at a time (each holds a zlib state, an output buffer and a rows buffer meanwhile).
  * Concurrent encodes on one encoder are correct (each works from the reference it started
  * with), merely less useful; a session's encodes are serialised anyway (computer-tool.ts).
  */
