@@ -174,6 +174,19 @@ describe('the banded PNG encoder', () => {
     }
   });
 
+  it('reads frames whose bytes start off a 4-byte boundary, with row padding', async () => {
+    const encoder = new BandedPngEncoder({ bandRows: BAND, pieceBytes: 1 });
+    const aligned = patternFrame(45, 40, 2);
+    const backing = Buffer.alloc(aligned.pixels.length + 3);
+    aligned.pixels.copy(backing, 3);
+    const frame = { ...aligned, pixels: backing.subarray(3) };
+    assert.notEqual(frame.pixels.byteOffset % 4, 0);
+    await assertExact(await encoder.encode(frame), frame);
+    const next = painted(frame, 20, 21, 0x00777777);
+    await assertExact(await encoder.encode(next), next);
+    assert.deepEqual(encoder.lastStats, { bands: 3, deflated: 1, deflates: 1 });
+  });
+
   it('gives correct PNGs to two encodes running at once', async () => {
     const encoder = new BandedPngEncoder({ bandRows: BAND, pieceBytes: 1 });
     const frame = patternFrame(80, 80);
