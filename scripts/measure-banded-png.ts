@@ -12,7 +12,8 @@
  *   node --import tsx scripts/measure-banded-png.ts [N] [bandRows,...] [inFlight,...] [pieceKiB,...]
  */
 import { readFileSync } from 'node:fs';
-import { PerformanceObserver } from 'node:perf_hooks';
+import { PerformanceObserver, performance } from 'node:perf_hooks';
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import sharp from 'sharp';
 import { bgrxToPng } from '../src/computer/bgrx-png.js';
 import type { RawFrame } from '../src/computer/capture-channel.js';
@@ -65,6 +66,9 @@ let gcMs = 0;
 new PerformanceObserver((list) => list.getEntries().forEach((e) => (gcMs += e.duration))).observe({ entryTypes: ['gc'] });
 
 interface Figures {
+  /** The longest the event loop went without a turn while encoding (median and max over frames, separate runs). */
+  turnP50Ms: number;
+  turnMaxMs: number;
   cpuMs: number;
   loopMs: number;
   gcMs: number;
@@ -96,15 +100,38 @@ async function measure(frameOf: (k: number) => Buffer, encode: (frame: RawFrame)
     cpu += (used.user + used.system) / 1000;
     share += deflated();
   }
-  return { cpuMs: cpu / N, loopMs: loop / N, gcMs: (gcMs - gc0) / N, kib: bytes / N / 1024, deflatedShare: share / N };
+  // Then, apart (its own turns cost CPU), the longest stretch without an event-loop turn per frame.
+  const longest: number[] = [];
+  for (let k = N + 5; k < N + 5 + Math.min(N, 50); k++) {
+    const frame = { width: WIDTH, height: HEIGHT, stride: rowBytes, pixels: frameOf(k) };
+    let done = false;
+    let last = performance.now();
+    let max = 0;
+    const ticker = (async () => {
+      while (!done) {
+        await nextTurn();
+        const now = performance.now();
+        max = Math.max(max, now - last);
+        last = now;
+      }
+    })();
+    last = performance.now();
+    await encode(frame);
+    done = true;
+    await ticker;
+    longest.push(max);
+  }
+  longest.sort((a, b) => a - b);
+  const turnP50Ms = longest[Math.floor(longest.length / 2)]!;
+  return { turnP50Ms, turnMaxMs: longest.at(-1)!, cpuMs: cpu / N, loopMs: loop / N, gcMs: (gcMs - gc0) / N, kib: bytes / N / 1024, deflatedShare: share / N };
 }
 
 console.log(`${N} frames per row, ${WIDTH}x${HEIGHT}; CPU = event loop + libuv pool\n`);
-console.log('| rows changed | encoder | CPU ms / PNG | event loop ms | GC ms | KiB | bands deflated |');
-console.log('| --- | --- | ---: | ---: | ---: | ---: | ---: |');
+console.log('| rows changed | encoder | CPU ms / PNG | event loop ms | GC ms | KiB | bands deflated | longest turn ms p50 (max) |');
+console.log('| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |');
 for (const [name, frameOf] of Object.entries(cases)) {
   const print = (encoder: string, f: Figures) =>
-    console.log(`| ${name} | ${encoder} | ${f.cpuMs.toFixed(2)} | ${f.loopMs.toFixed(2)} | ${f.gcMs.toFixed(2)} | ${f.kib.toFixed(0)} | ${(f.deflatedShare * 100).toFixed(0)}% |`);
+    console.log(`| ${name} | ${encoder} | ${f.cpuMs.toFixed(2)} | ${f.loopMs.toFixed(2)} | ${f.gcMs.toFixed(2)} | ${f.kib.toFixed(0)} | ${(f.deflatedShare * 100).toFixed(0)}% | ${f.turnP50Ms.toFixed(2)} (${f.turnMaxMs.toFixed(2)}) |`);
   print('whole frame (before)', await measure(frameOf, bgrxToPng, () => 1));
   for (const bandRows of BAND_ROWS) {
     for (const deflatesInFlight of IN_FLIGHT) {
