@@ -42,8 +42,9 @@ export class ComputerTool {
   /** The last images encoded: a screen that has not changed is not encoded again. */
   private readonly encoded = new EncodeCache();
   /**
-   * Full-size PNGs re-encode only the bands of rows that changed since the last one. What it
-   * keeps (the last such frame and views into its PNG) is what `encoded` holds anyway.
+   * Full-size PNGs re-encode only the bands of rows that changed since the last one. It keeps
+   * the last such frame and views into its PNG: while full-size PNGs are what the session asks
+   * for (the default), the very objects `encoded` holds.
    */
   private readonly pngBands = new BandedPngEncoder();
   /**

@@ -15,6 +15,7 @@ import type { RawFrame } from '../../src/computer/capture-channel.js';
 import { adler32Combine } from '../../src/computer/png/adler32.js';
 import { planPieces } from '../../src/computer/png/band-plan.js';
 import { BandedPngEncoder } from '../../src/computer/png/banded-png.js';
+import { giveRows, PIECE_BYTES, takeRows } from '../../src/computer/png/row-buffers.js';
 
 const BAND = 16;
 
@@ -263,5 +264,22 @@ describe('which bands are deflated again (planPieces)', () => {
     // Changed bands of neighbouring pieces join, up to maxBands.
     const across = [false, false, true, true, true, false, true, false];
     assert.deepEqual(spans(planPieces(across, stored, 2)), ['new 0-1', 'new 2-3', 'new 4-4', 'new 5-5', 'new 6-6', 'new 7-7']);
+  });
+});
+
+describe('the rows buffers of the pieces', () => {
+  it('are reused once handed back, a few at most; a larger piece gets a buffer of its own', () => {
+    const first = takeRows(1000);
+    giveRows(first);
+    const again = takeRows(2000);
+    assert.equal(again.buffer, first.buffer, 'the buffer handed back is taken again');
+    assert.equal(again.length, 2000);
+    const held = [again, ...Array.from({ length: 5 }, () => takeRows(PIECE_BYTES))];
+    held.forEach(giveRows);
+    const kept = new Set(Array.from({ length: 6 }, () => takeRows(10).buffer));
+    assert.ok(kept.size === 6 && held.filter((b) => kept.has(b.buffer)).length === 4, 'four buffers are kept, the others left to the GC');
+    const large = takeRows(PIECE_BYTES + 1);
+    giveRows(large);
+    assert.notEqual(takeRows(PIECE_BYTES + 1).buffer, large.buffer);
   });
 });
