@@ -1,8 +1,9 @@
 import { promisify } from 'node:util';
-import { crc32, deflate } from 'node:zlib';
-import { endianness } from 'node:os';
+import { deflate } from 'node:zlib';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { RawFrame } from './capture-channel.js';
+import { PNG_ZLIB_LEVEL, writePng } from './png/png-file.js';
+import { frameWords } from './png/rgb-rows.js';
 
 /**
  * The X server's BGRX frames as RGB, and as a PNG, without libvips.
@@ -17,18 +18,14 @@ import type { RawFrame } from './capture-channel.js';
  *
  * The loop runs on the event loop, so it yields between bands of rows (~0.5 ms each): a
  * 3840x2160 frame (~15 ms of loop) never holds up other sessions' requests for longer than a band.
+ *
+ * A session's full-size screenshots take png/banded-png.ts instead, which re-encodes only the
+ * rows that changed since its last one; this is the path for zoomed regions and for frames
+ * encoded once (the screen stream).
  */
 
 const deflateAsync = promisify(deflate);
 
-// The 32-bit reads below assume a little-endian host (x86-64, arm64: every host we run on).
-if (endianness() !== 'LE') throw new Error('bgrx-png: a big-endian host is not supported');
-
-/** zlib level 2 (of Node's zlib): fast deflate, ~1.4 ms for a 1024x768 text screen. */
-const PNG_ZLIB_LEVEL = 2;
-const SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
-/** Colour type 2 (truecolour, RGB), 8 bits per sample. */
-const COLOUR_TYPE_RGB = 2;
 /** Pixels converted between two yields to the event loop (~0.5 ms of loop here). */
 const PIXELS_PER_TURN = 256 * 1024;
 
@@ -50,10 +47,8 @@ function wholeFrame(frame: RawFrame): PixelArea {
  * time, yielding to the event loop in between.
  */
 async function writeRgbRows(frame: RawFrame, area: PixelArea, out: Buffer, lead: 0 | 1): Promise<void> {
-  // One 32-bit read per pixel (little-endian: B | G << 8 | R << 16) rather than four byte
-  // reads; a frame whose bytes do not start on a 4-byte boundary is copied to one that does.
-  const pixels = frame.pixels.byteOffset % 4 === 0 ? frame.pixels : new Uint8Array(frame.pixels);
-  const words = new Uint32Array(pixels.buffer, pixels.byteOffset, pixels.length >>> 2);
+  // One 32-bit read per pixel (little-endian: B | G << 8 | R << 16) rather than four byte reads.
+  const words = frameWords(frame);
   const rowsPerTurn = Math.max(1, Math.floor(PIXELS_PER_TURN / (area.x1 - area.x0)));
   for (let y = area.y0; y < area.y1; y += rowsPerTurn) {
     if (y > area.y0) await nextTurn();
@@ -94,22 +89,5 @@ export async function bgrxToPng(frame: RawFrame, area: PixelArea = wholeFrame(fr
   const height = area.y1 - area.y0;
   const rows = Buffer.allocUnsafe(height * (width * 3 + 1));
   await writeRgbRows(frame, area, rows, 1);
-  const compressed = await deflateAsync(rows, { level: PNG_ZLIB_LEVEL });
-  const header = Buffer.alloc(13);
-  header.writeUInt32BE(width, 0);
-  header.writeUInt32BE(height, 4);
-  header[8] = 8; // bits per sample
-  header[9] = COLOUR_TYPE_RGB;
-  // compression 0 (zlib), filter method 0, interlace 0: the zero bytes already there.
-  return Buffer.concat([SIGNATURE, chunk('IHDR', header), chunk('IDAT', compressed), chunk('IEND', Buffer.alloc(0))]);
-}
-
-/** A PNG chunk: length, type, data, and the CRC-32 of type and data. */
-function chunk(type: string, data: Buffer): Buffer {
-  const head = Buffer.alloc(8);
-  head.writeUInt32BE(data.length, 0);
-  head.write(type, 4, 'latin1');
-  const tail = Buffer.alloc(4);
-  tail.writeUInt32BE(crc32(data, crc32(head.subarray(4))) >>> 0, 0);
-  return Buffer.concat([head, data, tail]);
+  return writePng(width, height, [await deflateAsync(rows, { level: PNG_ZLIB_LEVEL })]);
 }

@@ -7,6 +7,7 @@ import { encodeFrame, encodeFrameRegion, sameFrame, type Region } from './frame-
 import { cropPng, encodePng } from './image.js';
 import type { Point, Scaler, Size } from './scaling.js';
 import { inputPlan, isPointerOrKeyAction } from './input-requests.js';
+import { BandedPngEncoder } from './png/banded-png.js';
 import { PNG_FORMAT, type EncodedImage, type ScreenshotFormat } from './screenshot-format.js';
 import { SerialQueue } from '../util/serial-queue.js';
 
@@ -40,6 +41,12 @@ const NO_SCREENSHOT_AFTER: ReadonlySet<RunnableActionName> = new Set(['screensho
 export class ComputerTool {
   /** The last images encoded: a screen that has not changed is not encoded again. */
   private readonly encoded = new EncodeCache();
+  /**
+   * Full-size PNGs re-encode only the bands of rows that changed since the last one. It keeps
+   * the last such frame and views into its PNG: while full-size PNGs are what the session asks
+   * for (the default), the very objects `encoded` holds.
+   */
+  private readonly pngBands = new BandedPngEncoder();
   /**
    * One encoding at a time per session: libvips runs on libuv's small thread pool (4 threads,
    * shared with file I/O), and a client asking for many costly images at once (lossless WebP of
@@ -144,7 +151,7 @@ export class ComputerTool {
   private encode(capture: Capture, size: Size, choice: ScreenshotFormat): Promise<EncodedImage> {
     const { frame } = capture;
     if (!frame) return this.encoding.run(() => encodePng(capture.png, this.scaler.screen, size, choice));
-    return this.encoded.get(frame, { choice, size }, () => this.encoding.run(() => encodeFrame(frame, choice, size)));
+    return this.encoded.get(frame, { choice, size }, () => this.encoding.run(() => encodeFrame(frame, choice, size, this.pngBands)));
   }
 
   private encodeRegion(capture: Capture, region: Region, choice: ScreenshotFormat): Promise<EncodedImage> {

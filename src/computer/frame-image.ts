@@ -2,6 +2,7 @@ import sharp, { type Sharp } from 'sharp';
 import type { RawFrame } from './capture-channel.js';
 import { bgrxToPng, rgbBytes } from './bgrx-png.js';
 import { encodeAs } from './encoders.js';
+import type { BandedPngEncoder } from './png/banded-png.js';
 import type { Size } from './scaling.js';
 import { MEDIA_TYPES, PNG_FORMAT, type EncodedImage, type ScreenshotFormat } from './screenshot-format.js';
 
@@ -34,11 +35,15 @@ export interface Region {
   y1: number;
 }
 
-/** The frame in the chosen format, scaled to `size` when given and different. */
-export async function encodeFrame(frame: RawFrame, choice: ScreenshotFormat, size?: Size): Promise<EncodedImage> {
+/**
+ * The frame in the chosen format, scaled to `size` when given and different. A session's
+ * `bands` encoder, when given, makes a full-size PNG re-encode only the rows that changed
+ * since its last one.
+ */
+export async function encodeFrame(frame: RawFrame, choice: ScreenshotFormat, size?: Size, bands?: BandedPngEncoder): Promise<EncodedImage> {
   const full = !size || (size.width === frame.width && size.height === frame.height);
-  // A full-size PNG, the default and most frequent, needs no libvips at all (bgrx-png.ts).
-  if (full && choice.format === 'png') return { data: await bgrxToPng(frame), mediaType: MEDIA_TYPES.png };
+  // A full-size PNG, the default and most frequent, needs no libvips at all (bgrx-png.ts, png/).
+  if (full && choice.format === 'png') return { data: await (bands ? bands.encode(frame) : bgrxToPng(frame)), mediaType: MEDIA_TYPES.png };
   if (full) return encodeAs(await rgbOf(frame), choice);
   // RGB first (never the 4-band frame itself: sharp would take the 4th band, the X server's
   // padding byte 0, for alpha and premultiply by it before resizing: black).
