@@ -15,6 +15,7 @@ import type { RawFrame } from '../../src/computer/capture-channel.js';
 import { adler32Combine } from '../../src/computer/png/adler32.js';
 import { planPieces } from '../../src/computer/png/band-plan.js';
 import { BandedPngEncoder } from '../../src/computer/png/banded-png.js';
+import { BandedScreen, FRAME_BAND_ROWS } from '../../src/computer/frame-bands.js';
 import { giveRows, PIECE_BYTES, takeRows } from '../../src/computer/png/row-buffers.js';
 
 const BAND = 16;
@@ -92,6 +93,31 @@ describe('the banded PNG encoder', () => {
     const frame = patternFrame(97, 70);
     await assertExact(await encoder.encode(frame), frame);
     assert.deepEqual(encoder.lastStats, { bands: 5, deflated: 5, deflates: 5 });
+  });
+
+  it('reads the capture channel\'s frames band by band, never joined, and knows a shared band unchanged', async () => {
+    const source = patternFrame(90, FRAME_BAND_ROWS * 3 + 7, 2);
+    const screen = new BandedScreen(source.width, source.height, source.stride, Buffer.from(source.pixels));
+    // The encoder must not join the bands into one buffer (a whole frame's copy): `pixels` throws.
+    const unjoined = (frame: RawFrame): RawFrame => ({
+      width: frame.width,
+      height: frame.height,
+      stride: frame.stride,
+      bands: frame.bands,
+      get pixels(): Buffer {
+        throw new Error('the bands were joined');
+      },
+    });
+    const encoder = new BandedPngEncoder({ pieceBytes: 1 });
+    const first = screen.handOut();
+    await assertExact(await encoder.encode(unjoined(first)), first);
+    assert.deepEqual(encoder.lastStats, { bands: 4, deflated: 4, deflates: 4 });
+    // A change across the first two bands' boundary: those two are copied and re-deflated, the rest kept.
+    const change = Buffer.alloc(5 * 4 * 4, 0x3c);
+    screen.patch([{ x: 3, y: FRAME_BAND_ROWS - 2, width: 5, height: 4, offset: 0, length: 1 }], [change]);
+    const second = screen.handOut();
+    await assertExact(await encoder.encode(unjoined(second)), second);
+    assert.deepEqual(encoder.lastStats, { bands: 4, deflated: 2, deflates: 2 });
   });
 
   it('re-deflates only a changed band in the middle, and the PNG is still exact', async () => {

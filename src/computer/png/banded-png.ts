@@ -2,10 +2,11 @@ import { setImmediate as nextTurn } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { constants, deflateRaw } from 'node:zlib';
 import type { RawFrame } from '../capture-channel.js';
+import { FRAME_BAND_ROWS } from '../frame-bands.js';
 import { ADLER_EMPTY, adler32Combine } from './adler32.js';
 import { planPieces, type BandSpan, type PlannedPiece } from './band-plan.js';
 import { IDAT_DATA_OFFSET, PNG_ZLIB_LEVEL, writePng } from './png-file.js';
-import { frameWords, pngRowBytes, writePngRowsWithAdler } from './rgb-rows.js';
+import { pngRowBytes, writeFrameRowsWithAdler } from './rgb-rows.js';
 import { giveRows, PIECE_BYTES, takeRows } from './row-buffers.js';
 
 /**
@@ -39,9 +40,10 @@ import { giveRows, PIECE_BYTES, takeRows } from './row-buffers.js';
  * Rows per band: the unit of comparison, and of re-encoding when little changed. 32 rows (24
  * bands at 1024x768) re-encode ~1/24 of the frame when a button or a line changed; pieces of
  * several bands (band-plan.ts) keep a frame where every row changed at about the cost of one
- * deflate (measured with scripts/measure-banded-png.ts, docs/benchmarks.md).
+ * deflate (measured with scripts/measure-banded-png.ts, docs/benchmarks.md). The capture
+ * channel's bands (frame-bands.ts): a band it shared between two frames is known unchanged.
  */
-export const BAND_ROWS = 32;
+export const BAND_ROWS = FRAME_BAND_ROWS;
 /** Deflates of one encode on the libuv pool at once (it has 4 threads, shared by all sessions). */
 export const DEFLATES_IN_FLIGHT = 2;
 /** Work between two yields to the event loop, in pixels swapped (~0.25 ms of loop; a piece of 512 KiB of rows is ~0.3 ms). */
@@ -145,8 +147,7 @@ export class BandedPngEncoder {
    * yielding between pieces) and deflated on the libuv pool, `inFlight` at a time.
    */
   private async deflatePieces(frame: RawFrame, plan: readonly PlannedPiece[], reference: Reference | undefined): Promise<Piece[]> {
-    const { width, height, stride } = frame;
-    const words = frameWords(frame);
+    const { width, height } = frame;
     const pieces = new Array<Piece>(plan.length);
     const deflates: Promise<void>[] = [];
     let work = 0;
@@ -161,7 +162,7 @@ export class BandedPngEncoder {
         const y0 = first * this.bandRows;
         const y1 = Math.min(height, end * this.bandRows);
         const rows = takeRows((y1 - y0) * pngRowBytes(width));
-        const adler = writePngRowsWithAdler(words, stride >>> 2, width, y0, y1, rows);
+        const adler = writeFrameRowsWithAdler(frame, y0, y1, rows);
         const deflate = deflateRawAsync(rows, DEFLATE_OPTIONS)
           .then((deflated) => {
             pieces[index] = { first, end, deflated, adler, length: rows.length };
@@ -212,11 +213,21 @@ function viewsInto(png: Buffer, pieces: readonly Piece[]): Piece[] {
 }
 
 function sameGeometry(a: RawFrame, b: RawFrame): boolean {
-  return a.width === b.width && a.height === b.height && a.stride === b.stride && a.pixels.length === b.pixels.length;
+  return a.width === b.width && a.height === b.height && a.stride === b.stride;
 }
 
-/** Whether rows y0 to y1 hold the same bytes in both frames (padding included: a difference there only costs a deflate). */
+/**
+ * Whether rows y0 to y1 hold the same bytes in both frames (padding included: a difference
+ * there only costs a deflate). Frames from the capture channel share the bands that did not
+ * change (frame-bands.ts): the same buffer is the same rows, without a look at them.
+ */
 function sameRows(a: RawFrame, b: RawFrame, y0: number, y1: number): boolean {
+  if (a === b) return true;
+  if (a.bands && b.bands && a.bands.rows === b.bands.rows && y0 % a.bands.rows === 0 && y1 - y0 <= a.bands.rows) {
+    const index = y0 / a.bands.rows;
+    const [x, y] = [a.bands.buffers[index], b.bands.buffers[index]];
+    if (x && y) return x === y || x.equals(y);
+  }
   if (a.pixels === b.pixels) return true;
   const start = y0 * a.stride;
   const end = Math.min(y1 * a.stride, a.pixels.length);

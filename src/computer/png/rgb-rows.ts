@@ -1,6 +1,6 @@
 import { endianness } from 'node:os';
 import type { RawFrame } from '../capture-channel.js';
-import { ADLER_BASE } from './adler32.js';
+import { ADLER_BASE, ADLER_EMPTY, adler32Combine } from './adler32.js';
 
 /**
  * The X server's BGRX pixels as a PNG's rows: a filter byte 0 (no filter), then R, G, B per
@@ -13,8 +13,34 @@ if (endianness() !== 'LE') throw new Error('rgb-rows: a big-endian host is not s
 
 /** The frame's pixels as 32-bit words; a frame whose bytes do not start on a 4-byte boundary is copied to one that does. */
 export function frameWords(frame: RawFrame): Uint32Array {
-  const pixels = frame.pixels.byteOffset % 4 === 0 ? frame.pixels : new Uint8Array(frame.pixels);
+  return bufferWords(frame.pixels);
+}
+
+function bufferWords(bytes: Buffer): Uint32Array {
+  const pixels = bytes.byteOffset % 4 === 0 ? bytes : new Uint8Array(bytes);
   return new Uint32Array(pixels.buffer, pixels.byteOffset, pixels.length >>> 2);
+}
+
+/**
+ * Rows y0 to y1 of the frame as PNG rows in `out` (see writePngRowsWithAdler), and their
+ * Adler-32. A frame in bands (frame-bands.ts) is read band by band, never joined into one
+ * buffer: joining would cost a whole frame's copy for the few bands that changed.
+ */
+export function writeFrameRowsWithAdler(frame: RawFrame, y0: number, y1: number, out: Uint8Array): number {
+  const { bands, width } = frame;
+  const wordsPerRow = frame.stride >>> 2;
+  if (!bands) return writePngRowsWithAdler(frameWords(frame), wordsPerRow, width, y0, y1, out);
+  const rowBytes = pngRowBytes(width);
+  let adler = ADLER_EMPTY;
+  for (let y = y0; y < y1; ) {
+    const index = Math.floor(y / bands.rows);
+    const bandStart = index * bands.rows;
+    const end = Math.min(y1, bandStart + bands.rows);
+    const part = writePngRowsWithAdler(bufferWords(bands.buffers[index]!), wordsPerRow, width, y - bandStart, end - bandStart, out.subarray((y - y0) * rowBytes));
+    adler = adler32Combine(adler, part, (end - y) * rowBytes);
+    y = end;
+  }
+  return adler;
 }
 
 /** Bytes of one PNG row of `width` RGB pixels: the filter byte and 3 per pixel. */
