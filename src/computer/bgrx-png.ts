@@ -3,7 +3,7 @@ import { deflate } from 'node:zlib';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { RawFrame } from './capture-channel.js';
 import { PNG_ZLIB_LEVEL, writePng } from './png/png-file.js';
-import { frameWords } from './png/rgb-rows.js';
+import { bufferWords, frameWords } from './png/rgb-rows.js';
 
 /**
  * The X server's BGRX frames as RGB, and as a PNG, without libvips.
@@ -47,26 +47,34 @@ function wholeFrame(frame: RawFrame): PixelArea {
  * time, yielding to the event loop in between.
  */
 async function writeRgbRows(frame: RawFrame, area: PixelArea, out: Buffer, lead: 0 | 1): Promise<void> {
-  // One 32-bit read per pixel (little-endian: B | G << 8 | R << 16) rather than four byte reads.
-  const words = frameWords(frame);
   const rowsPerTurn = Math.max(1, Math.floor(PIXELS_PER_TURN / (area.x1 - area.x0)));
-  for (let y = area.y0; y < area.y1; y += rowsPerTurn) {
+  // A frame in bands (the capture channel's, frame-bands.ts) is read band by band rather than
+  // joined into one buffer first (a whole frame's copy).
+  const bandRows = frame.bands?.rows ?? frame.height;
+  for (let y = area.y0; y < area.y1; ) {
     if (y > area.y0) await nextTurn();
-    writeBand(words, frame.stride >>> 2, area, y, Math.min(y + rowsPerTurn, area.y1), out, lead);
+    const band = Math.floor(y / bandRows);
+    const end = Math.min(y + rowsPerTurn, area.y1, (band + 1) * bandRows);
+    // One 32-bit read per pixel (little-endian: B | G << 8 | R << 16) rather than four byte reads.
+    const words = frame.bands ? bufferWords(frame.bands.buffers[band]!) : frameWords(frame);
+    writeBand(words, frame.stride >>> 2, band * bandRows, area, y, end, out, lead);
+    y = end;
   }
 }
 
 /**
- * Rows y0 to y1 of `area` (see writeRgbRows). A plain function, not inlined into the async
- * one above: V8 does not optimise a loop inside a function that awaits (measured: 10x the CPU).
+ * Rows y0 to y1 of `area` (see writeRgbRows), from `words`, which start at row `wordsRow0`. A
+ * plain function, not inlined into the async one above: V8 does not optimise a loop inside a
+ * function that awaits (measured: 10x the CPU).
  */
-function writeBand(words: Uint32Array, wordsPerRow: number, area: PixelArea, y0: number, y1: number, out: Buffer, lead: 0 | 1): void {
+function writeBand(words: Uint32Array, wordsPerRow: number, wordsRow0: number, area: PixelArea, y0: number, y1: number, out: Buffer, lead: 0 | 1): void {
   const rowBytes = (area.x1 - area.x0) * 3 + lead;
   for (let y = y0; y < y1; y++) {
     let o = (y - area.y0) * rowBytes;
     if (lead === 1) out[o++] = 0;
-    const end = y * wordsPerRow + area.x1;
-    for (let i = y * wordsPerRow + area.x0; i < end; i++) {
+    const row = (y - wordsRow0) * wordsPerRow;
+    const end = row + area.x1;
+    for (let i = row + area.x0; i < end; i++) {
       const pixel = words[i]!;
       out[o] = pixel >>> 16;
       out[o + 1] = pixel >>> 8;

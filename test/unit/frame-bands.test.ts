@@ -6,6 +6,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { BandedScreen, FRAME_BAND_ROWS } from '../../src/computer/frame-bands.js';
 import { sameFrame } from '../../src/computer/frame-image.js';
+import { bgrxToPng, rgbBytes } from '../../src/computer/bgrx-png.js';
+import type { RawFrame } from '../../src/computer/frame-bands.js';
 
 const WIDTH = 8;
 const HEIGHT = FRAME_BAND_ROWS * 2 + 5; // two whole bands and a short one
@@ -76,6 +78,28 @@ describe('the screen in bands', () => {
     s.patch(...toArgs(rect(0, HEIGHT - 1, 1, 1, 2)));
     assert.equal(sameFrame(a, s.handOut()), false);
     assert.equal(sameFrame(a, { width: WIDTH, height: HEIGHT, stride: STRIDE, pixels: Buffer.alloc(STRIDE * HEIGHT, 1) }), true);
+  });
+});
+
+describe('frames in bands, encoded', () => {
+  it('gives the same RGB and PNG for any area as one buffer would, reading band by band (never joined)', async () => {
+    const pixels = Buffer.alloc(STRIDE * HEIGHT);
+    for (let i = 0; i < pixels.length; i++) pixels[i] = (i * 7 + (i >> 9)) & 0xff;
+    const whole: RawFrame = { width: WIDTH, height: HEIGHT, stride: STRIDE, pixels };
+    const banded = new BandedScreen(WIDTH, HEIGHT, STRIDE, Buffer.from(pixels)).handOut();
+    const unjoined: RawFrame = {
+      width: WIDTH,
+      height: HEIGHT,
+      stride: STRIDE,
+      bands: banded.bands,
+      get pixels(): Buffer {
+        throw new Error('the bands were joined');
+      },
+    };
+    for (const area of [undefined, { x0: 1, y0: FRAME_BAND_ROWS - 3, x1: 6, y1: FRAME_BAND_ROWS * 2 + 2 }, { x0: 0, y0: HEIGHT - 1, x1: WIDTH, y1: HEIGHT }]) {
+      assert.ok((await rgbBytes(unjoined, area)).equals(await rgbBytes(whole, area)), `rgb of ${JSON.stringify(area)}`);
+      assert.ok((await bgrxToPng(unjoined, area)).equals(await bgrxToPng(whole, area)), `png of ${JSON.stringify(area)}`);
+    }
   });
 });
 

@@ -16,7 +16,8 @@ export function frameWords(frame: RawFrame): Uint32Array {
   return bufferWords(frame.pixels);
 }
 
-function bufferWords(bytes: Buffer): Uint32Array {
+/** A buffer of pixels as 32-bit words (copied first if it does not start on a 4-byte boundary). */
+export function bufferWords(bytes: Buffer): Uint32Array {
   const pixels = bytes.byteOffset % 4 === 0 ? bytes : new Uint8Array(bytes);
   return new Uint32Array(pixels.buffer, pixels.byteOffset, pixels.length >>> 2);
 }
