@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type Anthropic from '@anthropic-ai/sdk';
+import Anthropic from '@anthropic-ai/sdk';
 import type { Logger } from 'pino';
 import { InvalidRequestError, ModelKeyMissingError, NotFoundError, RunInProgressError } from '../errors.js';
 import type { SessionDirectory } from '../sessions/ports.js';
@@ -72,8 +72,7 @@ export class RunManager {
   private readonly runs = new Map<string, LiveRun>();
   /** The running run of each session that has one. */
   private readonly bySession = new Map<string, string>();
-  /** The Messages API client, made at the first run: the SDK (~5 MB of heap) is loaded only by a server that runs Claude. */
-  private client: Promise<Anthropic> | undefined;
+  private readonly client: Anthropic | undefined;
   private readonly tools: SessionTools;
   private readonly store: RunStore;
 
@@ -87,18 +86,18 @@ export class RunManager {
       log: Logger;
     },
   ) {
+    const { apiKey, baseURL } = opts.anthropic;
+    this.client = apiKey ? new Anthropic({ apiKey, ...(baseURL ? { baseURL } : {}) }) : undefined;
     this.tools = new SessionTools(opts.sessions, { bashTimeoutSeconds: opts.bashTimeoutSeconds, trajectory: opts.trajectory });
     this.store = new RunStore(opts.database);
   }
 
   /** Starts a run; checks everything (key, session) before a sandbox is made. */
   async create(request: RunRequest, tenant: string, screenshotUrl: (sessionId: string, step: number) => string): Promise<RunView> {
-    const { apiKey, baseURL } = this.opts.anthropic;
-    if (!apiKey) {
+    const { client } = this;
+    if (!client) {
       throw new ModelKeyMissingError('no Anthropic API key: set ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL for a proxy or gateway) in the environment of `sbx serve`');
     }
-    this.client ??= import('@anthropic-ai/sdk').then(({ default: Sdk }) => new Sdk({ apiKey, ...(baseURL ? { baseURL } : {}) }));
-    const client = await this.client;
     if (request.sessionId !== undefined && request.session !== undefined) {
       throw new InvalidRequestError('sessionId and session: give one (an existing sandbox, or how to make a new one), not both');
     }

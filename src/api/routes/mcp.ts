@@ -1,6 +1,8 @@
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
+import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { SandboxClient } from '../../client/index.js';
+import { createMcpServer } from '../../mcp/server.js';
 
 /** One request handed to the app's own routes in process (fastify's inject). */
 export interface InjectedRequest {
@@ -38,11 +40,6 @@ export async function mcpRoutes(app: FastifyInstance, opts: { dispatch: Dispatch
     },
     async (request, reply) => {
       const client = new SandboxClient({ baseUrl: 'http://orchestrator.internal', fetch: injectFetch(opts.dispatch, request.headers.authorization) });
-      // Loaded at the first MCP request: the SDK and its schemas (~5 MB of heap) only in a server that serves MCP.
-      const [{ createMcpServer }, { WebStandardStreamableHTTPServerTransport }] = await Promise.all([
-        import('../../mcp/server.js'),
-        import('@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'),
-      ]);
       const server = createMcpServer(client);
       const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
       try {
