@@ -48,7 +48,7 @@ export async function writeChart(file: string, title: string, rows: ChartRow[]):
     const colour = row.reference ? '#9aa5b1' : ratio <= 1 ? '#2e8b57' : '#c0392b';
     parts.push(`<rect x="${LEFT}" y="${y + 6}" width="${width.toFixed(1)}" height="20" fill="${colour}"/>`);
     parts.push(
-      `<text x="${LEFT + BAR_MAX + 10}" y="${y + 20}" font-size="12">${escape(`${format(row.value)} ${row.unit} (${row.reference ? 'for reference; PNG\'s goal' : 'goal'} ${row.better === 'higher' ? '>=' : '<='} ${format(row.goal)})`)}</text>`,
+      `<text x="${LEFT + BAR_MAX + 10}" y="${y + 20}" font-size="12">${escape(`${format(row.value)} ${row.unit} (${row.reference ? 'PNG\'s goal' : 'goal'} ${row.better === 'higher' ? '>=' : '<='} ${format(row.goal)})`)}</text>`,
     );
   });
   parts.push('</svg>');
