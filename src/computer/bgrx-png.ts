@@ -3,7 +3,7 @@ import { deflate } from 'node:zlib';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { RawFrame } from './capture-channel.js';
 import { PNG_ZLIB_LEVEL, writePng } from './png/png-file.js';
-import { bufferWords, frameWords } from './png/rgb-rows.js';
+import { FrameWords } from './png/rgb-rows.js';
 
 /**
  * The X server's BGRX frames as RGB, and as a PNG, without libvips.
@@ -48,16 +48,14 @@ function wholeFrame(frame: RawFrame): PixelArea {
  */
 async function writeRgbRows(frame: RawFrame, area: PixelArea, out: Buffer, lead: 0 | 1): Promise<void> {
   const rowsPerTurn = Math.max(1, Math.floor(PIXELS_PER_TURN / (area.x1 - area.x0)));
-  // A frame in bands (the capture channel's, frame-bands.ts) is read band by band rather than
-  // joined into one buffer first (a whole frame's copy).
-  const bandRows = frame.bands?.rows ?? frame.height;
+  // One 32-bit read per pixel (little-endian: B | G << 8 | R << 16) rather than four byte
+  // reads; a frame in bands (the capture channel's) band by band, never joined first.
+  const words = new FrameWords(frame);
   for (let y = area.y0; y < area.y1; ) {
     if (y > area.y0) await nextTurn();
-    const band = Math.floor(y / bandRows);
-    const end = Math.min(y + rowsPerTurn, area.y1, (band + 1) * bandRows);
-    // One 32-bit read per pixel (little-endian: B | G << 8 | R << 16) rather than four byte reads.
-    const words = frame.bands ? bufferWords(frame.bands.buffers[band]!) : frameWords(frame);
-    writeBand(words, frame.stride >>> 2, band * bandRows, area, y, end, out, lead);
+    const run = words.at(y);
+    const end = Math.min(y + rowsPerTurn, area.y1, run.end);
+    writeBand(run.words, frame.stride >>> 2, run.first, area, y, end, out, lead);
     y = end;
   }
 }

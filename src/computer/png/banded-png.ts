@@ -6,7 +6,7 @@ import { FRAME_BAND_ROWS } from '../frame-bands.js';
 import { ADLER_EMPTY, adler32Combine } from './adler32.js';
 import { planPieces, type BandSpan, type PlannedPiece } from './band-plan.js';
 import { IDAT_DATA_OFFSET, PNG_ZLIB_LEVEL, writePng } from './png-file.js';
-import { pngRowBytes, writeFrameRowsWithAdler } from './rgb-rows.js';
+import { FrameWords, pngRowBytes, writeFrameRowsWithAdler } from './rgb-rows.js';
 import { giveRows, PIECE_BYTES, takeRows } from './row-buffers.js';
 
 /**
@@ -148,6 +148,7 @@ export class BandedPngEncoder {
    */
   private async deflatePieces(frame: RawFrame, plan: readonly PlannedPiece[], reference: Reference | undefined): Promise<Piece[]> {
     const { width, height } = frame;
+    const words = new FrameWords(frame);
     const pieces = new Array<Piece>(plan.length);
     const deflates: Promise<void>[] = [];
     let work = 0;
@@ -162,7 +163,7 @@ export class BandedPngEncoder {
         const y0 = first * this.bandRows;
         const y1 = Math.min(height, end * this.bandRows);
         const rows = takeRows((y1 - y0) * pngRowBytes(width));
-        const adler = writeFrameRowsWithAdler(frame, y0, y1, rows);
+        const adler = writeFrameRowsWithAdler(frame, words, y0, y1, rows);
         const deflate = deflateRawAsync(rows, DEFLATE_OPTIONS)
           .then((deflated) => {
             pieces[index] = { first, end, deflated, adler, length: rows.length };

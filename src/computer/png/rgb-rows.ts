@@ -11,33 +11,56 @@ import { ADLER_BASE, ADLER_EMPTY, adler32Combine } from './adler32.js';
 // The 32-bit reads assume a little-endian host (x86-64, arm64: every host we run on).
 if (endianness() !== 'LE') throw new Error('rgb-rows: a big-endian host is not supported');
 
-/** The frame's pixels as 32-bit words; a frame whose bytes do not start on a 4-byte boundary is copied to one that does. */
-export function frameWords(frame: RawFrame): Uint32Array {
-  return bufferWords(frame.pixels);
-}
-
 /** A buffer of pixels as 32-bit words (copied first if it does not start on a 4-byte boundary). */
-export function bufferWords(bytes: Buffer): Uint32Array {
+function bufferWords(bytes: Buffer): Uint32Array {
   const pixels = bytes.byteOffset % 4 === 0 ? bytes : new Uint8Array(bytes);
   return new Uint32Array(pixels.buffer, pixels.byteOffset, pixels.length >>> 2);
 }
 
+/** Rows `first` to `end - 1` of a frame, held by `words` from row `first` on. */
+export interface RowRun {
+  words: Uint32Array;
+  first: number;
+  end: number;
+}
+
+/**
+ * A frame's rows as 32-bit words, for one encode: a frame in bands (frame-bands.ts) band by
+ * band, never joined into one buffer (a whole frame's copy for the few bands that changed),
+ * any other as one run. Each buffer's words are made once (an unaligned one is copied once).
+ */
+export class FrameWords {
+  private readonly runs = new Map<number, RowRun>();
+
+  constructor(private readonly frame: RawFrame) {}
+
+  /** The run that holds row y. */
+  at(y: number): RowRun {
+    const { bands, height } = this.frame;
+    const index = bands ? Math.floor(y / bands.rows) : 0;
+    let run = this.runs.get(index);
+    if (!run) {
+      run = bands
+        ? { words: bufferWords(bands.buffers[index]!), first: index * bands.rows, end: Math.min(height, (index + 1) * bands.rows) }
+        : { words: bufferWords(this.frame.pixels), first: 0, end: height };
+      this.runs.set(index, run);
+    }
+    return run;
+  }
+}
+
 /**
  * Rows y0 to y1 of the frame as PNG rows in `out` (see writePngRowsWithAdler), and their
- * Adler-32. A frame in bands (frame-bands.ts) is read band by band, never joined into one
- * buffer: joining would cost a whole frame's copy for the few bands that changed.
+ * Adler-32, combined over the runs of rows that `words` holds them in.
  */
-export function writeFrameRowsWithAdler(frame: RawFrame, y0: number, y1: number, out: Uint8Array): number {
-  const { bands, width } = frame;
+export function writeFrameRowsWithAdler(frame: RawFrame, words: FrameWords, y0: number, y1: number, out: Uint8Array): number {
+  const rowBytes = pngRowBytes(frame.width);
   const wordsPerRow = frame.stride >>> 2;
-  if (!bands) return writePngRowsWithAdler(frameWords(frame), wordsPerRow, width, y0, y1, out);
-  const rowBytes = pngRowBytes(width);
   let adler = ADLER_EMPTY;
   for (let y = y0; y < y1; ) {
-    const index = Math.floor(y / bands.rows);
-    const bandStart = index * bands.rows;
-    const end = Math.min(y1, bandStart + bands.rows);
-    const part = writePngRowsWithAdler(bufferWords(bands.buffers[index]!), wordsPerRow, width, y - bandStart, end - bandStart, out.subarray((y - y0) * rowBytes));
+    const run = words.at(y);
+    const end = Math.min(y1, run.end);
+    const part = writePngRowsWithAdler(run.words, wordsPerRow, frame.width, y - run.first, end - run.first, out.subarray((y - y0) * rowBytes));
     adler = adler32Combine(adler, part, (end - y) * rowBytes);
     y = end;
   }
