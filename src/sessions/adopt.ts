@@ -19,6 +19,7 @@ export interface AdoptContext {
   pool: AddressPool;
   display: number;
   settle: SettleOptions;
+  sshReconnectGiveUpMs?: number;
   log: Logger;
   consoleLog?: ConsoleLogLimits;
 }
@@ -69,6 +70,7 @@ export async function adoptSession(record: SessionRecord, ctx: AdoptContext): Pr
     await attachDesktop(session, found.sandbox, keys.clientPrivateKey, publicKeyBlob(keys.hostPublicKey), Date.now() + ADOPT_TIMEOUT_MS, {
       display: ctx.display,
       settle: ctx.settle,
+      sshReconnectGiveUpMs: ctx.sshReconnectGiveUpMs,
     });
   } catch (err) {
     log.warn({ err }, 'a sandbox left ready did not answer as it must: reclaiming it');

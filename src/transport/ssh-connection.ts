@@ -30,6 +30,23 @@ export class SshTimeoutError extends Error {
   }
 }
 
+/** Reconnecting gave up: the guest would not let us back in (why: the last error). */
+export class ConnectionLostError extends Error {
+  constructor(
+    endpoint: string,
+    readonly reason: 'host_key_mismatch' | 'authentication' | 'unreachable',
+    override readonly cause: Error,
+  ) {
+    super(
+      reason === 'unreachable'
+        ? `the SSH connection to ${endpoint} was lost and could not be re-established (last error: ${cause.message})`
+        : `the SSH connection to ${endpoint} was lost and the guest then ${reason === 'host_key_mismatch' ? 'presented a host key other than the one pinned for this session' : 'refused the session key'}`,
+      { cause },
+    );
+    this.name = 'ConnectionLostError';
+  }
+}
+
 export interface GuestEndpoint {
   host: string;
   port: number;
@@ -41,6 +58,12 @@ export interface ConnectionOptions {
   privateKey: string;
   /** SSH wire encoding of the only host key we accept. */
   pinnedHostKey: Buffer;
+  /**
+   * How long a dropped connection is retried before it is given up ('lost'): a guest that
+   * will not let us back in (sshd gone, a silent listener, a starved CPU) fails its session
+   * with a reason instead of holding it forever.
+   */
+  reconnectGiveUpMs?: number;
 }
 
 export interface ExecOptions {
@@ -63,6 +86,7 @@ const DEFAULT_EXEC_TIMEOUT_MS = 30_000;
 const DEFAULT_MAX_OUTPUT = 16 * 1024 * 1024;
 const BACKOFF_MIN_MS = 100;
 const BACKOFF_MAX_MS = 5_000;
+const DEFAULT_RECONNECT_GIVE_UP_MS = 30_000;
 /** How long close() lets the guest answer the disconnect before the socket is destroyed. */
 const CLOSE_GRACE_MS = 1_000;
 /** The TCP socket under each ssh2 client (ours: made with Nagle off, see connectOnce). */
@@ -74,8 +98,13 @@ const SOCKETS = new WeakMap<Client, net.Socket>();
  * it reconnects with exponential backoff; commands issued meanwhile wait for it.
  *
  * Events: 'reconnecting' (attempt, delayMs), 'reconnected', 'guest_protocol_error'
- * (GuestProtocolError: the guest broke a protocol on one channel, which was closed);
+ * (GuestProtocolError: the guest broke a protocol on one channel, which was closed), 'lost'
+ * (ConnectionLostError: reconnecting gave up, the connection is closed for good);
  * 'error' is never emitted.
+ *
+ * Everything here is fed by the guest, and in Node an 'error' that no listener catches ends
+ * the process with every tenant's sessions: the client, its socket and every channel handed
+ * out carry an error listener for their whole life (attached before anything can emit).
  */
 export class GuestConnection extends EventEmitter {
   private client: Client | undefined;
@@ -126,6 +155,7 @@ export class GuestConnection extends EventEmitter {
     return new Promise<ExecResult>((resolve, reject) => {
       client.exec(command, (err, channel) => {
         if (err) return reject(err);
+        guardChannel(channel);
         collect(channel, opts.stdin, timeoutMs, maxOutput, command).then(resolve, (error: Error) => {
           if (error instanceof GuestProtocolError) this.reportProtocolError(error);
           reject(error);
@@ -191,13 +221,15 @@ export class GuestConnection extends EventEmitter {
   }
 
   private async reconnectLoop(): Promise<Client> {
+    const giveUpAt = Date.now() + (this.opts.reconnectGiveUpMs ?? DEFAULT_RECONNECT_GIVE_UP_MS);
     let delay = BACKOFF_MIN_MS;
     for (let attempt = 1; ; attempt++) {
       if (this.closed) throw new Error('connection is closed');
       this.emit('reconnecting', attempt, delay);
       await sleep(delay);
+      if (this.closed) throw new Error('connection is closed');
       try {
-        const client = await this.connectOnce(5_000);
+        const client = await this.connectOnce(Math.max(500, Math.min(5_000, giveUpAt - Date.now())));
         if (this.closed) {
           client.end();
           throw new Error('connection is closed');
@@ -206,9 +238,20 @@ export class GuestConnection extends EventEmitter {
         this.emit('reconnected', attempt);
         return client;
       } catch (err) {
-        if (err instanceof HostKeyMismatchError) {
+        if (this.closed) throw new Error('connection is closed');
+        const lost =
+          err instanceof HostKeyMismatchError
+            ? new ConnectionLostError(this.endpointLabel, 'host_key_mismatch', err)
+            : err instanceof SshAuthenticationError
+              ? new ConnectionLostError(this.endpointLabel, 'authentication', err)
+              : Date.now() >= giveUpAt
+                ? new ConnectionLostError(this.endpointLabel, 'unreachable', err as Error)
+                : undefined;
+        if (lost) {
+          // For good: the session layer fails the session with this reason ('lost').
           this.closed = true;
-          throw err;
+          this.emit('lost', lost);
+          throw lost;
         }
         delay = Math.min(delay * 2, BACKOFF_MAX_MS);
       }
@@ -238,13 +281,13 @@ export class GuestConnection extends EventEmitter {
         if (settled) return;
         settled = true;
         clearTimeout(backstop);
-        client.removeListener('error', fail);
-        // A late transport error after 'ready' shows up as 'close'; keep a listener so it
-        // is never an unhandled 'error' event.
-        client.on('error', () => {});
         resolve(client);
       });
-      client.once('error', fail);
+      // For the client's whole life, not once: a handshake that times out emits a second
+      // error as ssh2 then destroys the socket ("Connection lost before handshake"), and an
+      // error after 'ready' (keepalive, a protocol violation) is followed by 'close', which
+      // is what the connection acts on. `fail` does nothing once settled.
+      client.on('error', fail);
       client.once('close', () => fail(new Error(`connection to ${this.endpointLabel} closed during the handshake`)));
       // Our own socket, with Nagle's algorithm off: every command is a handful of small
       // packets, and Nagle plus delayed ACKs would add ~40 ms to each of them.
@@ -310,7 +353,7 @@ export class GuestConnection extends EventEmitter {
   async forwardToGuestLoopback(port: number, timeoutMs = DEFAULT_EXEC_TIMEOUT_MS): Promise<ClientChannel> {
     const client = await this.waitConnected(timeoutMs);
     return new Promise<ClientChannel>((resolve, reject) => {
-      client.forwardOut('127.0.0.1', 0, '127.0.0.1', port, (err, channel) => (err ? reject(err) : resolve(channel)));
+      client.forwardOut('127.0.0.1', 0, '127.0.0.1', port, (err, channel) => (err ? reject(err) : resolve(guardChannel(channel))));
     });
   }
 
@@ -324,9 +367,21 @@ export class GuestConnection extends EventEmitter {
   async spawn(command: string, timeoutMs = DEFAULT_EXEC_TIMEOUT_MS): Promise<ClientChannel> {
     const client = await this.waitConnected(timeoutMs);
     return new Promise<ClientChannel>((resolve, reject) => {
-      client.exec(command, (err, channel) => (err ? reject(err) : resolve(channel)));
+      client.exec(command, (err, channel) => (err ? reject(err) : resolve(guardChannel(channel))));
     });
   }
+}
+
+/**
+ * Every channel handed out carries an error listener from the start, on itself and on its
+ * stderr, whatever its owner adds: a write to a channel the guest already closed, or a
+ * stream destroyed with an error, must never be an unhandled 'error'. An owner that cares
+ * sees the failure as 'close' (a channel always closes after an error).
+ */
+function guardChannel(channel: ClientChannel): ClientChannel {
+  channel.on('error', () => undefined);
+  channel.stderr.on('error', () => undefined);
+  return channel;
 }
 
 function collect(
@@ -356,6 +411,8 @@ function collect(
       }
       into.push(chunk);
     };
+    // After an error the channel closes: that is where the command fails.
+    channel.on('error', abort);
     channel.on('data', take(stdout));
     channel.stderr.on('data', take(stderr));
     channel.on('exit', (code: number | null, sig?: string) => {
