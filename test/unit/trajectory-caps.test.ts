@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
@@ -143,8 +144,20 @@ describe('link tokens', () => {
     assert.throws(() => links.verify(token, 'bbbbbbbbbb', 'trajectory'), { code: 'invalid_link_token' });
     assert.throws(() => links.verify(`${token.slice(0, -1)}${token.endsWith('A') ? 'B' : 'A'}`, 'aaaaaaaaaa', 'trajectory'), { code: 'invalid_link_token' });
     assert.throws(() => links.verify(token, 'aaaaaaaaaa', 'trajectory', new Date(Date.now() + 61_000)), { code: 'expired_link_token' });
-    const raw = JSON.stringify(db.prepare('SELECT * FROM link_tokens').all());
-    assert.ok(!raw.includes(token.split('_').pop()!), 'the secret is not in the database');
+    // The secret, in every form it could be stored in, is nowhere in the database's bytes
+    // (the whole file as SQLite writes it: a BLOB column is compared as bytes, not as JSON),
+    // and the row holds exactly its SHA-256.
+    // `lnk_<12 id chars>_<secret>`: both parts may hold '_' themselves, so the secret is cut by position.
+    const secret = token.slice('lnk_'.length + 12 + 1);
+    assert.equal(secret.length, 43);
+    const file = db.serialize();
+    for (const form of [Buffer.from(secret), Buffer.from(secret, 'base64url'), Buffer.from(Buffer.from(secret, 'base64url').toString('hex'))]) {
+      assert.equal(file.indexOf(form), -1, `the secret (${form.length} bytes) is not in the database`);
+    }
+    const stored = db.prepare('SELECT hash FROM link_tokens WHERE id = ?').get(record.id) as { hash: Buffer };
+    assert.ok(Buffer.isBuffer(stored.hash), 'the hash is stored as bytes');
+    assert.deepEqual(stored.hash, createHash('sha256').update(secret).digest(), 'the row holds the SHA-256 of the secret');
+    assert.notEqual(file.indexOf(stored.hash), -1, 'the search above looks at the bytes where the hash is (it would find a stored secret)');
     assert.equal(links.revoke('other-tenant', 'aaaaaaaaaa', record.id), false);
     assert.equal(links.revoke('t', 'aaaaaaaaaa', record.id), true);
     assert.throws(() => links.verify(token, 'aaaaaaaaaa', 'trajectory'), { code: 'revoked_link_token' });
