@@ -10,7 +10,7 @@ import { pino } from 'pino';
 import { LinkTokens } from '../../src/api/links/link-tokens.js';
 import { TrajectoryRecorder } from '../../src/sessions/trajectory/recorder.js';
 import type { TrajectorySettings } from '../../src/sessions/trajectory/settings.js';
-import { storedInput } from '../../src/sessions/trajectory/step-input.js';
+import { actionName, isTypingTool, storedInput } from '../../src/sessions/trajectory/step-input.js';
 import { TrajectoryStore } from '../../src/sessions/trajectory/trajectory-store.js';
 
 const KiB = 1024;
@@ -122,6 +122,35 @@ describe('trajectory caps', () => {
     const steps = r.steps('jjjjjjjjjj', 1, 10);
     assert.deepEqual(steps.map((s) => [s.n, s.afterImage, s.beforeStep]), [[1, 'image/png', null], [2, null, 1], [3, 'image/png', 1]]);
     assert.equal((await r.image('jjjjjjjjjj', 1))?.data.length, 100);
+  });
+
+  it("masks typed text wherever a vendor's call or a desktop action puts it", () => {
+    // OpenAI: one action, or a batch; key lists.
+    assert.deepEqual(storedInput({ type: 'computer_call', action: { type: 'type', text: 'secret' } }, 'length', true), {
+      type: 'computer_call',
+      action: { type: 'type', textLength: 6 },
+    });
+    assert.deepEqual(storedInput({ actions: [{ type: 'type', text: 'pw' }, { type: 'keypress', keys: ['CTRL', 'A'] }] }, 'length', true), {
+      actions: [{ type: 'type', textLength: 2 }, { type: 'keypress', keysLength: 6 }],
+    });
+    // Gemini: args.text and args.keys.
+    assert.deepEqual(storedInput({ name: 'type_text_at', args: { x: 1, y: 2, text: 'hunter2', press_enter: true } }, 'length', true), {
+      name: 'type_text_at',
+      args: { x: 1, y: 2, textLength: 7, press_enter: true },
+    });
+    assert.deepEqual(storedInput({ name: 'key_combination', args: { keys: 'Control+A' } }, 'length', true), { name: 'key_combination', args: { keysLength: 9 } });
+    // Typed text too deep to look at, or of an odd shape, is dropped, never kept.
+    const odd = JSON.stringify(storedInput({ action: { text: { nested: 'hunter2' } }, a: { b: { c: { text: 'hunter3' } } } }, 'length', true));
+    assert.ok(!odd.includes('hunter2') && !odd.includes('hunter3'), odd);
+    // Kept when the session opted in; never masked for a tool that types nothing (bash).
+    assert.deepEqual(storedInput({ args: { text: 'x' } }, 'keep', true), { args: { text: 'x' } });
+    assert.deepEqual(storedInput({ command: 'echo', text: 'x' }, 'length', false), { command: 'echo', text: 'x' });
+    for (const tool of ['computer', 'actions', 'desktop', 'openai-computer', 'gemini-computer']) assert.ok(isTypingTool(tool), tool);
+    assert.ok(!isTypingTool('bash'));
+    assert.equal(actionName({ action: { type: 'double_click' } }, 'openai-computer'), 'double_click');
+    assert.equal(actionName({ actions: [] }, 'openai-computer'), 'batch');
+    assert.equal(actionName({ name: 'type_text_at' }, 'gemini-computer'), 'type_text_at');
+    assert.equal(actionName({ action: 'set_clipboard' }, 'desktop'), 'set_clipboard');
   });
 
   it('stores typed text and key sequences as their length unless kept, and cuts long strings', () => {
