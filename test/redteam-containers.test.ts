@@ -57,7 +57,7 @@ const rootGuests = new Map<string, GuestConnection>();
  * seccomp profile and capabilities): the test adds a root key whose forced command runs what
  * it is sent, as sshd_config allows (PermitRootLogin forced-commands-only).
  */
-async function asGuestRoot(id: string, script: string, allowFailure = false): Promise<{ text: string; code: number | null }> {
+async function asGuestRoot(id: string, script: string, allowFailure = false): Promise<{ text: string; stderr: string; code: number | null }> {
   let conn = rootGuests.get(id);
   if (!conn) {
     const key = generateClientKey(`root-${id}`);
@@ -75,7 +75,7 @@ async function asGuestRoot(id: string, script: string, allowFailure = false): Pr
   }
   const res = await guestSh(conn, script);
   if (!allowFailure) assert.equal(res.exitCode, 0, `as guest root: ${script}: ${res.stderr.toString()}`);
-  return { text: res.text, code: res.exitCode };
+  return { text: res.text, stderr: res.stderr.toString('utf8'), code: res.exitCode };
 }
 
 async function initPid(id: string): Promise<number> {
@@ -184,9 +184,25 @@ describe('red team: a container sandbox against the host and its neighbours', ()
     assert.ok(uids.includes(first + 1000), 'its desktop runs as the mapped desktop user');
     assert.ok(!uids.includes(0), 'nothing in it runs as host root');
 
-    // Guest root holds no power over what the host owns: a host-root file in its config is read-only to it.
+    // Guest root holds no power over what the host owns. Its session config is a read-only
+    // bind: the write fails for exactly that reason, and the host's file is unchanged.
+    const keysFile = path.join(orch.stateDir, a, 'config', CONFIG_FILES.authorizedKeys);
+    const keysBefore = await readFile(keysFile);
     const res = await asGuestRoot(a, 'echo x > /sandbox/config/authorized_keys', true);
     assert.notEqual(res.code, 0, 'guest root cannot write the session config');
+    assert.match(res.stderr, /Read-only file system/, `refused as a read-only mount, not for another reason: ${res.stderr}`);
+    assert.deepEqual(await readFile(keysFile), keysBefore, "the host's file is unchanged");
+    // Not root: a host-root file that reaches into the sandbox (runc binds the host's
+    // /dev/null into a user-namespaced container) belongs to an id its namespace does not
+    // map ("nobody"), and guest root cannot act as its owner (setting its times: EPERM),
+    // though it can on a file of its own: the refusal is the user namespace's, not a typo's.
+    assert.equal((await asGuestRoot(a, 'touch /tmp/own && touch -d @0 /tmp/own && stat -c %Y /tmp/own')).text.trim(), '0', 'guest root owns its own files');
+    const hostMtime = (await stat('/dev/null')).mtimeMs;
+    const devNull = await asGuestRoot(a, 'stat -c %u:%g /dev/null; touch -d @0 /dev/null', true);
+    assert.equal(devNull.text.trim(), '65534:65534', "the host's root is nobody in the sandbox");
+    assert.notEqual(devNull.code, 0);
+    assert.match(devNull.stderr, /Operation not permitted/, `refused by the kernel as not its owner: ${devNull.stderr}`);
+    assert.equal((await stat('/dev/null')).mtimeMs, hostMtime, "the host's /dev/null is untouched");
   });
 
   it('two sessions have disjoint id ranges', async () => {
