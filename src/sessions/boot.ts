@@ -13,11 +13,12 @@ import { createSandboxNetwork } from '../network/netns.js';
 import type { NetworkPolicy } from '../network/policy/network-policy.js';
 import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, logsDirOf, type ConsoleLogLimits } from '../runtimes/console-log.js';
 import type { RecordResource, ResourceKind, RunningSandbox, Runtime } from '../runtimes/runtime.js';
-import { generateSessionKeys, publicKeyBlob, removeSessionDir, writeSessionKeys, type SessionKeys } from '../transport/keys.js';
+import { generateSessionKeys, publicKeyBlob, writeSessionKeys, type SessionKeys } from '../transport/keys.js';
 import { GuestConnection } from '../transport/ssh-connection.js';
 import { OrchestratorError } from '../errors.js';
 import { CleanupStack } from '../util/cleanup-stack.js';
 import type { Session } from './session.js';
+import { removeSessionDir, type CountKeptDir } from './session-dir.js';
 
 export interface BootContext {
   settle: SettleOptions;
@@ -38,6 +39,8 @@ export interface BootContext {
   log: Logger;
   /** Console log caps (config: SBX_CONSOLE_LOG_MAX_BYTES, SBX_KEPT_LOGS, SBX_KEPT_LOGS_MAX_BYTES). */
   consoleLog?: ConsoleLogLimits;
+  /** Counts a session directory left on disk because something is still mounted in it. */
+  countKeptDir?: CountKeptDir;
 }
 
 export function sessionDirOf(stateDir: string, sessionId: string): string {
@@ -114,7 +117,7 @@ async function startSandbox(session: Session, lease: AddressLease, ctx: BootCont
 
   // Pushed before the directory exists, so it goes last and even a half-written key is removed.
   record('key-dir', sessionDir);
-  await session.cleanup.push('key dir', () => removeSessionDir(sessionDir));
+  await session.cleanup.push('key dir', () => removeSessionDir(sessionDir, ctx.log, ctx.countKeptDir));
   const keys = generateSessionKeys(id);
   await writeSessionKeys(sessionDir, configDir, keys);
   await writeFile(

@@ -17,7 +17,7 @@ import { blockIoAvailable, deviceNumbers } from './block-io.js';
 import { idmappedMountsUnavailable, mountIdmapped, type IdRange } from './idmapped-mount.js';
 import { allowSshPort, limitUserNamespace, raiseHostInotifyLimits } from './namespace-limits.js';
 import { ociSpec } from './oci-spec.js';
-import { mountsUnder, unmount } from '../../host/mounts.js';
+import { mountsUnder, unmount, unmountAll } from '../../host/mounts.js';
 import { mountOverlay } from './overlay.js';
 import { processStartTime, waitForExit, watchExit } from '../../host/process-watch.js';
 import { layerTemplate, mountWritableLayer } from './writable-layer.js';
@@ -30,7 +30,7 @@ import { layerTemplate, mountWritableLayer } from './writable-layer.js';
  * and I/O limits, and inotify limits of its own.
  *
  * Files under <sessionDir>: bundle/config.json, layer.ext4 (the sandbox's disk, loop-mounted at overlay/, holding upper/ and work/),
- * image/ and config-view/ (idmapped views of the image rootfs and the config dir),
+ * image/ and config-view/ (idmapped, read-only views of the image rootfs and the config dir),
  * console.fifo (runc's and the container's stdout and stderr) and console.log (capped).
  * The overlay (the container's root) is mounted at /run/<prefix>rootfs/<container>, which the
  * container's root, a host uid, can reach (the session dir is 0700).
@@ -123,10 +123,8 @@ export class ContainerRuntime implements Runtime {
     const configView = path.join(spec.sessionDir, 'config-view');
     record('mount', imageView);
     record('mount', configView);
-    await cleanup.push(`idmapped views of ${spec.sessionId}`, async () => {
-      await unmount(configView);
-      await unmount(imageView);
-    });
+    // Each tried even if the other fails; one that stays mounted keeps the session dir (session-dir.ts).
+    await cleanup.push(`idmapped views of ${spec.sessionId}`, () => unmountAll([configView, imageView]));
     // Independent steps at once: each costs a process or two (tens of ms on a busy host).
     // All settle before a failure is thrown, so the cleanup never races a mount still being made.
     await allSettledOrThrow([
@@ -239,14 +237,14 @@ export class ContainerRuntime implements Runtime {
       await deleteContainer(this.settings.runcBin, this.names.runcRoot, id);
       if (!(await waitForExit(init.pid, init.startTime, 10_000))) throw new Error(`container init ${init.pid} is still alive 10 s after it was killed`);
       await removeRootfs(this.names.containerRootfs(sessionId));
-      for (const target of await mountsUnder(sessionDir)) await unmount(target);
+      await unmountAll(await mountsUnder(sessionDir));
     });
   }
 
   async reclaim(sessionId: string, sessionDir: string): Promise<void> {
     await deleteContainer(this.settings.runcBin, this.names.runcRoot, this.names.container(sessionId));
     await removeRootfs(this.names.containerRootfs(sessionId));
-    for (const target of await mountsUnder(sessionDir)) await unmount(target);
+    await unmountAll(await mountsUnder(sessionDir));
   }
 }
 
