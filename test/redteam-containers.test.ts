@@ -30,6 +30,7 @@ const CPUS = 0.25;
 const SETTINGS = { ...containerSettingsFromEnv(process.env), ioBytesPerSecond: IO_LIMIT_BPS, cpus: CPUS };
 
 let orch: TestOrchestrator;
+let runtime: ContainerRuntime;
 const sessions: string[] = [];
 const guests = new Map<string, GuestConnection>();
 
@@ -143,7 +144,8 @@ describe('red team: a container sandbox against the host and its neighbours', ()
   before(async () => {
     const names = new ResourceNames(TEST_PREFIX);
     // Screenshots back to back measure the neighbour: far faster than a tenant's default request rate.
-    orch = await startTestOrchestrator({ tenantRequestsPerSecond: 10_000, tenantRequestBurst: 10_000 }, false, { runtime: new ContainerRuntime(names, SETTINGS), reason: 'red-team test' });
+    runtime = new ContainerRuntime(names, SETTINGS);
+    orch = await startTestOrchestrator({ tenantRequestsPerSecond: 10_000, tenantRequestBurst: 10_000 }, false, { runtime, reason: 'red-team test' });
     const first = await createSession();
     const second = await createSession();
     a = first.id;
@@ -160,7 +162,8 @@ describe('red team: a container sandbox against the host and its neighbours', ()
 
   it('guest root is not host root: its files and processes are host ids of its own range', async () => {
     const first = leasedRange(a);
-    assert.ok(first >= SETTINGS.uidBase, `the range starts at the base or above (${first})`);
+    const base = runtime.uidBase;
+    assert.ok(first >= base && (first - base) % ID_RANGE_SIZE === 0, `the range is one of the ranges from the base ${base} (${first})`);
     // Inside: guest root is uid 0, mapped from the leased range.
     assert.equal((await asGuestRoot(a, 'id -u')).text.trim(), '0');
     const uidMap = (await guestSh(guest(a), 'cat /proc/self/uid_map')).text.trim().split(/\s+/).map(Number);

@@ -11,9 +11,12 @@ import { pino } from 'pino';
 import { writeContentIndex } from '../src/guest/image/image-integrity.js';
 import { imageFor } from '../src/guest/image/templates.js';
 import { mountsUnder } from '../src/host/mounts.js';
+import { ResourceNames } from '../src/network/names.js';
 import { startOrchestrator } from '../src/orchestrator.js';
+import { ContainerRuntime } from '../src/runtimes/container/container-runtime.js';
+import { containerSettingsFromEnv, ID_RANGE_SIZE } from '../src/runtimes/container/settings.js';
 import { run } from '../src/util/exec.js';
-import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
+import { startTestOrchestrator, TEST_PREFIX, TEST_SUBNET, type TestOrchestrator } from './helpers/orchestrator.js';
 
 /**
  * Red team (issue 21, item 8): the shared guest image must not be reachable for writing, or
@@ -230,6 +233,49 @@ describe('red team: a damaged image', () => {
       await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${String(ok.json().id)}` });
     } finally {
       await orch.stop();
+    }
+  });
+});
+
+describe('red team: host id ranges of two orchestrators that differ only in prefix', () => {
+  it('are never the same range, even from the same base, with both creating at once', async () => {
+    // The worst case: the same base (the same SBX_CONTAINER_UID_BASE, or two prefixes whose
+    // derived bases meet), far above what other sandboxes on this host use.
+    const settings = { ...containerSettingsFromEnv(process.env), uidBase: 3_800_000_000 };
+    const otherPrefix = `${TEST_PREFIX.slice(0, 2)}${TEST_PREFIX[2] === 'y' ? 'x' : 'y'}-`;
+    const third = Number(TEST_SUBNET.split('.')[2]);
+    const otherSubnet = `10.242.${(third + 128) % 256}.0/24`;
+    const a = await startTestOrchestrator({}, false, { runtime: new ContainerRuntime(new ResourceNames(TEST_PREFIX), settings), reason: 'test' });
+    const b = await startTestOrchestrator({ resourcePrefix: otherPrefix, subnet: otherSubnet }, false, {
+      runtime: new ContainerRuntime(new ResourceNames(otherPrefix), settings),
+      reason: 'test',
+    });
+    try {
+      const create = (o: TestOrchestrator) => o.server.inject({ method: 'POST', url: '/v1/sessions', payload: { width: 640, height: 480 } });
+      const [ra, rb] = await Promise.all([create(a), create(b)]);
+      assert.equal(ra.statusCode, 201, ra.body);
+      assert.equal(rb.statusCode, 201, rb.body);
+      const uidMapOf = async (o: TestOrchestrator, id: string) => {
+        const pid = Number(await readFile(path.join(o.stateDir, id, 'container.pid'), 'utf8'));
+        return (await readFile(`/proc/${pid}/uid_map`, 'utf8')).trim().split(/\s+/).map(Number);
+      };
+      const [mapA, mapB] = [await uidMapOf(a, String(ra.json().id)), await uidMapOf(b, String(rb.json().id))];
+      console.log(`uid_map of ${TEST_PREFIX}'s sandbox: ${mapA.join(' ')}; of ${otherPrefix}'s: ${mapB.join(' ')}`);
+      assert.equal(mapA[0], 0);
+      assert.equal(mapB[0], 0);
+      const [firstA, firstB] = [mapA[1] as number, mapB[1] as number];
+      assert.ok(Math.abs(firstA - firstB) >= ID_RANGE_SIZE, `disjoint host ranges: ${firstA} and ${firstB}`);
+      // Each held host-wide, in the name of its own orchestrator.
+      const leaseOf = async (first: number) => JSON.parse(await readFile(path.join(settings.idLeaseDir, String(first)), 'utf8')) as { stateDir: string };
+      assert.equal((await leaseOf(firstA)).stateDir, a.stateDir);
+      assert.equal((await leaseOf(firstB)).stateDir, b.stateDir);
+      await a.server.inject({ method: 'DELETE', url: `/v1/sessions/${String(ra.json().id)}` });
+      await b.server.inject({ method: 'DELETE', url: `/v1/sessions/${String(rb.json().id)}` });
+      assert.equal(existsSync(path.join(settings.idLeaseDir, String(firstA))), false, 'given back host-wide at destroy');
+      assert.equal(existsSync(path.join(settings.idLeaseDir, String(firstB))), false);
+    } finally {
+      await a.stop();
+      await b.stop();
     }
   });
 });

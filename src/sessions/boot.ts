@@ -33,7 +33,7 @@ export interface BootContext {
   /** The store's ledger: each host resource is recorded here before it is taken. */
   ledger?: (sessionId: string, kind: ResourceKind, name: string) => void;
   /** The store's lease of host id ranges (containers' user namespaces). */
-  leaseIdRange?: (sessionId: string, base: number, size: number) => number;
+  leaseIdRange?: (sessionId: string, base: number, size: number, takeHostWide: (first: number) => boolean) => number;
   /** Absolute time (ms) by which the guest must be ready. */
   deadline: number;
   log: Logger;
@@ -162,7 +162,7 @@ async function startSandbox(session: Session, lease: AddressLease, ctx: BootCont
       logsDir,
       consoleLog: ctx.consoleLog,
       record,
-      leaseIdRange: ctx.leaseIdRange && ((base, size) => ctx.leaseIdRange!(id, base, size)),
+      leaseIdRange: ctx.leaseIdRange && ((base, size, takeHostWide) => ctx.leaseIdRange!(id, base, size, takeHostWide)),
       vmUser,
     },
     session.cleanup,

@@ -121,7 +121,7 @@ export class HostSandboxes implements SandboxHost {
       policy,
       ledger: (sessionId, kind, name) => store.recordResource(sessionId, kind, name),
       // As many ranges as this orchestrator can have sandboxes, with the warm pool's.
-      leaseIdRange: (sessionId, base, size) => store.leaseIdRange(sessionId, base, size, MAX_ID_RANGES),
+      leaseIdRange: (sessionId, base, size, takeHostWide) => store.leaseIdRange(sessionId, base, size, MAX_ID_RANGES, takeHostWide),
       deadline: Date.now() + this.opts.bootTimeoutMs,
       log,
       consoleLog,
