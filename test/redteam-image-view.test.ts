@@ -159,7 +159,7 @@ describe('red team: the shared image through a session directory', () => {
       console.log(`destroy with a busy image view: ${Math.round(destroyMs)} ms`);
       // Left as it is: the view still mounted, the directory there, logged and counted.
       assert.deepEqual(await mountsUnder(sessionDir), [view], 'only the busy view is left mounted');
-      assert.ok(existsSync(sessionDir), 'the session dir is left');
+      assert.deepEqual(await readdir(sessionDir), ['image'], 'the session dir is left with the view alone: its keys are gone');
       assert.equal(await metric(orch, 'sandbox_session_dirs_kept_total'), 1);
       const error = logged.find((l) => l.level === 50 && l.sessionId === id && typeof l.msg === 'string' && l.msg.includes('left on disk'));
       assert.ok(error, 'logged at error');

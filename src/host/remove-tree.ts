@@ -25,8 +25,10 @@ export class StillMountedError extends Error {
  * it. A session directory holds idmapped views of shared data (the image's rootfs); a
  * recursive delete that walked into one while it was still mounted would delete, or try to
  * delete, what every other session uses. So:
- *  - the mount table (/proc/self/mountinfo) is read first: anything mounted at or below the
- *    directory and nothing is removed (StillMountedError);
+ *  - the mount table (/proc/self/mountinfo) is read first. If anything is mounted at or
+ *    below the directory, the mount points and the directories above them are left, the
+ *    rest is removed (a session's keys do not outlive it because a view is busy), and
+ *    StillMountedError says what is left;
  *  - the walk itself then stays on the directory's filesystem: a directory on another
  *    device (a mount made since) is not entered, and the removal stops there.
  * A bind or idmapped mount of the same filesystem has the same device number, which is why
@@ -41,13 +43,26 @@ export async function removeTreeOnOneMount(dir: string): Promise<void> {
     throw err;
   }
   const mounted = await mountsUnder(real);
-  if (mounted.length > 0) throw new StillMountedError(dir, mounted);
   const top = await lstat(real);
+  if (mounted.length > 0) {
+    if (!mounted.includes(real)) await removeAround(dir, real, top.dev, mounted);
+    throw new StillMountedError(dir, mounted);
+  }
   if (!top.isDirectory()) {
     await unlink(real);
     return;
   }
   await removeEntry(dir, real, top.dev);
+}
+
+/** Removes everything in `dir` but the mount points below it and the directories on the way to them. */
+async function removeAround(top: string, dir: string, dev: number, mounted: readonly string[]): Promise<void> {
+  for (const name of await readdir(dir)) {
+    const entry = path.join(dir, name);
+    if (mounted.includes(entry)) continue; // never entered
+    if (mounted.some((m) => m.startsWith(entry + '/'))) await removeAround(top, entry, dev, mounted);
+    else await removeEntry(top, entry, dev);
+  }
 }
 
 async function removeEntry(top: string, entry: string, dev: number): Promise<void> {

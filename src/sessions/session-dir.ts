@@ -7,8 +7,9 @@ export type CountKeptDir = () => void;
 /**
  * Removes a session directory (keys, config, console log, the sandbox's disk file and the
  * mount points of its views) once nothing is mounted in it. If something still is (a view
- * held busy), the directory is left as it is, logged at error and counted, and the error is
- * thrown on, so that the ledger keeps the session's record and the next start tries again.
+ * held busy), its mount points are left (the rest, keys included, goes), the directory is
+ * logged at error and counted, and the error is thrown on, so that the ledger keeps the
+ * session's record and the next start tries again.
  */
 export async function removeSessionDir(sessionDir: string, log: Logger, countKept?: CountKeptDir): Promise<void> {
   try {
