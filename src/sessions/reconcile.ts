@@ -3,9 +3,9 @@ import type { ResourceNames } from '../network/names.js';
 import { deleteLink, deleteNetns, listSandboxLinks, listSandboxNetns } from '../network/netns.js';
 import type { NetworkPolicy } from '../network/policy/network-policy.js';
 import type { Runtime } from '../runtimes/runtime.js';
-import { removeSessionDir } from '../transport/keys.js';
 import { sessionDirOf } from './boot.js';
 import { reclaimRecorded } from './resource-ledger.js';
+import { removeSessionDir, type CountKeptDir } from './session-dir.js';
 import type { SessionStore } from './store.js';
 
 export interface ReconcileOptions {
@@ -17,6 +17,8 @@ export interface ReconcileOptions {
   log: Logger;
   /** Sessions adopted alive (adopt.ts): theirs is not left behind. */
   keep?: ReadonlySet<string>;
+  /** Counts a session directory left on disk because something is still mounted in it. */
+  countKeptDir?: CountKeptDir;
 }
 
 /**
@@ -54,14 +56,14 @@ export async function reconcileHost(opts: ReconcileOptions): Promise<number> {
     const sessionLog = log.child({ sessionId: id, tenant: tenants.get(id) ?? null });
     // What the ledger recorded, by the names it had then; then whatever carries our prefix.
     const recorded = store.resourcesOf(id);
-    let failed = !(await reclaimRecorded(recorded, sessionLog));
+    let failed = !(await reclaimRecorded(recorded, sessionLog, opts.countKeptDir));
     // Each step on its own: one that fails must not keep the others from running.
     const steps: Array<[string, () => Promise<void>]> = [
       ['sandbox', () => runtime.reclaim(id, sessionDir)],
       ['netns', () => deleteNetns(names.netns(id))],
       ['veth', () => deleteLink(names.hostVeth(id))],
     ];
-    if (named.has(id)) steps.push(['key dir', () => removeSessionDir(sessionDir)]);
+    if (named.has(id)) steps.push(['key dir', () => removeSessionDir(sessionDir, sessionLog, opts.countKeptDir)]);
     else sessionLog.warn({ sessionDir }, 'a sandbox the store does not name: its directory, if any, is left for the operator');
     for (const [what, step] of steps) {
       try {
