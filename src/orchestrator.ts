@@ -201,7 +201,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
   const views = new LiveViews(
     new ViewTokens(store.database),
     manager,
-    { ...DEFAULT_LIVE_VIEW_SETTINGS, ...options.liveViews },
+    { ...DEFAULT_LIVE_VIEW_SETTINGS, ...config.liveViews, ...options.liveViews },
     {
       viewerConnected: () => metrics.liveViewers.inc(),
       viewerDisconnected: () => metrics.liveViewers.dec(),

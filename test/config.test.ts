@@ -52,6 +52,7 @@ describe('the configuration an environment describes', () => {
       logLevel: 'info',
       trajectory: { retentionSeconds: 7 * 24 * 3600, maxSessionBytes: 64 * MiB, maxTotalBytes: 1024 * MiB, maxSteps: 5000 },
       recording: { dir: undefined, fps: 5, maxBytes: 256 * MiB, maxSeconds: 3600, keepSeconds: 7 * 24 * 3600, totalMaxBytes: 4096 * MiB },
+      liveViews: { maxViewersPerSession: 8, maxViewersPerTenant: 16 },
     };
     assert.deepEqual(config, expected);
     assert.equal(config.runtimes.firecracker.templateMemoryMiB, 1024);
@@ -112,6 +113,8 @@ describe('the configuration an environment describes', () => {
       ['SBX_VM_UID_COUNT', '0', /SBX_VM_UID_COUNT/],
       ['SBX_TEMPLATE', 'gnome', /SBX_TEMPLATE must be one of minimal, desktop, got "gnome"/],
       ['SBX_FC_UID', '1000', /SBX_FC_UID is no longer used/],
+      ['SBX_MAX_VIEWERS_PER_SESSION', '0', /SBX_MAX_VIEWERS_PER_SESSION must be at least 1/],
+      ['SBX_MAX_VIEWERS_PER_TENANT', '0', /SBX_MAX_VIEWERS_PER_TENANT must be at least 1/],
     ];
     for (const [name, value, message] of bad) assert.throws(() => defaultConfig({ [name]: value }), message, `${name}=${value}`);
   });
