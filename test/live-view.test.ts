@@ -372,8 +372,28 @@ describe('live views (noVNC, view-only enforced on the server, takeover)', { tim
     assert.equal(tool.json.is_error, true);
     assert.match(JSON.stringify(tool.json.content), /a person has taken over/);
     assert.equal(((await api('GET', `/v1/sessions/${main.id}`)).json.control as Json).heldBy, control.viewId);
+    // Desktop actions are refused as computer actions are, and nothing runs in the guest.
+    await guestSh(main.guest, 'rm -f /tmp/opened-during-takeover');
+    const desktopCalls: Array<[string, string, unknown]> = [
+      ['POST', 'open', { target: '/tmp/opened-during-takeover' }],
+      ['POST', 'launch', { app: 'debian-xterm' }],
+      ['GET', 'windows', undefined],
+      ['PUT', 'clipboard', { text: 'typed while a person held the desktop' }],
+      ['GET', 'clipboard', undefined],
+      ['GET', 'screen', undefined],
+      ['POST', 'windows/1/focus', undefined],
+    ];
+    for (const [method, route, body] of desktopCalls) {
+      const refused = await api(method, `/v1/sessions/${main.id}/desktop/${route}`, body);
+      assert.equal(refused.status, 409, `${method} /desktop/${route}: ${JSON.stringify(refused.json)}`);
+      assert.equal((refused.json.error as Json).code, 'human_in_control');
+      assert.match((refused.json.error as Json).message as string, new RegExp(`live view ${control.viewId}`));
+    }
     assert.equal((await api('POST', `/v1/sessions/${main.id}/views/${control.viewId}/handback`)).status, 200);
     assert.equal((await api('POST', `/v1/sessions/${main.id}/actions`, { action: 'mouse_move', coordinate: [10, 10] })).status, 200);
+    // Handed back: the desktop actions work again, and the clipboard was never set meanwhile.
+    assert.equal((await api('GET', `/v1/sessions/${main.id}/desktop/screen`)).status, 200);
+    assert.notEqual((await api('GET', `/v1/sessions/${main.id}/desktop/clipboard`)).json.text, 'typed while a person held the desktop');
     assert.equal((await api('GET', `/v1/sessions/${main.id}`)).json.control, undefined);
     raw.ws.close();
   });

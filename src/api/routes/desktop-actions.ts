@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { DesktopActions } from '../../computer/desktop-actions/desktop-actions.js';
 import { MAX_TARGET_LENGTH, MAX_CLIPBOARD_BYTES, OPEN_SCHEMES } from '../../computer/desktop-actions/requests.js';
-import type { ToolSessions } from '../../sessions/ports.js';
+import type { DesktopSessions } from '../../sessions/ports.js';
 import { SMALL_BODY_LIMIT_BYTES } from '../limits.js';
 import { sessionIdParams } from '../schemas.js';
 
@@ -59,9 +59,14 @@ const CLIPBOARD_BODY_LIMIT_BYTES = 2 * MAX_CLIPBOARD_BYTES + 64 * 1024;
  * data on its stdin (computer/desktop-actions). Scoped to the tenant and rate-limited like
  * every session route (server.ts installs both for every /v1/sessions/:id route).
  */
-export async function desktopActionRoutes(app: FastifyInstance, opts: { manager: ToolSessions }): Promise<void> {
+export async function desktopActionRoutes(app: FastifyInstance, opts: { manager: DesktopSessions }): Promise<void> {
   const { manager } = opts;
-  const actions = (id: string) => manager.attachment(id, 'desktop-actions', ({ connection }) => new DesktopActions(connection, manager.display));
+  // Refused (409 human_in_control) while a person has taken the session over, as computer
+  // actions are: checked before anything runs, reads included (the agent waits for hand-back).
+  const actions = (id: string) => {
+    manager.checkAgentControl(id);
+    return manager.attachment(id, 'desktop-actions', ({ connection }) => new DesktopActions(connection, manager.display));
+  };
 
   app.post<{ Params: IdParams; Body: { target: string } }>(
     '/v1/sessions/:id/desktop/open',
