@@ -389,6 +389,10 @@ describe('live views (noVNC, view-only enforced on the server, takeover)', { tim
       assert.equal((refused.json.error as Json).code, 'human_in_control');
       assert.match((refused.json.error as Json).message as string, new RegExp(`live view ${control.viewId}`));
     }
+    // A Gemini browser call's desktop step (launch the browser) is refused before it runs too.
+    const gemini = await api('POST', `/v1/sessions/${main.id}/tools/gemini-computer`, { name: 'open_web_browser' });
+    assert.equal(gemini.status, 409, JSON.stringify(gemini.json));
+    assert.equal((gemini.json.error as Json).code, 'human_in_control');
     assert.equal((await api('POST', `/v1/sessions/${main.id}/views/${control.viewId}/handback`)).status, 200);
     assert.equal((await api('POST', `/v1/sessions/${main.id}/actions`, { action: 'mouse_move', coordinate: [10, 10] })).status, 200);
     // Handed back: the desktop actions work again, and the clipboard was never set meanwhile.

@@ -5,7 +5,7 @@ import { DesktopError } from '../../computer/desktop.js';
 import { Scaler } from '../../computer/scaling.js';
 import type { EncodedImage } from '../../computer/screenshot-format.js';
 import { InvalidRequestError } from '../../errors.js';
-import type { ComputerActions, SessionDirectory, ToolSessions } from '../../sessions/ports.js';
+import type { ComputerActions, DesktopSessions, SessionDirectory } from '../../sessions/ports.js';
 import { ignoredText, objectOf, onlyFields } from '../../vendors/fields.js';
 import { addressBarActions, translateGemini, type BrowserStep } from '../../vendors/gemini.js';
 import type { ComputerAction } from '../../computer/actions.js';
@@ -13,7 +13,7 @@ import { openaiActionList, translateOpenAI } from '../../vendors/openai.js';
 import { SMALL_BODY_LIMIT_BYTES } from '../limits.js';
 import { sessionIdParams } from '../schemas.js';
 
-type VendorSessions = ComputerActions & ToolSessions & Pick<SessionDirectory, 'get'>;
+type VendorSessions = ComputerActions & DesktopSessions & Pick<SessionDirectory, 'get'>;
 
 const errors = { 400: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 410: { $ref: 'Error#' } };
 /** Typed text may be 20,000 characters; as JSON escapes, several times that. */
@@ -110,6 +110,8 @@ export async function vendorToolRoutes(app: FastifyInstance, opts: { manager: Ve
  * goes first (for a navigation in an open browser window, its address bar).
  */
 async function browserStep(manager: VendorSessions, id: string, step: BrowserStep, name: string): Promise<ComputerAction[]> {
+  // A person holding the desktop (takeover) refuses the browser step too, before it runs.
+  manager.checkAgentControl(id);
   const actions = await manager.attachment(id, 'desktop-actions', ({ connection }) => new DesktopActions(connection, manager.display));
   const noBrowser = `${name} needs a web browser, and this sandbox has none (the desktop template has Firefox)`;
   try {
