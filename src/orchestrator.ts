@@ -221,6 +221,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     connectionLimits: { headersTimeoutMs: config.headersTimeoutMs, requestTimeoutMs: config.requestTimeoutMs, sendTimeoutMs: config.sendTimeoutMs },
     tenantRequestLimits: { maxConcurrent: config.tenantMaxConcurrentRequests, perSecond: config.tenantRequestsPerSecond, burst: config.tenantRequestBurst },
     tenantRequestLimitOverrides: config.tenantRequestLimitOverrides,
+    tenantMaxStreams: config.tenantMaxStreams,
     maxFileBytes: config.maxFileBytes,
     bashTimeoutSeconds: config.bashTimeoutSeconds,
   });

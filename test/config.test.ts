@@ -26,6 +26,7 @@ describe('the configuration an environment describes', () => {
       tenantRequestsPerSecond: 50,
       tenantRequestBurst: 200,
       tenantRequestLimitOverrides: new Map(),
+      tenantMaxStreams: 8,
       maxFileBytes: 100 * MiB,
       bashTimeoutSeconds: 120,
       stateDir: '/var/lib/sandboxes',
@@ -115,6 +116,7 @@ describe('the configuration an environment describes', () => {
       ['SBX_FC_UID', '1000', /SBX_FC_UID is no longer used/],
       ['SBX_MAX_VIEWERS_PER_SESSION', '0', /SBX_MAX_VIEWERS_PER_SESSION must be at least 1/],
       ['SBX_MAX_VIEWERS_PER_TENANT', '0', /SBX_MAX_VIEWERS_PER_TENANT must be at least 1/],
+      ['SBX_TENANT_MAX_STREAMS', '0', /SBX_TENANT_MAX_STREAMS must be at least 1/],
     ];
     for (const [name, value, message] of bad) assert.throws(() => defaultConfig({ [name]: value }), message, `${name}=${value}`);
   });

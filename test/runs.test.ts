@@ -321,3 +321,75 @@ describe('runs are the tenant\'s own', { timeout: 180_000 }, () => {
     }
   });
 });
+
+describe('event streams: per-tenant caps of their own (issue 21)', { timeout: 300_000 }, () => {
+  let dir = '';
+  let s: ServeProcess;
+  const capsStand = new MessagesStandIn();
+  const keys: Record<string, string> = {};
+  const as = (tenant: string) => async (method: string, url: string, body?: unknown) => {
+    const headers: Record<string, string> = { authorization: `Bearer ${keys[tenant]}` };
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    const res = await fetch(`${s.url}${url}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    return { status: res.status, json: (await res.json()) as Record<string, unknown> };
+  };
+
+  before(async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'sbx-runs-caps-'));
+    for (const tenant of ['streamer']) {
+      keys[tenant] = (await runCli(['keys', 'create', '--tenant', tenant, '--state-dir', dir], 'http://127.0.0.1:1')).stdout.trim();
+    }
+    await capsStand.start();
+    s = await startServe(dir, 20_000 + Math.floor(Math.random() * 20_000), undefined, ['--auth', 'on'], {
+      ANTHROPIC_API_KEY: 'sk-test-key',
+      ANTHROPIC_BASE_URL: capsStand.url,
+      SBX_TENANT_REQUEST_LIMITS: 'streamer=2/1000/1000',
+      SBX_TENANT_MAX_STREAMS: '3',
+    });
+  });
+  after(async () => {
+    if (s) {
+      s.child.kill('SIGTERM');
+      await new Promise((r) => s.child.once('exit', r));
+    }
+    await capsStand.stop();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('event streams hold no request slot: with 2 requests allowed, 3 streams are open and requests still pass; a 4th stream is 429 tenant_stream_limit; a closed stream frees its slot', async () => {
+    const streamer = as('streamer');
+    const made = await streamer('POST', '/v1/sessions', {});
+    assert.equal(made.status, 201, JSON.stringify(made.json));
+    const id = made.json.id as string;
+    capsStand.script('streamer run', [{ hang: true }]);
+    const run = await streamer('POST', '/v1/runs', { task: 'streamer run', sessionId: id });
+    assert.equal(run.status, 201, JSON.stringify(run.json));
+    const open = async (url: string) => {
+      const controller = new AbortController();
+      const res = await fetch(`${s.url}${url}`, { headers: { authorization: `Bearer ${keys.streamer}` }, signal: controller.signal });
+      // A screen stream is streaming once its first frame arrived (a run's events may not have begun).
+      if (res.status === 200 && url.includes('/screen/')) await res.body!.getReader().read();
+      return { status: res.status, res, abort: () => controller.abort() };
+    };
+    const streams = [await open(`/v1/sessions/${id}/screen/stream`), await open(`/v1/sessions/${id}/screen/stream`), await open(`/v1/runs/${run.json.id as string}/events`)];
+    assert.deepEqual(streams.map((st) => st.status), [200, 200, 200]);
+    // Before the fix each stream held one of the 2 request slots: the second stream already left none.
+    const requests = await Promise.all([streamer('GET', '/v1/sessions'), streamer('GET', `/v1/sessions/${id}`)]);
+    assert.deepEqual(requests.map((r) => r.status), [200, 200]);
+    const fourth = await open(`/v1/sessions/${id}/screen/stream`);
+    assert.equal(fourth.status, 429);
+    const refusal = (await fourth.res.json()) as { error: { code: string; message: string } };
+    assert.equal(refusal.error.code, 'tenant_stream_limit');
+    assert.match(refusal.error.message, /SBX_TENANT_MAX_STREAMS/);
+    streams[0]!.abort();
+    let again = await open(`/v1/sessions/${id}/screen/stream`);
+    for (let i = 0; i < 20 && again.status === 429; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      again = await open(`/v1/sessions/${id}/screen/stream`);
+    }
+    assert.equal(again.status, 200, 'the closed stream gave its slot back');
+    again.abort();
+    for (const st of streams) st.abort();
+    assert.equal((await streamer('DELETE', `/v1/runs/${run.json.id as string}`)).status, 200);
+  });
+});

@@ -30,6 +30,7 @@ import type { RunManager } from '../runs/runs.js';
 import type { TrajectoryRecorder } from '../sessions/trajectory/recorder.js';
 import { recordingRoutes } from './routes/recording.js';
 import { screenStreamRoutes } from './routes/screen-stream.js';
+import { DEFAULT_TENANT_MAX_STREAMS, StreamSlots } from './stream-slots.js';
 import { viewRoutes } from './routes/views.js';
 import type { LiveViews } from '../views/live-views.js';
 import { toolResultSchema } from '../tools/tool-result.js';
@@ -49,6 +50,8 @@ export interface ServerOptions {
   tenantRequestLimits?: TenantRequestLimits;
   /** ... except for these tenants. */
   tenantRequestLimitOverrides?: ReadonlyMap<string, TenantRequestLimits>;
+  /** Event streams of one tenant open at once (default: DEFAULT_TENANT_MAX_STREAMS). */
+  tenantMaxStreams?: number;
   /** Largest file moved by the file routes (SBX_MAX_FILE_BYTES). */
   maxFileBytes: number;
   /** Per-command timeout of the bash tool (SBX_BASH_TIMEOUT_SECONDS). */
@@ -158,10 +161,11 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     });
   }
   await app.register(recordingRoutes, { manager: opts.manager });
-  await app.register(screenStreamRoutes, { manager: opts.manager });
+  const streams = new StreamSlots(opts.tenantMaxStreams ?? DEFAULT_TENANT_MAX_STREAMS);
+  await app.register(screenStreamRoutes, { manager: opts.manager, streams });
   // The MCP tools call the routes above in process, as the caller (routes/mcp.ts).
   await app.register(mcpRoutes, { dispatch: (request) => app.inject(request) });
-  if (opts.runs) await app.register(runRoutes, { runs: opts.runs });
+  if (opts.runs) await app.register(runRoutes, { runs: opts.runs, streams });
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
   await app.register(templateRoutes, { templates: opts.templates });
   if (opts.views) {
