@@ -7,6 +7,7 @@ import { sessionSettingsFromEnv, type SessionSettings } from './sessions/setting
 import { trajectorySettingsFromEnv, type TrajectorySettings } from './sessions/trajectory/settings.js';
 import type { Env } from './util/env.js';
 import { liveViewCapsFromEnv, type LiveViewCaps } from './views/settings.js';
+import { runSettingsFromEnv, type RunSettings } from './runs/settings.js';
 
 /**
  * The aggregator: everything the orchestrator can be told, each part's settings side by side.
@@ -26,6 +27,8 @@ export interface OrchestratorConfig extends ApiSettings, SessionSettings, Networ
   recording: RecordingSettings;
   /** Live-view caps: browsers per session and per tenant (SBX_MAX_VIEWERS_*). */
   liveViews: LiveViewCaps;
+  /** The built-in Claude loop's per-tenant models, concurrency and budgets (SBX_RUN_*, SBX_TENANT_RUN_*). */
+  runs: RunSettings;
 }
 
 /** The configuration an environment describes; a bad value throws, naming the variable. */
@@ -39,6 +42,7 @@ export function defaultConfig(env: Env): OrchestratorConfig {
     logLevel: logLevelFromEnv(env),
     recording: recordingSettingsFromEnv(env),
     liveViews: liveViewCapsFromEnv(env),
+    runs: runSettingsFromEnv(env),
   };
 }
 

@@ -196,6 +196,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     anthropic: options.anthropic ?? {},
     bashTimeoutSeconds: config.bashTimeoutSeconds,
     trajectory,
+    settings: config.runs,
     log: log.child({ part: 'runs' }),
   });
   const views = new LiveViews(

@@ -5,6 +5,8 @@ import Fastify from 'fastify';
 import { StreamSlots } from '../../src/api/stream-slots.js';
 import { installTenantRequestLimits, TenantRequestGate } from '../../src/api/tenant-request-limits.js';
 import { OrchestratorError } from '../../src/errors.js';
+import { RunBudgets, RunLimitError } from '../../src/runs/run-budgets.js';
+import { DEFAULT_RUN_SETTINGS, type RunSettings } from '../../src/runs/settings.js';
 import { KeyedSlots, takeAll } from '../../src/util/slots.js';
 import { ViewerLimitError, ViewerSlots } from '../../src/views/viewer-slots.js';
 
@@ -116,5 +118,66 @@ describe('caps: event streams hold a stream slot, not a request slot', () => {
     } finally {
       await app.close();
     }
+  });
+});
+
+describe('caps: run budgets', () => {
+  const settings = (over: Partial<RunSettings> = {}): RunSettings => ({
+    ...DEFAULT_RUN_SETTINGS,
+    limits: { maxConcurrentRuns: 2, tokensPerDay: 10_000, secondsPerDay: 600 },
+    ...over,
+  });
+  const defaults = { maxTokens: 2_000_000, maxSeconds: 1800 };
+
+  it('models: the allow-list and its dated ids; another model is a 400 naming the field', () => {
+    const budgets = new RunBudgets(settings({ tenantModels: new Map([['ci', ['claude-haiku-4-5']]]) }));
+    budgets.checkModel('acme', 'claude-sonnet-4-6', false);
+    budgets.checkModel('acme', 'claude-haiku-4-5-20251001', true);
+    for (const model of ['gpt-4o', 'claude-haiku-4-5-latest', 'claude-haiku-4', 'claude-sonnet-4-6x']) {
+      assert.throws(() => budgets.checkModel('acme', model, true), (err: OrchestratorError) => err.statusCode === 400 && /^model: /.test(err.message), model);
+    }
+    assert.throws(() => budgets.checkModel('ci', 'claude-sonnet-4-6', false), /model: the default "claude-sonnet-4-6" is not allowed for tenant "ci"; allowed: claude-haiku-4-5/);
+  });
+
+  it('concurrent runs: a burst admits exactly maxConcurrentRuns; a settled run frees its place', () => {
+    const budgets = new RunBudgets(settings({ limits: { maxConcurrentRuns: 2, tokensPerDay: 1e9, secondsPerDay: 1e6 } }));
+    const outcomes = Array.from({ length: 10 }, () => {
+      try {
+        return budgets.reserve('acme', {}, defaults);
+      } catch (err) {
+        return (err as RunLimitError).code;
+      }
+    });
+    const admitted = outcomes.filter((o) => typeof o !== 'string');
+    assert.equal(admitted.length, 2);
+    assert.deepEqual(outcomes.filter((o) => typeof o === 'string'), Array(8).fill('tenant_run_limit'));
+    admitted[0]?.settle(100, 1);
+    admitted[0]?.settle(100, 1);
+    assert.equal(budgets.ledger('acme').running, 1, 'settled once');
+    assert.doesNotThrow(() => budgets.reserve('acme', {}, defaults));
+  });
+
+  it('tokens and seconds per day: reserved at the start, refunded at the end, over-budget runs refused; past the day, a new budget', () => {
+    let now = Date.parse('2026-12-01T23:00:00Z');
+    const budgets = new RunBudgets(settings(), [{ tenant: 'acme', tokens: 1000, seconds: 0 }], () => now);
+    assert.throws(() => budgets.reserve('acme', { maxTokens: 10_001 }, defaults), (err: OrchestratorError) => err.statusCode === 400 && /^maxTokens must be at most 10000/.test(err.message));
+    assert.throws(() => budgets.reserve('acme', { maxSeconds: 601 }, defaults), (err: OrchestratorError) => err.statusCode === 400 && /^maxSeconds must be at most 600/.test(err.message));
+    // The defaults are brought down to the tenant's budget rather than refused.
+    const first = budgets.reserve('acme', { maxTokens: 6000, maxSeconds: 60 }, defaults);
+    assert.deepEqual([first.maxTokens, first.maxSeconds], [6000, 60]);
+    assert.throws(
+      () => budgets.reserve('acme', { maxTokens: 4000 }, defaults),
+      (err: OrchestratorError) => err.statusCode === 429 && err.code === 'tenant_run_budget' && /3000 tokens left of its 10000 today \(1000 used, 6000 reserved/.test(err.message) && err.headers?.['retry-after'] === '60',
+    );
+    first.settle(2500, 30.2);
+    assert.deepEqual(budgets.ledger('acme'), { day: '2026-12-01', usedTokens: 3500, usedSeconds: 31, reservedTokens: 0, reservedSeconds: 0, running: 0 });
+    // The defaults are the daily budget at most (10000 tokens, 600 s): more than is left today.
+    assert.throws(() => budgets.reserve('acme', {}, defaults), (err: OrchestratorError) => err.code === 'tenant_run_budget' && err.headers?.['retry-after'] === '3600');
+    const second = budgets.reserve('acme', { maxTokens: 6500, maxSeconds: 569 }, defaults);
+    second.settle(0, 0);
+    assert.throws(() => budgets.reserve('acme', { maxTokens: 6501, maxSeconds: 1 }, defaults), /6500 tokens left/);
+    assert.throws(() => budgets.reserve('acme', { maxTokens: 1, maxSeconds: 570 }, defaults), /maxSeconds 570 is more than the 569 seconds left/);
+    now = Date.parse('2026-12-02T00:00:01Z');
+    assert.doesNotThrow(() => budgets.reserve('acme', { maxTokens: 10_000 }, defaults));
   });
 });
