@@ -553,6 +553,9 @@ describe('live views (noVNC, view-only enforced on the server, takeover)', { tim
     const again = await burst(view.url, SESSION_VIEWERS + 2);
     assert.equal(again.filter((a) => a.status === 101).length, SESSION_VIEWERS, 'the released slots are usable again, and the cap still holds');
     for (const a of again) a.ws.terminate();
+    // Counted for the operator: the 192 of the burst, 6 over the tenant cap, 2 of the last burst.
+    const metrics = await (await fetch(`${serve.url}/metrics`)).text();
+    assert.equal(Number(/^sandbox_api_requests_refused_total\{limit="viewers"\} (\d+)/m.exec(metrics)?.[1]), 200);
     const after = await memoryOf(pid);
     console.log(`live-view caps: RSS ${after.rssMiB} MiB after`);
   });

@@ -462,5 +462,11 @@ describe('runs and event streams: per-tenant caps that hold under concurrency (i
     again.abort();
     for (const st of streams) st.abort();
     assert.equal((await streamer('DELETE', `/v1/runs/${run.json.id as string}`)).status, 200);
+    // Every cap's refusals are counted for the operator (the earlier tests' too).
+    const metrics = await (await fetch(`${s.url}/metrics`)).text();
+    const refused = (limit: string) => Number(new RegExp(`^sandbox_api_requests_refused_total\\{limit="${limit}"\\} (\\d+)`, 'm').exec(metrics)?.[1] ?? 0);
+    assert.ok(refused('streams') >= 1, metrics);
+    assert.equal(refused('runs'), 8);
+    assert.equal(refused('run_budget'), 3);
   });
 });

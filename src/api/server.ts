@@ -64,6 +64,15 @@ export interface ServerOptions {
   views?: LiveViews;
 }
 
+/** The limit label of sandbox_api_requests_refused_total for each cap's refusal. */
+const CAP_OF_CODE: Readonly<Record<string, string>> = {
+  tenant_stream_limit: 'streams',
+  session_viewer_limit: 'viewers',
+  tenant_viewer_limit: 'viewers',
+  tenant_run_limit: 'runs',
+  tenant_run_budget: 'run_budget',
+};
+
 /** Largest WebSocket message a live-view browser may send (a clipboard paste is the largest RFB message allowed). */
 const VIEW_MAX_WS_MESSAGE_BYTES = 512 * 1024;
 
@@ -86,6 +95,9 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     },
   });
   app.setErrorHandler(async (error: Error, request, reply) => {
+    // The caps of streams, viewers and runs are counted with the request limits' refusals.
+    const cap = error instanceof OrchestratorError ? CAP_OF_CODE[error.code] : undefined;
+    if (cap) opts.metrics.requestsRefused.inc({ limit: cap });
     // An unexpected error on a session whose sandbox vanished (or is being destroyed) under
     // the request is that, said as a 410/409, not a 500.
     // Fastify's own refusals of the request (validation 400, body too large 413) are answered

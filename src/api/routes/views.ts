@@ -170,8 +170,13 @@ export async function viewRoutes(app: FastifyInstance, opts: { views: LiveViews 
       },
     },
     (socket, request) => {
-      const release = slots.get(request.raw) ?? (() => undefined);
+      const release = slots.get(request.raw);
       slots.delete(request.raw);
+      if (!release) {
+        // Only preValidation admits a viewer: without its slot, nothing is relayed.
+        socket.close(1011, 'this live view was not admitted');
+        return;
+      }
       let grant: ViewGrant;
       try {
         grant = views.resolve(request.params.token); // again: it may have been revoked meanwhile
