@@ -117,7 +117,17 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   installAuth(app, opts.auth);
   const gate = new TenantRequestGate(opts.tenantRequestLimits ?? DEFAULT_TENANT_REQUEST_LIMITS, opts.tenantRequestLimitOverrides);
   installTenantRequestLimits(app, gate, (limit) => opts.metrics.requestsRefused.inc({ limit }));
-  installTenantScope(app, opts.manager);
+  installTenantScope(app, {
+    tenantOf: (id) => opts.manager.tenantOf(id),
+    keptOwners: async (id) => {
+      const owners = new Set<string>(opts.auth.links?.tenantsOf(id) ?? []);
+      const trajectoryOwner = opts.trajectory?.get(id)?.tenant;
+      if (trajectoryOwner !== undefined) owners.add(trajectoryOwner);
+      const recordingOwner = await opts.manager.recordingOwner(id);
+      if (recordingOwner !== undefined) owners.add(recordingOwner);
+      return [...owners];
+    },
+  });
   installRequestLog(app);
   // An unknown route answers in the same shape as every other error (fastify's own is not).
   app.setNotFoundHandler((request, reply) => {
@@ -158,12 +168,13 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   await app.register(sessionTimeoutRoutes, { manager: opts.manager });
   await app.register(computerToolRoutes, { manager: opts.manager, trajectory });
   await app.register(companionToolRoutes, { manager: opts.manager, display: opts.manager.display, bashTimeoutSeconds: opts.bashTimeoutSeconds, trajectory });
-  await app.register(desktopActionRoutes, { manager: opts.manager });
-  await app.register(vendorToolRoutes, { manager: opts.manager });
+  await app.register(desktopActionRoutes, { manager: opts.manager, trajectory });
+  await app.register(vendorToolRoutes, { manager: opts.manager, trajectory });
   await app.register(fileRoutes, { manager: opts.manager, maxFileBytes: opts.maxFileBytes });
   if (trajectory) {
-    const recordingStart = (id: string) => opts.manager.recordingStatus(id).catch(() => undefined); // none: 404
-    await app.register(trajectoryRoutes, { manager: opts.manager, trajectory, recordingStart });
+    const recordingStart = (id: string, tenant: string) => opts.manager.recordingStatus(id, tenant).catch(() => undefined); // none: 404
+    const recordingFrame = (id: string, tenant: string, offsetMs: number) => opts.manager.recordingFrame(id, tenant, offsetMs);
+    await app.register(trajectoryRoutes, { manager: opts.manager, trajectory, recordingStart, recordingFrame });
   }
   if (opts.auth.links) {
     const owners = opts.manager;
