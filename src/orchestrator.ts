@@ -206,12 +206,13 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     anthropic: options.anthropic ?? {},
     bashTimeoutSeconds: config.bashTimeoutSeconds,
     trajectory,
+    settings: config.runs,
     log: log.child({ part: 'runs' }),
   });
   const views = new LiveViews(
     new ViewTokens(store.database),
     manager,
-    { ...DEFAULT_LIVE_VIEW_SETTINGS, ...options.liveViews },
+    { ...DEFAULT_LIVE_VIEW_SETTINGS, ...config.liveViews, ...options.liveViews },
     {
       viewerConnected: () => metrics.liveViewers.inc(),
       viewerDisconnected: () => metrics.liveViewers.dec(),
@@ -231,6 +232,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     connectionLimits: { headersTimeoutMs: config.headersTimeoutMs, requestTimeoutMs: config.requestTimeoutMs, sendTimeoutMs: config.sendTimeoutMs },
     tenantRequestLimits: { maxConcurrent: config.tenantMaxConcurrentRequests, perSecond: config.tenantRequestsPerSecond, burst: config.tenantRequestBurst },
     tenantRequestLimitOverrides: config.tenantRequestLimitOverrides,
+    tenantMaxStreams: config.tenantMaxStreams,
     maxFileBytes: config.maxFileBytes,
     bashTimeoutSeconds: config.bashTimeoutSeconds,
   });

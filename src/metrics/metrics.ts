@@ -125,7 +125,7 @@ export class Metrics {
   /** Requests a tenant sent over its limits (api/tenant-request-limits.ts). No tenant label: /metrics is host-wide. */
   readonly requestsRefused = new Counter({
     name: 'sandbox_api_requests_refused_total',
-    help: 'API requests refused with 429 because their tenant was over a request limit: concurrency or rate',
+    help: 'API requests refused with 429 because their tenant was over a limit: concurrency or rate (requests), streams, viewers, runs or run_budget',
     labelNames: ['limit'] as const,
     registers: [this.registry],
   });

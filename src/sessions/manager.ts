@@ -269,6 +269,7 @@ export class SessionManager {
   readonly act: SessionActions['act'] = (id, input, options) => this.actions.act(id, input, options);
   readonly perform: SessionActions['perform'] = (id, translate, options) => this.actions.perform(id, translate, options);
   readonly setControl: SessionActions['setControl'] = (id, hold) => this.actions.setControl(id, hold);
+  readonly checkAgentControl: SessionActions['checkAgentControl'] = (id) => this.actions.checkAgentControl(id);
   readonly connection: SessionActions['connection'] = (id) => this.actions.connection(id);
   readonly attachment: SessionActions['attachment'] = (id, name, create) => this.actions.attachment(id, name, create);
   readonly endedUnderRequest: SessionActions['endedUnderRequest'] = (id) => this.actions.endedUnderRequest(id);

@@ -66,6 +66,9 @@ export interface FileSessions {
 /** What the companion tools' routes need. */
 export type ToolSessions = SessionAccess & Pick<SessionTimeouts, 'whileBusy'> & { readonly display: number };
 
+/** What the desktop-action routes need: the tools', and whether the agent has the desktop (not a person's takeover). */
+export type DesktopSessions = ToolSessions & { checkAgentControl(id: string): void };
+
 /** What a request that failed unexpectedly asks (server.ts's error handler). */
 export interface SessionFailures {
   endedUnderRequest(id: string): Promise<OrchestratorError | undefined>;

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { DesktopActions } from '../../computer/desktop-actions/desktop-actions.js';
 import { MAX_TARGET_LENGTH, MAX_CLIPBOARD_BYTES, OPEN_SCHEMES } from '../../computer/desktop-actions/requests.js';
-import type { ToolSessions } from '../../sessions/ports.js';
+import type { DesktopSessions } from '../../sessions/ports.js';
 import { recordedCall } from '../../sessions/trajectory/recorded-call.js';
 import type { TrajectoryRecorder } from '../../sessions/trajectory/recorder.js';
 import { SMALL_BODY_LIMIT_BYTES } from '../limits.js';
@@ -64,9 +64,14 @@ const CLIPBOARD_BODY_LIMIT_BYTES = 2 * MAX_CLIPBOARD_BYTES + 64 * 1024;
  * `focus`, `close`, `clipboard`, `set_clipboard`, `screen`): clipboard text, both ways, is
  * typed text there (stored as its length unless the session keeps typed text).
  */
-export async function desktopActionRoutes(app: FastifyInstance, opts: { manager: ToolSessions; trajectory?: TrajectoryRecorder }): Promise<void> {
+export async function desktopActionRoutes(app: FastifyInstance, opts: { manager: DesktopSessions; trajectory?: TrajectoryRecorder }): Promise<void> {
   const { manager } = opts;
-  const actions = (id: string) => manager.attachment(id, 'desktop-actions', ({ connection }) => new DesktopActions(connection, manager.display));
+  // Refused (409 human_in_control) while a person has taken the session over, as computer
+  // actions are: checked before anything runs, reads included (the agent waits for hand-back).
+  const actions = (id: string) => {
+    manager.checkAgentControl(id);
+    return manager.attachment(id, 'desktop-actions', ({ connection }) => new DesktopActions(connection, manager.display));
+  };
   /** Runs one desktop action of a session as a step of its trajectory; `typed`: its answer is the clipboard's text. */
   const step = <T>(id: string, input: { action: string } & Record<string, unknown>, work: (desktop: DesktopActions) => Promise<T>, typed?: (answer: T) => string) =>
     recordedCall(

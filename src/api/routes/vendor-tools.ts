@@ -5,7 +5,7 @@ import { DesktopError } from '../../computer/desktop.js';
 import { Scaler } from '../../computer/scaling.js';
 import type { EncodedImage } from '../../computer/screenshot-format.js';
 import { InvalidRequestError } from '../../errors.js';
-import type { ComputerActions, SessionDirectory, ToolSessions } from '../../sessions/ports.js';
+import type { ComputerActions, DesktopSessions, SessionDirectory } from '../../sessions/ports.js';
 import type { ActionOutcome } from '../../sessions/session-actions.js';
 import { recordedCall, type StepOutcome } from '../../sessions/trajectory/recorded-call.js';
 import type { TrajectoryRecorder } from '../../sessions/trajectory/recorder.js';
@@ -16,7 +16,7 @@ import { openaiActionList, translateOpenAI } from '../../vendors/openai.js';
 import { SMALL_BODY_LIMIT_BYTES } from '../limits.js';
 import { sessionIdParams } from '../schemas.js';
 
-type VendorSessions = ComputerActions & ToolSessions & Pick<SessionDirectory, 'get'>;
+type VendorSessions = ComputerActions & DesktopSessions & Pick<SessionDirectory, 'get'>;
 
 const errors = { 400: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 410: { $ref: 'Error#' } };
 /** Typed text may be 20,000 characters; as JSON escapes, several times that. */
@@ -141,6 +141,8 @@ function outcomeStep(outcome: ActionOutcome | undefined, durationMs?: number): S
  * goes first (for a navigation in an open browser window, its address bar).
  */
 async function browserStep(manager: VendorSessions, id: string, step: BrowserStep, name: string): Promise<ComputerAction[]> {
+  // A person holding the desktop (takeover) refuses the browser step too, before it runs.
+  manager.checkAgentControl(id);
   const actions = await manager.attachment(id, 'desktop-actions', ({ connection }) => new DesktopActions(connection, manager.display));
   const noBrowser = `${name} needs a web browser, and this sandbox has none (the desktop template has Firefox)`;
   try {
