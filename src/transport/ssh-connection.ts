@@ -3,49 +3,14 @@ import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import ssh2, { type ClientChannel, type SFTPWrapper } from 'ssh2';
 import { GuestProtocolError } from '../errors.js';
+import { collect, guardChannel, type ExecResult } from './ssh-channels.js';
+import { ConnectionLostError, HostKeyMismatchError, SshAuthenticationError, SshTimeoutError } from './ssh-errors.js';
+
+export { ConnectionLostError, HostKeyMismatchError, SshAuthenticationError, SshTimeoutError } from './ssh-errors.js';
+export type { ExecResult } from './ssh-channels.js';
 
 const { Client } = ssh2;
 type Client = InstanceType<typeof Client>;
-
-/** The guest presented a host key other than the one we generated for it: never trusted. */
-export class HostKeyMismatchError extends Error {
-  constructor(endpoint: string) {
-    super(`host key of ${endpoint} does not match the key pinned for this session; connection refused`);
-    this.name = 'HostKeyMismatchError';
-  }
-}
-
-/** The guest refused our key: retrying cannot help. */
-export class SshAuthenticationError extends Error {
-  constructor(endpoint: string) {
-    super(`the guest at ${endpoint} refused the session key`);
-    this.name = 'SshAuthenticationError';
-  }
-}
-
-export class SshTimeoutError extends Error {
-  constructor(what: string, ms: number) {
-    super(`${what} did not finish within ${ms} ms`);
-    this.name = 'SshTimeoutError';
-  }
-}
-
-/** Reconnecting gave up: the guest would not let us back in (why: the last error). */
-export class ConnectionLostError extends Error {
-  constructor(
-    endpoint: string,
-    readonly reason: 'host_key_mismatch' | 'authentication' | 'unreachable',
-    override readonly cause: Error,
-  ) {
-    super(
-      reason === 'unreachable'
-        ? `the SSH connection to ${endpoint} was lost and could not be re-established (last error: ${cause.message})`
-        : `the SSH connection to ${endpoint} was lost and the guest then ${reason === 'host_key_mismatch' ? 'presented a host key other than the one pinned for this session' : 'refused the session key'}`,
-      { cause },
-    );
-    this.name = 'ConnectionLostError';
-  }
-}
 
 export interface GuestEndpoint {
   host: string;
@@ -74,12 +39,6 @@ export interface ExecOptions {
   maxOutputBytes?: number;
 }
 
-export interface ExecResult {
-  stdout: Buffer;
-  stderr: Buffer;
-  exitCode: number | null;
-  signal: string | undefined;
-}
 
 const DEFAULT_EXEC_TIMEOUT_MS = 30_000;
 /** Output of one command kept by default; callers that expect little ask for less. */
@@ -370,61 +329,4 @@ export class GuestConnection extends EventEmitter {
       client.exec(command, (err, channel) => (err ? reject(err) : resolve(guardChannel(channel))));
     });
   }
-}
-
-/**
- * Every channel handed out carries an error listener from the start, on itself and on its
- * stderr, whatever its owner adds: a write to a channel the guest already closed, or a
- * stream destroyed with an error, must never be an unhandled 'error'. An owner that cares
- * sees the failure as 'close' (a channel always closes after an error).
- */
-function guardChannel(channel: ClientChannel): ClientChannel {
-  channel.on('error', () => undefined);
-  channel.stderr.on('error', () => undefined);
-  return channel;
-}
-
-function collect(
-  channel: ClientChannel,
-  stdin: string | Buffer | undefined,
-  timeoutMs: number,
-  maxOutput: number,
-  command: string,
-): Promise<ExecResult> {
-  return new Promise((resolve, reject) => {
-    const stdout: Buffer[] = [];
-    const stderr: Buffer[] = [];
-    let size = 0;
-    let exitCode: number | null = null;
-    let signal: string | undefined;
-    let failed: Error | undefined;
-    const abort = (err: Error) => {
-      if (failed) return;
-      failed = err;
-      channel.close();
-    };
-    const timer = setTimeout(() => abort(new SshTimeoutError(`guest command "${command.slice(0, 80)}"`, timeoutMs)), timeoutMs);
-    const take = (into: Buffer[]) => (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > maxOutput) {
-        return abort(new GuestProtocolError('exec', 'output_overrun', `a command in the guest printed more than ${maxOutput} bytes`));
-      }
-      into.push(chunk);
-    };
-    // After an error the channel closes: that is where the command fails.
-    channel.on('error', abort);
-    channel.on('data', take(stdout));
-    channel.stderr.on('data', take(stderr));
-    channel.on('exit', (code: number | null, sig?: string) => {
-      exitCode = code;
-      signal = sig ?? undefined;
-    });
-    channel.on('close', () => {
-      clearTimeout(timer);
-      if (failed) return reject(failed);
-      resolve({ stdout: Buffer.concat(stdout), stderr: Buffer.concat(stderr), exitCode, signal });
-    });
-    if (stdin !== undefined) channel.end(stdin);
-    else channel.end();
-  });
 }
