@@ -140,6 +140,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
   const manager = new SessionManager({
     stateDir: config.stateDir,
     settle: { maxMs: config.settleMaxMs, intervalMs: config.settleIntervalMs },
+    sshReconnectGiveUpMs: config.sshReconnectGiveUpMs,
     names,
     display: config.display,
     subnet: config.subnet,

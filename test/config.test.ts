@@ -36,6 +36,7 @@ describe('the configuration an environment describes', () => {
       defaultTimeoutSeconds: 300,
       maxLifetimeSeconds: 3600,
       bootTimeoutMs: 30_000,
+      sshReconnectGiveUpMs: 30_000,
       memoryLimitMiB: 1024,
       pidsLimit: 512,
       settleMaxMs: 2_000,

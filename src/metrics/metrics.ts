@@ -98,6 +98,17 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  /**
+   * A session's SSH connection dropped and could not be re-established (sshd gone, a guest
+   * that accepts and never answers, a host key other than the pinned one): its session failed.
+   */
+  readonly sshConnectionsLost = new Counter({
+    name: 'sandbox_ssh_connections_lost_total',
+    help: 'Session SSH connections given up (the session failed), by reason: unreachable, host_key_mismatch, authentication',
+    labelNames: ['reason'] as const,
+    registers: [this.registry],
+  });
+
   readonly networkPolicyRepairs = new Counter({
     name: 'sandbox_network_policy_repairs_total',
     help: 'Times the guest network policy (nftables table) was found changed or removed and put back',

@@ -20,6 +20,7 @@ export interface AdoptContext {
   pool: AddressPool;
   display: number;
   settle: SettleOptions;
+  sshReconnectGiveUpMs?: number;
   log: Logger;
   consoleLog?: ConsoleLogLimits;
   /** Counts a session directory left on disk because something is still mounted in it. */
@@ -72,6 +73,7 @@ export async function adoptSession(record: SessionRecord, ctx: AdoptContext): Pr
     await attachDesktop(session, found.sandbox, keys.clientPrivateKey, publicKeyBlob(keys.hostPublicKey), Date.now() + ADOPT_TIMEOUT_MS, {
       display: ctx.display,
       settle: ctx.settle,
+      sshReconnectGiveUpMs: ctx.sshReconnectGiveUpMs,
     });
   } catch (err) {
     log.warn({ err }, 'a sandbox left ready did not answer as it must: reclaiming it');

@@ -34,6 +34,8 @@ export interface BootContext {
   ledger?: (sessionId: string, kind: ResourceKind, name: string) => void;
   /** The store's lease of host id ranges (containers' user namespaces). */
   leaseIdRange?: (sessionId: string, base: number, size: number, takeHostWide: (first: number) => boolean) => number;
+  /** How long a dropped SSH connection is retried before the session fails (default 30 s). */
+  sshReconnectGiveUpMs?: number;
   /** Absolute time (ms) by which the guest must be ready. */
   deadline: number;
   log: Logger;
@@ -201,7 +203,7 @@ export async function attachDesktop(
   clientPrivateKey: string,
   pinnedHostKey: Buffer,
   deadline: number,
-  ctx: Pick<BootContext, 'display' | 'settle'>,
+  ctx: Pick<BootContext, 'display' | 'settle' | 'sshReconnectGiveUpMs'>,
 ): Promise<void> {
   const { width, height } = session.record;
   const connection = new GuestConnection({
@@ -209,6 +211,7 @@ export async function attachDesktop(
     username: GUEST_USER,
     privateKey: clientPrivateKey,
     pinnedHostKey,
+    reconnectGiveUpMs: ctx.sshReconnectGiveUpMs,
   });
   await session.cleanup.push('ssh connection', () => connection.close());
   session.connection = connection;

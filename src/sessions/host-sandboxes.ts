@@ -26,6 +26,8 @@ const CLAIM_TIMEOUT_MS = 5_000;
 
 export interface HostSandboxOptions {
   settle: SettleOptions;
+  /** How long a dropped SSH connection is retried before its session fails. */
+  sshReconnectGiveUpMs?: number;
   stateDir: string;
   names: ResourceNames;
   display: number;
@@ -64,8 +66,8 @@ export class HostSandboxes implements SandboxHost {
   }
 
   claim(pooled: PooledSandbox): Promise<void> {
-    const { stateDir, display, settle } = this.opts;
-    return claimPooledSandbox(pooled, { stateDir, display, settle, timeoutMs: CLAIM_TIMEOUT_MS });
+    const { stateDir, display, settle, sshReconnectGiveUpMs } = this.opts;
+    return claimPooledSandbox(pooled, { stateDir, display, settle, sshReconnectGiveUpMs, timeoutMs: CLAIM_TIMEOUT_MS });
   }
 
   watch(session: Session): SandboxWatch | undefined {
@@ -79,8 +81,8 @@ export class HostSandboxes implements SandboxHost {
   }
 
   adopt(record: SessionRecord): Promise<Session | undefined> {
-    const { stateDir, names, runtime, addresses, display, settle, log, consoleLog } = this.opts;
-    return adoptSession(record, { stateDir, names, runtime, pool: addresses.pool, display, settle, log, consoleLog, countKeptDir: this.countKeptDir });
+    const { stateDir, names, runtime, addresses, display, settle, sshReconnectGiveUpMs, log, consoleLog } = this.opts;
+    return adoptSession(record, { stateDir, names, runtime, pool: addresses.pool, display, settle, sshReconnectGiveUpMs, log, consoleLog, countKeptDir: this.countKeptDir });
   }
 
   async recover(adopted: readonly Session[]): Promise<number> {
@@ -108,9 +110,10 @@ export class HostSandboxes implements SandboxHost {
   private bootContext(session: Session, log: Logger): BootContext {
     // The session's template's image (lifecycle.ts resolved it); the default one otherwise.
     const image = session.image ?? this.opts.image;
-    const { settle, stateDir, names, display, runtime, memoryMiB, pidsLimit, policy, store, consoleLog } = this.opts;
+    const { settle, sshReconnectGiveUpMs, stateDir, names, display, runtime, memoryMiB, pidsLimit, policy, store, consoleLog } = this.opts;
     return {
       settle,
+      sshReconnectGiveUpMs,
       stateDir,
       names,
       display,

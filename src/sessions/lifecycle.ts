@@ -2,6 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { type GuestProtocolError, InvalidRequestError, OrchestratorError, UnavailableError } from '../errors.js';
 import type { Metrics } from '../metrics/metrics.js';
+import type { ConnectionLostError } from '../transport/ssh-connection.js';
 import type { AddressLease } from '../network/address-pool.js';
 import type { RuntimeName } from '../runtimes/runtime.js';
 import type { CapacityGate, CapacitySlot } from './capacity.js';
@@ -252,18 +253,24 @@ export class SessionLifecycle {
     }
     if (sandbox) void sandbox.exited.then((info) => this.sandboxVanished(session, log, `sandbox stopped unexpectedly: ${info.reason}`));
     session.connection?.on('reconnected', () => this.opts.metrics.sshReconnects.inc());
+    session.connection?.on('lost', (err: ConnectionLostError) => {
+      this.opts.metrics.sshConnectionsLost.inc({ reason: err.reason });
+      // A changed host key is someone in the guest (or on its path) posing as it: an error.
+      if (err.reason === 'host_key_mismatch') log.error({ reason: err.reason }, 'the guest presented a host key other than the pinned one: failing the session');
+      this.sandboxVanished(session, log, err.message, 'ssh');
+    });
     session.connection?.on('guest_protocol_error', (err: GuestProtocolError) => {
       log.warn({ channel: err.channel, reason: err.reason, detail: err.message }, 'guest broke a protocol; its channel was closed');
       this.opts.metrics.guestProtocolErrors.inc({ channel: err.channel, reason: err.reason });
     });
   }
 
-  private sandboxVanished(session: Session, log: Logger, reason: string): void {
+  private sandboxVanished(session: Session, log: Logger, reason: string, kind: 'sandbox_exit' | 'ssh' = 'sandbox_exit'): void {
     if (session.record.state !== 'ready') return;
     // Set now, so that requests during the release are told it is gone (410), not busy.
     session.record.endReason = 'failed';
-    log.warn({ reason }, 'the sandbox of a ready session is gone: marking it failed');
-    this.opts.metrics.errors.inc({ kind: 'sandbox_exit' });
+    log.warn({ reason }, kind === 'ssh' ? 'the guest of a ready session cannot be reached any more: marking it failed' : 'the sandbox of a ready session is gone: marking it failed');
+    this.opts.metrics.errors.inc({ kind });
     void this.releaseResources(session, 'failed', reason);
   }
 

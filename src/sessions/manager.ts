@@ -25,6 +25,9 @@ import type { Session } from './session.js';
 import type { SessionStore } from './store.js';
 import type { TemplateSource } from './templates.js';
 
+/** Sessions of an earlier run adopted at once at start-up. */
+const ADOPTIONS_AT_ONCE = 8;
+
 export type { CreateSessionOptions, SessionOwner } from './session-request.js';
 export type { SessionTimeoutUpdate } from './clocks.js';
 export type { ActionOutcome, SessionHealth } from './session-actions.js';
@@ -32,6 +35,8 @@ export type { AttachmentContext } from '../tools/session-access.js';
 
 export interface ManagerOptions {
   settle: SettleOptions;
+  /** How long a dropped SSH connection is retried before its session fails (default 30 s). */
+  sshReconnectGiveUpMs?: number;
   stateDir: string;
   names: ResourceNames;
   display: number;
@@ -160,14 +165,19 @@ export class SessionManager {
    */
   async start(): Promise<void> {
     const adopted: Session[] = [];
-    for (const record of this.opts.store.unfinished()) {
-      // A pooled sandbox is not adopted: its pool key would have to be trusted again.
-      if (record.state !== 'ready' || record.pooled) continue;
-      const session = await this.host.adopt(record);
-      if (!session) continue;
-      await this.lifecycle.admitAdopted(session);
-      adopted.push(session);
-    }
+    // A pooled sandbox is not adopted: its pool key would have to be trusted again.
+    const candidates = this.opts.store.unfinished().filter((record) => record.state === 'ready' && !record.pooled);
+    // Several at once: a guest that will not answer takes its whole adoption timeout, and
+    // one tenant's broken sandboxes, in turn, would hold every tenant's start-up.
+    const adoptNext = async (): Promise<void> => {
+      for (let record = candidates.shift(); record; record = candidates.shift()) {
+        const session = await this.host.adopt(record);
+        if (!session) continue;
+        await this.lifecycle.admitAdopted(session);
+        adopted.push(session);
+      }
+    };
+    await Promise.all(Array.from({ length: ADOPTIONS_AT_ONCE }, adoptNext));
     const reclaimed = await this.host.recover(adopted);
     if (adopted.length > 0) this.opts.log.info({ adopted: adopted.length }, 'adopted live sessions of an earlier run');
     if (reclaimed > 0) this.opts.log.warn({ reclaimed }, 'reclaimed sandboxes left behind by an earlier run');

@@ -21,6 +21,8 @@ export interface SessionSettings {
   maxLifetimeSeconds: number;
   /** How long a sandbox may take from start to "SSH up and display answering" (SBX_BOOT_TIMEOUT_MS, 30 s). */
   bootTimeoutMs: number;
+  /** How long a session's dropped SSH connection is retried before the session fails (SBX_SSH_RECONNECT_GIVE_UP_MS, 30 s). */
+  sshReconnectGiveUpMs: number;
   /** Memory of each sandbox (SBX_MEMORY_MIB, 1024). */
   memoryLimitMiB: number;
   /** Processes in each sandbox (SBX_PIDS_LIMIT, 512). */
@@ -65,6 +67,7 @@ export function sessionSettingsFromEnv(env: Env): SessionSettings {
     defaultTimeoutSeconds: positive('SBX_TIMEOUT_SECONDS', envInt('SBX_TIMEOUT_SECONDS', 300, env)),
     maxLifetimeSeconds: positive('SBX_MAX_LIFETIME_SECONDS', envInt('SBX_MAX_LIFETIME_SECONDS', 3600, env)),
     bootTimeoutMs: envInt('SBX_BOOT_TIMEOUT_MS', 30_000, env),
+    sshReconnectGiveUpMs: atLeast('SBX_SSH_RECONNECT_GIVE_UP_MS', envInt('SBX_SSH_RECONNECT_GIVE_UP_MS', 30_000, env), 1_000),
     memoryLimitMiB,
     pidsLimit: envInt('SBX_PIDS_LIMIT', 512, env),
     settleMaxMs: envInt('SBX_SETTLE_MAX_MS', 2_000, env),

@@ -79,10 +79,6 @@ export async function writeSessionKeys(sessionDir: string, configDir: string, ke
   await writeFile(path.join(configDir, CONFIG_FILES.hostKeyPub), keys.hostPublicKey + '\n', opts);
 }
 
-export async function removeSessionDir(sessionDir: string): Promise<void> {
-  await rm(sessionDir, { recursive: true, force: true });
-}
-
 /** A session's keys as writeSessionKeys left them: for a runtime that must act on them itself. */
 export async function readSessionKeys(sessionDir: string, configDir: string): Promise<SessionKeys> {
   const read = (file: string) => readFile(file, 'utf8').then((text) => text.trim());

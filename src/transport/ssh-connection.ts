@@ -3,32 +3,14 @@ import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import ssh2, { type ClientChannel, type SFTPWrapper } from 'ssh2';
 import { GuestProtocolError } from '../errors.js';
+import { collect, guardChannel, type ExecResult } from './ssh-channels.js';
+import { ConnectionLostError, HostKeyMismatchError, SshAuthenticationError, SshTimeoutError } from './ssh-errors.js';
+
+export { ConnectionLostError, HostKeyMismatchError, SshAuthenticationError, SshTimeoutError } from './ssh-errors.js';
+export type { ExecResult } from './ssh-channels.js';
 
 const { Client } = ssh2;
 type Client = InstanceType<typeof Client>;
-
-/** The guest presented a host key other than the one we generated for it: never trusted. */
-export class HostKeyMismatchError extends Error {
-  constructor(endpoint: string) {
-    super(`host key of ${endpoint} does not match the key pinned for this session; connection refused`);
-    this.name = 'HostKeyMismatchError';
-  }
-}
-
-/** The guest refused our key: retrying cannot help. */
-export class SshAuthenticationError extends Error {
-  constructor(endpoint: string) {
-    super(`the guest at ${endpoint} refused the session key`);
-    this.name = 'SshAuthenticationError';
-  }
-}
-
-export class SshTimeoutError extends Error {
-  constructor(what: string, ms: number) {
-    super(`${what} did not finish within ${ms} ms`);
-    this.name = 'SshTimeoutError';
-  }
-}
 
 export interface GuestEndpoint {
   host: string;
@@ -41,6 +23,12 @@ export interface ConnectionOptions {
   privateKey: string;
   /** SSH wire encoding of the only host key we accept. */
   pinnedHostKey: Buffer;
+  /**
+   * How long a dropped connection is retried before it is given up ('lost'): a guest that
+   * will not let us back in (sshd gone, a silent listener, a starved CPU) fails its session
+   * with a reason instead of holding it forever.
+   */
+  reconnectGiveUpMs?: number;
 }
 
 export interface ExecOptions {
@@ -51,18 +39,13 @@ export interface ExecOptions {
   maxOutputBytes?: number;
 }
 
-export interface ExecResult {
-  stdout: Buffer;
-  stderr: Buffer;
-  exitCode: number | null;
-  signal: string | undefined;
-}
 
 const DEFAULT_EXEC_TIMEOUT_MS = 30_000;
 /** Output of one command kept by default; callers that expect little ask for less. */
 const DEFAULT_MAX_OUTPUT = 16 * 1024 * 1024;
 const BACKOFF_MIN_MS = 100;
 const BACKOFF_MAX_MS = 5_000;
+const DEFAULT_RECONNECT_GIVE_UP_MS = 30_000;
 /** How long close() lets the guest answer the disconnect before the socket is destroyed. */
 const CLOSE_GRACE_MS = 1_000;
 /** The TCP socket under each ssh2 client (ours: made with Nagle off, see connectOnce). */
@@ -74,8 +57,13 @@ const SOCKETS = new WeakMap<Client, net.Socket>();
  * it reconnects with exponential backoff; commands issued meanwhile wait for it.
  *
  * Events: 'reconnecting' (attempt, delayMs), 'reconnected', 'guest_protocol_error'
- * (GuestProtocolError: the guest broke a protocol on one channel, which was closed);
+ * (GuestProtocolError: the guest broke a protocol on one channel, which was closed), 'lost'
+ * (ConnectionLostError: reconnecting gave up, the connection is closed for good);
  * 'error' is never emitted.
+ *
+ * Everything here is fed by the guest, and in Node an 'error' that no listener catches ends
+ * the process with every tenant's sessions: the client, its socket and every channel handed
+ * out carry an error listener for their whole life (attached before anything can emit).
  */
 export class GuestConnection extends EventEmitter {
   private client: Client | undefined;
@@ -126,6 +114,7 @@ export class GuestConnection extends EventEmitter {
     return new Promise<ExecResult>((resolve, reject) => {
       client.exec(command, (err, channel) => {
         if (err) return reject(err);
+        guardChannel(channel);
         collect(channel, opts.stdin, timeoutMs, maxOutput, command).then(resolve, (error: Error) => {
           if (error instanceof GuestProtocolError) this.reportProtocolError(error);
           reject(error);
@@ -191,13 +180,15 @@ export class GuestConnection extends EventEmitter {
   }
 
   private async reconnectLoop(): Promise<Client> {
+    const giveUpAt = Date.now() + (this.opts.reconnectGiveUpMs ?? DEFAULT_RECONNECT_GIVE_UP_MS);
     let delay = BACKOFF_MIN_MS;
     for (let attempt = 1; ; attempt++) {
       if (this.closed) throw new Error('connection is closed');
       this.emit('reconnecting', attempt, delay);
       await sleep(delay);
+      if (this.closed) throw new Error('connection is closed');
       try {
-        const client = await this.connectOnce(5_000);
+        const client = await this.connectOnce(Math.max(500, Math.min(5_000, giveUpAt - Date.now())));
         if (this.closed) {
           client.end();
           throw new Error('connection is closed');
@@ -206,9 +197,20 @@ export class GuestConnection extends EventEmitter {
         this.emit('reconnected', attempt);
         return client;
       } catch (err) {
-        if (err instanceof HostKeyMismatchError) {
+        if (this.closed) throw new Error('connection is closed');
+        const lost =
+          err instanceof HostKeyMismatchError
+            ? new ConnectionLostError(this.endpointLabel, 'host_key_mismatch', err)
+            : err instanceof SshAuthenticationError
+              ? new ConnectionLostError(this.endpointLabel, 'authentication', err)
+              : Date.now() >= giveUpAt
+                ? new ConnectionLostError(this.endpointLabel, 'unreachable', err as Error)
+                : undefined;
+        if (lost) {
+          // For good: the session layer fails the session with this reason ('lost').
           this.closed = true;
-          throw err;
+          this.emit('lost', lost);
+          throw lost;
         }
         delay = Math.min(delay * 2, BACKOFF_MAX_MS);
       }
@@ -238,13 +240,13 @@ export class GuestConnection extends EventEmitter {
         if (settled) return;
         settled = true;
         clearTimeout(backstop);
-        client.removeListener('error', fail);
-        // A late transport error after 'ready' shows up as 'close'; keep a listener so it
-        // is never an unhandled 'error' event.
-        client.on('error', () => {});
         resolve(client);
       });
-      client.once('error', fail);
+      // For the client's whole life, not once: a handshake that times out emits a second
+      // error as ssh2 then destroys the socket ("Connection lost before handshake"), and an
+      // error after 'ready' (keepalive, a protocol violation) is followed by 'close', which
+      // is what the connection acts on. `fail` does nothing once settled.
+      client.on('error', fail);
       client.once('close', () => fail(new Error(`connection to ${this.endpointLabel} closed during the handshake`)));
       // Our own socket, with Nagle's algorithm off: every command is a handful of small
       // packets, and Nagle plus delayed ACKs would add ~40 ms to each of them.
@@ -310,7 +312,7 @@ export class GuestConnection extends EventEmitter {
   async forwardToGuestLoopback(port: number, timeoutMs = DEFAULT_EXEC_TIMEOUT_MS): Promise<ClientChannel> {
     const client = await this.waitConnected(timeoutMs);
     return new Promise<ClientChannel>((resolve, reject) => {
-      client.forwardOut('127.0.0.1', 0, '127.0.0.1', port, (err, channel) => (err ? reject(err) : resolve(channel)));
+      client.forwardOut('127.0.0.1', 0, '127.0.0.1', port, (err, channel) => (err ? reject(err) : resolve(guardChannel(channel))));
     });
   }
 
@@ -324,50 +326,7 @@ export class GuestConnection extends EventEmitter {
   async spawn(command: string, timeoutMs = DEFAULT_EXEC_TIMEOUT_MS): Promise<ClientChannel> {
     const client = await this.waitConnected(timeoutMs);
     return new Promise<ClientChannel>((resolve, reject) => {
-      client.exec(command, (err, channel) => (err ? reject(err) : resolve(channel)));
+      client.exec(command, (err, channel) => (err ? reject(err) : resolve(guardChannel(channel))));
     });
   }
-}
-
-function collect(
-  channel: ClientChannel,
-  stdin: string | Buffer | undefined,
-  timeoutMs: number,
-  maxOutput: number,
-  command: string,
-): Promise<ExecResult> {
-  return new Promise((resolve, reject) => {
-    const stdout: Buffer[] = [];
-    const stderr: Buffer[] = [];
-    let size = 0;
-    let exitCode: number | null = null;
-    let signal: string | undefined;
-    let failed: Error | undefined;
-    const abort = (err: Error) => {
-      if (failed) return;
-      failed = err;
-      channel.close();
-    };
-    const timer = setTimeout(() => abort(new SshTimeoutError(`guest command "${command.slice(0, 80)}"`, timeoutMs)), timeoutMs);
-    const take = (into: Buffer[]) => (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > maxOutput) {
-        return abort(new GuestProtocolError('exec', 'output_overrun', `a command in the guest printed more than ${maxOutput} bytes`));
-      }
-      into.push(chunk);
-    };
-    channel.on('data', take(stdout));
-    channel.stderr.on('data', take(stderr));
-    channel.on('exit', (code: number | null, sig?: string) => {
-      exitCode = code;
-      signal = sig ?? undefined;
-    });
-    channel.on('close', () => {
-      clearTimeout(timer);
-      if (failed) return reject(failed);
-      resolve({ stdout: Buffer.concat(stdout), stderr: Buffer.concat(stderr), exitCode, signal });
-    });
-    if (stdin !== undefined) channel.end(stdin);
-    else channel.end();
-  });
 }

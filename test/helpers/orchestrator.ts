@@ -8,6 +8,7 @@ import { defaultConfig, type OrchestratorConfig } from '../../src/config.js';
 import { startOrchestrator, type Orchestrator } from '../../src/orchestrator.js';
 import type { RuntimeSelection } from '../../src/runtimes/select.js';
 import { removeTreeOnOneMount } from '../../src/host/remove-tree.js';
+import { watchUncaught } from './uncaught-guard.js';
 
 /**
  * A resource prefix of this test process's own ("t" and two random letters), so that test
@@ -22,6 +23,13 @@ export const TEST_PREFIX =
  * files running in parallel never lease the same block and route to each other's guests.
  */
 export const TEST_SUBNET = `10.242.${Math.floor(Math.random() * 256)}.0/24`;
+
+/**
+ * Every real-sandbox test process watches for errors that reach the process uncaught: in the
+ * orchestrator such an error ends every tenant's sessions (issue 21), so here it fails the
+ * test that stops the orchestrator, naming it, instead of a silent exit or a stray failure.
+ */
+const uncaught = watchUncaught();
 
 export interface TestOrchestrator extends Orchestrator {
   stateDir: string;
@@ -81,6 +89,7 @@ export async function startTestOrchestrator(
       await rmdir(orchestrator.names.runcRoot).catch(() => undefined);
       await rmdir(orchestrator.names.rootfsRoot).catch(() => undefined);
       await removeEmptyPrefixCgroups();
+      uncaught.assertNone();
     },
   };
 }

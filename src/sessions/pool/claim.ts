@@ -7,6 +7,7 @@ export interface ClaimContext {
   stateDir: string;
   display: number;
   settle: SettleOptions;
+  sshReconnectGiveUpMs?: number;
   /** A pooled sandbox that is not ready again within this is given up (and booted cold). */
   timeoutMs: number;
 }
