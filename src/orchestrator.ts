@@ -12,6 +12,7 @@ import { Metrics } from './metrics/metrics.js';
 import { takeOrchestratorLock, type OrchestratorLock } from './orchestrator-lock.js';
 import { ResourceNames } from './network/names.js';
 import { selectRuntime, type RuntimeSelection } from './runtimes/select.js';
+import { bashOutputCounters } from './tools/bash/output-budget.js';
 import { CapacityGate } from './sessions/capacity.js';
 import { SessionManager } from './sessions/manager.js';
 import { warmPoolSizes } from './sessions/settings.js';
@@ -195,6 +196,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     database: store.database,
     anthropic: options.anthropic ?? {},
     bashTimeoutSeconds: config.bashTimeoutSeconds,
+    bashOutput: { limits: config.bashOutput, counters: bashOutputCounters(metrics) },
     trajectory,
     log: log.child({ part: 'runs' }),
   });
@@ -223,6 +225,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     tenantRequestLimitOverrides: config.tenantRequestLimitOverrides,
     maxFileBytes: config.maxFileBytes,
     bashTimeoutSeconds: config.bashTimeoutSeconds,
+    bashOutput: config.bashOutput,
   });
   if (options.listen !== false) {
     await server.listen({ host: config.host, port: config.port });

@@ -7,6 +7,7 @@ import type { CreateSessionOptions } from '../sessions/session-request.js';
 import type { TrajectoryRecorder } from '../sessions/trajectory/recorder.js';
 import { RunLoop, type RunEvent, type RunState, type RunUsage, type StopReason } from './run-loop.js';
 import { RunStore, storableTranscript } from './run-store.js';
+import type { BashOutput } from '../tools/bash/output-budget.js';
 import { SessionTools, type RunToolSessions } from './session-tools.js';
 import { toolSet, type ToolVersion } from './tool-versions.js';
 
@@ -82,13 +83,19 @@ export class RunManager {
       database: ConstructorParameters<typeof RunStore>[0];
       anthropic: AnthropicSettings;
       bashTimeoutSeconds: number;
+      /** The bash tool's output limits and counters (as the API's). */
+      bashOutput?: BashOutput;
       trajectory?: TrajectoryRecorder;
       log: Logger;
     },
   ) {
     const { apiKey, baseURL } = opts.anthropic;
     this.client = apiKey ? new Anthropic({ apiKey, ...(baseURL ? { baseURL } : {}) }) : undefined;
-    this.tools = new SessionTools(opts.sessions, { bashTimeoutSeconds: opts.bashTimeoutSeconds, trajectory: opts.trajectory });
+    this.tools = new SessionTools(opts.sessions, {
+      bashTimeoutSeconds: opts.bashTimeoutSeconds,
+      ...(opts.bashOutput ? { bashOutput: opts.bashOutput } : {}),
+      trajectory: opts.trajectory,
+    });
     this.store = new RunStore(opts.database);
   }
 

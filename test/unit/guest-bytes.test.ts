@@ -16,7 +16,8 @@ import { framePng, framePngRegion } from '../../src/computer/frame-image.js';
 import { HEADER_BYTES, maxRectsLength, parseFrameHeader } from '../../src/computer/frame-header.js';
 import { STDERR_MAX_BYTES } from '../../src/computer/guest-process-channel.js';
 import { GuestProtocolError } from '../../src/errors.js';
-import { BashShell } from '../../src/tools/bash/bash-shell.js';
+import { BashShell, type BashShellOptions } from '../../src/tools/bash/bash-shell.js';
+import { ByteBudget, type BashOutputCounters } from '../../src/tools/bash/output-budget.js';
 import { MarkerScanner } from '../../src/tools/bash/marker.js';
 import type { GuestConnection } from '../../src/transport/ssh-connection.js';
 
@@ -90,6 +91,16 @@ class FakeChannel extends EventEmitter {
   }
   close(): void {
     this.closed = true;
+  }
+  /** Whether the reader holds the channel (flow control: the guest's window is not refilled). */
+  isPaused = false;
+  pause(): this {
+    this.isPaused = true;
+    return this;
+  }
+  resume(): this {
+    this.isPaused = false;
+    return this;
   }
 }
 
@@ -213,6 +224,23 @@ describe('the bash tool marker scanner', () => {
     assert.throws(() => scanner.feed(marker('x1')), isProtocolError('bad_marker'));
   });
 
+  it('finds a marker that straddles two large chunks at any offset, without copying the chunks', () => {
+    const m = marker('7');
+    for (let cut = 0; cut < m.length; cut++) {
+      const seen: Buffer[] = [];
+      const scanner = new MarkerScanner(nonce, (bytes) => seen.push(Buffer.from(bytes)));
+      const first = Buffer.concat([Buffer.alloc(40_000, 0x61), m.subarray(0, cut)]);
+      // A long tail, so that the second chunk is searched in place, not joined whole.
+      const second = Buffer.concat([m.subarray(cut), Buffer.alloc(1000, 0x62)]);
+      let found = scanner.feed(Buffer.alloc(50_000, 0x0a));
+      found ??= scanner.feed(first);
+      found ??= scanner.feed(second);
+      assert.equal(found?.value, 7, `cut at ${cut}`);
+      assert.ok(found?.rest.equals(Buffer.alloc(1000, 0x62)), `cut at ${cut}: the bytes after the marker`);
+      assert.equal(Buffer.concat(seen).length, 90_000, `cut at ${cut}: every byte before the marker passed on`);
+    }
+  });
+
   it('scans 16 MiB without a marker once, holding at most the marker length', () => {
     let passed = 0;
     const scanner = new MarkerScanner(nonce, (bytes) => (passed += bytes.length));
@@ -260,7 +288,9 @@ describe('frames to PNG, off the event loop', () => {
 
 describe('the bash tool shell, on a stand-in channel', () => {
   /** A started BashShell whose guest side is the test: it answers the start-up marker. */
-  async function startShell(): Promise<{ shell: BashShell; channel: FakeChannel; reported: GuestProtocolError[] }> {
+  async function startShell(
+    options: Pick<BashShellOptions, 'outputLimits' | 'counters'> = {},
+  ): Promise<{ shell: BashShell; channel: FakeChannel; reported: GuestProtocolError[] }> {
     const channel = new FakeChannel();
     const reported: GuestProtocolError[] = [];
     const connection = {
@@ -272,7 +302,7 @@ describe('the bash tool shell, on a stand-in channel', () => {
       channel.closed = true;
       channel.emit('close');
     };
-    const starting = BashShell.start(connection, { display: 99, maxOutputChars: 1000, startTimeoutMs: 2_000 });
+    const starting = BashShell.start(connection, { display: 99, maxOutputChars: 1000, startTimeoutMs: 2_000, ...options });
     await new Promise((resolve) => setImmediate(resolve));
     channel.emit('data', Buffer.from(`\n<<sbx:${lastNonce(channel)}:4242>>\n`));
     return { shell: await starting, channel, reported };
@@ -295,6 +325,69 @@ describe('the bash tool shell, on a stand-in channel', () => {
     assert.equal(outcome.output.text, 'hi');
     assert.equal(channel.closed, true);
     assert.deepEqual(reported.map((err) => err.reason), ['marker_overrun']);
+  });
+
+  /** Counters that remember what they were told. */
+  function recordingCounters(): BashOutputCounters & { drops: Record<string, number>; throttles: Record<string, number> } {
+    const drops: Record<string, number> = {};
+    const throttles: Record<string, number> = {};
+    return {
+      drops,
+      throttles,
+      dropped: (bytes, phase) => void (drops[phase] = (drops[phase] ?? 0) + bytes),
+      throttled: (seconds, reason) => void (throttles[reason] = (throttles[reason] ?? 0) + seconds),
+    };
+  }
+
+  it("stops reading a background job's output past the unread cap until the next command, counting what was dropped", async () => {
+    const counters = recordingCounters();
+    const { shell, channel } = await startShell({ outputLimits: { bytesPerSecond: 2 ** 30, burstBytes: 2 ** 30, maxUnreadBytes: 8192 }, counters });
+    channel.emit('data', Buffer.alloc(4096, 0x61));
+    assert.equal(channel.isPaused, false, 'under the cap: read on');
+    channel.emit('data', Buffer.alloc(4096, 0x61));
+    assert.equal(channel.isPaused, true, 'at the cap: the channel is no longer read');
+    // 1000 characters are kept (4004 bytes, room for a cut character); the rest is only counted.
+    assert.equal(counters.drops.between_commands, 8192 - 4004);
+    const running = shell.run('echo hi', 5_000);
+    assert.equal(channel.isPaused, false, 'a command reads again');
+    assert.ok((counters.throttles.unread_cap ?? -1) >= 0, 'the hold was timed');
+    channel.emit('data', Buffer.from(`hi\n<<sbx:${lastNonce(channel)}:0>>\n`));
+    const outcome = await running;
+    assert.equal(outcome.kind, 'completed');
+    assert.equal(outcome.output.text, 'a'.repeat(1000));
+    assert.equal(outcome.output.clippedChars, 8192 + 2 - 1000);
+    await shell.stop('session_ended');
+  });
+
+  it("pauses a command's flood once its output budget is spent, and reads on once it is paid back", async () => {
+    const counters = recordingCounters();
+    const limits = { bytesPerSecond: 1024 * 1024, burstBytes: 64 * 1024, maxUnreadBytes: 1024 * 1024 };
+    const { shell, channel } = await startShell({ outputLimits: limits, counters });
+    const running = shell.run('cat /dev/urandom | base64', 5_000);
+    channel.emit('data', Buffer.alloc(60 * 1024, 0x61));
+    assert.equal(channel.isPaused, false, 'within the burst');
+    channel.emit('data', Buffer.alloc(64 * 1024, 0x61));
+    assert.equal(channel.isPaused, true, 'past the burst: paused');
+    await new Promise((resolve) => setTimeout(resolve, 150)); // ~60 KiB of debt at 1 MiB/s: ~60 ms
+    assert.equal(channel.isPaused, false, 'the debt paid back: read again');
+    assert.ok((counters.throttles.rate ?? 0) >= 0.05, `paused ${counters.throttles.rate} s`);
+    channel.emit('data', Buffer.from(`\n<<sbx:${lastNonce(channel)}:0>>\n`));
+    const outcome = await running;
+    assert.equal(outcome.kind, 'completed');
+    assert.equal(outcome.output.clippedChars, 124 * 1024 - 1000);
+    assert.equal(counters.drops.command, 124 * 1024 - 4004);
+    await shell.stop('session_ended');
+  });
+
+  it('a byte budget lets a burst through, then the rate, and asks for the wait that pays a debt back', () => {
+    let now = 0;
+    const budget = new ByteBudget(1000, 5000, () => now);
+    assert.equal(budget.charge(5000), 0);
+    assert.equal(budget.charge(500), 500, '500 bytes of debt at 1000 B/s');
+    now = 1500; // 1500 bytes earned: the debt paid, 1000 in hand
+    assert.equal(budget.charge(1000), 0);
+    now = 100_000; // refilled, never past the burst
+    assert.equal(budget.charge(5001), 1);
   });
 
   it('closes a shell whose error stream passes 4 KiB', async () => {

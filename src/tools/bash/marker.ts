@@ -54,10 +54,30 @@ export class MarkerScanner {
     this.prefix = Buffer.from(`\n<<sbx:${nonce}:`);
   }
 
-  /** Takes a chunk; once the marker is complete, returns its value and the bytes after it. */
+  /**
+   * Takes a chunk; once the marker is complete, returns its value and the bytes after it.
+   * The chunk itself is searched in place (Buffer.indexOf, native); only the held tail and
+   * the chunk's first bytes, where a marker could straddle the two, are joined and searched
+   * apart, so a flood of output is never copied or looked at byte by byte in JavaScript.
+   */
   feed(chunk: Buffer): { value: number; rest: Buffer } | undefined {
     if (this.prefixSeen) return this.feedTail(chunk);
-    const data = this.held.length > 0 ? Buffer.concat([this.held, chunk]) : chunk;
+    const reach = this.prefix.length - 1;
+    if (this.held.length > 0) {
+      // Small pieces: joining them costs nothing.
+      if (chunk.length <= 2 * reach) return this.scan(Buffer.concat([this.held, chunk]));
+      // A marker that starts in the held tail ends within the chunk's first `reach` bytes.
+      const joint = Buffer.concat([this.held, chunk.subarray(0, reach)]);
+      const start = joint.indexOf(this.prefix);
+      if (start !== -1) return this.prefixFound(joint.subarray(0, start), chunk.subarray(start + this.prefix.length - this.held.length));
+      this.pass(this.held);
+      this.held = Buffer.alloc(0);
+    }
+    return this.scan(chunk);
+  }
+
+  /** Searches `data`, with nothing held before it. */
+  private scan(data: Buffer): { value: number; rest: Buffer } | undefined {
     const start = data.indexOf(this.prefix);
     if (start === -1) {
       // Keep the longest tail that could still grow into the marker.
@@ -66,10 +86,14 @@ export class MarkerScanner {
       this.held = Buffer.from(data.subarray(data.length - keep));
       return undefined;
     }
-    this.pass(data.subarray(0, start));
+    return this.prefixFound(data.subarray(0, start), data.subarray(start + this.prefix.length));
+  }
+
+  private prefixFound(before: Buffer, after: Buffer): { value: number; rest: Buffer } | undefined {
+    this.pass(before);
     this.prefixSeen = true;
     this.held = Buffer.alloc(0);
-    return this.feedTail(data.subarray(start + this.prefix.length));
+    return this.feedTail(after);
   }
 
   /** After the prefix: the value and the terminator, within MAX_TAIL_BYTES. */
