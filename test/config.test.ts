@@ -43,6 +43,7 @@ describe('the configuration an environment describes', () => {
       maxSessions: defaultMaxSessions(1024),
       maxSessionsPerTenant: 10,
       memoryReserveMiB: 512,
+      diskReserveMiB: 2048,
       warmPoolSize: 0,
       warmPool: new Map(),
       warmPoolScreen: { width: 1024, height: 768 },
