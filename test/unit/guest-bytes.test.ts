@@ -359,6 +359,18 @@ describe('the bash tool shell, on a stand-in channel', () => {
     await shell.stop('session_ended');
   });
 
+  it('keeps holding a background job that outlives its shell, until the shell is stopped', async () => {
+    const counters = recordingCounters();
+    const { shell, channel } = await startShell({ outputLimits: { bytesPerSecond: 2 ** 30, burstBytes: 2 ** 30, maxUnreadBytes: 8192 }, counters });
+    channel.emit('exit', 0);
+    await new Promise((resolve) => setTimeout(resolve, 300)); // the exit's grace: the shell has ended
+    channel.emit('data', Buffer.alloc(16_384, 0x61));
+    assert.equal(channel.isPaused, true, 'nobody will read it: held, not drained');
+    await shell.stop('session_ended');
+    assert.equal(channel.isPaused, false, 'stopping lifts the hold, so that the channel can end');
+    assert.ok((counters.throttles.unread_cap ?? -1) >= 0);
+  });
+
   it("pauses a command's flood once its output budget is spent, and reads on once it is paid back", async () => {
     const counters = recordingCounters();
     const limits = { bytesPerSecond: 1024 * 1024, burstBytes: 64 * 1024, maxUnreadBytes: 1024 * 1024 };

@@ -269,7 +269,8 @@ export class BashShell {
         this.updateFlow();
       }, wait);
     }
-    if (!this.waiter && !this.endedFlag && this.unreadBytes >= this.limits.maxUnreadBytes) this.heldForUnread = true;
+    // Also after the shell ended (a background job holds the channel open): stop() lifts it.
+    if (!this.waiter && this.unreadBytes >= this.limits.maxUnreadBytes) this.heldForUnread = true;
     this.updateFlow();
   }
 
@@ -321,9 +322,6 @@ export class BashShell {
     this.endedFlag = true;
     clearTimeout(this.exitGrace);
     this.markEnded();
-    // Nobody will run a command to lift a hold: read on (within the budget) until closed.
-    this.heldForUnread = false;
-    this.updateFlow();
     const waiter = this.waiter;
     this.waiter = undefined;
     if (waiter) {
