@@ -20,31 +20,40 @@ interface ToolResult {
 /** Long enough to average a busy 2-core machine's noise; the flood cost a whole core. */
 const IDLE_WINDOW_MS = 4_000;
 const SCREENSHOTS = 40;
-/** A smaller budget than the default (8 MiB/s, 64 MiB at once), so that a test command outlasts its burst quickly. */
-const BUDGET = { bytesPerSecond: 4 * 2 ** 20, burstBytes: 8 * 2 ** 20 };
+/**
+ * A smaller budget than the default (8 MiB/s, 64 MiB at once), so that a test command
+ * outlasts its burst quickly, and its paced cost (7-16 ms of CPU per MiB here) stays far
+ * below the bound however busy the machine.
+ */
+const BUDGET = { bytesPerSecond: 2 * 2 ** 20, burstBytes: 8 * 2 ** 20 };
 
 describe('red team: an output flood from one guest costs the orchestrator and its neighbours little', () => {
   let orch: TestOrchestrator;
   let flooder: string;
+  /** A second flooding session: the issue saw two of them triple another tenant's latency. */
+  let second: string;
   let victim: string;
 
   before(async () => {
     orch = await startTestOrchestrator({ bashOutput: { ...DEFAULT_BASH_OUTPUT_LIMITS, ...BUDGET } });
     flooder = await createSession(orch);
+    second = await createSession(orch);
     victim = await createSession(orch);
-    // The shell started, the victim's capture warm: neither is measured.
-    assert.equal(text(await bash(orch, flooder, { command: 'echo ready' })), 'ready');
+    // The shells started, the victim's capture warm: none of it is measured.
+    for (const id of [flooder, second]) assert.equal(text(await bash(orch, id, { command: 'echo ready' })), 'ready');
     for (let i = 0; i < 5; i++) await screenshot(orch, victim);
   });
   after(async () => {
     await orch?.stop();
   });
 
-  it('a background flood between commands: orchestrator CPU and the other session near the control; the tool still works', async () => {
+  it('background floods between commands in two sessions: orchestrator CPU and a third session near the control; the tool still works', async () => {
     const control = await measure(orch, victim);
 
-    const started = await bash(orch, flooder, { command: '(cat /dev/urandom | base64 &)' });
-    assert.equal(started.is_error, false, text(started));
+    for (const id of [flooder, second]) {
+      const started = await bash(orch, id, { command: '(cat /dev/urandom | base64 &)' });
+      assert.equal(started.is_error, false, text(started));
+    }
     await sleep(1_000); // the flood under way, well past the unread cap
     const flood = await measure(orch, victim);
     const report =
@@ -62,13 +71,18 @@ describe('red team: an output flood from one guest costs the orchestrator and it
 
     // The flooding session's own tool still answers: the command ran (its exit status is
     // exact), its output is the flood's and the command's together, clipped and said so.
+    const commandStarted = performance.now();
     const during = await bash(orch, flooder, { command: 'echo proof > /tmp/proof; echo command-output; sh -c "exit 3"' });
+    const answeredIn = (performance.now() - commandStarted) / 1000;
+    console.log(`a command during the flood answered in ${answeredIn.toFixed(1)} s`);
+    // Behind it: the flood the channel holds (~4-6 MiB), read at the budget (2 MiB/s here).
+    // A marker split by the flood's bytes was never recognised: the command hung to its timeout.
+    assert.ok(answeredIn < 20, `a command in the flooding session answers in ${answeredIn.toFixed(1)} s`);
     const tail = text(during).slice(-400);
     assert.ok(/<exit code: 3>$/.test(tail), `the exit status of the command, not of the flood: ...${tail}`);
     assert.ok(/command-output/.test(text(during)) || /<response clipped: \d+ more characters/.test(tail), `its output, or a clip notice: ...${tail}`);
     // A restart kills the flood (it is in the shell's process group); the new shell is clean.
-    const restart = await bash(orch, flooder, { restart: true });
-    assert.equal(text(restart), 'tool has been restarted.');
+    for (const id of [flooder, second]) assert.equal(text(await bash(orch, id, { restart: true })), 'tool has been restarted.');
     assert.equal(text(await bash(orch, flooder, { command: 'cat /tmp/proof; pgrep -c base64 || true' })), 'proof\n0');
 
     const metrics = (await orch.server.inject({ method: 'GET', url: '/metrics' })).body;
@@ -77,7 +91,7 @@ describe('red team: an output flood from one guest costs the orchestrator and it
   });
 
   it('a flood inside a command is read at the output budget: CPU per wall second bounded, the command ends, the output clipped', async () => {
-    const bytes = 40_000_000;
+    const bytes = 24_000_000;
     const before = process.cpuUsage();
     const wallStarted = performance.now();
     const result = await bash(orch, flooder, { command: `head -c ${bytes} /dev/zero | tr "\\0" x; echo; echo done` });
@@ -91,7 +105,8 @@ describe('red team: an output flood from one guest costs the orchestrator and it
     // Past its burst, the shell is read at its rate: the command takes at least that long...
     const paced = (bytes - BUDGET.burstBytes) / BUDGET.bytesPerSecond;
     assert.ok(wall > paced * 0.9, `read at the budget's pace (${paced.toFixed(1)} s at least): ${report}`);
-    // ... and costs the orchestrator a small part of a core meanwhile (unpaced: 0.4 to 1).
+    // ... and costs the orchestrator a small part of a core meanwhile (paced: 0.03 to 0.06;
+    // unpaced: 0.3 to 0.65, measured with the throttle disabled and on main).
     assert.ok(cpu / wall < 0.15, `at most 0.15 core while a command floods: ${report}`);
   });
 });

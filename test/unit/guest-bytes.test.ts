@@ -18,7 +18,7 @@ import { STDERR_MAX_BYTES } from '../../src/computer/guest-process-channel.js';
 import { GuestProtocolError } from '../../src/errors.js';
 import { BashShell, type BashShellOptions } from '../../src/tools/bash/bash-shell.js';
 import { ByteBudget, type BashOutputCounters } from '../../src/tools/bash/output-budget.js';
-import { MarkerScanner } from '../../src/tools/bash/marker.js';
+import { MarkerScanner, printMarker } from '../../src/tools/bash/marker.js';
 import type { GuestConnection } from '../../src/transport/ssh-connection.js';
 
 const SCREEN = { width: 1024, height: 768 };
@@ -187,7 +187,7 @@ describe('the capture channel', () => {
 
 describe('the bash tool marker scanner', () => {
   const nonce = 'ab'.repeat(16);
-  const marker = (value: string) => Buffer.from(`\n<<sbx:${nonce}:${value}>>\n`);
+  const marker = (value: string) => Buffer.from(`<<sbx:${nonce}:${value}>>\n`);
 
   it('finds a marker split byte by byte and passes everything before it on', () => {
     const seen: Buffer[] = [];
@@ -197,6 +197,17 @@ describe('the bash tool marker scanner', () => {
     for (const byte of stream) found ??= scanner.feed(Buffer.from([byte]));
     assert.equal(found?.value, 42);
     assert.equal(Buffer.concat(seen).toString(), 'output\n<<sbx:not-it>>\n');
+  });
+
+  it("finds a marker that does not start a line: a background job's bytes just before it", () => {
+    // What a flooding background job and a throttled channel produced: the marker's line is
+    // one write, but the job's bytes come right before it, with no newline between.
+    const seen: Buffer[] = [];
+    const scanner = new MarkerScanner(nonce, (bytes) => seen.push(Buffer.from(bytes)));
+    const found = scanner.feed(Buffer.concat([Buffer.from('X00Xe1B'), marker('3'), Buffer.from('8ZrP')]));
+    assert.deepEqual({ value: found?.value, rest: found?.rest.toString(), before: Buffer.concat(seen).toString() }, { value: 3, rest: '8ZrP', before: 'X00Xe1B' });
+    // And bash prints it in one line, so that one write(2) carries all of it (bash line-buffers stdout).
+    assert.match(printMarker(nonce, '$?'), /^builtin printf '<<sbx:%s:%d>>\\n' /);
   });
 
   it('returns the bytes after the marker in the same chunk', () => {
@@ -304,7 +315,7 @@ describe('the bash tool shell, on a stand-in channel', () => {
     };
     const starting = BashShell.start(connection, { display: 99, maxOutputChars: 1000, startTimeoutMs: 2_000, ...options });
     await new Promise((resolve) => setImmediate(resolve));
-    channel.emit('data', Buffer.from(`\n<<sbx:${lastNonce(channel)}:4242>>\n`));
+    channel.emit('data', Buffer.from(`<<sbx:${lastNonce(channel)}:4242>>\n`));
     return { shell: await starting, channel, reported };
   }
   function lastNonce(channel: FakeChannel): string {
@@ -355,7 +366,7 @@ describe('the bash tool shell, on a stand-in channel', () => {
     const outcome = await running;
     assert.equal(outcome.kind, 'completed');
     assert.equal(outcome.output.text, 'a'.repeat(1000));
-    assert.equal(outcome.output.clippedChars, 8192 + 2 - 1000);
+    assert.equal(outcome.output.clippedChars, 8192 + 3 - 1000);
     await shell.stop('session_ended');
   });
 
@@ -383,7 +394,7 @@ describe('the bash tool shell, on a stand-in channel', () => {
     await new Promise((resolve) => setTimeout(resolve, 150)); // ~60 KiB of debt at 1 MiB/s: ~60 ms
     assert.equal(channel.isPaused, false, 'the debt paid back: read again');
     assert.ok((counters.throttles.rate ?? 0) >= 0.05, `paused ${counters.throttles.rate} s`);
-    channel.emit('data', Buffer.from(`\n<<sbx:${lastNonce(channel)}:0>>\n`));
+    channel.emit('data', Buffer.from(`<<sbx:${lastNonce(channel)}:0>>\n`));
     const outcome = await running;
     assert.equal(outcome.kind, 'completed');
     assert.equal(outcome.output.clippedChars, 124 * 1024 - 1000);

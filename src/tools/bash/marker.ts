@@ -4,13 +4,20 @@ import { GuestProtocolError } from '../../errors.js';
 /**
  * The line the shell prints after each command (and once at start):
  *
- *     \n<<sbx:NONCE:VALUE>>\n
+ *     <<sbx:NONCE:VALUE>>\n
  *
  * VALUE is the command's exit status (or, at start, the shell's pid). NONCE is fresh random
  * for every command and is never in a variable the command could read: it travels only in
  * the line bash parses after the command has run. So no output of the command, accidental
  * or not, can pass for the end of it, unlike a fixed sentinel such as the reference's
  * `<<exit>>`.
+ *
+ * It has one newline, at its end, because bash line-buffers its standard output: a newline
+ * before it was written apart from the rest, and a background job writing to the same pipe
+ * (`(cat /dev/urandom | base64 &)`) could slip its bytes between the two writes, so that the
+ * marker was never recognised and the command ran into its timeout (seen once the output was
+ * throttled, issue 21). One line is one write(2), which a pipe never splits. The marker is
+ * found wherever it starts: the nonce, not a line start, makes it ours.
  */
 export function newNonce(): string {
   return randomBytes(16).toString('hex');
@@ -22,7 +29,7 @@ export function newNonce(): string {
  * `builtin` so that a function the model defined called printf cannot take its place.
  */
 export function printMarker(nonce: string, value: '$?' | '$$'): string {
-  return `builtin printf '\\n<<sbx:%s:%d>>\\n' ${nonce} "${value}"`;
+  return `builtin printf '<<sbx:%s:%d>>\\n' ${nonce} "${value}"`;
 }
 
 const TERMINATOR = Buffer.from('>>\n');
@@ -51,7 +58,7 @@ export class MarkerScanner {
     nonce: string,
     private readonly sink: (bytes: Buffer) => void,
   ) {
-    this.prefix = Buffer.from(`\n<<sbx:${nonce}:`);
+    this.prefix = Buffer.from(`<<sbx:${nonce}:`);
   }
 
   /**
