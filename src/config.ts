@@ -6,6 +6,8 @@ import { runtimeSettingsFromEnv, type RuntimeSettings } from './runtimes/setting
 import { sessionSettingsFromEnv, type SessionSettings } from './sessions/settings.js';
 import { trajectorySettingsFromEnv, type TrajectorySettings } from './sessions/trajectory/settings.js';
 import type { Env } from './util/env.js';
+import { liveViewCapsFromEnv, type LiveViewCaps } from './views/settings.js';
+import { runSettingsFromEnv, type RunSettings } from './runs/settings.js';
 
 /**
  * The aggregator: everything the orchestrator can be told, each part's settings side by side.
@@ -23,6 +25,10 @@ export interface OrchestratorConfig extends ApiSettings, SessionSettings, Networ
   trajectory: TrajectorySettings;
   /** Screen recordings: rate, caps, retention (SBX_RECORDING_*). */
   recording: RecordingSettings;
+  /** Live-view caps: browsers per session and per tenant (SBX_MAX_VIEWERS_*). */
+  liveViews: LiveViewCaps;
+  /** The built-in Claude loop's per-tenant models, concurrency and budgets (SBX_RUN_*, SBX_TENANT_RUN_*). */
+  runs: RunSettings;
 }
 
 /** The configuration an environment describes; a bad value throws, naming the variable. */
@@ -35,6 +41,8 @@ export function defaultConfig(env: Env): OrchestratorConfig {
     ...trajectorySettingsFromEnv(env),
     logLevel: logLevelFromEnv(env),
     recording: recordingSettingsFromEnv(env),
+    liveViews: liveViewCapsFromEnv(env),
+    runs: runSettingsFromEnv(env),
   };
 }
 

@@ -14,6 +14,7 @@ import { ResourceNames } from './network/names.js';
 import { selectRuntime, type RuntimeSelection } from './runtimes/select.js';
 import { bashOutputCounters } from './tools/bash/output-budget.js';
 import { CapacityGate } from './sessions/capacity.js';
+import { CheckedTemplates } from './sessions/checked-templates.js';
 import { stateDirFreeMiB } from './sessions/disk-capacity.js';
 import { SessionManager } from './sessions/manager.js';
 import { warmPoolSizes } from './sessions/settings.js';
@@ -118,6 +119,14 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     log.info({ template: config.template }, 'guest image not built yet; building it now (a few minutes, once)');
     image = await templates.ensureBuiltIn(config.template, (line) => log.info(line));
   }
+  // Every image a session may boot is checked for damage before its first use: these now
+  // (a damaged one stops the start, saying what to run), any other at its first create.
+  const checkedTemplates = new CheckedTemplates(
+    templates,
+    (name) => (templates.isBuiltIn(name) ? `sbx image build --template ${name} --force` : `sbx template build <the template file of ${name}> --force`) + ` (images dir ${config.imagesDir})`,
+    log.child({ part: 'images' }),
+  );
+  await checkedTemplates.check(config.template, image);
   log.info({ image: image.hash, template: config.template }, 'guest image ready');
   // Every template a warm pool keeps must exist now: a typo should stop the start, not retry forever.
   const prepared = new Map<string, GuestImage>([[image.hash, image]]);
@@ -125,6 +134,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     const resolved = await templates.resolve(template).catch((err: unknown) => {
       throw new Error(`SBX_WARM_POOL: ${err instanceof Error ? err.message : String(err)}`);
     });
+    await checkedTemplates.check(template, resolved.image);
     prepared.set(resolved.image.hash, resolved.image);
   }
 
@@ -143,7 +153,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     pidsLimit: config.pidsLimit,
     runtime: selection.runtime,
     image,
-    templates,
+    templates: checkedTemplates,
     defaultTemplate: config.template,
     store,
     metrics,
@@ -207,12 +217,13 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     bashTimeoutSeconds: config.bashTimeoutSeconds,
     bashOutput: { limits: config.bashOutput, counters: bashOutputCounters(metrics) },
     trajectory,
+    settings: config.runs,
     log: log.child({ part: 'runs' }),
   });
   const views = new LiveViews(
     new ViewTokens(store.database),
     manager,
-    { ...DEFAULT_LIVE_VIEW_SETTINGS, ...options.liveViews },
+    { ...DEFAULT_LIVE_VIEW_SETTINGS, ...config.liveViews, ...options.liveViews },
     {
       viewerConnected: () => metrics.liveViewers.inc(),
       viewerDisconnected: () => metrics.liveViewers.dec(),
@@ -232,6 +243,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     connectionLimits: { headersTimeoutMs: config.headersTimeoutMs, requestTimeoutMs: config.requestTimeoutMs, sendTimeoutMs: config.sendTimeoutMs },
     tenantRequestLimits: { maxConcurrent: config.tenantMaxConcurrentRequests, perSecond: config.tenantRequestsPerSecond, burst: config.tenantRequestBurst },
     tenantRequestLimitOverrides: config.tenantRequestLimitOverrides,
+    tenantMaxStreams: config.tenantMaxStreams,
     maxFileBytes: config.maxFileBytes,
     bashTimeoutSeconds: config.bashTimeoutSeconds,
     bashOutput: config.bashOutput,

@@ -26,6 +26,7 @@ describe('the configuration an environment describes', () => {
       tenantRequestsPerSecond: 50,
       tenantRequestBurst: 200,
       tenantRequestLimitOverrides: new Map(),
+      tenantMaxStreams: 8,
       maxFileBytes: 100 * MiB,
       bashTimeoutSeconds: 120,
       bashOutput: { bytesPerSecond: 8 * MiB, burstBytes: 64 * MiB, maxUnreadBytes: 256 * 1024 },
@@ -54,6 +55,13 @@ describe('the configuration an environment describes', () => {
       logLevel: 'info',
       trajectory: { retentionSeconds: 7 * 24 * 3600, maxSessionBytes: 64 * MiB, maxTotalBytes: 1024 * MiB, maxSteps: 5000 },
       recording: { dir: undefined, fps: 5, maxBytes: 256 * MiB, maxSeconds: 3600, keepSeconds: 7 * 24 * 3600, totalMaxBytes: 4096 * MiB },
+      liveViews: { maxViewersPerSession: 8, maxViewersPerTenant: 16 },
+      runs: {
+        models: ['claude-sonnet-4-6', 'claude-opus-4-6', 'claude-opus-4-5', 'claude-haiku-4-5'],
+        tenantModels: new Map(),
+        limits: { maxConcurrentRuns: 4, tokensPerDay: 50_000_000, secondsPerDay: 86_400 },
+        tenantLimits: new Map(),
+      },
     };
     assert.deepEqual(config, expected);
     assert.equal(config.runtimes.firecracker.templateMemoryMiB, 1024);
@@ -75,7 +83,13 @@ describe('the configuration an environment describes', () => {
       SBX_TENANT_REQUEST_LIMITS: 'ci=256/500/1000',
       SBX_LOG_LEVEL: 'debug',
       SBX_TEMPLATE: 'minimal',
+      SBX_RUN_MODELS: 'claude-haiku-4-5',
+      SBX_TENANT_RUN_MODELS: 'ci=claude-opus-4-6|claude-sonnet-4-6',
+      SBX_TENANT_RUN_LIMITS: 'ci=8/200000000/172800',
     });
+    assert.deepEqual(config.runs.models, ['claude-haiku-4-5']);
+    assert.deepEqual(Object.fromEntries(config.runs.tenantModels), { ci: ['claude-opus-4-6', 'claude-sonnet-4-6'] });
+    assert.deepEqual(Object.fromEntries(config.runs.tenantLimits), { ci: { maxConcurrentRuns: 8, tokensPerDay: 200_000_000, secondsPerDay: 172_800 } });
     assert.equal(config.imagesDir, '/srv/sbx/images', 'the images live under the state dir unless SBX_IMAGES_DIR says otherwise');
     assert.equal(config.display, 7);
     // SBX_MEMORY_MIB sizes the sessions, their capacity and the Firecracker template alike.
@@ -119,6 +133,15 @@ describe('the configuration an environment describes', () => {
       ['SBX_VM_UID_COUNT', '0', /SBX_VM_UID_COUNT/],
       ['SBX_TEMPLATE', 'gnome', /SBX_TEMPLATE must be one of minimal, desktop, got "gnome"/],
       ['SBX_FC_UID', '1000', /SBX_FC_UID is no longer used/],
+      ['SBX_MAX_VIEWERS_PER_SESSION', '0', /SBX_MAX_VIEWERS_PER_SESSION must be at least 1/],
+      ['SBX_MAX_VIEWERS_PER_TENANT', '0', /SBX_MAX_VIEWERS_PER_TENANT must be at least 1/],
+      ['SBX_TENANT_MAX_STREAMS', '0', /SBX_TENANT_MAX_STREAMS must be at least 1/],
+      ['SBX_TENANT_MAX_RUNS', '0', /SBX_TENANT_MAX_RUNS must be at least 1/],
+      ['SBX_TENANT_RUN_TOKENS_PER_DAY', '0', /SBX_TENANT_RUN_TOKENS_PER_DAY must be at least 1/],
+      ['SBX_TENANT_RUN_SECONDS_PER_DAY', 'x', /SBX_TENANT_RUN_SECONDS_PER_DAY must be an integer/],
+      ['SBX_TENANT_RUN_LIMITS', 'ci=1/2', /SBX_TENANT_RUN_LIMITS: "ci=1\/2" is not tenant=runs\/tokensPerDay\/secondsPerDay/],
+      ['SBX_RUN_MODELS', 'claude sonnet', /SBX_RUN_MODELS: "claude sonnet" is not a model id/],
+      ['SBX_TENANT_RUN_MODELS', 'ci', /SBX_TENANT_RUN_MODELS: "ci" is not tenant=model\|model/],
     ];
     for (const [name, value, message] of bad) assert.throws(() => defaultConfig({ [name]: value }), message, `${name}=${value}`);
   });

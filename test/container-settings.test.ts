@@ -15,7 +15,7 @@ import { startTestOrchestrator, TEST_PREFIX } from './helpers/orchestrator.js';
 describe('container settings', () => {
   it('have defaults, and bad values are refused naming the variable', () => {
     assert.deepEqual(containerSettingsFromEnv({}), {
-      uidBase: 200_000,
+      idLeaseDir: '/run/sbx-id-ranges',
       cpus: 1,
       ioBytesPerSecond: 100 * 1024 * 1024,
       ioOpsPerSecond: 2000,
@@ -31,6 +31,7 @@ describe('container settings', () => {
     assert.equal(containerSettingsFromEnv({ SBX_IO_BPS: '0' }).ioBytesPerSecond, 0);
     assert.throws(() => containerSettingsFromEnv({ SBX_CPUS: 'lots' }), /SBX_CPUS/);
     assert.throws(() => containerSettingsFromEnv({ SBX_CPUS: '0' }), /SBX_CPUS/);
+    assert.equal(containerSettingsFromEnv({ SBX_CONTAINER_UID_BASE: '300000' }).uidBase, 300_000);
     assert.throws(() => containerSettingsFromEnv({ SBX_CONTAINER_UID_BASE: '1000' }), /SBX_CONTAINER_UID_BASE/);
     assert.throws(() => containerSettingsFromEnv({ SBX_CONTAINER_UID_BASE: String(2 ** 32 - 10) }), /SBX_CONTAINER_UID_BASE/);
     assert.throws(() => containerSettingsFromEnv({ SBX_IO_IOPS: '-1' }), /SBX_IO_IOPS/);
@@ -68,7 +69,7 @@ describe('host id ranges on the ledger', () => {
     assert.equal(store.leaseIdRange('aaaaaaaaaa', base, ID_RANGE_SIZE, 3), a, 'a session keeps its range (adoption, a claimed warm sandbox)');
     assert.deepEqual(store.resourcesOf('aaaaaaaaaa'), [{ kind: 'id-range', name: `${base}:${ID_RANGE_SIZE}` }]);
     store.leaseIdRange('cccccccccc', base, ID_RANGE_SIZE, 3);
-    assert.throws(() => store.leaseIdRange('dddddddddd', base, ID_RANGE_SIZE, 3), /all 3 host id ranges are held/);
+    assert.throws(() => store.leaseIdRange('dddddddddd', base, ID_RANGE_SIZE, 3), /all 3 host id ranges from 200000 are held/);
     // Released (its ledger forgotten): the lowest range is free again.
     store.forgetResources('aaaaaaaaaa');
     assert.equal(store.leaseIdRange('dddddddddd', base, ID_RANGE_SIZE, 3), base);

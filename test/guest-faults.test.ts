@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
 import { readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import { ResourceNames } from '../src/network/names.js';
 import { run } from '../src/util/exec.js';
-import { hostTrace, rememberNetns } from './helpers/host.js';
+import { cgroupDirsOf, hostTrace, rememberNetns } from './helpers/host.js';
 import { memoryOf } from './helpers/raw-http.js';
 import { startTestOrchestrator, TEST_PREFIX, type TestOrchestrator } from './helpers/orchestrator.js';
 
@@ -101,7 +102,9 @@ describe('guest faults stay inside their sandbox', () => {
 
     // A storm left running in the background (bash retries a failed fork, so it keeps pushing).
     await bash(victim, 'setsid bash -c \'for ((i = 0; i < 3000; i++)); do sleep 60 & done\' >/dev/null 2>&1 < /dev/null &');
-    const pids = path.join('/sys/fs/cgroup/pids', orch.names.cgroup(victim));
+    // The pids controller's directory on either hierarchy (v1's pids/, or the v2 tree).
+    const pids = (await cgroupDirsOf(orch.names.cgroup(victim))).find((dir) => existsSync(path.join(dir, 'pids.max')));
+    assert.ok(pids, 'the session has a pids cgroup');
     const max = Number((await readFile(path.join(pids, 'pids.max'), 'utf8')).trim());
     let hits = 0;
     for (let i = 0; i < 100 && hits === 0; i++) {

@@ -29,6 +29,16 @@ const NAMES = new ResourceNames(TEST_PREFIX);
  * 50 MiB, a plateau (checked below: it stops growing), which V8 keeps as heap afterwards.
  */
 const MAX_GROWTH_MIB = 64;
+/** The viewer caps the serve of this file runs with: SBX_MAX_VIEWERS_PER_SESSION's default, and a tenant cap of 12. */
+const SESSION_VIEWERS = 8;
+const TENANT_VIEWERS = 12;
+/**
+ * What one viewer that never reads may cost the orchestrator: its WebSocket buffer up to the
+ * proxy's cut (DEFAULT_VIEWER_LIMITS.maxBufferedBytes, 4 MiB; it is paused at 1 MiB) and the
+ * SSH channel's window the guest may fill while the channel is paused (2 MiB), rounded up.
+ * Measured: 6.6 MiB a viewer (11.1 with the earlier 4 MiB high water mark).
+ */
+const STALLED_VIEWER_MIB = 8;
 type Json = Record<string, unknown>;
 
 const KEY_EVENT_A = Buffer.from([4, 1, 0, 0, 0, 0, 0, 0x61]); // KeyEvent down 'a'
@@ -108,6 +118,70 @@ async function refusedUpgrade(url: string): Promise<{ status: number; rfbBytes: 
   return { status, rfbBytes };
 }
 
+/**
+ * How one of a burst of WebSocket upgrades ended: opened (and kept, its RFB handshake under
+ * way from the first byte: `ready` resolves at ServerInit), or refused with its HTTP status
+ * and error code.
+ */
+type Attempt = { ws: WebSocket; status: number; code: string | undefined; ready?: Promise<void> };
+
+/** Opens `n` WebSockets on one view URL at once; resolves once each is open or refused. */
+async function burst(url: string, n: number): Promise<Attempt[]> {
+  return Promise.all(
+    Array.from({ length: n }, () => {
+      const ws = new WebSocket(url.replace(/^http/, 'ws') + '/rfb');
+      ws.on('error', () => undefined);
+      return new Promise<Attempt>((resolve) => {
+        // The guest's first bytes may come before the whole burst is settled: listened to at once.
+        const ready = handshake(ws);
+        ready.catch(() => undefined);
+        ws.on('open', () => resolve({ ws, status: 101, code: undefined, ready }));
+        ws.on('unexpected-response', (_req, res) => {
+          let body = '';
+          res.on('data', (d: Buffer) => (body += d.toString()));
+          res.on('end', () => {
+            let code: string | undefined;
+            try {
+              code = (JSON.parse(body) as { error?: { code?: string } }).error?.code;
+            } catch {
+              code = undefined;
+            }
+            resolve({ ws, status: res.statusCode ?? 0, code });
+          });
+        });
+      });
+    }),
+  );
+}
+
+/** The RFB handshake of an opened socket (version, security None, ClientInit shared); resolves at ServerInit. */
+function handshake(ws: WebSocket): Promise<void> {
+  // What the client waits for at each step (bytes), and what it answers.
+  const steps: Array<[number, Buffer | undefined]> = [
+    [12, Buffer.from('RFB 003.008\n')],
+    [2, Buffer.from([1])],
+    [4, Buffer.from([1])],
+    [24, undefined],
+  ];
+  let got = Buffer.alloc(0);
+  return new Promise<void>((resolve, reject) => {
+    ws.on('close', () => reject(new Error('closed during the handshake')));
+    ws.on('message', (data: Buffer) => {
+      if (steps.length === 0) return;
+      got = Buffer.concat([got, data]);
+      while (steps.length > 0 && got.length >= steps[0]![0]) {
+        const [need, answer] = steps.shift()!;
+        got = got.subarray(need);
+        if (answer) ws.send(answer);
+        else resolve();
+      }
+    });
+  });
+}
+
+/** FramebufferUpdateRequest for the whole 1024x768 screen, not incremental: a full frame each. */
+const FULL_UPDATE_REQUEST = Buffer.from([3, 0, 0, 0, 0, 0, 4, 0, 3, 0]);
+
 describe('live views (noVNC, view-only enforced on the server, takeover)', { timeout: 600_000 }, () => {
   let stateDir = '';
   let serve: ServeProcess;
@@ -145,7 +219,11 @@ describe('live views (noVNC, view-only enforced on the server, takeover)', { tim
     keyA = store.keys.create('tenant-a').key;
     keyB = store.keys.create('tenant-b').key;
     store.close();
-    serve = await startServe(stateDir, 19_500 + Math.floor(Math.random() * 400), undefined, [], { SBX_TENANT_REQUEST_LIMITS: 'tenant-a=1000/100000/100000' });
+    serve = await startServe(stateDir, 19_500 + Math.floor(Math.random() * 400), undefined, [], {
+      SBX_TENANT_REQUEST_LIMITS: 'tenant-a=1000/100000/100000',
+      // Per session the default (8); per tenant less than two sessions' worth, to see it hold.
+      SBX_MAX_VIEWERS_PER_TENANT: String(TENANT_VIEWERS),
+    });
     main = await newSession();
     browser = await chromium.launch({ executablePath: '/usr/bin/chromium' });
   });
@@ -294,8 +372,32 @@ describe('live views (noVNC, view-only enforced on the server, takeover)', { tim
     assert.equal(tool.json.is_error, true);
     assert.match(JSON.stringify(tool.json.content), /a person has taken over/);
     assert.equal(((await api('GET', `/v1/sessions/${main.id}`)).json.control as Json).heldBy, control.viewId);
+    // Desktop actions are refused as computer actions are, and nothing runs in the guest.
+    await guestSh(main.guest, 'rm -f /tmp/opened-during-takeover');
+    const desktopCalls: Array<[string, string, unknown]> = [
+      ['POST', 'open', { target: '/tmp/opened-during-takeover' }],
+      ['POST', 'launch', { app: 'debian-xterm' }],
+      ['GET', 'windows', undefined],
+      ['PUT', 'clipboard', { text: 'typed while a person held the desktop' }],
+      ['GET', 'clipboard', undefined],
+      ['GET', 'screen', undefined],
+      ['POST', 'windows/1/focus', undefined],
+    ];
+    for (const [method, route, body] of desktopCalls) {
+      const refused = await api(method, `/v1/sessions/${main.id}/desktop/${route}`, body);
+      assert.equal(refused.status, 409, `${method} /desktop/${route}: ${JSON.stringify(refused.json)}`);
+      assert.equal((refused.json.error as Json).code, 'human_in_control');
+      assert.match((refused.json.error as Json).message as string, new RegExp(`live view ${control.viewId}`));
+    }
+    // A Gemini browser call's desktop step (launch the browser) is refused before it runs too.
+    const gemini = await api('POST', `/v1/sessions/${main.id}/tools/gemini-computer`, { name: 'open_web_browser' });
+    assert.equal(gemini.status, 409, JSON.stringify(gemini.json));
+    assert.equal((gemini.json.error as Json).code, 'human_in_control');
     assert.equal((await api('POST', `/v1/sessions/${main.id}/views/${control.viewId}/handback`)).status, 200);
     assert.equal((await api('POST', `/v1/sessions/${main.id}/actions`, { action: 'mouse_move', coordinate: [10, 10] })).status, 200);
+    // Handed back: the desktop actions work again, and the clipboard was never set meanwhile.
+    assert.equal((await api('GET', `/v1/sessions/${main.id}/desktop/screen`)).status, 200);
+    assert.notEqual((await api('GET', `/v1/sessions/${main.id}/desktop/clipboard`)).json.text, 'typed while a person held the desktop');
     assert.equal((await api('GET', `/v1/sessions/${main.id}`)).json.control, undefined);
     raw.ws.close();
   });
@@ -385,5 +487,76 @@ describe('live views (noVNC, view-only enforced on the server, takeover)', { tim
     const fine = await rawViewer((await newView(main.id, 'view')).url);
     await fine.serverInit;
     fine.ws.close();
+  });
+
+  it('red team: 200 WebSockets at once with one token: exactly the session cap connects, the rest are 429 before the upgrade; viewers that never read cost bounded memory; the tenant cap holds across sessions', { timeout: 180_000 }, async () => {
+    const pid = serve.child.pid!;
+    const viewersNow = async () => Number(/^sandbox_live_viewers (\d+)/m.exec(await (await fetch(`${serve.url}/metrics`)).text())?.[1] ?? NaN);
+    // Earlier tests' viewers are gone (their slots too) before the burst.
+    for (let i = 0; i < 100 && (await viewersNow()) > 0; i++) await sleep(200);
+    assert.equal(await viewersNow(), 0);
+    const crowd = await newSession();
+    const view = await newView(crowd.id, 'view');
+    // The proxy's code has run once (the baseline is the attack's own cost, not first use).
+    const warm = await rawViewer(view.url);
+    await warm.serverInit;
+    warm.ws.close();
+    await warm.closed;
+    await sleep(500);
+    const before = await memoryOf(pid);
+
+    const attempts = await burst(view.url, 200);
+    const opened = attempts.filter((a) => a.status === 101);
+    const refused = attempts.filter((a) => a.status !== 101);
+    console.log(`live-view caps: 200 at once -> ${opened.length} opened, ${refused.length} refused (${[...new Set(refused.map((a) => `${a.status} ${a.code}`))].join(', ')})`);
+    // Before the fix: the cap was counted before the tunnel's await and the viewer registered
+    // after it, so 85 of 200 connected.
+    assert.equal(opened.length, SESSION_VIEWERS, 'exactly the per-session cap connected');
+    assert.ok(refused.every((a) => a.status === 429 && a.code === 'session_viewer_limit'), 'every other one was refused before the upgrade');
+    await Promise.all(opened.map((a) => a.ready));
+    assert.equal(await viewersNow(), SESSION_VIEWERS);
+
+    // Each connected viewer asks for full frames again and again and never reads one.
+    const sockets = opened.map((a) => (a.ws as unknown as { _socket: { pause(): void } })._socket);
+    for (const socket of sockets) socket.pause();
+    const samples: number[] = [];
+    for (let i = 0; i < 40; i++) {
+      for (const a of opened) if (a.ws.readyState === WebSocket.OPEN) a.ws.send(FULL_UPDATE_REQUEST);
+      samples.push((await memoryOf(pid)).rssMiB);
+      await sleep(250);
+    }
+    // From the lowest figure seen (earlier tests' garbage may be collected during the burst).
+    const peak = Math.max(...samples);
+    const growth = peak - Math.min(before.rssMiB, ...samples);
+    console.log(`live-view caps: RSS ${before.rssMiB} MiB before, ${peak} MiB at most with ${SESSION_VIEWERS} viewers asking for full frames and reading nothing (${(growth / SESSION_VIEWERS).toFixed(1)} MiB a viewer); samples ${samples.join(' ')}`);
+    assert.ok(growth < SESSION_VIEWERS * STALLED_VIEWER_MIB + 32, `RSS grew ${growth} MiB with ${SESSION_VIEWERS} stalled viewers`);
+
+    // The tenant cap (12) across sessions: 8 on the crowd session, so 4 more on another.
+    const other = await newView(main.id, 'view');
+    const onOther = await burst(other.url, 10);
+    const otherOpened = onOther.filter((a) => a.status === 101);
+    assert.equal(otherOpened.length, TENANT_VIEWERS - SESSION_VIEWERS, 'the tenant cap held');
+    assert.ok(onOther.filter((a) => a.status !== 101).every((a) => a.status === 429 && a.code === 'tenant_viewer_limit'));
+    // Another tenant is not held by tenant A's viewers.
+    const theirs = await api('POST', '/v1/sessions', { width: 1024, height: 768 }, keyB);
+    assert.equal(theirs.status, 201, JSON.stringify(theirs.json));
+    const theirView = await newView(theirs.json.id as string, 'view', keyB);
+    const [theirAttempt] = await burst(theirView.url, 1);
+    assert.equal(theirAttempt?.status, 101, "tenant B's viewer connects");
+    theirAttempt?.ws.close();
+
+    // The stalled viewers are cut (slow_viewer, after the proxy's stall time): their slots come back.
+    for (const a of otherOpened) a.ws.close();
+    for (const socket of sockets) (socket as unknown as { destroy(): void }).destroy();
+    for (let i = 0; i < 150 && (await viewersNow()) > 0; i++) await sleep(200);
+    assert.equal(await viewersNow(), 0, 'every viewer of the burst is gone');
+    const again = await burst(view.url, SESSION_VIEWERS + 2);
+    assert.equal(again.filter((a) => a.status === 101).length, SESSION_VIEWERS, 'the released slots are usable again, and the cap still holds');
+    for (const a of again) a.ws.terminate();
+    // Counted for the operator: the 192 of the burst, 6 over the tenant cap, 2 of the last burst.
+    const metrics = await (await fetch(`${serve.url}/metrics`)).text();
+    assert.equal(Number(/^sandbox_api_requests_refused_total\{limit="viewers"\} (\d+)/m.exec(metrics)?.[1]), 200);
+    const after = await memoryOf(pid);
+    console.log(`live-view caps: RSS ${after.rssMiB} MiB after`);
   });
 });

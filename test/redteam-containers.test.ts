@@ -30,6 +30,7 @@ const CPUS = 0.25;
 const SETTINGS = { ...containerSettingsFromEnv(process.env), ioBytesPerSecond: IO_LIMIT_BPS, cpus: CPUS };
 
 let orch: TestOrchestrator;
+let runtime: ContainerRuntime;
 const sessions: string[] = [];
 const guests = new Map<string, GuestConnection>();
 
@@ -57,7 +58,7 @@ const rootGuests = new Map<string, GuestConnection>();
  * seccomp profile and capabilities): the test adds a root key whose forced command runs what
  * it is sent, as sshd_config allows (PermitRootLogin forced-commands-only).
  */
-async function asGuestRoot(id: string, script: string, allowFailure = false): Promise<{ text: string; code: number | null }> {
+async function asGuestRoot(id: string, script: string, allowFailure = false): Promise<{ text: string; stderr: string; code: number | null }> {
   let conn = rootGuests.get(id);
   if (!conn) {
     const key = generateClientKey(`root-${id}`);
@@ -75,7 +76,7 @@ async function asGuestRoot(id: string, script: string, allowFailure = false): Pr
   }
   const res = await guestSh(conn, script);
   if (!allowFailure) assert.equal(res.exitCode, 0, `as guest root: ${script}: ${res.stderr.toString()}`);
-  return { text: res.text, code: res.exitCode };
+  return { text: res.text, stderr: res.stderr.toString('utf8'), code: res.exitCode };
 }
 
 async function initPid(id: string): Promise<number> {
@@ -143,7 +144,8 @@ describe('red team: a container sandbox against the host and its neighbours', ()
   before(async () => {
     const names = new ResourceNames(TEST_PREFIX);
     // Screenshots back to back measure the neighbour: far faster than a tenant's default request rate.
-    orch = await startTestOrchestrator({ tenantRequestsPerSecond: 10_000, tenantRequestBurst: 10_000 }, false, { runtime: new ContainerRuntime(names, SETTINGS), reason: 'red-team test' });
+    runtime = new ContainerRuntime(names, SETTINGS);
+    orch = await startTestOrchestrator({ tenantRequestsPerSecond: 10_000, tenantRequestBurst: 10_000 }, false, { runtime, reason: 'red-team test' });
     const first = await createSession();
     const second = await createSession();
     a = first.id;
@@ -160,7 +162,8 @@ describe('red team: a container sandbox against the host and its neighbours', ()
 
   it('guest root is not host root: its files and processes are host ids of its own range', async () => {
     const first = leasedRange(a);
-    assert.ok(first >= SETTINGS.uidBase, `the range starts at the base or above (${first})`);
+    const base = runtime.uidBase;
+    assert.ok(first >= base && (first - base) % ID_RANGE_SIZE === 0, `the range is one of the ranges from the base ${base} (${first})`);
     // Inside: guest root is uid 0, mapped from the leased range.
     assert.equal((await asGuestRoot(a, 'id -u')).text.trim(), '0');
     const uidMap = (await guestSh(guest(a), 'cat /proc/self/uid_map')).text.trim().split(/\s+/).map(Number);
@@ -184,9 +187,25 @@ describe('red team: a container sandbox against the host and its neighbours', ()
     assert.ok(uids.includes(first + 1000), 'its desktop runs as the mapped desktop user');
     assert.ok(!uids.includes(0), 'nothing in it runs as host root');
 
-    // Guest root holds no power over what the host owns: a host-root file in its config is read-only to it.
+    // Guest root holds no power over what the host owns. Its session config is a read-only
+    // bind: the write fails for exactly that reason, and the host's file is unchanged.
+    const keysFile = path.join(orch.stateDir, a, 'config', CONFIG_FILES.authorizedKeys);
+    const keysBefore = await readFile(keysFile);
     const res = await asGuestRoot(a, 'echo x > /sandbox/config/authorized_keys', true);
     assert.notEqual(res.code, 0, 'guest root cannot write the session config');
+    assert.match(res.stderr, /Read-only file system/, `refused as a read-only mount, not for another reason: ${res.stderr}`);
+    assert.deepEqual(await readFile(keysFile), keysBefore, "the host's file is unchanged");
+    // Not root: a host-root file that reaches into the sandbox (runc binds the host's
+    // /dev/null into a user-namespaced container) belongs to an id its namespace does not
+    // map ("nobody"), and guest root cannot act as its owner (setting its times: EPERM),
+    // though it can on a file of its own: the refusal is the user namespace's, not a typo's.
+    assert.equal((await asGuestRoot(a, 'touch /tmp/own && touch -d @0 /tmp/own && stat -c %Y /tmp/own')).text.trim(), '0', 'guest root owns its own files');
+    const hostMtime = (await stat('/dev/null')).mtimeMs;
+    const devNull = await asGuestRoot(a, 'stat -c %u:%g /dev/null; touch -d @0 /dev/null', true);
+    assert.equal(devNull.text.trim(), '65534:65534', "the host's root is nobody in the sandbox");
+    assert.notEqual(devNull.code, 0);
+    assert.match(devNull.stderr, /Operation not permitted/, `refused by the kernel as not its owner: ${devNull.stderr}`);
+    assert.equal((await stat('/dev/null')).mtimeMs, hostMtime, "the host's /dev/null is untouched");
   });
 
   it('two sessions have disjoint id ranges', async () => {

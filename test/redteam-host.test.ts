@@ -12,7 +12,7 @@ import { lockFilePath, OrchestratorLockedError, takeOrchestratorLock } from '../
 import { isProcessAlive, processStartTime } from '../src/host/process-watch.js';
 import { run } from '../src/util/exec.js';
 import { pngSize } from './helpers/guest.js';
-import { hostTrace, rememberNetns } from './helpers/host.js';
+import { cgroupDirsOf, hostTrace, rememberNetns } from './helpers/host.js';
 import { TEST_PREFIX, startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 import { startServe } from './helpers/serve.js';
 
@@ -176,6 +176,11 @@ describe('red team: the host', () => {
       const sessionDir = path.join(orch.stateDir, id);
       const initPid = Number(await readFile(path.join(sessionDir, 'container.pid'), 'utf8'));
       const initStart = processStartTime(initPid) as string;
+      // Its cgroups on whichever hierarchy this host has (v2, or v1's controllers and a
+      // hybrid host's unified tree): seen while it lives, so "gone" below cannot pass by
+      // looking where it never was.
+      const cgroups = await cgroupDirsOf(NAMES.cgroup(id));
+      assert.ok(cgroups.length > 0, `the sandbox has cgroups (${NAMES.cgroup(id)})`);
       // Requests keep coming while the sandbox goes: none may be a 500.
       const statuses = new Map<number, number>();
       let hammering = true;
@@ -220,7 +225,8 @@ describe('red team: the host', () => {
       assert.equal(bashGone.statusCode, 410, bashGone.body);
       assert.deepEqual(await hostTrace(NAMES, id, sessionDir), nothingLeft);
       assert.equal(await isProcessAlive(initPid, initStart), false, 'its init is gone');
-      assert.equal(existsSync(`/sys/fs/cgroup/memory${NAMES.cgroup(id)}`), false, 'its cgroup is gone');
+      assert.deepEqual(cgroups.filter((dir) => existsSync(dir)), [], `its cgroups are gone (it had ${cgroups.join(', ')})`);
+      assert.deepEqual(await cgroupDirsOf(NAMES.cgroup(id)), [], 'and none was made anew');
       assert.equal(orch.manager.leasesInUse, leasesBefore, 'its address is free again');
       assert.equal((await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${id}` })).json().state, 'destroyed');
     });

@@ -321,3 +321,152 @@ describe('runs are the tenant\'s own', { timeout: 180_000 }, () => {
     }
   });
 });
+
+describe('runs and event streams: per-tenant caps that hold under concurrency (issue 21)', { timeout: 300_000 }, () => {
+  let dir = '';
+  let s: ServeProcess;
+  const capsStand = new MessagesStandIn();
+  const keys: Record<string, string> = {};
+  const as = (tenant: string) => async (method: string, url: string, body?: unknown) => {
+    const headers: Record<string, string> = { authorization: `Bearer ${keys[tenant]}` };
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    const res = await fetch(`${s.url}${url}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    return { status: res.status, json: (await res.json()) as Record<string, unknown> };
+  };
+  const errorOf = (json: Record<string, unknown>) => json.error as { code: string; message: string };
+  const sessionsOf = async (tenant: string) => ((await as(tenant)('GET', '/v1/sessions')).json.sessions as unknown[]).length;
+  const ended = async (tenant: string, id: string) => {
+    for (;;) {
+      const { json } = await as(tenant)('GET', `/v1/runs/${id}`);
+      if (json.state !== 'running') return json;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  };
+
+  before(async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'sbx-runs-caps-'));
+    for (const tenant of ['burst', 'budget', 'streamer']) {
+      keys[tenant] = (await runCli(['keys', 'create', '--tenant', tenant, '--state-dir', dir], 'http://127.0.0.1:1')).stdout.trim();
+    }
+    await capsStand.start();
+    s = await startServe(dir, 20_000 + Math.floor(Math.random() * 20_000), undefined, ['--auth', 'on'], {
+      ANTHROPIC_API_KEY: 'sk-test-key',
+      ANTHROPIC_BASE_URL: capsStand.url,
+      SBX_TENANT_RUN_LIMITS: 'burst=2/50000000/86400,budget=4/5000/100',
+      SBX_TENANT_RUN_MODELS: 'budget=claude-haiku-4-5',
+      SBX_TENANT_REQUEST_LIMITS: 'streamer=2/1000/1000',
+      SBX_TENANT_MAX_STREAMS: '3',
+    });
+  });
+  after(async () => {
+    if (s) {
+      s.child.kill('SIGTERM');
+      await new Promise((r) => s.child.once('exit', r));
+    }
+    await capsStand.stop();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('red team: 10 runs started at once by a tenant allowed 2 start exactly 2 (and 2 sandboxes); a run that ends frees its place', async () => {
+    capsStand.script('burst task', [{ hang: true }, { hang: true }]);
+    const burst = as('burst');
+    const answers = await Promise.all(Array.from({ length: 10 }, () => burst('POST', '/v1/runs', { task: 'burst task', session: {} })));
+    const started = answers.filter((a) => a.status === 201);
+    const refused = answers.filter((a) => a.status !== 201);
+    // Before the fix there was no cap: every one made its sandbox and ran.
+    assert.equal(started.length, 2, JSON.stringify(answers.map((a) => a.status)));
+    assert.ok(refused.every((a) => a.status === 429 && errorOf(a.json).code === 'tenant_run_limit'), JSON.stringify(refused[0]?.json));
+    assert.match(errorOf(refused[0]!.json).message, /SBX_TENANT_MAX_RUNS/);
+    assert.equal(await sessionsOf('burst'), 2, 'no sandbox was made for a refused run');
+    for (const run of started) assert.equal((await burst('DELETE', `/v1/runs/${run.json.id as string}`)).json.stopReason, 'cancelled');
+    capsStand.script('burst after', [{ content: [{ type: 'text', text: 'done' }], stop_reason: 'end_turn' }]);
+    const after = await burst('POST', '/v1/runs', { task: 'burst after', sessionId: started[0]!.json.sessionId });
+    assert.equal(after.status, 201, JSON.stringify(after.json));
+    assert.equal((await ended('burst', after.json.id as string)).state, 'completed');
+  });
+
+  it("models and budgets: the tenant's allow-list; maxTokens and maxSeconds over the day's budget are 400s naming the field; over what is left, 429 tenant_run_budget; an ended run gives back what it did not use", async () => {
+    const budget = as('budget');
+    const noDefault = await budget('POST', '/v1/runs', { task: 'x', session: {} });
+    assert.equal(noDefault.status, 400);
+    assert.match(errorOf(noDefault.json).message, /^model: the default "claude-sonnet-4-6" is not allowed for tenant "budget"; allowed: claude-haiku-4-5/);
+    const unknown = await budget('POST', '/v1/runs', { task: 'x', model: 'gpt-4o', session: {} });
+    assert.equal(unknown.status, 400);
+    assert.match(errorOf(unknown.json).message, /^model: "gpt-4o" is not allowed/);
+    const tooMany = await budget('POST', '/v1/runs', { task: 'x', model: 'claude-haiku-4-5', maxTokens: 100_000_000 });
+    assert.deepEqual([tooMany.status, errorOf(tooMany.json).code], [400, 'invalid_request']);
+    assert.match(errorOf(tooMany.json).message, /^maxTokens must be at most 5000/);
+    const tooLong = await budget('POST', '/v1/runs', { task: 'x', model: 'claude-haiku-4-5', maxSeconds: 86_400 });
+    assert.equal(tooLong.status, 400);
+    assert.match(errorOf(tooLong.json).message, /^maxSeconds must be at most 100/);
+    assert.equal(await sessionsOf('budget'), 0, 'nothing was made for a refused run');
+
+    const session = await budget('POST', '/v1/sessions', {});
+    assert.equal(session.status, 201, JSON.stringify(session.json));
+    const sessionId = session.json.id as string;
+    capsStand.script('budget hang', [{ hang: true }]);
+    const first = await budget('POST', '/v1/runs', { task: 'budget hang', model: 'claude-haiku-4-5-20251001', maxTokens: 3000, maxSeconds: 50, sessionId });
+    assert.equal(first.status, 201, JSON.stringify(first.json));
+    const overTokens = await budget('POST', '/v1/runs', { task: 'x', model: 'claude-haiku-4-5', maxTokens: 3000, session: {} });
+    assert.deepEqual([overTokens.status, errorOf(overTokens.json).code], [429, 'tenant_run_budget']);
+    assert.match(errorOf(overTokens.json).message, /2000 tokens left of its 5000 today \(0 used, 3000 reserved by running runs\)/);
+    const overSeconds = await budget('POST', '/v1/runs', { task: 'x', model: 'claude-haiku-4-5', maxTokens: 1000, maxSeconds: 60, session: {} });
+    assert.deepEqual([overSeconds.status, errorOf(overSeconds.json).code], [429, 'tenant_run_budget']);
+    assert.match(errorOf(overSeconds.json).message, /maxSeconds 60 is more than the 50 seconds left/);
+    assert.equal(await sessionsOf('budget'), 1, 'no sandbox was made for a run over the budget');
+    // Stopped having used nothing: its reservation comes back, less the seconds it ran.
+    await budget('DELETE', `/v1/runs/${first.json.id as string}`);
+    capsStand.script('budget once', [{ content: [{ type: 'text', text: 'done' }], stop_reason: 'end_turn' }]);
+    const second = await budget('POST', '/v1/runs', { task: 'budget once', model: 'claude-haiku-4-5', maxTokens: 3000, maxSeconds: 10, sessionId });
+    assert.equal(second.status, 201, JSON.stringify(second.json));
+    const end = await ended('budget', second.json.id as string);
+    // The stand-in's one answer: 1000 + 50 + 800 + 100 tokens.
+    assert.deepEqual([end.state, end.usage], ['completed', { inputTokens: 1000, outputTokens: 50, cacheReadInputTokens: 800, cacheCreationInputTokens: 100 }]);
+    const left = await budget('POST', '/v1/runs', { task: 'x', model: 'claude-haiku-4-5', maxTokens: 3051, maxSeconds: 1, sessionId });
+    assert.equal(left.status, 429);
+    assert.match(errorOf(left.json).message, /3050 tokens left of its 5000 today \(1950 used, 0 reserved/);
+  });
+
+  it('event streams hold no request slot: with 2 requests allowed, 3 streams are open and requests still pass; a 4th stream is 429 tenant_stream_limit; a closed stream frees its slot', async () => {
+    const streamer = as('streamer');
+    const made = await streamer('POST', '/v1/sessions', {});
+    assert.equal(made.status, 201, JSON.stringify(made.json));
+    const id = made.json.id as string;
+    capsStand.script('streamer run', [{ hang: true }]);
+    const run = await streamer('POST', '/v1/runs', { task: 'streamer run', sessionId: id });
+    assert.equal(run.status, 201, JSON.stringify(run.json));
+    const open = async (url: string) => {
+      const controller = new AbortController();
+      const res = await fetch(`${s.url}${url}`, { headers: { authorization: `Bearer ${keys.streamer}` }, signal: controller.signal });
+      // A screen stream is streaming once its first frame arrived (a run's events may not have begun).
+      if (res.status === 200 && url.includes('/screen/')) await res.body!.getReader().read();
+      return { status: res.status, res, abort: () => controller.abort() };
+    };
+    const streams = [await open(`/v1/sessions/${id}/screen/stream`), await open(`/v1/sessions/${id}/screen/stream`), await open(`/v1/runs/${run.json.id as string}/events`)];
+    assert.deepEqual(streams.map((st) => st.status), [200, 200, 200]);
+    // Before the fix each stream held one of the 2 request slots: the second stream already left none.
+    const requests = await Promise.all([streamer('GET', '/v1/sessions'), streamer('GET', `/v1/sessions/${id}`)]);
+    assert.deepEqual(requests.map((r) => r.status), [200, 200]);
+    const fourth = await open(`/v1/sessions/${id}/screen/stream`);
+    assert.equal(fourth.status, 429);
+    const refusal = (await fourth.res.json()) as { error: { code: string; message: string } };
+    assert.equal(refusal.error.code, 'tenant_stream_limit');
+    assert.match(refusal.error.message, /SBX_TENANT_MAX_STREAMS/);
+    streams[0]!.abort();
+    let again = await open(`/v1/sessions/${id}/screen/stream`);
+    for (let i = 0; i < 20 && again.status === 429; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      again = await open(`/v1/sessions/${id}/screen/stream`);
+    }
+    assert.equal(again.status, 200, 'the closed stream gave its slot back');
+    again.abort();
+    for (const st of streams) st.abort();
+    assert.equal((await streamer('DELETE', `/v1/runs/${run.json.id as string}`)).status, 200);
+    // Every cap's refusals are counted for the operator (the earlier tests' too).
+    const metrics = await (await fetch(`${s.url}/metrics`)).text();
+    const refused = (limit: string) => Number(new RegExp(`^sandbox_api_requests_refused_total\\{limit="${limit}"\\} (\\d+)`, 'm').exec(metrics)?.[1] ?? 0);
+    assert.ok(refused('streams') >= 1, metrics);
+    assert.equal(refused('runs'), 8);
+    assert.equal(refused('run_budget'), 3);
+  });
+});

@@ -30,6 +30,7 @@ import type { RunManager } from '../runs/runs.js';
 import type { TrajectoryRecorder } from '../sessions/trajectory/recorder.js';
 import { recordingRoutes } from './routes/recording.js';
 import { screenStreamRoutes } from './routes/screen-stream.js';
+import { DEFAULT_TENANT_MAX_STREAMS, StreamSlots } from './stream-slots.js';
 import { viewRoutes } from './routes/views.js';
 import type { LiveViews } from '../views/live-views.js';
 import { toolResultSchema } from '../tools/tool-result.js';
@@ -50,6 +51,8 @@ export interface ServerOptions {
   tenantRequestLimits?: TenantRequestLimits;
   /** ... except for these tenants. */
   tenantRequestLimitOverrides?: ReadonlyMap<string, TenantRequestLimits>;
+  /** Event streams of one tenant open at once (default: DEFAULT_TENANT_MAX_STREAMS). */
+  tenantMaxStreams?: number;
   /** Largest file moved by the file routes (SBX_MAX_FILE_BYTES). */
   maxFileBytes: number;
   /** Per-command timeout of the bash tool (SBX_BASH_TIMEOUT_SECONDS). */
@@ -63,6 +66,15 @@ export interface ServerOptions {
   /** Live views (noVNC pages, their WebSocket proxy, takeover); absent: no view routes. */
   views?: LiveViews;
 }
+
+/** The limit label of sandbox_api_requests_refused_total for each cap's refusal. */
+const CAP_OF_CODE: Readonly<Record<string, string>> = {
+  tenant_stream_limit: 'streams',
+  session_viewer_limit: 'viewers',
+  tenant_viewer_limit: 'viewers',
+  tenant_run_limit: 'runs',
+  tenant_run_budget: 'run_budget',
+};
 
 /** Largest WebSocket message a live-view browser may send (a clipboard paste is the largest RFB message allowed). */
 const VIEW_MAX_WS_MESSAGE_BYTES = 512 * 1024;
@@ -86,6 +98,9 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     },
   });
   app.setErrorHandler(async (error: Error, request, reply) => {
+    // The caps of streams, viewers and runs are counted with the request limits' refusals.
+    const cap = error instanceof OrchestratorError ? CAP_OF_CODE[error.code] : undefined;
+    if (cap) opts.metrics.requestsRefused.inc({ limit: cap });
     // An unexpected error on a session whose sandbox vanished (or is being destroyed) under
     // the request is that, said as a 410/409, not a 500.
     // Fastify's own refusals of the request (validation 400, body too large 413) are answered
@@ -105,7 +120,17 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   installAuth(app, opts.auth);
   const gate = new TenantRequestGate(opts.tenantRequestLimits ?? DEFAULT_TENANT_REQUEST_LIMITS, opts.tenantRequestLimitOverrides);
   installTenantRequestLimits(app, gate, (limit) => opts.metrics.requestsRefused.inc({ limit }));
-  installTenantScope(app, opts.manager);
+  installTenantScope(app, {
+    tenantOf: (id) => opts.manager.tenantOf(id),
+    keptOwners: async (id) => {
+      const owners = new Set<string>(opts.auth.links?.tenantsOf(id) ?? []);
+      const trajectoryOwner = opts.trajectory?.get(id)?.tenant;
+      if (trajectoryOwner !== undefined) owners.add(trajectoryOwner);
+      const recordingOwner = await opts.manager.recordingOwner(id);
+      if (recordingOwner !== undefined) owners.add(recordingOwner);
+      return [...owners];
+    },
+  });
   installRequestLog(app);
   // An unknown route answers in the same shape as every other error (fastify's own is not).
   app.setNotFoundHandler((request, reply) => {
@@ -150,12 +175,13 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     bashCounters: bashOutputCounters(opts.metrics),
     trajectory,
   });
-  await app.register(desktopActionRoutes, { manager: opts.manager });
-  await app.register(vendorToolRoutes, { manager: opts.manager });
+  await app.register(desktopActionRoutes, { manager: opts.manager, trajectory });
+  await app.register(vendorToolRoutes, { manager: opts.manager, trajectory });
   await app.register(fileRoutes, { manager: opts.manager, maxFileBytes: opts.maxFileBytes });
   if (trajectory) {
-    const recordingStart = (id: string) => opts.manager.recordingStatus(id).catch(() => undefined); // none: 404
-    await app.register(trajectoryRoutes, { manager: opts.manager, trajectory, recordingStart });
+    const recordingStart = (id: string, tenant: string) => opts.manager.recordingStatus(id, tenant).catch(() => undefined); // none: 404
+    const recordingFrame = (id: string, tenant: string, offsetMs: number) => opts.manager.recordingFrame(id, tenant, offsetMs);
+    await app.register(trajectoryRoutes, { manager: opts.manager, trajectory, recordingStart, recordingFrame });
   }
   if (opts.auth.links) {
     const owners = opts.manager;
@@ -165,10 +191,11 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     });
   }
   await app.register(recordingRoutes, { manager: opts.manager });
-  await app.register(screenStreamRoutes, { manager: opts.manager });
+  const streams = new StreamSlots(opts.tenantMaxStreams ?? DEFAULT_TENANT_MAX_STREAMS);
+  await app.register(screenStreamRoutes, { manager: opts.manager, streams });
   // The MCP tools call the routes above in process, as the caller (routes/mcp.ts).
   await app.register(mcpRoutes, { dispatch: (request) => app.inject(request) });
-  if (opts.runs) await app.register(runRoutes, { runs: opts.runs });
+  if (opts.runs) await app.register(runRoutes, { runs: opts.runs, streams });
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
   await app.register(templateRoutes, { templates: opts.templates });
   if (opts.views) {

@@ -3,6 +3,7 @@ import { bashTimeoutFromEnv } from '../tools/bash/bash-tool.js';
 import { bashOutputLimitsFromEnv, type BashOutputLimits } from '../tools/bash/output-budget.js';
 import { envChoice, envInt, envString, positive, type Env } from '../util/env.js';
 import { AUTH_SETTINGS, type AuthSetting } from './auth/auth-mode.js';
+import { DEFAULT_TENANT_MAX_STREAMS } from './stream-slots.js';
 import { DEFAULT_TENANT_REQUEST_LIMITS, parseTenantLimitOverrides, type TenantRequestLimits } from './tenant-request-limits.js';
 
 /** What the HTTP API is told: where it listens, who may call it, how much each tenant may ask, what its tools may do. */
@@ -27,6 +28,8 @@ export interface ApiSettings {
   tenantRequestBurst: number;
   /** Tenants with other request limits (SBX_TENANT_REQUEST_LIMITS="ci=256/500/1000,..."). */
   tenantRequestLimitOverrides: ReadonlyMap<string, TenantRequestLimits>;
+  /** Server-Sent Event streams of one tenant open at once (SBX_TENANT_MAX_STREAMS, 8); they hold no request slot. */
+  tenantMaxStreams: number;
   /** Largest file moved in either direction by the file routes (SBX_MAX_FILE_BYTES, 100 MiB). */
   maxFileBytes: number;
   /** Per-command timeout of the bash tool (SBX_BASH_TIMEOUT_SECONDS, 120). */
@@ -50,6 +53,7 @@ export function apiSettingsFromEnv(env: Env): ApiSettings {
     tenantRequestsPerSecond: positive('SBX_TENANT_REQUESTS_PER_SECOND', envInt('SBX_TENANT_REQUESTS_PER_SECOND', DEFAULT_TENANT_REQUEST_LIMITS.perSecond, env)),
     tenantRequestBurst: positive('SBX_TENANT_REQUEST_BURST', envInt('SBX_TENANT_REQUEST_BURST', DEFAULT_TENANT_REQUEST_LIMITS.burst, env)),
     tenantRequestLimitOverrides: parseTenantLimitOverrides(envString(env, 'SBX_TENANT_REQUEST_LIMITS', '')),
+    tenantMaxStreams: positive('SBX_TENANT_MAX_STREAMS', envInt('SBX_TENANT_MAX_STREAMS', DEFAULT_TENANT_MAX_STREAMS, env)),
     maxFileBytes: maxFileBytesFrom(env),
     bashTimeoutSeconds: bashTimeoutFromEnv(env),
     bashOutput: bashOutputLimitsFromEnv(env),

@@ -1,4 +1,4 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { OrchestratorError } from '../errors.js';
 
 /**
@@ -129,6 +129,17 @@ export class TenantRequestGate {
   }
 }
 
+/** The release of each admitted request's slot, for a route that gives it back early (an event stream). */
+const heldSlots = new WeakMap<object, () => void>();
+
+/**
+ * Gives back the tenant request slot `request` holds, if it holds one (idempotent). An event
+ * stream calls it once it streams: it has a cap of its own (stream-slots.ts) instead.
+ */
+export function releaseRequestSlot(request: FastifyRequest): void {
+  heldSlots.get(request.raw)?.();
+}
+
 /**
  * The onRequest hook; install it after authentication (it needs the tenant) and before
  * anything that does work. The slot is released when the response is closed: sent, failed,
@@ -146,6 +157,7 @@ export function installTenantRequestLimits(app: FastifyInstance, gate: TenantReq
       if (err instanceof RequestLimitError) onRefused(err.code === 'tenant_rate_limit' ? 'rate' : 'concurrency');
       throw err;
     }
+    heldSlots.set(request.raw, release);
     reply.raw.once('close', release);
   });
 }

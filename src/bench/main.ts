@@ -14,7 +14,8 @@
  * BENCH_LOAD_INTERVAL_MS (250), BENCH_RAMP_MAX (64), BENCH_RAMP_STEP (8), BENCH_RAMP_SECONDS (20),
  * BENCH_RECORDING_SECONDS (10: each CPU window of the recording figures).
  */
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { removeTreeOnOneMount } from '../host/remove-tree.js';
 import os from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
@@ -209,7 +210,8 @@ async function main(): Promise<void> {
   } finally {
     await orchestrator.close();
     await model.close();
-    await rm(stateDir, { recursive: true, force: true });
+    // Never through a mount: a sandbox view left mounted keeps the state dir (and says so).
+    await removeTreeOnOneMount(stateDir);
   }
 }
 

@@ -3,7 +3,7 @@ import type { SandboxClient } from './index.js';
 /** One stored call of a session (GET /v1/sessions/:id/trajectory). */
 export interface TrajectoryStep {
   n: number;
-  tool: 'computer' | 'bash' | 'str_replace_based_edit_tool' | 'actions';
+  tool: 'computer' | 'bash' | 'str_replace_based_edit_tool' | 'actions' | 'openai-computer' | 'gemini-computer' | 'desktop';
   action: string | null;
   /** As the model sent it; typed text as `textLength` unless the session kept it. */
   input: Record<string, unknown>;
@@ -14,8 +14,11 @@ export interface TrajectoryStep {
   startedMs: number;
   durationMs: number;
   settleMs: number | null;
-  /** Paths of the screenshots (fetch them with the client's credentials), or null. */
-  screenshots: { before: string | null; after: string | null };
+  /**
+   * Paths of the screenshots (fetch them with the client's credentials), or null; `frame`: the
+   * session's recording at the end of a step that has no `after` of its own (JPEG).
+   */
+  screenshots: { before: string | null; after: string | null; frame: string | null };
 }
 
 export interface Trajectory {
@@ -29,6 +32,8 @@ export interface Trajectory {
   videoUrl: string | null;
   /** When the recording started, in ms since the session was created: a step is at startedMs - videoStartMs in it. */
   videoStartMs: number | null;
+  /** When the recording ended, the same way (null without one, or while it is recording). */
+  videoEndMs: number | null;
   steps: TrajectoryStep[];
   /** The next page of steps (the server answers at most 1000 at a time); fetchTrajectory follows it. */
   next?: string | null;

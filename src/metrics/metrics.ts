@@ -104,6 +104,17 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  /**
+   * A session directory left on disk because something was still mounted in it (a busy
+   * image view): never removed through a mount (host/remove-tree.ts); logged at error with
+   * what is mounted, retried at the next start.
+   */
+  readonly sessionDirsKept = new Counter({
+    name: 'sandbox_session_dirs_kept_total',
+    help: 'Session directories left on disk because something was still mounted in them (logged at error; retried at the next start)',
+    registers: [this.registry],
+  });
+
   readonly errors = new Counter({
     name: 'sandbox_errors_total',
     help: 'Errors by where they happened: create, action, screenshot, destroy, ssh, warm_claim',
@@ -114,7 +125,7 @@ export class Metrics {
   /** Requests a tenant sent over its limits (api/tenant-request-limits.ts). No tenant label: /metrics is host-wide. */
   readonly requestsRefused = new Counter({
     name: 'sandbox_api_requests_refused_total',
-    help: 'API requests refused with 429 because their tenant was over a request limit: concurrency or rate',
+    help: 'API requests refused with 429 because their tenant was over a limit: concurrency or rate (requests), streams, viewers, runs or run_budget',
     labelNames: ['limit'] as const,
     registers: [this.registry],
   });

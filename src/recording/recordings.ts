@@ -5,6 +5,7 @@ import { NotFoundError } from '../errors.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { Point, Size } from '../computer/scaling.js';
 import type { CleanupStack } from '../util/cleanup-stack.js';
+import { FrameExtractor } from './frame-extract.js';
 import { prune, readMeta, recordingFiles, type RecordingMeta } from './retention.js';
 import { SessionRecorder, type RecordingStatus, type StopReason } from './session-recorder.js';
 import type { RecordingSettings } from './settings.js';
@@ -12,6 +13,8 @@ import { cueText, SubtitleTrack } from './subtitles.js';
 
 export type { RecordingStatus } from './session-recorder.js';
 
+/** A session id as we make them: anything else has no recording (and never reaches a file name). */
+const SESSION_ID = /^[a-z0-9]{1,64}$/;
 /** How often finished recordings are pruned besides after each recording ends. */
 const PRUNE_INTERVAL_MS = 10 * 60_000;
 
@@ -59,9 +62,10 @@ interface Active {
  */
 export class RecordingService {
   private readonly active = new Map<string, Active>();
-  /** The last status of recordings that ended in this run (the files say it for earlier runs). */
-  private readonly ended = new Map<string, RecordingStatus>();
+  /** The last status of recordings that ended in this run, and whose (the files say it for earlier runs). */
+  private readonly ended = new Map<string, { tenant: string; status: RecordingStatus }>();
   private readonly pruner: NodeJS.Timeout;
+  private readonly frames = new FrameExtractor();
 
   constructor(private readonly opts: RecordingServiceOptions) {
     this.pruner = setInterval(() => void this.prune(), PRUNE_INTERVAL_MS);
@@ -108,37 +112,79 @@ export class RecordingService {
     return recorder.status;
   }
 
-  /** Stops a session's recording in progress; the file is complete once this returns. */
-  async stop(sessionId: string, reason: StopReason = 'requested'): Promise<RecordingStatus> {
+  /**
+   * Stops a session's recording in progress; the file is complete once this returns. With
+   * `tenant` (a client's request), another tenant's recording is as one that does not exist.
+   */
+  async stop(sessionId: string, reason: StopReason = 'requested', tenant?: string): Promise<RecordingStatus> {
     const entry = this.active.get(sessionId);
-    if (!entry) return this.status(sessionId);
+    if (!entry || (tenant !== undefined && entry.tenant !== tenant)) return this.status(sessionId, tenant);
     const status = await entry.recorder.stop(reason);
     await entry.done;
     return status;
   }
 
-  /** A session's recording: in progress, or as it ended (404 if it has none). */
-  async status(sessionId: string): Promise<RecordingStatus> {
-    const status = this.statusNow(sessionId) ?? (await readMeta(this.opts.dir, sessionId))?.status;
-    if (!status) throw new NotFoundError(`session ${sessionId} has no recording`);
-    return status;
+  /**
+   * A session's recording: in progress, or as it ended (404 if it has none). With `tenant`, a
+   * recording whose own record names another tenant is one it has none of: the recording's
+   * tenant is checked by what the recording stores, never by whether its session's row is
+   * still there (rows are pruned after a day, recordings kept for days).
+   */
+  async status(sessionId: string, tenant?: string): Promise<RecordingStatus> {
+    const found = await this.find(sessionId);
+    if (!found || (tenant !== undefined && found.tenant !== tenant)) throw new NotFoundError(`session ${sessionId} has no recording`);
+    return found.status;
+  }
+
+  /** The tenant a session's recording belongs to, by its own record; undefined without one. */
+  async ownerOf(sessionId: string): Promise<string | undefined> {
+    return (await this.find(sessionId))?.tenant;
   }
 
   /** What this run knows of a session's recording, synchronously (for the session view). */
   statusNow(sessionId: string): RecordingStatus | undefined {
-    return this.active.get(sessionId)?.recorder.status ?? this.ended.get(sessionId);
+    return this.active.get(sessionId)?.recorder.status ?? this.ended.get(sessionId)?.status;
   }
 
-  /** The files of a session's recording, once it exists (404 before). */
-  async files(sessionId: string): Promise<{ video: string; subtitles: string; status: RecordingStatus }> {
-    const status = await this.status(sessionId);
+  /** The files of a session's recording, once it exists (404 before; with `tenant`, as status). */
+  async files(sessionId: string, tenant?: string): Promise<{ video: string; subtitles: string; status: RecordingStatus }> {
+    const status = await this.status(sessionId, tenant);
     return { ...recordingFiles(this.opts.dir, sessionId), status };
   }
 
   /** The video offset of a moment of a recorded session: ms since its recording started, or undefined. */
   async videoOffsetMs(sessionId: string, at: Date): Promise<number | undefined> {
-    const status = this.statusNow(sessionId) ?? (await readMeta(this.opts.dir, sessionId))?.status;
+    const status = (await this.find(sessionId))?.status;
     return status ? at.getTime() - Date.parse(status.startedAt) : undefined;
+  }
+
+  /**
+   * The frame of a session's recording `offsetMs` into it, as JPEG (the trajectory page shows
+   * it for a step that stored no screenshot of its own), if the recording is the tenant's and
+   * covers that moment; undefined otherwise. A time past the end is the last frame's.
+   */
+  async frameAt(sessionId: string, tenant: string, offsetMs: number): Promise<{ data: Buffer; finished: boolean } | undefined> {
+    const found = await this.find(sessionId);
+    if (!found || found.tenant !== tenant || !Number.isFinite(offsetMs) || offsetMs < 0) return undefined;
+    const { status } = found;
+    const endMs = (status.endedAt ? Date.parse(status.endedAt) : Date.now()) - Date.parse(status.startedAt);
+    // Two frames before the end at most: a seek to the very end finds no frame to decode; a
+    // recording in progress is written a fragment (a second) at a time.
+    const lastMs = Math.max(0, endMs - (status.state === 'recording' ? 1500 : 2000 / status.fps));
+    if (!(offsetMs <= endMs + 1000)) return undefined;
+    const data = await this.frames.extract({ video: recordingFiles(this.opts.dir, sessionId).video, offsetMs: Math.min(offsetMs, lastMs), program: this.opts.ffmpeg });
+    return data && { data, finished: status.state !== 'recording' };
+  }
+
+  /** A recording in progress, one that ended in this run, or one an earlier run left (its metadata file). */
+  private async find(sessionId: string): Promise<{ tenant: string; status: RecordingStatus } | undefined> {
+    const active = this.active.get(sessionId);
+    if (active) return { tenant: active.tenant, status: active.recorder.status };
+    const ended = this.ended.get(sessionId);
+    if (ended) return ended;
+    if (!SESSION_ID.test(sessionId)) return undefined;
+    const meta = await readMeta(this.opts.dir, sessionId);
+    return meta && typeof meta.tenant === 'string' ? { tenant: meta.tenant, status: meta.status } : undefined;
   }
 
   /** An action the agent performed: a subtitle cue when the session is being recorded. */
@@ -189,7 +235,7 @@ export class RecordingService {
   private async recordEnd(sessionId: string, tenant: string, status: RecordingStatus): Promise<void> {
     const entry = this.active.get(sessionId);
     this.active.delete(sessionId);
-    this.ended.set(sessionId, status);
+    this.ended.set(sessionId, { tenant, status });
     this.opts.metrics.recordingsActive.dec();
     if (status.state === 'failed') this.opts.metrics.errors.inc({ kind: 'recording' });
     const log = this.opts.log.child({ sessionId });

@@ -53,6 +53,29 @@ export class RunStore {
       .get(id) as StoredRun | undefined;
     return row;
   }
+
+  /**
+   * What runs created since `since` (ISO) used, per tenant: their tokens, and their seconds
+   * from creation to end (a run the orchestrator did not see end counts no seconds).
+   */
+  usageSince(since: string): Array<{ tenant: string; tokens: number; seconds: number }> {
+    const rows = this.db.prepare('SELECT tenant, usage, created_at AS createdAt, ended_at AS endedAt FROM runs WHERE created_at >= ?').all(since) as Array<{
+      tenant: string;
+      usage: string;
+      createdAt: string;
+      endedAt: string | null;
+    }>;
+    return rows.map((row) => {
+      let tokens = 0;
+      try {
+        tokens = Object.values(JSON.parse(row.usage) as Record<string, unknown>).reduce<number>((sum, n) => sum + (typeof n === 'number' ? n : 0), 0);
+      } catch {
+        // a row written by a broken version: its tokens are unknown
+      }
+      const seconds = row.endedAt ? Math.max(0, Math.ceil((Date.parse(row.endedAt) - Date.parse(row.createdAt)) / 1000)) : 0;
+      return { tenant: row.tenant, tokens, seconds };
+    });
+  }
 }
 
 /** A transcript for storage: image data replaced by its length (the trajectory has the images). */

@@ -5,10 +5,12 @@ import { InvalidRequestError, ModelKeyMissingError, NotFoundError, RunInProgress
 import type { SessionDirectory } from '../sessions/ports.js';
 import type { CreateSessionOptions } from '../sessions/session-request.js';
 import type { TrajectoryRecorder } from '../sessions/trajectory/recorder.js';
+import { RunBudgets, type RunReservation } from './run-budgets.js';
 import { RunLoop, type RunEvent, type RunState, type RunUsage, type StopReason } from './run-loop.js';
 import { RunStore, storableTranscript } from './run-store.js';
 import type { BashOutput } from '../tools/bash/output-budget.js';
 import { SessionTools, type RunToolSessions } from './session-tools.js';
+import { DEFAULT_RUN_SETTINGS, type RunSettings } from './settings.js';
 import { toolSet, type ToolVersion } from './tool-versions.js';
 
 /** Where the loop finds the Messages API: read from the environment at the entry point. */
@@ -76,6 +78,8 @@ export class RunManager {
   private readonly client: Anthropic | undefined;
   private readonly tools: SessionTools;
   private readonly store: RunStore;
+  /** Per-tenant models, runs at once, tokens and seconds a day. */
+  readonly budgets: RunBudgets;
 
   constructor(
     private readonly opts: {
@@ -86,6 +90,8 @@ export class RunManager {
       /** The bash tool's output limits and counters (as the API's). */
       bashOutput?: BashOutput;
       trajectory?: TrajectoryRecorder;
+      /** Per-tenant limits (default: DEFAULT_RUN_SETTINGS). */
+      settings?: RunSettings;
       log: Logger;
     },
   ) {
@@ -97,6 +103,9 @@ export class RunManager {
       trajectory: opts.trajectory,
     });
     this.store = new RunStore(opts.database);
+    // Today's spending survives a restart: it is read back from the stored runs of the day.
+    const today = `${new Date().toISOString().slice(0, 10)}T00:00:00.000Z`;
+    this.budgets = new RunBudgets(opts.settings ?? DEFAULT_RUN_SETTINGS, this.store.usageSince(today));
   }
 
   /** Starts a run; checks everything (key, session) before a sandbox is made. */
@@ -109,13 +118,37 @@ export class RunManager {
       throw new InvalidRequestError('sessionId and session: give one (an existing sandbox, or how to make a new one), not both');
     }
     const { sessions, trajectory } = this.opts;
+    const model = request.model ?? RUN_DEFAULTS.model;
+    this.budgets.checkModel(tenant, model, request.model !== undefined);
+    if (request.sessionId !== undefined) {
+      if (sessions.tenantOf(request.sessionId) !== tenant) throw new NotFoundError(`session ${request.sessionId} does not exist`);
+      const running = this.bySession.get(request.sessionId);
+      if (running) throw new RunInProgressError(`sessionId: session ${request.sessionId} is driven by run ${running}; stop it (DELETE /v1/runs/${running}) or wait for its end`);
+    }
+    // The tenant's run slot and budget, before the first await: given back if the run does not start.
+    const reservation = this.budgets.reserve(tenant, request, RUN_DEFAULTS);
+    try {
+      return await this.start(client, request, tenant, model, reservation, screenshotUrl);
+    } catch (err) {
+      reservation.settle(0, 0);
+      throw err;
+    }
+  }
+
+  /** The run itself, once its checks passed and its budget is reserved (settled by the caller if this throws). */
+  private async start(
+    client: Anthropic,
+    request: RunRequest,
+    tenant: string,
+    model: string,
+    reservation: RunReservation,
+    screenshotUrl: (sessionId: string, step: number) => string,
+  ): Promise<RunView> {
+    const { sessions, trajectory } = this.opts;
     let sessionId: string;
     let version: ToolVersion;
     if (request.sessionId !== undefined) {
-      if (sessions.tenantOf(request.sessionId) !== tenant) throw new NotFoundError(`session ${request.sessionId} does not exist`);
       sessionId = request.sessionId;
-      const running = this.bySession.get(sessionId);
-      if (running) throw new RunInProgressError(`sessionId: session ${sessionId} is driven by run ${running}; stop it (DELETE /v1/runs/${running}) or wait for its end`);
       version = request.toolVersion ?? sessions.get(sessionId).computerTool.type;
     } else {
       // A session made for the run shows the run's tool definition in its view.
@@ -132,7 +165,7 @@ export class RunManager {
       sessionId,
       trajectoryId: sessionId,
       task: request.task,
-      model: request.model ?? RUN_DEFAULTS.model,
+      model,
       toolVersion: version,
       state: 'running',
       steps: 0,
@@ -158,8 +191,8 @@ export class RunManager {
       task: request.task,
       system: systemPrompt(request.system),
       maxSteps: request.maxSteps ?? RUN_DEFAULTS.maxSteps,
-      maxSeconds: request.maxSeconds ?? RUN_DEFAULTS.maxSeconds,
-      maxTokens: request.maxTokens ?? RUN_DEFAULTS.maxTokens,
+      maxSeconds: reservation.maxSeconds,
+      maxTokens: reservation.maxTokens,
       keepImages: KEEP_IMAGES,
       responseTokens: RESPONSE_TOKENS,
       screenshotUrl: (step) => screenshotUrl(sessionId, step),
@@ -171,17 +204,22 @@ export class RunManager {
     this.save(run);
     // A session a run drives is in use while the model thinks too: its idle timeout waits for
     // the run (its lifetime does not).
-    run.done = sessions.whileBusy(sessionId, () => loop.run()).then((end) => {
-      Object.assign(view, { state: end.state, stopReason: end.stopReason, steps: loop.steps, usage: { ...loop.usage }, endedAt: new Date().toISOString() });
-      if (end.error !== undefined) view.error = end.error;
-      this.bySession.delete(sessionId);
-      this.save(run);
-      this.opts.log.info({ runId: id, sessionId, state: end.state, stopReason: end.stopReason, steps: loop.steps }, 'run ended');
-      emit({ type: 'end', state: end.state, stopReason: end.stopReason, steps: loop.steps, usage: { ...loop.usage }, ...(end.error !== undefined ? { error: end.error } : {}) });
-      listeners.clear();
-      // Kept in memory a while for late subscribers' past events; the store keeps the rest.
-      setTimeout(() => this.runs.delete(id), ENDED_KEPT_MS).unref();
-    });
+    const startedAt = performance.now();
+    run.done = sessions
+      .whileBusy(sessionId, () => loop.run())
+      .catch((err: unknown) => ({ state: 'failed' as const, stopReason: 'error' as const, error: err instanceof Error ? err.message : String(err) }))
+      .then((end) => {
+        reservation.settle(loop.totalTokens(), (performance.now() - startedAt) / 1000);
+        Object.assign(view, { state: end.state, stopReason: end.stopReason, steps: loop.steps, usage: { ...loop.usage }, endedAt: new Date().toISOString() });
+        if (end.error !== undefined) view.error = end.error;
+        this.bySession.delete(sessionId);
+        this.save(run);
+        this.opts.log.info({ runId: id, sessionId, state: end.state, stopReason: end.stopReason, steps: loop.steps }, 'run ended');
+        emit({ type: 'end', state: end.state, stopReason: end.stopReason, steps: loop.steps, usage: { ...loop.usage }, ...(end.error !== undefined ? { error: end.error } : {}) });
+        listeners.clear();
+        // Kept in memory a while for late subscribers' past events; the store keeps the rest.
+        setTimeout(() => this.runs.delete(id), ENDED_KEPT_MS).unref();
+      });
     return { ...view };
   }
 

@@ -42,8 +42,9 @@ export interface SandboxSpec {
   /**
    * Leases the session's host id range (the first of `size` ids from `base`, aligned to
    * `size`), recorded on the ledger; the same range for the same session. See store.ts.
+   * A range free in the ledger is taken only if `takeHostWide` gets it too (id-leases.ts).
    */
-  leaseIdRange?: (base: number, size: number) => number;
+  leaseIdRange?: (base: number, size: number, takeHostWide: (first: number) => boolean) => number;
   /** The uid/gid leased for this sandbox's VMM (Runtime.leaseVmUser), which owns its TAP. */
   vmUser?: TapOwner;
 }

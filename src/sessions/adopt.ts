@@ -6,10 +6,11 @@ import type { ResourceNames } from '../network/names.js';
 import { deleteLink, deleteNetns } from '../network/netns.js';
 import type { Runtime } from '../runtimes/runtime.js';
 import type { ConsoleLogLimits } from '../runtimes/console-log.js';
-import { publicKeyBlob, readSessionKeys, removeSessionDir } from '../transport/keys.js';
+import { publicKeyBlob, readSessionKeys } from '../transport/keys.js';
 import { GUEST_SSH_PORT } from '../guest/contract.js';
 import { attachDesktop, sessionDirOf } from './boot.js';
 import { Session } from './session.js';
+import { removeSessionDir, type CountKeptDir } from './session-dir.js';
 import type { SessionRecord } from './session-record.js';
 
 export interface AdoptContext {
@@ -21,6 +22,8 @@ export interface AdoptContext {
   settle: SettleOptions;
   log: Logger;
   consoleLog?: ConsoleLogLimits;
+  /** Counts a session directory left on disk because something is still mounted in it. */
+  countKeptDir?: CountKeptDir;
 }
 
 /** How long a live sandbox of an earlier run gets to let us in and show its display. */
@@ -59,7 +62,7 @@ export async function adoptSession(record: SessionRecord, ctx: AdoptContext): Pr
   const session = new Session(record);
   session.sandbox = found.sandbox;
   ctx.pool.claim(lease.index);
-  await session.cleanup.push('key dir', () => removeSessionDir(sessionDir));
+  await session.cleanup.push('key dir', () => removeSessionDir(sessionDir, log, ctx.countKeptDir));
   await session.cleanup.push('address lease', () => ctx.pool.release(lease.index));
   await session.cleanup.push(`netns ${ctx.names.netns(record.id)}`, () => deleteNetns(ctx.names.netns(record.id)));
   await session.cleanup.push(`veth ${ctx.names.hostVeth(record.id)}`, () => deleteLink(ctx.names.hostVeth(record.id)));

@@ -13,11 +13,12 @@ import { createSandboxNetwork } from '../network/netns.js';
 import type { NetworkPolicy } from '../network/policy/network-policy.js';
 import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, logsDirOf, type ConsoleLogLimits } from '../runtimes/console-log.js';
 import type { RecordResource, ResourceKind, RunningSandbox, Runtime } from '../runtimes/runtime.js';
-import { generateSessionKeys, publicKeyBlob, removeSessionDir, writeSessionKeys, type SessionKeys } from '../transport/keys.js';
+import { generateSessionKeys, publicKeyBlob, writeSessionKeys, type SessionKeys } from '../transport/keys.js';
 import { GuestConnection } from '../transport/ssh-connection.js';
 import { OrchestratorError } from '../errors.js';
 import { CleanupStack } from '../util/cleanup-stack.js';
 import type { Session } from './session.js';
+import { removeSessionDir, type CountKeptDir } from './session-dir.js';
 
 export interface BootContext {
   settle: SettleOptions;
@@ -32,12 +33,14 @@ export interface BootContext {
   /** The store's ledger: each host resource is recorded here before it is taken. */
   ledger?: (sessionId: string, kind: ResourceKind, name: string) => void;
   /** The store's lease of host id ranges (containers' user namespaces). */
-  leaseIdRange?: (sessionId: string, base: number, size: number) => number;
+  leaseIdRange?: (sessionId: string, base: number, size: number, takeHostWide: (first: number) => boolean) => number;
   /** Absolute time (ms) by which the guest must be ready. */
   deadline: number;
   log: Logger;
   /** Console log caps (config: SBX_CONSOLE_LOG_MAX_BYTES, SBX_KEPT_LOGS, SBX_KEPT_LOGS_MAX_BYTES). */
   consoleLog?: ConsoleLogLimits;
+  /** Counts a session directory left on disk because something is still mounted in it. */
+  countKeptDir?: CountKeptDir;
 }
 
 export function sessionDirOf(stateDir: string, sessionId: string): string {
@@ -114,7 +117,7 @@ async function startSandbox(session: Session, lease: AddressLease, ctx: BootCont
 
   // Pushed before the directory exists, so it goes last and even a half-written key is removed.
   record('key-dir', sessionDir);
-  await session.cleanup.push('key dir', () => removeSessionDir(sessionDir));
+  await session.cleanup.push('key dir', () => removeSessionDir(sessionDir, ctx.log, ctx.countKeptDir));
   const keys = generateSessionKeys(id);
   await writeSessionKeys(sessionDir, configDir, keys);
   await writeFile(
@@ -159,7 +162,7 @@ async function startSandbox(session: Session, lease: AddressLease, ctx: BootCont
       logsDir,
       consoleLog: ctx.consoleLog,
       record,
-      leaseIdRange: ctx.leaseIdRange && ((base, size) => ctx.leaseIdRange!(id, base, size)),
+      leaseIdRange: ctx.leaseIdRange && ((base, size, takeHostWide) => ctx.leaseIdRange!(id, base, size, takeHostWide)),
       vmUser,
     },
     session.cleanup,

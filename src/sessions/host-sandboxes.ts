@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { SettleOptions } from '../computer/computer-tool.js';
 import { MAX_ID_RANGES } from '../runtimes/container/settings.js';
 import type { GuestImage } from '../guest/image/builder.js';
+import type { Metrics } from '../metrics/metrics.js';
 import type { AddressAllocator } from '../network/address-allocator.js';
 import type { AddressLease } from '../network/address-pool.js';
 import type { ResourceNames } from '../network/names.js';
@@ -39,11 +40,15 @@ export interface HostSandboxOptions {
   policyGuard: PolicyGuard;
   log: Logger;
   consoleLog?: ConsoleLogLimits;
+  /** Where a session directory left on disk is counted (sandbox_session_dirs_kept_total). */
+  metrics?: Metrics;
 }
 
 /** The real SandboxHost: sandboxes booted on this host, as root (see sandbox-host.ts). */
 export class HostSandboxes implements SandboxHost {
   constructor(private readonly opts: HostSandboxOptions) {}
+
+  private readonly countKeptDir = (): void => this.opts.metrics?.sessionDirsKept.inc();
 
   assertCreatesAllowed(): Promise<void> {
     return this.opts.policyGuard.assertInForce();
@@ -75,12 +80,12 @@ export class HostSandboxes implements SandboxHost {
 
   adopt(record: SessionRecord): Promise<Session | undefined> {
     const { stateDir, names, runtime, addresses, display, settle, log, consoleLog } = this.opts;
-    return adoptSession(record, { stateDir, names, runtime, pool: addresses.pool, display, settle, log, consoleLog });
+    return adoptSession(record, { stateDir, names, runtime, pool: addresses.pool, display, settle, log, consoleLog, countKeptDir: this.countKeptDir });
   }
 
   async recover(adopted: readonly Session[]): Promise<number> {
     const { stateDir, names, runtime, store, policy, log } = this.opts;
-    const reclaimed = await reconcileHost({ stateDir, names, runtime, store, policy, log, keep: new Set(adopted.map((s) => s.id)) });
+    const reclaimed = await reconcileHost({ stateDir, names, runtime, store, policy, log, keep: new Set(adopted.map((s) => s.id)), countKeptDir: this.countKeptDir });
     // Reconciliation put a fresh policy table in place: admit adopted sessions again.
     for (const session of adopted) {
       if (session.record.addressIndex === null) continue;
@@ -116,10 +121,11 @@ export class HostSandboxes implements SandboxHost {
       policy,
       ledger: (sessionId, kind, name) => store.recordResource(sessionId, kind, name),
       // As many ranges as this orchestrator can have sandboxes, with the warm pool's.
-      leaseIdRange: (sessionId, base, size) => store.leaseIdRange(sessionId, base, size, MAX_ID_RANGES),
+      leaseIdRange: (sessionId, base, size, takeHostWide) => store.leaseIdRange(sessionId, base, size, MAX_ID_RANGES, takeHostWide),
       deadline: Date.now() + this.opts.bootTimeoutMs,
       log,
       consoleLog,
+      countKeptDir: this.countKeptDir,
     };
   }
 }

@@ -82,11 +82,12 @@ export class SessionLifecycle {
     }
   }
 
-  /** The template a create names, or a 400 that lists the ones there are. */
+  /** The template a create names, or a 400 that lists the ones there are (or the 503 of a damaged image). */
   private async template(name: string): Promise<SessionTemplate> {
     try {
       return await this.opts.templates.resolve(name);
     } catch (err) {
+      if (err instanceof OrchestratorError) throw err;
       throw new InvalidRequestError(`template: ${err instanceof Error ? err.message : String(err)}`);
     }
   }

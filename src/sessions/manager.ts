@@ -250,11 +250,16 @@ export class SessionManager {
     });
   }
 
-  readonly stopRecording: RecordingService['stop'] = (id) => this.recordings.stop(id);
+  /** Stops a recording; with `tenant` (a client's request), only that tenant's. */
+  readonly stopRecording = (id: string, tenant?: string): Promise<RecordingStatus> => this.recordings.stop(id, 'requested', tenant);
   /** A ready session's screen now, for the screen stream (not activity: watching keeps nothing alive). */
   readonly screenFrame = (id: string, maxAgeMs: number): Promise<RawFrame | undefined> => this.registry.ready(id).computer.watchFrame(maxAgeMs);
-  readonly recordingStatus: RecordingService['status'] = (id) => this.recordings.status(id);
-  readonly recordingFiles: RecordingService['files'] = (id) => this.recordings.files(id);
+  readonly recordingStatus: RecordingService['status'] = (id, tenant) => this.recordings.status(id, tenant);
+  readonly recordingFiles: RecordingService['files'] = (id, tenant) => this.recordings.files(id, tenant);
+  /** A frame of a session's recording (the tenant's only), for the trajectory page. */
+  readonly recordingFrame: RecordingService['frameAt'] = (id, tenant, offsetMs) => this.recordings.frameAt(id, tenant, offsetMs);
+  /** The tenant a session's recording names as its own (kept days after the session's row goes). */
+  readonly recordingOwner: RecordingService['ownerOf'] = (id) => this.recordings.ownerOf(id);
   /** Where a moment falls in a session's video (ms since its recording started), for the trajectory's links; undefined without a recording. */
   readonly videoOffsetMs: RecordingService['videoOffsetMs'] = (id, at) => this.recordings.videoOffsetMs(id, at);
   readonly destroy: SessionLifecycle['destroy'] = (id, reason) => this.lifecycle.destroy(id, reason);
@@ -270,6 +275,7 @@ export class SessionManager {
   readonly act: SessionActions['act'] = (id, input, options) => this.actions.act(id, input, options);
   readonly perform: SessionActions['perform'] = (id, translate, options) => this.actions.perform(id, translate, options);
   readonly setControl: SessionActions['setControl'] = (id, hold) => this.actions.setControl(id, hold);
+  readonly checkAgentControl: SessionActions['checkAgentControl'] = (id) => this.actions.checkAgentControl(id);
   readonly connection: SessionActions['connection'] = (id) => this.actions.connection(id);
   readonly attachment: SessionActions['attachment'] = (id, name, create) => this.actions.attachment(id, name, create);
   readonly endedUnderRequest: SessionActions['endedUnderRequest'] = (id) => this.actions.endedUnderRequest(id);

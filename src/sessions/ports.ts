@@ -32,12 +32,16 @@ export interface ComputerActions {
   perform(id: string, translate: (scaler: Scaler) => ComputerAction[], options: ActOptions): Promise<ActionOutcome>;
 }
 
-/** A session's screen recording (recording/), and frames for the screen stream. */
+/**
+ * A session's screen recording (recording/), and frames for the screen stream. `tenant` is the
+ * request's: a recording whose own record names another tenant answers as one that does not
+ * exist (checked by what the recording stores, also once its session's row is pruned).
+ */
 export interface SessionRecordings {
   startRecording(id: string): Promise<RecordingStatus>;
-  stopRecording(id: string): Promise<RecordingStatus>;
-  recordingStatus(id: string): Promise<RecordingStatus>;
-  recordingFiles(id: string): Promise<{ video: string; subtitles: string; status: RecordingStatus }>;
+  stopRecording(id: string, tenant: string): Promise<RecordingStatus>;
+  recordingStatus(id: string, tenant: string): Promise<RecordingStatus>;
+  recordingFiles(id: string, tenant: string): Promise<{ video: string; subtitles: string; status: RecordingStatus }>;
 }
 
 /** The screen of a ready session as raw frames (the same object while nothing changed). */
@@ -61,6 +65,9 @@ export interface FileSessions {
 
 /** What the companion tools' routes need. */
 export type ToolSessions = SessionAccess & Pick<SessionTimeouts, 'whileBusy'> & { readonly display: number };
+
+/** What the desktop-action routes need: the tools', and whether the agent has the desktop (not a person's takeover). */
+export type DesktopSessions = ToolSessions & { checkAgentControl(id: string): void };
 
 /** What a request that failed unexpectedly asks (server.ts's error handler). */
 export interface SessionFailures {

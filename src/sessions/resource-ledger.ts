@@ -7,6 +7,7 @@ import { isProcessAlive, waitForExit } from '../host/process-watch.js';
 import { removeCgroupDir } from '../host/cgroups.js';
 import { RESOURCE_KINDS, type ResourceKind } from '../runtimes/runtime.js';
 import { run } from '../util/exec.js';
+import { removeSessionDir, type CountKeptDir } from './session-dir.js';
 
 /**
  * The ledger: each host resource a session takes is written to the store *before* it is
@@ -24,14 +25,14 @@ import { run } from '../util/exec.js';
 /** The order of reclaiming: processes, then what they held, then the network, then the keys. */
 const ORDER = new Map(RESOURCE_KINDS.map((kind, i) => [kind, i]));
 
-export async function reclaimRecorded(entries: ReadonlyArray<{ kind: ResourceKind; name: string }>, log: Logger): Promise<boolean> {
+export async function reclaimRecorded(entries: ReadonlyArray<{ kind: ResourceKind; name: string }>, log: Logger, countKept?: CountKeptDir): Promise<boolean> {
   const sorted = [...entries].sort(
     (a, b) => (ORDER.get(a.kind) ?? 99) - (ORDER.get(b.kind) ?? 99) || b.name.length - a.name.length, // deeper mounts first
   );
   let complete = true;
   for (const entry of sorted) {
     try {
-      await reclaim(entry.kind, entry.name);
+      await reclaim(entry.kind, entry.name, log, countKept);
     } catch (err) {
       complete = false;
       log.error({ err, kind: entry.kind, name: entry.name }, 'could not reclaim a recorded resource; remove it by hand');
@@ -40,7 +41,7 @@ export async function reclaimRecorded(entries: ReadonlyArray<{ kind: ResourceKin
   return complete;
 }
 
-async function reclaim(kind: ResourceKind, name: string): Promise<void> {
+async function reclaim(kind: ResourceKind, name: string, log: Logger, countKept?: CountKeptDir): Promise<void> {
   switch (kind) {
     case 'process': {
       const [pid, startTime] = name.split('@');
@@ -67,7 +68,9 @@ async function reclaim(kind: ResourceKind, name: string): Promise<void> {
       return rm(name, { force: true });
     case 'jail':
     case 'key-dir':
-      return rm(name, { recursive: true, force: true });
+      // Never through a mount: a view of the shared image left mounted (its unmount above
+      // failed) keeps the directory on disk, logged and counted, rather than emptied.
+      return removeSessionDir(name, log, countKept);
     case 'cgroup':
       return removeCgroupDir(name);
     case 'netns':

@@ -116,12 +116,7 @@ export class SessionActions implements SessionAccess {
     const actions = translate(computer.scaler);
     const last = actions.at(-1);
     if (!last) throw new InvalidRequestError('there is no action to perform');
-    if (session.control) {
-      throw new HumanInControlError(
-        `a person has taken over session ${id} through live view ${session.control.heldBy} (since ${session.control.since}); ` +
-          'no action was performed: wait until it is handed back, then take a screenshot, as the screen may have changed',
-      );
-    }
+    this.checkAgentControl(id);
     // Checked before the action runs: a bad format must not leave a click done and unreported.
     const format = formatOf(options.format, session.record);
     const started = performance.now();
@@ -149,6 +144,21 @@ export class SessionActions implements SessionAccess {
     this.opts.metrics.actionDuration.observe({ action: action.action }, seconds);
     if (action.action === 'screenshot') this.opts.metrics.screenshotDuration.observe(seconds);
     return result;
+  }
+
+  /**
+   * Throws 409 human_in_control while a person holds the session through a live view
+   * (takeover): every agent action on the desktop (computer actions, desktop actions) is
+   * refused, with nothing done, until it is handed back.
+   */
+  checkAgentControl(id: string): void {
+    const { control } = this.opts.registry.ready(id);
+    if (control) {
+      throw new HumanInControlError(
+        `a person has taken over session ${id} through live view ${control.heldBy} (since ${control.since}); ` +
+          'no action was performed: wait until it is handed back, then take a screenshot, as the screen may have changed',
+      );
+    }
   }
 
   /**

@@ -164,7 +164,7 @@ export class SessionStore {
    * the session's ledger is forgotten (everything released), so neither a crash nor a restart
    * can hand it to a second session. A session that holds one already keeps it.
    */
-  leaseIdRange(sessionId: string, base: number, size: number, maxRanges: number): number {
+  leaseIdRange(sessionId: string, base: number, size: number, maxRanges: number, takeHostWide: (first: number) => boolean = () => true): number {
     return this.db.transaction(() => {
       const held = this.db.prepare("SELECT session_id, name FROM session_resources WHERE kind = 'id-range'").all() as Array<{ session_id: string; name: string }>;
       const mine = held.find((r) => r.session_id === sessionId);
@@ -173,11 +173,12 @@ export class SessionStore {
       for (let k = 0; k < maxRanges; k++) {
         const first = base + k * size;
         const name = `${first}:${size}`;
-        if (taken.has(name)) continue;
+        // Free in our ledger; then it must be free on the host too (another orchestrator's, id-leases.ts).
+        if (taken.has(name) || !takeHostWide(first)) continue;
         this.recordResource(sessionId, 'id-range', name);
         return first;
       }
-      throw new Error(`all ${maxRanges} host id ranges are held by sessions`);
+      throw new Error(`all ${maxRanges} host id ranges from ${base} are held by sessions (of this orchestrator or another on this host)`);
     })();
   }
 

@@ -3,6 +3,7 @@ import type { WebSocket } from 'ws';
 import { InvalidRequestError, NotFoundError, OrchestratorError } from '../errors.js';
 import { proxyRfb, type ViewerEnd, type ViewerLimits, type ViewerLink } from './rfb-proxy.js';
 import { Takeovers, type ControlHold, type ControlTarget } from './takeover.js';
+import { ViewerSlots } from './viewer-slots.js';
 import { openVncChannel, type TunnelSessions } from './vnc-tunnel.js';
 import type { RefusedToken, ViewGrant, ViewMode, ViewTokens } from './view-tokens.js';
 
@@ -15,8 +16,10 @@ export interface LiveViewSessions extends TunnelSessions, ControlTarget {
 export interface LiveViewSettings {
   defaultTtlSeconds: number;
   maxTtlSeconds: number;
-  /** Browsers connected to one session at once. */
+  /** Browsers connected to one session at once (SBX_MAX_VIEWERS_PER_SESSION). */
   maxViewersPerSession: number;
+  /** Browsers connected to all of one tenant's sessions at once (SBX_MAX_VIEWERS_PER_TENANT). */
+  maxViewersPerTenant: number;
   /** How long a takeover outlives its last viewer (a reload keeps it). */
   takeoverGraceMs: number;
   viewer: ViewerLimits;
@@ -56,6 +59,7 @@ export interface ViewListing extends Omit<ViewGrant, 'tenant'> {
  */
 export class LiveViews {
   private readonly links = new Map<string, Set<ViewerLink>>();
+  private readonly slots: ViewerSlots;
   readonly takeovers: Takeovers;
 
   constructor(
@@ -65,6 +69,7 @@ export class LiveViews {
     private readonly hooks: LiveViewHooks,
     private readonly log: Logger,
   ) {
+    this.slots = new ViewerSlots(settings);
     this.takeovers = new Takeovers(sessions, settings.takeoverGraceMs, (sessionId, viewId, why) =>
       log.info({ sessionId, viewId, why }, 'live view handed the desktop back to the agent'),
     );
@@ -134,16 +139,34 @@ export class LiveViews {
   }
 
   /**
+   * A viewer slot for a browser about to connect on `grant` (per session and per tenant), or
+   * a 429: called before the WebSocket upgrade, synchronously, so the check and the taking
+   * are one step. The caller releases it when the browser's socket closes (and `connect`
+   * releases it on its own way out: the release counts once).
+   */
+  admit(grant: ViewGrant): () => void {
+    return this.slots.take(grant.sessionId, grant.tenant);
+  }
+
+  /** Browsers holding a viewer slot on the session (connected, or connecting). */
+  viewersOf(sessionId: string): number {
+    return this.slots.ofSession(sessionId);
+  }
+
+  /**
    * Joins a browser to its grant's session: the tunnel is opened (x11vnc started if need
    * be) and the RFB proxied. The grant was checked before the upgrade and is checked again
-   * here; nothing flows before both passed.
+   * here; nothing flows before both passed. `release` is the viewer slot `admit` gave.
    */
-  async connect(grant: ViewGrant, ws: WebSocket): Promise<void> {
-    const ofSession = this.tokens.listUsable(grant.sessionId).reduce((n, g) => n + (this.links.get(g.viewId)?.size ?? 0), 0);
-    if (ofSession >= this.settings.maxViewersPerSession) {
-      ws.close(4029, 'too many viewers on this session');
-      return;
+  async connect(grant: ViewGrant, ws: WebSocket, release: () => void): Promise<void> {
+    try {
+      await this.proxy(grant, ws);
+    } finally {
+      release();
     }
+  }
+
+  private async proxy(grant: ViewGrant, ws: WebSocket): Promise<void> {
     const log = this.log.child({ sessionId: grant.sessionId, viewId: grant.viewId, mode: grant.mode });
     // Bytes sent before the tunnel is up would be lost: the browser waits for the guest's version anyway.
     let channel;

@@ -13,8 +13,14 @@ export interface ViewerLimits {
   stallMs: number;
 }
 
-/** A full 1024x768 raw frame is 3 MiB: one fits under the high water mark, two under the cap. */
-export const DEFAULT_VIEWER_LIMITS: ViewerLimits = { highWaterBytes: 4 * 1024 * 1024, maxBufferedBytes: 8 * 1024 * 1024, stallMs: 20_000 };
+/**
+ * A viewer that stops reading costs the orchestrator what waits in its WebSocket (the guest
+ * is paused at 1 MiB, so it holds little more) and the SSH channel's window the guest fills
+ * meanwhile (2 MiB): 6.6 MiB measured (live-view.test.ts), against 11.1 with a 4 MiB mark.
+ * 1 MiB still keeps ~80 Mbit/s in flight to a browser 100 ms away; a frame larger than it
+ * simply crosses in parts. The cap is for a guest that would ignore the pause.
+ */
+export const DEFAULT_VIEWER_LIMITS: ViewerLimits = { highWaterBytes: 1024 * 1024, maxBufferedBytes: 4 * 1024 * 1024, stallMs: 20_000 };
 
 /** Why a viewer's connection ended, for its close frame, the log and the tests. */
 export type ViewerEnd = 'viewer_closed' | 'guest_closed' | 'client_protocol' | 'guest_protocol' | 'slow_viewer' | 'revoked' | 'session_ended' | 'expired';

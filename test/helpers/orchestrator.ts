@@ -1,4 +1,4 @@
-import { mkdtemp, readdir, rm, rmdir } from 'node:fs/promises';
+import { mkdtemp, readdir, rmdir } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { pino, type Logger } from 'pino';
@@ -7,6 +7,7 @@ import { openKeyStore } from '../../src/api/auth/key-store-file.js';
 import { defaultConfig, type OrchestratorConfig } from '../../src/config.js';
 import { startOrchestrator, type Orchestrator } from '../../src/orchestrator.js';
 import type { RuntimeSelection } from '../../src/runtimes/select.js';
+import { removeTreeOnOneMount } from '../../src/host/remove-tree.js';
 
 /**
  * A resource prefix of this test process's own ("t" and two random letters), so that test
@@ -73,7 +74,9 @@ export async function startTestOrchestrator(
     authHeaders,
     async stop() {
       await orchestrator.close();
-      await rm(stateDir, { recursive: true, force: true });
+      // Never a recursive delete through a mount: a view of the shared image left mounted
+      // (a session whose destroy failed) would otherwise be walked into. It throws instead.
+      await removeTreeOnOneMount(stateDir);
       // runc's state dir of this test's prefix, once empty (rmdir refuses a non-empty one).
       await rmdir(orchestrator.names.runcRoot).catch(() => undefined);
       await rmdir(orchestrator.names.rootfsRoot).catch(() => undefined);

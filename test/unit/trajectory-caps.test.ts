@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
@@ -9,7 +10,7 @@ import { pino } from 'pino';
 import { LinkTokens } from '../../src/api/links/link-tokens.js';
 import { TrajectoryRecorder } from '../../src/sessions/trajectory/recorder.js';
 import type { TrajectorySettings } from '../../src/sessions/trajectory/settings.js';
-import { storedInput } from '../../src/sessions/trajectory/step-input.js';
+import { actionName, isTypingTool, storedInput } from '../../src/sessions/trajectory/step-input.js';
 import { TrajectoryStore } from '../../src/sessions/trajectory/trajectory-store.js';
 
 const KiB = 1024;
@@ -123,6 +124,35 @@ describe('trajectory caps', () => {
     assert.equal((await r.image('jjjjjjjjjj', 1))?.data.length, 100);
   });
 
+  it("masks typed text wherever a vendor's call or a desktop action puts it", () => {
+    // OpenAI: one action, or a batch; key lists.
+    assert.deepEqual(storedInput({ type: 'computer_call', action: { type: 'type', text: 'secret' } }, 'length', true), {
+      type: 'computer_call',
+      action: { type: 'type', textLength: 6 },
+    });
+    assert.deepEqual(storedInput({ actions: [{ type: 'type', text: 'pw' }, { type: 'keypress', keys: ['CTRL', 'A'] }] }, 'length', true), {
+      actions: [{ type: 'type', textLength: 2 }, { type: 'keypress', keysLength: 6 }],
+    });
+    // Gemini: args.text and args.keys.
+    assert.deepEqual(storedInput({ name: 'type_text_at', args: { x: 1, y: 2, text: 'hunter2', press_enter: true } }, 'length', true), {
+      name: 'type_text_at',
+      args: { x: 1, y: 2, textLength: 7, press_enter: true },
+    });
+    assert.deepEqual(storedInput({ name: 'key_combination', args: { keys: 'Control+A' } }, 'length', true), { name: 'key_combination', args: { keysLength: 9 } });
+    // Typed text too deep to look at, or of an odd shape, is dropped, never kept.
+    const odd = JSON.stringify(storedInput({ action: { text: { nested: 'hunter2' } }, a: { b: { c: { text: 'hunter3' } } } }, 'length', true));
+    assert.ok(!odd.includes('hunter2') && !odd.includes('hunter3'), odd);
+    // Kept when the session opted in; never masked for a tool that types nothing (bash).
+    assert.deepEqual(storedInput({ args: { text: 'x' } }, 'keep', true), { args: { text: 'x' } });
+    assert.deepEqual(storedInput({ command: 'echo', text: 'x' }, 'length', false), { command: 'echo', text: 'x' });
+    for (const tool of ['computer', 'actions', 'desktop', 'openai-computer', 'gemini-computer']) assert.ok(isTypingTool(tool), tool);
+    assert.ok(!isTypingTool('bash'));
+    assert.equal(actionName({ action: { type: 'double_click' } }, 'openai-computer'), 'double_click');
+    assert.equal(actionName({ actions: [] }, 'openai-computer'), 'batch');
+    assert.equal(actionName({ name: 'type_text_at' }, 'gemini-computer'), 'type_text_at');
+    assert.equal(actionName({ action: 'set_clipboard' }, 'desktop'), 'set_clipboard');
+  });
+
   it('stores typed text and key sequences as their length unless kept, and cuts long strings', () => {
     assert.deepEqual(storedInput({ action: 'type', text: 'secret' }, 'length', true), { action: 'type', textLength: 6 });
     assert.deepEqual(storedInput({ action: 'key', text: 'ctrl+a' }, 'length', true), { action: 'key', textLength: 6 });
@@ -143,8 +173,20 @@ describe('link tokens', () => {
     assert.throws(() => links.verify(token, 'bbbbbbbbbb', 'trajectory'), { code: 'invalid_link_token' });
     assert.throws(() => links.verify(`${token.slice(0, -1)}${token.endsWith('A') ? 'B' : 'A'}`, 'aaaaaaaaaa', 'trajectory'), { code: 'invalid_link_token' });
     assert.throws(() => links.verify(token, 'aaaaaaaaaa', 'trajectory', new Date(Date.now() + 61_000)), { code: 'expired_link_token' });
-    const raw = JSON.stringify(db.prepare('SELECT * FROM link_tokens').all());
-    assert.ok(!raw.includes(token.split('_').pop()!), 'the secret is not in the database');
+    // The secret, in every form it could be stored in, is nowhere in the database's bytes
+    // (the whole file as SQLite writes it: a BLOB column is compared as bytes, not as JSON),
+    // and the row holds exactly its SHA-256.
+    // `lnk_<12 id chars>_<secret>`: both parts may hold '_' themselves, so the secret is cut by position.
+    const secret = token.slice('lnk_'.length + 12 + 1);
+    assert.equal(secret.length, 43);
+    const file = db.serialize();
+    for (const form of [Buffer.from(secret), Buffer.from(secret, 'base64url'), Buffer.from(Buffer.from(secret, 'base64url').toString('hex'))]) {
+      assert.equal(file.indexOf(form), -1, `the secret (${form.length} bytes) is not in the database`);
+    }
+    const stored = db.prepare('SELECT hash FROM link_tokens WHERE id = ?').get(record.id) as { hash: Buffer };
+    assert.ok(Buffer.isBuffer(stored.hash), 'the hash is stored as bytes');
+    assert.deepEqual(stored.hash, createHash('sha256').update(secret).digest(), 'the row holds the SHA-256 of the secret');
+    assert.notEqual(file.indexOf(stored.hash), -1, 'the search above looks at the bytes where the hash is (it would find a stored secret)');
     assert.equal(links.revoke('other-tenant', 'aaaaaaaaaa', record.id), false);
     assert.equal(links.revoke('t', 'aaaaaaaaaa', record.id), true);
     assert.throws(() => links.verify(token, 'aaaaaaaaaa', 'trajectory'), { code: 'revoked_link_token' });

@@ -116,6 +116,11 @@ export class LinkTokens {
     );
   }
 
+  /** The tenants that made links to a session (one, unless ids were reused): its owners by what is kept. */
+  tenantsOf(sessionId: string): string[] {
+    return (this.db.prepare('SELECT DISTINCT tenant FROM link_tokens WHERE session_id = ?').all(sessionId) as Array<{ tenant: string }>).map((r) => r.tenant);
+  }
+
   /** Every link of a session ends with it (the live view's tokens die with the session). */
   revokeSession(sessionId: string, now = new Date()): void {
     this.db.prepare('UPDATE link_tokens SET revoked_at = ? WHERE session_id = ? AND revoked_at IS NULL').run(now.toISOString(), sessionId);

@@ -1,7 +1,9 @@
 import type { FastifyInstance } from 'fastify';
 import { DesktopActions } from '../../computer/desktop-actions/desktop-actions.js';
 import { MAX_TARGET_LENGTH, MAX_CLIPBOARD_BYTES, OPEN_SCHEMES } from '../../computer/desktop-actions/requests.js';
-import type { ToolSessions } from '../../sessions/ports.js';
+import type { DesktopSessions } from '../../sessions/ports.js';
+import { recordedCall } from '../../sessions/trajectory/recorded-call.js';
+import type { TrajectoryRecorder } from '../../sessions/trajectory/recorder.js';
 import { SMALL_BODY_LIMIT_BYTES } from '../limits.js';
 import { sessionIdParams } from '../schemas.js';
 
@@ -57,11 +59,27 @@ const CLIPBOARD_BODY_LIMIT_BYTES = 2 * MAX_CLIPBOARD_BYTES + 64 * 1024;
  * /v1/sessions/:id/desktop/...: desktop actions beyond raw input (open, launch, windows,
  * clipboard, screen size), each one run of the guest's desktop helper with the request as
  * data on its stdin (computer/desktop-actions). Scoped to the tenant and rate-limited like
- * every session route (server.ts installs both for every /v1/sessions/:id route).
+ * every session route (server.ts installs both for every /v1/sessions/:id route). Each call
+ * is a step of the session's trajectory (tool `desktop`, action `open`, `launch`, `windows`,
+ * `focus`, `close`, `clipboard`, `set_clipboard`, `screen`): clipboard text, both ways, is
+ * typed text there (stored as its length unless the session keeps typed text).
  */
-export async function desktopActionRoutes(app: FastifyInstance, opts: { manager: ToolSessions }): Promise<void> {
+export async function desktopActionRoutes(app: FastifyInstance, opts: { manager: DesktopSessions; trajectory?: TrajectoryRecorder }): Promise<void> {
   const { manager } = opts;
-  const actions = (id: string) => manager.attachment(id, 'desktop-actions', ({ connection }) => new DesktopActions(connection, manager.display));
+  // Refused (409 human_in_control) while a person has taken the session over, as computer
+  // actions are: checked before anything runs, reads included (the agent waits for hand-back).
+  const actions = (id: string) => {
+    manager.checkAgentControl(id);
+    return manager.attachment(id, 'desktop-actions', ({ connection }) => new DesktopActions(connection, manager.display));
+  };
+  /** Runs one desktop action of a session as a step of its trajectory; `typed`: its answer is the clipboard's text. */
+  const step = <T>(id: string, input: { action: string } & Record<string, unknown>, work: (desktop: DesktopActions) => Promise<T>, typed?: (answer: T) => string) =>
+    recordedCall(
+      opts.trajectory,
+      { sessionId: id, tool: 'desktop', input },
+      async () => work(await actions(id)),
+      (answer, durationMs) => (typed ? { durationMs, output: typed(answer), outputIsTyped: true } : { durationMs, output: JSON.stringify(answer) }),
+    );
 
   app.post<{ Params: IdParams; Body: { target: string } }>(
     '/v1/sessions/:id/desktop/open',
@@ -83,7 +101,7 @@ export async function desktopActionRoutes(app: FastifyInstance, opts: { manager:
         response: { 200: { type: 'object', properties: { target: { type: 'string' } } }, ...errors },
       },
     },
-    async (request) => (await actions(request.params.id)).open(request.body.target),
+    async (request) => step(request.params.id, { action: 'open', target: request.body.target }, (d) => d.open(request.body.target)),
   );
 
   app.post<{ Params: IdParams; Body: { app: string } }>(
@@ -104,7 +122,7 @@ export async function desktopActionRoutes(app: FastifyInstance, opts: { manager:
         response: { 200: { type: 'object', properties: { app: { type: 'string' }, file: { type: 'string' } } }, ...errors },
       },
     },
-    async (request) => (await actions(request.params.id)).launch(request.body.app),
+    async (request) => step(request.params.id, { action: 'launch', app: request.body.app }, (d) => d.launch(request.body.app)),
   );
 
   app.get<{ Params: IdParams }>(
@@ -117,7 +135,7 @@ export async function desktopActionRoutes(app: FastifyInstance, opts: { manager:
         response: { 200: { type: 'object', properties: { windows: { type: 'array', items: windowSchema } } }, ...errors },
       },
     },
-    async (request) => ({ windows: await (await actions(request.params.id)).windows() }),
+    async (request) => step(request.params.id, { action: 'windows' }, async (d) => ({ windows: await d.windows() })),
   );
 
   app.post<{ Params: WindowParams }>(
@@ -131,7 +149,7 @@ export async function desktopActionRoutes(app: FastifyInstance, opts: { manager:
         response: { 200: { type: 'object', properties: { id: { type: 'integer' }, focused: { type: 'boolean' } } }, ...errors },
       },
     },
-    async (request) => (await actions(request.params.id)).focus(request.params.windowId),
+    async (request) => step(request.params.id, { action: 'focus', windowId: request.params.windowId }, (d) => d.focus(request.params.windowId)),
   );
 
   app.post<{ Params: WindowParams }>(
@@ -145,7 +163,7 @@ export async function desktopActionRoutes(app: FastifyInstance, opts: { manager:
         response: { 200: { type: 'object', properties: { id: { type: 'integer' }, closed: { type: 'boolean' } } }, ...errors },
       },
     },
-    async (request) => (await actions(request.params.id)).close(request.params.windowId),
+    async (request) => step(request.params.id, { action: 'close', windowId: request.params.windowId }, (d) => d.close(request.params.windowId)),
   );
 
   app.get<{ Params: IdParams }>(
@@ -159,7 +177,7 @@ export async function desktopActionRoutes(app: FastifyInstance, opts: { manager:
         response: { 200: { type: 'object', properties: { text: { type: 'string' } } }, ...errors },
       },
     },
-    async (request) => ({ text: await (await actions(request.params.id)).clipboard() }),
+    async (request) => step(request.params.id, { action: 'clipboard' }, async (d) => ({ text: await d.clipboard() }), (answer) => answer.text),
   );
 
   app.put<{ Params: IdParams; Body: { text: string } }>(
@@ -180,7 +198,7 @@ export async function desktopActionRoutes(app: FastifyInstance, opts: { manager:
         response: { 200: { type: 'object', properties: { bytes: { type: 'integer' } } }, ...errors },
       },
     },
-    async (request) => (await actions(request.params.id)).setClipboard(request.body.text),
+    async (request) => step(request.params.id, { action: 'set_clipboard', text: request.body.text }, (d) => d.setClipboard(request.body.text)),
   );
 
   app.get<{ Params: IdParams }>(
@@ -193,6 +211,6 @@ export async function desktopActionRoutes(app: FastifyInstance, opts: { manager:
         response: { 200: { type: 'object', properties: { width: { type: 'integer' }, height: { type: 'integer' } } }, ...errors },
       },
     },
-    async (request) => (await actions(request.params.id)).screen(),
+    async (request) => step(request.params.id, { action: 'screen' }, (d) => d.screen()),
   );
 }

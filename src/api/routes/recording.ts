@@ -17,6 +17,8 @@ const errors = { 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 410: { $ref: 
  * A session's screen recording: start, stop, its status, and the video (MP4, with Range for
  * browsers' <video>) and its subtitles (WebVTT: the agent's actions), also after the session
  * ended, until retention deletes them. The files are the orchestrator's, on the host only.
+ * Besides the tenant hook (which knows sessions by their rows and their kept artifacts), each
+ * route asks for the recording as the request's tenant: the recording's own record decides.
  */
 export async function recordingRoutes(app: FastifyInstance, opts: { manager: SessionRecordings }): Promise<void> {
   const { manager } = opts;
@@ -46,13 +48,13 @@ export async function recordingRoutes(app: FastifyInstance, opts: { manager: Ses
         response: statusReply,
       },
     },
-    async (request) => manager.stopRecording(request.params.id),
+    async (request) => manager.stopRecording(request.params.id, request.tenant),
   );
 
   app.get<{ Params: IdParams }>(
     '/v1/sessions/:id/recording/status',
     { schema: { summary: 'The recording\'s state, size and frames', tags: ['recording'], params: sessionIdParams, response: statusReply } },
-    async (request) => manager.recordingStatus(request.params.id),
+    async (request) => manager.recordingStatus(request.params.id, request.tenant),
   );
 
   app.get<{ Params: IdParams }>(
@@ -70,7 +72,7 @@ export async function recordingRoutes(app: FastifyInstance, opts: { manager: Ses
       },
     },
     async (request, reply) => {
-      const { video, status } = await manager.recordingFiles(request.params.id);
+      const { video, status } = await manager.recordingFiles(request.params.id, request.tenant);
       const size = (await fileSize(video, request.params.id)).size;
       const range = parseByteRange(request.headers.range, size);
       void reply.header('accept-ranges', 'bytes').header('cache-control', 'no-store').header('x-recording-state', status.state);
@@ -100,7 +102,7 @@ export async function recordingRoutes(app: FastifyInstance, opts: { manager: Ses
       },
     },
     async (request, reply) => {
-      const { subtitles } = await manager.recordingFiles(request.params.id);
+      const { subtitles } = await manager.recordingFiles(request.params.id, request.tenant);
       await fileSize(subtitles, request.params.id);
       return reply.type('text/vtt; charset=utf-8').header('cache-control', 'no-store').send(createReadStream(subtitles));
     },

@@ -5,6 +5,7 @@ import { TOOL_VERSIONS } from '../../runs/tool-versions.js';
 import { SMALL_BODY_LIMIT_BYTES } from '../limits.js';
 import { createSessionBody } from '../schemas.js';
 import { EventStream } from '../event-stream.js';
+import type { StreamSlots } from '../stream-slots.js';
 
 /** Bytes an SSE client may leave unread before it is dropped: a slow reader holds no more. */
 const SSE_UNREAD_LIMIT_BYTES = 256 * 1024;
@@ -33,8 +34,8 @@ const runBody = {
  * /v1/runs: the built-in Claude loop. A run belongs to the tenant that made it; another
  * tenant's answers as one that does not exist.
  */
-export async function runRoutes(app: FastifyInstance, opts: { runs: RunManager }): Promise<void> {
-  const { runs } = opts;
+export async function runRoutes(app: FastifyInstance, opts: { runs: RunManager; streams: StreamSlots }): Promise<void> {
+  const { runs, streams } = opts;
   app.post<{ Body: RunRequest }>(
     '/v1/runs',
     {
@@ -61,16 +62,37 @@ export async function runRoutes(app: FastifyInstance, opts: { runs: RunManager }
 
   app.get<{ Params: { id: string } }>(
     '/v1/runs/:id/events',
-    { schema: { summary: "A run's progress as Server-Sent Events, from its start; the stream ends after the `end` event", tags: ['runs'], params: runIdParams } },
+    {
+      schema: {
+        summary: "A run's progress as Server-Sent Events, from its start; the stream ends after the `end` event",
+        description: 'An open stream counts against the tenant\'s event streams (SBX_TENANT_MAX_STREAMS; 429 tenant_stream_limit), not its requests in flight.',
+        tags: ['runs'],
+        params: runIdParams,
+      },
+    },
     async (request, reply) => {
       const pending: RunEvent[] = [];
       let stream: EventStream<RunEvent> | undefined;
-      // Throws (404) before anything is written for a run that is not the tenant's.
-      const subscription = runs.subscribe(request.params.id, request.tenant, (event) => (stream ? stream.send(event) : pending.push(event)));
+      // A stream slot of the tenant's (429 over SBX_TENANT_MAX_STREAMS) instead of a request slot.
+      const release = streams.open(request, reply);
+      let subscription: ReturnType<RunManager['subscribe']>;
+      try {
+        // Throws (404) before anything is written for a run that is not the tenant's.
+        subscription = runs.subscribe(request.params.id, request.tenant, (event) => (stream ? stream.send(event) : pending.push(event)));
+      } catch (err) {
+        release();
+        throw err;
+      }
       reply.hijack();
       const raw = reply.raw;
       raw.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive' });
-      const opened = new EventStream<RunEvent>(raw, SSE_UNREAD_LIMIT_BYTES, subscription.unsubscribe, (event) => event.type === 'end');
+      // The client learns at once that its stream is open, before the run's first event.
+      raw.flushHeaders();
+      const { unsubscribe } = subscription;
+      const opened = new EventStream<RunEvent>(raw, SSE_UNREAD_LIMIT_BYTES, () => {
+        unsubscribe();
+        release();
+      }, (event) => event.type === 'end');
       raw.on('close', () => opened.close());
       for (const event of [...subscription.past, ...pending]) opened.send(event);
       stream = opened;

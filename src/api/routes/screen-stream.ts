@@ -5,6 +5,7 @@ import { encodeFrame } from '../../computer/frame-image.js';
 import { resolveScreenshotFormat } from '../../computer/screenshot-format.js';
 import type { ScreenFrames } from '../../sessions/ports.js';
 import { screenshotFormatQuery, sessionIdParams } from '../schemas.js';
+import type { StreamSlots } from '../stream-slots.js';
 
 /** What one client may have waiting unread: about two frames. Beyond it the client is dropped, not buffered for. */
 export const STREAM_MAX_BUFFERED_BYTES = 1024 * 1024;
@@ -23,8 +24,8 @@ interface StreamRequest {
  * object, so nothing is encoded or sent for it. A client that does not keep up is dropped.
  * When the session ends, an `end` event says why and the stream closes.
  */
-export async function screenStreamRoutes(app: FastifyInstance, opts: { manager: ScreenFrames }): Promise<void> {
-  const { manager } = opts;
+export async function screenStreamRoutes(app: FastifyInstance, opts: { manager: ScreenFrames; streams: StreamSlots }): Promise<void> {
+  const { manager, streams } = opts;
   app.get<StreamRequest>(
     '/v1/sessions/:id/screen/stream',
     {
@@ -33,12 +34,13 @@ export async function screenStreamRoutes(app: FastifyInstance, opts: { manager: 
         description:
           'Each `frame` event\'s data is JSON {seq, at, mediaType, width, height, data (base64)}; jpeg at quality 70 unless ?format/?quality say otherwise. ' +
           `?fps (1-5, default 2) bounds how often the screen is looked at. A client with more than ${STREAM_MAX_BUFFERED_BYTES} bytes unread is disconnected. ` +
-          'An `end` event {reason} comes when the session is no longer ready.',
+          'An `end` event {reason} comes when the session is no longer ready. ' +
+          `A tenant has at most ${streams.maxPerTenant} event streams open (SBX_TENANT_MAX_STREAMS; 429 tenant_stream_limit); they do not count as requests in flight.`,
         tags: ['computer'],
         params: sessionIdParams,
         querystring: { type: 'object', properties: { ...screenshotFormatQuery, fps: { type: 'string', pattern: '^[1-5]$', description: 'Looks per second, 1-5 (default 2)' } } },
         produces: ['text/event-stream'],
-        response: { 200: { description: 'text/event-stream', type: 'string' }, 400: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 410: { $ref: 'Error#' } },
+        response: { 200: { description: 'text/event-stream', type: 'string' }, 400: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 410: { $ref: 'Error#' }, 429: { $ref: 'Error#' } },
       },
     },
     async (request, reply) => {
@@ -46,8 +48,16 @@ export async function screenStreamRoutes(app: FastifyInstance, opts: { manager: 
       const { format, quality, fps } = request.query;
       const choice = resolveScreenshotFormat({ format, quality }, { format: 'jpeg', quality: 70 });
       const intervalMs = 1000 / Number(fps ?? 2);
+      // The stream's slot before the first await (the request's own slot is given back).
+      const release = streams.open(request, reply);
       // The first frame before the answer starts: a session that is not ready gets its 404/409/410.
-      let frame = await manager.screenFrame(id, 0);
+      let frame: RawFrame | undefined;
+      try {
+        frame = await manager.screenFrame(id, 0);
+      } catch (err) {
+        release();
+        throw err;
+      }
       reply.hijack();
       const res = reply.raw;
       res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive', 'x-accel-buffering': 'no' });
@@ -87,6 +97,7 @@ export async function screenStreamRoutes(app: FastifyInstance, opts: { manager: 
       } catch (err) {
         send(`event: end\ndata: ${JSON.stringify({ reason: (err as Error).message })}\n\n`);
       } finally {
+        release();
         if (!res.destroyed) res.end();
       }
     },

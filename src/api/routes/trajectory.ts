@@ -3,16 +3,18 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { NotFoundError } from '../../errors.js';
 import type { SessionDirectory } from '../../sessions/ports.js';
 import type { TrajectoryRecorder } from '../../sessions/trajectory/recorder.js';
-import type { TrajectoryRow } from '../../sessions/trajectory/trajectory-store.js';
+import { STEP_TOOLS, type TrajectoryRow } from '../../sessions/trajectory/trajectory-store.js';
 import { sessionIdParams } from '../schemas.js';
-import { allSteps, stepJson, trajectorySummary, type TrajectorySummary, type VideoStart } from '../trajectory-view/trajectory-json.js';
+import { allSteps, stepJson, trajectorySummary, videoTimeOf, type TrajectorySummary, type VideoStart } from '../trajectory-view/trajectory-json.js';
 import { viewerPage } from '../trajectory-view/viewer-page.js';
 
 export interface TrajectoryRouteOptions {
   manager: Pick<SessionDirectory, 'get'>;
   trajectory: TrajectoryRecorder;
   /** When the session's recording started, if it has one (for the page's links into the video). */
-  recordingStart?: (sessionId: string) => Promise<VideoStart | undefined>;
+  recordingStart?: (sessionId: string, tenant: string) => Promise<VideoStart | undefined>;
+  /** A frame of the session's recording `offsetMs` into it, as JPEG (the tenant's recording only). */
+  recordingFrame?: (sessionId: string, tenant: string, offsetMs: number) => Promise<{ data: Buffer; finished: boolean } | undefined>;
 }
 
 interface IdParams {
@@ -26,11 +28,17 @@ const JSON_PAGE_STEPS = 1000;
 const PAGE_STEPS = 2000;
 const tokenQuery = { token: { type: 'string', maxLength: 128, description: 'A link token (POST /v1/sessions/:id/links), for a browser that cannot send the API key' } } as const;
 
+const stepParams = {
+  ...sessionIdParams,
+  required: ['id', 'n'],
+  properties: { ...sessionIdParams.properties, n: { type: 'string', pattern: '^[1-9][0-9]{0,8}$', description: 'The step number' } },
+} as const;
+
 const stepSchema = {
   type: 'object',
   properties: {
     n: { type: 'integer', description: '1, 2, ... in the order the calls finished' },
-    tool: { type: 'string', enum: ['computer', 'bash', 'str_replace_based_edit_tool', 'actions'] },
+    tool: { type: 'string', enum: [...STEP_TOOLS] },
     action: { type: 'string', nullable: true },
     input: { type: 'object', additionalProperties: true, description: 'As the model sent it; typed text as textLength unless the session opted in' },
     output: { type: 'string', nullable: true },
@@ -41,7 +49,11 @@ const stepSchema = {
     settleMs: { type: 'number', nullable: true },
     screenshots: {
       type: 'object',
-      properties: { before: { type: 'string', nullable: true }, after: { type: 'string', nullable: true } },
+      properties: {
+        before: { type: 'string', nullable: true },
+        after: { type: 'string', nullable: true },
+        frame: { type: 'string', nullable: true, description: "The session's recording at the end of the step (JPEG), for a step without a screenshot of its own" },
+      },
     },
   },
 } as const;
@@ -69,7 +81,7 @@ export async function trajectoryRoutes(app: FastifyInstance, opts: TrajectoryRou
     } catch {
       session = undefined; // its record was pruned: the trajectory outlives it
     }
-    return trajectorySummary(row, trajectory.reader, session, await opts.recordingStart?.(row.sessionId));
+    return trajectorySummary(row, trajectory.reader, session, await opts.recordingStart?.(row.sessionId, row.tenant));
   };
 
   app.get<{ Params: IdParams; Querystring: { format?: 'json' | 'jsonl'; from?: string; limit?: string; token?: string } }>(
@@ -106,6 +118,7 @@ export async function trajectoryRoutes(app: FastifyInstance, opts: TrajectoryRou
               totals: { type: 'object', additionalProperties: { type: 'number' } },
               videoUrl: { type: 'string', nullable: true, description: "The session's recording (GET .../recording), null without one" },
               videoStartMs: { type: 'number', nullable: true, description: 'When the recording started, in ms since the session was created: a step is at startedMs - videoStartMs in the video' },
+              videoEndMs: { type: 'number', nullable: true, description: 'When the recording ended, the same way (null while recording)' },
               steps: { type: 'array', items: stepSchema },
               next: { type: 'string', nullable: true, description: 'JSON: the URL of the next page of steps, null on the last' },
             },
@@ -125,11 +138,11 @@ export async function trajectoryRoutes(app: FastifyInstance, opts: TrajectoryRou
         const page = trajectory.steps(row.sessionId, from, limit + 1);
         const more = page.length > limit ? page.pop() : undefined;
         const next = more ? `/v1/sessions/${row.sessionId}/trajectory?from=${more.n}&limit=${limit}` : null;
-        return { ...summary, steps: page.map((step) => stepJson(row.sessionId, step)), next };
+        return { ...summary, steps: page.map((step) => stepJson(row.sessionId, step, summary)), next };
       }
       async function* lines(): AsyncGenerator<string> {
         yield `${JSON.stringify({ type: 'trajectory', ...summary })}\n`;
-        for await (const step of allSteps(trajectory, row.sessionId)) yield `${JSON.stringify({ type: 'step', ...stepJson(row.sessionId, step) })}\n`;
+        for await (const step of allSteps(trajectory, row.sessionId)) yield `${JSON.stringify({ type: 'step', ...stepJson(row.sessionId, step, summary) })}\n`;
       }
       return reply.type('application/x-ndjson').header('cache-control', 'no-store').send(Readable.from(lines()));
     },
@@ -142,7 +155,7 @@ export async function trajectoryRoutes(app: FastifyInstance, opts: TrajectoryRou
       schema: {
         summary: 'The screenshot of a step: the screen after it (the settled screen it returned), or before it',
         tags: ['trajectory'],
-        params: { ...sessionIdParams, required: ['id', 'n'], properties: { ...sessionIdParams.properties, n: { type: 'string', pattern: '^[1-9][0-9]{0,8}$', description: 'The step number' } } },
+        params: stepParams,
         querystring: { type: 'object', properties: { when: { type: 'string', enum: ['before', 'after'], default: 'after' }, ...tokenQuery } },
         produces: ['image/png', 'image/jpeg', 'image/webp'],
         response: { 200: { description: 'The image', type: 'string', format: 'binary' }, ...errors },
@@ -158,6 +171,34 @@ export async function trajectoryRoutes(app: FastifyInstance, opts: TrajectoryRou
       if (!image) throw new NotFoundError(`step ${n} has no screenshot ${request.query.when ?? 'after'} it (stored only when the call returned one)`);
       // Stored frames never change: a browser may keep them while the page is open.
       return reply.type(image.mediaType).header('cache-control', 'private, max-age=3600').send(image.data);
+    },
+  );
+
+  app.get<{ Params: IdParams & { n: string }; Querystring: { token?: string } }>(
+    '/v1/sessions/:id/trajectory/steps/:n/frame',
+    {
+      config: { linkPurpose: 'trajectory' },
+      schema: {
+        summary: "The session's recording at the end of a step, as JPEG: the screen of a step that stored no screenshot of its own",
+        description: 'Extracted from the video (GET .../recording) at the step\'s time; 404 when the session has no recording covering that moment.',
+        tags: ['trajectory'],
+        params: stepParams,
+        querystring: { type: 'object', properties: tokenQuery },
+        produces: ['image/jpeg'],
+        response: { 200: { description: 'The frame', type: 'string', format: 'binary' }, 503: { $ref: 'Error#' }, ...errors },
+      },
+    },
+    async (request, reply) => {
+      const row = trajectoryOf(request);
+      const n = Number(request.params.n);
+      const step = trajectory.reader.step(row.sessionId, n);
+      if (!step) throw new NotFoundError(`the trajectory of session ${row.sessionId} has no step ${n}`);
+      const summary = await summaryOf(row);
+      const at = videoTimeOf(step, summary);
+      const frame = at !== undefined ? await opts.recordingFrame?.(row.sessionId, row.tenant, at) : undefined;
+      if (!frame) throw new NotFoundError(`session ${row.sessionId} has no recording of the moment of step ${n}`);
+      // A finished recording never changes: its frames may be kept while the page is open.
+      return reply.type('image/jpeg').header('cache-control', frame.finished ? 'private, max-age=3600' : 'no-store').send(frame.data);
     },
   );
 
@@ -177,7 +218,7 @@ export async function trajectoryRoutes(app: FastifyInstance, opts: TrajectoryRou
     async (request, reply) => {
       const row = trajectoryOf(request);
       const summary = await summaryOf(row);
-      const steps = trajectory.steps(row.sessionId, 1, PAGE_STEPS).map((step) => stepJson(row.sessionId, step));
+      const steps = trajectory.steps(row.sessionId, 1, PAGE_STEPS).map((step) => stepJson(row.sessionId, step, summary));
       const page = viewerPage({ ...summary, steps });
       return reply
         .type('text/html; charset=utf-8')

@@ -5,7 +5,10 @@ import { DesktopError } from '../../computer/desktop.js';
 import { Scaler } from '../../computer/scaling.js';
 import type { EncodedImage } from '../../computer/screenshot-format.js';
 import { InvalidRequestError } from '../../errors.js';
-import type { ComputerActions, SessionDirectory, ToolSessions } from '../../sessions/ports.js';
+import type { ComputerActions, DesktopSessions, SessionDirectory } from '../../sessions/ports.js';
+import type { ActionOutcome } from '../../sessions/session-actions.js';
+import { recordedCall, type StepOutcome } from '../../sessions/trajectory/recorded-call.js';
+import type { TrajectoryRecorder } from '../../sessions/trajectory/recorder.js';
 import { ignoredText, objectOf, onlyFields } from '../../vendors/fields.js';
 import { addressBarActions, translateGemini, type BrowserStep } from '../../vendors/gemini.js';
 import type { ComputerAction } from '../../computer/actions.js';
@@ -13,7 +16,7 @@ import { openaiActionList, translateOpenAI } from '../../vendors/openai.js';
 import { SMALL_BODY_LIMIT_BYTES } from '../limits.js';
 import { sessionIdParams } from '../schemas.js';
 
-type VendorSessions = ComputerActions & ToolSessions & Pick<SessionDirectory, 'get'>;
+type VendorSessions = ComputerActions & DesktopSessions & Pick<SessionDirectory, 'get'>;
 
 const errors = { 400: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 410: { $ref: 'Error#' } };
 /** Typed text may be 20,000 characters; as JSON escapes, several times that. */
@@ -28,9 +31,12 @@ const CALL_ID = /^[A-Za-z0-9_-]{1,200}$/;
  * POST /v1/sessions/:id/tools/openai-computer and /tools/gemini-computer: another vendor's
  * computer-use call, as the model sent it, translated into our own actions (src/vendors/)
  * and run by the same code as /actions; the answer is what that vendor's API takes back.
+ * Each call is a step of the session's trajectory (tool `openai-computer` / `gemini-computer`),
+ * its input as the model sent it with typed text masked (step-input.ts), the settled screen
+ * as its screenshot; a call refused (400) or answered with an error is a step with its error.
  */
-export async function vendorToolRoutes(app: FastifyInstance, opts: { manager: VendorSessions }): Promise<void> {
-  const { manager } = opts;
+export async function vendorToolRoutes(app: FastifyInstance, opts: { manager: VendorSessions; trajectory?: TrajectoryRecorder }): Promise<void> {
+  const { manager, trajectory } = opts;
 
   app.post<{ Params: { id: string }; Body: unknown }>(
     '/v1/sessions/:id/tools/openai-computer',
@@ -47,16 +53,22 @@ export async function vendorToolRoutes(app: FastifyInstance, opts: { manager: Ve
       },
     },
     async (request) => {
-      const body = objectOf(request.body, 'body');
-      onlyFields(body, 'body', [], ['action', 'actions', 'call_id', 'type', 'id', 'status', 'pending_safety_checks']);
-      const callId = optionalId(body.call_id, 'call_id');
-      if (body.type !== undefined && body.type !== 'computer_call') throw new InvalidRequestError('type must be "computer_call" when given');
-      ignoredText(body.pending_safety_checks, 'pending_safety_checks');
-      const list = openaiActionList(body);
-      const outcome = await manager.perform(request.params.id, (scaler) => translateOpenAI(list, scaler), {
-        screenshotAfter: true,
-        format: { format: 'png' },
-      });
+      const { id } = request.params;
+      const { outcome, callId } = await recordedCall(
+        trajectory,
+        { sessionId: id, tool: 'openai-computer', input: request.body },
+        async () => {
+          const body = objectOf(request.body, 'body');
+          onlyFields(body, 'body', [], ['action', 'actions', 'call_id', 'type', 'id', 'status', 'pending_safety_checks']);
+          const callId = optionalId(body.call_id, 'call_id');
+          if (body.type !== undefined && body.type !== 'computer_call') throw new InvalidRequestError('type must be "computer_call" when given');
+          ignoredText(body.pending_safety_checks, 'pending_safety_checks');
+          const list = openaiActionList(body);
+          const outcome = await manager.perform(id, (scaler) => translateOpenAI(list, scaler), { screenshotAfter: true, format: { format: 'png' } });
+          return { outcome, callId };
+        },
+        (done) => outcomeStep(done.outcome),
+      );
       return {
         type: 'computer_call_output',
         ...(callId ? { call_id: callId } : {}),
@@ -80,29 +92,48 @@ export async function vendorToolRoutes(app: FastifyInstance, opts: { manager: Ve
       },
     },
     async (request) => {
-      const call = objectOf(request.body, 'body');
-      onlyFields(call, 'body', ['name'], ['args', 'id']);
-      if (typeof call.name !== 'string') throw new InvalidRequestError('name must be a string');
-      const id = optionalId(call.id, 'id');
-      const head = { name: call.name.slice(0, 64), ...(id ? { id } : {}) };
-      try {
-        const view = manager.get(request.params.id);
-        const scaler = new Scaler(view.display, { width: view.computerTool.display_width_px, height: view.computerTool.display_height_px });
-        const plan = translateGemini(call, scaler);
-        const first = plan.browser ? await browserStep(manager, request.params.id, plan.browser, plan.name) : [];
-        const outcome = await manager.perform(request.params.id, () => [...first, ...plan.actions], { screenshotAfter: true, format: { format: 'png' } });
-        const image = required(outcome.image);
-        return {
-          ...head,
-          response: plan.url ? { url: plan.url } : {},
-          parts: [{ inlineData: { mimeType: image.mediaType, data: image.data.toString('base64') } }],
-        };
-      } catch (err) {
-        if (!(err instanceof InvalidRequestError || err instanceof DesktopError || err instanceof DesktopActionFailedError || err instanceof AppNotFoundError)) throw err;
-        return { ...head, response: { error: err.message } };
-      }
+      const sessionId = request.params.id;
+      const answer = await recordedCall(
+        trajectory,
+        { sessionId, tool: 'gemini-computer', input: request.body },
+        () => geminiCall(manager, sessionId, request.body),
+        (done, durationMs): StepOutcome =>
+          done.error !== undefined ? { durationMs, error: { code: 'tool_error', message: done.error } } : outcomeStep(done.outcome, durationMs),
+      );
+      return answer.body;
     },
   );
+}
+
+/** A Gemini call run: its FunctionResponse, the outcome of its actions, or the error the model is shown. */
+async function geminiCall(
+  manager: VendorSessions,
+  sessionId: string,
+  input: unknown,
+): Promise<{ body: Record<string, unknown>; outcome?: ActionOutcome; error?: string }> {
+  const call = objectOf(input, 'body');
+  onlyFields(call, 'body', ['name'], ['args', 'id']);
+  if (typeof call.name !== 'string') throw new InvalidRequestError('name must be a string');
+  const id = optionalId(call.id, 'id');
+  const head = { name: call.name.slice(0, 64), ...(id ? { id } : {}) };
+  try {
+    const view = manager.get(sessionId);
+    const scaler = new Scaler(view.display, { width: view.computerTool.display_width_px, height: view.computerTool.display_height_px });
+    const plan = translateGemini(call, scaler);
+    const first = plan.browser ? await browserStep(manager, sessionId, plan.browser, plan.name) : [];
+    const outcome = await manager.perform(sessionId, () => [...first, ...plan.actions], { screenshotAfter: true, format: { format: 'png' } });
+    const image = required(outcome.image);
+    const body = { ...head, response: plan.url ? { url: plan.url } : {}, parts: [{ inlineData: { mimeType: image.mediaType, data: image.data.toString('base64') } }] };
+    return { body, outcome };
+  } catch (err) {
+    if (!(err instanceof InvalidRequestError || err instanceof DesktopError || err instanceof DesktopActionFailedError || err instanceof AppNotFoundError)) throw err;
+    return { body: { ...head, response: { error: err.message } }, error: err.message };
+  }
+}
+
+/** A vendor call's actions as a trajectory step: timings, cursor, and the settled screen. */
+function outcomeStep(outcome: ActionOutcome | undefined, durationMs?: number): StepOutcome {
+  return { durationMs: outcome?.durationMs ?? durationMs ?? 0, settleMs: outcome?.settleMs, cursor: outcome?.cursor, image: outcome?.image };
 }
 
 /**
@@ -110,6 +141,8 @@ export async function vendorToolRoutes(app: FastifyInstance, opts: { manager: Ve
  * goes first (for a navigation in an open browser window, its address bar).
  */
 async function browserStep(manager: VendorSessions, id: string, step: BrowserStep, name: string): Promise<ComputerAction[]> {
+  // A person holding the desktop (takeover) refuses the browser step too, before it runs.
+  manager.checkAgentControl(id);
   const actions = await manager.attachment(id, 'desktop-actions', ({ connection }) => new DesktopActions(connection, manager.display));
   const noBrowser = `${name} needs a web browser, and this sandbox has none (the desktop template has Firefox)`;
   try {

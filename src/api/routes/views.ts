@@ -150,25 +150,42 @@ export async function viewRoutes(app: FastifyInstance, opts: { views: LiveViews 
     return { control: null };
   });
 
+  // The viewer slot each admitted upgrade holds, from preValidation to the handler.
+  const slots = new WeakMap<object, () => void>();
   app.get<{ Params: { token: string } }>(
     '/v1/views/:token/rfb',
     {
       websocket: true,
       schema: { hide: true, params: tokenParams },
-      // Before the upgrade: a token that opens nothing gets its HTTP error, never a socket.
+      // Before the upgrade: a token that opens nothing gets its HTTP error, never a socket,
+      // and so does a browser over the viewer caps (429). The slot is taken here, in one
+      // synchronous step with the check, and released when this browser's socket closes,
+      // whatever happens in between (a failed upgrade, a tunnel that never opens, a cut).
       preValidation: async (request) => {
-        views.resolve(request.params.token);
+        const release = views.admit(views.resolve(request.params.token));
+        slots.set(request.raw, release);
+        const socket = request.raw.socket;
+        if (socket.destroyed) release();
+        else socket.once('close', release);
       },
     },
     (socket, request) => {
+      const release = slots.get(request.raw);
+      slots.delete(request.raw);
+      if (!release) {
+        // Only preValidation admits a viewer: without its slot, nothing is relayed.
+        socket.close(1011, 'this live view was not admitted');
+        return;
+      }
       let grant: ViewGrant;
       try {
         grant = views.resolve(request.params.token); // again: it may have been revoked meanwhile
       } catch {
+        release();
         socket.close(4001, 'this live view is no longer valid');
         return;
       }
-      void views.connect(grant, socket);
+      void views.connect(grant, socket, release);
     },
   );
 

@@ -28,6 +28,9 @@ export const VIEWER_SCRIPT = String.raw`
     var a = s.action || '?';
     if (s.tool === 'bash') return i.restart === true ? 'bash: restart the shell' : 'bash: ' + String(i.command || '').split('\n')[0];
     if (s.tool === 'str_replace_based_edit_tool') return 'editor: ' + a + ' ' + (i.path || '');
+    if (s.tool === 'desktop') return 'desktop: ' + a.replace(/_/g, ' ') + (i.target ? ' ' + i.target : i.app ? ' ' + i.app : i.windowId ? ' window ' + i.windowId : '');
+    if (s.tool === 'openai-computer') return 'OpenAI: ' + a.replace(/_/g, ' ');
+    if (s.tool === 'gemini-computer') return 'Gemini: ' + a.replace(/_/g, ' ');
     var c = point(i.coordinate);
     var at = c ? ' at (' + c[0] + ', ' + c[1] + ')' : '';
     if (a === 'type') return typeof i.text === 'string' ? 'type "' + i.text + '"' : 'type ' + plural(i.textLength || 0, 'character');
@@ -106,12 +109,15 @@ export const VIEWER_SCRIPT = String.raw`
     svg.appendChild(dot);
   }
 
+  /** The screen after a step: the screenshot it returned, else the recording's frame at its end. */
+  function afterOf(s) { return s.screenshots.after || s.screenshots.frame || null; }
+
   function which(s) {
     var pointer = point((s.input || {}).coordinate) !== null;
     if (showing === 'before' && s.screenshots.before) return 'before';
-    if (showing === 'after' && s.screenshots.after) return 'after';
+    if (showing === 'after' && afterOf(s)) return 'after';
     if (pointer && s.screenshots.before) return 'before';
-    return s.screenshots.after ? 'after' : s.screenshots.before ? 'before' : null;
+    return afterOf(s) ? 'after' : s.screenshots.before ? 'before' : null;
   }
 
   function show(s) {
@@ -119,7 +125,7 @@ export const VIEWER_SCRIPT = String.raw`
     var img = $('screenshot');
     var frame = $('frame');
     $('show-before').disabled = !s.screenshots.before;
-    $('show-after').disabled = !s.screenshots.after;
+    $('show-after').disabled = !afterOf(s);
     $('show-before').classList.toggle('on', when === 'before');
     $('show-after').classList.toggle('on', when === 'after');
     if (!when) {
@@ -127,12 +133,19 @@ export const VIEWER_SCRIPT = String.raw`
       $('shot-caption').textContent = 'No screenshot was taken around this step.';
       return;
     }
-    frame.classList.remove('empty'); img.hidden = false; $('overlay').style.display = '';
-    img.onload = function () { $('overlay').setAttribute('viewBox', '0 0 ' + img.naturalWidth + ' ' + img.naturalHeight); marks(s); img.dataset.loaded = String(s.n) + when; };
+    // The recording's frame is the real screen's pixels, not the model's: no marker on it.
+    var recorded = when === 'after' && !s.screenshots.after;
+    frame.classList.remove('empty'); img.hidden = false; $('overlay').style.display = recorded ? 'none' : '';
+    img.onload = function () {
+      if (!recorded) { $('overlay').setAttribute('viewBox', '0 0 ' + img.naturalWidth + ' ' + img.naturalHeight); marks(s); }
+      img.dataset.loaded = String(s.n) + (recorded ? 'frame' : when);
+    };
     img.dataset.loaded = '';
-    img.src = withToken(s.screenshots[when]);
-    img.alt = 'Screen ' + when + ' step ' + s.n;
-    $('shot-caption').textContent = when === 'before' ? 'The screen before this step (as the model saw it)' : 'The screen after this step (the settled screenshot it returned)';
+    img.src = withToken(recorded ? s.screenshots.frame : s.screenshots[when]);
+    img.alt = (recorded ? 'Recording after' : 'Screen ' + when) + ' step ' + s.n;
+    $('shot-caption').textContent = recorded
+      ? 'The recording at the end of this step (it returned no screenshot of its own)'
+      : when === 'before' ? 'The screen before this step (as the model saw it)' : 'The screen after this step (the settled screenshot it returned)';
   }
 
   function chip(label, value) { var c = el('span', 'chip'); c.appendChild(document.createTextNode(label + ' ')); c.appendChild(el('b', '', value)); return c; }
@@ -143,7 +156,7 @@ export const VIEWER_SCRIPT = String.raw`
     timing.appendChild(chip('at', '+' + seconds(s.startedMs)));
     timing.appendChild(chip('took', millis(s.durationMs)));
     if (s.settleMs !== null && s.settleMs !== undefined) timing.appendChild(chip('settled in', millis(s.settleMs)));
-    timing.appendChild(chip('via', s.tool === 'actions' ? 'actions API' : s.tool + ' tool'));
+    timing.appendChild(chip('via', s.tool === 'actions' ? 'actions API' : s.tool === 'desktop' ? 'desktop API' : s.tool + ' tool'));
     if (s.cursor) timing.appendChild(chip('cursor', '(' + s.cursor.x + ', ' + s.cursor.y + ')'));
     var err = $('error');
     err.hidden = !s.error;
@@ -155,8 +168,9 @@ export const VIEWER_SCRIPT = String.raw`
     Object.keys(s.input || {}).forEach(function (key) {
       var v = s.input[key];
       var tr = el('tr');
-      tr.appendChild(el('td', '', key === 'textLength' ? 'text' : key));
-      tr.appendChild(el('td', '', key === 'textLength' ? '(' + plural(v, 'character') + ', not stored)' : typeof v === 'string' ? v : JSON.stringify(v)));
+      var masked = key === 'textLength' || key === 'keysLength';
+      tr.appendChild(el('td', '', masked ? key.slice(0, -6) : key));
+      tr.appendChild(el('td', '', masked ? '(' + plural(v || 0, 'character') + ', not stored)' : typeof v === 'string' ? v : JSON.stringify(v)));
       table.appendChild(tr);
     });
   }

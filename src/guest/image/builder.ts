@@ -8,7 +8,8 @@
  *                           read-only root disk, under a per-session copy-on-write layer
  *   <hash>/vmlinuz          the guest kernel (Debian's cloud kernel, from the recipe's vm)
  *   <hash>/initrd.img       a busybox initrd that loads the virtio modules and mounts the root
- *   <hash>/manifest.json    what was built, from which recipe, how long it took
+ *   <hash>/rootfs.index     the rootfs's content index, checked before use (image-integrity.ts)
+ *   <hash>/manifest.json    what was built, from which recipe, how long it took, the index's sha256
  *   <hash>.build.log        everything debootstrap and the build steps printed
  *   .build-<hash>-<pid>/    a build in progress; renamed to <hash>/ only once complete,
  *                           so a half-built image is never used
@@ -31,6 +32,7 @@ import { removeStaleBuilds, removeTree } from './build-dirs.js';
 import { CommandError, execLogged, isErrnoCode, type ExecOptions } from './build-exec.js';
 import { EXT4, findImage, imageAt, INITRD, isDirectory, KERNEL, MANIFEST, ROOTFS, type GuestImage, type ImageManifest } from './image-store.js';
 import { truncateTimestamps } from './timestamps.js';
+import { writeContentIndex } from './image-integrity.js';
 import { trimRootfs } from './trim.js';
 import { fetchVmPackages, type VmPackages } from './vm-packages.js';
 
@@ -151,6 +153,8 @@ class ImageBuild {
           total: Math.round(performance.now() - this.started),
         },
         rootfsBytes: await this.diskUsage(this.rootfs),
+        // Last: nothing changes the rootfs after this (checked before each use, image-integrity.ts).
+        contents: await writeContentIndex(this.tempDir, this.rootfs),
       };
       await writeFile(join(this.tempDir, MANIFEST), JSON.stringify(manifest, null, 2) + '\n', { mode: 0o644 });
       const image = await this.moveIntoPlace(force);

@@ -30,6 +30,17 @@ export interface ImageManifest {
   vm: { kernelPackage: string; kernelRelease: string; initrdModules: string[]; initrdBytes: number; ext4Bytes: number };
   durationsMs: { debootstrap: number; configure: number; vm: number; total: number };
   rootfsBytes: number;
+  /** The rootfs's content index (image-integrity.ts); absent in images built before it. */
+  contents?: ContentIndex;
+}
+
+/** What the manifest says of the rootfs's content index (image-integrity.ts). */
+export interface ContentIndex {
+  /** Relative to the image directory. */
+  file: string;
+  /** sha256 of the index file: the index cannot be edited to agree with a damaged tree. */
+  sha256: string;
+  entries: number;
 }
 
 export const MANIFEST = 'manifest.json';

@@ -3,7 +3,8 @@ import { chown, mkdir, readFile, readdir, rm, rmdir, stat, writeFile } from 'nod
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import type { Logger } from 'pino';
-import { ID_RANGE_SIZE, type ContainerSettings } from './settings.js';
+import { ID_RANGE_SIZE, MAX_ID_RANGES, type ContainerSettings } from './settings.js';
+import { HostIdLeases, hostIdBase } from './id-leases.js';
 import { GUEST_SSH_PORT } from '../../guest/contract.js';
 import type { ResourceNames } from '../../network/names.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
@@ -17,7 +18,7 @@ import { blockIoAvailable, deviceNumbers } from './block-io.js';
 import { idmappedMountsUnavailable, mountIdmapped, type IdRange } from './idmapped-mount.js';
 import { allowSshPort, limitUserNamespace, raiseHostInotifyLimits } from './namespace-limits.js';
 import { ociSpec } from './oci-spec.js';
-import { mountsUnder, unmount } from '../../host/mounts.js';
+import { mountsUnder, unmount, unmountAll } from '../../host/mounts.js';
 import { mountOverlay } from './overlay.js';
 import { processStartTime, waitForExit, watchExit } from '../../host/process-watch.js';
 import { layerTemplate, mountWritableLayer } from './writable-layer.js';
@@ -30,7 +31,7 @@ import { layerTemplate, mountWritableLayer } from './writable-layer.js';
  * and I/O limits, and inotify limits of its own.
  *
  * Files under <sessionDir>: bundle/config.json, layer.ext4 (the sandbox's disk, loop-mounted at overlay/, holding upper/ and work/),
- * image/ and config-view/ (idmapped views of the image rootfs and the config dir),
+ * image/ and config-view/ (idmapped, read-only views of the image rootfs and the config dir),
  * console.fifo (runc's and the container's stdout and stderr) and console.log (capped).
  * The overlay (the container's root) is mounted at /run/<prefix>rootfs/<container>, which the
  * container's root, a host uid, can reach (the session dir is 0700).
@@ -72,22 +73,48 @@ export class ContainerRuntime implements Runtime {
     if (io !== true) log.warn({ reason: io }, 'no I/O limit for container sandboxes: the host has no usable io/blkio cgroup controller');
     else if (this.settings.ioBytesPerSecond === 0 && this.settings.ioOpsPerSecond === 0) log.info('no I/O limit for container sandboxes (SBX_IO_BPS=0, SBX_IO_IOPS=0)');
     log.info(
-      { cpus: this.settings.cpus, ioBytesPerSecond: this.settings.ioBytesPerSecond, ioOpsPerSecond: this.settings.ioOpsPerSecond, uidBase: this.settings.uidBase },
+      { cpus: this.settings.cpus, ioBytesPerSecond: this.settings.ioBytesPerSecond, ioOpsPerSecond: this.settings.ioOpsPerSecond, uidBase: this.uidBase, idLeaseDir: this.settings.idLeaseDir },
       'container sandboxes: a user namespace and host id range each, CPU quota, no swap',
     );
   }
 
-  /** The session's host id range: from the store's lease (ledger) when there is one. */
-  private idRange(spec: SandboxSpec): IdRange {
-    const { uidBase } = this.settings;
-    if (spec.leaseIdRange) return { first: spec.leaseIdRange(uidBase, ID_RANGE_SIZE), size: ID_RANGE_SIZE };
-    let first = this.unledgeredRanges.get(spec.sessionId);
-    if (first === undefined) {
+  /** The first host id of this orchestrator's ranges: SBX_CONTAINER_UID_BASE, or one derived from the prefix. */
+  get uidBase(): number {
+    return this.settings.uidBase ?? hostIdBase(this.names.prefix);
+  }
+
+  /** Host-wide leases, held in the name of the state dir that holds the session dirs. */
+  private hostLeases(sessionDir: string): HostIdLeases {
+    return new HostIdLeases(this.settings.idLeaseDir, { stateDir: path.dirname(sessionDir), prefix: this.names.prefix });
+  }
+
+  /**
+   * The session's host id range: from the store's lease (ledger) when there is one, and free
+   * host-wide (id-leases.ts). Given back host-wide by the cleanup once its idmapped views
+   * (which carry the range) are unmounted; one left mounted keeps the lease until a reclaim.
+   */
+  private async idRange(spec: SandboxSpec, cleanup: CleanupStack, views: readonly string[]): Promise<IdRange> {
+    const base = this.uidBase;
+    const leases = this.hostLeases(spec.sessionDir);
+    const take = leases.taker(spec.sessionId, await leases.staleRanges());
+    let first: number;
+    if (spec.leaseIdRange) {
+      first = spec.leaseIdRange(base, ID_RANGE_SIZE, take);
+    } else {
       const taken = new Set(this.unledgeredRanges.values());
-      first = uidBase;
-      while (taken.has(first)) first += ID_RANGE_SIZE;
+      first = base;
+      for (let k = 0; taken.has(first) || !take(first); k++, first += ID_RANGE_SIZE) {
+        if (k >= MAX_ID_RANGES) throw new Error(`all ${MAX_ID_RANGES} host id ranges from ${base} are held`);
+      }
       this.unledgeredRanges.set(spec.sessionId, first);
+      await cleanup.push('id range', () => void this.unledgeredRanges.delete(spec.sessionId));
     }
+    const leased = first;
+    await cleanup.push(`host id lease ${leased}`, async () => {
+      // The mount table names canonical paths.
+      const mounted = new Set((await mountsUnder(spec.sessionDir)).map((m) => path.basename(m)));
+      if (!views.some((view) => mounted.has(path.basename(view)))) await leases.release(leased, spec.sessionId);
+    });
     return { first, size: ID_RANGE_SIZE };
   }
 
@@ -121,16 +148,13 @@ export class ContainerRuntime implements Runtime {
 
     // The image and the config dir as the sandbox's user namespace must see them: owned by
     // its guest root and desktop user, not by host ids it cannot map (see idmapped-mount.ts).
-    const ids = this.idRange(spec);
-    if (!spec.leaseIdRange) await cleanup.push('id range', () => void this.unledgeredRanges.delete(spec.sessionId));
     const imageView = path.join(spec.sessionDir, 'image');
     const configView = path.join(spec.sessionDir, 'config-view');
+    const ids = await this.idRange(spec, cleanup, [imageView, configView]);
     record('mount', imageView);
     record('mount', configView);
-    await cleanup.push(`idmapped views of ${spec.sessionId}`, async () => {
-      await unmount(configView);
-      await unmount(imageView);
-    });
+    // Each tried even if the other fails; one that stays mounted keeps the session dir (session-dir.ts).
+    await cleanup.push(`idmapped views of ${spec.sessionId}`, () => unmountAll([configView, imageView]));
     // Independent steps at once: each costs a process or two (tens of ms on a busy host).
     // All settle before a failure is thrown, so the cleanup never races a mount still being made.
     await allSettledOrThrow([
@@ -243,14 +267,17 @@ export class ContainerRuntime implements Runtime {
       await deleteContainer(this.settings.runcBin, this.names.runcRoot, id);
       if (!(await waitForExit(init.pid, init.startTime, 10_000))) throw new Error(`container init ${init.pid} is still alive 10 s after it was killed`);
       await removeRootfs(this.names.containerRootfs(sessionId));
-      for (const target of await mountsUnder(sessionDir)) await unmount(target);
+      await unmountAll(await mountsUnder(sessionDir));
+      await this.hostLeases(sessionDir).releaseSession(sessionId);
     });
   }
 
   async reclaim(sessionId: string, sessionDir: string): Promise<void> {
     await deleteContainer(this.settings.runcBin, this.names.runcRoot, this.names.container(sessionId));
     await removeRootfs(this.names.containerRootfs(sessionId));
-    for (const target of await mountsUnder(sessionDir)) await unmount(target);
+    await unmountAll(await mountsUnder(sessionDir));
+    // Only once nothing of it is mounted (unmountAll threw otherwise): its range is free host-wide.
+    await this.hostLeases(sessionDir).releaseSession(sessionId);
   }
 }
 

@@ -23,7 +23,7 @@ export function idmappedMountsUnavailable(release = os.release()): string | unde
 }
 
 /**
- * Makes `source` visible at `target` with its owners shifted into an id range: a file the
+ * Makes `source` visible at `target`, read-only, with its owners shifted into an id range: a file the
  * host sees as uid u is seen through `target` as uid first + u (an idmapped mount,
  * mount_setattr(MOUNT_ATTR_IDMAP), Linux >= 5.12; overlayfs accepts one as a lower layer
  * from 5.19). Nothing is copied or chowned: the shared image rootfs, owned by host 0 and
@@ -34,6 +34,13 @@ export function idmappedMountsUnavailable(release = os.release()): string | unde
  * call the three system calls: a few lines of Python (ctypes, in Debian's base system) do,
  * ~40 ms for all mounts of a sandbox at once. The mapping is taken from a user namespace
  * made for the purpose by a child that exits once the mounts hold it.
+ *
+ * Read-only (MOUNT_ATTR_RDONLY, with nosuid and nodev), set in the same mount_setattr as the
+ * mapping, so the view is never writable for an instant: it is a view of data every session
+ * shares (the image), and nothing writes through it (the overlay only reads its lower
+ * layer; the guest's config is written in the config dir itself). A write, delete or rename
+ * through it, by anyone on the host, fails with EROFS, so even a recursive delete of a
+ * session directory that reached into a view still mounted could not empty the image.
  */
 export async function mountIdmapped(range: IdRange, mounts: ReadonlyArray<{ source: string; target: string }>): Promise<void> {
   await Promise.all(mounts.map((m) => mkdir(m.target, { recursive: true, mode: 0o755 })));
@@ -52,6 +59,7 @@ SYS_open_tree, SYS_move_mount, SYS_mount_setattr = 428, 429, 442
 AT_FDCWD, AT_EMPTY_PATH = -100, 0x1000
 OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC = 1, 0o2000000
 MOVE_MOUNT_F_EMPTY_PATH, MOUNT_ATTR_IDMAP, CLONE_NEWUSER = 4, 0x00100000, 0x10000000
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 0x1, 0x2, 0x4
 
 class MountAttr(ctypes.Structure):
     _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
@@ -84,7 +92,7 @@ try:
 finally:
     os.close(done_w)
     os.waitpid(child, 0)
-attr = MountAttr(MOUNT_ATTR_IDMAP, 0, 0, userns)
+attr = MountAttr(MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, 0, userns)
 args = sys.argv[3:]
 for source, target in zip(args[0::2], args[1::2]):
     fd = check(libc.syscall(SYS_open_tree, AT_FDCWD, source.encode(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC), "open_tree " + source)

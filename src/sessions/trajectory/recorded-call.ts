@@ -4,7 +4,7 @@ import type { StepTool } from './trajectory-store.js';
 import type { ToolResult } from '../../tools/tool-result.js';
 
 /** What a finished call says about itself, for its step. */
-export type StepOutcome = Pick<StepReport, 'durationMs' | 'settleMs' | 'output' | 'cursor' | 'error' | 'image'>;
+export type StepOutcome = Pick<StepReport, 'durationMs' | 'settleMs' | 'output' | 'outputIsTyped' | 'cursor' | 'error' | 'image'>;
 
 /**
  * Runs one call of a route and stores it as a step: its input, what `describe` makes of its

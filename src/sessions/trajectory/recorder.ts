@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import type { EncodedImage } from '../../computer/screenshot-format.js';
 import type { Metrics } from '../../metrics/metrics.js';
 import type { TrajectorySettings } from './settings.js';
-import { actionName, storedInput, storedOutput } from './step-input.js';
+import { actionName, isTypingTool, storedInput, storedOutput } from './step-input.js';
 import type { StepTool, StoredStep, TrajectoryRow, TrajectoryStore } from './trajectory-store.js';
 
 /** A finished call, as a route saw it. */
@@ -18,6 +18,8 @@ export interface StepReport {
   durationMs: number;
   settleMs?: number;
   output?: string;
+  /** The output is text of the desktop's (the clipboard read): stored as its length unless the session keeps typed text. */
+  outputIsTyped?: boolean;
   cursor?: { x: number; y: number };
   error?: { code: string; message: string };
   /** The screenshot the call already produced (the settled screen it returns): stored by reference. */
@@ -90,12 +92,12 @@ export class TrajectoryRecorder {
       row = store.get(report.sessionId);
       if (!row) return;
     }
-    const computer = report.tool === 'computer' || report.tool === 'actions';
+    const masked = report.outputIsTyped === true && !row.keepTypedText && report.output !== undefined;
     const step = {
       tool: report.tool,
       action: actionName(report.input, report.tool),
-      input: storedInput(report.input, row.keepTypedText ? 'keep' : 'length', computer),
-      output: storedOutput(report.output),
+      input: storedInput(report.input, row.keepTypedText ? 'keep' : 'length', isTypingTool(report.tool)),
+      output: masked ? `(${report.output?.length ?? 0} characters, not stored)` : storedOutput(report.output),
       cursor: report.cursor ?? null,
       error: report.error ? { code: report.error.code, message: storedOutput(report.error.message) ?? '' } : null,
       startedMs: Math.max(0, report.startedAt - Date.parse(row.startedAt)),

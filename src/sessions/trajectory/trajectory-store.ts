@@ -1,7 +1,12 @@
 import type Database from 'better-sqlite3';
 
-/** Which route a step came through: a tool of the agent loop, or the plain actions route. */
-export type StepTool = 'computer' | 'bash' | 'str_replace_based_edit_tool' | 'actions';
+/**
+ * Which route a step came through: a tool of the agent loop, the plain actions route, another
+ * vendor's computer-use call (/tools/openai-computer, /tools/gemini-computer), or a desktop
+ * action (/desktop/*).
+ */
+export const STEP_TOOLS = ['computer', 'bash', 'str_replace_based_edit_tool', 'actions', 'openai-computer', 'gemini-computer', 'desktop'] as const;
+export type StepTool = (typeof STEP_TOOLS)[number];
 
 /** One stored step, as the trajectory routes show it. */
 export interface StoredStep {

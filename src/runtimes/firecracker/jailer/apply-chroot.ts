@@ -1,4 +1,5 @@
-import { chmod, chown, copyFile, link, mkdir, rm } from 'node:fs/promises';
+import { chmod, chown, copyFile, link, mkdir } from 'node:fs/promises';
+import { removeTreeOnOneMount } from '../../../host/remove-tree.js';
 import { run } from '../../../util/exec.js';
 import type { ChrootLayout } from './chroot-layout.js';
 
@@ -39,7 +40,7 @@ export async function applyChrootLayout(layout: ChrootLayout, owner: JailOwner):
   }
 }
 
-/** Removes a VM's whole jail directory (the jailer never does). Idempotent. */
+/** Removes a VM's whole jail directory (the jailer never does), never through a mount. Idempotent. */
 export async function removeChroot(layout: Pick<ChrootLayout, 'jailDir'>): Promise<void> {
-  await rm(layout.jailDir, { recursive: true, force: true });
+  await removeTreeOnOneMount(layout.jailDir);
 }
