@@ -96,7 +96,7 @@ export class TenantLimitError extends OrchestratorError {
 
 /** The host is full (sessions or memory): nothing was taken; retry later, or elsewhere. */
 export class HostCapacityError extends OrchestratorError {
-  constructor(message: string, code: 'host_session_limit' | 'host_memory_low', retryAfterSeconds: number) {
+  constructor(message: string, code: 'host_session_limit' | 'host_memory_low' | 'host_disk_low', retryAfterSeconds: number) {
     super(message, 503, code, { 'retry-after': String(retryAfterSeconds) });
   }
 }

@@ -12,8 +12,10 @@ import { Metrics } from './metrics/metrics.js';
 import { takeOrchestratorLock, type OrchestratorLock } from './orchestrator-lock.js';
 import { ResourceNames } from './network/names.js';
 import { selectRuntime, type RuntimeSelection } from './runtimes/select.js';
+import { bashOutputCounters } from './tools/bash/output-budget.js';
 import { CapacityGate } from './sessions/capacity.js';
 import { CheckedTemplates } from './sessions/checked-templates.js';
+import { stateDirFreeMiB } from './sessions/disk-capacity.js';
 import { SessionManager } from './sessions/manager.js';
 import { warmPoolSizes } from './sessions/settings.js';
 import { SessionStore } from './sessions/store.js';
@@ -157,18 +159,26 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     store,
     metrics,
     log,
-    capacity: new CapacityGate({
-      maxSessions: config.maxSessions,
-      maxSessionsPerTenant: config.maxSessionsPerTenant,
-      sessionMemoryMiB: config.memoryLimitMiB,
-      memoryReserveMiB: config.memoryReserveMiB,
-    }),
+    capacity: new CapacityGate(
+      {
+        maxSessions: config.maxSessions,
+        maxSessionsPerTenant: config.maxSessionsPerTenant,
+        sessionMemoryMiB: config.memoryLimitMiB,
+        memoryReserveMiB: config.memoryReserveMiB,
+      },
+      undefined,
+      {
+        // A session's recordings and trajectory are promised at their caps, on the state dir's filesystem.
+        limits: { reserveMiB: config.diskReserveMiB, artifactsMiB: (config.recording.maxBytes + config.trajectory.maxSessionBytes) / 2 ** 20 },
+        freeMiB: stateDirFreeMiB(config.stateDir),
+      },
+    ),
     warmPool: { sizes: poolSizes, shape: config.warmPoolScreen },
     consoleLog: config.consoleLog,
     recording: config.recording,
   });
   log.info(
-    { maxSessions: config.maxSessions, maxSessionsPerTenant: config.maxSessionsPerTenant, memoryReserveMiB: config.memoryReserveMiB },
+    { maxSessions: config.maxSessions, maxSessionsPerTenant: config.maxSessionsPerTenant, memoryReserveMiB: config.memoryReserveMiB, diskReserveMiB: config.diskReserveMiB },
     'capacity limits',
   );
   log.info(
@@ -206,6 +216,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     database: store.database,
     anthropic: options.anthropic ?? {},
     bashTimeoutSeconds: config.bashTimeoutSeconds,
+    bashOutput: { limits: config.bashOutput, counters: bashOutputCounters(metrics) },
     trajectory,
     settings: config.runs,
     log: log.child({ part: 'runs' }),
@@ -236,6 +247,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     tenantMaxStreams: config.tenantMaxStreams,
     maxFileBytes: config.maxFileBytes,
     bashTimeoutSeconds: config.bashTimeoutSeconds,
+    bashOutput: config.bashOutput,
   });
   if (options.listen !== false) {
     await server.listen({ host: config.host, port: config.port });

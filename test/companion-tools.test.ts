@@ -474,7 +474,7 @@ describe('bash tool output framing (no sandbox)', () => {
     let found: { value: number; rest: Buffer } | undefined;
     for (let i = 0; i < stream.length && !found; i += 3) found = scanner.feed(stream.subarray(i, i + 3));
     assert.equal(found?.value, 42);
-    assert.equal(Buffer.concat(passed).toString(), `hello\n<<sbx:${'cd'.repeat(16)}:0>>\nworld`);
+    assert.equal(Buffer.concat(passed).toString(), `hello\n<<sbx:${'cd'.repeat(16)}:0>>\nworld\n`);
   });
 
   it('keeps the first characters and counts the rest, in characters', () => {

@@ -29,6 +29,7 @@ describe('the configuration an environment describes', () => {
       tenantMaxStreams: 8,
       maxFileBytes: 100 * MiB,
       bashTimeoutSeconds: 120,
+      bashOutput: { bytesPerSecond: 8 * MiB, burstBytes: 64 * MiB, maxUnreadBytes: 256 * 1024 },
       stateDir: '/var/lib/sandboxes',
       imagesDir: '/var/lib/sandboxes/images',
       template: 'desktop',
@@ -44,6 +45,7 @@ describe('the configuration an environment describes', () => {
       maxSessions: defaultMaxSessions(1024),
       maxSessionsPerTenant: 10,
       memoryReserveMiB: 512,
+      diskReserveMiB: 2048,
       warmPoolSize: 0,
       warmPool: new Map(),
       warmPoolScreen: { width: 1024, height: 768 },
@@ -74,6 +76,8 @@ describe('the configuration an environment describes', () => {
       SBX_DISK_MIB: '512',
       RUNC_BIN: '/opt/runc',
       SBX_BASH_TIMEOUT_SECONDS: '1.5',
+      SBX_BASH_OUTPUT_BYTES_PER_SECOND: '1048576',
+      SBX_BASH_UNREAD_OUTPUT_BYTES: '65536',
       SBX_MAX_FILE_BYTES: '1000',
       SBX_WARM_POOL_SCREEN: '1280x800',
       SBX_FC_TEMPLATE_SCREEN: '1280x800',
@@ -96,6 +100,7 @@ describe('the configuration an environment describes', () => {
     assert.equal(config.runtimes.container.diskMiB, 512);
     assert.equal(config.runtimes.container.runcBin, '/opt/runc');
     assert.equal(config.bashTimeoutSeconds, 1.5);
+    assert.deepEqual(config.bashOutput, { bytesPerSecond: 1024 * 1024, burstBytes: 64 * 1024 * 1024, maxUnreadBytes: 65536 });
     assert.equal(config.maxFileBytes, 1000);
     assert.deepEqual(config.warmPoolScreen, { width: 1280, height: 800 });
     assert.deepEqual(config.runtimes.firecracker.templateScreen, config.warmPoolScreen);
@@ -119,6 +124,8 @@ describe('the configuration an environment describes', () => {
       ['SBX_TENANT_REQUEST_LIMITS', 'ci=1', /SBX_TENANT_REQUEST_LIMITS/],
       ['SBX_MAX_FILE_BYTES', '1e3', /SBX_MAX_FILE_BYTES must be a positive whole number of bytes, got "1e3"/],
       ['SBX_BASH_TIMEOUT_SECONDS', '-1', /SBX_BASH_TIMEOUT_SECONDS must be a positive number of seconds/],
+      ['SBX_BASH_OUTPUT_BYTES_PER_SECOND', '100', /SBX_BASH_OUTPUT_BYTES_PER_SECOND must be at least 65536, got 100/],
+      ['SBX_BASH_UNREAD_OUTPUT_BYTES', 'lots', /SBX_BASH_UNREAD_OUTPUT_BYTES must be an integer/],
       ['SBX_DISK_MIB', '10', /SBX_DISK_MIB must be between 64 and 1048576, got 10/],
       ['SBX_CPUS', 'lots', /SBX_CPUS/],
       ['SBX_QEMU_ACCEL', 'hvf', /SBX_QEMU_ACCEL/],

@@ -34,6 +34,7 @@ import { DEFAULT_TENANT_MAX_STREAMS, StreamSlots } from './stream-slots.js';
 import { viewRoutes } from './routes/views.js';
 import type { LiveViews } from '../views/live-views.js';
 import { toolResultSchema } from '../tools/tool-result.js';
+import { bashOutputCounters, type BashOutputLimits } from '../tools/bash/output-budget.js';
 import { actionResultSchema, errorSchema, sessionSchema } from './schemas.js';
 
 export interface ServerOptions {
@@ -56,6 +57,8 @@ export interface ServerOptions {
   maxFileBytes: number;
   /** Per-command timeout of the bash tool (SBX_BASH_TIMEOUT_SECONDS). */
   bashTimeoutSeconds: number;
+  /** How much of a shell's output is read, and how fast (SBX_BASH_OUTPUT_*; defaults when absent). */
+  bashOutput?: BashOutputLimits;
   /** Every call stored as a step of its session's trajectory, and the routes that show it (none: not recorded). */
   trajectory?: TrajectoryRecorder;
   /** The built-in Claude loop (POST /v1/runs); none: the routes are not there. */
@@ -167,7 +170,11 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   await app.register(sessionRoutes, { manager: opts.manager, trajectory });
   await app.register(sessionTimeoutRoutes, { manager: opts.manager });
   await app.register(computerToolRoutes, { manager: opts.manager, trajectory });
-  await app.register(companionToolRoutes, { manager: opts.manager, display: opts.manager.display, bashTimeoutSeconds: opts.bashTimeoutSeconds, trajectory });
+  await app.register(companionToolRoutes, { manager: opts.manager, display: opts.manager.display, bashTimeoutSeconds: opts.bashTimeoutSeconds,
+    ...(opts.bashOutput ? { bashOutput: opts.bashOutput } : {}),
+    bashCounters: bashOutputCounters(opts.metrics),
+    trajectory,
+  });
   await app.register(desktopActionRoutes, { manager: opts.manager, trajectory });
   await app.register(vendorToolRoutes, { manager: opts.manager, trajectory });
   await app.register(fileRoutes, { manager: opts.manager, maxFileBytes: opts.maxFileBytes });

@@ -1,5 +1,6 @@
 import { maxFileBytesFrom } from '../files/limits.js';
 import { bashTimeoutFromEnv } from '../tools/bash/bash-tool.js';
+import { bashOutputLimitsFromEnv, type BashOutputLimits } from '../tools/bash/output-budget.js';
 import { envChoice, envInt, envString, positive, type Env } from '../util/env.js';
 import { AUTH_SETTINGS, type AuthSetting } from './auth/auth-mode.js';
 import { DEFAULT_TENANT_MAX_STREAMS } from './stream-slots.js';
@@ -33,6 +34,8 @@ export interface ApiSettings {
   maxFileBytes: number;
   /** Per-command timeout of the bash tool (SBX_BASH_TIMEOUT_SECONDS, 120). */
   bashTimeoutSeconds: number;
+  /** How much of a shell's output the orchestrator reads, and how fast (SBX_BASH_OUTPUT_*, SBX_BASH_UNREAD_OUTPUT_BYTES). */
+  bashOutput: BashOutputLimits;
 }
 
 export function apiSettingsFromEnv(env: Env): ApiSettings {
@@ -53,5 +56,6 @@ export function apiSettingsFromEnv(env: Env): ApiSettings {
     tenantMaxStreams: positive('SBX_TENANT_MAX_STREAMS', envInt('SBX_TENANT_MAX_STREAMS', DEFAULT_TENANT_MAX_STREAMS, env)),
     maxFileBytes: maxFileBytesFrom(env),
     bashTimeoutSeconds: bashTimeoutFromEnv(env),
+    bashOutput: bashOutputLimitsFromEnv(env),
   };
 }

@@ -78,6 +78,11 @@ async function main(): Promise<void> {
     tenantRequestsPerSecond: Math.max(defaults.tenantRequestsPerSecond, 10_000),
     tenantRequestBurst: Math.max(defaults.tenantRequestBurst, 10_000),
     tenantMaxConcurrentRequests: Math.max(defaults.tenantMaxConcurrentRequests, mostSessions * 4),
+    // Disk admission promises each session its writable disk and its recording and trajectory
+    // caps (4.3 GiB by default: the ramp's sessions would need ~300 GB free). The bench's
+    // sessions write next to nothing: smaller disks and recordings, so the ramp fits a 60 GB disk.
+    runtimes: { ...defaults.runtimes, container: { ...defaults.runtimes.container, diskMiB: Math.min(defaults.runtimes.container.diskMiB, 512) } },
+    recording: { ...defaults.recording, maxBytes: Math.min(defaults.recording.maxBytes, 64 * 2 ** 20) },
   };
   // The built-in loop talks to a stand-in with zero latency: the figure is the loop's own cost.
   const model = await startZeroLatencyModel();

@@ -167,6 +167,22 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  /** The bash tool's shells: output read from the guest but not kept (past a command's 30,000 characters, or a background job's). */
+  readonly bashOutputDroppedBytes = new Counter({
+    name: 'sandbox_bash_output_dropped_bytes_total',
+    help: 'Bytes of bash tool output read from guests and dropped, by phase (command: past the kept output; between_commands: a background job\'s)',
+    labelNames: ['phase'] as const,
+    registers: [this.registry],
+  });
+
+  /** Time the bash tool's shells were not read: their output budget spent (rate), or a background job's output past its cap (unread_cap). */
+  readonly bashOutputThrottledSeconds = new Counter({
+    name: 'sandbox_bash_output_throttled_seconds_total',
+    help: 'Seconds bash tool shells were not read, so that SSH flow control held their output in the guest, by reason (rate, unread_cap)',
+    labelNames: ['reason'] as const,
+    registers: [this.registry],
+  });
+
   readonly liveViewers = new Gauge({
     name: 'sandbox_live_viewers',
     help: 'Browsers connected to live views now',

@@ -8,6 +8,7 @@ import type { TrajectoryRecorder } from '../sessions/trajectory/recorder.js';
 import { RunBudgets, type RunReservation } from './run-budgets.js';
 import { RunLoop, type RunEvent, type RunState, type RunUsage, type StopReason } from './run-loop.js';
 import { RunStore, storableTranscript } from './run-store.js';
+import type { BashOutput } from '../tools/bash/output-budget.js';
 import { SessionTools, type RunToolSessions } from './session-tools.js';
 import { DEFAULT_RUN_SETTINGS, type RunSettings } from './settings.js';
 import { toolSet, type ToolVersion } from './tool-versions.js';
@@ -86,6 +87,8 @@ export class RunManager {
       database: ConstructorParameters<typeof RunStore>[0];
       anthropic: AnthropicSettings;
       bashTimeoutSeconds: number;
+      /** The bash tool's output limits and counters (as the API's). */
+      bashOutput?: BashOutput;
       trajectory?: TrajectoryRecorder;
       /** Per-tenant limits (default: DEFAULT_RUN_SETTINGS). */
       settings?: RunSettings;
@@ -94,7 +97,11 @@ export class RunManager {
   ) {
     const { apiKey, baseURL } = opts.anthropic;
     this.client = apiKey ? new Anthropic({ apiKey, ...(baseURL ? { baseURL } : {}) }) : undefined;
-    this.tools = new SessionTools(opts.sessions, { bashTimeoutSeconds: opts.bashTimeoutSeconds, trajectory: opts.trajectory });
+    this.tools = new SessionTools(opts.sessions, {
+      bashTimeoutSeconds: opts.bashTimeoutSeconds,
+      ...(opts.bashOutput ? { bashOutput: opts.bashOutput } : {}),
+      trajectory: opts.trajectory,
+    });
     this.store = new RunStore(opts.database);
     // Today's spending survives a restart: it is read back from the stored runs of the day.
     const today = `${new Date().toISOString().slice(0, 10)}T00:00:00.000Z`;

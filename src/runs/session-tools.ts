@@ -4,6 +4,7 @@ import type { ComputerActions, ToolSessions } from '../sessions/ports.js';
 import type { TrajectoryRecorder } from '../sessions/trajectory/recorder.js';
 import { recordedCall, toolResultStep } from '../sessions/trajectory/recorded-call.js';
 import { BashTool } from '../tools/bash/bash-tool.js';
+import type { BashOutput } from '../tools/bash/output-budget.js';
 import { EditorTool } from '../tools/editor/editor-tool.js';
 import { toolAnswer } from '../tools/tool-error.js';
 import { errorResult, imageContent, type ToolResult } from '../tools/tool-result.js';
@@ -28,9 +29,13 @@ export class SessionTools {
 
   constructor(
     private readonly sessions: RunToolSessions,
-    options: { bashTimeoutSeconds: number; trajectory?: TrajectoryRecorder },
+    options: { bashTimeoutSeconds: number; bashOutput?: BashOutput; trajectory?: TrajectoryRecorder },
   ) {
-    this.bash = new BashTool(sessions, { display: sessions.display, timeoutSeconds: options.bashTimeoutSeconds });
+    this.bash = new BashTool(sessions, {
+      display: sessions.display,
+      timeoutSeconds: options.bashTimeoutSeconds,
+      ...(options.bashOutput ? { outputLimits: options.bashOutput.limits, counters: options.bashOutput.counters } : {}),
+    });
     this.editor = new EditorTool(sessions);
     this.trajectory = options.trajectory;
   }

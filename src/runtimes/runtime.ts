@@ -130,6 +130,12 @@ export interface Runtime {
   /** How this runtime runs its sandboxes, one line for the start-up log. */
   describe(): string;
   /**
+   * The most a sandbox of `image` can take of the host's disk, MiB: the size of the disk it
+   * writes to (sparse, filled as the guest writes). Admission promises it (capacity.ts).
+   * `image` is unknown for some adopted sandboxes: a runtime whose disk depends on it says 0.
+   */
+  writableDiskMiB?(image: GuestImage | undefined): number;
+  /**
    * VM runtimes that drop root: a uid/gid of the sandbox's own for its VMM (vm-user-pool.ts),
    * leased before its network is made (the TAP is created owned by it), released by `cleanup`.
    */

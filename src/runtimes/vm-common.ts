@@ -4,6 +4,7 @@
  * ExitInfo, the kernel and initrd an operator may override, and a VMM of an earlier run
  * adopted or reclaimed (its uid held again, or freed).
  */
+import { statSync } from 'node:fs';
 import type { GuestImage } from '../guest/image/builder.js';
 import type { GuestEndpoint } from '../transport/ssh-connection.js';
 import { adoptedProcess } from './adopt-process.js';
@@ -53,6 +54,19 @@ export function vmExited(vmm: VmProcess, what: string, describe: (exit: VmExit) 
 export interface BootFileOverrides {
   kernel?: string;
   initrd?: string;
+}
+
+/**
+ * A VM's writable disk, MiB: its root disk is the image's ext4 (a copy, or a qcow2 overlay
+ * on it), so the guest can make it hold at most that size (plus the overlay's few MiB of
+ * metadata). Unknown (the file is not readable): 0, and admission counts only the rest.
+ */
+export function imageDiskMiB(image: GuestImage): number {
+  try {
+    return Math.ceil(statSync(image.ext4).size / 2 ** 20) + 16;
+  } catch {
+    return 0;
+  }
 }
 
 /**

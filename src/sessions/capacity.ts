@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import { HostCapacityError, TenantLimitError } from '../errors.js';
+import { DiskPromise, type DiskCapacity } from './disk-capacity.js';
 
 export interface CapacityLimits {
   /** Sessions on this host, all tenants (SBX_MAX_SESSIONS). */
@@ -41,7 +42,15 @@ export function memAvailableMiB(): number | undefined {
 export interface CapacitySlot {
   /** The sandbox is up: its memory now shows in MemAvailable, so stop counting it as pending. */
   booted(): void;
+  /** How much of its disk promise the session's files already hold (MiB), once it has a directory. */
+  measureDisk(usedMiB: () => number): void;
   release(): void;
+}
+
+/** What one create asks for beyond a slot. */
+export interface CapacityDemand {
+  /** The session's writable disk, MiB (the runtime's: Runtime.writableDiskMiB); 0 when unknown. */
+  diskMiB?: number;
 }
 
 /**
@@ -56,14 +65,18 @@ export class CapacityGate {
   /** Slots whose sandbox is still booting: their memory does not show in MemAvailable yet. */
   private booting = 0;
   private readonly perTenant = new Map<string, number>();
+  /** Every held slot's disk promise (disk-capacity.ts). */
+  private readonly promises = new Set<DiskPromise>();
 
   constructor(
     readonly limits: CapacityLimits,
     private readonly availableMiB: () => number | undefined = memAvailableMiB,
+    /** Disk admission; absent: disk is not checked (tests of other limits). */
+    private readonly disk?: DiskCapacity,
   ) {}
 
   /** Takes a slot for `tenant`, or throws 429 (tenant limit) or 503 (host full) having taken nothing. */
-  reserve(tenant: string): CapacitySlot {
+  reserve(tenant: string, demand: CapacityDemand = {}): CapacitySlot {
     const { maxSessions, maxSessionsPerTenant, sessionMemoryMiB, memoryReserveMiB } = this.limits;
     const mine = this.perTenant.get(tenant) ?? 0;
     if (mine >= maxSessionsPerTenant) {
@@ -92,25 +105,55 @@ export class CapacityGate {
         );
       }
     }
+    const promise = this.diskPromise(demand);
+    this.checkDisk(promise);
     this.total++;
     this.booting++;
     this.perTenant.set(tenant, mine + 1);
-    return this.slot(tenant, true);
+    return this.slot(tenant, true, promise);
   }
 
-  private slot(tenant: string, startsBooting: boolean): CapacitySlot {
+  /** The disk a session is promised: its writable disk and its artifacts (0 without disk admission). */
+  private diskPromise(demand: CapacityDemand): DiskPromise {
+    return new DiskPromise(this.disk ? Math.max(0, demand.diskMiB ?? 0) + this.disk.limits.artifactsMiB : 0);
+  }
+
+  /** Throws 503 host_disk_low unless every promise, this one too, fits in the free space above the reserve. */
+  private checkDisk(promise: DiskPromise): void {
+    const free = this.disk?.freeMiB();
+    if (!this.disk || free === undefined) return;
+    let outstanding = 0;
+    for (const held of this.promises) outstanding += held.outstandingMiB();
+    const { reserveMiB } = this.disk.limits;
+    const left = Math.floor(free - reserveMiB - outstanding);
+    if (left < promise.promisedMiB) {
+      // Under 300 characters: a 503's message reaches the client whole only that short (api/public-message.ts).
+      throw new HostCapacityError(
+        `not enough disk for another session: ${Math.floor(free)} MiB free in the state dir, ${Math.ceil(outstanding)} MiB promised to ` +
+          `${this.promises.size} sessions, ${reserveMiB} MiB kept (SBX_DISK_RESERVE_MIB); a session needs ${Math.ceil(promise.promisedMiB)} MiB ` +
+          '(its SBX_DISK_MIB and recording and trajectory caps): retry later, or free disk space',
+        'host_disk_low',
+        RETRY_AFTER_SECONDS,
+      );
+    }
+  }
+
+  private slot(tenant: string, startsBooting: boolean, promise: DiskPromise): CapacitySlot {
     let booting = startsBooting;
     let held = true;
+    this.promises.add(promise);
     const stopBooting = () => {
       if (booting) this.booting--;
       booting = false;
     };
     return {
       booted: stopBooting,
+      measureDisk: (usedMiB) => promise.measure(usedMiB),
       release: () => {
         if (!held) return;
         held = false;
         stopBooting();
+        this.promises.delete(promise);
         this.total--;
         const left = (this.perTenant.get(tenant) ?? 1) - 1;
         if (left > 0) this.perTenant.set(tenant, left);
@@ -124,10 +167,10 @@ export class CapacityGate {
    * the limits: refusing it would not stop it. It may leave the host over a lowered limit
    * until sessions end; new creates are refused meanwhile.
    */
-  hold(tenant: string): CapacitySlot {
+  hold(tenant: string, demand: CapacityDemand = {}): CapacitySlot {
     this.total++;
     this.perTenant.set(tenant, (this.perTenant.get(tenant) ?? 0) + 1);
-    return this.slot(tenant, false);
+    return this.slot(tenant, false, this.diskPromise(demand));
   }
 
   /** Sessions holding a slot, all tenants and per tenant (for logs and tests). */

@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import { type GuestProtocolError, InvalidRequestError, OrchestratorError, UnavailableError } from '../errors.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { ConnectionLostError } from '../transport/ssh-connection.js';
+import type { GuestImage } from '../guest/image/image-store.js';
 import type { AddressLease } from '../network/address-pool.js';
 import type { RuntimeName } from '../runtimes/runtime.js';
 import type { CapacityGate, CapacitySlot } from './capacity.js';
@@ -36,6 +37,16 @@ export interface LifecycleOptions {
   runtimeName: RuntimeName;
   defaults: RequestDefaults;
   templates: TemplateSource;
+  /** What a session's disk is (admission promises it: capacity.ts); absent: no disk demand. */
+  disk?: SessionDisk;
+}
+
+/** A session's disk as admission sees it. */
+export interface SessionDisk {
+  /** The most a sandbox of `image` may write on the host, MiB (Runtime.writableDiskMiB; an adopted session's image may be unknown). */
+  writableMiB(image: GuestImage | undefined): number;
+  /** What a session's own files hold on the host now, MiB (disk-capacity.ts, sessionFilesMiB). */
+  usedMiB(sessionId: string): number;
 }
 
 /**
@@ -61,7 +72,7 @@ export class SessionLifecycle {
     // step as the check, so concurrent creates cannot overshoot a limit. The session that
     // gets it releases it last of all its resources; a create that fails gives it back
     // (release is idempotent, so a failed boot that released it already is no harm).
-    const slot = this.opts.capacity.reserve(owner.tenant);
+    const slot = this.opts.capacity.reserve(owner.tenant, { diskMiB: this.opts.disk?.writableMiB(template.image) ?? 0 });
     try {
       const view = await this.createWithSlot(request, template, owner.tenant, slot, started);
       slot.booted();
@@ -113,6 +124,7 @@ export class SessionLifecycle {
     const { store, registry, metrics, host, addresses } = this.opts;
     const lease = await addresses.leaseFree();
     const record = newRecord(request, lease.index, false, tenant, this.opts.runtimeName);
+    this.measureDisk(slot, record.id);
     const session = new Session(record);
     session.image = template.image;
     const log = this.sessionLog(session);
@@ -148,6 +160,7 @@ export class SessionLifecycle {
   private async createFromPool(pooled: PooledSandbox, request: SessionRequest, tenant: string, slot: CapacitySlot, started: number): Promise<SessionView | undefined> {
     const { store, registry, metrics } = this.opts;
     const { session } = pooled;
+    this.measureDisk(slot, session.id);
     const now = new Date();
     Object.assign(session.record, {
       tenant,
@@ -213,11 +226,18 @@ export class SessionLifecycle {
   /** A session adopted alive from an earlier run joins the live ones (adopt.ts). */
   async admitAdopted(session: Session): Promise<void> {
     // A live session holds its place whatever the limits are now: it is running already.
-    const slot = this.opts.capacity.hold(session.record.tenant);
+    const slot = this.opts.capacity.hold(session.record.tenant, { diskMiB: this.opts.disk?.writableMiB(session.image) ?? 0 });
+    this.measureDisk(slot, session.id);
     await session.cleanup.push('capacity slot', () => slot.release());
     this.opts.registry.add(session);
     this.opts.metrics.activeSessions.inc();
     this.watch(session, this.sessionLog(session));
+  }
+
+  /** The slot's disk promise is reduced by what the session's files already hold. */
+  private measureDisk(slot: CapacitySlot, sessionId: string): void {
+    const disk = this.opts.disk;
+    if (disk) slot.measureDisk(() => disk.usedMiB(sessionId));
   }
 
   /** Destroys a session and releases everything it holds, recording why. Idempotent. */

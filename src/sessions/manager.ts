@@ -11,6 +11,8 @@ import { PolicyGuard } from '../network/policy/policy-guard.js';
 import type { ConsoleLogLimits } from '../runtimes/console-log.js';
 import type { Runtime, RuntimeName } from '../runtimes/runtime.js';
 import { CapacityGate, defaultMaxSessions } from './capacity.js';
+import { sessionDirOf } from './boot.js';
+import { sessionFilesMiB } from './disk-capacity.js';
 import { SessionClocks } from './clocks.js';
 import { HostSandboxes } from './host-sandboxes.js';
 import { SessionLifecycle } from './lifecycle.js';
@@ -116,6 +118,10 @@ export class SessionManager {
       log,
       runtimeName: runtime.name,
       templates: opts.templates,
+      disk: {
+        writableMiB: (image) => runtime.writableDiskMiB?.(image) ?? 0,
+        usedMiB: (id) => sessionFilesMiB(sessionDirOf(opts.stateDir, id)),
+      },
       defaults: { defaultTimeoutSeconds: opts.defaultTimeoutSeconds, maxLifetimeSeconds: opts.maxLifetimeSeconds, template: opts.defaultTemplate },
     });
     this.clocks = new SessionClocks({

@@ -37,6 +37,12 @@ export interface SessionSettings {
   maxSessionsPerTenant: number;
   /** Memory a create must leave to the host (SBX_MEMORY_RESERVE_MIB, 512): refused when MemAvailable minus this is below memoryLimitMiB. */
   memoryReserveMiB: number;
+  /**
+   * Disk a create must leave free on the state directory's filesystem (SBX_DISK_RESERVE_MIB,
+   * 2048), after every session's promise: its writable disk and its recordings' and
+   * trajectory's caps (disk-capacity.ts). Refused: 503 host_disk_low.
+   */
+  diskReserveMiB: number;
   /** Booted sandboxes of the default template kept ready to be claimed by a create (SBX_WARM_POOL_SIZE, 0: no warm pool). */
   warmPoolSize: number;
   /**
@@ -75,6 +81,7 @@ export function sessionSettingsFromEnv(env: Env): SessionSettings {
     maxSessions: positive('SBX_MAX_SESSIONS', envInt('SBX_MAX_SESSIONS', defaultMaxSessions(memoryLimitMiB), env)),
     maxSessionsPerTenant: positive('SBX_MAX_SESSIONS_PER_TENANT', envInt('SBX_MAX_SESSIONS_PER_TENANT', 10, env)),
     memoryReserveMiB: envInt('SBX_MEMORY_RESERVE_MIB', 512, env),
+    diskReserveMiB: atLeast('SBX_DISK_RESERVE_MIB', envInt('SBX_DISK_RESERVE_MIB', 2048, env), 0),
     warmPoolSize: warmPoolSize(envInt('SBX_WARM_POOL_SIZE', 0, env)),
     warmPool: parseWarmPool(envString(env, 'SBX_WARM_POOL', '')),
     warmPoolScreen: parseScreenSize(envString(env, 'SBX_WARM_POOL_SCREEN', '1024x768'), 'SBX_WARM_POOL_SCREEN'),

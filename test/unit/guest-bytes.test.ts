@@ -16,8 +16,9 @@ import { framePng, framePngRegion } from '../../src/computer/frame-image.js';
 import { HEADER_BYTES, maxRectsLength, parseFrameHeader } from '../../src/computer/frame-header.js';
 import { STDERR_MAX_BYTES } from '../../src/computer/guest-process-channel.js';
 import { GuestProtocolError } from '../../src/errors.js';
-import { BashShell } from '../../src/tools/bash/bash-shell.js';
-import { MarkerScanner } from '../../src/tools/bash/marker.js';
+import { BashShell, type BashShellOptions } from '../../src/tools/bash/bash-shell.js';
+import { ByteBudget, type BashOutputCounters } from '../../src/tools/bash/output-budget.js';
+import { MarkerScanner, printMarker } from '../../src/tools/bash/marker.js';
 import type { GuestConnection } from '../../src/transport/ssh-connection.js';
 
 const SCREEN = { width: 1024, height: 768 };
@@ -90,6 +91,16 @@ class FakeChannel extends EventEmitter {
   }
   close(): void {
     this.closed = true;
+  }
+  /** Whether the reader holds the channel (flow control: the guest's window is not refilled). */
+  isPaused = false;
+  pause(): this {
+    this.isPaused = true;
+    return this;
+  }
+  resume(): this {
+    this.isPaused = false;
+    return this;
   }
 }
 
@@ -176,7 +187,7 @@ describe('the capture channel', () => {
 
 describe('the bash tool marker scanner', () => {
   const nonce = 'ab'.repeat(16);
-  const marker = (value: string) => Buffer.from(`\n<<sbx:${nonce}:${value}>>\n`);
+  const marker = (value: string) => Buffer.from(`<<sbx:${nonce}:${value}>>\n`);
 
   it('finds a marker split byte by byte and passes everything before it on', () => {
     const seen: Buffer[] = [];
@@ -186,6 +197,17 @@ describe('the bash tool marker scanner', () => {
     for (const byte of stream) found ??= scanner.feed(Buffer.from([byte]));
     assert.equal(found?.value, 42);
     assert.equal(Buffer.concat(seen).toString(), 'output\n<<sbx:not-it>>\n');
+  });
+
+  it("finds a marker that does not start a line: a background job's bytes just before it", () => {
+    // What a flooding background job and a throttled channel produced: the marker's line is
+    // one write, but the job's bytes come right before it, with no newline between.
+    const seen: Buffer[] = [];
+    const scanner = new MarkerScanner(nonce, (bytes) => seen.push(Buffer.from(bytes)));
+    const found = scanner.feed(Buffer.concat([Buffer.from('X00Xe1B'), marker('3'), Buffer.from('8ZrP')]));
+    assert.deepEqual({ value: found?.value, rest: found?.rest.toString(), before: Buffer.concat(seen).toString() }, { value: 3, rest: '8ZrP', before: 'X00Xe1B' });
+    // And bash prints it in one line, so that one write(2) carries all of it (bash line-buffers stdout).
+    assert.match(printMarker(nonce, '$?'), /^builtin printf '<<sbx:%s:%d>>\\n' /);
   });
 
   it('returns the bytes after the marker in the same chunk', () => {
@@ -211,6 +233,23 @@ describe('the bash tool marker scanner', () => {
   it('refuses a marker whose value is not a number', () => {
     const scanner = new MarkerScanner(nonce, () => undefined);
     assert.throws(() => scanner.feed(marker('x1')), isProtocolError('bad_marker'));
+  });
+
+  it('finds a marker that straddles two large chunks at any offset, without copying the chunks', () => {
+    const m = marker('7');
+    for (let cut = 0; cut < m.length; cut++) {
+      const seen: Buffer[] = [];
+      const scanner = new MarkerScanner(nonce, (bytes) => seen.push(Buffer.from(bytes)));
+      const first = Buffer.concat([Buffer.alloc(40_000, 0x61), m.subarray(0, cut)]);
+      // A long tail, so that the second chunk is searched in place, not joined whole.
+      const second = Buffer.concat([m.subarray(cut), Buffer.alloc(1000, 0x62)]);
+      let found = scanner.feed(Buffer.alloc(50_000, 0x0a));
+      found ??= scanner.feed(first);
+      found ??= scanner.feed(second);
+      assert.equal(found?.value, 7, `cut at ${cut}`);
+      assert.ok(found?.rest.equals(Buffer.alloc(1000, 0x62)), `cut at ${cut}: the bytes after the marker`);
+      assert.equal(Buffer.concat(seen).length, 90_000, `cut at ${cut}: every byte before the marker passed on`);
+    }
   });
 
   it('scans 16 MiB without a marker once, holding at most the marker length', () => {
@@ -260,7 +299,9 @@ describe('frames to PNG, off the event loop', () => {
 
 describe('the bash tool shell, on a stand-in channel', () => {
   /** A started BashShell whose guest side is the test: it answers the start-up marker. */
-  async function startShell(): Promise<{ shell: BashShell; channel: FakeChannel; reported: GuestProtocolError[] }> {
+  async function startShell(
+    options: Pick<BashShellOptions, 'outputLimits' | 'counters'> = {},
+  ): Promise<{ shell: BashShell; channel: FakeChannel; reported: GuestProtocolError[] }> {
     const channel = new FakeChannel();
     const reported: GuestProtocolError[] = [];
     const connection = {
@@ -272,9 +313,9 @@ describe('the bash tool shell, on a stand-in channel', () => {
       channel.closed = true;
       channel.emit('close');
     };
-    const starting = BashShell.start(connection, { display: 99, maxOutputChars: 1000, startTimeoutMs: 2_000 });
+    const starting = BashShell.start(connection, { display: 99, maxOutputChars: 1000, startTimeoutMs: 2_000, ...options });
     await new Promise((resolve) => setImmediate(resolve));
-    channel.emit('data', Buffer.from(`\n<<sbx:${lastNonce(channel)}:4242>>\n`));
+    channel.emit('data', Buffer.from(`<<sbx:${lastNonce(channel)}:4242>>\n`));
     return { shell: await starting, channel, reported };
   }
   function lastNonce(channel: FakeChannel): string {
@@ -295,6 +336,81 @@ describe('the bash tool shell, on a stand-in channel', () => {
     assert.equal(outcome.output.text, 'hi');
     assert.equal(channel.closed, true);
     assert.deepEqual(reported.map((err) => err.reason), ['marker_overrun']);
+  });
+
+  /** Counters that remember what they were told. */
+  function recordingCounters(): BashOutputCounters & { drops: Record<string, number>; throttles: Record<string, number> } {
+    const drops: Record<string, number> = {};
+    const throttles: Record<string, number> = {};
+    return {
+      drops,
+      throttles,
+      dropped: (bytes, phase) => void (drops[phase] = (drops[phase] ?? 0) + bytes),
+      throttled: (seconds, reason) => void (throttles[reason] = (throttles[reason] ?? 0) + seconds),
+    };
+  }
+
+  it("stops reading a background job's output past the unread cap until the next command, counting what was dropped", async () => {
+    const counters = recordingCounters();
+    const { shell, channel } = await startShell({ outputLimits: { bytesPerSecond: 2 ** 30, burstBytes: 2 ** 30, maxUnreadBytes: 8192 }, counters });
+    channel.emit('data', Buffer.alloc(4096, 0x61));
+    assert.equal(channel.isPaused, false, 'under the cap: read on');
+    channel.emit('data', Buffer.alloc(4096, 0x61));
+    assert.equal(channel.isPaused, true, 'at the cap: the channel is no longer read');
+    // 1000 characters are kept (4004 bytes, room for a cut character); the rest is only counted.
+    assert.equal(counters.drops.between_commands, 8192 - 4004);
+    const running = shell.run('echo hi', 5_000);
+    assert.equal(channel.isPaused, false, 'a command reads again');
+    assert.ok((counters.throttles.unread_cap ?? -1) >= 0, 'the hold was timed');
+    channel.emit('data', Buffer.from(`hi\n<<sbx:${lastNonce(channel)}:0>>\n`));
+    const outcome = await running;
+    assert.equal(outcome.kind, 'completed');
+    assert.equal(outcome.output.text, 'a'.repeat(1000));
+    assert.equal(outcome.output.clippedChars, 8192 + 3 - 1000);
+    await shell.stop('session_ended');
+  });
+
+  it('keeps holding a background job that outlives its shell, until the shell is stopped', async () => {
+    const counters = recordingCounters();
+    const { shell, channel } = await startShell({ outputLimits: { bytesPerSecond: 2 ** 30, burstBytes: 2 ** 30, maxUnreadBytes: 8192 }, counters });
+    channel.emit('exit', 0);
+    await new Promise((resolve) => setTimeout(resolve, 300)); // the exit's grace: the shell has ended
+    channel.emit('data', Buffer.alloc(16_384, 0x61));
+    assert.equal(channel.isPaused, true, 'nobody will read it: held, not drained');
+    await shell.stop('session_ended');
+    assert.equal(channel.isPaused, false, 'stopping lifts the hold, so that the channel can end');
+    assert.ok((counters.throttles.unread_cap ?? -1) >= 0);
+  });
+
+  it("pauses a command's flood once its output budget is spent, and reads on once it is paid back", async () => {
+    const counters = recordingCounters();
+    const limits = { bytesPerSecond: 1024 * 1024, burstBytes: 64 * 1024, maxUnreadBytes: 1024 * 1024 };
+    const { shell, channel } = await startShell({ outputLimits: limits, counters });
+    const running = shell.run('cat /dev/urandom | base64', 5_000);
+    channel.emit('data', Buffer.alloc(60 * 1024, 0x61));
+    assert.equal(channel.isPaused, false, 'within the burst');
+    channel.emit('data', Buffer.alloc(64 * 1024, 0x61));
+    assert.equal(channel.isPaused, true, 'past the burst: paused');
+    await new Promise((resolve) => setTimeout(resolve, 150)); // ~60 KiB of debt at 1 MiB/s: ~60 ms
+    assert.equal(channel.isPaused, false, 'the debt paid back: read again');
+    assert.ok((counters.throttles.rate ?? 0) >= 0.05, `paused ${counters.throttles.rate} s`);
+    channel.emit('data', Buffer.from(`<<sbx:${lastNonce(channel)}:0>>\n`));
+    const outcome = await running;
+    assert.equal(outcome.kind, 'completed');
+    assert.equal(outcome.output.clippedChars, 124 * 1024 - 1000);
+    assert.equal(counters.drops.command, 124 * 1024 - 4004);
+    await shell.stop('session_ended');
+  });
+
+  it('a byte budget lets a burst through, then the rate, and asks for the wait that pays a debt back', () => {
+    let now = 0;
+    const budget = new ByteBudget(1000, 5000, () => now);
+    assert.equal(budget.charge(5000), 0);
+    assert.equal(budget.charge(500), 500, '500 bytes of debt at 1000 B/s');
+    now = 1500; // 1500 bytes earned: the debt paid, 1000 in hand
+    assert.equal(budget.charge(1000), 0);
+    now = 100_000; // refilled, never past the burst
+    assert.equal(budget.charge(5001), 1);
   });
 
   it('closes a shell whose error stream passes 4 KiB', async () => {

@@ -4,6 +4,7 @@ import type { ToolSessions } from '../../sessions/ports.js';
 import type { TrajectoryRecorder } from '../../sessions/trajectory/recorder.js';
 import { recordedCall, toolResultStep } from '../../sessions/trajectory/recorded-call.js';
 import { BashTool } from '../../tools/bash/bash-tool.js';
+import type { BashOutputCounters, BashOutputLimits } from '../../tools/bash/output-budget.js';
 import { COMMANDS } from '../../tools/editor/editor-input.js';
 import { EditorTool } from '../../tools/editor/editor-tool.js';
 import { toolAnswer } from '../../tools/tool-error.js';
@@ -15,6 +16,9 @@ export interface CompanionToolOptions {
   display: number;
   /** Per-command timeout of the bash tool (the orchestrator's config: SBX_BASH_TIMEOUT_SECONDS). */
   bashTimeoutSeconds: number;
+  /** How much of a shell's output is read, and how fast (SBX_BASH_OUTPUT_*), and where drops and throttling are counted. */
+  bashOutput?: BashOutputLimits;
+  bashCounters?: BashOutputCounters;
   /** Where each call is stored as a step of the session's trajectory. */
   trajectory?: TrajectoryRecorder;
 }
@@ -81,6 +85,8 @@ export async function companionToolRoutes(app: FastifyInstance, opts: CompanionT
   const bash = new BashTool(opts.manager, {
     display: opts.display,
     timeoutSeconds: opts.bashTimeoutSeconds,
+    ...(opts.bashOutput ? { outputLimits: opts.bashOutput } : {}),
+    ...(opts.bashCounters ? { counters: opts.bashCounters } : {}),
   });
   const editor = new EditorTool(opts.manager);
 

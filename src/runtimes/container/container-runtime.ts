@@ -58,6 +58,10 @@ export class ContainerRuntime implements Runtime {
   ) {}
 
   /** How the containers run, for the start-up log. */
+  writableDiskMiB(): number {
+    return this.settings.diskMiB;
+  }
+
   describe(): string {
     return `container (runc, a user namespace and ${this.settings.diskMiB} MiB writable disk each)`;
   }

@@ -12,6 +12,10 @@ import { run } from '../../util/exec.js';
  * An empty filesystem of each size is made once next to the image and copied sparsely per
  * session (~2 MB, a few ms), so a create does not pay for mkfs. The size is a setting
  * (ContainerSettings.diskMiB, settings.ts).
+ *
+ * The file is the cap: a loop device never grows its file, so the host gives a session at
+ * most this size, and admission promises it against the host's free space
+ * (sessions/disk-capacity.ts), so that all the sparse files together cannot outgrow the disk.
  */
 
 const building = new Map<string, Promise<string>>();

@@ -22,7 +22,7 @@ import {
   type SandboxSpec,
 } from '../runtime.js';
 import { processStartTime } from '../../host/process-watch.js';
-import { adoptVmm, initrdFor, killOrphanVmms, vmExited, vmStartError } from '../vm-common.js';
+import { adoptVmm, imageDiskMiB, initrdFor, killOrphanVmms, vmExited, vmStartError } from '../vm-common.js';
 import { killOrphan, spawnInNetns, spawnLogged, type VmProcess } from '../vm-process.js';
 import { FirecrackerClient } from './api/client.js';
 import { waitForApiSocket } from './api/wait-for-socket.js';
@@ -124,6 +124,10 @@ export class FirecrackerRuntime implements Runtime {
   }
 
   /** How the VMs run, for the start-up log. */
+  writableDiskMiB(image: GuestImage | undefined): number { // its copy of the image's ext4
+    return image ? imageDiskMiB(image) : 0;
+  }
+
   describe(): string {
     const jail = this.host.jailerBin
       ? `jailed, each VM as a uid/gid of its own from ${this.users.range.base} (${this.users.range.count} of them), under ${this.settings.chrootBaseDir} (cgroup v${this.host.cgroupVersion})`

@@ -1,3 +1,4 @@
+import type { GuestImage } from '../../guest/image/builder.js';
 import { chmod, chown, rm } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import path from 'node:path';
@@ -25,7 +26,7 @@ import { processStartTime } from '../../host/process-watch.js';
 import { hostTscKhz, probeKvm } from './accelerator.js';
 import { createOverlay } from './overlay-disk.js';
 import { macAddressFor, qemuArgv, TCG_TB_SIZE_MIB } from './qemu-command.js';
-import { adoptVmm, initrdFor, killOrphanVmms, vmExited, vmStartError } from '../vm-common.js';
+import { adoptVmm, imageDiskMiB, initrdFor, killOrphanVmms, vmExited, vmStartError } from '../vm-common.js';
 import { spawnInNetns, type VmExit } from '../vm-process.js';
 import { findQemuProcesses, waitForPidFile } from './qemu-process.js';
 import type { TapOwner } from '../../network/netns.js';
@@ -94,6 +95,11 @@ export class QemuRuntime implements Runtime {
   }
 
   /** How the VMs run, for the start-up log. */
+  /** The VM writes to its own copy of (or an overlay on) the image's ext4: at most that size. */
+  writableDiskMiB(image: GuestImage | undefined): number {
+    return image ? imageDiskMiB(image) : 0;
+  }
+
   describe(): string {
     return `qemu (${this.accelerator}: ${this.acceleratorReason}), each VM as a uid/gid of its own from ${this.users.range.base}`;
   }

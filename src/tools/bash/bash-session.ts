@@ -1,6 +1,7 @@
 import type { GuestConnection } from '../../transport/ssh-connection.js';
 import { SerialQueue } from '../../util/serial-queue.js';
 import { BashShell, type ShellOutcome } from './bash-shell.js';
+import type { BashOutputCounters, BashOutputLimits } from './output-budget.js';
 
 export interface BashSessionOptions {
   display: number;
@@ -8,6 +9,8 @@ export interface BashSessionOptions {
   timeoutMs: number;
   maxOutputChars: number;
   startTimeoutMs: number;
+  outputLimits?: BashOutputLimits;
+  counters?: BashOutputCounters;
 }
 
 /**
@@ -64,6 +67,8 @@ export class BashSession {
         display: this.opts.display,
         maxOutputChars: this.opts.maxOutputChars,
         startTimeoutMs: this.opts.startTimeoutMs,
+        ...(this.opts.outputLimits ? { outputLimits: this.opts.outputLimits } : {}),
+        ...(this.opts.counters ? { counters: this.opts.counters } : {}),
       });
       // A shell that failed to start is forgotten, so the next command tries again.
       starting.catch(() => {

@@ -2,6 +2,7 @@ import type { ClientChannel } from 'ssh2';
 import { GuestProtocolError } from '../../errors.js';
 import type { GuestConnection } from '../../transport/ssh-connection.js';
 import { MarkerScanner, newNonce, printMarker } from './marker.js';
+import { ByteBudget, DEFAULT_BASH_OUTPUT_LIMITS, NO_COUNTERS, type BashOutputCounters, type BashOutputLimits } from './output-budget.js';
 import { ShellOutput } from './shell-output.js';
 
 export interface BashShellOptions {
@@ -11,6 +12,10 @@ export interface BashShellOptions {
   maxOutputChars: number;
   /** How long opening the channel and the shell's first answer may take. */
   startTimeoutMs: number;
+  /** How much of its output is read, and how fast (output-budget.ts). */
+  outputLimits?: BashOutputLimits;
+  /** Where bytes dropped and time throttled are counted. */
+  counters?: BashOutputCounters;
 }
 
 /** Why a shell stopped: by itself, or because we stopped it. */
@@ -79,12 +84,26 @@ export class BashShell {
   private protocolError: GuestProtocolError | undefined;
   /** The shell's pid in the guest, which is also its process group id. */
   pid = 0;
+  private readonly limits: BashOutputLimits;
+  private readonly counters: BashOutputCounters;
+  private readonly budget: ByteBudget;
+  /** Bytes read since the last command ended (a background job's output). */
+  private unreadBytes = 0;
+  /** Not read until the next command: more than limits.maxUnreadBytes came meanwhile. */
+  private heldForUnread = false;
+  /** Not read until this fires: the output budget is spent. */
+  private rateHold: NodeJS.Timeout | undefined;
+  private paused: { since: number; reason: 'rate' | 'unread_cap' } | undefined;
 
   private constructor(
     private readonly connection: GuestConnection,
     private readonly channel: ClientChannel,
     private readonly maxOutputChars: number,
+    opts: Pick<BashShellOptions, 'outputLimits' | 'counters'>,
   ) {
+    this.limits = opts.outputLimits ?? DEFAULT_BASH_OUTPUT_LIMITS;
+    this.counters = opts.counters ?? NO_COUNTERS;
+    this.budget = new ByteBudget(this.limits.bytesPerSecond, this.limits.burstBytes);
     this.output = new ShellOutput(maxOutputChars);
     this.endedPromise = new Promise((resolve) => (this.markEnded = resolve));
     channel.on('data', (chunk: Buffer) => this.onData(chunk));
@@ -109,7 +128,7 @@ export class BashShell {
     // in the framing, so that a command's own `exec 2>...` still works as in a terminal.
     const command = `exec env DISPLAY=:${opts.display} LANG=C.UTF-8 bash --noprofile --norc 2>&1`;
     const channel = await connection.spawn(command, opts.startTimeoutMs);
-    const shell = new BashShell(connection, channel, opts.maxOutputChars);
+    const shell = new BashShell(connection, channel, opts.maxOutputChars, opts);
     try {
       shell.pid = await shell.handshake(opts.startTimeoutMs);
     } catch (err) {
@@ -131,7 +150,7 @@ export class BashShell {
         resolve({ kind: 'timed_out', output: this.takeOutput() });
       }, timeoutMs);
       this.waiter = {
-        scanner: new MarkerScanner(nonce, (bytes) => this.output.push(bytes)),
+        scanner: new MarkerScanner(nonce, (bytes) => this.keep(bytes)),
         onMarker: (exitCode) => {
           clearTimeout(timer);
           resolve({ kind: 'completed', output: this.takeOutput(), exitCode });
@@ -143,6 +162,10 @@ export class BashShell {
       };
       const framing = commandFraming(nonce);
       this.channel.write(Buffer.concat([Buffer.from(framing), Buffer.from(command, 'utf8'), Buffer.from([0])]));
+      // Someone reads the output again: what a background job was kept waiting on may come.
+      this.unreadBytes = 0;
+      this.heldForUnread = false;
+      this.updateFlow();
     });
   }
 
@@ -153,6 +176,8 @@ export class BashShell {
   stop(reason: ShellEndReason): Promise<void> {
     this.stopReason ??= reason;
     this.killing ??= (async () => {
+      // Read whatever is left, or the channel's end (and so its close) would never come.
+      this.release();
       if (this.pid > 0) {
         // A separate channel: the shell's own stdin is busy with the command it runs.
         await this.connection.exec(`kill -s KILL -- -${this.pid}`, { timeoutMs: KILL_TIMEOUT_MS }).catch(() => undefined);
@@ -176,7 +201,7 @@ export class BashShell {
       this.waiter = {
         // Whatever bash prints before its first marker (it should print nothing) is kept
         // for the first command's output rather than lost.
-        scanner: new MarkerScanner(nonce, (bytes) => this.output.push(bytes)),
+        scanner: new MarkerScanner(nonce, (bytes) => this.keep(bytes)),
         onMarker: (pid) => {
           clearTimeout(timer);
           resolve(pid);
@@ -192,11 +217,16 @@ export class BashShell {
   }
 
   private onData(chunk: Buffer): void {
+    this.take(chunk);
+    this.regulate(chunk.length);
+  }
+
+  private take(chunk: Buffer): void {
     if (this.protocolError) return;
     const waiter = this.waiter;
     if (!waiter) {
       // Between commands: a background job's output, shown with the next command's.
-      this.output.push(chunk);
+      this.keepUnread(chunk);
       return;
     }
     let found: ReturnType<MarkerScanner['feed']>;
@@ -210,7 +240,59 @@ export class BashShell {
     if (!found) return;
     this.waiter = undefined;
     waiter.onMarker(found.value);
-    if (found.rest.length > 0) this.output.push(found.rest);
+    if (found.rest.length > 0) this.keepUnread(found.rest);
+  }
+
+  private keep(bytes: Buffer): void {
+    const dropped = this.output.push(bytes);
+    if (dropped > 0) this.counters.dropped(dropped, 'command');
+  }
+
+  private keepUnread(bytes: Buffer): void {
+    this.unreadBytes += bytes.length;
+    const dropped = this.output.push(bytes);
+    if (dropped > 0) this.counters.dropped(dropped, 'between_commands');
+  }
+
+  /**
+   * Stops reading the channel when the output budget is spent, or when a background job
+   * has written more than maxUnreadBytes since the last command. A channel not read stops
+   * granting the guest window, so its sshd, and then the writer, block: a flood costs the
+   * orchestrator its budget's worth of decryption and nothing more.
+   */
+  private regulate(bytes: number): void {
+    if (this.killing) return;
+    const wait = this.budget.charge(bytes);
+    if (wait > 0 && !this.rateHold) {
+      this.rateHold = setTimeout(() => {
+        this.rateHold = undefined;
+        this.updateFlow();
+      }, wait);
+    }
+    // Also after the shell ended (a background job holds the channel open): stop() lifts it.
+    if (!this.waiter && this.unreadBytes >= this.limits.maxUnreadBytes) this.heldForUnread = true;
+    this.updateFlow();
+  }
+
+  /** Pauses or resumes the channel as the holds say, timing the pauses for the metrics. */
+  private updateFlow(): void {
+    const reason = this.heldForUnread ? 'unread_cap' : this.rateHold ? 'rate' : undefined;
+    if (reason && !this.paused) {
+      this.paused = { since: performance.now(), reason };
+      this.channel.pause();
+    } else if (!reason && this.paused) {
+      this.counters.throttled((performance.now() - this.paused.since) / 1000, this.paused.reason);
+      this.paused = undefined;
+      this.channel.resume();
+    }
+  }
+
+  /** Drops every hold (the shell is being stopped or has ended). */
+  private release(): void {
+    this.heldForUnread = false;
+    clearTimeout(this.rateHold);
+    this.rateHold = undefined;
+    this.updateFlow();
   }
 
   /**

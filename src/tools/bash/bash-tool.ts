@@ -5,6 +5,7 @@ import type { Env } from '../../util/env.js';
 import { describeType } from '../input-checks.js';
 import { BashSession } from './bash-session.js';
 import type { CommandOutput, ShellOutcome } from './bash-shell.js';
+import type { BashOutputCounters, BashOutputLimits } from './output-budget.js';
 
 export const DEFAULT_BASH_TIMEOUT_SECONDS = 120;
 /** Output beyond this many characters is cut, as Anthropic's own tools do. */
@@ -16,6 +17,9 @@ export interface BashToolConfig {
   display: number;
   timeoutSeconds: number;
   maxOutputChars?: number;
+  /** How much of a shell's output is read, and how fast (SBX_BASH_OUTPUT_*; defaults otherwise). */
+  outputLimits?: BashOutputLimits;
+  counters?: BashOutputCounters;
 }
 
 /** What a `bash_20250124` tool_use input asks for. */
@@ -40,6 +44,8 @@ export class BashTool {
         timeoutMs: this.config.timeoutSeconds * 1000,
         maxOutputChars: this.config.maxOutputChars ?? MAX_OUTPUT_CHARS,
         startTimeoutMs: START_TIMEOUT_MS,
+        ...(this.config.outputLimits ? { outputLimits: this.config.outputLimits } : {}),
+        ...(this.config.counters ? { counters: this.config.counters } : {}),
       });
       await cleanup.push('bash shell', () => made.close());
       return made;

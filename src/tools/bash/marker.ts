@@ -4,13 +4,20 @@ import { GuestProtocolError } from '../../errors.js';
 /**
  * The line the shell prints after each command (and once at start):
  *
- *     \n<<sbx:NONCE:VALUE>>\n
+ *     <<sbx:NONCE:VALUE>>\n
  *
  * VALUE is the command's exit status (or, at start, the shell's pid). NONCE is fresh random
  * for every command and is never in a variable the command could read: it travels only in
  * the line bash parses after the command has run. So no output of the command, accidental
  * or not, can pass for the end of it, unlike a fixed sentinel such as the reference's
  * `<<exit>>`.
+ *
+ * It has one newline, at its end, because bash line-buffers its standard output: a newline
+ * before it was written apart from the rest, and a background job writing to the same pipe
+ * (`(cat /dev/urandom | base64 &)`) could slip its bytes between the two writes, so that the
+ * marker was never recognised and the command ran into its timeout (seen once the output was
+ * throttled, issue 21). One line is one write(2), which a pipe never splits. The marker is
+ * found wherever it starts: the nonce, not a line start, makes it ours.
  */
 export function newNonce(): string {
   return randomBytes(16).toString('hex');
@@ -22,7 +29,7 @@ export function newNonce(): string {
  * `builtin` so that a function the model defined called printf cannot take its place.
  */
 export function printMarker(nonce: string, value: '$?' | '$$'): string {
-  return `builtin printf '\\n<<sbx:%s:%d>>\\n' ${nonce} "${value}"`;
+  return `builtin printf '<<sbx:%s:%d>>\\n' ${nonce} "${value}"`;
 }
 
 const TERMINATOR = Buffer.from('>>\n');
@@ -51,13 +58,33 @@ export class MarkerScanner {
     nonce: string,
     private readonly sink: (bytes: Buffer) => void,
   ) {
-    this.prefix = Buffer.from(`\n<<sbx:${nonce}:`);
+    this.prefix = Buffer.from(`<<sbx:${nonce}:`);
   }
 
-  /** Takes a chunk; once the marker is complete, returns its value and the bytes after it. */
+  /**
+   * Takes a chunk; once the marker is complete, returns its value and the bytes after it.
+   * The chunk itself is searched in place (Buffer.indexOf, native); only the held tail and
+   * the chunk's first bytes, where a marker could straddle the two, are joined and searched
+   * apart, so a flood of output is never copied or looked at byte by byte in JavaScript.
+   */
   feed(chunk: Buffer): { value: number; rest: Buffer } | undefined {
     if (this.prefixSeen) return this.feedTail(chunk);
-    const data = this.held.length > 0 ? Buffer.concat([this.held, chunk]) : chunk;
+    const reach = this.prefix.length - 1;
+    if (this.held.length > 0) {
+      // Small pieces: joining them costs nothing.
+      if (chunk.length <= 2 * reach) return this.scan(Buffer.concat([this.held, chunk]));
+      // A marker that starts in the held tail ends within the chunk's first `reach` bytes.
+      const joint = Buffer.concat([this.held, chunk.subarray(0, reach)]);
+      const start = joint.indexOf(this.prefix);
+      if (start !== -1) return this.prefixFound(joint.subarray(0, start), chunk.subarray(start + this.prefix.length - this.held.length));
+      this.pass(this.held);
+      this.held = Buffer.alloc(0);
+    }
+    return this.scan(chunk);
+  }
+
+  /** Searches `data`, with nothing held before it. */
+  private scan(data: Buffer): { value: number; rest: Buffer } | undefined {
     const start = data.indexOf(this.prefix);
     if (start === -1) {
       // Keep the longest tail that could still grow into the marker.
@@ -66,10 +93,14 @@ export class MarkerScanner {
       this.held = Buffer.from(data.subarray(data.length - keep));
       return undefined;
     }
-    this.pass(data.subarray(0, start));
+    return this.prefixFound(data.subarray(0, start), data.subarray(start + this.prefix.length));
+  }
+
+  private prefixFound(before: Buffer, after: Buffer): { value: number; rest: Buffer } | undefined {
+    this.pass(before);
     this.prefixSeen = true;
     this.held = Buffer.alloc(0);
-    return this.feedTail(data.subarray(start + this.prefix.length));
+    return this.feedTail(after);
   }
 
   /** After the prefix: the value and the terminator, within MAX_TAIL_BYTES. */

@@ -16,8 +16,9 @@ export class ShellOutput {
     this.maxHeadBytes = maxChars * 4 + 4;
   }
 
-  push(bytes: Buffer): void {
-    if (bytes.length === 0) return;
+  /** Takes output; returns how many of its bytes were only counted, not kept. */
+  push(bytes: Buffer): number {
+    if (bytes.length === 0) return 0;
     this.lastByte = bytes[bytes.length - 1];
     const room = this.maxHeadBytes - this.headBytes;
     if (room > 0) {
@@ -25,7 +26,10 @@ export class ShellOutput {
       this.head.push(kept);
       this.headBytes += kept.length;
     }
-    if (bytes.length > room) this.droppedChars += countChars(bytes.subarray(Math.max(room, 0)));
+    if (bytes.length <= room) return 0;
+    const dropped = bytes.subarray(Math.max(room, 0));
+    this.droppedChars += countChars(dropped);
+    return dropped.length;
   }
 
   get isEmpty(): boolean {
@@ -45,11 +49,15 @@ export class ShellOutput {
   }
 }
 
-/** UTF-8 characters in bytes: every byte that is not a continuation byte (10xxxxxx) starts one. */
+/**
+ * UTF-8 characters in bytes: every byte that is not a continuation byte (10xxxxxx) starts
+ * one. An indexed loop (no iterator, no allocation): it runs over every byte a command
+ * prints past its kept head, at the rate the output budget lets in (output-budget.ts).
+ */
 function countChars(bytes: Buffer): number {
-  let count = 0;
-  for (const byte of bytes) if ((byte & 0xc0) !== 0x80) count++;
-  return count;
+  let continuation = 0;
+  for (let i = 0; i < bytes.length; i++) if (((bytes[i] as number) & 0xc0) === 0x80) continuation++;
+  return bytes.length - continuation;
 }
 
 function countCodePoints(text: string): number {
