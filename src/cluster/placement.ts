@@ -131,7 +131,8 @@ export function place(request: PlacementRequest, nodes: readonly NodeSnapshot[],
 
   // K distinct nodes, each drawn in proportion to its size for this create: a node twice as
   // big must be offered twice as many creates, or the small ones fill up first. Prefix sums
-  // and a binary search keep a draw at O(log n); a node drawn twice is drawn again.
+  // and a binary search keep a draw at O(log n); a draw that repeats a node is redone
+  // (at most 8K draws, so a sample can come out smaller, never wrong).
   const sample = new Set<NodeSnapshot>();
   if (feasible.length <= sampleSize) for (const node of feasible) sample.add(node);
   else {
