@@ -4,6 +4,7 @@
  * A folder imports only from its own layer and the layers below it:
  *
  *   entry points   cli/, bench/, orchestrator.ts, index.ts  (wire everything together)
+ *   cluster/       placement across nodes (issue 22), later the gateway and node modes
  *   api/ mcp/      the HTTP server and its routes; the MCP server (tools over the client SDK)
  *   sessions/      the session registry, lifecycle, clocks, warm pool
  *   runtimes/ computer/ tools/ files/ templates/ recording/ vendors/   what a session is made of
@@ -35,6 +36,9 @@ const LAYER_OF_TOP: Record<string, number | undefined> = {
   'orchestrator.ts': 6,
   'index.ts': 6,
   'orchestrator-lock.ts': 6,
+  // A cluster of nodes behind gateways (issue 22): the gateway fronts the routes and a node
+  // wraps today's orchestrator, so it sits over api/ and sessions/, under the entry points.
+  cluster: 5.5,
   api: 5,
   mcp: 5,
   // Live views sit on the sessions (their connection, takeover) and under the routes.

@@ -1,0 +1,74 @@
+/**
+ * A create placed, tried, and retried elsewhere when the chosen node fails it (issue 22).
+ *
+ * A snapshot is seconds old by the time a node is asked: the node may be exhausted by then,
+ * or gone. Such a node is left out of the next choice, at most `maxTries` nodes are asked,
+ * and a create that nobody can take ends in a 503 that says why (which constraint ruled out
+ * how many nodes, and what each tried node answered). A 4xx from a node is the request's
+ * fault, not the node's: another node would answer the same, so it is not retried.
+ */
+import { OrchestratorError, UnavailableError } from '../errors.js';
+import { CONSTRAINTS, place, type Constraint, type NodeSnapshot, type PlacementOptions, type PlacementRequest } from './placement.js';
+
+export const DEFAULT_MAX_TRIES = 3;
+
+export interface AttemptFailure {
+  readonly node: string;
+  readonly message: string;
+}
+
+/** Nobody could take the create: a 503 whose message says why. */
+export class NoNodeError extends UnavailableError {
+  constructor(
+    message: string,
+    /** Nodes ruled out by each constraint at the last choice (none when the tries ran out). */
+    readonly rejected: Readonly<Record<Constraint, number>>,
+    readonly failures: readonly AttemptFailure[],
+  ) {
+    super(message);
+  }
+}
+
+export interface RetryOptions extends Omit<PlacementOptions, 'exclude'> {
+  readonly maxTries?: number;
+}
+
+export interface Placed<T> {
+  readonly node: NodeSnapshot;
+  readonly result: T;
+  /** What the nodes asked before this one answered. */
+  readonly failures: readonly AttemptFailure[];
+}
+
+/**
+ * Choose a node, call `attempt` on it; on failure choose again without the nodes that failed.
+ * `loadNodes` is read before every choice, so a retry sees the directory as it is then.
+ */
+export async function placeWithRetries<T>(
+  request: PlacementRequest,
+  loadNodes: () => readonly NodeSnapshot[] | Promise<readonly NodeSnapshot[]>,
+  attempt: (node: NodeSnapshot) => Promise<T>,
+  options: RetryOptions = {},
+): Promise<Placed<T>> {
+  const maxTries = Math.max(1, options.maxTries ?? DEFAULT_MAX_TRIES);
+  const exclude = new Set<string>();
+  const failures: AttemptFailure[] = [];
+  while (failures.length < maxTries) {
+    const placement = place(request, await loadNodes(), { ...options, exclude });
+    if (!placement.ok) throw new NoNodeError(withFailures(placement.reason, failures), placement.rejected, failures);
+    try {
+      return { node: placement.node, result: await attempt(placement.node), failures };
+    } catch (error) {
+      if (error instanceof OrchestratorError && error.statusCode < 500) throw error;
+      failures.push({ node: placement.node.name, message: error instanceof Error ? error.message : String(error) });
+      exclude.add(placement.node.name);
+    }
+  }
+  const none = Object.fromEntries(CONSTRAINTS.map((constraint) => [constraint, 0])) as Record<Constraint, number>;
+  throw new NoNodeError(withFailures(`no node could take this create in ${maxTries} tries`, failures), none, failures);
+}
+
+function withFailures(reason: string, failures: readonly AttemptFailure[]): string {
+  if (failures.length === 0) return reason;
+  return `${reason}; tried: ${failures.map((failure) => `'${failure.node}': ${failure.message}`).join('; ')}`;
+}
