@@ -2,7 +2,8 @@ import { createPrivateKey } from 'node:crypto';
 import { createReadStream, existsSync } from 'node:fs';
 import path from 'node:path';
 import ssh2 from 'ssh2';
-import { readdir, readFile, readlink, stat } from 'node:fs/promises';
+import { readdir, readFile, readlink, realpath, stat } from 'node:fs/promises';
+import { mountsUnder } from '../../src/host/mounts.js';
 import type { ResourceNames } from '../../src/network/names.js';
 import { generateClientKey } from '../../src/transport/keys.js';
 import { run } from '../../src/util/exec.js';
@@ -142,22 +143,33 @@ export function privateKeyForms(openSshPrivateKey: string): Buffer[] {
 export async function filesHolding(dir: string, needles: Buffer[]): Promise<string[]> {
   const longest = Math.max(...needles.map((n) => n.length));
   const found: string[] = [];
-  for (const entry of await readdir(dir, { recursive: true, withFileTypes: true })) {
-    if (!entry.isFile()) continue;
-    const file = path.join(entry.parentPath, entry.name);
-    let tail = Buffer.alloc(0);
-    try {
-      for await (const chunk of createReadStream(file, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>) {
-        const window = Buffer.concat([tail, chunk]);
-        if (needles.some((n) => window.includes(n))) {
-          found.push(file);
-          break;
-        }
-        tail = window.subarray(Math.max(0, window.length - longest + 1));
+  // Not into what is mounted below it: a session's view of the shared, read-only image holds
+  // nothing of a session's and is a whole root file system per session (minutes to read on a
+  // busy host). The session's own disk image is a file of the state dir, and is read.
+  const mounted = new Set(await mountsUnder(dir));
+  const walk = async (at: string): Promise<void> => {
+    for (const entry of await readdir(at, { withFileTypes: true }).catch(() => [])) {
+      const file = path.join(at, entry.name);
+      if (entry.isDirectory()) {
+        if (!mounted.has(file)) await walk(file);
+        continue;
       }
-    } catch {
-      // gone meanwhile (a socket, a file removed as we read)
+      if (!entry.isFile()) continue;
+      let tail = Buffer.alloc(0);
+      try {
+        for await (const chunk of createReadStream(file, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>) {
+          const window = Buffer.concat([tail, chunk]);
+          if (needles.some((n) => window.includes(n))) {
+            found.push(file);
+            break;
+          }
+          tail = window.subarray(Math.max(0, window.length - longest + 1));
+        }
+      } catch {
+        // gone meanwhile (a socket, a file removed as we read)
+      }
     }
-  }
+  };
+  await walk(await realpath(dir));
   return found;
 }
