@@ -62,6 +62,10 @@ describe('frame headers are checked against the screen', () => {
   const bad: Array<[string, Buffer, string]> = [
     ['the forged 16383x16383 header', header('SBXF', 16383, 16383, 0, 65536), 'bad_size'],
     ['a size other than the screen', header('SBXF', 1024, 769, STRIDE, STRIDE * 769), 'bad_size'],
+    // Only the width wrong, everything else consistent with it: no other check can catch these.
+    ['a width alone other than the screen (stride and length to match)', header('SBXF', 1023, 768, 1023 * 4, 1023 * 4 * 768), 'bad_size'],
+    ["a narrower width alone, in the screen's own stride and length", header('SBXF', 1020, 768, STRIDE, STRIDE * 768), 'bad_size'],
+    ['a wider width alone, changed rectangles', header('SBXR', 1025, 768, 1025 * 4, 8), 'bad_size'],
     ['stride 0', header('SBXF', 1024, 768, 0, 0), 'bad_stride'],
     ['a stride below a row', header('SBXF', 1024, 768, STRIDE - 4, (STRIDE - 4) * 768), 'bad_stride'],
     ['a stride with more than 63 bytes of padding', header('SBXF', 1024, 768, STRIDE + 64, (STRIDE + 64) * 768), 'bad_stride'],
