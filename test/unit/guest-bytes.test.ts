@@ -12,6 +12,7 @@ import { randomBytes } from 'node:crypto';
 import { deflateSync } from 'node:zlib';
 import sharp from 'sharp';
 import { CaptureChannel, type RawFrame } from '../../src/computer/capture-channel.js';
+import { Desktop, GRABBER_RESTART_AFTER_LIE_MS } from '../../src/computer/desktop.js';
 import { framePng, framePngRegion } from '../../src/computer/frame-image.js';
 import { HEADER_BYTES, maxRectsLength, parseFrameHeader } from '../../src/computer/frame-header.js';
 import { STDERR_MAX_BYTES } from '../../src/computer/guest-process-channel.js';
@@ -153,6 +154,35 @@ describe('the capture channel', () => {
       assert.equal(reported[0]?.channel, 'capture');
     });
   }
+
+  it(`does not start a grabber that lied again for ${GRABBER_RESTART_AFTER_LIE_MS} ms: requests meanwhile fail at once with its error`, async () => {
+    const channels: FakeChannel[] = [];
+    const connection = {
+      spawn: async () => {
+        const channel = new FakeChannel();
+        channels.push(channel);
+        // Each grabber answers its first request with the forged header.
+        channel.write = (data: string) => {
+          channel.written.push(data);
+          setImmediate(() => channel.emit('data', header('SBXF', 16383, 16383, 0, 65536)));
+          return true;
+        };
+        return channel as unknown as ClientChannel;
+      },
+      reportProtocolError: () => undefined,
+    } as unknown as GuestConnection;
+    const desktop = new Desktop(connection, 99, SCREEN);
+    await assert.rejects(desktop.capture(), isProtocolError('bad_size'));
+    const lied = performance.now();
+    for (let i = 0; i < 20; i++) {
+      await assert.rejects(desktop.capture(), (err: unknown) => err instanceof GuestProtocolError && err.reason === 'bad_size' && /started again in \d+ ms/.test(err.message));
+    }
+    assert.equal(channels.length, 1, 'one grabber started, not one per request');
+    await new Promise((resolve) => setTimeout(resolve, GRABBER_RESTART_AFTER_LIE_MS - (performance.now() - lied) + 20));
+    await assert.rejects(desktop.capture(), (err: unknown) => err instanceof GuestProtocolError && !/started again/.test(err.message));
+    assert.equal(channels.length, 2, 'started again once the pause is over');
+    desktop.close();
+  });
 
   it('refuses changed rectangles before any whole frame, and output nobody asked for', async () => {
     const first = await openCapture();
