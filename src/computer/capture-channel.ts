@@ -20,6 +20,19 @@ type Incoming =
   | { stage: 'table'; header: FrameHeader; payload: Buffer; filled: number; wanted: number }
   | { stage: 'streams'; header: FrameHeader; table: RectTable; base: number; payload: Buffer; filled: number };
 
+/**
+ * What a session's grabbers hand on to the next one (the desktop keeps it): the last screen
+ * and a buffer for receiving a whole frame. A grabber started again (one died, or lied: see
+ * desktop.ts) begins with a whole frame, usually the screen as it was: received into the
+ * spare buffer and compared band by band with the last screen, it costs no new memory unless
+ * the screen changed (BandedScreen.successor). A new 3 MiB buffer per start is what made V8
+ * run a full collection per restart when a lying grabber was restarted every second.
+ */
+export interface ScreenMemory {
+  screen?: BandedScreen;
+  spare?: Buffer;
+}
+
 /** Screen versions, unique in the process: a grabber opened anew never repeats an old channel's number. */
 let lastVersion = 0;
 
@@ -68,12 +81,15 @@ export class CaptureChannel extends GuestProcessChannel<void> {
   /** What the last changed-rectangles frame said about the grabber. */
   method: GrabberMethod | undefined;
 
-  private constructor(private readonly screen: Size) {
+  private constructor(
+    private readonly screen: Size,
+    private readonly memory: ScreenMemory,
+  ) {
     super((message) => new CaptureChannelError(message));
   }
 
-  static async open(connection: GuestConnection, display: number, screen: Size): Promise<CaptureChannel> {
-    const capture = new CaptureChannel(screen);
+  static async open(connection: GuestConnection, display: number, screen: Size, memory: ScreenMemory = {}): Promise<CaptureChannel> {
+    const capture = new CaptureChannel(screen, memory);
     const channel = await connection.spawn(`DISPLAY=:${display} exec ${CAPTURE_COMMAND}`);
     capture.attach(channel, 'capture', { label: 'capture', sink: connection });
     return capture;
@@ -155,7 +171,7 @@ export class CaptureChannel extends GuestProcessChannel<void> {
         // frame's table comes first, in a buffer of its own (at most 1288 bytes).
         this.message =
           header.kind === 'full'
-            ? { stage: 'pixels', header, payload: Buffer.allocUnsafe(header.length), filled: 0 }
+            ? { stage: 'pixels', header, payload: this.wholeFrameBuffer(header), filled: 0 }
             : { stage: 'table', header, payload: Buffer.allocUnsafe(RECTS_PREFIX_BYTES + MAX_RECTS * RECT_ENTRY_BYTES), filled: 0, wanted: RECTS_PREFIX_BYTES };
       }
       const message = this.message;
@@ -166,6 +182,13 @@ export class CaptureChannel extends GuestProcessChannel<void> {
       if (message.filled < end) return;
       this.message = this.next(message);
     }
+  }
+
+  /** Where a whole frame is received: the spare buffer when the last screen will take it (see ScreenMemory). */
+  private wholeFrameBuffer(header: FrameHeader): Buffer {
+    const { spare, screen } = this.memory;
+    if (spare?.length === header.length && screen?.fits(header.width, header.height, header.stride)) return spare;
+    return Buffer.allocUnsafe(header.length);
   }
 
   /** What follows a complete stage of a message: the next stage, or the frame applied (undefined). */
@@ -185,7 +208,15 @@ export class CaptureChannel extends GuestProcessChannel<void> {
     }
     if (message.stage === 'streams') return void this.decode(header, message.table, message.payload, message.base);
     const { width, height, stride } = header;
-    this.screenNow = new BandedScreen(width, height, stride, message.payload);
+    const last = this.memory.screen;
+    if (last?.fits(width, height, stride)) {
+      // The bands are the last screen's or copies: the payload is free again.
+      this.screenNow = last.successor(message.payload);
+      this.memory.spare = message.payload;
+    } else {
+      this.screenNow = new BandedScreen(width, height, stride, message.payload);
+    }
+    this.memory.screen = this.screenNow;
     this.screenVersion = ++lastVersion;
     this.settle();
     return undefined;

@@ -4,7 +4,7 @@ import { commandLine } from '../transport/quote.js';
 import type { GuestConnection } from '../transport/ssh-connection.js';
 import type { Point, Size } from './scaling.js';
 import { SerialQueue } from '../util/serial-queue.js';
-import { CaptureChannel, CaptureChannelError, type RawFrame } from './capture-channel.js';
+import { CaptureChannel, CaptureChannelError, type RawFrame, type ScreenMemory } from './capture-channel.js';
 import { InputChannel, InputChannelError, type InputAnswer } from './input-channel.js';
 import { WHERE, type InputPlan, type InputRequest } from './input-requests.js';
 import { KeymapBinder, spareKeycodes } from './keymap.js';
@@ -50,6 +50,8 @@ export class Desktop {
   private readonly inputQueue = new SerialQueue();
   private captureChannel: CaptureChannel | undefined;
   private readonly captureQueue = new SerialQueue();
+  /** The last screen and a spare frame buffer, handed from one grabber to the next (see ScreenMemory). */
+  private readonly screenMemory: ScreenMemory = {};
   /** The last time the grabber broke its protocol, and how (see GRABBER_RESTART_AFTER_LIE_MS). */
   private grabberLied: { at: number; err: GuestProtocolError } | undefined;
   /** When the grabber last answered: watchers (recording, the screen stream) reuse what it holds if that is recent. */
@@ -144,7 +146,7 @@ export class Desktop {
     return this.captureQueue.run(async () => {
       if (!this.captureChannel?.isOpen) this.refuseWhileLying();
       try {
-        if (!this.captureChannel?.isOpen) this.captureChannel = await CaptureChannel.open(this.connection, this.display, this.screen);
+        if (!this.captureChannel?.isOpen) this.captureChannel = await CaptureChannel.open(this.connection, this.display, this.screen, this.screenMemory);
         const answer = await ask(this.captureChannel);
         this.lastGrabAt = performance.now();
         return answer;

@@ -155,6 +155,41 @@ describe('the capture channel', () => {
     });
   }
 
+  it('hands the screen on to a grabber started again: an unchanged first frame keeps the bands and allocates nothing', async () => {
+    const memory = {};
+    const start = async (message: Buffer) => {
+      const channel = new FakeChannel();
+      const connection = { spawn: async () => channel as unknown as ClientChannel, reportProtocolError: () => undefined } as unknown as GuestConnection;
+      const capture = await CaptureChannel.open(connection, 99, SCREEN, memory);
+      const grab = capture.grab(1_000);
+      channel.emit('data', message);
+      const frame = await grab;
+      capture.close();
+      return frame;
+    };
+    const whole = (pixels: Buffer) => Buffer.concat([header('SBXF', 1024, 768, STRIDE, STRIDE * 768), pixels]);
+    const screen = whole(Buffer.alloc(STRIDE * 768, 7));
+    const first = await start(screen);
+    const second = await start(screen);
+    assert.ok(second.bands && first.bands);
+    assert.ok(second.bands.buffers.every((band, i) => band === first.bands!.buffers[i]), 'the same bands, not copies');
+    // The second start received into a buffer of its own, now spare; the third reuses it.
+    const before = process.memoryUsage().arrayBuffers;
+    const third = await start(screen);
+    assert.ok(process.memoryUsage().arrayBuffers - before < 1024 * 1024, 'no new buffer for an unchanged screen');
+    assert.ok(third.bands!.buffers.every((band, i) => band === first.bands!.buffers[i]));
+    // A changed band is a copy of its own; the frames handed out before are untouched.
+    const changed = Buffer.from(screen);
+    changed.fill(9, HEADER_BYTES + 40 * STRIDE, HEADER_BYTES + 41 * STRIDE);
+    const fourth = await start(changed);
+    assert.notEqual(fourth.bands!.buffers[1], first.bands!.buffers[1]);
+    assert.equal(fourth.bands!.buffers[0], first.bands!.buffers[0]);
+    assert.equal(fourth.pixels[40 * STRIDE], 9);
+    assert.equal(first.pixels[40 * STRIDE], 7, 'a frame handed out is never modified');
+    changed.fill(3);
+    assert.equal(fourth.pixels[40 * STRIDE], 9, 'the spare buffer is not part of any frame');
+  });
+
   it(`does not start a grabber that lied again for ${GRABBER_RESTART_AFTER_LIE_MS} ms: requests meanwhile fail at once with its error`, async () => {
     const channels: FakeChannel[] = [];
     const connection = {
