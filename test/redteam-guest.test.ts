@@ -440,7 +440,8 @@ PY`,
   });
 
   it("control: the victim's own screenshots, measured as an attack would be (what an honest request costs)", async (t) => {
-    await measured(t, 'no attack (honest screenshots)', victim, () => screenshotOk(victim), HONEST);
+    // At the capture attacks' pace: a client asking back to back measures its own queue.
+    await measured(t, 'no attack (honest screenshots)', victim, () => screenshotOk(victim), HONEST, { attackPaceMs: CAPTURE_ATTACK.attackPaceMs });
   });
 
   const attacks: Array<[string, string, RegExp, Bounds]> = [
