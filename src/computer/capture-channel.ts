@@ -1,6 +1,6 @@
 import type { GuestConnection } from '../transport/ssh-connection.js';
 import { GuestProtocolError } from '../errors.js';
-import { inflateRect, parseRectTable } from './damage-rects.js';
+import { inflateRect, MAX_RECTS, parseRectTable, RECT_ENTRY_BYTES, RECTS_PREFIX_BYTES, rectTableLength, type RectTable } from './damage-rects.js';
 import { BandedScreen, type RawFrame } from './frame-bands.js';
 import { HEADER_BYTES, parseFrameHeader, type FrameHeader } from './frame-header.js';
 import { GuestProcessChannel } from './guest-process-channel.js';
@@ -9,6 +9,29 @@ import type { Size } from './scaling.js';
 export type { RawFrame } from './frame-bands.js';
 
 export class CaptureChannelError extends Error {}
+
+/**
+ * A message being received, after its checked header: a whole frame's pixels; or a
+ * changed-rectangles frame's table (its 8-byte prefix first, then as many entries as the
+ * prefix counts: `wanted` bytes), then its compressed streams (the payload from byte `base` on).
+ */
+type Incoming =
+  | { stage: 'pixels'; header: FrameHeader; payload: Buffer; filled: number }
+  | { stage: 'table'; header: FrameHeader; payload: Buffer; filled: number; wanted: number }
+  | { stage: 'streams'; header: FrameHeader; table: RectTable; base: number; payload: Buffer; filled: number };
+
+/**
+ * What a session's grabbers hand on to the next one (the desktop keeps it): the last screen
+ * and a buffer for receiving a whole frame. A grabber started again (one died, or lied: see
+ * desktop.ts) begins with a whole frame, usually the screen as it was: received into the
+ * spare buffer and compared band by band with the last screen, it costs no new memory unless
+ * the screen changed (BandedScreen.successor). A new 3 MiB buffer per start is what made V8
+ * run a full collection per restart when a lying grabber was restarted every second.
+ */
+export interface ScreenMemory {
+  screen?: BandedScreen;
+  spare?: Buffer;
+}
 
 /** Screen versions, unique in the process: a grabber opened anew never repeats an old channel's number. */
 let lastVersion = 0;
@@ -47,8 +70,8 @@ export interface GrabberMethod {
 export class CaptureChannel extends GuestProcessChannel<void> {
   /** The header being received (at most HEADER_BYTES). */
   private head = Buffer.alloc(0);
-  /** The message being received, once its header has passed: its payload, filled up to `filled`. */
-  private message: { header: FrameHeader; payload: Buffer; filled: number } | undefined;
+  /** The message being received, once its header has passed (see Incoming). */
+  private message: Incoming | undefined;
   /** The screen as the grabber last sent it, which changed rectangles patch (its previous frame too). */
   private screenNow: BandedScreen | undefined;
   /** Names the screen as it is now: a new number whenever it changes (0: no frame yet). */
@@ -58,12 +81,15 @@ export class CaptureChannel extends GuestProcessChannel<void> {
   /** What the last changed-rectangles frame said about the grabber. */
   method: GrabberMethod | undefined;
 
-  private constructor(private readonly screen: Size) {
+  private constructor(
+    private readonly screen: Size,
+    private readonly memory: ScreenMemory,
+  ) {
     super((message) => new CaptureChannelError(message));
   }
 
-  static async open(connection: GuestConnection, display: number, screen: Size): Promise<CaptureChannel> {
-    const capture = new CaptureChannel(screen);
+  static async open(connection: GuestConnection, display: number, screen: Size, memory: ScreenMemory = {}): Promise<CaptureChannel> {
+    const capture = new CaptureChannel(screen, memory);
     const channel = await connection.spawn(`DISPLAY=:${display} exec ${CAPTURE_COMMAND}`);
     capture.attach(channel, 'capture', { label: 'capture', sink: connection });
     return capture;
@@ -140,37 +166,77 @@ export class CaptureChannel extends GuestProcessChannel<void> {
         if (this.head.length < HEADER_BYTES) return;
         const header = parseFrameHeader(this.head, this.screen);
         this.head = Buffer.alloc(0);
-        // Allocated only now, at a length checked against the screen.
-        this.message = { header, payload: Buffer.allocUnsafe(header.length), filled: 0 };
+        if (header.kind === 'rects') this.changes(header);
+        // Allocated only now, at a length checked against the screen. A changed-rectangles
+        // frame's table comes first, in a buffer of its own (at most 1288 bytes).
+        this.message =
+          header.kind === 'full'
+            ? { stage: 'pixels', header, payload: this.wholeFrameBuffer(header), filled: 0 }
+            : { stage: 'table', header, payload: Buffer.allocUnsafe(RECTS_PREFIX_BYTES + MAX_RECTS * RECT_ENTRY_BYTES), filled: 0, wanted: RECTS_PREFIX_BYTES };
       }
       const message = this.message;
-      const copied = data.copy(message.payload, message.filled, 0, message.payload.length - message.filled);
+      const end = message.stage === 'table' ? message.wanted : message.payload.length;
+      const copied = data.copy(message.payload, message.filled, 0, end - message.filled);
       message.filled += copied;
       data = data.subarray(copied);
-      if (message.filled < message.payload.length) return;
-      this.message = undefined;
-      if (message.header.kind === 'full') {
-        const { width, height, stride } = message.header;
-        this.screenNow = new BandedScreen(width, height, stride, message.payload);
-        this.screenVersion = ++lastVersion;
-        this.settle();
-      } else {
-        // The table is checked here, synchronously, before anything is inflated.
-        this.decode(message.header, message.payload);
-      }
+      if (message.filled < end) return;
+      this.message = this.next(message);
     }
   }
 
-  /** Applies a changed-rectangles frame; its streams are inflated off the event loop. */
-  private decode(header: FrameHeader, payload: Buffer): void {
+  /** Where a whole frame is received: the spare buffer when the last screen will take it (see ScreenMemory). */
+  private wholeFrameBuffer(header: FrameHeader): Buffer {
+    const { spare, screen } = this.memory;
+    if (spare?.length === header.length && screen?.fits(header.width, header.height, header.stride)) return spare;
+    return Buffer.allocUnsafe(header.length);
+  }
+
+  /** What follows a complete stage of a message: the next stage, or the frame applied (undefined). */
+  private next(message: Incoming): Incoming | undefined {
+    const { header } = message;
+    if (message.stage === 'table' && message.wanted === RECTS_PREFIX_BYTES) {
+      // Flags and count: checked before a byte of the entries is read.
+      const wanted = rectTableLength(message.payload, header.length);
+      if (wanted > RECTS_PREFIX_BYTES) return { ...message, wanted };
+    }
+    if (message.stage === 'table') {
+      // The whole table, checked against the screen and the header's length before the
+      // streams are kept: they get one buffer of exactly the length the table accounts for.
+      const table = parseRectTable(message.payload, header, header.length);
+      if (message.wanted === header.length) return void this.decode(header, table, Buffer.alloc(0), message.wanted);
+      return { stage: 'streams', header, table, base: message.wanted, payload: Buffer.allocUnsafe(header.length - message.wanted), filled: 0 };
+    }
+    if (message.stage === 'streams') return void this.decode(header, message.table, message.payload, message.base);
+    const { width, height, stride } = header;
+    const last = this.memory.screen;
+    if (last?.fits(width, height, stride)) {
+      // The bands are the last screen's or copies: the payload is free again.
+      this.screenNow = last.successor(message.payload);
+      this.memory.spare = message.payload;
+    } else {
+      this.screenNow = new BandedScreen(width, height, stride, message.payload);
+    }
+    this.memory.screen = this.screenNow;
+    this.screenVersion = ++lastVersion;
+    this.settle();
+    return undefined;
+  }
+
+  /** The screen a changed-rectangles frame changes: checked before a byte of its payload is read. */
+  private changes(header: FrameHeader): BandedScreen {
     const now = this.screenNow;
     if (!now) throw new GuestProtocolError('capture', 'bad_rects', 'the guest sent changed rectangles before any whole frame');
     if (now.stride !== header.stride) throw new GuestProtocolError('capture', 'bad_rects', 'the guest changed the row stride in a changed-rectangles frame');
-    const table = parseRectTable(payload, header);
+    return now;
+  }
+
+  /** Applies a changed-rectangles frame (its table checked, `streams` the payload from byte `base` on); its streams are inflated off the event loop. */
+  private decode(header: FrameHeader, table: RectTable, streams: Buffer, base: number): void {
+    const now = this.changes(header);
     this.method = { shm: table.shm, damage: table.damage };
     if (table.rects.length === 0) return this.settle();
     this.decoding = true;
-    Promise.all(table.rects.map((rect) => inflateRect(payload, rect))).then(
+    Promise.all(table.rects.map((rect) => inflateRect(streams, rect, base))).then(
       (pixels) => {
         this.decoding = false;
         // Closed meanwhile (a timeout, close()): the request has already failed.

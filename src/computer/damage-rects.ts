@@ -8,8 +8,10 @@ import { GuestProtocolError } from '../errors.js';
  * then each rectangle's pixels (width*4 bytes a row, no padding) as one zlib stream.
  *
  * Every number is the guest's claim. The table is checked whole, against the screen and the
- * payload's length, before a byte is decompressed; each stream is inflated with a hard cap of
- * its rectangle's size (no zip bomb makes the host allocate more) and must give exactly that.
+ * payload's length, before a byte of the streams is kept (the capture channel reads the table
+ * first: a count of 0xFFFFFFFF fails on its 8th byte, not after megabytes), and before a byte
+ * is decompressed; each stream is inflated with a hard cap of its rectangle's size (no zip
+ * bomb makes the host allocate more) and must give exactly that.
  */
 
 /** Flags and count. */
@@ -51,17 +53,32 @@ function badRects(detail: string): GuestProtocolError {
 }
 
 /**
- * The rectangle table, checked: at most MAX_RECTS, each non-empty and within the screen,
- * no two overlapping, each stream no longer than its rectangle could need, and the streams
- * filling the rest of the payload exactly.
+ * The length of the table (flags, count and entries) that starts `payload`, whose first
+ * RECTS_PREFIX_BYTES at least have arrived: the flags known, the count at most MAX_RECTS and
+ * the table within the `payloadLength` the header announced. Nothing after the prefix is read.
  */
-export function parseRectTable(payload: Buffer, screen: { width: number; height: number }): RectTable {
-  if (payload.length < RECTS_PREFIX_BYTES) throw badRects(`a changed-rectangles payload of ${payload.length} bytes`);
+export function rectTableLength(payload: Buffer, payloadLength: number): number {
+  if (payloadLength < RECTS_PREFIX_BYTES) throw badRects(`a changed-rectangles payload of ${payloadLength} bytes`);
+  if (payload.length < RECTS_PREFIX_BYTES) throw new RangeError(`the table's prefix is ${RECTS_PREFIX_BYTES} bytes, got ${payload.length}`);
   const flags = payload.readUInt32LE(0);
   const count = payload.readUInt32LE(4);
   if (flags > (FLAG_SHM | FLAG_DAMAGE)) throw badRects(`unknown flags ${flags}`);
   const tableEnd = RECTS_PREFIX_BYTES + count * RECT_ENTRY_BYTES;
-  if (count > MAX_RECTS || tableEnd > payload.length) throw badRects(`${count} rectangles in a payload of ${payload.length} bytes (at most ${MAX_RECTS})`);
+  if (count > MAX_RECTS || tableEnd > payloadLength) throw badRects(`${count} rectangles in a payload of ${payloadLength} bytes (at most ${MAX_RECTS})`);
+  return tableEnd;
+}
+
+/**
+ * The rectangle table, checked: at most MAX_RECTS, each non-empty and within the screen,
+ * no two overlapping, each stream no longer than its rectangle could need, and the streams
+ * filling the rest of the payload exactly. `payload` needs to hold the table only (its
+ * streams may not have arrived yet) when `payloadLength` says how long the whole is.
+ */
+export function parseRectTable(payload: Buffer, screen: { width: number; height: number }, payloadLength = payload.length): RectTable {
+  const tableEnd = rectTableLength(payload, payloadLength);
+  if (payload.length < tableEnd) throw new RangeError(`the table is ${tableEnd} bytes, got ${payload.length}`);
+  const flags = payload.readUInt32LE(0);
+  const count = (tableEnd - RECTS_PREFIX_BYTES) / RECT_ENTRY_BYTES;
   const rects: DamageRect[] = [];
   let offset = tableEnd;
   for (let i = 0; i < count; i++) {
@@ -80,7 +97,7 @@ export function parseRectTable(payload: Buffer, screen: { width: number; height:
     rects.push(rect);
     offset += length;
   }
-  if (offset !== payload.length) throw badRects(`the rectangles' streams take ${offset} bytes, the payload has ${payload.length}`);
+  if (offset !== payloadLength) throw badRects(`the rectangles' streams take ${offset} bytes, the payload has ${payloadLength}`);
   return { shm: (flags & FLAG_SHM) !== 0, damage: (flags & FLAG_DAMAGE) !== 0, rects };
 }
 
@@ -93,9 +110,10 @@ const inflateAsync = promisify(inflate);
 /**
  * A rectangle's pixels, inflated on the thread pool (never on the event loop) with a cap of
  * exactly its size: a stream that would give more is stopped there, one that gives less (or
- * is not zlib at all) is refused.
+ * is not zlib at all) is refused. `payload` holds the payload from its byte `base` on (the
+ * capture channel keeps the streams apart from the table).
  */
-export async function inflateRect(payload: Buffer, rect: DamageRect): Promise<Buffer> {
+export async function inflateRect(payload: Buffer, rect: DamageRect, base = 0): Promise<Buffer> {
   const expected = rect.width * rect.height * BYTES_PER_PIXEL;
   let pixels: Buffer;
   try {
@@ -103,7 +121,7 @@ export async function inflateRect(payload: Buffer, rect: DamageRect): Promise<Bu
     // buffer. With exactly its size, Node allocates a second buffer of that size to look for
     // more output (a wasted 2 MiB for a terminal's worth of pixels, each frame); maxOutputLength
     // still stops a stream that would give more.
-    pixels = await inflateAsync(payload.subarray(rect.offset, rect.offset + rect.length), { maxOutputLength: expected, chunkSize: Math.max(64, expected + 1) });
+    pixels = await inflateAsync(payload.subarray(rect.offset - base, rect.offset - base + rect.length), { maxOutputLength: expected, chunkSize: Math.max(64, expected + 1) });
   } catch (err) {
     throw badRects(`rectangle ${rect.width}x${rect.height} at ${rect.x},${rect.y} does not inflate to its ${expected} bytes (${(err as Error).message})`);
   }

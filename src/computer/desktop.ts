@@ -1,10 +1,10 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { InvalidRequestError, OrchestratorError } from '../errors.js';
+import { GuestProtocolError, InvalidRequestError, OrchestratorError } from '../errors.js';
 import { commandLine } from '../transport/quote.js';
 import type { GuestConnection } from '../transport/ssh-connection.js';
 import type { Point, Size } from './scaling.js';
 import { SerialQueue } from '../util/serial-queue.js';
-import { CaptureChannel, CaptureChannelError, type RawFrame } from './capture-channel.js';
+import { CaptureChannel, CaptureChannelError, type RawFrame, type ScreenMemory } from './capture-channel.js';
 import { InputChannel, InputChannelError, type InputAnswer } from './input-channel.js';
 import { WHERE, type InputPlan, type InputRequest } from './input-requests.js';
 import { KeymapBinder, spareKeycodes } from './keymap.js';
@@ -18,6 +18,16 @@ export class DesktopError extends OrchestratorError {
 
 /** What the screen looked like: raw pixels (the fast path) or a PNG (scrot, the fallback). */
 export type Capture = { frame: RawFrame; png?: undefined } | { png: Buffer; frame?: undefined };
+
+/**
+ * After the grabber broke its protocol, it is not started again for this long, and screen
+ * requests meanwhile fail at once with the same error. Every start costs the host a whole
+ * frame (3 MiB at 1024x768, decrypted, kept, then dropped: V8 pays for such buffers in full
+ * collections, which stop the event loop) and the guest a process; a grabber that lies would
+ * otherwise have every request of the client pay that, as fast as it asks (issue 21). An honest
+ * grabber never lies, so nothing honest waits.
+ */
+export const GRABBER_RESTART_AFTER_LIE_MS = 1_000;
 
 /** Per-keystroke delay, as in the reference implementation: some applications drop faster input. */
 const TYPE_DELAY_MS = 12;
@@ -40,6 +50,10 @@ export class Desktop {
   private readonly inputQueue = new SerialQueue();
   private captureChannel: CaptureChannel | undefined;
   private readonly captureQueue = new SerialQueue();
+  /** The last screen and a spare frame buffer, handed from one grabber to the next (see ScreenMemory). */
+  private readonly screenMemory: ScreenMemory = {};
+  /** The last time the grabber broke its protocol, and how (see GRABBER_RESTART_AFTER_LIE_MS). */
+  private grabberLied: { at: number; err: GuestProtocolError } | undefined;
   /** When the grabber last answered: watchers (recording, the screen stream) reuse what it holds if that is recent. */
   private lastGrabAt = -Infinity;
   /** Aborted by close(): a hold_key in progress ends at once. */
@@ -130,18 +144,30 @@ export class Desktop {
    */
   private useGrabber<T>(ask: (channel: CaptureChannel) => Promise<T>, instead: () => Promise<T>): Promise<T> {
     return this.captureQueue.run(async () => {
+      if (!this.captureChannel?.isOpen) this.refuseWhileLying();
       try {
-        if (!this.captureChannel?.isOpen) this.captureChannel = await CaptureChannel.open(this.connection, this.display, this.screen);
+        if (!this.captureChannel?.isOpen) this.captureChannel = await CaptureChannel.open(this.connection, this.display, this.screen, this.screenMemory);
         const answer = await ask(this.captureChannel);
         this.lastGrabAt = performance.now();
         return answer;
       } catch (err) {
         this.captureChannel?.close();
         this.captureChannel = undefined;
+        if (err instanceof GuestProtocolError) this.grabberLied = { at: performance.now(), err };
         if (!(err instanceof CaptureChannelError)) throw err;
         return instead();
       }
     });
+  }
+
+  /** Throws the grabber's last protocol error again if it is recent (see GRABBER_RESTART_AFTER_LIE_MS). */
+  private refuseWhileLying(): void {
+    const lied = this.grabberLied;
+    if (!lied) return;
+    const wait = lied.at + GRABBER_RESTART_AFTER_LIE_MS - performance.now();
+    if (wait <= 0) return;
+    const { channel, reason, message } = lied.err;
+    throw new GuestProtocolError(channel, reason, `${message} (the grabber is started again in ${Math.ceil(wait)} ms)`);
   }
 
   /** A PNG from scrot: one process per capture (the fallback, and the benchmark's floor). */

@@ -75,6 +75,28 @@ export class BandedScreen {
     }
   }
 
+  /** Whether a whole frame of this geometry can follow this screen (see successor). */
+  fits(width: number, height: number, stride: number): boolean {
+    return width === this.width && height === this.height && stride === this.stride;
+  }
+
+  /**
+   * A new screen for a whole frame in `pixels` (of this geometry) that keeps this screen's
+   * bands where the frame has the same bytes and copies the others (one block), so `pixels`
+   * is not kept and may be reused. For a grabber started again (after one died or lied): its
+   * first frame is usually the screen as it was, and then costs no memory at all. Bands a
+   * frame handed out holds stay copy on write in the new screen.
+   */
+  successor(pixels: Buffer): BandedScreen {
+    const next = new BandedScreen(this.width, this.height, this.stride, pixels);
+    const changed = next.bands.map((band, i) => !band.equals(this.bands[i]!));
+    next.bands = next.bands.map((band, i) => (changed[i] ? band : this.bands[i]!));
+    for (const band of next.bands) if (this.shared.has(band)) next.shared.add(band);
+    // The changed ones are still views of `pixels`: copied out, as if shared.
+    next.copyBands(changed.flatMap((c, i) => (c ? [i] : [])));
+    return next;
+  }
+
   /** The screen as it is now, as a frame that is never modified: the same object until a change. */
   handOut(): RawFrame {
     if (!this.frame) {
@@ -126,8 +148,12 @@ export class BandedScreen {
         if (this.shared.has(this.bands[band]!)) touched.add(band);
       }
     }
-    if (touched.size === 0) return;
-    const indexes = [...touched].sort((a, b) => a - b);
+    this.copyBands([...touched].sort((a, b) => a - b));
+  }
+
+  /** Replaces the bands at `indexes` (ascending) by copies, all in one new buffer. */
+  private copyBands(indexes: number[]): void {
+    if (indexes.length === 0) return;
     const block = Buffer.allocUnsafe(indexes.reduce((sum, i) => sum + this.bands[i]!.length, 0));
     let at = 0;
     for (const i of indexes) {

@@ -10,7 +10,7 @@ import { deflateSync } from 'node:zlib';
 import type { ClientChannel } from 'ssh2';
 import { CaptureChannel } from '../../src/computer/capture-channel.js';
 import { MAX_RECTS, inflateRect, maxCompressedLength, parseRectTable } from '../../src/computer/damage-rects.js';
-import { HEADER_BYTES } from '../../src/computer/frame-header.js';
+import { HEADER_BYTES, maxRectsLength } from '../../src/computer/frame-header.js';
 import { GuestProtocolError } from '../../src/errors.js';
 import type { GuestConnection } from '../../src/transport/ssh-connection.js';
 
@@ -216,6 +216,44 @@ describe('the capture channel with changed rectangles', () => {
     const rect = { x: 0, y: 0, width: 1024, height: 1024, offset: payload.length - bomb.length, length: bomb.length };
     await assert.rejects(inflateRect(payload, rect), (err: unknown) => isBadRects(err) && /larger than|too large/i.test((err as Error).message));
   });
+
+  it('reads the table first: a count of 0xFFFFFFFF fails on its 8th byte, before the rest of the payload is sent', async () => {
+    const { capture, channel, reported } = await withFirstFrame();
+    const grab = capture.grab(1_000);
+    // The header announces the most a frame of this screen may carry; only the prefix follows.
+    const head = message('SBXR', Buffer.alloc(maxRectsLength(SCREEN.width, SCREEN.height))).subarray(0, HEADER_BYTES);
+    channel.emit('data', Buffer.concat([head, u32s(3, 0xffffffff)]));
+    await assert.rejects(grab, (err: unknown) => isBadRects(err) && /4294967295 rectangles/.test((err as Error).message));
+    assert.equal(channel.closed, true);
+    assert.equal(reported[0]?.reason, 'bad_rects');
+  });
+
+  it('refuses a table with a rectangle off the screen before its streams arrive', async () => {
+    const { capture, channel } = await withFirstFrame();
+    const grab = capture.grab(1_000);
+    const whole = message('SBXR', rectsPayload([{ x: 60, y: 0, w: 5, h: 1 }]));
+    // Everything but the streams: the header, the prefix and the one entry.
+    channel.emit('data', whole.subarray(0, HEADER_BYTES + 8 + 20));
+    await assert.rejects(grab, (err: unknown) => isBadRects(err) && /off the 64x48 screen/.test((err as Error).message));
+    assert.equal(channel.closed, true);
+  });
+
+  for (const size of [1, 7, 29]) {
+    it(`applies a frame that arrives in pieces of ${size} bytes (header, table and streams cut anywhere)`, async () => {
+      const { capture, channel } = await withFirstFrame();
+      const grab = capture.grab(1_000);
+      const whole = message('SBXR', rectsPayload([{ x: 2, y: 3, w: 4, h: 5, fill: 9 }, { x: 0, y: 47, w: 64, h: 1, fill: 8 }]));
+      for (let at = 0; at < whole.length; at += size) channel.emit('data', whole.subarray(at, at + size));
+      const frame = await grab;
+      assert.equal(frame.pixels[(3 * SCREEN.width + 2) * 4], 9);
+      assert.equal(frame.pixels[(47 * SCREEN.width + 63) * 4], 8);
+      assert.equal(frame.pixels[0], 7);
+      const empty = capture.grab(1_000);
+      const none = message('SBXR', rectsPayload([], 2));
+      for (let at = 0; at < none.length; at += size) channel.emit('data', none.subarray(at, at + size));
+      assert.equal(await empty, frame);
+    });
+  }
 
   it('refuses bytes sent while a frame is being inflated', async () => {
     const { capture, channel, reported } = await withFirstFrame();

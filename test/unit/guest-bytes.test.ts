@@ -12,6 +12,7 @@ import { randomBytes } from 'node:crypto';
 import { deflateSync } from 'node:zlib';
 import sharp from 'sharp';
 import { CaptureChannel, type RawFrame } from '../../src/computer/capture-channel.js';
+import { Desktop, GRABBER_RESTART_AFTER_LIE_MS } from '../../src/computer/desktop.js';
 import { framePng, framePngRegion } from '../../src/computer/frame-image.js';
 import { HEADER_BYTES, maxRectsLength, parseFrameHeader } from '../../src/computer/frame-header.js';
 import { STDERR_MAX_BYTES } from '../../src/computer/guest-process-channel.js';
@@ -63,6 +64,10 @@ describe('frame headers are checked against the screen', () => {
   const bad: Array<[string, Buffer, string]> = [
     ['the forged 16383x16383 header', header('SBXF', 16383, 16383, 0, 65536), 'bad_size'],
     ['a size other than the screen', header('SBXF', 1024, 769, STRIDE, STRIDE * 769), 'bad_size'],
+    // Only the width wrong, everything else consistent with it: no other check can catch these.
+    ['a width alone other than the screen (stride and length to match)', header('SBXF', 1023, 768, 1023 * 4, 1023 * 4 * 768), 'bad_size'],
+    ["a narrower width alone, in the screen's own stride and length", header('SBXF', 1020, 768, STRIDE, STRIDE * 768), 'bad_size'],
+    ['a wider width alone, changed rectangles', header('SBXR', 1025, 768, 1025 * 4, 8), 'bad_size'],
     ['stride 0', header('SBXF', 1024, 768, 0, 0), 'bad_stride'],
     ['a stride below a row', header('SBXF', 1024, 768, STRIDE - 4, (STRIDE - 4) * 768), 'bad_stride'],
     ['a stride with more than 63 bytes of padding', header('SBXF', 1024, 768, STRIDE + 64, (STRIDE + 64) * 768), 'bad_stride'],
@@ -160,6 +165,70 @@ describe('the capture channel', () => {
       assert.equal(reported[0]?.channel, 'capture');
     });
   }
+
+  it('hands the screen on to a grabber started again: an unchanged first frame keeps the bands and allocates nothing', async () => {
+    const memory = {};
+    const start = async (message: Buffer) => {
+      const channel = new FakeChannel();
+      const connection = { spawn: async () => channel as unknown as ClientChannel, reportProtocolError: () => undefined } as unknown as GuestConnection;
+      const capture = await CaptureChannel.open(connection, 99, SCREEN, memory);
+      const grab = capture.grab(1_000);
+      channel.emit('data', message);
+      const frame = await grab;
+      capture.close();
+      return frame;
+    };
+    const whole = (pixels: Buffer) => Buffer.concat([header('SBXF', 1024, 768, STRIDE, STRIDE * 768), pixels]);
+    const screen = whole(Buffer.alloc(STRIDE * 768, 7));
+    const first = await start(screen);
+    const second = await start(screen);
+    assert.ok(second.bands && first.bands);
+    assert.ok(second.bands.buffers.every((band, i) => band === first.bands!.buffers[i]), 'the same bands, not copies');
+    // The second start received into a buffer of its own, now spare; the third reuses it.
+    const before = process.memoryUsage().arrayBuffers;
+    const third = await start(screen);
+    assert.ok(process.memoryUsage().arrayBuffers - before < 1024 * 1024, 'no new buffer for an unchanged screen');
+    assert.ok(third.bands!.buffers.every((band, i) => band === first.bands!.buffers[i]));
+    // A changed band is a copy of its own; the frames handed out before are untouched.
+    const changed = Buffer.from(screen);
+    changed.fill(9, HEADER_BYTES + 40 * STRIDE, HEADER_BYTES + 41 * STRIDE);
+    const fourth = await start(changed);
+    assert.notEqual(fourth.bands!.buffers[1], first.bands!.buffers[1]);
+    assert.equal(fourth.bands!.buffers[0], first.bands!.buffers[0]);
+    assert.equal(fourth.pixels[40 * STRIDE], 9);
+    assert.equal(first.pixels[40 * STRIDE], 7, 'a frame handed out is never modified');
+    changed.fill(3);
+    assert.equal(fourth.pixels[40 * STRIDE], 9, 'the spare buffer is not part of any frame');
+  });
+
+  it(`does not start a grabber that lied again for ${GRABBER_RESTART_AFTER_LIE_MS} ms: requests meanwhile fail at once with its error`, async () => {
+    const channels: FakeChannel[] = [];
+    const connection = {
+      spawn: async () => {
+        const channel = new FakeChannel();
+        channels.push(channel);
+        // Each grabber answers its first request with the forged header.
+        channel.write = (data: string) => {
+          channel.written.push(data);
+          setImmediate(() => channel.emit('data', header('SBXF', 16383, 16383, 0, 65536)));
+          return true;
+        };
+        return channel as unknown as ClientChannel;
+      },
+      reportProtocolError: () => undefined,
+    } as unknown as GuestConnection;
+    const desktop = new Desktop(connection, 99, SCREEN);
+    await assert.rejects(desktop.capture(), isProtocolError('bad_size'));
+    const lied = performance.now();
+    for (let i = 0; i < 20; i++) {
+      await assert.rejects(desktop.capture(), (err: unknown) => err instanceof GuestProtocolError && err.reason === 'bad_size' && /started again in \d+ ms/.test(err.message));
+    }
+    assert.equal(channels.length, 1, 'one grabber started, not one per request');
+    await new Promise((resolve) => setTimeout(resolve, GRABBER_RESTART_AFTER_LIE_MS - (performance.now() - lied) + 20));
+    await assert.rejects(desktop.capture(), (err: unknown) => err instanceof GuestProtocolError && !/started again/.test(err.message));
+    assert.equal(channels.length, 2, 'started again once the pause is over');
+    desktop.close();
+  });
 
   it('refuses changed rectangles before any whole frame, and output nobody asked for', async () => {
     const first = await openCapture();
