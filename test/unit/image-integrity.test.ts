@@ -6,6 +6,7 @@ import { after, before, describe, it } from 'node:test';
 import { GUEST_INIT } from '../../src/guest/contract.js';
 import { checkImage, DamagedImageError, writeContentIndex } from '../../src/guest/image/image-integrity.js';
 import { imageAt, type GuestImage } from '../../src/guest/image/image-store.js';
+import { pathInRoot } from '../../src/guest/image/path-in-root.js';
 import { removeTreeOnOneMount } from '../../src/host/remove-tree.js';
 
 /** A small image as the builder leaves one: a rootfs with a guest init, a manifest with the content index. */
@@ -107,5 +108,31 @@ describe('a tree removed on its own filesystem', () => {
     } finally {
       await rm(root, { recursive: true, force: true });
     }
+  });
+});
+
+describe('a guest path in a rootfs, through the guest links', () => {
+  let root: string;
+  before(async () => {
+    root = await mkdtemp(path.join(os.tmpdir(), 'sbx-path-in-root-'));
+    await mkdir(path.join(root, 'etc', 'libreoffice', 'registry'), { recursive: true });
+    await writeFile(path.join(root, 'etc', 'libreoffice', 'registry', 'ours.xcd'), 'ours');
+    await mkdir(path.join(root, 'usr', 'lib', 'libreoffice', 'share'), { recursive: true });
+    // As Debian's libreoffice ships it: an absolute link, meaningful in the guest only.
+    await symlink('/etc/libreoffice/registry', path.join(root, 'usr', 'lib', 'libreoffice', 'share', 'registry'));
+    await symlink('../../../../../../../etc', path.join(root, 'usr', 'lib', 'climb'));
+    await symlink('loop-b', path.join(root, 'loop-a'));
+    await symlink('loop-a', path.join(root, 'loop-b'));
+  });
+  after(() => rm(root, { recursive: true, force: true }));
+
+  it("follows an absolute link from the rootfs, not from the host's root (Debian's desktop image was refused as damaged)", async () => {
+    assert.equal(await pathInRoot(root, '/usr/lib/libreoffice/share/registry/ours.xcd'), path.join(root, 'etc', 'libreoffice', 'registry', 'ours.xcd'));
+  });
+  it('never climbs above the rootfs, and gives up on a loop or a missing part', async () => {
+    assert.equal(await pathInRoot(root, '/usr/lib/climb/libreoffice/registry/ours.xcd'), path.join(root, 'etc', 'libreoffice', 'registry', 'ours.xcd'));
+    assert.equal(await pathInRoot(root, '/../../etc/libreoffice/registry/ours.xcd'), path.join(root, 'etc', 'libreoffice', 'registry', 'ours.xcd'));
+    assert.equal(await pathInRoot(root, '/loop-a/x'), undefined);
+    assert.equal(await pathInRoot(root, '/etc/missing/x'), undefined);
   });
 });

@@ -5,6 +5,7 @@ import { OrchestratorError } from '../../errors.js';
 import { run } from '../../util/exec.js';
 import { GUEST_INIT } from '../contract.js';
 import type { ContentIndex, GuestImage, ImageManifest } from './image-store.js';
+import { pathInRoot } from './path-in-root.js';
 import { guestFilesDir } from './recipe.js';
 
 /**
@@ -90,12 +91,15 @@ async function readManifest(dir: string): Promise<ImageManifest | undefined> {
 /** The guest init, and the files of ours the recipe installed, byte for byte. */
 async function contractProblems(rootfs: string, manifest: ImageManifest | undefined): Promise<string[]> {
   const problems: string[] = [];
-  const init = await stat(join(rootfs, GUEST_INIT)).catch(() => undefined);
+  const initPath = await pathInRoot(rootfs, GUEST_INIT);
+  const init = initPath ? await stat(initPath).catch(() => undefined) : undefined;
   if (!init?.isFile() || (init.mode & 0o111) === 0) problems.push(`its guest init ${GUEST_INIT} is missing or not executable`);
   for (const file of manifest?.recipe?.files ?? []) {
     if (file.target === GUEST_INIT && problems.length > 0) continue; // said already
     // The recipe's hash covers these files' bytes: an image found by it was built from exactly these.
-    const [expected, found] = await Promise.all([readFile(join(guestFilesDir(), file.source)).catch(() => undefined), readFile(join(rootfs, file.target)).catch(() => undefined)]);
+    // Through the guest's own links (an absolute one starts again at the rootfs, not at the host's root).
+    const target = await pathInRoot(rootfs, file.target);
+    const [expected, found] = await Promise.all([readFile(join(guestFilesDir(), file.source)).catch(() => undefined), target ? readFile(target).catch(() => undefined) : undefined]);
     if (expected && !found?.equals(expected)) problems.push(`${file.target} is ${found ? 'not the file it was built with' : 'missing'}`);
   }
   return problems;
