@@ -128,6 +128,18 @@ describe('red team: a hostile template build step changes nothing on the host', 
     assert.match(output, /^\s+template-build$/m, 'a hostname of its own');
   });
 
+  it('costs one container start per step (measured over 10 trivial steps)', async (t) => {
+    const file = await writeTemplate(workDir, 'steps.yaml', `name: ${NAME}\nbase: minimal\nrun:\n${'  - "true"\n'.repeat(10)}  - exit 7\n`);
+    const result = await sbx(['template', 'build', file]);
+    assert.match(result.stderr, /step "run 11 command\(s\)" failed: exit 7/, result.stderr.slice(-2000));
+    const at = (index: number) => Number(new RegExp(`^\\s*([\\d.]+)s   run\\[${index}\\]`, 'm').exec(result.stderr)?.[1]);
+    const perStep = (at(10) - at(0)) / 10;
+    t.diagnostic(`one build step (a runc container start, run and delete): ${(perStep * 1000).toFixed(0)} ms on average over 10`);
+    // Generous (a busy shared host): a container start is ~0.1-0.3 s; this catches a step that waits on something.
+    assert.ok(perStep < 3, `${perStep} s per step`);
+    assert.deepEqual(await leftovers(NAME), []);
+  });
+
   it('the chroot escape (mkdir, chroot, fchdir, chdir .. many times, chroot .) lands in the image, not on the host', async () => {
     // One line (a template's strings have no newlines): python3 is in every image.
     const escape = [

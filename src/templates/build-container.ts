@@ -20,7 +20,7 @@
  *   namespace, still without any privilege over it.
  */
 import { existsSync } from 'node:fs';
-import { mkdir, open, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, open, readFile, readdir, rename, rm, rmdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CommandError, execLogged } from '../guest/image/build-exec.js';
@@ -123,11 +123,6 @@ export class BuildContainer {
     }
   }
 
-  /** The host ids the steps run as (their root is `first`). */
-  get idRange(): IdRange {
-    return this.ids;
-  }
-
   /** Runs argv as the image's root in a container of its own; rejects as execLogged does. */
   async run(argv: readonly string[], options: StepOptions = {}): Promise<void> {
     if (this.signal?.aborted) throw new CommandError('interrupted', undefined, []);
@@ -162,7 +157,8 @@ export class BuildContainer {
   /** Unmounts the view and gives the id range back; idempotent. */
   async close(): Promise<void> {
     await unmount(this.view);
-    await rm(this.view, { recursive: true, force: true }).catch(() => undefined);
+    // Never a recursive delete here: were the view still mounted, it would empty the image.
+    await rmdir(this.view).catch(() => undefined);
     await rm(this.bundles, { recursive: true, force: true });
     await rm(this.lease, { force: true });
   }
