@@ -1,13 +1,17 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { after, before, describe, it } from 'node:test';
 import { buildIdBase } from '../src/runtimes/container/id-leases.js';
-import { BUILD_ID_RANGES } from '../src/templates/build-container.js';
+import { BUILD_ID_RANGES, BuildContainer } from '../src/templates/build-container.js';
+import { removeTree } from '../src/guest/image/build-dirs.js';
+import { TemplateCatalogue } from '../src/templates/catalogue.js';
+import { createNetLab, listenOn } from './helpers/netlab.js';
+import { run } from '../src/util/exec.js';
 import { templatesDir } from '../src/templates/template-store.js';
 import { TEST_PREFIX } from './helpers/orchestrator.js';
 import { IMAGES_DIR, leftovers, sbx, writeTemplate, type SbxResult } from './helpers/template-cli.js';
@@ -244,6 +248,44 @@ describe('red team: a hostile template build step changes nothing on the host', 
     if (before_.ksmPages) assert.equal((await readFile(KSM_PAGES, 'utf8')).trim(), before_.ksmPages);
     assert.equal(os.hostname(), before_.hostname);
     assert.equal((await stat('/etc/hostname')).isFile(), true);
+  });
+});
+
+describe("red team: a package download step (the host's network namespace) cannot reach the host itself", () => {
+  it('loopback and the host\'s addresses: dropped for the build uids; an address in a test namespace: reachable', async () => {
+    // A build container on a copy of minimal's tree, as a package step uses it: network on.
+    const minimal = await new TemplateCatalogue(IMAGES_DIR).resolve('minimal');
+    const workDir = await mkdtemp('/var/tmp/sbx-build-fence-');
+    await chmod(workDir, 0o755); // crossable by the step's root, a host uid (as a build's directory is)
+    const lab = await createNetLab(TEST_PREFIX);
+    // Listening on every host address: what a service bound to 0.0.0.0 exposes.
+    const { port, server } = await listenOn('0.0.0.0');
+    let container: BuildContainer | undefined;
+    try {
+      execFileSync('cp', ['-a', '--reflink=auto', minimal.image.rootfs, path.join(workDir, 'rootfs')]);
+      container = await BuildContainer.open(path.join(workDir, 'rootfs'), workDir);
+      const probe = (address: string, target: number) =>
+        `python3 -c ${shellQuote(`import socket; s = socket.socket(); s.settimeout(3)\ntry:\n  s.connect((${JSON.stringify(address)}, ${target})); print('open', ${JSON.stringify(address)})\nexcept Exception as e:\n  print('closed', ${JSON.stringify(address)}, type(e).__name__)`)}`;
+      const lines: string[] = [];
+      // The control: the host reaches its listener on both addresses.
+      for (const address of ['127.0.0.1', lab.uplinkHostAddress]) {
+        assert.equal((await run(['timeout', '3', 'bash', '-c', 'exec 3<>"/dev/tcp/$0/$1"', address, String(port)], { allowFailure: true })).exitCode, 0, address);
+      }
+      await container.run(['/bin/sh', '-c', [probe('127.0.0.1', port), probe(lab.uplinkHostAddress, port), probe(lab.publicAddress, lab.port)].join('; ')], {
+        network: true,
+        onLine: (line) => lines.push(line),
+      });
+      const out = lines.join('\n');
+      // Dropped (a timeout), not refused: the fence, not a closed port.
+      assert.match(out, /^closed 127\.0\.0\.1 TimeoutError$/m, out);
+      assert.match(out, new RegExp(`^closed ${lab.uplinkHostAddress.replace(/\./g, '\\.')} TimeoutError$`, 'm'), out);
+      assert.match(out, new RegExp(`^open ${lab.publicAddress.replace(/\./g, '\\.')}$`, 'm'), `the step has the network: ${out}`);
+    } finally {
+      server.close();
+      await container?.close();
+      await lab.close();
+      await removeTree(workDir);
+    }
   });
 });
 

@@ -17,10 +17,13 @@
  *   of its own with /proc/sys read-only.
  * - Network: a namespace of its own with only loopback, except for the package steps that
  *   download (apt-get update and install --download-only), which share the host's network
- *   namespace, still without any privilege over it.
+ *   namespace, still without any privilege over it, and fenced from the host itself: an
+ *   nftables rule drops what the builds' uids send to any of the host's own addresses,
+ *   loopback included, but DNS (fenceHostFromBuilds), so no host service (the orchestrator's
+ *   API in keyless loopback mode among them) is reachable from a base image's apt.
  */
 import { existsSync } from 'node:fs';
-import { mkdir, open, readFile, readdir, rename, rm, rmdir, writeFile } from 'node:fs/promises';
+import { mkdir, open, readFile, readdir, rename, rm, rmdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CommandError, execLogged } from '../guest/image/build-exec.js';
@@ -30,6 +33,7 @@ import { GUEST_CAPABILITIES, KERNEL_MOUNTS, MASKED_PATHS, READONLY_PATHS } from 
 import { seccompProfile } from '../runtimes/container/seccomp.js';
 import { buildIdBase, liveHostIdRanges, type LeaseOwner } from '../runtimes/container/id-leases.js';
 import { DEFAULT_ID_LEASE_DIR, ID_RANGE_SIZE } from '../runtimes/container/settings.js';
+import { applyNft } from '../network/policy/nft.js';
 import { run } from '../util/exec.js';
 
 /** runc's state for build containers (gone at reboot, as are the containers). */
@@ -91,6 +95,30 @@ export function buildStepSpec(opts: { root: string; argv: readonly string[]; ids
   };
 }
 
+/** The nftables table that keeps the builds' uids off the host's own addresses. */
+export const BUILD_FENCE_TABLE = 'sbx-template-build';
+
+/**
+ * Installs (or replaces, in one transaction) the fence for every build range: on the host's
+ * output hook, a packet of a socket owned by a build uid to a local address (`fib daddr type
+ * local`: loopback and every address of the host, IPv4 and IPv6) is dropped unless it is
+ * DNS (the resolver may be local). It matches build uids only, so it stays installed.
+ */
+export async function fenceHostFromBuilds(): Promise<void> {
+  const first = buildIdBase();
+  const last = first + BUILD_ID_RANGES * ID_RANGE_SIZE - 1;
+  await applyNft(`table inet ${BUILD_FENCE_TABLE} {}
+delete table inet ${BUILD_FENCE_TABLE}
+table inet ${BUILD_FENCE_TABLE} {
+  chain output {
+    type filter hook output priority filter - 10; policy accept;
+    meta skuid ${first}-${last} fib daddr type local meta l4proto { tcp, udp } th dport 53 accept
+    meta skuid ${first}-${last} fib daddr type local counter drop comment "a template build step to the host itself"
+  }
+}
+`);
+}
+
 /** One build's steps: its id range, the idmapped view of its image tree, and its containers. */
 export class BuildContainer {
   private steps = 0;
@@ -108,8 +136,10 @@ export class BuildContainer {
    * build's directory, so that removing a failed build unmounts it: build-dirs.ts removeTree).
    */
   static async open(rootfs: string, workDir: string, signal?: AbortSignal): Promise<BuildContainer> {
+    await assertCrossable(workDir);
     await mkdir(BUILD_RUNC_ROOT, { recursive: true, mode: 0o700 });
     await removeStaleContainers();
+    await fenceHostFromBuilds();
     const { ids, lease } = await leaseRange();
     try {
       const view = path.join(workDir, 'view');
@@ -161,6 +191,19 @@ export class BuildContainer {
     await rmdir(this.view).catch(() => undefined);
     await rm(this.bundles, { recursive: true, force: true });
     await rm(this.lease, { force: true });
+  }
+}
+
+/**
+ * The step's root is no host user: runc, inside its user namespace, must cross every
+ * directory down to the view. A 0700 one on the way (an images dir made private) would fail
+ * every step with "permission denied"; this says which directory instead.
+ */
+async function assertCrossable(dir: string): Promise<void> {
+  for (let current = path.resolve(dir); ; current = path.dirname(current)) {
+    const info = await stat(current);
+    if ((info.mode & 0o001) === 0) throw new Error(`${current} is not searchable by other users (mode ${(info.mode & 0o777).toString(8)}); a template build's steps run as no host user and must cross it: chmod o+x ${current}`);
+    if (current === path.dirname(current)) return;
   }
 }
 
