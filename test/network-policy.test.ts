@@ -8,7 +8,7 @@ import { ResourceNames } from '../src/network/names.js';
 import { run } from '../src/util/exec.js';
 import type { GuestConnection } from '../src/transport/ssh-connection.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
-import { createNetLab, listenOn, parseProbes, probeScript, type NetLab } from './helpers/netlab.js';
+import { createNetLab, listenOn, parseProbes, probeScript, unusedBlock, type NetLab } from './helpers/netlab.js';
 import { TEST_PREFIX, TEST_SUBNET, startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 import { pino } from 'pino';
 
@@ -19,6 +19,8 @@ import { pino } from 'pino';
  */
 const NAMES = new ResourceNames(TEST_PREFIX);
 const IP_FORWARD = '/proc/sys/net/ipv4/ip_forward';
+/** How often the first suite's orchestrator checks its policy (and reads the host's networks). */
+const POLICY_CHECK_MS = 500;
 const policyOf = () => new NetworkPolicy(NAMES, TEST_SUBNET, pino({ level: 'silent' }));
 const ourTables = async () => (await listTables()).filter((t) => t.name.startsWith(TEST_PREFIX));
 
@@ -51,7 +53,7 @@ describe('the guest network policy, from inside sandboxes (container runtime)', 
     lab = await createNetLab(TEST_PREFIX);
     // The orchestrator listens on one of the host's own addresses (not loopback, which a
     // guest could never reach anyway): what a server bound to 0.0.0.0 would expose.
-    orch = await startTestOrchestrator({ host: lab.hostExtraAddress, port: 0 }, true);
+    orch = await startTestOrchestrator({ host: lab.hostExtraAddress, port: 0, networkPolicyCheckMs: POLICY_CHECK_MS }, true);
     orchPort = (orch.server.server.address() as AddressInfo).port;
     const [a, b] = await Promise.all([
       orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: {}, headers: orch.authHeaders }),
@@ -101,6 +103,7 @@ describe('the guest network policy, from inside sandboxes (container runtime)', 
       [addr.closedGateway, gatewayPort.closed],
       [addr.openGateway, gatewayPort.open],
       [lab.publicAddress, lab.port],
+      [lab.lanAddress, lab.port],
       [lab.privateAddress, lab.port],
     ] as const) {
       const res = await run(['timeout', '3', 'bash', '-c', 'exec 3<>"/dev/tcp/$0/$1"', address, String(port)], { allowFailure: true });
@@ -116,6 +119,7 @@ describe('the guest network policy, from inside sandboxes (container runtime)', 
       { address: lab.uplinkHostAddress, port: orchPort },
       { address: addr.open, port: 22 },
       { address: lab.publicAddress, port: lab.port },
+      { address: lab.lanAddress, port: lab.port },
       { address: lab.privateAddress, port: lab.port },
     ];
     // This session has no entry of its own in the policy: the prefix rules fence it.
@@ -123,8 +127,10 @@ describe('the guest network policy, from inside sandboxes (container runtime)', 
     for (const t of targets) assert.equal(seen.get(`${t.address}:${t.port}`), null, `${t.address}:${t.port} must be unreachable; got ${JSON.stringify([...seen])}`);
   });
 
-  it('with egress: an address in a test namespace is reachable through NAT; the host, the orchestrator, another sandbox and private ranges still are not', async () => {
+  it("with egress: an address in a test namespace is reachable through NAT; the host, its LAN (a public range), the orchestrator, another sandbox and private ranges still are not", async () => {
     const blocked = [
+      // A neighbour on the host's own connected subnet, which is not a private range.
+      { address: lab.lanAddress, port: lab.port },
       { address: addr.openGateway, port: gatewayPort.open },
       { address: addr.closedGateway, port: gatewayPort.closed },
       { address: lab.hostExtraAddress, port: orchPort },
@@ -137,6 +143,47 @@ describe('the guest network policy, from inside sandboxes (container runtime)', 
     // The listener saw the host's uplink address, not the guest's: masqueraded.
     assert.equal(seen.get(`${reachable.address}:${reachable.port}`), `peer=${lab.uplinkHostAddress}`, JSON.stringify([...seen]));
     for (const t of blocked) assert.equal(seen.get(`${t.address}:${t.port}`), null, `${t.address}:${t.port} must be unreachable; got ${JSON.stringify([...seen])}`);
+  });
+
+  it('a network the host gains later is fenced at the next policy check, and reachable again once it goes', async () => {
+    // Another neighbour behind the lab, reached through a route as the internet is; then the
+    // host takes an address on its subnet (a /30 of TEST-NET-2 on the uplink, on none of the
+    // host's networks yet), which makes it the host's own connected network. Every address
+    // here is in the test's namespace.
+    const block = await unusedBlock('198.51.100');
+    const neighbour = `198.51.100.${block + 2}`;
+    const hostSide = `198.51.100.${block + 1}/30`;
+    const network = `198.51.100.${block}/30`;
+    const target = { address: neighbour, port: lab.port };
+    const key = `${neighbour}:${lab.port}`;
+    const inSet = async () => (await run(['nft', 'list', 'set', 'inet', NAMES.policyTable, 'host4'])).stdout.includes(network);
+    await run(['ip', '-n', lab.netns, 'addr', 'add', `${neighbour}/32`, 'dev', 'lo']);
+    await run(['ip', 'route', 'add', `${neighbour}/32`, 'via', lab.lanAddress]);
+    let added = false;
+    try {
+      assert.equal((await probeFrom(open, [target])).get(key), `peer=${lab.uplinkHostAddress}`, 'reachable while it is not the host\'s');
+      assert.equal(await inSet(), false);
+      await run(['ip', 'addr', 'add', hostSide, 'dev', lab.uplink]);
+      added = true;
+      const start = performance.now();
+      while (!(await inSet())) {
+        assert.ok(performance.now() - start < 10 * POLICY_CHECK_MS, `${network} not in the policy ${10 * POLICY_CHECK_MS} ms after the host took it`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      const fencedMs = performance.now() - start;
+      assert.equal((await probeFrom(open, [target])).get(key), null, `${key}: on the host's own subnet now`);
+      await run(['ip', 'addr', 'del', hostSide, 'dev', lab.uplink]);
+      added = false;
+      while (await inSet()) {
+        assert.ok(performance.now() - start < 20 * POLICY_CHECK_MS, `${network} still in the policy after the host gave it up`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      assert.equal((await probeFrom(open, [target])).get(key), `peer=${lab.uplinkHostAddress}`, 'reachable again');
+      console.log(`# host network fenced ${fencedMs.toFixed(0)} ms after it appeared (policy check every ${POLICY_CHECK_MS} ms)`);
+    } finally {
+      if (added) await run(['ip', 'addr', 'del', hostSide, 'dev', lab.uplink], { allowFailure: true });
+      await run(['ip', 'route', 'del', `${neighbour}/32`], { allowFailure: true });
+    }
   });
 
   it('the host still reaches both guests over SSH (its own connections and their replies)', async () => {
@@ -180,6 +227,28 @@ describe('the network policy when things go wrong', () => {
       assert.deepEqual(await policyOf().egressInterfaces(), []);
     } finally {
       await orch.stop();
+    }
+    assert.deepEqual(await ourTables(), []);
+  });
+
+  it("the host's networks are part of the checked table: as installed no drift; a removed one is drift; a change is put in by the refresh", async () => {
+    let networks = ['45.1.2.3/32', '130.92.6.0/23', '192.168.7.0/24'];
+    const policy = new NetworkPolicy(NAMES, TEST_SUBNET, pino({ level: 'silent' }), [], async () => networks);
+    await policy.reclaim();
+    try {
+      const listed = async () => (await run(['nft', 'list', 'set', 'inet', NAMES.policyTable, 'host4'])).stdout;
+      assert.match(await listed(), /elements = \{ 45\.1\.2\.3, 130\.92\.6\.0\/23 \}/, 'the private /24 is left to the fixed ranges');
+      assert.equal(await policy.drift(), undefined, 'as installed: no drift (the listing reads back as what was put in)');
+      await run(['nft', 'delete', 'element', 'inet', NAMES.policyTable, 'host4', '{ 45.1.2.3 }']);
+      assert.match((await policy.drift()) ?? '', /set host4: 1 element\(s\) missing/);
+      await policy.reinstall();
+      assert.equal(await policy.drift(), undefined);
+      networks = ['130.92.6.0/23', '203.0.113.200/29'];
+      assert.deepEqual(await policy.refreshHostNetworks(), ['130.92.6.0/23', '203.0.113.200/29']);
+      assert.match(await listed(), /elements = \{ 130\.92\.6\.0\/23, 203\.0\.113\.200\/29 \}/);
+      assert.equal(await policy.drift(), undefined);
+    } finally {
+      await policy.uninstall();
     }
     assert.deepEqual(await ourTables(), []);
   });

@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -8,6 +7,7 @@ import { qemuSettingsFromEnv } from '../src/runtimes/qemu/settings.js';
 import { QemuRuntime } from '../src/runtimes/qemu/qemu-runtime.js';
 import { ResourceNames } from '../src/network/names.js';
 import { templatesDir } from '../src/templates/template-store.js';
+import { IMAGES_DIR, leftovers, sbx, writeTemplate } from './helpers/template-cli.js';
 import { startTestOrchestrator, TEST_PREFIX, type TestOrchestrator } from './helpers/orchestrator.js';
 
 /**
@@ -18,45 +18,11 @@ import { startTestOrchestrator, TEST_PREFIX, type TestOrchestrator } from './hel
  * Broken templates fail naming their step and leave nothing behind. One build per file run;
  * the templates carry this process's prefix, so parallel runs do not meet.
  */
-const IMAGES_DIR = process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images';
 const NAME = `test-tools-${TEST_PREFIX.replace(/[^a-z0-9]/g, '')}`;
-const ROOT = path.resolve(import.meta.dirname, '..');
 
 interface ToolResult {
   content: Array<{ type: string; text?: string }>;
   is_error: boolean;
-}
-
-/** `sbx ...` from the source tree, as a user runs it; resolves with its exit code and output. */
-function sbx(args: string[], onStderr?: (text: string, child: ReturnType<typeof spawn>) => void): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'src/cli/main.ts'), ...args], {
-      env: { ...process.env, SBX_IMAGES_DIR: IMAGES_DIR },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => {
-      stderr += chunk.toString();
-      onStderr?.(stderr, child);
-    });
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
-
-async function writeTemplate(dir: string, file: string, text: string): Promise<string> {
-  await writeFile(path.join(dir, file), text);
-  return path.join(dir, file);
-}
-
-/** What a build leaves in the templates dir about `name`: a pointer, a build, a temp file. */
-async function leftovers(name: string): Promise<string[]> {
-  const dir = templatesDir(IMAGES_DIR);
-  const entries = await readdir(dir).catch(() => [] as string[]);
-  const found = entries.filter((e) => e.startsWith('.build-') || e.includes(name));
-  const mounts = (await readFile('/proc/self/mountinfo', 'utf8')).split('\n').filter((l) => l.includes(`${dir}/.build-`));
-  return [...found, ...mounts];
 }
 
 async function bash(orch: TestOrchestrator, id: string, command: string): Promise<string> {
@@ -95,7 +61,8 @@ describe('user templates: build, list, boot, pool, remove', () => {
         'base: minimal',
         'packages: [jq]',
         'files:',
-        '  - source: hello.txt',
+        // Nested dot segments that stay in the template's directory are fine.
+        '  - source: extras/../hello.txt',
         '    target: /opt/greeting/hello.txt',
         '    mode: "0640"',
         '    owner: user',
@@ -133,6 +100,13 @@ describe('user templates: build, list, boot, pool, remove', () => {
     assert.ok(!(await readdir(templatesDir(IMAGES_DIR))).includes(path.basename(olderDir)), 'the previous build is gone');
     for (const step of ['[1/7] copy', '[2/7] install packages: jq', '[3/7] copy 1 file', '[4/7] run 1 command', '[6/7] make rootfs.ext4']) {
       assert.ok(first.stderr.includes(step), `progress shows ${step}:\n${first.stderr.slice(-2000)}`);
+    }
+    // Built in a user namespace through an idmapped mount, the tree on disk is owned as a
+    // chroot as root would have left it: root's files by 0, the desktop user's by 1000.
+    const rootfs = path.join(first.stdout.trim().split(' ')[2] as string, 'rootfs');
+    for (const [file, uid] of [['etc/template-marker', 0], ['opt/greeting/hello.txt', 1000], ['usr/bin/jq', 0], ['etc', 0]] as const) {
+      const info = await stat(path.join(rootfs, file));
+      assert.deepEqual([info.uid, info.gid], [uid, uid], `${file} on disk`);
     }
     const second = await sbx(['template', 'build', templateFile]);
     assert.equal(second.code, 0, second.stderr);
@@ -305,6 +279,27 @@ describe('broken templates fail naming the step, and leave nothing behind', () =
     assert.match(result.stderr, /only-lo/, result.stderr.slice(-1500));
     assert.match(result.stderr, /failed: exit 4/);
     assert.deepEqual(await leftovers(broken), []);
+  });
+
+  it('a source outside the template directory (nested dot segments, a symlink out): refused before anything is built', async () => {
+    const outside = await mkdtemp(path.join(os.tmpdir(), 'sbx-outside-'));
+    try {
+      await writeFile(path.join(outside, 'secret'), 'a host secret\n');
+      await symlink(path.join(outside, 'secret'), path.join(workDir, 'link-out'));
+      for (const [source, problem] of [
+        [`a/../../${path.basename(outside)}/secret`, /files\[0\]\.source: must be a path relative to the template file, inside its directory/],
+        ['link-out', new RegExp(`files\\[0\\]\\.source: link-out leads outside ${workDir}`)],
+      ] as const) {
+        const file = await writeTemplate(workDir, 'out.yaml', `name: ${broken}\nbase: minimal\nfiles: [{source: ${JSON.stringify(source)}, target: /etc/stolen}]\n`);
+        const result = await sbx(['template', 'build', file]);
+        assert.notEqual(result.code, 0);
+        assert.match(result.stderr, problem);
+        assert.doesNotMatch(result.stderr, /copy the base|a host secret/, 'nothing built, nothing of the file shown');
+        assert.deepEqual(await leftovers(broken), []);
+      }
+    } finally {
+      await rm(outside, { recursive: true, force: true });
+    }
   });
 
   it('a bad schema and an unknown base: the fields named, nothing built', async () => {

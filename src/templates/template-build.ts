@@ -1,14 +1,15 @@
 /**
  * `sbx template build`: a user template built on its base's image (docs/templates.md).
  *
- * Every step that changes the image runs inside it, never on the host: `unshare` gives the
- * step its own mount, pid and ipc namespaces (and, for `run` commands, its own empty network
- * namespace: only apt gets the network), `--mount-proc` a /proc of its own that ends with it,
- * and `chroot` puts the rootfs at /, so every path resolves inside the image. The build goes
- * to .build-<hash>-<pid>/ and is renamed into place only once complete; a failure or Ctrl-C
+ * Every step that changes the image runs inside it, never as host root: each is a throwaway
+ * container of our own (build-container.ts: a user namespace with a host id range of the
+ * build's own, the image tree as its root through an idmapped mount, the sandboxes' seccomp
+ * profile, no host devices, and no network but for apt's downloads), so every path resolves
+ * inside the image and nothing it does reaches the host. The build goes to
+ * .build-<hash>-<pid>/ and is renamed into place only once complete; a failure or Ctrl-C
  * removes it (removeTree unmounts anything left inside first).
  */
-import { copyFile, mkdir, readFile, realpath, rename, stat, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { createHash } from 'node:crypto';
@@ -18,8 +19,10 @@ import { createImageFile, mkfsExt4Argv, rootImageSize } from '../guest/image/ext
 import type { GuestImage } from '../guest/image/image-store.js';
 import { truncateTimestamps } from '../guest/image/timestamps.js';
 import { GUEST_GID, GUEST_UID } from '../guest/contract.js';
+import { BuildContainer } from './build-container.js';
 import type { TemplateCatalogue } from './catalogue.js';
 import { readTemplateFile, TemplateFileError, type TemplateDefinition } from './template-file.js';
+import { readSources } from './template-sources.js';
 import { IMAGE_ARTIFACTS, loadBuild, pointName, pruneOldBuilds, TEMPLATE_MANIFEST, templatesDir, type StoredTemplate, type TemplateManifest } from './template-store.js';
 
 /** Bump when this file changes what it does to an image: every cached template is rebuilt. */
@@ -76,24 +79,6 @@ export async function buildTemplateFile(file: string, opts: TemplateBuildOptions
   return new TemplateBuild(imagesDir, definition, base.image, hash, files, progress, opts.signal).run();
 }
 
-/** The contents of the template's files, read from its directory (never outside it). */
-async function readSources(file: string, definition: TemplateDefinition): Promise<Buffer[]> {
-  const dir = await realpath(path.dirname(path.resolve(file)));
-  const contents: Buffer[] = [];
-  for (const [index, entry] of definition.files.entries()) {
-    const field = `files[${index}].source`;
-    // realpath: a symlink in the template's directory must not lead out of it.
-    const real = await realpath(path.join(dir, entry.source)).catch(() => undefined);
-    if (!real) throw new TemplateFileError(file, [`${field}: ${entry.source} does not exist (relative to ${dir})`]);
-    if (!real.startsWith(dir + path.sep)) throw new TemplateFileError(file, [`${field}: ${entry.source} leads outside ${dir}`]);
-    const info = await stat(real);
-    if (!info.isFile()) throw new TemplateFileError(file, [`${field}: ${entry.source} is not a regular file`]);
-    if (info.size > 64 * 2 ** 20) throw new TemplateFileError(file, [`${field}: ${entry.source} is larger than 64 MiB`]);
-    contents.push(await readFile(real));
-  }
-  return contents;
-}
-
 /** sha256 of the builder version, the base's image hash, the definition and every file's bytes. */
 export function templateHash(definition: TemplateDefinition, baseHash: string, files: readonly Buffer[]): string {
   const hash = createHash('sha256');
@@ -109,6 +94,7 @@ class TemplateBuild {
   private readonly started = performance.now();
   private readonly tempDir: string;
   private readonly rootfs: string;
+  private container: BuildContainer | undefined;
   private step = 0;
   /** copy, packages, files, run, guest settings, VM artifacts, move into place. */
   private readonly totalSteps = 7;
@@ -134,10 +120,15 @@ class TemplateBuild {
       await this.stepDo(`copy the base image's rootfs (${this.def.base})`, () =>
         this.exec(['cp', '-a', '--reflink=auto', this.base.rootfs, this.rootfs]),
       );
-      await this.stepDo(`install packages: ${this.def.packages.join(' ') || '(none)'}`, () => this.installPackages());
-      await this.stepDo(`copy ${this.def.files.length} file(s)`, () => this.copyFiles());
-      await this.stepDo(`run ${this.def.run.length} command(s)`, () => this.runCommands());
-      await this.stepDo('write env and autostart for sandbox-init', () => this.writeGuestSettings());
+      this.container = await BuildContainer.open(this.rootfs, this.tempDir, this.signal);
+      try {
+        await this.stepDo(`install packages: ${this.def.packages.join(' ') || '(none)'}`, () => this.installPackages());
+        await this.stepDo(`copy ${this.def.files.length} file(s)`, () => this.copyFiles());
+        await this.stepDo(`run ${this.def.run.length} command(s)`, () => this.runCommands());
+        await this.stepDo('write env and autostart for sandbox-init', () => this.writeGuestSettings());
+      } finally {
+        await this.container.close();
+      }
       let ext4Bytes = 0;
       await this.stepDo('make rootfs.ext4 and copy the kernel and initrd', async () => (ext4Bytes = await this.vmArtifacts()));
       this.nextStep('write the manifest and move the template into place');
@@ -187,17 +178,21 @@ class TemplateBuild {
   private async installPackages(): Promise<void> {
     if (this.def.packages.length === 0) return;
     // apt needs a resolver inside the image for the duration of this step (the base image has
-    // none: a guest's means nothing), and must not start the daemons it installs.
-    await copyFile('/etc/resolv.conf', path.join(this.rootfs, 'etc', 'resolv.conf'));
-    await this.inImage(['tee', '/usr/sbin/policy-rc.d'], { stdin: Buffer.from('#!/bin/sh\nexit 101\n'), network: true });
-    await this.inImage(['chmod', '0755', '/usr/sbin/policy-rc.d'], { network: true });
+    // none: a guest's means nothing), and must not start the daemons it installs. Written from
+    // inside: a symlink the base left at /etc/resolv.conf resolves in the image, not on the host.
+    await this.inImage(['tee', '/etc/resolv.conf'], { stdin: await readFile('/etc/resolv.conf'), quiet: true });
+    await this.inImage(['tee', '/usr/sbin/policy-rc.d'], { stdin: Buffer.from('#!/bin/sh\nexit 101\n'), quiet: true });
+    await this.inImage(['chmod', '0755', '/usr/sbin/policy-rc.d']);
+    const install = ['apt-get', 'install', '-y', '-q', '--no-install-recommends'];
     try {
+      // Only the downloads get the network; the packages' maintainer scripts run without it.
       await this.inImage(['apt-get', 'update', '-q'], { network: true });
-      await this.inImage(['apt-get', 'install', '-y', '-q', '--no-install-recommends', '--', ...this.def.packages], { network: true });
-      await this.inImage(['apt-get', 'clean'], { network: true });
-      await this.inImage(['find', '/var/lib/apt/lists', '-type', 'f', '-delete'], { network: true });
+      await this.inImage([...install, '--download-only', '--', ...this.def.packages], { network: true });
+      await this.inImage([...install, '--', ...this.def.packages]);
+      await this.inImage(['apt-get', 'clean']);
+      await this.inImage(['find', '/var/lib/apt/lists', '-type', 'f', '-delete']);
     } finally {
-      await this.inImage(['rm', '-f', '/usr/sbin/policy-rc.d', '/etc/resolv.conf'], { network: true }).catch(() => undefined);
+      await this.inImage(['rm', '-f', '/usr/sbin/policy-rc.d', '/etc/resolv.conf']).catch(() => undefined);
     }
   }
 
@@ -205,12 +200,10 @@ class TemplateBuild {
     for (const [index, entry] of this.def.files.entries()) {
       const content = this.files[index] ?? Buffer.alloc(0);
       // Through the image's own tools, so that the target (and any symlink on its way)
-      // resolves inside the image.
-      await this.inImage(['mkdir', '-p', '--', path.posix.dirname(entry.target)]);
-      await this.inImage(['tee', '--', entry.target], { stdin: content });
+      // resolves inside the image; one step per file (the values are arguments, not code).
       const owner = entry.owner === 'user' ? `${GUEST_UID}:${GUEST_GID}` : '0:0';
-      await this.inImage(['chown', '--', owner, entry.target]);
-      await this.inImage(['chmod', '--', entry.mode, entry.target]);
+      const script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chown -- "$2" "$1" && chmod -- "$3" "$1"';
+      await this.inImage(['/bin/sh', '-c', script, 'sh', entry.target, owner, entry.mode], { stdin: content, quiet: true });
     }
   }
 
@@ -225,10 +218,10 @@ class TemplateBuild {
   private async writeGuestSettings(): Promise<void> {
     await this.inImage(['mkdir', '-p', '-m', '0755', `${GUEST_TEMPLATE_DIR}/autostart`]);
     const env = Object.entries(this.def.env).map(([name, value]) => `${name}=${value}\n`).join('');
-    await this.inImage(['tee', `${GUEST_TEMPLATE_DIR}/env`], { stdin: Buffer.from(env) });
+    await this.inImage(['tee', `${GUEST_TEMPLATE_DIR}/env`], { stdin: Buffer.from(env), quiet: true });
     for (const [index, argv] of this.def.autostart.entries()) {
       const file = `${GUEST_TEMPLATE_DIR}/autostart/${String(index).padStart(2, '0')}`;
-      await this.inImage(['tee', file], { stdin: Buffer.from(argv.join('\0') + '\0') });
+      await this.inImage(['tee', file], { stdin: Buffer.from(argv.join('\0') + '\0'), quiet: true });
     }
   }
 
@@ -246,15 +239,13 @@ class TemplateBuild {
   }
 
   /**
-   * argv run as root inside the image: its own mount, pid, ipc and uts namespaces, and its own
-   * (empty) network namespace unless it is an apt step. --kill-child: if the build is killed,
-   * so is the step, and with it (pid namespace) everything it started.
+   * argv run as the image's root in a build container (build-container.ts): no network unless
+   * it is one of apt's downloads. quiet: tee echoes what it writes; a template's files are not progress.
    */
-  private inImage(argv: readonly string[], options: { stdin?: Buffer; network?: boolean } = {}): Promise<void> {
-    const namespaces = ['--mount', '--pid', '--ipc', '--uts', ...(options.network ? [] : ['--net'])];
-    const command = ['unshare', ...namespaces, '--fork', '--kill-child', `--mount-proc=${path.join(this.rootfs, 'proc')}`, 'chroot', this.rootfs, ...argv];
-    // tee echoes what it writes: the template's files are not progress.
-    return this.exec(command, options.stdin, argv[0] !== 'tee');
+  private inImage(argv: readonly string[], options: { stdin?: Buffer; network?: boolean; quiet?: boolean } = {}): Promise<void> {
+    if (!this.container) throw new Error('the build container is not open');
+    const onLine = options.quiet ? undefined : (line: string) => this.progress(`    ${line}`);
+    return this.container.run(argv, { stdin: options.stdin, network: options.network, onLine, tailLines: TAIL_LINES });
   }
 
   private exec(argv: readonly string[], stdin?: Buffer, show = true): Promise<void> {

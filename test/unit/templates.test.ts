@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
+import { execFileSync } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -7,6 +8,7 @@ import { parseWarmPool, warmPoolSizes } from '../../src/sessions/settings.js';
 import { TemplateCatalogue, UnknownTemplateError } from '../../src/templates/catalogue.js';
 import { buildTemplateFile, templateHash } from '../../src/templates/template-build.js';
 import { parseTemplate, TemplateFileError } from '../../src/templates/template-file.js';
+import { readSources } from '../../src/templates/template-sources.js';
 
 /** The problems a template text has, as the error lists them (or [] when it is fine). */
 function problems(text: string): string[] {
@@ -78,6 +80,64 @@ describe('unit: template files', () => {
     for (const reserved of ['/sbin/sandbox-init', '/etc/ssh/sshd_config', '/usr/local/bin/sbx-input', '/sandbox/config/authorized_keys', '/etc/sandbox/template/env']) {
       assert.match(file('a', reserved)[0] ?? '', /^files\[0\]\.target: .* is the orchestrator's own/, reserved);
     }
+  });
+});
+
+describe('unit: template sources stay in the template directory', () => {
+  let root: string;
+  let dir: string;
+  const file = () => path.join(dir, 't.yaml');
+  const read = (source: string) => readSources(file(), parseTemplate(`name: tools\nbase: minimal\nfiles: [{source: ${JSON.stringify(source)}, target: /a}]\n`, file()));
+  before(async () => {
+    // root/tpl is the template's directory; root/tpl-other and root/secret are outside it.
+    root = await mkdtemp(path.join(os.tmpdir(), 'sbx-sources-'));
+    dir = path.join(root, 'tpl');
+    await mkdir(path.join(dir, 'sub', 'deeper'), { recursive: true });
+    await mkdir(path.join(root, 'tpl-other'));
+    await writeFile(path.join(dir, 'hello.txt'), 'inside\n');
+    await writeFile(path.join(dir, 'sub', 'inner.txt'), 'inner\n');
+    await writeFile(path.join(root, 'secret'), 'outside\n');
+    await writeFile(path.join(root, 'tpl-other', 'x'), 'sibling\n');
+    await symlink(path.join(root, 'secret'), path.join(dir, 'to-secret')); // absolute, out
+    await symlink('../../secret', path.join(dir, 'sub', 'rel-secret')); // relative, out
+    await symlink('..', path.join(dir, 'sub', 'deeper', 'up')); // a directory, still in
+    await symlink(root, path.join(dir, 'rootlink')); // a directory, out
+    await symlink('../tpl-other/x', path.join(dir, 'sibling')); // out, to a name sharing the prefix
+    await symlink('hello.txt', path.join(dir, 'alias')); // in
+    execFileSync('mkfifo', [path.join(dir, 'fifo')]);
+  });
+  after(async () => {
+    await rm(root, { recursive: true, force: true });
+  });
+
+  it('nested dot segments: those that stay inside are read, those that climb out are refused when the file is read', async () => {
+    assert.deepEqual(problems('name: tools\nbase: minimal\nfiles: [{source: "sub/../hello.txt", target: /a}]\n'), []);
+    assert.equal((await read('sub/../hello.txt'))[0]?.toString(), 'inside\n');
+    assert.equal((await read('sub/deeper/../../hello.txt'))[0]?.toString(), 'inside\n');
+    for (const source of ['a/../../x', 'sub/../../secret', 'sub/deeper/../../../secret', './../secret', 'sub/./../../tpl-other/x']) {
+      assert.match(problems(`name: tools\nbase: minimal\nfiles: [{source: ${JSON.stringify(source)}, target: /a}]\n`)[0] ?? '', /^files\[0\]\.source: must be a path relative to the template file, inside its directory/, source);
+    }
+  });
+
+  it('the realpath check: a symlink out (to a file, through a directory, to a sibling named like the directory) is refused; one that stays in is read', async () => {
+    for (const source of ['to-secret', 'sub/rel-secret', 'rootlink/secret', 'sub/deeper/up/rel-secret', 'sibling']) {
+      await assert.rejects(read(source), (err: unknown) => {
+        assert.ok(err instanceof TemplateFileError, String(err));
+        assert.match(err.message, new RegExp(`files\\[0\\]\\.source: ${source.replace(/[.]/g, '\\.')} leads outside ${dir.replace(/[.]/g, '\\.')}`));
+        assert.doesNotMatch(err.message, /outside\n|sibling\n/, 'no byte of the file outside is quoted');
+        return true;
+      }, source);
+    }
+    assert.equal((await read('alias'))[0]?.toString(), 'inside\n');
+    assert.equal((await read('sub/deeper/up/inner.txt'))[0]?.toString(), 'inner\n', 'a directory symlink that stays inside');
+  });
+
+  it('not a regular file (a directory, a FIFO that would block a read) or missing: refused at once, naming the field', async () => {
+    await assert.rejects(read('sub'), /files\[0\]\.source: sub is not a regular file/);
+    const started = Date.now();
+    await assert.rejects(read('fifo'), /files\[0\]\.source: fifo is not a regular file/);
+    assert.ok(Date.now() - started < 2000, 'the FIFO was not waited on');
+    await assert.rejects(read('missing.txt'), /files\[0\]\.source: missing\.txt does not exist/);
   });
 });
 

@@ -5,13 +5,16 @@ import type { ResourceNames } from '../names.js';
 import { SerialQueue } from '../../util/serial-queue.js';
 import { ensureIpv4Forwarding } from './forwarding.js';
 import { applyNft, applyNftIfPresent, listSetElements, listTable, listTables } from './nft.js';
+import { blockedHostNetworks, hostElementKey, readHostNetworks } from './host-networks.js';
 import {
   EGRESS_SET,
+  HOST_NETWORKS_SET,
   POLICY_FAMILY,
   SOURCES_SET,
   renderAddEgress,
   renderAddSource,
   renderDeleteTable,
+  renderHostNetworks,
   renderPolicyTable,
   renderRemoveEgress,
   renderRemoveSource,
@@ -48,6 +51,8 @@ export class NetworkPolicy {
   /** The table's structure as read back after the last install (table-shape.ts). */
   private installedStructure: string | undefined;
   private readonly queue = new SerialQueue();
+  /** The host's own networks in the table now (host-networks.ts). */
+  private hostNetworks: string[] = [];
 
   constructor(
     private readonly names: ResourceNames,
@@ -55,6 +60,8 @@ export class NetworkPolicy {
     private readonly log: Logger,
     /** Sources let through to the host from any sandbox veth (ruleset.ts, hostOnlySources). */
     private readonly hostOnlySources: readonly string[] = [],
+    /** The host's networks as they are now (a stand-in only in tests of the refresh). */
+    private readonly readNetworks: () => Promise<string[]> = readHostNetworks,
   ) {
     this.table = names.policyTable;
   }
@@ -67,6 +74,7 @@ export class NetworkPolicy {
       sandboxSubnet: this.sandboxSubnet,
       hostOnlySources: this.hostOnlySources,
       entries,
+      hostNetworks: this.hostNetworks,
     });
   }
 
@@ -78,10 +86,31 @@ export class NetworkPolicy {
 
   /** Installs the table (one transaction: never a moment without it) and notes its structure. */
   private async install(entries?: PolicyEntries): Promise<void> {
+    this.hostNetworks = blockedHostNetworks(await this.readNetworks(), this.sandboxSubnet);
     await applyNft(this.render(entries));
     const listed = await listTable(POLICY_FAMILY, this.table);
     if (!listed) throw new Error(`nft: table ${POLICY_FAMILY} ${this.table} is missing right after it was installed`);
-    this.installedStructure = tableShape(listed, [SOURCES_SET, EGRESS_SET]).structure;
+    this.installedStructure = tableShape(listed, [SOURCES_SET, EGRESS_SET, HOST_NETWORKS_SET]).structure;
+  }
+
+  /**
+   * Reads the host's networks again and, if they changed (an address, a route, an interface
+   * came or went), puts the new list in the table in one transaction. Run by every policy
+   * check (policy-guard.ts) before the table is compared. Returns the networks now blocked.
+   */
+  refreshHostNetworks(): Promise<readonly string[]> {
+    return this.queue.run(async () => {
+      if (this.installedStructure === undefined) return this.hostNetworks;
+      const now = blockedHostNetworks(await this.readNetworks(), this.sandboxSubnet);
+      if (now.join(' ') === this.hostNetworks.join(' ')) return now;
+      // A table gone meanwhile is the drift check's to find; reinstall reads the networks anew.
+      await applyNftIfPresent(renderHostNetworks(this.table, now));
+      const added = now.filter((n) => !this.hostNetworks.includes(n));
+      const removed = this.hostNetworks.filter((n) => !now.includes(n));
+      this.hostNetworks = now;
+      this.log.warn({ table: this.table, added, removed }, "the host's own networks changed: sandboxes are fenced from the new list");
+      return now;
+    });
   }
 
   /**
@@ -95,9 +124,10 @@ export class NetworkPolicy {
       if (!listed) return 'the table is missing';
       const { sources, egress } = this.entries();
       const key = (e: EgressEntry) => `${e.hostInterface} . ${e.guestAddress}`;
-      return describeDrift(tableShape(listed, [SOURCES_SET, EGRESS_SET]), this.installedStructure, {
+      return describeDrift(tableShape(listed, [SOURCES_SET, EGRESS_SET, HOST_NETWORKS_SET]), this.installedStructure, {
         [SOURCES_SET]: sources.map(key),
         [EGRESS_SET]: egress.map(key),
+        [HOST_NETWORKS_SET]: this.hostNetworks.map(hostElementKey),
       });
     });
   }

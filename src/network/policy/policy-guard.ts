@@ -17,7 +17,9 @@ export interface PolicyGuardOptions {
  * Keeps the network policy in force: something else on the host (an `nft flush ruleset`, a
  * firewall manager reloading, an operator) may delete or change our table at any time, and
  * every sandbox would then be unfenced. Every `intervalMs`, and before every create, the
- * table is compared with what we installed and admitted (NetworkPolicy.drift); a
+ * host's own networks are read again and any change put in the table
+ * (NetworkPolicy.refreshHostNetworks), then the table is compared with what we installed
+ * and admitted (NetworkPolicy.drift); a
  * difference is logged at error, the table is put back whole with every live session's
  * entries, and counted. Until it is back, creates are refused with a 503 and Retry-After:
  * a sandbox is never started on a host whose fence is down.
@@ -99,6 +101,7 @@ export class PolicyGuard {
   /** True if the policy was found as installed; false if it was not (repaired or not since). */
   private async checkOnce(): Promise<boolean> {
     try {
+      await this.policy.refreshHostNetworks();
       const drift = await this.policy.drift();
       if (drift === undefined) {
         this.inForce = true;

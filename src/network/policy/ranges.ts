@@ -7,7 +7,9 @@
  *
  * Not listed on purpose: the TEST-NET documentation ranges (192.0.2.0/24, 198.51.100.0/24,
  * 203.0.113.0/24). Nothing real is routed there, and the tests use them as "the internet"
- * inside namespaces they make, so that no test packet can ever leave the host.
+ * inside namespaces they make, so that no test packet can ever leave the host. Whatever the
+ * range, the host's own networks are blocked as well (host-networks.ts): a host whose LAN is
+ * one of these (or any public range) is fenced all the same.
  *
  * IPv6 needs no list: guests have no routable IPv6 address, so the forward chain drops every
  * IPv6 packet from a sandbox, and the input chain drops new ones (link-local included).

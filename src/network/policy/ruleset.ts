@@ -33,8 +33,10 @@ import { BLOCKED_IPV4_RANGES } from './ranges.js';
  *   included): from a sandbox only replies to connections the host opened (the SSH
  *   connection to the guest) pass; everything new is dropped.
  * - forward: nothing new enters a sandbox from anywhere (another sandbox, the LAN); what
- *   leaves one is dropped if it is IPv6, goes to a private range or to the sandbox subnet,
- *   and else passes only for sessions with egress.
+ *   leaves one is dropped if it is IPv6, goes to a private range, to the sandbox subnet or to
+ *   one of the host's own networks (`host4`: its addresses and connected subnets whatever
+ *   their range, host-networks.ts, kept current by each policy check), and else passes only
+ *   for sessions with egress.
  * - postrouting (nat): egress sessions are masqueraded behind the host's address.
  * Drops are silent (no reject): a probing guest learns nothing, and waits for its timeout.
  * Priority filter - 10 runs our chains before the usual filter chains; an accept here does
@@ -51,6 +53,8 @@ export interface RulesetOptions {
   hostOnlySources?: readonly string[];
   /** Elements of the per-session sets, when a table is put back with its sessions in it. */
   entries?: PolicyEntries;
+  /** The host's own networks not covered by the fixed ranges (host-networks.ts blockedHostNetworks). */
+  hostNetworks?: readonly string[];
 }
 
 /** The per-session elements of the table. */
@@ -64,6 +68,8 @@ export interface PolicyEntries {
 export const POLICY_FAMILY = 'inet';
 export const EGRESS_SET = 'egress';
 export const SOURCES_SET = 'sources';
+/** The host's own networks (an interval set, refreshed by renderHostNetworks). */
+export const HOST_NETWORKS_SET = 'host4';
 
 const NAME = /^[a-z0-9-]{1,15}$/; // ifnames and table names we make (see ResourceNames)
 const IPV4 = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/;
@@ -91,6 +97,7 @@ table ${POLICY_FAMILY} ${t} {
   set ${SOURCES_SET} { type ifname . ipv4_addr;${elementsOf(opts.entries?.sources)} }
   set ${EGRESS_SET} { type ifname . ipv4_addr;${elementsOf(opts.entries?.egress)} }
   set blocked4 { type ipv4_addr; flags interval; auto-merge; elements = { ${blocked} } }
+  set ${HOST_NETWORKS_SET} { type ipv4_addr; flags interval;${hostElements(opts.hostNetworks ?? [])} }
 
   chain input {
     type filter hook input priority filter - 10; policy accept;
@@ -110,6 +117,7 @@ table ${POLICY_FAMILY} ${t} {
     iifname != ${sandbox} return
     ct state established,related accept
     ip daddr @blocked4 counter drop comment "private range or sandbox subnet"
+    ip daddr @${HOST_NETWORKS_SET} counter drop comment "the host's own address or connected subnet"
     iifname . ip saddr @${EGRESS_SET} accept
     counter drop comment "sandbox without egress"
   }
@@ -120,6 +128,17 @@ table ${POLICY_FAMILY} ${t} {
   }
 }
 `;
+}
+
+function hostElements(networks: readonly string[]): string {
+  return networks.length > 0 ? ` elements = { ${networks.map((n) => checked(n, CIDR4, 'host network')).join(', ')} };` : '';
+}
+
+/** Replaces the host's networks in the table, in one transaction (never a moment without them). */
+export function renderHostNetworks(table: string, networks: readonly string[]): string {
+  const t = checked(table, /^[a-z][a-z0-9_-]{0,30}$/, 'table name');
+  const add = networks.length > 0 ? `add element ${POLICY_FAMILY} ${t} ${HOST_NETWORKS_SET} { ${networks.map((n) => checked(n, CIDR4, 'host network')).join(', ')} }\n` : '';
+  return `flush set ${POLICY_FAMILY} ${t} ${HOST_NETWORKS_SET}\n${add}`;
 }
 
 export function renderDeleteTable(table: string, family = POLICY_FAMILY): string {

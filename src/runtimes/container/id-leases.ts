@@ -36,7 +36,17 @@ export function hostIdBase(prefix: string): number {
   return 200_000 + block * span;
 }
 
-interface LeaseOwner {
+/**
+ * The first host id above every prefix's block (hostIdBase): where `sbx template build` takes
+ * the ranges its steps run in (templates/build-container.ts), so that a build's root is no
+ * sandbox's, whatever the prefixes on the host. Room for 1020 ranges up to 2^32 - 1.
+ */
+export function buildIdBase(): number {
+  const span = MAX_ID_RANGES * ID_RANGE_SIZE;
+  return 200_000 + Math.floor((2 ** 32 - 1 - 200_000) / span) * span;
+}
+
+export interface LeaseOwner {
   stateDir: string;
   sessionId: string;
   prefix: string;

@@ -41,16 +41,19 @@ export function idmappedMountsUnavailable(release = os.release()): string | unde
  * layer; the guest's config is written in the config dir itself). A write, delete or rename
  * through it, by anyone on the host, fails with EROFS, so even a recursive delete of a
  * session directory that reached into a view still mounted could not empty the image.
+ *
+ * `writable`: for a template build's own tree only (templates/build-container.ts), which its
+ * steps write as the image's root; still nosuid and nodev.
  */
-export async function mountIdmapped(range: IdRange, mounts: ReadonlyArray<{ source: string; target: string }>): Promise<void> {
+export async function mountIdmapped(range: IdRange, mounts: ReadonlyArray<{ source: string; target: string }>, options: { writable?: boolean } = {}): Promise<void> {
   await Promise.all(mounts.map((m) => mkdir(m.target, { recursive: true, mode: 0o755 })));
   const args = mounts.flatMap((m) => [m.source, m.target]);
   // -I -S: nothing from the environment, the user site or site-packages is imported. The
   // script comes on stdin ("-"), so an error names the mounts, not the script.
-  await run([PYTHON, '-I', '-S', '-', String(range.first), String(range.size), ...args], { input: IDMAP_SCRIPT });
+  await run([PYTHON, '-I', '-S', '-', options.writable ? 'rw' : 'ro', String(range.first), String(range.size), ...args], { input: IDMAP_SCRIPT });
 }
 
-/** argv (after "-"): first size (source target)... */
+/** argv (after "-"): ro|rw first size (source target)... */
 const IDMAP_SCRIPT = String.raw`
 import ctypes, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
@@ -71,6 +74,7 @@ def check(result, what):
         sys.exit(1)
     return result
 
+readonly = sys.argv.pop(1) != "rw"
 first, size = int(sys.argv[1]), int(sys.argv[2])
 ready_r, ready_w = os.pipe()
 done_r, done_w = os.pipe()
@@ -92,7 +96,7 @@ try:
 finally:
     os.close(done_w)
     os.waitpid(child, 0)
-attr = MountAttr(MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, 0, userns)
+attr = MountAttr(MOUNT_ATTR_IDMAP | (MOUNT_ATTR_RDONLY if readonly else 0) | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, 0, userns)
 args = sys.argv[3:]
 for source, target in zip(args[0::2], args[1::2]):
     fd = check(libc.syscall(SYS_open_tree, AT_FDCWD, source.encode(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC), "open_tree " + source)

@@ -21,6 +21,31 @@ export const GUEST_CAPABILITIES = [
   'CAP_AUDIT_WRITE',
 ];
 
+/**
+ * The kernel's file systems a confined process sees: its own /proc, a /dev of its own (runc adds
+ * only the harmless default devices: null, zero, full, random, urandom, tty), an empty /sys.
+ * Shared by the sandboxes and the template builds' containers (templates/build-container.ts).
+ */
+export const KERNEL_MOUNTS: ReadonlyArray<Record<string, unknown>> = [
+  { destination: '/proc', type: 'proc', source: 'proc', options: ['nosuid', 'noexec', 'nodev'] },
+  { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'strictatime', 'mode=755', 'size=65536k'] },
+  { destination: '/dev/pts', type: 'devpts', source: 'devpts', options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620', 'gid=5'] },
+  { destination: '/dev/shm', type: 'tmpfs', source: 'shm', options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=268435456'] },
+  { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
+  // sysfs cannot be mounted from a user namespace that does not own the network namespace
+  // (the host's, see namespace-limits.ts), and a bind of the host's /sys would show the
+  // host's devices: the guest gets an empty, read-only /sys (its desktop needs none).
+  { destination: '/sys', type: 'tmpfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro', 'mode=555', 'size=4k'] },
+];
+
+/** Kernel interfaces hidden from a confined process (as Docker does). */
+export const MASKED_PATHS: readonly string[] = [
+  '/proc/acpi', '/proc/asound', '/proc/kcore', '/proc/keys', '/proc/latency_stats', '/proc/timer_list',
+  '/proc/timer_stats', '/proc/sched_debug', '/proc/scsi', '/sys/firmware', '/sys/devices/virtual/powercap',
+];
+/** Kernel interfaces a confined process may read but never write (the host's sysctls among them). */
+export const READONLY_PATHS: readonly string[] = ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'];
+
 /** Where the container's pieces are on the host, as container-runtime.ts prepared them. */
 export interface ContainerLayout {
   /** The overlay mount: the guest's /. */
@@ -60,15 +85,7 @@ export function ociSpec(spec: SandboxSpec, layout: ContainerLayout, settings: Co
       oomScoreAdj: 500,
     },
     mounts: [
-      { destination: '/proc', type: 'proc', source: 'proc', options: ['nosuid', 'noexec', 'nodev'] },
-      { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'strictatime', 'mode=755', 'size=65536k'] },
-      { destination: '/dev/pts', type: 'devpts', source: 'devpts', options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620', 'gid=5'] },
-      { destination: '/dev/shm', type: 'tmpfs', source: 'shm', options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=268435456'] },
-      { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
-      // sysfs cannot be mounted from a user namespace that does not own the network namespace
-      // (the host's, see namespace-limits.ts), and a bind of the host's /sys would show the
-      // host's devices: the guest gets an empty, read-only /sys (its desktop needs none).
-      { destination: '/sys', type: 'tmpfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro', 'mode=555', 'size=4k'] },
+      ...KERNEL_MOUNTS,
       { destination: '/run', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'nodev', 'mode=755', 'size=65536k'] },
       { destination: '/tmp', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'nodev', 'mode=1777', 'size=536870912'] },
       { destination: CONFIG_MOUNT, type: 'bind', source: layout.configView, options: ['rbind', 'ro', 'nosuid', 'nodev', 'noexec'] },
@@ -102,11 +119,8 @@ export function ociSpec(spec: SandboxSpec, layout: ContainerLayout, settings: Co
         },
       },
       seccomp: seccompProfile(),
-      maskedPaths: [
-        '/proc/acpi', '/proc/asound', '/proc/kcore', '/proc/keys', '/proc/latency_stats', '/proc/timer_list',
-        '/proc/timer_stats', '/proc/sched_debug', '/proc/scsi', '/sys/firmware', '/sys/devices/virtual/powercap',
-      ],
-      readonlyPaths: ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'],
+      maskedPaths: MASKED_PATHS,
+      readonlyPaths: READONLY_PATHS,
     },
   };
 }
