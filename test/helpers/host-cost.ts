@@ -101,11 +101,18 @@ export function percentile(values: number[], p: number): number {
 }
 
 /**
- * The /healthz p99 an attack may cost the orchestrator: 50 ms, or three times the p99 measured
- * just before without the attack (the control), whichever is more. The attacks these tests
- * close stalled the orchestrator for seconds (a 2.5 s event-loop stall, 589 MB for one
- * request); a 2-core host busy with the guest's own work must not fail them, a stall still does.
+ * The /healthz p99 beyond which an attack stalled the orchestrator: 250 ms, or ten times the
+ * p99 measured just before without the attack, whichever is more. A stall detector, not a
+ * cost: the attacks these tests close stalled it for seconds (a 2.5 s event-loop stall, 589 MB
+ * for one request), while a tighter wall-clock bound measured the other load of a shared
+ * 2-core machine as much as the attack (p99 51-220 ms at load 10-14, no attack needed). What
+ * an attack costs is bounded in CPU time instead (cpuMsPerRequest).
  */
-export function healthzP99Limit(control: number[]): number {
-  return Math.max(50, 3 * percentile(control, 0.99));
+export function healthzStallLimit(control: number[]): number {
+  return Math.max(250, 10 * percentile(control, 0.99));
+}
+
+/** The orchestrator's CPU per request of an attack, in ms: what it takes from the host, whatever else runs there. */
+export function cpuMsPerRequest(cpuMs: number, requests: number): number {
+  return cpuMs / Math.max(1, requests);
 }
