@@ -27,6 +27,19 @@ export function vmUserSettingsFromEnv(env: Env): VmUserSettings {
 
 export const VM_UID_DEFAULT_BASE = 900_000;
 export const VM_UID_DEFAULT_COUNT = 4_096;
+/** The VMM uid blocks of every prefix with the defaults (vmUserRange: block 0 for sbx-, 1..255 for others). */
+const VM_UID_DEFAULT_BLOCKS = 256;
+
+/**
+ * Whether host ids [first, first + size) meet the VMMs' default uids, whatever the prefix. They
+ * lie inside the default block of the containers' host id ranges (200000 + k * 65536), and a
+ * container guest's root whose host uid were a VMM's could signal it and open its disks: the
+ * container ranges that meet them are never leased (container/id-leases.ts).
+ */
+export function meetsDefaultVmUids(first: number, size: number): boolean {
+  const end = VM_UID_DEFAULT_BASE + VM_UID_DEFAULT_BLOCKS * VM_UID_DEFAULT_COUNT;
+  return first < end && first + size > VM_UID_DEFAULT_BASE;
+}
 
 /**
  * The range of an orchestrator: SBX_VM_UID_BASE if set, else 900000 plus a block of
@@ -37,7 +50,7 @@ export const VM_UID_DEFAULT_COUNT = 4_096;
 export function vmUserRange(settings: VmUserSettings, prefix: string): VmUserRange {
   const count = settings.count ?? VM_UID_DEFAULT_COUNT;
   if (settings.base !== undefined) return { base: settings.base, count };
-  const block = prefix === 'sbx-' ? 0 : 1 + (createHash('sha256').update(prefix).digest().readUInt16BE(0) % 255);
+  const block = prefix === 'sbx-' ? 0 : 1 + (createHash('sha256').update(prefix).digest().readUInt16BE(0) % (VM_UID_DEFAULT_BLOCKS - 1));
   return { base: VM_UID_DEFAULT_BASE + block * count, count };
 }
 

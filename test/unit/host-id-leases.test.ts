@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { HostIdLeases, hostIdBase } from '../../src/runtimes/container/id-leases.js';
+import { vmUserRange } from '../../src/runtimes/vm-user-pool.js';
 import { ID_RANGE_SIZE, MAX_ID_RANGES } from '../../src/runtimes/container/settings.js';
 import { SessionStore } from '../../src/sessions/store.js';
 
@@ -97,5 +98,27 @@ describe('host id ranges across orchestrators', () => {
     // A's state dir removed (a finished test's orchestrator): its leases are stale at once.
     await rmdir(stateA);
     assert.ok((await b.staleRanges()).has(held));
+  });
+
+  it("never leases a container range holding a VMM's default uid, whatever the prefixes (a guest root there could signal that VM)", async () => {
+    const leases = new HostIdLeases(path.join(dir, 'vm-window-leases'), { stateDir: stateA, prefix: 'sbx-' });
+    const take = leases.taker('vmwindow00', new Set());
+    const vms = ['sbx-', 'tab-', 'dev-', 'qqq-'].map((prefix) => vmUserRange({}, prefix));
+    const store = new SessionStore(path.join(dir, 'vm-window.db'));
+    const leased: number[] = [];
+    try {
+      // sbx-'s block, where the VMMs' defaults lie: the first 40 ranges leased one after another.
+      for (let i = 0; i < 40; i++) leased.push(store.leaseIdRange(`vmwindow${String(i).padStart(2, '0')}`, 200_000, ID_RANGE_SIZE, MAX_ID_RANGES, take));
+    } finally {
+      store.close();
+      for (const first of leased) await rm(path.join(dir, 'vm-window-leases', String(first)), { force: true });
+    }
+    for (const first of leased) {
+      for (const vm of vms) {
+        assert.ok(first + ID_RANGE_SIZE <= vm.base || first >= vm.base + vm.count, `range ${first} holds uids of the VMs of a prefix (from ${vm.base})`);
+      }
+    }
+    assert.equal(leased[0], 200_000, 'the ranges below the VMs are still used');
+    assert.ok(leased.some((first) => first > 900_000 + 256 * 4096), 'and those above them');
   });
 });

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, openSync, closeSync, readFileSync, writeSync, writeFileSync, renameSync } from 'node:fs';
 import { readdir, readFile, stat, unlink } from 'node:fs/promises';
 import path from 'node:path';
+import { meetsDefaultVmUids } from '../vm-user-pool.js';
 import { ID_RANGE_SIZE, MAX_ID_RANGES } from './settings.js';
 
 /**
@@ -66,6 +67,8 @@ export class HostIdLeases {
   taker(sessionId: string, stale: ReadonlySet<number>): (first: number) => boolean {
     mkdirSync(this.dir, { recursive: true, mode: 0o700 });
     return (first) => {
+      // Never a range that holds a VMM's uid (vm-user-pool.ts): its guest root could reach that VM.
+      if (meetsDefaultVmUids(first, ID_RANGE_SIZE)) return false;
       const file = this.fileOf(first);
       const mine: LeaseOwner = { ...this.owner, sessionId };
       try {
