@@ -83,7 +83,8 @@ function runFfmpeg(program: string, args: string[]): Promise<Buffer | undefined>
       chunks.push(chunk);
     });
     child.stdout.on('error', () => undefined); // the exit below says what happened
-    child.once('error', (err) => {
+    // For its whole life, not once: a failed kill after a failed spawn would be a second error.
+    child.on('error', (err) => {
       clearTimeout(timer);
       reject(err);
     });
