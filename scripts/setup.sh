@@ -23,7 +23,9 @@ fi
 # chromium is the real browser the page tests drive with playwright-core (test/helpers/browser.ts);
 # fonts-liberation: its fonts (a Recommends of chromium, which --no-install-recommends skips).
 # ffmpeg encodes session recordings (src/recording/; ffprobe, from the same package, checks them in tests).
-packages=(runc debootstrap iproute2 nftables util-linux mount e2fsprogs openssh-client ca-certificates qemu-system-x86 qemu-utils lz4 curl python3 procps shellcheck chromium fonts-liberation ffmpeg)
+# postgresql: the cluster's shared state (docs/cluster.md); the tests start their own server in a
+# temporary directory (the package's default cluster is not needed, and not started by the tests).
+packages=(runc debootstrap iproute2 nftables util-linux mount e2fsprogs openssh-client ca-certificates qemu-system-x86 qemu-utils lz4 curl python3 procps shellcheck chromium fonts-liberation ffmpeg postgresql)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
