@@ -87,6 +87,13 @@ export class AuthenticationError extends OrchestratorError {
   }
 }
 
+/** A request to a cluster's node that did not come from one of its gateways (docs/cluster.md). */
+export class ClusterCredentialError extends OrchestratorError {
+  constructor(message: string) {
+    super(message, 401, 'cluster_credential_required');
+  }
+}
+
 /** The tenant already has as many sessions as it may: it can destroy one, or retry later. */
 export class TenantLimitError extends OrchestratorError {
   constructor(message: string, retryAfterSeconds: number) {

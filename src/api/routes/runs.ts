@@ -43,7 +43,7 @@ export async function runRoutes(app: FastifyInstance, opts: { runs: RunManager; 
       schema: { summary: 'Run a task with Claude on a new or existing sandbox', tags: ['runs'], body: runBody, response: { 201: { type: 'object', additionalProperties: true }, ...errors } },
     },
     async (request, reply) => {
-      const run = await runs.create(request.body, request.tenant, (sessionId, step) => `/v1/sessions/${sessionId}/trajectory/steps/${step}/screenshot`);
+      const run = await runs.create(request.body, request.tenant, (sessionId, step) => `/v1/sessions/${sessionId}/trajectory/steps/${step}/screenshot`, request.placedSessionId ?? undefined);
       return reply.status(201).send(run);
     },
   );
