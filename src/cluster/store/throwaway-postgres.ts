@@ -1,0 +1,198 @@
+/**
+ * A PostgreSQL server of its own, for the tests and the bench (never for a real cluster):
+ * Debian's PostgreSQL 15 binaries, a fresh data directory in a temporary folder, trust
+ * authentication for the local user `sbx`, listening on 127.0.0.1 at a free port and on a
+ * Unix socket in that folder. Never the package's own cluster on 5432. As root, the server
+ * runs as the `postgres` OS user (PostgreSQL refuses root): the folder is chowned to it and
+ * the processes are spawned with its uid and gid (what runuser does, without a PAM session
+ * in between, so the process group holds only the server and its backends).
+ *
+ * The server runs in a process group of its own: kill() (SIGKILL to the whole group: a crash,
+ * a database gone) and start() again on the same data directory and port, or pause()/resume()
+ * (SIGSTOP/SIGCONT: a database that stops answering without closing anything). stop() ends
+ * it and removes the folder; so does the process's exit, should a caller forget.
+ */
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { chownSync, mkdtempSync, openSync, closeSync, readFileSync, rmSync } from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { promisify } from 'node:util';
+import pg from 'pg';
+
+export const DEFAULT_POSTGRES_BIN_DIR = '/usr/lib/postgresql/15/bin';
+
+export interface ThrowawayPostgresOptions {
+  /** Where initdb and postgres are (Debian's postgresql-15 by default). */
+  readonly binDir?: string;
+  /**
+   * fsync and synchronous commit as a real deployment has them (the bench). Off by default:
+   * the tests need a database that behaves, not one that survives a power cut, and fsync on
+   * a busy shared disk would make their timings the disk's.
+   */
+  readonly durable?: boolean;
+}
+
+export interface ThrowawayPostgres {
+  /** postgres://sbx@127.0.0.1:<port>/postgres */
+  readonly url: string;
+  readonly port: number;
+  /** The folder holding data/, the socket and server.log. */
+  readonly dir: string;
+  /** The server's own log (startup errors, crashes). */
+  log(): string;
+  /** SIGKILL to the server and all its backends: the database is gone until start(). */
+  kill(): Promise<void>;
+  /** Starts it again on the same data directory and port (after kill()); waits until it answers. */
+  start(): Promise<void>;
+  /** SIGSTOP to the server and its backends: connections stay open and nothing answers. */
+  pause(): void;
+  resume(): void;
+  /** Ends the server and removes its folder. Safe to call twice. */
+  stop(): Promise<void>;
+}
+
+const execFileAsync = promisify(execFile);
+
+/** The postgres OS user's uid and gid when we are root (PostgreSQL will not run as root). */
+async function serverUser(): Promise<{ uid: number; gid: number } | undefined> {
+  if (process.getuid?.() !== 0) return undefined;
+  const { stdout: uid } = await execFileAsync('id', ['-u', 'postgres']);
+  const { stdout: gid } = await execFileAsync('id', ['-g', 'postgres']);
+  return { uid: Number(uid.trim()), gid: Number(gid.trim()) };
+}
+
+async function freePort(): Promise<number> {
+  const server = net.createServer();
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const address = server.address();
+  server.close();
+  if (!address || typeof address === 'string') throw new Error('no TCP port');
+  return address.port;
+}
+
+export async function startThrowawayPostgres(options: ThrowawayPostgresOptions = {}): Promise<ThrowawayPostgres> {
+  const binDir = options.binDir ?? DEFAULT_POSTGRES_BIN_DIR;
+  const user = await serverUser();
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'sbx-pg-'));
+  const dataDir = path.join(dir, 'data');
+  const logFile = path.join(dir, 'server.log');
+  if (user) chownSync(dir, user.uid, user.gid);
+  let child: ChildProcess | undefined;
+  let stopped = false;
+
+  // Should the caller never call stop() (a test that threw, a bench that crashed), the
+  // server must not outlive this process: killed and removed at exit, synchronously.
+  const onExit = (): void => {
+    killGroup('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  };
+  process.once('exit', onExit);
+
+  function killGroup(signal: NodeJS.Signals): void {
+    if (child?.pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
+    try {
+      process.kill(-child.pid, signal);
+    } catch {
+      // already gone
+    }
+  }
+
+  const spawnOptions = { ...(user ? { uid: user.uid, gid: user.gid } : {}), env: { ...process.env, LC_ALL: 'C', TZ: 'UTC' } };
+  try {
+    await execFileAsync(path.join(binDir, 'initdb'), ['-D', dataDir, '-U', 'sbx', '-A', 'trust', '-E', 'UTF8', '--locale=C', '--no-sync', '--no-instructions'], spawnOptions);
+  } catch (error) {
+    process.off('exit', onExit);
+    rmSync(dir, { recursive: true, force: true });
+    throw new Error(`initdb failed (is Debian's postgresql 15 installed in ${binDir}?): ${error instanceof Error ? error.message : String(error)}`);
+  }
+  const port = await freePort();
+  const url = `postgres://sbx@127.0.0.1:${port}/postgres`;
+  const settings = [
+    `listen_addresses=127.0.0.1`,
+    `port=${port}`,
+    `unix_socket_directories=${dir}`,
+    'max_connections=300',
+    ...(options.durable ? [] : ['fsync=off', 'synchronous_commit=off', 'full_page_writes=off']),
+  ];
+
+  async function start(): Promise<void> {
+    if (stopped) throw new Error('this PostgreSQL was stopped for good');
+    const log = openSync(logFile, 'a');
+    try {
+      child = spawn(path.join(binDir, 'postgres'), ['-D', dataDir, ...settings.flatMap((setting) => ['-c', setting])], {
+        ...spawnOptions,
+        detached: true,
+        stdio: ['ignore', log, log],
+      });
+    } finally {
+      closeSync(log);
+    }
+    child.on('error', () => {}); // reported below as "did not start"
+    const deadline = Date.now() + 30_000;
+    while (Date.now() < deadline) {
+      if (child.exitCode !== null || child.signalCode !== null) break;
+      const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 1000 });
+      client.on('error', () => {});
+      try {
+        await client.connect();
+        await client.query('SELECT 1');
+        await client.end();
+        return;
+      } catch {
+        await client.end().catch(() => {});
+        await sleep(50);
+      }
+    }
+    killGroup('SIGKILL');
+    throw new Error(`PostgreSQL did not start on port ${port}:\n${readLog()}`);
+  }
+
+  function readLog(): string {
+    try {
+      return readFileSync(logFile, 'utf8');
+    } catch {
+      return '';
+    }
+  }
+
+  async function waitExit(ms: number): Promise<boolean> {
+    const running = child;
+    if (!running || running.exitCode !== null || running.signalCode !== null) return true;
+    const exited = once(running, 'exit').then(() => true);
+    return Promise.race([exited, sleep(ms).then(() => false)]);
+  }
+
+  async function kill(): Promise<void> {
+    killGroup('SIGCONT'); // a paused group must wake to die
+    killGroup('SIGKILL');
+    await waitExit(10_000);
+    // The backends are the postmaster's children: they are gone when the group is.
+    await sleep(100);
+  }
+
+  await start();
+  return {
+    url,
+    port,
+    dir,
+    log: readLog,
+    kill,
+    start,
+    pause: () => killGroup('SIGSTOP'),
+    resume: () => killGroup('SIGCONT'),
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      killGroup('SIGCONT');
+      // SIGINT to the postmaster: fast shutdown (it ends its backends, waits for no client).
+      if (child?.pid !== undefined && child.exitCode === null && child.signalCode === null) process.kill(child.pid, 'SIGINT');
+      if (!(await waitExit(10_000))) await kill();
+      process.off('exit', onExit);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
