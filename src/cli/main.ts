@@ -6,6 +6,7 @@ import { DEFAULT_ORCHESTRATOR_URL, SandboxClient, SandboxError } from '../client
 import { defaultConfig } from '../config.js';
 import { buildImage } from '../guest/image/builder.js';
 import { BUILT_IN_TEMPLATE_NAMES, builtInRecipe } from '../guest/image/templates.js';
+import { clusterCommands } from './cluster.js';
 import { desktopCommand } from './desktop.js';
 import { integer, serveCommand } from './serve.js';
 import { keysCommand } from './keys.js';
@@ -31,6 +32,7 @@ const program = new Command('sbx')
   .addOption(new Option('--api-key <key>', 'API key (client commands)').env('SBX_API_KEY'));
 
 program.addCommand(serveCommand(defaults));
+for (const command of clusterCommands(defaults)) program.addCommand(command);
 
 const image = program.command('image').description('the guest images of the built-in templates');
 image
