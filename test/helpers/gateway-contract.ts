@@ -36,7 +36,10 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     await c.seed('acmeaaaaa2', 'acme', n2);
     await c.seed('umbrellab1', 'umbrella', n2);
   });
-  after(() => c.close());
+  after(async () => {
+    await c.close();
+    await c.store.close();
+  });
 
   it("another tenant's session is the same 404 as one that does not exist, and its node never sees the request", async () => {
     const before = n2.seen.length;
