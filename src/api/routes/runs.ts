@@ -13,7 +13,7 @@ const SSE_UNREAD_LIMIT_BYTES = 256 * 1024;
 const errors = { 400: { $ref: 'Error#' }, 401: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 429: { $ref: 'Error#' }, 503: { $ref: 'Error#' } };
 const runIdParams = { type: 'object', required: ['id'], properties: { id: { type: 'string', pattern: '^run_[0-9a-f]{24}$' } } } as const;
 
-const runBody = {
+export const runBody = {
   type: 'object',
   additionalProperties: false,
   required: ['task'],

@@ -7,14 +7,14 @@
  * the processes are spawned with its uid and gid (what runuser does, without a PAM session
  * in between, so the process group holds only the server and its backends).
  *
- * The server runs in a process group of its own: kill() (SIGKILL to the whole group: a crash,
- * a database gone) and start() again on the same data directory and port, or pause()/resume()
- * (SIGSTOP/SIGCONT: a database that stops answering without closing anything). stop() ends
- * it and removes the folder; so does the process's exit, should a caller forget.
+ * kill() (SIGKILL to the postmaster and every backend: a crash, a database gone) and start()
+ * again on the same data directory and port, or pause()/resume() (SIGSTOP/SIGCONT to all of
+ * them: a database that stops answering without closing anything). stop() ends it and
+ * removes the folder; so does the process's exit, should a caller forget.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { chownSync, mkdtempSync, openSync, closeSync, readFileSync, rmSync } from 'node:fs';
+import { chownSync, closeSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -28,9 +28,9 @@ export interface ThrowawayPostgresOptions {
   /** Where initdb and postgres are (Debian's postgresql-15 by default). */
   readonly binDir?: string;
   /**
-   * fsync and synchronous commit as a real deployment has them (the bench). Off by default:
-   * the tests need a database that behaves, not one that survives a power cut, and fsync on
-   * a busy shared disk would make their timings the disk's.
+   * fsync as a real deployment has it (the bench). Off by default: the tests need a
+   * database that survives its process being killed, not a power cut, and fsync on a busy
+   * shared disk would make their timings the disk's.
    */
   readonly durable?: boolean;
 }
@@ -64,6 +64,23 @@ async function serverUser(): Promise<{ uid: number; gid: number } | undefined> {
   return { uid: Number(uid.trim()), gid: Number(gid.trim()) };
 }
 
+/** The pids whose parent is `parent`, from /proc. */
+function childrenOf(parent: number): number[] {
+  const children: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      // pid (comm) state ppid ...: comm may hold spaces and parentheses, so read after the last ')'.
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid === parent) children.push(Number(entry));
+    } catch {
+      // ended meanwhile
+    }
+  }
+  return children;
+}
+
 async function freePort(): Promise<number> {
   const server = net.createServer();
   server.listen(0, '127.0.0.1');
@@ -92,12 +109,21 @@ export async function startThrowawayPostgres(options: ThrowawayPostgresOptions =
   };
   process.once('exit', onExit);
 
+  /**
+   * `signal` to the postmaster, then to each of its children. Not to a process group: every
+   * backend makes itself a group leader (InitPostmasterChild calls setsid), so the
+   * postmaster's group holds the postmaster alone. Stopping it first means it forks no new
+   * backend meanwhile.
+   */
   function killGroup(signal: NodeJS.Signals): void {
     if (child?.pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
-    try {
-      process.kill(-child.pid, signal);
-    } catch {
-      // already gone
+    const postmaster = child.pid;
+    for (const pid of [postmaster, ...childrenOf(postmaster)]) {
+      try {
+        process.kill(pid, signal);
+      } catch {
+        // already gone
+      }
     }
   }
 
@@ -116,7 +142,9 @@ export async function startThrowawayPostgres(options: ThrowawayPostgresOptions =
     `port=${port}`,
     `unix_socket_directories=${dir}`,
     'max_connections=300',
-    ...(options.durable ? [] : ['fsync=off', 'synchronous_commit=off', 'full_page_writes=off']),
+    // Commits still reach the kernel before they are acknowledged (synchronous_commit stays
+    // on): a killed server (kill()) loses nothing; only a power cut would.
+    ...(options.durable ? [] : ['fsync=off', 'full_page_writes=off']),
   ];
 
   async function start(): Promise<void> {
@@ -170,8 +198,6 @@ export async function startThrowawayPostgres(options: ThrowawayPostgresOptions =
     killGroup('SIGCONT'); // a paused group must wake to die
     killGroup('SIGKILL');
     await waitExit(10_000);
-    // The backends are the postmaster's children: they are gone when the group is.
-    await sleep(100);
   }
 
   await start();
