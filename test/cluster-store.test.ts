@@ -106,10 +106,10 @@ describe('cluster store on PostgreSQL', () => {
     assert.deepEqual(await migrate(racers[0] as Db), []);
   });
 
-  it('two gateways placing onto a node with room for one at once: exactly one wins (20 rounds, 8 gateways)', async () => {
+  it('two gateways placing onto a node with room for one at once: exactly one wins (40 rounds, 8 gateways)', async () => {
     const { url, store } = await migratedStore();
     const gateways = Array.from({ length: 8 }, () => storeOn(url));
-    for (let round = 0; round < 20; round++) {
+    for (let round = 0; round < 40; round++) {
       const node = `one-${round}`;
       await store.registerNode(node, randomUUID(), report({ maxSessions: 1 }));
       const outcomes = await Promise.all(gateways.map((gateway, i) => gateway.place(`s-${round}-${i}`, 'acme', CREATE, [])));

@@ -52,10 +52,10 @@ export class Db {
     this.pool.on('error', (error) => onIdleError(error));
   }
 
-  /** One statement on any free connection. */
-  async query<R extends pg.QueryResultRow>(what: string, text: string, values: readonly unknown[] = []): Promise<pg.QueryResult<R>> {
+  /** One statement on any free connection; `name` prepares it once per connection (a hot path). */
+  async query<R extends pg.QueryResultRow>(what: string, text: string, values: readonly unknown[] = [], name?: string): Promise<pg.QueryResult<R>> {
     try {
-      return await this.pool.query<R>(text, values as unknown[]);
+      return await this.pool.query<R>(name === undefined ? { text, values: values as unknown[] } : { name, text, values: values as unknown[] });
     } catch (error) {
       throw asStoreError(what, error);
     }
