@@ -1,6 +1,8 @@
 import os from 'node:os';
 import { Command, Option } from 'commander';
 import { MIN_CLUSTER_SECRET_LENGTH } from '../api/auth/cluster-identity.js';
+import { createGateway } from '../cluster/gateway/gateway.js';
+import { gatewaySettingsFromEnv } from '../cluster/gateway/settings.js';
 import { NodeAgent } from '../cluster/node/node-agent.js';
 import { defaultNodeVcpus, nodeReport, type NodeFacts } from '../cluster/node/node-report.js';
 import type { ClusterStore, NodeRecord } from '../cluster/store/cluster-store.js';
@@ -10,7 +12,7 @@ import { createLogger } from '../logger.js';
 import { startOrchestrator, type Orchestrator } from '../orchestrator.js';
 import type { RuntimeName } from '../runtimes/runtime.js';
 import { atLeast, envInt } from '../util/env.js';
-import { addOrchestratorOptions, configOf, stopOnSignals, type OrchestratorFlags } from './serve.js';
+import { addOrchestratorOptions, configOf, integer, stopOnSignals, type OrchestratorFlags } from './serve.js';
 
 const VERSION = '0.1.0';
 
@@ -159,6 +161,37 @@ function nodesCommand(): Command {
     });
 }
 
+/** `sbx gateway`: a stateless front of the cluster (any number of replicas). */
+function gatewayCommand(defaults: OrchestratorConfig): Command {
+  return new Command('gateway')
+    .description("run a cluster's gateway: the same API as `sbx serve`, each request routed to the node that holds its session")
+    .addOption(dbOption())
+    .addOption(new Option('--host <host>', 'address to listen on').env('SBX_HOST').default(defaults.host))
+    .addOption(new Option('--port <port>', 'port to listen on').env('SBX_PORT').default(defaults.port).argParser(integer))
+    .action(async (opts: { db: string; host: string; port: number }) => {
+      const log = createLogger(undefined, defaults.logLevel);
+      const store = new PgClusterStore({ url: opts.db, onIdleError: (err) => log.warn({ err }, 'a connection to the cluster database failed') });
+      let gateway: Awaited<ReturnType<typeof createGateway>>;
+      try {
+        const secret = clusterSecret();
+        // Migrations run once whoever starts first: an advisory lock orders gateways starting together.
+        await store.migrate();
+        gateway = await createGateway({ store, secret, settings: gatewaySettingsFromEnv(process.env), logger: log });
+        await gateway.start({ host: opts.host, port: opts.port });
+      } catch (err) {
+        console.error(`sbx: ${err instanceof Error ? err.message : String(err)}`);
+        await store.close().catch(() => undefined);
+        process.exit(1);
+      }
+      const running = gateway;
+      stopOnSignals(log, async () => {
+        await running.close();
+        await store.close();
+      }, 'shutting down (sessions live on their nodes)');
+      console.error(`sbx: gateway listening on http://${opts.host}:${opts.port}`);
+    });
+}
+
 export function clusterCommands(defaults: OrchestratorConfig): Command[] {
-  return [nodeCommand(defaults), nodesCommand()];
+  return [nodeCommand(defaults), nodesCommand(), gatewayCommand(defaults)];
 }

@@ -68,12 +68,12 @@ export function configOf(opts: OrchestratorFlags, defaults: OrchestratorConfig):
 }
 
 /** Stops the orchestrator (and what runs beside it) on SIGTERM/SIGINT, then exits. */
-export function stopOnSignals(log: ReturnType<typeof createLogger>, close: () => Promise<void>): void {
+export function stopOnSignals(log: ReturnType<typeof createLogger>, close: () => Promise<void>, what = 'shutting down: destroying every session'): void {
   let stopping = false;
   const stop = (signal: string) => {
     if (stopping) return;
     stopping = true;
-    log.info({ signal }, 'shutting down: destroying every session');
+    log.info({ signal }, what);
     close().then(
       () => process.exit(0),
       (err: unknown) => {

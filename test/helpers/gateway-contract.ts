@@ -301,6 +301,9 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     await c.store.registerNode('gone', 'instance-gone', report);
     await c.store.place('lostsess01', 'acme', { runtime: 'container', template: 'desktop', memoryMiB: 1024, vcpus: 1 }, ['n1', 'n2', 'dead']);
     await c.store.confirm('lostsess01');
+    // A gateway marks nodes lost only once it has seen the database answer for lostAfterMs
+    // (after an outage every heartbeat is old): this sweep sees it, the next may mark.
+    await c.gateway.sweep();
     // Silent for 1.5 s while n1 and n2 heartbeat every 200 ms: only it is stale at 1 s.
     await new Promise((resolve) => setTimeout(resolve, 1_500));
     await c.gateway.sweep();

@@ -2,19 +2,18 @@
  * A create through a gateway (POST /v1/sessions, and POST /v1/runs without a session): a new
  * session id, a node chosen and committed in the directory, the node asked with that id.
  *
- * place-retry.ts chooses among the node snapshots and retries elsewhere when a node fails
- * the create (at most 3 nodes, a node's 4xx returned as is, a 503 saying why when nobody can
- * take it). Each choice is then committed by the store's placement transaction, restricted to
- * the chosen node, which checks under the node's row lock that the create still fits: two
- * gateways choosing the same node at once never overfill it (the loser's try fails and it
- * chooses again). A node that failed is released from the directory before the next try; a
- * node whose connection broke mid-create is also told to destroy the id, in case it made it.
+ * The store's placement transaction chooses the node and commits the choice (it checks under
+ * the node's row lock that the create still fits: two gateways choosing the same node at once
+ * never overfill it); place-retry.ts retries elsewhere when a node fails the create (at most
+ * 3 nodes, a node's 4xx returned as is, a 503 saying why when nobody can take it). A node
+ * that failed is released from the directory before the next try; a node whose connection
+ * broke mid-create is also told to destroy the id, in case it made it.
  */
 import type { Logger } from 'pino';
-import { InvalidRequestError, OrchestratorError, UnavailableError } from '../../errors.js';
+import { InvalidRequestError, OrchestratorError } from '../../errors.js';
 import { newSessionId } from '../../sessions/session.js';
-import { placeWithRetries, NoNodeError } from '../place-retry.js';
-import type { NodeSnapshot, PlacementRequest } from '../placement.js';
+import { retryChoices, NoNodeError, type Choice } from '../place-retry.js';
+import type { PlacementRequest } from '../placement.js';
 import type { NodeRecord } from '../store/cluster-store.js';
 import type { ClusterState } from './cluster-state.js';
 import { NodeFailedError } from './errors.js';
@@ -65,11 +64,13 @@ export async function placeCreate(deps: CreateDeps, call: CreateCall): Promise<N
   const nodes = await state.call('listNodes', (store) => store.listNodes());
   const request = placementRequest(deps.settings, nodes, call.template);
   const sessionId = newSessionId();
-  const attempt = async (chosen: NodeSnapshot): Promise<NodeAnswer> => {
-    const others = nodes.map((node) => node.name).filter((name) => name !== chosen.name);
-    const outcome = await state.call('place', (store) => store.place(sessionId, call.tenant, request, others)).catch(storeFailure);
-    if (!outcome.placed) throw new UnavailableError(`no longer fits there (${outcome.reason})`);
-    const node = outcome.node;
+  // The store chooses and commits in one step (its placement transaction, which also counts
+  // this gateway's creates in flight: concurrent creates do not herd onto one node).
+  const choose = async (exclude: ReadonlySet<string>): Promise<Choice<NodeRecord>> => {
+    const outcome = await state.call('place', (store) => store.place(sessionId, call.tenant, request, [...exclude])).catch(storeFailure);
+    return outcome.placed ? { ok: true, node: outcome.node } : { ok: false, reason: outcome.reason };
+  };
+  const attempt = async (node: NodeRecord): Promise<NodeAnswer> => {
     let answer: NodeAnswer;
     try {
       answer = await client.request({ method: 'POST', url: nodeUrl(node.url, call.path), headers: call.headers(sessionId), body: call.body, node: node.name });
@@ -91,7 +92,7 @@ export async function placeCreate(deps: CreateDeps, call: CreateCall): Promise<N
     throw new NodeRefusal(node.name, answer);
   };
   try {
-    return (await placeWithRetries(request, () => state.call('listNodes', (store) => store.listNodes()), attempt)).result;
+    return (await retryChoices(choose, (node) => node.name, attempt)).result;
   } catch (err) {
     if (err instanceof StoreFailure) throw err.inner;
     if (err instanceof NodeRefusal && err.statusCode < 500) return err.answer;

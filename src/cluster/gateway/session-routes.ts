@@ -66,10 +66,23 @@ export async function sessionProxyRoutes(app: FastifyInstance, deps: SessionRout
     if (request.method === 'POST' && rest === 'views') {
       return forwarder.forward(request, reply, target, { family, tenant, sessionId: id, inspect: (status, body) => recordView(state, id, status, body) });
     }
+    if (request.method === 'DELETE' && rest === undefined) {
+      return forwarder.forward(request, reply, target, { family, tenant, sessionId: id, inspect: (status) => recordEnd(deps, id, status) });
+    }
     return forwarder.forward(request, reply, target, { family, tenant, sessionId: id });
   };
   app.all('/v1/sessions/:id', proxy);
   app.all('/v1/sessions/:id/*', proxy);
+}
+
+/**
+ * A session destroyed through this gateway counts on its node no more, at once (its node
+ * would say so at its next heartbeat: until then, a create could find the node fuller than
+ * it is). A failure to say it is logged, never the client's answer: the heartbeat says it.
+ */
+async function recordEnd(deps: SessionRouteDeps, sessionId: string, status: number): Promise<void> {
+  if (status !== 200) return;
+  await deps.state.call('end', (store) => store.end(sessionId)).catch((err: unknown) => deps.logger.warn({ err, sessionId }, 'could not end a destroyed session in the directory (its node will)'));
 }
 
 /** A live view made through this gateway: its token will route to this session from any gateway. */

@@ -3,6 +3,11 @@
  * SBX_NODE_LOST_AFTER_MS are marked lost with their sessions (the store does it in one
  * statement, so gateways sweeping at once agree). Errors are logged, never thrown: a sweep
  * that fails (the database down) is simply retried at the next tick.
+ *
+ * A heartbeat that could not reach the database is no sign of a dead node: after an outage
+ * every node's last heartbeat is old. So a gateway marks nothing lost until it has seen the
+ * database answer for a whole SBX_NODE_LOST_AFTER_MS (a node alive meanwhile has
+ * heartbeated since); at its start too. Nodes that died during the outage are found then.
  */
 import type { Logger } from 'pino';
 import type { ClusterState } from './cluster-state.js';
@@ -14,12 +19,21 @@ export interface Sweeper {
   stop(): void;
 }
 
-export function startSweeper(state: ClusterState, opts: { lostAfterMs: number; intervalMs: number; logger: Logger; metrics: GatewayMetrics }): Sweeper {
+export function startSweeper(
+  state: ClusterState,
+  opts: { lostAfterMs: number; intervalMs: number; logger: Logger; metrics: GatewayMetrics; now?: () => number },
+): Sweeper {
+  const now = opts.now ?? Date.now;
   let running: Promise<string[]> | undefined;
+  /** Since when every sweep has reached the database (undefined: the last one did not). */
+  let reachableSince: number | undefined;
   const sweep = async (): Promise<string[]> => {
     if (running) return running; // a slow store: never two sweeps at once
     running = (async () => {
       try {
+        if (!(await state.call('ping', (store) => store.ping()))) throw new Error('the cluster database does not answer');
+        reachableSince ??= now();
+        if (now() - reachableSince < opts.lostAfterMs) return [];
         const lost = await state.call('markLostNodes', (store) => store.markLostNodes(opts.lostAfterMs));
         for (const name of lost) {
           opts.metrics.nodesLost.inc();
@@ -28,6 +42,7 @@ export function startSweeper(state: ClusterState, opts: { lostAfterMs: number; i
         }
         return lost;
       } catch (err) {
+        reachableSince = undefined;
         opts.logger.warn({ err }, 'the sweep for lost nodes failed; retrying at the next tick');
         return [];
       } finally {
