@@ -20,8 +20,8 @@ import { startServe, type ServeProcess } from './helpers/serve.js';
  * session, as sbx-input is, not a Python start per action. Against a real `sbx serve` (its own
  * process, so its CPU and memory are its own) and real container sandboxes: the same helper
  * (the same guest pid) answers every action; a killed one is started again by the next action;
- * and a guest root that replaces it with one that never answers, or one that announces a
- * frame of 4 GiB and floods, fails that session's action with a clear error, within a bounded
+ * and a guest root that replaces it with one that never answers, or one that answers with
+ * frames of 64 MiB, fails that session's action with a clear error, within a bounded
  * time, at a bounded cost to the orchestrator, while another session is served meanwhile; with
  * the helper back, the next action works.
  */
@@ -31,7 +31,7 @@ const HELPER = '/usr/local/bin/sbx-desktopd';
 const HELPER_PATTERN = `^/usr/bin/python3 -I ${HELPER}$`;
 const MAX_GROWTH_MIB = 50;
 /**
- * Orchestrator CPU per hostile answer beyond an honest action's: a frame of 4 GiB announced,
+ * Orchestrator CPU per hostile answer beyond an honest action's: a frame of 64 MiB announced,
  * refused at its 8-byte header, the channel closed, what the flood had in flight (at most the
  * channel's 2 MiB window) decrypted and dropped, the 502 and its log line, a new channel for
  * the next. 15 ms measured at load 8.7 on 2 cores; the one-shot helper's capped answer cost 5-25 ms.
@@ -110,7 +110,7 @@ describe('the desktop helper: one process per session', () => {
     if (stateDir) await rm(stateDir, { recursive: true, force: true });
   });
 
-  it('one helper answers every action of the session: the same guest pid throughout, one per session', async () => {
+  it('one helper answers every action of the session: the same guest pid throughout, one per session', { timeout: 60_000 }, async () => {
     const id = ids[0] as string;
     assert.equal((await call('GET', id, 'screen')).status, 200);
     const [pid] = await helpersSettle(1);
@@ -128,7 +128,7 @@ describe('the desktop helper: one process per session', () => {
     assert.deepEqual(await helperPids(), [pid], "the other session's helper is in its own guest");
   });
 
-  it('a helper killed in the guest is started again by the next action, which works', async () => {
+  it('a helper killed in the guest is started again by the next action, which works', { timeout: 60_000 }, async () => {
     const id = ids[0] as string;
     const [before] = await helpersSettle(1);
     await guestSh(guest, `kill -KILL ${before}`);
@@ -141,7 +141,7 @@ describe('the desktop helper: one process per session', () => {
     assert.deepEqual(await helperPids(), [after]);
   });
 
-  it('red team: a helper that never answers fails its action with a clear error in bounded time; another session is served meanwhile; the next action works', async () => {
+  it('red team: a helper that never answers fails its action with a clear error in bounded time; another session is served meanwhile; the next action works', { timeout: 60_000 }, async () => {
     const [victim, bystander] = ids as [string, string];
     // Reads every request and answers none; it ends when its stdin does.
     const restore = await replaceHelper('import sys\nfor line in sys.stdin:\n    pass\n');
@@ -182,7 +182,7 @@ describe('the desktop helper: one process per session', () => {
     await helpersSettle(1);
   });
 
-  it('red team: a helper that announces a 4 GiB answer and floods is refused at the frame header, at a bounded cost, each time; the next action works', async () => {
+  it('red team: a helper that answers with 64 MiB frames is refused at the frame header, at a bounded cost, each time; the next action works', { timeout: 90_000 }, async () => {
     const [victim, bystander] = ids as [string, string];
     const rounds = 10;
     // The control: the same pairs of actions, both honest.
@@ -192,19 +192,22 @@ describe('the desktop helper: one process per session', () => {
       assert.deepEqual([a.status, b.status], [200, 200]);
     }
     const honestCpuMs = ((await cpuSecondsOf(pid())) - honestCpuBefore) * 1000;
+    // Answers every request with a whole frame of 64 MiB (the cap is 256 KiB): sent in full,
+    // as fast as the channel takes it. Kept, ten of them would be 640 MiB.
     const restore = await replaceHelper(
-      'import struct, sys\nout = sys.stdout.buffer\nfor line in sys.stdin.buffer:\n' +
-        "    out.write(b'SBXD' + struct.pack('>I', 0xFFFFFFF0))\n    chunk = b'x' * 65536\n    while True:\n        out.write(chunk)\n",
+      'import struct, sys\nout = sys.stdout.buffer\nchunk = b"x" * 65536\nfor line in sys.stdin.buffer:\n' +
+        "    out.write(b'SBXD' + struct.pack('>I', 64 << 20))\n    for _ in range(1024):\n        out.write(chunk)\n    out.flush()\n",
     );
     const baseline = await memoryOf(pid());
     const cpuBefore = await cpuSecondsOf(pid());
     const started = performance.now();
+    const refusals: string[] = [];
     try {
       for (let i = 0; i < rounds; i++) {
         const [hostile, fine] = await Promise.all([call('GET', victim, 'windows'), call('GET', bystander, 'screen')]);
         assert.equal(hostile.status, 502, JSON.stringify(hostile.body));
         assert.equal(errorOf(hostile.body).code, 'guest_protocol_error');
-        assert.match(errorOf(hostile.body).message, /the desktop helper in the guest sent an answer of 4294967280 bytes, more than this request's answer can be \(262144\)/);
+        refusals.push(errorOf(hostile.body).message);
         assert.equal(fine.status, 200, JSON.stringify(fine.body));
       }
     } finally {
@@ -215,12 +218,14 @@ describe('the desktop helper: one process per session', () => {
     const now = await memoryOf(pid());
     const perAnswer = cpuMsPerRequest(Math.max(0, cpuMs - honestCpuMs), rounds);
     console.log(
-      `desktop-helper (4 GiB frame): ${rounds} hostile answers and ${rounds} actions of another session in ${wallMs.toFixed(0)} ms cost ${cpuMs.toFixed(0)} ms of orchestrator CPU ` +
+      `desktop-helper (64 MiB frames): ${rounds} hostile answers and ${rounds} actions of another session in ${wallMs.toFixed(0)} ms cost ${cpuMs.toFixed(0)} ms of orchestrator CPU ` +
         `(the same ${rounds} pairs honest: ${honestCpuMs.toFixed(0)} ms), ${perAnswer.toFixed(1)} ms per hostile answer beyond an honest one; ` +
         `rss ${baseline.rssMiB} -> ${now.rssMiB} MiB, peak ${baseline.peakMiB} -> ${now.peakMiB} MiB (load average ${os.loadavg()[0]?.toFixed(1)})`,
     );
     assert.ok(now.peakMiB - baseline.peakMiB < MAX_GROWTH_MIB, `peak memory grew by ${now.peakMiB - baseline.peakMiB} MiB`);
     assert.ok(perAnswer < HOSTILE_ANSWER_CPU_MS, `${perAnswer.toFixed(1)} ms of orchestrator CPU per hostile answer`);
+    // Refused at the header, naming the guest: nothing of the payload was kept.
+    for (const message of refusals) assert.match(message, /the desktop helper in the guest sent an answer of 67108864 bytes, more than this request's answer can be \(262144\)/);
     // One helper a second at most, however fast the client asks.
     assert.ok(wallMs >= (rounds - 1) * DESKTOP_HELPER_START_INTERVAL_MS - 50, `${rounds} helpers started within ${wallMs.toFixed(0)} ms`);
     // Each flooder died with its channel; the helper back in place answers.

@@ -102,7 +102,7 @@ describe('the desktop channel', () => {
       const { connection, channels, reported } = fakeConnection(() => new FakeChannel());
       const desktop = await DesktopChannel.open(connection, 99);
       const channel = channels[0] as FakeChannel;
-      const pending = desktop.ask('{"verb":"screen"}\n', 1024, 60_000);
+      const pending = desktop.ask('{"verb":"screen"}\n', 1024, 2_000);
       channel.emit('data', bytes);
       await assert.rejects(pending, isProtocolError(reason));
       assert.equal(channel.closed, true);
