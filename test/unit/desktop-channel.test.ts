@@ -197,6 +197,27 @@ describe('desktop actions on the persistent helper', () => {
     actions.stop();
   });
 
+  it('stopped while its helper is being started (the session ends): the action fails, and the helper started is closed', async () => {
+    const channel = honest();
+    let release: () => void = () => undefined;
+    const spawned = new Promise<void>((resolve) => (release = resolve));
+    const connection = {
+      spawn: async () => {
+        await spawned;
+        return channel as unknown as ClientChannel;
+      },
+      reportProtocolError: () => undefined,
+    } as unknown as GuestConnection;
+    const actions = new DesktopActions(connection, 99);
+    const pending = actions.screen();
+    await new Promise((resolve) => setImmediate(resolve));
+    actions.stop();
+    release();
+    await assert.rejects(pending, /the session's desktop was closed/);
+    assert.equal(channel.closed, true);
+    await assert.rejects(actions.windows(), /the session's desktop was closed/);
+  });
+
   it('an image without sbx-desktopd: the same action runs its one-shot helper, and so does every later one', async () => {
     const { connection, channels, execs } = fakeConnection(
       () => {

@@ -178,12 +178,15 @@ export class DesktopActions {
     if (wait > 0) await sleep(wait, undefined, { signal: this.closing.signal }).catch(() => undefined);
     if (this.closing.signal.aborted) throw new DesktopError("the session's desktop was closed");
     this.lastStart = performance.now();
-    try {
-      this.helper = await DesktopChannel.open(this.connection, this.display);
-    } catch (err) {
-      throw new DesktopError(`the desktop helper could not be started in the guest: ${(err as Error).message}`);
+    // A connection that cannot open a channel throws as an exec would (the session may be
+    // ending: the routes tell the client so).
+    const helper = await DesktopChannel.open(this.connection, this.display);
+    if (this.closing.signal.aborted) {
+      helper.close(); // stopped while it was being started
+      throw new DesktopError("the session's desktop was closed");
     }
-    return this.helper;
+    this.helper = helper;
+    return helper;
   }
 
   /** The one-shot helper of an older image: one process per action, its output capped by the exec. */
