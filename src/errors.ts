@@ -116,7 +116,7 @@ export class NetworkPolicyUnavailableError extends OrchestratorError {
 }
 
 /** Which stream of a guest broke its protocol (the label of the metric). */
-export type GuestChannelName = 'capture' | 'input' | 'bash' | 'exec';
+export type GuestChannelName = 'capture' | 'input' | 'desktop' | 'bash' | 'exec';
 
 /**
  * A guest sent something its protocol does not allow: a frame header that does not fit the
