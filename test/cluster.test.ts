@@ -5,6 +5,7 @@
  * answers its gateways only; two gateways racing for a node's last place: one wins.
  */
 import assert from 'node:assert/strict';
+import { readdir, readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -12,7 +13,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { chromium, type Browser } from 'playwright-core';
 import sharp from 'sharp';
 import { SandboxClient } from '../src/client/index.js';
-import { startCluster, type TestCluster } from './helpers/cluster.js';
+import { CLUSTER_SECRET, startCluster, type TestCluster } from './helpers/cluster.js';
 import { MessagesStandIn } from './helpers/messages-stand-in.js';
 
 interface NodeJson {
@@ -183,7 +184,7 @@ describe('a cluster: three nodes, two gateways, one PostgreSQL', { timeout: 600_
     assert.equal(Buffer.from(await video!.arrayBuffer()).subarray(0, 4).toString(), 'ftyp');
   });
 
-  it('tenants stay apart through any gateway, and a node answers its gateways only', async () => {
+  it('tenants stay apart through any gateway, a node answers its gateways only, its credentials are in no other process', async () => {
     const made = await api(g1, 'POST', '/v1/sessions', cluster.acme, {});
     const id = made.json.id as string;
     const theirs = await api(g2, 'GET', `/v1/sessions/${id}/screenshot`, cluster.other);
@@ -198,6 +199,17 @@ describe('a cluster: three nodes, two gateways, one PostgreSQL', { timeout: 600_
       assert.equal(direct.status, 401);
       assert.equal((direct.json.error as { code: string }).code, 'cluster_credential_required');
     }
+    // The cluster's credential and database URL are in no process but the nodes' and gateways'
+    // own (they leave their environment once read): not in a sandbox's, runc's, ssh's, ffmpeg's.
+    const own = new Set([...cluster.nodes, ...cluster.gateways].map((part) => part.process.child?.pid));
+    const password = new URL(cluster.pg.url).password || cluster.pg.url;
+    const holders: string[] = [];
+    for (const pid of await readdir('/proc')) {
+      if (!/^\d+$/.test(pid) || own.has(Number(pid))) continue;
+      const environ = await readFile(`/proc/${pid}/environ`).catch(() => Buffer.alloc(0));
+      if (environ.includes(CLUSTER_SECRET) || environ.includes(cluster.pg.url) || environ.includes(password)) holders.push(`${pid} ${(await readFile(`/proc/${pid}/cmdline`).catch(() => Buffer.alloc(0))).toString().replace(/\0/g, ' ')}`);
+    }
+    assert.deepEqual(holders, []);
     assert.equal((await api(g1, 'DELETE', `/v1/sessions/${id}`, cluster.acme)).status, 200);
   });
 

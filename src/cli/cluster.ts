@@ -16,9 +16,15 @@ import { addOrchestratorOptions, configOf, integer, stopOnSignals, type Orchestr
 
 const VERSION = '0.1.0';
 
-/** The cluster's credential: from the environment only (a flag would show in `ps`). */
+/**
+ * The cluster's credential: from the environment only (a flag would show in `ps`). It and the
+ * database URL are taken out of the environment once read, so that no child process (runc,
+ * QEMU, ffmpeg, a template's build) inherits them.
+ */
 export function clusterSecret(): string {
   const secret = process.env.SBX_CLUSTER_SECRET ?? '';
+  delete process.env.SBX_CLUSTER_SECRET;
+  delete process.env.SBX_CLUSTER_DB_URL;
   if (secret.length < MIN_CLUSTER_SECRET_LENGTH) {
     throw new Error(`SBX_CLUSTER_SECRET must hold the cluster's credential, at least ${MIN_CLUSTER_SECRET_LENGTH} characters (the same on every node and gateway; e.g. \`openssl rand -base64 48\`)`);
   }
