@@ -185,7 +185,8 @@ describe('a cluster: three nodes, two gateways, one PostgreSQL', { timeout: 600_
   });
 
   it('tenants stay apart through any gateway, a node answers its gateways only, its credentials are in no other process', async () => {
-    const made = await api(g1, 'POST', '/v1/sessions', cluster.acme, {});
+    // Recorded: its ffmpeg is a child process of the node for the session's whole life.
+    const made = await api(g1, 'POST', '/v1/sessions', cluster.acme, { record: true });
     const id = made.json.id as string;
     const theirs = await api(g2, 'GET', `/v1/sessions/${id}/screenshot`, cluster.other);
     const madeUp = await api(g2, 'GET', '/v1/sessions/zzzzzzzzzz/screenshot', cluster.other);
