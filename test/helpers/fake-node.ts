@@ -98,6 +98,11 @@ export async function startFakeNode(name: string, opts: { secret?: string } = {}
     return session(request.params.id, tenant(request));
   });
   app.post<{ Params: { id: string } }>('/v1/sessions/:id/actions', async (request) => ({ ok: true, node: name, body: request.body }));
+  app.post<{ Params: { id: string }; Body: { command?: string } }>('/v1/sessions/:id/tools/bash', async (request) => ({
+    content: [{ type: 'text', text: `${name} ran ${request.body.command ?? ''} for ${tenant(request)}` }],
+    is_error: false,
+  }));
+  app.get('/v1/sessions/:id/trajectory/view', async (request) => ({ page: 'trajectory', node: name, token: (request.query as { token?: string }).token }));
   app.put<{ Params: { id: string } }>('/v1/sessions/:id/files', async (request, reply) => {
     node.uploadBytes = 0;
     for await (const chunk of request.raw) node.uploadBytes += (chunk as Buffer).length;

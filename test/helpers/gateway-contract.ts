@@ -190,10 +190,68 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     assert.equal(n2.wsClosed, 1000);
   });
 
-  it("an unknown view token gets a node's own refusal page", async () => {
-    const res = await fetch(`${c.url}/v1/views/no-such-token`);
+  it("an unknown view token gets a node's own refusal page; open routes carry no tenant and no key", async () => {
+    const res = await fetch(`${c.url}/v1/views/no-such-token`, { headers: auth(c.keyA) });
     assert.equal(res.status, 404);
     assert.match(await res.text(), /This live view cannot be opened/);
+    const seen = [...n1.seen, ...n2.seen].filter((r) => r.url === '/v1/views/no-such-token');
+    assert.equal(seen.length, 1);
+    assert.equal(seen[0]!.headers['x-sbx-tenant'], undefined);
+    assert.equal(seen[0]!.headers.authorization, undefined);
+  });
+
+  it("a link token's page opens without a key, at the session's node, which checks the token", async () => {
+    const res = await fetch(`${c.url}/v1/sessions/umbrellab1/trajectory/view?token=tok`);
+    assert.equal(res.status, 200);
+    assert.deepEqual(await res.json(), { page: 'trajectory', node: 'n2', token: 'tok' });
+    const seen = n2.seen.filter((r) => r.url.startsWith('/v1/sessions/umbrellab1/trajectory/view'));
+    assert.equal(seen.at(-1)!.headers['x-sbx-tenant'], undefined, 'no tenant: the node checks the token');
+    // Not a page a link opens: a key is required.
+    const action = await fetch(`${c.url}/v1/sessions/umbrellab1/actions?token=tok`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+    assert.equal(action.status, 401);
+    assert.equal((await json<ErrorBody>(action)).error.code, 'missing_api_key');
+  });
+
+  it('a view URL and a run id made through one gateway work through another', async () => {
+    const { createGateway } = await import('../../src/cluster/gateway/gateway.js');
+    const { pino } = await import('pino');
+    const { FAST_SETTINGS } = await import('./gateway-cluster.js');
+    const { TEST_SECRET } = await import('./fake-node.js');
+    const second = await createGateway({ store: c.store, secret: TEST_SECRET, settings: FAST_SETTINGS, logger: pino({ level: 'silent' }) });
+    await second.start({ host: '127.0.0.1', port: 0 });
+    try {
+      const other = `http://127.0.0.1:${(second.app.server.address() as import('node:net').AddressInfo).port}`;
+      const made = await fetch(`${c.url}/v1/sessions/acmeaaaaa2/views`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: '{"mode":"view"}' });
+      const token = (await json<{ url: string }>(made)).url.split('/v1/views/')[1]!;
+      n2.wsMessages.length = 0;
+      const ws = new WebSocket(`${other.replace(/^http/, 'ws')}/v1/views/${token}/rfb`);
+      await new Promise<void>((resolve, reject) => {
+        ws.once('open', () => resolve());
+        ws.once('error', reject);
+      });
+      const echoed = new Promise<string>((resolve) => ws.once('message', (data: Buffer) => resolve(data.toString())));
+      ws.send('via-two');
+      assert.equal(await echoed, 'echo:via-two');
+      ws.close();
+      const run = await json<{ id: string }>(
+        await fetch(`${c.url}/v1/runs`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: JSON.stringify({ task: 'x', sessionId: 'acmeaaaaa1' }) }),
+      );
+      const got = await fetch(`${other}/v1/runs/${run.id}`, { headers: auth(c.keyA) });
+      assert.equal((await json<{ node: string }>(got)).node, 'n1');
+    } finally {
+      await second.close();
+    }
+  });
+
+  it("a node found lost by this gateway's sweep answers 410 at once, not after the cache", async () => {
+    await c.store.registerNode('brief', 'instance-brief', { ...n1.report(), url: n1.url });
+    await c.store.place('briefsess1', 'acme', { runtime: 'container', template: 'desktop', memoryMiB: 1024, vcpus: 1 }, ['n1', 'n2', 'dead', 'gone'].filter((n) => n !== 'brief'));
+    await c.store.confirm('briefsess1');
+    n1.sessions.set('briefsess1', 'acme');
+    assert.equal((await fetch(`${c.url}/v1/sessions/briefsess1`, { headers: auth(c.keyA) })).status, 200, 'routed, and now cached');
+    await new Promise((resolve) => setTimeout(resolve, 1_100));
+    await c.gateway.sweep();
+    assert.equal((await fetch(`${c.url}/v1/sessions/briefsess1`, { headers: auth(c.keyA) })).status, 410);
   });
 
   it('routes runs: to the session of sessionId, by run id afterwards; another tenant gets 404', async () => {
@@ -272,6 +330,8 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
       assert.ok(!listed.isError, listed.content[0]?.text);
       assert.match(listed.content[0]!.text, /umbrellab1/);
       assert.doesNotMatch(listed.content[0]!.text, /acmeaaaaa/);
+      const bash = (await client.callTool({ name: 'bash', arguments: { sandbox_id: 'umbrellab1', command: 'uname' } })) as { content: Array<{ text: string }>; isError?: boolean };
+      assert.equal(bash.content[0]!.text, 'n2 ran uname for umbrella', "a tool's POST is forwarded to the session's node, as the caller");
       const before = n1.seen.length;
       const destroyed = (await client.callTool({ name: 'sandbox_destroy', arguments: { sandbox_id: 'acmeaaaaa1' } })) as { content: Array<{ text: string }>; isError?: boolean };
       assert.equal(destroyed.isError, true);
