@@ -40,7 +40,7 @@ export const TEST_SECRET = 'a-test-cluster-secret-of-at-least-32-chars';
 
 export async function startFakeNode(name: string, opts: { secret?: string } = {}): Promise<FakeNode> {
   const secret = opts.secret ?? TEST_SECRET;
-  const app = Fastify();
+  const app = Fastify({ forceCloseConnections: true });
   const node: FakeNode = {
     name,
     url: '',
@@ -102,6 +102,8 @@ export async function startFakeNode(name: string, opts: { secret?: string } = {}
     content: [{ type: 'text', text: `${name} ran ${request.body.command ?? ''} for ${tenant(request)}` }],
     is_error: false,
   }));
+  // Never answers: a node partitioned after it accepted the request.
+  app.get('/v1/sessions/:id/desktop/windows', () => new Promise(() => undefined));
   app.get('/v1/sessions/:id/trajectory/view', async (request) => ({ page: 'trajectory', node: name, token: (request.query as { token?: string }).token }));
   app.put<{ Params: { id: string } }>('/v1/sessions/:id/files', async (request, reply) => {
     node.uploadBytes = 0;

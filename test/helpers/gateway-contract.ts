@@ -378,6 +378,24 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     assert.equal(sessions.find((s) => s.id === 'lostsess01')?.state, 'lost');
   });
 
+  it('a request in flight to a node that goes silent ends when the node is found lost (502), not after the answer timeout', async () => {
+    await c.store.registerNode('stuck', 'instance-stuck', { ...n1.report(), url: n1.url });
+    const others = (await c.store.listNodes()).map((node) => node.name).filter((name) => name !== 'stuck');
+    await c.store.place('stucksess1', 'acme', { runtime: 'container', template: 'desktop', memoryMiB: 1024, vcpus: 1 }, others);
+    await c.store.confirm('stucksess1');
+    const started = performance.now();
+    const pending = fetch(`${c.url}/v1/sessions/stucksess1/desktop/windows`, { headers: auth(c.keyA) });
+    await new Promise((resolve) => setTimeout(resolve, 1_200));
+    await c.gateway.sweep();
+    const res = await pending;
+    assert.equal(res.status, 502);
+    const body = await json<ErrorBody>(res);
+    assert.equal(body.error.code, 'node_failed');
+    assert.match(body.error.message, /node stuck/);
+    assert.ok(performance.now() - started < 4_000);
+    assert.equal((await fetch(`${c.url}/v1/sessions/stucksess1`, { headers: auth(c.keyA) })).status, 410, 'and from then on, 410');
+  });
+
   it('a store that does not answer is a 503 cluster_state_unavailable within its deadline, and recovers', async () => {
     const restore = await opts.breakStore(c.store);
     try {

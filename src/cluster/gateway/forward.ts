@@ -12,6 +12,8 @@ import { errorHandler } from '../../api/errors.js';
 import type { ClusterState } from './cluster-state.js';
 import type { GatewayMetrics, RouteFamily } from './metrics.js';
 import { nodeError, nodeUrl } from './node-client.js';
+import { NodeFailedError } from './errors.js';
+import type { InFlight } from './in-flight.js';
 import { nodeHeaders } from './node-headers.js';
 
 /** Where a request goes: a node's name (for errors and metrics) and its advertised URL. */
@@ -39,9 +41,16 @@ export interface Forwarder {
 
 const MAX_INSPECTED_BYTES = 64 * 1024;
 
-export function createForwarder(secret: string, state: ClusterState, metrics: GatewayMetrics): Forwarder {
+export function createForwarder(secret: string, state: ClusterState, metrics: GatewayMetrics, inFlight: InFlight): Forwarder {
   return {
     forward(request, reply, target, opts) {
+      // Found lost while this is in flight: an unanswered request gets 502, a stream is cut.
+      const untrack = inFlight.track(target.name, () => {
+        if (!reply.sent) errorHandler(new NodeFailedError(target.name, 'it stopped heartbeating and was marked lost'), request, reply);
+        else request.raw.destroy();
+      });
+      reply.raw.once('close', untrack);
+      reply.raw.once('finish', untrack);
       return reply.from(nodeUrl(target.url, request.url), {
         rewriteRequestHeaders: (_req, headers) => {
           const req = request;
@@ -53,12 +62,17 @@ export function createForwarder(secret: string, state: ClusterState, metrics: Ga
         // reply-from retries a GET answered 503 up to 10 times by default: a node's 503 is the client's answer.
         retryDelay: () => null,
         onError: (_failed, { error }) => {
+          if (reply.sent) return; // already answered (cut when its node was found lost)
           if (opts.sessionId !== undefined) state.forgetSession(opts.sessionId);
           const answer = nodeError(target.name, error);
           errorHandler(answer, request, reply);
         },
         onResponse: (_req, _answered, res) => {
           const answered = reply;
+          if (answered.sent) {
+            (res.stream as Readable).destroy(); // answered already (cut when its node was found lost)
+            return;
+          }
           metrics.proxyDuration.observe({ family: opts.family }, answered.elapsedTime / 1000);
           const stream = res.stream as Readable;
           if (String(answered.getHeader('content-type') ?? '').startsWith('text/event-stream')) {

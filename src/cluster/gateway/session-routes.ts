@@ -10,6 +10,7 @@ import type { CreateSessionOptions } from '../../sessions/session-request.js';
 import type { ClusterState } from './cluster-state.js';
 import { placeCreate, type CreateDeps } from './create.js';
 import { familyOf, type Forwarder } from './forward.js';
+import type { InFlight } from './in-flight.js';
 import { nodeUrl, type NodeAnswer, type NodeClient } from './node-client.js';
 import { nodeHeaders } from './node-headers.js';
 import type { Router } from './router.js';
@@ -17,6 +18,7 @@ import { viewTokenHash } from './router.js';
 
 export interface SessionRouteDeps extends CreateDeps {
   readonly secret: string;
+  readonly inFlight: InFlight;
   readonly router: Router;
   readonly forwarder: Forwarder;
 }

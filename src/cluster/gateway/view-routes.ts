@@ -29,6 +29,7 @@ export async function viewTokenRoutes(app: FastifyInstance, deps: SessionRouteDe
 
   // The node's socket of each admitted upgrade, from preValidation to the handler.
   const upstreams = new WeakMap<IncomingMessage, WebSocket>();
+  const nodeOf = new WeakMap<WebSocket, string>();
   app.get<{ Params: { token: string } }>(
     '/v1/views/:token/rfb',
     {
@@ -60,6 +61,7 @@ export async function viewTokenRoutes(app: FastifyInstance, deps: SessionRouteDe
           return;
         }
         upstreams.set(request.raw, upstream.socket);
+        nodeOf.set(upstream.socket, target.name);
         // The browser went away before its upgrade completed: the node's socket goes too.
         socket.once('close', () => {
           if (upstreams.get(request.raw) === upstream.socket) upstream.socket.terminate();
@@ -74,6 +76,12 @@ export async function viewTokenRoutes(app: FastifyInstance, deps: SessionRouteDe
         return;
       }
       joinSockets(client, node);
+      // A node found lost closes the browser's socket (it reconnects, and is told why).
+      const untrack = deps.inFlight.track(nodeOf.get(node) ?? '', () => {
+        client.close(1011, 'the node of this session stopped answering');
+        node.terminate();
+      });
+      client.once('close', untrack);
     },
   );
 }
