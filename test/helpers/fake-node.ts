@@ -32,6 +32,8 @@ export interface FakeNode {
   /** WebSocket messages received on /rfb, and its last close code. */
   wsMessages: string[];
   wsClosed: number | undefined;
+  /** The node's side of the last live-view socket (the backpressure test reads its bufferedAmount). */
+  lastWs: import('ws').WebSocket | undefined;
   report(overrides?: Partial<NodeReport>): NodeReport;
   close(): Promise<void>;
 }
@@ -52,6 +54,7 @@ export async function startFakeNode(name: string, opts: { secret?: string } = {}
     releaseEvent: undefined,
     wsMessages: [],
     wsClosed: undefined,
+    lastWs: undefined,
     report: (overrides = {}) => ({
       url: node.url,
       runtimes: ['container'],
@@ -133,9 +136,12 @@ export async function startFakeNode(name: string, opts: { secret?: string } = {}
   });
   app.get<{ Params: { token: string } }>('/v1/views/:token', async (_request, reply) => reply.status(404).type('text/html').send(`<h1>This live view cannot be opened</h1><p>${name}</p>`));
   app.get('/v1/views/:token/rfb', { websocket: true }, (socket) => {
+    node.lastWs = socket;
     socket.on('message', (data: Buffer) => {
       node.wsMessages.push(data.toString());
-      if (data.toString() === 'close-4001') socket.close(4001, 'revoked');
+      const flood = /^flood:(\d+)$/.exec(data.toString());
+      if (flood) for (let i = 0; i < Number(flood[1]); i++) socket.send(Buffer.alloc(64 * 1024, i % 256));
+      else if (data.toString() === 'close-4001') socket.close(4001, 'revoked');
       else socket.send(`echo:${data.toString()}`);
     });
     socket.on('close', (code: number) => (node.wsClosed = code));

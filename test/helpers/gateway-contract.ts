@@ -190,6 +190,34 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     assert.equal(n2.wsClosed, 1000);
   });
 
+  it('a live view that stops reading holds the node back: the gateway buffers about 1 MiB, not the flood', async () => {
+    const made = await fetch(`${c.url}/v1/sessions/acmeaaaaa2/views`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: '{"mode":"view"}' });
+    const { url } = await json<{ url: string }>(made);
+    const ws = new WebSocket(url.replace(/^http/, 'ws') + '/rfb');
+    await new Promise<void>((resolve) => ws.once('open', () => resolve()));
+    let received = 0;
+    ws.on('message', (data: Buffer) => (received += data.length));
+    ws.pause(); // a browser that stops reading
+    const messages = 1024; // 64 MiB
+    ws.send(`flood:${messages}`);
+    // Until what waits at the node stops going down (or 8 s): the gateway stopped reading it.
+    let waiting = Number.POSITIVE_INFINITY;
+    for (const until = Date.now() + 8_000; Date.now() < until; ) {
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      const now = n2.lastWs!.bufferedAmount;
+      if (now >= waiting) break;
+      waiting = now;
+    }
+    console.log(`live view flood: ${waiting} of ${messages * 64 * 1024} bytes still wait at the node while the browser does not read`);
+    // What is not waiting at the node is in the gateway or in the kernel's socket buffers.
+    assert.ok(waiting > 48 * 1024 * 1024, `only ${waiting} bytes still wait at the node: the gateway read the rest`);
+    ws.resume();
+    const deadline = Date.now() + 20_000;
+    while (received < messages * 64 * 1024 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.equal(received, messages * 64 * 1024, 'everything arrives once the browser reads again');
+    ws.close();
+  });
+
   it("an unknown view token gets a node's own refusal page; open routes carry no tenant and no key", async () => {
     const res = await fetch(`${c.url}/v1/views/no-such-token`, { headers: auth(c.keyA) });
     assert.equal(res.status, 404);
