@@ -62,6 +62,17 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     assert.equal((await fetch(`${c.url}/v1/sessions/umbrellab1`, { headers: auth(c.keyB) })).status, 200);
   });
 
+  it("a path a URL parser would rewrite (dot segments) is no route: never forwarded to reach another's session", async () => {
+    const before = n2.seen.length + n1.seen.length;
+    for (const path of ['/v1/sessions/acmeaaaaa2/../umbrellab1', '/v1/sessions/acmeaaaaa2/%2e%2e/umbrellab1/actions', '/v1/sessions/acmeaaaaa2/%2E%2E/%2e%2e/sessions/umbrellab1', '/v1/sessions/acmeaaaaa2/..\\umbrellab1']) {
+      const post = path.endsWith('actions');
+      const res = await rawRequest(c.port, post ? 'POST' : 'GET', path, { authorization: `Bearer ${c.keyA}`, ...(post ? { 'content-type': 'application/json' } : {}) }, post ? '{}' : undefined);
+      assert.equal(res.status, 404, path);
+      assert.equal((JSON.parse(res.body) as ErrorBody).error.code, 'route_not_found', path);
+    }
+    assert.equal(n2.seen.length + n1.seen.length, before, 'nothing was forwarded');
+  });
+
   it('keys: none, wrong, and revoked answer as on a single host; revoked stops within the cache', async () => {
     const none = await fetch(`${c.url}/v1/sessions`);
     assert.equal(none.status, 401);

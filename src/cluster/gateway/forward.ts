@@ -9,6 +9,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { IncomingHttpHeaders } from 'node:http';
 import { pipeline, type Readable } from 'node:stream';
 import { errorHandler } from '../../api/errors.js';
+import { OrchestratorError } from '../../errors.js';
 import type { ClusterState } from './cluster-state.js';
 import type { GatewayMetrics, RouteFamily } from './metrics.js';
 import { nodeError, nodeUrl } from './node-client.js';
@@ -51,7 +52,7 @@ export function createForwarder(secret: string, state: ClusterState, metrics: Ga
       });
       reply.raw.once('close', untrack);
       reply.raw.once('finish', untrack);
-      return reply.from(nodeUrl(target.url, request.url), {
+      return reply.from(forwardUrl(target.url, request), {
         rewriteRequestHeaders: (_req, headers) => {
           const req = request;
           const rewritten = nodeHeaders(req, headers as IncomingHttpHeaders, { secret, tenant: opts.tenant, keyId: req.apiKeyId });
@@ -101,6 +102,28 @@ export function createForwarder(secret: string, state: ClusterState, metrics: Ga
       });
     },
   };
+}
+
+/** A path a URL parser rewrites (dot segments, backslashes): no route, as on a single host. */
+export class RouteNotFoundError extends OrchestratorError {
+  constructor(method: string, path: string) {
+    super(`no route ${method} ${path}`, 404, 'route_not_found');
+  }
+}
+
+/**
+ * The node's URL for this request, with the path exactly as the gateway routed (and checked)
+ * it. A URL parser resolves \`..\` and \`%2e%2e\` segments and turns \`\\\` into \`/\`: forwarded
+ * through one, \`/v1/sessions/<mine>/%2e%2e/<theirs>/actions\` would be checked as the caller's
+ * session and reach another (reply-from refuses a literal \`..\` itself, with a 400; the
+ * WebSocket client would not). Such a path is no route of the API: the single host's 404.
+ */
+export function forwardUrl(base: string, request: FastifyRequest): string {
+  const joined = nodeUrl(base, request.url);
+  const parsed = new URL(joined);
+  const path = joined.slice(parsed.origin.length).split('?')[0];
+  if (parsed.pathname !== path) throw new RouteNotFoundError(request.method, request.url.split('?')[0] ?? '');
+  return joined;
 }
 
 /**

@@ -8,8 +8,8 @@
 import type { IncomingMessage } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type WebSocket from 'ws';
-import { nodeUrl, nodeError } from './node-client.js';
-import { countHijacked } from './forward.js';
+import { nodeError } from './node-client.js';
+import { countHijacked, forwardUrl } from './forward.js';
 import { nodeHeaders } from './node-headers.js';
 import type { SessionRouteDeps } from './session-routes.js';
 import { joinSockets, openUpstream } from './ws-proxy.js';
@@ -38,7 +38,7 @@ export async function viewTokenRoutes(app: FastifyInstance, deps: SessionRouteDe
         const target = await router.view(request.params.token);
         const headers = nodeHeaders(request, request.headers, { secret: deps.secret });
         const upstream = await openUpstream({
-          url: nodeUrl(target.url.replace(/^http/, 'ws'), request.url),
+          url: forwardUrl(target.url, request).replace(/^http/, 'ws'),
           headers: pick(headers, ['x-sbx-cluster-secret', 'x-forwarded-for', 'user-agent', 'cookie']),
           protocols: protocolsOf(request.headers['sec-websocket-protocol']),
           origin: request.headers.origin,
