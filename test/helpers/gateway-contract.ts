@@ -435,6 +435,16 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     assert.equal((await fetch(`${c.url}/v1/sessions/stucksess1`, { headers: auth(c.keyA) })).status, 410, 'and from then on, 410');
   });
 
+  it("serves its own /metrics (the forwarded requests counted) and a node's /openapi.json", async () => {
+    const metrics = await (await fetch(`${c.url}/metrics`)).text();
+    assert.match(metrics, /sandbox_gateway_proxied_requests_total\{family="sessions",status="404"\} \d+/);
+    assert.match(metrics, /sandbox_gateway_placement_tries_total\{outcome="refused"\} \d+/);
+    assert.match(metrics, /sandbox_gateway_nodes_lost_total \d+/);
+    const openapi = await fetch(`${c.url}/openapi.json`);
+    assert.equal(openapi.status, 200);
+    assert.equal(((await openapi.json()) as { openapi: string }).openapi, '3.0.3');
+  });
+
   it('a store that does not answer is a 503 cluster_state_unavailable within its deadline, and recovers', async () => {
     const restore = await opts.breakStore(c.store);
     try {
