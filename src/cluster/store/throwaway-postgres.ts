@@ -21,6 +21,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import pg from 'pg';
+import { inheritedEnv } from '../../util/inherited-env.js';
 
 export const DEFAULT_POSTGRES_BIN_DIR = '/usr/lib/postgresql/15/bin';
 
@@ -135,7 +136,7 @@ export async function startThrowawayPostgres(options: ThrowawayPostgresOptions =
     }
   }
 
-  const spawnOptions = { ...(user ? { uid: user.uid, gid: user.gid } : {}), env: { ...process.env, LC_ALL: 'C', TZ: 'UTC' } };
+  const spawnOptions = { ...(user ? { uid: user.uid, gid: user.gid } : {}), env: inheritedEnv({ LC_ALL: 'C', TZ: 'UTC' }) };
   try {
     await execFileAsync(path.join(binDir, 'initdb'), ['-D', dataDir, '-U', 'sbx', '-A', 'trust', '-E', 'UTF8', '--locale=C', '--no-sync', '--no-instructions'], spawnOptions);
   } catch (error) {
