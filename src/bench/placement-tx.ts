@@ -45,13 +45,15 @@ export interface PlacementTxFigures {
   readonly refused: number;
   /** CPU of this process (gateways' JavaScript: reading rows, scoring) per create, ms. */
   readonly gatewayCpuMsPerCreate: number;
-  /** CPU of PostgreSQL (server and backends) per create, ms. */
+  /** CPU of PostgreSQL (server and backends) per create, ms: its CPU during the creates less its CPU for the heartbeats alone (a control measured before them). */
   readonly databaseCpuMsPerCreate: number;
-  /** Creates a second that one core would sustain, gateway and database together: the figure on an idle host, whatever else shares this one. */
+  /** Creates a second that one core would sustain, gateway and database together (the heartbeats' share left out): what the host's neighbours change least. */
   readonly createsPerCpuSecond: number;
 }
 
 export const HEARTBEAT_MS = 2000;
+/** Seconds of heartbeats alone before the creates start: PostgreSQL's CPU for them. */
+const CONTROL_SECONDS = 2;
 const execFileAsync = promisify(execFile);
 
 /** Nodes of 8 to 64 vCPUs with 2 or 4 GiB a vCPU, as in the placement simulation. */
@@ -85,7 +87,12 @@ export async function measurePlacementTx(settings: PlacementTxSettings): Promise
     }
     // The nodes' heartbeats come from other processes in a cluster: here from pgbench, at the
     // real rate (every node every 2 s), so their SQL loads PostgreSQL and not this process.
-    const heartbeatRun = settings.heartbeats ? runHeartbeats(server, settings.nodes, settings.seconds + 1.5) : undefined;
+    const heartbeatRun = settings.heartbeats ? runHeartbeats(server, settings.nodes, CONTROL_SECONDS + settings.seconds + 1.5) : undefined;
+    // The control: PostgreSQL's CPU for the heartbeats alone, subtracted from the creates' below.
+    await sleep(200);
+    const controlCpuBefore = server.cpuSeconds();
+    await sleep(CONTROL_SECONDS * 1000);
+    const controlCpuPerSecond = (server.cpuSeconds() - controlCpuBefore) / CONTROL_SECONDS;
 
     for (let i = 0; i < settings.gateways; i++) stores.push(new PgClusterStore({ url, maxConnections: Math.ceil(settings.clients / settings.gateways) }));
     const gateways = stores.slice(1);
@@ -124,7 +131,7 @@ export async function measurePlacementTx(settings: PlacementTxSettings): Promise
     measuring = false;
     const elapsed = (performance.now() - started) / 1000;
     const cpu = process.cpuUsage(cpuBefore);
-    const databaseCpu = server.cpuSeconds() - databaseCpuBefore;
+    const databaseCpu = Math.max(0, server.cpuSeconds() - databaseCpuBefore - controlCpuPerSecond * elapsed);
     const gatewayCpu = (cpu.user + cpu.system) / 1e6;
     stop = true;
     await Promise.all(callers);
@@ -194,7 +201,7 @@ export function describePlacementTx(f: PlacementTxFigures): string {
     `placement transaction: ${f.createsPerSecond.toFixed(0)} creates/s (place + confirm) over ${f.seconds.toFixed(1)} s, ` +
     `${f.nodes} nodes heartbeating ${f.heartbeatsPerSecond.toFixed(0)}/s, ${f.clients} callers on ${f.gateways} gateways, ` +
     `PostgreSQL ${f.durable ? 'durable (fsync on)' : 'fsync off'}: p50 ${f.latencyMs.p50.toFixed(1)} ms, p95 ${f.latencyMs.p95.toFixed(1)} ms, ` +
-    `${f.refused} refused; CPU a create: gateway ${f.gatewayCpuMsPerCreate.toFixed(2)} ms, PostgreSQL ${f.databaseCpuMsPerCreate.toFixed(2)} ms ` +
+    `${f.refused} refused; CPU a create: gateway ${f.gatewayCpuMsPerCreate.toFixed(2)} ms, PostgreSQL ${f.databaseCpuMsPerCreate.toFixed(2)} ms beyond the heartbeats' ` +
     `(${f.createsPerCpuSecond.toFixed(0)} creates per CPU-second)`
   );
 }

@@ -61,6 +61,15 @@ export class Db {
     }
   }
 
+  /** One statement whose rows come as arrays (no object a row: a hot read of many rows). */
+  async queryArrays<R extends unknown[]>(what: string, text: string, values: readonly unknown[] = []): Promise<R[]> {
+    try {
+      return (await this.pool.query<R>({ text, values: values as unknown[], rowMode: 'array' })).rows;
+    } catch (error) {
+      throw asStoreError(what, error);
+    }
+  }
+
   /**
    * `body` inside BEGIN ... COMMIT on one connection; ROLLBACK on any error. A connection
    * whose transaction failed for the database's sake (timeout, reset) is destroyed, not
