@@ -38,6 +38,13 @@ export const FULL_READ_MS = 1000;
  * create one more statement.)
  */
 export const CHANGE_MARGIN = 8;
+/**
+ * A view read this recently (ms) is used as it is: a gateway placing hundreds of creates a
+ * second reads once per this, not once per create. Its own placements are in its view at
+ * once; another gateway's show up within this. (E2B's scheduler works from a snapshot
+ * seconds old; the check under the lock makes staleness cost a retry, never an overfill.)
+ */
+export const VIEW_REUSE_MS = 25;
 
 /**
  * $1 staleMs, $2 session id, $3 tenant, $4 node, $5 memory MiB, $6 vCPUs, $7 runtime,
@@ -110,6 +117,9 @@ export class PlacementTx {
   private readonly known = new Map<string, Known>();
   private newestChange = 0;
   private lastFullRead = 0;
+  private lastRead = 0;
+  /** PostgreSQL's clock minus ours, as of the last read. */
+  private clockOffset = 0;
 
   constructor(
     private readonly db: Db,
@@ -161,7 +171,9 @@ export class PlacementTx {
    */
   private async read(everything: boolean): Promise<NodeSnapshot[]> {
     const readAt = Date.now();
-    let dbNow = readAt;
+    let dbNow = readAt + this.clockOffset;
+    if (!everything && this.known.size > 0 && readAt - this.lastRead < VIEW_REUSE_MS) return this.snapshots(dbNow);
+    this.lastRead = readAt;
     if (everything || this.known.size === 0 || readAt - this.lastFullRead >= FULL_READ_MS) {
       this.lastFullRead = readAt;
       const liveness = await this.db.queryArrays<[string, number, number, boolean, number]>('reading the nodes', LIVENESS_SQL);
@@ -190,6 +202,12 @@ export class PlacementTx {
         if (row.name !== null) this.remember(row);
       }
     }
+    this.clockOffset = dbNow - readAt;
+    return this.snapshots(dbNow);
+  }
+
+  /** The view's nodes, healthy when up and heard from within staleMs of `dbNow` (PostgreSQL's clock). */
+  private snapshots(dbNow: number): NodeSnapshot[] {
     const freshAfter = dbNow - this.staleMs;
     const snapshots: NodeSnapshot[] = [];
     for (const known of this.known.values()) {
