@@ -106,10 +106,10 @@ describe('cluster store on PostgreSQL', () => {
     assert.deepEqual(await migrate(racers[0] as Db), []);
   });
 
-  it('two gateways placing onto a node with room for one at once: exactly one wins (20 rounds, 8 gateways)', async () => {
+  it('two gateways placing onto a node with room for one at once: exactly one wins (40 rounds, 8 gateways)', async () => {
     const { url, store } = await migratedStore();
     const gateways = Array.from({ length: 8 }, () => storeOn(url));
-    for (let round = 0; round < 20; round++) {
+    for (let round = 0; round < 40; round++) {
       const node = `one-${round}`;
       await store.registerNode(node, randomUUID(), report({ maxSessions: 1 }));
       const outcomes = await Promise.all(gateways.map((gateway, i) => gateway.place(`s-${round}-${i}`, 'acme', CREATE, [])));
@@ -224,6 +224,30 @@ describe('cluster store on PostgreSQL', () => {
     assert.equal(await store.heartbeat('unknown', 'x', report()), 'lost');
     // A report that makes no sense is refused before it reaches the table.
     await assert.rejects(store.registerNode('n2', 'i', report({ maxSessions: -1 })), /maxSessions must be a number >= 0/);
+  });
+
+  it('a node that stops heartbeating is left out at once, before any sweep marks it lost (each gateway\'s view judges on PostgreSQL\'s clock)', async () => {
+    const { url, store } = await migratedStore({ staleMs: 600 });
+    const gateway = storeOn(url, { staleMs: 600 });
+    await store.registerNode('quiet', 'q', report());
+    await store.registerNode('talking', 't', report());
+    const first = await gateway.place('h-0', 'acme', CREATE, []); // the gateway's view is filled now
+    assert.ok(first.placed);
+    await sleep(400);
+    await store.heartbeat('talking', 't', report());
+    await sleep(400); // 'quiet' silent 800 ms (> 600), 'talking' 400 ms
+    for (let i = 1; i <= 6; i++) {
+      const outcome = await gateway.place(`h-${i}`, 'acme', CREATE, []);
+      assert.ok(outcome.placed && outcome.node.name === 'talking', `create ${i} went to a silent node`);
+    }
+    await sleep(700);
+    const nobody = await gateway.place('h-none', 'acme', CREATE, []);
+    assert.ok(!nobody.placed);
+    assert.match(nobody.reason, /of 2 nodes, 2 not heartbeating/);
+    // A heartbeat after the silence: placed on again at once, no sweep, no full read waited for.
+    assert.equal(await store.heartbeat('quiet', 'q', report()), 'ok');
+    const back = await gateway.place('h-back', 'acme', CREATE, []);
+    assert.ok(back.placed && back.node.name === 'quiet');
   });
 
   it('a drained node takes no new sessions; undrained, it does again', async () => {

@@ -41,7 +41,7 @@ export class Directory {
   constructor(private readonly db: Db) {}
 
   async confirm(sessionId: string): Promise<void> {
-    await this.db.query('confirming a session', `UPDATE sessions SET state = 'live' WHERE id = $1 AND state = 'creating'`, [sessionId]);
+    await this.db.query('confirming a session', `UPDATE sessions SET state = 'live' WHERE id = $1 AND state = 'creating'`, [sessionId], 'sbx-confirm');
   }
 
   /** The row goes; if it still counted (creating, live), its size is given back. */
@@ -71,7 +71,7 @@ export class Directory {
       await client.query(
         `WITH changed AS (${change})
          UPDATE nodes n SET sessions = n.sessions - 1, committed_memory_mib = n.committed_memory_mib - changed.memory_mib,
-           committed_vcpus = n.committed_vcpus - changed.vcpus
+           committed_vcpus = n.committed_vcpus - changed.vcpus, change_seq = nextval('nodes_change_seq')
          FROM changed WHERE n.name = changed.node AND changed.state IN ('creating', 'live')`,
         [sessionId],
       );

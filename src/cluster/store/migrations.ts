@@ -32,6 +32,7 @@ export const MIGRATIONS: readonly Migration[] = [
     version: 1,
     name: 'nodes, session directory, api keys, view and run routes',
     sql: `
+      CREATE SEQUENCE nodes_change_seq;
       CREATE TABLE nodes (
         name text PRIMARY KEY,
         instance text NOT NULL,
@@ -50,13 +51,15 @@ export const MIGRATIONS: readonly Migration[] = [
         last_heartbeat timestamptz NOT NULL,
         registered_at timestamptz NOT NULL,
         lost_at timestamptz,
-        -- Bumped when what the node reports changes (not on every heartbeat): placement
-        -- caches the report and rereads only the rows whose seq moved.
-        report_seq bigint NOT NULL DEFAULT 1,
+        -- Set from nodes_change_seq by every change placement cares about (commitment,
+        -- state, draining, a changed report; not a heartbeat that changes nothing else):
+        -- a gateway rereads only the rows changed since its last read (placement-tx.ts).
+        change_seq bigint NOT NULL DEFAULT nextval('nodes_change_seq'),
         sessions integer NOT NULL DEFAULT 0 CHECK (sessions >= 0),
         committed_memory_mib integer NOT NULL DEFAULT 0 CHECK (committed_memory_mib >= 0),
         committed_vcpus numeric(12, 3) NOT NULL DEFAULT 0 CHECK (committed_vcpus >= 0)
       );
+      CREATE INDEX nodes_change ON nodes (change_seq);
       CREATE TABLE sessions (
         id text PRIMARY KEY,
         tenant text NOT NULL,
@@ -68,7 +71,9 @@ export const MIGRATIONS: readonly Migration[] = [
         ended_at timestamptz,
         reason text
       );
-      CREATE INDEX sessions_node ON sessions (node, state);
+      -- On the node alone: a session's state change (confirm, end) then touches no indexed
+      -- column, and PostgreSQL updates the row in place (a HOT update, no index write).
+      CREATE INDEX sessions_node ON sessions (node);
       CREATE TABLE api_keys (
         id text PRIMARY KEY,
         tenant text NOT NULL,

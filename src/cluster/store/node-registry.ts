@@ -56,7 +56,7 @@ export class NodeRegistry {
         await client.query(
           `UPDATE nodes SET instance = $2, state = 'up', lost_at = NULL, last_heartbeat = now(), registered_at = now(),
              ${REPORT_COLUMNS.map((column, i) => `${column} = ${reportParams(2)[i]}`).join(', ')},
-             report_seq = report_seq + 1,
+             change_seq = nextval('nodes_change_seq'),
              sessions = c.sessions, committed_memory_mib = c.memory_mib, committed_vcpus = c.vcpus
            FROM (SELECT count(*)::integer AS sessions, coalesce(sum(memory_mib), 0)::integer AS memory_mib,
                         coalesce(sum(vcpus), 0) AS vcpus
@@ -81,10 +81,14 @@ export class NodeRegistry {
     const updated = await this.db.query(
       'heartbeat',
       `UPDATE nodes SET last_heartbeat = now(),
-         report_seq = report_seq + CASE WHEN (${REPORT_COLUMNS.join(', ')}) IS DISTINCT FROM (${params.join(', ')}) THEN 1 ELSE 0 END,
+         change_seq = CASE WHEN (${REPORT_COLUMNS.join(', ')}) IS DISTINCT FROM (${params.join(', ')})
+           OR last_heartbeat <= now() - ($${params.length + 3}::double precision * interval '1 millisecond')
+           THEN nextval('nodes_change_seq') ELSE change_seq END,
          ${REPORT_COLUMNS.map((column, i) => `${column} = ${params[i]}`).join(', ')}
        WHERE name = $1 AND instance = $2 AND state = 'up'`,
-      [name, instance, ...values],
+      // A heartbeat ending a silence of half the staleness is a change too: gateways' cached
+      // views see the node healthy again at once, not at their next full read.
+      [name, instance, ...values, this.staleMs / 2],
     );
     if (updated.rowCount === 1) return 'ok';
     const row = (await this.db.query<{ instance: string; state: string }>('heartbeat', 'SELECT instance, state FROM nodes WHERE name = $1', [name])).rows[0];
@@ -109,7 +113,8 @@ export class NodeRegistry {
       );
       if (candidates.rows.length === 0) return [];
       const lost = await client.query<{ name: string; last_heartbeat: Date }>(
-        `UPDATE nodes SET state = 'lost', lost_at = now(), sessions = 0, committed_memory_mib = 0, committed_vcpus = 0
+        `UPDATE nodes SET state = 'lost', lost_at = now(), sessions = 0, committed_memory_mib = 0, committed_vcpus = 0,
+           change_seq = nextval('nodes_change_seq')
          WHERE name = ANY($1::text[]) RETURNING name, last_heartbeat`,
         [candidates.rows.map((row) => row.name)],
       );
@@ -137,7 +142,7 @@ export class NodeRegistry {
   }
 
   async setDraining(name: string, draining: boolean): Promise<boolean> {
-    const result = await this.db.query('draining a node', 'UPDATE nodes SET draining = $2 WHERE name = $1', [name, draining]);
+    const result = await this.db.query('draining a node', `UPDATE nodes SET draining = $2, change_seq = nextval('nodes_change_seq') WHERE name = $1`, [name, draining]);
     return result.rowCount === 1;
   }
 }

@@ -6,12 +6,20 @@
 import type { RuntimeName } from '../../runtimes/runtime.js';
 import type { NodeRecord, NodeReport, NodeState } from './cluster-store.js';
 
-/** `$<n>` must be bound to staleMs: the age (ms) past which a heartbeat is not fresh. */
-export function nodeColumns(staleParam: number): string {
-  return `name, url, state, runtimes, templates, warm, max_sessions, memory_mib, vcpus,
-    session_memory_mib, session_vcpus, draining, version, last_heartbeat, registered_at,
-    report_seq, sessions, committed_memory_mib, committed_vcpus,
-    (state = 'up' AND last_heartbeat > now() - ($${staleParam}::double precision * interval '1 millisecond')) AS healthy`;
+const COLUMNS = [
+  'name', 'url', 'state', 'runtimes', 'templates', 'warm', 'max_sessions', 'memory_mib', 'vcpus',
+  'session_memory_mib', 'session_vcpus', 'draining', 'version', 'last_heartbeat', 'registered_at',
+  'change_seq', 'sessions', 'committed_memory_mib', 'committed_vcpus',
+];
+
+/**
+ * The columns of NodeRow; `$<staleParam>` must be bound to staleMs, the age (ms) past which
+ * a heartbeat is not fresh. `table` qualifies them (in a statement joining another relation).
+ */
+export function nodeColumns(staleParam: number, table?: string): string {
+  const q = table === undefined ? '' : `${table}.`;
+  return `${COLUMNS.map((column) => `${q}${column}`).join(', ')},
+    (${q}state = 'up' AND ${q}last_heartbeat > now() - ($${staleParam}::double precision * interval '1 millisecond')) AS healthy`;
 }
 
 export interface NodeRow {
@@ -32,7 +40,7 @@ export interface NodeRow {
   last_heartbeat: Date;
   registered_at: Date;
   /** bigint: a string. */
-  report_seq: string;
+  change_seq: string;
   sessions: number;
   committed_memory_mib: number;
   committed_vcpus: string;

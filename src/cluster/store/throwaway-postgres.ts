@@ -21,6 +21,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import pg from 'pg';
+import { inheritedEnv } from '../../util/inherited-env.js';
 
 export const DEFAULT_POSTGRES_BIN_DIR = '/usr/lib/postgresql/15/bin';
 
@@ -50,6 +51,8 @@ export interface ThrowawayPostgres {
   /** SIGSTOP to the server and its backends: connections stay open and nothing answers. */
   pause(): void;
   resume(): void;
+  /** CPU time (s) of the server and its backends so far, ended backends included (for the bench). */
+  cpuSeconds(): number;
   /** Ends the server and removes its folder. Safe to call twice. */
   stop(): Promise<void>;
 }
@@ -64,16 +67,22 @@ async function serverUser(): Promise<{ uid: number; gid: number } | undefined> {
   return { uid: Number(uid.trim()), gid: Number(gid.trim()) };
 }
 
+/** The fields after a /proc/<pid>/stat's comm (which may hold spaces and parentheses): [0] is the state. */
+function statFields(pid: number | string): string[] {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+}
+
+/** Clock ticks a second of /proc's CPU times (USER_HZ: 100 on every Linux build that matters). */
+const TICKS_PER_SECOND = 100;
+
 /** The pids whose parent is `parent`, from /proc. */
 function childrenOf(parent: number): number[] {
   const children: number[] = [];
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
     try {
-      // pid (comm) state ppid ...: comm may hold spaces and parentheses, so read after the last ')'.
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      if (ppid === parent) children.push(Number(entry));
+      if (Number(statFields(entry)[1]) === parent) children.push(Number(entry));
     } catch {
       // ended meanwhile
     }
@@ -127,7 +136,7 @@ export async function startThrowawayPostgres(options: ThrowawayPostgresOptions =
     }
   }
 
-  const spawnOptions = { ...(user ? { uid: user.uid, gid: user.gid } : {}), env: { ...process.env, LC_ALL: 'C', TZ: 'UTC' } };
+  const spawnOptions = { ...(user ? { uid: user.uid, gid: user.gid } : {}), env: inheritedEnv({ LC_ALL: 'C', TZ: 'UTC' }) };
   try {
     await execFileAsync(path.join(binDir, 'initdb'), ['-D', dataDir, '-U', 'sbx', '-A', 'trust', '-E', 'UTF8', '--locale=C', '--no-sync', '--no-instructions'], spawnOptions);
   } catch (error) {
@@ -209,6 +218,22 @@ export async function startThrowawayPostgres(options: ThrowawayPostgresOptions =
     kill,
     start,
     pause: () => killGroup('SIGSTOP'),
+    cpuSeconds() {
+      if (child?.pid === undefined) return 0;
+      // utime, stime of the postmaster and each backend, plus cutime, cstime: its ended children.
+      const ticks = (pid: number, fields: number[]): number => {
+        try {
+          const stat = statFields(pid);
+          return fields.reduce((sum, field) => sum + Number(stat[field - 3]), 0);
+        } catch {
+          return 0;
+        }
+      };
+      const postmaster = child.pid;
+      let total = ticks(postmaster, [14, 15, 16, 17]);
+      for (const pid of childrenOf(postmaster)) total += ticks(pid, [14, 15]);
+      return total / TICKS_PER_SECOND;
+    },
     resume: () => killGroup('SIGCONT'),
     async stop() {
       if (stopped) return;
