@@ -62,8 +62,15 @@ export interface CreateCall {
 /** Places the create and asks nodes until one makes it; returns the node's answer (201, or its 4xx). */
 export async function placeCreate(deps: CreateDeps, call: CreateCall): Promise<NodeAnswer> {
   const { state, client, metrics } = deps;
-  const nodes = await state.call('listNodes', (store) => store.listNodes());
+  // The snapshot is at most 1 s old: the store's transaction checks the chosen node under its
+  // row lock, so staleness costs a retry, never an overfill; a retry reads the nodes afresh.
+  let nodes = await state.nodes();
   const request = placementRequest(deps.settings, nodes, call.template);
+  let reads = 0;
+  const loadNodes = async () => {
+    if (reads++ > 0) nodes = await state.nodes(true);
+    return nodes;
+  };
   const sessionId = newSessionId();
   const attempt = async (chosen: NodeSnapshot): Promise<NodeAnswer> => {
     const others = nodes.map((node) => node.name).filter((name) => name !== chosen.name);
@@ -91,7 +98,7 @@ export async function placeCreate(deps: CreateDeps, call: CreateCall): Promise<N
     throw new NodeRefusal(node.name, answer);
   };
   try {
-    return (await placeWithRetries(request, () => state.call('listNodes', (store) => store.listNodes()), attempt)).result;
+    return (await placeWithRetries(request, loadNodes, attempt)).result;
   } catch (err) {
     if (err instanceof StoreFailure) throw err.inner;
     if (err instanceof NodeRefusal && err.statusCode < 500) return err.answer;
