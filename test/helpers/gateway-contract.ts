@@ -144,6 +144,14 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     assert.equal((await json<{ size: number }>(res)).size, total * chunk.length);
   });
 
+  it("routes an ended session's recording to its node (its artifacts outlive it)", async () => {
+    await c.seed('endedsess1', 'acme', n2, 'ended');
+    const res = await fetch(`${c.url}/v1/sessions/endedsess1/recording`, { headers: { ...auth(c.keyA), range: 'bytes=0-9' } });
+    assert.equal(res.status, 206);
+    assert.ok(n2.seen.some((r) => r.url === '/v1/sessions/endedsess1/recording'));
+    assert.equal((await fetch(`${c.url}/v1/sessions/endedsess1/recording`, { headers: auth(c.keyB) })).status, 404, "and it is still no one else's");
+  });
+
   it("passes a byte range's 206 through", async () => {
     const res = await fetch(`${c.url}/v1/sessions/acmeaaaaa1/recording`, { headers: { ...auth(c.keyA), range: 'bytes=10-19' } });
     assert.equal(res.status, 206);
