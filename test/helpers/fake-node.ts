@@ -153,6 +153,12 @@ export async function startFakeNode(name: string, opts: { secret?: string } = {}
     return reply.status(201).send({ id: `run_${randomBytes(12).toString('hex')}`, sessionId, node: name });
   });
   app.get<{ Params: { id: string } }>('/v1/runs/:id', async (request) => ({ id: request.params.id, node: name }));
+  app.get('/v1/templates', async () => ({
+    templates: [
+      { name: 'desktop', kind: 'built-in', built: name === 'n2' },
+      { name: `only-${name}`, kind: 'user', built: true },
+    ],
+  }));
   app.get('/openapi.json', async () => ({ openapi: '3.0.3', node: name }));
   node.url = await app.listen({ host: '127.0.0.1', port: 0 });
   return node;

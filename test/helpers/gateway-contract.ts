@@ -443,6 +443,14 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     assert.equal((await fetch(`${c.url}/v1/sessions/stucksess1`, { headers: auth(c.keyA) })).status, 410, 'and from then on, 410');
   });
 
+  it("lists the cluster's templates: every node's, merged by name", async () => {
+    const { templates } = await json<{ templates: Array<{ name: string; built: boolean }> }>(await fetch(`${c.url}/v1/templates`, { headers: auth(c.keyA) }));
+    const byName = new Map(templates.map((t) => [t.name, t.built]));
+    assert.equal(byName.get('desktop'), true, 'built where any node built it');
+    assert.equal(byName.get('only-n1'), true);
+    assert.equal(byName.get('only-n2'), true);
+  });
+
   it("serves its own /metrics (the forwarded requests counted) and a node's /openapi.json", async () => {
     const metrics = await (await fetch(`${c.url}/metrics`)).text();
     assert.match(metrics, /sandbox_gateway_proxied_requests_total\{family="sessions",status="404"\} \d+/);
