@@ -226,6 +226,30 @@ describe('cluster store on PostgreSQL', () => {
     await assert.rejects(store.registerNode('n2', 'i', report({ maxSessions: -1 })), /maxSessions must be a number >= 0/);
   });
 
+  it('a node that stops heartbeating is left out at once, before any sweep marks it lost (each gateway\'s view judges on PostgreSQL\'s clock)', async () => {
+    const { url, store } = await migratedStore({ staleMs: 600 });
+    const gateway = storeOn(url, { staleMs: 600 });
+    await store.registerNode('quiet', 'q', report());
+    await store.registerNode('talking', 't', report());
+    const first = await gateway.place('h-0', 'acme', CREATE, []); // the gateway's view is filled now
+    assert.ok(first.placed);
+    await sleep(400);
+    await store.heartbeat('talking', 't', report());
+    await sleep(400); // 'quiet' silent 800 ms (> 600), 'talking' 400 ms
+    for (let i = 1; i <= 6; i++) {
+      const outcome = await gateway.place(`h-${i}`, 'acme', CREATE, []);
+      assert.ok(outcome.placed && outcome.node.name === 'talking', `create ${i} went to a silent node`);
+    }
+    await sleep(700);
+    const nobody = await gateway.place('h-none', 'acme', CREATE, []);
+    assert.ok(!nobody.placed);
+    assert.match(nobody.reason, /of 2 nodes, 2 not heartbeating/);
+    // A heartbeat after the silence: placed on again at once, no sweep, no full read waited for.
+    assert.equal(await store.heartbeat('quiet', 'q', report()), 'ok');
+    const back = await gateway.place('h-back', 'acme', CREATE, []);
+    assert.ok(back.placed && back.node.name === 'quiet');
+  });
+
   it('a drained node takes no new sessions; undrained, it does again', async () => {
     const { store } = await migratedStore();
     await store.registerNode('a', 'ia', report());

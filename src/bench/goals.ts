@@ -41,6 +41,8 @@ export interface GoalFigures {
   recording_screenshot_latency_increase_percent: number;
   /** Issue 16: wall time per step of the built-in loop minus a direct tool call (zero-latency model). */
   run_loop_overhead_ms: number;
+  /** Issue 22: place() + confirm() a second on a real PostgreSQL with 1,000 simulated nodes (null: no PostgreSQL here). */
+  placement_tx_creates_per_second: number | null;
   /** Issue 14, per template: create-to-ready p50 cold and from its warm pool, idle session memory. */
   templates: Record<string, { cold_create_p50_ms: number; warm_create_p50_ms: number | null; idle_session_mib: number | null }>;
 }
@@ -87,6 +89,8 @@ export function goalRows(f: GoalFigures): ChartRow[] {
     ]),
     // Issue 16's goal.
     { label: 'run loop per step - direct tool call', value: f.run_loop_overhead_ms, goal: 5, unit: 'ms' },
+    // Issue 22's goals.
+    { label: 'creates/s, placement transaction (PostgreSQL)', value: f.placement_tx_creates_per_second, goal: 500, unit: '/s', better: 'higher' },
   );
   return rows;
 }

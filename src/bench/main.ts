@@ -12,7 +12,10 @@
  * Settings (read here only): BENCH_N (samples per figure, 50), BENCH_CREATES (creates timed,
  * 5), BENCH_LOAD_SESSIONS (16), BENCH_LOAD_SECONDS (60; e.g. 5 for a quick run),
  * BENCH_LOAD_INTERVAL_MS (250), BENCH_RAMP_MAX (64), BENCH_RAMP_STEP (8), BENCH_RAMP_SECONDS (20),
- * BENCH_RECORDING_SECONDS (10: each CPU window of the recording figures).
+ * BENCH_RECORDING_SECONDS (10: each CPU window of the recording figures), BENCH_PLACEMENT_NODES
+ * (1000), BENCH_PLACEMENT_CLIENTS (8), BENCH_PLACEMENT_GATEWAYS (4), BENCH_PLACEMENT_SECONDS
+ * (10): the placement transaction on a PostgreSQL of its own (issue 22), measured first.
+ * `npm run bench -- placement-tx` measures that alone (no sandbox, no root needed).
  */
 import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { removeTreeOnOneMount } from '../host/remove-tree.js';
@@ -41,6 +44,7 @@ import { summarize, timeIt } from './stats.js';
 import { measureWarmCreates } from './warm-create.js';
 import { measureTemplate, type TemplateFigures } from './templates.js';
 import { measureLoopOverhead, startZeroLatencyModel } from './run-loop.js';
+import { describePlacementTx, measurePlacementTx, measurePlacementTxIfPossible, type PlacementTxSettings } from './placement-tx.js';
 
 const N = Number(process.env.BENCH_N || 50);
 const CREATES = Number(process.env.BENCH_CREATES || 5);
@@ -54,9 +58,20 @@ const RECORDING_SECONDS = Number(process.env.BENCH_RECORDING_SECONDS || 10);
 /** Templates whose create-to-ready (cold, warm) and idle memory are measured (issue 14); a template not built is skipped. */
 const TEMPLATES = (process.env.BENCH_TEMPLATES ?? 'minimal,desktop').split(',').map((t) => t.trim()).filter(Boolean);
 const TEMPLATE_IDLE_SESSIONS = Number(process.env.BENCH_TEMPLATE_IDLE_SESSIONS || 4);
+const PLACEMENT_TX: PlacementTxSettings = {
+  nodes: Number(process.env.BENCH_PLACEMENT_NODES || 1000),
+  clients: Number(process.env.BENCH_PLACEMENT_CLIENTS || 8),
+  gateways: Number(process.env.BENCH_PLACEMENT_GATEWAYS || 4),
+  seconds: Number(process.env.BENCH_PLACEMENT_SECONDS || 10),
+  heartbeats: true,
+  durable: true,
+};
 
 
 async function main(): Promise<void> {
+  // First, while nothing else of the bench runs: it needs no sandbox.
+  console.error(`bench: placement transaction: ${PLACEMENT_TX.nodes} simulated nodes on a PostgreSQL of its own, ${PLACEMENT_TX.clients} callers, ${PLACEMENT_TX.seconds} s`);
+  const placementTx = await measurePlacementTxIfPossible(PLACEMENT_TX);
   const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-'));
   // The pool starts empty whatever SBX_WARM_POOL_SIZE says: cold creates must be cold. It is
   // grown for the warm figure only (measureWarmCreates).
@@ -197,6 +212,7 @@ async function main(): Promise<void> {
         recording,
         loop,
         templates,
+        placementTx,
       });
       printReport(results);
       const goals = goalRows(results);
@@ -215,7 +231,13 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((err: unknown) => {
+async function placementTxAlone(): Promise<void> {
+  const figures = await measurePlacementTx(PLACEMENT_TX);
+  console.log(describePlacementTx(figures));
+  console.log(JSON.stringify(figures, null, 2));
+}
+
+(process.argv[2] === 'placement-tx' ? placementTxAlone() : main()).catch((err: unknown) => {
   console.error(`bench: ${err instanceof Error ? err.stack : String(err)}`);
   process.exit(1);
 });

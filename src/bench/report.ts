@@ -9,6 +9,7 @@ import type { LoopOverhead } from './run-loop.js';
 import type { ScreenshotComparison } from './screenshots.js';
 import type { Summary } from './stats.js';
 import type { TemplateFigures } from './templates.js';
+import { describePlacementTx, type PlacementTxFigures } from './placement-tx.js';
 
 export interface Measured {
   runtime: string;
@@ -29,6 +30,7 @@ export interface Measured {
   recording: { static: RecordingCost; changing: RecordingCost };
   loop: LoopOverhead;
   templates: TemplateFigures[];
+  placementTx: PlacementTxFigures | null;
 }
 
 export type Results = ReturnType<typeof buildResults>;
@@ -69,6 +71,7 @@ export function buildResults(m: Measured) {
     recording_cpu_core_percent: m.recording.changing.cpuCoreFraction * 100,
     recording_screenshot_latency_increase_percent: m.recording.changing.latencyIncreasePercent,
     run_loop_overhead_ms: m.loop.loopPerStepMs - m.loop.directMeanMs,
+    placement_tx_creates_per_second: m.placementTx?.createsPerSecond ?? null,
     templates: Object.fromEntries(
       m.templates.map((t) => [t.template, { cold_create_p50_ms: t.cold.p50, warm_create_p50_ms: t.warm?.p50 ?? null, idle_session_mib: t.idleMiB }]),
     ),
@@ -81,6 +84,7 @@ export function buildResults(m: Measured) {
     cold_create_p95_ms: m.create.p95,
     recording_detail: m.recording,
     run_loop_detail: m.loop,
+    placement_tx_detail: m.placementTx,
     templates_detail: m.templates,
     warm_create_p95_ms: m.warm?.p95 ?? null,
     // Kept under their earlier names (PNG, static screen) for comparison with older runs.
@@ -171,6 +175,7 @@ export function printReport(r: Results): void {
         `(${c.latencyIncreasePercent >= 0 ? '+' : ''}${c.latencyIncreasePercent.toFixed(1)}%)`,
     );
   }
+  if (r.placement_tx_detail) console.log(describePlacementTx(r.placement_tx_detail));
   console.log(
     `ramp: ${r.ramp.steps.map((s) => `${s.sessions}: ${s.errors} errors, p95 ${s.p95Ms.toFixed(0)} ms ${s.passed ? 'ok' : 'FAIL'}`).join('; ')}; ` +
       `most sessions ${r.ramp.maxSessions} (stopped by ${r.ramp.stoppedBy}${r.ramp.createError ? `: ${r.ramp.createError}` : ''})`,

@@ -32,6 +32,8 @@ export interface FakeNode {
   /** WebSocket messages received on /rfb, and its last close code. */
   wsMessages: string[];
   wsClosed: number | undefined;
+  /** The node's side of the last live-view socket (the backpressure test reads its bufferedAmount). */
+  lastWs: import('ws').WebSocket | undefined;
   report(overrides?: Partial<NodeReport>): NodeReport;
   close(): Promise<void>;
 }
@@ -40,7 +42,7 @@ export const TEST_SECRET = 'a-test-cluster-secret-of-at-least-32-chars';
 
 export async function startFakeNode(name: string, opts: { secret?: string } = {}): Promise<FakeNode> {
   const secret = opts.secret ?? TEST_SECRET;
-  const app = Fastify();
+  const app = Fastify({ forceCloseConnections: true });
   const node: FakeNode = {
     name,
     url: '',
@@ -52,6 +54,7 @@ export async function startFakeNode(name: string, opts: { secret?: string } = {}
     releaseEvent: undefined,
     wsMessages: [],
     wsClosed: undefined,
+    lastWs: undefined,
     report: (overrides = {}) => ({
       url: node.url,
       runtimes: ['container'],
@@ -98,6 +101,13 @@ export async function startFakeNode(name: string, opts: { secret?: string } = {}
     return session(request.params.id, tenant(request));
   });
   app.post<{ Params: { id: string } }>('/v1/sessions/:id/actions', async (request) => ({ ok: true, node: name, body: request.body }));
+  app.post<{ Params: { id: string }; Body: { command?: string } }>('/v1/sessions/:id/tools/bash', async (request) => ({
+    content: [{ type: 'text', text: `${name} ran ${request.body.command ?? ''} for ${tenant(request)}` }],
+    is_error: false,
+  }));
+  // Never answers: a node partitioned after it accepted the request.
+  app.get('/v1/sessions/:id/desktop/windows', () => new Promise(() => undefined));
+  app.get('/v1/sessions/:id/trajectory/view', async (request) => ({ page: 'trajectory', node: name, token: (request.query as { token?: string }).token }));
   app.put<{ Params: { id: string } }>('/v1/sessions/:id/files', async (request, reply) => {
     node.uploadBytes = 0;
     for await (const chunk of request.raw) node.uploadBytes += (chunk as Buffer).length;
@@ -126,9 +136,12 @@ export async function startFakeNode(name: string, opts: { secret?: string } = {}
   });
   app.get<{ Params: { token: string } }>('/v1/views/:token', async (_request, reply) => reply.status(404).type('text/html').send(`<h1>This live view cannot be opened</h1><p>${name}</p>`));
   app.get('/v1/views/:token/rfb', { websocket: true }, (socket) => {
+    node.lastWs = socket;
     socket.on('message', (data: Buffer) => {
       node.wsMessages.push(data.toString());
-      if (data.toString() === 'close-4001') socket.close(4001, 'revoked');
+      const flood = /^flood:(\d+)$/.exec(data.toString());
+      if (flood) for (let i = 0; i < Number(flood[1]); i++) socket.send(Buffer.alloc(64 * 1024, i % 256));
+      else if (data.toString() === 'close-4001') socket.close(4001, 'revoked');
       else socket.send(`echo:${data.toString()}`);
     });
     socket.on('close', (code: number) => (node.wsClosed = code));
@@ -140,6 +153,12 @@ export async function startFakeNode(name: string, opts: { secret?: string } = {}
     return reply.status(201).send({ id: `run_${randomBytes(12).toString('hex')}`, sessionId, node: name });
   });
   app.get<{ Params: { id: string } }>('/v1/runs/:id', async (request) => ({ id: request.params.id, node: name }));
+  app.get('/v1/templates', async () => ({
+    templates: [
+      { name: 'desktop', kind: 'built-in', built: name === 'n2' },
+      { name: `only-${name}`, kind: 'user', built: true },
+    ],
+  }));
   app.get('/openapi.json', async () => ({ openapi: '3.0.3', node: name }));
   node.url = await app.listen({ host: '127.0.0.1', port: 0 });
   return node;

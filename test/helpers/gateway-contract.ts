@@ -62,6 +62,17 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     assert.equal((await fetch(`${c.url}/v1/sessions/umbrellab1`, { headers: auth(c.keyB) })).status, 200);
   });
 
+  it("a path a URL parser would rewrite (dot segments) is no route: never forwarded to reach another's session", async () => {
+    const before = n2.seen.length + n1.seen.length;
+    for (const path of ['/v1/sessions/acmeaaaaa2/../umbrellab1', '/v1/sessions/acmeaaaaa2/%2e%2e/umbrellab1/actions', '/v1/sessions/acmeaaaaa2/%2E%2E/%2e%2e/sessions/umbrellab1', '/v1/sessions/acmeaaaaa2/..\\umbrellab1']) {
+      const post = path.endsWith('actions');
+      const res = await rawRequest(c.port, post ? 'POST' : 'GET', path, { authorization: `Bearer ${c.keyA}`, ...(post ? { 'content-type': 'application/json' } : {}) }, post ? '{}' : undefined);
+      assert.equal(res.status, 404, path);
+      assert.equal((JSON.parse(res.body) as ErrorBody).error.code, 'route_not_found', path);
+    }
+    assert.equal(n2.seen.length + n1.seen.length, before, 'nothing was forwarded');
+  });
+
   it('keys: none, wrong, and revoked answer as on a single host; revoked stops within the cache', async () => {
     const none = await fetch(`${c.url}/v1/sessions`);
     assert.equal(none.status, 401);
@@ -133,6 +144,14 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     assert.equal((await json<{ size: number }>(res)).size, total * chunk.length);
   });
 
+  it("routes an ended session's recording to its node (its artifacts outlive it)", async () => {
+    await c.seed('endedsess1', 'acme', n2, 'ended');
+    const res = await fetch(`${c.url}/v1/sessions/endedsess1/recording`, { headers: { ...auth(c.keyA), range: 'bytes=0-9' } });
+    assert.equal(res.status, 206);
+    assert.ok(n2.seen.some((r) => r.url === '/v1/sessions/endedsess1/recording'));
+    assert.equal((await fetch(`${c.url}/v1/sessions/endedsess1/recording`, { headers: auth(c.keyB) })).status, 404, "and it is still no one else's");
+  });
+
   it("passes a byte range's 206 through", async () => {
     const res = await fetch(`${c.url}/v1/sessions/acmeaaaaa1/recording`, { headers: { ...auth(c.keyA), range: 'bytes=10-19' } });
     assert.equal(res.status, 206);
@@ -190,10 +209,96 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     assert.equal(n2.wsClosed, 1000);
   });
 
-  it("an unknown view token gets a node's own refusal page", async () => {
-    const res = await fetch(`${c.url}/v1/views/no-such-token`);
+  it('a live view that stops reading holds the node back: the gateway buffers about 1 MiB, not the flood', async () => {
+    const made = await fetch(`${c.url}/v1/sessions/acmeaaaaa2/views`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: '{"mode":"view"}' });
+    const { url } = await json<{ url: string }>(made);
+    const ws = new WebSocket(url.replace(/^http/, 'ws') + '/rfb');
+    await new Promise<void>((resolve) => ws.once('open', () => resolve()));
+    let received = 0;
+    ws.on('message', (data: Buffer) => (received += data.length));
+    ws.pause(); // a browser that stops reading
+    const messages = 1024; // 64 MiB
+    ws.send(`flood:${messages}`);
+    // Until what waits at the node stops going down (or 8 s): the gateway stopped reading it.
+    let waiting = Number.POSITIVE_INFINITY;
+    for (const until = Date.now() + 8_000; Date.now() < until; ) {
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      const now = n2.lastWs!.bufferedAmount;
+      if (now >= waiting) break;
+      waiting = now;
+    }
+    console.log(`live view flood: ${waiting} of ${messages * 64 * 1024} bytes still wait at the node while the browser does not read`);
+    // What is not waiting at the node is in the gateway or in the kernel's socket buffers.
+    assert.ok(waiting > 48 * 1024 * 1024, `only ${waiting} bytes still wait at the node: the gateway read the rest`);
+    ws.resume();
+    const deadline = Date.now() + 20_000;
+    while (received < messages * 64 * 1024 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.equal(received, messages * 64 * 1024, 'everything arrives once the browser reads again');
+    ws.close();
+  });
+
+  it("an unknown view token gets a node's own refusal page; open routes carry no tenant and no key", async () => {
+    const res = await fetch(`${c.url}/v1/views/no-such-token`, { headers: auth(c.keyA) });
     assert.equal(res.status, 404);
     assert.match(await res.text(), /This live view cannot be opened/);
+    const seen = [...n1.seen, ...n2.seen].filter((r) => r.url === '/v1/views/no-such-token');
+    assert.equal(seen.length, 1);
+    assert.equal(seen[0]!.headers['x-sbx-tenant'], undefined);
+    assert.equal(seen[0]!.headers.authorization, undefined);
+  });
+
+  it("a link token's page opens without a key, at the session's node, which checks the token", async () => {
+    const res = await fetch(`${c.url}/v1/sessions/umbrellab1/trajectory/view?token=tok`);
+    assert.equal(res.status, 200);
+    assert.deepEqual(await res.json(), { page: 'trajectory', node: 'n2', token: 'tok' });
+    const seen = n2.seen.filter((r) => r.url.startsWith('/v1/sessions/umbrellab1/trajectory/view'));
+    assert.equal(seen.at(-1)!.headers['x-sbx-tenant'], undefined, 'no tenant: the node checks the token');
+    // Not a page a link opens: a key is required.
+    const action = await fetch(`${c.url}/v1/sessions/umbrellab1/actions?token=tok`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+    assert.equal(action.status, 401);
+    assert.equal((await json<ErrorBody>(action)).error.code, 'missing_api_key');
+  });
+
+  it('a view URL and a run id made through one gateway work through another', async () => {
+    const { createGateway } = await import('../../src/cluster/gateway/gateway.js');
+    const { pino } = await import('pino');
+    const { FAST_SETTINGS } = await import('./gateway-cluster.js');
+    const { TEST_SECRET } = await import('./fake-node.js');
+    const second = await createGateway({ store: c.store, secret: TEST_SECRET, settings: FAST_SETTINGS, logger: pino({ level: 'silent' }) });
+    await second.start({ host: '127.0.0.1', port: 0 });
+    try {
+      const other = `http://127.0.0.1:${(second.app.server.address() as import('node:net').AddressInfo).port}`;
+      const made = await fetch(`${c.url}/v1/sessions/acmeaaaaa2/views`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: '{"mode":"view"}' });
+      const token = (await json<{ url: string }>(made)).url.split('/v1/views/')[1]!;
+      n2.wsMessages.length = 0;
+      const ws = new WebSocket(`${other.replace(/^http/, 'ws')}/v1/views/${token}/rfb`);
+      await new Promise<void>((resolve, reject) => {
+        ws.once('open', () => resolve());
+        ws.once('error', reject);
+      });
+      const echoed = new Promise<string>((resolve) => ws.once('message', (data: Buffer) => resolve(data.toString())));
+      ws.send('via-two');
+      assert.equal(await echoed, 'echo:via-two');
+      ws.close();
+      const run = await json<{ id: string }>(
+        await fetch(`${c.url}/v1/runs`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: JSON.stringify({ task: 'x', sessionId: 'acmeaaaaa1' }) }),
+      );
+      const got = await fetch(`${other}/v1/runs/${run.id}`, { headers: auth(c.keyA) });
+      assert.equal((await json<{ node: string }>(got)).node, 'n1');
+    } finally {
+      await second.close();
+    }
+  });
+
+  it("a node found lost by this gateway's sweep answers 410 at once, not after the cache", async () => {
+    await c.store.registerNode('brief', 'instance-brief', { ...n1.report(), url: n1.url });
+    await c.store.place('briefsess1', 'acme', { runtime: 'container', template: 'desktop', memoryMiB: 1024, vcpus: 1 }, ['n1', 'n2', 'dead', 'gone'].filter((n) => n !== 'brief'));
+    await c.store.confirm('briefsess1');
+    n1.sessions.set('briefsess1', 'acme');
+    assert.equal((await fetch(`${c.url}/v1/sessions/briefsess1`, { headers: auth(c.keyA) })).status, 200, 'routed, and now cached');
+    await new Promise((resolve) => setTimeout(resolve, 1_100));
+    await c.gateway.sweep();
+    assert.equal((await fetch(`${c.url}/v1/sessions/briefsess1`, { headers: auth(c.keyA) })).status, 410);
   });
 
   it('routes runs: to the session of sessionId, by run id afterwards; another tenant gets 404', async () => {
@@ -272,6 +377,8 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
       assert.ok(!listed.isError, listed.content[0]?.text);
       assert.match(listed.content[0]!.text, /umbrellab1/);
       assert.doesNotMatch(listed.content[0]!.text, /acmeaaaaa/);
+      const bash = (await client.callTool({ name: 'bash', arguments: { sandbox_id: 'umbrellab1', command: 'uname' } })) as { content: Array<{ text: string }>; isError?: boolean };
+      assert.equal(bash.content[0]!.text, 'n2 ran uname for umbrella', "a tool's POST is forwarded to the session's node, as the caller");
       const before = n1.seen.length;
       const destroyed = (await client.callTool({ name: 'sandbox_destroy', arguments: { sandbox_id: 'acmeaaaaa1' } })) as { content: Array<{ text: string }>; isError?: boolean };
       assert.equal(destroyed.isError, true);
@@ -319,6 +426,42 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     // The list shows it as lost.
     const { sessions } = await json<{ sessions: Array<{ id: string; state: string }> }>(await fetch(`${c.url}/v1/sessions`, { headers: auth(c.keyA) }));
     assert.equal(sessions.find((s) => s.id === 'lostsess01')?.state, 'lost');
+  });
+
+  it('a request in flight to a node that goes silent ends when the node is found lost (502), not after the answer timeout', async () => {
+    await c.store.registerNode('stuck', 'instance-stuck', { ...n1.report(), url: n1.url });
+    const others = (await c.store.listNodes()).map((node) => node.name).filter((name) => name !== 'stuck');
+    await c.store.place('stucksess1', 'acme', { runtime: 'container', template: 'desktop', memoryMiB: 1024, vcpus: 1 }, others);
+    await c.store.confirm('stucksess1');
+    const started = performance.now();
+    const pending = fetch(`${c.url}/v1/sessions/stucksess1/desktop/windows`, { headers: auth(c.keyA) });
+    await new Promise((resolve) => setTimeout(resolve, 1_200));
+    await c.gateway.sweep();
+    const res = await pending;
+    assert.equal(res.status, 502);
+    const body = await json<ErrorBody>(res);
+    assert.equal(body.error.code, 'node_failed');
+    assert.match(body.error.message, /node stuck/);
+    assert.ok(performance.now() - started < 4_000);
+    assert.equal((await fetch(`${c.url}/v1/sessions/stucksess1`, { headers: auth(c.keyA) })).status, 410, 'and from then on, 410');
+  });
+
+  it("lists the cluster's templates: every node's, merged by name", async () => {
+    const { templates } = await json<{ templates: Array<{ name: string; built: boolean }> }>(await fetch(`${c.url}/v1/templates`, { headers: auth(c.keyA) }));
+    const byName = new Map(templates.map((t) => [t.name, t.built]));
+    assert.equal(byName.get('desktop'), true, 'built where any node built it');
+    assert.equal(byName.get('only-n1'), true);
+    assert.equal(byName.get('only-n2'), true);
+  });
+
+  it("serves its own /metrics (the forwarded requests counted) and a node's /openapi.json", async () => {
+    const metrics = await (await fetch(`${c.url}/metrics`)).text();
+    assert.match(metrics, /sandbox_gateway_proxied_requests_total\{family="sessions",status="404"\} \d+/);
+    assert.match(metrics, /sandbox_gateway_placement_tries_total\{outcome="refused"\} \d+/);
+    assert.match(metrics, /sandbox_gateway_nodes_lost_total \d+/);
+    const openapi = await fetch(`${c.url}/openapi.json`);
+    assert.equal(openapi.status, 200);
+    assert.equal(((await openapi.json()) as { openapi: string }).openapi, '3.0.3');
   });
 
   it('a store that does not answer is a 503 cluster_state_unavailable within its deadline, and recovers', async () => {

@@ -44,3 +44,62 @@ describe('the gateway when the store fails at once', () => {
     assert.equal((await fetch(`${gateway.url}/healthz`)).status, 200);
   });
 });
+
+describe('the cost of a gateway on an action', () => {
+  const store = new MemoryClusterStore();
+  let cluster: Awaited<ReturnType<typeof import('../helpers/gateway-cluster.js').startCluster>>;
+  before(async () => {
+    const { startCluster } = await import('../helpers/gateway-cluster.js');
+    // The default caches (1 s): what a deployed gateway runs with.
+    cluster = await startCluster(store, ['n1'], { directoryCacheMs: 1_000, keyCacheMs: 1_000 });
+    await cluster.seed('costsess01', 'acme', cluster.nodes[0]!);
+  });
+  after(() => cluster.close());
+
+  /** p50 wall time and CPU time (this process: client, gateway and node) per request. */
+  async function measure(url: string, headers: Record<string, string>, n: number): Promise<{ p50Ms: number; cpuMs: number }> {
+    const times: number[] = [];
+    const cpu = process.cpuUsage();
+    for (let i = 0; i < n; i++) {
+      const started = performance.now();
+      const res = await fetch(url, { method: 'POST', headers: { ...headers, 'content-type': 'application/json' }, body: '{"action":"left_click","coordinate":[10,10]}' });
+      await res.arrayBuffer();
+      assert.equal(res.status, 200);
+      times.push(performance.now() - started);
+    }
+    const used = process.cpuUsage(cpu);
+    times.sort((a, b) => a - b);
+    return { p50Ms: times[Math.floor(n / 2)]!, cpuMs: (used.user + used.system) / 1000 / n };
+  }
+
+  it('costs less CPU per action than the node round trip it fronts, and reads the store about once a second', async () => {
+    const { TEST_SECRET } = await import('../helpers/fake-node.js');
+    const node = cluster.nodes[0]!;
+    const direct = `${node.url}/v1/sessions/costsess01/actions`;
+    const through = `${cluster.url}/v1/sessions/costsess01/actions`;
+    const directHeaders = { 'x-sbx-cluster-secret': TEST_SECRET, 'x-sbx-tenant': 'acme' };
+    const keyHeaders = { authorization: `Bearer ${cluster.keyA}` };
+    await measure(direct, directHeaders, 50); // warm both paths
+    await measure(through, keyHeaders, 50);
+    const lookupsBefore = (store.calls.get('lookup') ?? 0) + (store.calls.get('findKey') ?? 0) + (store.calls.get('listNodes') ?? 0);
+    const started = performance.now();
+    const n = 400;
+    const control = await measure(direct, directHeaders, n);
+    const gateway = await measure(through, keyHeaders, n);
+    const seconds = (performance.now() - started) / 1000;
+    const storeCalls = (store.calls.get('lookup') ?? 0) + (store.calls.get('findKey') ?? 0) + (store.calls.get('listNodes') ?? 0) - lookupsBefore;
+    const addedCpuMs = gateway.cpuMs - control.cpuMs;
+    console.log(
+      `gateway cost per action: +${addedCpuMs.toFixed(3)} ms CPU (${control.cpuMs.toFixed(3)} direct, ${gateway.cpuMs.toFixed(3)} through), ` +
+        `p50 ${control.p50Ms.toFixed(3)} ms direct, ${gateway.p50Ms.toFixed(3)} ms through (+${(gateway.p50Ms - control.p50Ms).toFixed(3)}); ` +
+        `${storeCalls} store reads in ${seconds.toFixed(1)} s for ${n} actions`,
+    );
+    // CPU, not wall time (the machine is shared), against a control measured in the same run:
+    // a gateway is one more HTTP server and client in the path, so it costs about what the
+    // client and the node cost together (measured: +1.1 ms against 1.5 ms; +0.7 ms p50 wall).
+    // The issue's figure (<= 1 ms added latency at p50) is measured by the bench on real nodes.
+    assert.ok(addedCpuMs < 1.5 * control.cpuMs, `the gateway added ${addedCpuMs.toFixed(3)} ms of CPU per action (control ${control.cpuMs.toFixed(3)})`);
+    // Three kinds of reads (key, session, nodes), each at most once per cache period (1 s), plus one each to start.
+    assert.ok(storeCalls <= 3 * (Math.ceil(seconds) + 1), `${storeCalls} store reads in ${seconds.toFixed(1)} s`);
+  });
+});

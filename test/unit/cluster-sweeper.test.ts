@@ -8,6 +8,7 @@ import { describe, it } from 'node:test';
 import { pino } from 'pino';
 import { ClusterState } from '../../src/cluster/gateway/cluster-state.js';
 import { GatewayMetrics } from '../../src/cluster/gateway/metrics.js';
+import { InFlight } from '../../src/cluster/gateway/in-flight.js';
 import { startSweeper } from '../../src/cluster/gateway/sweeper.js';
 import { MemoryClusterStore } from '../helpers/memory-cluster-store.js';
 
@@ -27,7 +28,7 @@ describe('the sweep for lost nodes', () => {
     const logger = pino({ level: 'silent' });
     const metrics = new GatewayMetrics();
     const state = new ClusterState({ store, logger, metrics, storeTimeoutMs: 1000, directoryCacheMs: 0, keyCacheMs: 0, now: () => clock });
-    const sweeper = startSweeper(state, { lostAfterMs: 10_000, intervalMs: 3_600_000, logger, metrics, now: () => clock });
+    const sweeper = startSweeper(state, { lostAfterMs: 10_000, intervalMs: 3_600_000, logger, metrics, inFlight: new InFlight(), now: () => clock });
     try {
       await sweeper.sweep(); // t = 0: the database answers, from now on
       clock = 9_000;

@@ -87,10 +87,10 @@ export class ClusterState {
     return this.cached(this.keys, id, this.opts.keyCacheMs, () => this.call('findKey', (store) => store.findKey(id)));
   }
 
-  /** Every registered node (cached for directoryCacheMs). */
-  nodes(): Promise<NodeRecord[]> {
+  /** Every registered node (cached for directoryCacheMs; `fresh`: read now, and cached from now). */
+  nodes(fresh = false): Promise<NodeRecord[]> {
     const now = this.now();
-    if (this.nodeList && this.nodeList.until > now) return this.nodeList.value;
+    if (!fresh && this.nodeList && this.nodeList.until > now) return this.nodeList.value;
     const value = this.call('listNodes', (store) => store.listNodes());
     this.nodeList = { value, until: now + this.opts.directoryCacheMs };
     value.catch(() => {

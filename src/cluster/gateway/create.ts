@@ -61,8 +61,8 @@ export interface CreateCall {
 /** Places the create and asks nodes until one makes it; returns the node's answer (201, or its 4xx). */
 export async function placeCreate(deps: CreateDeps, call: CreateCall): Promise<NodeAnswer> {
   const { state, client, metrics } = deps;
-  const nodes = await state.call('listNodes', (store) => store.listNodes());
-  const request = placementRequest(deps.settings, nodes, call.template);
+  // The node list (at most 1 s old) decides only the request: the template exists, the runtime.
+  const request = placementRequest(deps.settings, await state.nodes(), call.template);
   const sessionId = newSessionId();
   // The store chooses and commits in one step (its placement transaction, which also counts
   // this gateway's creates in flight: concurrent creates do not herd onto one node).

@@ -9,9 +9,12 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { IncomingHttpHeaders } from 'node:http';
 import { pipeline, type Readable } from 'node:stream';
 import { errorHandler } from '../../api/errors.js';
+import { OrchestratorError } from '../../errors.js';
 import type { ClusterState } from './cluster-state.js';
 import type { GatewayMetrics, RouteFamily } from './metrics.js';
 import { nodeError, nodeUrl } from './node-client.js';
+import { NodeFailedError } from './errors.js';
+import type { InFlight } from './in-flight.js';
 import { nodeHeaders } from './node-headers.js';
 
 /** Where a request goes: a node's name (for errors and metrics) and its advertised URL. */
@@ -39,10 +42,17 @@ export interface Forwarder {
 
 const MAX_INSPECTED_BYTES = 64 * 1024;
 
-export function createForwarder(secret: string, state: ClusterState, metrics: GatewayMetrics): Forwarder {
+export function createForwarder(secret: string, state: ClusterState, metrics: GatewayMetrics, inFlight: InFlight): Forwarder {
   return {
     forward(request, reply, target, opts) {
-      return reply.from(nodeUrl(target.url, request.url), {
+      // Found lost while this is in flight: an unanswered request gets 502, a stream is cut.
+      const untrack = inFlight.track(target.name, () => {
+        if (!reply.sent) errorHandler(new NodeFailedError(target.name, 'it stopped heartbeating and was marked lost'), request, reply);
+        else request.raw.destroy();
+      });
+      reply.raw.once('close', untrack);
+      reply.raw.once('finish', untrack);
+      return reply.from(forwardUrl(target.url, request), {
         rewriteRequestHeaders: (_req, headers) => {
           const req = request;
           const rewritten = nodeHeaders(req, headers as IncomingHttpHeaders, { secret, tenant: opts.tenant, keyId: req.apiKeyId });
@@ -53,12 +63,17 @@ export function createForwarder(secret: string, state: ClusterState, metrics: Ga
         // reply-from retries a GET answered 503 up to 10 times by default: a node's 503 is the client's answer.
         retryDelay: () => null,
         onError: (_failed, { error }) => {
+          if (reply.sent) return; // already answered (cut when its node was found lost)
           if (opts.sessionId !== undefined) state.forgetSession(opts.sessionId);
           const answer = nodeError(target.name, error);
           errorHandler(answer, request, reply);
         },
         onResponse: (_req, _answered, res) => {
           const answered = reply;
+          if (answered.sent) {
+            (res.stream as Readable).destroy(); // answered already (cut when its node was found lost)
+            return;
+          }
           metrics.proxyDuration.observe({ family: opts.family }, answered.elapsedTime / 1000);
           const stream = res.stream as Readable;
           if (String(answered.getHeader('content-type') ?? '').startsWith('text/event-stream')) {
@@ -87,6 +102,28 @@ export function createForwarder(secret: string, state: ClusterState, metrics: Ga
       });
     },
   };
+}
+
+/** A path a URL parser rewrites (dot segments, backslashes): no route, as on a single host. */
+export class RouteNotFoundError extends OrchestratorError {
+  constructor(method: string, path: string) {
+    super(`no route ${method} ${path}`, 404, 'route_not_found');
+  }
+}
+
+/**
+ * The node's URL for this request, with the path exactly as the gateway routed (and checked)
+ * it. A URL parser resolves \`..\` and \`%2e%2e\` segments and turns \`\\\` into \`/\`: forwarded
+ * through one, \`/v1/sessions/<mine>/%2e%2e/<theirs>/actions\` would be checked as the caller's
+ * session and reach another (reply-from refuses a literal \`..\` itself, with a 400; the
+ * WebSocket client would not). Such a path is no route of the API: the single host's 404.
+ */
+export function forwardUrl(base: string, request: FastifyRequest): string {
+  const joined = nodeUrl(base, request.url);
+  const parsed = new URL(joined);
+  const path = joined.slice(parsed.origin.length).split('?')[0];
+  if (parsed.pathname !== path) throw new RouteNotFoundError(request.method, request.url.split('?')[0] ?? '');
+  return joined;
 }
 
 /**

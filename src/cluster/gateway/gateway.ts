@@ -21,6 +21,7 @@ import type { ClusterStore } from '../store/cluster-store.js';
 import { installGatewayAuth } from './auth.js';
 import { ClusterState } from './cluster-state.js';
 import { createForwarder, installRequestCount } from './forward.js';
+import { InFlight } from './in-flight.js';
 import { GatewayMetrics } from './metrics.js';
 import { NodeClient } from './node-client.js';
 import { Router } from './router.js';
@@ -55,6 +56,7 @@ export async function createGateway(opts: GatewayOptions): Promise<Gateway> {
   if (opts.secret.length < MIN_SECRET_LENGTH) throw new Error(`SBX_CLUSTER_SECRET must be at least ${MIN_SECRET_LENGTH} characters`);
   const { settings, logger } = opts;
   const metrics = new GatewayMetrics();
+  const inFlight = new InFlight();
   const state = new ClusterState({
     store: opts.store,
     logger,
@@ -83,6 +85,8 @@ export async function createGateway(opts: GatewayOptions): Promise<Gateway> {
   applyConnectionLimits(app, settings.connectionLimits);
   await app.register(replyFrom, {
     disableRequestLogging: true,
+    // Closing the gateway ends its connections to nodes too (a request a node never answers included).
+    destroyAgent: true,
     undici: {
       connections: 256,
       pipelining: 1,
@@ -103,7 +107,8 @@ export async function createGateway(opts: GatewayOptions): Promise<Gateway> {
     logger,
     secret: opts.secret,
     router: new Router(state),
-    forwarder: createForwarder(opts.secret, state, metrics),
+    forwarder: createForwarder(opts.secret, state, metrics, inFlight),
+    inFlight,
   };
   await app.register(gatewaySystemRoutes, deps);
   await app.register(sessionJsonRoutes, deps);
@@ -123,11 +128,11 @@ export async function createGateway(opts: GatewayOptions): Promise<Gateway> {
     app,
     metrics,
     async start(listen) {
-      sweeper ??= startSweeper(state, { lostAfterMs: settings.lostAfterMs, intervalMs: settings.sweepIntervalMs, logger, metrics });
+      sweeper ??= startSweeper(state, { lostAfterMs: settings.lostAfterMs, intervalMs: settings.sweepIntervalMs, logger, metrics, inFlight });
       if (listen) await app.listen(listen);
       else await app.ready();
     },
-    sweep: () => (sweeper ?? startSweeper(state, { lostAfterMs: settings.lostAfterMs, intervalMs: 3_600_000, logger, metrics })).sweep(),
+    sweep: () => (sweeper ?? startSweeper(state, { lostAfterMs: settings.lostAfterMs, intervalMs: 3_600_000, logger, metrics, inFlight })).sweep(),
     async close() {
       sweeper?.stop();
       await app.close();

@@ -20,6 +20,8 @@ export interface NodeRequest {
   readonly headers: Record<string, string | string[]>;
   readonly body?: Buffer;
   readonly node: string;
+  /** Instead of the client's answer timeout (a list a node answers at once need not wait minutes). */
+  readonly timeoutMs?: number;
 }
 
 export interface NodeClientOptions {
@@ -64,7 +66,7 @@ export class NodeClient {
       const outgoing = http.request(req.url, { method: req.method, headers: req.headers, agent: this.agent });
       const timeout = (code: string, message: string) => () => fail(Object.assign(new Error(message), { code }));
       const connectTimer = setTimeout(timeout('ECONNECT_TIMEOUT', 'connect timed out'), this.opts.connectTimeoutMs);
-      const answerTimer = setTimeout(timeout('EANSWER_TIMEOUT', 'no answer in time'), this.opts.answerTimeoutMs);
+      const answerTimer = setTimeout(timeout('EANSWER_TIMEOUT', 'no answer in time'), req.timeoutMs ?? this.opts.answerTimeoutMs);
       outgoing.on('socket', (socket) => {
         if (!socket.connecting) clearTimeout(connectTimer); // a kept-alive socket
         else socket.once('connect', () => clearTimeout(connectTimer));

@@ -10,6 +10,7 @@ import type { CreateSessionOptions } from '../../sessions/session-request.js';
 import type { ClusterState } from './cluster-state.js';
 import { placeCreate, type CreateDeps } from './create.js';
 import { familyOf, type Forwarder } from './forward.js';
+import type { InFlight } from './in-flight.js';
 import { nodeUrl, type NodeAnswer, type NodeClient } from './node-client.js';
 import { nodeHeaders } from './node-headers.js';
 import type { Router } from './router.js';
@@ -17,6 +18,7 @@ import { viewTokenHash } from './router.js';
 
 export interface SessionRouteDeps extends CreateDeps {
   readonly secret: string;
+  readonly inFlight: InFlight;
   readonly router: Router;
   readonly forwarder: Forwarder;
 }
@@ -104,12 +106,15 @@ export function sendAnswer(reply: import('fastify').FastifyReply, answer: NodeAn
   return reply.status(answer.status).send(answer.body);
 }
 
+/** A node's session list is read from memory: one that takes longer is not answering. */
+const LIST_TIMEOUT_MS = 5_000;
+
 type Listed = { id: string; createdAt?: string } & Record<string, unknown>;
 
 /**
  * The caller's sessions: every healthy node's list for this tenant, merged in order of
  * creation, and the directory's sessions of this tenant on lost nodes, as `lost`. A node
- * that does not answer in time is left out (logged): its sessions are about to be lost.
+ * that does not answer within LIST_TIMEOUT_MS is left out (logged): it is about to be lost.
  */
 async function listSessions(request: FastifyRequest, deps: SessionRouteDeps): Promise<Listed[]> {
   const { state, client, secret, logger } = deps;
@@ -120,7 +125,7 @@ async function listSessions(request: FastifyRequest, deps: SessionRouteDeps): Pr
       .filter((node) => node.state === 'up')
       .map((node) =>
         client
-          .request({ method: 'GET', url: nodeUrl(node.url, '/v1/sessions'), headers, node: node.name })
+          .request({ method: 'GET', url: nodeUrl(node.url, '/v1/sessions'), headers, node: node.name, timeoutMs: LIST_TIMEOUT_MS })
           .then((answer) => (answer.status === 200 ? ((JSON.parse(answer.body.toString('utf8')) as { sessions?: Listed[] }).sessions ?? []) : []))
           .catch((err: unknown) => {
             logger.warn({ err, node: node.name }, 'a node did not answer the session list');

@@ -11,6 +11,7 @@
  */
 import type { Logger } from 'pino';
 import type { ClusterState } from './cluster-state.js';
+import type { InFlight } from './in-flight.js';
 import type { GatewayMetrics } from './metrics.js';
 
 export interface Sweeper {
@@ -21,7 +22,7 @@ export interface Sweeper {
 
 export function startSweeper(
   state: ClusterState,
-  opts: { lostAfterMs: number; intervalMs: number; logger: Logger; metrics: GatewayMetrics; now?: () => number },
+  opts: { lostAfterMs: number; intervalMs: number; logger: Logger; metrics: GatewayMetrics; inFlight: InFlight; now?: () => number },
 ): Sweeper {
   const now = opts.now ?? Date.now;
   let running: Promise<string[]> | undefined;
@@ -33,12 +34,19 @@ export function startSweeper(
       try {
         if (!(await state.call('ping', (store) => store.ping()))) throw new Error('the cluster database does not answer');
         reachableSince ??= now();
-        if (now() - reachableSince < opts.lostAfterMs) return [];
-        const lost = await state.call('markLostNodes', (store) => store.markLostNodes(opts.lostAfterMs));
+        const sure = now() - reachableSince >= opts.lostAfterMs;
+        const lost = sure ? await state.call('markLostNodes', (store) => store.markLostNodes(opts.lostAfterMs)) : [];
         for (const name of lost) {
           opts.metrics.nodesLost.inc();
-          state.forgetNode(name);
           opts.logger.warn({ node: name, lostAfterMs: opts.lostAfterMs }, 'node stopped heartbeating: marked lost with its sessions');
+        }
+        // Nodes another gateway marked lost count too for what this one has in flight.
+        const busy = opts.inFlight.nodes();
+        const lostElsewhere = busy.length === 0 ? [] : (await state.call('listNodes', (store) => store.listNodes())).filter((node) => node.state === 'lost').map((node) => node.name);
+        for (const name of new Set([...lost, ...lostElsewhere])) {
+          state.forgetNode(name);
+          const cut = opts.inFlight.cut(name);
+          if (cut > 0) opts.logger.warn({ node: name, cut }, 'ended requests and streams in flight to a lost node');
         }
         return lost;
       } catch (err) {

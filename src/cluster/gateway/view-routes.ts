@@ -8,8 +8,8 @@
 import type { IncomingMessage } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type WebSocket from 'ws';
-import { nodeUrl, nodeError } from './node-client.js';
-import { countHijacked } from './forward.js';
+import { nodeError } from './node-client.js';
+import { countHijacked, forwardUrl } from './forward.js';
 import { nodeHeaders } from './node-headers.js';
 import type { SessionRouteDeps } from './session-routes.js';
 import { joinSockets, openUpstream } from './ws-proxy.js';
@@ -29,6 +29,7 @@ export async function viewTokenRoutes(app: FastifyInstance, deps: SessionRouteDe
 
   // The node's socket of each admitted upgrade, from preValidation to the handler.
   const upstreams = new WeakMap<IncomingMessage, WebSocket>();
+  const nodeOf = new WeakMap<WebSocket, string>();
   app.get<{ Params: { token: string } }>(
     '/v1/views/:token/rfb',
     {
@@ -37,7 +38,7 @@ export async function viewTokenRoutes(app: FastifyInstance, deps: SessionRouteDe
         const target = await router.view(request.params.token);
         const headers = nodeHeaders(request, request.headers, { secret: deps.secret });
         const upstream = await openUpstream({
-          url: nodeUrl(target.url.replace(/^http/, 'ws'), request.url),
+          url: forwardUrl(target.url, request).replace(/^http/, 'ws'),
           headers: pick(headers, ['x-sbx-cluster-secret', 'x-forwarded-for', 'user-agent', 'cookie']),
           protocols: protocolsOf(request.headers['sec-websocket-protocol']),
           origin: request.headers.origin,
@@ -60,6 +61,7 @@ export async function viewTokenRoutes(app: FastifyInstance, deps: SessionRouteDe
           return;
         }
         upstreams.set(request.raw, upstream.socket);
+        nodeOf.set(upstream.socket, target.name);
         // The browser went away before its upgrade completed: the node's socket goes too.
         socket.once('close', () => {
           if (upstreams.get(request.raw) === upstream.socket) upstream.socket.terminate();
@@ -74,6 +76,12 @@ export async function viewTokenRoutes(app: FastifyInstance, deps: SessionRouteDe
         return;
       }
       joinSockets(client, node);
+      // A node found lost closes the browser's socket (it reconnects, and is told why).
+      const untrack = deps.inFlight.track(nodeOf.get(node) ?? '', () => {
+        client.close(1011, 'the node of this session stopped answering');
+        node.terminate();
+      });
+      client.once('close', untrack);
     },
   );
 }

@@ -61,13 +61,21 @@ export class Db {
     }
   }
 
+  /** One statement whose rows come as arrays (no object a row: a hot read of many rows). */
+  async queryArrays<R extends unknown[]>(what: string, text: string, values: readonly unknown[] = []): Promise<R[]> {
+    try {
+      return (await this.pool.query<R>({ text, values: values as unknown[], rowMode: 'array' })).rows;
+    } catch (error) {
+      throw asStoreError(what, error);
+    }
+  }
+
   /**
    * `body` inside BEGIN ... COMMIT on one connection; ROLLBACK on any error. A connection
    * whose transaction failed for the database's sake (timeout, reset) is destroyed, not
-   * returned to the pool, since its state is unknown. `begin` may add statements to BEGIN
-   * (a SAVEPOINT) in the same round trip.
+   * returned to the pool, since its state is unknown.
    */
-  async transaction<T>(what: string, body: (client: pg.PoolClient) => Promise<T>, begin = 'BEGIN'): Promise<T> {
+  async transaction<T>(what: string, body: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     let client: pg.PoolClient;
     try {
       client = await this.pool.connect();
@@ -79,7 +87,7 @@ export class Db {
     client.on('error', onError);
     let broken: Error | undefined;
     try {
-      await client.query(begin);
+      await client.query('BEGIN');
       const result = await body(client);
       await client.query('COMMIT');
       return result;

@@ -71,7 +71,9 @@ export const MIGRATIONS: readonly Migration[] = [
         ended_at timestamptz,
         reason text
       );
-      CREATE INDEX sessions_node ON sessions (node, state);
+      -- On the node alone: a session's state change (confirm, end) then touches no indexed
+      -- column, and PostgreSQL updates the row in place (a HOT update, no index write).
+      CREATE INDEX sessions_node ON sessions (node);
       CREATE TABLE api_keys (
         id text PRIMARY KEY,
         tenant text NOT NULL,

@@ -38,6 +38,13 @@ export const FULL_READ_MS = 1000;
  * create one more statement.)
  */
 export const CHANGE_MARGIN = 8;
+/**
+ * A view read this recently (ms) is used as it is: a gateway placing hundreds of creates a
+ * second reads once per this, not once per create. Its own placements are in its view at
+ * once; another gateway's show up within this. (E2B's scheduler works from a snapshot
+ * seconds old; the check under the lock makes staleness cost a retry, never an overfill.)
+ */
+export const VIEW_REUSE_MS = 25;
 
 /**
  * $1 staleMs, $2 session id, $3 tenant, $4 node, $5 memory MiB, $6 vCPUs, $7 runtime,
@@ -65,23 +72,46 @@ const PLACE_SQL = `
   UNION ALL
   SELECT false AS placed, * FROM locked WHERE NOT EXISTS (SELECT 1 FROM fit)`;
 
-/** $1 staleMs, $2 change_seq read from (-1: every row). Joined to now() so that a read finding no changed row still says what time it is. */
-const READ_SQL = `SELECT t.db_now, n.*
-  FROM (SELECT now() AS db_now) t
-  LEFT JOIN (SELECT ${nodeColumns(1)} FROM nodes WHERE change_seq > $2) n ON true`;
+/** What the view holds of a node: what placement needs, numbers as numbers (no date or numeric to parse). */
+const VIEW_COLUMNS = `name, state, runtimes, templates, warm, max_sessions, memory_mib, vcpus::float8 AS vcpus, draining,
+  change_seq::float8 AS change_seq, sessions, committed_memory_mib, committed_vcpus::float8 AS committed_vcpus,
+  (extract(epoch FROM last_heartbeat) * 1000)::float8 AS heartbeat_ms`;
+/** $1: the change_seq read from. Joined to now() so that a read finding no changed row still says what time it is. */
+const CHANGED_SQL = `SELECT t.db_now_ms, n.*
+  FROM (SELECT (extract(epoch FROM now()) * 1000)::float8 AS db_now_ms) t
+  LEFT JOIN (SELECT ${VIEW_COLUMNS} FROM nodes WHERE change_seq > $1) n ON true`;
+/** Every node's liveness (a heartbeat takes no change_seq) and change_seq: four numbers a row. */
+const LIVENESS_SQL = `SELECT name, change_seq::float8, (extract(epoch FROM last_heartbeat) * 1000)::float8, state = 'up',
+  (extract(epoch FROM now()) * 1000)::float8 FROM nodes`;
+const ROWS_SQL = `SELECT ${VIEW_COLUMNS} FROM nodes WHERE name = ANY ($1::text[])`;
 
 export interface PlacementTxOptions extends Omit<PlacementOptions, 'exclude'> {
   readonly maxChoices?: number;
 }
 
-interface Known {
-  readonly record: NodeRecord;
-  readonly lastHeartbeat: number;
-  readonly changeSeq: number;
+interface ViewRow {
+  name: string;
+  state: string;
+  runtimes: string[];
+  templates: string[];
+  warm: Record<string, number>;
+  max_sessions: number;
+  memory_mib: number;
+  vcpus: number;
+  draining: boolean;
+  change_seq: number;
+  sessions: number;
+  committed_memory_mib: number;
+  committed_vcpus: number;
+  heartbeat_ms: number;
 }
 
-/** A LEFT JOIN's row: all of NodeRow null when no node changed. */
-type ChangedRow = NodeRow & { db_now: Date };
+interface Known {
+  snapshot: NodeSnapshot;
+  up: boolean;
+  lastHeartbeat: number;
+  changeSeq: number;
+}
 
 /** Creates this process has chosen a node for and not yet heard back about, per node. */
 interface InFlight {
@@ -101,6 +131,9 @@ export class PlacementTx {
   private readonly inFlight = new Map<string, InFlight>();
   private newestChange = 0;
   private lastFullRead = 0;
+  private lastRead = 0;
+  /** PostgreSQL's clock minus ours, as of the last read. */
+  private clockOffset = 0;
 
   constructor(
     private readonly db: Db,
@@ -136,38 +169,72 @@ export class PlacementTx {
           'sbx-place',
         );
         row = result.rows[0];
-        if (row) this.remember(row);
       } finally {
         release();
       }
-      if (row?.placed) return { placed: true, node: nodeRecordOf(row) };
+      const record = row && nodeRecordOf(row);
+      if (row && record) this.remember(viewOf(row, record));
+      if (row?.placed && record) return { placed: true, node: record };
       // Filled (or drained, or lost) since the read: choose again with what the lock saw.
       full.push(name);
       const index = snapshots.findIndex((snapshot) => snapshot.name === name);
-      if (row) snapshots[index] = nodeRecordOf(row);
+      // The row as the lock saw it, with this process's other creates in flight to it.
+      if (record) snapshots[index] = this.withInFlight([record])[0] as NodeSnapshot;
       else snapshots.splice(index, 1);
-      snapshots = this.withInFlight(snapshots);
     }
     return { placed: false, reason: `no node could take this create: ${filledUp(full)}` };
   }
 
-  /** The nodes as placement sees them: the view, brought up to date by the rows changed since (or all of them). */
+  /**
+   * The nodes as placement sees them: the view, brought up to date by the rows changed since
+   * it was last read; and at least once a second (or when `everything`), every node's
+   * liveness, with the rows whose change_seq the view has not seen.
+   */
   private async read(everything: boolean): Promise<NodeSnapshot[]> {
     const readAt = Date.now();
-    const full = everything || this.known.size === 0 || readAt - this.lastFullRead >= FULL_READ_MS;
-    const since = full ? -1 : Math.max(-1, this.newestChange - CHANGE_MARGIN);
-    const result = await this.db.query<ChangedRow>('reading the nodes', READ_SQL, [this.staleMs, since], 'sbx-place-read');
-    if (full) this.lastFullRead = readAt;
-    let dbNow = readAt;
-    for (const row of result.rows) {
-      dbNow = row.db_now.getTime();
-      if (row.name !== null) this.remember(row);
+    let dbNow = readAt + this.clockOffset;
+    if (!everything && this.known.size > 0 && readAt - this.lastRead < VIEW_REUSE_MS) return this.snapshots(dbNow);
+    this.lastRead = readAt;
+    if (everything || this.known.size === 0 || readAt - this.lastFullRead >= FULL_READ_MS) {
+      this.lastFullRead = readAt;
+      const liveness = await this.db.queryArrays<[string, number, number, boolean, number]>('reading the nodes', LIVENESS_SQL);
+      const unseen: string[] = [];
+      for (const [name, changeSeq, heartbeat, up, now] of liveness) {
+        dbNow = now;
+        const known = this.known.get(name);
+        if (!known || known.changeSeq < changeSeq) unseen.push(name);
+        else if (known.changeSeq === changeSeq) {
+          known.lastHeartbeat = heartbeat;
+          known.up = up;
+        }
+      }
+      if (unseen.length > 0) {
+        for (const row of (await this.db.query<ViewRow>('reading the nodes', ROWS_SQL, [unseen], 'sbx-place-rows')).rows) this.remember(row);
+      }
+    } else {
+      const changed = await this.db.query<ViewRow & { db_now_ms: number }>(
+        'reading the nodes',
+        CHANGED_SQL,
+        [Math.max(-1, this.newestChange - CHANGE_MARGIN)],
+        'sbx-place-changed',
+      );
+      for (const row of changed.rows) {
+        dbNow = row.db_now_ms;
+        if (row.name !== null) this.remember(row);
+      }
     }
+    this.clockOffset = dbNow - readAt;
+    return this.snapshots(dbNow);
+  }
+
+  /** The view's nodes, healthy when up and heard from within staleMs of `dbNow` (PostgreSQL's clock). */
+  private snapshots(dbNow: number): NodeSnapshot[] {
     const freshAfter = dbNow - this.staleMs;
     const snapshots: NodeSnapshot[] = [];
     for (const known of this.known.values()) {
-      const healthy = known.record.state === 'up' && known.lastHeartbeat > freshAfter;
-      snapshots.push(healthy === known.record.healthy ? known.record : { ...known.record, healthy });
+      const healthy = known.up && known.lastHeartbeat > freshAfter;
+      if (known.snapshot.healthy !== healthy) known.snapshot = { ...known.snapshot, healthy };
+      snapshots.push(known.snapshot);
     }
     return snapshots;
   }
@@ -207,14 +274,51 @@ export class PlacementTx {
   }
 
   /** Keeps the newer of what is known and `row` (concurrent reads may return them out of order). */
-  private remember(row: NodeRow): void {
-    const changeSeq = Number(row.change_seq);
+  private remember(row: ViewRow): void {
     const known = this.known.get(row.name);
-    if (changeSeq > this.newestChange) this.newestChange = changeSeq;
+    if (row.change_seq > this.newestChange) this.newestChange = row.change_seq;
     // Equal: the same change read later, with a newer heartbeat (a heartbeat takes no change_seq).
-    if (known && known.changeSeq > changeSeq) return;
-    this.known.set(row.name, { record: nodeRecordOf(row), lastHeartbeat: row.last_heartbeat.getTime(), changeSeq });
+    if (known && known.changeSeq > row.change_seq) return;
+    this.known.set(row.name, {
+      snapshot: {
+        name: row.name,
+        runtimes: row.runtimes as NodeSnapshot['runtimes'],
+        templates: row.templates,
+        warm: row.warm,
+        capacity: {
+          maxSessions: row.max_sessions,
+          sessions: row.sessions,
+          memoryMiB: { total: row.memory_mib, committed: row.committed_memory_mib },
+          vcpus: { total: row.vcpus, committed: row.committed_vcpus },
+        },
+        draining: row.draining,
+        healthy: false, // judged at each read, on PostgreSQL's clock
+      },
+      up: row.state === 'up',
+      lastHeartbeat: row.heartbeat_ms,
+      changeSeq: row.change_seq,
+    });
   }
+}
+
+/** The statement's full row, as the view holds it. */
+function viewOf(row: NodeRow, record: NodeRecord): ViewRow {
+  return {
+    name: row.name,
+    state: row.state,
+    runtimes: row.runtimes,
+    templates: row.templates,
+    warm: row.warm,
+    max_sessions: row.max_sessions,
+    memory_mib: row.memory_mib,
+    vcpus: record.capacity.vcpus.total,
+    draining: row.draining,
+    change_seq: Number(row.change_seq),
+    sessions: row.sessions,
+    committed_memory_mib: row.committed_memory_mib,
+    committed_vcpus: record.capacity.vcpus.committed,
+    heartbeat_ms: row.last_heartbeat.getTime(),
+  };
 }
 
 function filledUp(names: readonly string[]): string {
