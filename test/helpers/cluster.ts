@@ -14,6 +14,7 @@ import { removeTreeOnOneMount } from '../../src/host/remove-tree.js';
 import { startThrowawayPostgres } from '../../src/cluster/store/throwaway-postgres.js';
 import type { TestPostgres } from './postgres.js';
 import { TEST_PREFIX } from './orchestrator.js';
+import { runCliWith } from './serve.js';
 
 const CLI = path.resolve('dist/cli/main.js');
 export const CLUSTER_SECRET = 'test-cluster-secret-'.padEnd(48, 'x');
@@ -118,16 +119,6 @@ function nodePrefix(): string {
   }
 }
 
-async function runCli(args: string[], env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout?.on('data', (d: Buffer) => (stdout += d.toString()));
-  child.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
-  const [code] = (await once(child, 'close')) as [number | null];
-  return { code, stdout, stderr };
-}
-
 export async function startCluster(specs: NodeSpec[], gatewayCount: number, sharedEnv: Record<string, string> = {}): Promise<TestCluster> {
   // Not test/helpers/postgres.ts: its after() hook, registered from a before() hook, would stop it at once.
   const pg = await startThrowawayPostgres();
@@ -141,7 +132,7 @@ export async function startCluster(specs: NodeSpec[], gatewayCount: number, shar
     gateways,
     acme: {},
     other: {},
-    cli: (args) => runCli(args, common),
+    cli: (args) => runCliWith(args, common),
     async stop() {
       await Promise.all(gateways.map((g) => g.process.kill('SIGKILL')));
       // SIGTERM: each node destroys its sessions, as on any shutdown.

@@ -41,8 +41,13 @@ export async function startServe(
   throw new Error(`sbx serve did not start listening:\n${output}`);
 }
 
-export async function runCli(args: string[], url: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, [CLI, '--url', url, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+export function runCli(args: string[], url: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return runCliWith(['--url', url, ...args]);
+}
+
+/** The built CLI with `args`, this process's environment and `env` on top; its exit code and output. */
+export async function runCliWith(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   child.stdout?.on('data', (d: Buffer) => (stdout += d.toString()));
