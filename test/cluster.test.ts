@@ -86,6 +86,10 @@ describe('a cluster: three nodes, two gateways, one PostgreSQL', { timeout: 600_
     // Each node's vCPU commitment stays near the cluster's (30 of 48): the fullest within 1.25 of it.
     const fullest = Math.max((spread.n1 ?? 0) / 8, (spread.n2 ?? 0) / 16, (spread.n3 ?? 0) / 24) / (30 / 48);
     assert.ok(fullest <= 1.25 && (spread.n1 ?? 0) < (spread.n2 ?? 0) && (spread.n2 ?? 0) < (spread.n3 ?? 0), `${JSON.stringify(spread)}: fullest/ideal ${fullest.toFixed(2)}`);
+    // Any gateway's /metrics tells the same spread, and the nodes up.
+    const scraped = await (await fetch(`${g2}/metrics`, { headers: cluster.acme })).text();
+    for (const [name, count] of Object.entries(spread)) assert.match(scraped, new RegExp(`^sandbox_cluster_node_sessions\\{node="${name}"\\} ${count}$`, 'm'));
+    assert.match(scraped, /^sandbox_cluster_nodes\{state="up"\} 3$/m);
     // Each is listed through the other gateway, and destroyed through it.
     const listed = await api(g2, 'GET', '/v1/sessions', cluster.acme);
     assert.equal(listed.status, 200);

@@ -65,6 +65,7 @@ export async function createGateway(opts: GatewayOptions): Promise<Gateway> {
     directoryCacheMs: settings.directoryCacheMs,
     keyCacheMs: settings.keyCacheMs,
   });
+  metrics.watchCluster(() => state.nodes());
   const client = new NodeClient({ connectTimeoutMs: settings.nodeConnectTimeoutMs, answerTimeoutMs: settings.nodeAnswerTimeoutMs });
   const app = Fastify({
     loggerInstance: logger as FastifyBaseLogger,

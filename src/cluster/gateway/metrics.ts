@@ -4,7 +4,8 @@
  * how long a node took to answer (to its headers), how many nodes each create asked, and how
  * many nodes the sweep found lost.
  */
-import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { NodeRecord } from '../store/cluster-store.js';
 
 /** 0.25 ms to 10 s: the gateway's own cost is sub-millisecond, a node's answer milliseconds to seconds. */
 const PROXY_BUCKETS = [0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
@@ -58,4 +59,49 @@ export class GatewayMetrics {
   constructor() {
     collectDefaultMetrics({ register: this.registry });
   }
+
+  /**
+   * The cluster as the registry says at each scrape (the gateway's cached node list, at most
+   * 1 s old): nodes by state, and each node's sessions and commitment. Any gateway tells the
+   * same; scrape one. A scrape while the database is down leaves these out (logged nowhere:
+   * the store error counter says it).
+   */
+  watchCluster(nodes: () => Promise<NodeRecord[]>): void {
+    const read = async (): Promise<NodeRecord[] | undefined> => nodes().catch(() => undefined);
+    new Gauge({
+      name: 'sandbox_cluster_nodes',
+      help: 'Nodes in the registry by state: up, draining (up and draining), lost',
+      labelNames: ['state'] as const,
+      registers: [this.registry],
+      async collect() {
+        const all = await read();
+        if (!all) return;
+        this.reset();
+        const up = all.filter((node) => node.state === 'up');
+        this.set({ state: 'up' }, up.length);
+        this.set({ state: 'draining' }, up.filter((node) => node.draining).length);
+        this.set({ state: 'lost' }, all.length - up.length);
+      },
+    });
+    const perNode = (name: string, help: string, value: (node: NodeRecord) => number) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ['node'] as const,
+        registers: [this.registry],
+        async collect() {
+          const all = await read();
+          if (!all) return;
+          this.reset();
+          for (const node of all) this.set({ node: node.name }, value(node));
+        },
+      });
+    perNode('sandbox_cluster_node_sessions', "Sessions the directory counts on each node (creating or live)", (node) => node.capacity.sessions);
+    perNode('sandbox_cluster_node_vcpus_committed_ratio', "Each node's vCPUs committed to sessions, of what it offers", (node) => ratio(node.capacity.vcpus));
+    perNode('sandbox_cluster_node_memory_committed_ratio', "Each node's memory committed to sessions, of what it offers", (node) => ratio(node.capacity.memoryMiB));
+  }
+}
+
+function ratio(resource: { total: number; committed: number }): number {
+  return resource.total > 0 ? resource.committed / resource.total : 0;
 }
