@@ -84,21 +84,21 @@ const CLUSTER_SCOPED = new Set(['Namespace']);
 
 /**
  * What `kubectl kustomize <dir>` would output, minus what does not matter here. A generator's
- * env file is read from its committed `.example` twin: the real one holds the operator's
- * secrets and is not in the repository.
+ * env file is read from its committed `.example` twin by default: the real one holds the
+ * operator's secrets and is not in the repository.
  */
-export function renderKustomization(dir: string): Loaded[] {
+export function renderKustomization(dir: string, envSuffix = '.example'): Loaded[] {
   const k = readKustomization(dir);
   const out: Loaded[] = [];
   for (const resource of k.resources ?? []) {
     const target = path.resolve(dir, resource);
-    if (existsSync(path.join(target, KUSTOMIZATION))) out.push(...renderKustomization(target));
+    if (existsSync(path.join(target, KUSTOMIZATION))) out.push(...renderKustomization(target, envSuffix));
     else out.push(...loadYamlFile(target).map((object) => ({ file: target, object })));
   }
   for (const generator of k.secretGenerator ?? []) {
     const data: Record<string, string> = {};
     for (const env of generator.envs ?? []) {
-      for (const [key, value] of Object.entries(readEnvFile(path.join(dir, `${env}.example`)))) data[key] = Buffer.from(value).toString('base64');
+      for (const [key, value] of Object.entries(readEnvFile(path.join(dir, `${env}${envSuffix}`)))) data[key] = Buffer.from(value).toString('base64');
     }
     out.push({ file: path.join(dir, KUSTOMIZATION), object: { apiVersion: 'v1', kind: 'Secret', metadata: { name: generator.name }, type: 'Opaque', data } });
   }

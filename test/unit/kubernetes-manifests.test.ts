@@ -9,7 +9,7 @@
  * There is no API server here: nothing is applied. No root, no sandbox.
  */
 import assert from 'node:assert/strict';
-import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -491,6 +491,40 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
     // The image the manifests name is the one the kustomization rewrites.
     const images = new Set(renderings[0]!.objects.flatMap(({ object }) => containersOf(object).map((c) => c.image)));
     assert.deepEqual([...images], ['registry.example.com/sandbox-orchestrator:0.1.0']);
+  });
+
+  it('the walk-through\'s secret snippets write env files Kustomize takes: private, the try-it password in the URL, a 256-bit credential', async () => {
+    const docs = readFileSync(path.join(ROOT, 'docs', 'cluster.md'), 'utf8');
+    const blocks = [...docs.slice(docs.indexOf('### 3. Write the secrets')).matchAll(/^```sh\n([\s\S]*?)^```/gm)].map((m) => m[1]!).slice(0, 2);
+    assert.equal(blocks.length, 2);
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'sbx-k8s-secrets-'));
+    try {
+      for (const block of blocks) {
+        rmSync(path.join(dir, 'deploy'), { recursive: true, force: true });
+        cpSync(DEPLOY, path.join(dir, 'deploy', 'kubernetes'), { recursive: true });
+        // Run as written, from the repository's root (a copy of deploy/ under a scratch dir).
+        const res = await run(['sh', '-euc', block], { cwd: dir, allowFailure: true });
+        assert.equal(res.exitCode, 0, `${block}\n${res.stderr}`);
+      }
+      // The second snippet (try-it) wrote both files last; the first wrote base/cluster.env.
+      const kube = path.join(dir, 'deploy', 'kubernetes');
+      for (const file of ['base/cluster.env', 'try-it/postgres.env']) {
+        const mode = statSync(path.join(kube, file)).mode & 0o777;
+        assert.equal(mode, 0o600, `${file}: mode ${mode.toString(8)}`);
+      }
+      const secrets = renderKustomization(path.join(kube, 'try-it'), '').filter((l) => l.object.kind === 'Secret');
+      const value = (name: string, key: string) => Buffer.from((find(secrets, 'Secret', name)?.data as Record<string, string>)[key] ?? '', 'base64').toString();
+      const password = value('sbx-postgres', 'POSTGRES_PASSWORD');
+      assert.match(password, /^[0-9a-f]{48}$/);
+      const url = new URL(value('sbx-cluster', 'SBX_CLUSTER_DB_URL'));
+      assert.equal(url.password, password, 'the URL names the try-it server with its password');
+      assert.equal(`${url.hostname}:${url.port}`, 'sbx-postgres.sbx.svc.cluster.local:5432');
+      assert.equal(url.username, 'sbx');
+      assert.match(value('sbx-cluster', 'SBX_CLUSTER_SECRET'), /^[0-9a-f]{64}$/, 'at least 32 characters (CLUSTER.md); 256 random bits');
+      for (const { object } of secrets) assert.equal(schemaProblem(object), undefined);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('kubectl kustomize renders the same objects, which pass the schemas (skipped without kubectl)', async (t) => {
