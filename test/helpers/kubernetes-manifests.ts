@@ -5,9 +5,10 @@
  * Enough of Kustomize for these manifests, not all of it: when kubectl is installed, the test
  * compares this rendering with `kubectl kustomize`'s.
  */
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseAllDocuments } from 'yaml';
+import { run } from '../../src/util/exec.js';
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
@@ -262,4 +263,32 @@ export function parseInvocation(words: readonly string[]): { path: string; optio
     } else positional.push(word);
   }
   return { path, options, positional };
+}
+
+/**
+ * Type-checks objects against kubernetes-models' TypeScript interfaces (`I<Kind>` of the
+ * module named by apiVersion and kind): the compiler's excess-property check refuses a field
+ * the API does not have, which the JSON schemas let through. `dir` must be under the
+ * repository, so that node_modules resolves. Each error names the object it is in.
+ */
+export async function typeCheck(objects: Array<{ label: string; object: K8sObject }>, dir: string): Promise<{ errors: string[]; exitCode: number | null; output: string }> {
+  const lines: string[] = [];
+  objects.forEach(({ label, object }, i) => {
+    lines.push(`// ${label}`);
+    lines.push(`import type { I${object.kind} as T${i} } from 'kubernetes-models/${object.apiVersion}/${object.kind}';`);
+    lines.push(`export const o${i}: T${i} = ${JSON.stringify(object, null, 2)};`);
+  });
+  const file = path.join(dir, `objects-${Math.random().toString(36).slice(2)}.ts`);
+  writeFileSync(file, `${lines.join('\n')}\n`);
+  const root = path.resolve(import.meta.dirname, '../..');
+  const tsc = path.join(root, 'node_modules', '.bin', 'tsc');
+  const res = await run([tsc, '--ignoreConfig', '--noEmit', '--strict', '--module', 'nodenext', '--moduleResolution', 'nodenext', '--skipLibCheck', '--types', 'node', file], { allowFailure: true, timeoutMs: 60_000 });
+  const output = res.stdout + res.stderr;
+  const text = lines.join('\n').split('\n');
+  const errors = [...output.matchAll(/\((\d+),\d+\): error (TS\d+: .*)/g)].map((m) => {
+    let at = Math.min(Number(m[1]) - 1, text.length - 1);
+    while (at > 0 && !(text[at] as string).startsWith('// ')) at--;
+    return `${(text[at] as string).slice(3)}: ${m[2]}`;
+  });
+  return { errors, exitCode: res.exitCode, output };
 }

@@ -33,6 +33,7 @@ import {
   sbxInvocationsOf,
   selects,
   shellScriptOf,
+  typeCheck,
   yamlFilesUnder,
   type Container,
   type K8sObject,
@@ -148,33 +149,15 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
     // node_modules resolves) and the compiler reads it.
     mkdirSync(path.join(ROOT, '.scratch'), { recursive: true });
     scratch = mkdtempSync(path.join(ROOT, '.scratch', 'k8s-types-'));
-    const lines: string[] = [];
     const objects = [...renderings[1]!.objects, ...renderings[0]!.objects.filter((l) => l.object.kind === 'Secret')];
-    objects.forEach(({ file, object }, i) => {
-      const module = `kubernetes-models/${object.apiVersion}/${object.kind}`;
-      lines.push(`// ${rel(file)} ${object.kind}/${object.metadata.name}`);
-      lines.push(`import type { I${object.kind} as T${i} } from '${module}';`);
-      lines.push(`export const o${i}: T${i} = ${JSON.stringify(object, null, 2)};`);
-    });
-    const check = async (source: string) => {
-      const file = path.join(scratch as string, `objects-${Math.random().toString(36).slice(2)}.ts`);
-      writeFileSync(file, source);
-      const tsc = path.join(ROOT, 'node_modules', '.bin', 'tsc');
-      const res = await run([tsc, '--ignoreConfig', '--noEmit', '--strict', '--module', 'nodenext', '--moduleResolution', 'nodenext', '--skipLibCheck', '--types', 'node', file], { allowFailure: true, timeoutMs: 60_000 });
-      // Each error with the object it is in (the comment line above its constant).
-      const text = source.split('\n');
-      return [...(res.stdout + res.stderr).matchAll(/\((\d+),\d+\): error (TS\d+: .*)/g)].map((m) => {
-        let at = Number(m[1]) - 1;
-        while (at > 0 && !text[at]!.startsWith('// ')) at--;
-        return `${text[at]!.slice(3)}: ${m[2]}`;
-      });
-    };
-    assert.deepEqual(await check(lines.join('\n')), []);
+    const all = await typeCheck(objects.map(({ file, object }) => ({ label: `${rel(file)} ${object.kind}/${object.metadata.name}`, object })), scratch);
+    assert.deepEqual(all.errors, []);
+    assert.equal(all.exitCode, 0, all.output);
     // The check itself: the gateway's readOnlyRootFilesystem misspelt is refused.
-    const typo = JSON.stringify(gateway).replace('"readOnlyRootFilesystem"', '"readOnlyRootFilesytem"');
-    const errors = await check(`// typo\nimport type { IDeployment } from 'kubernetes-models/apps/v1/Deployment';\nexport const d: IDeployment = ${typo};\n`);
+    const typo = JSON.parse(JSON.stringify(gateway).replace('"readOnlyRootFilesystem"', '"readOnlyRootFilesytem"')) as K8sObject;
+    const { errors } = await typeCheck([{ label: 'typo', object: typo }], scratch);
     assert.equal(errors.length, 1, errors.join('\n'));
-    assert.match(errors[0]!, /readOnlyRootFilesytem/);
+    assert.match(errors[0]!, /^typo: TS2353: .*readOnlyRootFilesytem/);
   });
 
   it('each kustomization lists exactly the manifests of its folder; its secrets come from git-ignored env files with placeholder examples', () => {
