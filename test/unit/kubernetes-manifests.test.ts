@@ -13,6 +13,7 @@ import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, 
 import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
+import { transformSync } from 'esbuild';
 import { DaemonSet, Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
 import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1';
@@ -398,6 +399,44 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
     assert.deepEqual(problems, []);
   });
 
+  it('the walk-through\'s kubectl commands name what the manifests make: namespace, workloads, containers, ports, label and taint', () => {
+    const docs = readFileSync(path.join(ROOT, 'docs', 'cluster.md'), 'utf8');
+    const section = docs.slice(docs.indexOf('## Kubernetes: from an empty cluster to a first session'));
+    const lines = [...section.matchAll(/^```sh\n([\s\S]*?)^```/gm)].flatMap((m) => m[1]!.split('\n')).filter((l) => l.startsWith('kubectl '));
+    assert.ok(lines.length >= 10, `only ${lines.length} kubectl lines`);
+    const objects = renderings[1]!.objects;
+    const kinds: Record<string, string> = { deploy: 'Deployment', deployment: 'Deployment', daemonset: 'DaemonSet', statefulset: 'StatefulSet', svc: 'Service' };
+    const problems: string[] = [];
+    for (const line of lines) {
+      // kubectl's own words: what follows `--` is the command run in the pod.
+      const all = line.replace(/\s+#.*$/, '').split(/\s+/);
+      const words = all.includes('--') ? all.slice(0, all.indexOf('--')) : all;
+      const ns = words[words.indexOf('-n') + 1];
+      if (words.includes('-n') && ns !== readKustomization(BASE).namespace) problems.push(`${line}: namespace ${ns}`);
+      if (words.includes('apply') && !existsSync(path.join(ROOT, words[words.indexOf('-k') + 1]!, KUSTOMIZATION))) problems.push(`${line}: no kustomization there`);
+      const label = /^kubectl label node \S+ ([^=\s]+)=(\S+)$/.exec(line);
+      if (label && nodePod.nodeSelector?.[label[1]!] !== label[2]) problems.push(`${line}: not the DaemonSet's nodeSelector`);
+      const taint = /^kubectl taint node \S+ ([^=\s]+)=([^:\s]+):(\S+)/.exec(line);
+      const tolerations = (nodePod as PodSpec & { tolerations?: Array<{ key: string; value: string; effect: string }> }).tolerations ?? [];
+      if (taint && !tolerations.some((t) => t.key === taint[1] && t.value === taint[2] && t.effect === taint[3])) problems.push(`${line}: the DaemonSet does not tolerate it`);
+      for (const word of words) {
+        const ref = /^([a-z]+)\/([a-z0-9-]+)$/.exec(word);
+        if (!ref || !kinds[ref[1]!]) continue;
+        const object = find(objects, kinds[ref[1]!]!, ref[2]!);
+        if (!object) {
+          problems.push(`${line}: no ${kinds[ref[1]!]} ${ref[2]}`);
+          continue;
+        }
+        const container = words.includes('-c') ? words[words.indexOf('-c') + 1] : undefined;
+        if (container && !containersOf(object).some((c) => c.name === container)) problems.push(`${line}: no container ${container}`);
+        const forward = words.includes('port-forward') ? /^\d+:(\d+)$/.exec(words[words.indexOf(word) + 1] ?? '') : undefined;
+        const ports = ((object.spec as { ports?: Array<{ port: number }> }).ports ?? []).map((p) => String(p.port));
+        if (forward && !ports.includes(forward[1]!)) problems.push(`${line}: the Service has no port ${forward[1]}`);
+      }
+    }
+    assert.deepEqual(problems, []);
+  });
+
   it('the built CLI (dist/) has every option the manifests use, once it has the cluster commands', async (t) => {
     const main = path.join(ROOT, 'dist', 'cli', 'main.js');
     if (!existsSync(main)) return t.skip('dist/cli/main.js is not built (npm run build)');
@@ -474,6 +513,32 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
     // The image the manifests name is the one the kustomization rewrites.
     const images = new Set(renderings[0]!.objects.flatMap(({ object }) => containersOf(object).map((c) => c.image)));
     assert.deepEqual([...images], ['registry.example.com/sandbox-orchestrator:0.1.0']);
+  });
+
+  it('the image keeps only the production dependencies (npm prune --omit=dev): nothing the server runs imports another package', () => {
+    const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
+    /** The packages a TypeScript source loads at run time (esbuild drops type-only imports, as tsc does). */
+    const packagesLoadedBy = (source: string) => {
+      const code = transformSync(source, { loader: 'ts' }).code;
+      const statements = /^(?:import|export)\b[^;]*?\bfrom\s*"([^"]+)"|^import\s*"([^"]+)"|\b(?:import|require|require\.resolve)\(\s*"([^"]+)"\s*\)/gm;
+      return [...code.matchAll(statements)]
+        .map((m) => (m[1] ?? m[2] ?? m[3])!)
+        .filter((specifier) => !specifier.startsWith('.') && !specifier.startsWith('node:'))
+        .map((specifier) => (specifier.startsWith('@') ? specifier.split('/').slice(0, 2).join('/') : specifier.split('/')[0]!));
+    };
+    const seen = new Set<string>();
+    const problems: string[] = [];
+    const files = readdirSync(path.join(ROOT, 'src'), { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts') && !f.startsWith('bench/'));
+    for (const f of files) {
+      for (const name of packagesLoadedBy(readFileSync(path.join(ROOT, 'src', f), 'utf8'))) {
+        seen.add(name);
+        if (!(name in pkg.dependencies)) problems.push(`src/${f}: ${name}`);
+      }
+    }
+    assert.deepEqual(problems, [], 'a devDependency (or an undeclared package) loaded at run time: the image has no devDependencies');
+    for (const name of ['fastify', 'better-sqlite3', '@novnc/novnc']) assert.ok(seen.has(name), `the scan missed ${name}`);
+    // The check itself: a value import of a devDependency is seen, a type-only one is not.
+    assert.deepEqual(packagesLoadedBy("import fc from 'fast-check';\nimport type { WebSocket } from 'ws';\nexport const a = fc; export type B = WebSocket;"), ['fast-check']);
   });
 
   it('the walk-through\'s secret snippets write env files Kustomize takes: private, the try-it password in the URL, a 256-bit credential', async () => {
