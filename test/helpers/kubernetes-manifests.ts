@@ -7,6 +7,11 @@
  */
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { DaemonSet, Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
+import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
+import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1';
+import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
+import { ConfigMap, Namespace, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
 import { parseAllDocuments } from 'yaml';
 import { run } from '../../src/util/exec.js';
 
@@ -34,6 +39,42 @@ export interface Kustomization {
 }
 
 export const KUSTOMIZATION = 'kustomization.yaml';
+export const ROOT = path.resolve(import.meta.dirname, '../..');
+export const DEPLOY = path.join(ROOT, 'deploy', 'kubernetes');
+export const BASE = path.join(DEPLOY, 'base');
+export const TRY_IT = path.join(DEPLOY, 'try-it');
+
+/** The kinds the deployment may use, each with its model (an unknown kind fails). */
+const MODELS: Record<string, new (data: never) => { validate(): void }> = {
+  'v1/Namespace': Namespace,
+  'v1/ServiceAccount': ServiceAccount,
+  'v1/ConfigMap': ConfigMap,
+  'v1/Secret': Secret,
+  'v1/Service': Service,
+  'apps/v1/DaemonSet': DaemonSet,
+  'apps/v1/Deployment': Deployment,
+  'apps/v1/StatefulSet': StatefulSet,
+  'policy/v1/PodDisruptionBudget': PodDisruptionBudget,
+  'autoscaling/v2/HorizontalPodAutoscaler': HorizontalPodAutoscaler,
+  'networking.k8s.io/v1/NetworkPolicy': NetworkPolicy,
+};
+
+/** What the kind's OpenAPI schema (kubernetes-models) says is wrong with an object, or undefined. */
+export function schemaProblem(object: K8sObject): string | undefined {
+  const type = `${object.apiVersion}/${object.kind}`;
+  const Model = MODELS[type];
+  if (!Model) return `${type} is not a kind this deployment knows (add its model to MODELS)`;
+  try {
+    new Model(object as never).validate();
+    return undefined;
+  } catch (err) {
+    return (err as Error).message;
+  }
+}
+
+export function find(objects: Loaded[], kind: string, name: string): K8sObject | undefined {
+  return objects.find((l) => l.object.kind === kind && l.object.metadata.name === name)?.object;
+}
 
 /** Every YAML document of one file, refusing a file that does not parse or holds a non-object. */
 export function loadYamlFile(file: string): K8sObject[] {
@@ -291,4 +332,20 @@ export async function typeCheck(objects: Array<{ label: string; object: K8sObjec
     return `${(text[at] as string).slice(3)}: ${m[2]}`;
   });
   return { errors, exitCode: res.exitCode, output };
+}
+
+/** What in these command lines is not of the agreed surface (a command, an option, the arguments). */
+export function surfaceProblems(invocations: readonly SbxInvocation[]): string[] {
+  const problems: string[] = [];
+  for (const { where, words } of invocations) {
+    const parsed = parseInvocation(words);
+    if ('problem' in parsed) {
+      problems.push(`${where}: ${parsed.problem}`);
+      continue;
+    }
+    const surface = SBX_SURFACE[parsed.path] as { options: string[]; positional: number };
+    for (const option of parsed.options) if (!surface.options.includes(option)) problems.push(`${where}: sbx ${parsed.path} has no ${option}`);
+    if (parsed.positional.length !== surface.positional) problems.push(`${where}: sbx ${parsed.path} takes ${surface.positional} arguments, not ${parsed.positional.join(' ')}`);
+  }
+  return problems;
 }

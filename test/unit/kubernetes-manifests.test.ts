@@ -9,21 +9,19 @@
  * There is no API server here: nothing is applied. No root, no sandbox.
  */
 import assert from 'node:assert/strict';
-import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
-import { transformSync } from 'esbuild';
-import { DaemonSet, Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
-import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
-import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1';
-import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
-import { ConfigMap, Namespace, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
 import { run } from '../../src/util/exec.js';
 import {
+  BASE,
+  DEPLOY,
   KUSTOMIZATION,
-  SBX_SURFACE,
+  ROOT,
+  TRY_IT,
   containersOf,
+  find,
   loadYamlFile,
   parseInvocation,
   podTemplateOf,
@@ -32,8 +30,10 @@ import {
   renderKustomization,
   sbxInScript,
   sbxInvocationsOf,
+  schemaProblem,
   selects,
   shellScriptOf,
+  surfaceProblems,
   typeCheck,
   yamlFilesUnder,
   type Container,
@@ -42,53 +42,16 @@ import {
   type PodSpec,
 } from '../helpers/kubernetes-manifests.js';
 
-const ROOT = path.resolve(import.meta.dirname, '../..');
-const DEPLOY = path.join(ROOT, 'deploy', 'kubernetes');
-const BASE = path.join(DEPLOY, 'base');
-const TRY_IT = path.join(DEPLOY, 'try-it');
-
-/** The kinds the deployment may use, each with its model (an unknown kind fails). */
-const MODELS: Record<string, new (data: never) => { validate(): void }> = {
-  'v1/Namespace': Namespace,
-  'v1/ServiceAccount': ServiceAccount,
-  'v1/ConfigMap': ConfigMap,
-  'v1/Secret': Secret,
-  'v1/Service': Service,
-  'apps/v1/DaemonSet': DaemonSet,
-  'apps/v1/Deployment': Deployment,
-  'apps/v1/StatefulSet': StatefulSet,
-  'policy/v1/PodDisruptionBudget': PodDisruptionBudget,
-  'autoscaling/v2/HorizontalPodAutoscaler': HorizontalPodAutoscaler,
-  'networking.k8s.io/v1/NetworkPolicy': NetworkPolicy,
-};
-
-const typeOf = (o: K8sObject) => `${o.apiVersion}/${o.kind}`;
 const rel = (file: string) => path.relative(ROOT, file);
 
 function manifestFiles(): string[] {
   return yamlFilesUnder(DEPLOY).filter((file) => path.basename(file) !== KUSTOMIZATION);
 }
 
-/** The problem with one object per the schemas, or undefined. */
-function schemaProblem(object: K8sObject): string | undefined {
-  const Model = MODELS[typeOf(object)];
-  if (!Model) return `${typeOf(object)} is not a kind this deployment knows (add its model to MODELS)`;
-  try {
-    new Model(object as never).validate();
-    return undefined;
-  } catch (err) {
-    return (err as Error).message;
-  }
-}
-
 const renderings: Array<{ name: string; objects: Loaded[] }> = [
   { name: 'base', objects: renderKustomization(DEPLOY) },
   { name: 'try-it', objects: renderKustomization(TRY_IT) },
 ];
-
-function find(objects: Loaded[], kind: string, name: string): K8sObject | undefined {
-  return objects.find((l) => l.object.kind === kind && l.object.metadata.name === name)?.object;
-}
 
 function only(kind: string, name: string): K8sObject {
   const object = find(renderings[0]!.objects, kind, name);
@@ -374,67 +337,13 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
     assert.doesNotMatch(shellScriptOf(agent.lifecycle?.preStop?.exec?.command) ?? '', /curl[^|\n]*SBX_CLUSTER_SECRET/);
   });
 
-  it('every sbx command line (containers, hooks, docs/cluster.md\'s walk-through) uses the agreed CLI surface', () => {
+  it('every sbx command line of the containers and their hooks uses the agreed CLI surface', () => {
     const invocations = renderings[1]!.objects.flatMap(({ object }) => sbxInvocationsOf(object));
     assert.deepEqual(
       [...new Set(invocations.map((i) => (parseInvocation(i.words) as { path?: string }).path))].sort(),
       ['gateway', 'image build', 'node', 'node drain', 'node undrain'],
     );
-    const docs = readFileSync(path.join(ROOT, 'docs', 'cluster.md'), 'utf8');
-    const section = docs.slice(docs.indexOf('## Kubernetes: from an empty cluster to a first session'));
-    const fenced = [...section.matchAll(/^```(?:sh|bash|console)?\n([\s\S]*?)^```/gm)].map((m) => m[1]!).join('\n');
-    const documented = sbxInScript(fenced, 'docs/cluster.md');
-    assert.ok(documented.length >= 4, `only ${documented.length} sbx commands in the walk-through`);
-    const problems: string[] = [];
-    for (const { where, words } of [...invocations, ...documented]) {
-      const parsed = parseInvocation(words);
-      if ('problem' in parsed) {
-        problems.push(`${where}: ${parsed.problem}`);
-        continue;
-      }
-      const surface = SBX_SURFACE[parsed.path]!;
-      for (const option of parsed.options) if (!surface.options.includes(option)) problems.push(`${where}: sbx ${parsed.path} has no ${option}`);
-      if (parsed.positional.length !== surface.positional) problems.push(`${where}: sbx ${parsed.path} takes ${surface.positional} arguments, not ${parsed.positional.join(' ')}`);
-    }
-    assert.deepEqual(problems, []);
-  });
-
-  it('the walk-through\'s kubectl commands name what the manifests make: namespace, workloads, containers, ports, label and taint', () => {
-    const docs = readFileSync(path.join(ROOT, 'docs', 'cluster.md'), 'utf8');
-    const section = docs.slice(docs.indexOf('## Kubernetes: from an empty cluster to a first session'));
-    const lines = [...section.matchAll(/^```sh\n([\s\S]*?)^```/gm)].flatMap((m) => m[1]!.split('\n')).filter((l) => l.startsWith('kubectl '));
-    assert.ok(lines.length >= 10, `only ${lines.length} kubectl lines`);
-    const objects = renderings[1]!.objects;
-    const kinds: Record<string, string> = { deploy: 'Deployment', deployment: 'Deployment', daemonset: 'DaemonSet', statefulset: 'StatefulSet', svc: 'Service' };
-    const problems: string[] = [];
-    for (const line of lines) {
-      // kubectl's own words: what follows `--` is the command run in the pod.
-      const all = line.replace(/\s+#.*$/, '').split(/\s+/);
-      const words = all.includes('--') ? all.slice(0, all.indexOf('--')) : all;
-      const ns = words[words.indexOf('-n') + 1];
-      if (words.includes('-n') && ns !== readKustomization(BASE).namespace) problems.push(`${line}: namespace ${ns}`);
-      if (words.includes('apply') && !existsSync(path.join(ROOT, words[words.indexOf('-k') + 1]!, KUSTOMIZATION))) problems.push(`${line}: no kustomization there`);
-      const label = /^kubectl label node \S+ ([^=\s]+)=(\S+)$/.exec(line);
-      if (label && nodePod.nodeSelector?.[label[1]!] !== label[2]) problems.push(`${line}: not the DaemonSet's nodeSelector`);
-      const taint = /^kubectl taint node \S+ ([^=\s]+)=([^:\s]+):(\S+)/.exec(line);
-      const tolerations = (nodePod as PodSpec & { tolerations?: Array<{ key: string; value: string; effect: string }> }).tolerations ?? [];
-      if (taint && !tolerations.some((t) => t.key === taint[1] && t.value === taint[2] && t.effect === taint[3])) problems.push(`${line}: the DaemonSet does not tolerate it`);
-      for (const word of words) {
-        const ref = /^([a-z]+)\/([a-z0-9-]+)$/.exec(word);
-        if (!ref || !kinds[ref[1]!]) continue;
-        const object = find(objects, kinds[ref[1]!]!, ref[2]!);
-        if (!object) {
-          problems.push(`${line}: no ${kinds[ref[1]!]} ${ref[2]}`);
-          continue;
-        }
-        const container = words.includes('-c') ? words[words.indexOf('-c') + 1] : undefined;
-        if (container && !containersOf(object).some((c) => c.name === container)) problems.push(`${line}: no container ${container}`);
-        const forward = words.includes('port-forward') ? /^\d+:(\d+)$/.exec(words[words.indexOf(word) + 1] ?? '') : undefined;
-        const ports = ((object.spec as { ports?: Array<{ port: number }> }).ports ?? []).map((p) => String(p.port));
-        if (forward && !ports.includes(forward[1]!)) problems.push(`${line}: the Service has no port ${forward[1]}`);
-      }
-    }
-    assert.deepEqual(problems, []);
+    assert.deepEqual(surfaceProblems(invocations), []);
   });
 
   it('the built CLI (dist/) has every option the manifests use, once it has the cluster commands', async (t) => {
@@ -488,88 +397,6 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
         const res = await run(['shellcheck', '-s', 'sh', file], { allowFailure: true });
         assert.equal(res.exitCode, 0, `${where}:\n${res.stdout}`);
       }
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
-
-  it('deploy/Dockerfile: Debian 12 with Node 20, and scripts/setup.sh\'s packages less the test-only ones', () => {
-    const dockerfile = readFileSync(path.join(ROOT, 'deploy', 'Dockerfile'), 'utf8');
-    const setup = readFileSync(path.join(ROOT, 'scripts', 'setup.sh'), 'utf8');
-    const setupPackages = (/^packages=\(([^)]*)\)/m.exec(setup)?.[1] ?? '').trim().split(/\s+/);
-    assert.ok(setupPackages.includes('runc') && setupPackages.includes('qemu-system-x86'), 'setup.sh\'s packages=(...) is read');
-    const install = /apt-get install[^\n]*--no-install-recommends((?:[^&]|&(?!&))*)&&/.exec(dockerfile)?.[1] ?? '';
-    const imagePackages = install.replace(/\\\n/g, ' ').trim().split(/\s+/).filter(Boolean);
-    // Used by the tests and the benchmark only (the Dockerfile's comment says why each).
-    const testOnly = ['shellcheck', 'chromium', 'fonts-liberation', 'postgresql', 'openssh-client'];
-    assert.deepEqual([...imagePackages].sort(), setupPackages.filter((p) => !testOnly.includes(p)).sort(), 'a package added to setup.sh: install it in the image too, or call it test-only here and in the Dockerfile');
-    const stages = [...dockerfile.matchAll(/^FROM\s+(\S+)/gm)].map((m) => m[1]);
-    assert.deepEqual(stages, ['node:20-bookworm', 'node:20-bookworm-slim']);
-    assert.match(dockerfile, /npm ci\b/);
-    assert.match(dockerfile, /npm run build/);
-    assert.match(dockerfile, /ln -s \/opt\/sbx\/dist\/cli\/main\.js \/usr\/local\/bin\/sbx/, 'the manifests run `sbx`');
-    const ignore = readFileSync(path.join(ROOT, 'deploy', 'Dockerfile.dockerignore'), 'utf8');
-    assert.match(ignore, /^deploy\/kubernetes\/\*\*\/\*\.env$/m, 'the operator\'s secrets never enter the build context');
-    // The image the manifests name is the one the kustomization rewrites.
-    const images = new Set(renderings[0]!.objects.flatMap(({ object }) => containersOf(object).map((c) => c.image)));
-    assert.deepEqual([...images], ['registry.example.com/sandbox-orchestrator:0.1.0']);
-  });
-
-  it('the image keeps only the production dependencies (npm prune --omit=dev): nothing the server runs imports another package', () => {
-    const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
-    /** The packages a TypeScript source loads at run time (esbuild drops type-only imports, as tsc does). */
-    const packagesLoadedBy = (source: string) => {
-      const code = transformSync(source, { loader: 'ts' }).code;
-      const statements = /^(?:import|export)\b[^;]*?\bfrom\s*"([^"]+)"|^import\s*"([^"]+)"|\b(?:import|require|require\.resolve)\(\s*"([^"]+)"\s*\)/gm;
-      return [...code.matchAll(statements)]
-        .map((m) => (m[1] ?? m[2] ?? m[3])!)
-        .filter((specifier) => !specifier.startsWith('.') && !specifier.startsWith('node:'))
-        .map((specifier) => (specifier.startsWith('@') ? specifier.split('/').slice(0, 2).join('/') : specifier.split('/')[0]!));
-    };
-    const seen = new Set<string>();
-    const problems: string[] = [];
-    const files = readdirSync(path.join(ROOT, 'src'), { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts') && !f.startsWith('bench/'));
-    for (const f of files) {
-      for (const name of packagesLoadedBy(readFileSync(path.join(ROOT, 'src', f), 'utf8'))) {
-        seen.add(name);
-        if (!(name in pkg.dependencies)) problems.push(`src/${f}: ${name}`);
-      }
-    }
-    assert.deepEqual(problems, [], 'a devDependency (or an undeclared package) loaded at run time: the image has no devDependencies');
-    for (const name of ['fastify', 'better-sqlite3', '@novnc/novnc']) assert.ok(seen.has(name), `the scan missed ${name}`);
-    // The check itself: a value import of a devDependency is seen, a type-only one is not.
-    assert.deepEqual(packagesLoadedBy("import fc from 'fast-check';\nimport type { WebSocket } from 'ws';\nexport const a = fc; export type B = WebSocket;"), ['fast-check']);
-  });
-
-  it('the walk-through\'s secret snippets write env files Kustomize takes: private, the try-it password in the URL, a 256-bit credential', async () => {
-    const docs = readFileSync(path.join(ROOT, 'docs', 'cluster.md'), 'utf8');
-    const blocks = [...docs.slice(docs.indexOf('### 3. Write the secrets')).matchAll(/^```sh\n([\s\S]*?)^```/gm)].map((m) => m[1]!).slice(0, 2);
-    assert.equal(blocks.length, 2);
-    const dir = mkdtempSync(path.join(os.tmpdir(), 'sbx-k8s-secrets-'));
-    try {
-      for (const block of blocks) {
-        rmSync(path.join(dir, 'deploy'), { recursive: true, force: true });
-        cpSync(DEPLOY, path.join(dir, 'deploy', 'kubernetes'), { recursive: true });
-        // Run as written, from the repository's root (a copy of deploy/ under a scratch dir).
-        const res = await run(['sh', '-euc', block], { cwd: dir, allowFailure: true });
-        assert.equal(res.exitCode, 0, `${block}\n${res.stderr}`);
-      }
-      // The second snippet (try-it) wrote both files last; the first wrote base/cluster.env.
-      const kube = path.join(dir, 'deploy', 'kubernetes');
-      for (const file of ['base/cluster.env', 'try-it/postgres.env']) {
-        const mode = statSync(path.join(kube, file)).mode & 0o777;
-        assert.equal(mode, 0o600, `${file}: mode ${mode.toString(8)}`);
-      }
-      const secrets = renderKustomization(path.join(kube, 'try-it'), '').filter((l) => l.object.kind === 'Secret');
-      const value = (name: string, key: string) => Buffer.from((find(secrets, 'Secret', name)?.data as Record<string, string>)[key] ?? '', 'base64').toString();
-      const password = value('sbx-postgres', 'POSTGRES_PASSWORD');
-      assert.match(password, /^[0-9a-f]{48}$/);
-      const url = new URL(value('sbx-cluster', 'SBX_CLUSTER_DB_URL'));
-      assert.equal(url.password, password, 'the URL names the try-it server with its password');
-      assert.equal(`${url.hostname}:${url.port}`, 'sbx-postgres.sbx.svc.cluster.local:5432');
-      assert.equal(url.username, 'sbx');
-      assert.match(value('sbx-cluster', 'SBX_CLUSTER_SECRET'), /^[0-9a-f]{64}$/, 'at least 32 characters (CLUSTER.md); 256 random bits');
-      for (const { object } of secrets) assert.equal(schemaProblem(object), undefined);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
