@@ -104,7 +104,10 @@ describe('the Kubernetes image and walk-through (deploy/Dockerfile, docs/cluster
     assert.match(ignore, /^deploy\/kubernetes\/\*\*\/\*\.env$/m, 'the operator\'s secrets never enter the build context');
     // The image the manifests name is the one the kustomization rewrites.
     const images = new Set(renderKustomization(DEPLOY).flatMap(({ object }) => containersOf(object).map((c) => c.image)));
-    assert.deepEqual([...images], ['registry.example.com/sandbox-orchestrator:0.1.0']);
+    // ... tagged with this release's version, as the walk-through's `docker build -t` is.
+    const { version } = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { version: string };
+    assert.deepEqual([...images], [`registry.example.com/sandbox-orchestrator:${version}`]);
+    assert.ok(BLOCKS.some((b) => b.includes(`docker build -f deploy/Dockerfile -t registry.example.com/sandbox-orchestrator:${version} .`)));
   });
 
   it('the image keeps only the production dependencies (npm prune --omit=dev): nothing the server runs imports another package', () => {
