@@ -102,6 +102,14 @@ describe('the Kubernetes image and walk-through (deploy/Dockerfile, docs/cluster
     assert.match(dockerfile, /ln -s \/opt\/sbx\/dist\/cli\/main\.js \/usr\/local\/bin\/sbx/, 'the manifests run `sbx`');
     const ignore = readFileSync(path.join(ROOT, 'deploy', 'Dockerfile.dockerignore'), 'utf8');
     assert.match(ignore, /^deploy\/kubernetes\/\*\*\/\*\.env$/m, 'the operator\'s secrets never enter the build context');
+    // What the build copies from the context (the repository's root) exists and is not ignored.
+    const ignored = ignore.split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
+    const copied = [...dockerfile.matchAll(/^COPY (?!--from)(.+) \S+$/gm)].flatMap((m) => m[1]!.split(/\s+/));
+    assert.deepEqual(copied, ['package.json', 'package-lock.json', 'tsconfig.json', 'src']);
+    for (const source of copied) {
+      assert.ok(existsSync(path.join(ROOT, source)), `COPY ${source}: not in the repository`);
+      assert.ok(!ignored.includes(source), `COPY ${source}: ignored by Dockerfile.dockerignore`);
+    }
     // The image the manifests name is the one the kustomization rewrites.
     const images = new Set(renderKustomization(DEPLOY).flatMap(({ object }) => containersOf(object).map((c) => c.image)));
     // ... tagged with this release's version, as the walk-through's `docker build -t` is.
