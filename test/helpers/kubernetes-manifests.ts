@@ -236,7 +236,8 @@ export function sbxInScript(script: string, where: string): SbxInvocation[] {
     for (let i = 0; i < words.length; i++) {
       // `sh -c '<script>'` (e.g. through kubectl exec): the script's own command lines.
       if (i >= 2 && words[i - 1] === '-c' && ['sh', 'bash'].includes(words[i - 2] as string)) found.push(...sbxInScript(words[i] as string, where));
-      const atStart = i === 0 || ['||', '&&', '|', ';', 'exec'].includes(words[i - 1] as string);
+      // At a command's start: a line's, after an operator, `exec`, or `--` (kubectl exec ... -- sbx).
+      const atStart = i === 0 || ['||', '&&', '|', ';', 'exec', '--'].includes(words[i - 1] as string);
       if (words[i] !== 'sbx' || !atStart) continue;
       const end = words.findIndex((w, j) => j > i && ['||', '&&', '|', ';', '<', '>'].includes(w));
       found.push({ where, words: words.slice(i + 1, end === -1 ? undefined : end) });

@@ -333,8 +333,12 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
         'sbx-node/undrain: SBX_CLUSTER_DB_URL=SBX_CLUSTER_DB_URL',
       ], `${name}: who reads the cluster's secrets`);
     }
-    // The preStop hands the credential to curl on its standard input, not its arguments.
+    // The preStop hands the credential to curl on its standard input, not its arguments, and
+    // no sbx command line names either secret (the commands read them from the environment).
     assert.doesNotMatch(shellScriptOf(agent.lifecycle?.preStop?.exec?.command) ?? '', /curl[^|\n]*SBX_CLUSTER_SECRET/);
+    for (const { where, words } of renderings[1]!.objects.flatMap(({ object }) => sbxInvocationsOf(object))) {
+      assert.doesNotMatch(words.join(' '), /SBX_CLUSTER_(DB_URL|SECRET)/, `${where}: sbx ${words.join(' ')}`);
+    }
   });
 
   it('every sbx command line of the containers and their hooks uses the agreed CLI surface', () => {
@@ -346,7 +350,7 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
     assert.deepEqual(surfaceProblems(invocations), []);
   });
 
-  it('the built CLI (dist/) has every option the manifests use, once it has the cluster commands', async (t) => {
+  it('the built CLI (dist/) has every command and option the manifests use, and reads the database URL from SBX_CLUSTER_DB_URL where they rely on it', async (t) => {
     const main = path.join(ROOT, 'dist', 'cli', 'main.js');
     if (!existsSync(main)) return t.skip('dist/cli/main.js is not built (npm run build)');
     // A command's own help, or undefined (commander answers an unknown one with the top help).
@@ -359,18 +363,38 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
       }
       return helps.get(key) as Promise<string | undefined>;
     };
-    const clusterBuilt = (await help(['gateway'])) !== undefined;
+    /** An option's help entry, wrapped lines joined. */
+    const entry = (text: string, option: string) => {
+      const found = new RegExp(`^ +(-\\w, )?${option}\\b`, 'm').exec(text);
+      if (!found) return undefined;
+      const from = found.index + found[0].length;
+      const next = text.slice(from).search(/^ +-/m);
+      return text.slice(found.index, next === -1 ? undefined : from + next).replace(/\s+/g, ' ');
+    };
+    // The manifests pass the database URL as SBX_CLUSTER_DB_URL only (a flag would show in
+    // /proc/<pid>/cmdline): each of these must read its option from there.
+    const urlFromEnv: Record<string, string> = { node: '--cluster', 'node drain': '--db', 'node undrain': '--db', gateway: '--db' };
+    // Agreed but not in the CLI yet (issue 22): checked once they are.
+    const pending = new Set(['gateway']);
     const problems: string[] = [];
+    const waiting: string[] = [];
     for (const { where, words } of renderings[1]!.objects.flatMap(({ object }) => sbxInvocationsOf(object))) {
       const parsed = parseInvocation(words);
       if ('problem' in parsed) continue; // the test above reports it
-      if (!clusterBuilt && parsed.path !== 'image build') continue;
       const text = await help(parsed.path.split(' '));
-      if (text === undefined) problems.push(`${where}: \`sbx ${parsed.path} --help\` fails`);
-      else for (const option of parsed.options) if (!new RegExp(`${option}\\b`).test(text)) problems.push(`${where}: sbx ${parsed.path} has no ${option}`);
+      if (text === undefined) {
+        if (pending.has(parsed.path)) waiting.push(parsed.path);
+        else problems.push(`${where}: \`sbx ${parsed.path} --help\` fails`);
+        continue;
+      }
+      for (const option of parsed.options) if (entry(text, option) === undefined) problems.push(`${where}: sbx ${parsed.path} has no ${option}`);
+      const envOption = urlFromEnv[parsed.path];
+      if (envOption && !parsed.options.includes(envOption) && !entry(text, envOption)?.includes('(env: SBX_CLUSTER_DB_URL)')) {
+        problems.push(`${where}: sbx ${parsed.path} does not read ${envOption} from SBX_CLUSTER_DB_URL`);
+      }
     }
     assert.deepEqual(problems, []);
-    if (!clusterBuilt) t.diagnostic('this build has no `sbx gateway` yet: only `sbx image build` was checked against the real CLI');
+    if (waiting.length > 0) t.diagnostic(`not in this build yet, checked against the agreed surface only: sbx ${[...new Set(waiting)].join(', sbx ')}`);
   });
 
   it('the shell hooks pass shellcheck and use shell variables (Kubernetes does not expand $(VAR) in them)', async (t) => {

@@ -41,7 +41,8 @@ describe('the node pod\'s hooks, run for real (preStop drain-and-wait, undrain)'
       chmodSync(path.join(dir, name), 0o755);
     };
     // Each records its arguments, one call a line.
-    tool('sbx', `printf '%s\\n' "$*" >> "${dir}/sbx.calls"\nexit "\${FAKE_SBX_EXIT:-0}"`);
+    // The database URL is the command's --db through SBX_CLUSTER_DB_URL: recorded after a |.
+    tool('sbx', `printf '%s|%s\\n' "$*" "\${SBX_CLUSTER_DB_URL:-}" >> "${dir}/sbx.calls"\nexit "\${FAKE_SBX_EXIT:-0}"`);
     tool('curl', `printf '%s\\n' "$*" >> "${dir}/curl.calls"\nfor a; do shift; set -- "$@" "$(printf '%s' "$a" | sed "s/:8080\\//:\${STAND_IN_PORT}\\//")"; done\nexec ${realCurl} "$@"`);
     tool('sleep', 'exit 0');
     server = http.createServer((req, res) => {
@@ -88,7 +89,7 @@ describe('the node pod\'s hooks, run for real (preStop drain-and-wait, undrain)'
     answers = [{ sessions: 2 }, { sessions: 1 }, { sessions: 1 }, { sessions: 0 }, { sessions: 5 }];
     const res = await runHook(preStop);
     assert.equal(res.exitCode, 0, res.stderr);
-    assert.deepEqual(res.sbx, [`node drain kvm-1 --db ${DB_URL}`]);
+    assert.deepEqual(res.sbx, [`node drain kvm-1|${DB_URL}`], 'this node, the URL from the environment, not the command line');
     assert.equal(requests.length, 4, 'stops at the first 0');
     for (const r of requests) assert.deepEqual(r, { url: '/metrics', secret: SECRET });
     assert.equal(res.curl.length, 4);
@@ -124,7 +125,7 @@ describe('the node pod\'s hooks, run for real (preStop drain-and-wait, undrain)'
   it('undrain: undrains this node; a failure (a host\'s first start) is said, not fatal', async () => {
     const ok = await runHook(undrain);
     assert.equal(ok.exitCode, 0);
-    assert.deepEqual(ok.sbx, [`node undrain kvm-1 --db ${DB_URL}`]);
+    assert.deepEqual(ok.sbx, [`node undrain kvm-1|${DB_URL}`]);
     assert.equal(ok.stderr, '');
     const failed = await runHook(undrain, { FAKE_SBX_EXIT: '1' });
     assert.equal(failed.exitCode, 0);
