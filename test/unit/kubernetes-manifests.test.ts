@@ -251,7 +251,7 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
     assert.equal(mountedAt('/sys/fs/cgroup')?.mountPath, '/sys/fs/cgroup');
     const config = only('ConfigMap', 'sbx-node').data as Record<string, string>;
     assert.ok(config.SBX_IMAGES_DIR?.startsWith(`${config.SBX_STATE_DIR}/`), 'the images are under the state dir\'s host path');
-    assert.ok(agent.envFrom?.some((f) => f.configMapRef?.name === 'sbx-node'));
+    assert.deepEqual(agent.envFrom?.map((f) => f.configMapRef?.name), ['sbx-sessions', 'sbx-node']);
 
     // The agent's command line: advertised at the host's address, named after the host.
     const args = agent.args ?? [];
@@ -274,8 +274,8 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
     const drains = sbxInScript(preStop, 'preStop').map((i) => i.words);
     assert.deepEqual(drains[0]?.slice(0, 3), ['node', 'drain', '$NODE_NAME']);
     assert.match(preStop, /\$\{SBX_MAX_LIFETIME_SECONDS:-3600\}/);
-    const lifetime = Number(config.SBX_MAX_LIFETIME_SECONDS);
-    assert.ok(lifetime >= 60, 'SBX_MAX_LIFETIME_SECONDS in the ConfigMap');
+    const lifetime = Number((only('ConfigMap', 'sbx-sessions').data as Record<string, string>).SBX_MAX_LIFETIME_SECONDS);
+    assert.ok(lifetime >= 60, 'SBX_MAX_LIFETIME_SECONDS in the ConfigMap sbx-sessions');
     assert.ok((nodePod.terminationGracePeriodSeconds ?? 30) >= lifetime + 60, `terminationGracePeriodSeconds ${nodePod.terminationGracePeriodSeconds} < ${lifetime} + 60`);
     // ... and the next pod undoes the drain before the agent starts.
     const undrain = nodePod.initContainers?.flatMap((c) => sbxInvocationsOf({ ...node, spec: { template: { metadata: {}, spec: { containers: [c] } } } } as unknown as K8sObject)).map((i) => i.words.slice(0, 3));
@@ -307,6 +307,25 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
     assert.ok(replicas === undefined, 'the HPA owns the replica count (a fixed one would be put back by every apply)');
     assert.equal((only('PodDisruptionBudget', 'sbx-gateway').spec as { minAvailable: number }).minAvailable, 1);
     for (const sa of ['sbx-node', 'sbx-gateway']) assert.equal(only('ServiceAccount', sa).automountServiceAccountToken, false, `${sa}: no API token`);
+  });
+
+  it('a session\'s size is set once, for the nodes and the gateways alike (docs/configuration.md: "give gateways the same ... as the nodes")', () => {
+    const configuration = readFileSync(path.join(ROOT, 'docs', 'configuration.md'), 'utf8');
+    const sentence = /give gateways the same([\s\S]*?)as the nodes/.exec(configuration)?.[1] ?? '';
+    const shared = [...sentence.matchAll(/`(SBX_[A-Z0-9_]+)`/g)].map((m) => m[1]!);
+    assert.ok(shared.includes('SBX_MEMORY_MIB') && shared.length >= 5, `read from docs/configuration.md: ${shared.join(' ')}`);
+    const sessions = only('ConfigMap', 'sbx-sessions').data as Record<string, string>;
+    for (const name of shared) assert.ok(name in sessions, `${name} in the ConfigMap sbx-sessions`);
+    for (const [where, container] of [['node', agent], ['gateway', gatewayContainer]] as const) {
+      assert.ok(container.envFrom?.some((f) => f.configMapRef?.name === 'sbx-sessions'), `${where} reads sbx-sessions`);
+      // Set anywhere else, a value could differ between the two: placement would then count
+      // sessions at another size than the nodes give them.
+      for (const from of container.envFrom ?? []) {
+        const other = from.configMapRef && from.configMapRef.name !== 'sbx-sessions' ? (only('ConfigMap', from.configMapRef.name).data as Record<string, string>) : {};
+        for (const name of shared) assert.ok(!(name in other), `${name} in ConfigMap ${from.configMapRef?.name} too`);
+      }
+      for (const e of container.env ?? []) assert.ok(!shared.includes(e.name), `${where}: ${e.name} set in its env`);
+    }
   });
 
   it('the database URL and the cluster credential: one Secret, read as environment variables by the agent, its undrain step and the gateway only; never a flag, a file or a ConfigMap', () => {
