@@ -1,10 +1,11 @@
 /**
  * Runs the node pod's shell hooks (deploy/kubernetes/base/node-daemonset.yaml: the preStop,
  * the undrain init step) for real: sh, curl and awk, against a stand-in agent on loopback
- * that answers /metrics with the session counts a test queues. `curl` is the real one behind
- * a wrapper that records its arguments and points the hooks' port 8080 at the stand-in's;
- * `sleep` returns at once; `sbx` is a stand-in recording its arguments, or the real CLI
- * (dist/cli/main.js). Used by test/unit/kubernetes-node-hooks.test.ts and
+ * that answers /metrics with the session counts a test queues, or against a real agent.
+ * `curl` is the real one behind a wrapper that records its arguments and points the hooks'
+ * port 8080 at STAND_IN_PORT (the stand-in's unless a test names a real agent's); `sleep`
+ * sleeps HOOK_SLEEP_SECONDS, none by default; `sbx` is a stand-in recording its arguments,
+ * or the real CLI (dist/cli/main.js). Used by test/unit/kubernetes-node-hooks.test.ts and
  * test/kubernetes-hooks.test.ts.
  */
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -49,7 +50,8 @@ export async function hookHarness(sbx: 'stand-in' | 'real'): Promise<HookHarness
   if (sbx === 'real') tool('sbx', `exec ${process.execPath} ${path.join(ROOT, 'dist', 'cli', 'main.js')} "$@"`);
   else tool('sbx', `printf '%s|%s\\n' "$*" "\${SBX_CLUSTER_DB_URL:-}" >> "${dir}/sbx.calls"\nexit "\${FAKE_SBX_EXIT:-0}"`);
   tool('curl', `printf '%s\\n' "$*" >> "${dir}/curl.calls"\nfor a; do shift; set -- "$@" "$(printf '%s' "$a" | sed "s/:8080\\//:\${STAND_IN_PORT}\\//")"; done\nexec ${realCurl} "$@"`);
-  tool('sleep', 'exit 0');
+  // The hooks' `sleep 10` between polls: HOOK_SLEEP_SECONDS (none by default).
+  tool('sleep', `exec ${(await run(['sh', '-c', 'command -v sleep'])).stdout.trim()} "\${HOOK_SLEEP_SECONDS:-0}"`);
 
   let queued: Answer[] = [];
   const requests: Array<{ url: string; secret: string | undefined }> = [];
