@@ -21,7 +21,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { NodeReport } from '../src/cluster/store/cluster-store.js';
 import { PgClusterStore } from '../src/cluster/store/pg-cluster-store.js';
 import { hookHarness, PRE_STOP, UNDRAIN, type HookHarness } from './helpers/kubernetes-hooks.js';
-import { ROOT } from './helpers/kubernetes-manifests.js';
+import { DEPLOY, find, podTemplateOf, renderKustomization, ROOT } from './helpers/kubernetes-manifests.js';
 import { removeEmptyPrefixCgroups, TEST_PREFIX } from './helpers/orchestrator.js';
 import { startPostgres } from './helpers/postgres.js';
 import { prefixedResources } from './helpers/resources.js';
@@ -104,7 +104,7 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-describe('the preStop against a real sbx node', () => {
+describe('the preStop against a real sbx node, started as the DaemonSet starts it', () => {
   let hooks: HookHarness;
   let store: PgClusterStore;
   let agent: ChildProcess | undefined;
@@ -118,15 +118,28 @@ describe('the preStop against a real sbx node', () => {
     await store.migrate();
     hooks = await hookHarness('real');
     port = await freePort();
-    agent = spawn(process.execPath, [path.join(ROOT, 'dist', 'cli', 'main.js'), 'node', '--host', '127.0.0.1', '--port', String(port), '--advertise', `http://127.0.0.1:${port}`, '--name', NAME, '--state-dir', stateDir, '--runtime', 'container'], {
+    // The agent as the DaemonSet starts it: its command line ($(NODE_IP), $(NODE_NAME) filled
+    // in as the kubelet would) and the ConfigMaps it reads, but for what must be this test's
+    // own on a shared host: the port (not 8080), the state dir, the resource prefix and
+    // subnet, and the container runtime with the minimal template (fast, no KVM needed).
+    const objects = renderKustomization(DEPLOY);
+    const node = podTemplateOf(find(objects, 'DaemonSet', 'sbx-node')!)!.spec.containers.find((c) => c.name === 'node')!;
+    const fields: Record<string, string> = { NODE_IP: '127.0.0.1', NODE_NAME: NAME };
+    const argv = [...(node.command ?? []), ...(node.args ?? [])].map((word) => word.replace(/\$\(([A-Z_]+)\)/g, (_, v: string) => fields[v] ?? `$(${v})`).replace(/^8080$/, String(port)).replace(/:8080$/, `:${port}`));
+    assert.deepEqual(argv, ['sbx', 'node', '--host', '127.0.0.1', '--port', String(port), '--advertise', `http://127.0.0.1:${port}`, '--name', NAME]);
+    const settings = Object.assign({}, ...(node.envFrom ?? []).map((f) => find(objects, 'ConfigMap', f.configMapRef!.name)!.data as Record<string, string>)) as Record<string, string>;
+    agent = spawn(process.execPath, [path.join(ROOT, 'dist', 'cli', 'main.js'), ...argv.slice(1)], {
       env: {
         ...process.env,
+        ...settings,
         SBX_CLUSTER_DB_URL: url,
         SBX_CLUSTER_SECRET: SECRET,
+        SBX_STATE_DIR: stateDir,
+        SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
         SBX_RESOURCE_PREFIX: TEST_PREFIX,
         SBX_SUBNET: `10.243.${Math.floor(Math.random() * 256)}.0/24`,
+        SBX_RUNTIME: 'container',
         SBX_TEMPLATE: 'minimal',
-        SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
       },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -156,6 +169,9 @@ describe('the preStop against a real sbx node', () => {
   const fromGateway = { 'x-sbx-cluster-secret': SECRET, 'x-sbx-tenant': 'k8s' };
 
   it('waits while a session lives, ends once it is destroyed; the node is left draining and holds nothing', async () => {
+    const registered = (await store.listNodes()).find((n) => n.name === NAME);
+    assert.equal(registered?.url, `http://127.0.0.1:${port}`, 'registered under its Kubernetes node name, at its --advertise URL');
+    assert.equal(registered?.draining, false);
     const sessionId = 'k8sprestop';
     const created = await fetch(`http://127.0.0.1:${port}/v1/sessions`, {
       method: 'POST',
