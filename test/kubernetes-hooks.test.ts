@@ -6,18 +6,21 @@
  * it back; both read the database URL from SBX_CLUSTER_DB_URL, not a flag. A host's first
  * start (no such node yet) does not stop the pod. Then against a real `sbx node` (container
  * runtime, root): the preStop waits while a session lives and ends once it is gone, reading
- * the agent's own /metrics with the cluster credential. PostgreSQL runs as its own user.
+ * the agent's own /metrics with the cluster credential. Last, the walk-through's commands
+ * run in a gateway pod (docs/cluster.md: sbx nodes, keys create, node drain|undrain), as that
+ * pod runs them: uid 10001, no home, the URL in its environment. PostgreSQL runs as its own user.
  */
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { run } from '../src/util/exec.js';
 import type { NodeReport } from '../src/cluster/store/cluster-store.js';
 import { PgClusterStore } from '../src/cluster/store/pg-cluster-store.js';
 import { hookHarness, PRE_STOP, UNDRAIN, type HookHarness } from './helpers/kubernetes-hooks.js';
@@ -200,5 +203,57 @@ describe('the preStop against a real sbx node, started as the DaemonSet starts i
     assert.ok(res.curl.length >= 5, `the hook polled ${res.curl.length} times`);
     for (const argv of res.curl) assert.ok(!argv.includes(SECRET), 'the credential on curl\'s command line');
     assert.deepEqual(await prefixedResources(TEST_PREFIX, stateDir), { netns: [], links: [], keyDirs: [] });
+  });
+});
+
+describe('the walk-through\'s commands in a gateway pod (uid 10001, no home, the URL in its environment)', () => {
+  let store: PgClusterStore;
+  const bin = mkdtempSync(path.join(os.tmpdir(), 'sbx-k8s-exec-'));
+
+  before(async () => {
+    store = new PgClusterStore({ url });
+    await store.migrate();
+    await store.registerNode('kvm-exec', randomUUID(), REPORT);
+    // The image's /usr/local/bin/sbx, readable by the gateway's uid.
+    chmodSync(bin, 0o755);
+    writeFileSync(path.join(bin, 'sbx'), `#!/bin/sh\nexec ${process.execPath} ${path.join(ROOT, 'dist', 'cli', 'main.js')} "$@"\n`);
+    chmodSync(path.join(bin, 'sbx'), 0o755);
+  });
+  after(async () => {
+    await store?.close();
+    rmSync(bin, { recursive: true, force: true });
+  });
+
+  /** What docs/cluster.md runs after `kubectl -n sbx exec deploy/sbx-gateway --`, node names made this test's. */
+  const docs = readFileSync(path.join(ROOT, 'docs', 'cluster.md'), 'utf8');
+  const commands = [...docs.slice(docs.indexOf('## Kubernetes: from an empty cluster')).matchAll(/^kubectl -n sbx exec deploy\/sbx-gateway -- (.+)$/gm)].map((m) =>
+    m[1]!.replace(/\bkvm-1\b/g, 'kvm-exec'),
+  );
+  const inGatewayPod = (command: string) =>
+    run(['setpriv', '--reuid=10001', '--regid=10001', '--clear-groups', '--', 'sh', '-c', command.startsWith('sh -c ') ? command.slice(6).replace(/^'|'$/g, '') : command], {
+      allowFailure: true,
+      timeoutMs: 60_000,
+      cwd: '/',
+      env: { PATH: `${bin}:/usr/local/bin:/usr/bin:/bin`, HOME: '/nonexistent', SBX_CLUSTER_DB_URL: url, SBX_CLUSTER_SECRET: SECRET },
+    });
+
+  it('sbx nodes, keys create, node drain and undrain work as the docs write them', async () => {
+    assert.deepEqual(commands.map((c) => c.split(' ').slice(0, 4).join(' ')), [
+      'sbx nodes',
+      'sh -c \'sbx keys',
+      'sbx node drain kvm-exec',
+      'sbx node undrain kvm-exec',
+    ]);
+    const [nodes, key, drain, undrain] = commands as [string, string, string, string];
+    const listed = await inGatewayPod(nodes);
+    assert.equal(listed.exitCode, 0, listed.stderr);
+    assert.match(listed.stdout, /^kvm-exec\s+(up|silent)\s/m, "listed (up, or silent if this host is slow: it never heartbeats)");
+    const created = await inGatewayPod(key);
+    assert.equal(created.exitCode, 0, created.stderr);
+    assert.match(created.stdout, /\bsbx_[a-z0-9]{12}_\S+/);
+    assert.equal((await inGatewayPod(drain)).exitCode, 0);
+    assert.equal((await store.listNodes()).find((n) => n.name === 'kvm-exec')?.draining, true);
+    assert.equal((await inGatewayPod(undrain)).exitCode, 0);
+    assert.equal((await store.listNodes()).find((n) => n.name === 'kvm-exec')?.draining, false);
   });
 });
