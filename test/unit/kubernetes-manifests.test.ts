@@ -393,17 +393,13 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
     // The manifests pass the database URL as SBX_CLUSTER_DB_URL only (a flag would show in
     // /proc/<pid>/cmdline): each of these must read its option from there.
     const urlFromEnv: Record<string, string> = { node: '--cluster', 'node drain': '--db', 'node undrain': '--db', gateway: '--db' };
-    // Agreed but not in the CLI yet (issue 22): checked once they are.
-    const pending = new Set(['gateway']);
     const problems: string[] = [];
-    const waiting: string[] = [];
     for (const { where, words } of renderings[1]!.objects.flatMap(({ object }) => sbxInvocationsOf(object))) {
       const parsed = parseInvocation(words);
       if ('problem' in parsed) continue; // the test above reports it
       const text = await help(parsed.path.split(' '));
       if (text === undefined) {
-        if (pending.has(parsed.path)) waiting.push(parsed.path);
-        else problems.push(`${where}: \`sbx ${parsed.path} --help\` fails`);
+        problems.push(`${where}: \`sbx ${parsed.path} --help\` fails`);
         continue;
       }
       for (const option of parsed.options) if (entry(text, option) === undefined) problems.push(`${where}: sbx ${parsed.path} has no ${option}`);
@@ -413,7 +409,6 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
       }
     }
     assert.deepEqual(problems, []);
-    if (waiting.length > 0) t.diagnostic(`not in this build yet, checked against the agreed surface only: sbx ${[...new Set(waiting)].join(', sbx ')}`);
   });
 
   it('the shell hooks pass shellcheck and use shell variables (Kubernetes does not expand $(VAR) in them)', async (t) => {
