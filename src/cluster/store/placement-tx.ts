@@ -106,8 +106,11 @@ interface ViewRow {
   heartbeat_ms: number;
 }
 
+/** A snapshot whose health the view updates in place (one object shape for every node keeps placement's loop fast). */
+type ViewSnapshot = { -readonly [K in keyof NodeSnapshot]: NodeSnapshot[K] };
+
 interface Known {
-  snapshot: NodeSnapshot;
+  readonly snapshot: ViewSnapshot;
   up: boolean;
   lastHeartbeat: number;
   changeSeq: number;
@@ -158,7 +161,8 @@ export class PlacementTx {
       // Filled (or drained, or lost) since the read: choose again with what the lock saw.
       full.push(name);
       const index = snapshots.findIndex((snapshot) => snapshot.name === name);
-      if (record) snapshots[index] = record;
+      const seen = this.known.get(name)?.snapshot;
+      if (record && seen) snapshots[index] = { ...seen, healthy: record.healthy };
       else snapshots.splice(index, 1);
     }
     return { placed: false, reason: `no node could take this create: ${filledUp(full)}` };
@@ -211,8 +215,7 @@ export class PlacementTx {
     const freshAfter = dbNow - this.staleMs;
     const snapshots: NodeSnapshot[] = [];
     for (const known of this.known.values()) {
-      const healthy = known.up && known.lastHeartbeat > freshAfter;
-      if (known.snapshot.healthy !== healthy) known.snapshot = { ...known.snapshot, healthy };
+      known.snapshot.healthy = known.up && known.lastHeartbeat > freshAfter;
       snapshots.push(known.snapshot);
     }
     return snapshots;
