@@ -87,6 +87,13 @@ export class AuthenticationError extends OrchestratorError {
   }
 }
 
+/** A request to a cluster's node that did not come from one of its gateways (docs/cluster.md). */
+export class ClusterCredentialError extends OrchestratorError {
+  constructor(message: string) {
+    super(message, 401, 'cluster_credential_required');
+  }
+}
+
 /** The tenant already has as many sessions as it may: it can destroy one, or retry later. */
 export class TenantLimitError extends OrchestratorError {
   constructor(message: string, retryAfterSeconds: number) {
@@ -109,7 +116,7 @@ export class NetworkPolicyUnavailableError extends OrchestratorError {
 }
 
 /** Which stream of a guest broke its protocol (the label of the metric). */
-export type GuestChannelName = 'capture' | 'input' | 'bash' | 'exec';
+export type GuestChannelName = 'capture' | 'input' | 'desktop' | 'bash' | 'exec';
 
 /**
  * A guest sent something its protocol does not allow: a frame header that does not fit the

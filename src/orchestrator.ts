@@ -3,6 +3,7 @@ import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { resolveAuthMode, type AuthMode } from './api/auth/auth-mode.js';
+import type { ClusterAuth } from './api/auth/cluster-identity.js';
 import { KeyRequirement } from './api/auth/key-requirement.js';
 import { KeyStore } from './api/auth/key-store.js';
 import { buildServer } from './api/server.js';
@@ -65,6 +66,11 @@ export interface StartOptions {
   anthropic?: AnthropicSettings;
   /** Live-view settings other than the defaults (tests shorten the takeover grace). */
   liveViews?: Partial<LiveViewSettings>;
+  /**
+   * A cluster's node (`sbx node`): requests come from its gateways only, which check API keys
+   * in the cluster's database; this node's own keys are not used (docs/cluster.md).
+   */
+  cluster?: ClusterAuth;
 }
 
 /** Wires the parts together: store, runtime, image, session manager, HTTP server. */
@@ -90,12 +96,13 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
   const keys = new KeyStore(store.database);
   let authMode: AuthMode;
   try {
-    authMode = resolveAuthMode(config.auth, config.host, { usable: keys.hasUnrevokedKeys(), ever: keys.hasAnyKey() }, config.stateDir);
+    authMode = options.cluster ? 'required' : resolveAuthMode(config.auth, config.host, { usable: keys.hasUnrevokedKeys(), ever: keys.hasAnyKey() }, config.stateDir);
   } catch (err) {
     store.close();
     throw err;
   }
-  logAuthMode(log, authMode, config.host);
+  if (options.cluster) log.info({ auth: 'cluster' }, 'a node of a cluster: requests are taken from its gateways only (x-sbx-cluster-secret)');
+  else logAuthMode(log, authMode, config.host);
   const keyRequirement = new KeyRequirement(authMode, keys, () =>
     log.warn({ auth: 'required' }, 'an API key was created: keys are required from now on, for good (revoking every key does not turn them off)'),
   );
@@ -239,7 +246,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     templates,
     metrics,
     logger: log,
-    auth: { keys, requirement: keyRequirement, links: new LinkTokens(store.database) },
+    auth: { keys, requirement: keyRequirement, links: new LinkTokens(store.database), ...(options.cluster ? { cluster: options.cluster } : {}) },
     trajectory,
     connectionLimits: { headersTimeoutMs: config.headersTimeoutMs, requestTimeoutMs: config.requestTimeoutMs, sendTimeoutMs: config.sendTimeoutMs },
     tenantRequestLimits: { maxConcurrent: config.tenantMaxConcurrentRequests, perSecond: config.tenantRequestsPerSecond, burst: config.tenantRequestBurst },

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { once } from 'node:events';
-import { copyFile, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { copyFile, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -27,10 +27,14 @@ const NAMES = new ResourceNames(TEST_PREFIX);
 const MAX_GROWTH_MIB = 50;
 /** Orchestrator CPU a refused hostile request may cost (1.4-1.7 ms measured, as any 400 with its log line and trajectory). */
 const REFUSAL_CPU_MS = 5;
-/** Orchestrator CPU per answer of a helper that writes without end (5-25 ms measured: the capped answer, the channel closed; 15 ms in the last runs). */
+/**
+ * Orchestrator CPU per answer of a helper that writes without end (5-25 ms measured with the
+ * one-shot helper: the capped answer, the channel closed; the persistent helper's channel
+ * refuses it at its 8-byte header, the flood in flight dropped).
+ */
 const ENDLESS_ANSWER_CPU_MS = 60;
 const PWNED = '/tmp/pwned';
-const HELPER = '/usr/local/bin/sbx-desktop';
+const HELPER = '/usr/local/bin/sbx-desktopd';
 type Json = Record<string, unknown>;
 
 const TARGETS: unknown[] = [
@@ -187,14 +191,23 @@ describe('red team: desktop actions', () => {
   it('a hostile helper answering without end: a 502 for that session only, memory and latency flat, and it recovers', async () => {
     const [victim, bystander] = ids as [string, string];
     const helper = await guestRootPath(victim, HELPER);
-    const saved = path.join(stateDir, 'sbx-desktop.saved');
+    const saved = path.join(stateDir, 'sbx-desktopd.saved');
     await copyFile(helper, saved);
     await writeFile(helper, '#!/usr/bin/python3\nimport sys\nwhile True:\n    sys.stdout.write("x" * 65536)\n');
+    // The session's helper runs on: the next action starts the one put in its place.
+    await guestSh(guest, `pkill -f '^/usr/bin/python3 -I ${HELPER}$' || true`);
+    // The control: the /healthz sampling alone, whose CPU the attack's window pays too (one
+    // helper a second at most: the attack's window is long, the sampling's share with it).
+    const quietCpuBefore = await cpuSecondsOf(pid());
+    const quietStarted = performance.now();
     const quiet = sampleHealthz(serve.url);
-    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    await new Promise((resolve) => setTimeout(resolve, 3_000));
     const control = await quiet.stop();
+    const quietCpuPerMs = ((await cpuSecondsOf(pid())) - quietCpuBefore) * 1000 / (performance.now() - quietStarted);
     const baseline = await memoryOf(pid());
     const cpuBefore = await cpuSecondsOf(pid());
+    const readBefore = await bytesRead(pid());
+    const started = performance.now();
     const sampler = sampleHealthz(serve.url);
     let healthz: number[];
     try {
@@ -210,19 +223,30 @@ describe('red team: desktop actions', () => {
       healthz = await sampler.stop();
       await copyFile(saved, helper);
     }
+    const wallMs = performance.now() - started;
     const now = await memoryOf(pid());
     const cpuMs = ((await cpuSecondsOf(pid())) - cpuBefore) * 1000;
+    const attackCpuMs = Math.max(0, cpuMs - quietCpuPerMs * wallMs);
+    const readMiB = ((await bytesRead(pid())) - readBefore) / 2 ** 20;
     const p99 = percentile(healthz, 0.99);
     console.log(
-      `redteam-desktop (endless helper): 24 hostile answers and 24 requests to another session cost ${cpuMs.toFixed(0)} ms of orchestrator CPU; rss ${baseline.rssMiB} -> ${now.rssMiB} MiB, peak ${baseline.peakMiB} -> ${now.peakMiB} MiB; ` +
+      `redteam-desktop (endless helper): 24 hostile answers and 24 requests to another session in ${wallMs.toFixed(0)} ms cost ${cpuMs.toFixed(0)} ms of orchestrator CPU, ` +
+        `${attackCpuMs.toFixed(0)} ms beyond the /healthz sampling's rate (${(quietCpuPerMs * 1000).toFixed(0)} ms/s); ${readMiB.toFixed(1)} MiB read; ` +
+        `rss ${baseline.rssMiB} -> ${now.rssMiB} MiB, peak ${baseline.peakMiB} -> ${now.peakMiB} MiB; ` +
         `/healthz ${healthz.length} samples, p50 ${percentile(healthz, 0.5).toFixed(1)} ms, p99 ${p99.toFixed(1)} ms (load average ${os.loadavg()[0]?.toFixed(1)})`,
     );
     assert.ok(now.peakMiB - baseline.peakMiB < MAX_GROWTH_MIB, `peak memory grew by ${now.peakMiB - baseline.peakMiB} MiB`);
-    // The capped answer and what is in flight as the channel closes: 5-25 ms measured per hostile answer.
-    assert.ok(cpuMsPerRequest(cpuMs, 24) < ENDLESS_ANSWER_CPU_MS, `${cpuMsPerRequest(cpuMs, 24).toFixed(1)} ms of orchestrator CPU per hostile answer`);
+    // The refused answer and what is in flight as the channel closes: 5-25 ms measured per hostile answer.
+    assert.ok(cpuMsPerRequest(attackCpuMs, 24) < ENDLESS_ANSWER_CPU_MS, `${cpuMsPerRequest(attackCpuMs, 24).toFixed(1)} ms of orchestrator CPU per hostile answer`);
     assert.ok(p99 < healthzStallLimit(control), `/healthz p99 ${p99.toFixed(1)} ms (stall limit ${healthzStallLimit(control).toFixed(1)} ms)`);
-    const left = await guestSh(guest, 'pgrep -f sbx-desktop');
-    assert.equal(left.text.trim(), '', 'a hostile helper is still running in the guest');
+    // Each flooder ended with its channel (its next write failed).
+    let left = '';
+    for (let i = 0; i < 50; i++) {
+      left = (await guestSh(guest, `pgrep -fa '^/usr/bin/python3 -I ${HELPER}$' || true`)).text.trim();
+      if (!left) break;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    assert.equal(left, '', 'a hostile helper is still running in the guest');
     // The session itself is fine: with the helper back, it answers again.
     const res = await call('GET', victim, 'screen');
     assert.equal(res.status, 200, JSON.stringify(res.body));
@@ -249,6 +273,11 @@ x.XSync(d, 0)
 open("/tmp/sbx-silent-owner.ready", "w").close()
 time.sleep(600)
 `;
+
+/** Bytes a process has read (/proc/<pid>/io rchar: its sockets' included). */
+async function bytesRead(pid: number): Promise<number> {
+  return Number(/^rchar: (\d+)$/m.exec(await readFile(`/proc/${pid}/io`, 'utf8'))?.[1]);
+}
 
 /** A path in a container sandbox's root as its init sees it (the guest's root can write there). */
 async function guestRootPath(id: string, guestPath: string): Promise<string> {

@@ -94,7 +94,7 @@ export const sessionSchema = {
     error: { type: 'string', description: 'Why the session failed' },
     endReason: {
       type: 'string',
-      enum: ['deleted', 'idle_timeout', 'max_lifetime', 'failed', 'shutdown'],
+      enum: ['deleted', 'idle_timeout', 'max_lifetime', 'failed', 'shutdown', 'node_lost'],
       description: 'Why the session ended (or is ending): a DELETE, its idle timeout, its maximum lifetime, a failure (see error), the orchestrator stopping',
     },
     recording: recordingStatusSchema,

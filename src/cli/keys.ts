@@ -1,6 +1,8 @@
 import { Command, Option } from 'commander';
 import { openKeyStore } from '../api/auth/key-store-file.js';
-import type { ApiKeyRecord } from '../api/auth/key-store.js';
+import { newApiKeyRecord, type ApiKeyRecord } from '../api/auth/key-store.js';
+import { PgClusterStore } from '../cluster/store/pg-cluster-store.js';
+import { NotFoundError } from '../errors.js';
 import { parseDuration } from '../util/duration.js';
 
 /**
@@ -13,6 +15,7 @@ import { parseDuration } from '../util/duration.js';
 export function keysCommand(defaultStateDir: string): Command {
   const keys = new Command('keys').description('API keys: each belongs to a tenant, who sees only its own sessions');
   const stateDir = () => new Option('--state-dir <dir>', 'the orchestrator\'s state dir').env('SBX_STATE_DIR').default(defaultStateDir);
+  const db = () => new Option('--db <postgres-url>', "a cluster's keys, in its database, instead of this host's (docs/cluster.md)");
 
   keys
     .command('create')
@@ -20,10 +23,11 @@ export function keysCommand(defaultStateDir: string): Command {
     .requiredOption('--tenant <name>', 'the tenant it acts for (a-z, 0-9, ".", "_", "-")')
     .option('--expires-in <duration>', 'lifetime, e.g. 30d, 12h, 15m (default: no expiry)')
     .addOption(stateDir())
-    .action((opts: { tenant: string; expiresIn?: string; stateDir: string }) => {
+    .addOption(db())
+    .action(async (opts: { tenant: string; expiresIn?: string; stateDir: string; db?: string }) => {
       const expiresAt = opts.expiresIn === undefined ? undefined : new Date(Date.now() + parseDuration(opts.expiresIn) * 1000);
-      withKeys(opts.stateDir, (store) => {
-        const { record, key } = store.create(opts.tenant, expiresAt);
+      await withKeyBook(opts, async (book) => {
+        const { record, key } = await book.create(opts.tenant, expiresAt);
         console.log(key);
         console.error(
           `sbx: key ${record.id} for tenant "${record.tenant}"${record.expiresAt ? `, expires ${record.expiresAt}` : ', no expiry'}. ` +
@@ -36,9 +40,10 @@ export function keysCommand(defaultStateDir: string): Command {
     .command('list')
     .description('list keys (ids, tenants, dates; never the keys)')
     .addOption(stateDir())
-    .action((opts: { stateDir: string }) => {
-      withKeys(opts.stateDir, (store) => {
-        const all = store.list();
+    .addOption(db())
+    .action(async (opts: { stateDir: string; db?: string }) => {
+      await withKeyBook(opts, async (book) => {
+        const all = await book.list();
         if (all.length === 0) console.error('sbx: no API keys (the server runs keyless on loopback only)');
         for (const k of all) console.log(`${k.id}  ${k.tenant.padEnd(20)} ${statusOf(k).padEnd(8)} created ${k.createdAt}  expires ${k.expiresAt ?? 'never'}`);
       });
@@ -48,9 +53,10 @@ export function keysCommand(defaultStateDir: string): Command {
     .command('revoke <id>')
     .description('revoke a key for good (takes effect at once)')
     .addOption(stateDir())
-    .action((id: string, opts: { stateDir: string }) => {
-      withKeys(opts.stateDir, (store) => {
-        const record = store.revoke(id);
+    .addOption(db())
+    .action(async (id: string, opts: { stateDir: string; db?: string }) => {
+      await withKeyBook(opts, async (book) => {
+        const record = await book.revoke(id);
         console.log(`${record.id} revoked at ${record.revokedAt}`);
       });
     });
@@ -82,6 +88,46 @@ function withKeys(stateDir: string, use: (store: ReturnType<typeof openKeyStore>
     use(opened.keys);
   } finally {
     opened.close();
+  }
+}
+
+/** The keys `sbx keys` works on: this host's (SQLite) or, with --db, a cluster's (PostgreSQL). */
+interface KeyBook {
+  create(tenant: string, expiresAt?: Date): Promise<{ record: ApiKeyRecord; key: string }>;
+  list(): Promise<ApiKeyRecord[]>;
+  revoke(id: string): Promise<ApiKeyRecord>;
+}
+
+async function withKeyBook(opts: { stateDir: string; db?: string }, use: (book: KeyBook) => Promise<void>): Promise<void> {
+  if (opts.db === undefined) {
+    const opened = openKeyStore(opts.stateDir);
+    try {
+      const { keys } = opened;
+      await use({ create: async (tenant, expiresAt) => keys.create(tenant, expiresAt), list: async () => keys.list(), revoke: async (id) => keys.revoke(id) });
+    } finally {
+      opened.close();
+    }
+    return;
+  }
+  const store = new PgClusterStore({ url: opts.db });
+  try {
+    await store.migrate();
+    await use({
+      async create(tenant, expiresAt) {
+        const made = newApiKeyRecord(tenant, expiresAt);
+        await store.createKey(made.record);
+        return made;
+      },
+      list: () => store.listKeys(),
+      async revoke(id) {
+        await store.revokeKey(id);
+        const record = await store.findKey(id);
+        if (!record) throw new NotFoundError(`no API key with id "${id}" in the cluster (see \`sbx keys list --db ...\`)`);
+        return record;
+      },
+    });
+  } finally {
+    await store.close();
   }
 }
 

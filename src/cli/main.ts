@@ -1,17 +1,14 @@
 #!/usr/bin/env node
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { Command, InvalidArgumentError, Option } from 'commander';
-import { AUTH_SETTINGS, type AuthSetting } from '../api/auth/auth-mode.js';
+import { Command, Option } from 'commander';
 import { DEFAULT_ORCHESTRATOR_URL, SandboxClient, SandboxError } from '../client/index.js';
 import { defaultConfig } from '../config.js';
 import { buildImage } from '../guest/image/builder.js';
 import { BUILT_IN_TEMPLATE_NAMES, builtInRecipe } from '../guest/image/templates.js';
-import { createLogger } from '../logger.js';
-import { startOrchestrator } from '../orchestrator.js';
-import { RUNTIME_NAMES, type RuntimeChoice } from '../runtimes/settings.js';
-import { imagesDirFromEnv, warmPoolSize } from '../sessions/settings.js';
+import { clusterCommands } from './cluster.js';
 import { desktopCommand } from './desktop.js';
+import { integer, serveCommand } from './serve.js';
 import { keysCommand } from './keys.js';
 import { runStdioServer } from '../mcp/stdio.js';
 import { templateCommand } from './templates.js';
@@ -26,11 +23,6 @@ function extensionOf(image: Buffer): string {
   return 'png';
 }
 
-function integer(value: string): number {
-  const n = Number(value);
-  if (!Number.isInteger(n)) throw new InvalidArgumentError('must be an integer');
-  return n;
-}
 
 // The entry point: the only place (with src/bench/main.ts) that reads the process's environment.
 const defaults = defaultConfig(process.env);
@@ -39,101 +31,8 @@ const program = new Command('sbx')
   .addOption(new Option('--url <url>', 'orchestrator URL (client commands)').env('SBX_URL').default(DEFAULT_ORCHESTRATOR_URL))
   .addOption(new Option('--api-key <key>', 'API key (client commands)').env('SBX_API_KEY'));
 
-program
-  .command('serve')
-  .description('run the orchestrator (as root): HTTP API, sandboxes, metrics')
-  .addOption(new Option('--host <host>', 'address to listen on').env('SBX_HOST').default(defaults.host))
-  .addOption(new Option('--port <port>', 'port to listen on').env('SBX_PORT').default(defaults.port).argParser(integer))
-  .addOption(new Option('--state-dir <dir>', 'keys, per-session files and the store').env('SBX_STATE_DIR').default(defaults.stateDir))
-  .addOption(new Option('--runtime <name>', 'sandbox runtime').env('SBX_RUNTIME').choices([...RUNTIME_NAMES]).default(defaults.runtime))
-  .addOption(
-    new Option('--warm-pool <n>', `booted sandboxes of the default template kept ready for creates of ${defaults.warmPoolScreen.width}x${defaults.warmPoolScreen.height} (SBX_WARM_POOL_SCREEN; per template: SBX_WARM_POOL=name:count,...)`)
-      .env('SBX_WARM_POOL_SIZE')
-      .default(defaults.warmPoolSize)
-      .argParser((v) => {
-        try {
-          return warmPoolSize(integer(v));
-        } catch (err) {
-          throw new InvalidArgumentError((err as Error).message);
-        }
-      }),
-  )
-  .addOption(
-    new Option('--auth <mode>', 'API keys: auto (required once a key has ever existed; always off loopback), on, off (loopback only)')
-      .env('SBX_AUTH')
-      .choices([...AUTH_SETTINGS])
-      .default(defaults.auth),
-  )
-  .addOption(new Option('--no-auth', 'serve without API keys (loopback only; same as --auth off)'))
-  .option('--demo', 'create one demo sandbox once started, and save its screenshot')
-  .action(async (opts: { host: string; port: number; stateDir: string; runtime: RuntimeChoice; warmPool: number; auth: AuthSetting | false; demo?: boolean }) => {
-    const log = createLogger(undefined, defaults.logLevel);
-    const config = {
-      ...defaults,
-      // commander turns --no-auth into auth: false.
-      auth: opts.auth === false ? ('off' as const) : opts.auth,
-      host: opts.host,
-      port: opts.port,
-      stateDir: opts.stateDir,
-      imagesDir: imagesDirFromEnv(process.env, opts.stateDir),
-      runtime: opts.runtime,
-      warmPoolSize: opts.warmPool,
-    };
-    let orchestrator: Awaited<ReturnType<typeof startOrchestrator>>;
-    try {
-      // The loop's API key comes from the environment only (never a flag: it would show in ps).
-      orchestrator = await startOrchestrator(config, log, { anthropic: { apiKey: process.env.ANTHROPIC_API_KEY, baseURL: process.env.ANTHROPIC_BASE_URL } });
-    } catch (err) {
-      console.error(`sbx: ${err instanceof Error ? err.message : String(err)}`);
-      process.exit(1);
-    }
-    const url = `http://${config.host}:${config.port}`;
-    let stopping = false;
-    const stop = (signal: string) => {
-      if (stopping) return;
-      stopping = true;
-      log.info({ signal }, 'shutting down: destroying every session');
-      orchestrator.close().then(
-        () => process.exit(0),
-        (err: unknown) => {
-          log.error({ err }, 'shutdown failed');
-          process.exit(1);
-        },
-      );
-    };
-    process.on('SIGTERM', () => stop('SIGTERM'));
-    process.on('SIGINT', () => stop('SIGINT'));
-    console.error(`sbx: orchestrator listening on ${url} (runtime ${orchestrator.manager.runtimeName}, state in ${config.stateDir})`);
-    // The demo sandbox is made without a key (tenant "local"): only a keyless server can
-    // hand it to curl. With keys, `sbx create` with one makes a sandbox of the key's tenant.
-    const keyless = !orchestrator.keyRequirement.keysRequired();
-    if (opts.demo && !keyless) {
-      console.error('sbx: API keys exist, so every request needs one: no demo sandbox; try `SBX_API_KEY=<key> node dist/cli/main.js create`');
-    } else if (opts.demo) {
-      // Recorded from the start: afterwards the user replays it step by step and as video.
-      const session = await orchestrator.manager.create({ metadata: { demo: true }, record: true });
-      const png = await orchestrator.manager.screenshot(session.id);
-      const file = path.resolve(`demo-${session.id}.png`);
-      await writeFile(file, png.data);
-      // The live view is opened by a browser on this machine, so its URL names the listening address.
-      const live = await orchestrator.views.create(session.id, session.tenant, 'view', undefined);
-      console.error(
-        [
-          `sbx: demo sandbox ${session.id} is ready (${session.display.width}x${session.display.height}, runtime ${session.runtime})`,
-          `sbx: screenshot saved to ${file}`,
-          `sbx: watch it live in a browser (view only, 1 hour): ${url}/v1/views/${live.token}`,
-          `sbx: try:`,
-          `  curl -s -X POST ${url}/v1/sessions/${session.id}/actions -H 'content-type: application/json' -d '{"action":"left_click","coordinate":[200,150]}'`,
-          `  curl -s -X POST ${url}/v1/sessions/${session.id}/actions -H 'content-type: application/json' -d '{"action":"type","text":"hello"}'`,
-          `  curl -s -o shot.png ${url}/v1/sessions/${session.id}/screenshot`,
-          `  curl -s -X DELETE ${url}/v1/sessions/${session.id}`,
-          `sbx: afterwards, replay it step by step: ${url}/v1/sessions/${session.id}/trajectory/view`,
-          `sbx:   and as video (recorded from the start): ${url}/v1/sessions/${session.id}/recording`,
-          `sbx: Ctrl-C stops the orchestrator and destroys its sandboxes.`,
-        ].join('\n'),
-      );
-    }
-  });
+program.addCommand(serveCommand(defaults));
+for (const command of clusterCommands(defaults)) program.addCommand(command);
 
 const image = program.command('image').description('the guest images of the built-in templates');
 image

@@ -40,7 +40,7 @@ export interface SessionInfo {
   lifetimeEndsAt?: string;
   error?: string;
   /** Why the session ended. */
-  endReason?: 'deleted' | 'idle_timeout' | 'max_lifetime' | 'failed' | 'shutdown';
+  endReason?: 'deleted' | 'idle_timeout' | 'max_lifetime' | 'failed' | 'shutdown' | 'node_lost';
   /** Its screen recording, when it was recorded. */
   recording?: RecordingStatus;
 }

@@ -40,6 +40,9 @@ export interface Placed<T> {
   readonly failures: readonly AttemptFailure[];
 }
 
+/** One choice: a node, or why none (placement's reason, its counts when it has them). */
+export type Choice<N> = { readonly ok: true; readonly node: N } | { readonly ok: false; readonly reason: string; readonly rejected?: Readonly<Record<Constraint, number>> };
+
 /**
  * Choose a node, call `attempt` on it; on failure choose again without the nodes that failed.
  * `loadNodes` is read before every choice, so a retry sees the directory as it is then.
@@ -50,21 +53,37 @@ export async function placeWithRetries<T>(
   attempt: (node: NodeSnapshot) => Promise<T>,
   options: RetryOptions = {},
 ): Promise<Placed<T>> {
-  const maxTries = Math.max(1, options.maxTries ?? DEFAULT_MAX_TRIES);
+  const choose = async (exclude: ReadonlySet<string>): Promise<Choice<NodeSnapshot>> => place(request, await loadNodes(), { ...options, exclude });
+  return retryChoices(choose, (node) => node.name, attempt, options.maxTries);
+}
+
+/**
+ * The retry loop on its own, for a caller whose choice is made elsewhere (the gateway's is
+ * the store's placement transaction, which also commits it). A 4xx of `attempt` is thrown as
+ * is; anything else leaves that node out of the next choice, at most `maxTries` times.
+ */
+export async function retryChoices<N, T>(
+  choose: (exclude: ReadonlySet<string>) => Promise<Choice<N>>,
+  nameOf: (node: N) => string,
+  attempt: (node: N) => Promise<T>,
+  maxTriesOption?: number,
+): Promise<{ readonly node: N; readonly result: T; readonly failures: readonly AttemptFailure[] }> {
+  const maxTries = Math.max(1, maxTriesOption ?? DEFAULT_MAX_TRIES);
   const exclude = new Set<string>();
   const failures: AttemptFailure[] = [];
+  const none = Object.fromEntries(CONSTRAINTS.map((constraint) => [constraint, 0])) as Record<Constraint, number>;
   while (failures.length < maxTries) {
-    const placement = place(request, await loadNodes(), { ...options, exclude });
-    if (!placement.ok) throw new NoNodeError(withFailures(placement.reason, failures), placement.rejected, failures);
+    const choice = await choose(exclude);
+    if (!choice.ok) throw new NoNodeError(withFailures(choice.reason, failures), choice.rejected ?? none, failures);
+    const name = nameOf(choice.node);
     try {
-      return { node: placement.node, result: await attempt(placement.node), failures };
+      return { node: choice.node, result: await attempt(choice.node), failures };
     } catch (error) {
       if (error instanceof OrchestratorError && error.statusCode < 500) throw error;
-      failures.push({ node: placement.node.name, message: error instanceof Error ? error.message : String(error) });
-      exclude.add(placement.node.name);
+      failures.push({ node: name, message: error instanceof Error ? error.message : String(error) });
+      exclude.add(name);
     }
   }
-  const none = Object.fromEntries(CONSTRAINTS.map((constraint) => [constraint, 0])) as Record<Constraint, number>;
   throw new NoNodeError(withFailures(`no node could take this create in ${maxTries} tries`, failures), none, failures);
 }
 

@@ -148,7 +148,7 @@ export class Metrics {
    */
   readonly guestProtocolErrors = new Counter({
     name: 'sandbox_guest_protocol_errors_total',
-    help: 'Guest channels closed because the guest broke their protocol, by channel (capture, input, bash, exec) and reason',
+    help: 'Guest channels closed because the guest broke their protocol, by channel (capture, input, desktop, bash, exec) and reason',
     labelNames: ['channel', 'reason'] as const,
     registers: [this.registry],
   });

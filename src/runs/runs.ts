@@ -109,7 +109,7 @@ export class RunManager {
   }
 
   /** Starts a run; checks everything (key, session) before a sandbox is made. */
-  async create(request: RunRequest, tenant: string, screenshotUrl: (sessionId: string, step: number) => string): Promise<RunView> {
+  async create(request: RunRequest, tenant: string, screenshotUrl: (sessionId: string, step: number) => string, placedSessionId?: string): Promise<RunView> {
     const { client } = this;
     if (!client) {
       throw new ModelKeyMissingError('no Anthropic API key: set ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL for a proxy or gateway) in the environment of `sbx serve`');
@@ -128,7 +128,7 @@ export class RunManager {
     // The tenant's run slot and budget, before the first await: given back if the run does not start.
     const reservation = this.budgets.reserve(tenant, request, RUN_DEFAULTS);
     try {
-      return await this.start(client, request, tenant, model, reservation, screenshotUrl);
+      return await this.start(client, request, tenant, model, reservation, screenshotUrl, placedSessionId);
     } catch (err) {
       reservation.settle(0, 0);
       throw err;
@@ -143,6 +143,7 @@ export class RunManager {
     model: string,
     reservation: RunReservation,
     screenshotUrl: (sessionId: string, step: number) => string,
+    placedSessionId: string | undefined,
   ): Promise<RunView> {
     const { sessions, trajectory } = this.opts;
     let sessionId: string;
@@ -153,7 +154,7 @@ export class RunManager {
     } else {
       // A session made for the run shows the run's tool definition in its view.
       version = request.toolVersion ?? request.session?.toolVersion ?? RUN_DEFAULTS.toolVersion;
-      const made = await sessions.create({ ...request.session, toolVersion: version }, { tenant });
+      const made = await sessions.create({ ...request.session, toolVersion: version }, placedSessionId === undefined ? { tenant } : { tenant, sessionId: placedSessionId });
       trajectory?.begin(made, request.session?.trajectory?.keepTypedText === true);
       sessionId = made.id;
     }

@@ -1,3 +1,4 @@
+import { SESSION_ID_PATTERN } from '../network/names.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { type GuestProtocolError, InvalidRequestError, OrchestratorError, UnavailableError } from '../errors.js';
@@ -67,6 +68,7 @@ export class SessionLifecycle {
     const started = performance.now();
     const template = await this.template(options.template ?? this.opts.defaults.template);
     const request = resolveRequest(options, this.opts.defaults, template.screen);
+    if (owner.sessionId !== undefined) this.assertNewId(owner.sessionId);
     await this.opts.host.assertCreatesAllowed();
     // Admission: a 429/503 here has taken nothing. The slot is taken in the same synchronous
     // step as the check, so concurrent creates cannot overshoot a limit. The session that
@@ -74,13 +76,19 @@ export class SessionLifecycle {
     // (release is idempotent, so a failed boot that released it already is no harm).
     const slot = this.opts.capacity.reserve(owner.tenant, { diskMiB: this.opts.disk?.writableMiB(template.image) ?? 0 });
     try {
-      const view = await this.createWithSlot(request, template, owner.tenant, slot, started);
+      const view = await this.createWithSlot(request, template, owner, slot, started);
       slot.booted();
       return view;
     } catch (err) {
       slot.release();
       throw err;
     }
+  }
+
+  /** A placed id (a gateway's) is well formed and new on this node. */
+  private assertNewId(id: string): void {
+    if (!SESSION_ID_PATTERN.test(id)) throw new InvalidRequestError(`session id ${JSON.stringify(id)} is not a session id`);
+    if (this.opts.registry.find(id) || this.opts.store.get(id)) throw new InvalidRequestError(`session ${id} exists already on this node`);
   }
 
   /** The template a create names, or a 400 that lists the ones there are (or the 503 of a damaged image). */
@@ -107,23 +115,25 @@ export class SessionLifecycle {
     return this.shuttingDown;
   }
 
-  private async createWithSlot(request: SessionRequest, template: SessionTemplate, tenant: string, slot: CapacitySlot, started: number): Promise<SessionView> {
+  private async createWithSlot(request: SessionRequest, template: SessionTemplate, owner: SessionOwner, slot: CapacitySlot, started: number): Promise<SessionView> {
+    const { tenant } = owner;
     // A pooled sandbox of the same screen size, if one is ready; any other request boots cold.
     // (A pooled sandbox was fenced without egress: a request for egress boots cold too.)
     // Only the pool of the session's own template: a sandbox booted from another image is never handed out.
     const pool = this.warmPools.get(request.template);
-    const pooled = request.egress ? undefined : pool?.take({ width: request.width, height: request.height });
+    // (A placed id names a cold boot: a pooled sandbox's resources carry its own id.)
+    const pooled = request.egress || owner.sessionId !== undefined ? undefined : pool?.take({ width: request.width, height: request.height });
     if (pooled) {
       const view = await this.createFromPool(pooled, request, tenant, slot, started).finally(() => pool?.refill());
       if (view) return view;
     }
-    return this.createCold(request, template, tenant, slot, started);
+    return this.createCold(request, template, owner, slot, started);
   }
 
-  private async createCold(request: SessionRequest, template: SessionTemplate, tenant: string, slot: CapacitySlot, started: number): Promise<SessionView> {
+  private async createCold(request: SessionRequest, template: SessionTemplate, owner: SessionOwner, slot: CapacitySlot, started: number): Promise<SessionView> {
     const { store, registry, metrics, host, addresses } = this.opts;
     const lease = await addresses.leaseFree();
-    const record = newRecord(request, lease.index, false, tenant, this.opts.runtimeName);
+    const record = newRecord(request, lease.index, false, owner.tenant, this.opts.runtimeName, owner.sessionId);
     this.measureDisk(slot, record.id);
     const session = new Session(record);
     session.image = template.image;

@@ -11,9 +11,10 @@ export type SessionState = (typeof SESSION_STATES)[number];
 export const LOCAL_TENANT = 'local';
 /**
  * Why a session ended: a client's DELETE, its idle timeout, its maximum lifetime, a failure
- * (its error says which), or the orchestrator shutting down.
+ * (its error says which), the orchestrator shutting down, or (a cluster's node) the cluster
+ * having given it up while its node was lost (docs/cluster.md).
  */
-export const END_REASONS = ['deleted', 'idle_timeout', 'max_lifetime', 'failed', 'shutdown'] as const;
+export const END_REASONS = ['deleted', 'idle_timeout', 'max_lifetime', 'failed', 'shutdown', 'node_lost'] as const;
 export type EndReason = (typeof END_REASONS)[number];
 
 /** What is stored about a session, and what the API shows of it. */

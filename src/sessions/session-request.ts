@@ -31,6 +31,8 @@ export interface CreateSessionOptions {
 /** Who a session is made for. */
 export interface SessionOwner {
   tenant: string;
+  /** The id a cluster's gateway placed in its directory (docs/cluster.md); otherwise a new one. */
+  sessionId?: string;
 }
 
 /** A create request with its defaults applied and checked: the record's requested part. */
@@ -84,10 +86,10 @@ export function resolveRequest(options: CreateSessionOptions, defaults: RequestD
 }
 
 /** A new session's record, state 'creating', its clocks starting now. */
-export function newRecord(request: SessionRequest, addressIndex: number, pooled: boolean, tenant: string, runtime: SessionRecord['runtime']): SessionRecord {
+export function newRecord(request: SessionRequest, addressIndex: number, pooled: boolean, tenant: string, runtime: SessionRecord['runtime'], id = newSessionId()): SessionRecord {
   const now = new Date();
   return {
-    id: newSessionId(),
+    id,
     tenant,
     state: 'creating',
     runtime,

@@ -15,13 +15,15 @@ const CONFIG = path.join(SRC, 'config.ts');
 /** Files that may read the process's environment, and why. */
 const MAY_READ_ENV: Record<string, string> = {
   'cli/main.ts': 'the CLI entry point',
+  'cli/serve.ts': "the CLI's orchestrator commands (serve, node), split from cli/main.ts",
+  'cli/cluster.ts': "the CLI's cluster commands (gateway, nodes), split from cli/main.ts",
   'bench/main.ts': 'the benchmark entry point',
   'client/index.ts': "the client library's defaults (SBX_URL, SBX_API_KEY): it runs in the user's program, not the orchestrator",
   'util/inherited-env.ts': 'what child processes inherit and PATH: passed on, never a setting',
 };
 
 /** Files that may import src/config.ts: the entry points and the package's index. */
-const MAY_IMPORT_CONFIG = new Set(['cli/main.ts', 'bench/main.ts', 'orchestrator.ts', 'index.ts']);
+const MAY_IMPORT_CONFIG = new Set(['cli/main.ts', 'cli/serve.ts', 'cli/cluster.ts', 'bench/main.ts', 'orchestrator.ts', 'index.ts']);
 
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {

@@ -6,24 +6,42 @@ import path from 'node:path';
 import { after, describe, it } from 'node:test';
 
 /**
- * The guest's desktop helper (src/guest/files/sbx-desktop) checks every request by its
+ * The guest's desktop helper (src/guest/files/sbx-desktopd) checks every request by its
  * shape again, before it asks anything of the X server or runs anything: the second layer
  * behind the host's checks (test/unit/desktop-actions.test.ts). Run here as the guest runs
- * it (`python3 -I`, request on stdin), with no display and an empty home: no root, no sandbox.
+ * it (`python3 -I`, one request per line on stdin, one answer frame each on stdout), with no
+ * display and an empty home: no root, no sandbox.
  */
-const HELPER = path.resolve(import.meta.dirname, '../../src/guest/files/sbx-desktop');
+const HELPER = path.resolve(import.meta.dirname, '../../src/guest/files/sbx-desktopd');
 const home = mkdtempSync(path.join(os.tmpdir(), 'sbx-desktop-helper-'));
+type Answer = { ok: boolean; error?: string; message?: string };
 
-function ask(request: string | Buffer): { ok: boolean; error?: string; message?: string } {
+/** Runs one helper for all the request lines; its answers, one frame each, in order. */
+function askAll(lines: Array<string | Buffer>): Answer[] {
   const result = spawnSync('/usr/bin/python3', ['-I', HELPER], {
-    input: request,
+    input: Buffer.concat(lines.map((line) => Buffer.concat([Buffer.from(line), Buffer.from('\n')]))),
     env: { HOME: home, DISPLAY: ':65000', PATH: '/nonexistent' },
     timeout: 20_000,
   });
   assert.equal(result.status, 0, result.stderr.toString());
-  const lines = result.stdout.toString('utf8').split('\n');
-  assert.equal(lines.length, 2, 'one answer line');
-  return JSON.parse(lines[0] as string) as { ok: boolean; error?: string; message?: string };
+  const answers: Answer[] = [];
+  const out = result.stdout;
+  let at = 0;
+  while (at < out.length) {
+    assert.equal(out.subarray(at, at + 4).toString('latin1'), 'SBXD', `a frame at byte ${at}`);
+    const length = out.readUInt32BE(at + 4);
+    const payload = out.subarray(at + 8, at + 8 + length);
+    assert.equal(payload.length, length, 'the whole payload');
+    assert.equal(payload.indexOf(0x0a), length - 1, 'one JSON line');
+    answers.push(JSON.parse(payload.toString('utf8')) as Answer);
+    at += 8 + length;
+  }
+  assert.equal(answers.length, lines.length, 'one answer per request');
+  return answers;
+}
+
+function ask(request: string | Buffer): Answer {
+  return askAll([request])[0] as Answer;
 }
 
 describe('sbx-desktop, the guest helper', () => {
@@ -63,5 +81,21 @@ describe('sbx-desktop, the guest helper', () => {
     assert.equal(ask(Buffer.alloc(8 * 1024 * 1024 + 10, 0x20)).error, 'bad_request');
     const noDisplay = ask(JSON.stringify({ verb: 'windows' }));
     assert.deepEqual([noDisplay.error, noDisplay.message], ['failed', 'cannot open the display']);
+  });
+
+  it('answers many requests in one process, in order, a refused or too long one included, and ends with its stdin', () => {
+    const answers = askAll([
+      JSON.stringify({ verb: 'launch', app: 'no-such-app-here' }),
+      Buffer.alloc(9 * 1024 * 1024, 0x20),
+      'not json',
+      JSON.stringify({ verb: 'open', target: '--help' }),
+      JSON.stringify({ verb: 'windows' }),
+      JSON.stringify({ verb: 'launch', app: 'no-such-app-here' }),
+    ]);
+    assert.deepEqual(
+      answers.map((a) => a.error),
+      ['no_such_app', 'bad_request', 'bad_request', 'bad_request', 'failed', 'no_such_app'],
+    );
+    assert.equal(answers[1]?.message, 'request too long');
   });
 });

@@ -27,6 +27,30 @@ interface Row {
 export const TENANT_PATTERN = /^[a-z0-9][a-z0-9_.-]{0,62}$/;
 
 /**
+ * A new key for `tenant` and its record (the key is the only copy there will ever be): the
+ * single host's store and a cluster's (`sbx keys --db`) make keys alike.
+ */
+export function newApiKeyRecord(tenant: string, expiresAt?: Date, now = new Date()): { record: ApiKeyRecord; key: string } {
+  if (!TENANT_PATTERN.test(tenant)) {
+    throw new InvalidRequestError(`tenant must be 1 to 63 of a-z, 0-9, ".", "_", "-" (starting with a letter or digit), got "${tenant}"`);
+  }
+  if (tenant === LOCAL_TENANT) {
+    // Keyless sessions are "local"'s: a key for it would reach every session made without one.
+    throw new InvalidRequestError(`tenant "${LOCAL_TENANT}" is reserved for sessions made without a key; choose another name`);
+  }
+  const made = generateApiKey();
+  const record: ApiKeyRecord = {
+    id: made.id,
+    tenant,
+    hash: made.hash,
+    createdAt: now.toISOString(),
+    expiresAt: expiresAt ? expiresAt.toISOString() : null,
+    revokedAt: null,
+  };
+  return { record, key: made.key };
+}
+
+/**
  * The api_keys table (created with the sessions table, src/sessions/store.ts). Every
  * request reads the key's row afresh, so a key created or revoked with the CLI while the
  * server runs takes effect at once, with no cache to go stale.
@@ -36,26 +60,11 @@ export class KeyStore {
 
   /** Makes a key for `tenant`; the returned key is the only copy there will ever be. */
   create(tenant: string, expiresAt?: Date, now = new Date()): { record: ApiKeyRecord; key: string } {
-    if (!TENANT_PATTERN.test(tenant)) {
-      throw new InvalidRequestError(`tenant must be 1 to 63 of a-z, 0-9, ".", "_", "-" (starting with a letter or digit), got "${tenant}"`);
-    }
-    if (tenant === LOCAL_TENANT) {
-      // Keyless sessions are "local"'s: a key for it would reach every session made without one.
-      throw new InvalidRequestError(`tenant "${LOCAL_TENANT}" is reserved for sessions made without a key; choose another name`);
-    }
-    const made = generateApiKey();
-    const record: ApiKeyRecord = {
-      id: made.id,
-      tenant,
-      hash: made.hash,
-      createdAt: now.toISOString(),
-      expiresAt: expiresAt ? expiresAt.toISOString() : null,
-      revokedAt: null,
-    };
+    const { record, key } = newApiKeyRecord(tenant, expiresAt, now);
     this.db
       .prepare('INSERT INTO api_keys (id, tenant, hash, created_at, expires_at, revoked_at) VALUES (?, ?, ?, ?, ?, NULL)')
       .run(record.id, record.tenant, record.hash, record.createdAt, record.expiresAt);
-    return { record, key: made.key };
+    return { record, key };
   }
 
   find(id: string): ApiKeyRecord | undefined {

@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { LOCAL_TENANT } from '../../sessions/session-record.js';
 import { isLoopbackAddress } from './auth-mode.js';
 import { assertNotFromAWebPage } from './browser-guard.js';
+import { assertFromGateway, CLUSTER_SECRET_HEADER, gatewayIdentity, placedSessionId, type ClusterAuth } from './cluster-identity.js';
 import type { KeyRequirement } from './key-requirement.js';
 import type { KeyStore } from './key-store.js';
 import type { LinkPurpose, LinkTokens } from '../links/link-tokens.js';
@@ -14,6 +15,8 @@ declare module 'fastify' {
     tenant: string;
     /** The id of the API key used (null in keyless mode, and on open routes). */
     apiKeyId: string | null;
+    /** On a cluster's node, the session id its gateway placed for a create (null elsewhere). */
+    placedSessionId: string | null;
   }
   interface FastifyContextConfig {
     /** The route also opens with a link token of this purpose in ?token= (pages a browser opens). */
@@ -27,6 +30,8 @@ export interface AuthOptions {
   requirement: KeyRequirement;
   /** Link tokens, for the routes that open with one (config.linkPurpose). */
   links?: LinkTokens;
+  /** A cluster's node: its gateways authenticate clients, the node checks the gateway (cluster-identity.ts). */
+  cluster?: ClusterAuth;
 }
 
 /**
@@ -71,8 +76,13 @@ const LOCAL_ROUTES = new Set(['/metrics']);
 export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
   app.decorateRequest('tenant', '');
   app.decorateRequest('apiKeyId', null);
+  app.decorateRequest('placedSessionId', null);
   app.addHook('onRequest', async (request, reply) => {
     const route = request.routeOptions.url;
+    if (opts.cluster) {
+      identifyGatewayRequest(request, reply, opts, opts.cluster);
+      return;
+    }
     if (route !== undefined && OPEN_ROUTES.has(route)) return;
     const hasKey = request.headers.authorization !== undefined;
     if (!hasKey && route !== undefined && LOCAL_ROUTES.has(route) && isLoopbackAddress(request.socket.remoteAddress ?? '')) {
@@ -81,7 +91,7 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
     }
     if (!hasKey && route !== undefined && KEY_OPTIONAL_ROUTES.has(route) && !keylessCaller(request, opts)) return;
     if (!hasKey && opts.links && linkTokenOf(request) !== undefined) {
-      openWithLink(request, reply, opts, opts.links);
+      openWithLink(request, reply, !opts.requirement.keysRequired(), opts.links);
       return;
     }
     const identity = identify(request, opts);
@@ -89,6 +99,35 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
     request.apiKeyId = identity.keyId ?? null;
     bindRequestLog(request, reply, identity.keyId ? { tenant: identity.tenant, keyId: identity.keyId } : { tenant: identity.tenant });
   });
+}
+
+/**
+ * On a cluster's node every request comes from a gateway, but a bare liveness probe (the
+ * orchestrator's own kubelet), which hears only "ok", and /metrics from this machine.
+ * The gateway names the tenant it authenticated; open routes and link-token pages are
+ * checked here as on a single host (their token is their credential).
+ */
+function identifyGatewayRequest(request: FastifyRequest, reply: FastifyReply, opts: AuthOptions, cluster: ClusterAuth): void {
+  const route = request.routeOptions.url;
+  const bare = request.headers.authorization === undefined && request.headers[CLUSTER_SECRET_HEADER] === undefined;
+  if (bare && route !== undefined && KEY_OPTIONAL_ROUTES.has(route)) return;
+  if (bare && route !== undefined && LOCAL_ROUTES.has(route) && isLoopbackAddress(request.socket.remoteAddress ?? '')) return;
+  assertFromGateway(request, cluster);
+  if (route !== undefined && OPEN_ROUTES.has(route)) return;
+  const identity = gatewayIdentity(request);
+  if (identity) {
+    request.tenant = identity.tenant;
+    request.apiKeyId = identity.keyId ?? null;
+    request.placedSessionId = placedSessionId(request) ?? null;
+    bindRequestLog(request, reply, identity.keyId ? { tenant: identity.tenant, keyId: identity.keyId } : { tenant: identity.tenant });
+    return;
+  }
+  if (opts.links && linkTokenOf(request) !== undefined) {
+    openWithLink(request, reply, false, opts.links);
+    return;
+  }
+  if (route !== undefined && (KEY_OPTIONAL_ROUTES.has(route) || LOCAL_ROUTES.has(route))) return;
+  throw missingKeyError();
 }
 
 /** The ?token= of a route that opens with a link token, if it has one. */
@@ -104,8 +143,8 @@ function linkTokenOf(request: FastifyRequest): string | undefined {
  * still not drive this server, token or not: the browser guard applies as to any keyless call.
  * The token is never logged: the request log names the route pattern, not the URL.
  */
-function openWithLink(request: FastifyRequest, reply: FastifyReply, opts: AuthOptions, links: LinkTokens): void {
-  if (!opts.requirement.keysRequired()) assertNotFromAWebPage(request.headers, request.socket.localPort);
+function openWithLink(request: FastifyRequest, reply: FastifyReply, keyless: boolean, links: LinkTokens): void {
+  if (keyless) assertNotFromAWebPage(request.headers, request.socket.localPort);
   const sessionId = (request.params as { id?: unknown }).id;
   const purpose = request.routeOptions.config.linkPurpose as LinkPurpose;
   const link = links.verify(linkTokenOf(request) as string, typeof sessionId === 'string' ? sessionId : '', purpose);

@@ -1,6 +1,6 @@
 import { AuthenticationError } from '../../errors.js';
 import { apiKeyId, apiKeyMatches } from './api-key.js';
-import type { KeyStore } from './key-store.js';
+import type { ApiKeyRecord, KeyStore } from './key-store.js';
 
 /** Who a request acts for. */
 export interface Identity {
@@ -19,15 +19,33 @@ const NO_KEY_HASH = Buffer.alloc(32);
  * hash, is not revoked and has not expired. Revoked and expired are only said to whoever
  * holds the real key; anything else is just "invalid".
  */
-export function verifyAuthorization(header: string, keys: KeyStore, now = new Date()): Identity {
+export function verifyAuthorization(header: string, keys: Pick<KeyStore, 'find'>, now = new Date()): Identity {
+  const presented = parseAuthorization(header);
+  return checkKeyRecord(presented, presented.id === undefined ? undefined : keys.find(presented.id), now);
+}
+
+/** A key as presented: the key, and its id when it is well-formed (the id its record is found by). */
+export interface PresentedKey {
+  key: string;
+  id: string | undefined;
+}
+
+/**
+ * The first half of the check, before the record is read (a cluster's gateway reads it from
+ * PostgreSQL, asynchronously): the header's shape, and the key id to look up.
+ */
+export function parseAuthorization(header: string): PresentedKey {
   const match = /^Bearer +(\S+) *$/i.exec(header);
   if (!match) {
     throw new AuthenticationError(`the Authorization header must be "Bearer <API key>"; ${HOW_TO_GET_A_KEY}`, 'invalid_api_key');
   }
   const key = match[1] as string;
-  const id = apiKeyId(key);
-  const record = id === undefined ? undefined : keys.find(id);
-  const matches = apiKeyMatches(key, record?.hash ?? NO_KEY_HASH);
+  return { key, id: apiKeyId(key) };
+}
+
+/** The second half: the presented key against the record found by its id (undefined: none). */
+export function checkKeyRecord(presented: PresentedKey, record: ApiKeyRecord | undefined, now = new Date()): Identity {
+  const matches = apiKeyMatches(presented.key, record?.hash ?? NO_KEY_HASH);
   if (!record || !matches) throw new AuthenticationError('invalid API key', 'invalid_api_key');
   if (record.revokedAt !== null) {
     throw new AuthenticationError(`API key ${record.id} was revoked at ${record.revokedAt}; ${HOW_TO_GET_A_KEY}`, 'revoked_api_key');

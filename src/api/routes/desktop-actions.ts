@@ -57,8 +57,8 @@ const CLIPBOARD_BODY_LIMIT_BYTES = 2 * MAX_CLIPBOARD_BYTES + 64 * 1024;
 
 /**
  * /v1/sessions/:id/desktop/...: desktop actions beyond raw input (open, launch, windows,
- * clipboard, screen size), each one run of the guest's desktop helper with the request as
- * data on its stdin (computer/desktop-actions). Scoped to the tenant and rate-limited like
+ * clipboard, screen size), each one request to the session's long-lived desktop helper in
+ * the guest, as data on its stdin (computer/desktop-actions). Scoped to the tenant and rate-limited like
  * every session route (server.ts installs both for every /v1/sessions/:id route). Each call
  * is a step of the session's trajectory (tool `desktop`, action `open`, `launch`, `windows`,
  * `focus`, `close`, `clipboard`, `set_clipboard`, `screen`): clipboard text, both ways, is
@@ -70,7 +70,7 @@ export async function desktopActionRoutes(app: FastifyInstance, opts: { manager:
   // actions are: checked before anything runs, reads included (the agent waits for hand-back).
   const actions = (id: string) => {
     manager.checkAgentControl(id);
-    return manager.attachment(id, 'desktop-actions', ({ connection }) => new DesktopActions(connection, manager.display));
+    return manager.attachment(id, 'desktop-actions', (ctx) => DesktopActions.attach(ctx, manager.display));
   };
   /** Runs one desktop action of a session as a step of its trajectory; `typed`: its answer is the clipboard's text. */
   const step = <T>(id: string, input: { action: string } & Record<string, unknown>, work: (desktop: DesktopActions) => Promise<T>, typed?: (answer: T) => string) =>

@@ -13,7 +13,7 @@ const SSE_UNREAD_LIMIT_BYTES = 256 * 1024;
 const errors = { 400: { $ref: 'Error#' }, 401: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 429: { $ref: 'Error#' }, 503: { $ref: 'Error#' } };
 const runIdParams = { type: 'object', required: ['id'], properties: { id: { type: 'string', pattern: '^run_[0-9a-f]{24}$' } } } as const;
 
-const runBody = {
+export const runBody = {
   type: 'object',
   additionalProperties: false,
   required: ['task'],
@@ -43,7 +43,7 @@ export async function runRoutes(app: FastifyInstance, opts: { runs: RunManager; 
       schema: { summary: 'Run a task with Claude on a new or existing sandbox', tags: ['runs'], body: runBody, response: { 201: { type: 'object', additionalProperties: true }, ...errors } },
     },
     async (request, reply) => {
-      const run = await runs.create(request.body, request.tenant, (sessionId, step) => `/v1/sessions/${sessionId}/trajectory/steps/${step}/screenshot`);
+      const run = await runs.create(request.body, request.tenant, (sessionId, step) => `/v1/sessions/${sessionId}/trajectory/steps/${step}/screenshot`, request.placedSessionId ?? undefined);
       return reply.status(201).send(run);
     },
   );

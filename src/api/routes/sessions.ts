@@ -28,7 +28,8 @@ export async function sessionRoutes(app: FastifyInstance, opts: { manager: Sessi
       },
     },
     async (request, reply) => {
-      const session = await manager.create(request.body ?? {}, { tenant: request.tenant });
+      const owner = request.placedSessionId === null ? { tenant: request.tenant } : { tenant: request.tenant, sessionId: request.placedSessionId };
+      const session = await manager.create(request.body ?? {}, owner);
       opts.trajectory?.begin(session, request.body?.trajectory?.keepTypedText === true);
       return reply.status(201).send(session);
     },

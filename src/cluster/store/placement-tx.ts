@@ -116,8 +116,22 @@ interface Known {
   changeSeq: number;
 }
 
+/** Creates this process has chosen a node for and not yet heard back about, per node. */
+interface InFlight {
+  sessions: number;
+  memoryMiB: number;
+  vcpus: number;
+}
+
 export class PlacementTx {
   private readonly known = new Map<string, Known>();
+  /**
+   * Concurrent creates of one gateway read the same view and would all choose the same
+   * best node (a herd: 30 creates six at a time onto nodes of 8, 16 and 24 vCPUs gave
+   * 4/13/13 instead of 5/10/15). Each choice counts here at once, before any await, and
+   * the others see it; the statement's answer then replaces it with the node's row.
+   */
+  private readonly inFlight = new Map<string, InFlight>();
   private newestChange = 0;
   private lastFullRead = 0;
   private lastRead = 0;
@@ -133,14 +147,17 @@ export class PlacementTx {
   async place(sessionId: string, tenant: string, request: PlacementRequest, exclude: readonly string[]): Promise<PlacementOutcome> {
     const excluded = new Set(exclude);
     const maxChoices = Math.max(1, this.options.maxChoices ?? DEFAULT_MAX_CHOICES);
-    let snapshots = await this.read(false);
+    // `base`: the view; `snapshots`: the view with this process's creates in flight counted in.
+    let base = await this.read(false);
+    let snapshots = this.withInFlight(base);
     let fresh = false;
     const full: string[] = [];
     for (let choice = 0; choice < maxChoices; choice++) {
       let placement = place(request, snapshots, { ...this.options, exclude: excluded });
       if (!placement.ok && !fresh) {
         // Never refuse on the view: read every row and choose again.
-        snapshots = await this.read(true);
+        base = await this.read(true);
+        snapshots = this.withInFlight(base);
         fresh = true;
         placement = place(request, snapshots, { ...this.options, exclude: excluded });
       }
@@ -148,22 +165,31 @@ export class PlacementTx {
         return { placed: false, reason: full.length === 0 ? placement.reason : `${placement.reason} (${filledUp(full)})` };
       }
       const name = placement.node.name;
-      const result = await this.db.query<NodeRow & { placed: boolean }>(
-        'placing a session',
-        PLACE_SQL,
-        [this.staleMs, sessionId, tenant, name, request.memoryMiB, request.vcpus, request.runtime, request.template],
-        'sbx-place',
-      );
-      const row = result.rows[0];
-      const record = row && nodeRecordOf(row);
-      if (row && record) this.remember(viewOf(row, record));
+      const release = this.takeInFlight(name, request);
+      let row: (NodeRow & { placed: boolean }) | undefined;
+      let record: NodeRecord | undefined;
+      try {
+        const result = await this.db.query<NodeRow & { placed: boolean }>(
+          'placing a session',
+          PLACE_SQL,
+          [this.staleMs, sessionId, tenant, name, request.memoryMiB, request.vcpus, request.runtime, request.template],
+          'sbx-place',
+        );
+        row = result.rows[0];
+        record = row && nodeRecordOf(row);
+        // In the view before the in-flight count goes (same tick): never counted twice, nor not at all.
+        if (row && record) this.remember(viewOf(row, record));
+      } finally {
+        release();
+      }
       if (row?.placed && record) return { placed: true, node: record };
       // Filled (or drained, or lost) since the read: choose again with what the lock saw.
       full.push(name);
-      const index = snapshots.findIndex((snapshot) => snapshot.name === name);
+      const index = base.findIndex((snapshot) => snapshot.name === name);
       const seen = this.known.get(name)?.snapshot;
-      if (record && seen) snapshots[index] = { ...seen, healthy: record.healthy };
-      else snapshots.splice(index, 1);
+      if (record && seen) base[index] = { ...seen, healthy: record.healthy };
+      else base.splice(index, 1);
+      snapshots = this.withInFlight(base);
     }
     return { placed: false, reason: `no node could take this create: ${filledUp(full)}` };
   }
@@ -219,6 +245,40 @@ export class PlacementTx {
       snapshots.push(known.snapshot);
     }
     return snapshots;
+  }
+
+  /** Counts a chosen create against its node until the statement answers; returns its release. */
+  private takeInFlight(name: string, request: PlacementRequest): () => void {
+    const entry = this.inFlight.get(name) ?? { sessions: 0, memoryMiB: 0, vcpus: 0 };
+    entry.sessions += 1;
+    entry.memoryMiB += request.memoryMiB;
+    entry.vcpus += request.vcpus;
+    this.inFlight.set(name, entry);
+    return () => {
+      entry.sessions -= 1;
+      entry.memoryMiB -= request.memoryMiB;
+      entry.vcpus -= request.vcpus;
+      if (entry.sessions === 0) this.inFlight.delete(name);
+    };
+  }
+
+  /** The snapshots with this process's creates in flight counted in. */
+  private withInFlight(snapshots: NodeSnapshot[]): NodeSnapshot[] {
+    if (this.inFlight.size === 0) return snapshots;
+    return snapshots.map((snapshot) => {
+      const flying = this.inFlight.get(snapshot.name);
+      if (!flying) return snapshot;
+      const { capacity } = snapshot;
+      return {
+        ...snapshot,
+        capacity: {
+          ...capacity,
+          sessions: capacity.sessions + flying.sessions,
+          memoryMiB: { ...capacity.memoryMiB, committed: capacity.memoryMiB.committed + flying.memoryMiB },
+          vcpus: { ...capacity.vcpus, committed: capacity.vcpus.committed + flying.vcpus },
+        },
+      };
+    });
   }
 
   /** Keeps the newer of what is known and `row` (concurrent reads may return them out of order). */

@@ -4,7 +4,8 @@ import { MAX_CLIPBOARD_BYTES, MAX_WINDOW_ID, type DesktopRequest } from './reque
 
 /**
  * The desktop helper's answers, read as hostile: the bytes are capped before they are
- * buffered (maxAnswerBytes, enforced by the SSH exec), then every field is checked for its
+ * buffered (maxAnswerBytes, checked against the frame's announced length by the desktop
+ * channel, or enforced by the SSH exec of an older image's one-shot helper), then every field is checked for its
  * type and range before anything of it reaches a client. An answer that is not what the
  * protocol allows is a 502 naming the guest, never a crash.
  */
@@ -74,7 +75,7 @@ const MAX_JSON_BYTES = 256 * 1024;
 const MAX_HEADER_BYTES = 4096;
 
 /**
- * Bytes of answer kept, per request; the SSH exec stops reading past it (every byte the
+ * Bytes of answer kept, per request: a longer frame is refused at its header (every byte the
  * guest sends costs the host its decryption, so the caps are as tight as the answers).
  */
 export function maxAnswerBytes(request: DesktopRequest): number {
@@ -189,5 +190,5 @@ function guestText(value: unknown, maxLength: number): string {
 
 /** An answer the protocol does not allow: the guest's fault (a 502, counted as a protocol error). */
 function broken(what: string): GuestProtocolError {
-  return new GuestProtocolError('exec', 'desktop_answer', `the desktop helper in the guest sent ${what}`);
+  return new GuestProtocolError('desktop', 'desktop_answer', `the desktop helper in the guest sent ${what}`);
 }

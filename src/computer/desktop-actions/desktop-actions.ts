@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { GuestProtocolError } from '../../errors.js';
 import type { GuestConnection } from '../../transport/ssh-connection.js';
 import { SerialQueue } from '../../util/serial-queue.js';
@@ -13,31 +14,73 @@ import {
   type DesktopWindow,
   type ScreenSize,
 } from './answers.js';
+import { DesktopChannel, DesktopChannelError } from './desktop-channel.js';
 import { appId, clipboardText, openTarget, windowId, type DesktopRequest } from './requests.js';
 
-/** Where the image installs the desktop helper (src/guest/files/sbx-desktop). */
-export const DESKTOP_COMMAND = '/usr/local/bin/sbx-desktop';
+/** The one-shot helper of images built before sbx-desktopd (src/guest/files/sbx-desktopd): one process per action. */
+export const ONE_SHOT_COMMAND = '/usr/local/bin/sbx-desktop';
 /**
- * The helper waits at most 10 s for a process it runs (xclip, gio) and 2 s for the window
- * manager; this leaves room for its start-up on a busy guest.
+ * How long the helper may take to answer, by verb: it waits at most 2 s for the window
+ * manager (focus, close) and 10 s for a process it runs (xclip, gio); the rest is headroom
+ * for a busy guest. A helper just started gets START_ALLOWANCE_MS more for its start-up.
  */
-const ACTION_TIMEOUT_MS = 20_000;
+const ANSWER_TIMEOUT_MS: Record<DesktopRequest['verb'], number> = {
+  screen: 8_000,
+  windows: 8_000,
+  focus: 10_000,
+  close: 10_000,
+  'clipboard-get': 20_000,
+  'clipboard-set': 20_000,
+  open: 20_000,
+  launch: 20_000,
+};
+const START_ALLOWANCE_MS = 5_000;
+/** The one-shot helper's time per action, its start included. */
+const ONE_SHOT_TIMEOUT_MS = 20_000;
+/**
+ * A session's helper is started at most once per this interval; an action that needs a new
+ * one sooner waits for the rest of it. An honest helper is started once per session; one that
+ * dies, hangs or lies (killed by the guest, replaced with one that floods) costs the host a
+ * channel and at most one capped answer a second, however fast the client asks.
+ */
+export const DESKTOP_HELPER_START_INTERVAL_MS = 1_000;
+
+/** Where the releases of a session go (the session's CleanupStack). */
+interface Releases {
+  push(name: string, release: () => void): Promise<void>;
+}
 
 /**
  * Desktop actions beyond raw input, for one session: open a URL or file, launch an app,
- * list, focus and close windows, the clipboard, the screen size. Each is one run of the
- * guest's desktop helper on its own channel of the session's SSH connection: the command
- * line is fixed, the request travels as JSON on its stdin (client text never meets a shell),
- * and its answer is capped and checked (answers.ts). One action at a time per session, so
- * a client cannot make a session hold many helpers at once.
+ * list, focus and close windows, the clipboard, the screen size. They go to the session's
+ * long-lived desktop helper (desktop-channel.ts), started on the first action and again when
+ * it has died (at most once per DESKTOP_HELPER_START_INTERVAL_MS): the command line is
+ * fixed, the request travels as JSON on its stdin (client text never meets a shell), and its
+ * answer is capped and checked (answers.ts). One action at a time per session, so a client
+ * cannot make a session hold many helpers at once. An image without sbx-desktopd (built
+ * before it: an adopted session, a user template on an old base) runs its one-shot helper
+ * per action instead, as sessions did before.
  */
 export class DesktopActions {
   private readonly queue = new SerialQueue();
+  private helper: DesktopChannel | undefined;
+  private lastStart = -Infinity;
+  /** The image has no persistent helper (see ONE_SHOT_COMMAND). */
+  private oneShot = false;
+  /** Aborted by stop(): a wait to restart the helper ends at once. */
+  private readonly closing = new AbortController();
 
   constructor(
     private readonly connection: GuestConnection,
     private readonly display: number,
   ) {}
+
+  /** The session's desktop actions, closed with the session (for SessionAccess.attachment). */
+  static async attach(ctx: { connection: GuestConnection; cleanup: Releases }, display: number): Promise<DesktopActions> {
+    const actions = new DesktopActions(ctx.connection, display);
+    await ctx.cleanup.push('desktop helper', () => actions.stop());
+    return actions;
+  }
 
   async open(target: unknown): Promise<{ target: string }> {
     const checked = openTarget(target);
@@ -78,26 +121,87 @@ export class DesktopActions {
     return this.call({ verb: 'screen' }, parseScreen);
   }
 
-  /** Runs the helper once and reads its answer with `read` (which throws on a broken one). */
+  /** Stops the helper (the session ends); an action in flight or queued fails. */
+  stop(): void {
+    this.closing.abort();
+    this.helper?.close();
+    this.helper = undefined;
+  }
+
+  /** Asks the helper and reads its answer with `read` (which throws on a broken one). */
   private call<T>(request: DesktopRequest, read: (fields: Record<string, unknown>) => T): Promise<T> {
     return this.queue.run(async () => {
-      // The display number is our configuration, a number: the only variable in the line.
-      const command = `LC_ALL=C.UTF-8 DISPLAY=:${this.display} exec /usr/bin/python3 -I ${DESKTOP_COMMAND}`;
-      const result = await this.connection.exec(command, {
-        stdin: JSON.stringify(request),
-        timeoutMs: ACTION_TIMEOUT_MS,
-        maxOutputBytes: maxAnswerBytes(request),
-      });
-      if (result.exitCode !== 0 || result.stdout.length === 0) {
-        const said = result.stderr.toString('utf8').replace(/[\p{Cc}\p{Cf}]/gu, ' ').trim().slice(0, 300);
-        throw new DesktopError(`the desktop helper failed in the guest (${said || `exit ${result.exitCode ?? result.signal}`})`);
-      }
+      if (this.closing.signal.aborted) throw new DesktopError("the session's desktop was closed");
+      const answer = this.oneShot ? await this.runOnce(request) : await this.ask(request);
       try {
-        return read(parseAnswer(result.stdout, request));
+        return read(parseAnswer(answer, request));
       } catch (err) {
-        if (err instanceof GuestProtocolError) this.connection.reportProtocolError(err);
+        if (err instanceof GuestProtocolError) {
+          this.connection.reportProtocolError(err);
+          // A helper that answers what no helper of ours would is not ours any more.
+          this.helper?.close();
+          this.helper = undefined;
+        }
         throw err;
       }
     });
+  }
+
+  /** One request on the session's helper, started if need be; the caller holds the queue. */
+  private async ask(request: DesktopRequest): Promise<Buffer> {
+    let helper = this.helper;
+    const fresh = !helper?.isOpen;
+    if (!helper || fresh) helper = await this.start();
+    const timeoutMs = ANSWER_TIMEOUT_MS[request.verb] + (fresh ? START_ALLOWANCE_MS : 0);
+    try {
+      return await helper.ask(`${JSON.stringify(request)}\n`, maxAnswerBytes(request), timeoutMs);
+    } catch (err) {
+      // Failed once, dropped for good: the next action starts another (a request that failed
+      // is not repeated, part of it may have run). The channel's close ends the process: its
+      // stdin ends and its next write fails.
+      helper.close();
+      if (this.helper === helper) this.helper = undefined;
+      if (fresh && helper.helperMissing) {
+        this.oneShot = true;
+        return this.runOnce(request);
+      }
+      if (err instanceof DesktopChannelError) {
+        throw new DesktopError(`the desktop helper failed in the guest (${request.verb}): ${err.message}; the next action starts it again`);
+      }
+      throw err;
+    }
+  }
+
+  /** A new helper, at most once per DESKTOP_HELPER_START_INTERVAL_MS (see there). */
+  private async start(): Promise<DesktopChannel> {
+    const wait = this.lastStart + DESKTOP_HELPER_START_INTERVAL_MS - performance.now();
+    if (wait > 0) await sleep(wait, undefined, { signal: this.closing.signal }).catch(() => undefined);
+    if (this.closing.signal.aborted) throw new DesktopError("the session's desktop was closed");
+    this.lastStart = performance.now();
+    // A connection that cannot open a channel throws as an exec would (the session may be
+    // ending: the routes tell the client so).
+    const helper = await DesktopChannel.open(this.connection, this.display);
+    if (this.closing.signal.aborted) {
+      helper.close(); // stopped while it was being started
+      throw new DesktopError("the session's desktop was closed");
+    }
+    this.helper = helper;
+    return helper;
+  }
+
+  /** The one-shot helper of an older image: one process per action, its output capped by the exec. */
+  private async runOnce(request: DesktopRequest): Promise<Buffer> {
+    // The display number is our configuration, a number: the only variable in the line.
+    const command = `LC_ALL=C.UTF-8 DISPLAY=:${this.display} exec /usr/bin/python3 -I ${ONE_SHOT_COMMAND}`;
+    const result = await this.connection.exec(command, {
+      stdin: JSON.stringify(request),
+      timeoutMs: ONE_SHOT_TIMEOUT_MS,
+      maxOutputBytes: maxAnswerBytes(request),
+    });
+    if (result.exitCode !== 0 || result.stdout.length === 0) {
+      const said = result.stderr.toString('utf8').replace(/[\p{Cc}\p{Cf}]/gu, ' ').trim().slice(0, 300);
+      throw new DesktopError(`the desktop helper failed in the guest (${said || `exit ${result.exitCode ?? result.signal}`})`);
+    }
+    return result.stdout;
   }
 }

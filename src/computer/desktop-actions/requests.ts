@@ -1,7 +1,7 @@
 import { InvalidRequestError } from '../../errors.js';
 
 /**
- * What a client may ask of the desktop helper (src/guest/files/sbx-desktop), checked here by
+ * What a client may ask of the desktop helper (src/guest/files/sbx-desktopd), checked here by
  * shape before anything reaches the guest. Client text is only ever data of a JSON request
  * on the helper's stdin; these checks make sure it is also harmless as the argument the
  * helper passes on (a URL that cannot be read as an option, a desktop-file id that cannot

@@ -91,7 +91,7 @@ export const MINIMAL_RECIPE: GuestRecipe = {
     'libxdamage1', // XDamage for sbx-capture: which parts of the screen changed (pulls in libxfixes3 for its regions)
     'libxext6', // MIT-SHM for sbx-capture: pixels through shared memory, not the X socket
     'x11vnc',
-    // The desktop actions (sbx-desktop): the clipboard through xclip, `open` and `launch`
+    // The desktop actions (sbx-desktopd): the clipboard through xclip, `open` and `launch`
     // through GLib's gio (which quotes a file or URL as one argument of an Exec= line), and
     // the MIME database gio finds a file's default application with.
     'xclip',
@@ -115,7 +115,8 @@ export const MINIMAL_RECIPE: GuestRecipe = {
     { source: 'sshd_config', target: '/etc/ssh/sshd_config', mode: 0o644 },
     { source: 'sbx-capture', target: '/usr/local/bin/sbx-capture', mode: 0o755 },
     { source: 'sbx-input', target: '/usr/local/bin/sbx-input', mode: 0o755 },
-    { source: 'sbx-desktop', target: '/usr/local/bin/sbx-desktop', mode: 0o755 },
+    // Persistent, one per session; images before it had the one-shot /usr/local/bin/sbx-desktop.
+    { source: 'sbx-desktopd', target: '/usr/local/bin/sbx-desktopd', mode: 0o755 },
     { source: 'sbx-rekey', target: '/usr/local/sbin/sbx-rekey', mode: 0o755 },
     { source: 'sbx-user-shell', target: GUEST_LOGIN_SHELL, mode: 0o755 },
   ],

@@ -1,0 +1,70 @@
+/**
+ * Who a request through a gateway acts for: the single host's rules (api/auth/
+ * request-identity.ts), with the key's record read from the cluster's store. Keys are always
+ * required: a gateway has no keyless local mode. Open routes are the same as on a node: the
+ * API description, a live view's token routes and its static files; /healthz says more to a
+ * caller with a key; /metrics is open to this machine; the pages a link token opens take it
+ * in ?token= (the node that holds the session checks it, as it checks a view token).
+ */
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { isLoopbackAddress } from '../../api/auth/auth-mode.js';
+import { assertNotFromAWebPage } from '../../api/auth/browser-guard.js';
+import { checkKeyRecord, missingKeyError, parseAuthorization } from '../../api/auth/verify-key.js';
+import { bindRequestLog } from '../../api/logging/request-log.js';
+import type { ClusterState } from './cluster-state.js';
+
+/** Gateway routes whose credential is in the path (or that need none). */
+const OPEN_ROUTES = new Set(['/openapi.json', '/v1/views/:token', '/v1/views/:token/*', '/v1/views/:token/rfb', '/v1/view-assets/*']);
+const KEY_OPTIONAL_ROUTES = new Set(['/healthz']);
+const LOCAL_ROUTES = new Set(['/metrics']);
+
+/** The session routes that open with a link token (config.linkPurpose on the node's routes), as the rest of their path. */
+const LINK_PAGES = /^(?:trajectory(?:\/view|\/steps\/[^/]+\/(?:screenshot|frame))?|recording(?:\/status)?)$/;
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Opened by a link token in ?token= (no key): the node checks the token; the gateway checks no tenant. */
+    viaLink: boolean;
+  }
+}
+
+/**
+ * One onRequest hook on the root instance, before any body is read, failing closed: every
+ * route needs a key unless listed above. Sets request.tenant and request.apiKeyId.
+ */
+export function installGatewayAuth(app: FastifyInstance, state: ClusterState): void {
+  app.decorateRequest('tenant', '');
+  app.decorateRequest('apiKeyId', null);
+  app.decorateRequest('viaLink', false);
+  app.addHook('onRequest', async (request, reply) => {
+    const route = request.routeOptions.url;
+    if (route !== undefined && OPEN_ROUTES.has(route)) return;
+    const header = request.headers.authorization;
+    if (header === undefined) {
+      if (route !== undefined && LOCAL_ROUTES.has(route) && isLoopbackAddress(request.socket.remoteAddress ?? '')) {
+        assertNotFromAWebPage(request.headers, request.socket.localPort);
+        return;
+      }
+      if (route !== undefined && KEY_OPTIONAL_ROUTES.has(route)) return;
+      if (opensWithLink(request)) {
+        request.viaLink = true;
+        return;
+      }
+      throw missingKeyError();
+    }
+    const presented = parseAuthorization(header);
+    const record = presented.id === undefined ? undefined : await state.findKey(presented.id);
+    const identity = checkKeyRecord(presented, record);
+    request.tenant = identity.tenant;
+    request.apiKeyId = identity.keyId ?? null;
+    bindRequestLog(request, reply, identity.keyId ? { tenant: identity.tenant, keyId: identity.keyId } : { tenant: identity.tenant });
+  });
+}
+
+/** A GET of a page a link token opens, with the token in ?token=. */
+function opensWithLink(request: FastifyRequest): boolean {
+  if (request.routeOptions.url !== '/v1/sessions/:id/*' || (request.method !== 'GET' && request.method !== 'HEAD')) return false;
+  const rest = (request.params as { '*'?: unknown })['*'];
+  const token = (request.query as { token?: unknown } | undefined)?.token;
+  return typeof rest === 'string' && LINK_PAGES.test(rest) && typeof token === 'string';
+}

@@ -1,0 +1,35 @@
+/**
+ * What a gateway answers when the cluster, not the request, is the problem (docs/cluster.md).
+ * Each is an OrchestratorError, so the API's one error handler answers it in the usual shape.
+ */
+import { OrchestratorError } from '../../errors.js';
+
+/** PostgreSQL did not answer in time (or could not be reached): 503 cluster_state_unavailable (the store's error). */
+export { ClusterStateUnavailableError } from '../store/errors.js';
+
+/** The session's node stopped heartbeating: the session is gone for good (410). */
+export class SessionLostError extends OrchestratorError {
+  constructor(sessionId: string, node: string, since: string) {
+    super(`session ${sessionId} was on node ${node}, which stopped answering at ${since}; create a new session`, 410, 'session_lost');
+  }
+}
+
+/**
+ * The node holding the session could not be reached: nothing was sent to it, so retrying is
+ * safe. A node that stays unreachable is marked lost (its sessions then answer 410).
+ */
+export class NodeUnreachableError extends OrchestratorError {
+  constructor(node: string, why: string) {
+    super(`node ${node} holding this session does not answer (${why}); retry in a few seconds`, 503, 'node_unreachable', { 'retry-after': '2' });
+  }
+}
+
+/**
+ * The request reached the node, but its connection broke (or timed out) before an answer:
+ * whether it took effect is unknown, so the client decides whether to retry.
+ */
+export class NodeFailedError extends OrchestratorError {
+  constructor(node: string, why: string) {
+    super(`node ${node} holding this session stopped answering mid-request (${why}); whether it took effect is unknown`, 502, 'node_failed');
+  }
+}

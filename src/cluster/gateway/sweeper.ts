@@ -1,0 +1,57 @@
+/**
+ * Every gateway sweeps the node registry every 2 s: nodes silent for longer than
+ * SBX_NODE_LOST_AFTER_MS are marked lost with their sessions (the store does it in one
+ * statement, so gateways sweeping at once agree). Errors are logged, never thrown: a sweep
+ * that fails (the database down) is simply retried at the next tick.
+ *
+ * A heartbeat that could not reach the database is no sign of a dead node: after an outage
+ * every node's last heartbeat is old. So a gateway marks nothing lost until it has seen the
+ * database answer for a whole SBX_NODE_LOST_AFTER_MS (a node alive meanwhile has
+ * heartbeated since); at its start too. Nodes that died during the outage are found then.
+ */
+import type { Logger } from 'pino';
+import type { ClusterState } from './cluster-state.js';
+import type { GatewayMetrics } from './metrics.js';
+
+export interface Sweeper {
+  /** One sweep now (the timer's, and tests'). */
+  sweep(): Promise<string[]>;
+  stop(): void;
+}
+
+export function startSweeper(
+  state: ClusterState,
+  opts: { lostAfterMs: number; intervalMs: number; logger: Logger; metrics: GatewayMetrics; now?: () => number },
+): Sweeper {
+  const now = opts.now ?? Date.now;
+  let running: Promise<string[]> | undefined;
+  /** Since when every sweep has reached the database (undefined: the last one did not). */
+  let reachableSince: number | undefined;
+  const sweep = async (): Promise<string[]> => {
+    if (running) return running; // a slow store: never two sweeps at once
+    running = (async () => {
+      try {
+        if (!(await state.call('ping', (store) => store.ping()))) throw new Error('the cluster database does not answer');
+        reachableSince ??= now();
+        if (now() - reachableSince < opts.lostAfterMs) return [];
+        const lost = await state.call('markLostNodes', (store) => store.markLostNodes(opts.lostAfterMs));
+        for (const name of lost) {
+          opts.metrics.nodesLost.inc();
+          state.forgetNode(name);
+          opts.logger.warn({ node: name, lostAfterMs: opts.lostAfterMs }, 'node stopped heartbeating: marked lost with its sessions');
+        }
+        return lost;
+      } catch (err) {
+        reachableSince = undefined;
+        opts.logger.warn({ err }, 'the sweep for lost nodes failed; retrying at the next tick');
+        return [];
+      } finally {
+        running = undefined;
+      }
+    })();
+    return running;
+  };
+  const timer = setInterval(() => void sweep(), opts.intervalMs);
+  timer.unref();
+  return { sweep, stop: () => clearInterval(timer) };
+}

@@ -1,0 +1,344 @@
+/**
+ * What a gateway must do whatever store it runs on: the tests the unit tier runs with the
+ * in-memory store (test/unit/cluster-gateway.test.ts) and the real tier with PostgreSQL
+ * (test/cluster-gateway.test.ts). Each test asserts what the client sees and what the node
+ * behind the gateway received (or that it received nothing).
+ */
+import assert from 'node:assert/strict';
+import { Readable } from 'node:stream';
+import { after, before, it } from 'node:test';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import WebSocket from 'ws';
+import type { ClusterStore } from '../../src/cluster/store/cluster-store.js';
+import { startCluster, rawRequest, type TestCluster } from './gateway-cluster.js';
+import type { FakeNode } from './fake-node.js';
+
+export interface ContractOptions {
+  /** Makes the store stop answering (a database that is down); returns how to bring it back. */
+  breakStore: (store: ClusterStore) => (() => void) | Promise<() => Promise<void> | void>;
+}
+
+const json = async <T>(res: Response): Promise<T> => (await res.json()) as T;
+type ErrorBody = { error: { code: string; message: string } };
+
+export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterStore>, opts: ContractOptions): void {
+  let c: TestCluster;
+  let n1: FakeNode;
+  let n2: FakeNode;
+  const auth = (key: string) => ({ authorization: `Bearer ${key}` });
+  const seenOn = (node: FakeNode, fragment: string) => node.seen.filter((r) => r.url.includes(fragment));
+
+  before(async () => {
+    c = await startCluster(await makeStore(), ['n1', 'n2']);
+    [n1, n2] = c.nodes as [FakeNode, FakeNode];
+    await c.seed('acmeaaaaa1', 'acme', n1);
+    await c.seed('acmeaaaaa2', 'acme', n2);
+    await c.seed('umbrellab1', 'umbrella', n2);
+  });
+  after(async () => {
+    await c.close();
+    await c.store.close();
+  });
+
+  it("another tenant's session is the same 404 as one that does not exist, and its node never sees the request", async () => {
+    const before = n2.seen.length;
+    const other = await fetch(`${c.url}/v1/sessions/umbrellab1`, { headers: auth(c.keyA) });
+    const none = await fetch(`${c.url}/v1/sessions/zzzzzzzzzz`, { headers: auth(c.keyA) });
+    assert.equal(other.status, 404);
+    assert.equal(none.status, 404);
+    assert.deepEqual((await json<ErrorBody>(other)).error, { code: 'not_found', message: 'session umbrellab1 does not exist' });
+    assert.deepEqual((await json<ErrorBody>(none)).error, { code: 'not_found', message: 'session zzzzzzzzzz does not exist' });
+    for (const [method, path] of [['POST', '/actions'], ['PUT', '/files?path=/tmp/x'], ['DELETE', ''], ['GET', '/recording']] as const) {
+      const res = await fetch(`${c.url}/v1/sessions/umbrellab1${path}`, {
+        method,
+        headers: { ...auth(c.keyA), 'content-type': method === 'PUT' ? 'application/octet-stream' : 'application/json' },
+        ...(method === 'POST' ? { body: '{"action":"screenshot"}' } : method === 'PUT' ? { body: 'x' } : {}),
+      });
+      assert.equal(res.status, 404, `${method} ${path}`);
+    }
+    assert.equal(n2.seen.length, before, 'nothing of another tenant was forwarded');
+    // The owner reaches it.
+    assert.equal((await fetch(`${c.url}/v1/sessions/umbrellab1`, { headers: auth(c.keyB) })).status, 200);
+  });
+
+  it('keys: none, wrong, and revoked answer as on a single host; revoked stops within the cache', async () => {
+    const none = await fetch(`${c.url}/v1/sessions`);
+    assert.equal(none.status, 401);
+    assert.equal((await json<ErrorBody>(none)).error.code, 'missing_api_key');
+    assert.equal(none.headers.get('www-authenticate'), 'Bearer realm="sbx"');
+    const wrong = await fetch(`${c.url}/v1/sessions`, { headers: auth(`${c.keyA.slice(0, -3)}xyz`) });
+    assert.deepEqual((await json<ErrorBody>(wrong)).error, { code: 'invalid_api_key', message: 'invalid API key' });
+    const { generateApiKey } = await import('../../src/api/auth/api-key.js');
+    const k = generateApiKey();
+    await c.store.createKey({ id: k.id, tenant: 'acme', hash: k.hash, createdAt: new Date().toISOString(), expiresAt: null, revokedAt: null });
+    assert.equal((await fetch(`${c.url}/v1/sessions/acmeaaaaa1`, { headers: auth(k.key) })).status, 200);
+    await c.store.revokeKey(k.id);
+    await new Promise((resolve) => setTimeout(resolve, 250)); // the test gateway's key cache: 200 ms
+    const revoked = await fetch(`${c.url}/v1/sessions/acmeaaaaa1`, { headers: auth(k.key) });
+    assert.equal(revoked.status, 401);
+    assert.equal((await json<ErrorBody>(revoked)).error.code, 'revoked_api_key');
+  });
+
+  it('forwards the protocol headers: secret, tenant, key id, the client Host, x-forwarded-for; never Authorization or a client x-sbx-*', async () => {
+    const before = n1.seen.length;
+    const res = await rawRequest(c.port, 'GET', '/v1/sessions/acmeaaaaa1', {
+      host: 'sandboxes.example.test',
+      authorization: `Bearer ${c.keyA}`,
+      'x-sbx-tenant': 'umbrella',
+      'x-sbx-cluster-secret': 'forged',
+      'x-sbx-session-id': 'forged',
+    });
+    assert.equal(res.status, 200);
+    assert.equal((JSON.parse(res.body) as { host: string }).host, 'sandboxes.example.test');
+    const seen = n1.seen.slice(before);
+    assert.equal(seen.length, 1);
+    const headers = seen[0]!.headers;
+    assert.equal(headers.authorization, undefined, 'the client key never reaches a node');
+    assert.equal(headers['x-sbx-tenant'], 'acme');
+    assert.equal(headers['x-sbx-api-key-id'], c.keyAId);
+    assert.equal(headers['x-sbx-session-id'], undefined);
+    assert.equal(headers.host, 'sandboxes.example.test');
+    assert.equal(headers['x-forwarded-for'], '127.0.0.1');
+    assert.ok(typeof headers['x-sbx-cluster-secret'] === 'string' && headers['x-sbx-cluster-secret'] !== 'forged');
+  });
+
+  it('streams an upload: the node has bytes while the client is still sending, and gets them all', async () => {
+    let sent = 0;
+    let release: () => void = () => undefined;
+    const halfway = new Promise<void>((resolve) => (release = resolve));
+    const chunk = Buffer.alloc(1024 * 1024, 7);
+    const total = 48;
+    const body = Readable.from(
+      (async function* () {
+        for (let i = 0; i < total; i++) {
+          if (i === 8) await halfway; // held until the node has seen bytes: nothing waits for the whole body
+          sent += chunk.length;
+          yield chunk;
+        }
+      })(),
+    );
+    const upload = fetch(`${c.url}/v1/sessions/acmeaaaaa1/files?path=/tmp/big`, {
+      method: 'PUT',
+      headers: { ...auth(c.keyA), 'content-type': 'application/octet-stream' },
+      body: Readable.toWeb(body) as ReadableStream,
+      duplex: 'half',
+    } as RequestInit);
+    const deadline = Date.now() + 5_000;
+    while (n1.uploadBytes === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
+    assert.ok(n1.uploadBytes > 0 && sent < total * chunk.length, `the node had ${n1.uploadBytes} bytes while the client had sent ${sent}`);
+    release();
+    const res = await upload;
+    assert.equal(res.status, 201);
+    assert.equal((await json<{ size: number }>(res)).size, total * chunk.length);
+  });
+
+  it("passes a byte range's 206 through", async () => {
+    const res = await fetch(`${c.url}/v1/sessions/acmeaaaaa1/recording`, { headers: { ...auth(c.keyA), range: 'bytes=10-19' } });
+    assert.equal(res.status, 206);
+    assert.equal(res.headers.get('content-range'), 'bytes 10-19/1000');
+    assert.equal((await res.arrayBuffer()).byteLength, 10);
+  });
+
+  it("streams Server-Sent Events as the node sends them (each before the next is written)", async () => {
+    const controller = new AbortController();
+    const res = await fetch(`${c.url}/v1/sessions/acmeaaaaa1/screen/stream`, { headers: auth(c.keyA), signal: controller.signal });
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get('content-type'), 'text/event-stream');
+    const reader = res.body!.getReader();
+    const decoder = new TextDecoder();
+    for (let i = 1; i <= 3; i++) {
+      while (!n1.releaseEvent) await new Promise((resolve) => setTimeout(resolve, 5));
+      const release = n1.releaseEvent;
+      n1.releaseEvent = undefined;
+      release();
+      let text = '';
+      while (!text.includes('\n\n')) {
+        const { value, done } = await reader.read();
+        assert.ok(!done, 'the stream ended early');
+        text += decoder.decode(value);
+      }
+      assert.match(text, new RegExp(`"n":${i}`));
+    }
+    controller.abort();
+  });
+
+  it('joins a live view WebSocket to its node, both ways, and closes both together', async () => {
+    const made = await fetch(`${c.url}/v1/sessions/acmeaaaaa2/views`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: '{"mode":"view"}' });
+    assert.equal(made.status, 201);
+    const { url } = await json<{ url: string }>(made);
+    assert.ok(url.startsWith(`http://127.0.0.1:${c.port}/v1/views/`), 'the URL the node built points at the gateway');
+    const ws = new WebSocket(url.replace(/^http/, 'ws') + '/rfb');
+    await new Promise<void>((resolve, reject) => {
+      ws.once('open', () => resolve());
+      ws.once('error', reject);
+    });
+    const echoed = new Promise<string>((resolve) => ws.once('message', (data: Buffer) => resolve(data.toString())));
+    ws.send('hello');
+    assert.equal(await echoed, 'echo:hello');
+    assert.deepEqual(n2.wsMessages, ['hello'], 'the session is on n2: its view routes there');
+    const closed = new Promise<number>((resolve) => ws.once('close', (code: number) => resolve(code)));
+    ws.send('close-4001');
+    assert.equal(await closed, 4001, "the node's close code reaches the browser");
+    // The browser closing closes the node's side.
+    const ws2 = new WebSocket(url.replace(/^http/, 'ws') + '/rfb');
+    await new Promise<void>((resolve) => ws2.once('open', () => resolve()));
+    n2.wsClosed = undefined;
+    ws2.close(1000);
+    const deadline = Date.now() + 3_000;
+    while (n2.wsClosed === undefined && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
+    assert.equal(n2.wsClosed, 1000);
+  });
+
+  it("an unknown view token gets a node's own refusal page", async () => {
+    const res = await fetch(`${c.url}/v1/views/no-such-token`);
+    assert.equal(res.status, 404);
+    assert.match(await res.text(), /This live view cannot be opened/);
+  });
+
+  it('routes runs: to the session of sessionId, by run id afterwards; another tenant gets 404', async () => {
+    const made = await fetch(`${c.url}/v1/runs`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: JSON.stringify({ task: 'x', sessionId: 'acmeaaaaa2' }) });
+    assert.equal(made.status, 201);
+    const run = await json<{ id: string; node: string }>(made);
+    assert.equal(run.node, 'n2');
+    const got = await fetch(`${c.url}/v1/runs/${run.id}`, { headers: auth(c.keyA) });
+    assert.equal((await json<{ node: string }>(got)).node, 'n2');
+    const other = await fetch(`${c.url}/v1/runs/${run.id}`, { headers: auth(c.keyB) });
+    assert.deepEqual((await json<ErrorBody>(other)).error, { code: 'not_found', message: `run ${run.id} does not exist` });
+    const otherSession = await fetch(`${c.url}/v1/runs`, { method: 'POST', headers: { ...auth(c.keyB), 'content-type': 'application/json' }, body: JSON.stringify({ task: 'x', sessionId: 'acmeaaaaa2' }) });
+    assert.equal(otherSession.status, 404);
+    // Without a session: placed like a create, the node told the id.
+    const placed = await fetch(`${c.url}/v1/runs`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: JSON.stringify({ task: 'x' }) });
+    assert.equal(placed.status, 201);
+    const placedRun = await json<{ id: string; sessionId: string; node: string }>(placed);
+    const entry = await c.store.lookup(placedRun.sessionId);
+    assert.equal(entry?.state, 'live');
+    assert.equal(entry?.node, placedRun.node);
+    assert.equal(await c.store.lookupRun(placedRun.id), placedRun.sessionId);
+  });
+
+  it('creates: a new id placed and confirmed; a node that fails it is released and another asked', async () => {
+    n1.createAnswer = { status: 503, code: 'host_memory_low' };
+    n2.createAnswer = undefined;
+    try {
+      for (let i = 0; i < 4; i++) {
+        const res = await fetch(`${c.url}/v1/sessions`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: '{"template":"minimal"}' });
+        assert.equal(res.status, 201);
+        const made = await json<{ id: string; tenant: string; node: string }>(res);
+        assert.equal(made.node, 'n2');
+        assert.equal(made.tenant, 'acme');
+        assert.equal((await c.store.lookup(made.id))?.state, 'live');
+      }
+      // A node's 4xx is the answer, not retried.
+      n2.createAnswer = { status: 429, code: 'tenant_session_limit' };
+      n1.createAnswer = { status: 429, code: 'tenant_session_limit' };
+      const limited = await fetch(`${c.url}/v1/sessions`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: '{}' });
+      assert.equal(limited.status, 429);
+      assert.equal((await json<ErrorBody>(limited)).error.code, 'tenant_session_limit');
+      // Nobody: the 503 says why.
+      n1.createAnswer = { status: 503 };
+      n2.createAnswer = { status: 503 };
+      const none = await fetch(`${c.url}/v1/sessions`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: '{}' });
+      assert.equal(none.status, 503);
+      assert.equal((await json<ErrorBody>(none)).error.code, 'unavailable');
+      // Bad input: the node's own 400s, from the same schema; an unknown template lists the ones there are.
+      const bad = await fetch(`${c.url}/v1/sessions`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: '{"width":5}' });
+      assert.equal(bad.status, 400);
+      assert.match((await json<ErrorBody>(bad)).error.message, /width/);
+      const unknown = await fetch(`${c.url}/v1/sessions`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: '{"template":"nope"}' });
+      assert.deepEqual((await json<ErrorBody>(unknown)).error, { code: 'invalid_request', message: 'template: unknown template "nope"; available: desktop, minimal' });
+    } finally {
+      n1.createAnswer = undefined;
+      n2.createAnswer = undefined;
+    }
+  });
+
+  it("lists the tenant's sessions from every node", async () => {
+    const res = await fetch(`${c.url}/v1/sessions`, { headers: auth(c.keyB) });
+    const { sessions } = await json<{ sessions: Array<{ id: string; tenant: string }> }>(res);
+    assert.deepEqual(sessions.map((s) => s.id), ['umbrellab1']);
+    const mine = await json<{ sessions: Array<{ id: string; node: string }> }>(await fetch(`${c.url}/v1/sessions`, { headers: auth(c.keyA) }));
+    assert.ok(mine.sessions.some((s) => s.id === 'acmeaaaaa1' && s.node === 'n1'));
+    assert.ok(mine.sessions.some((s) => s.id === 'acmeaaaaa2' && s.node === 'n2'));
+    assert.ok(mine.sessions.every((s) => s.id !== 'umbrellab1'));
+  });
+
+  it('/mcp: the MCP SDK client through the gateway, its tools routed like any request', async () => {
+    const transport = new StreamableHTTPClientTransport(new URL(`${c.url}/mcp`), { requestInit: { headers: auth(c.keyB) } });
+    const client = new Client({ name: 'gateway-test', version: '1.0.0' });
+    await client.connect(transport);
+    try {
+      const listed = (await client.callTool({ name: 'sandbox_list', arguments: {} })) as { content: Array<{ text: string }>; isError?: boolean };
+      assert.ok(!listed.isError, listed.content[0]?.text);
+      assert.match(listed.content[0]!.text, /umbrellab1/);
+      assert.doesNotMatch(listed.content[0]!.text, /acmeaaaaa/);
+      const before = n1.seen.length;
+      const destroyed = (await client.callTool({ name: 'sandbox_destroy', arguments: { sandbox_id: 'acmeaaaaa1' } })) as { content: Array<{ text: string }>; isError?: boolean };
+      assert.equal(destroyed.isError, true);
+      assert.match(destroyed.content[0]!.text, /does not exist/);
+      assert.equal(n1.seen.length, before, "another tenant's destroy never reached the node");
+    } finally {
+      await client.close();
+    }
+  });
+
+  it('a node that does not answer is a 503 node_unreachable, not a 500 or a hang', async () => {
+    const dead = { ...n1.report(), url: 'http://127.0.0.1:9' };
+    await c.store.registerNode('dead', 'instance-dead', dead);
+    await c.store.place('deadsess01', 'acme', { runtime: 'container', template: 'desktop', memoryMiB: 1024, vcpus: 1 }, ['n1', 'n2']);
+    await c.store.confirm('deadsess01');
+    const started = performance.now();
+    const res = await fetch(`${c.url}/v1/sessions/deadsess01/actions`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: '{"action":"screenshot"}' });
+    assert.equal(res.status, 503);
+    const body = await json<ErrorBody>(res);
+    assert.equal(body.error.code, 'node_unreachable');
+    assert.match(body.error.message, /node dead/);
+    assert.ok(performance.now() - started < 2_000);
+  });
+
+  it('a session whose node was lost answers 410 session_lost with the node and when it was last heard', async () => {
+    const report = { ...n1.report(), url: 'http://127.0.0.1:9' };
+    await c.store.registerNode('gone', 'instance-gone', report);
+    await c.store.place('lostsess01', 'acme', { runtime: 'container', template: 'desktop', memoryMiB: 1024, vcpus: 1 }, ['n1', 'n2', 'dead']);
+    await c.store.confirm('lostsess01');
+    // A gateway marks nodes lost only once it has seen the database answer for lostAfterMs
+    // (after an outage every heartbeat is old): this sweep sees it, the next may mark.
+    await c.gateway.sweep();
+    // Silent for 1.5 s while n1 and n2 heartbeat every 200 ms: only it is stale at 1 s.
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    await c.gateway.sweep();
+    assert.equal((await c.store.getNode('gone'))?.state, 'lost');
+    assert.equal((await c.store.getNode('n1'))?.state, 'up');
+    const res = await fetch(`${c.url}/v1/sessions/lostsess01`, { headers: auth(c.keyA) });
+    assert.equal(res.status, 410);
+    const body = await json<ErrorBody>(res);
+    assert.equal(body.error.code, 'session_lost');
+    assert.match(body.error.message, /^session lostsess01 was on node gone, which stopped answering at \d{4}-\d\d-\d\dT.*; create a new session$/);
+    // Another tenant still gets the 404, not the 410.
+    assert.equal((await fetch(`${c.url}/v1/sessions/lostsess01`, { headers: auth(c.keyB) })).status, 404);
+    // The list shows it as lost.
+    const { sessions } = await json<{ sessions: Array<{ id: string; state: string }> }>(await fetch(`${c.url}/v1/sessions`, { headers: auth(c.keyA) }));
+    assert.equal(sessions.find((s) => s.id === 'lostsess01')?.state, 'lost');
+  });
+
+  it('a store that does not answer is a 503 cluster_state_unavailable within its deadline, and recovers', async () => {
+    const restore = await opts.breakStore(c.store);
+    try {
+      const started = performance.now();
+      const res = await fetch(`${c.url}/v1/sessions/acmeaaaaa9`, { headers: auth(c.keyA) });
+      const elapsed = performance.now() - started;
+      assert.equal(res.status, 503);
+      assert.equal((await json<ErrorBody>(res)).error.code, 'cluster_state_unavailable');
+      assert.ok(elapsed < 3_000, `answered in ${Math.round(elapsed)} ms`);
+    } finally {
+      await restore();
+    }
+    const deadline = Date.now() + 10_000;
+    let status = 0;
+    while (Date.now() < deadline && status !== 200) {
+      status = (await fetch(`${c.url}/v1/sessions/acmeaaaaa1`, { headers: auth(c.keyA) })).status;
+      if (status !== 200) await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    assert.equal(status, 200, 'the gateway recovers without a restart');
+  });
+}
