@@ -154,6 +154,19 @@ describe('cluster store on PostgreSQL', () => {
     await assertCommitmentMatchesDirectory(url);
   });
 
+  it('one gateway\'s concurrent creates count each other\'s choices: 30 creates, 6 at a time, onto 8, 16 and 24 vCPUs land 5/10/15', async () => {
+    const { store } = await migratedStore();
+    for (const [name, vcpus] of [['eight', 8], ['sixteen', 16], ['twentyfour', 24]] as const) {
+      await store.registerNode(name, randomUUID(), report({ vcpus, maxSessions: 100, memoryMiB: 1024 * 1024 }));
+    }
+    for (let wave = 0; wave < 5; wave++) {
+      const outcomes = await Promise.all(Array.from({ length: 6 }, (_, i) => store.place(`w-${wave}-${i}`, 'acme', CREATE, [])));
+      assert.ok(outcomes.every((outcome) => outcome.placed));
+    }
+    const counts = Object.fromEntries((await store.listNodes()).map((node) => [node.name, node.capacity.sessions]));
+    assert.deepEqual(counts, { eight: 5, sixteen: 10, twentyfour: 15 }, 'a wave herded onto one node');
+  });
+
   it('nodes silent too long are marked lost once, with their sessions, even by 4 gateways at once', async () => {
     const { url, store } = await migratedStore();
     await store.registerNode('alive', 'a1', report());

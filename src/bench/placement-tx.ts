@@ -185,7 +185,7 @@ UPDATE nodes SET last_heartbeat = now(), warm = warm,
   return { transactions: Number(processed?.[1] ?? 0), seconds: Math.ceil(seconds) };
 }
 
-/** The figure, or null (said on stderr) when this host has no PostgreSQL 15 to start. */
+/** The figure, or null (said on stderr) when this host has no PostgreSQL 15 to start or the measurement failed. */
 export async function measurePlacementTxIfPossible(settings: PlacementTxSettings): Promise<PlacementTxFigures | null> {
   try {
     await access(path.join(DEFAULT_POSTGRES_BIN_DIR, 'postgres'), constants.X_OK);
@@ -193,7 +193,13 @@ export async function measurePlacementTxIfPossible(settings: PlacementTxSettings
     console.error(`bench: no PostgreSQL 15 in ${DEFAULT_POSTGRES_BIN_DIR} (Debian's postgresql, installed by scripts/setup.sh): placement transaction not measured`);
     return null;
   }
-  return measurePlacementTx(settings);
+  try {
+    return await measurePlacementTx(settings);
+  } catch (error) {
+    // The rest of the bench does not depend on it: say why, and go on without the figure.
+    console.error(`bench: placement transaction not measured: ${error instanceof Error ? error.message : String(error)}`);
+    return null;
+  }
 }
 
 export function describePlacementTx(f: PlacementTxFigures): string {

@@ -200,7 +200,7 @@ export async function startThrowawayPostgres(options: ThrowawayPostgresOptions =
     const running = child;
     if (!running || running.exitCode !== null || running.signalCode !== null) return true;
     const exited = once(running, 'exit').then(() => true);
-    return Promise.race([exited, sleep(ms).then(() => false)]);
+    return Promise.race([exited, sleep(ms, undefined, { ref: false }).then(() => false)]); // unref: a won race must not keep the process alive
   }
 
   async function kill(): Promise<void> {
