@@ -3,6 +3,7 @@
  * (`sbx node`, the built CLI, each with its own resource prefix, subnet, uid ranges, state
  * dir and port) and M gateways (`sbx gateway`), as an operator would run them.
  */
+import { randomBytes } from 'node:crypto';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtemp, rmdir } from 'node:fs/promises';
@@ -17,7 +18,8 @@ import { TEST_PREFIX } from './orchestrator.js';
 import { runCliWith } from './serve.js';
 
 const CLI = path.resolve('dist/cli/main.js');
-export const CLUSTER_SECRET = 'test-cluster-secret-'.padEnd(48, 'x');
+/** Random per test process: another suite's cluster on this host holds its own. */
+export const CLUSTER_SECRET = `test-cluster-secret-${randomBytes(16).toString('hex')}`;
 
 export async function freePort(): Promise<number> {
   const server = net.createServer().listen(0, '127.0.0.1');
