@@ -93,9 +93,10 @@ export interface ClusterStore {
 
   // --- the session directory ---
   /**
-   * One transaction: read the feasible nodes, choose with placement.ts (nodes in `exclude`
-   * left out), lock the chosen node's row, check the create still fits, insert the directory
-   * row (`creating`). Two gateways placing at once never overfill a node.
+   * Choose with placement.ts among the feasible nodes (those in `exclude` left out), then in
+   * one statement (its own transaction) lock the chosen node's row, check the create still
+   * fits, insert the directory row (`creating`) and count it (placement-tx.ts). Two gateways
+   * placing at once never overfill a node; a node filled meanwhile means choosing again.
    */
   place(sessionId: string, tenant: string, request: PlacementRequest, exclude: readonly string[]): Promise<PlacementOutcome>;
   /** The node answered: the session is live. */
