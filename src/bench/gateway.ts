@@ -65,6 +65,8 @@ export interface GatewayFigures {
  * rounds: both sides see the same moments of the machine's load.
  */
 const WARMUP = 3;
+/** Untimed requests of each kind each way before the first phase. */
+const JIT_WARMUP = 30;
 
 export async function timeInterleaved(n: number, a: (i: number) => Promise<unknown>, b: (i: number) => Promise<unknown>, warmup = WARMUP): Promise<{ a: number[]; b: number[] }> {
   const samples = { a: [] as number[], b: [] as number[] };
@@ -192,13 +194,17 @@ export async function measureGateway(settings: GatewayBenchSettings): Promise<Ga
         const timedShare = n / (n + WARMUP);
         return { ...timed, gatewayCpuSeconds: (after[0] - before[0]) * timedShare, nodeCpuSeconds: (after[1] - before[1]) * timedShare };
       };
+      const point = (i: number): [number, number] => [100 + (i % 2) * 200, 100 + (i % 2) * 100];
+      // Every process's code paths compiled before anything is counted: the first requests through
+      // a freshly started gateway cost it several times their CPU (V8 compiling undici, reply-from).
+      await timeInterleaved(0, () => sandbox.screenshot(), () => straight.screenshot(), JIT_WARMUP);
+      await timeInterleaved(0, (i) => sandbox.mouseMove(...point(i)), (i) => straight.mouseMove(...point(i)), JIT_WARMUP);
       const shots = await phase(
         settings.n,
         async () => (pngBytes = (await sandbox.screenshot()).length),
         () => straight.screenshot(),
       );
       console.error(`bench: gateway: ${settings.actionN} mouse_move actions each way, interleaved`);
-      const point = (i: number): [number, number] => [100 + (i % 2) * 200, 100 + (i % 2) * 100];
       const actions = await phase(
         settings.actionN,
         (i) => sandbox.mouseMove(...point(i)),
