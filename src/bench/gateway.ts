@@ -60,14 +60,15 @@ export interface GatewayFigures {
   readonly loadAverage: readonly [number, number];
 }
 
-/**
- * Times `a` and `b` `n` times each, alternating which goes first, after `warmup` untimed
- * rounds: both sides see the same moments of the machine's load.
- */
+/** Untimed rounds before each phase's timed ones. */
 const WARMUP = 3;
 /** Untimed requests of each kind each way before the first phase. */
 const JIT_WARMUP = 30;
 
+/**
+ * Times `a` and `b` `n` times each, alternating which goes first, after `warmup` untimed
+ * rounds: both sides see the same moments of the machine's load.
+ */
 export async function timeInterleaved(n: number, a: (i: number) => Promise<unknown>, b: (i: number) => Promise<unknown>, warmup = WARMUP): Promise<{ a: number[]; b: number[] }> {
   const samples = { a: [] as number[], b: [] as number[] };
   for (let i = 0; i < warmup + n; i++) {
@@ -81,7 +82,7 @@ export async function timeInterleaved(n: number, a: (i: number) => Promise<unkno
   return samples;
 }
 
-/** One phase's samples (a: through the gateway, b: straight) and the gateway process's CPU over it. */
+/** One phase's samples (a: through the gateway, b: straight) and the gateway's and node's CPU over them. */
 export interface Timed {
   a: number[];
   b: number[];
@@ -94,21 +95,32 @@ export function gatewayFigures(
   shots: Timed,
   actions: Timed,
   view: { seconds: number; gateway: ViewerCount; straight: ViewerCount },
-): Pick<GatewayFigures, 'screenshot' | 'action' | 'liveView'> & { screenshot: { pngBytes: number } } {
-  const pair = (t: Timed): Pair => ({ gateway: summarize(t.a), straight: summarize(t.b), gatewayCpuMsPerRequest: (t.gatewayCpuSeconds * 1000) / t.a.length,
+  pngBytes: number,
+): Pick<GatewayFigures, 'screenshot' | 'action' | 'liveView'> {
+  const pair = (t: Timed): Pair => ({
+    gateway: summarize(t.a),
+    straight: summarize(t.b),
+    gatewayCpuMsPerRequest: (t.gatewayCpuSeconds * 1000) / t.a.length,
     nodeCpuMsPerRequest: (t.nodeCpuSeconds * 1000) / (t.a.length + t.b.length),
   });
   const screenshot = pair(shots);
   const action = pair(actions);
   return {
-    screenshot: { ...screenshot, ratio: screenshot.gateway.p50 / screenshot.straight.p50, pngBytes: 0 },
+    screenshot: { ...screenshot, ratio: screenshot.gateway.p50 / screenshot.straight.p50, pngBytes },
     action: { ...action, addedMs: action.gateway.p50 - action.straight.p50 },
     liveView: { ...view, ratio: view.straight.updates > 0 ? view.gateway.updates / view.straight.updates : Number.NaN },
   };
 }
 
+interface Viewer {
+  counter: RfbFrameCounter;
+  /** What broke the viewer (a protocol error, the socket), if anything did. */
+  failure(): Error | undefined;
+  close(): void;
+}
+
 /** A raw viewer on a view's RFB WebSocket: resolves once the first frame came. */
-async function openViewer(url: string, headers: Record<string, string>): Promise<{ counter: RfbFrameCounter; close: () => void }> {
+async function openViewer(url: string, headers: Record<string, string>): Promise<Viewer> {
   const ws = new WebSocket(url, { headers, perMessageDeflate: false });
   const counter = new RfbFrameCounter((message) => ws.send(message));
   let failure: Error | undefined;
@@ -122,20 +134,17 @@ async function openViewer(url: string, headers: Record<string, string>): Promise
   });
   ws.on('error', (err) => (failure ??= err));
   ws.on('unexpected-response', (_req, res) => (failure ??= new Error(`${url}: the upgrade was refused (HTTP ${res.statusCode})`)));
+  ws.on('close', () => (failure ??= new Error(`${url}: closed`)));
   const deadline = Date.now() + 20_000;
   while (counter.updates === 0) {
-    if (failure) throw failure;
-    if (ws.readyState === WebSocket.CLOSED) throw new Error(`${url}: closed before the first frame`);
-    if (Date.now() > deadline) throw new Error(`${url}: no frame in 20 s`);
+    const error = failure ?? (Date.now() > deadline ? new Error(`${url}: no frame in 20 s`) : undefined);
+    if (error) {
+      ws.terminate();
+      throw error;
+    }
     await sleep(20);
   }
-  return {
-    counter,
-    close: () => {
-      if (failure) throw failure;
-      ws.terminate();
-    },
-  };
+  return { counter, failure: () => failure, close: () => ws.terminate() };
 }
 
 async function measureLiveView(cluster: BenchCluster, sandbox: Sandbox, seconds: number, display: number): Promise<{ seconds: number; gateway: ViewerCount; straight: ViewerCount }> {
@@ -147,7 +156,13 @@ async function measureLiveView(cluster: BenchCluster, sandbox: Sandbox, seconds:
     `DISPLAY=:${display} xsetroot -solid "#$(printf '%06x' $(( (i * 2654435) % 16777216 )))"; sleep 0.01; done) >/dev/null 2>&1 &`;
   await sandbox.bash(loop);
   const straight = await openViewer(`${cluster.nodeUrl.replace(/^http/, 'ws')}${viewPath}/rfb`, { 'x-sbx-cluster-secret': cluster.secret });
-  const gateway = await openViewer(`${cluster.gatewayUrl.replace(/^http/, 'ws')}${viewPath}/rfb`, {});
+  let gateway: Viewer;
+  try {
+    gateway = await openViewer(`${cluster.gatewayUrl.replace(/^http/, 'ws')}${viewPath}/rfb`, {});
+  } catch (err) {
+    straight.close();
+    throw err;
+  }
   try {
     await sleep(1000); // both viewers in their stride
     const at = (c: RfbFrameCounter): ViewerCount => ({ updates: c.updates, bytes: c.bytes });
@@ -156,6 +171,9 @@ async function measureLiveView(cluster: BenchCluster, sandbox: Sandbox, seconds:
     await sleep(seconds * 1000);
     const after = { gateway: at(gateway.counter), straight: at(straight.counter) };
     const elapsed = (performance.now() - started) / 1000;
+    // A viewer that broke meanwhile stopped counting: no figure rather than a wrong one.
+    const broken = gateway.failure() ?? straight.failure();
+    if (broken) throw broken;
     const diff = (x: ViewerCount, y: ViewerCount): ViewerCount => ({ updates: x.updates - y.updates, bytes: x.bytes - y.bytes });
     return { seconds: elapsed, gateway: diff(after.gateway, before.gateway), straight: diff(after.straight, before.straight) };
   } finally {
@@ -212,8 +230,7 @@ export async function measureGateway(settings: GatewayBenchSettings): Promise<Ga
       );
       console.error(`bench: gateway: live view, a viewer straight and one through the gateway at once, ${settings.liveViewSeconds} s`);
       const view = await measureLiveView(cluster, sandbox, settings.liveViewSeconds, settings.display);
-      const figures = gatewayFigures(shots, actions, view);
-      return { parts: 'processes', ...figures, screenshot: { ...figures.screenshot, pngBytes }, loadAverage: [loadBefore, os.loadavg()[0] as number] };
+      return { parts: 'processes', ...gatewayFigures(shots, actions, view, pngBytes), loadAverage: [loadBefore, os.loadavg()[0] as number] };
     } finally {
       await sandbox.destroy().catch(() => undefined);
     }

@@ -93,6 +93,7 @@ describe('bench figures', () => {
       { a: [3, 2.2, 2.4, 9], b: [2, 1.9, 2.1, 8], gatewayCpuSeconds: 0.004, nodeCpuSeconds: 0.016 },
       { a: [1.5, 1.6, 1.7], b: [1.1, 1.2, 1.3], gatewayCpuSeconds: 0.0015, nodeCpuSeconds: 0.003 },
       { seconds: 10, gateway: { updates: 290, bytes: 1 }, straight: { updates: 300, bytes: 1 } },
+      22_000,
     );
     assert.equal(f.screenshot.ratio, 2.4 / 2);
     assert.equal(f.screenshot.gatewayCpuMsPerRequest, 1);
@@ -101,7 +102,7 @@ describe('bench figures', () => {
     assert.equal(f.action.gatewayCpuMsPerRequest, 0.5);
     assert.equal(f.liveView.ratio, 290 / 300);
     const zero = { a: [1], b: [1], gatewayCpuSeconds: 0, nodeCpuSeconds: 0 };
-    const none = gatewayFigures(zero, zero, { seconds: 10, gateway: { updates: 0, bytes: 0 }, straight: { updates: 0, bytes: 0 } });
+    const none = gatewayFigures(zero, zero, { seconds: 10, gateway: { updates: 0, bytes: 0 }, straight: { updates: 0, bytes: 0 } }, 0);
     assert.ok(Number.isNaN(none.liveView.ratio), 'no frame straight: no figure, not a pass');
   });
 
