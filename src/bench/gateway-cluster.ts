@@ -27,6 +27,8 @@ export interface BenchClusterOptions {
   readonly subnet: string;
   /** The built guest images (SBX_IMAGES_DIR): the node's state dir is a fresh one, without them. */
   readonly imagesDir: string;
+  /** The environment the processes start from (the bench's own, read by its entry point: PATH, SBX_RUNTIME, SBX_TEMPLATE...). */
+  readonly env: NodeJS.ProcessEnv;
 }
 
 export interface BenchCluster {
@@ -117,7 +119,7 @@ export async function startBenchCluster(opts: BenchClusterOptions): Promise<Benc
   try {
     pg = await startThrowawayPostgres();
     const env: NodeJS.ProcessEnv = {
-      ...process.env,
+      ...opts.env,
       SBX_CLUSTER_SECRET: secret,
       SBX_CLUSTER_DB_URL: pg.url,
       SBX_LOG_LEVEL: 'warn',

@@ -34,6 +34,8 @@ export interface GatewayBenchSettings {
   readonly resourcePrefix: string;
   readonly subnet: string;
   readonly imagesDir: string;
+  /** What the node and gateway processes inherit (the bench's environment, from its entry point). */
+  readonly env: NodeJS.ProcessEnv;
 }
 
 export interface Pair {

@@ -77,6 +77,7 @@ const GATEWAY: GatewayBenchSettings = {
   liveViewSeconds: Number(process.env.BENCH_LIVE_VIEW_SECONDS || 10),
   display: defaultConfig(process.env).display,
   imagesDir: defaultConfig(process.env).imagesDir,
+  env: process.env,
   // The node's sandboxes: apart from the bench's own orchestrator (10.244/16) and the tests' nodes (10.247/16).
   resourcePrefix: 'sbg-',
   subnet: '10.245.0.0/24',
