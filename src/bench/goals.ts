@@ -43,6 +43,14 @@ export interface GoalFigures {
   run_loop_overhead_ms: number;
   /** Issue 22: place() + confirm() a second on a real PostgreSQL with 1,000 simulated nodes (null: no PostgreSQL here). */
   placement_tx_creates_per_second: number | null;
+  /** Issue 22: screenshot p50 through a gateway / straight from the node (same session, interleaved). */
+  gateway_screenshot_ratio: number | null;
+  /** Issue 22: an action's p50 through a gateway - straight from the node, ms. */
+  gateway_action_added_ms: number | null;
+  /** Issue 22: live-view frames through a gateway / straight, over the same seconds. */
+  gateway_live_view_frames_ratio: number | null;
+  /** Issue 22: fullest node / ideal in the 10,000-session, 1,000-node placement simulation (the worst seed). */
+  placement_simulation_fullest_vs_ideal: number | null;
   /** Issue 14, per template: create-to-ready p50 cold and from its warm pool, idle session memory. */
   templates: Record<string, { cold_create_p50_ms: number; warm_create_p50_ms: number | null; idle_session_mib: number | null }>;
 }
@@ -91,6 +99,10 @@ export function goalRows(f: GoalFigures): ChartRow[] {
     { label: 'run loop per step - direct tool call', value: f.run_loop_overhead_ms, goal: 5, unit: 'ms' },
     // Issue 22's goals.
     { label: 'creates/s, placement transaction (PostgreSQL)', value: f.placement_tx_creates_per_second, goal: 500, unit: '/s', better: 'higher' },
+    { label: 'screenshot via gateway / straight, p50', value: f.gateway_screenshot_ratio, goal: 1.1, unit: 'x' },
+    { label: 'gateway added latency on an action, p50', value: f.gateway_action_added_ms, goal: 1, unit: 'ms' },
+    { label: 'live-view frames via gateway / straight', value: f.gateway_live_view_frames_ratio, goal: 0.95, unit: 'x', better: 'higher' },
+    { label: 'fullest node / ideal, 10k/1k simulation', value: f.placement_simulation_fullest_vs_ideal, goal: 1.15, unit: 'x' },
   );
   return rows;
 }

@@ -16,6 +16,9 @@
  * (1000), BENCH_PLACEMENT_CLIENTS (8), BENCH_PLACEMENT_GATEWAYS (4), BENCH_PLACEMENT_SECONDS
  * (10): the placement transaction on a PostgreSQL of its own (issue 22), measured first.
  * `npm run bench -- placement-tx` measures that alone (no sandbox, no root needed).
+ * Then issue 22's gateway figures (gateway.ts: a node, a gateway and PostgreSQL as processes;
+ * BENCH_N screenshots, BENCH_GATEWAY_ACTIONS (200) actions, BENCH_LIVE_VIEW_SECONDS (10) of
+ * live view each way) and the placement simulation; `npm run bench -- gateway` runs those alone.
  */
 import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { removeTreeOnOneMount } from '../host/remove-tree.js';
@@ -45,6 +48,8 @@ import { measureWarmCreates } from './warm-create.js';
 import { measureTemplate, type TemplateFigures } from './templates.js';
 import { measureLoopOverhead, startZeroLatencyModel } from './run-loop.js';
 import { describePlacementTx, measurePlacementTx, measurePlacementTxIfPossible, type PlacementTxSettings } from './placement-tx.js';
+import { describeGateway, measureGateway, type GatewayBenchSettings } from './gateway.js';
+import { describeSimulation, simulatePlacement, SIMULATION_SEEDS, type SimulationFigures } from './placement-simulation.js';
 
 const N = Number(process.env.BENCH_N || 50);
 const CREATES = Number(process.env.BENCH_CREATES || 5);
@@ -66,12 +71,35 @@ const PLACEMENT_TX: PlacementTxSettings = {
   heartbeats: true,
   durable: true,
 };
+const GATEWAY: GatewayBenchSettings = {
+  n: N,
+  actionN: Number(process.env.BENCH_GATEWAY_ACTIONS || Math.max(200, 4 * N)),
+  liveViewSeconds: Number(process.env.BENCH_LIVE_VIEW_SECONDS || 10),
+  display: defaultConfig(process.env).display,
+  imagesDir: defaultConfig(process.env).imagesDir,
+  env: process.env,
+  // The node's sandboxes: apart from the bench's own orchestrator (10.244/16) and the tests' nodes (10.247/16).
+  resourcePrefix: 'sbg-',
+  subnet: '10.245.0.0/24',
+};
+
+/** The placement simulation over each seed (a few seconds of CPU): the worst is the figure. */
+function simulations(): SimulationFigures[] {
+  const runs = SIMULATION_SEEDS.map((seed) => simulatePlacement(seed));
+  for (const run of runs) console.error(`bench: ${describeSimulation(run)}`);
+  return runs;
+}
 
 
 async function main(): Promise<void> {
   // First, while nothing else of the bench runs: it needs no sandbox.
   console.error(`bench: placement transaction: ${PLACEMENT_TX.nodes} simulated nodes on a PostgreSQL of its own, ${PLACEMENT_TX.clients} callers, ${PLACEMENT_TX.seconds} s`);
   const placementTx = await measurePlacementTxIfPossible(PLACEMENT_TX);
+  const simulation = simulations();
+  // Before the bench's own orchestrator starts: the node here is another orchestrator, with sandboxes of its own.
+  console.error('bench: gateway: a node, a gateway and PostgreSQL, each its own process');
+  const gateway = placementTx === null ? null : await measureGateway(GATEWAY); // null: no PostgreSQL here (said above)
+  if (gateway) console.error(describeGateway(gateway));
   const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-'));
   // The pool starts empty whatever SBX_WARM_POOL_SIZE says: cold creates must be cold. It is
   // grown for the warm figure only (measureWarmCreates).
@@ -213,6 +241,8 @@ async function main(): Promise<void> {
         loop,
         templates,
         placementTx,
+        gateway,
+        simulation,
       });
       printReport(results);
       const goals = goalRows(results);
@@ -237,7 +267,16 @@ async function placementTxAlone(): Promise<void> {
   console.log(JSON.stringify(figures, null, 2));
 }
 
-(process.argv[2] === 'placement-tx' ? placementTxAlone() : main()).catch((err: unknown) => {
+async function gatewayAlone(): Promise<void> {
+  const simulation = simulations();
+  const figures = await measureGateway(GATEWAY);
+  console.log(describeGateway(figures));
+  for (const run of simulation) console.log(describeSimulation(run));
+  console.log(JSON.stringify({ ...figures, simulation }, null, 2));
+}
+
+const PARTS: Record<string, () => Promise<void>> = { 'placement-tx': placementTxAlone, gateway: gatewayAlone };
+(PARTS[process.argv[2] ?? ''] ?? main)().catch((err: unknown) => {
   console.error(`bench: ${err instanceof Error ? err.stack : String(err)}`);
   process.exit(1);
 });

@@ -10,6 +10,8 @@ import type { ScreenshotComparison } from './screenshots.js';
 import type { Summary } from './stats.js';
 import type { TemplateFigures } from './templates.js';
 import { describePlacementTx, type PlacementTxFigures } from './placement-tx.js';
+import { describeGateway, type GatewayFigures } from './gateway.js';
+import { describeSimulation, type SimulationFigures } from './placement-simulation.js';
 
 export interface Measured {
   runtime: string;
@@ -31,6 +33,9 @@ export interface Measured {
   loop: LoopOverhead;
   templates: TemplateFigures[];
   placementTx: PlacementTxFigures | null;
+  gateway: GatewayFigures | null;
+  /** One run per seed. */
+  simulation: SimulationFigures[];
 }
 
 export type Results = ReturnType<typeof buildResults>;
@@ -72,6 +77,10 @@ export function buildResults(m: Measured) {
     recording_screenshot_latency_increase_percent: m.recording.changing.latencyIncreasePercent,
     run_loop_overhead_ms: m.loop.loopPerStepMs - m.loop.directMeanMs,
     placement_tx_creates_per_second: m.placementTx?.createsPerSecond ?? null,
+    gateway_screenshot_ratio: m.gateway?.screenshot.ratio ?? null,
+    gateway_action_added_ms: m.gateway?.action.addedMs ?? null,
+    gateway_live_view_frames_ratio: m.gateway?.liveView.ratio ?? null,
+    placement_simulation_fullest_vs_ideal: m.simulation.length > 0 ? Math.max(...m.simulation.map((s) => s.dominant)) : null,
     templates: Object.fromEntries(
       m.templates.map((t) => [t.template, { cold_create_p50_ms: t.cold.p50, warm_create_p50_ms: t.warm?.p50 ?? null, idle_session_mib: t.idleMiB }]),
     ),
@@ -85,6 +94,8 @@ export function buildResults(m: Measured) {
     recording_detail: m.recording,
     run_loop_detail: m.loop,
     placement_tx_detail: m.placementTx,
+    gateway_detail: m.gateway,
+    placement_simulation_detail: m.simulation,
     templates_detail: m.templates,
     warm_create_p95_ms: m.warm?.p95 ?? null,
     // Kept under their earlier names (PNG, static screen) for comparison with older runs.
@@ -176,6 +187,8 @@ export function printReport(r: Results): void {
     );
   }
   if (r.placement_tx_detail) console.log(describePlacementTx(r.placement_tx_detail));
+  if (r.gateway_detail) console.log(describeGateway(r.gateway_detail));
+  for (const run of r.placement_simulation_detail) console.log(describeSimulation(run));
   console.log(
     `ramp: ${r.ramp.steps.map((s) => `${s.sessions}: ${s.errors} errors, p95 ${s.p95Ms.toFixed(0)} ms ${s.passed ? 'ok' : 'FAIL'}`).join('; ')}; ` +
       `most sessions ${r.ramp.maxSessions} (stopped by ${r.ramp.stoppedBy}${r.ramp.createError ? `: ${r.ramp.createError}` : ''})`,

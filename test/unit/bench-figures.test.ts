@@ -4,6 +4,8 @@ import { processCpuSeconds } from '../../src/bench/cpu.js';
 import { goalMet, goalRows, type GoalFigures } from '../../src/bench/goals.js';
 import { rampPassed } from '../../src/bench/ramp.js';
 import type { LoadResult } from '../../src/bench/load.js';
+import { gatewayFigures, timeInterleaved } from '../../src/bench/gateway.js';
+import { RfbFrameCounter } from '../../src/bench/rfb-counter.js';
 
 const FIGURES: GoalFigures = {
   screenshots: {
@@ -26,6 +28,10 @@ const FIGURES: GoalFigures = {
   recording_screenshot_latency_increase_percent: 4,
   run_loop_overhead_ms: 6,
   placement_tx_creates_per_second: 640,
+  gateway_screenshot_ratio: 1.2,
+  gateway_action_added_ms: 0.4,
+  gateway_live_view_frames_ratio: 0.97,
+  placement_simulation_fullest_vs_ideal: 1.133,
   templates: { desktop: { cold_create_p50_ms: 1800, warm_create_p50_ms: 160, idle_session_mib: 240 } },
 };
 
@@ -54,6 +60,13 @@ describe('bench figures', () => {
     assert.equal(met('CPU per recorded session, 5 fps, changing'), false, '12% of a core is over 10');
     assert.equal(met('screenshot latency while recorded, changing'), true);
     assert.equal(met('creates/s, placement transaction (PostgreSQL)'), true, 'higher is better: 640 >= 500');
+    // Issue 22's gateway figures and the placement simulation.
+    assert.equal(met('screenshot via gateway / straight, p50'), false, '1.2 is over 1.10');
+    assert.equal(met('gateway added latency on an action, p50'), true);
+    assert.equal(met('live-view frames via gateway / straight'), true, 'higher is better: 0.97 >= 0.95');
+    assert.equal(met('fullest node / ideal, 10k/1k simulation'), true);
+    const unmeasured = new Map(goalRows({ ...FIGURES, gateway_screenshot_ratio: null }).map((r) => [r.label, r]));
+    assert.equal(goalMet(unmeasured.get('screenshot via gateway / straight, p50') ?? assert.fail('no row')), null, 'no PostgreSQL: not measured');
   });
 
   it('a ramp step passes with no error and a p95 up to 250 ms', () => {
@@ -67,5 +80,82 @@ describe('bench figures', () => {
     // pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime ...
     const stat = '4242 (sshd: user (x) y) S 1 1 1 0 -1 4194560 10 0 0 0 250 50 0 0 20 0 1 0';
     assert.equal(processCpuSeconds(stat), 3);
+  });
+
+  it('gateway figures: p50 through the gateway / straight, p50 difference, frames through / straight', async () => {
+    // Alternating A/B: each side n samples, each going first in half of the rounds.
+    const order: string[] = [];
+    const timed = await timeInterleaved(4, async () => void order.push('a'), async () => void order.push('b'), 1);
+    assert.equal(timed.a.length, 4);
+    assert.equal(timed.b.length, 4);
+    assert.deepEqual(order, ['a', 'b', 'b', 'a', 'a', 'b', 'b', 'a', 'a', 'b']);
+    const f = gatewayFigures(
+      { a: [3, 2.2, 2.4, 9], b: [2, 1.9, 2.1, 8], gatewayCpuSeconds: 0.004, nodeCpuSeconds: 0.016 },
+      { a: [1.5, 1.6, 1.7], b: [1.1, 1.2, 1.3], gatewayCpuSeconds: 0.0015, nodeCpuSeconds: 0.003 },
+      { seconds: 10, gateway: { updates: 290, bytes: 1 }, straight: { updates: 300, bytes: 1 } },
+      22_000,
+    );
+    assert.equal(f.screenshot.ratio, 2.4 / 2);
+    assert.equal(f.screenshot.gatewayCpuMsPerRequest, 1);
+    assert.equal(f.screenshot.nodeCpuMsPerRequest, 2, 'the node answered both sides: 8 requests');
+    assert.ok(Math.abs(f.action.addedMs - 0.4) < 1e-9, `${f.action.addedMs}`);
+    assert.equal(f.action.gatewayCpuMsPerRequest, 0.5);
+    assert.equal(f.liveView.ratio, 290 / 300);
+    const zero = { a: [1], b: [1], gatewayCpuSeconds: 0, nodeCpuSeconds: 0 };
+    const none = gatewayFigures(zero, zero, { seconds: 10, gateway: { updates: 0, bytes: 0 }, straight: { updates: 0, bytes: 0 } }, 0);
+    assert.ok(Number.isNaN(none.liveView.ratio), 'no frame straight: no figure, not a pass');
+  });
+
+  it('the raw RFB viewer does the handshake and counts whole FramebufferUpdates, however the bytes are cut', () => {
+    const serverInit = Buffer.alloc(24 + 4);
+    serverInit.writeUInt16BE(1024, 0);
+    serverInit.writeUInt16BE(768, 2);
+    serverInit[4] = 32; // bits per pixel
+    serverInit.writeUInt32BE(4, 20);
+    serverInit.write('name', 24);
+    const rect = (w: number, h: number, encoding: number, body: Buffer): Buffer => {
+      const header = Buffer.alloc(12);
+      header.writeUInt16BE(w, 4);
+      header.writeUInt16BE(h, 6);
+      header.writeInt32BE(encoding, 8);
+      return Buffer.concat([header, body]);
+    };
+    const update = (...rects: Buffer[]): Buffer => Buffer.concat([Buffer.from([0, 0, rects.length >> 8, rects.length & 255]), ...rects]);
+    const zrle = (n: number): Buffer => {
+      const length = Buffer.alloc(4);
+      length.writeUInt32BE(n);
+      return Buffer.concat([length, Buffer.alloc(n, 0xab)]);
+    };
+    const stream = Buffer.concat([
+      Buffer.from('RFB 003.008\n'),
+      Buffer.from([1, 1]), // one security type: None
+      Buffer.alloc(4), // SecurityResult OK
+      serverInit,
+      update(rect(1024, 768, 16, zrle(300)), rect(2, 2, 0, Buffer.alloc(16, 0xcd))), // ZRLE and Raw
+      Buffer.from([2]), // Bell
+      Buffer.from([3, 0, 0, 0, 0, 0, 0, 5, 104, 101, 108, 108, 111]), // ServerCutText "hello"
+      update(), // no rectangle
+      update(rect(0, 0, -223, Buffer.alloc(0)), rect(64, 64, 0, Buffer.alloc(64 * 64 * 4, 1))), // DesktopSize, then a large Raw
+    ]);
+    for (const cut of [1, 3, 7, 1000, stream.length]) {
+      const sent: Buffer[] = [];
+      const counter = new RfbFrameCounter((m) => void sent.push(m));
+      for (let i = 0; i < stream.length; i += cut) counter.feed(stream.subarray(i, i + cut));
+      assert.equal(counter.updates, 3, `cut every ${cut} bytes`);
+      assert.equal(counter.width, 1024);
+      assert.equal(counter.height, 768);
+      // Version, security None, ClientInit shared, SetEncodings (ZRLE, Raw), a full request, then an incremental one per update.
+      assert.deepEqual(sent[0], Buffer.from('RFB 003.008\n'));
+      assert.deepEqual(sent[1], Buffer.from([1]));
+      assert.deepEqual(sent[2], Buffer.from([1]));
+      assert.deepEqual(sent[3], Buffer.from([2, 0, 0, 2, 0, 0, 0, 16, 0, 0, 0, 0]));
+      assert.deepEqual(sent[4], Buffer.from([3, 0, 0, 0, 0, 0, 4, 0, 3, 0]));
+      assert.equal(sent.length, 5 + 3);
+      assert.deepEqual(sent[7], Buffer.from([3, 1, 0, 0, 0, 0, 4, 0, 3, 0]));
+    }
+    // An encoding it did not ask for cannot be skipped: said, not miscounted.
+    const counter = new RfbFrameCounter(() => undefined);
+    const handshake = stream.subarray(0, 12 + 2 + 4 + serverInit.length);
+    assert.throws(() => counter.feed(Buffer.concat([handshake, update(rect(8, 8, 7, Buffer.alloc(10)))])), /unexpected RFB encoding 7/);
   });
 });
