@@ -88,7 +88,8 @@ describe('fuzzing the HTTP API', () => {
     const send = async (req: FuzzRequest): Promise<void> => {
       sent++;
       let response: Response;
-      const boundMs = REQUEST_TIMEOUT_MS + askedSeconds(req.body) * 1000;
+      // Whole milliseconds: a tiny random duration (5e-239 s) makes 15000.000000000004, which AbortSignal.timeout refuses.
+      const boundMs = Math.ceil(REQUEST_TIMEOUT_MS + askedSeconds(req.body) * 1000);
       try {
         response = await fetch(serve.url + req.url, {
           method: req.method,
