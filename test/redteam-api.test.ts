@@ -465,7 +465,7 @@ describe('5xx answers: the gist and a request id to the client, the detail to th
   it('a sandbox that fails to boot: 503 without host paths, addresses of files or console output; its request id leads to them in the log', async () => {
     const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: {} });
     assert.equal(res.statusCode, 503, res.body);
-    const { error } = res.json() as { error: { code: string; message: string; requestId: string } };
+    const { error } = res.json<{ error: { code: string; message: string; requestId: string } }>();
     assert.equal(error.code, 'unavailable');
     assert.match(error.message, /^sandbox failed to start: .*(SSH|display).* \(request id \S+: the orchestrator's log has the details\)$/);
     assert.equal(typeof error.requestId, 'string');
@@ -489,7 +489,7 @@ describe('5xx answers: the gist and a request id to the client, the detail to th
     t.after(() => list.mock.restore());
     const res = await orch.server.inject({ method: 'GET', url: '/v1/sessions' });
     assert.equal(res.statusCode, 500, res.body);
-    const { error } = res.json() as { error: { code: string; message: string; requestId: string } };
+    const { error } = res.json<{ error: { code: string; message: string; requestId: string } }>();
     assert.equal(error.code, 'internal');
     assert.match(error.message, /^internal error \(request id \S+/);
     assert.equal(res.body.includes('/var/lib'), false, res.body);

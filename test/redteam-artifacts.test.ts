@@ -231,7 +231,7 @@ describe('red team: what is kept after a session is its tenant\'s by what it sto
     for (const route of routes) {
       const asB = await inject(route.method, `/v1/sessions/${id}${route.path}`, keyB, route.payload);
       const never = await inject(route.method, `/v1/sessions/${madeUp}${route.path}`, keyB, route.payload);
-      assert.equal(asB.statusCode, 404, `${route.method} ${route.path}: ${asB.statusCode} ${asB.headers['content-type']} ${asB.rawPayload.length} bytes`);
+      assert.equal(asB.statusCode, 404, `${route.method} ${route.path}: ${asB.statusCode} ${String(asB.headers['content-type'])} ${asB.rawPayload.length} bytes`);
       assert.equal(asB.body.replaceAll(id, madeUp), never.body, `${route.method} ${route.path}: B cannot tell A's session from one that never existed`);
       assert.equal(asB.headers['content-type'], never.headers['content-type']);
     }

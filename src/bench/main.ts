@@ -33,7 +33,7 @@ import { CONFIG_FILES } from '../guest/contract.js';
 import { guestAddressOf } from '../network/netns.js';
 import { startOrchestrator } from '../orchestrator.js';
 import { measureActions } from './actions.js';
-import { naiveSsh, timeInGuest, timeInputInGuest } from './baselines.js';
+import { naiveSsh, timeInputInGuest } from './baselines.js';
 import { writeChart } from './chart.js';
 import { openDirect } from './direct.js';
 import { goalRows, printGoals, SCREENSHOT_FORMATS, type ScreenshotFormat } from './goals.js';

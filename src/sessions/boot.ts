@@ -95,10 +95,10 @@ export async function bootPooledSandbox(session: Session, lease: AddressLease, c
       pinnedHostKey: publicKeyBlob(keys.hostPublicKey),
     });
     await probe.push('probe connection', () => connection.close());
-    await connection.open(remaining(deadline), sandbox.isAlive);
+    await connection.open(remaining(deadline), () => sandbox.isAlive());
     const desktop = new Desktop(connection, ctx.display, { width: session.record.width, height: session.record.height });
     await probe.push('probe desktop', () => desktop.close());
-    await waitForDisplay(desktop, deadline, sandbox.isAlive);
+    await waitForDisplay(desktop, deadline, () => sandbox.isAlive());
   } catch (err) {
     throw await withConsoleLog(err, sandbox, logsDir, session.id, ctx.consoleLog);
   } finally {
@@ -215,12 +215,12 @@ export async function attachDesktop(
   });
   await session.cleanup.push('ssh connection', () => connection.close());
   session.connection = connection;
-  await connection.open(remaining(deadline), sandbox.isAlive);
+  await connection.open(remaining(deadline), () => sandbox.isAlive());
 
   const screen = { width, height };
   const desktop = new Desktop(connection, ctx.display, screen);
   await session.cleanup.push('desktop input', () => desktop.close());
-  await waitForDisplay(desktop, deadline, sandbox.isAlive);
+  await waitForDisplay(desktop, deadline, () => sandbox.isAlive());
   const model = { width: session.record.modelWidth, height: session.record.modelHeight };
   session.computer = new ComputerTool(desktop, new Scaler(screen, model), ctx.settle);
 }

@@ -80,6 +80,7 @@ async function reclaim(kind: ResourceKind, name: string, log: Logger, countKept?
     case 'id-range':
       // Nothing to undo on the host: the range is free once the processes and mounts that
       // used it (reclaimed before it, by the order above) are gone.
+    // falls through
     case 'vm-user':
       // A lease lives in the pool's memory, gone with the process that held it; the VMM
       // that ran under it is the 'process' entry, killed above. Nothing is left to free.

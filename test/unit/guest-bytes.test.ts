@@ -193,8 +193,8 @@ describe('the capture channel', () => {
     const changed = Buffer.from(screen);
     changed.fill(9, HEADER_BYTES + 40 * STRIDE, HEADER_BYTES + 41 * STRIDE);
     const fourth = await start(changed);
-    assert.notEqual(fourth.bands!.buffers[1], first.bands!.buffers[1]);
-    assert.equal(fourth.bands!.buffers[0], first.bands!.buffers[0]);
+    assert.notEqual(fourth.bands!.buffers[1], first.bands.buffers[1]);
+    assert.equal(fourth.bands!.buffers[0], first.bands.buffers[0]);
     assert.equal(fourth.pixels[40 * STRIDE], 9);
     assert.equal(first.pixels[40 * STRIDE], 7, 'a frame handed out is never modified');
     changed.fill(3);

@@ -306,7 +306,7 @@ function runcCreate(runcBin: string, root: string, id: string, bundle: string, p
     child.on('error', reject);
     child.on('exit', (code) => {
       if (code === 0) return resolve();
-      consolePipe
+      void consolePipe
         .quiet()
         .then(() => consoleLogTail(consolePipe.logPath, 20))
         .catch(() => '')

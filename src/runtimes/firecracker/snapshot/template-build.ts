@@ -67,7 +67,7 @@ export async function buildTemplate(image: GuestImage, screen: { width: number; 
     };
     const vm = await deps.boot(spec, cleanup);
     if (!vm.layout) throw new Error('a template needs the jailer');
-    await waitForDesktop(address.guest, keys, deps.guest.display, Date.now() + deps.bootTimeoutMs, vm.sandbox.isAlive);
+    await waitForDesktop(address.guest, keys, deps.guest.display, Date.now() + deps.bootTimeoutMs, () => vm.sandbox.isAlive());
     await runSteps(snapshotCreateSteps(vm.layout.snapshot.jailPaths), vm.client);
     await vm.vmm.stop(500); // paused: there is no guest to power off
     return await saveTemplate(
