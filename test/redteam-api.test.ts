@@ -17,6 +17,7 @@ import { pngSize } from './helpers/guest.js';
 import { memoryOf } from './helpers/raw-http.js';
 import { startTestOrchestrator, TEST_PREFIX, type TestOrchestrator } from './helpers/orchestrator.js';
 import { runCli, startServe, type ServeProcess } from './helpers/serve.js';
+import { errorHeaders } from '../src/api/errors.js';
 
 /**
  * The API's side of issue 11, attacked for real: a web page on a rebinding domain and a
@@ -406,7 +407,7 @@ describe('request limit settings', () => {
         gate.admit(tenant)();
       } catch (err) {
         assert.ok(err instanceof RequestLimitError);
-        return { code: err.code, retryAfter: err.headers['retry-after'] };
+        return { code: err.code, retryAfter: errorHeaders(err)['retry-after'] };
       }
       return undefined;
     };

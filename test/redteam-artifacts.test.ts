@@ -247,9 +247,9 @@ describe('red team: what is kept after a session is its tenant\'s by what it sto
     const linkB = await inject('POST', `/v1/sessions/${madeUp}/links`, keyB, { purpose: 'trajectory' });
     assert.equal(linkB.statusCode, 404);
     // Defence in depth: the recording itself answers by its own stored tenant, whatever the hook decided.
-    await assert.rejects(orch.manager.recordingFiles(id, 'tenant-b'), { statusCode: 404 });
-    await assert.rejects(orch.manager.recordingStatus(id, 'tenant-b'), { statusCode: 404 });
-    await assert.rejects(orch.manager.stopRecording(id, 'tenant-b'), { statusCode: 404 });
+    await assert.rejects(orch.manager.recordingFiles(id, 'tenant-b'), { category: 'not_found' });
+    await assert.rejects(orch.manager.recordingStatus(id, 'tenant-b'), { category: 'not_found' });
+    await assert.rejects(orch.manager.stopRecording(id, 'tenant-b'), { category: 'not_found' });
     assert.equal(await orch.manager.recordingFrame(id, 'tenant-b', 500), undefined);
   });
 

@@ -8,8 +8,8 @@ import type { SessionManager } from '../sessions/manager.js';
 import { installAuth, type AuthOptions } from './auth/request-identity.js';
 import { installTenantScope } from './auth/tenant-scope.js';
 import { applyConnectionLimits, connectionServerOptions, DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from './connection-limits.js';
-import { errorHandler } from './errors.js';
-import { OrchestratorError } from '../errors.js';
+import { errorHandler, sendError } from './errors.js';
+import { OrchestratorError, type ErrorCode } from '../errors.js';
 import { APP_BODY_LIMIT_BYTES } from './limits.js';
 import { installRequestLog } from './logging/request-log.js';
 import { DEFAULT_TENANT_REQUEST_LIMITS, installTenantRequestLimits, TenantRequestGate, type TenantRequestLimits } from './tenant-request-limits.js';
@@ -68,7 +68,7 @@ export interface ServerOptions {
 }
 
 /** The limit label of sandbox_api_requests_refused_total for each cap's refusal. */
-const CAP_OF_CODE: Readonly<Record<string, string>> = {
+const CAP_OF_CODE: Readonly<Partial<Record<ErrorCode, string>>> = {
   tenant_stream_limit: 'streams',
   session_viewer_limit: 'viewers',
   tenant_viewer_limit: 'viewers',
@@ -134,7 +134,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   installRequestLog(app);
   // An unknown route answers in the same shape as every other error (fastify's own is not).
   app.setNotFoundHandler((request, reply) => {
-    void reply.status(404).send({ error: { code: 'route_not_found', message: `no route ${request.method} ${request.url.split('?')[0]}` } });
+    void sendError(reply, 'route_not_found', `no route ${request.method} ${request.url.split('?')[0]}`);
   });
   applyConnectionLimits(app, limits);
 

@@ -14,7 +14,7 @@ import {
   type ScreenStreamOptions,
 } from './recording.js';
 import { formatQuery, queryString, type ScreenshotFormatOptions } from './screenshot-format.js';
-import type { ActionResult, BashToolInput, ComputerToolInput, CreateOptions, EditorToolInput, SessionInfo, TemplateInfo, TimeoutUpdate, ToolResult } from './types.js';
+import type { ActionResult, BashToolInput, ComputerToolInput, CreateOptions, EditorToolInput, KeepaliveOptions, SessionInfo, TemplateInfo, TimeoutUpdate, ToolResult } from './types.js';
 import { Runs } from './runs.js';
 import { createTrajectoryLink, fetchTrajectory, type Trajectory } from './trajectory.js';
 
@@ -86,7 +86,7 @@ export class SandboxClient {
   }
 
   /** Resets the session's idle timer (optionally setting a new idle timeout). */
-  async keepalive(id: string, options: { timeoutSeconds?: number } = {}): Promise<SessionInfo> {
+  async keepalive(id: string, options: KeepaliveOptions = {}): Promise<SessionInfo> {
     return this.json<SessionInfo>('POST', `/v1/sessions/${encodeURIComponent(id)}/keepalive`, options);
   }
 

@@ -106,7 +106,7 @@ export function createForwarder(secret: string, state: ClusterState, metrics: Ga
 /** A path a URL parser rewrites (dot segments, backslashes): no route, as on a single host. */
 export class RouteNotFoundError extends OrchestratorError {
   constructor(method: string, path: string) {
-    super(`no route ${method} ${path}`, 404, 'route_not_found');
+    super('route_not_found', `no route ${method} ${path}`);
   }
 }
 

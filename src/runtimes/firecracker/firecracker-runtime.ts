@@ -76,7 +76,7 @@ export interface BootedVm {
  * Unjailed (SBX_FC_JAILER=off; development only): Firecracker runs as root in the session's
  * netns, with its files in the session dir.
  *
- * How the pieces compose, and what snapshots would need, is written down in index.ts.
+ * How the pieces compose, and what snapshots need, is written down in docs/firecracker.md.
  */
 export class FirecrackerRuntime implements Runtime {
   readonly name = 'firecracker' as const;

@@ -2,51 +2,11 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { SessionKeys } from '../../../transport/keys.js';
 
 /**
- * Key rotation after a snapshot restore.
- *
- * Why: a session started from a snapshot wakes up as a copy of the template VM, memory and
- * all. Its sshd holds the template's host key, and the template's client key is what it
- * lets in. Every clone of the template shares both, and the config drive the session made
- * for it is never read (the guest read its config at the template's boot). So before a
- * restored session is handed out, its guest must be made to trust only the session's own
- * client key and present only the session's own host key, and we must have seen it do so.
- *
- * The sequence (each phase is a value of RotationPhase, reported through `onPhase`):
- *  1. connect-template  log in with the template's client key, pinning the template's host
- *                       key. Failing here means the snapshot is not the template we think.
- *  2. write-keys        over that connection, install the session's host key (private, then
- *                       public) and then the session's authorized_keys, which replaces the
- *                       template's, and empty root_authorized_keys (the template key's root
- *                       access): from this moment the template key is refused for new logins
- *                       (sshd reads both files at each login). The files travel as data (the
- *                       guest helper's standard input), never inside a command string, and
- *                       are written atomically (temporary file, then rename).
- *  3. reload-sshd       SIGHUP: sshd re-executes itself and presents the new host key to new
- *                       connections; connections already open stay up.
- *     apply-network     (when the connection offers it) move the guest to the session's own
- *                       address: a clone wakes up with the template's. The template
- *                       connection runs over the old address and dies with it.
- *  4. connect-session   log in with the session's client key, pinning the session's host
- *                       key, retrying briefly while sshd restarts. This is the connection
- *                       the session will keep.
- *  5. verify-template-refused
- *                       try the template's client key (pinning the new host key, so the
- *                       attempt reaches authentication): it must be refused. Then try the
- *                       session key pinning the template's host key: the guest must no
- *                       longer present it. Anything else, including "could not tell",
- *                       fails the rotation.
- *  6. ready             close the template connection; only now is the session connection
- *                       returned, and only then may the session be handed out.
- *
- * On any failure the template connection is closed, the session connection (if opened) is
- * closed, and a KeyRotationError naming the phase is thrown: the caller destroys the VM. A
- * half-rotated guest is never handed out.
- *
- * What the guest must provide (not yet in the guest image; see the runtime's index.ts):
- * sshd reading its HostKey and AuthorizedKeysFile from a writable, root-owned place (e.g.
- * /run/sandbox/ssh, filled from the config drive at boot), and a way for the rotation
- * connection to write there and SIGHUP sshd (for example a forced-command key of the
- * template that runs a small root helper reading the files from standard input).
+ * Key rotation after a snapshot restore: every clone of a template wakes up with the
+ * template's host key and lets in the template's client key, so a restored session is handed
+ * out only once its guest trusts and presents the session's own keys, and the template's key
+ * has been seen refused. The phases, and what the guest image provides for them (sshd's keys
+ * under /sandbox/config, the `sbx-rekey` forced command), are in docs/firecracker.md#key-rotation.
  */
 
 /** Where, in the guest, sshd reads the keys the rotation replaces. */
@@ -121,7 +81,7 @@ export class KeyRotationError extends Error {
 }
 
 /**
- * Runs the rotation described above and returns the session's verified connection.
+ * Runs the rotation (docs/firecracker.md#key-rotation) and returns the session's verified connection.
  * Nothing else should hand a restored session out.
  */
 export async function rotateKeysAfterRestore<C extends RotationConnection>(
