@@ -1,5 +1,6 @@
 import type { ImageMediaType, ScreenshotFormatOptions } from './screenshot-format.js';
 import type { RecordingStatus } from './recording.js';
+import type { RuntimeName } from './runtime-names.js';
 import type { VendorTools } from './vendor-types.js';
 
 /** The shapes the API answers with and takes: sessions, tool inputs, tool results. */
@@ -8,7 +9,7 @@ import type { VendorTools } from './vendor-types.js';
 export interface SessionInfo {
   id: string;
   state: 'creating' | 'ready' | 'destroying' | 'destroyed' | 'failed';
-  runtime: 'container' | 'qemu' | 'firecracker';
+  runtime: RuntimeName;
   /** The template its sandbox booted. */
   template: string;
   display: { width: number; height: number };

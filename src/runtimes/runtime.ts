@@ -4,17 +4,15 @@ import type { ConsoleLogLimits } from './console-log.js';
 import type { NetworkAttachment, SandboxNetwork, TapOwner } from '../network/netns.js';
 import type { GuestEndpoint } from '../transport/ssh-connection.js';
 import type { CleanupStack } from '../util/cleanup-stack.js';
+import type { RuntimeName, RuntimeResourceKind } from './registered.js';
 
-export type RuntimeName = 'container' | 'qemu' | 'firecracker';
+export type { RuntimeName };
 
 /**
- * The kinds of host resource a sandbox holds, as the store's ledger records them (see
- * sessions/resource-ledger.ts, which also reclaims each kind).
+ * Records a resource in the store's ledger before it is taken (a no-op where nothing is
+ * stored). Its kind is one its runtime's entry registers with a reclaimer (entry.ts).
  */
-export const RESOURCE_KINDS = ['process', 'container', 'mount', 'disk', 'jail', 'cgroup', 'netns', 'veth', 'key-dir', 'id-range', 'vm-user'] as const;
-export type ResourceKind = (typeof RESOURCE_KINDS)[number];
-/** Records a resource in the store before it is taken (a no-op where nothing is stored). */
-export type RecordResource = (kind: ResourceKind, name: string) => void;
+export type RecordResource = (kind: RuntimeResourceKind, name: string) => void;
 
 /** What a runtime needs to start one sandbox. The session layer has made all of it already. */
 export interface SandboxSpec {
@@ -41,10 +39,11 @@ export interface SandboxSpec {
   record?: RecordResource;
   /**
    * Leases the session's host id range (the first of `size` ids from `base`, aligned to
-   * `size`), recorded on the ledger; the same range for the same session. See store.ts.
-   * A range free in the ledger is taken only if `takeHostWide` gets it too (id-leases.ts).
+   * `size`, one of at most `count` ranges), recorded on the ledger; the same range for the
+   * same session. See store.ts. A range free in the ledger is taken only if `takeHostWide`
+   * gets it too (id-leases.ts).
    */
-  leaseIdRange?: (base: number, size: number, takeHostWide: (first: number) => boolean) => number;
+  leaseIdRange?: (base: number, size: number, count: number, takeHostWide: (first: number) => boolean) => number;
   /** The uid/gid leased for this sandbox's VMM (Runtime.leaseVmUser), which owns its TAP. */
   vmUser?: TapOwner;
 }
@@ -171,7 +170,7 @@ export interface AdoptedSandbox {
 
 /** A runtime cannot run on this host; the message says what is missing and how to fix it. */
 export class RuntimeUnavailableError extends Error {
-  constructor(runtime: RuntimeName, reason: string) {
+  constructor(runtime: string, reason: string) {
     super(`runtime ${runtime} is not available here: ${reason}`);
     this.name = 'RuntimeUnavailableError';
   }

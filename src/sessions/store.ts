@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import type { ResourceKind } from '../runtimes/runtime.js';
+import type { ResourceKind } from './resource-ledger.js';
 import type { EndReason, SessionRecord, SessionState } from './session-record.js';
 
 interface Row {

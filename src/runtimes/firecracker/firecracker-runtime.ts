@@ -22,8 +22,8 @@ import {
   type SandboxSpec,
 } from '../runtime.js';
 import { processStartTime } from '../../host/process-watch.js';
-import { adoptVmm, imageDiskMiB, initrdFor, killOrphanVmms, vmExited, vmStartError } from '../vm-common.js';
-import { killOrphan, spawnInNetns, spawnLogged, type VmProcess } from '../vm-process.js';
+import { adoptVmm, imageDiskMiB, initrdFor, killOrphanVmms, vmExited, vmStartError } from '../vm/vm-common.js';
+import { killOrphan, spawnInNetns, spawnLogged, type VmProcess } from '../vm/vm-process.js';
 import { FirecrackerClient } from './api/client.js';
 import { waitForApiSocket } from './api/wait-for-socket.js';
 import { bootSteps } from './boot/boot-steps.js';
@@ -31,7 +31,7 @@ import { snapshotRestoreSteps } from './boot/snapshot-steps.js';
 import { runSteps } from './boot/steps.js';
 import { checkFirecrackerHost, unjailedRefusal, type FirecrackerHost } from './host/host-check.js';
 import { applyChrootLayout, removeChroot } from './jailer/apply-chroot.js';
-import { jailCgroupDirs, removeJailCgroups } from './jailer/cgroup.js';
+import { removeVmCgroups, vmCgroupDirs } from '../vm/cgroups.js';
 import { chrootLayout, type ChrootLayout } from './jailer/chroot-layout.js';
 import { jailId } from './jailer/jail-id.js';
 import { jailerArgv, vmmPidFile } from './jailer/jailer-args.js';
@@ -42,7 +42,7 @@ import { rotateClone, templateAddress, type CloneRotation } from './snapshot/clo
 import { buildTemplate } from './snapshot/template-build.js';
 import { loadTemplate, templateDir, type TemplateSnapshot } from './snapshot/template-store.js';
 import { describeVmmExit, findFirecrackerProcesses, stopVmm } from './vmm/vmm-process.js';
-import { VmUserPool, vmUserRange } from '../vm-user-pool.js';
+import { VmUserPool, vmUserRange } from '../vm/vm-user-pool.js';
 
 /** The VMM's own threads (API, VMM, vCPUs, block and net I/O): the jail's pids limit. */
 const VMM_PIDS_MAX = 64;
@@ -302,9 +302,9 @@ export class FirecrackerRuntime implements Runtime {
     await applyChrootLayout(layout, user);
     const parentCgroup = this.parentCgroup;
     const cgroupVersion = this.host.cgroupVersion;
-    for (const dir of await jailCgroupDirs(cgroupVersion, parentCgroup, id)) spec.record?.('cgroup', dir);
+    for (const dir of await vmCgroupDirs(cgroupVersion, parentCgroup, id)) spec.record?.('cgroup', dir);
     // Runs after the VMM is gone (pushed before it): a cgroup with a process in it cannot go.
-    await cleanup.push(`cgroup ${parentCgroup}/${id}`, () => removeJailCgroups(cgroupVersion, parentCgroup, id));
+    await cleanup.push(`cgroup ${parentCgroup}/${id}`, () => removeVmCgroups(cgroupVersion, parentCgroup, id));
     const [jailer, ...args] = jailerArgv({
       jailerBin: this.host.jailerBin as string,
       firecrackerBin,
@@ -394,7 +394,7 @@ export class FirecrackerRuntime implements Runtime {
     await killOrphanVmms(await findFirecrackerProcesses(this.names), sessionId, 'firecracker', this.users);
     const id = jailId(this.names.prefix, sessionId);
     await removeChroot({ jailDir: path.join(this.jailsDir, id) });
-    await removeJailCgroups(this.host.cgroupVersion, this.parentCgroup, id);
+    await removeVmCgroups(this.host.cgroupVersion, this.parentCgroup, id);
     await deleteTapBridge(this.names.netns(sessionId));
   }
 }

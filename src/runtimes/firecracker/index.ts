@@ -14,7 +14,7 @@
  * | `host/host-check.ts` | is KVM usable, where are the binaries, which version, which cgroup version; every problem with its fix |
  * | `kernel/vmlinux.ts` | unpacks the image's bzImage into the ELF vmlinux Firecracker boots, once |
  * | `vmm/vmm-process.ts` | graceful stop (Ctrl-Alt-Del, then kill), finding our VMMs after a crash |
- * | `jailer/apply-chroot.ts`, `jailer/cgroup.ts` | makes a VM's chroot from its layout; removes chroot and cgroups |
+ * | `jailer/apply-chroot.ts`, `../vm/cgroups.ts` | makes a VM's chroot from its layout; removes chroot and cgroups |
  * | `api/spec-types.ts`, `api/firecracker-openapi.json` | generated from the spec by `npm run gen:firecracker`; committed |
  * | `api/types.ts` | names for the bodies the runtime sends, taken from the generated types |
  * | `api/client.ts` | `FirecrackerClient`: one typed method per call, over the Unix socket, a time limit per call |
@@ -142,7 +142,8 @@ export { runSteps, VmStepError, type VmStep } from './boot/steps.js';
 export { assertBootArgsFit, DEFAULT_BOOT_ARGS, KERNEL_CMDLINE_MAX_BYTES } from './boot/kernel-args.js';
 export { guestCidForLease, macFromIPv4 } from './boot/guest-identity.js';
 export { CONFIG_DRIVE_ID, GUEST_IFACE_ID, ROOT_DRIVE_ID, type FirecrackerVmSpec } from './boot/vm-spec.js';
-export { cgroupSettings, jailerArgv, JAILED_API_SOCKET, type CgroupVersion, type JailerOptions, type VmLimits } from './jailer/jailer-args.js';
+export { jailerArgv, JAILED_API_SOCKET, type JailerOptions } from './jailer/jailer-args.js';
+export { cgroupSettings, type CgroupVersion, type VmLimits } from '../vm/cgroups.js';
 export { assertJailId, jailId } from './jailer/jail-id.js';
 export { chrootLayout, type ChrootFile, type ChrootInputs, type ChrootLayout } from './jailer/chroot-layout.js';
 export {

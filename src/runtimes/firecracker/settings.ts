@@ -1,6 +1,6 @@
 import { envInt, envOnOff, envOptional, envString, parseScreenSize, type Env, type ScreenSize } from '../../util/env.js';
 import { sandboxMemoryMiBFromEnv } from '../sandbox-settings.js';
-import { vmUserSettingsFromEnv, type VmUserSettings } from '../vm-user-pool.js';
+import { vmUserSettingsFromEnv, type VmUserSettings } from '../vm/vm-user-pool.js';
 
 /**
  * How the Firecracker runtime runs its microVMs. Read from the environment

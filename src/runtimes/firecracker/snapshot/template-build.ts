@@ -8,7 +8,7 @@ import { generateSessionKeys, publicKeyBlob, writeSessionKeys } from '../../../t
 import { GuestConnection } from '../../../transport/ssh-connection.js';
 import { CleanupStack } from '../../../util/cleanup-stack.js';
 import type { SandboxSpec, TemplateGuest } from '../../runtime.js';
-import type { VmUserPool } from '../../vm-user-pool.js';
+import type { VmUserPool } from '../../vm/vm-user-pool.js';
 import type { BootedVm } from '../firecracker-runtime.js';
 import { runSteps } from '../boot/steps.js';
 import { snapshotCreateSteps } from '../boot/snapshot-steps.js';
