@@ -676,7 +676,7 @@ describe('firecracker: key rotation after a snapshot restore', () => {
   const template = fakeKeys('template');
   const session = fakeKeys('session');
   const plan = (phases?: RotationPhase[]) => ({
-    template: { clientPrivateKey: template.clientPrivateKey, hostPublicKey: template.hostPublicKey },
+    snapshotBase: { clientPrivateKey: template.clientPrivateKey, hostPublicKey: template.hostPublicKey },
     session,
     paths,
     reconnectAttempts: 5,

@@ -13,7 +13,7 @@ import { FirecrackerRuntime } from '../src/runtimes/firecracker/firecracker-runt
 import { findOnPath, kvmUnavailable, type FirecrackerHost } from '../src/runtimes/firecracker/host/host-check.js';
 import { hostCgroupVersion, vmCgroupDirs } from '../src/runtimes/vm/cgroups.js';
 import { ensureVmlinux } from '../src/runtimes/firecracker/kernel/vmlinux.js';
-import { templateAddress, type CloneRotation } from '../src/runtimes/firecracker/snapshot/clone-rotation.js';
+import { snapshotBaseAddress, type CloneRotation } from '../src/runtimes/firecracker/snapshot/clone-rotation.js';
 import { firecrackerSettingsFromEnv, type FirecrackerSettings } from '../src/runtimes/firecracker/settings.js';
 import type { RunningSandbox } from '../src/runtimes/runtime.js';
 import { newSessionId } from '../src/sessions/session.js';
@@ -484,7 +484,7 @@ describe('snapshots: a template built once, sessions restored from it (contract 
     // The template goes next to a stand-in of the image dir, not into the shared image cache.
     templateImage = { ...image, dir: path.join(workDir, 'image') };
     await mkdir(templateImage.dir);
-    runtime = FirecrackerRuntime.forHost(NAMES, settings({ snapshots: true, vcpus: 2, bootTimeoutMs: 150_000, templateMemoryMiB: 768 }), host(true));
+    runtime = FirecrackerRuntime.forHost(NAMES, settings({ snapshots: true, vcpus: 2, bootTimeoutMs: 150_000, snapshotBaseMemoryMiB: 768 }), host(true));
   });
   after(() => {
     delete process.env.FAKE_FIRECRACKER_GUEST;
@@ -537,7 +537,7 @@ describe('snapshots: a template built once, sessions restored from it (contract 
     assert.notEqual((await stat(path.join(root, 'rootfs.ext4'))).ino, (await stat(path.join(dirOf(), 'rootfs.ext4'))).ino);
     await cleanup.run();
     assert.equal(existsSync(root), false);
-    const gateway = templateAddress(TEST_PREFIX).gateway.replace(/\./g, '\\.');
+    const gateway = snapshotBaseAddress(TEST_PREFIX).gateway.replace(/\./g, '\\.');
     assert.doesNotMatch((await run(['ip', '-o', 'addr'])).stdout, new RegExp(`inet ${gateway}/`), 'no route to the template address is left');
   });
 
@@ -548,7 +548,7 @@ describe('snapshots: a template built once, sessions restored from it (contract 
     const rotations: CloneRotation[] = [];
     const rotating = FirecrackerRuntime.forHost(
       NAMES,
-      settings({ snapshots: true, vcpus: 2, bootTimeoutMs: 150_000, templateMemoryMiB: 768 }),
+      settings({ snapshots: true, vcpus: 2, bootTimeoutMs: 150_000, snapshotBaseMemoryMiB: 768 }),
       host(true),
       async (rotation) => void rotations.push(rotation),
     );
@@ -563,11 +563,11 @@ describe('snapshots: a template built once, sessions restored from it (contract 
       assert.deepEqual(acceptedCalls(await records(s.sessionId)), ['GET /', 'PUT /snapshot/load', 'PATCH /vm']);
       assert.equal(rotations.length, 1, 'rotated once, after the resume');
       const [rotation] = rotations as [CloneRotation];
-      assert.deepEqual(rotation.at, templateAddress(TEST_PREFIX), "reached at its template's address");
+      assert.deepEqual(rotation.at, snapshotBaseAddress(TEST_PREFIX), "reached at its template's address");
       assert.equal(rotation.hostInterface, s.spec.network.hostInterface);
       assert.deepEqual(rotation.lease, s.spec.network.lease, "moved to the session's lease");
       assert.equal(rotation.session.clientPrivateKey, await readFile(path.join(s.sessionDir, 'id_ed25519'), 'utf8'), "with the session's own keys");
-      assert.notEqual(rotation.template.clientPrivateKey, rotation.session.clientPrivateKey);
+      assert.notEqual(rotation.snapshotBase.clientPrivateKey, rotation.session.clientPrivateKey);
       // Handed out: the session's address, the VMM running.
       assert.deepEqual(vm.endpoint, { host: s.spec.network.lease.guest, port: 22 });
       assert.equal(vm.isAlive(), true);

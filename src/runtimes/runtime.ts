@@ -22,7 +22,7 @@ export interface SandboxSpec {
   sessionDir: string;
   /** The per-session config directory (keys, sandbox.env) the guest must see. */
   configDir: string;
-  /** The screen the guest's sandbox.env asks for (a snapshot template serves one size). */
+  /** The screen the guest's sandbox.env asks for (a Firecracker snapshot base serves one size). */
   screen?: { width: number; height: number };
   hostname: string;
   network: SandboxNetwork;
@@ -106,7 +106,7 @@ export interface RuntimeCapabilities {
   readonly bootTimeoutMs: number;
   /**
    * Source addresses the network policy lets through to the host from any sandbox veth, on
-   * top of each sandbox's own lease (anti-spoofing): the Firecracker template address that
+   * top of each sandbox's own lease (anti-spoofing): the Firecracker snapshot base address that
    * a snapshot clone answers from while the host rotates its keys.
    */
   readonly hostOnlySources: readonly string[];
@@ -142,10 +142,10 @@ export interface Runtime {
   start(spec: SandboxSpec, cleanup: CleanupStack): Promise<RunningSandbox>;
   /**
    * Work done once per guest image before sessions are served (the Firecracker runtime's
-   * template snapshot). A failure only makes sessions slower: it is reported through `log`,
+   * snapshot base). A failure only makes sessions slower: it is reported through `log`,
    * never thrown.
    */
-  prepare?(image: GuestImage, guest: TemplateGuest, log: (message: string) => void): Promise<void>;
+  prepare?(image: GuestImage, guest: PreparedGuest, log: (message: string) => void): Promise<void>;
   /**
    * Host-wide settings this runtime needs for up to `sandboxes` sandboxes at once (e.g. the
    * host's inotify limits), applied and logged at start-up. A failure stops the start.
@@ -176,8 +176,8 @@ export class RuntimeUnavailableError extends Error {
   }
 }
 
-/** What a runtime that prepares sandboxes ahead (a snapshot template) must give their guests, as sessions get it. */
-export interface TemplateGuest {
+/** What a runtime that prepares sandboxes ahead (a Firecracker snapshot base) must give their guests, as sessions get it. */
+export interface PreparedGuest {
   /** X display number (SBX_DISPLAY). */
   display: number;
   /** Processes the guest may run (SBX_PIDS_LIMIT). */

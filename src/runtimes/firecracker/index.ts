@@ -27,7 +27,7 @@
  * | `boot/guest-identity.ts` | the guest MAC (`06:00:` + the IPv4 octets) and vsock CID (3 + lease index) |
  * | `jailer/jailer-args.ts` | the jailer's argument vector, with cgroup v1/v2 limits |
  * | `jailer/chroot-layout.ts` | what goes where in the chroot, and the in-jail paths to give the API |
- * | `keys/key-rotation.ts` | after a snapshot restore: replace the template's SSH keys, verify, then hand out |
+ * | `keys/key-rotation.ts` | after a snapshot restore: replace the snapshot base's SSH keys, verify, then hand out |
  *
  * The contract test server (`test/helpers/firecracker/`) validates every request against
  * the spec's schemas and enforces Firecracker's state machine; `test/firecracker-api.test.ts`
@@ -64,16 +64,16 @@
  * <sessionDir>/firecracker.socket` inside the netns (`ip netns exec`), give host paths to
  * the boot steps, and skip step 2. Snapshots need the jailer: see below.
  *
- * Template snapshot (SBX_FC_SNAPSHOTS=on; `prepare()`, once per image and screen size, kept
- * in `<image dir>/firecracker-template-<w>x<h>/`, snapshot/template-store.ts): cold-boot a
- * template VM with its own keys, its key's root access to sbx-rekey
- * (snapshot/template-config.ts) and its own link-local address (templateAddress); wait until its desktop
+ * Snapshot base (SBX_FC_SNAPSHOTS=on; `prepare()`, once per image and screen size, kept
+ * in `<image dir>/firecracker-template-<w>x<h>/`, snapshot/base-store.ts): cold-boot a
+ * base VM with its own keys, its key's root access to sbx-rekey
+ * (snapshot/base-config.ts) and its own link-local address (snapshotBaseAddress); wait until its desktop
  * answers; `runSteps(snapshotCreateSteps(layout.snapshot.jailPaths))`; kill it; keep its
  * snapshot files *and its rootfs as it was when paused* (a clone's disk must match the
  * memory it resumes), root-owned and readable by the jails' group only.
  *
- * Restore (a session of the template's screen size): a fresh jail with `chrootLayout({ ...,
- * rootfsSource: template rootfs, restoreFrom: template snapshot })`, spawn, wait for the
+ * Restore (a session of the snapshot base's screen size): a fresh jail with `chrootLayout({ ...,
+ * rootfsSource: snapshot base rootfs, restoreFrom: snapshot base })`, spawn, wait for the
  * socket, `runSteps(snapshotRestoreSteps({ files: layout.snapshot.jailPaths, tapName,
  * vsockUdsPath: layout.vmPaths.vsockUdsPath, advanceClock: true }), client)`, then
  * `rotateClone(...)` (snapshot/clone-rotation.ts), and only then hand the session out. Any
@@ -83,26 +83,26 @@
  *
  * - **Disk paths.** The snapshot records the drives' `path_on_host`; v1.16.1 has no
  *   override for them (only `network_overrides` and `vsock_override`). Every clone must find
- *   its own disks at the template's paths: that is what the jailer's per-VM chroot gives,
+ *   its own disks at the snapshot base's paths: that is what the jailer's per-VM chroot gives,
  *   with the fixed in-jail names of chroot-layout.ts. Restore therefore requires the jailer.
  * - **Guest network identity.** The guest's MAC, its IP configuration (set by its init from
- *   the template's config drive) and its vsock CID are in the snapshot; `network_overrides`
- *   only swaps the TAP. Every clone wakes up with the template's address, its template's address,
+ *   the snapshot base's config drive) and its vsock CID are in the snapshot; `network_overrides`
+ *   only swaps the TAP. Every clone wakes up with the snapshot base's address, its snapshot base's address,
  *   a link-local /30 no lease takes (derived from the resource prefix). Decision: the guest is re-addressed over the rotation
- *   connection (`sbx-rekey network`). To reach a fresh clone the host puts the template's
+ *   connection (`sbx-rekey network`). To reach a fresh clone the host puts the snapshot base's
  *   gateway address on that clone's host veth for the few logins of the rotation; since
  *   every clone answers at the same address, rotations are serialised per host (a DNAT in
  *   each netns was the alternative: more moving parts, for every packet of the session).
  *   The MAC and CID derivation in guest-identity.ts apply to cold boots; clones keep the
- *   template's (each is alone in its netns).
- * - **Per-session config.** The clone never reads its config drive (the template read its
+ *   snapshot base's (each is alone in its netns).
+ * - **Per-session config.** The clone never reads its config drive (the snapshot base read its
  *   own at boot): keys are replaced by keys/key-rotation.ts; hostname, display number and
- *   screen size are the template's (one template per screen size; its display and pids limit
+ *   screen size are the snapshot base's (one snapshot base per screen size; its display and pids limit
  *   are the orchestrator's, given to prepare(), as every session's are).
  * - **Guest clock.** Restore with `advanceClock` (`clock_realtime`, x86_64), or the clone
- *   keeps the template's date and TLS in its browser fails.
+ *   keeps the snapshot base's date and TLS in its browser fails.
  * - **Key rotation needs the guest's help**, and has it: in a VM, sshd reads its keys from
- *   a tmpfs copy of the config drive (GUEST_KEY_PATHS), and a template's config adds a
+ *   a tmpfs copy of the config drive (GUEST_KEY_PATHS), and a snapshot base's config adds a
  *   root key that may run only sbx-rekey, which writes them from its standard input,
  *   SIGHUPs sshd and moves eth0 to the session's address. See keys/key-rotation.ts.
  * - **Device names.** The root drive is /dev/vda and the config drive /dev/vdb; the guest
@@ -161,6 +161,6 @@ export { FirecrackerRuntime } from './firecracker-runtime.js';
 export { firecrackerSettingsFromEnv, type FirecrackerSettings } from './settings.js';
 export { checkFirecrackerHost, kvmUnavailable, type FirecrackerHost } from './host/host-check.js';
 export { ensureVmlinux } from './kernel/vmlinux.js';
-export { rotateClone, templateAddress, type CloneRotation, type TemplateAddress } from './snapshot/clone-rotation.js';
-export { loadTemplate, templateDir, type TemplateSnapshot } from './snapshot/template-store.js';
+export { rotateClone, snapshotBaseAddress, type CloneRotation, type SnapshotBaseAddress } from './snapshot/clone-rotation.js';
+export { loadSnapshotBase, snapshotBaseDir, type SnapshotBase } from './snapshot/base-store.js';
 export { SshRotationTransport } from './keys/ssh-rotation-transport.js';
