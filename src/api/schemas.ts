@@ -2,6 +2,7 @@
  * JSON schemas of the HTTP API. Fastify validates requests with them and @fastify/swagger
  * publishes them as the OpenAPI document at /openapi.json, so the docs cannot drift.
  */
+import { RUNTIMES } from '../runtimes/registered.js';
 import { recordingStatusSchema } from './recording-schemas.js';
 export const MIN_SIDE = 320;
 export const MAX_SIDE = 3840;
@@ -68,7 +69,7 @@ export const sessionSchema = {
     id: { type: 'string' },
     tenant: { type: 'string', description: 'The tenant that owns the session (the API key\'s; `local` without keys)' },
     state: { type: 'string', enum: ['creating', 'ready', 'destroying', 'destroyed', 'failed'] },
-    runtime: { type: 'string', enum: ['container', 'qemu', 'firecracker'] },
+    runtime: { type: 'string', enum: RUNTIMES.names },
     template: { type: 'string', description: 'The template its sandbox booted (GET /v1/templates)' },
     display: {
       type: 'object',

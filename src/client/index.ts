@@ -23,6 +23,7 @@ export type { ImageMediaType, ScreenshotFormatOptions } from './screenshot-forma
 export type { DesktopWindow } from './desktop.js';
 export type { RecordingStatus, ScreenFrame, ScreenStreamOptions } from './recording.js';
 export type { FileRequestOptions, UploadData, UploadedFile, UploadFileOptions } from './files.js';
+export type { RuntimeName } from './runtime-names.js';
 export * from './types.js';
 export * from './vendor-types.js';
 export { Runs, type RunEvent, type RunInfo, type RunOptions } from './runs.js';

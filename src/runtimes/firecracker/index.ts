@@ -13,7 +13,8 @@ export { runSteps, VmStepError, type VmStep } from './boot/steps.js';
 export { assertBootArgsFit, DEFAULT_BOOT_ARGS, KERNEL_CMDLINE_MAX_BYTES } from './boot/kernel-args.js';
 export { guestCidForLease, macFromIPv4 } from './boot/guest-identity.js';
 export { CONFIG_DRIVE_ID, GUEST_IFACE_ID, ROOT_DRIVE_ID, type FirecrackerVmSpec } from './boot/vm-spec.js';
-export { cgroupSettings, jailerArgv, JAILED_API_SOCKET, type CgroupVersion, type JailerOptions, type VmLimits } from './jailer/jailer-args.js';
+export { jailerArgv, JAILED_API_SOCKET, type JailerOptions } from './jailer/jailer-args.js';
+export { cgroupSettings, type CgroupVersion, type VmLimits } from '../vm/cgroups.js';
 export { assertJailId, jailId } from './jailer/jail-id.js';
 export { chrootLayout, type ChrootFile, type ChrootInputs, type ChrootLayout } from './jailer/chroot-layout.js';
 export {
@@ -31,6 +32,6 @@ export { FirecrackerRuntime } from './firecracker-runtime.js';
 export { firecrackerSettingsFromEnv, type FirecrackerSettings } from './settings.js';
 export { checkFirecrackerHost, kvmUnavailable, type FirecrackerHost } from './host/host-check.js';
 export { ensureVmlinux } from './kernel/vmlinux.js';
-export { rotateClone, templateAddress, type CloneRotation, type TemplateAddress } from './snapshot/clone-rotation.js';
-export { loadTemplate, templateDir, type TemplateSnapshot } from './snapshot/template-store.js';
+export { rotateClone, snapshotBaseAddress, type CloneRotation, type SnapshotBaseAddress } from './snapshot/clone-rotation.js';
+export { loadSnapshotBase, snapshotBaseDir, type SnapshotBase } from './snapshot/base-store.js';
 export { SshRotationTransport } from './keys/ssh-rotation-transport.js';

@@ -2,9 +2,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { SessionKeys } from '../../../transport/keys.js';
 
 /**
- * Key rotation after a snapshot restore: every clone of a template wakes up with the
- * template's host key and lets in the template's client key, so a restored session is handed
- * out only once its guest trusts and presents the session's own keys, and the template's key
+ * Key rotation after a snapshot restore: every clone of a snapshot base wakes up with its
+ * host key and lets in its client key, so a restored session is handed
+ * out only once its guest trusts and presents the session's own keys, and the base's key
  * has been seen refused. The phases, and what the guest image provides for them (sshd's keys
  * under /sandbox/config, the `sbx-rekey` forced command), are in docs/firecracker.md#key-rotation.
  */
@@ -14,7 +14,7 @@ export interface GuestKeyPaths {
   authorizedKeys: string;
   hostKey: string;
   hostKeyPub: string;
-  /** The template key's root access (sbx-rekey only); emptied by the rotation. */
+  /** The base key's root access (sbx-rekey only); emptied by the rotation. */
   rootAuthorizedKeys?: string;
 }
 
@@ -58,8 +58,8 @@ export type RotationPhase =
   | 'ready';
 
 export interface RotationPlan {
-  /** The template's client private key and the host key its sshd presents. */
-  template: { clientPrivateKey: string; hostPublicKey: string };
+  /** The snapshot base's client private key and the host key its sshd presents. */
+  snapshotBase: { clientPrivateKey: string; hostPublicKey: string };
   /** The session's freshly generated keys (transport/keys.ts). */
   session: SessionKeys;
   paths: GuestKeyPaths;
@@ -81,7 +81,7 @@ export class KeyRotationError extends Error {
 }
 
 /**
- * Runs the rotation (docs/firecracker.md#key-rotation) and returns the session's verified connection.
+ * Runs the rotation described above and returns the session's verified connection.
  * Nothing else should hand a restored session out.
  */
 export async function rotateKeysAfterRestore<C extends RotationConnection>(
@@ -95,42 +95,42 @@ export async function rotateKeysAfterRestore<C extends RotationConnection>(
   };
   const attempts = plan.reconnectAttempts ?? 20;
   const delayMs = plan.reconnectDelayMs ?? 100;
-  const { template, session, paths } = plan;
+  const { snapshotBase, session, paths } = plan;
 
-  let templateConnection: C | undefined;
+  let baseConnection: C | undefined;
   let sessionConnection: C | undefined;
   try {
     enter('connect-template');
-    templateConnection = await transport.connect(template.clientPrivateKey, template.hostPublicKey);
+    baseConnection = await transport.connect(snapshotBase.clientPrivateKey, snapshotBase.hostPublicKey);
 
     enter('write-keys');
-    await templateConnection.writeFile(paths.hostKey, ensureNewline(session.hostPrivateKey), 0o600);
-    await templateConnection.writeFile(paths.hostKeyPub, ensureNewline(session.hostPublicKey), 0o644);
-    // Replaces the file, so the template's key is gone from it, not merely joined by ours.
-    await templateConnection.writeFile(paths.authorizedKeys, ensureNewline(session.clientPublicKey), 0o600);
-    if (paths.rootAuthorizedKeys) await templateConnection.writeFile(paths.rootAuthorizedKeys, '', 0o600);
+    await baseConnection.writeFile(paths.hostKey, ensureNewline(session.hostPrivateKey), 0o600);
+    await baseConnection.writeFile(paths.hostKeyPub, ensureNewline(session.hostPublicKey), 0o644);
+    // Replaces the file, so the snapshot base's key is gone from it, not merely joined by ours.
+    await baseConnection.writeFile(paths.authorizedKeys, ensureNewline(session.clientPublicKey), 0o600);
+    if (paths.rootAuthorizedKeys) await baseConnection.writeFile(paths.rootAuthorizedKeys, '', 0o600);
 
     enter('reload-sshd');
-    await templateConnection.reloadSshd();
+    await baseConnection.reloadSshd();
 
-    if (templateConnection.applyNetwork) {
+    if (baseConnection.applyNetwork) {
       enter('apply-network');
-      await templateConnection.applyNetwork();
+      await baseConnection.applyNetwork();
     }
 
     enter('connect-session');
     sessionConnection = await connectWithRetries(transport, session.clientPrivateKey, session.hostPublicKey, attempts, delayMs);
 
     enter('verify-template-refused');
-    const templateLogin = await loginOutcomeWithRetries(transport, template.clientPrivateKey, session.hostPublicKey, attempts, delayMs);
-    if (templateLogin !== 'auth-refused') {
+    const baseLogin = await loginOutcomeWithRetries(transport, snapshotBase.clientPrivateKey, session.hostPublicKey, attempts, delayMs);
+    if (baseLogin !== 'auth-refused') {
       throw new Error(
-        templateLogin === 'accepted'
+        baseLogin === 'accepted'
           ? "the template's client key is still accepted"
-          : `could not confirm that the template's client key is refused (the attempt ended: ${templateLogin})`,
+          : `could not confirm that the template's client key is refused (the attempt ended: ${baseLogin})`,
       );
     }
-    const oldHostKey = await loginOutcomeWithRetries(transport, session.clientPrivateKey, template.hostPublicKey, attempts, delayMs);
+    const oldHostKey = await loginOutcomeWithRetries(transport, session.clientPrivateKey, snapshotBase.hostPublicKey, attempts, delayMs);
     if (oldHostKey !== 'host-key-mismatch') {
       throw new Error(
         oldHostKey === 'accepted'
@@ -139,12 +139,12 @@ export async function rotateKeysAfterRestore<C extends RotationConnection>(
       );
     }
 
-    await templateConnection.close();
-    templateConnection = undefined;
+    await baseConnection.close();
+    baseConnection = undefined;
     enter('ready');
     return sessionConnection;
   } catch (err) {
-    await Promise.allSettled([templateConnection?.close(), sessionConnection?.close()]);
+    await Promise.allSettled([baseConnection?.close(), sessionConnection?.close()]);
     if (err instanceof KeyRotationError) throw err;
     throw new KeyRotationError(phase, err instanceof Error ? err.message : String(err), { cause: err });
   }
