@@ -33,6 +33,7 @@ import { screenStreamRoutes } from './routes/screen-stream.js';
 import { DEFAULT_TENANT_MAX_STREAMS, StreamSlots } from './stream-slots.js';
 import { viewRoutes } from './routes/views.js';
 import { processRoutes } from './routes/processes.js';
+import { fsRoutes } from './routes/fs.js';
 import type { LiveViews } from '../views/live-views.js';
 import { toolResultSchema } from '../tools/tool-result.js';
 import { bashOutputCounters, type BashOutputLimits } from '../tools/bash/output-budget.js';
@@ -203,5 +204,6 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   await app.register(websocket, { options: { maxPayload: VIEW_MAX_WS_MESSAGE_BYTES } });
   if (opts.views) await app.register(viewRoutes, { views: opts.views });
   await app.register(processRoutes, { manager: opts.manager, streams });
+  await app.register(fsRoutes, { manager: opts.manager, streams });
   return app;
 }
