@@ -25,6 +25,8 @@ interface PidRequest {
 const HEARTBEAT_MS = 15_000;
 /** Most stdin one request carries (base64 or text): a terminal's paste, a file fed in pieces. */
 const MAX_STDIN_BYTES = 512 * 1024;
+/** Most output one JSON read answers. */
+const READ_MAX_BYTES = 256 * 1024;
 
 export const pidParams = {
   type: 'object',
@@ -127,6 +129,53 @@ export async function processRoutes(app: FastifyInstance, opts: ProcessRoutesOpt
         release();
         throw err;
       }
+    },
+  );
+
+  app.get<{ Params: { id: string; pid: string }; Querystring: { from?: string; maxBytes?: string } }>(
+    '/v1/sessions/:id/processes/:pid/read',
+    {
+      schema: {
+        summary: 'The output held from an offset, as JSON, without waiting (for pollers: the MCP tool)',
+        description: 'Answers {from, next, dropped, stdout, stderr (base64), running, exitCode, signal, reason}: read again from `next`.',
+        tags: ['processes'],
+        params: pidParams,
+        querystring: {
+          type: 'object',
+          additionalProperties: false,
+          properties: { from: fromQuery.properties.from, maxBytes: { type: 'string', pattern: '^[0-9]{1,7}$', description: `At most this much output (default and most ${READ_MAX_BYTES})` } },
+        },
+        response: { 200: { type: 'object', additionalProperties: true }, ...errors },
+      },
+    },
+    async (request) => {
+      const process = await find(request.params.id, request.params.pid);
+      const from = Number(request.query.from ?? 0);
+      const slice = process.read(from, Math.min(READ_MAX_BYTES, Number(request.query.maxBytes ?? READ_MAX_BYTES)));
+      // Whole chunks are returned: cut to the bound so that one answer stays small.
+      let left = Math.min(READ_MAX_BYTES, Number(request.query.maxBytes ?? READ_MAX_BYTES));
+      const out = { stdout: [] as Buffer[], stderr: [] as Buffer[] };
+      let next = from + slice.dropped;
+      for (const chunk of slice.chunks) {
+        if (left <= 0) break;
+        const data = chunk.data.subarray(0, left);
+        out[chunk.stream].push(data);
+        left -= data.length;
+        next = chunk.offset + data.length;
+      }
+      const info = process.info();
+      return {
+        from,
+        next,
+        dropped: slice.dropped,
+        stdout: Buffer.concat(out.stdout).toString('base64'),
+        stderr: Buffer.concat(out.stderr).toString('base64'),
+        running: info.running,
+        more: next < info.outputBytes,
+        exitCode: info.exitCode,
+        signal: info.signal,
+        reason: info.reason,
+      };
     },
   );
 
