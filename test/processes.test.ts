@@ -192,8 +192,9 @@ describe('processes in a real sandbox', { timeout: 600_000 }, () => {
     assert.ok((info?.droppedBytes ?? 0) >= size - DEFAULT_PROCESS_LIMITS.bufferBytesPerProcess);
     const growth = (rssPeak - before.rss) / MiB;
     const buffers = (buffersPeak - before.arrayBuffers) / MiB;
-    console.log(`200 MiB unread: output held at most ${(heldPeak / MiB).toFixed(2)} MiB; orchestrator RSS grew at most ${growth.toFixed(1)} MiB, Buffers ${buffers.toFixed(1)} MiB after a collection while it ran, ${settled.toFixed(1)} MiB once it ended`);
-    assert.ok(heldPeak <= DEFAULT_PROCESS_LIMITS.bufferBytesPerProcess + 64 * 1024, `held ${heldPeak}`);
+    console.log(`200 MiB unread: the session's output held at most ${(heldPeak / MiB).toFixed(2)} MiB; orchestrator RSS grew at most ${growth.toFixed(1)} MiB, Buffers ${buffers.toFixed(1)} MiB after a collection while it ran, ${settled.toFixed(1)} MiB once it ended`);
+    // The session's whole output held (this process's 1 MiB and what earlier tests' finished processes keep).
+    assert.ok(heldPeak <= DEFAULT_PROCESS_LIMITS.bufferBytesPerSession, `held ${heldPeak}`);
     // Buffers are freed by a thread of their own after a collection, so the figure while it runs
     // lags (45-55 MiB measured); once it ended, what is left is the 1 MiB held and the noise.
     assert.ok(settled < 24, `Buffers grew ${settled.toFixed(1)} MiB`);

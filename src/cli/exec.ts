@@ -27,16 +27,18 @@ export function execCommand(client: () => SandboxClient): Command {
         env[pair.slice(0, at)] = pair.slice(at + 1);
       }
       const sandbox = await client().connect(id);
-      const proc = await sandbox.processes.start({
+      // Started and followed in one request: the first byte a round trip sooner.
+      const events = sandbox.processes.run({
         ...(opts.shell ? { cmd: words.join(' ') } : { argv: words }),
         ...(opts.cwd ? { cwd: opts.cwd } : {}),
         ...(Object.keys(env).length > 0 ? { env } : {}),
         ...(opts.stdin ? { stdin: true } : {}),
         ...(opts.timeout ? { timeoutSeconds: opts.timeout } : {}),
       });
-      if (opts.stdin) void forwardStdin(proc);
-      for await (const event of proc) {
-        if (event.type === 'stdout') await write(process.stdout, event.data);
+      for await (const event of events) {
+        if (event.type === 'start') {
+          if (opts.stdin) void forwardStdin(await sandbox.processes.connect(event.process.pid));
+        } else if (event.type === 'stdout') await write(process.stdout, event.data);
         else if (event.type === 'stderr') await write(process.stderr, event.data);
         else if (event.type === 'dropped') process.stderr.write(`sbx: ${event.bytes} bytes of output were dropped before they could be read\n`);
         else if (event.type === 'exit') {

@@ -89,7 +89,7 @@ export class GuestProcess implements ReadableProcess {
     const onExit = (code: unknown, signal: unknown) => {
       if (this.exitStatus) return;
       this.exitStatus = { code: typeof code === 'number' ? code : null, signal: typeof signal === 'string' ? signal.replace(/^SIG/, '').slice(0, 16) : null };
-      this.exitGrace = setTimeout(() => this.finish(), EXIT_GRACE_MS);
+      this.armExitGrace();
     };
     channel.on('exit', onExit);
     // It may have come already, before the channel was handed over (a command that ends at once).
@@ -234,6 +234,21 @@ export class GuestProcess implements ReadableProcess {
     this.finish();
   }
 
+  /**
+   * After the exit status, the channel is closed once its output stopped: a background child
+   * that holds the pipes open but says nothing does not keep the process running, while
+   * output still on its way (held in the channel while a reader catches up, or still coming)
+   * is read to its end first.
+   */
+  private armExitGrace(): void {
+    this.exitGrace = setTimeout(() => {
+      if (this.paused || performance.now() - this.lastDataAt < EXIT_GRACE_MS) this.armExitGrace();
+      else this.finish();
+    }, EXIT_GRACE_MS);
+  }
+
+  private lastDataAt = 0;
+
   private endedWithin(ms: number): Promise<boolean> {
     if (!this.running) return Promise.resolve(true);
     return new Promise((resolve) => {
@@ -248,6 +263,7 @@ export class GuestProcess implements ReadableProcess {
   private readonly waitEnd: Array<() => void> = [];
 
   private onData(stream: OutputStream, chunk: Buffer, carriesPrelude: boolean): void {
+    this.lastDataAt = performance.now();
     if (carriesPrelude && this.prelude) {
       chunk = this.takePrelude(chunk);
       if (chunk.length === 0) return;

@@ -61,7 +61,8 @@ export async function processRoutes(app: FastifyInstance, opts: ProcessRoutesOpt
         description:
           'Body: {argv: [..] | cmd: "..", cwd?, env?: {NAME: "value"}, user?: "user", stdin?: bool, pty?: true | {cols, rows}, timeoutSeconds?}. ' +
           'argv elements are passed as arguments, never read by a shell; cmd runs as `bash -lc <cmd>`. ' +
-          `At most ${limits.maxRunning} processes run at once per session (429 session_process_limit). Answers 201 with the process (its pid).`,
+          `At most ${limits.maxRunning} processes run at once per session (429 session_process_limit). Answers 201 with the process (its pid); ` +
+          'with Accept: text/event-stream, a `start` event with it instead, then the output as .../output streams it.',
         tags: ['processes'],
         params: sessionIdParams,
         body: { type: 'object' },
@@ -71,8 +72,18 @@ export async function processRoutes(app: FastifyInstance, opts: ProcessRoutesOpt
     async (request, reply) => {
       const processes = await table(request.params.id);
       const spec = parseProcessSpec(request.body);
-      const started = await processes.start(spec);
-      return reply.status(201).send(started.info());
+      // Accept: text/event-stream: start and follow in one request (one round trip less to
+      // the first byte): a `start` event with the process, then what .../output sends.
+      const stream = (request.headers.accept ?? '').includes('text/event-stream');
+      const release = stream ? streams.open(request, reply) : undefined;
+      try {
+        const started = await processes.start(spec);
+        if (!stream) return reply.status(201).send(started.info());
+        followOverSse(reply, started, 0, manager.transferActivity(request.params.id), { name: 'start', data: started.info() });
+      } catch (err) {
+        release?.();
+        throw err;
+      }
     },
   );
 
@@ -282,7 +293,7 @@ export function decodeBase64(data: string, field: string): Buffer {
  * socket. The reader is attached before the response starts, so a process over its readers'
  * cap answers 429 as JSON.
  */
-function followOverSse(reply: FastifyReply, process: GuestProcess, from: number | undefined, activity: () => void): void {
+function followOverSse(reply: FastifyReply, process: GuestProcess, from: number | undefined, activity: () => void, first?: { name: string; data: unknown }): void {
   const res = reply.raw;
   const event = (name: string, id: number | undefined, data: unknown): boolean =>
     res.write(`${id === undefined ? '' : `id: ${id}\n`}event: ${name}\ndata: ${JSON.stringify(data)}\n\n`);
@@ -310,6 +321,7 @@ function followOverSse(reply: FastifyReply, process: GuestProcess, from: number 
   const reader = process.attach(target, from);
   reply.hijack();
   res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive', 'x-accel-buffering': 'no' });
+  if (first) event(first.name, undefined, first.data);
   heartbeat = setInterval(() => res.write(': still here\n\n'), HEARTBEAT_MS);
   res.once('close', () => {
     clearInterval(heartbeat);
