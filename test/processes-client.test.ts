@@ -51,7 +51,7 @@ describe('processes and fs from the client SDK and the CLI', { timeout: 300_000 
   it('sandbox.processes.run: started and followed in one request', async () => {
     const events: string[] = [];
     for await (const event of sandbox.processes.run({ argv: ['bash', '-c', 'echo a; echo b >&2; exit 2'] })) {
-      if (event.type === 'start') events.push(`start:${event.process.running}`);
+      if (event.type === 'start') events.push(`start:${event.process.pid > 1}`);
       else if (event.type === 'stdout' || event.type === 'stderr') events.push(`${event.type}:${event.data.toString()}`);
       else if (event.type === 'exit') events.push(`exit:${event.exitCode}`);
     }
