@@ -68,6 +68,12 @@ export const ERROR_CODES = {
   human_in_control: { category: 'conflict', description: 'a person has taken the session over through a live view' },
   control_held: { category: 'conflict', description: 'takeover by a view while another view holds the session' },
   session_not_ready: { category: 'conflict', description: 'the session\'s state does not allow this (creating, being destroyed, destroyed)' },
+  already_exists: { category: 'conflict', description: 'a move onto a path that exists, without overwrite' },
+  directory_not_empty: { category: 'conflict', description: 'a remove of a directory with entries, without recursive' },
+  not_a_directory: { category: 'conflict', description: 'a path used as a directory that is not one' },
+  process_exited: { category: 'conflict', description: 'stdin, a signal or a resize for a process that has ended' },
+  stdin_closed: { category: 'conflict', description: 'standard input written after it was closed' },
+  stdin_full: { category: 'conflict', description: 'the process did not read its standard input in time' },
   run_in_progress: { category: 'conflict', description: 'the session is driven by another run' },
 
   view_expired: { category: 'gone', description: 'a live-view token past its ttlSeconds' },
@@ -90,12 +96,15 @@ export const ERROR_CODES = {
   tenant_stream_limit: { category: 'limit', description: 'the tenant has as many event streams open as it may' },
   session_viewer_limit: { category: 'limit', description: 'the session has as many live-view browsers as it may' },
   tenant_viewer_limit: { category: 'limit', description: 'the tenant\'s sessions have as many live-view browsers as they may' },
+  session_process_limit: { category: 'limit', description: 'the session runs as many processes as it may' },
+  process_reader_limit: { category: 'limit', description: 'the process has as many output readers as it may' },
   tenant_run_limit: { category: 'limit', description: 'the tenant runs as many runs as it may' },
   tenant_run_budget: { category: 'limit', description: 'a run asking for more than is left of the tenant\'s day' },
 
   internal: { category: 'internal', description: 'a bug: the log has the detail under the request id' },
 
   guest_protocol_error: { category: 'guest', description: 'the guest broke a protocol; that channel is closed' },
+  process_start_failed: { category: 'guest', description: 'the guest could not start the process' },
   desktop_error: { category: 'guest', description: 'a display command failed in the guest' },
   guest_error: { category: 'guest', description: 'the sandbox could not be reached to run a companion tool' },
   file_transfer_failed: { category: 'guest', description: 'the guest\'s SFTP server failed' },

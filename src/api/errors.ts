@@ -74,7 +74,10 @@ export function errorHandler(error: FastifyError | Error, request: FastifyReques
   }
   const fastifyError = error as FastifyError;
   if (fastifyError.validation) {
-    void sendError(reply, 'invalid_request', fastifyError.message);
+    // ajv's "must NOT have additional properties" does not say which: the field is named.
+    const extra = fastifyError.validation[0]?.params?.additionalProperty;
+    const message = typeof extra === 'string' ? `${fastifyError.message}: "${extra.slice(0, 64)}"` : fastifyError.message;
+    void sendError(reply, 'invalid_request', message);
     return;
   }
   // Fastify's own refusals of the request keep the status fastify gave them.

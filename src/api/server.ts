@@ -32,6 +32,8 @@ import { recordingRoutes } from './routes/recording.js';
 import { screenStreamRoutes } from './routes/screen-stream.js';
 import { DEFAULT_TENANT_MAX_STREAMS, StreamSlots } from './stream-slots.js';
 import { viewRoutes } from './routes/views.js';
+import { processRoutes } from './routes/processes.js';
+import { fsRoutes } from './routes/fs.js';
 import type { LiveViews } from '../views/live-views.js';
 import { toolResultSchema } from '../tools/tool-result.js';
 import { bashOutputCounters, type BashOutputLimits } from '../tools/bash/output-budget.js';
@@ -152,6 +154,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
         { name: 'desktop', description: 'Desktop actions: open, launch, windows, clipboard, screen size' },
         { name: 'tools', description: 'The tools of the computer-use loop: tool_use input in, tool_result content out' },
         { name: 'files', description: 'Files in and out of a sandbox, over SFTP' },
+        { name: 'processes', description: 'Processes in a sandbox: start, stream output (SSE, WebSocket), stdin, signals, terminals' },
         { name: 'trajectory', description: "Every call of a session, stored: as JSON, JSONL, and a page for people (link tokens)" },
         { name: 'recording', description: 'Video of a session\'s screen, with the agent\'s actions as subtitles' },
         { name: 'mcp', description: 'The MCP server (streamable HTTP): sandboxes as tools of any MCP client' },
@@ -198,9 +201,9 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   if (opts.runs) await app.register(runRoutes, { runs: opts.runs, streams });
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
   await app.register(templateRoutes, { templates: opts.templates });
-  if (opts.views) {
-    await app.register(websocket, { options: { maxPayload: VIEW_MAX_WS_MESSAGE_BYTES } });
-    await app.register(viewRoutes, { views: opts.views });
-  }
+  await app.register(websocket, { options: { maxPayload: VIEW_MAX_WS_MESSAGE_BYTES } });
+  if (opts.views) await app.register(viewRoutes, { views: opts.views });
+  await app.register(processRoutes, { manager: opts.manager, streams });
+  await app.register(fsRoutes, { manager: opts.manager, streams });
   return app;
 }

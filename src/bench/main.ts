@@ -47,6 +47,7 @@ import { summarize, timeIt } from './stats.js';
 import { measureWarmCreates } from './warm-create.js';
 import { measureTemplate, type TemplateFigures } from './templates.js';
 import { measureLoopOverhead, startZeroLatencyModel } from './run-loop.js';
+import { measureProcessStart } from './processes.js';
 import { describePlacementTx, measurePlacementTx, measurePlacementTxIfPossible, type PlacementTxSettings } from './placement-tx.js';
 import { describeGateway, measureGateway, type GatewayBenchSettings } from './gateway.js';
 import { describeSimulation, simulatePlacement, SIMULATION_SEEDS, type SimulationFigures } from './placement-simulation.js';
@@ -157,6 +158,8 @@ async function main(): Promise<void> {
     console.error('bench: recording at 5 fps: CPU and the same session\'s screenshot latency, static then changing screen');
     const recording = await measureRecording({ sandbox, direct, names, display, n: N, cpuSeconds: RECORDING_SECONDS });
     const loop = await measureLoopOverhead(client, sandbox, N);
+    console.error('bench: process start to first output byte (echo)');
+    const processStart = await measureProcessStart(sandbox, direct, N);
     direct.close();
 
     // A large screen scaled to FWXGA (1366x768) on the host: capture plus scaling over the API.
@@ -239,6 +242,7 @@ async function main(): Promise<void> {
         memory: memory ?? null,
         recording,
         loop,
+        processStart,
         templates,
         placementTx,
         gateway,

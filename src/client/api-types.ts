@@ -267,6 +267,18 @@ export type ErrorCode =
   | 'control_held'
   /** the session's state does not allow this (creating, being destroyed, destroyed) */
   | 'session_not_ready'
+  /** a move onto a path that exists, without overwrite */
+  | 'already_exists'
+  /** a remove of a directory with entries, without recursive */
+  | 'directory_not_empty'
+  /** a path used as a directory that is not one */
+  | 'not_a_directory'
+  /** stdin, a signal or a resize for a process that has ended */
+  | 'process_exited'
+  /** standard input written after it was closed */
+  | 'stdin_closed'
+  /** the process did not read its standard input in time */
+  | 'stdin_full'
   /** the session is driven by another run */
   | 'run_in_progress'
   /** a live-view token past its ttlSeconds */
@@ -303,6 +315,10 @@ export type ErrorCode =
   | 'session_viewer_limit'
   /** the tenant's sessions have as many live-view browsers as they may */
   | 'tenant_viewer_limit'
+  /** the session runs as many processes as it may */
+  | 'session_process_limit'
+  /** the process has as many output readers as it may */
+  | 'process_reader_limit'
   /** the tenant runs as many runs as it may */
   | 'tenant_run_limit'
   /** a run asking for more than is left of the tenant's day */
@@ -311,6 +327,8 @@ export type ErrorCode =
   | 'internal'
   /** the guest broke a protocol; that channel is closed */
   | 'guest_protocol_error'
+  /** the guest could not start the process */
+  | 'process_start_failed'
   /** a display command failed in the guest */
   | 'desktop_error'
   /** the sandbox could not be reached to run a companion tool */

@@ -1,3 +1,5 @@
+import { Processes } from './processes.js';
+import { SandboxFs } from './fs.js';
 import { VendorToolMethods } from './vendor-tools.js';
 import { errorFor, SandboxError } from './errors.js';
 import { openLiveView, type LiveView, type LiveViewOptions } from './live-view.js';
@@ -29,6 +31,8 @@ export * from './vendor-types.js';
 export { Runs, type RunEvent, type RunInfo, type RunOptions } from './runs.js';
 export { createTrajectoryLink, fetchTrajectory, type Trajectory, type TrajectoryLink, type TrajectoryStep } from './trajectory.js';
 export type { LiveView, LiveViewOptions } from './live-view.js';
+export { ProcessHandle, Processes, type ProcessEvent, type ProcessExitInfo, type ProcessInfo, type ProcessRead, type ProcessSignal, type StartProcessOptions } from './processes.js';
+export { SandboxFs, type FsChange, type FsEntry } from './fs.js';
 
 /** Where the client looks for the orchestrator unless told (SBX_URL, `--url`): `sbx serve`'s default address. */
 export const DEFAULT_ORCHESTRATOR_URL = 'http://127.0.0.1:8080';
@@ -155,7 +159,14 @@ export class Sandbox extends VendorToolMethods {
     public info: SessionInfo,
   ) {
     super();
+    this.processes = new Processes(client, info.id);
+    this.fs = new SandboxFs(client, info.id);
   }
+
+  /** Processes: start (argv or cmd), output as an async iterator, stdin, signals, list, connect. */
+  readonly processes: Processes;
+  /** Filesystem calls: list, stat, mkdir, move, remove, watch. */
+  readonly fs: SandboxFs;
 
   get id(): string {
     return this.info.id;

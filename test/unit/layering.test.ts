@@ -50,6 +50,7 @@ const LAYER_OF_TOP: Record<string, number | undefined> = {
   runtimes: 3,
   computer: 3,
   tools: 3,
+  processes: 3,
   files: 3,
   templates: 3,
   recording: 3,
