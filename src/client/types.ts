@@ -7,7 +7,7 @@ import type { VendorTools } from './vendor-types.js';
 /** A session as the API describes it. */
 export interface SessionInfo {
   id: string;
-  state: 'creating' | 'ready' | 'destroying' | 'destroyed' | 'failed';
+  state: 'creating' | 'ready' | 'paused' | 'destroying' | 'destroyed' | 'failed';
   runtime: 'container' | 'qemu' | 'firecracker';
   /** The template its sandbox booted. */
   template: string;
@@ -40,10 +40,19 @@ export interface SessionInfo {
   lifetimeEndsAt?: string;
   error?: string;
   /** Why the session ended. */
-  endReason?: 'deleted' | 'idle_timeout' | 'max_lifetime' | 'failed' | 'shutdown' | 'node_lost';
+  endReason?: 'deleted' | 'idle_timeout' | 'max_lifetime' | 'failed' | 'shutdown' | 'node_lost' | 'paused_retention';
   /** Its screen recording, when it was recorded. */
   recording?: RecordingStatus;
+  /** While paused: how, since when, and the bytes of state it holds on disk; null while it runs. */
+  paused?: { mode: PauseMode; since: string; bytes: number } | null;
+  /** What its idle timeout does: destroy it, or pause it. */
+  onIdle?: 'destroy' | 'pause';
+  /** A request to it while paused resumes it first (true) or answers 409 session_paused. */
+  autoResume?: boolean;
 }
+
+/** How deep a pause goes (docs/pause.md). */
+export type PauseMode = 'memory' | 'disk';
 
 /** What PATCH /v1/sessions/:id changes: at least one of them. */
 export interface TimeoutUpdate {
@@ -86,6 +95,10 @@ export interface CreateOptions {
   trajectory?: { keepTypedText?: boolean };
   /** Record the screen to a video from the start (Sandbox.downloadRecording). */
   record?: boolean;
+  /** What the idle timeout does: destroy the session (default) or pause it (docs/pause.md). */
+  onIdle?: 'destroy' | 'pause';
+  /** A request to the session while paused resumes it first (default true) or answers 409 session_paused. */
+  autoResume?: boolean;
 }
 
 /** A computer-use tool input, as a model sends it. */

@@ -215,11 +215,17 @@ export async function attachDesktop(
   });
   await session.cleanup.push('ssh connection', () => connection.close());
   session.connection = connection;
+  let desktopOf: Desktop | undefined;
+  session.detach = () => {
+    desktopOf?.close();
+    connection.close();
+  };
   await connection.open(remaining(deadline), sandbox.isAlive);
 
   const screen = { width, height };
   const desktop = new Desktop(connection, ctx.display, screen);
   await session.cleanup.push('desktop input', () => desktop.close());
+  desktopOf = desktop;
   await waitForDisplay(desktop, deadline, sandbox.isAlive);
   const model = { width: session.record.modelWidth, height: session.record.modelHeight };
   session.computer = new ComputerTool(desktop, new Scaler(screen, model), ctx.settle);
