@@ -237,12 +237,17 @@ describe('memory pause of a container desktop, across an orchestrator SIGKILL', 
   });
 
   it('auto-resume: a request to a paused session resumes it first; a destroy of a paused one leaves nothing', async () => {
+    const t0 = performance.now();
     assert.equal((await api('POST', `/v1/sessions/${id}/pause`, {})).status, 200);
+    const t1 = performance.now();
     const shot = await api('GET', `/v1/sessions/${id}/screenshot`);
     assert.equal(shot.status, 200, 'the screenshot resumed it');
+    const t2 = performance.now();
     assert.equal((await api('GET', `/v1/sessions/${id}`)).json.state, 'ready');
     assert.equal((await api('POST', `/v1/sessions/${id}/pause`, {})).status, 200);
+    const t3 = performance.now();
     const deleted = await api('DELETE', `/v1/sessions/${id}`);
+    console.log(`pause ${(t1 - t0).toFixed(0)} ms, screenshot with auto-resume ${(t2 - t1).toFixed(0)} ms, pause ${(t3 - t2).toFixed(0)} ms, destroy of a paused session ${(performance.now() - t3).toFixed(0)} ms`);
     assert.equal(deleted.status, 200);
     assert.equal(deleted.json.state, 'destroyed');
     assert.equal(existsSync(path.join('/sys/fs/cgroup/freezer', NAMES.cgroup(id))), false, 'its cgroup is gone');

@@ -29,7 +29,8 @@ describe('memory pause of a qemu VM', () => {
   let id: string;
 
   before(async () => {
-    const runtime = await QemuRuntime.create(NAMES, qemuSettingsFromEnv(process.env));
+    // A TCG boot on a host this busy can take minutes: a longer boot timeout than the default 90 s.
+    const runtime = await QemuRuntime.create(NAMES, qemuSettingsFromEnv({ SBX_QEMU_BOOT_TIMEOUT_MS: '300000', ...process.env }));
     orch = await startTestOrchestrator({ runtime: 'qemu' }, false, { runtime, reason: 'test' });
   });
   after(async () => {

@@ -131,7 +131,9 @@ export class HostSandboxes implements SandboxHost {
     const { stateDir, display, settle, sshReconnectGiveUpMs } = this.opts;
     const sessionDir = sessionDirOf(stateDir, session.id);
     const keys = await readSessionKeys(sessionDir, path.join(sessionDir, 'config'));
-    await attachDesktop(session, sandbox, keys.clientPrivateKey, publicKeyBlob(keys.hostPublicKey), Date.now() + timeoutMs, { display, settle, sshReconnectGiveUpMs });
+    // A VM under TCG answers a new SSH connection many times slower than a container.
+    const deadline = Date.now() + Math.max(timeoutMs, this.opts.runtime.capabilities.bootTimeoutMs / 2);
+    await attachDesktop(session, sandbox, keys.clientPrivateKey, publicKeyBlob(keys.hostPublicKey), deadline, { display, settle, sshReconnectGiveUpMs }, 'background');
   }
 
   private pauseTarget(session: Session): PauseTarget {

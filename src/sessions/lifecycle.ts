@@ -313,6 +313,11 @@ export class SessionLifecycle {
 
   private sandboxVanished(session: Session, log: Logger, reason: string, kind: 'sandbox_exit' | 'ssh' = 'sandbox_exit'): void {
     if (session.record.state !== 'ready' && session.record.state !== 'paused') return;
+    // A paused guest cannot answer: a connection lost meanwhile is made again by the resume (pause.ts).
+    if (kind === 'ssh' && (session.record.state === 'paused' || session.transition)) {
+      log.info({ reason }, 'the SSH connection of a paused session dropped; the resume makes a new one');
+      return;
+    }
     // Set now, so that requests during the release are told it is gone (410), not busy.
     session.record.endReason = 'failed';
     log.warn({ reason }, kind === 'ssh' ? 'the guest of a ready session cannot be reached any more: marking it failed' : 'the sandbox of a ready session is gone: marking it failed');
@@ -324,6 +329,14 @@ export class SessionLifecycle {
     const { registry, store, metrics } = this.opts;
     session.release ??= (async () => {
       session.watch?.stop();
+      session.keepalivesHeld?.(); // a paused session's held keepalives (pause.ts)
+      session.keepalivesHeld = undefined;
+      // A paused sandbox is let run first: its helpers and connection then close at once (a
+      // frozen guest answers no close, and each would wait out its timeout), and its tasks can die.
+      const paused = session.record.paused;
+      if (paused) {
+        await this.opts.host.resume(session, paused.mode).catch((err: unknown) => this.sessionLog(session).warn({ err }, 'could not resume a paused sandbox before destroying it'));
+      }
       if (session.record.state !== 'destroying') this.setState(session, 'destroying');
       try {
         await session.cleanup.run();

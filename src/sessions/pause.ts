@@ -14,6 +14,8 @@ import { idleDeadline } from './timeouts.js';
 export const PAUSE_REQUEST_MODES = ['memory', 'disk', 'auto'] as const;
 export type PauseRequestMode = (typeof PAUSE_REQUEST_MODES)[number];
 
+/** How long the desktop kept through a pause gets to answer after the resume before a new connection is made. */
+const STILL_ATTACHED_PROBE_MS = 3_000;
 /** How long a resumed guest gets to let us in again and show its display. */
 const RESUME_ATTACH_TIMEOUT_MS = 15_000;
 
@@ -33,11 +35,13 @@ export interface PauseOptions {
 }
 
 /**
- * Pause and resume (docs/pause.md). A pause lets the session's SSH connection and desktop
- * helpers go first (a frozen guest cannot answer their keepalives, and a connection that
- * times out fails the session), then has the runtime freeze the sandbox; a resume lets it run
- * again and attaches a new connection and desktop with the session's own keys, so the next
- * request just works. One pause or resume at a time per session (`transition`); requests in
+ * Pause and resume (docs/pause.md). A pause holds the session's SSH keepalives (a frozen
+ * guest cannot answer them, and a connection dropped for it would take the desktop helpers and
+ * the bash shell with it), then has the runtime freeze the sandbox; the connection stays open
+ * and idle. A resume lets the sandbox run again, starts the keepalives and checks the desktop
+ * answers on the same connection; where it does not (the connection dropped during a long
+ * pause, or an orchestrator restart adopted the session paused, without one) it attaches a new
+ * connection and desktop with the session's own keys, so the next request just works. One pause or resume at a time per session (`transition`); requests in
  * between wait for it (autoResume) or are told 409. The idle timeout does not run while paused,
  * nor does the lifetime (running time only); pausedRetentionSeconds does (clocks.ts).
  */
@@ -119,15 +123,15 @@ export class SessionPauser {
     const log = this.log(session);
     const started = performance.now();
     recordings?.pause(session.id);
-    this.detach(session);
+    session.keepalivesHeld = session.connection?.holdKeepalives();
     let bytes: number;
     try {
       ({ bytes } = await host.pause(session, mode));
     } catch (err) {
-      // Left running: attach again and carry on as if nothing was asked.
+      // Left running: carry on as if nothing was asked.
       log.warn({ err, mode }, 'pause failed; the session goes on running');
       metrics.errors.inc({ kind: 'pause' });
-      await this.attach(session);
+      this.releaseKeepalives(session);
       recordings?.resume(session.id);
       if (err instanceof OrchestratorError) throw err;
       throw new UnavailableError(`session ${session.id} could not be paused (${mode}): ${(err as Error).message}`);
@@ -153,7 +157,13 @@ export class SessionPauser {
       metrics.errors.inc({ kind: 'resume' });
       throw new UnavailableError(`session ${session.id} could not be resumed: ${(err as Error).message}`);
     }
-    await this.attach(session);
+    const thawedMs = performance.now() - started;
+    this.releaseKeepalives(session);
+    const kept = await this.stillAttached(session);
+    if (!kept) {
+      this.detach(session);
+      await this.attach(session);
+    }
     if (session.record.state !== 'paused') return; // failed or destroyed meanwhile
     const now = Date.now();
     const { record } = session;
@@ -166,7 +176,24 @@ export class SessionPauser {
     recordings?.resume(session.id);
     const ms = performance.now() - started;
     metrics.pauseDuration.observe({ mode, step: 'resume' }, ms / 1000);
-    log.info({ mode, ms: Math.round(ms) }, 'session resumed');
+    log.info({ mode, ms: Math.round(ms), thawedMs: Math.round(thawedMs), connection: kept ? 'kept' : 'new' }, 'session resumed');
+  }
+
+  private releaseKeepalives(session: Session): void {
+    session.keepalivesHeld?.();
+    session.keepalivesHeld = undefined;
+  }
+
+  /** The connection kept through the pause is up and the desktop answers on it (a cursor query). */
+  private async stillAttached(session: Session): Promise<boolean> {
+    if (!session.connection?.isConnected || !session.computer) return false;
+    try {
+      await session.computer.probeDisplay(STILL_ATTACHED_PROBE_MS);
+      return true;
+    } catch (err) {
+      this.log(session).info({ err }, 'the connection kept through the pause does not answer; attaching a new one');
+      return false;
+    }
   }
 
   /** The connection and desktop go; so do the companion tools' states, which lived on them. */

@@ -57,6 +57,8 @@ export class Session {
    * before the guest freezes, and a resume attaches new ones.
    */
   detach: (() => void) | undefined;
+  /** While paused: starts the connection's keepalives again (GuestConnection.holdKeepalives). */
+  keepalivesHeld: (() => void) | undefined;
   /** Per-session state of companion tools (e.g. the persistent bash shell), by name. */
   readonly attachments = new Map<string, unknown>();
 
