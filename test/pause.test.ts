@@ -91,6 +91,13 @@ async function counter(id: string): Promise<{ pid: number; count: number }> {
   return { pid: pid ?? 0, count: count ?? 0 };
 }
 
+/** Frames the session's recording has written so far (looking at it does not resume the session). */
+async function recordedFrames(id: string): Promise<number> {
+  const res = await api('GET', `/v1/sessions/${id}/recording/status`);
+  assert.equal(res.status, 200, JSON.stringify(res.json));
+  return Number(res.json.frames);
+}
+
 /** The container's CPU time so far, ns (cgroup v1 cpuacct). */
 async function cpuNs(id: string): Promise<number> {
   return Number((await readFile(path.join('/sys/fs/cgroup/cpuacct', NAMES.cgroup(id), 'cpuacct.usage'), 'utf8')).trim());
@@ -145,7 +152,7 @@ describe('memory pause of a container desktop, across an orchestrator SIGKILL', 
   });
 
   it('a desktop counts in an xterm and into a file', async () => {
-    const created = await api('POST', '/v1/sessions', { width: 1024, height: 768 });
+    const created = await api('POST', '/v1/sessions', { width: 1024, height: 768, record: true });
     assert.equal(created.status, 201, JSON.stringify(created.json));
     id = String(created.json.id);
     assert.equal(created.json.paused, null);
@@ -173,9 +180,11 @@ describe('memory pause of a container desktop, across an orchestrator SIGKILL', 
     assert.equal((paused.json.paused as Json).bytes, 0);
     atPause = await counter(id);
     const cpuPaused0 = await cpuNs(id);
+    const framesAtPause = await recordedFrames(id);
     await sleep(3_000);
     const cpuPaused = (await cpuNs(id)) - cpuPaused0;
     const still = await counter(id);
+    assert.equal(await recordedFrames(id), framesAtPause, 'the recording captures nothing while paused (its video time stands still)');
     console.log(`pause took ${pauseMs.toFixed(1)} ms (HTTP round trip); CPU: ${(cpuRunning / 1e6).toFixed(1)} ms in 1 s running, ${(cpuPaused / 1e6).toFixed(3)} ms in 3 s paused`);
     assert.ok(cpuRunning > 1e6, `the control: running, the desktop used CPU (${cpuRunning} ns in 1 s)`);
     assert.equal(cpuPaused, 0, 'a frozen cgroup uses no CPU at all');
