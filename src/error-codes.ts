@@ -74,6 +74,11 @@ export const ERROR_CODES = {
   process_exited: { category: 'conflict', description: 'stdin, a signal or a resize for a process that has ended' },
   stdin_closed: { category: 'conflict', description: 'standard input written after it was closed' },
   stdin_full: { category: 'conflict', description: 'the process did not read its standard input in time' },
+  session_paused: { category: 'conflict', description: 'the session is paused and was created with autoResume off: resume it first' },
+  session_already_paused: { category: 'conflict', description: 'a pause of a session that is paused' },
+  session_not_paused: { category: 'conflict', description: 'a resume of a session that runs' },
+  session_busy: { category: 'conflict', description: 'a pause or resume while another is under way' },
+  pause_mode_unavailable: { category: 'conflict', description: 'the pause mode asked for cannot be done by this runtime on this host (the message says why)' },
   run_in_progress: { category: 'conflict', description: 'the session is driven by another run' },
 
   view_expired: { category: 'gone', description: 'a live-view token past its ttlSeconds' },

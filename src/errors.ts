@@ -150,3 +150,27 @@ export class GuestProtocolError extends OrchestratorError {
     super('guest_protocol_error', message);
   }
 }
+
+/**
+ * The session is paused (POST /v1/sessions/:id/pause, or its idle timeout with onIdle
+ * "pause") and was created with autoResume off: resume it first (POST .../resume).
+ */
+export class SessionPausedError extends OrchestratorError {
+  constructor(message: string) {
+    super('session_paused', message);
+  }
+}
+
+/** A pause or resume that does not fit the session's state: pausing a paused session, resuming a running one. */
+export class PauseStateError extends OrchestratorError {
+  constructor(message: string, code: 'session_already_paused' | 'session_not_paused' | 'session_busy') {
+    super(code, message);
+  }
+}
+
+/** The pause mode asked for cannot be done by this runtime on this host; the message says why. */
+export class PauseModeUnavailableError extends OrchestratorError {
+  constructor(message: string) {
+    super('pause_mode_unavailable', message);
+  }
+}

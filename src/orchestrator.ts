@@ -183,6 +183,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     warmPool: { sizes: poolSizes, shape: config.warmPoolScreen },
     consoleLog: config.consoleLog,
     recording: config.recording,
+    pause: config.pause,
   });
   log.info(
     { maxSessions: config.maxSessions, maxSessionsPerTenant: config.maxSessionsPerTenant, memoryReserveMiB: config.memoryReserveMiB, diskReserveMiB: config.diskReserveMiB },

@@ -50,6 +50,7 @@ describe('the configuration an environment describes', () => {
       warmPool: new Map(),
       warmPoolScreen: { width: 1024, height: 768 },
       consoleLog: { maxBytes: 4 * MiB, keptMaxCount: 100, keptMaxBytes: 64 * MiB },
+      pause: { onIdle: 'destroy', autoResume: true, pausedRetentionSeconds: 604800 },
       subnet: '10.241.0.0/16',
       networkPolicyCheckMs: 3_000,
       resourcePrefix: 'sbx-',

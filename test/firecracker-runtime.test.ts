@@ -15,7 +15,8 @@ import { hostCgroupVersion, vmCgroupDirs } from '../src/runtimes/vm/cgroups.js';
 import { ensureVmlinux } from '../src/runtimes/firecracker/kernel/vmlinux.js';
 import { snapshotBaseAddress, type CloneRotation } from '../src/runtimes/firecracker/snapshot/clone-rotation.js';
 import { firecrackerSettingsFromEnv, type FirecrackerSettings } from '../src/runtimes/firecracker/settings.js';
-import type { RunningSandbox } from '../src/runtimes/runtime.js';
+import { qemuSettingsFromEnv } from '../src/runtimes/qemu/settings.js';
+import type { RunningSandbox, Runtime } from '../src/runtimes/runtime.js';
 import { newSessionId } from '../src/sessions/session.js';
 import { generateSessionKeys, writeSessionKeys } from '../src/transport/keys.js';
 import type { GuestConnection } from '../src/transport/ssh-connection.js';
@@ -192,6 +193,23 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     }
     const vmUid = session.spec.vmUser?.uid;
     assert.match(await tapDetails(session.spec.network), new RegExp(`user ${vmUid} group ${vmUid}`));
+  });
+
+  it('pauses in memory (PATCH /vm Paused, then Resumed), and says it is paused (GET /) for a restart to adopt it', async () => {
+    const target = { sessionId: session.sessionId, sessionDir: session.sessionDir, pid: sandbox.pid };
+    // As the session layer sees it: the optional pause methods of a Runtime.
+    const vm: Runtime = runtime;
+    assert.deepEqual(vm.pauseModes?.(), ['memory']);
+    assert.match(vm.pauseUnavailable?.('disk') ?? '', /not wired up/);
+    assert.equal(await vm.isPaused?.(target), false);
+    assert.deepEqual(await vm.pause?.(target, 'memory'), { bytes: 0 });
+    assert.equal(await vm.isPaused?.(target), true);
+    await vm.resume?.(target, 'memory');
+    assert.equal(await vm.isPaused?.(target), false);
+    const recorded = await records(session.sessionId);
+    const patches = recorded.filter((r) => r.call === 'PATCH /vm' && (r.status ?? 500) < 300).map((r) => r.body);
+    assert.deepEqual(patches, [{ state: 'Paused' }, { state: 'Resumed' }], 'spec-valid bodies, accepted');
+    assert.deepEqual(recorded.filter((r) => r.fault), [], 'no request was refused');
   });
 
   it('puts the VMM in its own cgroup with the memory and CPU limits', async () => {

@@ -22,7 +22,7 @@ import { parseXev } from './helpers/xev.js';
  * real orchestrator and a real sandbox of the minimal template.
  */
 const CLI = path.resolve('dist/cli/main.js');
-const TOOLS = ['bash', 'computer', 'desktop', 'download_file', 'list_files', 'process_kill', 'process_output', 'process_start', 'sandbox_create', 'sandbox_destroy', 'sandbox_list', 'screenshot', 'text_editor', 'upload_file'];
+const TOOLS = ['bash', 'computer', 'desktop', 'download_file', 'list_files', 'process_kill', 'process_output', 'process_start', 'sandbox_create', 'sandbox_destroy', 'sandbox_list', 'sandbox_pause', 'sandbox_resume', 'screenshot', 'text_editor', 'upload_file'];
 
 async function createKey(stateDir: string, tenant: string): Promise<string> {
   const child = spawn(process.execPath, [CLI, 'keys', 'create', '--tenant', tenant, '--state-dir', stateDir], { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -238,6 +238,8 @@ describe('the MCP server', () => {
         ['screenshot', {}],
         ['bash', { command: 'echo reached' }],
         ['sandbox_destroy', {}],
+        ['sandbox_pause', {}],
+        ['sandbox_resume', {}],
       ] as const) {
         const refused = await call(b.client, name, { sandbox_id: sandboxId, ...args });
         assert.equal(refused.isError, true, name);
@@ -308,6 +310,8 @@ describe('the MCP server', () => {
   });
 
   it('destroys the sandbox through a tool', async () => {
+    assert.match(text(await ok(stdio, 'sandbox_pause', { sandbox_id: sandboxId, mode: 'memory' })), /paused \(memory\)/);
+    assert.match(text(await ok(stdio, 'sandbox_resume', { sandbox_id: sandboxId })), /ready/);
     assert.match(text(await ok(stdio, 'sandbox_destroy', { sandbox_id: sandboxId })), /destroyed/);
     assert.deepEqual(JSON.parse(text(await ok(stdio, 'sandbox_list', {}))), []);
     sandboxId = undefined;

@@ -68,7 +68,7 @@ export const sessionSchema = {
   properties: {
     id: { type: 'string' },
     tenant: { type: 'string', description: 'The tenant that owns the session (the API key\'s; `local` without keys)' },
-    state: { type: 'string', enum: ['creating', 'ready', 'destroying', 'destroyed', 'failed'] },
+    state: { type: 'string', enum: ['creating', 'ready', 'paused', 'destroying', 'destroyed', 'failed'] },
     runtime: { type: 'string', enum: RUNTIMES.names },
     template: { type: 'string', description: 'The template its sandbox booted (GET /v1/templates)' },
     display: {
@@ -129,9 +129,18 @@ export const sessionSchema = {
     error: { type: 'string', description: 'Why the session failed' },
     endReason: {
       type: 'string',
-      enum: ['deleted', 'idle_timeout', 'max_lifetime', 'failed', 'shutdown', 'node_lost'],
-      description: 'Why the session ended (or is ending): a DELETE, its idle timeout, its maximum lifetime, a failure (see error), the orchestrator stopping',
+      enum: ['deleted', 'idle_timeout', 'max_lifetime', 'failed', 'shutdown', 'node_lost', 'paused_retention'],
+      description:
+        'Why the session ended (or is ending): a DELETE, its idle timeout, its maximum lifetime, a failure (see error), the orchestrator stopping, ' +
+        'its node lost, or a pause kept longer than pausedRetentionSeconds',
     },
+    paused: {
+      type: ['object', 'null'],
+      description: 'While the session is paused (state paused): how (memory or disk), since when, and the bytes of its state on the host\'s disk; null while it runs',
+      properties: { mode: { type: 'string', enum: ['memory', 'disk'] }, since: { type: 'string', format: 'date-time' }, bytes: { type: 'integer' } },
+    },
+    onIdle: { type: 'string', enum: ['destroy', 'pause'], description: 'What its idle timeout does: destroy the session, or pause it' },
+    autoResume: { type: 'boolean', description: 'A request to it while paused resumes it first (true) or answers 409 session_paused' },
     recording: recordingStatusSchema,
     control: {
       type: 'object',
@@ -211,6 +220,15 @@ export const createSessionBody = {
           properties: { width: { type: 'integer', minimum: 64, maximum: MAX_SIDE }, height: { type: 'integer', minimum: 64, maximum: MAX_SIDE } },
         },
       ],
+    },
+    onIdle: {
+      type: 'string',
+      enum: ['destroy', 'pause'],
+      description: 'What the idle timeout does: destroy the session (default, SBX_ON_IDLE) or pause it (docs/pause.md)',
+    },
+    autoResume: {
+      type: 'boolean',
+      description: 'A request to the session while it is paused resumes it first (default true, SBX_AUTO_RESUME); false: it answers 409 session_paused',
     },
     toolVersion: {
       type: 'string',
@@ -300,4 +318,17 @@ export const keepaliveBody = {
   type: 'object',
   additionalProperties: false,
   properties: { timeoutSeconds: TIMEOUT_SECONDS },
+} as const;
+
+/** POST /v1/sessions/:id/pause: how deep (the body is optional: auto). */
+export const pauseBody = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    mode: {
+      type: 'string',
+      enum: ['memory', 'disk', 'auto'],
+      description: 'memory: frozen in place (no CPU, RAM kept); disk: state written to disk (no RAM); auto (default): disk where the runtime does it, else memory',
+    },
+  },
 } as const;

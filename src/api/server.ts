@@ -7,6 +7,8 @@ import type { Metrics } from '../metrics/metrics.js';
 import type { SessionManager } from '../sessions/manager.js';
 import { installAuth, type AuthOptions } from './auth/request-identity.js';
 import { installTenantScope } from './auth/tenant-scope.js';
+import { installAutoResume } from './auto-resume.js';
+import { sessionPauseRoutes } from './routes/session-pause.js';
 import { applyConnectionLimits, connectionServerOptions, DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from './connection-limits.js';
 import { errorHandler, sendError } from './errors.js';
 import { OrchestratorError, type ErrorCode } from '../errors.js';
@@ -133,6 +135,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
       return [...owners];
     },
   });
+  installAutoResume(app, opts.manager);
   installRequestLog(app);
   // An unknown route answers in the same shape as every other error (fastify's own is not).
   app.setNotFoundHandler((request, reply) => {
@@ -172,6 +175,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   const { trajectory } = opts;
   await app.register(sessionRoutes, { manager: opts.manager, trajectory });
   await app.register(sessionTimeoutRoutes, { manager: opts.manager });
+  await app.register(sessionPauseRoutes, { manager: opts.manager });
   await app.register(computerToolRoutes, { manager: opts.manager, trajectory });
   await app.register(companionToolRoutes, { manager: opts.manager, display: opts.manager.display, bashTimeoutSeconds: opts.bashTimeoutSeconds,
     ...(opts.bashOutput ? { bashOutput: opts.bashOutput } : {}),

@@ -45,6 +45,7 @@ import { buildResults, printReport } from './report.js';
 import { compareScreenshots, staticAndChanging } from './screenshots.js';
 import { summarize, timeIt } from './stats.js';
 import { measureWarmCreates } from './warm-create.js';
+import { measurePause } from './pause.js';
 import { measureTemplate, type TemplateFigures } from './templates.js';
 import { measureLoopOverhead, startZeroLatencyModel } from './run-loop.js';
 import { measureProcessStart } from './processes.js';
@@ -186,6 +187,8 @@ async function main(): Promise<void> {
     await sandbox.destroy();
 
     const warmMs = await measureWarmCreates(orchestrator.manager, client, CREATES);
+    console.error('bench: memory pause and resume');
+    const pause = await measurePause(client, CREATES);
 
     const templates: TemplateFigures[] = [];
     for (const template of TEMPLATES) {
@@ -247,6 +250,7 @@ async function main(): Promise<void> {
         placementTx,
         gateway,
         simulation,
+        pause,
       });
       printReport(results);
       const goals = goalRows(results);
@@ -279,7 +283,24 @@ async function gatewayAlone(): Promise<void> {
   console.log(JSON.stringify({ ...figures, simulation }, null, 2));
 }
 
-const PARTS: Record<string, () => Promise<void>> = { 'placement-tx': placementTxAlone, gateway: gatewayAlone };
+/** `npm run bench -- pause`: the memory pause and resume figures alone (BENCH_CREATES rounds, 20 unless set). */
+async function pauseAlone(): Promise<void> {
+  const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-pause-'));
+  const config = { ...defaultConfig(process.env), stateDir, port: 0, subnet: process.env.SBX_SUBNET || '10.244.0.0/16', warmPoolSize: 0 };
+  const orchestrator = await startOrchestrator(config, pino({ level: 'warn' }), { buildImageIfMissing: false });
+  try {
+    const address = orchestrator.server.server.address();
+    if (!address || typeof address === 'string') throw new Error('server has no TCP address');
+    const figures = await measurePause(new SandboxClient({ baseUrl: `http://127.0.0.1:${address.port}` }), Number(process.env.BENCH_CREATES || 20));
+    console.log(`memory pause p50 ${figures?.pause.p50.toFixed(1)} ms (p95 ${figures?.pause.p95.toFixed(1)}), resume p50 ${figures?.resume.p50.toFixed(1)} ms (p95 ${figures?.resume.p95.toFixed(1)}), goal <= 50 ms each`);
+    console.log(JSON.stringify({ runtime: orchestrator.manager.runtimeName, cores: os.cpus().length, ...figures }, null, 2));
+  } finally {
+    await orchestrator.close();
+    await removeTreeOnOneMount(stateDir);
+  }
+}
+
+const PARTS: Record<string, () => Promise<void>> = { 'placement-tx': placementTxAlone, gateway: gatewayAlone, pause: pauseAlone };
 (PARTS[process.argv[2] ?? ''] ?? main)().catch((err: unknown) => {
   console.error(`bench: ${err instanceof Error ? err.stack : String(err)}`);
   process.exit(1);

@@ -9,6 +9,7 @@ import type { LoopOverhead } from './run-loop.js';
 import { describeProcessStart, type ProcessStartFigures } from './processes.js';
 import type { ScreenshotComparison } from './screenshots.js';
 import type { Summary } from './stats.js';
+import type { PauseFigures } from './pause.js';
 import type { TemplateFigures } from './templates.js';
 import { describePlacementTx, type PlacementTxFigures } from './placement-tx.js';
 import { describeGateway, type GatewayFigures } from './gateway.js';
@@ -38,6 +39,7 @@ export interface Measured {
   gateway: GatewayFigures | null;
   /** One run per seed. */
   simulation: SimulationFigures[];
+  pause: PauseFigures | null;
 }
 
 export type Results = ReturnType<typeof buildResults>;
@@ -83,6 +85,8 @@ export function buildResults(m: Measured) {
     gateway_screenshot_ratio: m.gateway?.screenshot.ratio ?? null,
     gateway_action_added_ms: m.gateway?.action.addedMs ?? null,
     gateway_live_view_frames_ratio: m.gateway?.liveView.ratio ?? null,
+    pause_memory_p50_ms: m.pause?.pause.p50 ?? null,
+    resume_memory_p50_ms: m.pause?.resume.p50 ?? null,
     placement_simulation_fullest_vs_ideal: m.simulation.length > 0 ? Math.max(...m.simulation.map((s) => s.dominant)) : null,
     templates: Object.fromEntries(
       m.templates.map((t) => [t.template, { cold_create_p50_ms: t.cold.p50, warm_create_p50_ms: t.warm?.p50 ?? null, idle_session_mib: t.idleMiB }]),
@@ -102,6 +106,7 @@ export function buildResults(m: Measured) {
     placement_simulation_detail: m.simulation,
     templates_detail: m.templates,
     warm_create_p95_ms: m.warm?.p95 ?? null,
+    pause_detail: m.pause,
     // Kept under their earlier names (PNG, static screen) for comparison with older runs.
     screenshot_api_p50_ms: png.static.api.p50,
     screenshot_api_p95_ms: png.static.api.p95,

@@ -129,6 +129,23 @@ program
   });
 
 program
+  .command('pause <id>')
+  .description('pause a session: every process stops where it is until it is resumed (docs/pause.md)')
+  .addOption(new Option('-m, --mode <mode>', 'memory (frozen in place), disk, or auto (disk where available)').choices(['memory', 'disk', 'auto']).default('auto'))
+  .action(async (id: string, opts: { mode: 'memory' | 'disk' | 'auto' }) => {
+    const info = await client().pause(id, opts.mode);
+    console.log(`${info.id} ${info.state} (${info.paused?.mode ?? 'running'} since ${info.paused?.since ?? '-'})`);
+  });
+
+program
+  .command('resume <id>')
+  .description('resume a paused session')
+  .action(async (id: string) => {
+    const info = await client().resume(id);
+    console.log(`${info.id} ${info.state}`);
+  });
+
+program
   .command('ls')
   .description('list live sessions')
   .action(async () => {

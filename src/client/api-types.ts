@@ -6,7 +6,7 @@ export type SessionInfo = {
   id: string;
   /** The tenant that owns the session (the API key's; `local` without keys) */
   tenant: string;
-  state: 'creating' | 'ready' | 'destroying' | 'destroyed' | 'failed';
+  state: 'creating' | 'ready' | 'paused' | 'destroying' | 'destroyed' | 'failed';
   runtime: 'container' | 'qemu' | 'firecracker';
   /** The template its sandbox booted (GET /v1/templates) */
   template: string;
@@ -67,8 +67,18 @@ export type SessionInfo = {
   lifetimeEndsAt: string;
   /** Why the session failed */
   error?: string;
-  /** Why the session ended (or is ending): a DELETE, its idle timeout, its maximum lifetime, a failure (see error), the orchestrator stopping */
-  endReason?: 'deleted' | 'idle_timeout' | 'max_lifetime' | 'failed' | 'shutdown' | 'node_lost';
+  /** Why the session ended (or is ending): a DELETE, its idle timeout, its maximum lifetime, a failure (see error), the orchestrator stopping, its node lost, or a pause kept longer than pausedRetentionSeconds */
+  endReason?: 'deleted' | 'idle_timeout' | 'max_lifetime' | 'failed' | 'shutdown' | 'node_lost' | 'paused_retention';
+  /** While the session is paused (state paused): how (memory or disk), since when, and the bytes of its state on the host's disk; null while it runs */
+  paused?: {
+    mode?: 'memory' | 'disk';
+    since?: string;
+    bytes?: number;
+  } | null;
+  /** What its idle timeout does: destroy the session, or pause it */
+  onIdle?: 'destroy' | 'pause';
+  /** A request to it while paused resumes it first (true) or answers 409 session_paused */
+  autoResume?: boolean;
   /** The session's screen recording: in progress, finished, or failed (error says why; the session goes on) */
   recording?: {
     state: 'recording' | 'finished' | 'failed';
@@ -119,6 +129,10 @@ export type CreateOptions = {
     width: number;
     height: number;
   };
+  /** What the idle timeout does: destroy the session (default, SBX_ON_IDLE) or pause it (docs/pause.md) */
+  onIdle?: 'destroy' | 'pause';
+  /** A request to the session while it is paused resumes it first (default true, SBX_AUTO_RESUME); false: it answers 409 session_paused */
+  autoResume?: boolean;
   /** The computer tool version of the tool definition in computerTool (default computer_20250124) */
   toolVersion?: 'computer_20241022' | 'computer_20250124' | 'computer_20251124';
   /** The session's default screenshot format (screenshot route, actions, the computer tool); png unless set */
@@ -279,6 +293,16 @@ export type ErrorCode =
   | 'stdin_closed'
   /** the process did not read its standard input in time */
   | 'stdin_full'
+  /** the session is paused and was created with autoResume off: resume it first */
+  | 'session_paused'
+  /** a pause of a session that is paused */
+  | 'session_already_paused'
+  /** a resume of a session that runs */
+  | 'session_not_paused'
+  /** a pause or resume while another is under way */
+  | 'session_busy'
+  /** the pause mode asked for cannot be done by this runtime on this host (the message says why) */
+  | 'pause_mode_unavailable'
   /** the session is driven by another run */
   | 'run_in_progress'
   /** a live-view token past its ttlSeconds */

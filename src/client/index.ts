@@ -16,7 +16,7 @@ import {
   type ScreenStreamOptions,
 } from './recording.js';
 import { formatQuery, queryString, type ScreenshotFormatOptions } from './screenshot-format.js';
-import type { ActionResult, BashToolInput, ComputerToolInput, CreateOptions, EditorToolInput, KeepaliveOptions, SessionInfo, TemplateInfo, TimeoutUpdate, ToolResult } from './types.js';
+import type { ActionResult, BashToolInput, ComputerToolInput, CreateOptions, EditorToolInput, KeepaliveOptions, PauseMode, SessionInfo, TemplateInfo, TimeoutUpdate, ToolResult } from './types.js';
 import { Runs } from './runs.js';
 import { createTrajectoryLink, fetchTrajectory, type Trajectory } from './trajectory.js';
 
@@ -98,6 +98,16 @@ export class SandboxClient {
   /** Changes the session's idle timeout and/or maximum lifetime (up to the server's maximum). */
   async updateTimeouts(id: string, update: TimeoutUpdate): Promise<SessionInfo> {
     return this.json<SessionInfo>('PATCH', `/v1/sessions/${encodeURIComponent(id)}`, update);
+  }
+
+  /** Pauses the session: memory (frozen in place), disk, or auto (the default: disk where available). */
+  async pause(id: string, mode?: PauseMode | 'auto'): Promise<SessionInfo> {
+    return this.json<SessionInfo>('POST', `/v1/sessions/${encodeURIComponent(id)}/pause`, mode === undefined ? {} : { mode });
+  }
+
+  /** Resumes a paused session: the same desktop, and the next action just works. */
+  async resume(id: string): Promise<SessionInfo> {
+    return this.json<SessionInfo>('POST', `/v1/sessions/${encodeURIComponent(id)}/resume`);
   }
 
   /** The screen at its size or (`scaled`) the model's, in `format` (else the session's), e.g. `{ format: 'jpeg', quality: 80 }`. */
@@ -313,6 +323,17 @@ export class Sandbox extends VendorToolMethods {
   /** Sets the idle timeout (seconds); with `maxLifetimeSeconds`, the lifetime too. */
   async setTimeout(timeoutSeconds: number, options: { maxLifetimeSeconds?: number } = {}): Promise<SessionInfo> {
     this.info = await this.client.updateTimeouts(this.id, { timeoutSeconds, ...options });
+    return this.info;
+  }
+
+  /** Pauses it (see SandboxClient.pause); any later request resumes it unless it was created with autoResume false. */
+  async pause(mode?: PauseMode | 'auto'): Promise<SessionInfo> {
+    this.info = await this.client.pause(this.id, mode);
+    return this.info;
+  }
+
+  async resume(): Promise<SessionInfo> {
+    this.info = await this.client.resume(this.id);
     return this.info;
   }
 

@@ -8,6 +8,9 @@ import type { ImageMediaType } from './screenshot-format.js';
  */
 export type { ActionResult, CreateOptions, ErrorBody, ErrorCode, KeepaliveOptions, SessionInfo, TemplateInfo, TimeoutUpdate } from './api-types.js';
 
+/** How deep a pause goes (docs/pause.md). */
+export type PauseMode = 'memory' | 'disk';
+
 /** A computer-use tool input, as a model sends it. */
 export interface ComputerToolInput {
   action: string;

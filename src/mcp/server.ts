@@ -14,6 +14,7 @@ import {
   MCP_MAX_FILE_BYTES,
   noInput,
   sandboxOnlyInput,
+  pauseInput,
   screenshotInput,
   uploadInput,
 } from './schemas.js';
@@ -65,6 +66,16 @@ export function createMcpServer(client: SandboxClient): McpServer {
     const info = await client.destroy(sandbox_id);
     return textResult(`${info.id} ${info.state}`);
   }, { destructiveHint: true, idempotentHint: true, openWorldHint: false });
+
+  register('sandbox_pause', 'Pause a sandbox: every process stops where it is (no CPU) until it is resumed; any later tool call resumes it.', pauseInput, async ({ sandbox_id, mode }) => {
+    const info = await client.pause(sandbox_id, mode);
+    return textResult(`${info.id} ${info.state} (${info.paused?.mode ?? 'running'})`);
+  }, { idempotentHint: false, openWorldHint: false });
+
+  register('sandbox_resume', 'Resume a paused sandbox: the same windows, files and screen.', sandboxOnlyInput, async ({ sandbox_id }) => {
+    const info = await client.resume(sandbox_id);
+    return textResult(`${info.id} ${info.state}`);
+  }, { openWorldHint: false });
 
   register('screenshot', "An image of the sandbox's screen.", screenshotInput, async ({ sandbox_id, format, scaled }) => {
     const image = await client.screenshot(sandbox_id, { scaled: scaled ?? true, ...(format ? { format } : {}) });

@@ -122,7 +122,7 @@ export interface RuntimeCapabilities {
  * which one runs. `start` pushes a release for every resource it takes onto `cleanup`, so a
  * start that fails half-way, and a later destroy, free exactly what was taken.
  */
-export interface Runtime {
+export interface Runtime extends PausingRuntime {
   /** Recorded with each session and said in logs and /v1/health; never branched on above. */
   readonly name: RuntimeName;
   readonly capabilities: RuntimeCapabilities;
@@ -161,6 +161,43 @@ export interface Runtime {
   adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint, consoleLog?: ConsoleLogLimits): Promise<AdoptedSandbox | undefined>;
   /** Removes whatever this runtime left of a sandbox it no longer tracks. Idempotent. */
   reclaim(sessionId: string, sessionDir: string): Promise<void>;
+}
+
+/**
+ * How deep a pause goes (docs/pause.md): `memory` freezes the sandbox in place (the cgroup
+ * freezer, the VMM paused): no CPU, its RAM kept; `disk` writes its memory to the host's disk
+ * and lets the sandbox's processes go (none of the runtimes here does it yet).
+ */
+export const PAUSE_MODES = ['memory', 'disk'] as const;
+export type PauseMode = (typeof PAUSE_MODES)[number];
+
+/** Which sandbox a pause or resume is about (adopted ones too: the runtime finds it by these). */
+export interface PauseTarget {
+  sessionId: string;
+  sessionDir: string;
+  /** The host pid of its top process. */
+  pid: number;
+}
+
+/** What a pause holds on the host: the bytes of state it wrote to disk (0 for memory). */
+export interface PauseResult {
+  bytes: number;
+}
+
+/**
+ * A runtime that can pause its sandboxes (optional methods of Runtime, kept together here).
+ * `pauseModes` says which modes it does on this host, and `pauseUnavailable` why a mode it
+ * does not do is missing (for the host check and the 409 of a request that asks for it).
+ */
+export interface PausingRuntime {
+  pauseModes?(): readonly PauseMode[];
+  pauseUnavailable?(mode: PauseMode): string | undefined;
+  /** Pauses a running sandbox; on failure the sandbox is left running. */
+  pause?(target: PauseTarget, mode: PauseMode): Promise<PauseResult>;
+  /** Lets a paused sandbox run again, where it stopped. */
+  resume?(target: PauseTarget, mode: PauseMode): Promise<void>;
+  /** Whether the sandbox is paused now (memory mode), asked when a restart adopts it. */
+  isPaused?(target: PauseTarget): Promise<boolean>;
 }
 
 export interface AdoptedSandbox {

@@ -205,6 +205,12 @@ export async function attachDesktop(
   pinnedHostKey: Buffer,
   deadline: number,
   ctx: Pick<BootContext, 'display' | 'settle' | 'sshReconnectGiveUpMs'>,
+  /**
+   * 'await' (a boot, an adoption): ready once the display answers. 'background' (a resume:
+   * the display answered before the pause): ready once SSH is up, the desktop helpers
+   * starting meanwhile, so that the first action finds them running or nearly so.
+   */
+  display: 'await' | 'background' = 'await',
 ): Promise<void> {
   const { width, height } = session.record;
   const connection = new GuestConnection({
@@ -216,12 +222,20 @@ export async function attachDesktop(
   });
   await session.cleanup.push('ssh connection', () => connection.close());
   session.connection = connection;
+  let desktopOf: Desktop | undefined;
+  session.detach = () => {
+    desktopOf?.close();
+    connection.close();
+  };
   await connection.open(remaining(deadline), () => sandbox.isAlive());
 
   const screen = { width, height };
   const desktop = new Desktop(connection, ctx.display, screen);
   await session.cleanup.push('desktop input', () => desktop.close());
-  await waitForDisplay(desktop, deadline, () => sandbox.isAlive());
+  desktopOf = desktop;
+  if (display === 'await') await waitForDisplay(desktop, deadline, () => sandbox.isAlive());
+  // A display that does not answer is reported by the first action, as on any session.
+  else void waitForDisplay(desktop, deadline, () => sandbox.isAlive()).catch(() => undefined);
   const model = { width: session.record.modelWidth, height: session.record.modelHeight };
   session.computer = new ComputerTool(desktop, new Scaler(screen, model), ctx.settle);
 }

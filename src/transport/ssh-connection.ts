@@ -47,6 +47,8 @@ const DEFAULT_MAX_OUTPUT = 16 * 1024 * 1024;
 const BACKOFF_MIN_MS = 100;
 const BACKOFF_MAX_MS = 5_000;
 const DEFAULT_RECONNECT_GIVE_UP_MS = 30_000;
+/** How often an idle connection checks the guest still answers (three missed: dropped, then reconnected). */
+const KEEPALIVE_INTERVAL_MS = 5_000;
 /** How long close() lets the guest answer the disconnect before the socket is destroyed. */
 const CLOSE_GRACE_MS = 1_000;
 /** The TCP socket under each ssh2 client (ours: made with Nagle off, see connectOnce). */
@@ -122,6 +124,25 @@ export class GuestConnection extends EventEmitter {
         });
       });
     });
+  }
+
+  /**
+   * Stops the keepalives while the guest is paused (frozen, or its VM stopped): a guest that
+   * cannot answer them would have its connection dropped after keepaliveCountMax of them, and
+   * every channel on it (the desktop helpers, the bash shell) with it. An idle connection sends
+   * nothing, so nothing times out. The returned function starts them again. ssh2 has no public
+   * switch: its keepalive timer restarts on every resetKA (which answers also call), so calling
+   * it more often than the interval keeps the timer from ever firing.
+   */
+  holdKeepalives(): () => void {
+    const reset = () => (this.client as unknown as { _resetKA?: () => void } | undefined)?._resetKA?.();
+    const timer = setInterval(reset, KEEPALIVE_INTERVAL_MS / 2);
+    timer.unref();
+    reset();
+    return () => {
+      clearInterval(timer);
+      reset();
+    };
   }
 
   /** A channel on this connection closed because the guest broke its protocol (counted by the session). */
@@ -259,7 +280,7 @@ export class GuestConnection extends EventEmitter {
         username: this.opts.username,
         privateKey: this.opts.privateKey,
         readyTimeout: timeoutMs,
-        keepaliveInterval: 5_000,
+        keepaliveInterval: KEEPALIVE_INTERVAL_MS,
         keepaliveCountMax: 3,
         algorithms: { serverHostKey: ['ssh-ed25519'] },
         hostVerifier: (key: Buffer) => {

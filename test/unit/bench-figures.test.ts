@@ -34,6 +34,8 @@ const FIGURES: GoalFigures = {
   gateway_live_view_frames_ratio: 0.97,
   placement_simulation_fullest_vs_ideal: 1.133,
   templates: { desktop: { cold_create_p50_ms: 1800, warm_create_p50_ms: 160, idle_session_mib: 240 } },
+  pause_memory_p50_ms: 12,
+  resume_memory_p50_ms: null,
 };
 
 describe('bench figures', () => {
@@ -59,6 +61,8 @@ describe('bench figures', () => {
     assert.equal(rows.get('event-loop delay p99 under the load')?.goal, 20);
     assert.equal(rows.get('load 16 sessions: late ticks')?.goal, 2);
     assert.equal(met('CPU per recorded session, 5 fps, changing'), false, '12% of a core is over 10');
+    assert.equal(met('pause (memory) p50'), true, 'issue 25: 12 ms is within 50');
+    assert.equal(met('resume (memory) p50'), null, 'not measured (a runtime that cannot pause)');
     assert.equal(met('screenshot latency while recorded, changing'), true);
     assert.equal(met('creates/s, placement transaction (PostgreSQL)'), true, 'higher is better: 640 >= 500');
     // Issue 22's gateway figures and the placement simulation.

@@ -361,6 +361,10 @@ describe('unit: adoption at start-up', () => {
         error: null,
         pooled: false,
         endReason: null,
+        paused: null,
+        pausedMs: 0,
+        onIdle: 'destroy',
+        autoResume: true,
       };
       store.insert(record);
       return record;

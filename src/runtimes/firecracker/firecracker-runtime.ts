@@ -34,6 +34,7 @@ import { applyChrootLayout, removeChroot } from './jailer/apply-chroot.js';
 import { removeVmCgroups, vmCgroupDirs } from '../vm/cgroups.js';
 import { chrootLayout, type ChrootLayout } from './jailer/chroot-layout.js';
 import { jailId } from './jailer/jail-id.js';
+import { firecrackerPausing } from './vm-pause.js';
 import { jailerArgv, vmmPidFile } from './jailer/jailer-args.js';
 import { vmmOfPidNamespace } from './vmm/pid-ns-vmm.js';
 import { ensureVmlinux } from './kernel/vmlinux.js';
@@ -74,9 +75,7 @@ export interface BootedVm {
  * namespace, cgroup and pid namespace (--new-pid-ns), as a uid/gid of its own leased from
  * the pool (vm-user-pool.ts), which owns the TAP and the VM's disks.
  * Unjailed (SBX_FC_JAILER=off; development only): Firecracker runs as root in the session's
- * netns, with its files in the session dir.
- *
- * How the pieces compose, and what snapshots need, is written down in docs/firecracker.md.
+ * netns, with its files in the session dir. Pause: vm-pause.ts; the rest: docs/firecracker.md.
  */
 export class FirecrackerRuntime implements Runtime {
   readonly name = 'firecracker' as const;
@@ -98,6 +97,7 @@ export class FirecrackerRuntime implements Runtime {
   ) {
     if (!host.jailerBin && settings.jailer !== 'off') throw new RuntimeUnavailableError('firecracker', unjailedRefusal());
     this.users = new VmUserPool(vmUserRange(settings.vmUsers, names.prefix));
+    Object.assign(this, firecrackerPausing({ prefix: names.prefix, jailsDir: () => (host.jailerBin ? this.jailsDir : undefined) })); // memory pause (vm-pause.ts)
     this.leaseVmUser = host.jailerBin ? (cleanup, record) => this.users.lease(cleanup, record) : undefined;
     this.capabilities = {
       networkAttachment: 'tap',

@@ -21,7 +21,11 @@ import {
   type Runtime,
   type RuntimeCapabilities,
   type SandboxSpec,
+  type PauseMode,
+  type PauseResult,
+  type PauseTarget,
 } from '../runtime.js';
+import { qmp, qmpStatus } from './qmp.js';
 import { processStartTime } from '../../host/process-watch.js';
 import { hostTscKhz, probeKvm } from './accelerator.js';
 import { createOverlay } from './overlay-disk.js';
@@ -199,6 +203,7 @@ export class QemuRuntime implements Runtime {
       tap,
       mac: macAddressFor(name),
       pidFile,
+      qmpSocket: qmpSocketOf(spec.sessionDir),
       runAs: `${user.uid}:${user.gid}`,
     });
     const vm = spawnInNetns(spec.network.netns, this.settings.binary, argv, consolePipe);
@@ -226,6 +231,30 @@ export class QemuRuntime implements Runtime {
     };
   }
 
+  /** Memory: the VM stopped in QEMU (QMP `stop`): its vCPUs get no CPU, its RAM is kept. */
+  pauseModes(): readonly PauseMode[] {
+    return ['memory'];
+  }
+
+  pauseUnavailable(mode: PauseMode): string | undefined {
+    return mode === 'disk' ? 'QEMU pause to disk (migration to a file) is not wired up yet' : undefined;
+  }
+
+  async pause(target: PauseTarget, mode: PauseMode): Promise<PauseResult> {
+    const why = this.pauseUnavailable(mode);
+    if (why) throw new Error(why);
+    await qmp(qmpSocketOf(target.sessionDir), [{ execute: 'stop' }]);
+    return { bytes: 0 };
+  }
+
+  async resume(target: PauseTarget): Promise<void> {
+    await qmp(qmpSocketOf(target.sessionDir), [{ execute: 'cont' }]);
+  }
+
+  async isPaused(target: PauseTarget): Promise<boolean> {
+    return (await qmpStatus(qmpSocketOf(target.sessionDir)).catch(() => 'unknown')) === 'paused';
+  }
+
   async list(): Promise<string[]> {
     return [...new Set((await findQemuProcesses(this.names)).map((p) => p.sessionId))];
   }
@@ -243,6 +272,11 @@ export class QemuRuntime implements Runtime {
     await removeVmCgroups(this.cgroupVersion, this.parentCgroup, this.names.vm(sessionId));
     await deleteTapBridge(this.names.netns(sessionId));
   }
+}
+
+/** The VM's QMP monitor socket (qemu-command.ts). */
+export function qmpSocketOf(sessionDir: string): string {
+  return path.join(sessionDir, 'qmp.sock');
 }
 
 /** "exited with code 0 (the guest powered off or rebooted)", "was killed by SIGKILL", ... */
