@@ -32,6 +32,8 @@ function kindEntry(kind: string): ResourceKindEntry | undefined {
 
 /** The order of reclaiming: by stage (processes first, see RECLAIM_STAGES), then by kind as registered. */
 function reclaimOrder(): string[] {
+  const taken = RUNTIMES.resourceKinds().find(({ kind }) => Object.hasOwn(SESSION_KINDS, kind));
+  if (taken) throw new Error(`a runtime registers the resource kind ${taken.kind}, which the session layer records itself`);
   const kinds: Array<{ kind: string; stage: ReclaimStage }> = [
     ...RUNTIMES.resourceKinds(),
     ...Object.entries(SESSION_KINDS).map(([kind, entry]) => ({ kind, stage: entry.stage })),
