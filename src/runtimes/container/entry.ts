@@ -26,7 +26,7 @@ const RESOURCES = { process: PROCESS, container: RUNC_CONTAINER, mount: MOUNT, d
 /** runc containers: the last of `auto`'s choices (the host kernel is the boundary). */
 export const containerRuntime: RuntimeEntry<'container', ContainerSettings, keyof typeof RESOURCES> = {
   name: 'container',
-  features: { desktop: true, pause: false, vsock: false },
+  features: { desktop: true, pause: true, vsock: false },
   autoRank: 30,
   settingsFromEnv: containerSettingsFromEnv,
   vcpus: (settings) => settings.cpus,

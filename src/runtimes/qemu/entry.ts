@@ -14,7 +14,7 @@ const RESOURCES = { process: PROCESS, cgroup: CGROUP, 'vm-user': VM_USER };
  */
 export const qemuRuntime: RuntimeEntry<'qemu', QemuSettings, keyof typeof RESOURCES> = {
   name: 'qemu',
-  features: { desktop: true, pause: false, vsock: false },
+  features: { desktop: true, pause: true, vsock: false },
   autoRank: 20,
   settingsFromEnv: qemuSettingsFromEnv,
   vcpus: (settings) => settings.smp,
