@@ -293,7 +293,41 @@ describe('cluster store on PostgreSQL', () => {
     await store.heartbeat('n', 'i', report({ templates: ['minimal', 'desktop'], warm: { desktop: 2 } }));
     const afterBuild = await store.place('w-2', 'acme', desktop, []);
     assert.ok(afterBuild.placed);
-    assert.deepEqual(afterBuild.node.warm, { desktop: 2 });
+    // One of the two is counted as taken by this create, until the node's next heartbeat.
+    assert.deepEqual(afterBuild.node.warm, { desktop: 1 });
+    const next = await store.place('w-3', 'acme', desktop, []);
+    assert.ok(next.placed);
+    assert.deepEqual(next.node.warm, { desktop: 0 });
+    const cold = await store.place('w-4', 'acme', desktop, []);
+    assert.ok(cold.placed);
+    assert.deepEqual(cold.node.warm, { desktop: 0 }, 'never below zero');
+    await store.heartbeat('n', 'i', report({ templates: ['minimal', 'desktop'], warm: { desktop: 1 } }));
+    assert.deepEqual((await store.getNode('n'))?.warm, { desktop: 1 });
+  });
+
+  it('a session id the directory holds already: place() refuses it (session_id_taken) and writes nothing; a warm sandbox\'s id renames the row at confirm', async () => {
+    const { url, store } = await migratedStore();
+    await store.registerNode('n', 'i', report());
+    const first = await store.place('dup-1', 'acme', CREATE, []);
+    assert.ok(first.placed);
+    await assert.rejects(store.place('dup-1', 'other', CREATE, []), (err: Error & { code?: string; statusCode?: number }) => {
+      assert.equal(err.code, 'session_id_taken');
+      assert.equal(err.statusCode, 409);
+      return true;
+    });
+    assert.equal((await store.getNode('n'))?.capacity.sessions, 1, 'the refused create counts nowhere');
+    assert.equal((await store.lookup('dup-1'))?.tenant, 'acme');
+    await assertCommitmentMatchesDirectory(url);
+    // The node answered under the id of the warm sandbox it claimed: the same row, renamed.
+    await store.confirm('dup-1', 'pooled-1');
+    assert.equal(await store.lookup('dup-1'), undefined);
+    const renamed = await store.lookup('pooled-1');
+    assert.equal(renamed?.state, 'live');
+    assert.equal(renamed?.tenant, 'acme');
+    assert.equal(renamed?.node, 'n');
+    await store.end('pooled-1');
+    assert.equal((await store.getNode('n'))?.capacity.sessions, 0);
+    await assertCommitmentMatchesDirectory(url);
   });
 
   it('view and run routes, and API keys with the single host record', async () => {

@@ -99,8 +99,11 @@ export interface ClusterStore {
    * placing at once never overfill a node; a node filled meanwhile means choosing again.
    */
   place(sessionId: string, tenant: string, request: PlacementRequest, exclude: readonly string[]): Promise<PlacementOutcome>;
-  /** The node answered: the session is live. */
-  confirm(sessionId: string): Promise<void>;
+  /**
+   * The node answered: the session is live. `as`: the id the node gave it, when not
+   * `sessionId` (a warm sandbox claimed for the create keeps its own id): the row is renamed.
+   */
+  confirm(sessionId: string, as?: string): Promise<void>;
   /** The node refused or failed: the row goes, its size no longer counts. */
   release(sessionId: string): Promise<void>;
   /** The session ended (destroyed, timed out, failed): kept for its artifacts, counts no more. */

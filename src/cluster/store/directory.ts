@@ -40,8 +40,17 @@ const PRUNE_BATCH = 100;
 export class Directory {
   constructor(private readonly db: Db) {}
 
-  async confirm(sessionId: string): Promise<void> {
-    await this.db.query('confirming a session', `UPDATE sessions SET state = 'live' WHERE id = $1 AND state = 'creating'`, [sessionId], 'sbx-confirm');
+  /**
+   * `as`: the id the node gave the session instead (a warm sandbox keeps the id its resources
+   * were made under): the row is the same, under that id. Refused (a unique violation) if the
+   * directory holds that id already; the caller destroys the session then.
+   */
+  async confirm(sessionId: string, as?: string): Promise<void> {
+    if (as === undefined || as === sessionId) {
+      await this.db.query('confirming a session', `UPDATE sessions SET state = 'live' WHERE id = $1 AND state = 'creating'`, [sessionId], 'sbx-confirm');
+      return;
+    }
+    await this.db.query('confirming a session', `UPDATE sessions SET state = 'live', id = $2 WHERE id = $1 AND state = 'creating'`, [sessionId, as], 'sbx-confirm-as');
   }
 
   /** The row goes; if it still counted (creating, live), its size is given back. */

@@ -91,8 +91,8 @@ export class PgClusterStore implements ClusterStore {
   place(sessionId: string, tenant: string, request: PlacementRequest, exclude: readonly string[]): Promise<PlacementOutcome> {
     return this.placement.place(sessionId, tenant, request, exclude);
   }
-  confirm(sessionId: string): Promise<void> {
-    return this.directory.confirm(sessionId);
+  confirm(sessionId: string, as?: string): Promise<void> {
+    return this.directory.confirm(sessionId, as);
   }
   release(sessionId: string): Promise<void> {
     return this.directory.release(sessionId);
