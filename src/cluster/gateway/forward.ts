@@ -52,18 +52,12 @@ export function createForwarder(secret: string, state: ClusterState, metrics: Ga
       });
       reply.raw.once('close', untrack);
       reply.raw.once('finish', untrack);
-      // A small body read whole (forwardedBody) goes as it came, in one write with the headers.
-      const small = Buffer.isBuffer(request.body) && request.method !== 'GET' && request.method !== 'HEAD' ? request.body : undefined;
-      const clientType = request.headers['content-type'];
       return reply.from(forwardUrl(target.url, request), {
-        ...(small ? { body: small, contentType: clientType ?? 'application/octet-stream' } : {}),
         rewriteRequestHeaders: (_req, headers) => {
           const req = request;
           const rewritten = nodeHeaders(req, headers as IncomingHttpHeaders, { secret, tenant: opts.tenant, keyId: req.apiKeyId });
           // reply-from sets Host to the node's; the node must see the client's (the URLs it builds).
           if (req.headers.host !== undefined) rewritten.host = req.headers.host;
-          // reply-from names a type for a body it is given: the node sees the client's, or none.
-          if (small && clientType === undefined) delete rewritten['content-type'];
           return rewritten;
         },
         // reply-from retries a GET answered 503 up to 10 times by default: a node's 503 is the client's answer.
@@ -108,42 +102,6 @@ export function createForwarder(secret: string, state: ClusterState, metrics: Ga
       });
     },
   };
-}
-
-/** Request bodies up to this size (declared by Content-Length) are read whole before they are forwarded. */
-export const SMALL_BODY_BYTES = 64 * 1024;
-
-/**
- * The forwarded routes' body parser: bodies are never parsed. A small one with a declared
- * length (an action, a bash command) is read into one buffer, so that it reaches the node in
- * the same write as the request's headers (streamed, it took a write of its own after them:
- * on loopback each write is the two processes' wake-up, a third of a gateway's CPU a
- * request); anything larger or of unknown length (an upload) streams as it arrives.
- */
-export function forwardedBody(request: FastifyRequest, payload: NodeJS.ReadableStream, done: (err: Error | null, body?: unknown) => void): void {
-  const declared = request.headers['content-length'];
-  const length = declared === undefined || request.headers['transfer-encoding'] !== undefined ? Number.NaN : Number(declared);
-  if (!(length >= 0 && length <= SMALL_BODY_BYTES)) {
-    done(null, payload);
-    return;
-  }
-  const chunks: Buffer[] = [];
-  let size = 0;
-  const onData = (chunk: Buffer): void => {
-    size += chunk.length;
-    chunks.push(chunk);
-  };
-  const finish = (err: Error | null): void => {
-    payload.removeListener('data', onData);
-    payload.removeListener('end', onEnd);
-    payload.removeListener('error', finish);
-    if (err) done(err);
-    else done(null, chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size));
-  };
-  const onEnd = (): void => finish(null);
-  payload.on('data', onData);
-  payload.once('end', onEnd);
-  payload.once('error', finish);
 }
 
 /** A path a URL parser rewrites (dot segments, backslashes): no route, as on a single host. */

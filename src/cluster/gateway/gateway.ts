@@ -10,7 +10,7 @@
 import { randomBytes } from 'node:crypto';
 import replyFrom from '@fastify/reply-from';
 import websocket from '@fastify/websocket';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { applyConnectionLimits, connectionServerOptions } from '../../api/connection-limits.js';
 import { errorHandler } from '../../api/errors.js';
@@ -20,7 +20,7 @@ import { mcpRoutes } from '../../api/routes/mcp.js';
 import type { ClusterStore } from '../store/cluster-store.js';
 import { installGatewayAuth } from './auth.js';
 import { ClusterState } from './cluster-state.js';
-import { createForwarder, forwardedBody, installRequestCount } from './forward.js';
+import { createForwarder, installRequestCount } from './forward.js';
 import { InFlight } from './in-flight.js';
 import { GatewayMetrics } from './metrics.js';
 import { NodeClient } from './node-client.js';
@@ -118,7 +118,7 @@ export async function createGateway(opts: GatewayOptions): Promise<Gateway> {
   // Forwarded routes: bodies are never parsed, whatever their type; they stream to the node.
   await app.register(async (raw) => {
     raw.removeAllContentTypeParsers();
-    raw.addContentTypeParser('*', forwardedBody);
+    raw.addContentTypeParser('*', (_request: FastifyRequest, payload: NodeJS.ReadableStream, done: (err: Error | null, body?: unknown) => void) => done(null, payload));
     await raw.register(sessionProxyRoutes, deps);
     await raw.register(runProxyRoutes, deps);
     await raw.register(viewTokenRoutes, deps);
