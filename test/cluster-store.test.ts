@@ -330,6 +330,45 @@ describe('cluster store on PostgreSQL', () => {
     await assertCommitmentMatchesDirectory(url);
   });
 
+  it('a confirm is committed without waiting for its WAL to be written (its transaction alone); placements wait', async () => {
+    const { url, store } = await migratedStore();
+    await store.registerNode('n', 'i', report({ maxSessions: 100, memoryMiB: 200_000, vcpus: 200 }));
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      // A backend's WAL statistics are published when it exits: each phase on a store of its own, closed after.
+      const writes = async () => Number((await client.query<{ wal_write: string }>('SELECT wal_write FROM pg_stat_wal')).rows[0]?.wal_write);
+      const phase = async (run: (s: PgClusterStore) => Promise<void>): Promise<number> => {
+        const own = new PgClusterStore({ url, maxConnections: 1 });
+        const before = await writes();
+        try {
+          await run(own);
+        } finally {
+          await own.close();
+        }
+        await sleep(300); // the backend's exit
+        return (await writes()) - before;
+      };
+      const placing = await phase(async (s) => {
+        for (let i = 0; i < 40; i++) assert.ok((await s.place(`f-${i}`, 'acme', CREATE, [])).placed);
+      });
+      const confirming = await phase(async (s) => {
+        for (let i = 0; i < 40; i++) await s.confirm(`f-${i}`);
+      });
+      const mixed = await phase(async (s) => {
+        await s.confirm('none');
+        for (let i = 0; i < 20; i++) assert.ok((await s.place(`g-${i}`, 'acme', CREATE, [])).placed);
+      });
+      console.log(`WAL writes: 40 placements ${placing}, 40 confirms ${confirming}, a confirm then 20 placements on its connection ${mixed}`);
+      assert.ok(placing >= 40, `placements wait for their WAL: ${placing}`);
+      assert.ok(confirming < 10, `confirms waited for their WAL: ${confirming}`);
+      assert.ok(mixed >= 20, `the setting outlived the confirm's transaction: ${mixed}`);
+      assert.equal((await store.lookup('f-39'))?.state, 'live');
+    } finally {
+      await client.end();
+    }
+  });
+
   it('view and run routes, and API keys with the single host record', async () => {
     const { url, store } = await migratedStore();
     const hash = Buffer.alloc(32, 7);
