@@ -37,6 +37,7 @@ export class ClusterState {
   private readonly sessions = new Map<string, Cached<DirectoryEntry | undefined>>();
   private readonly keys = new Map<string, Cached<ApiKeyRecord | undefined>>();
   private nodeList: Cached<NodeRecord[]> | undefined;
+  private index: { list: NodeRecord[]; byName: Map<string, NodeRecord> } | undefined;
   private readonly now: () => number;
 
   constructor(private readonly opts: ClusterStateOptions) {
@@ -99,11 +100,17 @@ export class ClusterState {
     return value;
   }
 
+  /** A node by name, from the cached list (indexed once per list read: a request's route is not a scan of 1,000 nodes). */
   async node(name: string): Promise<NodeRecord | undefined> {
-    const found = (await this.nodes()).find((node) => node.name === name);
+    const found = this.indexOf(await this.nodes()).get(name);
     if (found) return found;
     this.nodeList = undefined; // a node registered since the list was read
-    return (await this.nodes()).find((node) => node.name === name);
+    return this.indexOf(await this.nodes()).get(name);
+  }
+
+  private indexOf(list: NodeRecord[]): Map<string, NodeRecord> {
+    if (this.index?.list !== list) this.index = { list, byName: new Map(list.map((node) => [node.name, node])) };
+    return this.index.byName;
   }
 
   /** Nodes that are up and heartbeating: where an unrouted request (an unknown token, the API description) can go. */
