@@ -369,6 +369,33 @@ describe('cluster store on PostgreSQL', () => {
     }
   });
 
+  it("a tenant's session limit counts its sessions on every node: past it, 429 tenant_session_limit and nothing written", async () => {
+    const { url, store } = await migratedStore();
+    await store.registerNode('a', 'ia', report());
+    await store.registerNode('b', 'ib', report());
+    const limits = { maxSessionsPerTenant: 3 };
+    const placedOn: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const outcome = await store.place(`l-${i}`, 'acme', CREATE, [], limits);
+      assert.ok(outcome.placed);
+      placedOn.push(outcome.node.name);
+    }
+    assert.deepEqual([...new Set(placedOn)].sort(), ['a', 'b'], 'the limit is the cluster\'s, not a node\'s');
+    await assert.rejects(store.place('l-over', 'acme', CREATE, [], limits), (err: Error & { code?: string; statusCode?: number; headers?: Record<string, string> }) => {
+      assert.equal(err.statusCode, 429);
+      assert.equal(err.code, 'tenant_session_limit');
+      assert.match(err.message, /tenant "acme" has 3 sessions in the cluster, its limit \(SBX_MAX_SESSIONS_PER_TENANT=3\)/);
+      assert.equal(err.headers?.['retry-after'], '10');
+      return true;
+    });
+    assert.equal(await store.lookup('l-over'), undefined);
+    assert.ok((await store.place('o-0', 'other', CREATE, [], limits)).placed, 'another tenant is not limited by it');
+    await store.end('l-0');
+    assert.ok((await store.place('l-again', 'acme', CREATE, [], limits)).placed, 'an ended session counts no more');
+    assert.ok((await store.place('l-unlimited', 'acme', CREATE, [])).placed, 'no limit given: none checked');
+    await assertCommitmentMatchesDirectory(url);
+  });
+
   it('view and run routes, and API keys with the single host record', async () => {
     const { url, store } = await migratedStore();
     const hash = Buffer.alloc(32, 7);

@@ -11,6 +11,7 @@
  */
 import type { Logger } from 'pino';
 import type { ApiKeyRecord, ClusterStore, DirectoryEntry, NodeRecord } from '../store/cluster-store.js';
+import { OrchestratorError } from '../../errors.js';
 import { ClusterStateUnavailableError } from './errors.js';
 import type { GatewayMetrics } from './metrics.js';
 
@@ -69,6 +70,11 @@ export class ClusterState {
         },
         (err: unknown) => {
           clearTimeout(timer);
+          // A client's error the store answered (a tenant's limit, a taken id) is no failure of the store.
+          if (err instanceof OrchestratorError && err.statusCode < 500) {
+            reject(err);
+            return;
+          }
           this.opts.metrics.storeErrors.inc();
           this.opts.logger.warn({ what, err }, 'the cluster store failed');
           // The store's own unavailable error (503) as is; anything else is a bug, not "retry later" (500).

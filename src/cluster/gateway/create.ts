@@ -78,7 +78,8 @@ export async function placeCreate(deps: CreateDeps, call: CreateCall): Promise<N
   const choose = async (exclude: ReadonlySet<string>): Promise<Choice<NodeRecord>> => {
     for (let tries = 1; ; tries++) {
       try {
-        const outcome = await state.call('place', (store) => store.place(sessionId, call.tenant, request, [...exclude]));
+        const limits = { maxSessionsPerTenant: deps.settings.maxSessionsPerTenant };
+        const outcome = await state.call('place', (store) => store.place(sessionId, call.tenant, request, [...exclude], limits));
         return outcome.placed ? { ok: true, node: outcome.node } : { ok: false, reason: outcome.reason };
       } catch (err) {
         // An id the directory holds already (a collision of random ids): nothing was written; a new id.
