@@ -79,6 +79,7 @@ export const ERROR_CODES = {
   session_not_paused: { category: 'conflict', description: 'a resume of a session that runs' },
   session_busy: { category: 'conflict', description: 'a pause or resume while another is under way' },
   pause_mode_unavailable: { category: 'conflict', description: 'the pause mode asked for cannot be done by this runtime on this host (the message says why)' },
+  session_id_taken: { category: 'conflict', description: 'through a gateway: three new session ids in a row were taken in the directory; retry' },
   run_in_progress: { category: 'conflict', description: 'the session is driven by another run' },
 
   view_expired: { category: 'gone', description: 'a live-view token past its ttlSeconds' },

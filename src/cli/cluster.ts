@@ -85,6 +85,7 @@ function nodeCommand(defaults: OrchestratorConfig): Command {
           vcpus,
           version: VERSION,
           templates: async () => (await started.templates.list()).filter((t) => t.built).map((t) => t.name),
+          warm: () => Object.fromEntries(started.manager.warmPoolStatuses().map((pool) => [pool.template, pool.ready.length])),
         };
         agent = new NodeAgent({
           store,

@@ -303,6 +303,8 @@ export type ErrorCode =
   | 'session_busy'
   /** the pause mode asked for cannot be done by this runtime on this host (the message says why) */
   | 'pause_mode_unavailable'
+  /** through a gateway: three new session ids in a row were taken in the directory; retry */
+  | 'session_id_taken'
   /** the session is driven by another run */
   | 'run_in_progress'
   /** a live-view token past its ttlSeconds */

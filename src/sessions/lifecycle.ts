@@ -121,8 +121,10 @@ export class SessionLifecycle {
     // (A pooled sandbox was fenced without egress: a request for egress boots cold too.)
     // Only the pool of the session's own template: a sandbox booted from another image is never handed out.
     const pool = this.warmPools.get(request.template);
-    // (A placed id names a cold boot: a pooled sandbox's resources carry its own id.)
-    const pooled = request.egress || owner.sessionId !== undefined ? undefined : pool?.take({ width: request.width, height: request.height });
+    // A placed id names a cold boot (a pooled sandbox's resources carry its own id), unless the
+    // gateway takes the pooled sandbox's id instead (docs/cluster.md, warm sandboxes).
+    const placedOnly = owner.sessionId !== undefined && owner.pooledIdAccepted !== true;
+    const pooled = request.egress || placedOnly ? undefined : pool?.take({ width: request.width, height: request.height });
     if (pooled) {
       const view = await this.createFromPool(pooled, request, tenant, slot, started).finally(() => pool?.refill());
       if (view) return view;

@@ -37,6 +37,8 @@ export interface SessionOwner {
   tenant: string;
   /** The id a cluster's gateway placed in its directory (docs/cluster.md); otherwise a new one. */
   sessionId?: string;
+  /** With sessionId: a warm sandbox may be claimed instead, under its own id (the gateway renames its row). */
+  pooledIdAccepted?: boolean;
 }
 
 /** A create request with its defaults applied and checked: the record's requested part. */

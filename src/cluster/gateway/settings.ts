@@ -24,6 +24,11 @@ export interface GatewaySettings {
   memoryMiB: number;
   /** vCPUs of one session by runtime (SBX_CPUS, SBX_QEMU_SMP, SBX_FC_VCPUS, as on the nodes). */
   vcpus: Readonly<Record<RuntimeName, number>>;
+  /**
+   * A tenant's sessions in the whole cluster (SBX_MAX_SESSIONS_PER_TENANT, 10, as on the
+   * nodes, which still enforce it each on its own), checked by the placement statement.
+   */
+  maxSessionsPerTenant: number;
   /** A node silent this long is marked lost by the sweep (SBX_NODE_LOST_AFTER_MS, 10 s). */
   lostAfterMs: number;
   /** How often the sweep runs (2 s: a node is lost within lostAfterMs + this + a heartbeat). */
@@ -46,6 +51,7 @@ export const DEFAULT_GATEWAY_SETTINGS: GatewaySettings = {
   runtime: 'auto',
   memoryMiB: 1024,
   vcpus: RUNTIMES.vcpusByRuntime(RUNTIMES.settingsFromEnv({})),
+  maxSessionsPerTenant: 10,
   lostAfterMs: 10_000,
   sweepIntervalMs: 2_000,
   keyCacheMs: 1_000,
@@ -63,6 +69,7 @@ export function gatewaySettingsFromEnv(env: Env): GatewaySettings {
     runtime: runtimeChoiceFromEnv(env),
     memoryMiB: sandboxMemoryMiBFromEnv(env),
     vcpus: RUNTIMES.vcpusByRuntime(RUNTIMES.settingsFromEnv(env)),
+    maxSessionsPerTenant: positive('SBX_MAX_SESSIONS_PER_TENANT', envInt('SBX_MAX_SESSIONS_PER_TENANT', 10, env)),
     lostAfterMs: atLeast('SBX_NODE_LOST_AFTER_MS', envInt('SBX_NODE_LOST_AFTER_MS', 10_000, env), 1_000),
     connectionLimits: {
       headersTimeoutMs: positive('SBX_HEADERS_TIMEOUT_MS', envInt('SBX_HEADERS_TIMEOUT_MS', DEFAULT_CONNECTION_LIMITS.headersTimeoutMs, env)),
