@@ -24,7 +24,10 @@ export function errorHandler(error: FastifyError | Error, request: FastifyReques
   }
   const fastifyError = error as FastifyError;
   if (fastifyError.validation) {
-    void reply.status(400).send({ error: { code: 'invalid_request', message: fastifyError.message } });
+    // Ajv's "must NOT have additional properties" does not say which: the field is named.
+    const extra = fastifyError.validation.find((v) => v.keyword === 'additionalProperties')?.params.additionalProperty;
+    const message = typeof extra === 'string' ? `${fastifyError.message}: "${extra.slice(0, 64)}"` : fastifyError.message;
+    void reply.status(400).send({ error: { code: 'invalid_request', message } });
     return;
   }
   const status = fastifyError.statusCode;
