@@ -33,6 +33,7 @@ import { screenStreamRoutes } from './routes/screen-stream.js';
 import { DEFAULT_TENANT_MAX_STREAMS, StreamSlots } from './stream-slots.js';
 import { viewRoutes } from './routes/views.js';
 import { portRoutes, presentedPortToken } from './routes/ports.js';
+import { browserRoutes } from './routes/browser.js';
 import { portHostRewriter } from '../ports/host-routing.js';
 import type { PortTokens } from '../ports/port-tokens.js';
 import type { PortSettings } from '../ports/settings.js';
@@ -210,6 +211,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
   await app.register(templateRoutes, { templates: opts.templates });
   if (opts.ports) await app.register(portRoutes, { sessions: opts.manager, tokens: opts.ports.tokens, settings: opts.ports.settings });
+  if (opts.ports) await app.register(browserRoutes, { sessions: opts.manager, tokens: opts.ports.tokens });
   // After the port routes: the plugin routes every upgrade through fastify (so they are
   // authenticated like any request) and takes over only the routes declared after it; the
   // port routes pass the upgrade's raw bytes to the guest themselves.
