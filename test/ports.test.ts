@@ -13,6 +13,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import { WebSocket } from 'ws';
+import { chromium } from 'playwright-core';
 import { openKeyStore } from '../src/api/auth/key-store-file.js';
 import { ResourceNames } from '../src/network/names.js';
 import type { GuestConnection } from '../src/transport/ssh-connection.js';
@@ -252,6 +253,46 @@ describe('guest ports on URLs', { timeout: 600_000 }, () => {
     // Another tenant's key opens nothing of this session, and cannot make tokens for it.
     assert.equal((await request(`${serve.url}/v1/sessions/${main.id}/ports/3000/hello.txt`, { headers: { authorization: `Bearer ${otherKey}` } })).status, 404);
     assert.equal((await api('POST', `/v1/sessions/${main.id}/ports`, { port: 3000, public: true }, otherKey)).status, 404);
+  });
+
+  it('Chromium on the host opens a guest page through both forms with a port token, and a WebSocket from the page echoes', async () => {
+    const browser = await chromium.launch({
+      executablePath: process.env.SBX_TEST_CHROMIUM || '/usr/bin/chromium',
+      // The host-based names resolve to this orchestrator on loopback, and nowhere else.
+      args: ['--no-sandbox', '--disable-gpu', `--host-resolver-rules=MAP *.${DOMAIN} 127.0.0.1`],
+    });
+    try {
+      const made = await api('POST', `/v1/sessions/${main.id}/ports`, { port: 3000, public: true });
+      const page = await browser.newPage();
+      await page.goto(made.json.url as string);
+      assert.equal(await page.textContent('#p'), 'served in the guest');
+      assert.equal(await page.evaluate(() => window.origin), 'null', 'a path-based page lives in an opaque origin');
+      const hostPage = await browser.newPage();
+      await hostPage.goto(made.json.hostUrl as string);
+      assert.equal(await hostPage.textContent('#p'), 'served in the guest');
+      assert.equal(await hostPage.evaluate(() => window.origin), `http://${hostOf(main.id, 3000)}`);
+      // The page's own requests carry the token by its cookie.
+      const echoed = await hostPage.evaluate(
+        () =>
+          new Promise<string>((resolve, reject) => {
+            const ws = new WebSocket(`ws://${location.host}/ws`);
+            ws.onopen = () => ws.send('from the page');
+            ws.onmessage = (e) => resolve(String(e.data));
+            ws.onerror = () => reject(new Error('websocket failed'));
+          }),
+      );
+      assert.equal(echoed, 'from the page');
+      const fetched = await hostPage.evaluate(async () => (await fetch('/hello.txt')).text());
+      assert.equal(fetched, 'hello from the guest\n');
+    } finally {
+      await browser.close();
+    }
+  });
+
+  it('POST .../browser on a template without Chromium is a 409 that says so', async () => {
+    const res = await api('POST', `/v1/sessions/${main.id}/browser`, {});
+    assert.equal(res.status, 409, JSON.stringify(res.json));
+    assert.match(JSON.stringify(res.json), /browser_unavailable.*no Chromium/);
   });
 
   it('bad input is a 400 naming the field', async () => {
