@@ -21,7 +21,8 @@ import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { startGuestWebServer } from './helpers/guest-web.js';
 import { TEST_PREFIX } from './helpers/orchestrator.js';
 import { memoryOf } from './helpers/raw-http.js';
-import { startServe, type ServeProcess } from './helpers/serve.js';
+import { runCliWith, startServe, type ServeProcess } from './helpers/serve.js';
+import { SandboxClient } from '../src/client/index.js';
 
 const NAMES = new ResourceNames(TEST_PREFIX);
 const DOMAIN = 'sbx.test';
@@ -293,6 +294,21 @@ describe('guest ports on URLs', { timeout: 600_000 }, () => {
     const res = await api('POST', `/v1/sessions/${main.id}/browser`, {});
     assert.equal(res.status, 409, JSON.stringify(res.json));
     assert.match(JSON.stringify(res.json), /browser_unavailable.*no Chromium/);
+  });
+
+  it('the client (sandbox.ports.url) and the CLI (sbx port) give URLs that open the port without the key', async () => {
+    const sandbox = await new SandboxClient({ baseUrl: serve.url, apiKey: key }).connect(main.id);
+    const url = await sandbox.ports.url(3000);
+    assert.equal((await (await fetch(`${url}`.replace('/?', '/hello.txt?'))).text()), 'hello from the guest\n');
+    const cli = await runCliWith(['--url', serve.url, 'port', main.id, '3001'], { SBX_API_KEY: key });
+    assert.equal(cli.code, 0, cli.stderr);
+    const [pathUrl, hostUrl] = cli.stdout.trim().split('\n');
+    assert.match(pathUrl!, new RegExp(`/v1/sessions/${main.id}/ports/3001/\\?sbx_token=prt_`));
+    assert.match(hostUrl!, new RegExp(`^http://3001-${main.id}\\.${DOMAIN}:`));
+    assert.equal((await (await fetch(pathUrl!.replace('/?', '/hello.txt?'))).text()), 'port 3001\n');
+    const bad = await runCliWith(['--url', serve.url, 'port', main.id, '70000'], { SBX_API_KEY: key });
+    assert.notEqual(bad.code, 0);
+    assert.match(bad.stderr, /port from 1 to 65535/);
   });
 
   it('bad input is a 400 naming the field', async () => {

@@ -11,8 +11,6 @@ export const GUEST_CDP_PORT = 9222;
 const START_TIMEOUT_MS = 30_000;
 /** How long a closed Chromium gets to exit after SIGTERM before SIGKILL. */
 const STOP_GRACE_MS = 3_000;
-/** The exit status a shell gives a command it cannot find. */
-const NOT_FOUND_EXIT = 127;
 
 export class BrowserUnavailableError extends OrchestratorError {
   constructor(message: string) {
@@ -42,7 +40,7 @@ export function chromiumCommand(display: number): string {
     'about:blank',
   ];
   // `echo $$` then exec: the first line is Chromium's own pid, to close it by.
-  return `command -v chromium >/dev/null || exit ${NOT_FOUND_EXIT}; echo $$; DISPLAY=:${display} exec chromium ${flags.join(' ')} >/dev/null 2>&1`;
+  return `echo $$; DISPLAY=:${display} exec chromium ${flags.join(' ')} >/dev/null 2>&1`;
 }
 
 interface Running {
@@ -96,6 +94,8 @@ export class DesktopBrowser {
   }
 
   private async launch(): Promise<Running> {
+    const found = await this.connection.exec('command -v chromium', { timeoutMs: 10_000, maxOutputBytes: 4096 });
+    if (found.exitCode !== 0) throw new BrowserUnavailableError("this session's template has no Chromium (the desktop template has it)");
     const channel = await this.connection.spawn(chromiumCommand(this.display));
     channel.stderr.on('data', () => undefined);
     let exitCode: number | null = null;
@@ -118,7 +118,7 @@ export class DesktopBrowser {
         } else if (text.length > 64) reject(new Error('Chromium\'s launcher said something else than its pid'));
       };
       channel.on('data', onData);
-      void exited.then(() => reject(exitCode === NOT_FOUND_EXIT ? new BrowserUnavailableError("this session's template has no Chromium (the desktop template has it)") : new Error(`Chromium exited at once (status ${exitCode})`)));
+      void exited.then(() => reject(new Error(`Chromium exited at once (status ${exitCode})`)));
     });
     const deadline = Date.now() + START_TIMEOUT_MS;
     let lastError: unknown;
