@@ -51,6 +51,12 @@ export interface GoalFigures {
   gateway_live_view_frames_ratio: number | null;
   /** Issue 22: fullest node / ideal in the 10,000-session, 1,000-node placement simulation (the worst seed). */
   placement_simulation_fullest_vs_ideal: number | null;
+  /** Issue 24: a small GET to a guest port through the orchestrator, p50 minus the same request in the guest, ms (null: not measured). */
+  guest_port_http_added_ms: number | null;
+  /** Issue 24: a download through a guest port / the same file over SFTP (throughput ratio). */
+  guest_port_download_ratio_vs_sftp: number | null;
+  /** Issue 24: page.evaluate('1') over CDP through the orchestrator, p50 ms (null: no Chromium in the desktop image). */
+  cdp_evaluate_p50_ms: number | null;
   /** Issue 14, per template: create-to-ready p50 cold and from its warm pool, idle session memory. */
   templates: Record<string, { cold_create_p50_ms: number; warm_create_p50_ms: number | null; idle_session_mib: number | null }>;
 }
@@ -103,6 +109,10 @@ export function goalRows(f: GoalFigures): ChartRow[] {
     { label: 'gateway added latency on an action, p50', value: f.gateway_action_added_ms, goal: 1, unit: 'ms' },
     { label: 'live-view frames via gateway / straight', value: f.gateway_live_view_frames_ratio, goal: 0.95, unit: 'x', better: 'higher' },
     { label: 'fullest node / ideal, 10k/1k simulation', value: f.placement_simulation_fullest_vs_ideal, goal: 1.15, unit: 'x' },
+    // Issue 24's goals.
+    { label: 'guest port GET p50 - same GET in guest', value: f.guest_port_http_added_ms, goal: 2, unit: 'ms' },
+    { label: 'download via guest port / SFTP', value: f.guest_port_download_ratio_vs_sftp, goal: 0.8, unit: 'x', better: 'higher' },
+    { label: "CDP page.evaluate('1') p50", value: f.cdp_evaluate_p50_ms, goal: 3, unit: 'ms' },
   );
   return rows;
 }

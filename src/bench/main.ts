@@ -19,6 +19,7 @@
  * Then issue 22's gateway figures (gateway.ts: a node, a gateway and PostgreSQL as processes;
  * BENCH_N screenshots, BENCH_GATEWAY_ACTIONS (200) actions, BENCH_LIVE_VIEW_SECONDS (10) of
  * live view each way) and the placement simulation; `npm run bench -- gateway` runs those alone.
+ * Issue 24's guest-port and CDP figures (guest-ports.ts): `npm run bench -- ports` runs those alone.
  */
 import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { removeTreeOnOneMount } from '../host/remove-tree.js';
@@ -49,6 +50,7 @@ import { measureTemplate, type TemplateFigures } from './templates.js';
 import { measureLoopOverhead, startZeroLatencyModel } from './run-loop.js';
 import { describePlacementTx, measurePlacementTx, measurePlacementTxIfPossible, type PlacementTxSettings } from './placement-tx.js';
 import { describeGateway, measureGateway, type GatewayBenchSettings } from './gateway.js';
+import { describeGuestPorts, measureGuestPorts, type GuestPortFigures } from './guest-ports.js';
 import { describeSimulation, simulatePlacement, SIMULATION_SEEDS, type SimulationFigures } from './placement-simulation.js';
 
 const N = Number(process.env.BENCH_N || 50);
@@ -157,6 +159,8 @@ async function main(): Promise<void> {
     console.error('bench: recording at 5 fps: CPU and the same session\'s screenshot latency, static then changing screen');
     const recording = await measureRecording({ sandbox, direct, names, display, n: N, cpuSeconds: RECORDING_SECONDS });
     const loop = await measureLoopOverhead(client, sandbox, N);
+    console.error('bench: guest ports: a GET through the port and in the guest, a download through the port and over SFTP, CDP round trips');
+    const ports = await measurePortsWithDesktop(client, sandbox, direct);
     direct.close();
 
     // A large screen scaled to FWXGA (1366x768) on the host: capture plus scaling over the API.
@@ -242,6 +246,7 @@ async function main(): Promise<void> {
         templates,
         placementTx,
         gateway,
+        ports,
         simulation,
       });
       printReport(results);
@@ -261,6 +266,43 @@ async function main(): Promise<void> {
   }
 }
 
+/** Issue 24's figures; the CDP one on a desktop session (null when the desktop template is not built or has no Chromium). */
+async function measurePortsWithDesktop(client: SandboxClient, sandbox: Sandbox, direct: Awaited<ReturnType<typeof openDirect>>): Promise<GuestPortFigures> {
+  const desktop = TEMPLATES.includes('desktop') ? await client.create({ template: 'desktop', width: 1024, height: 768 }).catch(() => undefined) : undefined;
+  try {
+    const figures = await measureGuestPorts({ client, sandbox, direct, n: N, ...(desktop ? { desktop } : {}) });
+    console.error(describeGuestPorts(figures));
+    return figures;
+  } finally {
+    await desktop?.destroy();
+  }
+}
+
+/** `npm run bench -- ports`: issue 24's figures alone, on an orchestrator of their own. */
+async function portsAlone(): Promise<void> {
+  const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-'));
+  const defaults = defaultConfig(process.env);
+  const config = { ...defaults, stateDir, port: 0, subnet: process.env.SBX_SUBNET || '10.244.0.0/16', warmPoolSize: 0, tenantRequestsPerSecond: 10_000, tenantRequestBurst: 10_000 };
+  const orchestrator = await startOrchestrator(config, pino({ level: 'warn' }), { buildImageIfMissing: false });
+  const address = orchestrator.server.server.address();
+  if (!address || typeof address === 'string') throw new Error('server has no TCP address');
+  const client = new SandboxClient({ baseUrl: `http://127.0.0.1:${address.port}` });
+  try {
+    const sandbox = await client.create({ template: 'minimal', width: 1024, height: 768 });
+    const direct = await openDirect(stateDir, orchestrator.names, sandbox.id);
+    try {
+      const figures = await measurePortsWithDesktop(client, sandbox, direct);
+      console.log(JSON.stringify(figures, null, 2));
+    } finally {
+      direct.close();
+      await sandbox.destroy();
+    }
+  } finally {
+    await orchestrator.close();
+    await removeTreeOnOneMount(stateDir);
+  }
+}
+
 async function placementTxAlone(): Promise<void> {
   const figures = await measurePlacementTx(PLACEMENT_TX);
   console.log(describePlacementTx(figures));
@@ -275,7 +317,7 @@ async function gatewayAlone(): Promise<void> {
   console.log(JSON.stringify({ ...figures, simulation }, null, 2));
 }
 
-const PARTS: Record<string, () => Promise<void>> = { 'placement-tx': placementTxAlone, gateway: gatewayAlone };
+const PARTS: Record<string, () => Promise<void>> = { 'placement-tx': placementTxAlone, gateway: gatewayAlone, ports: portsAlone };
 (PARTS[process.argv[2] ?? ''] ?? main)().catch((err: unknown) => {
   console.error(`bench: ${err instanceof Error ? err.stack : String(err)}`);
   process.exit(1);

@@ -121,8 +121,11 @@ export async function proxyHttp(req: IncomingMessage, res: ServerResponse, targe
     }
     headers.push(...target.extraResponseHeaders);
     res.writeHead(answer.statusCode ?? 502, answer.statusMessage, headers.flat());
-    // At once: an event stream's client must see the head before the first event.
-    res.flushHeaders();
+    // Small writes go out at once (a proxied exchange is many of them: head, chunks, end).
+    res.socket?.setNoDelay(true);
+    // An answer without a length (an event stream) shows its head before its first event;
+    // one with a length goes out with its first bytes (one packet for a small answer).
+    if (answer.headers['content-length'] === undefined) res.flushHeaders();
     await pipeline(answer, res).catch(() => undefined);
     await sent;
   } finally {
