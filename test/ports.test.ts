@@ -150,6 +150,8 @@ describe('guest ports on URLs', { timeout: 600_000 }, () => {
       assert.equal(echoed.status, 200, method);
       assert.ok(echoed.body.equals(body), `${method}: the same bytes came back`);
     }
+    const bare = await request(`${serve.url}/v1/sessions/${main.id}/ports/3000/echo`, { method: 'POST', headers: { ...auth(), 'content-length': '5' }, body: 'plain' });
+    assert.equal(bare.body.toString(), 'plain', 'a body without a content type passes too');
     const deleted = await request(`${serve.url}/echo`, { method: 'DELETE', host: hostOf(main.id, 3000), headers: auth() });
     assert.equal(deleted.body.toString(), 'deleted');
     const head = await request(`${serve.url}/v1/sessions/${main.id}/ports/3000/hello.txt`, { method: 'HEAD', headers: auth() });
