@@ -156,4 +156,26 @@ describe("the desktop's Chromium over CDP", { timeout: 600_000 }, () => {
     console.log(`browser: page.evaluate('1') through the orchestrator p50 ${samples[25]!.toFixed(2)} ms`);
     await browser.close();
   });
+
+  it('red team: something else on the DevTools port answering garbage is a 502 after the start timeout; the session goes on, and the browser starts once the port is free', async () => {
+    assert.equal((await api('DELETE', `/v1/sessions/${id}/browser`)).status, 204);
+    await guestSh(guest, 'mkdir -p /tmp/garbage/json && printf \'{"webSocketDebuggerUrl": "ws://elsewhere.example/x"}\' > /tmp/garbage/json/version');
+    await startGuestWebServer(guest, 9222, '/tmp/garbage');
+    const rssBefore = (await import('./helpers/raw-http.js')).memoryOf(serve.child.pid!);
+    const started = Date.now();
+    const refused = await api('POST', `/v1/sessions/${id}/browser`, {});
+    const tookMs = Date.now() - started;
+    assert.equal(refused.status, 502, JSON.stringify(refused.json));
+    assert.match(JSON.stringify(refused.json), /browser_start_failed/);
+    assert.ok(tookMs < 45_000, `answered after ${tookMs} ms`);
+    assert.equal((await guestSh(guest, 'pgrep -x chromium >/dev/null && echo running || echo gone')).text.trim(), 'gone', 'the Chromium it started was closed');
+    const shot = await api('POST', `/v1/sessions/${id}/tools/computer`, { action: 'screenshot' });
+    assert.equal(shot.status, 200, 'the session still works');
+    const rssAfter = await (await import('./helpers/raw-http.js')).memoryOf(serve.child.pid!);
+    console.log(`browser red team: garbage on 9222 answered 502 after ${tookMs} ms; orchestrator RSS ${(await rssBefore).rssMiB} -> ${rssAfter.rssMiB} MiB`);
+    await guestSh(guest, 'pkill -f "guest-web.py 9222"; true');
+    const again = await api('POST', `/v1/sessions/${id}/browser`, {});
+    assert.equal(again.status, 200, JSON.stringify(again.json));
+    assert.equal(again.json.started, true);
+  });
 });

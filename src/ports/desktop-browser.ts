@@ -18,6 +18,13 @@ export class BrowserUnavailableError extends OrchestratorError {
   }
 }
 
+/** Chromium started but never answered /json/version as it should (it crashed, or something else holds the port). */
+export class BrowserStartError extends OrchestratorError {
+  constructor(message: string) {
+    super(message, 502, 'browser_start_failed');
+  }
+}
+
 /**
  * The flags of the desktop's Chromium. DevTools listen on the guest's loopback only; the
  * profile lives in the guest user's home; no first-run dialogs or keyring prompts stand in
@@ -134,7 +141,7 @@ export class DesktopBrowser {
       }
     }
     await this.kill({ channel, pid, wsPath: '', exited });
-    throw new Error(`Chromium did not answer on its DevTools port within ${START_TIMEOUT_MS} ms (${(lastError as Error | undefined)?.message ?? `it exited with status ${exitCode}`})`);
+    throw new BrowserStartError(`Chromium did not answer on its DevTools port within ${START_TIMEOUT_MS} ms (${(lastError as Error | undefined)?.message ?? `it exited with status ${exitCode}`})`);
   }
 
   /** GET /json/version on the guest's DevTools port, through a channel of the connection. */
@@ -142,17 +149,25 @@ export class DesktopBrowser {
     const channel = await this.connection.forward('127.0.0.1', GUEST_CDP_PORT);
     try {
       const body = await new Promise<string>((resolve, reject) => {
-        const req = http.get({ path: '/json/version', headers: { host: `127.0.0.1:${GUEST_CDP_PORT}` }, createConnection: () => channel as unknown as Socket, timeout: 5_000 }, (res) => {
+        // Our own timer: the channel is no socket (http's `timeout` option would call setTimeout on it).
+        const timer = setTimeout(() => req.destroy(new Error('/json/version did not answer within 5 s')), 5_000);
+        const req = http.get({ path: '/json/version', headers: { host: `127.0.0.1:${GUEST_CDP_PORT}` }, createConnection: () => channel as unknown as Socket }, (res) => {
           let text = '';
           res.setEncoding('utf8');
           res.on('data', (c: string) => {
             text += c;
             if (text.length > 64 * 1024) req.destroy(new Error('an oversized /json/version answer'));
           });
-          res.on('end', () => resolve(text));
+          res.on('end', () => {
+            clearTimeout(timer);
+            resolve(text);
+          });
           res.on('error', reject);
         });
-        req.on('error', reject);
+        req.on('error', (err) => {
+          clearTimeout(timer);
+          reject(err);
+        });
       });
       const parsed = JSON.parse(body) as { webSocketDebuggerUrl?: unknown };
       if (typeof parsed.webSocketDebuggerUrl !== 'string' || !/^ws:\/\/[^/]+\/devtools\/browser\/[A-Za-z0-9-]+$/.test(parsed.webSocketDebuggerUrl)) {
@@ -164,12 +179,18 @@ export class DesktopBrowser {
     }
   }
 
-  /** SIGTERM, then SIGKILL after the grace; resolves once its channel closed. */
+  /**
+   * SIGTERM to Chromium's whole process group (the launcher's shell was its session leader,
+   * and Chromium's zygote and renderers stay in it), SIGKILL after the grace; resolves once
+   * no process of the group is left, so that a DELETE's answer means "closed".
+   */
   private async kill(running: Running): Promise<void> {
     if (this.running === running) this.running = undefined;
-    await this.connection.exec(`kill -TERM ${running.pid} 2>/dev/null; true`, { timeoutMs: 5_000 }).catch(() => undefined);
+    const group = `-- -${running.pid}`;
+    await this.connection.exec(`kill -TERM ${group} 2>/dev/null; true`, { timeoutMs: 5_000 }).catch(() => undefined);
     const gone = await Promise.race([running.exited.then(() => true), sleep(STOP_GRACE_MS).then(() => false)]);
-    if (!gone) await this.connection.exec(`kill -KILL ${running.pid} 2>/dev/null; true`, { timeoutMs: 5_000 }).catch(() => undefined);
+    const script = `${gone ? '' : `kill -KILL ${group} 2>/dev/null; `}for i in $(seq 40); do pgrep -g ${running.pid} >/dev/null || exit 0; sleep 0.05; done; kill -KILL ${group} 2>/dev/null; true`;
+    await this.connection.exec(script, { timeoutMs: 10_000 }).catch(() => undefined);
     running.channel.close();
   }
 }
