@@ -18,6 +18,7 @@ import { migrate, MIGRATIONS } from '../src/cluster/store/migrations.js';
 import { PgClusterStore, type PgClusterStoreSettings } from '../src/cluster/store/pg-cluster-store.js';
 import { startPostgres } from './helpers/postgres.js';
 import { watchUncaught } from './helpers/uncaught-guard.js';
+import { httpStatusOf } from '../src/api/errors.js';
 
 const server = await startPostgres();
 const uncaught = watchUncaught();
@@ -353,7 +354,7 @@ describe('cluster store on PostgreSQL', () => {
         await assert.rejects(call(), (error: unknown) => {
           assert.ok(error instanceof ClusterStateUnavailableError, `${name}: ${String(error)}`);
           assert.equal(error.code, 'cluster_state_unavailable');
-          assert.equal(error.statusCode, 503);
+          assert.equal(httpStatusOf(error.code), 503);
           return true;
         });
         const took = performance.now() - started;

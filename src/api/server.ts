@@ -8,8 +8,8 @@ import type { SessionManager } from '../sessions/manager.js';
 import { installAuth, type AuthOptions } from './auth/request-identity.js';
 import { installTenantScope } from './auth/tenant-scope.js';
 import { applyConnectionLimits, connectionServerOptions, DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from './connection-limits.js';
-import { errorHandler } from './errors.js';
-import { OrchestratorError } from '../errors.js';
+import { errorHandler, sendError } from './errors.js';
+import { OrchestratorError, type ErrorCode } from '../errors.js';
 import { APP_BODY_LIMIT_BYTES } from './limits.js';
 import { installRequestLog } from './logging/request-log.js';
 import { DEFAULT_TENANT_REQUEST_LIMITS, installTenantRequestLimits, TenantRequestGate, type TenantRequestLimits } from './tenant-request-limits.js';
@@ -37,6 +37,8 @@ import { browserRoutes } from './routes/browser.js';
 import { portHostRewriter } from '../ports/host-routing.js';
 import type { PortTokens } from '../ports/port-tokens.js';
 import type { PortSettings } from '../ports/settings.js';
+import { processRoutes } from './routes/processes.js';
+import { fsRoutes } from './routes/fs.js';
 import type { LiveViews } from '../views/live-views.js';
 import { toolResultSchema } from '../tools/tool-result.js';
 import { bashOutputCounters, type BashOutputLimits } from '../tools/bash/output-budget.js';
@@ -75,7 +77,7 @@ export interface ServerOptions {
 }
 
 /** The limit label of sandbox_api_requests_refused_total for each cap's refusal. */
-const CAP_OF_CODE: Readonly<Record<string, string>> = {
+const CAP_OF_CODE: Readonly<Partial<Record<ErrorCode, string>>> = {
   tenant_stream_limit: 'streams',
   session_viewer_limit: 'viewers',
   tenant_viewer_limit: 'viewers',
@@ -144,7 +146,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   installRequestLog(app);
   // An unknown route answers in the same shape as every other error (fastify's own is not).
   app.setNotFoundHandler((request, reply) => {
-    void reply.status(404).send({ error: { code: 'route_not_found', message: `no route ${request.method} ${request.url.split('?')[0]}` } });
+    void sendError(reply, 'route_not_found', `no route ${request.method} ${request.url.split('?')[0]}`);
   });
   applyConnectionLimits(app, limits);
 
@@ -162,6 +164,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
         { name: 'desktop', description: 'Desktop actions: open, launch, windows, clipboard, screen size' },
         { name: 'tools', description: 'The tools of the computer-use loop: tool_use input in, tool_result content out' },
         { name: 'files', description: 'Files in and out of a sandbox, over SFTP' },
+        { name: 'processes', description: 'Processes in a sandbox: start, stream output (SSE, WebSocket), stdin, signals, terminals' },
         { name: 'trajectory', description: "Every call of a session, stored: as JSON, JSONL, and a page for people (link tokens)" },
         { name: 'recording', description: 'Video of a session\'s screen, with the agent\'s actions as subtitles' },
         { name: 'mcp', description: 'The MCP server (streamable HTTP): sandboxes as tools of any MCP client' },
@@ -217,5 +220,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   // port routes pass the upgrade's raw bytes to the guest themselves.
   await app.register(websocket, { options: { maxPayload: VIEW_MAX_WS_MESSAGE_BYTES } });
   if (opts.views) await app.register(viewRoutes, { views: opts.views });
+  await app.register(processRoutes, { manager: opts.manager, streams });
+  await app.register(fsRoutes, { manager: opts.manager, streams });
   return app;
 }

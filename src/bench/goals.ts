@@ -57,6 +57,8 @@ export interface GoalFigures {
   guest_port_download_ratio_vs_sftp: number | null;
   /** Issue 24: page.evaluate('1') over CDP through the orchestrator, p50 ms (null: no Chromium in the desktop image). */
   cdp_evaluate_p50_ms: number | null;
+  /** Issue 24: POST .../processes {argv: [echo]} to its first output byte over SSE, p50 ms. */
+  process_start_first_byte_p50_ms: number;
   /** Issue 14, per template: create-to-ready p50 cold and from its warm pool, idle session memory. */
   templates: Record<string, { cold_create_p50_ms: number; warm_create_p50_ms: number | null; idle_session_mib: number | null }>;
 }
@@ -110,6 +112,7 @@ export function goalRows(f: GoalFigures): ChartRow[] {
     { label: 'live-view frames via gateway / straight', value: f.gateway_live_view_frames_ratio, goal: 0.95, unit: 'x', better: 'higher' },
     { label: 'fullest node / ideal, 10k/1k simulation', value: f.placement_simulation_fullest_vs_ideal, goal: 1.15, unit: 'x' },
     // Issue 24's goals.
+    { label: 'process start to first output byte, p50', value: f.process_start_first_byte_p50_ms, goal: 15, unit: 'ms' },
     { label: 'guest port GET p50 - same GET in guest', value: f.guest_port_http_added_ms, goal: 2, unit: 'ms' },
     { label: 'download via guest port / SFTP', value: f.guest_port_download_ratio_vs_sftp, goal: 0.8, unit: 'x', better: 'higher' },
     { label: "CDP page.evaluate('1') p50", value: f.cdp_evaluate_p50_ms, goal: 3, unit: 'ms' },

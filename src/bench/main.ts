@@ -34,7 +34,7 @@ import { CONFIG_FILES } from '../guest/contract.js';
 import { guestAddressOf } from '../network/netns.js';
 import { startOrchestrator } from '../orchestrator.js';
 import { measureActions } from './actions.js';
-import { naiveSsh, timeInGuest, timeInputInGuest } from './baselines.js';
+import { naiveSsh, timeInputInGuest } from './baselines.js';
 import { writeChart } from './chart.js';
 import { openDirect } from './direct.js';
 import { goalRows, printGoals, SCREENSHOT_FORMATS, type ScreenshotFormat } from './goals.js';
@@ -48,6 +48,7 @@ import { summarize, timeIt } from './stats.js';
 import { measureWarmCreates } from './warm-create.js';
 import { measureTemplate, type TemplateFigures } from './templates.js';
 import { measureLoopOverhead, startZeroLatencyModel } from './run-loop.js';
+import { measureProcessStart } from './processes.js';
 import { describePlacementTx, measurePlacementTx, measurePlacementTxIfPossible, type PlacementTxSettings } from './placement-tx.js';
 import { describeGateway, measureGateway, type GatewayBenchSettings } from './gateway.js';
 import { describeGuestPorts, measureGuestPorts, type GuestPortFigures } from './guest-ports.js';
@@ -159,6 +160,8 @@ async function main(): Promise<void> {
     console.error('bench: recording at 5 fps: CPU and the same session\'s screenshot latency, static then changing screen');
     const recording = await measureRecording({ sandbox, direct, names, display, n: N, cpuSeconds: RECORDING_SECONDS });
     const loop = await measureLoopOverhead(client, sandbox, N);
+    console.error('bench: process start to first output byte (echo)');
+    const processStart = await measureProcessStart(sandbox, direct, N);
     console.error('bench: guest ports: a GET through the port and in the guest, a download through the port and over SFTP, CDP round trips');
     const ports = await measurePortsWithDesktop(client, sandbox, direct);
     direct.close();
@@ -243,6 +246,7 @@ async function main(): Promise<void> {
         memory: memory ?? null,
         recording,
         loop,
+        processStart,
         templates,
         placementTx,
         gateway,

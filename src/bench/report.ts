@@ -6,6 +6,7 @@ import type { LoadResult } from './load.js';
 import type { RampResult } from './ramp.js';
 import type { RecordingCost } from './recording.js';
 import type { LoopOverhead } from './run-loop.js';
+import { describeProcessStart, type ProcessStartFigures } from './processes.js';
 import type { ScreenshotComparison } from './screenshots.js';
 import type { Summary } from './stats.js';
 import type { TemplateFigures } from './templates.js';
@@ -32,6 +33,7 @@ export interface Measured {
   memory: IdleMemory | null;
   recording: { static: RecordingCost; changing: RecordingCost };
   loop: LoopOverhead;
+  processStart: ProcessStartFigures;
   templates: TemplateFigures[];
   placementTx: PlacementTxFigures | null;
   gateway: GatewayFigures | null;
@@ -79,6 +81,7 @@ export function buildResults(m: Measured) {
     recording_cpu_core_percent: m.recording.changing.cpuCoreFraction * 100,
     recording_screenshot_latency_increase_percent: m.recording.changing.latencyIncreasePercent,
     run_loop_overhead_ms: m.loop.loopPerStepMs - m.loop.directMeanMs,
+    process_start_first_byte_p50_ms: m.processStart.api.p50,
     placement_tx_creates_per_second: m.placementTx?.createsPerSecond ?? null,
     gateway_screenshot_ratio: m.gateway?.screenshot.ratio ?? null,
     gateway_action_added_ms: m.gateway?.action.addedMs ?? null,
@@ -99,6 +102,7 @@ export function buildResults(m: Measured) {
     cold_create_p95_ms: m.create.p95,
     recording_detail: m.recording,
     run_loop_detail: m.loop,
+    process_start_detail: m.processStart,
     placement_tx_detail: m.placementTx,
     gateway_detail: m.gateway,
     ports_detail: m.ports,
@@ -193,6 +197,7 @@ export function printReport(r: Results): void {
         `(${c.latencyIncreasePercent >= 0 ? '+' : ''}${c.latencyIncreasePercent.toFixed(1)}%)`,
     );
   }
+  console.log(describeProcessStart(r.process_start_detail));
   if (r.placement_tx_detail) console.log(describePlacementTx(r.placement_tx_detail));
   if (r.gateway_detail) console.log(describeGateway(r.gateway_detail));
   if (r.ports_detail) console.log(describeGuestPorts(r.ports_detail));

@@ -16,6 +16,7 @@ import { trajectoryCommand } from './trajectory.js';
 import { recordingCommand } from './recording.js';
 import { runCommand } from './run.js';
 import { portCommands } from './ports.js';
+import { execCommand } from './exec.js';
 
 /** The file extension of an image by its first bytes (the session's default format may be any). */
 function extensionOf(image: Buffer): string {
@@ -70,6 +71,7 @@ program.addCommand(trajectoryCommand(client));
 program.addCommand(recordingCommand(client));
 program.addCommand(runCommand(client));
 for (const command of portCommands(client)) program.addCommand(command);
+program.addCommand(execCommand(client));
 
 interface CreateFlags {
   width?: number;

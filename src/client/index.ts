@@ -1,3 +1,5 @@
+import { Processes } from './processes.js';
+import { SandboxFs } from './fs.js';
 import { VendorToolMethods } from './vendor-tools.js';
 import { errorFor, SandboxError } from './errors.js';
 import { openLiveView, type LiveView, type LiveViewOptions } from './live-view.js';
@@ -14,7 +16,7 @@ import {
   type ScreenStreamOptions,
 } from './recording.js';
 import { formatQuery, queryString, type ScreenshotFormatOptions } from './screenshot-format.js';
-import type { ActionResult, BashToolInput, ComputerToolInput, CreateOptions, EditorToolInput, SessionInfo, TemplateInfo, TimeoutUpdate, ToolResult } from './types.js';
+import type { ActionResult, BashToolInput, ComputerToolInput, CreateOptions, EditorToolInput, KeepaliveOptions, SessionInfo, TemplateInfo, TimeoutUpdate, ToolResult } from './types.js';
 import { Runs } from './runs.js';
 import { closeBrowser, SandboxPorts, startBrowser, type BrowserCdp } from './ports.js';
 import { createTrajectoryLink, fetchTrajectory, type Trajectory } from './trajectory.js';
@@ -24,12 +26,15 @@ export type { ImageMediaType, ScreenshotFormatOptions } from './screenshot-forma
 export type { DesktopWindow } from './desktop.js';
 export type { RecordingStatus, ScreenFrame, ScreenStreamOptions } from './recording.js';
 export type { FileRequestOptions, UploadData, UploadedFile, UploadFileOptions } from './files.js';
+export type { RuntimeName } from './runtime-names.js';
 export * from './types.js';
 export * from './vendor-types.js';
 export { Runs, type RunEvent, type RunInfo, type RunOptions } from './runs.js';
 export { createTrajectoryLink, fetchTrajectory, type Trajectory, type TrajectoryLink, type TrajectoryStep } from './trajectory.js';
 export type { LiveView, LiveViewOptions } from './live-view.js';
 export { SandboxPorts, type BrowserCdp, type PortUrl, type PortUrlOptions } from './ports.js';
+export { ProcessHandle, Processes, type ProcessEvent, type ProcessExitInfo, type ProcessInfo, type ProcessRead, type ProcessSignal, type StartProcessOptions } from './processes.js';
+export { SandboxFs, type FsChange, type FsEntry } from './fs.js';
 
 /** Where the client looks for the orchestrator unless told (SBX_URL, `--url`): `sbx serve`'s default address. */
 export const DEFAULT_ORCHESTRATOR_URL = 'http://127.0.0.1:8080';
@@ -88,7 +93,7 @@ export class SandboxClient {
   }
 
   /** Resets the session's idle timer (optionally setting a new idle timeout). */
-  async keepalive(id: string, options: { timeoutSeconds?: number } = {}): Promise<SessionInfo> {
+  async keepalive(id: string, options: KeepaliveOptions = {}): Promise<SessionInfo> {
     return this.json<SessionInfo>('POST', `/v1/sessions/${encodeURIComponent(id)}/keepalive`, options);
   }
 
@@ -156,7 +161,14 @@ export class Sandbox extends VendorToolMethods {
     public info: SessionInfo,
   ) {
     super();
+    this.processes = new Processes(client, info.id);
+    this.fs = new SandboxFs(client, info.id);
   }
+
+  /** Processes: start (argv or cmd), output as an async iterator, stdin, signals, list, connect. */
+  readonly processes: Processes;
+  /** Filesystem calls: list, stat, mkdir, move, remove, watch. */
+  readonly fs: SandboxFs;
 
   get id(): string {
     return this.info.id;

@@ -3,10 +3,9 @@ import { OrchestratorError } from '../errors.js';
 export class PortChannelLimitError extends OrchestratorError {
   constructor(sessionId: string, max: number) {
     super(
-      `session ${sessionId} has ${max} requests and WebSockets open through its ports, its limit (SBX_PORT_MAX_CHANNELS_PER_SESSION): wait for one to end, then retry`,
-      429,
       'port_channel_limit',
-      { 'retry-after': '1' },
+      `session ${sessionId} has ${max} requests and WebSockets open through its ports, its limit (SBX_PORT_MAX_CHANNELS_PER_SESSION): wait for one to end, then retry`,
+      { retryAfterSeconds: 1 },
     );
   }
 }

@@ -14,14 +14,14 @@ const STOP_GRACE_MS = 3_000;
 
 export class BrowserUnavailableError extends OrchestratorError {
   constructor(message: string) {
-    super(message, 409, 'browser_unavailable');
+    super('browser_unavailable', message);
   }
 }
 
 /** Chromium started but never answered /json/version as it should (it crashed, or something else holds the port). */
 export class BrowserStartError extends OrchestratorError {
   constructor(message: string) {
-    super(message, 502, 'browser_start_failed');
+    super('browser_start_failed', message);
   }
 }
 

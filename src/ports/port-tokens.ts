@@ -31,7 +31,7 @@ interface Row {
 /** A port token that opens nothing here: 401 with the reason (never whose token it is). */
 export class PortTokenError extends OrchestratorError {
   constructor(message: string, code: 'invalid_port_token' | 'expired_port_token' | 'revoked_port_token') {
-    super(message, 401, code);
+    super(code, message);
   }
 }
 

@@ -4,17 +4,15 @@ import type { ConsoleLogLimits } from './console-log.js';
 import type { NetworkAttachment, SandboxNetwork, TapOwner } from '../network/netns.js';
 import type { GuestEndpoint } from '../transport/ssh-connection.js';
 import type { CleanupStack } from '../util/cleanup-stack.js';
+import type { RuntimeName, RuntimeResourceKind } from './registered.js';
 
-export type RuntimeName = 'container' | 'qemu' | 'firecracker';
+export type { RuntimeName };
 
 /**
- * The kinds of host resource a sandbox holds, as the store's ledger records them (see
- * sessions/resource-ledger.ts, which also reclaims each kind).
+ * Records a resource in the store's ledger before it is taken (a no-op where nothing is
+ * stored). Its kind is one its runtime's entry registers with a reclaimer (entry.ts).
  */
-export const RESOURCE_KINDS = ['process', 'container', 'mount', 'disk', 'jail', 'cgroup', 'netns', 'veth', 'key-dir', 'id-range', 'vm-user'] as const;
-export type ResourceKind = (typeof RESOURCE_KINDS)[number];
-/** Records a resource in the store before it is taken (a no-op where nothing is stored). */
-export type RecordResource = (kind: ResourceKind, name: string) => void;
+export type RecordResource = (kind: RuntimeResourceKind, name: string) => void;
 
 /** What a runtime needs to start one sandbox. The session layer has made all of it already. */
 export interface SandboxSpec {
@@ -24,7 +22,7 @@ export interface SandboxSpec {
   sessionDir: string;
   /** The per-session config directory (keys, sandbox.env) the guest must see. */
   configDir: string;
-  /** The screen the guest's sandbox.env asks for (a snapshot template serves one size). */
+  /** The screen the guest's sandbox.env asks for (a Firecracker snapshot base serves one size). */
   screen?: { width: number; height: number };
   hostname: string;
   network: SandboxNetwork;
@@ -41,10 +39,11 @@ export interface SandboxSpec {
   record?: RecordResource;
   /**
    * Leases the session's host id range (the first of `size` ids from `base`, aligned to
-   * `size`), recorded on the ledger; the same range for the same session. See store.ts.
-   * A range free in the ledger is taken only if `takeHostWide` gets it too (id-leases.ts).
+   * `size`, one of at most `count` ranges), recorded on the ledger; the same range for the
+   * same session. See store.ts. A range free in the ledger is taken only if `takeHostWide`
+   * gets it too (id-leases.ts).
    */
-  leaseIdRange?: (base: number, size: number, takeHostWide: (first: number) => boolean) => number;
+  leaseIdRange?: (base: number, size: number, count: number, takeHostWide: (first: number) => boolean) => number;
   /** The uid/gid leased for this sandbox's VMM (Runtime.leaseVmUser), which owns its TAP. */
   vmUser?: TapOwner;
 }
@@ -107,7 +106,7 @@ export interface RuntimeCapabilities {
   readonly bootTimeoutMs: number;
   /**
    * Source addresses the network policy lets through to the host from any sandbox veth, on
-   * top of each sandbox's own lease (anti-spoofing): the Firecracker template address that
+   * top of each sandbox's own lease (anti-spoofing): the Firecracker snapshot base address that
    * a snapshot clone answers from while the host rotates its keys.
    */
   readonly hostOnlySources: readonly string[];
@@ -143,10 +142,10 @@ export interface Runtime {
   start(spec: SandboxSpec, cleanup: CleanupStack): Promise<RunningSandbox>;
   /**
    * Work done once per guest image before sessions are served (the Firecracker runtime's
-   * template snapshot). A failure only makes sessions slower: it is reported through `log`,
+   * snapshot base). A failure only makes sessions slower: it is reported through `log`,
    * never thrown.
    */
-  prepare?(image: GuestImage, guest: TemplateGuest, log: (message: string) => void): Promise<void>;
+  prepare?(image: GuestImage, guest: PreparedGuest, log: (message: string) => void): Promise<void>;
   /**
    * Host-wide settings this runtime needs for up to `sandboxes` sandboxes at once (e.g. the
    * host's inotify limits), applied and logged at start-up. A failure stops the start.
@@ -171,14 +170,14 @@ export interface AdoptedSandbox {
 
 /** A runtime cannot run on this host; the message says what is missing and how to fix it. */
 export class RuntimeUnavailableError extends Error {
-  constructor(runtime: RuntimeName, reason: string) {
+  constructor(runtime: string, reason: string) {
     super(`runtime ${runtime} is not available here: ${reason}`);
     this.name = 'RuntimeUnavailableError';
   }
 }
 
-/** What a runtime that prepares sandboxes ahead (a snapshot template) must give their guests, as sessions get it. */
-export interface TemplateGuest {
+/** What a runtime that prepares sandboxes ahead (a Firecracker snapshot base) must give their guests, as sessions get it. */
+export interface PreparedGuest {
   /** X display number (SBX_DISPLAY). */
   display: number;
   /** Processes the guest may run (SBX_PIDS_LIMIT). */

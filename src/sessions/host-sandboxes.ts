@@ -1,6 +1,5 @@
 import type { Logger } from 'pino';
 import type { SettleOptions } from '../computer/computer-tool.js';
-import { MAX_ID_RANGES } from '../runtimes/container/settings.js';
 import type { GuestImage } from '../guest/image/builder.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { AddressAllocator } from '../network/address-allocator.js';
@@ -124,7 +123,7 @@ export class HostSandboxes implements SandboxHost {
       policy,
       ledger: (sessionId, kind, name) => store.recordResource(sessionId, kind, name),
       // As many ranges as this orchestrator can have sandboxes, with the warm pool's.
-      leaseIdRange: (sessionId, base, size, takeHostWide) => store.leaseIdRange(sessionId, base, size, MAX_ID_RANGES, takeHostWide),
+      leaseIdRange: (sessionId, base, size, count, takeHostWide) => store.leaseIdRange(sessionId, base, size, count, takeHostWide),
       deadline: Date.now() + this.opts.bootTimeoutMs,
       log,
       consoleLog,

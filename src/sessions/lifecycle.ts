@@ -186,7 +186,7 @@ export class SessionLifecycle {
     } satisfies Partial<SessionRecord>);
     const log = this.sessionLog(session);
     // From here it is a session like any other: listed, destroyed by a DELETE or a shutdown.
-    store.adopt(session.record);
+    store.claim(session.record);
     registry.add(session);
     metrics.activeSessions.inc();
     const claim = this.opts.host.claim(pooled);

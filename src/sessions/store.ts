@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import type { ResourceKind } from '../runtimes/runtime.js';
+import type { ResourceKind } from './resource-ledger.js';
 import type { EndReason, SessionRecord, SessionState } from './session-record.js';
 
 interface Row {
@@ -137,7 +137,7 @@ export class SessionStore {
    * A warm-pool sandbox becomes a client's session: every field the request decides
    * (screen as the model sees it, tool version, screenshot format, timeout, metadata, times) is written at once.
    */
-  adopt(record: SessionRecord): void {
+  claim(record: SessionRecord): void {
     this.db
       .prepare(
         `UPDATE sessions SET tenant = @tenant, state = @state, model_width = @model_width, model_height = @model_height,

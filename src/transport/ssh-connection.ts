@@ -2,13 +2,14 @@ import { EventEmitter } from 'node:events';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
-import ssh2, { type ClientChannel, type SFTPWrapper } from 'ssh2';
+import ssh2, { type ClientChannel, type PseudoTtyOptions, type SFTPWrapper } from 'ssh2';
 import { GuestProtocolError } from '../errors.js';
 import { collect, guardChannel, type ExecResult } from './ssh-channels.js';
 import { ConnectionLostError, HostKeyMismatchError, SshAuthenticationError, SshTimeoutError } from './ssh-errors.js';
 
 export { ConnectionLostError, HostKeyMismatchError, SshAuthenticationError, SshTimeoutError } from './ssh-errors.js';
 export type { ExecResult } from './ssh-channels.js';
+export { exitOf } from './ssh-channels.js';
 
 const { Client } = ssh2;
 type Client = InstanceType<typeof Client>;
@@ -335,12 +336,15 @@ export class GuestConnection extends EventEmitter {
    * bash tool's persistent shell). Unlike exec(), nothing is collected, no timeout applies
    * once it runs and the caller owns the channel: it writes stdin, reads output and closes
    * it. The channel dies with the connection (a reconnect does not bring it back). The
-   * command string must contain no untrusted text.
+   * command string must contain no untrusted text. With `pty`, sshd gives the command a
+   * terminal of that size (the process API's terminals; resized with channel.setWindow).
    */
-  async spawn(command: string, timeoutMs = DEFAULT_EXEC_TIMEOUT_MS): Promise<ClientChannel> {
+  async spawn(command: string, timeoutMs = DEFAULT_EXEC_TIMEOUT_MS, pty?: PseudoTtyOptions): Promise<ClientChannel> {
     const client = await this.waitConnected(timeoutMs);
     return new Promise<ClientChannel>((resolve, reject) => {
-      client.exec(command, (err, channel) => (err ? reject(err) : resolve(guardChannel(channel))));
+      const done = (err: Error | undefined, channel: ClientChannel) => (err ? reject(err) : resolve(guardChannel(channel)));
+      if (pty) client.exec(command, { pty }, done);
+      else client.exec(command, done);
     });
   }
 }

@@ -39,7 +39,7 @@ const errors = { 400: { $ref: 'Error#' }, 401: { $ref: 'Error#' }, 404: { $ref: 
 
 class InvalidPortError extends OrchestratorError {
   constructor(value: string) {
-    super(`port must be a whole number from ${MIN_GUEST_PORT} to ${MAX_GUEST_PORT}, got "${value.slice(0, 20)}"`, 400, 'invalid_request');
+    super('invalid_request', `port must be a whole number from ${MIN_GUEST_PORT} to ${MAX_GUEST_PORT}, got "${value.slice(0, 20)}"`);
   }
 }
 

@@ -10,9 +10,9 @@
  * broke mid-create is also told to destroy the id, in case it made it.
  */
 import type { Logger } from 'pino';
-import { InvalidRequestError, OrchestratorError } from '../../errors.js';
+import { InvalidRequestError } from '../../errors.js';
 import { newSessionId } from '../../sessions/session.js';
-import { retryChoices, NoNodeError, type Choice } from '../place-retry.js';
+import { AttemptFailed, retryChoices, NoNodeError, type Choice } from '../place-retry.js';
 import type { PlacementRequest } from '../placement.js';
 import type { NodeRecord } from '../store/cluster-store.js';
 import type { ClusterState } from './cluster-state.js';
@@ -22,20 +22,20 @@ import { nodeUrl, type NodeAnswer, type NodeClient } from './node-client.js';
 import { AUTO_RUNTIME_ORDER, type GatewaySettings } from './settings.js';
 
 /** A node's refusal (4xx: returned as is) or failure (5xx: retried elsewhere), with its answer. */
-export class NodeRefusal extends OrchestratorError {
+export class NodeRefusal extends AttemptFailed {
   constructor(
     readonly node: string,
     readonly answer: NodeAnswer,
   ) {
-    super(errorMessageOf(answer), answer.status, 'node_refused');
+    super(errorMessageOf(answer), answer.status);
   }
 }
 
 /** Carries a store failure through placeWithRetries, which retries only 5xx (a store failure is no node's fault). */
 const NOT_A_NODE_FAILURE = 499;
-class StoreFailure extends OrchestratorError {
+class StoreFailure extends AttemptFailed {
   constructor(readonly inner: Error) {
-    super(inner.message, NOT_A_NODE_FAILURE, 'store_failure');
+    super(inner.message, NOT_A_NODE_FAILURE);
   }
 }
 
@@ -95,7 +95,7 @@ export async function placeCreate(deps: CreateDeps, call: CreateCall): Promise<N
     return (await retryChoices(choose, (node) => node.name, attempt)).result;
   } catch (err) {
     if (err instanceof StoreFailure) throw err.inner;
-    if (err instanceof NodeRefusal && err.statusCode < 500) return err.answer;
+    if (err instanceof NodeRefusal && err.status < 500) return err.answer;
     if (err instanceof NoNodeError) metrics.placementsFailed.inc();
     throw err;
   }

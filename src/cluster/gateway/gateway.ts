@@ -13,7 +13,7 @@ import websocket from '@fastify/websocket';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { applyConnectionLimits, connectionServerOptions } from '../../api/connection-limits.js';
-import { errorHandler } from '../../api/errors.js';
+import { errorHandler, sendError } from '../../api/errors.js';
 import { APP_BODY_LIMIT_BYTES } from '../../api/limits.js';
 import { installRequestLog } from '../../api/logging/request-log.js';
 import { mcpRoutes } from '../../api/routes/mcp.js';
@@ -78,7 +78,7 @@ export async function createGateway(opts: GatewayOptions): Promise<Gateway> {
   });
   app.setErrorHandler(async (error: Error, request, reply) => errorHandler(error, request, reply));
   app.setNotFoundHandler((request, reply) => {
-    void reply.status(404).send({ error: { code: 'route_not_found', message: `no route ${request.method} ${request.url.split('?')[0]}` } });
+    void sendError(reply, 'route_not_found', `no route ${request.method} ${request.url.split('?')[0]}`);
   });
   installGatewayAuth(app, state);
   installRequestLog(app);

@@ -11,7 +11,7 @@ import type { ClusterState } from './cluster-state.js';
 import { placeCreate, type CreateDeps } from './create.js';
 import { familyOf, type Forwarder } from './forward.js';
 import type { InFlight } from './in-flight.js';
-import { nodeUrl, type NodeAnswer, type NodeClient } from './node-client.js';
+import { nodeUrl, type NodeAnswer } from './node-client.js';
 import { nodeHeaders } from './node-headers.js';
 import type { Router } from './router.js';
 import { viewTokenHash } from './router.js';

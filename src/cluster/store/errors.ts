@@ -7,11 +7,8 @@
 import { UnavailableError } from '../../errors.js';
 
 export class ClusterStateUnavailableError extends UnavailableError {
-  override readonly code = 'cluster_state_unavailable';
-  override readonly headers: Readonly<Record<string, string>> = { 'retry-after': '2' };
-
   constructor(what: string, readonly causeMessage: string) {
-    super(`the cluster's state (PostgreSQL) cannot be reached: ${what} failed: ${causeMessage}`);
+    super(`the cluster's state (PostgreSQL) cannot be reached: ${what} failed: ${causeMessage}`, 'cluster_state_unavailable', { retryAfterSeconds: 2 });
   }
 }
 

@@ -99,7 +99,7 @@ export class ContainerRuntime implements Runtime {
     const take = leases.taker(spec.sessionId, await leases.staleRanges());
     let first: number;
     if (spec.leaseIdRange) {
-      first = spec.leaseIdRange(base, ID_RANGE_SIZE, take);
+      first = spec.leaseIdRange(base, ID_RANGE_SIZE, MAX_ID_RANGES, take);
     } else {
       const taken = new Set(this.unledgeredRanges.values());
       first = base;
@@ -306,7 +306,7 @@ function runcCreate(runcBin: string, root: string, id: string, bundle: string, p
     child.on('error', reject);
     child.on('exit', (code) => {
       if (code === 0) return resolve();
-      consolePipe
+      void consolePipe
         .quiet()
         .then(() => consoleLogTail(consolePipe.logPath, 20))
         .catch(() => '')

@@ -26,16 +26,14 @@ import { processStartTime } from '../../host/process-watch.js';
 import { hostTscKhz, probeKvm } from './accelerator.js';
 import { createOverlay } from './overlay-disk.js';
 import { macAddressFor, qemuArgv, TCG_TB_SIZE_MIB } from './qemu-command.js';
-import { adoptVmm, imageDiskMiB, initrdFor, killOrphanVmms, vmExited, vmStartError } from '../vm-common.js';
-import { spawnInNetns, type VmExit } from '../vm-process.js';
+import { adoptVmm, imageDiskMiB, initrdFor, killOrphanVmms, vmExited, vmStartError } from '../vm/vm-common.js';
+import { spawnInNetns, type VmExit } from '../vm/vm-process.js';
 import { findQemuProcesses, waitForPidFile } from './qemu-process.js';
 import type { TapOwner } from '../../network/netns.js';
 import type { RecordResource } from '../runtime.js';
-import { removeJailCgroups } from '../firecracker/jailer/cgroup.js';
-import { hostCgroupVersion } from '../firecracker/host/host-check.js';
-import type { CgroupVersion } from '../firecracker/jailer/jailer-args.js';
-import { VmCgroup } from '../vm-cgroup.js';
-import { VmUserPool, vmUserRange } from '../vm-user-pool.js';
+import { hostCgroupVersion, removeVmCgroups, type CgroupVersion } from '../vm/cgroups.js';
+import { VmCgroup } from '../vm/vm-cgroup.js';
+import { VmUserPool, vmUserRange } from '../vm/vm-user-pool.js';
 
 /**
  * Under TCG, QEMU's translated-code cache (TCG_TB_SIZE_MIB) and TCG's own bookkeeping come
@@ -242,7 +240,7 @@ export class QemuRuntime implements Runtime {
   async reclaim(sessionId: string, sessionDir: string): Promise<void> {
     void sessionDir; // its files go with the session dir, which reconciliation removes
     await killOrphanVmms(await findQemuProcesses(this.names), sessionId, 'qemu', this.users);
-    await removeJailCgroups(this.cgroupVersion, this.parentCgroup, this.names.vm(sessionId));
+    await removeVmCgroups(this.cgroupVersion, this.parentCgroup, this.names.vm(sessionId));
     await deleteTapBridge(this.names.netns(sessionId));
   }
 }
