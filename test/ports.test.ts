@@ -280,7 +280,7 @@ describe('guest ports on URLs', { timeout: 600_000 }, () => {
           new Promise<string>((resolve, reject) => {
             const ws = new WebSocket(`ws://${location.host}/ws`);
             ws.onopen = () => ws.send('from the page');
-            ws.onmessage = (e) => resolve(String(e.data));
+            ws.onmessage = (e) => resolve(typeof e.data === 'string' ? e.data : '(binary)');
             ws.onerror = () => reject(new Error('websocket failed'));
           }),
       );
