@@ -8,6 +8,7 @@ import { trajectorySettingsFromEnv, type TrajectorySettings } from './sessions/t
 import type { Env } from './util/env.js';
 import { liveViewCapsFromEnv, type LiveViewCaps } from './views/settings.js';
 import { runSettingsFromEnv, type RunSettings } from './runs/settings.js';
+import { portSettingsFromEnv, type PortSettings } from './ports/settings.js';
 
 /**
  * The aggregator: everything the orchestrator can be told, each part's settings side by side.
@@ -29,6 +30,8 @@ export interface OrchestratorConfig extends ApiSettings, SessionSettings, Networ
   liveViews: LiveViewCaps;
   /** The built-in Claude loop's per-tenant models, concurrency and budgets (SBX_RUN_*, SBX_TENANT_RUN_*). */
   runs: RunSettings;
+  /** Guest ports on URLs: the host-based form's wildcard domain and the per-session bounds (SBX_PORTS_DOMAIN, SBX_PORT_*). */
+  ports: PortSettings;
 }
 
 /** The configuration an environment describes; a bad value throws, naming the variable. */
@@ -43,6 +46,7 @@ export function defaultConfig(env: Env): OrchestratorConfig {
     recording: recordingSettingsFromEnv(env),
     liveViews: liveViewCapsFromEnv(env),
     runs: runSettingsFromEnv(env),
+    ports: portSettingsFromEnv(env),
   };
 }
 

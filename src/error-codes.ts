@@ -49,6 +49,9 @@ export const ERROR_CODES = {
   invalid_link_token: { category: 'unauthenticated', description: 'a link token that is made up, or of another session or purpose' },
   expired_link_token: { category: 'unauthenticated', description: 'a link token past its ttlSeconds' },
   revoked_link_token: { category: 'unauthenticated', description: 'a revoked link token' },
+  invalid_port_token: { category: 'unauthenticated', description: 'a port token that is made up, or of another session or port' },
+  expired_port_token: { category: 'unauthenticated', description: 'a port token past its ttlSeconds' },
+  revoked_port_token: { category: 'unauthenticated', description: 'a revoked port token' },
   cluster_credential_required: { category: 'unauthenticated', description: 'a request to a cluster\'s node that did not come from one of its gateways' },
 
   invalid_host: { category: 'forbidden', description: 'keyless mode: a Host header that is not a loopback name' },
@@ -81,6 +84,7 @@ export const ERROR_CODES = {
   pause_mode_unavailable: { category: 'conflict', description: 'the pause mode asked for cannot be done by this runtime on this host (the message says why)' },
   session_id_taken: { category: 'conflict', description: 'through a gateway: three new session ids in a row were taken in the directory; retry' },
   run_in_progress: { category: 'conflict', description: 'the session is driven by another run' },
+  browser_unavailable: { category: 'conflict', description: 'POST .../browser on a template without Chromium' },
 
   view_expired: { category: 'gone', description: 'a live-view token past its ttlSeconds' },
   view_revoked: { category: 'gone', description: 'a revoked live-view token' },
@@ -104,6 +108,7 @@ export const ERROR_CODES = {
   tenant_viewer_limit: { category: 'limit', description: 'the tenant\'s sessions have as many live-view browsers as they may' },
   session_process_limit: { category: 'limit', description: 'the session runs as many processes as it may' },
   process_reader_limit: { category: 'limit', description: 'the process has as many output readers as it may' },
+  port_channel_limit: { category: 'limit', description: 'the session has as many requests and WebSockets open through its ports as it may' },
   tenant_run_limit: { category: 'limit', description: 'the tenant runs as many runs as it may' },
   tenant_run_budget: { category: 'limit', description: 'a run asking for more than is left of the tenant\'s day' },
 
@@ -114,6 +119,9 @@ export const ERROR_CODES = {
   desktop_error: { category: 'guest', description: 'a display command failed in the guest' },
   guest_error: { category: 'guest', description: 'the sandbox could not be reached to run a companion tool' },
   file_transfer_failed: { category: 'guest', description: 'the guest\'s SFTP server failed' },
+  port_not_listening: { category: 'guest', description: 'a request to a guest port nothing listens on' },
+  guest_port_error: { category: 'guest', description: 'the guest\'s server on a port closed without an HTTP answer, or sent too large a head' },
+  browser_start_failed: { category: 'guest', description: 'Chromium did not answer on its DevTools port as it should' },
   node_failed: { category: 'upstream', description: 'through a gateway: the node broke off after the request was sent' },
 
   unavailable: { category: 'unavailable', description: 'the sandbox could not be made or reached; nothing was left behind' },

@@ -29,6 +29,8 @@ import { RunManager, type AnthropicSettings } from './runs/runs.js';
 import { LiveViews, type LiveViewSettings } from './views/live-views.js';
 import { DEFAULT_LIVE_VIEW_SETTINGS } from './views/settings.js';
 import { ViewTokens } from './views/view-tokens.js';
+import { PortTokens } from './ports/port-tokens.js';
+import type { PortSettings } from './ports/settings.js';
 
 export interface Orchestrator {
   config: OrchestratorConfig;
@@ -67,6 +69,8 @@ export interface StartOptions {
   anthropic?: AnthropicSettings;
   /** Live-view settings other than the defaults (tests shorten the takeover grace). */
   liveViews?: Partial<LiveViewSettings>;
+  /** Guest-port settings other than the configuration's (tests set a domain and short timeouts). */
+  ports?: Partial<PortSettings>;
   /**
    * A cluster's node (`sbx node`): requests come from its gateways only, which check API keys
    * in the cluster's database; this node's own keys are not used (docs/cluster.md).
@@ -242,6 +246,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
   );
   const server = await buildServer({
     views,
+    ports: { tokens: new PortTokens(store.database), settings: { ...config.ports, ...options.ports } },
     manager,
     runs,
     templates,

@@ -15,7 +15,6 @@ import { hostCgroupVersion, vmCgroupDirs } from '../src/runtimes/vm/cgroups.js';
 import { ensureVmlinux } from '../src/runtimes/firecracker/kernel/vmlinux.js';
 import { snapshotBaseAddress, type CloneRotation } from '../src/runtimes/firecracker/snapshot/clone-rotation.js';
 import { firecrackerSettingsFromEnv, type FirecrackerSettings } from '../src/runtimes/firecracker/settings.js';
-import { qemuSettingsFromEnv } from '../src/runtimes/qemu/settings.js';
 import type { RunningSandbox, Runtime } from '../src/runtimes/runtime.js';
 import { newSessionId } from '../src/sessions/session.js';
 import { generateSessionKeys, writeSessionKeys } from '../src/transport/keys.js';

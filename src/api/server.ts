@@ -34,6 +34,11 @@ import { recordingRoutes } from './routes/recording.js';
 import { screenStreamRoutes } from './routes/screen-stream.js';
 import { DEFAULT_TENANT_MAX_STREAMS, StreamSlots } from './stream-slots.js';
 import { viewRoutes } from './routes/views.js';
+import { portRoutes, presentedPortToken } from './routes/ports.js';
+import { browserRoutes } from './routes/browser.js';
+import { portHostRewriter } from '../ports/host-routing.js';
+import type { PortTokens } from '../ports/port-tokens.js';
+import type { PortSettings } from '../ports/settings.js';
 import { processRoutes } from './routes/processes.js';
 import { fsRoutes } from './routes/fs.js';
 import type { LiveViews } from '../views/live-views.js';
@@ -69,6 +74,8 @@ export interface ServerOptions {
   runs?: RunManager;
   /** Live views (noVNC pages, their WebSocket proxy, takeover); absent: no view routes. */
   views?: LiveViews;
+  /** Guest ports on URLs (routes/ports.ts); absent: no port routes. */
+  ports?: { tokens: PortTokens; settings: PortSettings };
 }
 
 /** The limit label of sandbox_api_requests_refused_total for each cap's refusal. */
@@ -96,6 +103,8 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     // (errors.ts): random rather than fastify's per-process counter, which starts again at
     // req-1 on every restart and so would name several requests in one log.
     genReqId: () => randomBytes(8).toString('hex'),
+    // `<port>-<id>.<domain>` is routed as the path-based form of that port (ports/host-routing.ts).
+    ...(opts.ports?.settings.domain ? { rewriteUrl: portHostRewriter(opts.ports.settings.domain) } : {}),
     ajv: {
       // Reject what the schema does not allow instead of silently dropping or converting it.
       customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false },
@@ -121,7 +130,8 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   });
   // On the root instance, before any route: every route is authenticated, then scoped to
   // the tenant, unless auth/request-identity.ts lists it as open.
-  installAuth(app, opts.auth);
+  const portTokens = opts.ports?.tokens;
+  installAuth(app, portTokens ? { ...opts.auth, ports: { presented: presentedPortToken, verify: (token, id, port) => portTokens.verify(token, id, port) } } : opts.auth);
   const gate = new TenantRequestGate(opts.tenantRequestLimits ?? DEFAULT_TENANT_REQUEST_LIMITS, opts.tenantRequestLimitOverrides);
   installTenantRequestLimits(app, gate, (limit) => opts.metrics.requestsRefused.inc({ limit }));
   installTenantScope(app, {
@@ -162,6 +172,8 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
         { name: 'recording', description: 'Video of a session\'s screen, with the agent\'s actions as subtitles' },
         { name: 'mcp', description: 'The MCP server (streamable HTTP): sandboxes as tools of any MCP client' },
         { name: 'runs', description: 'The built-in Claude computer-use loop: run a task, follow it, stop it' },
+        { name: 'ports', description: 'Guest ports on URLs (HTTP, event streams, WebSockets), through the session\'s SSH connection' },
+        { name: 'browser', description: 'The desktop\'s Chromium, driven over CDP (Playwright connectOverCDP)' },
         { name: 'views', description: 'Live views in a browser (noVNC), view-only enforced by the server, and human takeover' },
         { name: 'system', description: 'Health and metrics' },
       ],
@@ -205,6 +217,11 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   if (opts.runs) await app.register(runRoutes, { runs: opts.runs, streams });
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
   await app.register(templateRoutes, { templates: opts.templates });
+  if (opts.ports) await app.register(portRoutes, { sessions: opts.manager, tokens: opts.ports.tokens, settings: opts.ports.settings });
+  if (opts.ports) await app.register(browserRoutes, { sessions: opts.manager, tokens: opts.ports.tokens });
+  // After the port routes: the plugin routes every upgrade through fastify (so they are
+  // authenticated like any request) and takes over only the routes declared after it; the
+  // port routes pass the upgrade's raw bytes to the guest themselves.
   await app.register(websocket, { options: { maxPayload: VIEW_MAX_WS_MESSAGE_BYTES } });
   if (opts.views) await app.register(viewRoutes, { views: opts.views });
   await app.register(processRoutes, { manager: opts.manager, streams });

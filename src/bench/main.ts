@@ -19,6 +19,7 @@
  * Then issue 22's gateway figures (gateway.ts: a node, a gateway and PostgreSQL as processes;
  * BENCH_N screenshots, BENCH_GATEWAY_ACTIONS (200) actions, BENCH_LIVE_VIEW_SECONDS (10) of
  * live view each way) and the placement simulation; `npm run bench -- gateway` runs those alone.
+ * Issue 24's guest-port and CDP figures (guest-ports.ts): `npm run bench -- ports` runs those alone.
  */
 import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { removeTreeOnOneMount } from '../host/remove-tree.js';
@@ -51,6 +52,7 @@ import { measureLoopOverhead, startZeroLatencyModel } from './run-loop.js';
 import { measureProcessStart } from './processes.js';
 import { describePlacementTx, measurePlacementTx, measurePlacementTxIfPossible, type PlacementTxSettings } from './placement-tx.js';
 import { describeGateway, measureGateway, type GatewayBenchSettings } from './gateway.js';
+import { describeGuestPorts, measureGuestPorts, type GuestPortFigures } from './guest-ports.js';
 import { describeSimulation, simulatePlacement, SIMULATION_SEEDS, type SimulationFigures } from './placement-simulation.js';
 
 const N = Number(process.env.BENCH_N || 50);
@@ -161,6 +163,8 @@ async function main(): Promise<void> {
     const loop = await measureLoopOverhead(client, sandbox, N);
     console.error('bench: process start to first output byte (echo)');
     const processStart = await measureProcessStart(sandbox, direct, N);
+    console.error('bench: guest ports: a GET through the port and in the guest, a download through the port and over SFTP, CDP round trips');
+    const ports = await measurePortsWithDesktop(client, sandbox, direct);
     direct.close();
 
     // A large screen scaled to FWXGA (1366x768) on the host: capture plus scaling over the API.
@@ -249,6 +253,7 @@ async function main(): Promise<void> {
         templates,
         placementTx,
         gateway,
+        ports,
         simulation,
         pause,
       });
@@ -265,6 +270,43 @@ async function main(): Promise<void> {
     await orchestrator.close();
     await model.close();
     // Never through a mount: a sandbox view left mounted keeps the state dir (and says so).
+    await removeTreeOnOneMount(stateDir);
+  }
+}
+
+/** Issue 24's figures; the CDP one on a desktop session (null when the desktop template is not built or has no Chromium). */
+async function measurePortsWithDesktop(client: SandboxClient, sandbox: Sandbox, direct: Awaited<ReturnType<typeof openDirect>>): Promise<GuestPortFigures> {
+  const desktop = TEMPLATES.includes('desktop') ? await client.create({ template: 'desktop', width: 1024, height: 768 }).catch(() => undefined) : undefined;
+  try {
+    const figures = await measureGuestPorts({ client, sandbox, direct, n: N, ...(desktop ? { desktop } : {}) });
+    console.error(describeGuestPorts(figures));
+    return figures;
+  } finally {
+    await desktop?.destroy();
+  }
+}
+
+/** `npm run bench -- ports`: issue 24's figures alone, on an orchestrator of their own. */
+async function portsAlone(): Promise<void> {
+  const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-'));
+  const defaults = defaultConfig(process.env);
+  const config = { ...defaults, stateDir, port: 0, subnet: process.env.SBX_SUBNET || '10.244.0.0/16', warmPoolSize: 0, tenantRequestsPerSecond: 10_000, tenantRequestBurst: 10_000 };
+  const orchestrator = await startOrchestrator(config, pino({ level: 'warn' }), { buildImageIfMissing: false });
+  const address = orchestrator.server.server.address();
+  if (!address || typeof address === 'string') throw new Error('server has no TCP address');
+  const client = new SandboxClient({ baseUrl: `http://127.0.0.1:${address.port}` });
+  try {
+    const sandbox = await client.create({ template: 'minimal', width: 1024, height: 768 });
+    const direct = await openDirect(stateDir, orchestrator.names, sandbox.id);
+    try {
+      const figures = await measurePortsWithDesktop(client, sandbox, direct);
+      console.log(JSON.stringify(figures, null, 2));
+    } finally {
+      direct.close();
+      await sandbox.destroy();
+    }
+  } finally {
+    await orchestrator.close();
     await removeTreeOnOneMount(stateDir);
   }
 }
@@ -300,7 +342,7 @@ async function pauseAlone(): Promise<void> {
   }
 }
 
-const PARTS: Record<string, () => Promise<void>> = { 'placement-tx': placementTxAlone, gateway: gatewayAlone, pause: pauseAlone };
+const PARTS: Record<string, () => Promise<void>> = { 'placement-tx': placementTxAlone, gateway: gatewayAlone, pause: pauseAlone, ports: portsAlone };
 (PARTS[process.argv[2] ?? ''] ?? main)().catch((err: unknown) => {
   console.error(`bench: ${err instanceof Error ? err.stack : String(err)}`);
   process.exit(1);

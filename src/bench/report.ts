@@ -13,6 +13,7 @@ import type { PauseFigures } from './pause.js';
 import type { TemplateFigures } from './templates.js';
 import { describePlacementTx, type PlacementTxFigures } from './placement-tx.js';
 import { describeGateway, type GatewayFigures } from './gateway.js';
+import { describeGuestPorts, type GuestPortFigures } from './guest-ports.js';
 import { describeSimulation, type SimulationFigures } from './placement-simulation.js';
 
 export interface Measured {
@@ -37,6 +38,8 @@ export interface Measured {
   templates: TemplateFigures[];
   placementTx: PlacementTxFigures | null;
   gateway: GatewayFigures | null;
+  /** Issue 24 (null: not measured). */
+  ports: GuestPortFigures | null;
   /** One run per seed. */
   simulation: SimulationFigures[];
   pause: PauseFigures | null;
@@ -87,6 +90,9 @@ export function buildResults(m: Measured) {
     gateway_live_view_frames_ratio: m.gateway?.liveView.ratio ?? null,
     pause_memory_p50_ms: m.pause?.pause.p50 ?? null,
     resume_memory_p50_ms: m.pause?.resume.p50 ?? null,
+    guest_port_http_added_ms: m.ports?.http.addedP50Ms ?? null,
+    guest_port_download_ratio_vs_sftp: m.ports?.download.ratio ?? null,
+    cdp_evaluate_p50_ms: m.ports?.cdpEvaluateP50Ms ?? null,
     placement_simulation_fullest_vs_ideal: m.simulation.length > 0 ? Math.max(...m.simulation.map((s) => s.dominant)) : null,
     templates: Object.fromEntries(
       m.templates.map((t) => [t.template, { cold_create_p50_ms: t.cold.p50, warm_create_p50_ms: t.warm?.p50 ?? null, idle_session_mib: t.idleMiB }]),
@@ -103,6 +109,7 @@ export function buildResults(m: Measured) {
     process_start_detail: m.processStart,
     placement_tx_detail: m.placementTx,
     gateway_detail: m.gateway,
+    ports_detail: m.ports,
     placement_simulation_detail: m.simulation,
     templates_detail: m.templates,
     warm_create_p95_ms: m.warm?.p95 ?? null,
@@ -198,6 +205,7 @@ export function printReport(r: Results): void {
   console.log(describeProcessStart(r.process_start_detail));
   if (r.placement_tx_detail) console.log(describePlacementTx(r.placement_tx_detail));
   if (r.gateway_detail) console.log(describeGateway(r.gateway_detail));
+  if (r.ports_detail) console.log(describeGuestPorts(r.ports_detail));
   for (const run of r.placement_simulation_detail) console.log(describeSimulation(run));
   console.log(
     `ramp: ${r.ramp.steps.map((s) => `${s.sessions}: ${s.errors} errors, p95 ${s.p95Ms.toFixed(0)} ms ${s.passed ? 'ok' : 'FAIL'}`).join('; ')}; ` +

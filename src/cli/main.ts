@@ -15,6 +15,7 @@ import { templateCommand } from './templates.js';
 import { trajectoryCommand } from './trajectory.js';
 import { recordingCommand } from './recording.js';
 import { runCommand } from './run.js';
+import { portCommands } from './ports.js';
 import { execCommand } from './exec.js';
 
 /** The file extension of an image by its first bytes (the session's default format may be any). */
@@ -69,6 +70,7 @@ program.addCommand(templateCommand(defaults.imagesDir));
 program.addCommand(trajectoryCommand(client));
 program.addCommand(recordingCommand(client));
 program.addCommand(runCommand(client));
+for (const command of portCommands(client)) program.addCommand(command);
 program.addCommand(execCommand(client));
 
 interface CreateFlags {

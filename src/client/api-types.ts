@@ -251,6 +251,12 @@ export type ErrorCode =
   | 'expired_link_token'
   /** a revoked link token */
   | 'revoked_link_token'
+  /** a port token that is made up, or of another session or port */
+  | 'invalid_port_token'
+  /** a port token past its ttlSeconds */
+  | 'expired_port_token'
+  /** a revoked port token */
+  | 'revoked_port_token'
   /** a request to a cluster's node that did not come from one of its gateways */
   | 'cluster_credential_required'
   /** keyless mode: a Host header that is not a loopback name */
@@ -307,6 +313,8 @@ export type ErrorCode =
   | 'session_id_taken'
   /** the session is driven by another run */
   | 'run_in_progress'
+  /** POST .../browser on a template without Chromium */
+  | 'browser_unavailable'
   /** a live-view token past its ttlSeconds */
   | 'view_expired'
   /** a revoked live-view token */
@@ -345,6 +353,8 @@ export type ErrorCode =
   | 'session_process_limit'
   /** the process has as many output readers as it may */
   | 'process_reader_limit'
+  /** the session has as many requests and WebSockets open through its ports as it may */
+  | 'port_channel_limit'
   /** the tenant runs as many runs as it may */
   | 'tenant_run_limit'
   /** a run asking for more than is left of the tenant's day */
@@ -361,6 +371,12 @@ export type ErrorCode =
   | 'guest_error'
   /** the guest's SFTP server failed */
   | 'file_transfer_failed'
+  /** a request to a guest port nothing listens on */
+  | 'port_not_listening'
+  /** the guest's server on a port closed without an HTTP answer, or sent too large a head */
+  | 'guest_port_error'
+  /** Chromium did not answer on its DevTools port as it should */
+  | 'browser_start_failed'
   /** through a gateway: the node broke off after the request was sent */
   | 'node_failed'
   /** the sandbox could not be made or reached; nothing was left behind */

@@ -4,20 +4,12 @@ import { VendorToolMethods } from './vendor-tools.js';
 import { errorFor, SandboxError } from './errors.js';
 import { openLiveView, type LiveView, type LiveViewOptions } from './live-view.js';
 import { downloadFile, downloadFileStream, uploadFile, type FileRequestOptions, type UploadData, type UploadedFile, type UploadFileOptions } from './files.js';
-import {
-  downloadRecording,
-  recordingStatus,
-  recordingSubtitles,
-  screenStream,
-  startRecording,
-  stopRecording,
-  type RecordingStatus,
-  type ScreenFrame,
-  type ScreenStreamOptions,
-} from './recording.js';
+import { downloadRecording, recordingStatus, recordingSubtitles, screenStream, startRecording, stopRecording } from './recording.js';
+import type { RecordingStatus, ScreenFrame, ScreenStreamOptions } from './recording.js';
 import { formatQuery, queryString, type ScreenshotFormatOptions } from './screenshot-format.js';
 import type { ActionResult, BashToolInput, ComputerToolInput, CreateOptions, EditorToolInput, KeepaliveOptions, PauseMode, SessionInfo, TemplateInfo, TimeoutUpdate, ToolResult } from './types.js';
 import { Runs } from './runs.js';
+import { closeBrowser, SandboxPorts, startBrowser, type BrowserCdp } from './ports.js';
 import { createTrajectoryLink, fetchTrajectory, type Trajectory } from './trajectory.js';
 
 export * from './errors.js';
@@ -31,6 +23,7 @@ export * from './vendor-types.js';
 export { Runs, type RunEvent, type RunInfo, type RunOptions } from './runs.js';
 export { createTrajectoryLink, fetchTrajectory, type Trajectory, type TrajectoryLink, type TrajectoryStep } from './trajectory.js';
 export type { LiveView, LiveViewOptions } from './live-view.js';
+export { SandboxPorts, type BrowserCdp, type PortUrl, type PortUrlOptions } from './ports.js';
 export { ProcessHandle, Processes, type ProcessEvent, type ProcessExitInfo, type ProcessInfo, type ProcessRead, type ProcessSignal, type StartProcessOptions } from './processes.js';
 export { SandboxFs, type FsChange, type FsEntry } from './fs.js';
 
@@ -374,6 +367,24 @@ export class Sandbox extends VendorToolMethods {
 
   /** A live view in a browser: `view` only watches (input dropped by the server), `control` types and clicks. */
   liveView = (options: LiveViewOptions = {}): Promise<LiveView> => openLiveView(this.client, this.id, options);
+
+  /** The guest's ports on URLs: `await sandbox.ports.url(3000)`. */
+  get ports(): SandboxPorts {
+    return new SandboxPorts(this.client, this.id);
+  }
+
+  /**
+   * The desktop's Chromium (started unless it runs) and its CDP URL, for Playwright:
+   * `chromium.connectOverCDP((await sandbox.browser()).cdpUrl)`.
+   */
+  browser(options: { ttlSeconds?: number } = {}): Promise<BrowserCdp> {
+    return startBrowser(this.client, this.id, options);
+  }
+
+  /** Closes the desktop's Chromium (nothing if it does not run). */
+  closeBrowser(): Promise<void> {
+    return closeBrowser(this.client, this.id);
+  }
 
   async refresh(): Promise<SessionInfo> {
     this.info = await this.client.get(this.id);

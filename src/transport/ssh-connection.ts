@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
 import net from 'node:net';
+import type { Duplex } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import ssh2, { type ClientChannel, type PseudoTtyOptions, type SFTPWrapper } from 'ssh2';
 import { GuestProtocolError } from '../errors.js';
@@ -335,6 +336,19 @@ export class GuestConnection extends EventEmitter {
     const client = await this.waitConnected(timeoutMs);
     return new Promise<ClientChannel>((resolve, reject) => {
       client.forwardOut('127.0.0.1', 0, '127.0.0.1', port, (err, channel) => (err ? reject(err) : resolve(guardChannel(channel))));
+    });
+  }
+
+  /**
+   * A direct-tcpip channel to `host`:`port` as the guest sees it (its loopback or any of its
+   * addresses): the guest ports' door (api/routes/ports.ts). sshd in the guest makes the TCP
+   * connection, so nothing new listens on the guest's network; a port nothing listens on is
+   * a refused channel (rejects). The caller owns the stream; it dies with the connection.
+   */
+  async forward(host: string, port: number): Promise<Duplex> {
+    const client = await this.waitConnected(DEFAULT_EXEC_TIMEOUT_MS);
+    return new Promise<Duplex>((resolve, reject) => {
+      client.forwardOut('127.0.0.1', 0, host, port, (err, channel) => (err ? reject(err) : resolve(guardChannel(channel))));
     });
   }
 

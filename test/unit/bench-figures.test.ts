@@ -33,6 +33,9 @@ const FIGURES: GoalFigures = {
   gateway_action_added_ms: 0.4,
   gateway_live_view_frames_ratio: 0.97,
   placement_simulation_fullest_vs_ideal: 1.133,
+  guest_port_http_added_ms: 1.5,
+  guest_port_download_ratio_vs_sftp: 0.7,
+  cdp_evaluate_p50_ms: null,
   templates: { desktop: { cold_create_p50_ms: 1800, warm_create_p50_ms: 160, idle_session_mib: 240 } },
   pause_memory_p50_ms: 12,
   resume_memory_p50_ms: null,
@@ -50,6 +53,9 @@ describe('bench figures', () => {
     assert.equal(met('CPU per screenshot webp / scrot, changing'), null, 'a reference row is never "missed"');
     assert.equal(rows.get('CPU per screenshot webp / scrot, changing')?.goal, 0.5);
     assert.equal(met('middle_click API p50'), false, '16 ms is over 15');
+    assert.equal(met('guest port GET p50 - same GET in guest'), true, 'issue 24: 1.5 ms added, goal 2');
+    assert.equal(met('download via guest port / SFTP'), false, 'higher is better: 0.7 < 0.8');
+    assert.equal(met("CDP page.evaluate('1') p50"), null, 'not measured: no Chromium');
     assert.equal(met('triple_click API p50'), true);
     assert.equal(met('create-to-ready p50, cold, desktop'), true, 'issue 14: per template, under 2 s');
     assert.equal(met('create-to-ready p50, warm pool, desktop'), false, '160 ms is over 150');

@@ -44,6 +44,8 @@ const LAYER_OF_TOP: Record<string, number | undefined> = {
   mcp: 5,
   // Live views sit on the sessions (their connection, takeover) and under the routes.
   views: 4.5,
+  // Guest ports on URLs and the desktop's browser over CDP (issue 24): on the sessions' connections, under the routes.
+  ports: 4.5,
   sessions: 4,
   // The built-in agent loop: drives sessions through their tools; the API serves it.
   runs: 4,

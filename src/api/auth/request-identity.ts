@@ -21,7 +21,16 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** The route also opens with a link token of this purpose in ?token= (pages a browser opens). */
     linkPurpose?: LinkPurpose;
+    /** A guest port's route: it also opens with a port token of its session and port (routes/ports.ts). */
+    portAccess?: boolean;
   }
+}
+
+/** What the auth hook needs of port tokens: where a request presents one, and whether it opens the request's port. */
+export interface PortTokenCheck {
+  presented(request: FastifyRequest): string | undefined;
+  /** The tenant and token id the token gives, or throws a 401. */
+  verify(token: string, sessionId: string, port: number): { tenant: string; id: string };
 }
 
 export interface AuthOptions {
@@ -30,6 +39,8 @@ export interface AuthOptions {
   requirement: KeyRequirement;
   /** Link tokens, for the routes that open with one (config.linkPurpose). */
   links?: LinkTokens;
+  /** Port tokens, for the guest ports' routes (config.portAccess), and where a request carries one. */
+  ports?: PortTokenCheck;
   /** A cluster's node: its gateways authenticate clients, the node checks the gateway (cluster-identity.ts). */
   cluster?: ClusterAuth;
 }
@@ -94,6 +105,7 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
       openWithLink(request, reply, !opts.requirement.keysRequired(), opts.links);
       return;
     }
+    if (!hasKey && opts.ports && openWithPortToken(request, reply, opts.ports)) return;
     const identity = identify(request, opts);
     request.tenant = identity.tenant;
     request.apiKeyId = identity.keyId ?? null;
@@ -126,6 +138,7 @@ function identifyGatewayRequest(request: FastifyRequest, reply: FastifyReply, op
     openWithLink(request, reply, false, opts.links);
     return;
   }
+  if (opts.ports && openWithPortToken(request, reply, opts.ports)) return;
   if (route !== undefined && (KEY_OPTIONAL_ROUTES.has(route) || LOCAL_ROUTES.has(route))) return;
   throw missingKeyError();
 }
@@ -150,6 +163,25 @@ function openWithLink(request: FastifyRequest, reply: FastifyReply, keyless: boo
   const link = links.verify(linkTokenOf(request) as string, typeof sessionId === 'string' ? sessionId : '', purpose);
   request.tenant = link.tenant;
   bindRequestLog(request, reply, { tenant: link.tenant, linkId: link.id });
+}
+
+/**
+ * A guest port's request with a port token (in ?sbx_token= or its cookie): the token names the
+ * tenant and opens only its own session's port. Its own kind: a link or view token is no port
+ * token, and a port token opens no other route. No browser guard: like a live view's token,
+ * the token is the credential, and a port's host-based name is never a loopback name.
+ * False when the request carries no token (the API key, or keyless, then decides).
+ */
+function openWithPortToken(request: FastifyRequest, reply: FastifyReply, ports: PortTokenCheck): boolean {
+  if (request.routeOptions.config.portAccess !== true) return false;
+  const token = ports.presented(request);
+  if (token === undefined) return false;
+  const params = request.params as { id?: unknown; port?: unknown };
+  const port = typeof params.port === 'string' && /^[0-9]{1,5}$/.test(params.port) ? Number(params.port) : 0;
+  const grant = ports.verify(token, typeof params.id === 'string' ? params.id : '', port);
+  request.tenant = grant.tenant;
+  bindRequestLog(request, reply, { tenant: grant.tenant, portTokenId: grant.id });
+  return true;
 }
 
 /** A key, when one is given, is always checked, even where none is required. */

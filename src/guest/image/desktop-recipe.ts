@@ -18,6 +18,9 @@ const DESKTOP_PACKAGES: readonly string[] = [
   'librsvg2-common', // SVG icons (launchers, GTK)
   // The applications.
   'firefox-esr',
+  // Debian's Chromium, for scripts that drive the desktop's browser over CDP
+  // (POST /v1/sessions/:id/browser starts it with remote debugging on the guest's loopback).
+  'chromium',
   'lxterminal',
   'pcmanfm',
   'mousepad', // saves UTF-8 as typed

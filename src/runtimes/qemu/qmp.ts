@@ -95,5 +95,6 @@ export async function qmp(socketPath: string, commands: readonly QmpCommand[], t
 /** The VM's run state as QMP's query-status says it (`running`, `paused`, `postmigrate`, ...). */
 export async function qmpStatus(socketPath: string): Promise<string> {
   const [status] = await qmp(socketPath, [{ execute: 'query-status' }]);
-  return String((status as { status?: unknown } | undefined)?.status ?? 'unknown');
+  const state = (status as { status?: unknown } | undefined)?.status;
+  return typeof state === 'string' ? state : 'unknown';
 }

@@ -1,0 +1,119 @@
+import type { GuestConnection } from '../../src/transport/ssh-connection.js';
+
+/**
+ * A small web server for the guest, in python3's standard library (every template has
+ * python3): what the guest-port tests reach through the orchestrator. Every request it gets
+ * is appended to /tmp/seen.log (to prove a refused request never reached it).
+ *   GET  /headers    the request's headers as JSON      POST /echo   the body back, streamed
+ *   GET  /sse        three events 300 ms apart           GET  /endless  bytes until the client goes
+ *   GET  /sleep      answers after 2 s                   GET  /bytes?n=N  N bytes
+ *   GET  /ws         a WebSocket echo (text and binary)  GET  /wsflood  a WebSocket that only sends
+ * anything else: a static file under the current directory.
+ */
+export const GUEST_WEB_SERVER = String.raw`
+import base64, hashlib, json, os, socketserver, struct, sys, time
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+class H(SimpleHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+    def log_message(self, *a):
+        pass
+    def seen(self):
+        with open('/tmp/seen.log', 'a') as f:
+            f.write(self.command + ' ' + self.path + '\n')
+    def head(self, code, ctype, length=None, extra=()):
+        self.send_response(code)
+        self.send_header('content-type', ctype)
+        if length is not None:
+            self.send_header('content-length', str(length))
+        for k, v in extra:
+            self.send_header(k, v)
+        self.end_headers()
+    def do_GET(self):
+        self.seen()
+        p = self.path.split('?')[0]
+        if p == '/headers':
+            body = json.dumps({k.lower(): v for k, v in self.headers.items()} | {':path': self.path}).encode()
+            self.head(200, 'application/json', len(body)); self.wfile.write(body); return
+        if p == '/sse':
+            self.head(200, 'text/event-stream', None, [('cache-control', 'no-cache'), ('connection', 'close')])
+            for i in range(3):
+                self.wfile.write(('data: event %d\n\n' % i).encode()); self.wfile.flush(); time.sleep(0.3)
+            self.close_connection = True; return
+        if p == '/endless':
+            self.head(200, 'application/octet-stream', None, [('connection', 'close')])
+            chunk = b'x' * 65536
+            try:
+                while True: self.wfile.write(chunk)
+            except Exception: pass
+            self.close_connection = True; return
+        if p == '/sleep':
+            time.sleep(2); self.head(200, "text/plain", 5); self.wfile.write(b'slept'); return
+        if p == '/bytes':
+            n = int(self.path.split('n=')[1]); self.head(200, 'application/octet-stream', n)
+            chunk = b'y' * 65536
+            while n > 0:
+                self.wfile.write(chunk[:min(n, 65536)]); n -= 65536
+            return
+        if p in ('/ws', '/wsflood'):
+            return self.websocket(p == '/wsflood')
+        return super().do_GET()
+    def do_POST(self):
+        self.seen()
+        n = int(self.headers.get('content-length', '0'))
+        self.head(200, 'application/octet-stream', n)
+        while n > 0:
+            b = self.rfile.read(min(n, 65536))
+            if not b: break
+            self.wfile.write(b); n -= len(b)
+    do_PUT = do_POST
+    def do_DELETE(self):
+        self.seen(); self.head(200, 'text/plain', 7); self.wfile.write(b'deleted')
+    def websocket(self, flood):
+        key = self.headers.get('sec-websocket-key', '')
+        accept = base64.b64encode(hashlib.sha1((key + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11').encode()).digest()).decode()
+        self.send_response(101); self.send_header('upgrade', 'websocket'); self.send_header('connection', 'Upgrade')
+        self.send_header('sec-websocket-accept', accept); self.end_headers(); self.wfile.flush()
+        self.close_connection = True
+        def send(op, data):
+            n = len(data)
+            hdr = bytes([0x80 | op]) + (bytes([n]) if n < 126 else (bytes([126]) + struct.pack('>H', n) if n < 65536 else bytes([127]) + struct.pack('>Q', n)))
+            self.wfile.write(hdr + data); self.wfile.flush()
+        if flood:
+            data = b'z' * 60000
+            try:
+                while True: send(2, data)
+            except Exception: return
+        while True:
+            h = self.rfile.read(2)
+            if len(h) < 2: return
+            op, n = h[0] & 15, h[1] & 127
+            if n == 126: n = struct.unpack('>H', self.rfile.read(2))[0]
+            elif n == 127: n = struct.unpack('>Q', self.rfile.read(8))[0]
+            mask = self.rfile.read(4) if h[1] & 128 else b'\0\0\0\0'
+            data = bytes(b ^ mask[i % 4] for i, b in enumerate(self.rfile.read(n)))
+            if op == 8: send(8, data[:2]); return
+            if op == 9: send(10, data); continue
+            send(op, data)
+
+ThreadingHTTPServer.daemon_threads = True
+ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()
+`;
+
+/** Starts the server on `port` in `dir` (made, with the given files) and waits until it answers. */
+export async function startGuestWebServer(conn: GuestConnection, port: number, dir = '/tmp/www', files: Record<string, string> = {}): Promise<void> {
+  const writes = Object.entries(files)
+    .map(([name, text]) => `printf '%s' '${Buffer.from(text).toString('base64')}' | base64 -d > ${dir}/${name}`)
+    .join(' && ');
+  await conn.exec(`mkdir -p ${dir} && cat > /tmp/guest-web.py${writes ? ` && ${writes}` : ''}`, { stdin: GUEST_WEB_SERVER });
+  const server = await conn.spawn(`cd ${dir} && exec python3 /tmp/guest-web.py ${port}`);
+  server.on('data', () => undefined);
+  server.stderr.on('data', () => undefined);
+  const deadline = Date.now() + 10_000;
+  while (Date.now() < deadline) {
+    const probe = await conn.exec(`python3 -c "import socket; socket.create_connection(('127.0.0.1', ${port}), 1)" && echo up`).catch(() => undefined);
+    if (probe?.stdout.toString().includes('up')) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`the guest web server did not listen on ${port}`);
+}
