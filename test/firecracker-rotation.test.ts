@@ -15,7 +15,7 @@ import { writeTemplateRootKey } from '../src/runtimes/firecracker/snapshot/templ
 import { QemuRuntime } from '../src/runtimes/qemu/qemu-runtime.js';
 import { newSessionId } from '../src/sessions/session.js';
 import { generateSessionKeys, publicKeyBlob, writeSessionKeys, type SessionKeys } from '../src/transport/keys.js';
-import { GuestConnection, HostKeyMismatchError, SshAuthenticationError } from '../src/transport/ssh-connection.js';
+import { guestTransport, type GuestTransport, HostKeyMismatchError, SshAuthenticationError } from '../src/transport/index.js';
 import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { run } from '../src/util/exec.js';
 import { removeEmptyPrefixCgroups, TEST_PREFIX, TEST_SUBNET } from './helpers/orchestrator.js';
@@ -40,8 +40,8 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
   let network: SandboxNetwork;
 
   /** A login as this user with these keys at this address: what sshd answers. */
-  async function login(host: string, username: string, privateKey: string, hostPublicKey: string, timeoutMs = 5_000): Promise<GuestConnection> {
-    const connection = new GuestConnection({ endpoint: { host, port: 22 }, username, privateKey, pinnedHostKey: publicKeyBlob(hostPublicKey) });
+  async function login(host: string, username: string, privateKey: string, hostPublicKey: string, timeoutMs = 5_000): Promise<GuestTransport> {
+    const connection = guestTransport({ endpoint: { host, port: 22 }, username, privateKey, pinnedHostKey: publicKeyBlob(hostPublicKey) });
     try {
       await connection.open(timeoutMs);
       return connection;

@@ -20,7 +20,7 @@ import { qemuSettingsFromEnv } from '../src/runtimes/qemu/settings.js';
 import type { RunningSandbox } from '../src/runtimes/runtime.js';
 import { newSessionId } from '../src/sessions/session.js';
 import { generateSessionKeys, writeSessionKeys } from '../src/transport/keys.js';
-import type { GuestConnection } from '../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../src/transport/index.js';
 import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { run } from '../src/util/exec.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
@@ -312,7 +312,7 @@ function endToEnd(title: string, skip: string | false, runtimeFor: () => Promise
     let orch: TestOrchestrator;
     let runtime: FirecrackerRuntime;
     let id: string;
-    let guest: GuestConnection;
+    let guest: GuestTransport;
     before(async () => {
       runtime = await runtimeFor();
       orch = await startTestOrchestrator({}, false, { runtime, reason: title });

@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import type { GuestImage } from '../guest/image/builder.js';
 import type { ConsoleLogLimits } from './console-log.js';
 import type { NetworkAttachment, SandboxNetwork, TapOwner } from '../network/netns.js';
-import type { GuestEndpoint } from '../transport/ssh-connection.js';
+import type { GuestEndpoint } from '../transport/index.js';
 import type { CleanupStack } from '../util/cleanup-stack.js';
 
 export type RuntimeName = 'container' | 'qemu' | 'firecracker';

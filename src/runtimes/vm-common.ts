@@ -6,7 +6,7 @@
  */
 import { statSync } from 'node:fs';
 import type { GuestImage } from '../guest/image/builder.js';
-import type { GuestEndpoint } from '../transport/ssh-connection.js';
+import type { GuestEndpoint } from '../transport/index.js';
 import { adoptedProcess } from './adopt-process.js';
 import { consoleLogTail, keepConsoleLog, type ConsoleLogLimits } from './console-log.js';
 import type { ConsolePipe } from './console-pipe.js';

@@ -14,7 +14,7 @@ import type { NetworkPolicy } from '../network/policy/network-policy.js';
 import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, logsDirOf, type ConsoleLogLimits } from '../runtimes/console-log.js';
 import type { RecordResource, ResourceKind, RunningSandbox, Runtime } from '../runtimes/runtime.js';
 import { generateSessionKeys, publicKeyBlob, writeSessionKeys, type SessionKeys } from '../transport/keys.js';
-import { GuestConnection } from '../transport/ssh-connection.js';
+import { guestTransport, type GuestTransport } from '../transport/index.js';
 import { OrchestratorError } from '../errors.js';
 import { CleanupStack } from '../util/cleanup-stack.js';
 import type { Session } from './session.js';
@@ -88,7 +88,7 @@ export async function bootPooledSandbox(session: Session, lease: AddressLease, c
   const { sandbox, keys, deadline, logsDir } = await startSandbox(session, lease, ctx);
   const probe = new CleanupStack();
   try {
-    const connection = new GuestConnection({
+    const connection = guestTransport({
       endpoint: sandbox.endpoint,
       username: GUEST_USER,
       privateKey: keys.clientPrivateKey,
@@ -206,7 +206,7 @@ export async function attachDesktop(
   ctx: Pick<BootContext, 'display' | 'settle' | 'sshReconnectGiveUpMs'>,
 ): Promise<void> {
   const { width, height } = session.record;
-  const connection = new GuestConnection({
+  const connection = guestTransport({
     endpoint: sandbox.endpoint,
     username: GUEST_USER,
     privateKey: clientPrivateKey,

@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { type GuestProtocolError, InvalidRequestError, OrchestratorError, UnavailableError } from '../errors.js';
 import type { Metrics } from '../metrics/metrics.js';
-import type { ConnectionLostError } from '../transport/ssh-connection.js';
+import type { ConnectionLostError } from '../transport/index.js';
 import type { GuestImage } from '../guest/image/image-store.js';
 import type { AddressLease } from '../network/address-pool.js';
 import type { RuntimeName } from '../runtimes/runtime.js';

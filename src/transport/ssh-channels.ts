@@ -1,14 +1,8 @@
 import type { ClientChannel } from 'ssh2';
 import { GuestProtocolError } from '../errors.js';
+import type { ExecResult } from './guest-transport.js';
 import { SshTimeoutError } from './ssh-errors.js';
 
-/** What a command run with exec() gave back. */
-export interface ExecResult {
-  stdout: Buffer;
-  stderr: Buffer;
-  exitCode: number | null;
-  signal: string | undefined;
-}
 
 /**
  * Every channel handed out carries an error listener from the start, on itself and on its

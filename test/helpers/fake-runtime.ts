@@ -17,8 +17,8 @@ import type { SandboxGone, SandboxWatch } from '../../src/sessions/sandbox-watch
 import { Session } from '../../src/sessions/session.js';
 import type { SessionRecord } from '../../src/sessions/session-record.js';
 import type { SessionStore } from '../../src/sessions/store.js';
-import { GuestConnection } from '../../src/transport/ssh-connection.js';
 import type { CleanupStack } from '../../src/util/cleanup-stack.js';
+import { FakeTransport } from './fake-transport.js';
 
 export const FAKE_IMAGE: GuestImage = {
   hash: 'fake',
@@ -31,7 +31,7 @@ export const FAKE_IMAGE: GuestImage = {
 
 /** One sandbox of the fake runtime. */
 export class FakeSandbox implements RunningSandbox {
-  readonly endpoint = { host: '127.0.0.1', port: 1 };
+  readonly endpoint = { transport: 'unix' as const, path: '/nonexistent/fake-guest.sock' };
   readonly consoleLogPath = '/nonexistent/console.log';
   readonly pid = process.pid;
   readonly exited: Promise<ExitInfo>;
@@ -245,7 +245,7 @@ export class FakeHost implements SandboxHost {
 /** A connection and desktop that are never opened: the state machine only needs them present. */
 function attachFakeDesktop(session: Session): void {
   const { width, height, modelWidth, modelHeight } = session.record;
-  const connection = new GuestConnection({ endpoint: { host: '127.0.0.1', port: 1 }, username: 'fake', privateKey: '', pinnedHostKey: Buffer.alloc(0) });
+  const connection = new FakeTransport();
   session.connection = connection;
   session.computer = new ComputerTool(new Desktop(connection, 99, { width, height }), new Scaler({ width, height }, { width: modelWidth, height: modelHeight }), { maxMs: 0, intervalMs: 0 });
 }

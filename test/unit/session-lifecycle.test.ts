@@ -374,7 +374,7 @@ describe('unit: adoption at start-up', () => {
       [['aliveaaaaa', 'ready']],
       'the live one is a session again',
     );
-    assert.equal(r.manager.connection('aliveaaaaa').endpointLabel, '127.0.0.1:1', 'ready to act on');
+    assert.equal(r.manager.connection('aliveaaaaa').endpointLabel, 'unix:/nonexistent/fake-guest.sock', 'ready to act on');
     assert.deepEqual(r.manager.capacity.usage().perTenant, { alpha: 1 }, 'it holds its place');
     assert.deepEqual(r.runtime.reclaimed, ['goneaaaaaa'], 'the other is reclaimed');
     assert.equal(r.manager.get('goneaaaaaa').state, 'destroyed');

@@ -9,7 +9,7 @@ import { GUEST_SSH_PORT } from '../../guest/contract.js';
 import type { ResourceNames } from '../../network/names.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
-import type { GuestEndpoint } from '../../transport/ssh-connection.js';
+import type { GuestEndpoint } from '../../transport/index.js';
 import { adoptedProcess } from '../adopt-process.js';
 import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, type ConsoleLogLimits } from '../console-log.js';
 import { openConsole, withWriter, type ConsolePipe } from '../console-pipe.js';

@@ -6,7 +6,7 @@ import type { GuestImage } from '../../guest/image/builder.js';
 import type { ResourceNames } from '../../network/names.js';
 import { deleteTapBridge, type TapOwner } from '../../network/netns.js';
 import { readSessionKeys } from '../../transport/keys.js';
-import type { GuestEndpoint } from '../../transport/ssh-connection.js';
+import type { GuestEndpoint } from '../../transport/index.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
 import { DEFAULT_CONSOLE_LOG_LIMITS, type ConsoleLogLimits } from '../console-log.js';

@@ -12,7 +12,7 @@ import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
 import { DEFAULT_CONSOLE_LOG_LIMITS, type ConsoleLogLimits } from '../console-log.js';
 import { openConsole } from '../console-pipe.js';
-import type { GuestEndpoint } from '../../transport/ssh-connection.js';
+import type { GuestEndpoint } from '../../transport/index.js';
 import {
   RuntimeUnavailableError,
   type Accelerator,

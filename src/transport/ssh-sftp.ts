@@ -1,17 +1,19 @@
-import type { OpenMode, SFTPWrapper, Stats } from 'ssh2';
+import type { Readable, Writable } from 'node:stream';
+import type { SFTPWrapper } from 'ssh2';
+import type { GuestFileStats, GuestSftp } from './guest-transport.js';
 
 /**
- * The few SFTP requests the file transfers need, as promises. ssh2 only offers callbacks,
- * and util.promisify cannot pick the right overload of its methods.
+ * The guest's SFTP session as promises (GuestSftp). ssh2 only offers callbacks, and
+ * util.promisify cannot pick the right overload of its methods.
  */
-export class SftpCalls {
-  constructor(readonly sftp: SFTPWrapper) {}
+export class SshSftp implements GuestSftp {
+  constructor(private readonly sftp: SFTPWrapper) {}
 
-  stat(path: string): Promise<Stats> {
+  stat(path: string): Promise<GuestFileStats> {
     return new Promise((resolve, reject) => this.sftp.stat(path, (err, stats) => (err ? reject(err) : resolve(stats))));
   }
 
-  lstat(path: string): Promise<Stats> {
+  lstat(path: string): Promise<GuestFileStats> {
     return new Promise((resolve, reject) => this.sftp.lstat(path, (err, stats) => (err ? reject(err) : resolve(stats))));
   }
 
@@ -19,8 +21,7 @@ export class SftpCalls {
     return new Promise((resolve, reject) => this.sftp.realpath(path, (err, real) => (err ? reject(err) : resolve(real))));
   }
 
-  /** `mode` is the permissions of a file this creates (the server's umask still applies). */
-  open(path: string, flags: OpenMode, mode = 0o644): Promise<Buffer> {
+  open(path: string, flags: 'r' | 'w' | 'wx', mode = 0o644): Promise<Buffer> {
     return new Promise((resolve, reject) =>
       this.sftp.open(path, flags, { mode }, (err, handle) => (err ? reject(err) : resolve(handle))),
     );
@@ -52,5 +53,17 @@ export class SftpCalls {
         this.sftp.rename(from, to, done);
       }
     });
+  }
+
+  writeFile(path: string, data: Buffer, opts: { flag: 'w' | 'wx' }): Promise<void> {
+    return new Promise((resolve, reject) => this.sftp.writeFile(path, data, opts, (err) => (err ? reject(err) : resolve())));
+  }
+
+  createReadStream(path: string, opts: { handle?: Buffer; start?: number; end?: number; highWaterMark?: number }): Readable {
+    return this.sftp.createReadStream(path, opts);
+  }
+
+  createWriteStream(path: string, opts: { handle?: Buffer; autoClose?: boolean; highWaterMark?: number }): Writable {
+    return this.sftp.createWriteStream(path, opts);
   }
 }
