@@ -8,7 +8,7 @@ import { GUEST_USER, renderSettings, CONFIG_FILES } from '../src/guest/contract.
 import { findImage } from '../src/guest/image/builder.js';
 import { AddressPool, type AddressLease } from '../src/network/address-pool.js';
 import { ResourceNames } from '../src/network/names.js';
-import { createSandboxNetwork, type SandboxNetwork } from '../src/network/netns.js';
+import { createSandboxNetwork, type AttachedNetwork } from '../src/network/netns.js';
 import { KeyRotationError, type RotationPhase } from '../src/runtimes/firecracker/keys/key-rotation.js';
 import { rotateClone, templateAddress } from '../src/runtimes/firecracker/snapshot/clone-rotation.js';
 import { writeTemplateRootKey } from '../src/runtimes/firecracker/snapshot/template-config.js';
@@ -37,7 +37,7 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
   let template: SessionKeys;
   let session: SessionKeys;
   let lease: AddressLease;
-  let network: SandboxNetwork;
+  let network: AttachedNetwork;
 
   /** A login as this user with these keys at this address: what sshd answers. */
   async function login(host: string, username: string, privateKey: string, hostPublicKey: string, timeoutMs = 5_000): Promise<GuestTransport> {

@@ -7,7 +7,7 @@ import { after, before, describe, it } from 'node:test';
 import { findImage, type GuestImage } from '../src/guest/image/builder.js';
 import { AddressPool } from '../src/network/address-pool.js';
 import { ResourceNames } from '../src/network/names.js';
-import { createSandboxNetwork, type SandboxNetwork } from '../src/network/netns.js';
+import { createSandboxNetwork, type AttachedNetwork } from '../src/network/netns.js';
 import { macFromIPv4 } from '../src/runtimes/firecracker/boot/guest-identity.js';
 import { FirecrackerRuntime } from '../src/runtimes/firecracker/firecracker-runtime.js';
 import { findOnPath, hostCgroupVersion, kvmUnavailable, type FirecrackerHost } from '../src/runtimes/firecracker/host/host-check.js';
@@ -131,11 +131,11 @@ async function records(sessionId: string): Promise<Recorded[]> {
 const acceptedCalls = (recorded: Recorded[]) => recorded.filter((r) => r.call && (r.status ?? 500) < 300).map((r) => r.call);
 const bodyOf = (recorded: Recorded[], call: string) => recorded.find((r) => r.call === call && (r.status ?? 500) < 300)?.body;
 
-async function netnsInode(network: SandboxNetwork): Promise<string> {
+async function netnsInode(network: AttachedNetwork): Promise<string> {
   return `net:[${(await stat(network.netnsPath)).ino}]`;
 }
 
-async function tapDetails(network: SandboxNetwork): Promise<string> {
+async function tapDetails(network: AttachedNetwork): Promise<string> {
   return (await run(['ip', '-d', '-n', network.netns, 'link', 'show', 'tap0'], { allowFailure: true })).stdout;
 }
 

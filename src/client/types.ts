@@ -29,8 +29,11 @@ export interface SessionInfo {
   /** Maximum lifetime, counted from createdAt. */
   maxLifetimeSeconds?: number;
   metadata?: Record<string, unknown>;
-  /** The guest network policy chosen at create time. */
-  network?: { egress: boolean };
+  /**
+   * The guest network policy chosen at create time; `transport`: what carries the
+   * orchestrator's control channel; `interfaces`: ['lo'] alone for a sandbox with no NIC.
+   */
+  network?: { egress: boolean; transport?: 'tcp' | 'unix'; interfaces?: string[] };
   /** The tenant that owns it (the API key's; `local` without keys). */
   tenant?: string;
   createdAt: string;

@@ -26,6 +26,7 @@ interface Row {
   max_lifetime_seconds: number;
   end_reason: EndReason | null;
   template: string;
+  transport: 'tcp' | 'unix';
 }
 
 /**
@@ -98,6 +99,8 @@ export class SessionStore {
       // Sessions from before tenants were made without keys: they belong to the local tenant.
       ['tenant', "TEXT NOT NULL DEFAULT 'local'"],
       ['max_lifetime_seconds', 'INTEGER NOT NULL DEFAULT 3600'],
+      // What carries the control channel (issue 23); older sessions were all reached over TCP.
+      ['transport', "TEXT NOT NULL DEFAULT 'tcp'"],
       ['end_reason', 'TEXT'],
       ['screenshot_format', "TEXT NOT NULL DEFAULT 'png'"],
       ['screenshot_quality', 'INTEGER'],
@@ -114,10 +117,10 @@ export class SessionStore {
       .prepare(
         `INSERT INTO sessions (id, tenant, state, runtime, width, height, model_width, model_height, tool_version,
            timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error, egress, pooled,
-           max_lifetime_seconds, end_reason, screenshot_format, screenshot_quality, template)
+           max_lifetime_seconds, end_reason, screenshot_format, screenshot_quality, template, transport)
          VALUES (@id, @tenant, @state, @runtime, @width, @height, @model_width, @model_height, @tool_version,
            @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error, @egress, @pooled,
-           @max_lifetime_seconds, @end_reason, @screenshot_format, @screenshot_quality, @template)`,
+           @max_lifetime_seconds, @end_reason, @screenshot_format, @screenshot_quality, @template, @transport)`,
       )
       .run(toRow(record));
   }
@@ -253,6 +256,7 @@ function toRow(r: SessionRecord): Row {
     max_lifetime_seconds: r.maxLifetimeSeconds,
     end_reason: r.endReason,
     template: r.template,
+    transport: r.transport ?? 'tcp',
   };
 }
 
@@ -281,5 +285,6 @@ function fromRow(row: Row): SessionRecord {
     maxLifetimeSeconds: row.max_lifetime_seconds,
     endReason: row.end_reason,
     template: row.template,
+    transport: row.transport,
   };
 }

@@ -155,16 +155,20 @@ export class FakeHost implements SandboxHost {
     private readonly store: SessionStore,
   ) {}
 
+  get controlTransport(): 'tcp' | 'unix' {
+    return this.runtime.capabilities.controlTransport ?? 'tcp';
+  }
+
   async assertCreatesAllowed(): Promise<void> {
     if (this.createsRefused) throw this.createsRefused;
   }
 
-  async boot(session: Session, lease: AddressLease): Promise<void> {
+  async boot(session: Session, lease: AddressLease | undefined): Promise<void> {
     await this.start(session, lease);
     attachFakeDesktop(session);
   }
 
-  async bootPooled(session: Session, lease: AddressLease): Promise<PooledSandbox> {
+  async bootPooled(session: Session, lease: AddressLease | undefined): Promise<PooledSandbox> {
     await this.start(session, lease);
     return { session, hostPublicKey: 'fake' };
   }
@@ -222,7 +226,7 @@ export class FakeHost implements SandboxHost {
 
   async removePolicy(): Promise<void> {}
 
-  private async start(session: Session, lease: AddressLease): Promise<void> {
+  private async start(session: Session, lease: AddressLease | undefined): Promise<void> {
     const { id, width, height } = session.record;
     session.sandbox = await this.runtime.start(
       {
@@ -232,7 +236,9 @@ export class FakeHost implements SandboxHost {
         configDir: `/nonexistent/${id}/config`,
         screen: { width, height },
         hostname: `sbx-${id}`,
-        network: { netns: `fake-${id}`, netnsPath: `/nonexistent/fake-${id}`, hostInterface: `fake-${id}`, lease, attachment: 'veth' },
+        network: lease
+          ? { netns: `fake-${id}`, netnsPath: `/nonexistent/fake-${id}`, hostInterface: `fake-${id}`, lease, attachment: 'veth' }
+          : { attachment: 'none' },
         memoryMiB: 256,
         pidsLimit: 64,
         logsDir: '/nonexistent/logs',
