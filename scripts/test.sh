@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The second command of the README: set everything up (packages, npm, guest image), check the
-# types, then run the tests in two tiers:
+# types and lint the tree (scripts/lint.sh), then run the tests in two tiers:
 #   1. the unit tier (test/unit/*.test.ts): no root, no sandbox, under a minute; it runs first
 #      so that a broken state machine or layering (layering.test.ts) is reported before any
 #      sandbox boots;
@@ -11,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 npm run --silent typecheck
+bash scripts/lint.sh
 run_tests() { node --import tsx --test --test-concurrency=1 --test-reporter=spec "$@"; }
 if [ $# -gt 0 ]; then
   run_tests "$@"

@@ -12,7 +12,8 @@ import type { GuestImage } from './guest/image/builder.js';
 import { Metrics } from './metrics/metrics.js';
 import { takeOrchestratorLock, type OrchestratorLock } from './orchestrator-lock.js';
 import { ResourceNames } from './network/names.js';
-import { selectRuntime, type RuntimeSelection } from './runtimes/select.js';
+import { RUNTIMES } from './runtimes/registered.js';
+import type { RuntimeSelection } from './runtimes/registry.js';
 import { bashOutputCounters } from './tools/bash/output-budget.js';
 import { CapacityGate } from './sessions/capacity.js';
 import { CheckedTemplates } from './sessions/checked-templates.js';
@@ -107,8 +108,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     log.warn({ auth: 'required' }, 'an API key was created: keys are required from now on, for good (revoking every key does not turn them off)'),
   );
   const names = new ResourceNames(config.resourcePrefix);
-  const { qemu, firecracker, container } = config.runtimes;
-  const selection = options.runtime ?? (await selectRuntime(config.runtime, names, qemu, firecracker, container));
+  const selection = options.runtime ?? (await RUNTIMES.select(config.runtime, names, config.runtimes));
   log.info({ runtime: selection.runtime.name, reason: selection.reason, how: selection.runtime.describe() }, 'runtime selected');
   if (config.runtime === 'auto' && selection.runtime.capabilities.sharesHostKernel && keys.hasUnrevokedKeys()) {
     warnContainersAreTheBoundary(log, selection.reason);
@@ -183,6 +183,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     warmPool: { sizes: poolSizes, shape: config.warmPoolScreen },
     consoleLog: config.consoleLog,
     recording: config.recording,
+    pause: config.pause,
   });
   log.info(
     { maxSessions: config.maxSessions, maxSessionsPerTenant: config.maxSessionsPerTenant, memoryReserveMiB: config.memoryReserveMiB, diskReserveMiB: config.diskReserveMiB },

@@ -123,15 +123,15 @@ describe('capacity: host memory', () => {
     const gate = new CapacityGate({ maxSessions: 10, maxSessionsPerTenant: 10, sessionMemoryMiB: 1000, memoryReserveMiB: 500 }, () => available);
     const first = gate.reserve('a'); // 3000 - 500 - 0 >= 1000
     const second = gate.reserve('a'); // 3000 - 500 - 1000 >= 1000
-    assert.throws(() => gate.reserve('b'), { statusCode: 503, code: 'host_memory_low' }); // 3000 - 500 - 2000 < 1000
+    assert.throws(() => gate.reserve('b'), { category: 'unavailable', code: 'host_memory_low' }); // 3000 - 500 - 2000 < 1000
     // Both up: their use now shows in MemAvailable, so they are no longer counted on top of it.
     first.booted();
     second.booted();
     available = 1400;
-    assert.throws(() => gate.reserve('b'), { statusCode: 503 }, '1400 - 500 < 1000');
+    assert.throws(() => gate.reserve('b'), { category: 'unavailable' }, '1400 - 500 < 1000');
     available = 1600;
     const third = gate.reserve('b'); // 1600 - 500 - 0 >= 1000
-    assert.throws(() => gate.reserve('c'), { statusCode: 503 }, 'the third is booting: 1600 - 500 - 1000 < 1000');
+    assert.throws(() => gate.reserve('c'), { category: 'unavailable' }, 'the third is booting: 1600 - 500 - 1000 < 1000');
     first.release();
     first.release(); // twice: counted once
     second.release();

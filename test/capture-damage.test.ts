@@ -60,7 +60,7 @@ describe('capture by damaged rectangles', () => {
   const bash = async (command: string) => {
     const res = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/tools/bash`, payload: { command } });
     assert.equal(res.statusCode, 200, res.body);
-    return res.json() as { is_error: boolean; content: Array<{ type: string; text?: string }> };
+    return res.json<{ is_error: boolean; content: Array<{ type: string; text?: string }> }>();
   };
   const screenshot = async () => {
     const res = await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}/screenshot` });

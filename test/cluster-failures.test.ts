@@ -135,7 +135,8 @@ describe('a cluster losing a node, a gateway, its database', { timeout: 600_000 
     // Its sandboxes outlived it (SIGKILL): the restart destroys them, the cluster gave them up.
     assert.equal((await containersOf(node)).length, 2);
     await node.restart();
-    for (let i = 0; i < 40 && (await containersOf(node)).length > 0; i++) await sleep(250);
+    // A session's network namespace goes after its container (its cleanup's order): wait for both.
+    for (let i = 0; i < 40 && ((await containersOf(node)).length > 0 || (await netnsOf(node)).length > 0); i++) await sleep(250);
     assert.deepEqual(await containersOf(node), []);
     assert.deepEqual(await netnsOf(node), []);
     const back = JSON.parse((await cluster.cli(['nodes', '--json', '--db', cluster.pg.url])).stdout) as Array<{ name: string; state: string }>;

@@ -18,6 +18,7 @@ import { migrate, MIGRATIONS } from '../src/cluster/store/migrations.js';
 import { PgClusterStore, type PgClusterStoreSettings } from '../src/cluster/store/pg-cluster-store.js';
 import { startPostgres } from './helpers/postgres.js';
 import { watchUncaught } from './helpers/uncaught-guard.js';
+import { httpStatusOf } from '../src/api/errors.js';
 
 const server = await startPostgres();
 const uncaught = watchUncaught();
@@ -293,7 +294,107 @@ describe('cluster store on PostgreSQL', () => {
     await store.heartbeat('n', 'i', report({ templates: ['minimal', 'desktop'], warm: { desktop: 2 } }));
     const afterBuild = await store.place('w-2', 'acme', desktop, []);
     assert.ok(afterBuild.placed);
-    assert.deepEqual(afterBuild.node.warm, { desktop: 2 });
+    // One of the two is counted as taken by this create, until the node's next heartbeat.
+    assert.deepEqual(afterBuild.node.warm, { desktop: 1 });
+    const next = await store.place('w-3', 'acme', desktop, []);
+    assert.ok(next.placed);
+    assert.deepEqual(next.node.warm, { desktop: 0 });
+    const cold = await store.place('w-4', 'acme', desktop, []);
+    assert.ok(cold.placed);
+    assert.deepEqual(cold.node.warm, { desktop: 0 }, 'never below zero');
+    await store.heartbeat('n', 'i', report({ templates: ['minimal', 'desktop'], warm: { desktop: 1 } }));
+    assert.deepEqual((await store.getNode('n'))?.warm, { desktop: 1 });
+  });
+
+  it('a session id the directory holds already: place() refuses it (session_id_taken) and writes nothing; a warm sandbox\'s id renames the row at confirm', async () => {
+    const { url, store } = await migratedStore();
+    await store.registerNode('n', 'i', report());
+    const first = await store.place('dup-1', 'acme', CREATE, []);
+    assert.ok(first.placed);
+    await assert.rejects(store.place('dup-1', 'other', CREATE, []), (err: Error & { code?: string; statusCode?: number }) => {
+      assert.equal(err.code, 'session_id_taken');
+      assert.equal(err.statusCode, 409);
+      return true;
+    });
+    assert.equal((await store.getNode('n'))?.capacity.sessions, 1, 'the refused create counts nowhere');
+    assert.equal((await store.lookup('dup-1'))?.tenant, 'acme');
+    await assertCommitmentMatchesDirectory(url);
+    // The node answered under the id of the warm sandbox it claimed: the same row, renamed.
+    await store.confirm('dup-1', 'pooled-1');
+    assert.equal(await store.lookup('dup-1'), undefined);
+    const renamed = await store.lookup('pooled-1');
+    assert.equal(renamed?.state, 'live');
+    assert.equal(renamed?.tenant, 'acme');
+    assert.equal(renamed?.node, 'n');
+    await store.end('pooled-1');
+    assert.equal((await store.getNode('n'))?.capacity.sessions, 0);
+    await assertCommitmentMatchesDirectory(url);
+  });
+
+  it('a confirm is committed without waiting for its WAL to be written (its transaction alone); placements wait', async () => {
+    const { url, store } = await migratedStore();
+    await store.registerNode('n', 'i', report({ maxSessions: 100, memoryMiB: 200_000, vcpus: 200 }));
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      // A backend's WAL statistics are published when it exits: each phase on a store of its own, closed after.
+      const writes = async () => Number((await client.query<{ wal_write: string }>('SELECT wal_write FROM pg_stat_wal')).rows[0]?.wal_write);
+      const phase = async (run: (s: PgClusterStore) => Promise<void>): Promise<number> => {
+        const own = new PgClusterStore({ url, maxConnections: 1 });
+        const before = await writes();
+        try {
+          await run(own);
+        } finally {
+          await own.close();
+        }
+        await sleep(300); // the backend's exit
+        return (await writes()) - before;
+      };
+      const placing = await phase(async (s) => {
+        for (let i = 0; i < 40; i++) assert.ok((await s.place(`f-${i}`, 'acme', CREATE, [])).placed);
+      });
+      const confirming = await phase(async (s) => {
+        for (let i = 0; i < 40; i++) await s.confirm(`f-${i}`);
+      });
+      const mixed = await phase(async (s) => {
+        await s.confirm('none');
+        for (let i = 0; i < 20; i++) assert.ok((await s.place(`g-${i}`, 'acme', CREATE, [])).placed);
+      });
+      console.log(`WAL writes: 40 placements ${placing}, 40 confirms ${confirming}, a confirm then 20 placements on its connection ${mixed}`);
+      assert.ok(placing >= 40, `placements wait for their WAL: ${placing}`);
+      assert.ok(confirming < 10, `confirms waited for their WAL: ${confirming}`);
+      assert.ok(mixed >= 20, `the setting outlived the confirm's transaction: ${mixed}`);
+      assert.equal((await store.lookup('f-39'))?.state, 'live');
+    } finally {
+      await client.end();
+    }
+  });
+
+  it("a tenant's session limit counts its sessions on every node: past it, 429 tenant_session_limit and nothing written", async () => {
+    const { url, store } = await migratedStore();
+    await store.registerNode('a', 'ia', report());
+    await store.registerNode('b', 'ib', report());
+    const limits = { maxSessionsPerTenant: 3 };
+    const placedOn: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const outcome = await store.place(`l-${i}`, 'acme', CREATE, [], limits);
+      assert.ok(outcome.placed);
+      placedOn.push(outcome.node.name);
+    }
+    assert.deepEqual([...new Set(placedOn)].sort(), ['a', 'b'], 'the limit is the cluster\'s, not a node\'s');
+    await assert.rejects(store.place('l-over', 'acme', CREATE, [], limits), (err: Error & { code?: string; statusCode?: number; headers?: Record<string, string> }) => {
+      assert.equal(err.statusCode, 429);
+      assert.equal(err.code, 'tenant_session_limit');
+      assert.match(err.message, /tenant "acme" has 3 sessions in the cluster, its limit \(SBX_MAX_SESSIONS_PER_TENANT=3\)/);
+      assert.equal(err.headers?.['retry-after'], '10');
+      return true;
+    });
+    assert.equal(await store.lookup('l-over'), undefined);
+    assert.ok((await store.place('o-0', 'other', CREATE, [], limits)).placed, 'another tenant is not limited by it');
+    await store.end('l-0');
+    assert.ok((await store.place('l-again', 'acme', CREATE, [], limits)).placed, 'an ended session counts no more');
+    assert.ok((await store.place('l-unlimited', 'acme', CREATE, [])).placed, 'no limit given: none checked');
+    await assertCommitmentMatchesDirectory(url);
   });
 
   it('view and run routes, and API keys with the single host record', async () => {
@@ -353,7 +454,7 @@ describe('cluster store on PostgreSQL', () => {
         await assert.rejects(call(), (error: unknown) => {
           assert.ok(error instanceof ClusterStateUnavailableError, `${name}: ${String(error)}`);
           assert.equal(error.code, 'cluster_state_unavailable');
-          assert.equal(error.statusCode, 503);
+          assert.equal(httpStatusOf(error.code), 503);
           return true;
         });
         const took = performance.now() - started;

@@ -155,7 +155,7 @@ describe('a cluster: three nodes, two gateways, one PostgreSQL', { timeout: 600_
       if (Math.abs(seen[0]! - 255) <= 8 && seen[1]! <= 8 && Math.abs(seen[2]! - 255) <= 8) break;
       await sleep(100);
     }
-    assert.deepEqual(seen.map((v) => Math.round(v / 16)), [16, 0, 16], `the canvas through the gateway shows the magenta bash set (saw ${seen})`);
+    assert.deepEqual(seen.map((v) => Math.round(v / 16)), [16, 0, 16], `the canvas through the gateway shows the magenta bash set (saw ${seen.join(',')})`);
     // The same token opens the view through gateway 1 too.
     const viaG1 = await fetch(String(view.json.url).replace(g2, g1) + '/state');
     assert.equal(viaG1.status, 200);
@@ -200,7 +200,7 @@ describe('a cluster: three nodes, two gateways, one PostgreSQL', { timeout: 600_
       await sleep(500);
     }
     assert.equal(video?.status, 206);
-    assert.equal(Buffer.from(await video!.arrayBuffer()).subarray(0, 4).toString(), 'ftyp');
+    assert.equal(Buffer.from(await video.arrayBuffer()).subarray(0, 4).toString(), 'ftyp');
   });
 
   it('tenants stay apart through any gateway, a node answers its gateways only, its credentials are in no other process', async () => {

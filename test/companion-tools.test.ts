@@ -499,7 +499,7 @@ async function createSession(orch: TestOrchestrator): Promise<string> {
 async function tool(orch: TestOrchestrator, id: string, name: string, input: unknown): Promise<ToolResult> {
   const res = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/tools/${name}`, payload: input as object });
   assert.equal(res.statusCode, 200, res.body);
-  return res.json() as ToolResult;
+  return res.json<ToolResult>();
 }
 
 function text(result: ToolResult): string {

@@ -93,7 +93,7 @@ describe('key names', () => {
 
 describe('every action of the contract', () => {
   const s = scaler(1920, 1080); // model space 1366x768
-  const ok: Array<[Record<string, unknown>, string | 'none']> = [
+  const ok: Array<[Record<string, unknown>, string]> = [
     [{ action: 'mouse_move', coordinate: [683, 384] }, 'move 960 540'],
     [{ action: 'left_click' }, 'button 1 down|button 1 up'],
     [{ action: 'left_click', coordinate: [0, 0] }, 'move 0 0|button 1 down|button 1 up'],

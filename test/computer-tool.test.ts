@@ -24,7 +24,7 @@ describe('the computer tool, every action, scaled', () => {
   const tool = async (input: Record<string, unknown>) => {
     const res = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/tools/computer`, payload: input });
     assert.equal(res.statusCode, 200, res.body);
-    return { result: res.json() as ToolResult, headers: res.headers };
+    return { result: res.json<ToolResult>(), headers: res.headers };
   };
   const ok = async (input: Record<string, unknown>) => {
     const { result } = await tool(input);
@@ -65,7 +65,7 @@ describe('the computer tool, every action, scaled', () => {
     const { result, headers } = await tool({ action: 'mouse_move', coordinate: [683, 384] });
     assert.equal(result.is_error, false);
     assert.deepEqual(pngSize(image(result)), { width: 1366, height: 768 });
-    assert.ok(Number(headers['x-settle-ms']) < 1_000, `settled in ${headers['x-settle-ms']} ms, not the reference's fixed 2 s`);
+    assert.ok(Number(headers['x-settle-ms']) < 1_000, `settled in ${String(headers['x-settle-ms'])} ms, not the reference's fixed 2 s`);
     assert.equal((await guestSh(guest, 'DISPLAY=:99 xdotool getmouselocation')).text.split(' ').slice(0, 2).join(' '), 'x:960 y:540');
     const pos = await ok({ action: 'cursor_position' });
     assert.deepEqual(pos.content, [{ type: 'text', text: 'X=683,Y=384' }]);

@@ -50,6 +50,7 @@ describe('the configuration an environment describes', () => {
       warmPool: new Map(),
       warmPoolScreen: { width: 1024, height: 768 },
       consoleLog: { maxBytes: 4 * MiB, keptMaxCount: 100, keptMaxBytes: 64 * MiB },
+      pause: { onIdle: 'destroy', autoResume: true, pausedRetentionSeconds: 604800 },
       subnet: '10.241.0.0/16',
       networkPolicyCheckMs: 3_000,
       resourcePrefix: 'sbx-',
@@ -65,7 +66,7 @@ describe('the configuration an environment describes', () => {
       },
     };
     assert.deepEqual(config, expected);
-    assert.equal(config.runtimes.firecracker.templateMemoryMiB, 1024);
+    assert.equal(config.runtimes.firecracker.snapshotBaseMemoryMiB, 1024);
   });
 
   it('reads each variable, and one variable means one thing everywhere', () => {
@@ -95,7 +96,7 @@ describe('the configuration an environment describes', () => {
     assert.equal(config.display, 7);
     // SBX_MEMORY_MIB sizes the sessions, their capacity and the Firecracker template alike.
     assert.equal(config.memoryLimitMiB, 2048);
-    assert.equal(config.runtimes.firecracker.templateMemoryMiB, 2048);
+    assert.equal(config.runtimes.firecracker.snapshotBaseMemoryMiB, 2048);
     assert.equal(config.maxSessions, defaultMaxSessions(2048));
     assert.equal(config.runtimes.container.diskMiB, 512);
     assert.equal(config.runtimes.container.runcBin, '/opt/runc');
@@ -103,7 +104,7 @@ describe('the configuration an environment describes', () => {
     assert.deepEqual(config.bashOutput, { bytesPerSecond: 1024 * 1024, burstBytes: 64 * 1024 * 1024, maxUnreadBytes: 65536 });
     assert.equal(config.maxFileBytes, 1000);
     assert.deepEqual(config.warmPoolScreen, { width: 1280, height: 800 });
-    assert.deepEqual(config.runtimes.firecracker.templateScreen, config.warmPoolScreen);
+    assert.deepEqual(config.runtimes.firecracker.snapshotBaseScreen, config.warmPoolScreen);
     assert.deepEqual(Object.fromEntries(config.tenantRequestLimitOverrides), { ci: { maxConcurrent: 256, perSecond: 500, burst: 1000 } });
     assert.equal(config.logLevel, 'debug');
     assert.equal(config.template, 'minimal');

@@ -93,7 +93,7 @@ describe('the multi-tenant warning', () => {
       },
     });
     const names = new ResourceNames(TEST_PREFIX);
-    // `auto` fell back to containers (as selectRuntime does where no VM runtime can run).
+    // `auto` fell back to containers (as the registry's auto does where no VM runtime can run).
     const orch = await startTestOrchestrator({ runtime: 'auto', ...overrides }, false, { runtime: new ContainerRuntime(names, containerSettingsFromEnv(process.env)), reason: 'auto: no VM runtime' }, pino({ level: 'info' }, sink));
     await orch.stop();
     return lines;

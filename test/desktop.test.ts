@@ -35,7 +35,7 @@ async function createSession(orch: TestOrchestrator, payload: Record<string, unk
 async function tool(orch: TestOrchestrator, id: string, name: string, input: Record<string, unknown>): Promise<ToolResult> {
   const res = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/tools/${name}`, payload: input });
   assert.equal(res.statusCode, 200, res.body);
-  return res.json() as ToolResult;
+  return res.json<ToolResult>();
 }
 
 function text(result: ToolResult): string {

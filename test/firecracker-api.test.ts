@@ -34,7 +34,7 @@ import { FirecrackerContractServer } from './helpers/firecracker/contract-server
 import { fakeKeys, FakeRekeyGuest } from './helpers/firecracker/fake-rekey-guest.js';
 import { FAULTS } from './helpers/firecracker/vm-model.js';
 import { GRACEFUL_STOP_MS, stopVmm } from '../src/runtimes/firecracker/vmm/vmm-process.js';
-import type { VmExit, VmProcess } from '../src/runtimes/vm-process.js';
+import type { VmExit, VmProcess } from '../src/runtimes/vm/vm-process.js';
 
 const API_DIR = new URL('../src/runtimes/firecracker/api/', import.meta.url);
 
@@ -676,7 +676,7 @@ describe('firecracker: key rotation after a snapshot restore', () => {
   const template = fakeKeys('template');
   const session = fakeKeys('session');
   const plan = (phases?: RotationPhase[]) => ({
-    template: { clientPrivateKey: template.clientPrivateKey, hostPublicKey: template.hostPublicKey },
+    snapshotBase: { clientPrivateKey: template.clientPrivateKey, hostPublicKey: template.hostPublicKey },
     session,
     paths,
     reconnectAttempts: 5,

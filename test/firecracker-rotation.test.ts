@@ -10,8 +10,8 @@ import { AddressPool, type AddressLease } from '../src/network/address-pool.js';
 import { ResourceNames } from '../src/network/names.js';
 import { createSandboxNetwork, type AttachedNetwork } from '../src/network/netns.js';
 import { KeyRotationError, type RotationPhase } from '../src/runtimes/firecracker/keys/key-rotation.js';
-import { rotateClone, templateAddress } from '../src/runtimes/firecracker/snapshot/clone-rotation.js';
-import { writeTemplateRootKey } from '../src/runtimes/firecracker/snapshot/template-config.js';
+import { rotateClone, snapshotBaseAddress } from '../src/runtimes/firecracker/snapshot/clone-rotation.js';
+import { writeBaseRootKey } from '../src/runtimes/firecracker/snapshot/base-config.js';
 import { QemuRuntime } from '../src/runtimes/qemu/qemu-runtime.js';
 import { newSessionId } from '../src/sessions/session.js';
 import { generateSessionKeys, publicKeyBlob, writeSessionKeys, type SessionKeys } from '../src/transport/keys.js';
@@ -28,13 +28,13 @@ import { removeEmptyPrefixCgroups, TEST_PREFIX, TEST_SUBNET } from './helpers/or
  * session's address, with the session's keys, and without any way in for the template key.
  */
 const NAMES = new ResourceNames(TEST_PREFIX);
-const TEMPLATE_ADDRESS = templateAddress(TEST_PREFIX);
+const BASE_ADDRESS = snapshotBaseAddress(TEST_PREFIX);
 
 describe('key rotation of a snapshot clone, on a real guest', () => {
   let workDir: string;
   const cleanup = new CleanupStack();
   const pool = new AddressPool(TEST_SUBNET);
-  let template: SessionKeys;
+  let snapshotBase: SessionKeys;
   let session: SessionKeys;
   let lease: AddressLease;
   let network: AttachedNetwork;
@@ -53,11 +53,11 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
 
   /** Reaches the clone at the template's address, as rotateClone does, for a check of our own. */
   async function atTemplateAddress<T>(task: () => Promise<T>): Promise<T> {
-    await run(['ip', 'addr', 'add', `${TEMPLATE_ADDRESS.gateway}/30`, 'dev', network.hostInterface]);
+    await run(['ip', 'addr', 'add', `${BASE_ADDRESS.gateway}/30`, 'dev', network.hostInterface]);
     try {
       return await task();
     } finally {
-      await run(['ip', 'addr', 'del', `${TEMPLATE_ADDRESS.gateway}/30`, 'dev', network.hostInterface], { allowFailure: true });
+      await run(['ip', 'addr', 'del', `${BASE_ADDRESS.gateway}/30`, 'dev', network.hostInterface], { allowFailure: true });
     }
   }
 
@@ -69,11 +69,11 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
     const sessionId = newSessionId();
     const sessionDir = path.join(workDir, sessionId);
     const configDir = path.join(sessionDir, 'config');
-    template = generateSessionKeys('template');
+    snapshotBase = generateSessionKeys('template');
     session = generateSessionKeys(sessionId);
     // The template's config: its keys, its root key for sbx-rekey, its address.
-    await writeSessionKeys(sessionDir, configDir, template);
-    await writeTemplateRootKey(configDir, template.clientPublicKey);
+    await writeSessionKeys(sessionDir, configDir, snapshotBase);
+    await writeBaseRootKey(configDir, snapshotBase.clientPublicKey);
     await writeFile(
       path.join(configDir, CONFIG_FILES.settings),
       renderSettings({
@@ -84,8 +84,8 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
         SANDBOX_HEIGHT: 768,
         SANDBOX_DEPTH: 24,
         SANDBOX_NET_CONFIGURE: 1,
-        SANDBOX_ADDRESS: `${TEMPLATE_ADDRESS.guest}/${TEMPLATE_ADDRESS.prefixLength}`,
-        SANDBOX_GATEWAY: TEMPLATE_ADDRESS.gateway,
+        SANDBOX_ADDRESS: `${BASE_ADDRESS.guest}/${BASE_ADDRESS.prefixLength}`,
+        SANDBOX_GATEWAY: BASE_ADDRESS.gateway,
       }),
     );
     // The session's netns, leased address and TAP, as a clone gets them.
@@ -96,7 +96,7 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
       cleanup,
     );
     // Up (under TCG this takes a while): the template's key gets in at the template's address.
-    await atTemplateAddress(async () => (await login(TEMPLATE_ADDRESS.guest, GUEST_USER, template.clientPrivateKey, template.hostPublicKey, 150_000)).close());
+    await atTemplateAddress(async () => (await login(BASE_ADDRESS.guest, GUEST_USER, snapshotBase.clientPrivateKey, snapshotBase.hostPublicKey, 150_000)).close());
   });
 
   after(async () => {
@@ -107,7 +107,7 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
 
   it('the template key reaches root only through sbx-rekey, which refuses anything off its list', async () => {
     await atTemplateAddress(async () => {
-      const root = await login(TEMPLATE_ADDRESS.guest, 'root', template.clientPrivateKey, template.hostPublicKey);
+      const root = await login(BASE_ADDRESS.guest, 'root', snapshotBase.clientPrivateKey, snapshotBase.hostPublicKey);
       try {
         const shell = await root.exec('id; cat /etc/shadow');
         assert.equal(shell.exitCode, 2, 'no shell: the forced command runs instead');
@@ -121,13 +121,13 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
         root.close();
       }
       // The session's key is not let in before the rotation.
-      await assert.rejects(login(TEMPLATE_ADDRESS.guest, GUEST_USER, session.clientPrivateKey, template.hostPublicKey), SshAuthenticationError);
+      await assert.rejects(login(BASE_ADDRESS.guest, GUEST_USER, session.clientPrivateKey, snapshotBase.hostPublicKey), SshAuthenticationError);
     });
   });
 
   it('rotateClone moves the clone to the session address with the session keys, and shuts the template out', async () => {
     const phases: RotationPhase[] = [];
-    await rotateClone({ at: TEMPLATE_ADDRESS, hostInterface: network.hostInterface, template, session, lease, onPhase: (p) => phases.push(p) });
+    await rotateClone({ at: BASE_ADDRESS, hostInterface: network.hostInterface, snapshotBase, session, lease, onPhase: (p) => phases.push(p) });
     assert.deepEqual(phases, ['connect-template', 'write-keys', 'reload-sshd', 'apply-network', 'connect-session', 'verify-template-refused', 'ready']);
 
     // Checked independently of the rotation's own verification:
@@ -135,23 +135,23 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
     try {
       const facts = (await guest.exec('ip -o -4 addr show dev eth0; ip route show default; stat -c %s /sandbox/config/root_authorized_keys')).stdout.toString();
       assert.match(facts, new RegExp(`inet ${lease.guest.replace(/\./g, '\\.')}/30`));
-      assert.doesNotMatch(facts, new RegExp(TEMPLATE_ADDRESS.guest.replace(/\./g, '\\.')));
+      assert.doesNotMatch(facts, new RegExp(BASE_ADDRESS.guest.replace(/\./g, '\\.')));
       assert.match(facts, new RegExp(`default via ${lease.gateway.replace(/\./g, '\\.')}`));
       assert.match(facts, /^0$/m, 'the template root key is gone');
     } finally {
       guest.close();
     }
     for (const user of ['root', GUEST_USER]) {
-      await assert.rejects(login(lease.guest, user, template.clientPrivateKey, session.hostPublicKey), SshAuthenticationError, `template key as ${user}`);
+      await assert.rejects(login(lease.guest, user, snapshotBase.clientPrivateKey, session.hostPublicKey), SshAuthenticationError, `template key as ${user}`);
     }
-    await assert.rejects(login(lease.guest, GUEST_USER, session.clientPrivateKey, template.hostPublicKey), HostKeyMismatchError, 'the template host key is gone');
+    await assert.rejects(login(lease.guest, GUEST_USER, session.clientPrivateKey, snapshotBase.hostPublicKey), HostKeyMismatchError, 'the template host key is gone');
     const ip = await run(['ip', '-o', 'addr', 'show', 'dev', network.hostInterface]);
-    assert.doesNotMatch(ip.stdout, new RegExp(TEMPLATE_ADDRESS.gateway.replace(/\./g, '\\.')), 'the temporary route to the template address is gone');
+    assert.doesNotMatch(ip.stdout, new RegExp(BASE_ADDRESS.gateway.replace(/\./g, '\\.')), 'the temporary route to the template address is gone');
   });
 
   it('a second rotation with the template key fails at its first phase, handing nothing out', async () => {
     await assert.rejects(
-      rotateClone({ at: TEMPLATE_ADDRESS, hostInterface: network.hostInterface, template, session: generateSessionKeys('other'), lease }),
+      rotateClone({ at: BASE_ADDRESS, hostInterface: network.hostInterface, snapshotBase, session: generateSessionKeys('other'), lease }),
       (err: unknown) => err instanceof KeyRotationError && err.phase === 'connect-template',
     );
     // Nothing answers at the template address any more, so that alone fails for want of a
@@ -165,8 +165,8 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
     if (hadGateway) await run(['ip', 'addr', 'del', gatewayCidr, 'dev', network.hostInterface]);
     const failures: unknown[] = [];
     try {
-      for (const keys of [template, { ...template, hostPublicKey: session.hostPublicKey }]) {
-        await rotateClone({ at: sessionAddress, hostInterface: network.hostInterface, template: keys, session: generateSessionKeys('other'), lease }).then(
+      for (const keys of [snapshotBase, { ...snapshotBase, hostPublicKey: session.hostPublicKey }]) {
+        await rotateClone({ at: sessionAddress, hostInterface: network.hostInterface, snapshotBase: keys, session: generateSessionKeys('other'), lease }).then(
           () => assert.fail('a rotation with the template key succeeded'),
           (err: unknown) => failures.push(err),
         );

@@ -10,14 +10,13 @@ import { ResourceNames } from '../src/network/names.js';
 import { createSandboxNetwork, type AttachedNetwork } from '../src/network/netns.js';
 import { macFromIPv4 } from '../src/runtimes/firecracker/boot/guest-identity.js';
 import { FirecrackerRuntime } from '../src/runtimes/firecracker/firecracker-runtime.js';
-import { findOnPath, hostCgroupVersion, kvmUnavailable, type FirecrackerHost } from '../src/runtimes/firecracker/host/host-check.js';
-import { jailCgroupDirs } from '../src/runtimes/firecracker/jailer/cgroup.js';
+import { findOnPath, kvmUnavailable, type FirecrackerHost } from '../src/runtimes/firecracker/host/host-check.js';
+import { hostCgroupVersion, vmCgroupDirs } from '../src/runtimes/vm/cgroups.js';
 import { ensureVmlinux } from '../src/runtimes/firecracker/kernel/vmlinux.js';
-import { templateAddress, type CloneRotation } from '../src/runtimes/firecracker/snapshot/clone-rotation.js';
-import { containerSettingsFromEnv } from '../src/runtimes/container/settings.js';
+import { snapshotBaseAddress, type CloneRotation } from '../src/runtimes/firecracker/snapshot/clone-rotation.js';
 import { firecrackerSettingsFromEnv, type FirecrackerSettings } from '../src/runtimes/firecracker/settings.js';
 import { qemuSettingsFromEnv } from '../src/runtimes/qemu/settings.js';
-import type { RunningSandbox } from '../src/runtimes/runtime.js';
+import type { RunningSandbox, Runtime } from '../src/runtimes/runtime.js';
 import { newSessionId } from '../src/sessions/session.js';
 import { generateSessionKeys, writeSessionKeys } from '../src/transport/keys.js';
 import type { GuestTransport } from '../src/transport/index.js';
@@ -196,8 +195,25 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     assert.match(await tapDetails(session.spec.network), new RegExp(`user ${vmUid} group ${vmUid}`));
   });
 
+  it('pauses in memory (PATCH /vm Paused, then Resumed), and says it is paused (GET /) for a restart to adopt it', async () => {
+    const target = { sessionId: session.sessionId, sessionDir: session.sessionDir, pid: sandbox.pid };
+    // As the session layer sees it: the optional pause methods of a Runtime.
+    const vm: Runtime = runtime;
+    assert.deepEqual(vm.pauseModes?.(), ['memory']);
+    assert.match(vm.pauseUnavailable?.('disk') ?? '', /not wired up/);
+    assert.equal(await vm.isPaused?.(target), false);
+    assert.deepEqual(await vm.pause?.(target, 'memory'), { bytes: 0 });
+    assert.equal(await vm.isPaused?.(target), true);
+    await vm.resume?.(target, 'memory');
+    assert.equal(await vm.isPaused?.(target), false);
+    const recorded = await records(session.sessionId);
+    const patches = recorded.filter((r) => r.call === 'PATCH /vm' && (r.status ?? 500) < 300).map((r) => r.body);
+    assert.deepEqual(patches, [{ state: 'Paused' }, { state: 'Resumed' }], 'spec-valid bodies, accepted');
+    assert.deepEqual(recorded.filter((r) => r.fault), [], 'no request was refused');
+  });
+
   it('puts the VMM in its own cgroup with the memory and CPU limits', async () => {
-    const dirs = (await jailCgroupDirs(hostCgroupVersion(), TEST_PREFIX.slice(0, -1), `${TEST_PREFIX}${session.sessionId}`)).filter((d) => existsSync(d));
+    const dirs = (await vmCgroupDirs(hostCgroupVersion(), TEST_PREFIX.slice(0, -1), `${TEST_PREFIX}${session.sessionId}`)).filter((d) => existsSync(d));
     assert.ok(dirs.length > 0, 'the jail made cgroups');
     const memoryFile = dirs.map((d) => path.join(d, hostCgroupVersion() === 2 ? 'memory.max' : 'memory.limit_in_bytes')).find((f) => existsSync(f));
     assert.ok(memoryFile);
@@ -226,7 +242,7 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
 
   it('destroys gracefully: Ctrl-Alt-Del, the VMM exits by itself; jail, cgroups, TAP and netns are gone', async () => {
     const jailDir = path.join(jailsDir, 'firecracker', `${TEST_PREFIX}${session.sessionId}`);
-    const cgroups = await jailCgroupDirs(hostCgroupVersion(), TEST_PREFIX.slice(0, -1), `${TEST_PREFIX}${session.sessionId}`);
+    const cgroups = await vmCgroupDirs(hostCgroupVersion(), TEST_PREFIX.slice(0, -1), `${TEST_PREFIX}${session.sessionId}`);
     await cleanup.run();
     const exit = await sandbox.exited;
     // Not our child (a pid namespace of its own): no exit code, but no kill either.
@@ -260,7 +276,7 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     const vm = await runtime.start(s.spec, abandoned);
     try {
       const jailDir = path.join(jailsDir, 'firecracker', `${TEST_PREFIX}${s.sessionId}`);
-      const cgroups = (await jailCgroupDirs(hostCgroupVersion(), TEST_PREFIX.slice(0, -1), `${TEST_PREFIX}${s.sessionId}`)).filter((d) => existsSync(d));
+      const cgroups = (await vmCgroupDirs(hostCgroupVersion(), TEST_PREFIX.slice(0, -1), `${TEST_PREFIX}${s.sessionId}`)).filter((d) => existsSync(d));
       assert.ok(existsSync(jailDir) && cgroups.length > 0, 'the orphan has its jail and cgroups');
       assert.ok(existsSync(`/proc/${vm.pid}`), 'and its VMM runs');
       // A new orchestrator (a new runtime object) knows nothing of it but the names.
@@ -444,18 +460,19 @@ describe('the firecracker runtime: host checks, selection and the kernel', () =>
   });
 
   it('auto says why it did not pick firecracker; asking for it fails with the reason', async () => {
-    const { selectRuntime } = await import('../src/runtimes/select.js');
+    const { RUNTIMES } = await import('../src/runtimes/registered.js');
+    const settings = { ...RUNTIMES.settingsFromEnv(process.env), firecracker: firecrackerSettingsFromEnv({}) };
     // The expectation comes from the test's own probes (a KVM guest run, the shell's PATH lookup).
     const kvm = await kvmRunsGuests();
     const binary = process.env.FIRECRACKER_BIN || (await run(['sh', '-c', 'command -v firecracker'], { allowFailure: true })).stdout.trim();
-    const picked = await selectRuntime('auto', NAMES, qemuSettingsFromEnv(process.env), firecrackerSettingsFromEnv({}), containerSettingsFromEnv(process.env));
+    const picked = await RUNTIMES.select('auto', NAMES, settings);
     if (kvm.works && binary) {
       assert.equal(picked.runtime.name, 'firecracker', `KVM runs guests and ${binary} is there: ${picked.reason}`);
     } else {
       assert.notEqual(picked.runtime.name, 'firecracker', `KVM: ${kvm.detail}; binary: ${binary || 'none'}`);
       assert.match(picked.reason, /firecracker: /);
     }
-    if (!kvm.works) await assert.rejects(selectRuntime('firecracker', NAMES, qemuSettingsFromEnv(process.env), firecrackerSettingsFromEnv({}), containerSettingsFromEnv(process.env)), /runtime firecracker is not available here/);
+    if (!kvm.works) await assert.rejects(RUNTIMES.select('firecracker', NAMES, settings), /runtime firecracker is not available here/);
   });
 
   it('unpacks the image kernel (a bzImage) into the ELF vmlinux Firecracker boots, once', async () => {
@@ -485,7 +502,7 @@ describe('snapshots: a template built once, sessions restored from it (contract 
     // The template goes next to a stand-in of the image dir, not into the shared image cache.
     templateImage = { ...image, dir: path.join(workDir, 'image') };
     await mkdir(templateImage.dir);
-    runtime = FirecrackerRuntime.forHost(NAMES, settings({ snapshots: true, vcpus: 2, bootTimeoutMs: 150_000, templateMemoryMiB: 768 }), host(true));
+    runtime = FirecrackerRuntime.forHost(NAMES, settings({ snapshots: true, vcpus: 2, bootTimeoutMs: 150_000, snapshotBaseMemoryMiB: 768 }), host(true));
   });
   after(() => {
     delete process.env.FAKE_FIRECRACKER_GUEST;
@@ -538,7 +555,7 @@ describe('snapshots: a template built once, sessions restored from it (contract 
     assert.notEqual((await stat(path.join(root, 'rootfs.ext4'))).ino, (await stat(path.join(dirOf(), 'rootfs.ext4'))).ino);
     await cleanup.run();
     assert.equal(existsSync(root), false);
-    const gateway = templateAddress(TEST_PREFIX).gateway.replace(/\./g, '\\.');
+    const gateway = snapshotBaseAddress(TEST_PREFIX).gateway.replace(/\./g, '\\.');
     assert.doesNotMatch((await run(['ip', '-o', 'addr'])).stdout, new RegExp(`inet ${gateway}/`), 'no route to the template address is left');
   });
 
@@ -549,7 +566,7 @@ describe('snapshots: a template built once, sessions restored from it (contract 
     const rotations: CloneRotation[] = [];
     const rotating = FirecrackerRuntime.forHost(
       NAMES,
-      settings({ snapshots: true, vcpus: 2, bootTimeoutMs: 150_000, templateMemoryMiB: 768 }),
+      settings({ snapshots: true, vcpus: 2, bootTimeoutMs: 150_000, snapshotBaseMemoryMiB: 768 }),
       host(true),
       async (rotation) => void rotations.push(rotation),
     );
@@ -564,11 +581,11 @@ describe('snapshots: a template built once, sessions restored from it (contract 
       assert.deepEqual(acceptedCalls(await records(s.sessionId)), ['GET /', 'PUT /snapshot/load', 'PATCH /vm']);
       assert.equal(rotations.length, 1, 'rotated once, after the resume');
       const [rotation] = rotations as [CloneRotation];
-      assert.deepEqual(rotation.at, templateAddress(TEST_PREFIX), "reached at its template's address");
+      assert.deepEqual(rotation.at, snapshotBaseAddress(TEST_PREFIX), "reached at its template's address");
       assert.equal(rotation.hostInterface, s.spec.network.hostInterface);
       assert.deepEqual(rotation.lease, s.spec.network.lease, "moved to the session's lease");
       assert.equal(rotation.session.clientPrivateKey, await readFile(path.join(s.sessionDir, 'id_ed25519'), 'utf8'), "with the session's own keys");
-      assert.notEqual(rotation.template.clientPrivateKey, rotation.session.clientPrivateKey);
+      assert.notEqual(rotation.snapshotBase.clientPrivateKey, rotation.session.clientPrivateKey);
       // Handed out: the session's address, the VMM running.
       assert.deepEqual(vm.endpoint, { host: s.spec.network.lease.guest, port: 22 });
       assert.equal(vm.isAlive(), true);

@@ -40,7 +40,7 @@ describe('guest faults stay inside their sandbox', () => {
     const started = Date.now();
     const res = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/tools/bash`, payload: { command } });
     assert.ok(Date.now() - started < timeoutMs, 'answered in time');
-    const body = res.json() as { content?: Array<{ text?: string }>; isError?: boolean };
+    const body = res.json<{ content?: Array<{ text?: string }>; isError?: boolean }>();
     return { status: res.statusCode, text: (body.content ?? []).map((c) => c.text ?? '').join(''), isError: body.isError === true };
   };
   /** The bystander answers a screenshot quickly: the fault did not spread. */

@@ -263,7 +263,7 @@ describe('live views (noVNC, view-only enforced on the server, takeover)', { tim
         if (seen.every((v, k) => Math.abs(v - rgb[k]!) <= 8)) break;
         await sleep(100);
       }
-      assert.ok(seen.every((v, k) => Math.abs(v - rgb[k]!) <= 8), `the canvas shows ${colour} too (saw ${seen})`);
+      assert.ok(seen.every((v, k) => Math.abs(v - rgb[k]!) <= 8), `the canvas shows ${colour} too (saw ${seen.join(',')})`);
     }
     await page.screenshot({ path: path.join(os.tmpdir(), 'sbx-live-view-page.png') });
     await page.close();
@@ -513,7 +513,7 @@ describe('live views (noVNC, view-only enforced on the server, takeover)', { tim
     // after it, so 85 of 200 connected.
     assert.equal(opened.length, SESSION_VIEWERS, 'exactly the per-session cap connected');
     assert.ok(refused.every((a) => a.status === 429 && a.code === 'session_viewer_limit'), 'every other one was refused before the upgrade');
-    await Promise.all(opened.map((a) => a.ready));
+    await Promise.all(opened.map((a) => a.ready ?? Promise.resolve()));
     assert.equal(await viewersNow(), SESSION_VIEWERS);
 
     // Each connected viewer asks for full frames again and again and never reads one.

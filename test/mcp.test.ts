@@ -22,7 +22,7 @@ import { parseXev } from './helpers/xev.js';
  * real orchestrator and a real sandbox of the minimal template.
  */
 const CLI = path.resolve('dist/cli/main.js');
-const TOOLS = ['bash', 'computer', 'desktop', 'download_file', 'sandbox_create', 'sandbox_destroy', 'sandbox_list', 'screenshot', 'text_editor', 'upload_file'];
+const TOOLS = ['bash', 'computer', 'desktop', 'download_file', 'list_files', 'process_kill', 'process_output', 'process_start', 'sandbox_create', 'sandbox_destroy', 'sandbox_list', 'sandbox_pause', 'sandbox_resume', 'screenshot', 'text_editor', 'upload_file'];
 
 async function createKey(stateDir: string, tenant: string): Promise<string> {
   const child = spawn(process.execPath, [CLI, 'keys', 'create', '--tenant', tenant, '--state-dir', stateDir], { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -160,6 +160,30 @@ describe('the MCP server', () => {
     assert.equal(text(await ok(stdio, 'desktop', { sandbox_id: id, action: 'get_clipboard' })), 'héllo');
   });
 
+  it('over stdio starts a process, reads its output by offset, kills one, lists files', async () => {
+    const id = sandboxId as string;
+    const started = JSON.parse(text(await ok(stdio, 'process_start', { sandbox_id: id, argv: ['bash', '-c', 'echo first; sleep 1; echo second >&2; exit 3'] }))) as { pid: number };
+    let from = 0;
+    let stdout = '';
+    let stderr = '';
+    let last: { next_from: number; running: boolean; exit_code?: number; stdout: string; stderr: string } | undefined;
+    for (let i = 0; i < 20 && last?.running !== false; i++) {
+      last = JSON.parse(text(await ok(stdio, 'process_output', { sandbox_id: id, pid: started.pid, from, wait_seconds: 2 }))) as typeof last & object;
+      stdout += last.stdout;
+      stderr += last.stderr;
+      from = last.next_from;
+    }
+    assert.deepEqual({ stdout, stderr, exit: last?.exit_code }, { stdout: 'first\n', stderr: 'second\n', exit: 3 });
+    const sleeper = JSON.parse(text(await ok(stdio, 'process_start', { sandbox_id: id, cmd: 'sleep 600' }))) as { pid: number };
+    const killed = JSON.parse(text(await ok(stdio, 'process_kill', { sandbox_id: id, pid: sleeper.pid }))) as { running: boolean; signal: string };
+    assert.deepEqual(killed.running, false);
+    const both = await call(stdio, 'process_start', { sandbox_id: id, argv: ['true'], cmd: 'true' });
+    assert.equal(both.isError, true);
+    await ok(stdio, 'bash', { sandbox_id: id, command: 'mkdir -p /tmp/listed/sub && printf abc > /tmp/listed/f.txt' });
+    const listed = JSON.parse(text(await ok(stdio, 'list_files', { sandbox_id: id, path: '/tmp/listed' }))) as { entries: Array<{ name: string; type: string; size: number }> };
+    assert.deepEqual(listed.entries.map((e) => [e.name, e.type]).sort(), [['f.txt', 'file'], ['sub', 'dir']]);
+  });
+
   it('over stdio answers an unknown sandbox and bad input with tool errors, and goes on serving', async () => {
     const unknown = await call(stdio, 'screenshot', { sandbox_id: 'zzzzzzzzzz' });
     assert.equal(unknown.isError, true);
@@ -214,6 +238,8 @@ describe('the MCP server', () => {
         ['screenshot', {}],
         ['bash', { command: 'echo reached' }],
         ['sandbox_destroy', {}],
+        ['sandbox_pause', {}],
+        ['sandbox_resume', {}],
       ] as const) {
         const refused = await call(b.client, name, { sandbox_id: sandboxId, ...args });
         assert.equal(refused.isError, true, name);
@@ -284,6 +310,8 @@ describe('the MCP server', () => {
   });
 
   it('destroys the sandbox through a tool', async () => {
+    assert.match(text(await ok(stdio, 'sandbox_pause', { sandbox_id: sandboxId, mode: 'memory' })), /paused \(memory\)/);
+    assert.match(text(await ok(stdio, 'sandbox_resume', { sandbox_id: sandboxId })), /ready/);
     assert.match(text(await ok(stdio, 'sandbox_destroy', { sandbox_id: sandboxId })), /destroyed/);
     assert.deepEqual(JSON.parse(text(await ok(stdio, 'sandbox_list', {}))), []);
     sandboxId = undefined;

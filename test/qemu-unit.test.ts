@@ -24,9 +24,9 @@ import { tscKhzFromCpuinfo, tscKhzFromKernelLog } from '../src/runtimes/qemu/acc
 import { macAddressFor, optionValue, qemuArgv, type QemuVmConfig } from '../src/runtimes/qemu/qemu-command.js';
 import { sessionIdOfQemu } from '../src/runtimes/qemu/qemu-process.js';
 import { describeExit, type QemuRuntime } from '../src/runtimes/qemu/qemu-runtime.js';
-import { selectRuntime } from '../src/runtimes/select.js';
-import { VmCgroup } from '../src/runtimes/vm-cgroup.js';
-import { processUid, VmUserPool, vmUserRange } from '../src/runtimes/vm-user-pool.js';
+import { RUNTIMES } from '../src/runtimes/registered.js';
+import { VmCgroup } from '../src/runtimes/vm/vm-cgroup.js';
+import { processUid, VmUserPool, vmUserRange } from '../src/runtimes/vm/vm-user-pool.js';
 import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { run } from '../src/util/exec.js';
 import { kvmRunsGuests } from './helpers/kvm-probe.js';
@@ -251,18 +251,19 @@ describe('runtime selection', () => {
     const kvm = await kvmRunsGuests();
     // No firecracker binary: auto's first choice is out of the way whatever the host has.
     const noFirecracker = { ...firecrackerSettingsFromEnv({}), firecrackerBin: '/nonexistent/firecracker' };
-    const picked = await selectRuntime('auto', names, qemuSettingsFromEnv({}), noFirecracker, containerSettingsFromEnv(process.env));
+    const picked = await RUNTIMES.select('auto', names, { container: containerSettingsFromEnv(process.env), qemu: qemuSettingsFromEnv({}), firecracker: noFirecracker });
     if (kvm.works) {
       assert.equal(picked.runtime.name, 'qemu', `KVM runs guests here (${kvm.detail}): ${picked.reason}`);
       assert.equal((picked.runtime as QemuRuntime).accelerator, 'kvm');
     } else {
       assert.equal(picked.runtime.name, 'container', `KVM does not run guests here (${kvm.detail}): ${picked.reason}`);
-      assert.match(picked.reason, /^auto: no VM runtime can run here \(.+\); using runc containers$/);
+      assert.match(picked.reason, /^auto: container \(runc.*\) \(passed over firecracker: .+; qemu: .+\)$/);
     }
   });
 
   it('qemu says which accelerator it uses and why, and gives TCG a long boot timeout', async () => {
-    const picked = await selectRuntime('qemu', new ResourceNames('tst-'), { ...qemuSettingsFromEnv({}), accel: 'tcg' }, firecrackerSettingsFromEnv(process.env), containerSettingsFromEnv(process.env));
+    const settings = { ...RUNTIMES.settingsFromEnv(process.env), qemu: { ...qemuSettingsFromEnv({}), accel: 'tcg' as const } };
+    const picked = await RUNTIMES.select('qemu', new ResourceNames('tst-'), settings);
     const runtime = picked.runtime as QemuRuntime;
     assert.equal(runtime.accelerator, 'tcg');
     assert.equal(runtime.capabilities.networkAttachment, 'tap');

@@ -122,7 +122,7 @@ describe('recording and the screen stream, end to end', () => {
     assert.equal(destroyed.statusCode, 200);
 
     // After the session ended: downloadable, finished, complete.
-    const status = (await req('GET', `/v1/sessions/${id}/recording/status`)).json() as RecordingStatus;
+    const status = (await req('GET', `/v1/sessions/${id}/recording/status`)).json<RecordingStatus>();
     assert.equal(status.state, 'finished', JSON.stringify(status));
     assert.equal(status.stopReason, 'session_ended');
     const file = await download(id, 'first.mp4');
@@ -156,11 +156,11 @@ describe('recording and the screen stream, end to end', () => {
 
     // The trajectory links each step to its moment in this video, and its link token (the
     // page's only credential) opens the video too.
-    const trajectory = (await req('GET', `/v1/sessions/${id}/trajectory`)).json() as {
+    const trajectory = (await req('GET', `/v1/sessions/${id}/trajectory`)).json<{
       videoUrl: string | null;
       videoStartMs: number | null;
       steps: Array<{ action: string | null; startedMs: number }>;
-    };
+    }>();
     assert.equal(trajectory.videoUrl, `/v1/sessions/${id}/recording`);
     const clickStep = trajectory.steps.find((step) => step.action === 'left_click');
     assert.ok(clickStep && trajectory.videoStartMs !== null, JSON.stringify(trajectory).slice(0, 300));
@@ -258,10 +258,10 @@ describe('recording and the screen stream, end to end', () => {
       Object.assign(settings, saved, { maxBytes: 64 * 1024 });
       await guestSh(guest, 'export DISPLAY=:99; setsid xterm -geometry 160x56+0+0 -e sh -c "while :; do head -c 6000 /dev/urandom | base64; done" </dev/null >/dev/null 2>&1 &');
       assert.equal((await req('POST', `/v1/sessions/${id}/recording/start`)).statusCode, 200);
-      let status = (await req('GET', `/v1/sessions/${id}/recording/status`)).json() as RecordingStatus;
+      let status = (await req('GET', `/v1/sessions/${id}/recording/status`)).json<RecordingStatus>();
       for (let i = 0; i < 100 && status.state === 'recording'; i++) {
         await sleep(200);
-        status = (await req('GET', `/v1/sessions/${id}/recording/status`)).json() as RecordingStatus;
+        status = (await req('GET', `/v1/sessions/${id}/recording/status`)).json<RecordingStatus>();
       }
       assert.equal(status.stopReason, 'size_cap', JSON.stringify(status));
       // Past the cap by at most about a second of video (a fragment, then the next size check):

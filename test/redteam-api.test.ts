@@ -17,6 +17,7 @@ import { pngSize } from './helpers/guest.js';
 import { memoryOf } from './helpers/raw-http.js';
 import { startTestOrchestrator, TEST_PREFIX, type TestOrchestrator } from './helpers/orchestrator.js';
 import { runCli, startServe, type ServeProcess } from './helpers/serve.js';
+import { errorHeaders } from '../src/api/errors.js';
 
 /**
  * The API's side of issue 11, attacked for real: a web page on a rebinding domain and a
@@ -406,7 +407,7 @@ describe('request limit settings', () => {
         gate.admit(tenant)();
       } catch (err) {
         assert.ok(err instanceof RequestLimitError);
-        return { code: err.code, retryAfter: err.headers['retry-after'] };
+        return { code: err.code, retryAfter: errorHeaders(err)['retry-after'] };
       }
       return undefined;
     };
@@ -465,7 +466,7 @@ describe('5xx answers: the gist and a request id to the client, the detail to th
   it('a sandbox that fails to boot: 503 without host paths, addresses of files or console output; its request id leads to them in the log', async () => {
     const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: {} });
     assert.equal(res.statusCode, 503, res.body);
-    const { error } = res.json() as { error: { code: string; message: string; requestId: string } };
+    const { error } = res.json<{ error: { code: string; message: string; requestId: string } }>();
     assert.equal(error.code, 'unavailable');
     assert.match(error.message, /^sandbox failed to start: .*(SSH|display).* \(request id \S+: the orchestrator's log has the details\)$/);
     assert.equal(typeof error.requestId, 'string');
@@ -489,7 +490,7 @@ describe('5xx answers: the gist and a request id to the client, the detail to th
     t.after(() => list.mock.restore());
     const res = await orch.server.inject({ method: 'GET', url: '/v1/sessions' });
     assert.equal(res.statusCode, 500, res.body);
-    const { error } = res.json() as { error: { code: string; message: string; requestId: string } };
+    const { error } = res.json<{ error: { code: string; message: string; requestId: string } }>();
     assert.equal(error.code, 'internal');
     assert.match(error.message, /^internal error \(request id \S+/);
     assert.equal(res.body.includes('/var/lib'), false, res.body);

@@ -231,7 +231,7 @@ describe('red team: what is kept after a session is its tenant\'s by what it sto
     for (const route of routes) {
       const asB = await inject(route.method, `/v1/sessions/${id}${route.path}`, keyB, route.payload);
       const never = await inject(route.method, `/v1/sessions/${madeUp}${route.path}`, keyB, route.payload);
-      assert.equal(asB.statusCode, 404, `${route.method} ${route.path}: ${asB.statusCode} ${asB.headers['content-type']} ${asB.rawPayload.length} bytes`);
+      assert.equal(asB.statusCode, 404, `${route.method} ${route.path}: ${asB.statusCode} ${String(asB.headers['content-type'])} ${asB.rawPayload.length} bytes`);
       assert.equal(asB.body.replaceAll(id, madeUp), never.body, `${route.method} ${route.path}: B cannot tell A's session from one that never existed`);
       assert.equal(asB.headers['content-type'], never.headers['content-type']);
     }
@@ -247,9 +247,9 @@ describe('red team: what is kept after a session is its tenant\'s by what it sto
     const linkB = await inject('POST', `/v1/sessions/${madeUp}/links`, keyB, { purpose: 'trajectory' });
     assert.equal(linkB.statusCode, 404);
     // Defence in depth: the recording itself answers by its own stored tenant, whatever the hook decided.
-    await assert.rejects(orch.manager.recordingFiles(id, 'tenant-b'), { statusCode: 404 });
-    await assert.rejects(orch.manager.recordingStatus(id, 'tenant-b'), { statusCode: 404 });
-    await assert.rejects(orch.manager.stopRecording(id, 'tenant-b'), { statusCode: 404 });
+    await assert.rejects(orch.manager.recordingFiles(id, 'tenant-b'), { category: 'not_found' });
+    await assert.rejects(orch.manager.recordingStatus(id, 'tenant-b'), { category: 'not_found' });
+    await assert.rejects(orch.manager.stopRecording(id, 'tenant-b'), { category: 'not_found' });
     assert.equal(await orch.manager.recordingFrame(id, 'tenant-b', 500), undefined);
   });
 

@@ -64,7 +64,7 @@ describe('red team: the host', () => {
   async function bash(id: string, command: string): Promise<string> {
     const res = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/tools/bash`, payload: { command } });
     assert.equal(res.statusCode, 200, res.body);
-    const body = res.json() as { content: Array<{ type: string; text?: string }>; is_error?: boolean };
+    const body = res.json<{ content: Array<{ type: string; text?: string }>; is_error?: boolean }>();
     assert.notEqual(body.is_error, true, JSON.stringify(body));
     return body.content.map((c) => c.text ?? '').join('');
   }
@@ -216,7 +216,7 @@ describe('red team: the host', () => {
         assert.ok((await stat(kept)).size <= CAP);
         assert.match(await readFile(kept, 'utf8'), /sandbox-init/);
       }
-      const { sessions } = (await orch.server.inject({ method: 'GET', url: '/v1/sessions' })).json() as { sessions: Array<{ id: string; state: string }> };
+      const { sessions } = (await orch.server.inject({ method: 'GET', url: '/v1/sessions' })).json<{ sessions: Array<{ id: string; state: string }> }>();
       assert.equal(sessions.find((s) => s.id === id)?.state, 'failed', 'the list shows it failed');
       const gone = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/actions`, payload: { action: 'screenshot' } });
       assert.equal(gone.statusCode, 410, gone.body);

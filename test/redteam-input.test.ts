@@ -47,7 +47,7 @@ type Json = Record<string, unknown>;
 describe('red team: no xdotool command reachable from any key field', () => {
   let stateDir: string;
   let serve: ServeProcess;
-  let sandboxes: Sandbox[] = [];
+  const sandboxes: Sandbox[] = [];
   let main: Sandbox;
   let commands: string[] = [];
   const pid = () => serve.child.pid as number;

@@ -151,7 +151,7 @@ async function createSession(orch: TestOrchestrator): Promise<string> {
 async function bash(orch: TestOrchestrator, id: string, input: object): Promise<ToolResult> {
   const res = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/tools/bash`, payload: input });
   assert.equal(res.statusCode, 200, res.body);
-  return res.json() as ToolResult;
+  return res.json<ToolResult>();
 }
 
 function text(result: ToolResult): string {

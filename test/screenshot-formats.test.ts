@@ -193,7 +193,7 @@ describe('screenshot formats, end to end', () => {
       assert.equal(block?.type, 'image');
       assert.equal(block?.source.type, 'base64');
       assert.equal(block?.source.media_type, mediaType);
-      const meta = await sharp(Buffer.from(block!.source.data, 'base64')).metadata();
+      const meta = await sharp(Buffer.from(block.source.data, 'base64')).metadata();
       assert.deepEqual([meta.format, meta.width, meta.height], [mediaType.slice('image/'.length), MODEL.width, MODEL.height]);
     }
   });

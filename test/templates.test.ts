@@ -28,7 +28,7 @@ interface ToolResult {
 async function bash(orch: TestOrchestrator, id: string, command: string): Promise<string> {
   const res = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/tools/bash`, payload: { command } });
   assert.equal(res.statusCode, 200, res.body);
-  const result = res.json() as ToolResult;
+  const result = res.json<ToolResult>();
   const text = result.content.map((c) => c.text ?? '').join('\n');
   assert.equal(result.is_error, false, text);
   return text;

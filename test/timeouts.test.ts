@@ -98,6 +98,10 @@ describe('session clocks (pure)', () => {
         addressIndex: 1,
         error: null,
         endReason: null,
+        paused: null,
+        pausedMs: 0,
+        onIdle: 'destroy',
+        autoResume: true,
       };
       store.insert(record);
       store.update({ ...record, maxLifetimeSeconds: 240, endReason: 'idle_timeout', state: 'destroyed' });

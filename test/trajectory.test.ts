@@ -94,7 +94,7 @@ describe('trajectory', () => {
 
     const res = await inject('GET', `/v1/sessions/${id}/trajectory`, keyA);
     assert.equal(res.statusCode, 200, res.body);
-    const body = res.json() as { state: string; totals: Record<string, number>; videoUrl: null; steps: Step[] };
+    const body = res.json<{ state: string; totals: Record<string, number>; videoUrl: null; steps: Step[] }>();
     assert.equal(body.state, 'ready');
     assert.equal(body.videoUrl, null);
     const steps = body.steps;
@@ -127,10 +127,10 @@ describe('trajectory', () => {
     assert.match(bad.error?.message ?? '', /coordinate/);
     assert.ok(!res.body.includes(SECRET), 'the typed secret is nowhere in the trajectory');
     // In pages: ?from and ?limit, and `next` while there are more.
-    const page = (await inject('GET', `/v1/sessions/${id}/trajectory?from=3&limit=3`, keyA)).json() as { steps: Step[]; next: string };
+    const page = (await inject('GET', `/v1/sessions/${id}/trajectory?from=3&limit=3`, keyA)).json<{ steps: Step[]; next: string }>();
     assert.deepEqual(page.steps.map((s) => s.n), [3, 4, 5]);
     assert.equal(page.next, `/v1/sessions/${id}/trajectory?from=6&limit=3`);
-    const last = (await inject('GET', page.next, keyA)).json() as { steps: Step[]; next: string | null };
+    const last = (await inject('GET', page.next, keyA)).json<{ steps: Step[]; next: string | null }>();
     assert.deepEqual([last.steps.map((s) => s.n), last.next], [[6, 7], null]);
 
     // The screenshot by URL: the frame the click returned, as the model saw it.
@@ -192,7 +192,7 @@ describe('trajectory', () => {
     const json = await runCli(['--api-key', keyA, 'trajectory', id, '--json'], base);
     assert.equal(JSON.parse(json.stdout).steps.length, 7);
 
-    const openapi = (await orch.server.inject({ method: 'GET', url: '/openapi.json' })).json() as { paths: Record<string, Record<string, unknown>> };
+    const openapi = (await orch.server.inject({ method: 'GET', url: '/openapi.json' })).json<{ paths: Record<string, Record<string, unknown>> }>();
     for (const route of ['/v1/sessions/{id}/trajectory', '/v1/sessions/{id}/trajectory/view', '/v1/sessions/{id}/trajectory/steps/{n}/screenshot', '/v1/sessions/{id}/links']) {
       assert.ok(openapi.paths[route], `${route} is in the OpenAPI document`);
     }
@@ -211,7 +211,7 @@ describe('trajectory', () => {
   it('renders in Chromium through a link token, the click marker on the pixel clicked, and steps with the arrow keys', async () => {
     const link = await inject('POST', `/v1/sessions/${id}/links`, keyA, { purpose: 'trajectory', ttlSeconds: 600 });
     assert.equal(link.statusCode, 201, link.body);
-    const { url, path: linkPath } = link.json() as { url: string; path: string };
+    const { url, path: linkPath } = link.json<{ url: string; path: string }>();
     assert.match(linkPath, new RegExp(`^/v1/sessions/${id}/trajectory/view\\?token=lnk_`));
     const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
     try {
@@ -260,9 +260,9 @@ describe('trajectory', () => {
     const db = new Database(path.join(orch.stateDir, 'orchestrator.db'));
     const expired = new LinkTokens(db).create('tenant-a', id, 'trajectory', 10, new Date(Date.now() - 60_000)).token;
     db.close();
-    const revokedLink = (await inject('POST', `/v1/sessions/${id}/links`, keyA, { purpose: 'trajectory' })).json() as { id: string; path: string };
+    const revokedLink = (await inject('POST', `/v1/sessions/${id}/links`, keyA, { purpose: 'trajectory' })).json<{ id: string; path: string }>();
     assert.equal((await inject('DELETE', `/v1/sessions/${id}/links/${revokedLink.id}`, keyA)).statusCode, 204);
-    const other = (await inject('POST', `/v1/sessions/${optedIn}/links`, keyA, { purpose: 'trajectory' })).json() as { path: string };
+    const other = (await inject('POST', `/v1/sessions/${optedIn}/links`, keyA, { purpose: 'trajectory' })).json<{ path: string }>();
     const otherToken = other.path.split('token=')[1]!;
     const page = await browser.newPage();
     try {
@@ -289,7 +289,7 @@ describe('trajectory', () => {
   it('draws a drag as a path from its start to its end', async () => {
     const drag = await computer(optedIn, { action: 'left_click_drag', start_coordinate: [100, 400], coordinate: [600, 400] });
     assert.equal(drag.statusCode, 200, drag.body);
-    const { path: linkPath } = (await inject('POST', `/v1/sessions/${optedIn}/links`, keyA, { purpose: 'trajectory' })).json() as { path: string };
+    const { path: linkPath } = (await inject('POST', `/v1/sessions/${optedIn}/links`, keyA, { purpose: 'trajectory' })).json<{ path: string }>();
     const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
     try {
       const steps = (await inject('GET', `/v1/sessions/${optedIn}/trajectory`, keyA)).json().steps as Step[];

@@ -23,7 +23,7 @@ describe('other vendors\' computer-use actions, in a real guest', () => {
   const openai = async (payload: unknown) => {
     const res = await post('openai', payload);
     assert.equal(res.statusCode, 200, res.body);
-    const body = res.json() as { type: string; call_id?: string; output: { type: string; image_url: string } };
+    const body = res.json<{ type: string; call_id?: string; output: { type: string; image_url: string } }>();
     assert.equal(body.type, 'computer_call_output');
     assert.equal(body.output.type, 'computer_screenshot');
     const prefix = 'data:image/png;base64,';
@@ -33,7 +33,7 @@ describe('other vendors\' computer-use actions, in a real guest', () => {
   const gemini = async (name: string, args?: Record<string, unknown>) => {
     const res = await post('gemini', { name, args, id: 'fc-1' });
     assert.equal(res.statusCode, 200, res.body);
-    return res.json() as { name: string; id?: string; response: { url?: string; error?: string }; parts?: Array<{ inlineData: { mimeType: string; data: string } }> };
+    return res.json<{ name: string; id?: string; response: { url?: string; error?: string }; parts?: Array<{ inlineData: { mimeType: string; data: string } }> }>();
   };
   const geminiOk = async (name: string, args?: Record<string, unknown>) => {
     const answer = await gemini(name, args);
@@ -220,7 +220,7 @@ describe('other vendors\' computer-use actions, in a real guest', () => {
       [{ action: { type: 'keypress', keys: ['CTRL', 'exec'] } }, /action\.keys\[1\] has an unknown key name "exec"/],
       [{ action: { type: 'keypress', keys: Array(10_000).fill('a') } }, /at most 10/],
       [{ actions: Array(1_000).fill({ type: 'wait' }) }, /at most 50/],
-      [{ actions: [{ type: 'move', x: 1, y: 1 }, { type: 'click', x: 1e999, y: 1 }] }, /actions\[1\]\.x must be an integer/],
+      [{ actions: [{ type: 'move', x: 1, y: 1 }, { type: 'click', x: Infinity, y: 1 }] }, /actions\[1\]\.x must be an integer/],
       [{ action: { type: 'click', x: 'NaN', y: 1 } }, /action\.x must be an integer/],
       [{ action: { type: 'click', x: 1, y: 1, button: { $ne: 1 } } }, /action\.button must be one of/],
       [{ action: { type: 'click', x: 1, y: 1, keys: [[['SHIFT']]] } }, /action\.keys\[0\]/],

@@ -15,14 +15,14 @@ describe('Gemini browser calls on the desktop template', () => {
   const bash = async (command: string) => {
     const res = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/tools/bash`, payload: { command } });
     assert.equal(res.statusCode, 200, res.body);
-    const result = res.json() as { content: Array<{ text?: string }>; is_error: boolean };
+    const result = res.json<{ content: Array<{ text?: string }>; is_error: boolean }>();
     assert.equal(result.is_error, false, JSON.stringify(result.content));
     return result.content.map((c) => c.text ?? '').join('\n');
   };
   const gemini = async (name: string, args: Record<string, unknown> = {}) => {
     const res = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/tools/gemini-computer`, payload: { name, args } });
     assert.equal(res.statusCode, 200, res.body);
-    const answer = res.json() as { response: { url?: string; error?: string }; parts?: Array<{ inlineData: { mimeType: string } }> };
+    const answer = res.json<{ response: { url?: string; error?: string }; parts?: Array<{ inlineData: { mimeType: string } }> }>();
     assert.equal(answer.response.error, undefined, `${name}: ${answer.response.error}`);
     assert.equal(answer.parts?.[0]?.inlineData.mimeType, 'image/png');
     return answer;

@@ -2,6 +2,7 @@
  * JSON schemas of the HTTP API. Fastify validates requests with them and @fastify/swagger
  * publishes them as the OpenAPI document at /openapi.json, so the docs cannot drift.
  */
+import { RUNTIMES } from '../runtimes/registered.js';
 import { recordingStatusSchema } from './recording-schemas.js';
 export const MIN_SIDE = 320;
 export const MAX_SIDE = 3840;
@@ -23,57 +24,90 @@ export const errorSchema = {
   },
 } as const;
 
+const TOOL_VERSIONS = ['computer_20241022', 'computer_20250124', 'computer_20251124'] as const;
+
+/** The Anthropic computer tool definition of a session, in its model space. */
+const computerToolSchema = {
+  type: 'object',
+  required: ['type', 'name', 'display_width_px', 'display_height_px'],
+  properties: {
+    type: { type: 'string', enum: TOOL_VERSIONS },
+    name: { type: 'string', enum: ['computer'] },
+    display_width_px: { type: 'integer' },
+    display_height_px: { type: 'integer' },
+    enable_zoom: { type: 'boolean' },
+  },
+} as const;
+
+/**
+ * A session as every route answers it (sessions/session-view.ts builds it). The client SDK's
+ * SessionInfo is generated from it (scripts/generate-client-types.ts), so what is required
+ * here is what every answer has.
+ */
 export const sessionSchema = {
   $id: 'Session',
   type: 'object',
-  required: ['id', 'state', 'runtime', 'display', 'createdAt', 'expiresAt'],
+  required: [
+    'id',
+    'tenant',
+    'state',
+    'runtime',
+    'template',
+    'display',
+    'computerTool',
+    'tools',
+    'screenshot',
+    'timeoutSeconds',
+    'maxLifetimeSeconds',
+    'metadata',
+    'network',
+    'createdAt',
+    'expiresAt',
+    'lifetimeEndsAt',
+  ],
   properties: {
     id: { type: 'string' },
     tenant: { type: 'string', description: 'The tenant that owns the session (the API key\'s; `local` without keys)' },
-    state: { type: 'string', enum: ['creating', 'ready', 'destroying', 'destroyed', 'failed'] },
-    runtime: { type: 'string', enum: ['container', 'qemu', 'firecracker'] },
+    state: { type: 'string', enum: ['creating', 'ready', 'paused', 'destroying', 'destroyed', 'failed'] },
+    runtime: { type: 'string', enum: RUNTIMES.names },
     template: { type: 'string', description: 'The template its sandbox booted (GET /v1/templates)' },
     display: {
       type: 'object',
       required: ['width', 'height'],
       properties: { width: { type: 'integer' }, height: { type: 'integer' } },
     },
-    computerTool: {
-      type: 'object',
-      description: 'The tool definition to pass to the Messages API as is (in the model space)',
-      properties: {
-        type: { type: 'string' },
-        name: { type: 'string' },
-        display_width_px: { type: 'integer' },
-        display_height_px: { type: 'integer' },
-        enable_zoom: { type: 'boolean' },
-      },
-    },
+    computerTool: { ...computerToolSchema, description: 'The tool definition to pass to the Messages API as is (in the model space)' },
     tools: {
       type: 'object',
+      required: ['anthropic', 'openai', 'gemini'],
       description: "Each vendor's tool definition for this session, to pass as is (docs/api.md, Other vendors)",
       properties: {
-        anthropic: { type: 'object', additionalProperties: true, description: 'The same as computerTool' },
+        anthropic: { ...computerToolSchema, description: 'The same as computerTool' },
         openai: {
           type: 'object',
           description: "OpenAI's computer tool, sized to the model space: x, y of /tools/openai-computer are read in it",
+          required: ['type', 'display_width', 'display_height', 'environment'],
           properties: {
-            type: { type: 'string' },
+            type: { type: 'string', enum: ['computer_use_preview'] },
             display_width: { type: 'integer' },
             display_height: { type: 'integer' },
-            environment: { type: 'string' },
+            environment: { type: 'string', enum: ['linux'] },
           },
         },
         gemini: {
           type: 'object',
           description: "Gemini's computer_use tool (no size: Gemini points on a 0-999 grid)",
-          properties: { computerUse: { type: 'object', properties: { environment: { type: 'string' } } } },
+          required: ['computerUse'],
+          properties: {
+            computerUse: { type: 'object', required: ['environment'], properties: { environment: { type: 'string', enum: ['ENVIRONMENT_BROWSER'] } } },
+          },
         },
       },
     },
     screenshot: {
       type: 'object',
       description: "The default screenshot format chosen at create: format, and quality for jpeg and webp",
+      required: ['format'],
       properties: { format: { type: 'string', enum: ['png', 'jpeg', 'webp'] }, quality: { type: 'integer' } },
     },
     timeoutSeconds: { type: 'integer', description: 'Idle timeout: the session ends this long after its last activity' },
@@ -82,6 +116,7 @@ export const sessionSchema = {
     network: {
       type: 'object',
       description: 'The guest network policy chosen at create time, and how the sandbox is reached',
+      required: ['egress', 'transport', 'interfaces'],
       properties: {
         egress: { type: 'boolean' },
         transport: { type: 'string', enum: ['tcp', 'unix'], description: "What carries the orchestrator's SSH control channel: tcp over the sandbox's NIC, or a Unix socket on the host" },
@@ -102,13 +137,23 @@ export const sessionSchema = {
     error: { type: 'string', description: 'Why the session failed' },
     endReason: {
       type: 'string',
-      enum: ['deleted', 'idle_timeout', 'max_lifetime', 'failed', 'shutdown', 'node_lost'],
-      description: 'Why the session ended (or is ending): a DELETE, its idle timeout, its maximum lifetime, a failure (see error), the orchestrator stopping',
+      enum: ['deleted', 'idle_timeout', 'max_lifetime', 'failed', 'shutdown', 'node_lost', 'paused_retention'],
+      description:
+        'Why the session ended (or is ending): a DELETE, its idle timeout, its maximum lifetime, a failure (see error), the orchestrator stopping, ' +
+        'its node lost, or a pause kept longer than pausedRetentionSeconds',
     },
+    paused: {
+      type: ['object', 'null'],
+      description: 'While the session is paused (state paused): how (memory or disk), since when, and the bytes of its state on the host\'s disk; null while it runs',
+      properties: { mode: { type: 'string', enum: ['memory', 'disk'] }, since: { type: 'string', format: 'date-time' }, bytes: { type: 'integer' } },
+    },
+    onIdle: { type: 'string', enum: ['destroy', 'pause'], description: 'What its idle timeout does: destroy the session, or pause it' },
+    autoResume: { type: 'boolean', description: 'A request to it while paused resumes it first (true) or answers 409 session_paused' },
     recording: recordingStatusSchema,
     control: {
       type: 'object',
       description: 'Present while a person holds the desktop through a live view (takeover): agent actions answer 409 human_in_control',
+      required: ['heldBy', 'since'],
       properties: { heldBy: { type: 'string', description: 'the viewId holding it' }, since: { type: 'string', format: 'date-time' } },
     },
   },
@@ -184,9 +229,18 @@ export const createSessionBody = {
         },
       ],
     },
+    onIdle: {
+      type: 'string',
+      enum: ['destroy', 'pause'],
+      description: 'What the idle timeout does: destroy the session (default, SBX_ON_IDLE) or pause it (docs/pause.md)',
+    },
+    autoResume: {
+      type: 'boolean',
+      description: 'A request to the session while it is paused resumes it first (default true, SBX_AUTO_RESUME); false: it answers 409 session_paused',
+    },
     toolVersion: {
       type: 'string',
-      enum: ['computer_20241022', 'computer_20250124', 'computer_20251124'],
+      enum: TOOL_VERSIONS,
       description: 'The computer tool version of the tool definition in computerTool (default computer_20250124)',
     },
     screenshot: {
@@ -230,9 +284,10 @@ export const actionResultSchema = {
   properties: {
     action: { type: 'string' },
     output: { type: 'string', description: 'Text result, e.g. X=10,Y=20 for cursor_position' },
-    cursor: { type: 'object', properties: { x: { type: 'integer' }, y: { type: 'integer' } } },
+    cursor: { type: 'object', required: ['x', 'y'], properties: { x: { type: 'integer' }, y: { type: 'integer' } } },
     image: {
       type: 'object',
+      required: ['mediaType', 'data'],
       description: 'A screenshot: of the screenshot and zoom actions, or the settled screen with ?screenshot=true',
       properties: { mediaType: { type: 'string', enum: ['image/png', 'image/jpeg', 'image/webp'] }, data: { type: 'string', description: 'base64' } },
     },
@@ -271,4 +326,17 @@ export const keepaliveBody = {
   type: 'object',
   additionalProperties: false,
   properties: { timeoutSeconds: TIMEOUT_SECONDS },
+} as const;
+
+/** POST /v1/sessions/:id/pause: how deep (the body is optional: auto). */
+export const pauseBody = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    mode: {
+      type: 'string',
+      enum: ['memory', 'disk', 'auto'],
+      description: 'memory: frozen in place (no CPU, RAM kept); disk: state written to disk (no RAM); auto (default): disk where the runtime does it, else memory',
+    },
+  },
 } as const;

@@ -7,9 +7,11 @@ import type { Metrics } from '../metrics/metrics.js';
 import type { SessionManager } from '../sessions/manager.js';
 import { installAuth, type AuthOptions } from './auth/request-identity.js';
 import { installTenantScope } from './auth/tenant-scope.js';
+import { installAutoResume } from './auto-resume.js';
+import { sessionPauseRoutes } from './routes/session-pause.js';
 import { applyConnectionLimits, connectionServerOptions, DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from './connection-limits.js';
-import { errorHandler } from './errors.js';
-import { OrchestratorError } from '../errors.js';
+import { errorHandler, sendError } from './errors.js';
+import { OrchestratorError, type ErrorCode } from '../errors.js';
 import { APP_BODY_LIMIT_BYTES } from './limits.js';
 import { installRequestLog } from './logging/request-log.js';
 import { DEFAULT_TENANT_REQUEST_LIMITS, installTenantRequestLimits, TenantRequestGate, type TenantRequestLimits } from './tenant-request-limits.js';
@@ -32,6 +34,8 @@ import { recordingRoutes } from './routes/recording.js';
 import { screenStreamRoutes } from './routes/screen-stream.js';
 import { DEFAULT_TENANT_MAX_STREAMS, StreamSlots } from './stream-slots.js';
 import { viewRoutes } from './routes/views.js';
+import { processRoutes } from './routes/processes.js';
+import { fsRoutes } from './routes/fs.js';
 import type { LiveViews } from '../views/live-views.js';
 import { toolResultSchema } from '../tools/tool-result.js';
 import { bashOutputCounters, type BashOutputLimits } from '../tools/bash/output-budget.js';
@@ -68,7 +72,7 @@ export interface ServerOptions {
 }
 
 /** The limit label of sandbox_api_requests_refused_total for each cap's refusal. */
-const CAP_OF_CODE: Readonly<Record<string, string>> = {
+const CAP_OF_CODE: Readonly<Partial<Record<ErrorCode, string>>> = {
   tenant_stream_limit: 'streams',
   session_viewer_limit: 'viewers',
   tenant_viewer_limit: 'viewers',
@@ -131,10 +135,11 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
       return [...owners];
     },
   });
+  installAutoResume(app, opts.manager);
   installRequestLog(app);
   // An unknown route answers in the same shape as every other error (fastify's own is not).
   app.setNotFoundHandler((request, reply) => {
-    void reply.status(404).send({ error: { code: 'route_not_found', message: `no route ${request.method} ${request.url.split('?')[0]}` } });
+    void sendError(reply, 'route_not_found', `no route ${request.method} ${request.url.split('?')[0]}`);
   });
   applyConnectionLimits(app, limits);
 
@@ -152,6 +157,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
         { name: 'desktop', description: 'Desktop actions: open, launch, windows, clipboard, screen size' },
         { name: 'tools', description: 'The tools of the computer-use loop: tool_use input in, tool_result content out' },
         { name: 'files', description: 'Files in and out of a sandbox, over SFTP' },
+        { name: 'processes', description: 'Processes in a sandbox: start, stream output (SSE, WebSocket), stdin, signals, terminals' },
         { name: 'trajectory', description: "Every call of a session, stored: as JSON, JSONL, and a page for people (link tokens)" },
         { name: 'recording', description: 'Video of a session\'s screen, with the agent\'s actions as subtitles' },
         { name: 'mcp', description: 'The MCP server (streamable HTTP): sandboxes as tools of any MCP client' },
@@ -169,6 +175,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   const { trajectory } = opts;
   await app.register(sessionRoutes, { manager: opts.manager, trajectory });
   await app.register(sessionTimeoutRoutes, { manager: opts.manager });
+  await app.register(sessionPauseRoutes, { manager: opts.manager });
   await app.register(computerToolRoutes, { manager: opts.manager, trajectory });
   await app.register(companionToolRoutes, { manager: opts.manager, display: opts.manager.display, bashTimeoutSeconds: opts.bashTimeoutSeconds,
     ...(opts.bashOutput ? { bashOutput: opts.bashOutput } : {}),
@@ -198,9 +205,9 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   if (opts.runs) await app.register(runRoutes, { runs: opts.runs, streams });
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
   await app.register(templateRoutes, { templates: opts.templates });
-  if (opts.views) {
-    await app.register(websocket, { options: { maxPayload: VIEW_MAX_WS_MESSAGE_BYTES } });
-    await app.register(viewRoutes, { views: opts.views });
-  }
+  await app.register(websocket, { options: { maxPayload: VIEW_MAX_WS_MESSAGE_BYTES } });
+  if (opts.views) await app.register(viewRoutes, { views: opts.views });
+  await app.register(processRoutes, { manager: opts.manager, streams });
+  await app.register(fsRoutes, { manager: opts.manager, streams });
   return app;
 }

@@ -1,14 +1,14 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { OrchestratorError } from '../errors.js';
+import { LimitError } from '../errors.js';
 import { KeyedSlots } from '../util/slots.js';
 import { releaseRequestSlot } from './tenant-request-limits.js';
 
 /** SBX_TENANT_MAX_STREAMS by default: a dashboard or two per session of a busy tenant. */
 export const DEFAULT_TENANT_MAX_STREAMS = 8;
 
-export class StreamLimitError extends OrchestratorError {
+export class StreamLimitError extends LimitError {
   constructor(message: string) {
-    super(message, 429, 'tenant_stream_limit', { 'retry-after': '5' });
+    super(message, 'tenant_stream_limit', 5);
   }
 }
 

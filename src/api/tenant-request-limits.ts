@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { OrchestratorError } from '../errors.js';
+import { LimitError } from '../errors.js';
 
 /**
  * Per-tenant request limits, so that one tenant's client (a runaway agent loop, a script
@@ -50,9 +50,9 @@ export function parseTenantLimitOverrides(text: string, setting = 'SBX_TENANT_RE
   return overrides;
 }
 
-export class RequestLimitError extends OrchestratorError {
+export class RequestLimitError extends LimitError {
   constructor(message: string, code: 'tenant_concurrency_limit' | 'tenant_rate_limit', retryAfterSeconds: number) {
-    super(message, 429, code, { 'retry-after': String(retryAfterSeconds) });
+    super(message, code, retryAfterSeconds);
   }
 }
 

@@ -51,6 +51,11 @@ export interface GoalFigures {
   gateway_live_view_frames_ratio: number | null;
   /** Issue 22: fullest node / ideal in the 10,000-session, 1,000-node placement simulation (the worst seed). */
   placement_simulation_fullest_vs_ideal: number | null;
+  /** Issue 24: POST .../processes {argv: [echo]} to its first output byte over SSE, p50 ms. */
+  process_start_first_byte_p50_ms: number;
+  /** Issue 25: memory pause and resume of a 1024x768 session over the API, p50 ms (null: the runtime cannot pause here). */
+  pause_memory_p50_ms: number | null;
+  resume_memory_p50_ms: number | null;
   /** Issue 14, per template: create-to-ready p50 cold and from its warm pool, idle session memory. */
   templates: Record<string, { cold_create_p50_ms: number; warm_create_p50_ms: number | null; idle_session_mib: number | null }>;
 }
@@ -103,6 +108,11 @@ export function goalRows(f: GoalFigures): ChartRow[] {
     { label: 'gateway added latency on an action, p50', value: f.gateway_action_added_ms, goal: 1, unit: 'ms' },
     { label: 'live-view frames via gateway / straight', value: f.gateway_live_view_frames_ratio, goal: 0.95, unit: 'x', better: 'higher' },
     { label: 'fullest node / ideal, 10k/1k simulation', value: f.placement_simulation_fullest_vs_ideal, goal: 1.15, unit: 'x' },
+    // Issue 24's goal.
+    { label: 'process start to first output byte, p50', value: f.process_start_first_byte_p50_ms, goal: 15, unit: 'ms' },
+    // Issue 25's goals.
+    { label: 'pause (memory) p50', value: f.pause_memory_p50_ms, goal: 50, unit: 'ms' },
+    { label: 'resume (memory) p50', value: f.resume_memory_p50_ms, goal: 50, unit: 'ms' },
   );
   return rows;
 }

@@ -33,7 +33,7 @@ import { CONFIG_FILES } from '../guest/contract.js';
 import { guestAddressOf } from '../network/netns.js';
 import { startOrchestrator } from '../orchestrator.js';
 import { measureActions } from './actions.js';
-import { naiveSsh, timeInGuest, timeInputInGuest } from './baselines.js';
+import { naiveSsh, timeInputInGuest } from './baselines.js';
 import { writeChart } from './chart.js';
 import { openDirect } from './direct.js';
 import { goalRows, printGoals, SCREENSHOT_FORMATS, type ScreenshotFormat } from './goals.js';
@@ -45,8 +45,10 @@ import { buildResults, printReport } from './report.js';
 import { compareScreenshots, staticAndChanging } from './screenshots.js';
 import { summarize, timeIt } from './stats.js';
 import { measureWarmCreates } from './warm-create.js';
+import { measurePause } from './pause.js';
 import { measureTemplate, type TemplateFigures } from './templates.js';
 import { measureLoopOverhead, startZeroLatencyModel } from './run-loop.js';
+import { measureProcessStart } from './processes.js';
 import { describePlacementTx, measurePlacementTx, measurePlacementTxIfPossible, type PlacementTxSettings } from './placement-tx.js';
 import { describeGateway, measureGateway, type GatewayBenchSettings } from './gateway.js';
 import { describeSimulation, simulatePlacement, SIMULATION_SEEDS, type SimulationFigures } from './placement-simulation.js';
@@ -157,6 +159,8 @@ async function main(): Promise<void> {
     console.error('bench: recording at 5 fps: CPU and the same session\'s screenshot latency, static then changing screen');
     const recording = await measureRecording({ sandbox, direct, names, display, n: N, cpuSeconds: RECORDING_SECONDS });
     const loop = await measureLoopOverhead(client, sandbox, N);
+    console.error('bench: process start to first output byte (echo)');
+    const processStart = await measureProcessStart(sandbox, direct, N);
     direct.close();
 
     // A large screen scaled to FWXGA (1366x768) on the host: capture plus scaling over the API.
@@ -183,6 +187,8 @@ async function main(): Promise<void> {
     await sandbox.destroy();
 
     const warmMs = await measureWarmCreates(orchestrator.manager, client, CREATES);
+    console.error('bench: memory pause and resume');
+    const pause = await measurePause(client, CREATES);
 
     const templates: TemplateFigures[] = [];
     for (const template of TEMPLATES) {
@@ -239,10 +245,12 @@ async function main(): Promise<void> {
         memory: memory ?? null,
         recording,
         loop,
+        processStart,
         templates,
         placementTx,
         gateway,
         simulation,
+        pause,
       });
       printReport(results);
       const goals = goalRows(results);
@@ -275,7 +283,24 @@ async function gatewayAlone(): Promise<void> {
   console.log(JSON.stringify({ ...figures, simulation }, null, 2));
 }
 
-const PARTS: Record<string, () => Promise<void>> = { 'placement-tx': placementTxAlone, gateway: gatewayAlone };
+/** `npm run bench -- pause`: the memory pause and resume figures alone (BENCH_CREATES rounds, 20 unless set). */
+async function pauseAlone(): Promise<void> {
+  const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-pause-'));
+  const config = { ...defaultConfig(process.env), stateDir, port: 0, subnet: process.env.SBX_SUBNET || '10.244.0.0/16', warmPoolSize: 0 };
+  const orchestrator = await startOrchestrator(config, pino({ level: 'warn' }), { buildImageIfMissing: false });
+  try {
+    const address = orchestrator.server.server.address();
+    if (!address || typeof address === 'string') throw new Error('server has no TCP address');
+    const figures = await measurePause(new SandboxClient({ baseUrl: `http://127.0.0.1:${address.port}` }), Number(process.env.BENCH_CREATES || 20));
+    console.log(`memory pause p50 ${figures?.pause.p50.toFixed(1)} ms (p95 ${figures?.pause.p95.toFixed(1)}), resume p50 ${figures?.resume.p50.toFixed(1)} ms (p95 ${figures?.resume.p95.toFixed(1)}), goal <= 50 ms each`);
+    console.log(JSON.stringify({ runtime: orchestrator.manager.runtimeName, cores: os.cpus().length, ...figures }, null, 2));
+  } finally {
+    await orchestrator.close();
+    await removeTreeOnOneMount(stateDir);
+  }
+}
+
+const PARTS: Record<string, () => Promise<void>> = { 'placement-tx': placementTxAlone, gateway: gatewayAlone, pause: pauseAlone };
 (PARTS[process.argv[2] ?? ''] ?? main)().catch((err: unknown) => {
   console.error(`bench: ${err instanceof Error ? err.stack : String(err)}`);
   process.exit(1);

@@ -44,12 +44,27 @@ export interface SimulationFigures {
   readonly memory: { fullest: number; ideal: number };
   /** CPU time the run took, ms. */
   readonly cpuMs: number;
+  /** With warm pools (WarmPools): the creates that landed on a node with a warm sandbox of the template, of all. */
+  readonly warmShare?: number;
+}
+
+/**
+ * Warm pools in the simulation: every `every`-th node keeps `size` warm sandboxes of the
+ * template; a create placed there takes one, and the cluster boots one back into each pool
+ * short of its size every `refillEvery` creates (a boot takes a while: creates come faster).
+ */
+export interface WarmPools {
+  readonly every: number;
+  readonly size: number;
+  readonly refillEvery: number;
+  /** Placement's warm bonus (0: warm sandboxes are no reason, the control). */
+  readonly bonus?: number;
 }
 
 /** Seeds the bench runs (the unit test runs 24, the worst of them). */
 export const SIMULATION_SEEDS: readonly number[] = [22, 23, 24, 25, 26, 27];
 
-export function simulatePlacement(seed: number, nodeCount = 1000, sessionCount = 10_000): SimulationFigures {
+export function simulatePlacement(seed: number, nodeCount = 1000, sessionCount = 10_000, pools?: WarmPools): SimulationFigures {
   const cpuStart = process.cpuUsage();
   const random = seededRandom(seed);
   const pick = <T>(list: readonly T[]): T => list[Math.floor(random() * list.length)] as T;
@@ -59,17 +74,28 @@ export function simulatePlacement(seed: number, nodeCount = 1000, sessionCount =
       name: `node-${i}`,
       runtimes: ['container', 'qemu', 'firecracker'],
       templates: ['desktop'],
-      warm: {},
+      warm: pools && i % pools.every === 0 ? { desktop: pools.size } : ({} as Record<string, number>),
       capacity: { maxSessions: 1000, sessions: 0, memoryMiB: { total: memoryMiB, committed: 0 }, vcpus: { total: vcpus, committed: 0 } },
       draining: false,
       healthy: true,
     };
   });
+  const pooled = pools ? nodes.filter((n) => n.warm.desktop !== undefined) : [];
+  let warmCreates = 0;
   for (let i = 0; i < sessionCount; i += 1) {
     const [vcpus, memoryMiB] = pick(SESSION_SIZES);
-    const placement = place({ runtime: 'qemu', template: 'desktop', vcpus, memoryMiB }, nodes, { random });
+    const placement = place({ runtime: 'qemu', template: 'desktop', vcpus, memoryMiB }, nodes, { random, ...(pools?.bonus !== undefined ? { warmBonus: pools.bonus } : {}) });
     if (!placement.ok) throw new Error(`simulation, seed ${seed}, session ${i}: ${placement.reason}`);
-    const { capacity } = placement.node as SimNode;
+    const chosen = placement.node as SimNode;
+    const warm = chosen.warm.desktop ?? 0;
+    if (warm > 0) {
+      warmCreates += 1;
+      (chosen as { warm: Record<string, number> }).warm = { desktop: warm - 1 };
+    }
+    if (pools && i % pools.refillEvery === 0) {
+      for (const n of pooled) if ((n.warm.desktop ?? 0) < pools.size) (n as { warm: Record<string, number> }).warm = { desktop: (n.warm.desktop ?? 0) + 1 };
+    }
+    const { capacity } = chosen;
     capacity.sessions += 1;
     capacity.vcpus.committed += vcpus;
     capacity.memoryMiB.committed += memoryMiB;
@@ -91,6 +117,7 @@ export function simulatePlacement(seed: number, nodeCount = 1000, sessionCount =
     cpu: { fullest: Math.max(...nodes.map(cpuOf)), ideal: cpuIdeal },
     memory: { fullest: Math.max(...nodes.map(memoryOf)), ideal: memoryIdeal },
     cpuMs: (used.user + used.system) / 1000,
+    ...(pools ? { warmShare: warmCreates / sessionCount } : {}),
   };
 }
 

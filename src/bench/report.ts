@@ -6,8 +6,10 @@ import type { LoadResult } from './load.js';
 import type { RampResult } from './ramp.js';
 import type { RecordingCost } from './recording.js';
 import type { LoopOverhead } from './run-loop.js';
+import { describeProcessStart, type ProcessStartFigures } from './processes.js';
 import type { ScreenshotComparison } from './screenshots.js';
 import type { Summary } from './stats.js';
+import type { PauseFigures } from './pause.js';
 import type { TemplateFigures } from './templates.js';
 import { describePlacementTx, type PlacementTxFigures } from './placement-tx.js';
 import { describeGateway, type GatewayFigures } from './gateway.js';
@@ -31,11 +33,13 @@ export interface Measured {
   memory: IdleMemory | null;
   recording: { static: RecordingCost; changing: RecordingCost };
   loop: LoopOverhead;
+  processStart: ProcessStartFigures;
   templates: TemplateFigures[];
   placementTx: PlacementTxFigures | null;
   gateway: GatewayFigures | null;
   /** One run per seed. */
   simulation: SimulationFigures[];
+  pause: PauseFigures | null;
 }
 
 export type Results = ReturnType<typeof buildResults>;
@@ -76,10 +80,13 @@ export function buildResults(m: Measured) {
     recording_cpu_core_percent: m.recording.changing.cpuCoreFraction * 100,
     recording_screenshot_latency_increase_percent: m.recording.changing.latencyIncreasePercent,
     run_loop_overhead_ms: m.loop.loopPerStepMs - m.loop.directMeanMs,
+    process_start_first_byte_p50_ms: m.processStart.api.p50,
     placement_tx_creates_per_second: m.placementTx?.createsPerSecond ?? null,
     gateway_screenshot_ratio: m.gateway?.screenshot.ratio ?? null,
     gateway_action_added_ms: m.gateway?.action.addedMs ?? null,
     gateway_live_view_frames_ratio: m.gateway?.liveView.ratio ?? null,
+    pause_memory_p50_ms: m.pause?.pause.p50 ?? null,
+    resume_memory_p50_ms: m.pause?.resume.p50 ?? null,
     placement_simulation_fullest_vs_ideal: m.simulation.length > 0 ? Math.max(...m.simulation.map((s) => s.dominant)) : null,
     templates: Object.fromEntries(
       m.templates.map((t) => [t.template, { cold_create_p50_ms: t.cold.p50, warm_create_p50_ms: t.warm?.p50 ?? null, idle_session_mib: t.idleMiB }]),
@@ -93,11 +100,13 @@ export function buildResults(m: Measured) {
     cold_create_p95_ms: m.create.p95,
     recording_detail: m.recording,
     run_loop_detail: m.loop,
+    process_start_detail: m.processStart,
     placement_tx_detail: m.placementTx,
     gateway_detail: m.gateway,
     placement_simulation_detail: m.simulation,
     templates_detail: m.templates,
     warm_create_p95_ms: m.warm?.p95 ?? null,
+    pause_detail: m.pause,
     // Kept under their earlier names (PNG, static screen) for comparison with older runs.
     screenshot_api_p50_ms: png.static.api.p50,
     screenshot_api_p95_ms: png.static.api.p95,
@@ -186,6 +195,7 @@ export function printReport(r: Results): void {
         `(${c.latencyIncreasePercent >= 0 ? '+' : ''}${c.latencyIncreasePercent.toFixed(1)}%)`,
     );
   }
+  console.log(describeProcessStart(r.process_start_detail));
   if (r.placement_tx_detail) console.log(describePlacementTx(r.placement_tx_detail));
   if (r.gateway_detail) console.log(describeGateway(r.gateway_detail));
   for (const run of r.placement_simulation_detail) console.log(describeSimulation(run));

@@ -10,7 +10,7 @@ import { PgClusterStore } from '../cluster/store/pg-cluster-store.js';
 import type { OrchestratorConfig } from '../config.js';
 import { createLogger } from '../logger.js';
 import { startOrchestrator, type Orchestrator } from '../orchestrator.js';
-import type { RuntimeName } from '../runtimes/runtime.js';
+import { RUNTIMES } from '../runtimes/registered.js';
 import { atLeast, envInt } from '../util/env.js';
 import { addOrchestratorOptions, configOf, integer, stopOnSignals, type OrchestratorFlags } from './serve.js';
 
@@ -51,12 +51,6 @@ interface NodeFlags extends OrchestratorFlags {
   name: string;
 }
 
-/** vCPUs a session of this runtime is given, as the gateways count it (their settings read the same variables). */
-function sessionVcpus(config: OrchestratorConfig, runtime: RuntimeName): number {
-  const { container, qemu, firecracker } = config.runtimes;
-  return runtime === 'container' ? container.cpus : runtime === 'qemu' ? qemu.smp : firecracker.vcpus;
-}
-
 /** `sbx node`: today's orchestrator, a member of a cluster; `sbx node drain|undrain <name>`. */
 function nodeCommand(defaults: OrchestratorConfig): Command {
   const node = addOrchestratorOptions(new Command('node').description("run a cluster's node (as root): the orchestrator, serving its gateways only"), defaults)
@@ -86,10 +80,12 @@ function nodeCommand(defaults: OrchestratorConfig): Command {
           maxSessions: config.maxSessions,
           sessionMemoryMiB: config.memoryLimitMiB,
           memoryReserveMiB: config.memoryReserveMiB,
-          sessionVcpus: sessionVcpus(config, runtime),
+          // As the gateways count it (their settings read the same variables).
+          sessionVcpus: RUNTIMES.vcpus(runtime, config.runtimes),
           vcpus,
           version: VERSION,
           templates: async () => (await started.templates.list()).filter((t) => t.built).map((t) => t.name),
+          warm: () => Object.fromEntries(started.manager.warmPoolStatuses().map((pool) => [pool.template, pool.ready.length])),
         };
         agent = new NodeAgent({
           store,

@@ -15,6 +15,7 @@ import { templateCommand } from './templates.js';
 import { trajectoryCommand } from './trajectory.js';
 import { recordingCommand } from './recording.js';
 import { runCommand } from './run.js';
+import { execCommand } from './exec.js';
 
 /** The file extension of an image by its first bytes (the session's default format may be any). */
 function extensionOf(image: Buffer): string {
@@ -68,6 +69,7 @@ program.addCommand(templateCommand(defaults.imagesDir));
 program.addCommand(trajectoryCommand(client));
 program.addCommand(recordingCommand(client));
 program.addCommand(runCommand(client));
+program.addCommand(execCommand(client));
 
 interface CreateFlags {
   width?: number;
@@ -124,6 +126,23 @@ program
   .action(async (id: string, opts: { timeout?: number }) => {
     const info = await client().keepalive(id, opts.timeout === undefined ? {} : { timeoutSeconds: opts.timeout });
     console.log(`${info.id} expires ${info.expiresAt} (lifetime ends ${info.lifetimeEndsAt})`);
+  });
+
+program
+  .command('pause <id>')
+  .description('pause a session: every process stops where it is until it is resumed (docs/pause.md)')
+  .addOption(new Option('-m, --mode <mode>', 'memory (frozen in place), disk, or auto (disk where available)').choices(['memory', 'disk', 'auto']).default('auto'))
+  .action(async (id: string, opts: { mode: 'memory' | 'disk' | 'auto' }) => {
+    const info = await client().pause(id, opts.mode);
+    console.log(`${info.id} ${info.state} (${info.paused?.mode ?? 'running'} since ${info.paused?.since ?? '-'})`);
+  });
+
+program
+  .command('resume <id>')
+  .description('resume a paused session')
+  .action(async (id: string) => {
+    const info = await client().resume(id);
+    console.log(`${info.id} ${info.state}`);
   });
 
 program

@@ -5,7 +5,8 @@ import { AUTH_SETTINGS, type AuthSetting } from '../api/auth/auth-mode.js';
 import type { OrchestratorConfig } from '../config.js';
 import { createLogger } from '../logger.js';
 import { startOrchestrator, type Orchestrator } from '../orchestrator.js';
-import { RUNTIME_NAMES, type RuntimeChoice } from '../runtimes/settings.js';
+import { RUNTIMES } from '../runtimes/registered.js';
+import type { RuntimeChoice } from '../runtimes/settings.js';
 import { imagesDirFromEnv, warmPoolSize } from '../sessions/settings.js';
 
 export function integer(value: string): number {
@@ -30,7 +31,7 @@ export function addOrchestratorOptions(command: Command, defaults: OrchestratorC
     .addOption(new Option('--host <host>', 'address to listen on').env('SBX_HOST').default(defaults.host))
     .addOption(new Option('--port <port>', 'port to listen on').env('SBX_PORT').default(defaults.port).argParser(integer))
     .addOption(new Option('--state-dir <dir>', 'keys, per-session files and the store').env('SBX_STATE_DIR').default(defaults.stateDir))
-    .addOption(new Option('--runtime <name>', 'sandbox runtime').env('SBX_RUNTIME').choices([...RUNTIME_NAMES]).default(defaults.runtime))
+    .addOption(new Option('--runtime <name>', 'sandbox runtime').env('SBX_RUNTIME').choices([...RUNTIMES.choices]).default(defaults.runtime))
     .addOption(
       new Option('--warm-pool <n>', `booted sandboxes of the default template kept ready for creates of ${defaults.warmPoolScreen.width}x${defaults.warmPoolScreen.height} (SBX_WARM_POOL_SCREEN; per template: SBX_WARM_POOL=name:count,...)`)
         .env('SBX_WARM_POOL_SIZE')

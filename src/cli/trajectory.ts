@@ -46,11 +46,16 @@ export function formatTrajectory(t: Trajectory): string {
 
 function describe(step: TrajectoryStep): string {
   const input = step.input;
-  if (step.tool === 'bash') return oneLine(input.restart === true ? 'restart' : String(input.command ?? ''));
-  if (step.tool === 'str_replace_based_edit_tool') return oneLine(`${step.action ?? '?'} ${String(input.path ?? '')}`);
+  if (step.tool === 'bash') return oneLine(input.restart === true ? 'restart' : asText(input.command));
+  if (step.tool === 'str_replace_based_edit_tool') return oneLine(`${step.action ?? '?'} ${asText(input.path)}`);
   const at = Array.isArray(input.coordinate) ? ` (${input.coordinate.join(', ')})` : '';
   const typed = typeof input.textLength === 'number' ? ` (${input.textLength} characters)` : typeof input.text === 'string' ? ` ${JSON.stringify(input.text)}` : '';
   return oneLine(`${step.action ?? '?'}${at}${typed}`);
+}
+
+/** A tool input's field as text: a string as it is, anything else as JSON. */
+function asText(value: unknown): string {
+  return typeof value === 'string' ? value : value === undefined ? '' : JSON.stringify(value);
 }
 
 function oneLine(text: string, max = 100): string {

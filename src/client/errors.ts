@@ -16,6 +16,8 @@ export class NotFoundError extends SandboxError {}
 export class SessionNotReadyError extends SandboxError {}
 /** A person took the session over through a live view (409 human_in_control): retry after hand-back. */
 export class HumanInControlError extends SessionNotReadyError {}
+/** The session is paused and was created with autoResume off (409 session_paused): resume it first. */
+export class SessionPausedError extends SessionNotReadyError {}
 /** The session's sandbox vanished (410 session_gone): it is failed; delete it and make another. */
 export class SessionGoneError extends SessionNotReadyError {}
 /** The guest user may not read or write that file. */
@@ -36,6 +38,7 @@ export function errorFor(status: number, code: string, message: string, retryAft
   if (status === 404) return new NotFoundError(message, status, code);
   if (status === 403) return new PermissionDeniedError(message, status, code);
   if (status === 409 && code === 'human_in_control') return new HumanInControlError(message, status, code);
+  if (status === 409 && code === 'session_paused') return new SessionPausedError(message, status, code);
   if (status === 409) return new SessionNotReadyError(message, status, code);
   if (status === 410) return new SessionGoneError(message, status, code);
   if (status === 413) return new TooLargeError(message, status, code);

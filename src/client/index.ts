@@ -1,3 +1,5 @@
+import { Processes } from './processes.js';
+import { SandboxFs } from './fs.js';
 import { VendorToolMethods } from './vendor-tools.js';
 import { errorFor, SandboxError } from './errors.js';
 import { openLiveView, type LiveView, type LiveViewOptions } from './live-view.js';
@@ -14,7 +16,7 @@ import {
   type ScreenStreamOptions,
 } from './recording.js';
 import { formatQuery, queryString, type ScreenshotFormatOptions } from './screenshot-format.js';
-import type { ActionResult, BashToolInput, ComputerToolInput, CreateOptions, EditorToolInput, SessionInfo, TemplateInfo, TimeoutUpdate, ToolResult } from './types.js';
+import type { ActionResult, BashToolInput, ComputerToolInput, CreateOptions, EditorToolInput, KeepaliveOptions, PauseMode, SessionInfo, TemplateInfo, TimeoutUpdate, ToolResult } from './types.js';
 import { Runs } from './runs.js';
 import { createTrajectoryLink, fetchTrajectory, type Trajectory } from './trajectory.js';
 
@@ -23,11 +25,14 @@ export type { ImageMediaType, ScreenshotFormatOptions } from './screenshot-forma
 export type { DesktopWindow } from './desktop.js';
 export type { RecordingStatus, ScreenFrame, ScreenStreamOptions } from './recording.js';
 export type { FileRequestOptions, UploadData, UploadedFile, UploadFileOptions } from './files.js';
+export type { RuntimeName } from './runtime-names.js';
 export * from './types.js';
 export * from './vendor-types.js';
 export { Runs, type RunEvent, type RunInfo, type RunOptions } from './runs.js';
 export { createTrajectoryLink, fetchTrajectory, type Trajectory, type TrajectoryLink, type TrajectoryStep } from './trajectory.js';
 export type { LiveView, LiveViewOptions } from './live-view.js';
+export { ProcessHandle, Processes, type ProcessEvent, type ProcessExitInfo, type ProcessInfo, type ProcessRead, type ProcessSignal, type StartProcessOptions } from './processes.js';
+export { SandboxFs, type FsChange, type FsEntry } from './fs.js';
 
 /** Where the client looks for the orchestrator unless told (SBX_URL, `--url`): `sbx serve`'s default address. */
 export const DEFAULT_ORCHESTRATOR_URL = 'http://127.0.0.1:8080';
@@ -86,13 +91,23 @@ export class SandboxClient {
   }
 
   /** Resets the session's idle timer (optionally setting a new idle timeout). */
-  async keepalive(id: string, options: { timeoutSeconds?: number } = {}): Promise<SessionInfo> {
+  async keepalive(id: string, options: KeepaliveOptions = {}): Promise<SessionInfo> {
     return this.json<SessionInfo>('POST', `/v1/sessions/${encodeURIComponent(id)}/keepalive`, options);
   }
 
   /** Changes the session's idle timeout and/or maximum lifetime (up to the server's maximum). */
   async updateTimeouts(id: string, update: TimeoutUpdate): Promise<SessionInfo> {
     return this.json<SessionInfo>('PATCH', `/v1/sessions/${encodeURIComponent(id)}`, update);
+  }
+
+  /** Pauses the session: memory (frozen in place), disk, or auto (the default: disk where available). */
+  async pause(id: string, mode?: PauseMode | 'auto'): Promise<SessionInfo> {
+    return this.json<SessionInfo>('POST', `/v1/sessions/${encodeURIComponent(id)}/pause`, mode === undefined ? {} : { mode });
+  }
+
+  /** Resumes a paused session: the same desktop, and the next action just works. */
+  async resume(id: string): Promise<SessionInfo> {
+    return this.json<SessionInfo>('POST', `/v1/sessions/${encodeURIComponent(id)}/resume`);
   }
 
   /** The screen at its size or (`scaled`) the model's, in `format` (else the session's), e.g. `{ format: 'jpeg', quality: 80 }`. */
@@ -154,7 +169,14 @@ export class Sandbox extends VendorToolMethods {
     public info: SessionInfo,
   ) {
     super();
+    this.processes = new Processes(client, info.id);
+    this.fs = new SandboxFs(client, info.id);
   }
+
+  /** Processes: start (argv or cmd), output as an async iterator, stdin, signals, list, connect. */
+  readonly processes: Processes;
+  /** Filesystem calls: list, stat, mkdir, move, remove, watch. */
+  readonly fs: SandboxFs;
 
   get id(): string {
     return this.info.id;
@@ -301,6 +323,17 @@ export class Sandbox extends VendorToolMethods {
   /** Sets the idle timeout (seconds); with `maxLifetimeSeconds`, the lifetime too. */
   async setTimeout(timeoutSeconds: number, options: { maxLifetimeSeconds?: number } = {}): Promise<SessionInfo> {
     this.info = await this.client.updateTimeouts(this.id, { timeoutSeconds, ...options });
+    return this.info;
+  }
+
+  /** Pauses it (see SandboxClient.pause); any later request resumes it unless it was created with autoResume false. */
+  async pause(mode?: PauseMode | 'auto'): Promise<SessionInfo> {
+    this.info = await this.client.pause(this.id, mode);
+    return this.info;
+  }
+
+  async resume(): Promise<SessionInfo> {
+    this.info = await this.client.resume(this.id);
     return this.info;
   }
 

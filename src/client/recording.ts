@@ -1,6 +1,9 @@
 import { serverSentEvents } from './event-stream.js';
 import type { SandboxClient } from './index.js';
+import type { RecordingStatus } from './api-types.js';
 import type { ScreenshotFormatOptions } from './screenshot-format.js';
+
+export type { RecordingStatus } from './api-types.js';
 
 /**
  * A session's screen recording and its screen stream.
@@ -12,19 +15,6 @@ import type { ScreenshotFormatOptions } from './screenshot-format.js';
  *
  *   for await (const frame of sandbox.screenStream({ fps: 2 })) show(frame.data);
  */
-
-/** A recording as the server describes it (also `recording` in the session's info). */
-export interface RecordingStatus {
-  state: 'recording' | 'finished' | 'failed';
-  /** Time 0 of the video: a moment's offset in it is the ms since then. */
-  startedAt: string;
-  endedAt?: string;
-  stopReason?: 'requested' | 'session_ended' | 'size_cap' | 'duration_cap' | 'failed';
-  bytes: number;
-  fps: number;
-  frames: number;
-  error?: string;
-}
 
 /** One frame of the screen stream: the image, decoded from base64. */
 export interface ScreenFrame {

@@ -1,95 +1,15 @@
-import type { ImageMediaType, ScreenshotFormatOptions } from './screenshot-format.js';
-import type { RecordingStatus } from './recording.js';
-import type { VendorTools } from './vendor-types.js';
+import type { ImageMediaType } from './screenshot-format.js';
 
-/** The shapes the API answers with and takes: sessions, tool inputs, tool results. */
+/**
+ * The shapes the API answers with and takes. Sessions, templates, action results and the
+ * create and update bodies are generated from the server's schemas (api-types.ts, by
+ * scripts/generate-client-types.ts), so they cannot drift; the tool inputs and results below
+ * are the model vendors' contracts, which the server takes as the model sent them.
+ */
+export type { ActionResult, CreateOptions, ErrorBody, ErrorCode, KeepaliveOptions, SessionInfo, TemplateInfo, TimeoutUpdate } from './api-types.js';
 
-/** A session as the API describes it. */
-export interface SessionInfo {
-  id: string;
-  state: 'creating' | 'ready' | 'destroying' | 'destroyed' | 'failed';
-  runtime: 'container' | 'qemu' | 'firecracker';
-  /** The template its sandbox booted. */
-  template: string;
-  display: { width: number; height: number };
-  /** The tool definition to pass to the Messages API as is (in the model's space). */
-  computerTool: {
-    type: 'computer_20241022' | 'computer_20250124' | 'computer_20251124';
-    name: 'computer';
-    display_width_px: number;
-    display_height_px: number;
-    enable_zoom?: boolean;
-  };
-  /** Each vendor's tool definition for this session (anthropic is computerTool). */
-  tools?: VendorTools;
-  /** The default screenshot format chosen at create. */
-  screenshot?: ScreenshotFormatOptions;
-  /** Idle timeout: the session ends this long after its last activity. */
-  timeoutSeconds?: number;
-  /** Maximum lifetime, counted from createdAt. */
-  maxLifetimeSeconds?: number;
-  metadata?: Record<string, unknown>;
-  /**
-   * The guest network policy chosen at create time; `transport`: what carries the
-   * orchestrator's control channel; `interfaces`: ['lo'] alone for a sandbox with no NIC.
-   */
-  network?: { egress: boolean; transport?: 'tcp' | 'unix'; interfaces?: string[] };
-  /** The tenant that owns it (the API key's; `local` without keys). */
-  tenant?: string;
-  createdAt: string;
-  /** When the session ends unless it is used again (never after lifetimeEndsAt). */
-  expiresAt: string;
-  /** When the session ends whatever happens. */
-  lifetimeEndsAt?: string;
-  error?: string;
-  /** Why the session ended. */
-  endReason?: 'deleted' | 'idle_timeout' | 'max_lifetime' | 'failed' | 'shutdown' | 'node_lost';
-  /** Its screen recording, when it was recorded. */
-  recording?: RecordingStatus;
-}
-
-/** What PATCH /v1/sessions/:id changes: at least one of them. */
-export interface TimeoutUpdate {
-  timeoutSeconds?: number;
-  maxLifetimeSeconds?: number;
-}
-
-/** A template as GET /v1/templates lists it. */
-export interface TemplateInfo {
-  name: string;
-  kind: 'built-in' | 'user';
-  base: string | null;
-  built: boolean;
-  sizeBytes: number | null;
-  builtAt: string | null;
-  screen: { width: number; height: number } | null;
-}
-
-export interface CreateOptions {
-  /** The template to boot (default: the server's); see listTemplates(). */
-  template?: string;
-  width?: number;
-  height?: number;
-  /** The screen size the model sees: 'auto' (default), 'none', or a size. */
-  scaling?: 'auto' | 'none' | { width: number; height: number };
-  toolVersion?: 'computer_20241022' | 'computer_20250124' | 'computer_20251124';
-  /** The session's default screenshot format (png unless set). */
-  screenshot?: ScreenshotFormatOptions;
-  /** Idle timeout in seconds (server default 300). */
-  timeoutSeconds?: number;
-  /** Maximum lifetime in seconds: at most, and by default, the server's maximum (3600). */
-  maxLifetimeSeconds?: number;
-  metadata?: Record<string, unknown>;
-  /**
-   * The guest network policy. The sandbox never reaches the host, the orchestrator, other
-   * sandboxes or private ranges; `egress: true` lets it reach the internet (NAT). Default off.
-   */
-  network?: { egress?: boolean };
-  /** Every call is stored (sandbox.trajectory()); typed text as its length unless keepTypedText. */
-  trajectory?: { keepTypedText?: boolean };
-  /** Record the screen to a video from the start (Sandbox.downloadRecording). */
-  record?: boolean;
-}
+/** How deep a pause goes (docs/pause.md). */
+export type PauseMode = 'memory' | 'disk';
 
 /** A computer-use tool input, as a model sends it. */
 export interface ComputerToolInput {
@@ -136,13 +56,4 @@ export interface ToolResult {
     { type: 'text'; text: string } | { type: 'image'; source: { type: 'base64'; media_type: ImageMediaType; data: string } }
   >;
   is_error: boolean;
-}
-
-export interface ActionResult {
-  action: string;
-  output?: string;
-  cursor?: { x: number; y: number };
-  image?: { mediaType: string; data: string };
-  settleMs?: number;
-  durationMs: number;
 }

@@ -2,13 +2,10 @@
  * Other vendors' computer-use shapes as the API takes and answers them
  * (POST /v1/sessions/:id/tools/openai-computer and /tools/gemini-computer).
  */
+import type { SessionInfo } from './api-types.js';
 
 /** The session view's `tools`: each vendor's tool definition, to pass as is. */
-export interface VendorTools {
-  anthropic: { type: string; name: 'computer'; display_width_px: number; display_height_px: number; enable_zoom?: boolean };
-  openai: { type: 'computer_use_preview'; display_width: number; display_height: number; environment: 'linux' };
-  gemini: { computerUse: { environment: 'ENVIRONMENT_BROWSER' } };
-}
+export type VendorTools = SessionInfo['tools'];
 
 /** One OpenAI computer_call action; x, y in the display size of tools.openai. */
 export type OpenAIComputerAction =

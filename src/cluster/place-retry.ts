@@ -7,6 +7,7 @@
  * how many nodes, and what each tried node answered). A 4xx from a node is the request's
  * fault, not the node's: another node would answer the same, so it is not retried.
  */
+import { httpStatusOf } from '../api/errors.js';
 import { OrchestratorError, UnavailableError } from '../errors.js';
 import { CONSTRAINTS, place, type Constraint, type NodeSnapshot, type PlacementOptions, type PlacementRequest } from './placement.js';
 
@@ -15,6 +16,20 @@ export const DEFAULT_MAX_TRIES = 3;
 export interface AttemptFailure {
   readonly node: string;
   readonly message: string;
+}
+
+/**
+ * An attempt's failure with an HTTP status of its own (a node's answer relayed, or a failure
+ * that is no node's fault): below 500 it ends the retries, as a 4xx of ours does.
+ */
+export class AttemptFailed extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+  ) {
+    super(message);
+    this.name = new.target.name;
+  }
 }
 
 /** Nobody could take the create: a 503 whose message says why. */
@@ -79,12 +94,18 @@ export async function retryChoices<N, T>(
     try {
       return { node: choice.node, result: await attempt(choice.node), failures };
     } catch (error) {
-      if (error instanceof OrchestratorError && error.statusCode < 500) throw error;
+      if (isRequestFault(error)) throw error;
       failures.push({ node: name, message: error instanceof Error ? error.message : String(error) });
       exclude.add(name);
     }
   }
   throw new NoNodeError(withFailures(`no node could take this create in ${maxTries} tries`, failures), none, failures);
+}
+
+/** A 4xx: the request's fault, which any other node would answer alike. */
+function isRequestFault(error: unknown): boolean {
+  if (error instanceof OrchestratorError) return httpStatusOf(error.code) < 500;
+  return error instanceof AttemptFailed && error.status < 500;
 }
 
 function withFailures(reason: string, failures: readonly AttemptFailure[]): string {

@@ -111,6 +111,9 @@ export function sizeFor(node: NodeSnapshot, request: PlacementRequest): number {
   return Number.isFinite(size) && size > 0 ? size : 1;
 }
 
+/** Feasible nodes with a warm sandbox of the template added to each sample (besides the K drawn). */
+export const WARM_SAMPLE_SIZE = 2;
+
 function hasWarm(node: NodeSnapshot, request: PlacementRequest): boolean {
   return (node.warm[request.template] ?? 0) > 0;
 }
@@ -121,11 +124,14 @@ export function place(request: PlacementRequest, nodes: readonly NodeSnapshot[],
   const sampleSize = Math.max(1, options.sampleSize ?? DEFAULT_SAMPLE_SIZE);
   const warmBonus = options.warmBonus ?? DEFAULT_WARM_BONUS;
   const feasible: NodeSnapshot[] = [];
+  const warm: NodeSnapshot[] = [];
   const rejected = Object.fromEntries(CONSTRAINTS.map((constraint) => [constraint, 0])) as Record<Constraint, number>;
   for (const node of nodes) {
     const unfit = unfitFor(node, request, options.exclude);
-    if (unfit === undefined) feasible.push(node);
-    else rejected[unfit] += 1;
+    if (unfit === undefined) {
+      feasible.push(node);
+      if (hasWarm(node, request)) warm.push(node);
+    } else rejected[unfit] += 1;
   }
   if (feasible.length === 0) return { ok: false, rejected, reason: noNodeReason(request, nodes.length, rejected) };
 
@@ -149,6 +155,17 @@ export function place(request: PlacementRequest, nodes: readonly NodeSnapshot[],
         else low = middle + 1;
       }
       sample.add(feasible[low] as NodeSnapshot);
+    }
+  }
+  // A few feasible nodes with a warm sandbox of the template join the sample: drawn only by
+  // size, a warm node (a few in a thousand) would seldom be offered the create its warm
+  // sandbox is for. They still win on the score alone (the bonus: a preference, not a veto).
+  if (warmBonus > 0) {
+    for (let added = 0; added < WARM_SAMPLE_SIZE && warm.length > 0; added += 1) {
+      const index = Math.floor(random() * warm.length);
+      sample.add(warm[index] as NodeSnapshot);
+      warm[index] = warm[warm.length - 1] as NodeSnapshot;
+      warm.pop();
     }
   }
   let best: { node: NodeSnapshot; score: number } | undefined;

@@ -210,7 +210,7 @@ function parseRegion(value: unknown, scaler: Scaler): { x0: number; y0: number; 
   if (!Array.isArray(value) || value.length !== 4 || !value.every(isNonNegativeInteger)) {
     throw new InvalidRequestError('region must be an array of four non-negative integers [x0, y0, x1, y1]');
   }
-  const [x0, y0, x1, y1] = value as number[] as [number, number, number, number];
+  const [x0, y0, x1, y1] = value as [number, number, number, number];
   if (x1 <= x0 || y1 <= y0) throw new InvalidRequestError(`region [${x0}, ${y0}, ${x1}, ${y1}] must have x1 > x0 and y1 > y0`);
   const { width, height } = scaler.model;
   if (x1 > width || y1 > height) {

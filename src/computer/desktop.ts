@@ -12,7 +12,7 @@ import { KeymapBinder, spareKeycodes } from './keymap.js';
 /** A display command failed inside the guest (e.g. the X server is gone). */
 export class DesktopError extends OrchestratorError {
   constructor(message: string) {
-    super(message, 502, 'desktop_error');
+    super('desktop_error', message);
   }
 }
 

@@ -124,7 +124,7 @@ export function keysymName(name: string, field: string): string {
   if (alias) return alias;
   const fkey = /^f([1-9]|1[0-9]|2[0-4])$/i.exec(name);
   if (fkey) return `F${fkey[1]}`;
-  if (name.length === 1 && PUNCTUATION[name]) return PUNCTUATION[name] as string;
+  if (name.length === 1 && PUNCTUATION[name]) return PUNCTUATION[name];
   if (!KEY_NAME_SHAPE.test(name)) {
     throw new InvalidRequestError(
       `${field} has an invalid key name ${JSON.stringify(name.slice(0, 40))}: use names such as Return, ctrl, alt, shift, super, Page_Down, F5, a`,

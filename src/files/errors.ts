@@ -9,47 +9,47 @@ import { InvalidRequestError, OrchestratorError } from '../errors.js';
 
 export class FileNotFoundError extends OrchestratorError {
   constructor(message: string) {
-    super(message, 404, 'file_not_found');
+    super('file_not_found', message);
   }
 }
 
 /** The guest user may not do this: uploads and downloads run as that user, not as root. */
 export class FilePermissionError extends OrchestratorError {
   constructor(message: string) {
-    super(message, 403, 'permission_denied');
+    super('permission_denied', message);
   }
 }
 
 export class IsADirectoryError extends OrchestratorError {
   constructor(path: string) {
-    super(`${path} is a directory; give the path of a file`, 400, 'is_a_directory');
+    super('is_a_directory', `${path} is a directory; give the path of a file`);
   }
 }
 
 /** A device, FIFO or socket: reading one could block the guest's SFTP server. */
 export class NotARegularFileError extends OrchestratorError {
   constructor(path: string) {
-    super(`${path} is not a regular file`, 400, 'not_a_regular_file');
+    super('not_a_regular_file', `${path} is not a regular file`);
   }
 }
 
 export class FileTooLargeError extends OrchestratorError {
   constructor(what: string, limit: number) {
-    super(`${what} is larger than the limit of ${limit} bytes (SBX_MAX_FILE_BYTES)`, 413, 'file_too_large');
+    super('file_too_large', `${what} is larger than the limit of ${limit} bytes (SBX_MAX_FILE_BYTES)`);
   }
 }
 
 /** The client went away before the whole file arrived; nothing was kept. */
 export class UploadAbortedError extends OrchestratorError {
   constructor(path: string) {
-    super(`the upload of ${path} was interrupted before the end of the body; nothing was written`, 400, 'upload_aborted');
+    super('upload_aborted', `the upload of ${path} was interrupted before the end of the body; nothing was written`);
   }
 }
 
 /** The guest's SFTP server failed in a way the client cannot fix (disk full, connection lost...). */
 export class FileTransferError extends OrchestratorError {
   constructor(message: string) {
-    super(message, 502, 'file_transfer_failed');
+    super('file_transfer_failed', message);
   }
 }
 

@@ -56,7 +56,7 @@ export function watchExit(pid: number, startTime: string, intervalMs = 500): { e
     const check = async () => {
       if (stopped) return;
       if (!(await isProcessAlive(pid, startTime))) return resolve();
-      timer = setTimeout(check, intervalMs);
+      timer = setTimeout(() => void check(), intervalMs);
       timer.unref();
     };
     void check();

@@ -37,6 +37,14 @@ export const createInput = z.strictObject(createShape);
 export const noInput = z.strictObject({});
 export const sandboxOnlyInput = z.strictObject({ sandbox_id: sandboxId });
 
+export const pauseInput = z.strictObject({
+  sandbox_id: sandboxId,
+  mode: z
+    .enum(['memory', 'disk', 'auto'])
+    .optional()
+    .describe('memory: frozen in place (no CPU, RAM kept); disk: state written to disk where the runtime does it; auto (default): disk where available, else memory'),
+});
+
 export const screenshotInput = z.strictObject({
   sandbox_id: sandboxId,
   format: z.enum(['png', 'jpeg', 'webp']).optional().describe("Image format (default: the sandbox's, png unless set at create)"),

@@ -2,6 +2,7 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import type { CallToolResult, ToolAnnotations } from '@modelcontextprotocol/sdk/types.js';
 import { Sandbox, type SandboxClient } from '../client/index.js';
 import { download, upload } from './files.js';
+import { killProcess, listFiles, listFilesInput, processKillInput, processOutput, processOutputInput, processStartInput, startProcess } from './processes.js';
 import { asToolResult, fromToolResult, imageMimeType, jsonResult, textResult } from './results.js';
 import {
   bashInput,
@@ -13,6 +14,7 @@ import {
   MCP_MAX_FILE_BYTES,
   noInput,
   sandboxOnlyInput,
+  pauseInput,
   screenshotInput,
   uploadInput,
 } from './schemas.js';
@@ -65,6 +67,16 @@ export function createMcpServer(client: SandboxClient): McpServer {
     return textResult(`${info.id} ${info.state}`);
   }, { destructiveHint: true, idempotentHint: true, openWorldHint: false });
 
+  register('sandbox_pause', 'Pause a sandbox: every process stops where it is (no CPU) until it is resumed; any later tool call resumes it.', pauseInput, async ({ sandbox_id, mode }) => {
+    const info = await client.pause(sandbox_id, mode);
+    return textResult(`${info.id} ${info.state} (${info.paused?.mode ?? 'running'})`);
+  }, { idempotentHint: false, openWorldHint: false });
+
+  register('sandbox_resume', 'Resume a paused sandbox: the same windows, files and screen.', sandboxOnlyInput, async ({ sandbox_id }) => {
+    const info = await client.resume(sandbox_id);
+    return textResult(`${info.id} ${info.state}`);
+  }, { openWorldHint: false });
+
   register('screenshot', "An image of the sandbox's screen.", screenshotInput, async ({ sandbox_id, format, scaled }) => {
     const image = await client.screenshot(sandbox_id, { scaled: scaled ?? true, ...(format ? { format } : {}) });
     return { content: [{ type: 'image', data: image.toString('base64'), mimeType: imageMimeType(image) }] };
@@ -95,6 +107,11 @@ export function createMcpServer(client: SandboxClient): McpServer {
   );
 
   register('download_file', `Read a file of the sandbox, as base64 (at most ${MCP_MAX_FILE_BYTES / 1024} KiB).`, downloadInput, ({ sandbox_id, path }) => download(client, sandbox_id, path), readOnly);
+
+  register('process_start', 'Start a process in the sandbox (argv, or a shell command as cmd), as the desktop user; returns its pid. Read its output with process_output.', processStartInput, (input) => startProcess(client, input));
+  register('process_output', "A process's output from a byte offset (0 first, then next_from), waiting up to wait_seconds for some; says when it exited and how.", processOutputInput, (input) => processOutput(client, input), readOnly);
+  register('process_kill', 'Kill a process (SIGTERM, then SIGKILL after a grace).', processKillInput, (input) => killProcess(client, input), { destructiveHint: true, openWorldHint: false });
+  register('list_files', 'List a directory of the sandbox: name, type, size, mode, mtime of each entry (depth 1-5).', listFilesInput, (input) => listFiles(client, input), readOnly);
 
   register(
     'desktop',

@@ -38,6 +38,13 @@ export class Metrics {
    * Boot-to-ready of VM sandboxes, by how the VM ran: KVM boots in about a second, TCG
    * (software emulation, where there is no KVM) in 10-15 s, so they are told apart.
    */
+  readonly pauseDuration = new Histogram({
+    name: 'sandbox_pause_duration_seconds',
+    help: 'Time to pause a session (step pause: detach and freeze) or resume it (step resume: thaw and attach a new connection), by mode',
+    labelNames: ['mode', 'step'] as const,
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10],
+    registers: [this.registry],
+  });
   readonly vmBootDuration = new Histogram({
     name: 'sandbox_vm_boot_seconds',
     help: 'Time from a create request to a ready VM sandbox, by runtime and accelerator (kvm, tcg)',

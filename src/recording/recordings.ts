@@ -112,6 +112,16 @@ export class RecordingService {
     return recorder.status;
   }
 
+  /** The session paused (sessions/pause.ts): its recording stops capturing, the video's time stands still. */
+  pause(sessionId: string): void {
+    this.active.get(sessionId)?.recorder.pause();
+  }
+
+  /** The session resumed: its recording captures again, from where the video stopped. */
+  resume(sessionId: string): void {
+    this.active.get(sessionId)?.recorder.resume();
+  }
+
   /**
    * Stops a session's recording in progress; the file is complete once this returns. With
    * `tenant` (a client's request), another tenant's recording is as one that does not exist.

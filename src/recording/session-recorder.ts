@@ -72,6 +72,10 @@ export class SessionRecorder {
   /** No grab before this (ms since the start): set when the session has no grabber. */
   private quietUntil = 0;
   private ending: Promise<RecordingStatus> | undefined;
+  /** While its session is paused: no frames, and the video's clock stands still (performance.now() when it paused). */
+  private pausedAt: number | undefined;
+  /** The time spent paused, ms: not in the video. */
+  private pausedTotalMs = 0;
 
   constructor(private readonly opts: RecorderOptions) {
     const { width, height } = opts.screen;
@@ -98,7 +102,18 @@ export class SessionRecorder {
 
   /** Where a moment falls in the video: ms since the recording started (may be negative: before it). */
   offsetMs(at: Date): number {
-    return at.getTime() - Date.parse(this.status.startedAt);
+    return at.getTime() - Date.parse(this.status.startedAt) - this.pausedTotalMs;
+  }
+
+  /** The session paused: the capture stops and the video's clock with it, until resume(). */
+  pause(): void {
+    this.pausedAt ??= performance.now();
+  }
+
+  resume(): void {
+    if (this.pausedAt === undefined) return;
+    this.pausedTotalMs += performance.now() - this.pausedAt;
+    this.pausedAt = undefined;
   }
 
   get isRecording(): boolean {
@@ -137,8 +152,8 @@ export class SessionRecorder {
   }
 
   private tick(): void {
-    if (this.ending) return;
-    const elapsedMs = performance.now() - this.started;
+    if (this.ending || this.pausedAt !== undefined) return;
+    const elapsedMs = performance.now() - this.started - this.pausedTotalMs;
     if (elapsedMs >= this.opts.maxSeconds * 1000) {
       void this.stop('duration_cap');
       return;

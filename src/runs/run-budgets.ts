@@ -1,10 +1,10 @@
-import { InvalidRequestError, OrchestratorError } from '../errors.js';
+import { InvalidRequestError, LimitError } from '../errors.js';
 import type { RunSettings, RunTenantLimits } from './settings.js';
 
 /** A tenant at its concurrent runs, or with too little of its day's budget left for this run. */
-export class RunLimitError extends OrchestratorError {
+export class RunLimitError extends LimitError {
   constructor(message: string, code: 'tenant_run_limit' | 'tenant_run_budget', retryAfterSeconds: number) {
-    super(message, 429, code, { 'retry-after': String(retryAfterSeconds) });
+    super(message, code, retryAfterSeconds);
   }
 }
 

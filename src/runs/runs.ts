@@ -117,7 +117,7 @@ export class RunManager {
     if (request.sessionId !== undefined && request.session !== undefined) {
       throw new InvalidRequestError('sessionId and session: give one (an existing sandbox, or how to make a new one), not both');
     }
-    const { sessions, trajectory } = this.opts;
+    const { sessions } = this.opts;
     const model = request.model ?? RUN_DEFAULTS.model;
     this.budgets.checkModel(tenant, model, request.model !== undefined);
     if (request.sessionId !== undefined) {

@@ -4,17 +4,15 @@ import type { ConsoleLogLimits } from './console-log.js';
 import type { NetworkAttachment, SandboxNetwork, TapOwner } from '../network/netns.js';
 import type { GuestEndpoint } from '../transport/index.js';
 import type { CleanupStack } from '../util/cleanup-stack.js';
+import type { RuntimeName, RuntimeResourceKind } from './registered.js';
 
-export type RuntimeName = 'container' | 'qemu' | 'firecracker';
+export type { RuntimeName };
 
 /**
- * The kinds of host resource a sandbox holds, as the store's ledger records them (see
- * sessions/resource-ledger.ts, which also reclaims each kind).
+ * Records a resource in the store's ledger before it is taken (a no-op where nothing is
+ * stored). Its kind is one its runtime's entry registers with a reclaimer (entry.ts).
  */
-export const RESOURCE_KINDS = ['process', 'container', 'mount', 'disk', 'jail', 'cgroup', 'netns', 'veth', 'key-dir', 'id-range', 'vm-user'] as const;
-export type ResourceKind = (typeof RESOURCE_KINDS)[number];
-/** Records a resource in the store before it is taken (a no-op where nothing is stored). */
-export type RecordResource = (kind: ResourceKind, name: string) => void;
+export type RecordResource = (kind: RuntimeResourceKind, name: string) => void;
 
 /** What a runtime needs to start one sandbox. The session layer has made all of it already. */
 export interface SandboxSpec {
@@ -24,7 +22,7 @@ export interface SandboxSpec {
   sessionDir: string;
   /** The per-session config directory (keys, sandbox.env) the guest must see. */
   configDir: string;
-  /** The screen the guest's sandbox.env asks for (a snapshot template serves one size). */
+  /** The screen the guest's sandbox.env asks for (a Firecracker snapshot base serves one size). */
   screen?: { width: number; height: number };
   hostname: string;
   network: SandboxNetwork;
@@ -41,10 +39,11 @@ export interface SandboxSpec {
   record?: RecordResource;
   /**
    * Leases the session's host id range (the first of `size` ids from `base`, aligned to
-   * `size`), recorded on the ledger; the same range for the same session. See store.ts.
-   * A range free in the ledger is taken only if `takeHostWide` gets it too (id-leases.ts).
+   * `size`, one of at most `count` ranges), recorded on the ledger; the same range for the
+   * same session. See store.ts. A range free in the ledger is taken only if `takeHostWide`
+   * gets it too (id-leases.ts).
    */
-  leaseIdRange?: (base: number, size: number, takeHostWide: (first: number) => boolean) => number;
+  leaseIdRange?: (base: number, size: number, count: number, takeHostWide: (first: number) => boolean) => number;
   /** The uid/gid leased for this sandbox's VMM (Runtime.leaseVmUser), which owns its TAP. */
   vmUser?: TapOwner;
 }
@@ -107,7 +106,7 @@ export interface RuntimeCapabilities {
   readonly bootTimeoutMs: number;
   /**
    * Source addresses the network policy lets through to the host from any sandbox veth, on
-   * top of each sandbox's own lease (anti-spoofing): the Firecracker template address that
+   * top of each sandbox's own lease (anti-spoofing): the Firecracker snapshot base address that
    * a snapshot clone answers from while the host rotates its keys.
    */
   readonly hostOnlySources: readonly string[];
@@ -130,7 +129,7 @@ export interface RuntimeCapabilities {
  * which one runs. `start` pushes a release for every resource it takes onto `cleanup`, so a
  * start that fails half-way, and a later destroy, free exactly what was taken.
  */
-export interface Runtime {
+export interface Runtime extends PausingRuntime {
   /** Recorded with each session and said in logs and /v1/health; never branched on above. */
   readonly name: RuntimeName;
   readonly capabilities: RuntimeCapabilities;
@@ -150,10 +149,10 @@ export interface Runtime {
   start(spec: SandboxSpec, cleanup: CleanupStack): Promise<RunningSandbox>;
   /**
    * Work done once per guest image before sessions are served (the Firecracker runtime's
-   * template snapshot). A failure only makes sessions slower: it is reported through `log`,
+   * snapshot base). A failure only makes sessions slower: it is reported through `log`,
    * never thrown.
    */
-  prepare?(image: GuestImage, guest: TemplateGuest, log: (message: string) => void): Promise<void>;
+  prepare?(image: GuestImage, guest: PreparedGuest, log: (message: string) => void): Promise<void>;
   /**
    * Host-wide settings this runtime needs for up to `sandboxes` sandboxes at once (e.g. the
    * host's inotify limits), applied and logged at start-up. A failure stops the start.
@@ -172,6 +171,43 @@ export interface Runtime {
   reclaim(sessionId: string, sessionDir: string): Promise<void>;
 }
 
+/**
+ * How deep a pause goes (docs/pause.md): `memory` freezes the sandbox in place (the cgroup
+ * freezer, the VMM paused): no CPU, its RAM kept; `disk` writes its memory to the host's disk
+ * and lets the sandbox's processes go (none of the runtimes here does it yet).
+ */
+export const PAUSE_MODES = ['memory', 'disk'] as const;
+export type PauseMode = (typeof PAUSE_MODES)[number];
+
+/** Which sandbox a pause or resume is about (adopted ones too: the runtime finds it by these). */
+export interface PauseTarget {
+  sessionId: string;
+  sessionDir: string;
+  /** The host pid of its top process. */
+  pid: number;
+}
+
+/** What a pause holds on the host: the bytes of state it wrote to disk (0 for memory). */
+export interface PauseResult {
+  bytes: number;
+}
+
+/**
+ * A runtime that can pause its sandboxes (optional methods of Runtime, kept together here).
+ * `pauseModes` says which modes it does on this host, and `pauseUnavailable` why a mode it
+ * does not do is missing (for the host check and the 409 of a request that asks for it).
+ */
+export interface PausingRuntime {
+  pauseModes?(): readonly PauseMode[];
+  pauseUnavailable?(mode: PauseMode): string | undefined;
+  /** Pauses a running sandbox; on failure the sandbox is left running. */
+  pause?(target: PauseTarget, mode: PauseMode): Promise<PauseResult>;
+  /** Lets a paused sandbox run again, where it stopped. */
+  resume?(target: PauseTarget, mode: PauseMode): Promise<void>;
+  /** Whether the sandbox is paused now (memory mode), asked when a restart adopts it. */
+  isPaused?(target: PauseTarget): Promise<boolean>;
+}
+
 export interface AdoptedSandbox {
   sandbox: RunningSandbox;
   release(): Promise<void>;
@@ -179,14 +215,14 @@ export interface AdoptedSandbox {
 
 /** A runtime cannot run on this host; the message says what is missing and how to fix it. */
 export class RuntimeUnavailableError extends Error {
-  constructor(runtime: RuntimeName, reason: string) {
+  constructor(runtime: string, reason: string) {
     super(`runtime ${runtime} is not available here: ${reason}`);
     this.name = 'RuntimeUnavailableError';
   }
 }
 
-/** What a runtime that prepares sandboxes ahead (a snapshot template) must give their guests, as sessions get it. */
-export interface TemplateGuest {
+/** What a runtime that prepares sandboxes ahead (a Firecracker snapshot base) must give their guests, as sessions get it. */
+export interface PreparedGuest {
   /** X display number (SBX_DISPLAY). */
   display: number;
   /** Processes the guest may run (SBX_PIDS_LIMIT). */

@@ -1,20 +1,13 @@
 import { envChoice, type Env } from '../util/env.js';
-import { containerSettingsFromEnv, type ContainerSettings } from './container/settings.js';
-import { firecrackerSettingsFromEnv, type FirecrackerSettings } from './firecracker/settings.js';
-import { qemuSettingsFromEnv, type QemuSettings } from './qemu/settings.js';
+import { RUNTIMES, type RuntimeChoice, type RuntimeSettingsMap } from './registered.js';
 
-export const RUNTIME_NAMES = ['auto', 'container', 'qemu', 'firecracker'] as const;
-export type RuntimeChoice = (typeof RUNTIME_NAMES)[number];
+export type { RuntimeChoice };
 
-/** Which runtime runs the sandboxes, and each runtime's own settings (all read, whichever is chosen). */
+/** Which runtime runs the sandboxes, and each registered runtime's own settings (all read, whichever is chosen). */
 export interface RuntimeSettings {
-  /** SBX_RUNTIME (`serve --runtime`, default auto: see select.ts). */
+  /** SBX_RUNTIME (`serve --runtime`, default auto: see registry.ts). */
   runtime: RuntimeChoice;
-  runtimes: {
-    container: ContainerSettings;
-    qemu: QemuSettings;
-    firecracker: FirecrackerSettings;
-  };
+  runtimes: RuntimeSettingsMap;
 }
 
 /**
@@ -23,11 +16,11 @@ export interface RuntimeSettings {
  */
 export function runtimeSettingsFromEnv(env: Env): RuntimeSettings {
   return {
-    runtime: envChoice('SBX_RUNTIME', RUNTIME_NAMES, 'auto', env),
-    runtimes: {
-      container: containerSettingsFromEnv(env),
-      qemu: qemuSettingsFromEnv(env),
-      firecracker: firecrackerSettingsFromEnv(env),
-    },
+    runtime: runtimeChoiceFromEnv(env),
+    runtimes: RUNTIMES.settingsFromEnv(env),
   };
+}
+
+export function runtimeChoiceFromEnv(env: Env): RuntimeChoice {
+  return envChoice('SBX_RUNTIME', RUNTIMES.choices, 'auto', env);
 }

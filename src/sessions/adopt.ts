@@ -40,7 +40,8 @@ const ADOPT_TIMEOUT_MS = 10_000;
  */
 export async function adoptSession(record: SessionRecord, ctx: AdoptContext): Promise<Session | undefined> {
   const log = ctx.log.child({ sessionId: record.id, tenant: record.tenant });
-  if (record.state !== 'ready' || record.pooled) return undefined;
+  // A paused one too (memory: its sandbox frozen in place); see the pause's half-done cases below.
+  if ((record.state !== 'ready' && record.state !== 'paused') || record.pooled) return undefined;
   // Only a sandbox reached without a network may have no address (it has no NIC).
   if (record.addressIndex === null && record.transport !== 'unix') return undefined;
   const sessionDir = sessionDirOf(ctx.stateDir, record.id);
@@ -71,7 +72,19 @@ export async function adoptSession(record: SessionRecord, ctx: AdoptContext): Pr
   await session.cleanup.push(`netns ${ctx.names.netns(record.id)}`, () => deleteNetns(ctx.names.netns(record.id)));
   if (lease) await session.cleanup.push(`veth ${ctx.names.hostVeth(record.id)}`, () => deleteLink(ctx.names.hostVeth(record.id)));
   await session.cleanup.push(`sandbox ${record.id}`, () => found.release());
+  // A kill -9 during a pause or resume leaves the old state or the new one: a paused session
+  // found frozen is adopted paused (no connection until it resumes); a frozen sandbox of a
+  // session stored ready (killed between the freeze and the store) is thawed and adopted
+  // ready; a paused session found running (killed between the thaw and the store) is adopted
+  // ready (manager.ts settles its record).
+  const target = { sessionId: record.id, sessionDir, pid: found.sandbox.pid };
+  const frozen = (await ctx.runtime.isPaused?.(target).catch(() => false)) ?? false;
+  if (record.state === 'paused' && frozen) {
+    log.info({ runtime: record.runtime, mode: record.paused?.mode }, 'adopted a paused session of an earlier run');
+    return session;
+  }
   try {
+    if (frozen) await ctx.runtime.resume?.(target, 'memory');
     const keys = await readSessionKeys(sessionDir, path.join(sessionDir, 'config'));
     await attachDesktop(session, found.sandbox, keys.clientPrivateKey, publicKeyBlob(keys.hostPublicKey), Date.now() + ADOPT_TIMEOUT_MS, {
       display: ctx.display,

@@ -12,12 +12,13 @@ import type { ResourceNames } from '../network/names.js';
 import { createSandboxNetwork, type SandboxNetwork } from '../network/netns.js';
 import type { NetworkPolicy } from '../network/policy/network-policy.js';
 import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, logsDirOf, type ConsoleLogLimits } from '../runtimes/console-log.js';
-import type { RecordResource, ResourceKind, RunningSandbox, Runtime } from '../runtimes/runtime.js';
+import type { RunningSandbox, Runtime } from '../runtimes/runtime.js';
 import { generateSessionKeys, publicKeyBlob, writeSessionKeys, type SessionKeys } from '../transport/keys.js';
 import { guestTransport, type GuestTransport } from '../transport/index.js';
 import { OrchestratorError } from '../errors.js';
 import { CleanupStack } from '../util/cleanup-stack.js';
 import type { Session } from './session.js';
+import type { ResourceKind } from './resource-ledger.js';
 import { removeSessionDir, type CountKeptDir } from './session-dir.js';
 
 export interface BootContext {
@@ -33,7 +34,7 @@ export interface BootContext {
   /** The store's ledger: each host resource is recorded here before it is taken. */
   ledger?: (sessionId: string, kind: ResourceKind, name: string) => void;
   /** The store's lease of host id ranges (containers' user namespaces). */
-  leaseIdRange?: (sessionId: string, base: number, size: number, takeHostWide: (first: number) => boolean) => number;
+  leaseIdRange?: (sessionId: string, base: number, size: number, count: number, takeHostWide: (first: number) => boolean) => number;
   /** How long a dropped SSH connection is retried before the session fails (default 30 s). */
   sshReconnectGiveUpMs?: number;
   /** Absolute time (ms) by which the guest must be ready. */
@@ -95,10 +96,10 @@ export async function bootPooledSandbox(session: Session, lease: AddressLease | 
       pinnedHostKey: publicKeyBlob(keys.hostPublicKey),
     });
     await probe.push('probe connection', () => connection.close());
-    await connection.open(remaining(deadline), sandbox.isAlive);
+    await connection.open(remaining(deadline), () => sandbox.isAlive());
     const desktop = new Desktop(connection, ctx.display, { width: session.record.width, height: session.record.height });
     await probe.push('probe desktop', () => desktop.close());
-    await waitForDisplay(desktop, deadline, sandbox.isAlive);
+    await waitForDisplay(desktop, deadline, () => sandbox.isAlive());
   } catch (err) {
     throw await withConsoleLog(err, sandbox, logsDir, session.id, ctx.consoleLog);
   } finally {
@@ -115,7 +116,7 @@ async function startSandbox(session: Session, lease: AddressLease | undefined, c
   const configDir = configDirOf(ctx.stateDir, id);
   const started = performance.now();
   const step = (name: string) => ctx.log.debug({ step: name, ms: Math.round(performance.now() - started) }, 'boot step done');
-  const record: RecordResource = (kind, name) => ctx.ledger?.(id, kind, name);
+  const record = (kind: ResourceKind, name: string): void => ctx.ledger?.(id, kind, name);
 
   // Pushed before the directory exists, so it goes last and even a half-written key is removed.
   record('key-dir', sessionDir);
@@ -171,7 +172,7 @@ async function startSandbox(session: Session, lease: AddressLease | undefined, c
       logsDir,
       consoleLog: ctx.consoleLog,
       record,
-      leaseIdRange: ctx.leaseIdRange && ((base, size, takeHostWide) => ctx.leaseIdRange!(id, base, size, takeHostWide)),
+      leaseIdRange: ctx.leaseIdRange && ((base, size, count, takeHostWide) => ctx.leaseIdRange!(id, base, size, count, takeHostWide)),
       vmUser,
     },
     session.cleanup,
@@ -211,6 +212,12 @@ export async function attachDesktop(
   pinnedHostKey: Buffer,
   deadline: number,
   ctx: Pick<BootContext, 'display' | 'settle' | 'sshReconnectGiveUpMs'>,
+  /**
+   * 'await' (a boot, an adoption): ready once the display answers. 'background' (a resume:
+   * the display answered before the pause): ready once SSH is up, the desktop helpers
+   * starting meanwhile, so that the first action finds them running or nearly so.
+   */
+  display: 'await' | 'background' = 'await',
 ): Promise<void> {
   const { width, height } = session.record;
   const connection = guestTransport({
@@ -222,12 +229,20 @@ export async function attachDesktop(
   });
   await session.cleanup.push('ssh connection', () => connection.close());
   session.connection = connection;
-  await connection.open(remaining(deadline), sandbox.isAlive);
+  let desktopOf: Desktop | undefined;
+  session.detach = () => {
+    desktopOf?.close();
+    connection.close();
+  };
+  await connection.open(remaining(deadline), () => sandbox.isAlive());
 
   const screen = { width, height };
   const desktop = new Desktop(connection, ctx.display, screen);
   await session.cleanup.push('desktop input', () => desktop.close());
-  await waitForDisplay(desktop, deadline, sandbox.isAlive);
+  desktopOf = desktop;
+  if (display === 'await') await waitForDisplay(desktop, deadline, () => sandbox.isAlive());
+  // A display that does not answer is reported by the first action, as on any session.
+  else void waitForDisplay(desktop, deadline, () => sandbox.isAlive()).catch(() => undefined);
   const model = { width: session.record.modelWidth, height: session.record.modelHeight };
   session.computer = new ComputerTool(desktop, new Scaler(screen, model), ctx.settle);
 }

@@ -28,7 +28,13 @@ export interface ClockOptions {
   log: Logger;
   /** How often the reaper looks (default 1 s; unit tests pass less). */
   reaperIntervalMs?: number;
+  /** How long a session may stay paused before it is destroyed and its state freed (default 7 days). */
+  pausedRetentionSeconds?: number;
+  /** Pauses a session whose idle timeout ran out and whose onIdle is "pause" (pause.ts). */
+  idlePause?: (id: string) => void;
 }
+
+export const DEFAULT_PAUSED_RETENTION_SECONDS = 7 * 24 * 3600;
 
 /**
  * A session's two clocks: the idle timeout, which activity moves, and the lifetime, which
@@ -125,13 +131,33 @@ export class SessionClocks {
   reapExpired(): void {
     const now = Date.now();
     for (const session of this.opts.registry.all()) {
+      // A pause or resume under way is left to finish; the next sweep looks again.
+      if (session.transition) continue;
+      if (session.record.state === 'paused') {
+        this.reapPaused(session, now);
+        continue;
+      }
       if (session.record.state !== 'ready' && session.record.state !== 'failed') continue;
       const reason = expiry(session.record, now, session.inFlight > 0);
       if (!reason) continue;
+      if (reason === 'idle_timeout' && session.record.onIdle === 'pause' && session.record.state === 'ready' && this.opts.idlePause) {
+        this.opts.log.child({ sessionId: session.id, tenant: session.record.tenant }).info('session idle timeout reached; pausing (onIdle: pause)');
+        this.opts.idlePause(session.id);
+        continue;
+      }
       this.opts.log
         .child({ sessionId: session.id, tenant: session.record.tenant })
         .info({ reason }, `session ${reason === 'max_lifetime' ? 'maximum lifetime' : 'idle timeout'} reached; destroying`);
       this.opts.expire(session.id, reason);
     }
+  }
+
+  /** A paused session is kept pausedRetentionSeconds, then destroyed (its state freed). */
+  private reapPaused(session: Session, now: number): void {
+    const since = Date.parse(session.record.paused?.since ?? session.record.updatedAt);
+    const retention = this.opts.pausedRetentionSeconds ?? DEFAULT_PAUSED_RETENTION_SECONDS;
+    if (now < since + retention * 1000) return;
+    this.opts.log.child({ sessionId: session.id, tenant: session.record.tenant }).info({ retentionSeconds: retention }, 'paused session kept for its retention; destroying');
+    this.opts.expire(session.id, 'paused_retention');
   }
 }

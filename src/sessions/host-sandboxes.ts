@@ -1,6 +1,5 @@
 import type { Logger } from 'pino';
 import type { SettleOptions } from '../computer/computer-tool.js';
-import { MAX_ID_RANGES } from '../runtimes/container/settings.js';
 import type { GuestImage } from '../guest/image/builder.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { AddressAllocator } from '../network/address-allocator.js';
@@ -10,8 +9,11 @@ import type { NetworkPolicy } from '../network/policy/network-policy.js';
 import type { PolicyGuard } from '../network/policy/policy-guard.js';
 import type { ConsoleLogLimits } from '../runtimes/console-log.js';
 import type { Runtime } from '../runtimes/runtime.js';
+import path from 'node:path';
+import type { PauseMode, PauseResult, PauseTarget } from '../runtimes/runtime.js';
+import { publicKeyBlob, readSessionKeys } from '../transport/keys.js';
 import { adoptSession } from './adopt.js';
-import { bootPooledSandbox, bootSandbox, consoleTail, type BootContext } from './boot.js';
+import { attachDesktop, bootPooledSandbox, bootSandbox, consoleTail, sessionDirOf, type BootContext } from './boot.js';
 import { claimPooledSandbox } from './pool/claim.js';
 import type { PooledSandbox } from './pool/warm-pool.js';
 import { reconcileHost } from './reconcile.js';
@@ -104,6 +106,45 @@ export class HostSandboxes implements SandboxHost {
     return reclaimed;
   }
 
+  pauseModes(): readonly PauseMode[] {
+    return this.opts.runtime.pauseModes?.() ?? [];
+  }
+
+  pauseUnavailable(mode: PauseMode): string | undefined {
+    const { runtime } = this.opts;
+    if (this.pauseModes().includes(mode)) return undefined;
+    return runtime.pauseUnavailable?.(mode) ?? `the ${runtime.name} runtime cannot pause its sandboxes`;
+  }
+
+  async pause(session: Session, mode: PauseMode): Promise<PauseResult> {
+    const { runtime } = this.opts;
+    if (!runtime.pause) throw new Error(`the ${runtime.name} runtime cannot pause its sandboxes`);
+    return runtime.pause(this.pauseTarget(session), mode);
+  }
+
+  async resume(session: Session, mode: PauseMode): Promise<void> {
+    await this.opts.runtime.resume?.(this.pauseTarget(session), mode);
+  }
+
+  async isPaused(session: Session): Promise<boolean> {
+    return (await this.opts.runtime.isPaused?.(this.pauseTarget(session))) ?? false;
+  }
+
+  async attach(session: Session, timeoutMs: number): Promise<void> {
+    const { sandbox } = session;
+    if (!sandbox) throw new Error(`session ${session.id} has no sandbox to attach to`);
+    const { stateDir, display, settle, sshReconnectGiveUpMs } = this.opts;
+    const sessionDir = sessionDirOf(stateDir, session.id);
+    const keys = await readSessionKeys(sessionDir, path.join(sessionDir, 'config'));
+    // A VM under TCG answers a new SSH connection many times slower than a container.
+    const deadline = Date.now() + Math.max(timeoutMs, this.opts.runtime.capabilities.bootTimeoutMs / 2);
+    await attachDesktop(session, sandbox, keys.clientPrivateKey, publicKeyBlob(keys.hostPublicKey), deadline, { display, settle, sshReconnectGiveUpMs }, 'background');
+  }
+
+  private pauseTarget(session: Session): PauseTarget {
+    return { sessionId: session.id, sessionDir: sessionDirOf(this.opts.stateDir, session.id), pid: session.sandbox?.pid ?? 0 };
+  }
+
   stopPolicyGuard(): void {
     this.opts.policyGuard.stop();
   }
@@ -130,7 +171,7 @@ export class HostSandboxes implements SandboxHost {
       policy,
       ledger: (sessionId, kind, name) => store.recordResource(sessionId, kind, name),
       // As many ranges as this orchestrator can have sandboxes, with the warm pool's.
-      leaseIdRange: (sessionId, base, size, takeHostWide) => store.leaseIdRange(sessionId, base, size, MAX_ID_RANGES, takeHostWide),
+      leaseIdRange: (sessionId, base, size, count, takeHostWide) => store.leaseIdRange(sessionId, base, size, count, takeHostWide),
       deadline: Date.now() + this.opts.bootTimeoutMs,
       log,
       consoleLog,

@@ -121,8 +121,10 @@ export class SessionLifecycle {
     // (A pooled sandbox was fenced without egress: a request for egress boots cold too.)
     // Only the pool of the session's own template: a sandbox booted from another image is never handed out.
     const pool = this.warmPools.get(request.template);
-    // (A placed id names a cold boot: a pooled sandbox's resources carry its own id.)
-    const pooled = request.egress || owner.sessionId !== undefined ? undefined : pool?.take({ width: request.width, height: request.height });
+    // A placed id names a cold boot (a pooled sandbox's resources carry its own id), unless the
+    // gateway takes the pooled sandbox's id instead (docs/cluster.md, warm sandboxes).
+    const placedOnly = owner.sessionId !== undefined && owner.pooledIdAccepted !== true;
+    const pooled = request.egress || placedOnly ? undefined : pool?.take({ width: request.width, height: request.height });
     if (pooled) {
       const view = await this.createFromPool(pooled, request, tenant, slot, started).finally(() => pool?.refill());
       if (view) return view;
@@ -186,10 +188,12 @@ export class SessionLifecycle {
       expiresAt: startClocks(request, now),
       pooled: false,
       endReason: null,
+      paused: null,
+      pausedMs: 0,
     } satisfies Partial<SessionRecord>);
     const log = this.sessionLog(session);
     // From here it is a session like any other: listed, destroyed by a DELETE or a shutdown.
-    store.adopt(session.record);
+    store.claim(session.record);
     registry.add(session);
     metrics.activeSessions.inc();
     const claim = this.opts.host.claim(pooled);
@@ -244,7 +248,16 @@ export class SessionLifecycle {
     await session.cleanup.push('capacity slot', () => slot.release());
     this.opts.registry.add(session);
     this.opts.metrics.activeSessions.inc();
+    // Adoption may have settled a pause that a crash left half done (adopt.ts): stored as it is now.
+    this.opts.store.update(session.record);
     this.watch(session, this.sessionLog(session));
+  }
+
+  /** A session that cannot go on (a resume whose guest does not answer): failed and released. */
+  fail(session: Session, reason: string): Promise<void> {
+    session.record.endReason = 'failed';
+    this.opts.metrics.errors.inc({ kind: 'sandbox_exit' });
+    return this.releaseResources(session, 'failed', reason);
   }
 
   /** The slot's disk promise is reduced by what the session's files already hold. */
@@ -285,6 +298,11 @@ export class SessionLifecycle {
       });
     }
     if (sandbox) void sandbox.exited.then((info) => this.sandboxVanished(session, log, `sandbox stopped unexpectedly: ${info.reason}`));
+    this.watchConnection(session, log);
+  }
+
+  /** The session's SSH connection of the moment (a resume attaches a new one: pause.ts). */
+  watchConnection(session: Session, log: Logger = this.sessionLog(session)): void {
     session.connection?.on('reconnected', () => this.opts.metrics.sshReconnects.inc());
     session.connection?.on('lost', (err: ConnectionLostError) => {
       this.opts.metrics.sshConnectionsLost.inc({ reason: err.reason });
@@ -299,7 +317,12 @@ export class SessionLifecycle {
   }
 
   private sandboxVanished(session: Session, log: Logger, reason: string, kind: 'sandbox_exit' | 'ssh' = 'sandbox_exit'): void {
-    if (session.record.state !== 'ready') return;
+    if (session.record.state !== 'ready' && session.record.state !== 'paused') return;
+    // A paused guest cannot answer: a connection lost meanwhile is made again by the resume (pause.ts).
+    if (kind === 'ssh' && (session.record.state === 'paused' || session.transition)) {
+      log.info({ reason }, 'the SSH connection of a paused session dropped; the resume makes a new one');
+      return;
+    }
     // Set now, so that requests during the release are told it is gone (410), not busy.
     session.record.endReason = 'failed';
     log.warn({ reason }, kind === 'ssh' ? 'the guest of a ready session cannot be reached any more: marking it failed' : 'the sandbox of a ready session is gone: marking it failed');
@@ -311,6 +334,14 @@ export class SessionLifecycle {
     const { registry, store, metrics } = this.opts;
     session.release ??= (async () => {
       session.watch?.stop();
+      session.keepalivesHeld?.(); // a paused session's held keepalives (pause.ts)
+      session.keepalivesHeld = undefined;
+      // A paused sandbox is let run first: its helpers and connection then close at once (a
+      // frozen guest answers no close, and each would wait out its timeout), and its tasks can die.
+      const paused = session.record.paused;
+      if (paused) {
+        await this.opts.host.resume(session, paused.mode).catch((err: unknown) => this.sessionLog(session).warn({ err }, 'could not resume a paused sandbox before destroying it'));
+      }
       if (session.record.state !== 'destroying') this.setState(session, 'destroying');
       try {
         await session.cleanup.run();

@@ -26,6 +26,9 @@ import { DEFAULT_RECORDING_SUBDIR, recordingSettingsFromEnv, type RecordingSetti
 import type { Session } from './session.js';
 import type { SessionStore } from './store.js';
 import type { TemplateSource } from './templates.js';
+import { SessionPauser } from './pause.js';
+import type { PauseSettings } from './settings.js';
+import { idleDeadline } from './timeouts.js';
 
 /** Sessions of an earlier run adopted at once at start-up. */
 const ADOPTIONS_AT_ONCE = 8;
@@ -72,7 +75,10 @@ export interface ManagerOptions {
   reaperIntervalMs?: number;
   /** Recordings (default: the defaults, under <stateDir>/session-recordings). */
   recording?: RecordingSettings;
+  /** Pause defaults (SBX_ON_IDLE, SBX_AUTO_RESUME, SBX_PAUSED_RETENTION_SECONDS): see pause.ts. */
+  pause?: PauseSettings;
 }
+
 
 /**
  * The session layer put together: the registry of live sessions, their lifecycle, their
@@ -84,6 +90,7 @@ export class SessionManager {
   readonly lifecycle: SessionLifecycle;
   readonly clocks: SessionClocks;
   readonly actions: SessionActions;
+  readonly pauser: SessionPauser;
   readonly capacity: CapacityGate;
   readonly policy: NetworkPolicy;
   /** Keeps the policy in force; creates are refused while it is not (policy-guard.ts). */
@@ -122,7 +129,13 @@ export class SessionManager {
         writableMiB: (image) => runtime.writableDiskMiB?.(image) ?? 0,
         usedMiB: (id) => sessionFilesMiB(sessionDirOf(opts.stateDir, id)),
       },
-      defaults: { defaultTimeoutSeconds: opts.defaultTimeoutSeconds, maxLifetimeSeconds: opts.maxLifetimeSeconds, template: opts.defaultTemplate },
+      defaults: {
+        defaultTimeoutSeconds: opts.defaultTimeoutSeconds,
+        maxLifetimeSeconds: opts.maxLifetimeSeconds,
+        template: opts.defaultTemplate,
+        onIdle: opts.pause?.onIdle,
+        autoResume: opts.pause?.autoResume,
+      },
     });
     this.clocks = new SessionClocks({
       registry: this.registry,
@@ -131,10 +144,28 @@ export class SessionManager {
       expire: (id, reason) => void this.lifecycle.destroy(id, reason),
       log,
       reaperIntervalMs: opts.reaperIntervalMs,
+      pausedRetentionSeconds: opts.pause?.pausedRetentionSeconds,
+      // An idle pause that cannot be done ends the session as an idle timeout would.
+      idlePause: (id) =>
+        void this.pauser.pause(id, 'auto').catch((err: unknown) => {
+          log.warn({ err, sessionId: id }, 'pausing an idle session failed; destroying it');
+          return this.lifecycle.destroy(id, 'idle_timeout');
+        }),
     });
     this.recordings = new RecordingService({ settings: opts.recording ?? recordingSettingsFromEnv({}),
       dir: opts.recording?.dir ?? path.join(opts.stateDir, DEFAULT_RECORDING_SUBDIR), metrics, log: log.child({ part: 'recording' }) });
     this.registry.recordingOf = (id) => this.recordings.statusNow(id);
+    this.pauser = new SessionPauser({
+      registry: this.registry,
+      store,
+      host: this.host,
+      metrics,
+      log,
+      setState: (session, state) => this.lifecycle.setState(session, state),
+      watchConnection: (session) => this.lifecycle.watchConnection(session),
+      fail: (session, reason) => this.lifecycle.fail(session, reason),
+      recordings: this.recordings,
+    });
     this.actions = new SessionActions({
       registry: this.registry,
       clocks: this.clocks,
@@ -172,13 +203,14 @@ export class SessionManager {
   async start(): Promise<void> {
     const adopted: Session[] = [];
     // A pooled sandbox is not adopted: its pool key would have to be trusted again.
-    const candidates = this.opts.store.unfinished().filter((record) => record.state === 'ready' && !record.pooled);
+    const candidates = this.opts.store.unfinished().filter((record) => (record.state === 'ready' || record.state === 'paused') && !record.pooled);
     // Several at once: a guest that will not answer takes its whole adoption timeout, and
     // one tenant's broken sandboxes, in turn, would hold every tenant's start-up.
     const adoptNext = async (): Promise<void> => {
       for (let record = candidates.shift(); record; record = candidates.shift()) {
         const session = await this.host.adopt(record);
         if (!session) continue;
+        settleAdoptedPause(session);
         await this.lifecycle.admitAdopted(session);
         adopted.push(session);
       }
@@ -250,12 +282,14 @@ export class SessionManager {
   async startRecording(id: string): Promise<RecordingStatus> {
     const session = this.registry.ready(id);
     const { computer } = session;
+    // The session's computer of the moment: a resume (pause.ts) attaches a new one.
+    const current = () => session.computer ?? computer;
     return this.recordings.start({
       id,
       tenant: session.record.tenant,
       screen: computer.scaler.screen,
-      toScreen: (p) => computer.scaler.toScreen(p),
-      copyFrame: (maxAgeMs, target, have) => computer.copyFrameInto(maxAgeMs, target, have),
+      toScreen: (p) => current().scaler.toScreen(p),
+      copyFrame: (maxAgeMs, target, have) => current().copyFrameInto(maxAgeMs, target, have),
       cleanup: session.cleanup,
     });
   }
@@ -273,6 +307,9 @@ export class SessionManager {
   /** Where a moment falls in a session's video (ms since its recording started), for the trajectory's links; undefined without a recording. */
   readonly videoOffsetMs: RecordingService['videoOffsetMs'] = (id, at) => this.recordings.videoOffsetMs(id, at);
   readonly destroy: SessionLifecycle['destroy'] = (id, reason) => this.lifecycle.destroy(id, reason);
+  readonly pause: SessionPauser['pause'] = (id, mode) => this.pauser.pause(id, mode);
+  readonly resume: SessionPauser['resume'] = (id) => this.pauser.resume(id);
+  readonly ensureRunning: SessionPauser['ensureRunning'] = (id) => this.pauser.ensureRunning(id);
   readonly list: SessionRegistry['list'] = (tenant) => this.registry.list(tenant);
   readonly get: SessionRegistry['view'] = (id) => this.registry.view(id);
   readonly tenantOf: SessionRegistry['tenantOf'] = (id) => this.registry.tenantOf(id);
@@ -289,4 +326,18 @@ export class SessionManager {
   readonly connection: SessionActions['connection'] = (id) => this.actions.connection(id);
   readonly attachment: SessionActions['attachment'] = (id, name, create) => this.actions.attachment(id, name, create);
   readonly endedUnderRequest: SessionActions['endedUnderRequest'] = (id) => this.actions.endedUnderRequest(id);
+}
+
+/**
+ * A session stored paused whose sandbox was found running and attached (a restart after a
+ * resume that thawed it but had not stored it yet) is ready: its pause ends now.
+ */
+function settleAdoptedPause(session: Session): void {
+  const { record } = session;
+  if (record.state !== 'paused' || !session.connection) return;
+  const now = Date.now();
+  if (record.paused) record.pausedMs += Math.max(0, now - Date.parse(record.paused.since));
+  record.paused = null;
+  record.state = 'ready';
+  record.expiresAt = idleDeadline(record, now);
 }

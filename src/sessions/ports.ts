@@ -11,6 +11,7 @@ import type { ActOptions, ActionOutcome, ScreenshotOptions, SessionHealth } from
 import type { CreateSessionOptions, SessionOwner } from './session-request.js';
 import type { EndReason } from './session-record.js';
 import type { SessionView } from './session-view.js';
+import type { PauseRequestMode } from './pause.js';
 
 // The narrow interfaces the HTTP routes depend on: each route module asks for what it uses,
 // never for the whole session manager (which implements them all).
@@ -68,6 +69,13 @@ export type ToolSessions = SessionAccess & Pick<SessionTimeouts, 'whileBusy'> & 
 
 /** What the desktop-action routes need: the tools', and whether the agent has the desktop (not a person's takeover). */
 export type DesktopSessions = ToolSessions & { checkAgentControl(id: string): void };
+
+/** Pause and resume (pause.ts), and the resume a request to a paused session makes first. */
+export interface SessionPausing {
+  pause(id: string, mode?: PauseRequestMode): Promise<SessionView>;
+  resume(id: string): Promise<SessionView>;
+  ensureRunning(id: string): Promise<void>;
+}
 
 /** What a request that failed unexpectedly asks (server.ts's error handler). */
 export interface SessionFailures {

@@ -1,5 +1,5 @@
 import type { RecordingStatus } from '../recording/session-recorder.js';
-import { NotFoundError, SessionGoneError, SessionStateError } from '../errors.js';
+import { NotFoundError, SessionGoneError, SessionPausedError, SessionStateError } from '../errors.js';
 import { hasDesktop, type ReadySession, type Session } from './session.js';
 import { toView, type SessionView } from './session-view.js';
 import type { SessionStore } from './store.js';
@@ -50,6 +50,10 @@ export class SessionRegistry {
     if (record.state === 'failed' || (record.state === 'destroying' && record.endReason === 'failed')) {
       throw new SessionGoneError(`session ${id} is gone${record.error ? `: ${record.error}` : ''}`);
     }
+    if (record.state === 'paused') {
+      throw new SessionPausedError(`session ${id} is paused (since ${record.paused?.since ?? 'unknown'}): resume it first (POST /v1/sessions/${id}/resume)`);
+    }
+    if (session.transition) throw new SessionStateError(`session ${id} is ${session.transition}, not ready`);
     if (record.state !== 'ready' || !hasDesktop(session)) {
       throw new SessionStateError(`session ${id} is ${record.state}, not ready`);
     }

@@ -1,88 +1,71 @@
-import { rm, rmdir } from 'node:fs/promises';
-import path from 'node:path';
 import type { Logger } from 'pino';
 import { deleteLink, deleteNetns } from '../network/netns.js';
-import { unmount } from '../host/mounts.js';
-import { isProcessAlive, waitForExit } from '../host/process-watch.js';
-import { removeCgroupDir } from '../host/cgroups.js';
-import { RESOURCE_KINDS, type ResourceKind } from '../runtimes/runtime.js';
-import { run } from '../util/exec.js';
+import { RECLAIM_STAGES, type ReclaimContext, type ReclaimStage, type ResourceKindEntry } from '../runtimes/entry.js';
+import { RUNTIMES, type RuntimeResourceKind } from '../runtimes/registered.js';
 import { removeSessionDir, type CountKeptDir } from './session-dir.js';
 
 /**
  * The ledger: each host resource a session takes is written to the store *before* it is
- * taken, by kind and by its own name:
- *   process    `<pid>@<start time>` (a recycled pid is never mistaken for it)
- *   container  `<runc root>/<container id>`
- *   mount      the mount point;   disk  a file;   jail  a directory;   cgroup  a cgroup dir
- *   netns      its name;          veth  the host's end;   key-dir  the session dir
- *   id-range   `<first host id>:<count>` (a container's user namespace; see store.leaseIdRange)
- * A crash at any moment therefore leaves a record of everything that may exist, under the
- * names it was given then: start-up reconciliation reclaims by the ledger first (even if the
- * resource prefix or another setting changed since), and by our naming prefix second.
+ * taken, by kind and by its own name. The session layer records its own kinds (below); a
+ * runtime records the kinds its registry entry declares, each with its reclaimer (e.g. the
+ * container runtime's `container`, `<runc root>/<id>`, deleted with runc). A crash at any
+ * moment therefore leaves a record of everything that may exist, under the names it was given
+ * then: start-up reconciliation reclaims by the ledger first (even if the resource prefix or
+ * another setting changed since), and by our naming prefix second.
  */
+const SESSION_KINDS = {
+  /** The sandbox's network namespace, by name. */
+  netns: { stage: 'network', reclaim: (name) => deleteNetns(name) },
+  /** The host's end of its veth. */
+  veth: { stage: 'network', reclaim: (name) => deleteLink(name) },
+  /** The session dir (keys, config). Never through a mount: see removeSessionDir. */
+  'key-dir': { stage: 'session-dir', reclaim: (name, ctx) => ctx.removeDir(name) },
+} satisfies Record<string, ResourceKindEntry>;
 
-/** The order of reclaiming: processes, then what they held, then the network, then the keys. */
-const ORDER = new Map(RESOURCE_KINDS.map((kind, i) => [kind, i]));
+export type SessionResourceKind = keyof typeof SESSION_KINDS;
+/** Every kind the store's ledger holds. */
+export type ResourceKind = SessionResourceKind | RuntimeResourceKind;
+
+function kindEntry(kind: string): ResourceKindEntry | undefined {
+  return (SESSION_KINDS as Record<string, ResourceKindEntry>)[kind] ?? RUNTIMES.resourceKind(kind);
+}
+
+/** The order of reclaiming: by stage (processes first, see RECLAIM_STAGES), then by kind as registered. */
+function reclaimOrder(): string[] {
+  const taken = RUNTIMES.resourceKinds().find(({ kind }) => Object.hasOwn(SESSION_KINDS, kind));
+  if (taken) throw new Error(`a runtime registers the resource kind ${taken.kind}, which the session layer records itself`);
+  const kinds: Array<{ kind: string; stage: ReclaimStage }> = [
+    ...RUNTIMES.resourceKinds(),
+    ...Object.entries(SESSION_KINDS).map(([kind, entry]) => ({ kind, stage: entry.stage })),
+  ];
+  const stageIndex = (stage: ReclaimStage) => RECLAIM_STAGES.indexOf(stage);
+  return kinds
+    .map((k, i) => ({ ...k, i }))
+    .sort((a, b) => stageIndex(a.stage) - stageIndex(b.stage) || a.i - b.i)
+    .map((k) => k.kind);
+}
+export const RECLAIM_ORDER: readonly string[] = reclaimOrder();
+const ORDER = new Map(RECLAIM_ORDER.map((kind, i) => [kind, i]));
 
 export async function reclaimRecorded(entries: ReadonlyArray<{ kind: ResourceKind; name: string }>, log: Logger, countKept?: CountKeptDir): Promise<boolean> {
   const sorted = [...entries].sort(
     (a, b) => (ORDER.get(a.kind) ?? 99) - (ORDER.get(b.kind) ?? 99) || b.name.length - a.name.length, // deeper mounts first
   );
+  const ctx: ReclaimContext = { log, removeDir: (dir) => removeSessionDir(dir, log, countKept) };
   let complete = true;
   for (const entry of sorted) {
+    const kind = kindEntry(entry.kind);
+    if (!kind) {
+      // A kind no registered runtime declares (one removed from this build): nothing to run.
+      log.warn({ kind: entry.kind, name: entry.name }, 'a recorded resource of a kind no runtime reclaims; check for it by hand');
+      continue;
+    }
     try {
-      await reclaim(entry.kind, entry.name, log, countKept);
+      await kind.reclaim(entry.name, ctx);
     } catch (err) {
       complete = false;
       log.error({ err, kind: entry.kind, name: entry.name }, 'could not reclaim a recorded resource; remove it by hand');
     }
   }
   return complete;
-}
-
-async function reclaim(kind: ResourceKind, name: string, log: Logger, countKept?: CountKeptDir): Promise<void> {
-  switch (kind) {
-    case 'process': {
-      const [pid, startTime] = name.split('@');
-      if (!pid || !startTime || !(await isProcessAlive(Number(pid), startTime))) return;
-      try {
-        process.kill(Number(pid), 'SIGKILL');
-      } catch {
-        return; // gone meanwhile
-      }
-      if (!(await waitForExit(Number(pid), startTime, 10_000))) throw new Error(`pid ${pid} is still alive after SIGKILL`);
-      return;
-    }
-    case 'container': {
-      const res = await run(['runc', '--root', path.dirname(name), 'delete', '--force', path.basename(name)], { allowFailure: true, timeoutMs: 15_000 });
-      if (res.exitCode !== 0 && !/not exist|not found/i.test(res.stderr)) throw new Error(res.stderr.trim());
-      return;
-    }
-    case 'mount':
-      await unmount(name);
-      // A mount point outside the session dir (a container's rootfs) goes with its mount.
-      await rmdir(name).catch(() => undefined);
-      return;
-    case 'disk':
-      return rm(name, { force: true });
-    case 'jail':
-    case 'key-dir':
-      // Never through a mount: a view of the shared image left mounted (its unmount above
-      // failed) keeps the directory on disk, logged and counted, rather than emptied.
-      return removeSessionDir(name, log, countKept);
-    case 'cgroup':
-      return removeCgroupDir(name);
-    case 'netns':
-      return deleteNetns(name);
-    case 'veth':
-      return deleteLink(name);
-    case 'id-range':
-      // Nothing to undo on the host: the range is free once the processes and mounts that
-      // used it (reclaimed before it, by the order above) are gone.
-    case 'vm-user':
-      // A lease lives in the pool's memory, gone with the process that held it; the VMM
-      // that ran under it is the 'process' entry, killed above. Nothing is left to free.
-      return;
-  }
 }

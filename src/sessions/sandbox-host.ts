@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { AddressLease } from '../network/address-pool.js';
+import type { PauseMode, PauseResult } from '../runtimes/runtime.js';
 import type { PooledSandbox } from './pool/warm-pool.js';
 import type { SandboxWatch } from './sandbox-watch.js';
 import type { Session } from './session.js';
@@ -40,6 +41,18 @@ export interface SandboxHost {
    * policy in force for the adopted ones and keeps it so. Returns how many were reclaimed.
    */
   recover(adopted: readonly Session[]): Promise<number>;
+  /** The pause modes the runtime does on this host (pause.ts picks `auto` from them). */
+  pauseModes(): readonly PauseMode[];
+  /** Why a pause mode is not available here (undefined: it is). */
+  pauseUnavailable(mode: PauseMode): string | undefined;
+  /** Pauses the session's sandbox (its connection and desktop are detached already). */
+  pause(session: Session, mode: PauseMode): Promise<PauseResult>;
+  /** Lets a paused sandbox run again (no connection yet: `attach` makes one). */
+  resume(session: Session, mode: PauseMode): Promise<void>;
+  /** Whether the session's sandbox is paused now (a restart asks, adopt.ts). */
+  isPaused(session: Session): Promise<boolean>;
+  /** Attaches a new connection and desktop to a resumed sandbox, with the session's own keys. */
+  attach(session: Session, timeoutMs: number): Promise<void>;
   /** Shutting down: stops keeping the network policy in force. */
   stopPolicyGuard(): void;
   /** Every session is gone: so goes the policy table (no rules left behind by a clean stop). */

@@ -1,12 +1,12 @@
 import type { ImageFormat } from '../computer/screenshot-format.js';
-import type { RuntimeName } from '../runtimes/runtime.js';
+import type { PauseMode, RuntimeName } from '../runtimes/runtime.js';
 
 export type ControlTransport = 'tcp' | 'unix';
 
 export const COMPUTER_TOOL_VERSIONS = ['computer_20241022', 'computer_20250124', 'computer_20251124'] as const;
 export type ComputerToolVersion = (typeof COMPUTER_TOOL_VERSIONS)[number];
 
-export const SESSION_STATES = ['creating', 'ready', 'destroying', 'destroyed', 'failed'] as const;
+export const SESSION_STATES = ['creating', 'ready', 'paused', 'destroying', 'destroyed', 'failed'] as const;
 export type SessionState = (typeof SESSION_STATES)[number];
 
 /** The tenant of sessions made without an API key (keyless local development). */
@@ -16,7 +16,7 @@ export const LOCAL_TENANT = 'local';
  * (its error says which), the orchestrator shutting down, or (a cluster's node) the cluster
  * having given it up while its node was lost (docs/cluster.md).
  */
-export const END_REASONS = ['deleted', 'idle_timeout', 'max_lifetime', 'failed', 'shutdown', 'node_lost'] as const;
+export const END_REASONS = ['deleted', 'idle_timeout', 'max_lifetime', 'failed', 'shutdown', 'node_lost', 'paused_retention'] as const;
 export type EndReason = (typeof END_REASONS)[number];
 
 /** What is stored about a session, and what the API shows of it. */
@@ -65,4 +65,21 @@ export interface SessionRecord {
   pooled: boolean;
   /** Why it ended (or is ending); null while it lives. */
   endReason: EndReason | null;
+  /** While paused (state `paused`): how deep, since when, and the bytes of state it holds on disk. */
+  paused: PausedState | null;
+  /** The time it spent paused before the current pause, ms: the lifetime counts running time only. */
+  pausedMs: number;
+  /** What its idle timeout does: destroy it (default) or pause it. */
+  onIdle: OnIdle;
+  /** A request to it while paused resumes it first (true) or answers 409 session_paused. */
+  autoResume: boolean;
+}
+
+export const ON_IDLE = ['destroy', 'pause'] as const;
+export type OnIdle = (typeof ON_IDLE)[number];
+
+export interface PausedState {
+  mode: PauseMode;
+  since: string;
+  bytes: number;
 }

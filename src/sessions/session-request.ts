@@ -2,7 +2,7 @@ import { modelSize, type ScalingRequest } from '../computer/scaling.js';
 import { resolveScreenshotFormat, type ScreenshotFormatRequest } from '../computer/screenshot-format.js';
 import type { NetworkOptions } from '../network/policy/network-policy.js';
 import { newSessionId } from './session.js';
-import type { ComputerToolVersion, SessionRecord } from './session-record.js';
+import type { ComputerToolVersion, OnIdle, SessionRecord } from './session-record.js';
 import { idleDeadline, resolveLifetime } from './timeouts.js';
 
 export interface CreateSessionOptions {
@@ -26,6 +26,10 @@ export interface CreateSessionOptions {
   trajectory?: { keepTypedText?: boolean };
   /** Record the screen to a video from the start (see recording/). */
   record?: boolean;
+  /** What the idle timeout does: destroy the session, or pause it (default: SBX_ON_IDLE, destroy). */
+  onIdle?: OnIdle;
+  /** A request to the session while paused resumes it first (default true, SBX_AUTO_RESUME) or answers 409 session_paused. */
+  autoResume?: boolean;
 }
 
 /** Who a session is made for. */
@@ -33,6 +37,8 @@ export interface SessionOwner {
   tenant: string;
   /** The id a cluster's gateway placed in its directory (docs/cluster.md); otherwise a new one. */
   sessionId?: string;
+  /** With sessionId: a warm sandbox may be claimed instead, under its own id (the gateway renames its row). */
+  pooledIdAccepted?: boolean;
 }
 
 /** A create request with its defaults applied and checked: the record's requested part. */
@@ -50,6 +56,8 @@ export type SessionRequest = Pick<
   | 'maxLifetimeSeconds'
   | 'metadata'
   | 'egress'
+  | 'onIdle'
+  | 'autoResume'
 >;
 
 export interface RequestDefaults {
@@ -58,6 +66,10 @@ export interface RequestDefaults {
   template: string;
   /** The longest a session may live, and the lifetime of one that asks for none. */
   maxLifetimeSeconds: number;
+  /** What an idle timeout does when the create says nothing (SBX_ON_IDLE; default destroy). */
+  onIdle?: OnIdle;
+  /** Whether a request resumes a paused session when the create says nothing (SBX_AUTO_RESUME; default true). */
+  autoResume?: boolean;
 }
 
 /** Defaults applied and checked before anything is taken: a bad request leaves nothing to undo. */
@@ -82,6 +94,8 @@ export function resolveRequest(options: CreateSessionOptions, defaults: RequestD
     maxLifetimeSeconds: resolveLifetime(options.maxLifetimeSeconds, defaults.maxLifetimeSeconds),
     metadata: options.metadata ?? {},
     egress: options.network?.egress ?? false,
+    onIdle: options.onIdle ?? defaults.onIdle ?? 'destroy',
+    autoResume: options.autoResume ?? defaults.autoResume ?? true,
   };
 }
 
@@ -101,6 +115,8 @@ export function newRecord(request: SessionRequest, addressIndex: number | null, 
     error: null,
     pooled,
     endReason: null,
+    paused: null,
+    pausedMs: 0,
   };
 }
 

@@ -58,6 +58,12 @@ export interface SessionView {
   recording?: RecordingStatus;
   /** Present while a person holds the desktop through a live view: agent actions answer 409 human_in_control. */
   control?: { heldBy: string; since: string };
+  /** While paused: how, since when, and the bytes of state it holds on disk; null while it runs. */
+  paused: SessionRecord['paused'];
+  /** What its idle timeout does. */
+  onIdle: SessionRecord['onIdle'];
+  /** A request to it while paused resumes it first, or answers 409 session_paused. */
+  autoResume: boolean;
 }
 
 /** How the sandbox is reached and what interfaces it has (the choice made at create: lifecycle.ts). */
@@ -92,7 +98,11 @@ export function toView(record: SessionRecord, recording?: RecordingStatus, contr
     network: networkView(record),
     createdAt: record.createdAt,
     expiresAt: record.expiresAt,
-    lifetimeEndsAt: new Date(lifetimeEnd(record)).toISOString(),
+    // Paused: the lifetime stands still (running time only), so it ends later by the pause so far.
+    lifetimeEndsAt: new Date(lifetimeEnd(record) + (record.paused ? Math.max(0, Date.now() - Date.parse(record.paused.since)) : 0)).toISOString(),
+    paused: record.paused ? { ...record.paused } : null,
+    onIdle: record.onIdle,
+    autoResume: record.autoResume,
   };
   if (record.error) view.error = record.error;
   if (record.endReason) view.endReason = record.endReason;

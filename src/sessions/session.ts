@@ -46,6 +46,19 @@ export class Session {
   inFlight = 0;
   /** Set while a person holds the desktop through a live view (views/takeover.ts): agent actions answer 409. */
   control: ControlHold | undefined;
+  /**
+   * A pause or resume under way (pause.ts): requests wait for it (or are refused), and the
+   * reaper leaves the session alone. `transitionDone` settles when it is over.
+   */
+  transition: 'pausing' | 'resuming' | undefined;
+  transitionDone: Promise<unknown> | undefined;
+  /**
+   * Closes the session's connection and desktop (set by attachDesktop): a pause lets them go
+   * before the guest freezes, and a resume attaches new ones.
+   */
+  detach: (() => void) | undefined;
+  /** While paused: starts the connection's keepalives again (GuestConnection.holdKeepalives). */
+  keepalivesHeld: (() => void) | undefined;
   /** Per-session state of companion tools (e.g. the persistent bash shell), by name. */
   readonly attachments = new Map<string, unknown>();
 

@@ -2,7 +2,8 @@ import path from 'node:path';
 import { DEFAULT_TEMPLATE, isBuiltInTemplate, BUILT_IN_TEMPLATE_NAMES } from '../guest/image/templates.js';
 import { DEFAULT_CONSOLE_LOG_LIMITS, type ConsoleLogLimits } from '../runtimes/console-log.js';
 import { sandboxMemoryMiBFromEnv } from '../runtimes/sandbox-settings.js';
-import { atLeast, envInt, envString, parseScreenSize, positive, type Env, type ScreenSize } from '../util/env.js';
+import { ON_IDLE, type OnIdle } from './session-record.js';
+import { atLeast, envChoice, envOnOff, envInt, envString, parseScreenSize, positive, type Env, type ScreenSize } from '../util/env.js';
 import { defaultMaxSessions } from './capacity.js';
 
 /** What the session layer is told: where state lives, each sandbox's shape and limits, the clocks, capacity, the warm pool. */
@@ -58,6 +59,18 @@ export interface SessionSettings {
    * in all (64 MiB).
    */
   consoleLog: ConsoleLogLimits;
+  /** Pause defaults: SBX_ON_IDLE, SBX_AUTO_RESUME, SBX_PAUSED_RETENTION_SECONDS (docs/pause.md). */
+  pause: PauseSettings;
+}
+
+/** What pausing does by default (sessions/pause.ts). */
+export interface PauseSettings {
+  /** What an idle timeout does to a session whose create says nothing (SBX_ON_IDLE: destroy, the default, or pause). */
+  onIdle: OnIdle;
+  /** A request to a paused session resumes it first unless its create said otherwise (SBX_AUTO_RESUME, on). */
+  autoResume: boolean;
+  /** How long a session may stay paused before it is destroyed and its state freed (SBX_PAUSED_RETENTION_SECONDS, 7 days). */
+  pausedRetentionSeconds: number;
 }
 
 export const DEFAULT_STATE_DIR = '/var/lib/sandboxes';
@@ -85,6 +98,11 @@ export function sessionSettingsFromEnv(env: Env): SessionSettings {
     warmPoolSize: warmPoolSize(envInt('SBX_WARM_POOL_SIZE', 0, env)),
     warmPool: parseWarmPool(envString(env, 'SBX_WARM_POOL', '')),
     warmPoolScreen: parseScreenSize(envString(env, 'SBX_WARM_POOL_SCREEN', '1024x768'), 'SBX_WARM_POOL_SCREEN'),
+    pause: {
+      onIdle: envChoice('SBX_ON_IDLE', ON_IDLE, 'destroy', env),
+      autoResume: envOnOff('SBX_AUTO_RESUME', true, env),
+      pausedRetentionSeconds: positive('SBX_PAUSED_RETENTION_SECONDS', envInt('SBX_PAUSED_RETENTION_SECONDS', 7 * 24 * 3600, env)),
+    },
     consoleLog: {
       maxBytes: atLeast('SBX_CONSOLE_LOG_MAX_BYTES', envInt('SBX_CONSOLE_LOG_MAX_BYTES', DEFAULT_CONSOLE_LOG_LIMITS.maxBytes, env), 4096),
       keptMaxCount: atLeast('SBX_KEPT_LOGS', envInt('SBX_KEPT_LOGS', DEFAULT_CONSOLE_LOG_LIMITS.keptMaxCount, env), 0),

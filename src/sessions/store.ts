@@ -1,6 +1,6 @@
 import Database from 'better-sqlite3';
-import type { ResourceKind } from '../runtimes/runtime.js';
-import type { EndReason, SessionRecord, SessionState } from './session-record.js';
+import type { ResourceKind } from './resource-ledger.js';
+import type { EndReason, OnIdle, PausedState, SessionRecord, SessionState } from './session-record.js';
 
 interface Row {
   id: string;
@@ -26,6 +26,12 @@ interface Row {
   max_lifetime_seconds: number;
   end_reason: EndReason | null;
   template: string;
+  paused_mode: PausedState['mode'] | null;
+  paused_since: string | null;
+  paused_bytes: number | null;
+  paused_total_ms: number;
+  on_idle: OnIdle;
+  auto_resume: number;
   transport: 'tcp' | 'unix';
 }
 
@@ -106,6 +112,13 @@ export class SessionStore {
       ['screenshot_quality', 'INTEGER'],
       // Sessions from before templates booted the one image there was: the built-in minimal.
       ['template', "TEXT NOT NULL DEFAULT 'minimal'"],
+      // Pause (sessions/pause.ts): how it is paused, and the time it spent paused before.
+      ['paused_mode', 'TEXT'],
+      ['paused_since', 'TEXT'],
+      ['paused_bytes', 'INTEGER'],
+      ['paused_total_ms', 'INTEGER NOT NULL DEFAULT 0'],
+      ['on_idle', "TEXT NOT NULL DEFAULT 'destroy'"],
+      ['auto_resume', 'INTEGER NOT NULL DEFAULT 1'],
     ];
     for (const [name, type] of added) {
       if (!columns.has(name)) this.db.exec(`ALTER TABLE sessions ADD COLUMN ${name} ${type}`);
@@ -117,10 +130,12 @@ export class SessionStore {
       .prepare(
         `INSERT INTO sessions (id, tenant, state, runtime, width, height, model_width, model_height, tool_version,
            timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error, egress, pooled,
-           max_lifetime_seconds, end_reason, screenshot_format, screenshot_quality, template, transport)
+           max_lifetime_seconds, end_reason, screenshot_format, screenshot_quality, template,
+           paused_mode, paused_since, paused_bytes, paused_total_ms, on_idle, auto_resume, transport)
          VALUES (@id, @tenant, @state, @runtime, @width, @height, @model_width, @model_height, @tool_version,
            @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error, @egress, @pooled,
-           @max_lifetime_seconds, @end_reason, @screenshot_format, @screenshot_quality, @template, @transport)`,
+           @max_lifetime_seconds, @end_reason, @screenshot_format, @screenshot_quality, @template,
+           @paused_mode, @paused_since, @paused_bytes, @paused_total_ms, @on_idle, @auto_resume, @transport)`,
       )
       .run(toRow(record));
   }
@@ -130,7 +145,9 @@ export class SessionStore {
       .prepare(
         `UPDATE sessions SET state = @state, updated_at = @updated_at, expires_at = @expires_at,
            timeout_seconds = @timeout_seconds, address_index = @address_index, error = @error,
-           max_lifetime_seconds = @max_lifetime_seconds, end_reason = @end_reason
+           max_lifetime_seconds = @max_lifetime_seconds, end_reason = @end_reason,
+           paused_mode = @paused_mode, paused_since = @paused_since, paused_bytes = @paused_bytes,
+           paused_total_ms = @paused_total_ms, on_idle = @on_idle, auto_resume = @auto_resume
          WHERE id = @id`,
       )
       .run(toRow(record));
@@ -140,7 +157,7 @@ export class SessionStore {
    * A warm-pool sandbox becomes a client's session: every field the request decides
    * (screen as the model sees it, tool version, screenshot format, timeout, metadata, times) is written at once.
    */
-  adopt(record: SessionRecord): void {
+  claim(record: SessionRecord): void {
     this.db
       .prepare(
         `UPDATE sessions SET tenant = @tenant, state = @state, model_width = @model_width, model_height = @model_height,
@@ -148,7 +165,8 @@ export class SessionStore {
            timeout_seconds = @timeout_seconds, metadata = @metadata,
            created_at = @created_at, updated_at = @updated_at, expires_at = @expires_at,
            address_index = @address_index, error = @error, pooled = @pooled,
-           max_lifetime_seconds = @max_lifetime_seconds, end_reason = @end_reason
+           max_lifetime_seconds = @max_lifetime_seconds, end_reason = @end_reason,
+           on_idle = @on_idle, auto_resume = @auto_resume
          WHERE id = @id`,
       )
       .run(toRow(record));
@@ -256,6 +274,12 @@ function toRow(r: SessionRecord): Row {
     max_lifetime_seconds: r.maxLifetimeSeconds,
     end_reason: r.endReason,
     template: r.template,
+    paused_mode: r.paused?.mode ?? null,
+    paused_since: r.paused?.since ?? null,
+    paused_bytes: r.paused?.bytes ?? null,
+    paused_total_ms: r.pausedMs,
+    on_idle: r.onIdle,
+    auto_resume: r.autoResume ? 1 : 0,
     transport: r.transport ?? 'tcp',
   };
 }
@@ -285,6 +309,10 @@ function fromRow(row: Row): SessionRecord {
     maxLifetimeSeconds: row.max_lifetime_seconds,
     endReason: row.end_reason,
     template: row.template,
+    paused: row.paused_mode && row.paused_since ? { mode: row.paused_mode, since: row.paused_since, bytes: row.paused_bytes ?? 0 } : null,
+    pausedMs: row.paused_total_ms,
+    onIdle: row.on_idle,
+    autoResume: row.auto_resume === 1,
     transport: row.transport,
   };
 }

@@ -10,13 +10,20 @@ import type { EndReason, SessionRecord } from './session-record.js';
  * `expiresAt` never lies beyond the lifetime's end: it is when the session ends unless used.
  */
 
-/** When the session's lifetime ends, in ms since the epoch. */
-export function lifetimeEnd(record: Pick<SessionRecord, 'createdAt' | 'maxLifetimeSeconds'>): number {
-  return Date.parse(record.createdAt) + record.maxLifetimeSeconds * 1000;
+/** What the lifetime is counted from: its start, its length, and the time it spent paused (not counted). */
+export type LifetimeFields = Pick<SessionRecord, 'createdAt' | 'maxLifetimeSeconds'> & { pausedMs?: number };
+
+/**
+ * When the session's lifetime ends, in ms since the epoch, as of its last resume: the time it
+ * spent paused is added (the lifetime counts running time only; a paused session's own limit
+ * is pausedRetentionSeconds).
+ */
+export function lifetimeEnd(record: LifetimeFields): number {
+  return Date.parse(record.createdAt) + record.maxLifetimeSeconds * 1000 + (record.pausedMs ?? 0);
 }
 
 /** The idle deadline after activity at `now`, capped by the lifetime's end. */
-export function idleDeadline(record: Pick<SessionRecord, 'createdAt' | 'maxLifetimeSeconds' | 'timeoutSeconds'>, now: number): string {
+export function idleDeadline(record: LifetimeFields & Pick<SessionRecord, 'timeoutSeconds'>, now: number): string {
   return new Date(Math.min(now + record.timeoutSeconds * 1000, lifetimeEnd(record))).toISOString();
 }
 
@@ -37,9 +44,10 @@ export function resolveLifetime(requested: number | undefined, maximum: number):
  * A new lifetime for a live session: within the maximum, and still ahead of its age, so a
  * change never ends a session by surprise (DELETE does that).
  */
-export function changedLifetime(record: Pick<SessionRecord, 'createdAt'>, requested: number, maximum: number, now: number): number {
+export function changedLifetime(record: Pick<SessionRecord, 'createdAt'> & { pausedMs?: number }, requested: number, maximum: number, now: number): number {
   const seconds = resolveLifetime(requested, maximum);
-  const ageSeconds = Math.ceil((now - Date.parse(record.createdAt)) / 1000);
+  // Its age in running time: paused time is not counted against the lifetime.
+  const ageSeconds = Math.ceil((now - Date.parse(record.createdAt) - (record.pausedMs ?? 0)) / 1000);
   if (seconds <= ageSeconds) {
     throw new InvalidRequestError(`maxLifetimeSeconds must be more than the session's age (${ageSeconds} s), got ${seconds}`);
   }
@@ -50,7 +58,7 @@ export function changedLifetime(record: Pick<SessionRecord, 'createdAt'>, reques
  * Whether the reaper ends the session now, and why. The lifetime ends it whatever it is
  * doing; the idle timeout only when no long action or transfer is in progress (`busy`).
  */
-export function expiry(record: Pick<SessionRecord, 'createdAt' | 'maxLifetimeSeconds' | 'expiresAt'>, now: number, busy: boolean): EndReason | undefined {
+export function expiry(record: LifetimeFields & Pick<SessionRecord, 'expiresAt'>, now: number, busy: boolean): EndReason | undefined {
   if (now >= lifetimeEnd(record)) return 'max_lifetime';
   if (!busy && now >= Date.parse(record.expiresAt)) return 'idle_timeout';
   return undefined;

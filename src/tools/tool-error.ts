@@ -19,7 +19,7 @@ export class ToolError extends Error {
  */
 export class GuestToolError extends OrchestratorError {
   constructor(message: string) {
-    super(message, 502, 'guest_error');
+    super('guest_error', message);
   }
 }
 

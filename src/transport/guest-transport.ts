@@ -26,12 +26,25 @@ export interface ExecOptions {
 export interface GuestChannel extends Duplex {
   readonly stderr: Readable;
   close(): void;
+  /** The terminal's new size (a process started with a pty). */
+  setWindow(rows: number, cols: number, height: number, width: number): void;
+}
+
+/** A terminal for a spawned process (sshd allocates it). */
+export interface GuestPty {
+  cols: number;
+  rows: number;
+  height: number;
+  width: number;
+  term: string;
 }
 
 /** What the callers read of a file's attributes. */
 export interface GuestFileStats {
   mode: number;
   size: number;
+  /** Seconds since the epoch. */
+  mtime: number;
   isDirectory(): boolean;
   isFile(): boolean;
   isSymbolicLink(): boolean;
@@ -53,6 +66,14 @@ export interface GuestSftp {
   /** Renames over an existing file, atomically where the server can. */
   replace(from: string, to: string): Promise<void>;
   writeFile(path: string, data: Buffer, opts: { flag: 'w' | 'wx' }): Promise<void>;
+  readlink(path: string): Promise<string>;
+  mkdir(path: string, mode: number): Promise<void>;
+  /** Plain SFTP rename: refuses to replace an existing file. */
+  rename(from: string, to: string): Promise<void>;
+  rmdir(path: string): Promise<void>;
+  opendir(path: string): Promise<Buffer>;
+  /** The next entries of an open directory; false at its end. */
+  readdir(handle: Buffer): Promise<Array<{ filename: string; attrs: GuestFileStats }> | false>;
   createReadStream(path: string, opts: { handle?: Buffer; start?: number; end?: number; highWaterMark?: number }): Readable;
   createWriteStream(path: string, opts: { handle?: Buffer; autoClose?: boolean; highWaterMark?: number }): Writable;
 }
@@ -77,13 +98,18 @@ export interface GuestTransport extends EventEmitter {
   /** Runs one command; the command string must contain no untrusted text. */
   exec(command: string, opts?: ExecOptions): Promise<ExecResult>;
   /** Starts a long-lived command and hands its channel over (the caller owns it). */
-  spawn(command: string, timeoutMs?: number): Promise<GuestChannel>;
+  spawn(command: string, timeoutMs?: number, pty?: GuestPty): Promise<GuestChannel>;
   /** The connection's file I/O (opened once, reopened after a reconnect). */
   sftp(timeoutMs?: number): Promise<GuestSftp>;
   /** A stream to `host:port` as seen from inside the guest (SSH direct-tcpip). */
   forward(host: string, port: number): Promise<Duplex>;
   /** A channel to `port` on the guest's loopback (the live view's VNC server). */
   forwardToGuestLoopback(port: number, timeoutMs?: number): Promise<GuestChannel>;
+  /**
+   * Keeps the connection from being declared dead while the guest is frozen (a paused
+   * session); returns the release.
+   */
+  holdKeepalives(): () => void;
   /** A channel on this connection closed because the guest broke its protocol. */
   reportProtocolError(err: GuestProtocolError): void;
   close(): void;

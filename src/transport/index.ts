@@ -5,7 +5,8 @@
 import type { GuestTransport, TransportOptions } from './guest-transport.js';
 import { GuestConnection } from './ssh-connection.js';
 
-export type { ExecOptions, ExecResult, GuestChannel, GuestFileStats, GuestSftp, GuestTransport, TransportOptions } from './guest-transport.js';
+export type { ExecOptions, ExecResult, GuestChannel, GuestFileStats, GuestPty, GuestSftp, GuestTransport, TransportOptions } from './guest-transport.js';
+export { exitOf } from './ssh-channels.js';
 export { DialError, endpointLabel, transportOf } from './endpoint.js';
 export type { GuestEndpoint, HybridVsockEndpoint, TcpEndpoint, TransportKind, UnixEndpoint, VsockEndpoint } from './endpoint.js';
 export { ConnectionLostError, HostKeyMismatchError, SshAuthenticationError, SshTimeoutError } from './ssh-errors.js';

@@ -13,7 +13,22 @@ import { SshTimeoutError } from './ssh-errors.js';
 export function guardChannel(channel: ClientChannel): ClientChannel {
   channel.on('error', () => undefined);
   channel.stderr.on('error', () => undefined);
+  channel.once('exit', (code: unknown, signal: unknown) => {
+    EXITS.set(channel, { code: typeof code === 'number' ? code : null, signal: typeof signal === 'string' ? signal : undefined });
+  });
   return channel;
+}
+
+/** Channels' exit statuses, kept from the moment they came. */
+const EXITS = new WeakMap<object, { code: number | null; signal: string | undefined }>();
+
+/**
+ * The exit status of a channel handed out, if it came. ssh2 parses every packet of a read in
+ * one go, so a command that ends at once can report its exit before the promise that hands
+ * the channel over resumes its owner: an 'exit' listener added then would never hear it.
+ */
+export function exitOf(channel: object): { code: number | null; signal: string | undefined } | undefined {
+  return EXITS.get(channel);
 }
 
 export function collect(

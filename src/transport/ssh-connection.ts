@@ -4,7 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import ssh2, { type ClientChannel } from 'ssh2';
 import { GuestProtocolError } from '../errors.js';
 import { dial, endpointLabel, type GuestEndpoint } from './endpoint.js';
-import type { ExecOptions, ExecResult, GuestChannel, GuestSftp, GuestTransport, TransportOptions } from './guest-transport.js';
+import type { ExecOptions, ExecResult, GuestChannel, GuestPty, GuestSftp, GuestTransport, TransportOptions } from './guest-transport.js';
 import { collect, guardChannel } from './ssh-channels.js';
 import { SshSftp } from './ssh-sftp.js';
 import { ConnectionLostError, HostKeyMismatchError, SshAuthenticationError, SshTimeoutError } from './ssh-errors.js';
@@ -24,6 +24,8 @@ const DEFAULT_MAX_OUTPUT = 16 * 1024 * 1024;
 const BACKOFF_MIN_MS = 100;
 const BACKOFF_MAX_MS = 5_000;
 const DEFAULT_RECONNECT_GIVE_UP_MS = 30_000;
+/** How often an idle connection checks the guest still answers (three missed: dropped, then reconnected). */
+const KEEPALIVE_INTERVAL_MS = 5_000;
 /** How long close() lets the guest answer the disconnect before the socket is destroyed. */
 const CLOSE_GRACE_MS = 1_000;
 /** The stream under each ssh2 client (ours: dialed by the endpoint, see connectOnce). */
@@ -103,6 +105,25 @@ export class GuestConnection extends EventEmitter implements GuestTransport {
         });
       });
     });
+  }
+
+  /**
+   * Stops the keepalives while the guest is paused (frozen, or its VM stopped): a guest that
+   * cannot answer them would have its connection dropped after keepaliveCountMax of them, and
+   * every channel on it (the desktop helpers, the bash shell) with it. An idle connection sends
+   * nothing, so nothing times out. The returned function starts them again. ssh2 has no public
+   * switch: its keepalive timer restarts on every resetKA (which answers also call), so calling
+   * it more often than the interval keeps the timer from ever firing.
+   */
+  holdKeepalives(): () => void {
+    const reset = () => (this.client as unknown as { _resetKA?: () => void } | undefined)?._resetKA?.();
+    const timer = setInterval(reset, KEEPALIVE_INTERVAL_MS / 2);
+    timer.unref();
+    reset();
+    return () => {
+      clearInterval(timer);
+      reset();
+    };
   }
 
   /** A channel on this connection closed because the guest broke its protocol (counted by the session). */
@@ -247,7 +268,7 @@ export class GuestConnection extends EventEmitter implements GuestTransport {
         username: this.opts.username,
         privateKey: this.opts.privateKey,
         readyTimeout: timeoutMs,
-        keepaliveInterval: 5_000,
+        keepaliveInterval: KEEPALIVE_INTERVAL_MS,
         keepaliveCountMax: 3,
         algorithms: { serverHostKey: ['ssh-ed25519'] },
         hostVerifier: (key: Buffer) => {
@@ -318,12 +339,15 @@ export class GuestConnection extends EventEmitter implements GuestTransport {
    * bash tool's persistent shell). Unlike exec(), nothing is collected, no timeout applies
    * once it runs and the caller owns the channel: it writes stdin, reads output and closes
    * it. The channel dies with the connection (a reconnect does not bring it back). The
-   * command string must contain no untrusted text.
+   * command string must contain no untrusted text. With `pty`, sshd gives the command a
+   * terminal of that size (the process API's terminals; resized with channel.setWindow).
    */
-  async spawn(command: string, timeoutMs = DEFAULT_EXEC_TIMEOUT_MS): Promise<GuestChannel> {
+  async spawn(command: string, timeoutMs = DEFAULT_EXEC_TIMEOUT_MS, pty?: GuestPty): Promise<GuestChannel> {
     const client = await this.waitConnected(timeoutMs);
     return new Promise<ClientChannel>((resolve, reject) => {
-      client.exec(command, (err, channel) => (err ? reject(err) : resolve(guardChannel(channel))));
+      const done = (err: Error | undefined, channel: ClientChannel) => (err ? reject(err) : resolve(guardChannel(channel)));
+      if (pty) client.exec(command, { pty }, done);
+      else client.exec(command, done);
     });
   }
 }

@@ -59,6 +59,37 @@ export class SshSftp implements GuestSftp {
     return new Promise((resolve, reject) => this.sftp.writeFile(path, data, opts, (err) => (err ? reject(err) : resolve())));
   }
 
+  readlink(path: string): Promise<string> {
+    return new Promise((resolve, reject) => this.sftp.readlink(path, (err, link) => (err ? reject(err) : resolve(link))));
+  }
+
+  mkdir(path: string, mode: number): Promise<void> {
+    return new Promise((resolve, reject) => this.sftp.mkdir(path, { mode }, (err) => (err ? reject(err) : resolve())));
+  }
+
+  rename(from: string, to: string): Promise<void> {
+    return new Promise((resolve, reject) => this.sftp.rename(from, to, (err) => (err ? reject(err) : resolve())));
+  }
+
+  rmdir(path: string): Promise<void> {
+    return new Promise((resolve, reject) => this.sftp.rmdir(path, (err) => (err ? reject(err) : resolve())));
+  }
+
+  opendir(path: string): Promise<Buffer> {
+    return new Promise((resolve, reject) => this.sftp.opendir(path, (err, handle) => (err ? reject(err) : resolve(handle))));
+  }
+
+  readdir(handle: Buffer): Promise<Array<{ filename: string; attrs: GuestFileStats }> | false> {
+    return new Promise((resolve, reject) =>
+      this.sftp.readdir(handle, (err, list) => {
+        // ssh2 reports the end of the directory as an EOF status.
+        if (err && (err as { code?: unknown }).code === 1) return resolve(false);
+        if (err) return reject(err);
+        resolve(list as unknown as Array<{ filename: string; attrs: GuestFileStats }> | false);
+      }),
+    );
+  }
+
   createReadStream(path: string, opts: { handle?: Buffer; start?: number; end?: number; highWaterMark?: number }): Readable {
     return this.sftp.createReadStream(path, opts);
   }

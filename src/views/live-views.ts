@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { WebSocket } from 'ws';
-import { InvalidRequestError, NotFoundError, OrchestratorError } from '../errors.js';
+import { InvalidRequestError, NotFoundError, OrchestratorError, type ErrorCode } from '../errors.js';
 import { proxyRfb, type ViewerEnd, type ViewerLimits, type ViewerLink } from './rfb-proxy.js';
 import { Takeovers, type ControlHold, type ControlTarget } from './takeover.js';
 import { ViewerSlots } from './viewer-slots.js';
@@ -40,8 +40,8 @@ export class ViewTokenError extends OrchestratorError {
       revoked: 'this live-view link was revoked: ask its owner for a new one',
       session_ended: 'the session of this live-view link has ended: there is nothing left to watch',
     };
-    const code: Record<ViewTokenError['refused'], string> = { unknown: 'view_unknown', expired: 'view_expired', revoked: 'view_revoked', session_ended: 'view_session_ended' };
-    super(text[refused], refused === 'unknown' ? 404 : 410, code[refused]);
+    const code: Record<ViewTokenError['refused'], ErrorCode> = { unknown: 'view_unknown', expired: 'view_expired', revoked: 'view_revoked', session_ended: 'view_session_ended' };
+    super(code[refused], text[refused]);
   }
 }
 
@@ -130,7 +130,7 @@ export class LiveViews {
   takeover(grant: ViewGrant): ControlHold {
     if (grant.mode !== 'control') throw new InvalidRequestError(`view ${grant.viewId} is view-only: only a control view can take over`);
     const outcome = this.takeovers.take(grant, this.links.get(grant.viewId)?.size ?? 0);
-    if (!outcome.taken) throw new OrchestratorError(`view ${outcome.hold.heldBy} holds the session since ${outcome.hold.since}`, 409, 'control_held');
+    if (!outcome.taken) throw new OrchestratorError('control_held', `view ${outcome.hold.heldBy} holds the session since ${outcome.hold.since}`);
     return outcome.hold;
   }
 

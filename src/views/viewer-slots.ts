@@ -1,10 +1,10 @@
-import { OrchestratorError } from '../errors.js';
+import { LimitError } from '../errors.js';
 import { KeyedSlots, takeAll } from '../util/slots.js';
 
 /** Too many browsers on a session or a tenant: answered before the WebSocket upgrade. */
-export class ViewerLimitError extends OrchestratorError {
+export class ViewerLimitError extends LimitError {
   constructor(message: string, code: 'session_viewer_limit' | 'tenant_viewer_limit') {
-    super(message, 429, code, { 'retry-after': '5' });
+    super(message, code, 5);
   }
 }
 

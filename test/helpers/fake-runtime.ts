@@ -10,7 +10,7 @@ import { Desktop } from '../../src/computer/desktop.js';
 import { Scaler } from '../../src/computer/scaling.js';
 import type { GuestImage } from '../../src/guest/image/builder.js';
 import type { AddressLease } from '../../src/network/address-pool.js';
-import type { AdoptedSandbox, ExitInfo, RunningSandbox, Runtime, RuntimeCapabilities, SandboxSpec } from '../../src/runtimes/runtime.js';
+import type { AdoptedSandbox, ExitInfo, PauseMode, PauseResult, PauseTarget, RunningSandbox, Runtime, RuntimeCapabilities, SandboxSpec } from '../../src/runtimes/runtime.js';
 import type { PooledSandbox } from '../../src/sessions/pool/warm-pool.js';
 import type { SandboxHost } from '../../src/sessions/sandbox-host.js';
 import type { SandboxGone, SandboxWatch } from '../../src/sessions/sandbox-watch.js';
@@ -36,6 +36,8 @@ export class FakeSandbox implements RunningSandbox {
   readonly pid = process.pid;
   readonly exited: Promise<ExitInfo>;
   running = true;
+  /** Frozen by a pause (memory mode). */
+  paused = false;
   /** How many times its release ran (a leak shows as 0, a double release as 2). */
   releases = 0;
   private settleExit: (info: ExitInfo) => void = () => undefined;
@@ -87,6 +89,11 @@ export class FakeRuntime implements Runtime {
   startGate: Gate | undefined;
   /** When set, starts throw this. */
   startError: Error | undefined;
+  /** The pause modes it offers (default memory only, as the container runtime here). */
+  modes: PauseMode[] = ['memory'];
+  /** When set, pauses throw this (the sandbox is left running). */
+  pauseError: Error | undefined;
+  readonly pauses: Array<{ sessionId: string; mode: PauseMode }> = [];
 
   constructor(capabilities: Partial<RuntimeCapabilities> = {}) {
     this.capabilities = {
@@ -111,6 +118,32 @@ export class FakeRuntime implements Runtime {
     this.sandboxes.set(spec.sessionId, sandbox);
     await cleanup.push(`fake sandbox ${spec.sessionId}`, () => this.release(sandbox));
     return sandbox;
+  }
+
+  pauseModes(): readonly PauseMode[] {
+    return this.modes;
+  }
+
+  pauseUnavailable(mode: PauseMode): string | undefined {
+    return this.modes.includes(mode) ? undefined : `the fake runtime does not do ${mode}`;
+  }
+
+  async pause(target: PauseTarget, mode: PauseMode): Promise<PauseResult> {
+    if (this.pauseError) throw this.pauseError;
+    const sandbox = this.sandboxes.get(target.sessionId) ?? this.leftRunning.get(target.sessionId);
+    if (!sandbox) throw new Error(`no sandbox ${target.sessionId}`);
+    sandbox.paused = true;
+    this.pauses.push({ sessionId: target.sessionId, mode });
+    return { bytes: mode === 'disk' ? 1234 : 0 };
+  }
+
+  async resume(target: PauseTarget): Promise<void> {
+    const sandbox = this.sandboxes.get(target.sessionId);
+    if (sandbox) sandbox.paused = false;
+  }
+
+  async isPaused(target: PauseTarget): Promise<boolean> {
+    return (this.sandboxes.get(target.sessionId) ?? this.leftRunning.get(target.sessionId))?.paused ?? false;
   }
 
   /** Sandboxes not yet released. */
@@ -205,6 +238,8 @@ export class FakeHost implements SandboxHost {
     const session = new Session(record);
     session.sandbox = found.sandbox;
     await session.cleanup.push('fake sandbox', () => found.release());
+    // As adopt.ts does: a paused session is taken back paused, without a connection.
+    if (record.state === 'paused' && (await this.runtime.isPaused(this.target(session)))) return session;
     attachFakeDesktop(session);
     return session;
   }
@@ -220,6 +255,34 @@ export class FakeHost implements SandboxHost {
       reclaimed++;
     }
     return reclaimed;
+  }
+
+  pauseModes(): readonly PauseMode[] {
+    return this.runtime.pauseModes();
+  }
+
+  pauseUnavailable(mode: PauseMode): string | undefined {
+    return this.runtime.pauseUnavailable(mode);
+  }
+
+  pause(session: Session, mode: PauseMode): Promise<PauseResult> {
+    return this.runtime.pause(this.target(session), mode);
+  }
+
+  resume(session: Session): Promise<void> {
+    return this.runtime.resume(this.target(session));
+  }
+
+  isPaused(session: Session): Promise<boolean> {
+    return this.runtime.isPaused(this.target(session));
+  }
+
+  async attach(session: Session): Promise<void> {
+    attachFakeDesktop(session);
+  }
+
+  private target(session: Session): PauseTarget {
+    return { sessionId: session.id, sessionDir: `/nonexistent/${session.id}`, pid: process.pid };
   }
 
   stopPolicyGuard(): void {}

@@ -55,6 +55,14 @@ export class FakeTransport extends EventEmitter implements GuestTransport {
     throw this.unreachable(`forward 127.0.0.1:${port}`);
   }
 
+  /** Held keepalives (a paused session); the release gives them back. */
+  heldKeepalives = 0;
+
+  holdKeepalives(): () => void {
+    this.heldKeepalives++;
+    return () => void this.heldKeepalives--;
+  }
+
   reportProtocolError(err: GuestProtocolError): void {
     this.emit('guest_protocol_error', err);
   }

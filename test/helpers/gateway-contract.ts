@@ -27,7 +27,6 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
   let n1: FakeNode;
   let n2: FakeNode;
   const auth = (key: string) => ({ authorization: `Bearer ${key}` });
-  const seenOn = (node: FakeNode, fragment: string) => node.seen.filter((r) => r.url.includes(fragment));
 
   before(async () => {
     c = await startCluster(await makeStore(), ['n1', 'n2']);

@@ -97,10 +97,12 @@ export class MemoryClusterStore implements ClusterStore {
     this.directory.set(sessionId, { sessionId, tenant, node: chosen.node.name, state: 'creating', memoryMiB: request.memoryMiB, vcpus: request.vcpus, createdAt: new Date(), reason: null });
     return { placed: true, node: nodes.find((node) => node.name === chosen.node.name) as NodeRecord };
   }
-  async confirm(sessionId: string): Promise<void> {
+  async confirm(sessionId: string, as = sessionId): Promise<void> {
     await this.gate('confirm');
     const entry = this.directory.get(sessionId);
-    if (entry && entry.state === 'creating') this.directory.set(sessionId, { ...entry, state: 'live' });
+    if (!entry || entry.state !== 'creating') return;
+    this.directory.delete(sessionId);
+    this.directory.set(as, { ...entry, sessionId: as, state: 'live' });
   }
   async release(sessionId: string): Promise<void> {
     await this.gate('release');

@@ -6,7 +6,7 @@ import { isLoopbackAddress } from '../../src/api/auth/auth-mode.js';
 import { openKeyStore } from '../../src/api/auth/key-store-file.js';
 import { defaultConfig, type OrchestratorConfig } from '../../src/config.js';
 import { startOrchestrator, type Orchestrator } from '../../src/orchestrator.js';
-import type { RuntimeSelection } from '../../src/runtimes/select.js';
+import type { RuntimeSelection } from '../../src/runtimes/registry.js';
 import { removeTreeOnOneMount } from '../../src/host/remove-tree.js';
 import { watchUncaught } from './uncaught-guard.js';
 

@@ -27,12 +27,15 @@ const FIGURES: GoalFigures = {
   recording_cpu_core_percent: 12,
   recording_screenshot_latency_increase_percent: 4,
   run_loop_overhead_ms: 6,
+  process_start_first_byte_p50_ms: 12,
   placement_tx_creates_per_second: 640,
   gateway_screenshot_ratio: 1.2,
   gateway_action_added_ms: 0.4,
   gateway_live_view_frames_ratio: 0.97,
   placement_simulation_fullest_vs_ideal: 1.133,
   templates: { desktop: { cold_create_p50_ms: 1800, warm_create_p50_ms: 160, idle_session_mib: 240 } },
+  pause_memory_p50_ms: 12,
+  resume_memory_p50_ms: null,
 };
 
 describe('bench figures', () => {
@@ -58,6 +61,8 @@ describe('bench figures', () => {
     assert.equal(rows.get('event-loop delay p99 under the load')?.goal, 20);
     assert.equal(rows.get('load 16 sessions: late ticks')?.goal, 2);
     assert.equal(met('CPU per recorded session, 5 fps, changing'), false, '12% of a core is over 10');
+    assert.equal(met('pause (memory) p50'), true, 'issue 25: 12 ms is within 50');
+    assert.equal(met('resume (memory) p50'), null, 'not measured (a runtime that cannot pause)');
     assert.equal(met('screenshot latency while recorded, changing'), true);
     assert.equal(met('creates/s, placement transaction (PostgreSQL)'), true, 'higher is better: 640 >= 500');
     // Issue 22's gateway figures and the placement simulation.
@@ -65,6 +70,7 @@ describe('bench figures', () => {
     assert.equal(met('gateway added latency on an action, p50'), true);
     assert.equal(met('live-view frames via gateway / straight'), true, 'higher is better: 0.97 >= 0.95');
     assert.equal(met('fullest node / ideal, 10k/1k simulation'), true);
+    assert.equal(met('process start to first output byte, p50'), true, 'issue 24: 12 ms is under 15');
     const unmeasured = new Map(goalRows({ ...FIGURES, gateway_screenshot_ratio: null }).map((r) => [r.label, r]));
     assert.equal(goalMet(unmeasured.get('screenshot via gateway / straight, p50') ?? assert.fail('no row')), null, 'no PostgreSQL: not measured');
   });

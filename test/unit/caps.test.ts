@@ -9,6 +9,7 @@ import { RunBudgets, RunLimitError } from '../../src/runs/run-budgets.js';
 import { DEFAULT_RUN_SETTINGS, type RunSettings } from '../../src/runs/settings.js';
 import { KeyedSlots, takeAll } from '../../src/util/slots.js';
 import { ViewerLimitError, ViewerSlots } from '../../src/views/viewer-slots.js';
+import { httpStatusOf } from '../../src/api/errors.js';
 
 /**
  * Issue 21, caps that hold under concurrency: the counters the live views, event streams and
@@ -65,7 +66,7 @@ describe('caps: slots taken in one synchronous step', () => {
     });
     assert.equal(other.filter((o) => typeof o === 'function').length, 4, 'the tenant has 12: 8 on s1, 4 on s2');
     assert.equal(other.filter((o) => o === 'tenant_viewer_limit').length, 6);
-    assert.throws(() => slots.take('s3', 'acme'), (err: OrchestratorError) => err.statusCode === 429 && /SBX_MAX_VIEWERS_PER_TENANT/.test(err.message));
+    assert.throws(() => slots.take('s3', 'acme'), (err: OrchestratorError) => httpStatusOf(err.code) === 429 && /SBX_MAX_VIEWERS_PER_TENANT/.test(err.message));
     assert.equal(typeof slots.take('s3', 'other-tenant'), 'function', 'another tenant is not affected');
     for (const release of outcomes) if (typeof release === 'function') release();
     assert.equal(slots.ofSession('s1'), 0);
@@ -83,7 +84,7 @@ describe('caps: event streams hold a stream slot, not a request slot', () => {
     installTenantRequestLimits(app, new TenantRequestGate({ maxConcurrent: 2, perSecond: 1000, burst: 1000 }), () => undefined);
     const streams = new StreamSlots(3);
     app.setErrorHandler(async (err: Error, _request, reply) => {
-      const status = err instanceof OrchestratorError ? err.statusCode : 500;
+      const status = err instanceof OrchestratorError ? httpStatusOf(err.code) : 500;
       return reply.status(status).send({ error: { code: err instanceof OrchestratorError ? err.code : 'internal' } });
     });
     app.get('/stream', async (request, reply) => {
@@ -134,7 +135,7 @@ describe('caps: run budgets', () => {
     budgets.checkModel('acme', 'claude-sonnet-4-6', false);
     budgets.checkModel('acme', 'claude-haiku-4-5-20251001', true);
     for (const model of ['gpt-4o', 'claude-haiku-4-5-latest', 'claude-haiku-4', 'claude-sonnet-4-6x']) {
-      assert.throws(() => budgets.checkModel('acme', model, true), (err: OrchestratorError) => err.statusCode === 400 && /^model: /.test(err.message), model);
+      assert.throws(() => budgets.checkModel('acme', model, true), (err: OrchestratorError) => httpStatusOf(err.code) === 400 && /^model: /.test(err.message), model);
     }
     assert.throws(() => budgets.checkModel('ci', 'claude-sonnet-4-6', false), /model: the default "claude-sonnet-4-6" is not allowed for tenant "ci"; allowed: claude-haiku-4-5/);
   });
@@ -160,19 +161,19 @@ describe('caps: run budgets', () => {
   it('tokens and seconds per day: reserved at the start, refunded at the end, over-budget runs refused; past the day, a new budget', () => {
     let now = Date.parse('2026-12-01T23:00:00Z');
     const budgets = new RunBudgets(settings(), [{ tenant: 'acme', tokens: 1000, seconds: 0 }], () => now);
-    assert.throws(() => budgets.reserve('acme', { maxTokens: 10_001 }, defaults), (err: OrchestratorError) => err.statusCode === 400 && /^maxTokens must be at most 10000/.test(err.message));
-    assert.throws(() => budgets.reserve('acme', { maxSeconds: 601 }, defaults), (err: OrchestratorError) => err.statusCode === 400 && /^maxSeconds must be at most 600/.test(err.message));
+    assert.throws(() => budgets.reserve('acme', { maxTokens: 10_001 }, defaults), (err: OrchestratorError) => httpStatusOf(err.code) === 400 && /^maxTokens must be at most 10000/.test(err.message));
+    assert.throws(() => budgets.reserve('acme', { maxSeconds: 601 }, defaults), (err: OrchestratorError) => httpStatusOf(err.code) === 400 && /^maxSeconds must be at most 600/.test(err.message));
     // The defaults are brought down to the tenant's budget rather than refused.
     const first = budgets.reserve('acme', { maxTokens: 6000, maxSeconds: 60 }, defaults);
     assert.deepEqual([first.maxTokens, first.maxSeconds], [6000, 60]);
     assert.throws(
       () => budgets.reserve('acme', { maxTokens: 4000 }, defaults),
-      (err: OrchestratorError) => err.statusCode === 429 && err.code === 'tenant_run_budget' && /3000 tokens left of its 10000 today \(1000 used, 6000 reserved/.test(err.message) && err.headers?.['retry-after'] === '60',
+      (err: OrchestratorError) => httpStatusOf(err.code) === 429 && err.code === 'tenant_run_budget' && /3000 tokens left of its 10000 today \(1000 used, 6000 reserved/.test(err.message) && err.retryAfterSeconds === 60,
     );
     first.settle(2500, 30.2);
     assert.deepEqual(budgets.ledger('acme'), { day: '2026-12-01', usedTokens: 3500, usedSeconds: 31, reservedTokens: 0, reservedSeconds: 0, running: 0 });
     // The defaults are the daily budget at most (10000 tokens, 600 s): more than is left today.
-    assert.throws(() => budgets.reserve('acme', {}, defaults), (err: OrchestratorError) => err.code === 'tenant_run_budget' && err.headers?.['retry-after'] === '3600');
+    assert.throws(() => budgets.reserve('acme', {}, defaults), (err: OrchestratorError) => err.code === 'tenant_run_budget' && err.retryAfterSeconds === 3600);
     const second = budgets.reserve('acme', { maxTokens: 6500, maxSeconds: 569 }, defaults);
     second.settle(0, 0);
     assert.throws(() => budgets.reserve('acme', { maxTokens: 6501, maxSeconds: 1 }, defaults), /6500 tokens left/);

@@ -86,7 +86,7 @@ describe('configuration flows one way', () => {
     assert.deepEqual(importersOfConfig([planted('sessions/x.ts', "const c = await import('../config.js');")]), ['sessions/x.ts']);
     assert.deepEqual(importersOfConfig([planted('api/x.ts', "export { defaultConfig } from '../config.js';")]), ['api/x.ts']);
     // A module of the same name elsewhere is not the aggregator.
-    assert.deepEqual(importersOfConfig([planted('runtimes/firecracker/x.ts', "import { writeTemplateRootKey } from './snapshot/template-config.js';")]), []);
+    assert.deepEqual(importersOfConfig([planted('runtimes/firecracker/x.ts', "import { writeTemplateRootKey } from './snapshot/base-config.js';")]), []);
     assert.deepEqual(importersOfConfig([planted('orchestrator.ts', "import type { OrchestratorConfig } from './config.js';")]), []);
   });
 });

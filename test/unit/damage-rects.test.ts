@@ -13,6 +13,7 @@ import { MAX_RECTS, inflateRect, maxCompressedLength, parseRectTable } from '../
 import { HEADER_BYTES, maxRectsLength } from '../../src/computer/frame-header.js';
 import { GuestProtocolError } from '../../src/errors.js';
 import type { GuestTransport } from '../../src/transport/index.js';
+import { httpStatusOf } from '../../src/api/errors.js';
 
 const SCREEN = { width: 64, height: 48 };
 const STRIDE = SCREEN.width * 4;
@@ -54,7 +55,7 @@ function message(tag: string, payload: Buffer): Buffer {
 function isBadRects(err: unknown): boolean {
   assert.ok(err instanceof GuestProtocolError, `expected a GuestProtocolError, got ${String(err)}`);
   assert.equal(err.reason, 'bad_rects');
-  assert.equal(err.statusCode, 502);
+  assert.equal(httpStatusOf(err.code), 502);
   assert.equal(err.code, 'guest_protocol_error');
   return true;
 }

@@ -12,6 +12,7 @@ import { publicSummary } from '../../src/api/public-message.js';
 import { HostCapacityError } from '../../src/errors.js';
 import { CapacityGate } from '../../src/sessions/capacity.js';
 import { sessionFilesMiB } from '../../src/sessions/disk-capacity.js';
+import { httpStatusOf } from '../../src/api/errors.js';
 
 const LIMITS = { maxSessions: 64, maxSessionsPerTenant: 64, sessionMemoryMiB: 1, memoryReserveMiB: 0 };
 
@@ -22,7 +23,7 @@ function gate(free: () => number | undefined): CapacityGate {
 
 function refusedForDisk(err: unknown): boolean {
   assert.ok(err instanceof HostCapacityError, `expected a HostCapacityError, got ${String(err)}`);
-  assert.equal(err.statusCode, 503);
+  assert.equal(httpStatusOf(err.code), 503);
   assert.equal(err.code, 'host_disk_low');
   assert.match(err.message, /not enough disk for another session/);
   // A 503's message reaches the client only as its public summary: all of it, here.

@@ -3,7 +3,9 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { describe, it } from 'node:test';
 import { transformSync } from 'esbuild';
+import { HTTP_STATUS, httpStatusOf } from '../../src/api/errors.js';
 import { errorFor } from '../../src/client/errors.js';
+import { ERROR_CATEGORIES, ERROR_CODES, type ErrorCode } from '../../src/error-codes.js';
 
 /**
  * The docs cannot drift from the code unnoticed: every relative link in README.md and docs/
@@ -107,40 +109,6 @@ export function documentedVariables(markdown: string): Set<string> {
   return names;
 }
 
-/** An error the server answers with: its HTTP status (when the source says it) and its code. */
-export interface ErrorCode {
-  status?: number;
-  code: string;
-}
-
-/**
- * The error codes a source file answers with, found by the shapes the code uses:
- * `super(message, 404, 'not_found')` in an OrchestratorError subclass, a constructor taking
- * `code: 'a' | 'b'` and passing `super(message, 401, code)`, `reply.status(404).send({ error:
- * { code: 'route_not_found' ...`, `serverError(..., 500, 'internal', ...)`, and the codes
- * `codeOf()` gives fastify's own errors (whose status fastify sets).
- */
-export function errorCodesIn(sourceText: string): ErrorCode[] {
-  const found: ErrorCode[] = [];
-  const literal = `'([a-z][a-z0-9_]*)'`;
-  for (const m of sourceText.matchAll(new RegExp(`\\b(?:super|serverError)\\((?:[^()]|\\([^()]*\\))*?,\\s*(\\d{3}),\\s*${literal}`, 'g'))) {
-    found.push({ status: Number(m[1]), code: m[2] as string });
-  }
-  for (const m of sourceText.matchAll(new RegExp(`\\.status\\((\\d{3})\\)\\.send\\(\\{\\s*error:\\s*\\{\\s*code:\\s*${literal}`, 'g'))) {
-    found.push({ status: Number(m[1]), code: m[2] as string });
-  }
-  // One class at a time: its constructor's union of codes goes with its super()'s status.
-  for (const body of sourceText.split(/\bclass\s+/).slice(1)) {
-    const union = /\bcode:\s*('[a-z0-9_]+'(?:\s*\|\s*'[a-z0-9_]+')*)/.exec(body);
-    const status = /\bsuper\((?:[^()]|\([^()]*\))*?,\s*(\d{3}),\s*code\b/.exec(body);
-    if (!union || !status) continue;
-    for (const code of (union[1] as string).matchAll(/'([a-z0-9_]+)'/g)) found.push({ status: Number(status[1]), code: code[1] as string });
-  }
-  const codeOf = /function codeOf\([\s\S]*?\n\}/.exec(sourceText);
-  for (const m of codeOf?.[0].matchAll(/return '([a-z][a-z0-9_]*)'/g) ?? []) found.push({ code: m[1] as string });
-  return found;
-}
-
 /** The rows of api.md's error table: status, code, and the client error named in the last column. */
 export function documentedErrors(markdown: string): Array<{ status: number; code: string; clientError: string }> {
   const rows: Array<{ status: number; code: string; clientError: string }> = [];
@@ -200,22 +168,19 @@ describe('docs', () => {
     );
     assert.deepEqual([...found].sort(), ['BRACKETED', 'HELPER_BIN', 'OTHER_BIN', 'SBX_BY_NAME', 'SBX_IN_A_TEMPLATE', 'SBX_THROUGH_ENV']);
   });
-  it('docs/api.md has one row per error code the server answers with, with its status and the client error it maps to', () => {
+  it('docs/api.md has one row per code of the error registry, with its status and the client error it maps to', () => {
     const rows = documentedErrors(readFileSync(API_DOC, 'utf8'));
     const byCode = new Map(rows.map((row) => [row.code, row]));
     assert.equal(byCode.size, rows.length, 'a code appears in two rows');
+    const registered = Object.keys(ERROR_CODES) as ErrorCode[];
     const problems: string[] = [];
-    const sources = filesUnder(path.join(ROOT, 'src'), '.ts').map((file) => ({ file, text: readFileSync(file, 'utf8') }));
-    for (const { file, text } of sources) {
-      for (const { status, code } of errorCodesIn(text)) {
-        const row = byCode.get(code);
-        if (!row) problems.push(`${code} (${path.relative(ROOT, file)}) is not in the table`);
-        else if (status !== undefined && row.status !== status) problems.push(`${code} is ${status} in ${path.relative(ROOT, file)}, ${row.status} in the table`);
-      }
+    for (const code of registered) {
+      const row = byCode.get(code);
+      if (!row) problems.push(`${code} is in the registry (src/error-codes.ts) but not in the table`);
+      else if (row.status !== httpStatusOf(code)) problems.push(`${code} is answered with ${httpStatusOf(code)}, the table says ${row.status}`);
     }
-    const code = sources.map(({ text }) => transformSync(text, { loader: 'ts', legalComments: 'none' }).code).join('\n');
     for (const row of rows) {
-      if (!code.includes(`'${row.code}'`) && !code.includes(`"${row.code}"`)) problems.push(`${row.code} is in the table but nowhere in src/`);
+      if (!(row.code in ERROR_CODES)) problems.push(`${row.code} is in the table but not in the registry (src/error-codes.ts)`);
       const thrown = errorFor(row.status, row.code, 'message').constructor.name;
       if (thrown !== row.clientError) problems.push(`${row.code}: the client throws ${thrown}, the table says ${row.clientError}`);
     }
@@ -223,23 +188,23 @@ describe('docs', () => {
     assert.ok(rows.length > 25, `only ${rows.length} rows found: is the row pattern still right?`);
   });
 
-  it('the error-code scan finds each shape the code uses', () => {
-    const found = errorCodesIn(
-      [
-        "class A extends OrchestratorError { constructor(m: string) { super(m, 404, 'not_found'); } }",
-        "class B extends OrchestratorError { constructor(m: string, code: 'x_one' | 'x_two') { super(m, 401, code, {}); } }",
-        "class C extends OrchestratorError { constructor(m: string) { super(`${m} (SBX_MAX_FILE_BYTES)`, 413, 'file_too_large'); } }",
-        "class D extends OrchestratorError { constructor(p: string) { super(`${p} is a directory; give a file`, 400, 'is_a_directory'); } }",
-        "void reply.status(404).send({ error: { code: 'route_not_found', message: 'm' } });",
-        "serverError(request, reply, 500, 'internal', 'internal error', error.message);",
-        "function codeOf(error: FastifyError): string {\n  if (a) return 'invalid_json';\n  return 'invalid_request';\n}",
-      ].join('\n'),
-    );
-    assert.deepEqual(
-      found.map((e) => `${e.status ?? '?'} ${e.code}`).sort(),
-      ['400 is_a_directory', '401 x_one', '401 x_two', '404 not_found', '404 route_not_found', '413 file_too_large', '500 internal', '? invalid_json', '? invalid_request'].sort(),
-    );
+  it('every registered error code is answered somewhere, and no answer bypasses the registry', () => {
+    const registry = path.join(ROOT, 'src', 'error-codes.ts');
+    const sources = filesUnder(path.join(ROOT, 'src'), '.ts').filter((file) => file !== registry);
+    const code = sources.map((file) => transformSync(readFileSync(file, 'utf8'), { loader: 'ts', legalComments: 'none' }).code).join('\n');
+    const unused = Object.keys(ERROR_CODES).filter((name) => !code.includes(`'${name}'`) && !code.includes(`"${name}"`));
+    assert.deepEqual(unused, [], 'registered codes that nothing throws or answers');
+    // A status written next to an error body is a second place for it: answers go through
+    // api/errors.ts (sendError, or a thrown OrchestratorError), whose status comes from the registry.
+    const bypassing = sources.flatMap((file) => (/\.status\(\s*\d{3}\s*\)\s*\.send\(\s*\{\s*error\s*:/.test(readFileSync(file, 'utf8')) ? [path.relative(ROOT, file)] : []));
+    assert.deepEqual(bypassing, []);
   });
+
+  it('each category has one HTTP status, and the registry\'s categories are the ones the API maps', () => {
+    assert.deepEqual(Object.keys(HTTP_STATUS).sort(), Object.keys(ERROR_CATEGORIES).sort());
+    for (const [name, entry] of Object.entries(ERROR_CODES)) assert.ok(entry.description.length > 0 && !entry.description.includes('\n'), `${name}: a one-line description`);
+  });
+
   it('docs/api.md names every Prometheus metric the orchestrator exports', () => {
     const api = readFileSync(API_DOC, 'utf8');
     const exported = filesUnder(path.join(ROOT, 'src'), '.ts').flatMap((file) =>

@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { FrameExtractor, frameArgs } from '../../src/recording/frame-extract.js';
+import { httpStatusOf } from '../../src/api/errors.js';
 
 /**
  * The recording-frame extractor (trajectory page): its argv is ours with a checked time, and
@@ -35,7 +36,7 @@ describe('recording frames', () => {
     const settled = await Promise.allSettled(calls);
     const refused = settled.filter((s) => s.status === 'rejected');
     assert.equal(refused.length, 1);
-    assert.equal((refused[0] as PromiseRejectedResult).reason.statusCode, 503);
+    assert.equal(httpStatusOf((refused[0] as PromiseRejectedResult).reason.code), 503);
     const frames = settled.filter((s): s is PromiseFulfilledResult<Buffer | undefined> => s.status === 'fulfilled');
     assert.equal(frames.length, 18);
     for (const f of frames) assert.equal(f.value?.toString(), 'JPEG');

@@ -21,6 +21,7 @@ import { BashShell, type BashShellOptions } from '../../src/tools/bash/bash-shel
 import { ByteBudget, type BashOutputCounters } from '../../src/tools/bash/output-budget.js';
 import { MarkerScanner, printMarker } from '../../src/tools/bash/marker.js';
 import type { GuestTransport } from '../../src/transport/index.js';
+import { httpStatusOf } from '../../src/api/errors.js';
 
 const SCREEN = { width: 1024, height: 768 };
 const STRIDE = SCREEN.width * 4;
@@ -45,7 +46,7 @@ function isProtocolError(reason: string) {
   return (err: unknown) => {
     assert.ok(err instanceof GuestProtocolError, `expected a GuestProtocolError, got ${String(err)}`);
     assert.equal(err.reason, reason);
-    assert.equal(err.statusCode, 502);
+    assert.equal(httpStatusOf(err.code), 502);
     assert.equal(err.code, 'guest_protocol_error');
     return true;
   };
@@ -193,8 +194,8 @@ describe('the capture channel', () => {
     const changed = Buffer.from(screen);
     changed.fill(9, HEADER_BYTES + 40 * STRIDE, HEADER_BYTES + 41 * STRIDE);
     const fourth = await start(changed);
-    assert.notEqual(fourth.bands!.buffers[1], first.bands!.buffers[1]);
-    assert.equal(fourth.bands!.buffers[0], first.bands!.buffers[0]);
+    assert.notEqual(fourth.bands!.buffers[1], first.bands.buffers[1]);
+    assert.equal(fourth.bands!.buffers[0], first.bands.buffers[0]);
     assert.equal(fourth.pixels[40 * STRIDE], 9);
     assert.equal(first.pixels[40 * STRIDE], 7, 'a frame handed out is never modified');
     changed.fill(3);

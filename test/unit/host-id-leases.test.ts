@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { HostIdLeases, hostIdBase } from '../../src/runtimes/container/id-leases.js';
-import { vmUserRange } from '../../src/runtimes/vm-user-pool.js';
+import { vmUserRange } from '../../src/runtimes/vm/vm-user-pool.js';
 import { ID_RANGE_SIZE, MAX_ID_RANGES } from '../../src/runtimes/container/settings.js';
 import { SessionStore } from '../../src/sessions/store.js';
 

@@ -8,6 +8,7 @@ import { checkImage, DamagedImageError, writeContentIndex } from '../../src/gues
 import { imageAt, type GuestImage } from '../../src/guest/image/image-store.js';
 import { pathInRoot } from '../../src/guest/image/path-in-root.js';
 import { removeTreeOnOneMount } from '../../src/host/remove-tree.js';
+import { httpStatusOf } from '../../src/api/errors.js';
 
 /** A small image as the builder leaves one: a rootfs with a guest init, a manifest with the content index. */
 async function makeImage(dir: string, indexed: boolean): Promise<GuestImage> {
@@ -54,7 +55,7 @@ describe('guest image integrity', () => {
     await writeFile(path.join(image.rootfs, 'etc', 'planted'), 'x');
     const err = await checkImage(image, REBUILD).then(() => undefined, (e: unknown) => e);
     assert.ok(err instanceof DamagedImageError, String(err));
-    assert.equal(err.statusCode, 503);
+    assert.equal(httpStatusOf(err.code), 503);
     assert.equal(err.code, 'image_damaged');
     assert.match(err.message, new RegExp(`the guest image ${image.dir} is damaged`));
     assert.match(err.message, /2 of its 30 files and directories are missing \(\/usr\/bin\/tool3, \/usr\/bin\/tool4\)/);

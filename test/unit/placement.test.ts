@@ -8,6 +8,7 @@ import { InvalidRequestError, OrchestratorError } from '../../src/errors.js';
 import { NoNodeError, placeWithRetries } from '../../src/cluster/place-retry.js';
 import { describeSimulation, simulatePlacement } from '../../src/bench/placement-simulation.js';
 import { DEFAULT_SAMPLE_SIZE, DEFAULT_WARM_BONUS, place, seededRandom, unfitFor, type NodeSnapshot, type PlacementRequest } from '../../src/cluster/placement.js';
+import { httpStatusOf } from '../../src/api/errors.js';
 
 const REQUEST: PlacementRequest = { runtime: 'qemu', template: 'desktop', memoryMiB: 2048, vcpus: 2 };
 
@@ -187,7 +188,7 @@ describe('placement: retries on a node that fails the create', () => {
     );
     await assert.rejects(failing, (error: unknown) => {
       assert.ok(error instanceof NoNodeError);
-      assert.equal(error.statusCode, 503);
+      assert.equal(httpStatusOf(error.code), 503);
       assert.equal(error.failures.length, 3);
       assert.equal(error.message, `no node could take this create in 3 tries; tried: ${asked.map((name) => `'${name}': out of memory`).join('; ')}`);
       return true;
@@ -225,7 +226,7 @@ describe('placement: retries on a node that fails the create', () => {
       () => nodes,
       async () => {
         unavailable += 1;
-        if (unavailable === 1) throw new OrchestratorError('busy', 503, 'unavailable');
+        if (unavailable === 1) throw new OrchestratorError('unavailable', 'busy');
         return 'ok';
       },
     );

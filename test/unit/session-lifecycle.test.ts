@@ -19,6 +19,7 @@ import { SessionManager, type ManagerOptions } from '../../src/sessions/manager.
 import type { SessionRecord } from '../../src/sessions/session-record.js';
 import { SessionStore } from '../../src/sessions/store.js';
 import { FAKE_IMAGE, FakeHost, FakeRuntime, FakeSandbox, gate, silentLogger } from '../helpers/fake-runtime.js';
+import { httpStatusOf } from '../../src/api/errors.js';
 
 let dir: string;
 before(async () => {
@@ -268,7 +269,7 @@ describe('unit: a vanished sandbox', () => {
     await until('the session is failed', () => r.manager.get(view.id).state === 'failed');
     assert.match(r.manager.get(view.id).error ?? '', /stopped unexpectedly: killed by the OOM killer/);
     assert.equal(r.manager.get(view.id).endReason, 'failed');
-    await assert.rejects(r.manager.screenshot(view.id), (err: unknown) => err instanceof SessionGoneError && err.statusCode === 410);
+    await assert.rejects(r.manager.screenshot(view.id), (err: unknown) => err instanceof SessionGoneError && httpStatusOf(err.code) === 410);
     assert.throws(() => r.manager.connection(view.id), SessionGoneError);
     assert.deepEqual(
       r.manager.list().map((s) => s.state),
@@ -383,6 +384,10 @@ describe('unit: adoption at start-up', () => {
         error: null,
         pooled: false,
         endReason: null,
+        paused: null,
+        pausedMs: 0,
+        onIdle: 'destroy',
+        autoResume: true,
       };
       store.insert(record);
       return record;

@@ -19,7 +19,7 @@ import { isLoopbackAddress } from './auth-mode.js';
  */
 export class BrowserRequestError extends OrchestratorError {
   constructor(message: string, code: 'invalid_host' | 'cross_origin_request') {
-    super(message, 403, code);
+    super(code, message);
   }
 }
 

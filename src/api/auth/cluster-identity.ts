@@ -13,6 +13,8 @@ export const TENANT_HEADER = 'x-sbx-tenant';
 export const API_KEY_ID_HEADER = 'x-sbx-api-key-id';
 /** On a create (and a run that creates): the id the gateway placed in the directory. */
 export const SESSION_ID_HEADER = 'x-sbx-session-id';
+/** With it: the gateway takes the create's answer under a warm sandbox's own id instead. */
+export const ACCEPT_POOLED_ID_HEADER = 'x-sbx-accept-pooled-id';
 
 /** The credential of a cluster: long enough that it cannot be guessed. */
 export const MIN_CLUSTER_SECRET_LENGTH = 32;
@@ -51,4 +53,9 @@ export function gatewayIdentity(request: FastifyRequest): { tenant: string; keyI
 /** The session id a gateway placed for this create, if it named one. */
 export function placedSessionId(request: FastifyRequest): string | undefined {
   return headerValue(request, SESSION_ID_HEADER);
+}
+
+/** Whether the gateway of a placed create takes a warm sandbox's own id (it renames its directory row). */
+export function acceptsPooledId(request: FastifyRequest): boolean {
+  return headerValue(request, ACCEPT_POOLED_ID_HEADER) === '1';
 }

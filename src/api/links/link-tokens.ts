@@ -39,7 +39,7 @@ interface Row {
 /** A link token that does not open what was asked: 401, and which of the reasons (never whose token it is). */
 export class LinkTokenError extends OrchestratorError {
   constructor(message: string, code: 'invalid_link_token' | 'expired_link_token' | 'revoked_link_token') {
-    super(message, 401, code);
+    super(code, message);
   }
 }
 

@@ -1,7 +1,9 @@
-import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
+import type { OutgoingHttpHeaders } from 'node:http';
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { SandboxClient } from '../../client/index.js';
+import type { ErrorCode } from '../../errors.js';
+import { sendError } from '../errors.js';
 import { createMcpServer } from '../../mcp/server.js';
 
 /** One request handed to the app's own routes in process (fastify's inject). */
@@ -54,10 +56,7 @@ export async function mcpRoutes(app: FastifyInstance, opts: { dispatch: Dispatch
   // A stateless server has no stream to offer (GET) and no session to end (DELETE): the
   // transport's spec lets it say 405, which the SDK's client takes as "none".
   const notAllowed = async (request: FastifyRequest, reply: FastifyReply) =>
-    reply
-      .status(405)
-      .header('allow', 'POST')
-      .send({ error: { code: 'method_not_allowed', message: `${request.method} /mcp: this MCP endpoint is stateless, only POST is served` } });
+    sendError(reply.header('allow', 'POST'), 'method_not_allowed', `${request.method} /mcp: this MCP endpoint is stateless, only POST is served`);
   app.get('/mcp', { schema: { hide: true } }, notAllowed);
   app.delete('/mcp', { schema: { hide: true } }, notAllowed);
 }
@@ -65,15 +64,15 @@ export async function mcpRoutes(app: FastifyInstance, opts: { dispatch: Dispatch
 /** The fastify request as the web Request the SDK's transport reads (its body comes parsed). */
 function webRequest(request: FastifyRequest): Request {
   const headers = new Headers();
-  for (const [name, value] of Object.entries(request.headers as IncomingHttpHeaders)) {
+  for (const [name, value] of Object.entries(request.headers)) {
     if (typeof value === 'string') headers.set(name, value);
     else if (Array.isArray(value)) for (const v of value) headers.append(name, v);
   }
   return new Request(`http://${request.hostname || 'localhost'}${request.url}`, { method: request.method, headers });
 }
 
-/** Our error codes for the transport's own refusals, by status. */
-const TRANSPORT_ERROR_CODES: Record<number, string> = {
+/** Our error codes for the transport's own refusals, by status (the others are invalid_mcp_request). */
+const TRANSPORT_ERROR_CODES: Readonly<Record<number, ErrorCode>> = {
   400: 'invalid_mcp_request',
   404: 'not_found',
   405: 'method_not_allowed',
@@ -99,9 +98,8 @@ async function sendWebResponse(reply: FastifyReply, response: Response): Promise
     } catch {
       // not JSON: keep the generic message
     }
-    const status = response.status >= 500 ? 500 : response.status;
-    const code = status === 500 ? 'internal' : (TRANSPORT_ERROR_CODES[status] ?? 'invalid_mcp_request');
-    return reply.status(status).send({ error: { code, message } });
+    const code = response.status >= 500 ? 'internal' : (TRANSPORT_ERROR_CODES[response.status] ?? 'invalid_mcp_request');
+    return sendError(reply, code, message);
   }
   reply.status(response.status);
   response.headers.forEach((value, name) => {

@@ -1,6 +1,7 @@
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { NotFoundError } from '../../errors.js';
+import { sendError } from '../errors.js';
 import type { FastifyInstance } from 'fastify';
 import type { SessionRecordings } from '../../sessions/ports.js';
 import { parseByteRange } from '../byte-range.js';
@@ -78,7 +79,7 @@ export async function recordingRoutes(app: FastifyInstance, opts: { manager: Ses
       void reply.header('accept-ranges', 'bytes').header('cache-control', 'no-store').header('x-recording-state', status.state);
       if (range === 'unsatisfiable') {
         void reply.header('content-range', `bytes */${size}`);
-        return reply.status(416).send({ error: { code: 'range_not_satisfiable', message: `range is outside the file's ${size} bytes` } });
+        return sendError(reply, 'range_not_satisfiable', `range is outside the file's ${size} bytes`);
       }
       void reply.type('video/mp4');
       if (range === 'whole') return reply.header('content-length', size).send(createReadStream(video));

@@ -1,3 +1,4 @@
+import { acceptsPooledId } from '../auth/cluster-identity.js';
 import type { FastifyInstance } from 'fastify';
 import type { SessionDirectory, ComputerActions } from '../../sessions/ports.js';
 import type { CreateSessionOptions } from '../../sessions/session-request.js';
@@ -28,7 +29,10 @@ export async function sessionRoutes(app: FastifyInstance, opts: { manager: Sessi
       },
     },
     async (request, reply) => {
-      const owner = request.placedSessionId === null ? { tenant: request.tenant } : { tenant: request.tenant, sessionId: request.placedSessionId };
+      const owner =
+        request.placedSessionId === null
+          ? { tenant: request.tenant }
+          : { tenant: request.tenant, sessionId: request.placedSessionId, pooledIdAccepted: acceptsPooledId(request) };
       const session = await manager.create(request.body ?? {}, owner);
       opts.trajectory?.begin(session, request.body?.trajectory?.keepTypedText === true);
       return reply.status(201).send(session);

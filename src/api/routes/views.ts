@@ -4,6 +4,7 @@ import { livePage, PAGE_HEADERS, refusedPage, ASSETS_PREFIX } from '../../views/
 import type { LiveViews } from '../../views/live-views.js';
 import { loadLiveViewAssets } from '../../views/novnc-assets.js';
 import type { ViewGrant, ViewMode } from '../../views/view-tokens.js';
+import { httpStatusOf, sendError } from '../errors.js';
 import { SMALL_BODY_LIMIT_BYTES } from '../limits.js';
 import { sessionIdParams } from '../schemas.js';
 
@@ -130,7 +131,7 @@ export async function viewRoutes(app: FastifyInstance, opts: { views: LiveViews 
       grant = views.resolve(request.params.token);
     } catch (err) {
       if (!(err instanceof OrchestratorError)) throw err;
-      return reply.status(err.statusCode).send(refusedPage('This live view cannot be opened', err.message));
+      return reply.status(httpStatusOf(err.code)).send(refusedPage('This live view cannot be opened', err.message));
     }
     return reply.send(livePage(grant));
   });
@@ -191,7 +192,7 @@ export async function viewRoutes(app: FastifyInstance, opts: { views: LiveViews 
 
   app.get<{ Params: { '*': string } }>(`${ASSETS_PREFIX}/*`, { schema: { hide: true } }, async (request, reply) => {
     const asset = assets.get(request.params['*']);
-    if (!asset) return reply.status(404).send({ error: { code: 'not_found', message: 'no such file' } });
+    if (!asset) return sendError(reply, 'not_found', 'no such file');
     return reply.type(asset.contentType).header('cache-control', 'public, max-age=3600').header('x-content-type-options', 'nosniff').send(asset.body);
   });
 }

@@ -11,6 +11,8 @@
  */
 import type { Logger } from 'pino';
 import type { ApiKeyRecord, ClusterStore, DirectoryEntry, NodeRecord } from '../store/cluster-store.js';
+import { OrchestratorError } from '../../errors.js';
+import { httpStatusOf } from '../../api/errors.js';
 import { ClusterStateUnavailableError } from './errors.js';
 import type { GatewayMetrics } from './metrics.js';
 
@@ -37,6 +39,7 @@ export class ClusterState {
   private readonly sessions = new Map<string, Cached<DirectoryEntry | undefined>>();
   private readonly keys = new Map<string, Cached<ApiKeyRecord | undefined>>();
   private nodeList: Cached<NodeRecord[]> | undefined;
+  private index: { list: NodeRecord[]; byName: Map<string, NodeRecord> } | undefined;
   private readonly now: () => number;
 
   constructor(private readonly opts: ClusterStateOptions) {
@@ -68,6 +71,11 @@ export class ClusterState {
         },
         (err: unknown) => {
           clearTimeout(timer);
+          // A client's error the store answered (a tenant's limit, a taken id) is no failure of the store.
+          if (err instanceof OrchestratorError && httpStatusOf(err.code) < 500) {
+            reject(err);
+            return;
+          }
           this.opts.metrics.storeErrors.inc();
           this.opts.logger.warn({ what, err }, 'the cluster store failed');
           // The store's own unavailable error (503) as is; anything else is a bug, not "retry later" (500).
@@ -99,11 +107,17 @@ export class ClusterState {
     return value;
   }
 
+  /** A node by name, from the cached list (indexed once per list read: a request's route is not a scan of 1,000 nodes). */
   async node(name: string): Promise<NodeRecord | undefined> {
-    const found = (await this.nodes()).find((node) => node.name === name);
+    const found = this.indexOf(await this.nodes()).get(name);
     if (found) return found;
     this.nodeList = undefined; // a node registered since the list was read
-    return (await this.nodes()).find((node) => node.name === name);
+    return this.indexOf(await this.nodes()).get(name);
+  }
+
+  private indexOf(list: NodeRecord[]): Map<string, NodeRecord> {
+    if (this.index?.list !== list) this.index = { list, byName: new Map(list.map((node) => [node.name, node])) };
+    return this.index.byName;
   }
 
   /** Nodes that are up and heartbeating: where an unrouted request (an unknown token, the API description) can go. */

@@ -10,11 +10,12 @@
  * broke mid-create is also told to destroy the id, in case it made it.
  */
 import type { Logger } from 'pino';
-import { InvalidRequestError, OrchestratorError } from '../../errors.js';
+import { InvalidRequestError } from '../../errors.js';
 import { newSessionId } from '../../sessions/session.js';
-import { retryChoices, NoNodeError, type Choice } from '../place-retry.js';
+import { AttemptFailed, retryChoices, NoNodeError, type Choice } from '../place-retry.js';
 import type { PlacementRequest } from '../placement.js';
 import type { NodeRecord } from '../store/cluster-store.js';
+import { SessionIdTakenError } from '../store/errors.js';
 import type { ClusterState } from './cluster-state.js';
 import { NodeFailedError } from './errors.js';
 import type { GatewayMetrics } from './metrics.js';
@@ -22,20 +23,23 @@ import { nodeUrl, type NodeAnswer, type NodeClient } from './node-client.js';
 import { AUTO_RUNTIME_ORDER, type GatewaySettings } from './settings.js';
 
 /** A node's refusal (4xx: returned as is) or failure (5xx: retried elsewhere), with its answer. */
-export class NodeRefusal extends OrchestratorError {
+export class NodeRefusal extends AttemptFailed {
   constructor(
     readonly node: string,
     readonly answer: NodeAnswer,
   ) {
-    super(errorMessageOf(answer), answer.status, 'node_refused');
+    super(errorMessageOf(answer), answer.status);
   }
 }
 
+/** Session ids tried for one create when the directory holds the first already. */
+const MAX_ID_TRIES = 3;
+
 /** Carries a store failure through placeWithRetries, which retries only 5xx (a store failure is no node's fault). */
 const NOT_A_NODE_FAILURE = 499;
-class StoreFailure extends OrchestratorError {
+class StoreFailure extends AttemptFailed {
   constructor(readonly inner: Error) {
-    super(inner.message, NOT_A_NODE_FAILURE, 'store_failure');
+    super(inner.message, NOT_A_NODE_FAILURE);
   }
 }
 
@@ -54,6 +58,11 @@ export interface CreateCall {
   readonly path: string;
   readonly headers: (sessionId: string) => Record<string, string | string[]>;
   readonly body: Buffer;
+  /**
+   * The session id a node's 201 names, when the node may give another than the placed one
+   * (a create that accepts a warm sandbox's id); absent: always the placed id.
+   */
+  readonly answeredId?: (answer: NodeAnswer) => string | undefined;
   /** Before the directory row is confirmed: record what the answer names (a run's id). */
   readonly onCreated?: (sessionId: string, answer: NodeAnswer) => Promise<void>;
 }
@@ -63,12 +72,21 @@ export async function placeCreate(deps: CreateDeps, call: CreateCall): Promise<N
   const { state, client, metrics } = deps;
   // The node list (at most 1 s old) decides only the request: the template exists, the runtime.
   const request = placementRequest(deps.settings, await state.nodes(), call.template);
-  const sessionId = newSessionId();
+  let sessionId = newSessionId();
   // The store chooses and commits in one step (its placement transaction, which also counts
   // this gateway's creates in flight: concurrent creates do not herd onto one node).
   const choose = async (exclude: ReadonlySet<string>): Promise<Choice<NodeRecord>> => {
-    const outcome = await state.call('place', (store) => store.place(sessionId, call.tenant, request, [...exclude])).catch(storeFailure);
-    return outcome.placed ? { ok: true, node: outcome.node } : { ok: false, reason: outcome.reason };
+    for (let tries = 1; ; tries++) {
+      try {
+        const limits = { maxSessionsPerTenant: deps.settings.maxSessionsPerTenant };
+        const outcome = await state.call('place', (store) => store.place(sessionId, call.tenant, request, [...exclude], limits));
+        return outcome.placed ? { ok: true, node: outcome.node } : { ok: false, reason: outcome.reason };
+      } catch (err) {
+        // An id the directory holds already (a collision of random ids): nothing was written; a new id.
+        if (err instanceof SessionIdTakenError && tries < MAX_ID_TRIES) sessionId = newSessionId();
+        else storeFailure(err);
+      }
+    }
   };
   const attempt = async (node: NodeRecord): Promise<NodeAnswer> => {
     let answer: NodeAnswer;
@@ -81,9 +99,18 @@ export async function placeCreate(deps: CreateDeps, call: CreateCall): Promise<N
       throw err;
     }
     if (answer.status === 201) {
-      await call.onCreated?.(sessionId, answer).catch(storeFailure);
-      await state.call('confirm', (store) => store.confirm(sessionId)).catch(storeFailure);
+      // A node that claimed a warm sandbox answers with that sandbox's id: the row takes it.
+      const given = call.answeredId?.(answer) ?? sessionId;
+      await call.onCreated?.(given, answer).catch(storeFailure);
+      await state.call('confirm', (store) => store.confirm(sessionId, given)).catch(async (err: unknown) => {
+        if (given !== sessionId) {
+          destroyQuietly(deps, node, given, call.headers(sessionId));
+          await release(deps, sessionId);
+        }
+        storeFailure(err);
+      });
       state.forgetSession(sessionId);
+      state.forgetSession(given);
       metrics.placementTries.inc({ outcome: 'created' });
       return answer;
     }
@@ -95,7 +122,7 @@ export async function placeCreate(deps: CreateDeps, call: CreateCall): Promise<N
     return (await retryChoices(choose, (node) => node.name, attempt)).result;
   } catch (err) {
     if (err instanceof StoreFailure) throw err.inner;
-    if (err instanceof NodeRefusal && err.statusCode < 500) return err.answer;
+    if (err instanceof NodeRefusal && err.status < 500) return err.answer;
     if (err instanceof NoNodeError) metrics.placementsFailed.inc();
     throw err;
   }

@@ -10,7 +10,7 @@ export { ClusterStateUnavailableError } from '../store/errors.js';
 /** The session's node stopped heartbeating: the session is gone for good (410). */
 export class SessionLostError extends OrchestratorError {
   constructor(sessionId: string, node: string, since: string) {
-    super(`session ${sessionId} was on node ${node}, which stopped answering at ${since}; create a new session`, 410, 'session_lost');
+    super('session_lost', `session ${sessionId} was on node ${node}, which stopped answering at ${since}; create a new session`);
   }
 }
 
@@ -20,7 +20,7 @@ export class SessionLostError extends OrchestratorError {
  */
 export class NodeUnreachableError extends OrchestratorError {
   constructor(node: string, why: string) {
-    super(`node ${node} holding this session does not answer (${why}); retry in a few seconds`, 503, 'node_unreachable', { 'retry-after': '2' });
+    super('node_unreachable', `node ${node} holding this session does not answer (${why}); retry in a few seconds`, { retryAfterSeconds: 2 });
   }
 }
 
@@ -30,6 +30,6 @@ export class NodeUnreachableError extends OrchestratorError {
  */
 export class NodeFailedError extends OrchestratorError {
   constructor(node: string, why: string) {
-    super(`node ${node} holding this session stopped answering mid-request (${why}); whether it took effect is unknown`, 502, 'node_failed');
+    super('node_failed', `node ${node} holding this session stopped answering mid-request (${why}); whether it took effect is unknown`);
   }
 }

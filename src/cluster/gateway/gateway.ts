@@ -13,7 +13,7 @@ import websocket from '@fastify/websocket';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { applyConnectionLimits, connectionServerOptions } from '../../api/connection-limits.js';
-import { errorHandler } from '../../api/errors.js';
+import { errorHandler, sendError } from '../../api/errors.js';
 import { APP_BODY_LIMIT_BYTES } from '../../api/limits.js';
 import { installRequestLog } from '../../api/logging/request-log.js';
 import { mcpRoutes } from '../../api/routes/mcp.js';
@@ -66,19 +66,23 @@ export async function createGateway(opts: GatewayOptions): Promise<Gateway> {
     keyCacheMs: settings.keyCacheMs,
   });
   metrics.watchCluster(() => state.nodes());
+  const requestIdPrefix = randomBytes(4).toString('hex');
+  let requestCount = 0;
   const client = new NodeClient({ connectTimeoutMs: settings.nodeConnectTimeoutMs, answerTimeoutMs: settings.nodeAnswerTimeoutMs });
   const app = Fastify({
     loggerInstance: logger as FastifyBaseLogger,
     bodyLimit: APP_BODY_LIMIT_BYTES,
     ...connectionServerOptions(settings.connectionLimits),
     logController: new LogController({ disableRequestLogging: true }),
-    genReqId: () => randomBytes(8).toString('hex'),
+    // A random prefix per process and a counter: unique across gateways, and no call into
+    // the random source (and its getpid) per request.
+    genReqId: () => requestIdPrefix + (++requestCount).toString(16).padStart(8, '0'),
     // As on a node (api/server.ts): the bodies the gateway validates get the node's 400s.
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false } },
   });
   app.setErrorHandler(async (error: Error, request, reply) => errorHandler(error, request, reply));
   app.setNotFoundHandler((request, reply) => {
-    void reply.status(404).send({ error: { code: 'route_not_found', message: `no route ${request.method} ${request.url.split('?')[0]}` } });
+    void sendError(reply, 'route_not_found', `no route ${request.method} ${request.url.split('?')[0]}`);
   });
   installGatewayAuth(app, state);
   installRequestLog(app);

@@ -39,7 +39,8 @@ const NOT_CONNECTED = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'E
 /** A failure to reach a node as the client sees it: 503 node_unreachable or 502 node_failed. */
 export function nodeError(node: string, err: unknown): NodeUnreachableError | NodeFailedError {
   const cause = (err as { cause?: unknown } | undefined)?.cause ?? err;
-  const code = String((cause as { code?: unknown } | undefined)?.code ?? (err as { code?: unknown } | undefined)?.code ?? '');
+  const rawCode = (cause as { code?: unknown } | undefined)?.code ?? (err as { code?: unknown } | undefined)?.code;
+  const code = typeof rawCode === 'string' ? rawCode : '';
   const message = cause instanceof Error ? cause.message : String(cause);
   if (NOT_CONNECTED.has(code)) return new NodeUnreachableError(node, code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'ECONNECT_TIMEOUT' ? 'connect timed out' : code);
   if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'EANSWER_TIMEOUT' || code === 'FST_REPLY_FROM_GATEWAY_TIMEOUT') return new NodeFailedError(node, 'no answer in time');

@@ -15,6 +15,8 @@ export const SECRET_HEADER = 'x-sbx-cluster-secret';
 export const TENANT_HEADER = 'x-sbx-tenant';
 export const KEY_ID_HEADER = 'x-sbx-api-key-id';
 export const SESSION_ID_HEADER = 'x-sbx-session-id';
+/** On a create: the gateway takes another id than the placed one in the answer (a warm sandbox's own). */
+export const ACCEPT_POOLED_ID_HEADER = 'x-sbx-accept-pooled-id';
 
 export interface NodeHeaderOptions {
   readonly secret: string;

@@ -6,13 +6,14 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { SMALL_BODY_LIMIT_BYTES } from '../../api/limits.js';
 import { createSessionBody } from '../../api/schemas.js';
+import { SESSION_ID_PATTERN } from '../../network/names.js';
 import type { CreateSessionOptions } from '../../sessions/session-request.js';
 import type { ClusterState } from './cluster-state.js';
 import { placeCreate, type CreateDeps } from './create.js';
 import { familyOf, type Forwarder } from './forward.js';
 import type { InFlight } from './in-flight.js';
-import { nodeUrl, type NodeAnswer, type NodeClient } from './node-client.js';
-import { nodeHeaders } from './node-headers.js';
+import { nodeUrl, type NodeAnswer } from './node-client.js';
+import { ACCEPT_POOLED_ID_HEADER, nodeHeaders } from './node-headers.js';
 import type { Router } from './router.js';
 import { viewTokenHash } from './router.js';
 
@@ -46,8 +47,10 @@ export async function sessionJsonRoutes(app: FastifyInstance, deps: SessionRoute
         tenant: request.tenant,
         template: request.body?.template,
         path: '/v1/sessions',
-        headers: (sessionId) => jsonHeaders(request, deps.secret, body, sessionId),
+        // The node may answer from its warm pool, under the pooled sandbox's own id.
+        headers: (sessionId) => ({ ...jsonHeaders(request, deps.secret, body, sessionId), [ACCEPT_POOLED_ID_HEADER]: '1' }),
         body,
+        answeredId: sessionIdOf,
       });
       return sendAnswer(reply, answer);
     },
@@ -95,6 +98,16 @@ async function recordView(state: ClusterState, sessionId: string, status: number
   if (token === undefined) return;
   const expiresAt = typeof view.expiresAt === 'string' ? new Date(view.expiresAt) : new Date(Date.now() + 86_400_000);
   await state.call('recordViewToken', (store) => store.recordViewToken(viewTokenHash(token), sessionId, expiresAt));
+}
+
+/** The id of a created session, from the node's 201 (a session's view); undefined if it names none. */
+function sessionIdOf(answer: NodeAnswer): string | undefined {
+  try {
+    const id = (JSON.parse(answer.body.toString('utf8')) as { id?: unknown }).id;
+    return typeof id === 'string' && SESSION_ID_PATTERN.test(id) ? id : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** The node's answer, as the node gave it (status, content type, body). */

@@ -9,11 +9,11 @@
  */
 import type { ConnectionLimits } from '../../api/connection-limits.js';
 import { DEFAULT_CONNECTION_LIMITS } from '../../api/connection-limits.js';
-import type { RuntimeName } from '../../runtimes/runtime.js';
-import { RUNTIME_NAMES, runtimeSettingsFromEnv, type RuntimeChoice } from '../../runtimes/settings.js';
+import { RUNTIMES, type RuntimeName } from '../../runtimes/registered.js';
+import { runtimeChoiceFromEnv, type RuntimeChoice } from '../../runtimes/settings.js';
 import { sandboxMemoryMiBFromEnv } from '../../runtimes/sandbox-settings.js';
 import { templateFromEnv } from '../../sessions/settings.js';
-import { atLeast, envChoice, envInt, positive, type Env } from '../../util/env.js';
+import { atLeast, envInt, positive, type Env } from '../../util/env.js';
 
 export interface GatewaySettings {
   /** The template of a create that names none (SBX_TEMPLATE, as on the nodes). */
@@ -24,6 +24,11 @@ export interface GatewaySettings {
   memoryMiB: number;
   /** vCPUs of one session by runtime (SBX_CPUS, SBX_QEMU_SMP, SBX_FC_VCPUS, as on the nodes). */
   vcpus: Readonly<Record<RuntimeName, number>>;
+  /**
+   * A tenant's sessions in the whole cluster (SBX_MAX_SESSIONS_PER_TENANT, 10, as on the
+   * nodes, which still enforce it each on its own), checked by the placement statement.
+   */
+  maxSessionsPerTenant: number;
   /** A node silent this long is marked lost by the sweep (SBX_NODE_LOST_AFTER_MS, 10 s). */
   lostAfterMs: number;
   /** How often the sweep runs (2 s: a node is lost within lostAfterMs + this + a heartbeat). */
@@ -45,7 +50,8 @@ export const DEFAULT_GATEWAY_SETTINGS: GatewaySettings = {
   template: 'desktop',
   runtime: 'auto',
   memoryMiB: 1024,
-  vcpus: { container: 1, qemu: 2, firecracker: 2 },
+  vcpus: RUNTIMES.vcpusByRuntime(RUNTIMES.settingsFromEnv({})),
+  maxSessionsPerTenant: 10,
   lostAfterMs: 10_000,
   sweepIntervalMs: 2_000,
   keyCacheMs: 1_000,
@@ -57,13 +63,13 @@ export const DEFAULT_GATEWAY_SETTINGS: GatewaySettings = {
 };
 
 export function gatewaySettingsFromEnv(env: Env): GatewaySettings {
-  const runtimes = runtimeSettingsFromEnv(env);
   return {
     ...DEFAULT_GATEWAY_SETTINGS,
     template: templateFromEnv(env),
-    runtime: envChoice('SBX_RUNTIME', RUNTIME_NAMES, 'auto', env),
+    runtime: runtimeChoiceFromEnv(env),
     memoryMiB: sandboxMemoryMiBFromEnv(env),
-    vcpus: { container: runtimes.runtimes.container.cpus, qemu: runtimes.runtimes.qemu.smp, firecracker: runtimes.runtimes.firecracker.vcpus },
+    vcpus: RUNTIMES.vcpusByRuntime(RUNTIMES.settingsFromEnv(env)),
+    maxSessionsPerTenant: positive('SBX_MAX_SESSIONS_PER_TENANT', envInt('SBX_MAX_SESSIONS_PER_TENANT', 10, env)),
     lostAfterMs: atLeast('SBX_NODE_LOST_AFTER_MS', envInt('SBX_NODE_LOST_AFTER_MS', 10_000, env), 1_000),
     connectionLimits: {
       headersTimeoutMs: positive('SBX_HEADERS_TIMEOUT_MS', envInt('SBX_HEADERS_TIMEOUT_MS', DEFAULT_CONNECTION_LIMITS.headersTimeoutMs, env)),
@@ -73,5 +79,5 @@ export function gatewaySettingsFromEnv(env: Env): GatewaySettings {
   };
 }
 
-/** The runtimes `auto` places for, most preferred first (as runtimes/select.ts prefers them on a host). */
-export const AUTO_RUNTIME_ORDER: readonly RuntimeName[] = ['firecracker', 'qemu', 'container'];
+/** The runtimes `auto` places for, most preferred first (as the registry prefers them on a host). */
+export const AUTO_RUNTIME_ORDER: readonly RuntimeName[] = RUNTIMES.autoOrder;

@@ -18,6 +18,8 @@ export interface NodeFacts {
   version: string;
   /** Names of the templates built on this node. */
   templates(): Promise<string[]>;
+  /** Warm sandboxes ready to be claimed, per template (its warm pools). */
+  warm?(): Record<string, number>;
 }
 
 /** The default vCPUs a node offers: sandboxes of agents mostly wait on their model, so 4 per CPU. */
@@ -28,15 +30,15 @@ export function defaultNodeVcpus(cpus = os.availableParallelism()): number {
 /**
  * A node's report. Memory offered is the host's less its reserve; the node's own admission
  * (sessions/capacity.ts) still has the last word on each create, with MemAvailable.
- * Warm sandboxes are not offered yet: a create placed by a gateway names its session id,
- * which a pooled sandbox (its resources named by its own id) cannot take (docs/cluster.md).
+ * Warm sandboxes are the pools' ready ones: a gateway's create takes one under the pooled
+ * sandbox's own id (its resources are named by it), which the gateway then records.
  */
 export async function nodeReport(facts: NodeFacts): Promise<NodeReport> {
   return {
     url: facts.url,
     runtimes: [facts.runtime],
     templates: await facts.templates(),
-    warm: {},
+    warm: facts.warm?.() ?? {},
     maxSessions: facts.maxSessions,
     memoryMiB: Math.max(0, Math.floor(os.totalmem() / 2 ** 20) - facts.memoryReserveMiB),
     vcpus: facts.vcpus,

@@ -67,6 +67,16 @@ export class NodeNameTakenError extends Error {
   readonly code = 'node_name_taken';
 }
 
+/**
+ * Limits a placement checks in the same statement. maxSessionsPerTenant: the tenant's
+ * sessions (creating or live) anywhere in the cluster; past it, place() throws a 429
+ * tenant_session_limit (counted as of the statement's start: simultaneous creates of one
+ * tenant may pass it by their number; each node still enforces its own limit).
+ */
+export interface PlacementLimits {
+  readonly maxSessionsPerTenant?: number;
+}
+
 /** The outcome of one placement transaction. */
 export type PlacementOutcome =
   | { readonly placed: true; readonly node: NodeRecord }
@@ -98,9 +108,12 @@ export interface ClusterStore {
    * fits, insert the directory row (`creating`) and count it (placement-tx.ts). Two gateways
    * placing at once never overfill a node; a node filled meanwhile means choosing again.
    */
-  place(sessionId: string, tenant: string, request: PlacementRequest, exclude: readonly string[]): Promise<PlacementOutcome>;
-  /** The node answered: the session is live. */
-  confirm(sessionId: string): Promise<void>;
+  place(sessionId: string, tenant: string, request: PlacementRequest, exclude: readonly string[], limits?: PlacementLimits): Promise<PlacementOutcome>;
+  /**
+   * The node answered: the session is live. `as`: the id the node gave it, when not
+   * `sessionId` (a warm sandbox claimed for the create keeps its own id): the row is renamed.
+   */
+  confirm(sessionId: string, as?: string): Promise<void>;
   /** The node refused or failed: the row goes, its size no longer counts. */
   release(sessionId: string): Promise<void>;
   /** The session ended (destroyed, timed out, failed): kept for its artifacts, counts no more. */

@@ -34,14 +34,32 @@ function entryOf(row: EntryRow): DirectoryEntry {
   };
 }
 
+/**
+ * A confirm's commit is not waited for on disk (synchronous_commit off for its transaction
+ * alone): a confirm lost in a database crash leaves the row `creating`, which routes, counts
+ * and is reconciled exactly as `live` does, so nothing depends on it being durable, and a
+ * create waits for one WAL flush (its placement's: the row and the node's commitment) instead
+ * of two. The server's setting, and every other statement, stay durable.
+ */
+const ASYNC_COMMIT = `WITH async AS (SELECT set_config('synchronous_commit', 'off', true))`;
+
 /** Expired view routes removed per recordViewToken: enough to keep up, never a long statement. */
 const PRUNE_BATCH = 100;
 
 export class Directory {
   constructor(private readonly db: Db) {}
 
-  async confirm(sessionId: string): Promise<void> {
-    await this.db.query('confirming a session', `UPDATE sessions SET state = 'live' WHERE id = $1 AND state = 'creating'`, [sessionId], 'sbx-confirm');
+  /**
+   * `as`: the id the node gave the session instead (a warm sandbox keeps the id its resources
+   * were made under): the row is the same, under that id. Refused (a unique violation) if the
+   * directory holds that id already; the caller destroys the session then.
+   */
+  async confirm(sessionId: string, as?: string): Promise<void> {
+    if (as === undefined || as === sessionId) {
+      await this.db.query('confirming a session', `${ASYNC_COMMIT} UPDATE sessions SET state = 'live' WHERE id = $1 AND state = 'creating' AND EXISTS (SELECT 1 FROM async)`, [sessionId], 'sbx-confirm');
+      return;
+    }
+    await this.db.query('confirming a session', `UPDATE sessions SET state = 'live', id = $2 WHERE id = $1 AND state = 'creating'`, [sessionId, as], 'sbx-confirm-as');
   }
 
   /** The row goes; if it still counted (creating, live), its size is given back. */

@@ -4,14 +4,11 @@
  * a Retry-After, never a hang or a 500. Anything else PostgreSQL says (a constraint, a bug in
  * a query) is not turned into it: that would hide a bug behind "try again later".
  */
-import { UnavailableError } from '../../errors.js';
+import { OrchestratorError, UnavailableError } from '../../errors.js';
 
 export class ClusterStateUnavailableError extends UnavailableError {
-  override readonly code = 'cluster_state_unavailable';
-  override readonly headers: Readonly<Record<string, string>> = { 'retry-after': '2' };
-
   constructor(what: string, readonly causeMessage: string) {
-    super(`the cluster's state (PostgreSQL) cannot be reached: ${what} failed: ${causeMessage}`);
+    super(`the cluster's state (PostgreSQL) cannot be reached: ${what} failed: ${causeMessage}`, 'cluster_state_unavailable', { retryAfterSeconds: 2 });
   }
 }
 
@@ -40,4 +37,14 @@ export function asStoreError(what: string, error: unknown): Error {
   if (error instanceof ClusterStateUnavailableError) return error;
   if (isUnavailability(error)) return new ClusterStateUnavailableError(what, (error as Error).message);
   return error instanceof Error ? error : new Error(String(error));
+}
+
+/**
+ * place() was given a session id the directory holds already (ids are random: a collision,
+ * or a caller reusing one). Nothing was written; the gateway places again under a new id.
+ */
+export class SessionIdTakenError extends OrchestratorError {
+  constructor(readonly sessionId: string) {
+    super('session_id_taken', `session id ${sessionId} is taken in the cluster's directory`);
+  }
 }

@@ -96,6 +96,11 @@ export const MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 2,
+    name: "a tenant's live sessions, counted by placement",
+    sql: `CREATE INDEX sessions_tenant_live ON sessions (tenant) WHERE state IN ('creating', 'live');`,
+  },
 ];
 
 /**

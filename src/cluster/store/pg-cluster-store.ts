@@ -7,7 +7,7 @@
  */
 import type { ApiKeyRecord } from '../../api/auth/key-store.js';
 import type { PlacementRequest } from '../placement.js';
-import type { ClusterStore, DirectoryEntry, HeartbeatAnswer, NodeRecord, NodeReport, PlacementOutcome } from './cluster-store.js';
+import type { ClusterStore, DirectoryEntry, HeartbeatAnswer, NodeRecord, NodeReport, PlacementLimits, PlacementOutcome } from './cluster-store.js';
 import { Db } from './db.js';
 import { Directory } from './directory.js';
 import { Keys } from './keys.js';
@@ -88,11 +88,11 @@ export class PgClusterStore implements ClusterStore {
     return this.nodes.setDraining(name, draining);
   }
 
-  place(sessionId: string, tenant: string, request: PlacementRequest, exclude: readonly string[]): Promise<PlacementOutcome> {
-    return this.placement.place(sessionId, tenant, request, exclude);
+  place(sessionId: string, tenant: string, request: PlacementRequest, exclude: readonly string[], limits?: PlacementLimits): Promise<PlacementOutcome> {
+    return this.placement.place(sessionId, tenant, request, exclude, limits?.maxSessionsPerTenant);
   }
-  confirm(sessionId: string): Promise<void> {
-    return this.directory.confirm(sessionId);
+  confirm(sessionId: string, as?: string): Promise<void> {
+    return this.directory.confirm(sessionId, as);
   }
   release(sessionId: string): Promise<void> {
     return this.directory.release(sessionId);

@@ -25,6 +25,8 @@
 import { place, type NodeSnapshot, type PlacementOptions, type PlacementRequest } from '../placement.js';
 import type { NodeRecord, PlacementOutcome } from './cluster-store.js';
 import type { Db } from './db.js';
+import { TenantLimitError } from '../../errors.js';
+import { SessionIdTakenError } from './errors.js';
 import { nodeColumns, nodeRecordOf, type NodeRow } from './node-rows.js';
 
 /** How many nodes one create may find full under their lock before it gives up. */
@@ -45,32 +47,48 @@ export const CHANGE_MARGIN = 8;
  * seconds old; the check under the lock makes staleness cost a retry, never an overfill.)
  */
 export const VIEW_REUSE_MS = 25;
+/** Retry-After of a create past its tenant's limit (as a node answers it: sessions/capacity.ts). */
+const TENANT_RETRY_AFTER_SECONDS = 10;
 
 /**
  * $1 staleMs, $2 session id, $3 tenant, $4 node, $5 memory MiB, $6 vCPUs, $7 runtime,
- * $8 template. Returns the node's row after the create (placed) or as the lock found it
- * (not placed); no row if the node is gone. The fit is placement.ts's unfitFor, in SQL.
+ * $8 template, $9 the tenant's session limit in the cluster (null: none; the tenant's
+ * creating and live sessions are counted as of the statement's start, so creates of one
+ * tenant at the same moment may pass it by their number: each node still enforces its own).
+ * Returns the node's row after the create (placed) or as the lock found it
+ * (not placed; `duplicate` when the directory holds the session id already, and nothing was
+ * written: the caller retries with a new id); no row if the node is gone. The fit is placement.ts's unfitFor, in SQL.
  * `locked` is read once its lock is granted, so it is the row as the previous holder left it;
- * the UPDATE then applies to that same (newest) version.
+ * the UPDATE then applies to that same (newest) version. A warm sandbox of the template is
+ * counted as taken (the node is likely to claim it): the next create does not count on it
+ * too; the node's next heartbeat says how many it has again.
  */
 const PLACE_SQL = `
   WITH locked AS (
     SELECT ${nodeColumns(1)} FROM nodes WHERE name = $4 FOR UPDATE
+  ), tenant AS (
+    SELECT count(*) AS live FROM sessions WHERE $9::int IS NOT NULL AND tenant = $3 AND state IN ('creating', 'live')
   ), fit AS (
-    SELECT name FROM locked
+    SELECT name FROM locked, tenant
     WHERE healthy AND NOT draining AND $7::text = ANY (runtimes) AND $8::text = ANY (templates)
       AND sessions + 1 <= max_sessions AND committed_memory_mib + $5 <= memory_mib AND committed_vcpus + $6 <= vcpus
+      AND ($9::int IS NULL OR tenant.live < $9::int)
   ), directory AS (
     INSERT INTO sessions (id, tenant, node, state, memory_mib, vcpus) SELECT $2, $3, fit.name, 'creating', $5, $6 FROM fit
+    ON CONFLICT (id) DO NOTHING
+    RETURNING node
   ), counted AS (
     UPDATE nodes SET sessions = nodes.sessions + 1, committed_memory_mib = nodes.committed_memory_mib + $5,
-      committed_vcpus = nodes.committed_vcpus + $6, change_seq = nextval('nodes_change_seq')
-    FROM fit WHERE nodes.name = fit.name
+      committed_vcpus = nodes.committed_vcpus + $6, change_seq = nextval('nodes_change_seq'),
+      warm = CASE WHEN (nodes.warm ->> $8::text)::int > 0 THEN jsonb_set(nodes.warm, ARRAY[$8::text], to_jsonb((nodes.warm ->> $8::text)::int - 1)) ELSE nodes.warm END
+    FROM directory WHERE nodes.name = directory.node
     RETURNING ${nodeColumns(1, 'nodes')}
   )
-  SELECT true AS placed, * FROM counted
+  SELECT true AS placed, false AS duplicate, 0::bigint AS tenant_live, * FROM counted
   UNION ALL
-  SELECT false AS placed, * FROM locked WHERE NOT EXISTS (SELECT 1 FROM fit)`;
+  SELECT false AS placed, false AS duplicate, (SELECT live FROM tenant) AS tenant_live, * FROM locked WHERE NOT EXISTS (SELECT 1 FROM fit)
+  UNION ALL
+  SELECT false AS placed, true AS duplicate, 0::bigint AS tenant_live, * FROM locked WHERE EXISTS (SELECT 1 FROM fit) AND NOT EXISTS (SELECT 1 FROM directory)`;
 
 /** What the view holds of a node: what placement needs, numbers as numbers (no date or numeric to parse). */
 const VIEW_COLUMNS = `name, state, runtimes, templates, warm, max_sessions, memory_mib, vcpus::float8 AS vcpus, draining,
@@ -144,7 +162,8 @@ export class PlacementTx {
     private readonly options: PlacementTxOptions = {},
   ) {}
 
-  async place(sessionId: string, tenant: string, request: PlacementRequest, exclude: readonly string[]): Promise<PlacementOutcome> {
+  /** `limit`: the tenant's sessions (creating or live) the cluster may hold; a create past it is a 429 tenant_session_limit. */
+  async place(sessionId: string, tenant: string, request: PlacementRequest, exclude: readonly string[], limit?: number): Promise<PlacementOutcome> {
     const excluded = new Set(exclude);
     const maxChoices = Math.max(1, this.options.maxChoices ?? DEFAULT_MAX_CHOICES);
     // `base`: the view; `snapshots`: the view with this process's creates in flight counted in.
@@ -166,13 +185,13 @@ export class PlacementTx {
       }
       const name = placement.node.name;
       const release = this.takeInFlight(name, request);
-      let row: (NodeRow & { placed: boolean }) | undefined;
+      let row: (NodeRow & { placed: boolean; duplicate: boolean; tenant_live: string }) | undefined;
       let record: NodeRecord | undefined;
       try {
-        const result = await this.db.query<NodeRow & { placed: boolean }>(
+        const result = await this.db.query<NodeRow & { placed: boolean; duplicate: boolean; tenant_live: string }>(
           'placing a session',
           PLACE_SQL,
-          [this.staleMs, sessionId, tenant, name, request.memoryMiB, request.vcpus, request.runtime, request.template],
+          [this.staleMs, sessionId, tenant, name, request.memoryMiB, request.vcpus, request.runtime, request.template, limit ?? null],
           'sbx-place',
         );
         row = result.rows[0];
@@ -183,6 +202,11 @@ export class PlacementTx {
         release();
       }
       if (row?.placed && record) return { placed: true, node: record };
+      if (row?.duplicate) throw new SessionIdTakenError(sessionId);
+      const live = Number(row?.tenant_live ?? 0);
+      if (limit !== undefined && live >= limit) {
+        throw new TenantLimitError(`tenant "${tenant}" has ${live} sessions in the cluster, its limit (SBX_MAX_SESSIONS_PER_TENANT=${limit}): destroy one, or retry later`, TENANT_RETRY_AFTER_SECONDS);
+      }
       // Filled (or drained, or lost) since the read: choose again with what the lock saw.
       full.push(name);
       const index = base.findIndex((snapshot) => snapshot.name === name);

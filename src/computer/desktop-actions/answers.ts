@@ -41,28 +41,28 @@ const MIN_POSITION = -65_535;
 /** A window the client named is not (or no longer) on the screen. */
 export class WindowNotFoundError extends OrchestratorError {
   constructor(message: string) {
-    super(message, 404, 'window_not_found');
+    super('window_not_found', message);
   }
 }
 
 /** No desktop file by that id in the guest's applications directories. */
 export class AppNotFoundError extends OrchestratorError {
   constructor(message: string) {
-    super(message, 404, 'app_not_found');
+    super('app_not_found', message);
   }
 }
 
 /** The guest's clipboard holds more than MAX_CLIPBOARD_BYTES; nothing was read. */
 export class ClipboardTooLargeError extends OrchestratorError {
   constructor(message: string) {
-    super(message, 413, 'clipboard_too_large');
+    super('clipboard_too_large', message);
   }
 }
 
 /** `open` or `launch` ran and failed in the guest (no application for that type, no such file). */
 export class DesktopActionFailedError extends OrchestratorError {
   constructor(message: string) {
-    super(message, 422, 'desktop_action_failed');
+    super('desktop_action_failed', message);
   }
 }
 

@@ -32,7 +32,7 @@ export const CONTENT_INDEX = 'rootfs.index';
 /** A damaged image: creates with it (or a start that needs it) are refused with this message. */
 export class DamagedImageError extends OrchestratorError {
   constructor(message: string) {
-    super(message, 503, 'image_damaged');
+    super('image_damaged', message);
   }
 }
 

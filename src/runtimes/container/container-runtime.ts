@@ -14,7 +14,9 @@ import { adoptedProcess } from '../adopt-process.js';
 import { controlSocketOf, startControlSocket } from './control-socket.js';
 import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, type ConsoleLogLimits } from '../console-log.js';
 import { openConsole, withWriter, type ConsolePipe } from '../console-pipe.js';
-import { RuntimeUnavailableError, type AdoptedSandbox, type ExitInfo, type RunningSandbox, type Runtime, type RuntimeCapabilities, type SandboxSpec } from '../runtime.js';
+import { freezeCgroup, freezerLayout, isCgroupFrozen, thawCgroup } from '../../host/freezer.js';
+import { criuUnavailable } from './criu-check.js';
+import { RuntimeUnavailableError, type PauseMode, type PauseResult, type PauseTarget, type AdoptedSandbox, type ExitInfo, type RunningSandbox, type Runtime, type RuntimeCapabilities, type SandboxSpec } from '../runtime.js';
 import { blockIoAvailable, deviceNumbers } from './block-io.js';
 import { idmappedMountsUnavailable, mountIdmapped, type IdRange } from './idmapped-mount.js';
 import { allowSshPort, limitUserNamespace, raiseHostInotifyLimits } from './namespace-limits.js';
@@ -50,6 +52,11 @@ export class ContainerRuntime implements Runtime {
     sharesHostKernel: true,
   };
 
+  /** The host's cgroup freezer (none: no memory pause). */
+  private readonly freezer = freezerLayout();
+  /** Why CRIU (disk pause) cannot run here, found by prepareHost (criu-check.ts). */
+  private criuReason = 'CRIU was not checked on this host';
+
   /** Ranges handed out in this process when the caller keeps no ledger (no store). */
   private readonly unledgeredRanges = new Map<string, number>();
 
@@ -73,6 +80,8 @@ export class ContainerRuntime implements Runtime {
   /** Host-wide settings for `sandboxes` sandboxes at most, said in the start-up log. */
   async prepareHost(sandboxes: number, log: Logger): Promise<void> {
     await raiseHostInotifyLimits(sandboxes, this.settings, log);
+    this.criuReason = (await criuUnavailable()) ?? 'CRIU checkpoints are not wired up yet';
+    log.info({ memory: this.pauseUnavailable('memory') ?? 'available', disk: this.criuReason }, 'container pause: memory (cgroup freezer) and disk (CRIU)');
     const io = blockIoAvailable();
     if (io !== true) log.warn({ reason: io }, 'no I/O limit for container sandboxes: the host has no usable io/blkio cgroup controller');
     else if (this.settings.ioBytesPerSecond === 0 && this.settings.ioOpsPerSecond === 0) log.info('no I/O limit for container sandboxes (SBX_IO_BPS=0, SBX_IO_IOPS=0)');
@@ -103,7 +112,7 @@ export class ContainerRuntime implements Runtime {
     const take = leases.taker(spec.sessionId, await leases.staleRanges());
     let first: number;
     if (spec.leaseIdRange) {
-      first = spec.leaseIdRange(base, ID_RANGE_SIZE, take);
+      first = spec.leaseIdRange(base, ID_RANGE_SIZE, MAX_ID_RANGES, take);
     } else {
       const taken = new Set(this.unledgeredRanges.values());
       first = base;
@@ -199,7 +208,7 @@ export class ContainerRuntime implements Runtime {
     // only once its init is really gone: runc delete signals it, and the kernel then needs a
     // moment to tear the namespaces down.
     await cleanup.push(`container ${id}`, async () => {
-      await deleteContainer(this.settings.runcBin, this.names.runcRoot, id);
+      await deleteContainer(this.settings.runcBin, this.names.runcRoot, id, this.names.cgroup(spec.sessionId));
       if (init && !(await waitForExit(init.pid, init.startTime, 10_000))) {
         throw new Error(`container init ${init.pid} is still alive 10 s after it was killed`);
       }
@@ -247,6 +256,31 @@ export class ContainerRuntime implements Runtime {
     };
   }
 
+  pauseModes(): readonly PauseMode[] {
+    return this.freezer ? ['memory'] : [];
+  }
+
+  pauseUnavailable(mode: PauseMode): string | undefined {
+    if (mode === 'disk') return this.criuReason;
+    return this.freezer ? undefined : 'the host has no cgroup freezer (cgroup v1 freezer controller or cgroup v2)';
+  }
+
+  /** Memory: the container's cgroup frozen (no CPU, its memory kept). */
+  async pause(target: PauseTarget, mode: PauseMode): Promise<PauseResult> {
+    const why = this.pauseUnavailable(mode);
+    if (why || !this.freezer) throw new Error(`container ${mode} pause is not available: ${why}`);
+    await freezeCgroup(this.names.cgroup(target.sessionId), this.freezer);
+    return { bytes: 0 };
+  }
+
+  async resume(target: PauseTarget): Promise<void> {
+    if (this.freezer) await thawCgroup(this.names.cgroup(target.sessionId), this.freezer);
+  }
+
+  async isPaused(target: PauseTarget): Promise<boolean> {
+    return this.freezer ? isCgroupFrozen(this.names.cgroup(target.sessionId), this.freezer) : false;
+  }
+
   async list(): Promise<string[]> {
     const ids = new Set<string>();
     const root = this.names.runcRoot;
@@ -274,13 +308,14 @@ export class ContainerRuntime implements Runtime {
     if (res.exitCode !== 0) return undefined;
     const state = JSON.parse(res.stdout) as { status?: string; pid?: number };
     const startTime = state.pid ? processStartTime(state.pid) : undefined;
-    if (state.status !== 'running' || !state.pid || !startTime) return undefined;
+    // A paused session's container is frozen: runc says so, and it is adopted as it is.
+    if ((state.status !== 'running' && state.status !== 'paused') || !state.pid || !startTime) return undefined;
     const init = { pid: state.pid, startTime };
     // Reached as it was started: over its control socket if it has one, else at its address.
     const reached = (await controlSocketOf(sessionDir)) ?? endpoint;
     if (!reached) return undefined;
     return adoptedProcess("container's init", init, reached, sessionDir, consoleLog, async () => {
-      await deleteContainer(this.settings.runcBin, this.names.runcRoot, id);
+      await deleteContainer(this.settings.runcBin, this.names.runcRoot, id, this.names.cgroup(sessionId));
       if (!(await waitForExit(init.pid, init.startTime, 10_000))) throw new Error(`container init ${init.pid} is still alive 10 s after it was killed`);
       await removeRootfs(this.names.containerRootfs(sessionId));
       await unmountAll(await mountsUnder(sessionDir));
@@ -289,7 +324,7 @@ export class ContainerRuntime implements Runtime {
   }
 
   async reclaim(sessionId: string, sessionDir: string): Promise<void> {
-    await deleteContainer(this.settings.runcBin, this.names.runcRoot, this.names.container(sessionId));
+    await deleteContainer(this.settings.runcBin, this.names.runcRoot, this.names.container(sessionId), this.names.cgroup(sessionId));
     await removeRootfs(this.names.containerRootfs(sessionId));
     await unmountAll(await mountsUnder(sessionDir));
     // Only once nothing of it is mounted (unmountAll threw otherwise): its range is free host-wide.
@@ -322,7 +357,7 @@ function runcCreate(runcBin: string, root: string, id: string, bundle: string, p
     child.on('error', reject);
     child.on('exit', (code) => {
       if (code === 0) return resolve();
-      consolePipe
+      void consolePipe
         .quiet()
         .then(() => consoleLogTail(consolePipe.logPath, 20))
         .catch(() => '')
@@ -332,7 +367,10 @@ function runcCreate(runcBin: string, root: string, id: string, bundle: string, p
 }
 
 /** Kills and deletes a container; a container that does not exist is not an error. */
-async function deleteContainer(runcBin: string, root: string, id: string): Promise<void> {
+async function deleteContainer(runcBin: string, root: string, id: string, cgroupPath?: string): Promise<void> {
+  // A frozen (paused) container's tasks cannot die until thawed: thawed first, whatever runc does.
+  const layout = freezerLayout();
+  if (layout && cgroupPath && (await isCgroupFrozen(cgroupPath, layout))) await thawCgroup(cgroupPath, layout).catch(() => undefined);
   const res = await run([runcBin, '--root', root, 'delete', '--force', id], { allowFailure: true, timeoutMs: 15_000 });
   if (res.exitCode !== 0 && !/does not exist|not exist|container not found/i.test(res.stderr)) {
     throw new Error(`runc delete ${id}: ${res.stderr.trim()}`);

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, openSync, closeSync, readFileSync, writeSync, writeFileSync, renameSync } from 'node:fs';
 import { readdir, readFile, stat, unlink } from 'node:fs/promises';
 import path from 'node:path';
-import { meetsDefaultVmUids } from '../vm-user-pool.js';
+import { meetsDefaultVmUids } from '../vm/vm-user-pool.js';
 import { ID_RANGE_SIZE, MAX_ID_RANGES } from './settings.js';
 
 /**

@@ -18,12 +18,12 @@ import {
   type RunningSandbox,
   type Runtime,
   type RuntimeCapabilities,
-  type TemplateGuest,
+  type PreparedGuest,
   type SandboxSpec,
 } from '../runtime.js';
 import { processStartTime } from '../../host/process-watch.js';
-import { adoptVmm, imageDiskMiB, initrdFor, killOrphanVmms, vmExited, vmStartError } from '../vm-common.js';
-import { killOrphan, spawnInNetns, spawnLogged, type VmProcess } from '../vm-process.js';
+import { adoptVmm, imageDiskMiB, initrdFor, killOrphanVmms, vmExited, vmStartError } from '../vm/vm-common.js';
+import { killOrphan, spawnInNetns, spawnLogged, type VmProcess } from '../vm/vm-process.js';
 import { FirecrackerClient } from './api/client.js';
 import { waitForApiSocket } from './api/wait-for-socket.js';
 import { bootSteps } from './boot/boot-steps.js';
@@ -31,18 +31,19 @@ import { snapshotRestoreSteps } from './boot/snapshot-steps.js';
 import { runSteps } from './boot/steps.js';
 import { checkFirecrackerHost, unjailedRefusal, type FirecrackerHost } from './host/host-check.js';
 import { applyChrootLayout, removeChroot } from './jailer/apply-chroot.js';
-import { jailCgroupDirs, removeJailCgroups } from './jailer/cgroup.js';
+import { removeVmCgroups, vmCgroupDirs } from '../vm/cgroups.js';
 import { chrootLayout, type ChrootLayout } from './jailer/chroot-layout.js';
 import { jailId } from './jailer/jail-id.js';
+import { firecrackerPausing } from './vm-pause.js';
 import { jailerArgv, vmmPidFile } from './jailer/jailer-args.js';
 import { vmmOfPidNamespace } from './vmm/pid-ns-vmm.js';
 import { ensureVmlinux } from './kernel/vmlinux.js';
 import type { FirecrackerSettings } from './settings.js';
-import { rotateClone, templateAddress, type CloneRotation } from './snapshot/clone-rotation.js';
-import { buildTemplate } from './snapshot/template-build.js';
-import { loadTemplate, templateDir, type TemplateSnapshot } from './snapshot/template-store.js';
+import { rotateClone, snapshotBaseAddress, type CloneRotation } from './snapshot/clone-rotation.js';
+import { buildSnapshotBase } from './snapshot/base-build.js';
+import { loadSnapshotBase, snapshotBaseDir, type SnapshotBase } from './snapshot/base-store.js';
 import { describeVmmExit, findFirecrackerProcesses, stopVmm } from './vmm/vmm-process.js';
-import { VmUserPool, vmUserRange } from '../vm-user-pool.js';
+import { VmUserPool, vmUserRange } from '../vm/vm-user-pool.js';
 
 /** The VMM's own threads (API, VMM, vCPUs, block and net I/O): the jail's pids limit. */
 const VMM_PIDS_MAX = 64;
@@ -56,7 +57,7 @@ interface LaunchedVmm {
   layout?: ChrootLayout;
 }
 
-/** A started VM and the handles a template build needs to snapshot it. */
+/** A started VM and the handles a snapshot base build needs to snapshot it. */
 export interface BootedVm {
   sandbox: RunningSandbox;
   client: FirecrackerClient;
@@ -74,9 +75,7 @@ export interface BootedVm {
  * namespace, cgroup and pid namespace (--new-pid-ns), as a uid/gid of its own leased from
  * the pool (vm-user-pool.ts), which owns the TAP and the VM's disks.
  * Unjailed (SBX_FC_JAILER=off; development only): Firecracker runs as root in the session's
- * netns, with its files in the session dir.
- *
- * How the pieces compose, and what snapshots would need, is written down in index.ts.
+ * netns, with its files in the session dir. Pause: vm-pause.ts; the rest: docs/firecracker.md.
  */
 export class FirecrackerRuntime implements Runtime {
   readonly name = 'firecracker' as const;
@@ -86,8 +85,8 @@ export class FirecrackerRuntime implements Runtime {
   /** Jailed only: each VM's own uid/gid, leased before its network (its TAP is made owned by it). */
   readonly leaseVmUser: ((cleanup: CleanupStack, record?: RecordResource) => Promise<TapOwner>) | undefined;
   readonly capabilities: RuntimeCapabilities;
-  /** Ready template snapshots, by `<image hash>/<width>x<height>` (see prepare). */
-  private readonly templates = new Map<string, TemplateSnapshot>();
+  /** Ready snapshot bases, by `<image hash>/<width>x<height>` (see prepare). */
+  private readonly snapshotBases = new Map<string, SnapshotBase>();
 
   private constructor(
     private readonly names: ResourceNames,
@@ -98,14 +97,15 @@ export class FirecrackerRuntime implements Runtime {
   ) {
     if (!host.jailerBin && settings.jailer !== 'off') throw new RuntimeUnavailableError('firecracker', unjailedRefusal());
     this.users = new VmUserPool(vmUserRange(settings.vmUsers, names.prefix));
+    Object.assign(this, firecrackerPausing({ prefix: names.prefix, jailsDir: () => (host.jailerBin ? this.jailsDir : undefined) })); // memory pause (vm-pause.ts)
     this.leaseVmUser = host.jailerBin ? (cleanup, record) => this.users.lease(cleanup, record) : undefined;
     this.capabilities = {
       networkAttachment: 'tap',
       guestConfiguresNetwork: true,
       configDirIsLive: false,
       bootTimeoutMs: settings.bootTimeoutMs,
-      // With snapshots, a clone answers the host from its template's address during rotation.
-      hostOnlySources: settings.snapshots ? [templateAddress(names.prefix).guest] : [],
+      // With snapshots, a clone answers the host from its snapshot base's address during rotation.
+      hostOnlySources: settings.snapshots ? [snapshotBaseAddress(names.prefix).guest] : [],
       sharesHostKernel: false,
     };
   }
@@ -136,21 +136,21 @@ export class FirecrackerRuntime implements Runtime {
   }
 
   async start(spec: SandboxSpec, cleanup: CleanupStack): Promise<RunningSandbox> {
-    return (await this.boot(spec, cleanup, this.templateFor(spec))).sandbox;
+    return (await this.boot(spec, cleanup, this.snapshotBaseFor(spec))).sandbox;
   }
 
-  /** The template snapshot a session of this screen can be restored from, if one is ready. */
-  private templateFor(spec: SandboxSpec): TemplateSnapshot | undefined {
-    const screen = spec.screen ?? this.settings.templateScreen;
-    return this.templates.get(`${spec.image.hash}/${screen.width}x${screen.height}`);
+  /** The snapshot base a session of this screen can be restored from, if one is ready. */
+  private snapshotBaseFor(spec: SandboxSpec): SnapshotBase | undefined {
+    const screen = spec.screen ?? this.settings.snapshotBaseScreen;
+    return this.snapshotBases.get(`${spec.image.hash}/${screen.width}x${screen.height}`);
   }
 
   /**
-   * Starts a VM: a cold boot, or a restore of `template` followed by the key rotation that
+   * Starts a VM: a cold boot, or a restore of `snapshotBase` followed by the key rotation that
    * makes the clone the session's own (snapshot/clone-rotation.ts). Either way, only a VM
    * that answers with the session's keys is returned.
    */
-  private async boot(spec: SandboxSpec, cleanup: CleanupStack, template?: TemplateSnapshot): Promise<BootedVm> {
+  private async boot(spec: SandboxSpec, cleanup: CleanupStack, snapshotBase?: SnapshotBase): Promise<BootedVm> {
     const id = jailId(this.names.prefix, spec.sessionId);
     const network = attachedNetwork(spec.network), tapName = network.tapInterface;
     if (!tapName) throw new Error(`the firecracker runtime needs a TAP device in ${network.netns} (networkAttachment 'tap')`);
@@ -167,7 +167,7 @@ export class FirecrackerRuntime implements Runtime {
 
     const files = { kernel, initrd, configDrive, consolePipe };
     const launched = this.host.jailerBin
-      ? await this.launchJailed(spec, cleanup, id, files, template)
+      ? await this.launchJailed(spec, cleanup, id, files, snapshotBase)
       : await this.launchUnjailed(spec, cleanup, id, files);
     const { vmm } = launched;
     const vmmStart = processStartTime(vmm.pid);
@@ -187,7 +187,7 @@ export class FirecrackerRuntime implements Runtime {
 
     try {
       await waitForApiSocket(client, { exited: vmm.exited, timeoutMs: this.settings.apiTimeoutMs });
-      if (template && launched.layout) {
+      if (snapshotBase && launched.layout) {
         await runSteps(
           snapshotRestoreSteps({
             files: launched.layout.snapshot.jailPaths,
@@ -199,9 +199,9 @@ export class FirecrackerRuntime implements Runtime {
         );
         started = true;
         await this.rotate({
-          at: template.address,
+          at: snapshotBase.address,
           hostInterface: network.hostInterface,
-          template: template.keys,
+          snapshotBase: snapshotBase.keys,
           session: await readSessionKeys(spec.sessionDir, spec.configDir),
           lease: network.lease,
         });
@@ -238,33 +238,33 @@ export class FirecrackerRuntime implements Runtime {
 
   /**
    * Once per image, before sessions are served (SBX_FC_SNAPSHOTS=on, jailed only): loads the
-   * template snapshot of the image, or builds it. Sessions of the template's screen size are
+   * snapshot base of the image, or builds it. Sessions of the snapshot base's screen size are
    * then restored from it; any failure here leaves them booting cold.
    */
-  async prepare(image: GuestImage, guest: TemplateGuest, log: (message: string) => void): Promise<void> {
+  async prepare(image: GuestImage, guest: PreparedGuest, log: (message: string) => void): Promise<void> {
     if (!this.settings.snapshots) return;
     if (!this.host.jailerBin) {
       log('SBX_FC_SNAPSHOTS=on needs the jailer (every clone must find its disks at the template\'s paths): booting cold');
       return;
     }
-    const screen = this.settings.templateScreen;
-    const dir = templateDir(image, screen);
+    const screen = this.settings.snapshotBaseScreen;
+    const dir = snapshotBaseDir(image, screen);
     try {
-      let template = await loadTemplate(dir, image);
-      if (!template) {
+      let snapshotBase = await loadSnapshotBase(dir, image);
+      if (!snapshotBase) {
         log(`building the template snapshot of image ${image.hash} (${screen.width}x${screen.height}) in ${dir}`);
         const started = Date.now();
-        template = await buildTemplate(image, screen, dir, {
+        snapshotBase = await buildSnapshotBase(image, screen, dir, {
           names: this.names,
           users: this.users,
-          memoryMiB: this.settings.templateMemoryMiB,
+          memoryMiB: this.settings.snapshotBaseMemoryMiB,
           guest,
           bootTimeoutMs: this.capabilities.bootTimeoutMs,
           boot: (spec, cleanup) => this.boot(spec, cleanup),
         });
         log(`template snapshot ready in ${Date.now() - started} ms`);
       }
-      this.templates.set(`${image.hash}/${screen.width}x${screen.height}`, template);
+      this.snapshotBases.set(`${image.hash}/${screen.width}x${screen.height}`, snapshotBase);
     } catch (err) {
       log(`could not build the template snapshot (${(err as Error).message}); sessions boot cold`);
     }
@@ -281,7 +281,7 @@ export class FirecrackerRuntime implements Runtime {
     cleanup: CleanupStack,
     id: string,
     files: { kernel: string; initrd?: string; configDrive: string; consolePipe: ConsolePipe },
-    template?: TemplateSnapshot,
+    snapshotBase?: SnapshotBase,
   ): Promise<LaunchedVmm> {
     const firecrackerBin = this.host.firecrackerBin;
     const layout = chrootLayout({
@@ -290,10 +290,10 @@ export class FirecrackerRuntime implements Runtime {
       id,
       kernel: files.kernel,
       initrd: files.initrd,
-      // A clone's disk must be the template's as it was at the pause, not the image's.
-      rootfsSource: template ? template.rootfs : spec.image.ext4,
+      // A clone's disk must be the snapshot base's as it was at the pause, not the image's.
+      rootfsSource: snapshotBase ? snapshotBase.rootfs : spec.image.ext4,
       configDrive: files.configDrive,
-      restoreFrom: template?.files,
+      restoreFrom: snapshotBase?.files,
     });
     // Leased by the session layer before the network (it owns the TAP); else here.
     const user = spec.vmUser ?? (await this.users.lease(cleanup, spec.record));
@@ -302,9 +302,9 @@ export class FirecrackerRuntime implements Runtime {
     await applyChrootLayout(layout, user);
     const parentCgroup = this.parentCgroup;
     const cgroupVersion = this.host.cgroupVersion;
-    for (const dir of await jailCgroupDirs(cgroupVersion, parentCgroup, id)) spec.record?.('cgroup', dir);
+    for (const dir of await vmCgroupDirs(cgroupVersion, parentCgroup, id)) spec.record?.('cgroup', dir);
     // Runs after the VMM is gone (pushed before it): a cgroup with a process in it cannot go.
-    await cleanup.push(`cgroup ${parentCgroup}/${id}`, () => removeJailCgroups(cgroupVersion, parentCgroup, id));
+    await cleanup.push(`cgroup ${parentCgroup}/${id}`, () => removeVmCgroups(cgroupVersion, parentCgroup, id));
     const [jailer, ...args] = jailerArgv({
       jailerBin: this.host.jailerBin as string,
       firecrackerBin,
@@ -394,7 +394,7 @@ export class FirecrackerRuntime implements Runtime {
     await killOrphanVmms(await findFirecrackerProcesses(this.names), sessionId, 'firecracker', this.users);
     const id = jailId(this.names.prefix, sessionId);
     await removeChroot({ jailDir: path.join(this.jailsDir, id) });
-    await removeJailCgroups(this.host.cgroupVersion, this.parentCgroup, id);
+    await removeVmCgroups(this.host.cgroupVersion, this.parentCgroup, id);
     await deleteTapBridge(this.names.netns(sessionId));
   }
 }

@@ -1,6 +1,6 @@
 import { envInt, envOnOff, envOptional, envString, parseScreenSize, type Env, type ScreenSize } from '../../util/env.js';
 import { sandboxMemoryMiBFromEnv } from '../sandbox-settings.js';
-import { vmUserSettingsFromEnv, type VmUserSettings } from '../vm-user-pool.js';
+import { vmUserSettingsFromEnv, type VmUserSettings } from '../vm/vm-user-pool.js';
 
 /**
  * How the Firecracker runtime runs its microVMs. Read from the environment
@@ -37,13 +37,13 @@ export interface FirecrackerSettings {
   /** SBX_FC_BOOT_TIMEOUT_MS: from InstanceStart to SSH and display answering (default 30 s). */
   bootTimeoutMs: number;
   /**
-   * SBX_FC_SNAPSHOTS=on: build a template snapshot of the image at start-up (jailed only)
+   * SBX_FC_SNAPSHOTS=on: build a snapshot base of the image at start-up (jailed only)
    * and start sessions of its screen size by restoring it (see snapshot/). Default off.
    */
   snapshots: boolean;
-  /** The template's screen (SBX_FC_TEMPLATE_SCREEN, default 1024x768) and memory (SBX_MEMORY_MIB). */
-  templateScreen: ScreenSize;
-  templateMemoryMiB: number;
+  /** The snapshot base's screen (SBX_FC_TEMPLATE_SCREEN, default 1024x768) and memory (SBX_MEMORY_MIB). */
+  snapshotBaseScreen: ScreenSize;
+  snapshotBaseMemoryMiB: number;
 }
 
 export function firecrackerSettingsFromEnv(env: Env): FirecrackerSettings {
@@ -68,7 +68,7 @@ export function firecrackerSettingsFromEnv(env: Env): FirecrackerSettings {
     apiTimeoutMs: envInt('SBX_FC_API_TIMEOUT_MS', 10_000, env),
     bootTimeoutMs: envInt('SBX_FC_BOOT_TIMEOUT_MS', 30_000, env),
     snapshots: envOnOff('SBX_FC_SNAPSHOTS', false, env),
-    templateScreen: parseScreenSize(envString(env, 'SBX_FC_TEMPLATE_SCREEN', '1024x768'), 'SBX_FC_TEMPLATE_SCREEN'),
-    templateMemoryMiB: sandboxMemoryMiBFromEnv(env),
+    snapshotBaseScreen: parseScreenSize(envString(env, 'SBX_FC_TEMPLATE_SCREEN', '1024x768'), 'SBX_FC_TEMPLATE_SCREEN'),
+    snapshotBaseMemoryMiB: sandboxMemoryMiBFromEnv(env),
   };
 }

@@ -29,6 +29,8 @@ export interface QemuVmConfig {
   tap: string;
   mac: string;
   pidFile: string;
+  /** The QMP monitor's Unix socket (pause and resume: qmp.ts); omitted: no monitor. */
+  qmpSocket?: string;
   /**
    * The unprivileged user QEMU switches to once set up (it starts as root for the TAP):
    * `uid:gid` (the VM's own, from the pool) or a user name. Omitted when QEMU is started
@@ -53,7 +55,7 @@ export function qemuArgv(vm: QemuVmConfig): string[] {
     ...['-cpu', cpuModel(vm.accelerator)],
     ...['-smp', String(vm.smp)],
     ...['-m', `${vm.memoryMiB}M`],
-    // Nothing but what is listed here: no default NIC, no monitor, no display.
+    // Nothing but what is listed here: no default NIC, no display, no monitor but the QMP socket below.
     '-nodefaults',
     '-no-user-config',
     ...['-display', 'none'],
@@ -76,6 +78,9 @@ export function qemuArgv(vm: QemuVmConfig): string[] {
     ...['-chardev', 'stdio,id=console,signal=off'],
     ...['-serial', 'chardev:console'],
     ...['-pidfile', vm.pidFile],
+    // The monitor, for pause (stop) and resume (cont): a socket made while QEMU is still root,
+    // in the session dir (0700, root's): the VM's own user cannot reach it.
+    ...(vm.qmpSocket ? ['-qmp', `unix:${optionValue(vm.qmpSocket)},server=on,wait=off`] : []),
     // Defence in depth for the process that handles everything the guest does to its
     // devices: a seccomp filter (no fork/exec, no obsolete or scheduling calls), and no root
     // once the disks and the TAP are open (-runas). elevateprivileges must stay allowed:

@@ -10,7 +10,7 @@
 import { stat } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ResourceNames } from '../../network/names.js';
-import { findVmProcesses, type VmProcess, type VmProcessInfo } from '../vm-process.js';
+import { findVmProcesses, type VmProcess, type VmProcessInfo } from '../vm/vm-process.js';
 
 /** Resolves when QEMU has written its pidfile (it is up), or rejects if it exits first. */
 export async function waitForPidFile(pidFile: string, vm: VmProcess, timeoutMs: number): Promise<void> {

@@ -22,22 +22,24 @@ import {
   type Runtime,
   type RuntimeCapabilities,
   type SandboxSpec,
+  type PauseMode,
+  type PauseResult,
+  type PauseTarget,
 } from '../runtime.js';
+import { qmp, qmpStatus } from './qmp.js';
 import { processStartTime } from '../../host/process-watch.js';
 import { hostTscKhz, probeKvm } from './accelerator.js';
 import { createOverlay } from './overlay-disk.js';
 import { macAddressFor, qemuArgv, TCG_TB_SIZE_MIB } from './qemu-command.js';
-import { adoptVmm, imageDiskMiB, initrdFor, killOrphanVmms, vmExited, vmStartError } from '../vm-common.js';
+import { adoptVmm, imageDiskMiB, initrdFor, killOrphanVmms, vmExited, vmStartError } from '../vm/vm-common.js';
 import { vsockFallbackReason } from './vsock-fallback.js';
-import { spawnInNetns, type VmExit } from '../vm-process.js';
+import { spawnInNetns, type VmExit } from '../vm/vm-process.js';
 import { findQemuProcesses, waitForPidFile } from './qemu-process.js';
 import type { TapOwner } from '../../network/netns.js';
 import type { RecordResource } from '../runtime.js';
-import { removeJailCgroups } from '../firecracker/jailer/cgroup.js';
-import { hostCgroupVersion } from '../firecracker/host/host-check.js';
-import type { CgroupVersion } from '../firecracker/jailer/jailer-args.js';
-import { VmCgroup } from '../vm-cgroup.js';
-import { VmUserPool, vmUserRange } from '../vm-user-pool.js';
+import { hostCgroupVersion, removeVmCgroups, type CgroupVersion } from '../vm/cgroups.js';
+import { VmCgroup } from '../vm/vm-cgroup.js';
+import { VmUserPool, vmUserRange } from '../vm/vm-user-pool.js';
 
 /**
  * Under TCG, QEMU's translated-code cache (TCG_TB_SIZE_MIB) and TCG's own bookkeeping come
@@ -211,6 +213,7 @@ export class QemuRuntime implements Runtime {
       tap,
       mac: macAddressFor(name),
       pidFile,
+      qmpSocket: qmpSocketOf(spec.sessionDir),
       runAs: `${user.uid}:${user.gid}`,
     });
     const vm = spawnInNetns(network.netns, this.settings.binary, argv, consolePipe);
@@ -238,6 +241,30 @@ export class QemuRuntime implements Runtime {
     };
   }
 
+  /** Memory: the VM stopped in QEMU (QMP `stop`): its vCPUs get no CPU, its RAM is kept. */
+  pauseModes(): readonly PauseMode[] {
+    return ['memory'];
+  }
+
+  pauseUnavailable(mode: PauseMode): string | undefined {
+    return mode === 'disk' ? 'QEMU pause to disk (migration to a file) is not wired up yet' : undefined;
+  }
+
+  async pause(target: PauseTarget, mode: PauseMode): Promise<PauseResult> {
+    const why = this.pauseUnavailable(mode);
+    if (why) throw new Error(why);
+    await qmp(qmpSocketOf(target.sessionDir), [{ execute: 'stop' }]);
+    return { bytes: 0 };
+  }
+
+  async resume(target: PauseTarget): Promise<void> {
+    await qmp(qmpSocketOf(target.sessionDir), [{ execute: 'cont' }]);
+  }
+
+  async isPaused(target: PauseTarget): Promise<boolean> {
+    return (await qmpStatus(qmpSocketOf(target.sessionDir)).catch(() => 'unknown')) === 'paused';
+  }
+
   async list(): Promise<string[]> {
     return [...new Set((await findQemuProcesses(this.names)).map((p) => p.sessionId))];
   }
@@ -252,9 +279,14 @@ export class QemuRuntime implements Runtime {
   async reclaim(sessionId: string, sessionDir: string): Promise<void> {
     void sessionDir; // its files go with the session dir, which reconciliation removes
     await killOrphanVmms(await findQemuProcesses(this.names), sessionId, 'qemu', this.users);
-    await removeJailCgroups(this.cgroupVersion, this.parentCgroup, this.names.vm(sessionId));
+    await removeVmCgroups(this.cgroupVersion, this.parentCgroup, this.names.vm(sessionId));
     await deleteTapBridge(this.names.netns(sessionId));
   }
+}
+
+/** The VM's QMP monitor socket (qemu-command.ts). */
+export function qmpSocketOf(sessionDir: string): string {
+  return path.join(sessionDir, 'qmp.sock');
 }
 
 /** "exited with code 0 (the guest powered off or rebooted)", "was killed by SIGKILL", ... */

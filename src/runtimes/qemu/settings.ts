@@ -1,6 +1,6 @@
 import { transportChoiceFromEnv, type TransportChoice } from '../../transport/settings.js';
 import { envInt, envOptional, envString, type Env } from '../../util/env.js';
-import { vmUserSettingsFromEnv, type VmUserSettings } from '../vm-user-pool.js';
+import { vmUserSettingsFromEnv, type VmUserSettings } from '../vm/vm-user-pool.js';
 
 /** How the qemu runtime runs its VMs. Read from the environment (qemuSettingsFromEnv). */
 export interface QemuSettings {

@@ -27,7 +27,7 @@ export async function recordedCall<T>(
     return result;
   } catch (err) {
     const durationMs = performance.now() - started;
-    if (!(err instanceof OrchestratorError && err.statusCode === 404)) {
+    if (!(err instanceof OrchestratorError && err.category === 'not_found')) {
       const error = err instanceof OrchestratorError ? { code: err.code, message: err.message } : { code: 'internal', message: 'the call failed' };
       await recorder.record({ ...call, startedAt, durationMs, error });
     }

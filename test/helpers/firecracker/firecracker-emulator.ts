@@ -34,7 +34,6 @@ import type {
   BootSource,
   Drive,
   InstanceActionInfo,
-  MachineConfiguration,
   NetworkInterface,
   SnapshotCreateParams,
   SnapshotLoadParams,
@@ -140,7 +139,7 @@ function bootGuest(): void {
   const rootDrive = drives.find((d) => d.is_root_device) as Drive;
   const other = drives.find((d) => !d.is_root_device);
   const iface = [...model.networkInterfaces.values()][0] as NetworkInterface;
-  const machine = model.machineConfig as MachineConfiguration;
+  const machine = model.machineConfig;
   const argv = qemuArgv({
     name: `fcemu-${id}`.slice(0, 60),
     accelerator: 'tcg',

@@ -12,7 +12,7 @@ export interface SnapshotFiles {
 
 /**
  * Takes a full snapshot of a running VM: pause, write both files, and (for a VM that goes
- * on serving) resume. A template VM is usually destroyed after its snapshot instead.
+ * on serving) resume. A base VM is usually destroyed after its snapshot instead.
  *
  * What a snapshot keeps, and every clone therefore inherits: the paths of the drives (a
  * clone must find its own copies at the same paths: hence the jailer, whose chroot gives
@@ -37,13 +37,13 @@ export function snapshotCreateSteps(files: SnapshotFiles, options: { resume?: bo
 
 export interface SnapshotRestore {
   files: SnapshotFiles;
-  /** This clone's TAP device; replaces the template's (`network_overrides`). */
+  /** This clone's TAP device; replaces the snapshot base's (`network_overrides`). */
   tapName: string;
-  /** This clone's vsock socket; replaces the template's (`vsock_override`). */
+  /** This clone's vsock socket; replaces the snapshot base's (`vsock_override`). */
   vsockUdsPath: string;
   /**
    * Advance the guest clock by the time since the snapshot (`clock_realtime`, x86_64 only).
-   * Without it a clone wakes up with the template's date, and TLS in its browser fails.
+   * Without it a clone wakes up with the snapshot base's date, and TLS in its browser fails.
    */
   advanceClock?: boolean;
   logger?: Pick<Logger, 'log_path' | 'level'>;
@@ -55,7 +55,7 @@ export interface SnapshotRestore {
  * all come from the snapshot. The VM is loaded paused and resumed as a step of its own, so
  * a failure says whether loading or resuming broke.
  *
- * After the resume the guest still carries the template's keys: the session must not be
+ * After the resume the guest still carries the snapshot base's keys: the session must not be
  * handed out until keys/key-rotation.ts has run.
  */
 export function snapshotRestoreSteps(restore: SnapshotRestore): VmStep[] {

@@ -8,7 +8,7 @@ import path from 'node:path';
 import { run } from '../../../util/exec.js';
 import { commandSearchPath } from '../../../util/inherited-env.js';
 import { RuntimeUnavailableError } from '../../runtime.js';
-import type { CgroupVersion } from '../jailer/jailer-args.js';
+import { hostCgroupVersion, type CgroupVersion } from '../../vm/cgroups.js';
 import type { FirecrackerSettings } from '../settings.js';
 
 export interface FirecrackerHost {
@@ -88,10 +88,6 @@ function locate(explicit: string | undefined, variable: string, command: string)
  */
 export function unjailedRefusal(why = 'no jailer binary was given'): string {
   return `${why}; Firecracker refuses to run unjailed (as root, with no chroot, cgroup or pid namespace of its own): install the jailer of the same release and set JAILER_BIN (or put it on PATH), or set SBX_FC_JAILER=off on a development host`;
-}
-
-export function hostCgroupVersion(): CgroupVersion {
-  return existsSync('/sys/fs/cgroup/cgroup.controllers') ? 2 : 1;
 }
 
 export async function checkFirecrackerHost(settings: FirecrackerSettings): Promise<FirecrackerHost> {

@@ -6,7 +6,7 @@ import { JAILED_API_SOCKET } from './jailer-args.js';
 
 /**
  * How a file gets into the chroot. Firecracker, jailed, can open nothing outside it.
- * - `link`: a hard link to a shared, read-only file (kernel, initrd, the template's
+ * - `link`: a hard link to a shared, read-only file (kernel, initrd, the snapshot base's
  *   snapshot). Costs nothing; it needs the source on the same filesystem as the chroot base,
  *   so whoever applies the layout falls back to a copy on EXDEV.
  * - `copy`: the session's own writable rootfs, made straight inside the chroot (a reflink
@@ -36,11 +36,11 @@ export interface ChrootInputs {
   id: string;
   kernel: string;
   initrd?: string;
-  /** What the session's rootfs is copied from: the image's ext4 for a cold boot, or the template's disk as it was snapshotted. */
+  /** What the session's rootfs is copied from: the image's ext4 for a cold boot, or the snapshot base's disk as it was snapshotted. */
   rootfsSource: string;
   /** The session's config drive, built in its session dir. */
   configDrive: string;
-  /** The template's snapshot (host paths), when this VM is restored from it. */
+  /** The snapshot base's files (host paths), when this VM is restored from it. */
   restoreFrom?: SnapshotFiles;
 }
 
@@ -57,9 +57,9 @@ export interface ChrootLayout {
   /** The vsock socket from the host (to connect to the guest) and inside the jail (for the API). */
   vsockSocket: { hostPath: string; jailPath: string };
   /**
-   * Snapshot files: where a template VM writes its snapshot (`jailPaths`, given to
+   * Snapshot files: where a base VM writes its snapshot (`jailPaths`, given to
    * `PUT /snapshot/create`) and where the host then finds them (`hostPaths`); for a restore,
-   * where the template's snapshot is linked in (`jailPaths`, given to `PUT /snapshot/load`).
+   * where the snapshot base's files are linked in (`jailPaths`, given to `PUT /snapshot/load`).
    */
   snapshot: { hostPaths: SnapshotFiles; jailPaths: SnapshotFiles };
   /** The paths to give the Firecracker API: all inside the jail. */
@@ -75,7 +75,7 @@ export interface ChrootLayout {
 /**
  * Fixed names inside every chroot. They must not vary between VMs: a snapshot records the
  * paths of its drives and vsock socket, and a clone restored in its own chroot finds its own
- * copies at the very same paths. That is what makes one template snapshot serve every session.
+ * copies at the very same paths. That is what makes one snapshot base serve every session.
  */
 const IN_JAIL = {
   kernel: '/vmlinux',
@@ -119,7 +119,7 @@ export function chrootLayout(inputs: ChrootInputs): ChrootLayout {
   };
   if (inputs.restoreFrom) {
     files.push(
-      // Shared by every clone of the template: readable by the jails' group, owned by root.
+      // Shared by every clone of the snapshot base: readable by the jails' group, owned by root.
       { source: inputs.restoreFrom.snapshotPath, target: snapshot.hostPaths.snapshotPath, method: 'link', writable: false, ownedByJail: false },
       { source: inputs.restoreFrom.memFilePath, target: snapshot.hostPaths.memFilePath, method: 'link', writable: false, ownedByJail: false },
     );
@@ -128,7 +128,7 @@ export function chrootLayout(inputs: ChrootInputs): ChrootLayout {
   return {
     jailDir,
     rootDir,
-    // /run for the API and vsock sockets, /snapshot for a template's snapshot files.
+    // /run for the API and vsock sockets, /snapshot for a snapshot base's files.
     directories: [hostPath('/run'), hostPath('/snapshot')],
     files,
     apiSocket,

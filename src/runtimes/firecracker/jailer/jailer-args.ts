@@ -1,22 +1,9 @@
 import path from 'node:path';
+import { cgroupSettings, type CgroupVersion, type VmLimits } from '../../vm/cgroups.js';
 import { assertJailId } from './jail-id.js';
-
-export type CgroupVersion = 1 | 2;
 
 /** The API socket inside the chroot; the jailer's and Firecracker's documented default. */
 export const JAILED_API_SOCKET = '/run/firecracker.socket';
-
-/** Guest memory is not all a VM uses: the VMM, its device threads and page tables need room too. */
-export const VMM_MEMORY_OVERHEAD_MIB = 128;
-
-export interface VmLimits {
-  /** Guest memory; the cgroup limit adds VMM_MEMORY_OVERHEAD_MIB so the VMM is not OOM-killed. */
-  memoryMiB: number;
-  /** CPU time as a number of whole CPUs (a CFS quota of `vcpus` x the period). */
-  vcpus: number;
-  /** Threads of the Firecracker process (VMM, API, vCPUs, I/O). */
-  pidsMax?: number;
-}
 
 export interface JailerOptions {
   jailerBin: string;
@@ -37,8 +24,6 @@ export interface JailerOptions {
   /** RLIMIT_NOFILE of the VMM; the jailer's default is 2048. */
   maxOpenFiles?: number;
 }
-
-const CFS_PERIOD_US = 100_000;
 
 /**
  * The jailer's command line, as an argument vector (no shell): it builds the chroot, joins
@@ -93,21 +78,8 @@ export function jailerArgv(options: JailerOptions): string[] {
   return argv;
 }
 
-/** `<file>=<value>` settings for `--cgroup`, in the files of the given cgroup version. */
 /** Where the jailer writes Firecracker's pid (--new-pid-ns): `<jail root>/<exec file name>.pid`. */
 export function vmmPidFile(jailRootDir: string, firecrackerBin: string): string {
   return path.join(jailRootDir, `${path.basename(firecrackerBin)}.pid`);
 }
 
-export function cgroupSettings(version: CgroupVersion, limits: VmLimits): string[] {
-  if (!Number.isInteger(limits.memoryMiB) || limits.memoryMiB < 1) throw new Error(`invalid memory limit ${limits.memoryMiB} MiB`);
-  if (!(limits.vcpus > 0)) throw new Error(`invalid CPU limit ${limits.vcpus}`);
-  const memoryBytes = (limits.memoryMiB + VMM_MEMORY_OVERHEAD_MIB) * 1024 * 1024;
-  const quotaUs = Math.round(limits.vcpus * CFS_PERIOD_US);
-  const settings =
-    version === 2
-      ? [`memory.max=${memoryBytes}`, `cpu.max=${quotaUs} ${CFS_PERIOD_US}`]
-      : [`memory.limit_in_bytes=${memoryBytes}`, `cpu.cfs_period_us=${CFS_PERIOD_US}`, `cpu.cfs_quota_us=${quotaUs}`];
-  if (limits.pidsMax !== undefined) settings.push(`pids.max=${limits.pidsMax}`);
-  return settings;
-}

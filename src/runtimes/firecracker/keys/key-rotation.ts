@@ -2,51 +2,11 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { SessionKeys } from '../../../transport/keys.js';
 
 /**
- * Key rotation after a snapshot restore.
- *
- * Why: a session started from a snapshot wakes up as a copy of the template VM, memory and
- * all. Its sshd holds the template's host key, and the template's client key is what it
- * lets in. Every clone of the template shares both, and the config drive the session made
- * for it is never read (the guest read its config at the template's boot). So before a
- * restored session is handed out, its guest must be made to trust only the session's own
- * client key and present only the session's own host key, and we must have seen it do so.
- *
- * The sequence (each phase is a value of RotationPhase, reported through `onPhase`):
- *  1. connect-template  log in with the template's client key, pinning the template's host
- *                       key. Failing here means the snapshot is not the template we think.
- *  2. write-keys        over that connection, install the session's host key (private, then
- *                       public) and then the session's authorized_keys, which replaces the
- *                       template's, and empty root_authorized_keys (the template key's root
- *                       access): from this moment the template key is refused for new logins
- *                       (sshd reads both files at each login). The files travel as data (the
- *                       guest helper's standard input), never inside a command string, and
- *                       are written atomically (temporary file, then rename).
- *  3. reload-sshd       SIGHUP: sshd re-executes itself and presents the new host key to new
- *                       connections; connections already open stay up.
- *     apply-network     (when the connection offers it) move the guest to the session's own
- *                       address: a clone wakes up with the template's. The template
- *                       connection runs over the old address and dies with it.
- *  4. connect-session   log in with the session's client key, pinning the session's host
- *                       key, retrying briefly while sshd restarts. This is the connection
- *                       the session will keep.
- *  5. verify-template-refused
- *                       try the template's client key (pinning the new host key, so the
- *                       attempt reaches authentication): it must be refused. Then try the
- *                       session key pinning the template's host key: the guest must no
- *                       longer present it. Anything else, including "could not tell",
- *                       fails the rotation.
- *  6. ready             close the template connection; only now is the session connection
- *                       returned, and only then may the session be handed out.
- *
- * On any failure the template connection is closed, the session connection (if opened) is
- * closed, and a KeyRotationError naming the phase is thrown: the caller destroys the VM. A
- * half-rotated guest is never handed out.
- *
- * What the guest must provide (not yet in the guest image; see the runtime's index.ts):
- * sshd reading its HostKey and AuthorizedKeysFile from a writable, root-owned place (e.g.
- * /run/sandbox/ssh, filled from the config drive at boot), and a way for the rotation
- * connection to write there and SIGHUP sshd (for example a forced-command key of the
- * template that runs a small root helper reading the files from standard input).
+ * Key rotation after a snapshot restore: every clone of a snapshot base wakes up with its
+ * host key and lets in its client key, so a restored session is handed
+ * out only once its guest trusts and presents the session's own keys, and the base's key
+ * has been seen refused. The phases, and what the guest image provides for them (sshd's keys
+ * under /sandbox/config, the `sbx-rekey` forced command), are in docs/firecracker.md#key-rotation.
  */
 
 /** Where, in the guest, sshd reads the keys the rotation replaces. */
@@ -54,7 +14,7 @@ export interface GuestKeyPaths {
   authorizedKeys: string;
   hostKey: string;
   hostKeyPub: string;
-  /** The template key's root access (sbx-rekey only); emptied by the rotation. */
+  /** The base key's root access (sbx-rekey only); emptied by the rotation. */
   rootAuthorizedKeys?: string;
 }
 
@@ -98,8 +58,8 @@ export type RotationPhase =
   | 'ready';
 
 export interface RotationPlan {
-  /** The template's client private key and the host key its sshd presents. */
-  template: { clientPrivateKey: string; hostPublicKey: string };
+  /** The snapshot base's client private key and the host key its sshd presents. */
+  snapshotBase: { clientPrivateKey: string; hostPublicKey: string };
   /** The session's freshly generated keys (transport/keys.ts). */
   session: SessionKeys;
   paths: GuestKeyPaths;
@@ -135,42 +95,42 @@ export async function rotateKeysAfterRestore<C extends RotationConnection>(
   };
   const attempts = plan.reconnectAttempts ?? 20;
   const delayMs = plan.reconnectDelayMs ?? 100;
-  const { template, session, paths } = plan;
+  const { snapshotBase, session, paths } = plan;
 
-  let templateConnection: C | undefined;
+  let baseConnection: C | undefined;
   let sessionConnection: C | undefined;
   try {
     enter('connect-template');
-    templateConnection = await transport.connect(template.clientPrivateKey, template.hostPublicKey);
+    baseConnection = await transport.connect(snapshotBase.clientPrivateKey, snapshotBase.hostPublicKey);
 
     enter('write-keys');
-    await templateConnection.writeFile(paths.hostKey, ensureNewline(session.hostPrivateKey), 0o600);
-    await templateConnection.writeFile(paths.hostKeyPub, ensureNewline(session.hostPublicKey), 0o644);
-    // Replaces the file, so the template's key is gone from it, not merely joined by ours.
-    await templateConnection.writeFile(paths.authorizedKeys, ensureNewline(session.clientPublicKey), 0o600);
-    if (paths.rootAuthorizedKeys) await templateConnection.writeFile(paths.rootAuthorizedKeys, '', 0o600);
+    await baseConnection.writeFile(paths.hostKey, ensureNewline(session.hostPrivateKey), 0o600);
+    await baseConnection.writeFile(paths.hostKeyPub, ensureNewline(session.hostPublicKey), 0o644);
+    // Replaces the file, so the snapshot base's key is gone from it, not merely joined by ours.
+    await baseConnection.writeFile(paths.authorizedKeys, ensureNewline(session.clientPublicKey), 0o600);
+    if (paths.rootAuthorizedKeys) await baseConnection.writeFile(paths.rootAuthorizedKeys, '', 0o600);
 
     enter('reload-sshd');
-    await templateConnection.reloadSshd();
+    await baseConnection.reloadSshd();
 
-    if (templateConnection.applyNetwork) {
+    if (baseConnection.applyNetwork) {
       enter('apply-network');
-      await templateConnection.applyNetwork();
+      await baseConnection.applyNetwork();
     }
 
     enter('connect-session');
     sessionConnection = await connectWithRetries(transport, session.clientPrivateKey, session.hostPublicKey, attempts, delayMs);
 
     enter('verify-template-refused');
-    const templateLogin = await loginOutcomeWithRetries(transport, template.clientPrivateKey, session.hostPublicKey, attempts, delayMs);
-    if (templateLogin !== 'auth-refused') {
+    const baseLogin = await loginOutcomeWithRetries(transport, snapshotBase.clientPrivateKey, session.hostPublicKey, attempts, delayMs);
+    if (baseLogin !== 'auth-refused') {
       throw new Error(
-        templateLogin === 'accepted'
+        baseLogin === 'accepted'
           ? "the template's client key is still accepted"
-          : `could not confirm that the template's client key is refused (the attempt ended: ${templateLogin})`,
+          : `could not confirm that the template's client key is refused (the attempt ended: ${baseLogin})`,
       );
     }
-    const oldHostKey = await loginOutcomeWithRetries(transport, session.clientPrivateKey, template.hostPublicKey, attempts, delayMs);
+    const oldHostKey = await loginOutcomeWithRetries(transport, session.clientPrivateKey, snapshotBase.hostPublicKey, attempts, delayMs);
     if (oldHostKey !== 'host-key-mismatch') {
       throw new Error(
         oldHostKey === 'accepted'
@@ -179,12 +139,12 @@ export async function rotateKeysAfterRestore<C extends RotationConnection>(
       );
     }
 
-    await templateConnection.close();
-    templateConnection = undefined;
+    await baseConnection.close();
+    baseConnection = undefined;
     enter('ready');
     return sessionConnection;
   } catch (err) {
-    await Promise.allSettled([templateConnection?.close(), sessionConnection?.close()]);
+    await Promise.allSettled([baseConnection?.close(), sessionConnection?.close()]);
     if (err instanceof KeyRotationError) throw err;
     throw new KeyRotationError(phase, err instanceof Error ? err.message : String(err), { cause: err });
   }

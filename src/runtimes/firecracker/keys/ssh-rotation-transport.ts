@@ -4,7 +4,7 @@ import { publicKeyBlob } from '../../../transport/keys.js';
 import { guestTransport, type GuestTransport, HostKeyMismatchError, SshAuthenticationError, type GuestEndpoint } from '../../../transport/index.js';
 import type { LoginOutcome, RotationConnection, RotationTransport } from './key-rotation.js';
 
-/** The user the template key logs in as: root, limited by sshd to the forced sbx-rekey. */
+/** The user the base key logs in as: root, limited by sshd to the forced sbx-rekey. */
 const REKEY_USER = 'root';
 /** The only directory sbx-rekey writes to. */
 const REKEY_DIR = '/sandbox/config';
@@ -12,33 +12,33 @@ const CONNECT_TIMEOUT_MS = 5_000;
 const REKEY_TIMEOUT_MS = 10_000;
 
 export interface SshRotationOptions {
-  /** Where the clone answers as the template did: the template's address, routed for the rotation. */
-  templateEndpoint: GuestEndpoint;
+  /** Where the clone answers as the snapshot base did: the snapshot base's address, routed for the rotation. */
+  baseEndpoint: GuestEndpoint;
   /** Where the session's guest answers once moved. */
   sessionEndpoint: GuestEndpoint;
-  /** The template's client key: it logs in as root, to sbx-rekey. */
-  templateClientPrivateKey: string;
-  templateHostPublicKey: string;
+  /** The snapshot base's client key: it logs in as root, to sbx-rekey. */
+  baseClientPrivateKey: string;
+  baseHostPublicKey: string;
   /** The session's address and gateway, given to `sbx-rekey network`. */
   network: { address: string; gateway: string };
 }
 
 /**
  * key-rotation.ts's transport, with ssh2 and the guest's sbx-rekey. Which address and user a
- * login uses follows from its keys: the template key pinning the template's host key is the
- * first, rotating connection (template address, root); every other login, including the
- * checks that the template's access is gone, goes to the session's address, and the template
+ * login uses follows from its keys: the base key pinning the snapshot base's host key is the
+ * first, rotating connection (snapshot base address, root); every other login, including the
+ * checks that the snapshot base's access is gone, goes to the session's address, and the snapshot base
  * key still logs in as root there, the access the rotation must have removed.
  */
 export class SshRotationTransport implements RotationTransport<SshRotationConnection> {
   constructor(private readonly options: SshRotationOptions) {}
 
   async connect(clientPrivateKey: string, pinnedHostKey: string): Promise<SshRotationConnection> {
-    const isTemplateKey = clientPrivateKey === this.options.templateClientPrivateKey;
-    const rotating = isTemplateKey && pinnedHostKey.trim() === this.options.templateHostPublicKey.trim();
+    const isBaseKey = clientPrivateKey === this.options.baseClientPrivateKey;
+    const rotating = isBaseKey && pinnedHostKey.trim() === this.options.baseHostPublicKey.trim();
     const connection = guestTransport({
-      endpoint: rotating ? this.options.templateEndpoint : this.options.sessionEndpoint,
-      username: isTemplateKey ? REKEY_USER : GUEST_USER,
+      endpoint: rotating ? this.options.baseEndpoint : this.options.sessionEndpoint,
+      username: isBaseKey ? REKEY_USER : GUEST_USER,
       privateKey: clientPrivateKey,
       pinnedHostKey: publicKeyBlob(pinnedHostKey),
     });

@@ -7,14 +7,14 @@ import { SerialQueue } from '../../../util/serial-queue.js';
 import { GUEST_KEY_PATHS, rotateKeysAfterRestore, type RotationPhase } from '../keys/key-rotation.js';
 import { SshRotationTransport } from '../keys/ssh-rotation-transport.js';
 
-export interface TemplateAddress {
+export interface SnapshotBaseAddress {
   guest: string;
   gateway: string;
   prefixLength: 30;
 }
 
 /**
- * The address a template boots with, and so every clone of it wakes up with: a link-local
+ * The address a snapshot base boots with, and so every clone of it wakes up with: a link-local
  * /30 that no lease ever takes. The host reaches a fresh clone there, through the clone's
  * own netns, for as long as the rotation needs; then the clone is on its session's address.
  *
@@ -22,7 +22,7 @@ export interface TemplateAddress {
  * 169.254.169.254), so that two orchestrators on one host (a test suite beside a dev server)
  * do not claim the same route at the same time.
  */
-export function templateAddress(prefix: string): TemplateAddress {
+export function snapshotBaseAddress(prefix: string): SnapshotBaseAddress {
   const block = createHash('sha256').update(prefix).digest().readUInt16BE(0) % 4096;
   const base = (192 << 8) + block * 4; // offset within 169.254.0.0/16
   const octets = (n: number) => `169.254.${Math.floor(n / 256)}.${n % 256}`;
@@ -34,11 +34,11 @@ export function templateAddress(prefix: string): TemplateAddress {
 const rotations = new SerialQueue();
 
 export interface CloneRotation {
-  /** Where the clone wakes up: its template's address. */
-  at: TemplateAddress;
+  /** Where the clone wakes up: its snapshot base's address. */
+  at: SnapshotBaseAddress;
   /** The host's end of the clone's veth pair. */
   hostInterface: string;
-  template: { clientPrivateKey: string; hostPublicKey: string };
+  snapshotBase: { clientPrivateKey: string; hostPublicKey: string };
   session: SessionKeys;
   lease: AddressLease;
   onPhase?: (phase: RotationPhase) => void;
@@ -46,8 +46,8 @@ export interface CloneRotation {
 
 /**
  * Gives a clone fresh from a snapshot its session's keys and address and takes the
- * template's access away (key-rotation.ts), reaching it at its template's address by putting the
- * template's gateway address on the clone's host interface for the duration. Throws a
+ * snapshot base's access away (key-rotation.ts), reaching it at its snapshot base's address by putting the
+ * snapshot base's gateway address on the clone's host interface for the duration. Throws a
  * KeyRotationError if anything is not as it must be; the caller then destroys the clone.
  */
 export function rotateClone(rotation: CloneRotation): Promise<void> {
@@ -56,14 +56,14 @@ export function rotateClone(rotation: CloneRotation): Promise<void> {
     await run(['ip', 'addr', 'add', gatewayCidr, 'dev', rotation.hostInterface]);
     try {
       const transport = new SshRotationTransport({
-        templateEndpoint: { host: rotation.at.guest, port: GUEST_SSH_PORT },
+        baseEndpoint: { host: rotation.at.guest, port: GUEST_SSH_PORT },
         sessionEndpoint: { host: rotation.lease.guest, port: GUEST_SSH_PORT },
-        templateClientPrivateKey: rotation.template.clientPrivateKey,
-        templateHostPublicKey: rotation.template.hostPublicKey,
+        baseClientPrivateKey: rotation.snapshotBase.clientPrivateKey,
+        baseHostPublicKey: rotation.snapshotBase.hostPublicKey,
         network: { address: `${rotation.lease.guest}/${rotation.lease.prefixLength}`, gateway: rotation.lease.gateway },
       });
       const sessionConnection = await rotateKeysAfterRestore(transport, {
-        template: rotation.template,
+        snapshotBase: rotation.snapshotBase,
         session: rotation.session,
         paths: GUEST_KEY_PATHS,
         onPhase: rotation.onPhase,

@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { processStartTime, watchExit } from '../../../host/process-watch.js';
-import { settlesWithin, stoppableProcess, type VmExit, type VmProcess } from '../../vm-process.js';
+import { settlesWithin, stoppableProcess, type VmExit, type VmProcess } from '../../vm/vm-process.js';
 
 /**
  * The Firecracker process of a jail started with `--new-pid-ns`: the jailer clones it into

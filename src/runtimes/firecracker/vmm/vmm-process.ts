@@ -4,7 +4,7 @@
  */
 import path from 'node:path';
 import type { ResourceNames } from '../../../network/names.js';
-import { findVmProcesses, settlesWithin, type VmExit, type VmProcess, type VmProcessInfo } from '../../vm-process.js';
+import { findVmProcesses, settlesWithin, type VmExit, type VmProcess, type VmProcessInfo } from '../../vm/vm-process.js';
 import type { FirecrackerClient } from '../api/client.js';
 
 /** How long the guest gets to power off after Ctrl-Alt-Del before the VMM is killed. */

@@ -2,26 +2,26 @@ import { chmod, chown, mkdir, readFile, rename, rm, stat, writeFile } from 'node
 import path from 'node:path';
 import type { GuestImage } from '../../../guest/image/builder.js';
 import type { SnapshotFiles } from '../boot/snapshot-steps.js';
-import type { TemplateAddress } from './clone-rotation.js';
+import type { SnapshotBaseAddress } from './clone-rotation.js';
 
-/** Bumped when what a template holds changes: an older template is then built anew. */
-const TEMPLATE_FORMAT = 2;
+/** Bumped when what a snapshot base holds changes: an older snapshot base is then built anew. */
+const SNAPSHOT_BASE_FORMAT = 2;
 const MANIFEST = 'template.json';
 
 /**
- * A template snapshot, kept next to its guest image (it is only valid for that image):
+ * A snapshot base, kept next to its guest image (it is only valid for that image):
  * `<image dir>/firecracker-template-<w>x<h>/` holds the VM state and memory files, the root
  * disk as it was when the VM was paused (a clone's disk must match the memory it resumes),
- * and the template's keys, which a clone carries until it is rotated (clone-rotation.ts).
+ * and the snapshot base's keys, which a clone carries until it is rotated (clone-rotation.ts).
  */
-export interface TemplateSnapshot {
+export interface SnapshotBase {
   dir: string;
   files: SnapshotFiles;
   rootfs: string;
   keys: { clientPrivateKey: string; hostPublicKey: string };
   screen: { width: number; height: number };
-  /** The address the template booted with, which its clones wake up with. */
-  address: TemplateAddress;
+  /** The address the snapshot base booted with, which its clones wake up with. */
+  address: SnapshotBaseAddress;
 }
 
 interface Manifest {
@@ -29,14 +29,14 @@ interface Manifest {
   imageHash: string;
   screen: { width: number; height: number };
   keys: { clientPrivateKey: string; hostPublicKey: string };
-  address: TemplateAddress;
+  address: SnapshotBaseAddress;
 }
 
-export function templateDir(image: GuestImage, screen: { width: number; height: number }): string {
+export function snapshotBaseDir(image: GuestImage, screen: { width: number; height: number }): string {
   return path.join(image.dir, `firecracker-template-${screen.width}x${screen.height}`);
 }
 
-function describe(dir: string, manifest: Manifest): TemplateSnapshot {
+function describe(dir: string, manifest: Manifest): SnapshotBase {
   return {
     dir,
     files: { snapshotPath: path.join(dir, 'vmstate'), memFilePath: path.join(dir, 'memory') },
@@ -47,41 +47,41 @@ function describe(dir: string, manifest: Manifest): TemplateSnapshot {
   };
 }
 
-/** The template in `dir`, if it was completed for this image in the current format. */
-export async function loadTemplate(dir: string, image: GuestImage): Promise<TemplateSnapshot | undefined> {
+/** The snapshot base in `dir`, if it was completed for this image in the current format. */
+export async function loadSnapshotBase(dir: string, image: GuestImage): Promise<SnapshotBase | undefined> {
   let manifest: Manifest;
   try {
     manifest = JSON.parse(await readFile(path.join(dir, MANIFEST), 'utf8')) as Manifest;
   } catch {
     return undefined;
   }
-  if (manifest.format !== TEMPLATE_FORMAT || manifest.imageHash !== image.hash) return undefined;
-  const template = describe(dir, manifest);
-  for (const file of [template.files.snapshotPath, template.files.memFilePath, template.rootfs]) {
+  if (manifest.format !== SNAPSHOT_BASE_FORMAT || manifest.imageHash !== image.hash) return undefined;
+  const snapshotBase = describe(dir, manifest);
+  for (const file of [snapshotBase.files.snapshotPath, snapshotBase.files.memFilePath, snapshotBase.rootfs]) {
     if (!(await stat(file).then((s) => s.isFile(), () => false))) return undefined;
   }
-  return template;
+  return snapshotBase;
 }
 
 /**
- * Moves a paused template VM's files into `dir`, all or nothing (a temporary directory
+ * Moves a paused base VM's files into `dir`, all or nothing (a temporary directory
  * renamed at the end). Every VM runs under a uid/gid of its own, so no group can stand for
  * "the jails": the files are root's and mode 0644, and what keeps them from anyone else is
  * the way to them. `dir` is root's alone (0700); a clone reaches them through the hard
  * links in its own jail, whose root only its own uid can enter (0750). The memory
- * file holds the template's host key, which every clone replaces at rotation.
+ * file holds the snapshot base's host key, which every clone replaces at rotation.
  */
-export async function saveTemplate(
+export async function saveSnapshotBase(
   dir: string,
   image: GuestImage,
-  parts: { files: SnapshotFiles; rootfs: string; keys: Manifest['keys']; screen: Manifest['screen']; address: TemplateAddress },
-): Promise<TemplateSnapshot> {
+  parts: { files: SnapshotFiles; rootfs: string; keys: Manifest['keys']; screen: Manifest['screen']; address: SnapshotBaseAddress },
+): Promise<SnapshotBase> {
   const building = `${dir}.building`;
   await rm(building, { recursive: true, force: true });
   await mkdir(building, { mode: 0o700 });
   await chown(building, 0, 0);
   try {
-    const manifest: Manifest = { format: TEMPLATE_FORMAT, imageHash: image.hash, screen: parts.screen, keys: parts.keys, address: parts.address };
+    const manifest: Manifest = { format: SNAPSHOT_BASE_FORMAT, imageHash: image.hash, screen: parts.screen, keys: parts.keys, address: parts.address };
     const target = describe(building, manifest);
     for (const [from, to] of [
       [parts.files.snapshotPath, target.files.snapshotPath],
@@ -92,7 +92,7 @@ export async function saveTemplate(
       await chown(to, 0, 0);
       await chmod(to, 0o644);
     }
-    // The template's private client key opens nothing but sbx-rekey on a clone not yet rotated.
+    // The snapshot base's private client key opens nothing but sbx-rekey on a clone not yet rotated.
     await writeFile(path.join(building, MANIFEST), JSON.stringify(manifest, null, 2), { mode: 0o600 });
     await rm(dir, { recursive: true, force: true });
     await rename(building, dir);

@@ -1,9 +1,9 @@
 import { createHash } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
-import type { TapOwner } from '../network/netns.js';
-import type { CleanupStack } from '../util/cleanup-stack.js';
-import { envInt, positive, type Env } from '../util/env.js';
-import type { RecordResource } from './runtime.js';
+import type { TapOwner } from '../../network/netns.js';
+import type { CleanupStack } from '../../util/cleanup-stack.js';
+import { envInt, positive, type Env } from '../../util/env.js';
+import type { RecordResource } from '../runtime.js';
 
 /** The ids VMMs run under: `base` to `base + count - 1`, uid and gid alike (SBX_VM_UID_BASE, SBX_VM_UID_COUNT). */
 export interface VmUserRange {

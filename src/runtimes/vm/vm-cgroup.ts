@@ -1,8 +1,7 @@
 import { appendFile, mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { removeJailCgroups } from './firecracker/jailer/cgroup.js';
-import { cgroupSettings, type CgroupVersion, type VmLimits } from './firecracker/jailer/jailer-args.js';
-import type { RecordResource } from './runtime.js';
+import { cgroupSettings, removeVmCgroups, type CgroupVersion, type VmLimits } from './cgroups.js';
+import type { RecordResource } from '../runtime.js';
 
 const CGROUP_ROOT = '/sys/fs/cgroup';
 
@@ -65,7 +64,7 @@ export class VmCgroup {
 
   /** Removes it once its processes are gone; idempotent. */
   async remove(): Promise<void> {
-    await removeJailCgroups(this.version, this.parent, this.name, this.root);
+    await removeVmCgroups(this.version, this.parent, this.name, this.root);
   }
 }
 

@@ -5,12 +5,12 @@
  * adopted or reclaimed (its uid held again, or freed).
  */
 import { statSync } from 'node:fs';
-import type { GuestImage } from '../guest/image/builder.js';
-import type { GuestEndpoint } from '../transport/index.js';
-import { adoptedProcess } from './adopt-process.js';
-import { consoleLogTail, keepConsoleLog, type ConsoleLogLimits } from './console-log.js';
-import type { ConsolePipe } from './console-pipe.js';
-import type { AdoptedSandbox, ExitInfo, SandboxSpec } from './runtime.js';
+import type { GuestImage } from '../../guest/image/builder.js';
+import type { GuestEndpoint } from '../../transport/index.js';
+import { adoptedProcess } from '../adopt-process.js';
+import { consoleLogTail, keepConsoleLog, type ConsoleLogLimits } from '../console-log.js';
+import type { ConsolePipe } from '../console-pipe.js';
+import type { AdoptedSandbox, ExitInfo, SandboxSpec } from '../runtime.js';
 import { killOrphan, type VmExit, type VmProcess, type VmProcessInfo } from './vm-process.js';
 import { processUid, type VmUserPool } from './vm-user-pool.js';
 

@@ -7,46 +7,46 @@ import { createSandboxNetwork } from '../../../network/netns.js';
 import { generateSessionKeys, publicKeyBlob, writeSessionKeys } from '../../../transport/keys.js';
 import { guestTransport, type GuestTransport } from '../../../transport/index.js';
 import { CleanupStack } from '../../../util/cleanup-stack.js';
-import type { SandboxSpec, TemplateGuest } from '../../runtime.js';
-import type { VmUserPool } from '../../vm-user-pool.js';
+import type { SandboxSpec, PreparedGuest } from '../../runtime.js';
+import type { VmUserPool } from '../../vm/vm-user-pool.js';
 import type { BootedVm } from '../firecracker-runtime.js';
 import { runSteps } from '../boot/steps.js';
 import { snapshotCreateSteps } from '../boot/snapshot-steps.js';
-import { templateAddress } from './clone-rotation.js';
-import { writeTemplateRootKey } from './template-config.js';
-import { saveTemplate, type TemplateSnapshot } from './template-store.js';
+import { snapshotBaseAddress } from './clone-rotation.js';
+import { writeBaseRootKey } from './base-config.js';
+import { saveSnapshotBase, type SnapshotBase } from './base-store.js';
 
-/** What building a template takes from the runtime: its names, its VM users, its boot. */
-export interface TemplateBuildDeps {
+/** What building a snapshot base takes from the runtime: its names, its VM users, its boot. */
+export interface SnapshotBaseBuildDeps {
   names: ResourceNames;
   users: VmUserPool;
   memoryMiB: number;
   /** The guest settings every sandbox of this orchestrator gets (its display, its pids limit). */
-  guest: TemplateGuest;
+  guest: PreparedGuest;
   bootTimeoutMs: number;
   boot(spec: SandboxSpec, cleanup: CleanupStack): Promise<BootedVm>;
 }
 
 /**
- * Boots a template VM (its own keys, plus its key's root access to sbx-rekey; the fixed
- * templateAddress of our prefix), waits until its desktop answers, pauses it, snapshots it, and keeps
+ * Boots a base VM (its own keys, plus its key's root access to sbx-rekey; the fixed
+ * snapshotBaseAddress of our prefix), waits until its desktop answers, pauses it, snapshots it, and keeps
  * the snapshot with the root disk as it was at the pause. Everything else goes.
  */
-export async function buildTemplate(image: GuestImage, screen: { width: number; height: number }, dir: string, deps: TemplateBuildDeps): Promise<TemplateSnapshot> {
+export async function buildSnapshotBase(image: GuestImage, screen: { width: number; height: number }, dir: string, deps: SnapshotBaseBuildDeps): Promise<SnapshotBase> {
   const cleanup = new CleanupStack();
   const sessionId = `tpl${image.hash.slice(0, 7)}`;
   const sessionDir = `${dir}.work`;
   const configDir = path.join(sessionDir, 'config');
-  const address = templateAddress(deps.names.prefix);
+  const address = snapshotBaseAddress(deps.names.prefix);
   try {
     await rm(sessionDir, { recursive: true, force: true });
     await cleanup.push('template work dir', () => rm(sessionDir, { recursive: true, force: true }));
     const keys = generateSessionKeys(`template-${image.hash}`);
     await writeSessionKeys(sessionDir, configDir, keys);
-    await writeTemplateRootKey(configDir, keys.clientPublicKey);
+    await writeBaseRootKey(configDir, keys.clientPublicKey);
     await writeFile(
       path.join(configDir, CONFIG_FILES.settings),
-      // The same settings a session's guest gets (sessions/boot.ts), at the template's address.
+      // The same settings a session's guest gets (sessions/boot.ts), at the snapshot base's address.
       renderSettings(sandboxSettings({ id: sessionId, hostname: 'sbx-template', display: deps.guest.display, screen, guestConfiguresNetwork: true, lease: address })),
     );
     const lease = { index: 0, ...address };
@@ -67,10 +67,10 @@ export async function buildTemplate(image: GuestImage, screen: { width: number; 
     };
     const vm = await deps.boot(spec, cleanup);
     if (!vm.layout) throw new Error('a template needs the jailer');
-    await waitForDesktop(address.guest, keys, deps.guest.display, Date.now() + deps.bootTimeoutMs, vm.sandbox.isAlive);
+    await waitForDesktop(address.guest, keys, deps.guest.display, Date.now() + deps.bootTimeoutMs, () => vm.sandbox.isAlive());
     await runSteps(snapshotCreateSteps(vm.layout.snapshot.jailPaths), vm.client);
     await vm.vmm.stop(500); // paused: there is no guest to power off
-    return await saveTemplate(
+    return await saveSnapshotBase(
       dir,
       image,
       {

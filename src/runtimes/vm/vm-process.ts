@@ -7,8 +7,8 @@
 import { spawn } from 'node:child_process';
 import { readdir, readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { isProcessAlive, processStartTime, waitForExit } from '../host/process-watch.js';
-import { withWriter, type ConsolePipe } from './console-pipe.js';
+import { isProcessAlive, processStartTime, waitForExit } from '../../host/process-watch.js';
+import { withWriter, type ConsolePipe } from '../console-pipe.js';
 
 export interface VmExit {
   code: number | null;

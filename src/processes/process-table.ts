@@ -1,0 +1,116 @@
+import { NotFoundError, OrchestratorError } from '../errors.js';
+import type { GuestTransport } from '../transport/index.js';
+import { GuestProcess, type ProcessInfo } from './guest-process.js';
+import type { ProcessLimits } from './limits.js';
+import type { ProcessSpec } from './process-request.js';
+
+export class ProcessLimitError extends OrchestratorError {
+  constructor(message: string) {
+    super('session_process_limit', message, { retryAfterSeconds: 1 });
+  }
+}
+
+/**
+ * The processes of one session: the running ones (at most maxRunning, the slot taken in the
+ * same synchronous step as the check, before the first await), the finished ones kept a while
+ * for their exit status and last output, and the session's budget of output held by all of
+ * them (beyond it, the oldest output of the process that is writing goes first, then that of
+ * finished processes).
+ */
+export class ProcessTable {
+  private readonly running = new Map<number, GuestProcess>();
+  private readonly finished = new Map<number, { process: GuestProcess; timer: NodeJS.Timeout }>();
+  private starting = 0;
+  private held = 0;
+  private closed = false;
+
+  constructor(
+    private readonly connection: GuestTransport,
+    private readonly display: number,
+    private readonly limits: ProcessLimits,
+  ) {}
+
+  async start(spec: ProcessSpec): Promise<GuestProcess> {
+    if (this.closed) throw new OrchestratorError('session_not_ready', 'the session is ending');
+    if (this.running.size + this.starting >= this.limits.maxRunning) {
+      throw new ProcessLimitError(`the session already runs ${this.limits.maxRunning} processes, its limit; wait for one to end or kill one`);
+    }
+    this.starting++;
+    let process: GuestProcess;
+    try {
+      process = await GuestProcess.start(this.connection, spec, this.display, this.limits, {
+        held: (delta, writer) => this.account(delta, writer),
+        ended: (ended) => this.onEnded(ended),
+      });
+    } finally {
+      this.starting--;
+    }
+    if (this.closed) {
+      await process.stop();
+      throw new OrchestratorError('session_not_ready', 'the session is ending');
+    }
+    // A pid of a finished process the guest gave out again: the new one wins.
+    this.forget(process.pid);
+    if (process.running) this.running.set(process.pid, process);
+    else this.keep(process);
+    return process;
+  }
+
+  get(pid: number): GuestProcess {
+    const found = this.running.get(pid) ?? this.finished.get(pid)?.process;
+    if (!found) throw new NotFoundError(`no process ${pid} in this session (finished ones are kept ${this.limits.finishedRetentionMs / 1000} s)`);
+    return found;
+  }
+
+  list(includeFinished: boolean): ProcessInfo[] {
+    const all = [...this.running.values(), ...(includeFinished ? [...this.finished.values()].map((f) => f.process) : [])];
+    return all.map((p) => p.info());
+  }
+
+  /** Bytes of output held across the session's processes (tests, metrics). */
+  get heldBytes(): number {
+    return this.held;
+  }
+
+  /** The session ends: every process is killed, every buffer let go. */
+  async close(): Promise<void> {
+    this.closed = true;
+    await Promise.all([...this.running.values()].map((p) => p.stop()));
+    for (const pid of [...this.finished.keys()]) this.forget(pid);
+  }
+
+  private account(delta: number, writer: GuestProcess): void {
+    this.held += delta;
+    if (delta <= 0 || this.held <= this.limits.bufferBytesPerSession) return;
+    // Over the session's budget: the writer's own oldest output first...
+    while (this.held > this.limits.bufferBytesPerSession && writer.log.dropOldest() > 0);
+    // ... then that of finished processes, oldest first, then of other running ones.
+    for (const other of [...[...this.finished.values()].map((f) => f.process), ...this.running.values()]) {
+      while (this.held > this.limits.bufferBytesPerSession && other.log.dropOldest() > 0);
+    }
+  }
+
+  private onEnded(process: GuestProcess): void {
+    // Not listed yet: it ended in the same tick as it started (start() keeps it), or its start failed.
+    if (this.running.get(process.pid) !== process) return;
+    this.running.delete(process.pid);
+    if (this.closed) process.log.clear();
+    else this.keep(process);
+  }
+
+  private keep(process: GuestProcess): void {
+    const timer = setTimeout(() => this.forget(process.pid), this.limits.finishedRetentionMs);
+    timer.unref();
+    this.finished.set(process.pid, { process, timer });
+    while (this.finished.size > this.limits.maxFinished) this.forget(this.finished.keys().next().value as number);
+  }
+
+  private forget(pid: number): void {
+    const kept = this.finished.get(pid);
+    if (!kept) return;
+    clearTimeout(kept.timer);
+    this.finished.delete(pid);
+    kept.process.log.clear();
+    kept.process.evictReaders('the process was forgotten');
+  }
+}

@@ -1,0 +1,265 @@
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { after, before, describe, it } from 'node:test';
+import sharp from 'sharp';
+import { openKeyStore } from '../src/api/auth/key-store-file.js';
+import { ResourceNames } from '../src/network/names.js';
+import { removeEmptyPrefixCgroups, TEST_PREFIX, TEST_SUBNET } from './helpers/orchestrator.js';
+
+/**
+ * Memory pause of a real container desktop, across a SIGKILL of the orchestrator: an xterm
+ * counts on the screen and into a file; the session is paused (its cgroup frozen); its CPU
+ * time does not grow and the counter does not move while paused; the orchestrator is killed
+ * and started again, and adopts the session paused; the resume finds the same process
+ * counting on from where it stopped, the screen as it was (but for the counter's window), and
+ * the next action works. Then the refusals: bad mode, pause twice, resume a running one,
+ * another tenant.
+ */
+const NAMES = new ResourceNames(TEST_PREFIX);
+const REPO = path.resolve(import.meta.dirname, '..');
+/** The counter's xterm sits here (top left); the rest of the screen must come back pixel for pixel. */
+const COUNTER_BOX = { width: 360, height: 120 };
+
+let stateDir: string;
+let port: number;
+let child: ChildProcess | undefined;
+let keyA: string;
+let keyB: string;
+
+async function freePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port: p } = server.address() as net.AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return p;
+}
+
+async function startServer(): Promise<ChildProcess> {
+  const proc = spawn(process.execPath, [path.join(REPO, 'dist/cli/main.js'), 'serve', '--host', '127.0.0.1', '--port', String(port), '--state-dir', stateDir, '--runtime', 'container'], {
+    cwd: REPO,
+    env: {
+      ...process.env,
+      SBX_RESOURCE_PREFIX: TEST_PREFIX,
+      SBX_SUBNET: TEST_SUBNET,
+      SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
+      SBX_TEMPLATE: 'minimal',
+      SBX_LOG_LEVEL: process.env.SBX_TEST_LOG_LEVEL || 'warn',
+    },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    if (proc.exitCode !== null) throw new Error(`sbx serve exited with ${proc.exitCode}`);
+    if (await fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok, () => false)) return proc;
+    await sleep(200);
+  }
+  throw new Error('sbx serve did not come up');
+}
+
+type Json = Record<string, unknown>;
+
+async function api(method: string, url: string, body?: unknown, key = keyA): Promise<{ status: number; json: Json; bytes: Buffer }> {
+  const headers: Record<string, string> = { authorization: `Bearer ${key}` };
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  const res = await fetch(`http://127.0.0.1:${port}${url}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const bytes = Buffer.from(await res.arrayBuffer());
+  let json: Json = {};
+  try {
+    json = JSON.parse(bytes.toString('utf8')) as Json;
+  } catch {
+    // an image
+  }
+  return { status: res.status, json, bytes };
+}
+
+async function bash(id: string, command: string): Promise<string> {
+  const res = await api('POST', `/v1/sessions/${id}/tools/bash`, { command });
+  assert.equal(res.status, 200, JSON.stringify(res.json));
+  return (res.json.content as Array<{ text?: string }>).map((c) => c.text ?? '').join('');
+}
+
+/** "<pid> <count>" as the guest's counter last wrote it, read from the host through the container's root. */
+async function counter(id: string): Promise<{ pid: number; count: number }> {
+  const text = await readFile(path.join(NAMES.containerRootfs(id), 'var/tmp/counter'), 'utf8');
+  const [pid, count] = text.trim().split(' ').map(Number);
+  return { pid: pid ?? 0, count: count ?? 0 };
+}
+
+/** Frames the session's recording has written so far (looking at it does not resume the session). */
+async function recordedFrames(id: string): Promise<number> {
+  const res = await api('GET', `/v1/sessions/${id}/recording/status`);
+  assert.equal(res.status, 200, JSON.stringify(res.json));
+  return Number(res.json.frames);
+}
+
+/** The container's CPU time so far, ns (cgroup v1 cpuacct). */
+async function cpuNs(id: string): Promise<number> {
+  return Number((await readFile(path.join('/sys/fs/cgroup/cpuacct', NAMES.cgroup(id), 'cpuacct.usage'), 'utf8')).trim());
+}
+
+async function screenshot(id: string): Promise<{ data: Buffer; width: number; height: number }> {
+  const res = await api('GET', `/v1/sessions/${id}/screenshot`);
+  assert.equal(res.status, 200);
+  const { data, info } = await sharp(res.bytes).raw().toBuffer({ resolveWithObject: true });
+  return { data, width: info.width, height: info.height };
+}
+
+/** Pixels that differ outside the counter's box (its own window changes as it counts). */
+function differingOutsideCounter(a: { data: Buffer; width: number; height: number }, b: { data: Buffer; width: number; height: number }): number {
+  assert.equal(a.width, b.width);
+  const channels = a.data.length / (a.width * a.height);
+  let differing = 0;
+  for (let y = 0; y < a.height; y++) {
+    for (let x = 0; x < a.width; x++) {
+      if (x < COUNTER_BOX.width && y < COUNTER_BOX.height) continue;
+      const at = (y * a.width + x) * channels;
+      if (a.data.compare(b.data, at, at + channels, at, at + channels) !== 0) differing++;
+    }
+  }
+  return differing;
+}
+
+describe('memory pause of a container desktop, across an orchestrator SIGKILL', () => {
+  let id: string;
+  let first: { pid: number; count: number };
+  let atPause: { pid: number; count: number };
+  let shotBefore: { data: Buffer; width: number; height: number };
+
+  before(async () => {
+    stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-pause-'));
+    const keys = openKeyStore(stateDir);
+    keyA = keys.keys.create('alpha').key;
+    keyB = keys.keys.create('beta').key;
+    keys.close();
+    port = await freePort();
+    child = await startServer();
+  });
+  after(async () => {
+    if (child && child.exitCode === null) {
+      child.kill('SIGTERM');
+      await new Promise((resolve) => child?.once('exit', resolve));
+    }
+    await rm(stateDir, { recursive: true, force: true });
+    await rm(NAMES.runcRoot, { recursive: false, force: true }).catch(() => undefined);
+    await rm(NAMES.rootfsRoot, { recursive: false, force: true }).catch(() => undefined);
+    await removeEmptyPrefixCgroups();
+  });
+
+  it('a desktop counts in an xterm and into a file', async () => {
+    const created = await api('POST', '/v1/sessions', { width: 1024, height: 768, record: true });
+    assert.equal(created.status, 201, JSON.stringify(created.json));
+    id = String(created.json.id);
+    assert.equal(created.json.paused, null);
+    const loop = 'i=0; while :; do i=$((i+1)); echo "$$ $i" > /var/tmp/counter.new && mv /var/tmp/counter.new /var/tmp/counter; printf "\\rcount %s " $i; sleep 0.05; done';
+    await bash(id, `setsid nohup xterm -geometry 30x3+0+0 -e sh -c '${loop}' >/dev/null 2>&1 < /dev/null &`);
+    await bash(id, `setsid nohup xmessage -geometry +420+300 'a paused desktop keeps its windows' >/dev/null 2>&1 < /dev/null &`);
+    const deadline = Date.now() + 20_000;
+    while (Date.now() < deadline && !existsSync(path.join(NAMES.containerRootfs(id), 'var/tmp/counter'))) await sleep(100);
+    await sleep(1_500); // both windows mapped and drawn
+    first = await counter(id);
+    assert.ok(first.count > 0);
+  });
+
+  it('pauses in memory: no CPU and no count while paused', async () => {
+    shotBefore = await screenshot(id);
+    const cpuRunning0 = await cpuNs(id);
+    await sleep(1_000);
+    const cpuRunning = (await cpuNs(id)) - cpuRunning0;
+    const started = performance.now();
+    const paused = await api('POST', `/v1/sessions/${id}/pause`, { mode: 'memory' });
+    const pauseMs = performance.now() - started;
+    assert.equal(paused.status, 200, JSON.stringify(paused.json));
+    assert.equal(paused.json.state, 'paused');
+    assert.equal((paused.json.paused as Json).mode, 'memory');
+    assert.equal((paused.json.paused as Json).bytes, 0);
+    atPause = await counter(id);
+    const cpuPaused0 = await cpuNs(id);
+    const framesAtPause = await recordedFrames(id);
+    await sleep(3_000);
+    const cpuPaused = (await cpuNs(id)) - cpuPaused0;
+    const still = await counter(id);
+    assert.equal(await recordedFrames(id), framesAtPause, 'the recording captures nothing while paused (its video time stands still)');
+    console.log(`pause took ${pauseMs.toFixed(1)} ms (HTTP round trip); CPU: ${(cpuRunning / 1e6).toFixed(1)} ms in 1 s running, ${(cpuPaused / 1e6).toFixed(3)} ms in 3 s paused`);
+    assert.ok(cpuRunning > 1e6, `the control: running, the desktop used CPU (${cpuRunning} ns in 1 s)`);
+    assert.equal(cpuPaused, 0, 'a frozen cgroup uses no CPU at all');
+    assert.deepEqual(still, atPause, 'the counter did not move while paused');
+    const state = await readFile(path.join('/sys/fs/cgroup/freezer', NAMES.cgroup(id), 'freezer.state'), 'utf8');
+    assert.equal(state.trim(), 'FROZEN');
+  });
+
+  it('refuses what does not fit: a bad mode names the field, pause twice, another tenant', async () => {
+    const bad = await api('POST', `/v1/sessions/${id}/pause`, { mode: 'deep' });
+    assert.equal(bad.status, 400);
+    assert.match(JSON.stringify(bad.json), /mode/);
+    const twice = await api('POST', `/v1/sessions/${id}/pause`, { mode: 'memory' });
+    assert.equal(twice.status, 409);
+    assert.equal((twice.json.error as Json).code, 'session_already_paused');
+    const disk = await api('POST', `/v1/sessions/${id}/pause`, { mode: 'disk' });
+    assert.equal(disk.status, 409, 'disk is not available for containers here, and says why');
+    for (const url of [`/v1/sessions/${id}/resume`, `/v1/sessions/${id}/pause`, `/v1/sessions/${id}/screenshot`]) {
+      const other = await api(url.endsWith('screenshot') ? 'GET' : 'POST', url, url.endsWith('screenshot') ? undefined : {}, keyB);
+      assert.equal(other.status, 404, `${url} as another tenant`);
+    }
+    const stillPaused = await api('GET', `/v1/sessions/${id}`);
+    assert.equal(stillPaused.json.state, 'paused', 'looking at it does not resume it');
+  });
+
+  it('survives a SIGKILL of the orchestrator: adopted paused, still frozen', async () => {
+    child?.kill('SIGKILL');
+    await new Promise((resolve) => child?.once('exit', resolve));
+    child = await startServer();
+    const got = await api('GET', `/v1/sessions/${id}`);
+    assert.equal(got.status, 200);
+    assert.equal(got.json.state, 'paused');
+    assert.equal((got.json.paused as Json).mode, 'memory');
+    assert.deepEqual(await counter(id), atPause, 'still frozen after the restart');
+  });
+
+  it('resumes: the same process counts on from where it stopped, the screen is as it was, the next action works', async () => {
+    const started = performance.now();
+    const resumed = await api('POST', `/v1/sessions/${id}/resume`);
+    const resumeMs = performance.now() - started;
+    assert.equal(resumed.status, 200, JSON.stringify(resumed.json));
+    assert.equal(resumed.json.state, 'ready');
+    assert.equal(resumed.json.paused, null);
+    const shotAfter = await screenshot(id);
+    const differing = differingOutsideCounter(shotBefore, shotAfter);
+    await sleep(500);
+    const after = await counter(id);
+    console.log(`resume took ${resumeMs.toFixed(1)} ms (HTTP round trip); counter ${first.count} before, ${atPause.count} at pause, ${after.count} 0.5 s after resume`);
+    assert.equal(after.pid, first.pid, 'the same process');
+    assert.ok(after.count > atPause.count, 'it counts again');
+    assert.ok(after.count - atPause.count < 40, 'from where it stopped (not from zero, and not as if it had run during the pause)');
+    assert.equal(differing, 0, 'the screen outside the counter is pixel-identical to the one before the pause');
+    const click = await api('POST', `/v1/sessions/${id}/actions`, { action: 'left_click', coordinate: [600, 600] });
+    assert.equal(click.status, 200);
+    assert.match(await bash(id, 'echo next-action-works'), /next-action-works/);
+    const again = await api('POST', `/v1/sessions/${id}/resume`);
+    assert.equal(again.status, 409);
+    assert.equal((again.json.error as Json).code, 'session_not_paused');
+  });
+
+  it('auto-resume: a request to a paused session resumes it first; a destroy of a paused one leaves nothing', async () => {
+    const t0 = performance.now();
+    assert.equal((await api('POST', `/v1/sessions/${id}/pause`, {})).status, 200);
+    const t1 = performance.now();
+    const shot = await api('GET', `/v1/sessions/${id}/screenshot`);
+    assert.equal(shot.status, 200, 'the screenshot resumed it');
+    const t2 = performance.now();
+    assert.equal((await api('GET', `/v1/sessions/${id}`)).json.state, 'ready');
+    assert.equal((await api('POST', `/v1/sessions/${id}/pause`, {})).status, 200);
+    const t3 = performance.now();
+    const deleted = await api('DELETE', `/v1/sessions/${id}`);
+    console.log(`pause ${(t1 - t0).toFixed(0)} ms, screenshot with auto-resume ${(t2 - t1).toFixed(0)} ms, pause ${(t3 - t2).toFixed(0)} ms, destroy of a paused session ${(performance.now() - t3).toFixed(0)} ms`);
+    assert.equal(deleted.status, 200);
+    assert.equal(deleted.json.state, 'destroyed');
+    assert.equal(existsSync(path.join('/sys/fs/cgroup/freezer', NAMES.cgroup(id))), false, 'its cgroup is gone');
+    assert.equal(existsSync(path.join(stateDir, id)), false, 'its session dir is gone');
+  });
+});

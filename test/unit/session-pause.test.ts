@@ -1,0 +1,173 @@
+/**
+ * Pause and resume over the fake runtime (test/helpers/fake-runtime.ts): the state machine of
+ * sessions/pause.ts, its clocks (idle pause, retention, lifetime counting running time only),
+ * its 409s, and adoption of a paused session by a restart. The real freeze is covered by
+ * test/pause.test.ts.
+ */
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { PauseModeUnavailableError, PauseStateError, SessionPausedError } from '../../src/errors.js';
+import { Metrics } from '../../src/metrics/metrics.js';
+import { ResourceNames } from '../../src/network/names.js';
+import { CapacityGate } from '../../src/sessions/capacity.js';
+import { SessionManager, type ManagerOptions } from '../../src/sessions/manager.js';
+import { SessionStore } from '../../src/sessions/store.js';
+import { lifetimeEnd } from '../../src/sessions/timeouts.js';
+import { FAKE_IMAGE, FakeHost, FakeRuntime, silentLogger } from '../helpers/fake-runtime.js';
+
+let dir: string;
+before(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'sbx-unit-pause-'));
+});
+after(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+let rigs = 0;
+async function rig(options: Partial<ManagerOptions> & { store?: SessionStore; runtime?: FakeRuntime } = {}) {
+  const store = options.store ?? new SessionStore(path.join(dir, `sessions-${++rigs}.db`));
+  const runtime = options.runtime ?? new FakeRuntime();
+  const host = new FakeHost(runtime, store);
+  const manager = new SessionManager({
+    settle: { maxMs: 0, intervalMs: 0 },
+    stateDir: dir,
+    names: new ResourceNames('unp-'),
+    display: 99,
+    subnet: '10.252.0.0/24',
+    defaultTimeoutSeconds: 300,
+    maxLifetimeSeconds: 3600,
+    bootTimeoutMs: 10_000,
+    memoryMiB: 256,
+    pidsLimit: 64,
+    runtime,
+    image: FAKE_IMAGE,
+    templates: { resolve: (name) => Promise.resolve({ name, image: FAKE_IMAGE }) },
+    defaultTemplate: 'minimal',
+    store,
+    metrics: new Metrics(),
+    log: silentLogger(),
+    capacity: new CapacityGate({ maxSessions: 4, maxSessionsPerTenant: 3, sessionMemoryMiB: 256, memoryReserveMiB: 0 }, () => undefined),
+    reaperIntervalMs: 20,
+    host,
+    ...options,
+  });
+  await manager.start();
+  return { manager, runtime, host, store };
+}
+
+async function until(what: string, done: () => boolean, timeoutMs = 5_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!done()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for: ${what}`);
+    await sleep(5);
+  }
+}
+
+describe('unit: pause and resume', () => {
+  it('pauses (auto picks memory here), says so in the view and the store, and resumes to a new desktop', async () => {
+    const r = await rig();
+    const view = await r.manager.create({}, { tenant: 'alpha' });
+    const before = r.manager.registry.find(view.id)?.computer;
+    const paused = await r.manager.pause(view.id);
+    assert.equal(paused.state, 'paused');
+    assert.equal(paused.paused?.mode, 'memory');
+    assert.equal(paused.paused?.bytes, 0);
+    assert.equal(r.store.get(view.id)?.state, 'paused');
+    assert.equal(r.store.get(view.id)?.paused?.mode, 'memory');
+    assert.equal(r.runtime.sandboxes.get(view.id)?.paused, true, 'the sandbox is frozen');
+    assert.ok(r.manager.registry.find(view.id)?.keepalivesHeld, 'its connection is kept, its keepalives held while the guest is frozen');
+    await assert.rejects(() => r.manager.screenshot(view.id), SessionPausedError);
+    await assert.rejects(() => r.manager.pause(view.id), (err: PauseStateError) => err.code === 'session_already_paused');
+    await sleep(60);
+    const resumed = await r.manager.resume(view.id);
+    assert.equal(resumed.state, 'ready');
+    assert.equal(resumed.paused, null);
+    assert.equal(r.runtime.sandboxes.get(view.id)?.paused, false);
+    const session = r.manager.registry.find(view.id);
+    // The fake connection never answers, as one dropped during a long pause: a new one is attached.
+    assert.ok(session?.computer && session.computer !== before, 'a new desktop was attached');
+    assert.equal(session.keepalivesHeld, undefined);
+    assert.ok((session?.record.pausedMs ?? 0) >= 50, 'the paused time is counted');
+    assert.equal(lifetimeEnd(session.record), Date.parse(session.record.createdAt) + 3600_000 + session.record.pausedMs, 'the lifetime counts running time only');
+    assert.equal(r.store.get(view.id)?.pausedMs, session.record.pausedMs);
+    await assert.rejects(() => r.manager.resume(view.id), (err: PauseStateError) => err.code === 'session_not_paused');
+    await r.manager.shutdown();
+  });
+
+  it('a mode the runtime does not do is 409 saying why; a failed pause leaves the session running', async () => {
+    const r = await rig();
+    const view = await r.manager.create();
+    await assert.rejects(() => r.manager.pause(view.id, 'disk'), (err: PauseModeUnavailableError) => err.code === 'pause_mode_unavailable' && /disk/.test(err.message));
+    r.runtime.pauseError = new Error('the freezer is stuck');
+    await assert.rejects(() => r.manager.pause(view.id, 'memory'), /could not be paused.*freezer is stuck/);
+    assert.equal(r.manager.get(view.id).state, 'ready');
+    assert.ok(r.manager.registry.find(view.id)?.computer, 'attached again');
+    r.runtime.pauseError = undefined;
+    r.runtime.modes = ['memory', 'disk'];
+    assert.equal((await r.manager.pause(view.id, 'auto')).paused?.mode, 'disk', 'auto picks disk where the runtime does it');
+    await r.manager.shutdown();
+  });
+
+  it('autoResume: a request resumes a paused session first; with autoResume off it is 409 session_paused', async () => {
+    const r = await rig();
+    const on = await r.manager.create();
+    const off = await r.manager.create({ autoResume: false });
+    await r.manager.pause(on.id, 'memory');
+    await r.manager.pause(off.id, 'memory');
+    await r.manager.ensureRunning(on.id);
+    assert.equal(r.manager.get(on.id).state, 'ready');
+    await assert.rejects(() => r.manager.ensureRunning(off.id), (err: SessionPausedError) => err.code === 'session_paused');
+    assert.equal(r.manager.get(off.id).state, 'paused');
+    // Two requests at once resume it once.
+    await r.manager.pause(on.id, 'memory');
+    await Promise.all([r.manager.ensureRunning(on.id), r.manager.ensureRunning(on.id)]);
+    assert.equal(r.manager.get(on.id).state, 'ready');
+    await r.manager.shutdown();
+  });
+
+  it('onIdle pause: the idle timeout pauses instead of destroying; retention then destroys it', async () => {
+    const r = await rig({ pause: { onIdle: 'destroy', autoResume: true, pausedRetentionSeconds: 1 } });
+    const view = await r.manager.create({ timeoutSeconds: 1, onIdle: 'pause' });
+    assert.equal(view.onIdle, 'pause');
+    await until('the idle session is paused', () => r.manager.get(view.id).state === 'paused', 3_000);
+    await until('the paused session is destroyed after its retention', () => r.manager.get(view.id).state === 'destroyed', 3_000);
+    assert.equal(r.manager.get(view.id).endReason, 'paused_retention');
+    assert.equal(r.runtime.sandboxes.get(view.id)?.releases, 1);
+    await r.manager.shutdown();
+  });
+
+  it('a destroy of a paused session releases everything', async () => {
+    const r = await rig();
+    const view = await r.manager.create();
+    await r.manager.pause(view.id);
+    const destroyed = await r.manager.destroy(view.id);
+    assert.equal(destroyed.state, 'destroyed');
+    assert.equal(r.runtime.sandboxes.get(view.id)?.releases, 1);
+    assert.equal(r.manager.leasesInUse, 0);
+    await r.manager.shutdown();
+  });
+
+  it('a restart adopts a paused session paused, and it resumes', async () => {
+    const store = new SessionStore(path.join(dir, 'restart.db'));
+    const first = await rig({ store });
+    const view = await first.manager.create();
+    await first.manager.pause(view.id);
+    // The "crash": the sandbox stays (frozen), the next run finds it.
+    const sandbox = first.runtime.sandboxes.get(view.id);
+    assert.ok(sandbox);
+    first.manager.clocks.stop();
+    const runtime = new FakeRuntime();
+    runtime.leftRunning.set(view.id, sandbox);
+    const second = await rig({ store, runtime });
+    assert.equal(second.manager.get(view.id).state, 'paused', 'adopted as paused');
+    assert.equal(second.manager.registry.find(view.id)?.connection, undefined);
+    const resumed = await second.manager.resume(view.id);
+    assert.equal(resumed.state, 'ready');
+    assert.equal(sandbox.paused, false);
+    await second.manager.shutdown();
+  });
+});
