@@ -15,7 +15,7 @@ import { after, before, describe, it } from 'node:test';
 import { chromium } from 'playwright-core';
 import { openKeyStore } from '../src/api/auth/key-store-file.js';
 import { ResourceNames } from '../src/network/names.js';
-import type { GuestConnection } from '../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../src/transport/index.js';
 import { decodePng, type Rgba } from './helpers/browser.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { startGuestWebServer } from './helpers/guest-web.js';
@@ -54,7 +54,7 @@ describe("the desktop's Chromium over CDP", { timeout: 600_000 }, () => {
   let serve: ServeProcess;
   let key = '';
   let id = '';
-  let guest: GuestConnection;
+  let guest: GuestTransport;
 
   const api = async (method: string, route: string, body?: unknown): Promise<{ status: number; json: Json }> => {
     const headers: Record<string, string> = { authorization: `Bearer ${key}` };

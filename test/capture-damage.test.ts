@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import type { GuestConnection } from '../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../src/transport/index.js';
 import { connectToGuest, guestAddress, guestSh, pngSize } from './helpers/guest.js';
 import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 
@@ -55,7 +55,7 @@ print(json.dumps({"flags": flags, "rects": rects, "pixel": list(frame[5 * stride
 describe('capture by damaged rectangles', () => {
   let orch: TestOrchestrator;
   let id: string;
-  let guest: GuestConnection;
+  let guest: GuestTransport;
 
   const bash = async (command: string) => {
     const res = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/tools/bash`, payload: { command } });

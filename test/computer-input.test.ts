@@ -8,7 +8,7 @@ import { ALIASES, keyCombo, parseKeySequence } from '../src/computer/keys.js';
 import { KEYSYM_NAMES } from '../src/computer/keysym-names.js';
 import { modelSize, Scaler } from '../src/computer/scaling.js';
 import { InvalidRequestError } from '../src/errors.js';
-import type { GuestConnection } from '../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../src/transport/index.js';
 
 const scaler = (w: number, h: number) => new Scaler({ width: w, height: h }, modelSize({ width: w, height: h }));
 
@@ -246,7 +246,7 @@ describe('the input channel reads a hostile helper with a bounded buffer', () =>
         helper.command = command;
         return helper;
       },
-    } as unknown as GuestConnection;
+    } as unknown as GuestTransport;
     return { helper, channel: await InputChannel.open(connection, 99) };
   };
   const click: InputRequest[] = [{ verb: 'move', x: 1, y: 2 }, { verb: 'button', button: 1, down: true }, { verb: 'button', button: 1, down: false }];

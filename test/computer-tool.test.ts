@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
-import type { GuestConnection } from '../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../src/transport/index.js';
 import { connectToGuest, guestAddress, guestSh, pngSize } from './helpers/guest.js';
 import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 import { clearXev, parseXev, startXev, typedText, waitForXev, type XEvent } from './helpers/xev.js';
@@ -19,7 +19,7 @@ interface ToolResult {
 describe('the computer tool, every action, scaled', () => {
   let orch: TestOrchestrator;
   let id: string;
-  let guest: GuestConnection;
+  let guest: GuestTransport;
 
   const tool = async (input: Record<string, unknown>) => {
     const res = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/tools/computer`, payload: input });

@@ -23,6 +23,7 @@ describe('container settings', () => {
       inotifyWatches: 16384,
       diskMiB: 4096,
       runcBin: 'runc',
+      transport: 'tcp',
     });
     assert.equal(containerSettingsFromEnv({ SBX_DISK_MIB: '64', RUNC_BIN: '/opt/runc' }).diskMiB, 64);
     assert.equal(containerSettingsFromEnv({ RUNC_BIN: '/opt/runc' }).runcBin, '/opt/runc');

@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { ResourceNames } from '../src/network/names.js';
-import type { GuestConnection } from '../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../src/transport/index.js';
 import { NotFoundError, SandboxClient, type DesktopWindow, type Sandbox } from '../src/client/index.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { TEST_PREFIX } from './helpers/orchestrator.js';
@@ -47,7 +47,7 @@ describe('desktop actions: open, launch, windows, focus, close, clipboard, scree
   let stateDir: string;
   let serve: ServeProcess;
   let sandbox: Sandbox;
-  let guest: GuestConnection;
+  let guest: GuestTransport;
 
   const x = async (script: string) => {
     const result = await guestSh(guest, `export DISPLAY=:99 LC_ALL=C.UTF-8; ${script}`);

@@ -8,7 +8,7 @@ import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 import { DESKTOP_HELPER_START_INTERVAL_MS } from '../src/computer/desktop-actions/desktop-actions.js';
 import { ResourceNames } from '../src/network/names.js';
-import type { GuestConnection } from '../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../src/transport/index.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { cpuMsPerRequest, cpuSecondsOf, percentile } from './helpers/host-cost.js';
 import { TEST_PREFIX } from './helpers/orchestrator.js';
@@ -51,7 +51,7 @@ describe('the desktop helper: one process per session', () => {
   let stateDir: string;
   let serve: ServeProcess;
   const ids: string[] = [];
-  let guest: GuestConnection;
+  let guest: GuestTransport;
   const pid = () => serve.child.pid as number;
 
   const call = async (method: string, id: string, route: string, body?: unknown) => {

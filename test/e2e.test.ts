@@ -4,7 +4,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { isProcessAlive, processStartTime } from '../src/host/process-watch.js';
-import type { GuestConnection } from '../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../src/transport/index.js';
 import { connectToGuest, guestAddress, guestSh, pngSize } from './helpers/guest.js';
 import { act, assertClickArrives, assertScreenshotSize, assertTypesLiterally } from './helpers/desktop-checks.js';
 import { startXev, typedText, waitForXev } from './helpers/xev.js';
@@ -21,7 +21,7 @@ const NAMES = new ResourceNames(TEST_PREFIX);
 describe('a sandbox, end to end', () => {
   let orch: TestOrchestrator;
   let id: string;
-  let guest: GuestConnection;
+  let guest: GuestTransport;
 
   before(async () => {
     orch = await startTestOrchestrator();

@@ -8,14 +8,14 @@ import { GUEST_USER, renderSettings, CONFIG_FILES } from '../src/guest/contract.
 import { findImage } from '../src/guest/image/builder.js';
 import { AddressPool, type AddressLease } from '../src/network/address-pool.js';
 import { ResourceNames } from '../src/network/names.js';
-import { createSandboxNetwork, type SandboxNetwork } from '../src/network/netns.js';
+import { createSandboxNetwork, type AttachedNetwork } from '../src/network/netns.js';
 import { KeyRotationError, type RotationPhase } from '../src/runtimes/firecracker/keys/key-rotation.js';
 import { rotateClone, snapshotBaseAddress } from '../src/runtimes/firecracker/snapshot/clone-rotation.js';
 import { writeBaseRootKey } from '../src/runtimes/firecracker/snapshot/base-config.js';
 import { QemuRuntime } from '../src/runtimes/qemu/qemu-runtime.js';
 import { newSessionId } from '../src/sessions/session.js';
 import { generateSessionKeys, publicKeyBlob, writeSessionKeys, type SessionKeys } from '../src/transport/keys.js';
-import { GuestConnection, HostKeyMismatchError, SshAuthenticationError } from '../src/transport/ssh-connection.js';
+import { guestTransport, type GuestTransport, HostKeyMismatchError, SshAuthenticationError } from '../src/transport/index.js';
 import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { run } from '../src/util/exec.js';
 import { removeEmptyPrefixCgroups, TEST_PREFIX, TEST_SUBNET } from './helpers/orchestrator.js';
@@ -37,11 +37,11 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
   let snapshotBase: SessionKeys;
   let session: SessionKeys;
   let lease: AddressLease;
-  let network: SandboxNetwork;
+  let network: AttachedNetwork;
 
   /** A login as this user with these keys at this address: what sshd answers. */
-  async function login(host: string, username: string, privateKey: string, hostPublicKey: string, timeoutMs = 5_000): Promise<GuestConnection> {
-    const connection = new GuestConnection({ endpoint: { host, port: 22 }, username, privateKey, pinnedHostKey: publicKeyBlob(hostPublicKey) });
+  async function login(host: string, username: string, privateKey: string, hostPublicKey: string, timeoutMs = 5_000): Promise<GuestTransport> {
+    const connection = guestTransport({ endpoint: { host, port: 22 }, username, privateKey, pinnedHostKey: publicKeyBlob(hostPublicKey) });
     try {
       await connection.open(timeoutMs);
       return connection;

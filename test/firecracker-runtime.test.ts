@@ -7,7 +7,7 @@ import { after, before, describe, it } from 'node:test';
 import { findImage, type GuestImage } from '../src/guest/image/builder.js';
 import { AddressPool } from '../src/network/address-pool.js';
 import { ResourceNames } from '../src/network/names.js';
-import { createSandboxNetwork, type SandboxNetwork } from '../src/network/netns.js';
+import { createSandboxNetwork, type AttachedNetwork } from '../src/network/netns.js';
 import { macFromIPv4 } from '../src/runtimes/firecracker/boot/guest-identity.js';
 import { FirecrackerRuntime } from '../src/runtimes/firecracker/firecracker-runtime.js';
 import { findOnPath, kvmUnavailable, type FirecrackerHost } from '../src/runtimes/firecracker/host/host-check.js';
@@ -18,7 +18,7 @@ import { firecrackerSettingsFromEnv, type FirecrackerSettings } from '../src/run
 import type { RunningSandbox, Runtime } from '../src/runtimes/runtime.js';
 import { newSessionId } from '../src/sessions/session.js';
 import { generateSessionKeys, writeSessionKeys } from '../src/transport/keys.js';
-import type { GuestConnection } from '../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../src/transport/index.js';
 import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { run } from '../src/util/exec.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
@@ -129,11 +129,11 @@ async function records(sessionId: string): Promise<Recorded[]> {
 const acceptedCalls = (recorded: Recorded[]) => recorded.filter((r) => r.call && (r.status ?? 500) < 300).map((r) => r.call);
 const bodyOf = (recorded: Recorded[], call: string) => recorded.find((r) => r.call === call && (r.status ?? 500) < 300)?.body;
 
-async function netnsInode(network: SandboxNetwork): Promise<string> {
+async function netnsInode(network: AttachedNetwork): Promise<string> {
   return `net:[${(await stat(network.netnsPath)).ino}]`;
 }
 
-async function tapDetails(network: SandboxNetwork): Promise<string> {
+async function tapDetails(network: AttachedNetwork): Promise<string> {
   return (await run(['ip', '-d', '-n', network.netns, 'link', 'show', 'tap0'], { allowFailure: true })).stdout;
 }
 
@@ -327,7 +327,7 @@ function endToEnd(title: string, skip: string | false, runtimeFor: () => Promise
     let orch: TestOrchestrator;
     let runtime: FirecrackerRuntime;
     let id: string;
-    let guest: GuestConnection;
+    let guest: GuestTransport;
     before(async () => {
       runtime = await runtimeFor();
       orch = await startTestOrchestrator({}, false, { runtime, reason: title });

@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { utils } from './helpers/ssh2-utils.js';
 import { GUEST_USER } from '../src/guest/contract.js';
 import { generateSessionKeys } from '../src/transport/keys.js';
-import { GuestConnection, HostKeyMismatchError, SshAuthenticationError } from '../src/transport/ssh-connection.js';
+import { guestTransport, type GuestTransport, HostKeyMismatchError, SshAuthenticationError } from '../src/transport/index.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 import { readFile } from 'node:fs/promises';
@@ -75,7 +75,7 @@ describe('two sandboxes at once', () => {
     const privateKey = await readFile(path.join(orch.stateDir, a, 'id_ed25519'), 'utf8');
     const impostorPin = utils.parseKey(generateSessionKeys('impostor00').hostPublicKey);
     if (impostorPin instanceof Error) throw impostorPin;
-    const conn = new GuestConnection({
+    const conn = guestTransport({
       endpoint: { host: await guestAddress(orch.names, a), port: 22 },
       username: GUEST_USER,
       privateKey,
@@ -87,7 +87,7 @@ describe('two sandboxes at once', () => {
     const bHostPub = await readFile(path.join(orch.stateDir, b, 'config', 'ssh_host_ed25519_key.pub'), 'utf8');
     const bPin = utils.parseKey(bHostPub.trim());
     if (bPin instanceof Error) throw bPin;
-    const cross = new GuestConnection({
+    const cross = guestTransport({
       endpoint: { host: await guestAddress(orch.names, a), port: 22 },
       username: GUEST_USER,
       privateKey,
@@ -98,12 +98,12 @@ describe('two sandboxes at once', () => {
   });
 
   /** A login to session a's guest, pinning a's host key, as `username` with the key of `keyOf`. */
-  async function loginToA(username: string, keyOf: string): Promise<GuestConnection> {
+  async function loginToA(username: string, keyOf: string): Promise<GuestTransport> {
     const privateKey = await readFile(path.join(orch.stateDir, keyOf, 'id_ed25519'), 'utf8');
     const aHostPub = await readFile(path.join(orch.stateDir, a, 'config', 'ssh_host_ed25519_key.pub'), 'utf8');
     const aPin = utils.parseKey(aHostPub.trim());
     if (aPin instanceof Error) throw aPin;
-    return new GuestConnection({ endpoint: { host: await guestAddress(orch.names, a), port: 22 }, username, privateKey, pinnedHostKey: aPin.getPublicSSH() });
+    return guestTransport({ endpoint: { host: await guestAddress(orch.names, a), port: 22 }, username, privateKey, pinnedHostKey: aPin.getPublicSSH() });
   }
 
   it("refuse another session's client key", async () => {

@@ -11,7 +11,7 @@ import sharp from 'sharp';
 import { WebSocket } from 'ws';
 import { openKeyStore } from '../src/api/auth/key-store-file.js';
 import { ResourceNames } from '../src/network/names.js';
-import type { GuestConnection } from '../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../src/transport/index.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { TEST_PREFIX } from './helpers/orchestrator.js';
 import { memoryOf } from './helpers/raw-http.js';
@@ -188,7 +188,7 @@ describe('live views (noVNC, view-only enforced on the server, takeover)', { tim
   let browser: Browser;
   let keyA = '';
   let keyB = '';
-  const guests: GuestConnection[] = [];
+  const guests: GuestTransport[] = [];
 
   const api = async (method: string, route: string, body?: unknown, key = keyA): Promise<{ status: number; json: Json }> => {
     const headers: Record<string, string> = { authorization: `Bearer ${key}` };
@@ -197,7 +197,7 @@ describe('live views (noVNC, view-only enforced on the server, takeover)', { tim
     const text = await res.text();
     return { status: res.status, json: text ? (JSON.parse(text) as Json) : {} };
   };
-  const newSession = async (): Promise<{ id: string; guest: GuestConnection }> => {
+  const newSession = async (): Promise<{ id: string; guest: GuestTransport }> => {
     const created = await api('POST', '/v1/sessions', { width: 1024, height: 768 });
     assert.equal(created.status, 201, JSON.stringify(created.json));
     const id = created.json.id as string;
@@ -211,7 +211,7 @@ describe('live views (noVNC, view-only enforced on the server, takeover)', { tim
     return made.json as { viewId: string; url: string };
   };
 
-  let main: { id: string; guest: GuestConnection };
+  let main: { id: string; guest: GuestTransport };
 
   before(async () => {
     stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-live-view-'));

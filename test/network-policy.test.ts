@@ -6,7 +6,7 @@ import { listTables } from '../src/network/policy/nft.js';
 import { NetworkPolicy } from '../src/network/policy/network-policy.js';
 import { ResourceNames } from '../src/network/names.js';
 import { run } from '../src/util/exec.js';
-import type { GuestConnection } from '../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../src/transport/index.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { createNetLab, listenOn, parseProbes, probeScript, unusedBlock, type NetLab } from './helpers/netlab.js';
 import { TEST_PREFIX, TEST_SUBNET, startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
@@ -44,7 +44,7 @@ describe('the guest network policy, from inside sandboxes (container runtime)', 
   let orchPort: number;
   let closed: string; // a session without egress
   let open: string; // a session with egress
-  const guests: GuestConnection[] = [];
+  const guests: GuestTransport[] = [];
   const listeners: Server[] = [];
   const addr = {} as Record<'closed' | 'open' | 'closedGateway' | 'openGateway', string>;
   const gatewayPort = {} as Record<'closed' | 'open', number>;

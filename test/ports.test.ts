@@ -16,7 +16,7 @@ import { WebSocket } from 'ws';
 import { chromium } from 'playwright-core';
 import { openKeyStore } from '../src/api/auth/key-store-file.js';
 import { ResourceNames } from '../src/network/names.js';
-import type { GuestConnection } from '../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../src/transport/index.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { startGuestWebServer } from './helpers/guest-web.js';
 import { TEST_PREFIX } from './helpers/orchestrator.js';
@@ -58,9 +58,9 @@ describe('guest ports on URLs', { timeout: 600_000 }, () => {
   let serve: ServeProcess;
   let key = '';
   let otherKey = '';
-  const guests: GuestConnection[] = [];
-  let main: { id: string; guest: GuestConnection };
-  let second: { id: string; guest: GuestConnection };
+  const guests: GuestTransport[] = [];
+  let main: { id: string; guest: GuestTransport };
+  let second: { id: string; guest: GuestTransport };
 
   const api = async (method: string, route: string, body?: unknown, auth: string | undefined = key): Promise<{ status: number; json: Json }> => {
     const headers: Record<string, string> = auth ? { authorization: `Bearer ${auth}` } : {};
@@ -69,7 +69,7 @@ describe('guest ports on URLs', { timeout: 600_000 }, () => {
     const text = await res.text();
     return { status: res.status, json: text ? (JSON.parse(text) as Json) : {} };
   };
-  const newSession = async (): Promise<{ id: string; guest: GuestConnection }> => {
+  const newSession = async (): Promise<{ id: string; guest: GuestTransport }> => {
     const created = await api('POST', '/v1/sessions', {});
     assert.equal(created.status, 201, JSON.stringify(created.json));
     const id = created.json.id as string;

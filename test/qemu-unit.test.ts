@@ -226,6 +226,7 @@ describe('host facts and settings for the qemu runtime', () => {
       initrd: undefined,
       bootTimeoutMs: undefined,
       vmUsers: {},
+      transport: 'tcp',
     });
     assert.deepEqual(qemuSettingsFromEnv({ SBX_VM_UID_BASE: '2000000', SBX_VM_UID_COUNT: '16' }).vmUsers, { base: 2_000_000, count: 16 });
     assert.throws(() => qemuSettingsFromEnv({ SBX_VM_UID_COUNT: '0' }), /SBX_VM_UID_COUNT/);

@@ -18,7 +18,7 @@ import { newSessionId } from '../src/sessions/session.js';
 import { generateSessionKeys, writeSessionKeys } from '../src/transport/keys.js';
 import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { ResourceNames, SESSION_ID_PATTERN } from '../src/network/names.js';
-import { GuestConnection, HostKeyMismatchError } from '../src/transport/ssh-connection.js';
+import { guestTransport, type GuestTransport, HostKeyMismatchError } from '../src/transport/index.js';
 import { run } from '../src/util/exec.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { act, assertClickArrives, assertScreenshotSize, assertTypesLiterally } from './helpers/desktop-checks.js';
@@ -39,7 +39,7 @@ describe('a qemu microVM sandbox, end to end', () => {
   let orch: TestOrchestrator;
   let runtime: QemuRuntime;
   let id: string;
-  let guest: GuestConnection;
+  let guest: GuestTransport;
   let vmUid: number;
 
   before(async () => {
@@ -84,7 +84,7 @@ describe('a qemu microVM sandbox, end to end', () => {
     const privateKey = await readFile(path.join(orch.stateDir, id, 'id_ed25519'), 'utf8');
     const impostor = utils.parseKey(utils.generateKeyPairSync('ed25519').public);
     if (impostor instanceof Error) throw impostor;
-    const conn = new GuestConnection({
+    const conn = guestTransport({
       endpoint: { host: await guestAddress(orch.names, id), port: 22 },
       username: GUEST_USER,
       privateKey,

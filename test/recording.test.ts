@@ -16,7 +16,7 @@ import { RecordingService } from '../src/recording/recordings.js';
 import { Metrics } from '../src/metrics/metrics.js';
 import { pino } from 'pino';
 import type { RecordingStatus } from '../src/recording/session-recorder.js';
-import type { GuestConnection } from '../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../src/transport/index.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 import { runCli } from './helpers/serve.js';
@@ -88,7 +88,7 @@ describe('recording and the screen stream, end to end', () => {
   const req = (method: 'GET' | 'POST' | 'DELETE', url: string, key = keyA, payload?: Record<string, unknown>) =>
     orch.server.inject({ method, url, headers: bearer(key), payload });
 
-  async function guestOf(id: string): Promise<GuestConnection> {
+  async function guestOf(id: string): Promise<GuestTransport> {
     return connectToGuest(orch.stateDir, id, await guestAddress(orch.names, id));
   }
 

@@ -10,7 +10,7 @@ import { ResourceNames } from '../src/network/names.js';
 import { ContainerRuntime } from '../src/runtimes/container/container-runtime.js';
 import { CONFIG_FILES } from '../src/guest/contract.js';
 import { generateClientKey, publicKeyBlob } from '../src/transport/keys.js';
-import { GuestConnection } from '../src/transport/ssh-connection.js';
+import { guestTransport, type GuestTransport } from '../src/transport/index.js';
 import { run } from '../src/util/exec.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { startTestOrchestrator, TEST_PREFIX, type TestOrchestrator } from './helpers/orchestrator.js';
@@ -32,7 +32,7 @@ const SETTINGS = { ...containerSettingsFromEnv(process.env), ioBytesPerSecond: I
 let orch: TestOrchestrator;
 let runtime: ContainerRuntime;
 const sessions: string[] = [];
-const guests = new Map<string, GuestConnection>();
+const guests = new Map<string, GuestTransport>();
 
 async function createSession(): Promise<{ id: string; ms: number }> {
   const started = performance.now();
@@ -45,13 +45,13 @@ async function createSession(): Promise<{ id: string; ms: number }> {
   return { id, ms };
 }
 
-function guest(id: string): GuestConnection {
+function guest(id: string): GuestTransport {
   const conn = guests.get(id);
   assert.ok(conn, `a connection to ${id}`);
   return conn;
 }
 
-const rootGuests = new Map<string, GuestConnection>();
+const rootGuests = new Map<string, GuestTransport>();
 
 /**
  * Runs a command as the guest's root, through the guest's own sshd (so under the container's
@@ -65,7 +65,7 @@ async function asGuestRoot(id: string, script: string, allowFailure = false): Pr
     const configDir = path.join(orch.stateDir, id, 'config');
     await writeFile(path.join(configDir, 'root_authorized_keys'), `command="eval \\"$SSH_ORIGINAL_COMMAND\\"" ${key.public}\n`, { mode: 0o644 });
     const hostPub = await readFile(path.join(configDir, CONFIG_FILES.hostKeyPub), 'utf8');
-    conn = new GuestConnection({
+    conn = guestTransport({
       endpoint: { host: await guestAddress(orch.names, id), port: 22 },
       username: 'root',
       privateKey: key.private,

@@ -7,7 +7,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 import { ResourceNames } from '../src/network/names.js';
-import type { GuestConnection } from '../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../src/transport/index.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { guestProcesses, newProcesses } from './helpers/guest-processes.js';
 import { cpuMsPerRequest, cpuSecondsOf, healthzStallLimit, percentile, sampleHealthz } from './helpers/host-cost.js';
@@ -49,7 +49,7 @@ describe('red team: desktop actions', () => {
   let stateDir: string;
   let serve: ServeProcess;
   const ids: string[] = [];
-  let guest: GuestConnection;
+  let guest: GuestTransport;
   const pid = () => serve.child.pid as number;
 
   const call = async (method: string, id: string, route: string, body?: unknown) => {

@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { ResourceNames } from '../src/network/names.js';
-import type { GuestConnection } from '../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../src/transport/index.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { TEST_PREFIX } from './helpers/orchestrator.js';
 import { guestProcesses, newProcesses } from './helpers/guest-processes.js';
@@ -40,7 +40,7 @@ const DOUBLE_CLICK_MS = 250;
 interface Sandbox {
   id: string;
   version: string;
-  guest: GuestConnection;
+  guest: GuestTransport;
 }
 type Json = Record<string, unknown>;
 

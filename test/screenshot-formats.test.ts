@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import sharp from 'sharp';
 import { parseAction } from '../src/computer/actions.js';
 import { Scaler } from '../src/computer/scaling.js';
-import type { GuestConnection } from '../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../src/transport/index.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 
@@ -48,7 +48,7 @@ function psnr(a: Rgb, b: Rgb): number {
 describe('screenshot formats, end to end', () => {
   let orch: TestOrchestrator;
   let id: string;
-  let guest: GuestConnection;
+  let guest: GuestTransport;
   let scrot: Rgb;
 
   const get = (url: string) => orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}${url}` });

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { SandboxClient } from '../src/client/index.js';
-import type { GuestConnection } from '../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../src/transport/index.js';
 import { connectToGuest, guestAddress, guestSh, pngSize } from './helpers/guest.js';
 import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 import { clearXev, parseXev, startXev, typedText, waitForXev, type XEvent } from './helpers/xev.js';
@@ -16,7 +16,7 @@ import { clearXev, parseXev, startXev, typedText, waitForXev, type XEvent } from
 describe('other vendors\' computer-use actions, in a real guest', () => {
   let orch: TestOrchestrator;
   let id: string;
-  let guest: GuestConnection;
+  let guest: GuestTransport;
 
   const post = (vendor: 'openai' | 'gemini', payload: unknown) =>
     orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/tools/${vendor}-computer`, payload: payload as Record<string, unknown> });

@@ -9,7 +9,7 @@ import { defaultConfig } from '../src/config.js';
 import { CONFIG_FILES, GUEST_USER } from '../src/guest/contract.js';
 import { ResourceNames, SESSION_ID_PATTERN } from '../src/network/names.js';
 import { generateSessionKeys, publicKeyBlob } from '../src/transport/keys.js';
-import { GuestConnection, HostKeyMismatchError, SshAuthenticationError } from '../src/transport/ssh-connection.js';
+import { guestTransport, type GuestTransport, HostKeyMismatchError, SshAuthenticationError } from '../src/transport/index.js';
 import { connectToGuest, guestAddress, pngSize } from './helpers/guest.js';
 import { filesHolding, hostTrace, privateKeyForms, rememberNetns } from './helpers/host.js';
 import { TEST_PREFIX, TEST_SUBNET, startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
@@ -43,7 +43,7 @@ async function metrics(orch: TestOrchestrator): Promise<string> {
 
 /** Tries to log in to a guest with a key, pinning a host key; resolves to what happened. */
 async function tryLogin(address: string, privateKey: string, hostPublicKey: string): Promise<'accepted' | Error> {
-  const conn = new GuestConnection({
+  const conn = guestTransport({
     endpoint: { host: address, port: 22 },
     username: GUEST_USER,
     privateKey,

@@ -115,9 +115,17 @@ export const sessionSchema = {
     metadata: { type: 'object', additionalProperties: true },
     network: {
       type: 'object',
-      description: 'The guest network policy chosen at create time',
-      required: ['egress'],
-      properties: { egress: { type: 'boolean' } },
+      description: 'The guest network policy chosen at create time, and how the sandbox is reached',
+      required: ['egress', 'transport', 'interfaces'],
+      properties: {
+        egress: { type: 'boolean' },
+        transport: { type: 'string', enum: ['tcp', 'unix'], description: "What carries the orchestrator's SSH control channel: tcp over the sandbox's NIC, or a Unix socket on the host" },
+        interfaces: {
+          type: 'array',
+          items: { type: 'string' },
+          description: "The sandbox's network interfaces: ['lo'] alone when it was reached over a Unix socket without egress (no NIC, no address)",
+        },
+      },
     },
     createdAt: { type: 'string', format: 'date-time' },
     expiresAt: {

@@ -3,7 +3,7 @@ import { parseAction } from '../computer/actions.js';
 import { INPUT_COMMAND, requestLine } from '../computer/input-channel.js';
 import { inputPlan, isPointerOrKeyAction } from '../computer/input-requests.js';
 import { Scaler } from '../computer/scaling.js';
-import type { GuestConnection } from '../transport/ssh-connection.js';
+import type { GuestTransport } from '../transport/index.js';
 import { timeInputInGuest } from './baselines.js';
 import { summarize, timeIt, type Summary } from './stats.js';
 
@@ -28,7 +28,7 @@ export interface ActionFigures {
 }
 
 /** Every pointer and key action over the API against the same requests in the guest (1024x768). */
-export async function measureActions(sandbox: Sandbox, direct: GuestConnection, display: number, n: number): Promise<Record<string, ActionFigures>> {
+export async function measureActions(sandbox: Sandbox, direct: GuestTransport, display: number, n: number): Promise<Record<string, ActionFigures>> {
   const figures: Record<string, ActionFigures> = {};
   for (const input of ACTION_SAMPLES) {
     const api = summarize(await timeIt(n, () => sandbox.action(input)));

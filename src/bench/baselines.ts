@@ -1,13 +1,13 @@
 import { spawn } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import type { GuestConnection } from '../transport/ssh-connection.js';
+import type { GuestTransport } from '../transport/index.js';
 
 /**
  * The floor: the same command timed inside the guest with bash's $EPOCHREALTIME (no fork for
  * the clock), so the figure is what the command itself costs, with no transport at all.
  */
-export async function timeInGuest(connection: GuestConnection, display: number, command: string, n: number): Promise<number[]> {
+export async function timeInGuest(connection: GuestTransport, display: number, command: string, n: number): Promise<number[]> {
   const script = `export DISPLAY=:${display}
 for i in 1 2; do ${command} >/dev/null 2>&1; done
 for i in $(seq ${n}); do s=$EPOCHREALTIME; ${command} >/dev/null 2>&1; e=$EPOCHREALTIME; echo "$s $e"; done`;
@@ -20,7 +20,7 @@ for i in $(seq ${n}); do s=$EPOCHREALTIME; ${command} >/dev/null 2>&1; e=$EPOCHR
  * the timed runs. Only the command's own process counts (scrot: not the X server).
  */
 export async function timeInGuestWithCpu(
-  connection: GuestConnection,
+  connection: GuestTransport,
   display: number,
   command: string,
   n: number,
@@ -57,7 +57,7 @@ function startEndMs(line: string): number {
  * The floor of a pointer or key action: the very same requests written to a persistent
  * sbx-input in the guest (a bash coprocess) and all its answers read, timed in the guest.
  */
-export async function timeInputInGuest(connection: GuestConnection, display: number, helper: string, requests: string, n: number): Promise<number[]> {
+export async function timeInputInGuest(connection: GuestTransport, display: number, helper: string, requests: string, n: number): Promise<number[]> {
   const count = requests.split('\n').length - 1;
   const script = `export DISPLAY=:${display}
 coproc HELPER { exec /usr/bin/python3 -I ${helper}; }
@@ -107,7 +107,7 @@ export async function naiveSsh(opts: {
 }
 
 /** Runs a bash script that prints "start end" ($EPOCHREALTIME) per run; the runs in ms. */
-async function timedLines(connection: GuestConnection, script: string): Promise<number[]> {
+async function timedLines(connection: GuestTransport, script: string): Promise<number[]> {
   const result = await connection.exec(`bash -c ${quoteForBash(script)}`, { timeoutMs: 120_000 });
   return result.stdout
     .toString('utf8')

@@ -1,6 +1,6 @@
 import http from 'node:http';
 import type { Sandbox, SandboxClient } from '../client/index.js';
-import type { GuestConnection } from '../transport/ssh-connection.js';
+import type { GuestTransport } from '../transport/index.js';
 import { percentile, summarize, timeIt, type Summary } from './stats.js';
 
 /** Issue 24's figures: a guest port and the desktop's browser through the orchestrator. */
@@ -46,7 +46,7 @@ function get(url: string, agent: http.Agent): Promise<number> {
   });
 }
 
-export async function measureGuestPorts(opts: { client: SandboxClient; sandbox: Sandbox; direct: GuestConnection; n: number; desktop?: Sandbox }): Promise<GuestPortFigures> {
+export async function measureGuestPorts(opts: { client: SandboxClient; sandbox: Sandbox; direct: GuestTransport; n: number; desktop?: Sandbox }): Promise<GuestPortFigures> {
   const { sandbox, direct, n } = opts;
   await direct.exec(`mkdir -p /tmp/bench-www && cd /tmp/bench-www && printf 'hello' > small.txt && head -c ${FILE_MIB}M /dev/urandom > big.bin`, { timeoutMs: 60_000 });
   const server = await direct.spawn(`cd /tmp/bench-www && exec python3 -m http.server ${PORT} --bind 127.0.0.1`);

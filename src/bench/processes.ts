@@ -1,5 +1,5 @@
 import type { Sandbox } from '../client/index.js';
-import type { GuestConnection } from '../transport/ssh-connection.js';
+import type { GuestTransport } from '../transport/index.js';
 import { summarize, timeIt, type Summary } from './stats.js';
 
 export interface ProcessStartFigures {
@@ -12,7 +12,7 @@ export interface ProcessStartFigures {
 }
 
 /** Issue 24: process start to first output byte (`echo`), against the same echo on a bare channel. */
-export async function measureProcessStart(sandbox: Sandbox, direct: GuestConnection, n: number): Promise<ProcessStartFigures> {
+export async function measureProcessStart(sandbox: Sandbox, direct: GuestTransport, n: number): Promise<ProcessStartFigures> {
   const firstByte = async (events: AsyncGenerator<{ type: string }>) => {
     for await (const event of events) {
       if (event.type === 'stdout' || event.type === 'exit') {

@@ -2,7 +2,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Sandbox } from '../client/index.js';
 import type { ResourceNames } from '../network/names.js';
-import type { GuestConnection } from '../transport/ssh-connection.js';
+import type { GuestTransport } from '../transport/index.js';
 import { ownCpuSeconds, processCpuSeconds, sessionProcessCpu } from './cpu.js';
 import { startChangingScreen } from './screenshots.js';
 import { summarize, timeIt, type Summary } from './stats.js';
@@ -27,7 +27,7 @@ export interface RecordingCost {
 
 export interface RecordingTarget {
   sandbox: Sandbox;
-  direct: GuestConnection;
+  direct: GuestTransport;
   names: ResourceNames;
   display: number;
   n: number;

@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { ScreenshotFormatOptions } from '../client/index.js';
 import type { Sandbox } from '../client/index.js';
 import type { ResourceNames } from '../network/names.js';
-import type { GuestConnection } from '../transport/ssh-connection.js';
+import type { GuestTransport } from '../transport/index.js';
 import { timeInGuestWithCpu } from './baselines.js';
 import { ownCpuSeconds, sessionProcessCpu } from './cpu.js';
 import type { ScreenshotClientRequest, ScreenshotClientResult } from './screenshot-client.js';
@@ -34,7 +34,7 @@ export interface ScreenshotComparison {
 export interface ComparisonTarget {
   sandbox: Sandbox;
   /** The bench's own SSH connection to the same guest (for scrot). */
-  direct: GuestConnection;
+  direct: GuestTransport;
   names: ResourceNames;
   display: number;
   n: number;
@@ -122,7 +122,7 @@ export async function staticAndChanging(target: ComparisonTarget): Promise<{ sta
  * top, started through the bench's own SSH connection. Returns a function that stops it.
  */
 export async function startChangingScreen(
-  direct: GuestConnection,
+  direct: GuestTransport,
   display: number,
   capture: () => Promise<Buffer>,
 ): Promise<() => Promise<void>> {

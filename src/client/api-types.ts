@@ -56,9 +56,13 @@ export type SessionInfo = {
   /** Maximum lifetime, counted from createdAt */
   maxLifetimeSeconds: number;
   metadata: Record<string, unknown>;
-  /** The guest network policy chosen at create time */
+  /** The guest network policy chosen at create time, and how the sandbox is reached */
   network: {
     egress: boolean;
+    /** What carries the orchestrator's SSH control channel: tcp over the sandbox's NIC, or a Unix socket on the host */
+    transport: 'tcp' | 'unix';
+    /** The sandbox's network interfaces: ['lo'] alone when it was reached over a Unix socket without egress (no NIC, no address) */
+    interfaces: Array<string>;
   };
   createdAt: string;
   /** When the session is destroyed unless it is used again (activity, keepalive); never after lifetimeEndsAt */

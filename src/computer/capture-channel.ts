@@ -1,4 +1,4 @@
-import type { GuestConnection } from '../transport/ssh-connection.js';
+import type { GuestTransport } from '../transport/index.js';
 import { GuestProtocolError } from '../errors.js';
 import { inflateRect, MAX_RECTS, parseRectTable, RECT_ENTRY_BYTES, RECTS_PREFIX_BYTES, rectTableLength, type RectTable } from './damage-rects.js';
 import { BandedScreen, type RawFrame } from './frame-bands.js';
@@ -88,7 +88,7 @@ export class CaptureChannel extends GuestProcessChannel<void> {
     super((message) => new CaptureChannelError(message));
   }
 
-  static async open(connection: GuestConnection, display: number, screen: Size, memory: ScreenMemory = {}): Promise<CaptureChannel> {
+  static async open(connection: GuestTransport, display: number, screen: Size, memory: ScreenMemory = {}): Promise<CaptureChannel> {
     const capture = new CaptureChannel(screen, memory);
     const channel = await connection.spawn(`DISPLAY=:${display} exec ${CAPTURE_COMMAND}`);
     capture.attach(channel, 'capture', { label: 'capture', sink: connection });

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { GuestProtocolError, InvalidRequestError, OrchestratorError } from '../errors.js';
 import { commandLine } from '../transport/quote.js';
-import type { GuestConnection } from '../transport/ssh-connection.js';
+import type { GuestTransport } from '../transport/index.js';
 import type { Point, Size } from './scaling.js';
 import { SerialQueue } from '../util/serial-queue.js';
 import { CaptureChannel, CaptureChannelError, type RawFrame, type ScreenMemory } from './capture-channel.js';
@@ -60,7 +60,7 @@ export class Desktop {
   private readonly closing = new AbortController();
 
   constructor(
-    private readonly connection: GuestConnection,
+    private readonly connection: GuestTransport,
     private readonly display: number,
     /** The session's screen: every frame the guest sends is checked against it. */
     private readonly screen: Size,

@@ -1,4 +1,4 @@
-import type { ClientChannel } from 'ssh2';
+import type { GuestChannel } from '../transport/index.js';
 import { GuestProtocolError, type GuestChannelName } from '../errors.js';
 
 /** Where a channel reports a guest that broke its protocol (a GuestConnection: it is counted). */
@@ -22,7 +22,7 @@ export const STDERR_MAX_BYTES = 4_096;
  * opens a new one next time), with the process's last words in the error.
  */
 export abstract class GuestProcessChannel<T> {
-  private channel: ClientChannel | undefined;
+  private channel: GuestChannel | undefined;
   /** What the process wrote to stderr since the current request was sent (at most STDERR_MAX_BYTES). */
   protected stderr = '';
   private stderrBytes = 0;
@@ -35,7 +35,7 @@ export abstract class GuestProcessChannel<T> {
    * Takes over the process's channel. With `watch`, a guest that breaks the protocol is
    * reported to the sink under that label (the metric of protocol errors).
    */
-  protected attach(channel: ClientChannel, name: string, watch?: { label: GuestChannelName; sink: ProtocolErrorSink }): void {
+  protected attach(channel: GuestChannel, name: string, watch?: { label: GuestChannelName; sink: ProtocolErrorSink }): void {
     this.channel = channel;
     this.watch = watch;
     channel.on('data', (chunk: Buffer) => this.onData(chunk));

@@ -1,4 +1,4 @@
-import type { GuestConnection } from '../transport/ssh-connection.js';
+import type { GuestTransport } from '../transport/index.js';
 import { GuestProcessChannel } from './guest-process-channel.js';
 import type { InputRequest } from './input-requests.js';
 
@@ -41,7 +41,7 @@ export class InputChannel extends GuestProcessChannel<InputAnswer[]> {
     super((message) => new InputChannelError(message));
   }
 
-  static async open(connection: GuestConnection, display: number): Promise<InputChannel> {
+  static async open(connection: GuestTransport, display: number): Promise<InputChannel> {
     const input = new InputChannel();
     // -I: nothing from the user's home or environment (usercustomize, PYTHONPATH) is imported.
     input.attach(await connection.spawn(`DISPLAY=:${display} exec /usr/bin/python3 -I ${INPUT_COMMAND}`), 'input');

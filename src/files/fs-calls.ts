@@ -1,9 +1,8 @@
 import path from 'node:path';
-import type { SFTPWrapper, Stats } from 'ssh2';
 import { InvalidRequestError, OrchestratorError } from '../errors.js';
 import { shellQuote } from '../transport/quote.js';
 import { fileErrorFromSftp } from './errors.js';
-import { SftpCalls } from './sftp-calls.js';
+import type { GuestFileStats, GuestSftp } from '../transport/index.js';
 
 /** One entry of a listing or a stat. */
 export interface FsEntry {
@@ -46,7 +45,7 @@ export function entryType(mode: number): FsEntry['type'] {
   return kind === 0o040000 ? 'dir' : kind === 0o100000 ? 'file' : kind === 0o120000 ? 'symlink' : 'other';
 }
 
-function entryOf(file: string, attrs: Pick<Stats, 'mode' | 'size' | 'mtime'>): FsEntry {
+function entryOf(file: string, attrs: Pick<GuestFileStats, 'mode' | 'size' | 'mtime'>): FsEntry {
   return {
     name: path.posix.basename(file) || '/',
     path: file,
@@ -64,20 +63,16 @@ function entryOf(file: string, attrs: Pick<Stats, 'mode' | 'size' | 'mtime'>): F
  * since SFTP has no such request and walking a tree over it costs a round trip per entry.
  */
 export class FsCalls {
-  private readonly calls: SftpCalls;
-
   constructor(
-    private readonly sftp: SFTPWrapper,
+    private readonly sftp: GuestSftp,
     private readonly runner: CommandRunner,
-  ) {
-    this.calls = new SftpCalls(sftp);
-  }
+  ) {}
 
   async stat(file: string): Promise<FsEntry> {
-    const attrs = await this.calls.lstat(file).catch((err: unknown) => Promise.reject(fileErrorFromSftp(err, 'stat', file)));
+    const attrs = await this.sftp.lstat(file).catch((err: unknown) => Promise.reject(fileErrorFromSftp(err, 'stat', file)));
     const entry = entryOf(file, attrs);
     if (entry.type === 'symlink') {
-      const target = await new Promise<string | undefined>((resolve) => this.sftp.readlink(file, (err, link) => resolve(err ? undefined : link)));
+      const target = await this.sftp.readlink(file).catch(() => undefined);
       if (target !== undefined) entry.target = target;
     }
     return entry;
@@ -116,14 +111,14 @@ export class FsCalls {
     let at = '';
     for (const part of parts) {
       at += `/${part}`;
-      const existing = await this.calls.stat(at).catch(() => undefined);
+      const existing = await this.sftp.stat(at).catch(() => undefined);
       if (existing) {
         if (entryType(existing.mode) !== 'dir') throw new FsConflictError(`${at} exists and is not a directory`, 'already_exists');
         continue;
       }
-      await new Promise<void>((resolve, reject) => this.sftp.mkdir(at, { mode }, (err) => (err ? reject(err) : resolve()))).catch(async (err: unknown) => {
+      await this.sftp.mkdir(at, mode).catch(async (err: unknown) => {
         // Made by someone else meanwhile: fine if it is a directory now.
-        const now = await this.calls.stat(at).catch(() => undefined);
+        const now = await this.sftp.stat(at).catch(() => undefined);
         if (!now || entryType(now.mode) !== 'dir') throw fileErrorFromSftp(err, 'create', at);
       });
     }
@@ -133,10 +128,10 @@ export class FsCalls {
   /** Renames `from` to `to`; an existing `to` is replaced only with overwrite. */
   async move(from: string, to: string, overwrite: boolean): Promise<FsEntry> {
     await this.stat(from);
-    const existing = await this.calls.lstat(to).catch(() => undefined);
+    const existing = await this.sftp.lstat(to).catch(() => undefined);
     if (existing && !overwrite) throw new FsConflictError(`${to} already exists (give overwrite: true to replace it)`, 'already_exists');
-    if (overwrite) await this.calls.replace(from, to).catch((err: unknown) => Promise.reject(fileErrorFromSftp(err, 'move', from)));
-    else await new Promise<void>((resolve, reject) => this.sftp.rename(from, to, (err) => (err ? reject(fileErrorFromSftp(err, 'move', from)) : resolve())));
+    if (overwrite) await this.sftp.replace(from, to).catch((err: unknown) => Promise.reject(fileErrorFromSftp(err, 'move', from)));
+    else await this.sftp.rename(from, to).catch((err: unknown) => Promise.reject(fileErrorFromSftp(err, 'move', from)));
     return this.stat(to);
   }
 
@@ -145,11 +140,11 @@ export class FsCalls {
     if (file === '/') throw new InvalidRequestError('path: the root directory cannot be removed');
     const entry = await this.stat(file);
     if (entry.type !== 'dir') {
-      await this.calls.unlink(file).catch((err: unknown) => Promise.reject(fileErrorFromSftp(err, 'remove', file)));
+      await this.sftp.unlink(file).catch((err: unknown) => Promise.reject(fileErrorFromSftp(err, 'remove', file)));
       return;
     }
     if (!recursive) {
-      await new Promise<void>((resolve, reject) => this.sftp.rmdir(file, (err) => (err ? reject(err) : resolve()))).catch(async (err: unknown) => {
+      await this.sftp.rmdir(file).catch(async (err: unknown) => {
         const left = await this.readdir(file, 1).catch(() => []);
         if (left.length > 0) throw new FsConflictError(`${file} is not empty (give recursive: true to remove it and everything in it)`, 'directory_not_empty');
         throw fileErrorFromSftp(err, 'remove', file);
@@ -166,18 +161,11 @@ export class FsCalls {
 
   /** Up to `limit` entries of a directory (fewer round trips than a stat each: SFTP gives the attributes). */
   async readdir(dir: string, limit: number): Promise<FsEntry[]> {
-    const handle = await new Promise<Buffer>((resolve, reject) => this.sftp.opendir(dir, (err, h) => (err ? reject(err) : resolve(h))));
+    const handle = await this.sftp.opendir(dir);
     const out: FsEntry[] = [];
     try {
       while (out.length < limit) {
-        const batch = await new Promise<Array<{ filename: string; attrs: Stats }> | false>((resolve, reject) =>
-          this.sftp.readdir(handle, (err, list) => {
-            // ssh2 reports the end of the directory as an EOF status.
-            if (err && (err as { code?: unknown }).code === 1) return resolve(false);
-            if (err) return reject(err);
-            resolve(list as unknown as Array<{ filename: string; attrs: Stats }> | false);
-          }),
-        );
+        const batch = await this.sftp.readdir(handle);
         if (!batch) break;
         for (const item of batch) {
           // A name is one path component; anything else the guest's server says is not listed.
@@ -186,7 +174,7 @@ export class FsCalls {
         }
       }
     } finally {
-      await this.calls.close(handle).catch(() => undefined);
+      await this.sftp.close(handle).catch(() => undefined);
     }
     return out.slice(0, limit);
   }

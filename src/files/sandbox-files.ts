@@ -2,7 +2,6 @@ import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { Readable, Transform, pipeline as pipeStreams } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import type { SFTPWrapper, Stats } from 'ssh2';
 import {
   FileNotFoundError,
   FileTooLargeError,
@@ -12,12 +11,12 @@ import {
   UploadAbortedError,
   fileErrorFromSftp,
 } from './errors.js';
-import { SftpCalls } from './sftp-calls.js';
 import { InvalidRequestError } from '../errors.js';
+import type { GuestFileStats, GuestSftp } from '../transport/index.js';
 
-/** What the files need of a session's connection (GuestConnection has it). */
+/** What the files need of a session's connection (a GuestTransport has it). */
 export interface SftpProvider {
-  sftp(timeoutMs?: number): Promise<SFTPWrapper>;
+  sftp(timeoutMs?: number): Promise<GuestSftp>;
 }
 
 export interface UploadOptions {
@@ -58,11 +57,7 @@ const READ_CHUNK_BYTES = 256 * 1024;
  * user: the guest's own permissions decide what may be read and written.
  */
 export class SandboxFiles {
-  private readonly calls: SftpCalls;
-
-  constructor(private readonly sftp: SFTPWrapper) {
-    this.calls = new SftpCalls(sftp);
-  }
+  constructor(private readonly sftp: GuestSftp) {}
 
   static async on(connection: SftpProvider): Promise<SandboxFiles> {
     try {
@@ -92,12 +87,12 @@ export class SandboxFiles {
     const { size } = await this.inspect(file, maxBytes);
     let handle: Buffer;
     try {
-      handle = await this.calls.open(file, 'r');
+      handle = await this.sftp.open(file, 'r');
     } catch (err) {
       throw fileErrorFromSftp(err, 'read', file);
     }
     if (size === 0) {
-      await this.calls.close(handle).catch(() => undefined);
+      await this.sftp.close(handle).catch(() => undefined);
       return { path: file, size: 0, stream: Readable.from([]) };
     }
     // Read exactly the bytes the stat announced, so Content-Length stays true even if the
@@ -128,12 +123,12 @@ export class SandboxFiles {
     const body = bodyOf(source, options.maxBytes, target.path, options.onProgress);
     try {
       // 'wx': never reuse whatever might already be at the temporary name.
-      const handle = await this.calls.open(temp, 'wx', mode);
+      const handle = await this.sftp.open(temp, 'wx', mode);
       await this.writeAndClose(handle, temp, mode, body);
-      await this.calls.replace(temp, target.path);
+      await this.sftp.replace(temp, target.path);
       return { path: target.path, size: body.bytes };
     } catch (err) {
-      await this.calls.unlink(temp).catch(() => undefined); // absent if the open failed
+      await this.sftp.unlink(temp).catch(() => undefined); // absent if the open failed
       throw fileErrorFromSftp(err, 'write', target.path);
     }
   }
@@ -142,29 +137,29 @@ export class SandboxFiles {
   private async writeAndClose(handle: Buffer, file: string, mode: number, body: CountedBody): Promise<void> {
     try {
       // The open's mode went through the server's umask; set exactly what was asked.
-      await this.calls.fchmod(handle, mode);
+      await this.sftp.fchmod(handle, mode);
     } catch (err) {
-      await this.calls.close(handle).catch(() => undefined);
+      await this.sftp.close(handle).catch(() => undefined);
       throw err;
     }
     const sink = this.sftp.createWriteStream(file, { handle, autoClose: false, highWaterMark: WRITE_BUFFER_BYTES });
     // On failure pipeline destroys the sink, and destroying it closes the handle.
     await pipeline(body.chunks, sink);
-    await this.calls.close(handle);
+    await this.sftp.close(handle);
   }
 
   /**
    * Where an upload lands: `file`, or what its symlink points to, with the file it will
    * replace (if any). Fails early, naming the problem, if it cannot be written there.
    */
-  private async uploadTarget(file: string): Promise<{ path: string; existing: Stats | undefined }> {
+  private async uploadTarget(file: string): Promise<{ path: string; existing: GuestFileStats | undefined }> {
     if (file === '/') throw new IsADirectoryError(file);
     let resolved = file;
-    let existing: Stats | undefined;
+    let existing: GuestFileStats | undefined;
     try {
-      const link = await this.calls.lstat(file);
-      if (link.isSymbolicLink()) resolved = await this.calls.realpath(file);
-      existing = link.isSymbolicLink() ? await this.calls.stat(resolved) : link;
+      const link = await this.sftp.lstat(file);
+      if (link.isSymbolicLink()) resolved = await this.sftp.realpath(file);
+      existing = link.isSymbolicLink() ? await this.sftp.stat(resolved) : link;
     } catch (err) {
       const mapped = fileErrorFromSftp(err, 'write', file);
       // A dangling symlink is replaced like any missing file; other failures are final.
@@ -174,7 +169,7 @@ export class SandboxFiles {
     }
     if (existing?.isDirectory()) throw new IsADirectoryError(resolved);
     const parent = path.posix.dirname(resolved);
-    const parentStats = await this.calls.stat(parent).catch((err: unknown) => {
+    const parentStats = await this.sftp.stat(parent).catch((err: unknown) => {
       const mapped = fileErrorFromSftp(err, 'write', resolved);
       if (mapped instanceof FileNotFoundError) {
         throw new FileNotFoundError(`parent directory ${parent} does not exist in the sandbox (create it first)`);
@@ -185,9 +180,9 @@ export class SandboxFiles {
     return { path: resolved, existing };
   }
 
-  private async statOrFail(file: string, action: string): Promise<Stats> {
+  private async statOrFail(file: string, action: string): Promise<GuestFileStats> {
     try {
-      return await this.calls.stat(file);
+      return await this.sftp.stat(file);
     } catch (err) {
       throw fileErrorFromSftp(err, action, file);
     }

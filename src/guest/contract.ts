@@ -69,7 +69,8 @@ export interface SandboxGuest {
   screen: { width: number; height: number };
   /** The runtime's capability: the guest configures its own eth0 (VMs), or the host did. */
   guestConfiguresNetwork: boolean;
-  lease: { guest: string; prefixLength: number; gateway: string };
+  /** Absent for a sandbox without a NIC (lo only): its address settings are left empty. */
+  lease: { guest: string; prefixLength: number; gateway: string } | undefined;
 }
 
 /** The settings of a sandbox, as sandbox-init reads them. */
@@ -82,8 +83,8 @@ export function sandboxSettings(guest: SandboxGuest): GuestSettings {
     SANDBOX_HEIGHT: guest.screen.height,
     SANDBOX_DEPTH: 24,
     SANDBOX_NET_CONFIGURE: guest.guestConfiguresNetwork ? 1 : 0,
-    SANDBOX_ADDRESS: `${guest.lease.guest}/${guest.lease.prefixLength}`,
-    SANDBOX_GATEWAY: guest.lease.gateway,
+    SANDBOX_ADDRESS: guest.lease ? `${guest.lease.guest}/${guest.lease.prefixLength}` : '',
+    SANDBOX_GATEWAY: guest.lease?.gateway ?? '',
   };
 }
 

@@ -18,8 +18,14 @@ export const NETNS_UPLINK = 'eth0';
 export const NETNS_BRIDGE = 'br0';
 export const NETNS_TAP = 'tap0';
 
-/** A sandbox's own network namespace, linked to the host by a veth pair. */
-export interface SandboxNetwork {
+/**
+ * A sandbox's network: its own namespace linked to the host by a veth pair (AttachedNetwork),
+ * or nothing but `lo` (IsolatedNetwork: no egress, and a control channel that needs no
+ * network, such as a container's Unix socket; see docs/transport.md).
+ */
+export type SandboxNetwork = AttachedNetwork | IsolatedNetwork;
+
+export interface AttachedNetwork {
   netns: string;
   /** Path a runtime joins: /var/run/netns/<name> */
   netnsPath: string;
@@ -28,6 +34,21 @@ export interface SandboxNetwork {
   attachment: NetworkAttachment;
   /** With the 'tap' attachment: the TAP device inside the netns for the VM to open. */
   tapInterface?: string;
+}
+
+/**
+ * No interface but `lo`: no veth, no address, nothing of the host's network reachable. The
+ * runtime gives the sandbox a new network namespace of its own (a container's is then owned
+ * by its user namespace, which `runc exec` needs: control-socket.ts).
+ */
+export interface IsolatedNetwork {
+  attachment: 'none';
+}
+
+/** The network of a runtime that cannot run without a NIC (the VMs reach their guest over it). */
+export function attachedNetwork(network: SandboxNetwork): AttachedNetwork {
+  if (network.attachment === 'none') throw new Error('this runtime needs a network interface, and the sandbox was given none');
+  return network;
 }
 
 const IP = 'ip';
@@ -55,7 +76,7 @@ export async function createSandboxNetwork(
   cleanup: CleanupStack,
   attachment: NetworkAttachment = 'veth',
   tapOwner?: TapOwner,
-): Promise<SandboxNetwork> {
+): Promise<AttachedNetwork> {
   const netns = names.netns(sessionId);
   const host = names.hostVeth(sessionId);
   await run([IP, 'netns', 'add', netns]);
@@ -67,7 +88,7 @@ export async function createSandboxNetwork(
   await run([IP, '-batch', '-'], {
     input: [`addr add ${lease.gateway}/${lease.prefixLength} dev ${host}`, `link set ${host} up`].join('\n') + '\n',
   });
-  const network: SandboxNetwork = { netns, netnsPath: `/var/run/netns/${netns}`, hostInterface: host, lease, attachment };
+  const network: AttachedNetwork = { netns, netnsPath: `/var/run/netns/${netns}`, hostInterface: host, lease, attachment };
   if (attachment === 'tap') {
     // The TAP and the bridge live inside the netns and go with it; their release is pushed
     // anyway, so that a destroy frees them in order and says so if it cannot.

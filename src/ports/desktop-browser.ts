@@ -1,9 +1,8 @@
 import http from 'node:http';
 import type { Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ClientChannel } from 'ssh2';
 import { OrchestratorError } from '../errors.js';
-import type { GuestConnection } from '../transport/ssh-connection.js';
+import type { GuestChannel, GuestTransport } from '../transport/index.js';
 
 /** Chromium's DevTools port, on the guest's loopback only (reached through the port routes). */
 export const GUEST_CDP_PORT = 9222;
@@ -51,7 +50,7 @@ export function chromiumCommand(display: number): string {
 }
 
 interface Running {
-  channel: ClientChannel;
+  channel: GuestChannel;
   pid: number;
   /** `/devtools/browser/<id>`: the browser's DevTools WebSocket path. */
   wsPath: string;
@@ -70,7 +69,7 @@ export class DesktopBrowser {
   private queue: Promise<unknown> = Promise.resolve();
 
   constructor(
-    private readonly connection: GuestConnection,
+    private readonly connection: GuestTransport,
     private readonly display: number,
   ) {}
 

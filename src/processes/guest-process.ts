@@ -1,7 +1,6 @@
-import type { ClientChannel } from 'ssh2';
 import { InvalidRequestError, OrchestratorError } from '../errors.js';
 import { ByteBudget } from '../tools/bash/output-budget.js';
-import { exitOf, type GuestConnection } from '../transport/ssh-connection.js';
+import { exitOf, type GuestChannel, type GuestTransport } from '../transport/index.js';
 import type { ProcessLimits } from './limits.js';
 import { OutputLog, type OutputStream } from './output-log.js';
 import { guestCommand, NO_CWD_LINE, PID_LINE, type ProcessSpec } from './process-request.js';
@@ -75,8 +74,8 @@ export class GuestProcess implements ReadableProcess {
   private stopping: ProcessEndReason | undefined;
 
   private constructor(
-    private readonly connection: GuestConnection,
-    private readonly channel: ClientChannel,
+    private readonly connection: GuestTransport,
+    private readonly channel: GuestChannel,
     readonly spec: ProcessSpec,
     private readonly limits: ProcessLimits,
     private readonly hooks: ProcessHooks,
@@ -99,7 +98,7 @@ export class GuestProcess implements ReadableProcess {
   }
 
   /** Starts the process; resolves once the guest said its pid (the program is being exec'd). */
-  static async start(connection: GuestConnection, spec: ProcessSpec, display: number, limits: ProcessLimits, hooks: ProcessHooks): Promise<GuestProcess> {
+  static async start(connection: GuestTransport, spec: ProcessSpec, display: number, limits: ProcessLimits, hooks: ProcessHooks): Promise<GuestProcess> {
     const pty = spec.pty ? { cols: spec.pty.cols, rows: spec.pty.rows, height: 0, width: 0, term: 'xterm-256color' } : undefined;
     const channel = await connection.spawn(guestCommand(spec, display), limits.startTimeoutMs, pty);
     const process = new GuestProcess(connection, channel, spec, limits, hooks);

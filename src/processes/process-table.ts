@@ -1,5 +1,5 @@
 import { NotFoundError, OrchestratorError } from '../errors.js';
-import type { GuestConnection } from '../transport/ssh-connection.js';
+import type { GuestTransport } from '../transport/index.js';
 import { GuestProcess, type ProcessInfo } from './guest-process.js';
 import type { ProcessLimits } from './limits.js';
 import type { ProcessSpec } from './process-request.js';
@@ -25,7 +25,7 @@ export class ProcessTable {
   private closed = false;
 
   constructor(
-    private readonly connection: GuestConnection,
+    private readonly connection: GuestTransport,
     private readonly display: number,
     private readonly limits: ProcessLimits,
   ) {}

@@ -2,7 +2,7 @@ import { watchExit } from '../host/process-watch.js';
 import type { ConsoleLogLimits } from './console-log.js';
 import { consoleLogPathOf, reattachConsole } from './console-pipe.js';
 import type { AdoptedSandbox, RunningSandbox } from './runtime.js';
-import type { GuestEndpoint } from '../transport/ssh-connection.js';
+import type { GuestEndpoint } from '../transport/index.js';
 
 /**
  * A sandbox whose top process (a container init, a VM process) outlived the orchestrator

@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import type { GuestImage } from '../guest/image/builder.js';
 import type { ConsoleLogLimits } from './console-log.js';
 import type { NetworkAttachment, SandboxNetwork, TapOwner } from '../network/netns.js';
-import type { GuestEndpoint } from '../transport/ssh-connection.js';
+import type { GuestEndpoint } from '../transport/index.js';
 import type { CleanupStack } from '../util/cleanup-stack.js';
 import type { RuntimeName, RuntimeResourceKind } from './registered.js';
 
@@ -115,6 +115,13 @@ export interface RuntimeCapabilities {
    * isolation boundary, which the start-up log warns about when keys are handed out.
    */
   readonly sharesHostKernel: boolean;
+  /**
+   * What can carry the SSH control channel to its sandboxes (default 'tcp': the guest's
+   * address over its NIC). 'unix': a sandbox started without a NIC (network attachment
+   * 'none', given to sessions without egress) is reached over a socket on the host
+   * (RunningSandbox.endpoint says where), so it needs no network interface at all.
+   */
+  readonly controlTransport?: 'tcp' | 'unix';
 }
 
 /**
@@ -156,9 +163,10 @@ export interface Runtime extends PausingRuntime {
   /**
    * A sandbox an earlier run of the orchestrator started, found again alive (after a crash
    * or a restart), or undefined if it is gone. `release` frees what the runtime holds for
-   * it, as a destroy would.
+   * it, as a destroy would. `endpoint` is the TCP endpoint of its address (undefined when it
+   * has none); the runtime reports the endpoint it is really reached at in the sandbox.
    */
-  adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint, consoleLog?: ConsoleLogLimits): Promise<AdoptedSandbox | undefined>;
+  adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint | undefined, consoleLog?: ConsoleLogLimits): Promise<AdoptedSandbox | undefined>;
   /** Removes whatever this runtime left of a sandbox it no longer tracks. Idempotent. */
   reclaim(sessionId: string, sessionDir: string): Promise<void>;
 }

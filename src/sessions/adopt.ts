@@ -41,15 +41,18 @@ const ADOPT_TIMEOUT_MS = 10_000;
 export async function adoptSession(record: SessionRecord, ctx: AdoptContext): Promise<Session | undefined> {
   const log = ctx.log.child({ sessionId: record.id, tenant: record.tenant });
   // A paused one too (memory: its sandbox frozen in place); see the pause's half-done cases below.
-  if ((record.state !== 'ready' && record.state !== 'paused') || record.pooled || record.addressIndex === null) return undefined;
+  if ((record.state !== 'ready' && record.state !== 'paused') || record.pooled) return undefined;
+  // Only a sandbox reached without a network may have no address (it has no NIC).
+  if (record.addressIndex === null && record.transport !== 'unix') return undefined;
   const sessionDir = sessionDirOf(ctx.stateDir, record.id);
-  if (record.addressIndex >= ctx.pool.size) {
+  if (record.addressIndex !== null && record.addressIndex >= ctx.pool.size) {
     // SBX_SUBNET changed since: the stored lease is not an address of this run.
     log.warn('the address of a session left ready is outside the current subnet: reclaiming it');
     return undefined;
   }
-  const lease = ctx.pool.describe(record.addressIndex);
-  const found = await ctx.runtime.adopt(record.id, sessionDir, { host: lease.guest, port: GUEST_SSH_PORT }, ctx.consoleLog).catch((err: unknown) => {
+  const lease = record.addressIndex === null ? undefined : ctx.pool.describe(record.addressIndex);
+  const tcp = lease && { host: lease.guest, port: GUEST_SSH_PORT };
+  const found = await ctx.runtime.adopt(record.id, sessionDir, tcp, ctx.consoleLog).catch((err: unknown) => {
     log.warn({ err }, 'could not look for the sandbox of a session left ready');
     return undefined;
   });
@@ -63,11 +66,11 @@ export async function adoptSession(record: SessionRecord, ctx: AdoptContext): Pr
   // is then reclaimed, as it would be by start-up reconciliation.
   const session = new Session(record);
   session.sandbox = found.sandbox;
-  ctx.pool.claim(lease.index);
+  if (lease) ctx.pool.claim(lease.index);
   await session.cleanup.push('key dir', () => removeSessionDir(sessionDir, log, ctx.countKeptDir));
-  await session.cleanup.push('address lease', () => ctx.pool.release(lease.index));
+  if (lease) await session.cleanup.push('address lease', () => ctx.pool.release(lease.index));
   await session.cleanup.push(`netns ${ctx.names.netns(record.id)}`, () => deleteNetns(ctx.names.netns(record.id)));
-  await session.cleanup.push(`veth ${ctx.names.hostVeth(record.id)}`, () => deleteLink(ctx.names.hostVeth(record.id)));
+  if (lease) await session.cleanup.push(`veth ${ctx.names.hostVeth(record.id)}`, () => deleteLink(ctx.names.hostVeth(record.id)));
   await session.cleanup.push(`sandbox ${record.id}`, () => found.release());
   // A kill -9 during a pause or resume leaves the old state or the new one: a paused session
   // found frozen is adopted paused (no connection until it resumes); a frozen sandbox of a

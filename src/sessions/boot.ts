@@ -9,12 +9,12 @@ import { CONFIG_FILES, GUEST_USER, renderSettings, sandboxSettings } from '../gu
 import type { GuestImage } from '../guest/image/builder.js';
 import type { AddressLease } from '../network/address-pool.js';
 import type { ResourceNames } from '../network/names.js';
-import { createSandboxNetwork } from '../network/netns.js';
+import { createSandboxNetwork, type SandboxNetwork } from '../network/netns.js';
 import type { NetworkPolicy } from '../network/policy/network-policy.js';
 import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, logsDirOf, type ConsoleLogLimits } from '../runtimes/console-log.js';
 import type { RunningSandbox, Runtime } from '../runtimes/runtime.js';
 import { generateSessionKeys, publicKeyBlob, writeSessionKeys, type SessionKeys } from '../transport/keys.js';
-import { GuestConnection } from '../transport/ssh-connection.js';
+import { guestTransport, type GuestTransport } from '../transport/index.js';
 import { OrchestratorError } from '../errors.js';
 import { CleanupStack } from '../util/cleanup-stack.js';
 import type { Session } from './session.js';
@@ -69,7 +69,7 @@ export interface StartedSandbox {
  * pinned host key, display answering. Each resource's release goes onto the session's
  * cleanup stack the moment it is taken; the caller runs the stack if any step throws.
  */
-export async function bootSandbox(session: Session, lease: AddressLease, ctx: BootContext): Promise<void> {
+export async function bootSandbox(session: Session, lease: AddressLease | undefined, ctx: BootContext): Promise<void> {
   const started = await startSandbox(session, lease, ctx);
   const { sandbox, keys, deadline, logsDir } = started;
   try {
@@ -85,11 +85,11 @@ export async function bootSandbox(session: Session, lease: AddressLease, ctx: Bo
  * attached: the session that claims it brings its own key and its own connection
  * (see pool/claim.ts). Returns the keys it was booted with.
  */
-export async function bootPooledSandbox(session: Session, lease: AddressLease, ctx: BootContext): Promise<SessionKeys> {
+export async function bootPooledSandbox(session: Session, lease: AddressLease | undefined, ctx: BootContext): Promise<SessionKeys> {
   const { sandbox, keys, deadline, logsDir } = await startSandbox(session, lease, ctx);
   const probe = new CleanupStack();
   try {
-    const connection = new GuestConnection({
+    const connection = guestTransport({
       endpoint: sandbox.endpoint,
       username: GUEST_USER,
       privateKey: keys.clientPrivateKey,
@@ -110,7 +110,7 @@ export async function bootPooledSandbox(session: Session, lease: AddressLease, c
 }
 
 /** Keys, config dir, network and the runtime: everything up to a running sandbox. */
-async function startSandbox(session: Session, lease: AddressLease, ctx: BootContext): Promise<StartedSandbox> {
+async function startSandbox(session: Session, lease: AddressLease | undefined, ctx: BootContext): Promise<StartedSandbox> {
   const { id, width, height } = session.record;
   const sessionDir = sessionDirOf(ctx.stateDir, id);
   const configDir = configDirOf(ctx.stateDir, id);
@@ -139,14 +139,21 @@ async function startSandbox(session: Session, lease: AddressLease, ctx: BootCont
   );
 
   step('keys and config');
-  // The policy first: the sandbox's veth is fenced from the moment it exists.
-  await ctx.policy.admit(id, lease, { egress: session.record.egress }, session.cleanup, ctx.log);
-  step('network policy');
   // A VM's own uid/gid first: its TAP is made owned by it.
   const vmUser = await ctx.runtime.leaseVmUser?.(session.cleanup, record);
-  record('netns', ctx.names.netns(id));
-  record('veth', ctx.names.hostVeth(id));
-  const network = await createSandboxNetwork(ctx.names, id, lease, session.cleanup, ctx.runtime.capabilities.networkAttachment, vmUser);
+  let network: SandboxNetwork;
+  if (lease) {
+    // The policy first: the sandbox's veth is fenced from the moment it exists.
+    await ctx.policy.admit(id, lease, { egress: session.record.egress }, session.cleanup, ctx.log);
+    step('network policy');
+    record('netns', ctx.names.netns(id));
+    record('veth', ctx.names.hostVeth(id));
+    network = await createSandboxNetwork(ctx.names, id, lease, session.cleanup, ctx.runtime.capabilities.networkAttachment, vmUser);
+  } else {
+    // No address: nothing to fence, no netns of ours (the runtime makes the sandbox one with
+    // only lo, which goes with it); the control channel is a socket.
+    network = { attachment: 'none' };
+  }
   step('network');
   // A VM under TCG needs longer than the orchestrator-wide boot timeout: the longer applies.
   const deadline = Math.max(ctx.deadline, Date.now() + ctx.runtime.capabilities.bootTimeoutMs);
@@ -213,7 +220,7 @@ export async function attachDesktop(
   display: 'await' | 'background' = 'await',
 ): Promise<void> {
   const { width, height } = session.record;
-  const connection = new GuestConnection({
+  const connection = guestTransport({
     endpoint: sandbox.endpoint,
     username: GUEST_USER,
     privateKey: clientPrivateKey,

@@ -20,7 +20,7 @@ import { reconcileHost } from './reconcile.js';
 import type { SandboxHost } from './sandbox-host.js';
 import { watchSandbox, type SandboxWatch } from './sandbox-watch.js';
 import type { Session } from './session.js';
-import type { SessionRecord } from './session-record.js';
+import type { ControlTransport, SessionRecord } from './session-record.js';
 import type { SessionStore } from './store.js';
 
 /** A pooled sandbox not ready for its new session within this is given up for a cold boot. */
@@ -54,15 +54,19 @@ export class HostSandboxes implements SandboxHost {
 
   private readonly countKeptDir = (): void => this.opts.metrics?.sessionDirsKept.inc();
 
+  get controlTransport(): ControlTransport {
+    return this.opts.runtime.capabilities.controlTransport ?? 'tcp';
+  }
+
   assertCreatesAllowed(): Promise<void> {
     return this.opts.policyGuard.assertInForce();
   }
 
-  boot(session: Session, lease: AddressLease, log: Logger): Promise<void> {
+  boot(session: Session, lease: AddressLease | undefined, log: Logger): Promise<void> {
     return bootSandbox(session, lease, this.bootContext(session, log));
   }
 
-  async bootPooled(session: Session, lease: AddressLease, log: Logger): Promise<PooledSandbox> {
+  async bootPooled(session: Session, lease: AddressLease | undefined, log: Logger): Promise<PooledSandbox> {
     const keys = await bootPooledSandbox(session, lease, this.bootContext(session, log));
     return { session, hostPublicKey: keys.hostPublicKey };
   }
@@ -75,6 +79,8 @@ export class HostSandboxes implements SandboxHost {
   watch(session: Session): SandboxWatch | undefined {
     const { sandbox } = session;
     if (!sandbox) return undefined;
+    // A sandbox without a NIC has no netns or veth of ours to lose: only its process is watched.
+    if (session.record.addressIndex === null) return watchSandbox({ pid: sandbox.pid });
     return watchSandbox({ pid: sandbox.pid, netns: this.opts.names.netns(session.id), hostVeth: this.opts.names.hostVeth(session.id) });
   }
 

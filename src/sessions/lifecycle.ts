@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { type GuestProtocolError, InvalidRequestError, OrchestratorError, UnavailableError } from '../errors.js';
 import type { Metrics } from '../metrics/metrics.js';
-import type { ConnectionLostError } from '../transport/ssh-connection.js';
+import type { ConnectionLostError } from '../transport/index.js';
 import type { GuestImage } from '../guest/image/image-store.js';
 import type { AddressLease } from '../network/address-pool.js';
 import type { RuntimeName } from '../runtimes/runtime.js';
@@ -134,8 +134,11 @@ export class SessionLifecycle {
 
   private async createCold(request: SessionRequest, template: SessionTemplate, owner: SessionOwner, slot: CapacitySlot, started: number): Promise<SessionView> {
     const { store, registry, metrics, host, addresses } = this.opts;
-    const lease = await addresses.leaseFree();
-    const record = newRecord(request, lease.index, false, owner.tenant, this.opts.runtimeName, owner.sessionId);
+    // Not allowed out, and reachable without a network: no interface, so no address either,
+    // and its control channel is the runtime's socket. Otherwise TCP over its NIC.
+    const lease = host.controlTransport === 'unix' && !request.egress ? undefined : await addresses.leaseFree();
+    const record = newRecord(request, lease?.index ?? null, false, owner.tenant, this.opts.runtimeName, owner.sessionId);
+    record.transport = lease ? 'tcp' : 'unix';
     this.measureDisk(slot, record.id);
     const session = new Session(record);
     session.image = template.image;
@@ -146,7 +149,7 @@ export class SessionLifecycle {
     metrics.activeSessions.inc();
     // First on the stack, so released last: the slot is free only once everything else is.
     await session.cleanup.push('capacity slot', () => slot.release());
-    await session.cleanup.push('address lease', () => addresses.release(lease.index));
+    if (lease) await session.cleanup.push('address lease', () => addresses.release(lease.index));
 
     const boot = host.boot(session, lease, log);
     session.creation = boot.catch(() => undefined);

@@ -4,7 +4,7 @@ import type { PauseMode, PauseResult } from '../runtimes/runtime.js';
 import type { PooledSandbox } from './pool/warm-pool.js';
 import type { SandboxWatch } from './sandbox-watch.js';
 import type { Session } from './session.js';
-import type { SessionRecord } from './session-record.js';
+import type { ControlTransport, SessionRecord } from './session-record.js';
 
 /**
  * Everything the session lifecycle asks of the host, in one narrow interface: boot a sandbox
@@ -16,6 +16,8 @@ import type { SessionRecord } from './session-record.js';
  * machine is tested without root in milliseconds.
  */
 export interface SandboxHost {
+  /** What carries the control channel of the sandboxes it boots (the runtime's capability). */
+  readonly controlTransport: ControlTransport;
   /** Throws the 503 a create must answer while the network policy is not in force. */
   assertCreatesAllowed(): Promise<void>;
   /**
@@ -23,9 +25,9 @@ export interface SandboxHost {
    * .connection, .computer). Every resource's release goes onto session.cleanup as it is
    * taken: the caller runs the stack if this throws.
    */
-  boot(session: Session, lease: AddressLease, log: Logger): Promise<void>;
+  boot(session: Session, lease: AddressLease | undefined, log: Logger): Promise<void>;
   /** A sandbox for the warm pool: booted and known ready, with no connection kept. */
-  bootPooled(session: Session, lease: AddressLease, log: Logger): Promise<PooledSandbox>;
+  bootPooled(session: Session, lease: AddressLease | undefined, log: Logger): Promise<PooledSandbox>;
   /** Hands a pooled sandbox to the session's own key and attaches its desktop. */
   claim(pooled: PooledSandbox): Promise<void>;
   /** Watches what a live sandbox cannot do without (sandbox-watch.ts). */

@@ -24,8 +24,10 @@ export interface SandboxGone {
 
 export interface WatchedSandbox {
   pid: number;
-  netns: string;
-  hostVeth: string;
+  /** Absent for a sandbox without a NIC (its namespace is its own, gone with it). */
+  netns?: string;
+  /** Absent for a sandbox without a NIC (it has no host end to lose). */
+  hostVeth?: string;
 }
 
 /** Each tick reads one /proc file and stats two paths: cheap for every session at once. */
@@ -40,8 +42,8 @@ export function watchSandbox(target: WatchedSandbox, intervalMs = SANDBOX_WATCH_
 
   const check = async (): Promise<SandboxGone | undefined> => {
     if (!startTime || !(await isProcessAlive(target.pid, startTime))) return { reason: `its process (pid ${target.pid}) is gone`, processExited: true };
-    if (!(await exists(`/run/netns/${target.netns}`))) return { reason: `its network namespace ${target.netns} was deleted`, processExited: false };
-    if (!(await exists(`/sys/class/net/${target.hostVeth}`))) return { reason: `its host interface ${target.hostVeth} was deleted`, processExited: false };
+    if (target.netns && !(await exists(`/run/netns/${target.netns}`))) return { reason: `its network namespace ${target.netns} was deleted`, processExited: false };
+    if (target.hostVeth && !(await exists(`/sys/class/net/${target.hostVeth}`))) return { reason: `its host interface ${target.hostVeth} was deleted`, processExited: false };
     return undefined;
   };
   const tick = async () => {

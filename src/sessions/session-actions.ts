@@ -5,7 +5,7 @@ import { resolveScreenshotFormat, type EncodedImage, type ScreenshotFormat, type
 import { HumanInControlError, InvalidRequestError, NotFoundError, type OrchestratorError, SessionGoneError, SessionStateError } from '../errors.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { AttachmentContext, SessionAccess } from '../tools/session-access.js';
-import type { GuestConnection } from '../transport/ssh-connection.js';
+import type { GuestTransport } from '../transport/index.js';
 import type { SessionClocks } from './clocks.js';
 import type { SessionRegistry } from './registry.js';
 import { hasDesktop, type ControlHold } from './session.js';
@@ -174,7 +174,7 @@ export class SessionActions implements SessionAccess {
   }
 
   /** A ready session's SSH connection, for the companion tools and files. Counts as activity. */
-  connection(id: string): GuestConnection {
+  connection(id: string): GuestTransport {
     const session = this.opts.registry.ready(id);
     this.opts.clocks.touch(session);
     return session.connection;

@@ -1,6 +1,8 @@
 import type { ImageFormat } from '../computer/screenshot-format.js';
 import type { PauseMode, RuntimeName } from '../runtimes/runtime.js';
 
+export type ControlTransport = 'tcp' | 'unix';
+
 export const COMPUTER_TOOL_VERSIONS = ['computer_20241022', 'computer_20250124', 'computer_20251124'] as const;
 export type ComputerToolVersion = (typeof COMPUTER_TOOL_VERSIONS)[number];
 
@@ -47,8 +49,13 @@ export interface SessionRecord {
   expiresAt: string;
   /** May the sandbox reach the internet (NAT)? Chosen at create time, off by default. */
   egress: boolean;
-  /** The /30 block leased to it; null once released. */
+  /** The /30 block leased to it; null once released, and for a sandbox without a NIC. */
   addressIndex: number | null;
+  /**
+   * What carries its SSH control channel (absent: tcp, as in records older than the choice).
+   * 'unix' without egress: the sandbox has no network interface but lo, and no address.
+   */
+  transport?: ControlTransport;
   /** Why it failed, when it did. */
   error: string | null;
   /**

@@ -1,6 +1,6 @@
 import type { RecordingStatus } from '../recording/session-recorder.js';
 import { geminiToolDefinition, openaiToolDefinition, type GeminiToolDefinition, type OpenAIToolDefinition } from '../vendors/tool-definitions.js';
-import type { EndReason, SessionRecord } from './session-record.js';
+import type { ControlTransport, EndReason, SessionRecord } from './session-record.js';
 import { lifetimeEnd } from './timeouts.js';
 
 export interface ComputerToolDefinition {
@@ -42,8 +42,11 @@ export interface SessionView {
   timeoutSeconds: number;
   maxLifetimeSeconds: number;
   metadata: Record<string, unknown>;
-  /** The guest network policy chosen at create time. */
-  network: { egress: boolean };
+  /**
+   * The guest network policy chosen at create time, what carries the control channel, and
+   * the sandbox's interfaces (lo alone: no NIC, reached over a Unix socket, no egress).
+   */
+  network: { egress: boolean; transport: ControlTransport; interfaces: string[] };
   createdAt: string;
   /** When it ends unless used again (never after lifetimeEndsAt). */
   expiresAt: string;
@@ -61,6 +64,12 @@ export interface SessionView {
   onIdle: SessionRecord['onIdle'];
   /** A request to it while paused resumes it first, or answers 409 session_paused. */
   autoResume: boolean;
+}
+
+/** How the sandbox is reached and what interfaces it has (the choice made at create: lifecycle.ts). */
+export function networkView(record: Pick<SessionRecord, 'egress' | 'transport'>): SessionView['network'] {
+  const transport = record.transport ?? 'tcp';
+  return { egress: record.egress, transport, interfaces: transport === 'unix' && !record.egress ? ['lo'] : ['lo', 'eth0'] };
 }
 
 /** The session's default screenshot format, as a request would spell it. */
@@ -86,7 +95,7 @@ export function toView(record: SessionRecord, recording?: RecordingStatus, contr
     timeoutSeconds: record.timeoutSeconds,
     maxLifetimeSeconds: record.maxLifetimeSeconds,
     metadata: record.metadata,
-    network: { egress: record.egress },
+    network: networkView(record),
     createdAt: record.createdAt,
     expiresAt: record.expiresAt,
     // Paused: the lifetime stands still (running time only), so it ends later by the pause so far.

@@ -2,7 +2,7 @@ import { randomInt } from 'node:crypto';
 import type { ComputerTool } from '../computer/computer-tool.js';
 import type { GuestImage } from '../guest/image/image-store.js';
 import type { RunningSandbox } from '../runtimes/runtime.js';
-import type { GuestConnection } from '../transport/ssh-connection.js';
+import type { GuestTransport } from '../transport/index.js';
 import { CleanupStack } from '../util/cleanup-stack.js';
 import type { SandboxWatch } from './sandbox-watch.js';
 import type { SessionRecord } from './session-record.js';
@@ -30,7 +30,7 @@ export function newSessionId(): string {
 export class Session {
   readonly cleanup = new CleanupStack();
   sandbox: RunningSandbox | undefined;
-  connection: GuestConnection | undefined;
+  connection: GuestTransport | undefined;
   computer: ComputerTool | undefined;
   /** The image of its template, resolved at create time; what the runtime boots. */
   image: GuestImage | undefined;
@@ -70,7 +70,7 @@ export class Session {
 }
 
 /** A session whose desktop answers: its connection and computer are there, not optional. */
-export type ReadySession = Session & { readonly connection: GuestConnection; readonly computer: ComputerTool };
+export type ReadySession = Session & { readonly connection: GuestTransport; readonly computer: ComputerTool };
 
 /** True once creation attached the session's connection and desktop (see boot.ts). */
 export function hasDesktop(session: Session): session is ReadySession {

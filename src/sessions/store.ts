@@ -32,6 +32,7 @@ interface Row {
   paused_total_ms: number;
   on_idle: OnIdle;
   auto_resume: number;
+  transport: 'tcp' | 'unix';
 }
 
 /**
@@ -104,6 +105,8 @@ export class SessionStore {
       // Sessions from before tenants were made without keys: they belong to the local tenant.
       ['tenant', "TEXT NOT NULL DEFAULT 'local'"],
       ['max_lifetime_seconds', 'INTEGER NOT NULL DEFAULT 3600'],
+      // What carries the control channel (issue 23); older sessions were all reached over TCP.
+      ['transport', "TEXT NOT NULL DEFAULT 'tcp'"],
       ['end_reason', 'TEXT'],
       ['screenshot_format', "TEXT NOT NULL DEFAULT 'png'"],
       ['screenshot_quality', 'INTEGER'],
@@ -128,11 +131,11 @@ export class SessionStore {
         `INSERT INTO sessions (id, tenant, state, runtime, width, height, model_width, model_height, tool_version,
            timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error, egress, pooled,
            max_lifetime_seconds, end_reason, screenshot_format, screenshot_quality, template,
-           paused_mode, paused_since, paused_bytes, paused_total_ms, on_idle, auto_resume)
+           paused_mode, paused_since, paused_bytes, paused_total_ms, on_idle, auto_resume, transport)
          VALUES (@id, @tenant, @state, @runtime, @width, @height, @model_width, @model_height, @tool_version,
            @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error, @egress, @pooled,
            @max_lifetime_seconds, @end_reason, @screenshot_format, @screenshot_quality, @template,
-           @paused_mode, @paused_since, @paused_bytes, @paused_total_ms, @on_idle, @auto_resume)`,
+           @paused_mode, @paused_since, @paused_bytes, @paused_total_ms, @on_idle, @auto_resume, @transport)`,
       )
       .run(toRow(record));
   }
@@ -277,6 +280,7 @@ function toRow(r: SessionRecord): Row {
     paused_total_ms: r.pausedMs,
     on_idle: r.onIdle,
     auto_resume: r.autoResume ? 1 : 0,
+    transport: r.transport ?? 'tcp',
   };
 }
 
@@ -309,5 +313,6 @@ function fromRow(row: Row): SessionRecord {
     pausedMs: row.paused_total_ms,
     onIdle: row.on_idle,
     autoResume: row.auto_resume === 1,
+    transport: row.transport,
   };
 }

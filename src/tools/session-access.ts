@@ -1,9 +1,9 @@
-import type { GuestConnection } from '../transport/ssh-connection.js';
+import type { GuestTransport } from '../transport/index.js';
 import type { CleanupStack } from '../util/cleanup-stack.js';
 
 /** What a companion tool's per-session state is made with (see SessionAccess.attachment). */
 export interface AttachmentContext {
-  connection: GuestConnection;
+  connection: GuestTransport;
   cleanup: CleanupStack;
 }
 
@@ -14,7 +14,7 @@ export interface AttachmentContext {
  */
 export interface SessionAccess {
   /** A ready session's SSH connection. Counts as activity; throws 404/409/410 otherwise. */
-  connection(id: string): GuestConnection;
+  connection(id: string): GuestTransport;
   /**
    * Per-session state of a tool (e.g. a persistent shell), made on first use. What `create`
    * pushes onto the cleanup stack is released when the session ends, before its SSH

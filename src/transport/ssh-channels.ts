@@ -1,14 +1,8 @@
 import type { ClientChannel } from 'ssh2';
 import { GuestProtocolError } from '../errors.js';
+import type { ExecResult } from './guest-transport.js';
 import { SshTimeoutError } from './ssh-errors.js';
 
-/** What a command run with exec() gave back. */
-export interface ExecResult {
-  stdout: Buffer;
-  stderr: Buffer;
-  exitCode: number | null;
-  signal: string | undefined;
-}
 
 /**
  * Every channel handed out carries an error listener from the start, on itself and on its
@@ -26,14 +20,14 @@ export function guardChannel(channel: ClientChannel): ClientChannel {
 }
 
 /** Channels' exit statuses, kept from the moment they came. */
-const EXITS = new WeakMap<ClientChannel, { code: number | null; signal: string | undefined }>();
+const EXITS = new WeakMap<object, { code: number | null; signal: string | undefined }>();
 
 /**
  * The exit status of a channel handed out, if it came. ssh2 parses every packet of a read in
  * one go, so a command that ends at once can report its exit before the promise that hands
  * the channel over resumes its owner: an 'exit' listener added then would never hear it.
  */
-export function exitOf(channel: ClientChannel): { code: number | null; signal: string | undefined } | undefined {
+export function exitOf(channel: object): { code: number | null; signal: string | undefined } | undefined {
   return EXITS.get(channel);
 }
 

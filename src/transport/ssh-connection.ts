@@ -2,45 +2,22 @@ import { EventEmitter } from 'node:events';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
-import ssh2, { type ClientChannel, type PseudoTtyOptions, type SFTPWrapper } from 'ssh2';
+import ssh2, { type ClientChannel } from 'ssh2';
 import { GuestProtocolError } from '../errors.js';
-import { collect, guardChannel, type ExecResult } from './ssh-channels.js';
+import { dial, endpointLabel, type GuestEndpoint } from './endpoint.js';
+import type { ExecOptions, ExecResult, GuestChannel, GuestPty, GuestSftp, GuestTransport, TransportOptions } from './guest-transport.js';
+import { collect, guardChannel } from './ssh-channels.js';
+import { SshSftp } from './ssh-sftp.js';
 import { ConnectionLostError, HostKeyMismatchError, SshAuthenticationError, SshTimeoutError } from './ssh-errors.js';
 
 export { ConnectionLostError, HostKeyMismatchError, SshAuthenticationError, SshTimeoutError } from './ssh-errors.js';
-export type { ExecResult } from './ssh-channels.js';
-export { exitOf } from './ssh-channels.js';
+export type { ExecOptions, ExecResult } from './guest-transport.js';
 
 const { Client } = ssh2;
 type Client = InstanceType<typeof Client>;
 
-export interface GuestEndpoint {
-  host: string;
-  port: number;
-}
-
-export interface ConnectionOptions {
-  endpoint: GuestEndpoint;
-  username: string;
-  privateKey: string;
-  /** SSH wire encoding of the only host key we accept. */
-  pinnedHostKey: Buffer;
-  /**
-   * How long a dropped connection is retried before it is given up ('lost'): a guest that
-   * will not let us back in (sshd gone, a silent listener, a starved CPU) fails its session
-   * with a reason instead of holding it forever.
-   */
-  reconnectGiveUpMs?: number;
-}
-
-export interface ExecOptions {
-  /** Bytes written to the command's standard input (then EOF). Model text travels here. */
-  stdin?: string | Buffer;
-  timeoutMs?: number;
-  /** Output beyond this is an error: a guest cannot make the orchestrator buffer without bound. */
-  maxOutputBytes?: number;
-}
-
+/** Kept for the callers inside transport/ that name it so. */
+export type ConnectionOptions = TransportOptions;
 
 const DEFAULT_EXEC_TIMEOUT_MS = 30_000;
 /** Output of one command kept by default; callers that expect little ask for less. */
@@ -52,8 +29,8 @@ const DEFAULT_RECONNECT_GIVE_UP_MS = 30_000;
 const KEEPALIVE_INTERVAL_MS = 5_000;
 /** How long close() lets the guest answer the disconnect before the socket is destroyed. */
 const CLOSE_GRACE_MS = 1_000;
-/** The TCP socket under each ssh2 client (ours: made with Nagle off, see connectOnce). */
-const SOCKETS = new WeakMap<Client, net.Socket>();
+/** The stream under each ssh2 client (ours: dialed by the endpoint, see connectOnce). */
+const SOCKETS = new WeakMap<Client, Duplex>();
 
 /**
  * One persistent SSH connection to one guest. Every command is a channel multiplexed on it,
@@ -69,7 +46,7 @@ const SOCKETS = new WeakMap<Client, net.Socket>();
  * the process with every tenant's sessions: the client, its socket and every channel handed
  * out carry an error listener for their whole life (attached before anything can emit).
  */
-export class GuestConnection extends EventEmitter {
+export class GuestConnection extends EventEmitter implements GuestTransport {
   private client: Client | undefined;
   private connected: Promise<Client> | undefined;
   private closed = false;
@@ -79,7 +56,11 @@ export class GuestConnection extends EventEmitter {
   }
 
   get endpointLabel(): string {
-    return `${this.opts.endpoint.host}:${this.opts.endpoint.port}`;
+    return endpointLabel(this.opts.endpoint);
+  }
+
+  get endpoint(): GuestEndpoint {
+    return this.opts.endpoint;
   }
 
   /**
@@ -271,11 +252,18 @@ export class GuestConnection extends EventEmitter {
       // is what the connection acts on. `fail` does nothing once settled.
       client.on('error', fail);
       client.once('close', () => fail(new Error(`connection to ${this.endpointLabel} closed during the handshake`)));
-      // Our own socket, with Nagle's algorithm off: every command is a handful of small
-      // packets, and Nagle plus delayed ACKs would add ~40 ms to each of them.
-      const sock = net.connect({ host: this.opts.endpoint.host, port: this.opts.endpoint.port, noDelay: true });
-      SOCKETS.set(client, sock);
-      sock.on('error', () => undefined); // ssh2 reports socket errors through the client
+      // The endpoint dials the stream (TCP with Nagle off, a Unix socket, vsock): ssh2
+      // only ever sees a stream.
+      dial(this.opts.endpoint, timeoutMs).then((sock) => {
+        if (settled) return void sock.destroy();
+        SOCKETS.set(client, sock);
+        sock.on('error', () => undefined); // ssh2 reports socket errors through the client
+        this.handshake(client, sock, timeoutMs, () => (hostKeyRejected = true));
+      }, fail);
+    });
+  }
+
+  private handshake(client: Client, sock: Duplex, timeoutMs: number, onHostKeyRejected: () => void): void {
       client.connect({
         sock,
         username: this.opts.username,
@@ -286,22 +274,21 @@ export class GuestConnection extends EventEmitter {
         algorithms: { serverHostKey: ['ssh-ed25519'] },
         hostVerifier: (key: Buffer) => {
           const ok = key.equals(this.opts.pinnedHostKey);
-          if (!ok) hostKeyRejected = true;
+          if (!ok) onHostKeyRejected();
           return ok;
         },
       });
-    });
   }
 
   /** SFTP sessions by the ssh2 client they run on, so a reconnect gets a fresh one. */
-  private readonly sftpSessions = new WeakMap<Client, Promise<SFTPWrapper>>();
+  private readonly sftpSessions = new WeakMap<Client, Promise<GuestSftp>>();
 
   /** An SFTP session on this connection (opened once, reopened after a reconnect). */
-  async sftp(timeoutMs = 10_000): Promise<SFTPWrapper> {
+  async sftp(timeoutMs = 10_000): Promise<GuestSftp> {
     const client = await this.waitConnected(timeoutMs);
     const cached = this.sftpSessions.get(client);
     if (cached) return cached;
-    const opening = new Promise<SFTPWrapper>((resolve, reject) => {
+    const opening = new Promise<GuestSftp>((resolve, reject) => {
       let timedOut = false;
       const timer = setTimeout(() => {
         timedOut = true;
@@ -316,7 +303,7 @@ export class GuestConnection extends EventEmitter {
         wrapper.once('close', forget);
         wrapper.once('end', forget);
         wrapper.on('error', forget);
-        resolve(wrapper);
+        resolve(new SshSftp(wrapper));
       });
     });
     const forget = () => {
@@ -332,11 +319,8 @@ export class GuestConnection extends EventEmitter {
    * its VNC server): nothing in the guest listens beyond loopback, and the caller owns the
    * channel. It dies with the connection.
    */
-  async forwardToGuestLoopback(port: number, timeoutMs = DEFAULT_EXEC_TIMEOUT_MS): Promise<ClientChannel> {
-    const client = await this.waitConnected(timeoutMs);
-    return new Promise<ClientChannel>((resolve, reject) => {
-      client.forwardOut('127.0.0.1', 0, '127.0.0.1', port, (err, channel) => (err ? reject(err) : resolve(guardChannel(channel))));
-    });
+  async forwardToGuestLoopback(port: number, timeoutMs = DEFAULT_EXEC_TIMEOUT_MS): Promise<GuestChannel> {
+    return this.forwardOut('127.0.0.1', port, timeoutMs);
   }
 
   /**
@@ -346,11 +330,16 @@ export class GuestConnection extends EventEmitter {
    * a refused channel (rejects). The caller owns the stream; it dies with the connection.
    */
   async forward(host: string, port: number): Promise<Duplex> {
-    const client = await this.waitConnected(DEFAULT_EXEC_TIMEOUT_MS);
-    return new Promise<Duplex>((resolve, reject) => {
+    return this.forwardOut(host, port, DEFAULT_EXEC_TIMEOUT_MS);
+  }
+
+  private async forwardOut(host: string, port: number, timeoutMs: number): Promise<ClientChannel> {
+    const client = await this.waitConnected(timeoutMs);
+    return new Promise<ClientChannel>((resolve, reject) => {
       client.forwardOut('127.0.0.1', 0, host, port, (err, channel) => (err ? reject(err) : resolve(guardChannel(channel))));
     });
   }
+
 
   /**
    * Starts a long-lived command on its own channel and hands the open channel over (for the
@@ -360,7 +349,7 @@ export class GuestConnection extends EventEmitter {
    * command string must contain no untrusted text. With `pty`, sshd gives the command a
    * terminal of that size (the process API's terminals; resized with channel.setWindow).
    */
-  async spawn(command: string, timeoutMs = DEFAULT_EXEC_TIMEOUT_MS, pty?: PseudoTtyOptions): Promise<ClientChannel> {
+  async spawn(command: string, timeoutMs = DEFAULT_EXEC_TIMEOUT_MS, pty?: GuestPty): Promise<GuestChannel> {
     const client = await this.waitConnected(timeoutMs);
     return new Promise<ClientChannel>((resolve, reject) => {
       const done = (err: Error | undefined, channel: ClientChannel) => (err ? reject(err) : resolve(guardChannel(channel)));

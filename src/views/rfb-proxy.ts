@@ -1,4 +1,4 @@
-import type { ClientChannel } from 'ssh2';
+import type { GuestChannel } from '../transport/index.js';
 import type { WebSocket } from 'ws';
 import { ClientFilter, RfbViolation, ServerFilter } from './rfb-filter.js';
 import type { ViewMode } from './view-tokens.js';
@@ -59,7 +59,7 @@ export interface ViewerLink {
  * mark, cut above the hard cap or after a long stall), so a guest that floods, or a browser
  * that stops reading, costs the host a bounded amount and ends only that viewer.
  */
-export function proxyRfb(ws: WebSocket, channel: ClientChannel, mode: ViewMode, limits: ViewerLimits, hooks: ProxyHooks): ViewerLink {
+export function proxyRfb(ws: WebSocket, channel: GuestChannel, mode: ViewMode, limits: ViewerLimits, hooks: ProxyHooks): ViewerLink {
   const client = new ClientFilter(mode);
   const server = new ServerFilter();
   let finished: ViewerEnd | undefined;

@@ -1,8 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { ClientChannel } from 'ssh2';
 import { GUEST_VNC_PORT, vncServerCommand } from '../guest/contract.js';
 import type { AttachmentContext } from '../tools/session-access.js';
-import type { GuestConnection } from '../transport/ssh-connection.js';
+import type { GuestChannel, GuestTransport } from '../transport/index.js';
 
 /** How long a freshly started x11vnc gets to listen on the guest's loopback. */
 const VNC_START_TIMEOUT_MS = 8_000;
@@ -11,7 +10,7 @@ const VNC_POLL_MS = 100;
 /** What the tunnel needs of a session: its connection, its display, and a per-session attachment. */
 export interface TunnelSessions {
   readonly display: number;
-  connection(id: string): GuestConnection;
+  connection(id: string): GuestTransport;
   attachment<T>(id: string, name: string, create: (ctx: AttachmentContext) => Promise<T> | T): Promise<T>;
 }
 
@@ -21,7 +20,7 @@ export interface TunnelSessions {
  * is started on demand, once per session, on a channel of that connection, and stopped with
  * the session (closing its channel ends x11vnc, whose parent is that channel's sshd).
  */
-export async function openVncChannel(sessions: TunnelSessions, sessionId: string): Promise<ClientChannel> {
+export async function openVncChannel(sessions: TunnelSessions, sessionId: string): Promise<GuestChannel> {
   const connection = sessions.connection(sessionId);
   const first = await connection.forwardToGuestLoopback(GUEST_VNC_PORT).catch(() => undefined);
   if (first) return first;

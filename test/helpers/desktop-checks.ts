@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import type { GuestConnection } from '../../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../../src/transport/index.js';
 import { guestSh, pngSize } from './guest.js';
 import type { TestOrchestrator } from './orchestrator.js';
 import { typedText, waitForXev } from './xev.js';
@@ -20,7 +20,7 @@ export async function assertScreenshotSize(orch: TestOrchestrator, id: string, s
 }
 
 /** A left click at (300, 250) reaches xev at that root position, as button 1. */
-export async function assertClickArrives(orch: TestOrchestrator, id: string, guest: GuestConnection): Promise<void> {
+export async function assertClickArrives(orch: TestOrchestrator, id: string, guest: GuestTransport): Promise<void> {
   const res = await act(orch, id, { action: 'left_click', coordinate: [300, 250] });
   assert.equal(res.statusCode, 200, res.body);
   const events = await waitForXev(guest, (log) => /ButtonPress event/.test(log));
@@ -30,7 +30,7 @@ export async function assertClickArrives(orch: TestOrchestrator, id: string, gue
 }
 
 /** Hostile-looking text is typed literally (every keysym arrives) and nothing runs. */
-export async function assertTypesLiterally(orch: TestOrchestrator, id: string, guest: GuestConnection, tries?: number): Promise<void> {
+export async function assertTypesLiterally(orch: TestOrchestrator, id: string, guest: GuestTransport, tries?: number): Promise<void> {
   const text = "Hello, wörld! $(id) `touch /tmp/pwned`; '\"";
   await guestSh(guest, ': > /tmp/xev.log');
   const res = await act(orch, id, { action: 'type', text });

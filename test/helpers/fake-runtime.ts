@@ -17,8 +17,8 @@ import type { SandboxGone, SandboxWatch } from '../../src/sessions/sandbox-watch
 import { Session } from '../../src/sessions/session.js';
 import type { SessionRecord } from '../../src/sessions/session-record.js';
 import type { SessionStore } from '../../src/sessions/store.js';
-import { GuestConnection } from '../../src/transport/ssh-connection.js';
 import type { CleanupStack } from '../../src/util/cleanup-stack.js';
+import { FakeTransport } from './fake-transport.js';
 
 export const FAKE_IMAGE: GuestImage = {
   hash: 'fake',
@@ -31,7 +31,7 @@ export const FAKE_IMAGE: GuestImage = {
 
 /** One sandbox of the fake runtime. */
 export class FakeSandbox implements RunningSandbox {
-  readonly endpoint = { host: '127.0.0.1', port: 1 };
+  readonly endpoint = { transport: 'unix' as const, path: '/nonexistent/fake-guest.sock' };
   readonly consoleLogPath = '/nonexistent/console.log';
   readonly pid = process.pid;
   readonly exited: Promise<ExitInfo>;
@@ -188,16 +188,20 @@ export class FakeHost implements SandboxHost {
     private readonly store: SessionStore,
   ) {}
 
+  get controlTransport(): 'tcp' | 'unix' {
+    return this.runtime.capabilities.controlTransport ?? 'tcp';
+  }
+
   async assertCreatesAllowed(): Promise<void> {
     if (this.createsRefused) throw this.createsRefused;
   }
 
-  async boot(session: Session, lease: AddressLease): Promise<void> {
+  async boot(session: Session, lease: AddressLease | undefined): Promise<void> {
     await this.start(session, lease);
     attachFakeDesktop(session);
   }
 
-  async bootPooled(session: Session, lease: AddressLease): Promise<PooledSandbox> {
+  async bootPooled(session: Session, lease: AddressLease | undefined): Promise<PooledSandbox> {
     await this.start(session, lease);
     return { session, hostPublicKey: 'fake' };
   }
@@ -285,7 +289,7 @@ export class FakeHost implements SandboxHost {
 
   async removePolicy(): Promise<void> {}
 
-  private async start(session: Session, lease: AddressLease): Promise<void> {
+  private async start(session: Session, lease: AddressLease | undefined): Promise<void> {
     const { id, width, height } = session.record;
     session.sandbox = await this.runtime.start(
       {
@@ -295,7 +299,9 @@ export class FakeHost implements SandboxHost {
         configDir: `/nonexistent/${id}/config`,
         screen: { width, height },
         hostname: `sbx-${id}`,
-        network: { netns: `fake-${id}`, netnsPath: `/nonexistent/fake-${id}`, hostInterface: `fake-${id}`, lease, attachment: 'veth' },
+        network: lease
+          ? { netns: `fake-${id}`, netnsPath: `/nonexistent/fake-${id}`, hostInterface: `fake-${id}`, lease, attachment: 'veth' }
+          : { attachment: 'none' },
         memoryMiB: 256,
         pidsLimit: 64,
         logsDir: '/nonexistent/logs',
@@ -308,7 +314,7 @@ export class FakeHost implements SandboxHost {
 /** A connection and desktop that are never opened: the state machine only needs them present. */
 function attachFakeDesktop(session: Session): void {
   const { width, height, modelWidth, modelHeight } = session.record;
-  const connection = new GuestConnection({ endpoint: { host: '127.0.0.1', port: 1 }, username: 'fake', privateKey: '', pinnedHostKey: Buffer.alloc(0) });
+  const connection = new FakeTransport();
   session.connection = connection;
   session.computer = new ComputerTool(new Desktop(connection, 99, { width, height }), new Scaler({ width, height }, { width: modelWidth, height: modelHeight }), { maxMs: 0, intervalMs: 0 });
 }

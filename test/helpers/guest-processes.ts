@@ -1,11 +1,11 @@
-import type { GuestConnection } from '../../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../../src/transport/index.js';
 import { guestSh } from './guest.js';
 
 /**
  * The guest's processes (pid -> command line), without the ps that lists them and its own
  * shell, and without the `sleep 1` that sandbox-init (pid 1) naps in between its checks.
  */
-export async function guestProcesses(guest: GuestConnection): Promise<Map<number, string>> {
+export async function guestProcesses(guest: GuestTransport): Promise<Map<number, string>> {
   const { text } = await guestSh(guest, 'echo $$; exec ps -eo pid=,ppid=,args=');
   const [self, ...rows] = text.trim().split('\n');
   const processes = new Map<number, string>();

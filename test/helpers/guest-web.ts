@@ -1,4 +1,4 @@
-import type { GuestConnection } from '../../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../../src/transport/index.js';
 
 /**
  * A small web server for the guest, in python3's standard library (every template has
@@ -101,7 +101,7 @@ ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()
 `;
 
 /** Starts the server on `port` in `dir` (made, with the given files) and waits until it answers. */
-export async function startGuestWebServer(conn: GuestConnection, port: number, dir = '/tmp/www', files: Record<string, string> = {}): Promise<void> {
+export async function startGuestWebServer(conn: GuestTransport, port: number, dir = '/tmp/www', files: Record<string, string> = {}): Promise<void> {
   const writes = Object.entries(files)
     .map(([name, text]) => `printf '%s' '${Buffer.from(text).toString('base64')}' | base64 -d > ${dir}/${name}`)
     .join(' && ');

@@ -2,17 +2,17 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { CONFIG_FILES, GUEST_USER } from '../../src/guest/contract.js';
 import { publicKeyBlob } from '../../src/transport/keys.js';
-import { GuestConnection, type ExecResult } from '../../src/transport/ssh-connection.js';
+import { guestTransport, type GuestTransport, type ExecResult } from '../../src/transport/index.js';
 
 /**
  * An SSH connection of the test's own to a live guest, made from the files the orchestrator
  * wrote (the session's client key and the pinned host key): what any SSH client could do.
  */
-export async function connectToGuest(stateDir: string, sessionId: string, address: string): Promise<GuestConnection> {
+export async function connectToGuest(stateDir: string, sessionId: string, address: string): Promise<GuestTransport> {
   const sessionDir = path.join(stateDir, sessionId);
   const privateKey = await readFile(path.join(sessionDir, 'id_ed25519'), 'utf8');
   const hostPub = await readFile(path.join(sessionDir, 'config', CONFIG_FILES.hostKeyPub), 'utf8');
-  const conn = new GuestConnection({
+  const conn = guestTransport({
     endpoint: { host: address, port: 22 },
     username: GUEST_USER,
     privateKey,
@@ -22,7 +22,7 @@ export async function connectToGuest(stateDir: string, sessionId: string, addres
   return conn;
 }
 
-export async function guestSh(conn: GuestConnection, script: string): Promise<ExecResult & { text: string }> {
+export async function guestSh(conn: GuestTransport, script: string): Promise<ExecResult & { text: string }> {
   const result = await conn.exec(script, { timeoutMs: 20_000 });
   return { ...result, text: result.stdout.toString('utf8') };
 }

@@ -1,12 +1,12 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { GuestConnection } from '../../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../../src/transport/index.js';
 import { guestSh, keysymToChar } from './guest.js';
 
 /**
  * xev in the guest: an X client that prints every event it receives, full-screen and
  * focused, so a test can see exactly which button, key and position arrived.
  */
-export async function startXev(guest: GuestConnection, width: number, height: number): Promise<void> {
+export async function startXev(guest: GuestTransport, width: number, height: number): Promise<void> {
   await guestSh(
     guest,
     `export DISPLAY=:99; setsid -f sh -c "exec stdbuf -oL xev -geometry ${width}x${height}+0+0 -event button -event keyboard -event mouse > /tmp/xev.log 2>&1"; ` +
@@ -14,11 +14,11 @@ export async function startXev(guest: GuestConnection, width: number, height: nu
   );
 }
 
-export async function clearXev(guest: GuestConnection): Promise<void> {
+export async function clearXev(guest: GuestTransport): Promise<void> {
   await guestSh(guest, ': > /tmp/xev.log');
 }
 
-export async function waitForXev(guest: GuestConnection, done: (log: string) => boolean, tries = 50): Promise<string> {
+export async function waitForXev(guest: GuestTransport, done: (log: string) => boolean, tries = 50): Promise<string> {
   let log = '';
   for (let i = 0; i < tries; i++) {
     log = (await guestSh(guest, 'cat /tmp/xev.log')).text;
@@ -78,7 +78,7 @@ export function typedText(log: string): string {
  * startXev with more time: under TCG the first new window takes seconds (xev starting,
  * openbox placing and focusing it), more than startXev's 20 s on a busy host.
  */
-export async function startXevSlowly(guest: GuestConnection, width: number, height: number): Promise<void> {
+export async function startXevSlowly(guest: GuestTransport, width: number, height: number): Promise<void> {
   await guest.exec(
     `export DISPLAY=:99; setsid -f sh -c "exec stdbuf -oL xev -geometry ${width}x${height}+0+0 -event button -event keyboard -event mouse > /tmp/xev.log 2>&1"; ` +
       'xdotool search --sync --onlyvisible --name "^Event Tester$" windowactivate --sync windowfocus --sync >/dev/null',

@@ -12,7 +12,7 @@ import { CaptureChannel } from '../../src/computer/capture-channel.js';
 import { MAX_RECTS, inflateRect, maxCompressedLength, parseRectTable } from '../../src/computer/damage-rects.js';
 import { HEADER_BYTES, maxRectsLength } from '../../src/computer/frame-header.js';
 import { GuestProtocolError } from '../../src/errors.js';
-import type { GuestConnection } from '../../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../../src/transport/index.js';
 import { httpStatusOf } from '../../src/api/errors.js';
 
 const SCREEN = { width: 64, height: 48 };
@@ -80,7 +80,7 @@ async function withFirstFrame() {
   const connection = {
     spawn: async () => channel as unknown as ClientChannel,
     reportProtocolError: (err: GuestProtocolError) => reported.push(err),
-  } as unknown as GuestConnection;
+  } as unknown as GuestTransport;
   const capture = await CaptureChannel.open(connection, 99, SCREEN);
   const grab = capture.grab(1_000);
   channel.emit('data', message('SBXF', Buffer.alloc(STRIDE * SCREEN.height, 7)));

@@ -13,7 +13,7 @@ import { maxAnswerBytes } from '../../src/computer/desktop-actions/answers.js';
 import { DesktopActions, DESKTOP_HELPER_START_INTERVAL_MS } from '../../src/computer/desktop-actions/desktop-actions.js';
 import { DesktopChannel, HELPER_MISSING_EXIT } from '../../src/computer/desktop-actions/desktop-channel.js';
 import { GuestProtocolError } from '../../src/errors.js';
-import type { ExecResult, GuestConnection } from '../../src/transport/ssh-connection.js';
+import type { ExecResult, GuestTransport } from '../../src/transport/index.js';
 
 /** An SSH channel stand-in: what the guest "sends" is emitted by the test. */
 class FakeChannel extends EventEmitter {
@@ -60,7 +60,7 @@ function fakeConnection(make: () => FakeChannel, exec?: (command: string) => Exe
       return exec(command);
     },
     reportProtocolError: (err: GuestProtocolError) => reported.push(err),
-  } as unknown as GuestConnection;
+  } as unknown as GuestTransport;
   return { connection, channels, spawnedAt, reported, execs };
 }
 
@@ -207,7 +207,7 @@ describe('desktop actions on the persistent helper', () => {
         return channel as unknown as ClientChannel;
       },
       reportProtocolError: () => undefined,
-    } as unknown as GuestConnection;
+    } as unknown as GuestTransport;
     const actions = new DesktopActions(connection, 99);
     const pending = actions.screen();
     await new Promise((resolve) => setImmediate(resolve));

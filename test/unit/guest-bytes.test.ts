@@ -20,7 +20,7 @@ import { GuestProtocolError } from '../../src/errors.js';
 import { BashShell, type BashShellOptions } from '../../src/tools/bash/bash-shell.js';
 import { ByteBudget, type BashOutputCounters } from '../../src/tools/bash/output-budget.js';
 import { MarkerScanner, printMarker } from '../../src/tools/bash/marker.js';
-import type { GuestConnection } from '../../src/transport/ssh-connection.js';
+import type { GuestTransport } from '../../src/transport/index.js';
 import { httpStatusOf } from '../../src/api/errors.js';
 
 const SCREEN = { width: 1024, height: 768 };
@@ -116,7 +116,7 @@ async function openCapture(): Promise<{ capture: CaptureChannel; channel: FakeCh
   const connection = {
     spawn: async () => channel as unknown as ClientChannel,
     reportProtocolError: (err: GuestProtocolError) => reported.push(err),
-  } as unknown as GuestConnection;
+  } as unknown as GuestTransport;
   const capture = await CaptureChannel.open(connection, 99, SCREEN);
   return { capture, channel, reported };
 }
@@ -171,7 +171,7 @@ describe('the capture channel', () => {
     const memory = {};
     const start = async (message: Buffer) => {
       const channel = new FakeChannel();
-      const connection = { spawn: async () => channel as unknown as ClientChannel, reportProtocolError: () => undefined } as unknown as GuestConnection;
+      const connection = { spawn: async () => channel as unknown as ClientChannel, reportProtocolError: () => undefined } as unknown as GuestTransport;
       const capture = await CaptureChannel.open(connection, 99, SCREEN, memory);
       const grab = capture.grab(1_000);
       channel.emit('data', message);
@@ -217,7 +217,7 @@ describe('the capture channel', () => {
         return channel as unknown as ClientChannel;
       },
       reportProtocolError: () => undefined,
-    } as unknown as GuestConnection;
+    } as unknown as GuestTransport;
     const desktop = new Desktop(connection, 99, SCREEN);
     await assert.rejects(desktop.capture(), isProtocolError('bad_size'));
     const lied = performance.now();
@@ -378,7 +378,7 @@ describe('the bash tool shell, on a stand-in channel', () => {
       spawn: async () => channel as unknown as ClientChannel,
       exec: async () => ({ stdout: Buffer.alloc(0), stderr: Buffer.alloc(0), exitCode: 0, signal: undefined }),
       reportProtocolError: (err: GuestProtocolError) => reported.push(err),
-    } as unknown as GuestConnection;
+    } as unknown as GuestTransport;
     channel.close = () => {
       channel.closed = true;
       channel.emit('close');

@@ -92,6 +92,29 @@ function assertNothingHeld(r: Rig): void {
 }
 
 describe('unit: create and destroy', () => {
+  it('a runtime reached over a socket: a session without egress takes no address (no NIC), one with egress does (issue 23)', async () => {
+    const r = await rig({ runtime: new FakeRuntime({ controlTransport: 'unix' }) });
+    const isolated = await r.manager.create({}, { tenant: 'alpha' });
+    assert.deepEqual(isolated.network, { egress: false, transport: 'unix', interfaces: ['lo'] });
+    assert.equal(r.manager.leasesInUse, 0, 'no address lease');
+    assert.equal(r.store.get(isolated.id)?.addressIndex, null);
+    assert.equal(r.store.get(isolated.id)?.transport, 'unix', 'stored, for the view and for adoption');
+    const out = await r.manager.create({ network: { egress: true } }, { tenant: 'alpha' });
+    assert.deepEqual(out.network, { egress: true, transport: 'tcp', interfaces: ['lo', 'eth0'] });
+    assert.equal(r.manager.leasesInUse, 1, 'egress needs its NIC and address');
+    await r.manager.shutdown();
+    assertNothingHeld(r);
+  });
+
+  it('a runtime reached over TCP: every session has its NIC, as before', async () => {
+    const r = await rig();
+    const view = await r.manager.create({}, { tenant: 'alpha' });
+    assert.deepEqual(view.network, { egress: false, transport: 'tcp', interfaces: ['lo', 'eth0'] });
+    assert.equal(r.manager.leasesInUse, 1);
+    await r.manager.shutdown();
+    assertNothingHeld(r);
+  });
+
   it('a created session is ready and listed; a destroy releases everything, once', async () => {
     const r = await rig();
     const view = await r.manager.create({ width: 800, height: 600 }, { tenant: 'alpha' });
@@ -379,7 +402,7 @@ describe('unit: adoption at start-up', () => {
       [['aliveaaaaa', 'ready']],
       'the live one is a session again',
     );
-    assert.equal(r.manager.connection('aliveaaaaa').endpointLabel, '127.0.0.1:1', 'ready to act on');
+    assert.equal(r.manager.connection('aliveaaaaa').endpointLabel, 'unix:/nonexistent/fake-guest.sock', 'ready to act on');
     assert.deepEqual(r.manager.capacity.usage().perTenant, { alpha: 1 }, 'it holds its place');
     assert.deepEqual(r.runtime.reclaimed, ['goneaaaaaa'], 'the other is reclaimed');
     assert.equal(r.manager.get('goneaaaaaa').state, 'destroyed');

@@ -4,7 +4,7 @@ import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import ssh2 from 'ssh2';
 import { generateSessionKeys, publicKeyBlob, type SessionKeys } from '../../src/transport/keys.js';
-import { ConnectionLostError, GuestConnection, HostKeyMismatchError, SshTimeoutError } from '../../src/transport/ssh-connection.js';
+import { ConnectionLostError, guestTransport, type GuestTransport, HostKeyMismatchError, SshTimeoutError } from '../../src/transport/index.js';
 import { watchUncaught } from '../helpers/uncaught-guard.js';
 
 /**
@@ -72,8 +72,8 @@ async function sshPeer(hostPrivateKey: string, port = 0): Promise<Peer & { serve
   return peer;
 }
 
-function connectionTo(port: number, keys: SessionKeys, reconnectGiveUpMs = 3_000): GuestConnection {
-  return new GuestConnection({
+function connectionTo(port: number, keys: SessionKeys, reconnectGiveUpMs = 3_000): GuestTransport {
+  return guestTransport({
     endpoint: { host: '127.0.0.1', port },
     username: 'user',
     privateKey: keys.clientPrivateKey,

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { GuestProtocolError } from '../../errors.js';
-import type { GuestConnection } from '../../transport/ssh-connection.js';
+import type { GuestTransport } from '../../transport/index.js';
 import { SerialQueue } from '../../util/serial-queue.js';
 import { DesktopError } from '../desktop.js';
 import {
@@ -71,12 +71,12 @@ export class DesktopActions {
   private readonly closing = new AbortController();
 
   constructor(
-    private readonly connection: GuestConnection,
+    private readonly connection: GuestTransport,
     private readonly display: number,
   ) {}
 
   /** The session's desktop actions, closed with the session (for SessionAccess.attachment). */
-  static async attach(ctx: { connection: GuestConnection; cleanup: Releases }, display: number): Promise<DesktopActions> {
+  static async attach(ctx: { connection: GuestTransport; cleanup: Releases }, display: number): Promise<DesktopActions> {
     const actions = new DesktopActions(ctx.connection, display);
     await ctx.cleanup.push('desktop helper', () => actions.stop());
     return actions;

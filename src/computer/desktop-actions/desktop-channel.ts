@@ -1,5 +1,5 @@
 import { GuestProtocolError } from '../../errors.js';
-import type { GuestConnection } from '../../transport/ssh-connection.js';
+import type { GuestTransport } from '../../transport/index.js';
 import { GuestProcessChannel } from '../guest-process-channel.js';
 
 /** Where the image installs the persistent desktop helper (src/guest/files/sbx-desktopd). */
@@ -40,7 +40,7 @@ export class DesktopChannel extends GuestProcessChannel<Buffer> {
     super((message) => new DesktopChannelError(message));
   }
 
-  static async open(connection: GuestConnection, display: number): Promise<DesktopChannel> {
+  static async open(connection: GuestTransport, display: number): Promise<DesktopChannel> {
     if (!Number.isInteger(display) || display < 0) throw new DesktopChannelError(`bad display number ${display}`);
     const desktop = new DesktopChannel();
     // A fixed line: the display number, a checked integer, is its only variable. -I: nothing

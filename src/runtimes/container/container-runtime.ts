@@ -9,8 +9,9 @@ import { GUEST_SSH_PORT } from '../../guest/contract.js';
 import type { ResourceNames } from '../../network/names.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
-import type { GuestEndpoint } from '../../transport/ssh-connection.js';
+import type { GuestEndpoint } from '../../transport/index.js';
 import { adoptedProcess } from '../adopt-process.js';
+import { controlSocketOf, startControlSocket } from './control-socket.js';
 import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, type ConsoleLogLimits } from '../console-log.js';
 import { openConsole, withWriter, type ConsolePipe } from '../console-pipe.js';
 import { freezeCgroup, freezerLayout, isCgroupFrozen, thawCgroup } from '../../host/freezer.js';
@@ -62,7 +63,10 @@ export class ContainerRuntime implements Runtime {
   constructor(
     private readonly names: ResourceNames,
     private readonly settings: ContainerSettings,
-  ) {}
+  ) {
+    // `auto` and `unix` alike: runc can hand any container its socket (control-socket.ts).
+    if (settings.transport === 'unix' || settings.transport === 'auto') this.capabilities = { ...this.capabilities, controlTransport: 'unix' };
+  }
 
   /** How the containers run, for the start-up log. */
   writableDiskMiB(): number {
@@ -172,7 +176,8 @@ export class ContainerRuntime implements Runtime {
         { source: spec.image.rootfs, target: imageView },
         { source: spec.configDir, target: configView },
       ]),
-      allowSshPort(spec.network.netnsPath),
+      // A netns of its own (no NIC) is made by runc: set after `runc create`, below.
+      spec.network.attachment === 'none' ? Promise.resolve() : allowSshPort(spec.network.netnsPath),
     ]);
     // The overlay's root directory takes its owner from the upper dir: guest root's.
     const upper = path.join(layer, 'upper');
@@ -220,7 +225,15 @@ export class ContainerRuntime implements Runtime {
     record('process', `${pid}@${startTime}`);
     init = { pid, startTime };
     await limitUserNamespace(pid, this.settings);
+    if (spec.network.attachment === 'none') await allowSshPort(`/proc/${pid}/ns/net`);
     await run([this.settings.runcBin, '--root', this.names.runcRoot, 'start', id]);
+    // Without a NIC its sshd is reached over a socket in the session dir (removed with it);
+    // with one, over TCP at its address. (`runc exec` cannot enter a container whose netns
+    // its user namespace does not own, which a veth's netns is not: control-socket.ts.)
+    const endpoint: GuestEndpoint =
+      spec.network.attachment === 'none'
+        ? await startControlSocket(this.settings.runcBin, this.names.runcRoot, id, spec.sessionDir)
+        : { host: spec.network.lease.guest, port: GUEST_SSH_PORT };
     const watcher = watchExit(pid, startTime);
     // Stop watching before the container is deleted, so a destroy is not reported as a crash.
     await cleanup.push(`watch ${id}`, () => watcher.stop());
@@ -235,7 +248,7 @@ export class ContainerRuntime implements Runtime {
       return { code: null, reason: kept ? `${reason}; console log kept at ${kept}` : reason, consoleLogKeptAt: kept };
     });
     return {
-      endpoint: { host: spec.network.lease.guest, port: GUEST_SSH_PORT },
+      endpoint,
       consoleLogPath,
       pid,
       exited,
@@ -289,7 +302,7 @@ export class ContainerRuntime implements Runtime {
   }
 
   /** A container of an earlier run, if runc still has it running. */
-  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint, consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS): Promise<AdoptedSandbox | undefined> {
+  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint | undefined, consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS): Promise<AdoptedSandbox | undefined> {
     const id = this.names.container(sessionId);
     const res = await run([this.settings.runcBin, '--root', this.names.runcRoot, 'state', id], { allowFailure: true });
     if (res.exitCode !== 0) return undefined;
@@ -298,7 +311,10 @@ export class ContainerRuntime implements Runtime {
     // A paused session's container is frozen: runc says so, and it is adopted as it is.
     if ((state.status !== 'running' && state.status !== 'paused') || !state.pid || !startTime) return undefined;
     const init = { pid: state.pid, startTime };
-    return adoptedProcess("container's init", init, endpoint, sessionDir, consoleLog, async () => {
+    // Reached as it was started: over its control socket if it has one, else at its address.
+    const reached = (await controlSocketOf(sessionDir)) ?? endpoint;
+    if (!reached) return undefined;
+    return adoptedProcess("container's init", init, reached, sessionDir, consoleLog, async () => {
       await deleteContainer(this.settings.runcBin, this.names.runcRoot, id, this.names.cgroup(sessionId));
       if (!(await waitForExit(init.pid, init.startTime, 10_000))) throw new Error(`container init ${init.pid} is still alive 10 s after it was killed`);
       await removeRootfs(this.names.containerRootfs(sessionId));

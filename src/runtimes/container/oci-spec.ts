@@ -93,7 +93,8 @@ export function ociSpec(spec: SandboxSpec, layout: ContainerLayout, settings: Co
     linux: {
       namespaces: [
         { type: 'pid' },
-        { type: 'network', path: spec.network.netnsPath },
+        // Without a NIC: a namespace of its own (only lo), owned by its user namespace.
+        spec.network.attachment === 'none' ? { type: 'network' } : { type: 'network', path: spec.network.netnsPath },
         { type: 'ipc' },
         { type: 'uts' },
         { type: 'mount' },

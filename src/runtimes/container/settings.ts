@@ -1,3 +1,4 @@
+import { transportChoiceFromEnv, type TransportChoice } from '../../transport/settings.js';
 import { envInt, envNonNegative, envString, positive, type Env } from '../../util/env.js';
 
 /** How the container runtime confines each sandbox. Read from the environment (containerSettingsFromEnv). */
@@ -27,6 +28,8 @@ export interface ContainerSettings {
   diskMiB: number;
   /** RUNC_BIN (default `runc` on PATH): the OCI runtime binary. */
   runcBin: string;
+  /** SBX_TRANSPORT (default tcp): `unix` and `auto` reach the guest's sshd over a Unix socket (control-socket.ts). */
+  transport?: TransportChoice;
 }
 
 /** Where host-wide id leases live unless settings say otherwise (tmpfs: gone at reboot, like every container). */
@@ -56,6 +59,7 @@ export function containerSettingsFromEnv(env: Env): ContainerSettings {
     inotifyWatches: positive('SBX_INOTIFY_WATCHES', envInt('SBX_INOTIFY_WATCHES', 16384, env)),
     diskMiB: diskMiBFromEnv(env),
     runcBin: envString(env, 'RUNC_BIN', 'runc'),
+    transport: transportChoiceFromEnv(env),
   };
 }
 

@@ -4,9 +4,9 @@ import { buildConfigDrive } from '../../guest/config-drive.js';
 import { GUEST_SSH_PORT } from '../../guest/contract.js';
 import type { GuestImage } from '../../guest/image/builder.js';
 import type { ResourceNames } from '../../network/names.js';
-import { deleteTapBridge, type TapOwner } from '../../network/netns.js';
+import { attachedNetwork, deleteTapBridge, type TapOwner } from '../../network/netns.js';
 import { readSessionKeys } from '../../transport/keys.js';
-import type { GuestEndpoint } from '../../transport/ssh-connection.js';
+import type { GuestEndpoint } from '../../transport/index.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
 import { DEFAULT_CONSOLE_LOG_LIMITS, type ConsoleLogLimits } from '../console-log.js';
@@ -152,8 +152,8 @@ export class FirecrackerRuntime implements Runtime {
    */
   private async boot(spec: SandboxSpec, cleanup: CleanupStack, snapshotBase?: SnapshotBase): Promise<BootedVm> {
     const id = jailId(this.names.prefix, spec.sessionId);
-    const tapName = spec.network.tapInterface;
-    if (!tapName) throw new Error(`the firecracker runtime needs a TAP device in ${spec.network.netns} (networkAttachment 'tap')`);
+    const network = attachedNetwork(spec.network), tapName = network.tapInterface;
+    if (!tapName) throw new Error(`the firecracker runtime needs a TAP device in ${network.netns} (networkAttachment 'tap')`);
     const configDrive = path.join(spec.sessionDir, 'config.ext4');
     const limits = spec.consoleLog ?? DEFAULT_CONSOLE_LOG_LIMITS;
     // Released after the VMM is gone (pushed before it): its last words are read.
@@ -200,10 +200,10 @@ export class FirecrackerRuntime implements Runtime {
         started = true;
         await this.rotate({
           at: snapshotBase.address,
-          hostInterface: spec.network.hostInterface,
+          hostInterface: network.hostInterface,
           snapshotBase: snapshotBase.keys,
           session: await readSessionKeys(spec.sessionDir, spec.configDir),
-          lease: spec.network.lease,
+          lease: network.lease,
         });
       } else {
         await runSteps(
@@ -212,8 +212,8 @@ export class FirecrackerRuntime implements Runtime {
             vcpuCount: this.settings.vcpus,
             memoryMiB: spec.memoryMiB,
             tapName,
-            guestAddress: spec.network.lease.guest,
-            leaseIndex: spec.network.lease.index,
+            guestAddress: network.lease.guest,
+            leaseIndex: network.lease.index,
           }),
           client,
         );
@@ -226,7 +226,7 @@ export class FirecrackerRuntime implements Runtime {
 
     const exited = vmExited(vmm, 'firecracker process', describeVmmExit, vmConsole);
     const sandbox: RunningSandbox = {
-      endpoint: { host: spec.network.lease.guest, port: GUEST_SSH_PORT },
+      endpoint: { host: network.lease.guest, port: GUEST_SSH_PORT },
       consoleLogPath,
       pid: vmm.pid,
       exited,
@@ -312,7 +312,7 @@ export class FirecrackerRuntime implements Runtime {
       uid: user.uid,
       gid: user.gid,
       chrootBaseDir: this.settings.chrootBaseDir,
-      netnsName: spec.network.netns,
+      netnsName: attachedNetwork(spec.network).netns,
       cgroupVersion,
       parentCgroup,
       limits: { memoryMiB: spec.memoryMiB, vcpus: this.settings.vcpus, pidsMax: VMM_PIDS_MAX },
@@ -345,7 +345,7 @@ export class FirecrackerRuntime implements Runtime {
       await rm(apiSocket, { force: true });
       await rm(vsock, { force: true });
     });
-    const vmm = spawnInNetns(spec.network.netns, this.host.firecrackerBin, ['--api-sock', apiSocket, '--id', id], files.consolePipe);
+    const vmm = spawnInNetns(attachedNetwork(spec.network).netns, this.host.firecrackerBin, ['--api-sock', apiSocket, '--id', id], files.consolePipe);
     return {
       vmm,
       apiSocket,
@@ -383,7 +383,7 @@ export class FirecrackerRuntime implements Runtime {
    * nothing more is asked of it: destroying it is killing it (there is no client to send
    * Ctrl-Alt-Del through, and its disk is thrown away anyway).
    */
-  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint, consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS): Promise<AdoptedSandbox | undefined> {
+  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint | undefined, consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS): Promise<AdoptedSandbox | undefined> {
     const vmm = (await findFirecrackerProcesses(this.names)).find((p) => p.sessionId === sessionId);
     return adoptVmm(vmm, "VM's firecracker process", this.users, endpoint, sessionDir, consoleLog, () => this.reclaim(sessionId, sessionDir));
   }

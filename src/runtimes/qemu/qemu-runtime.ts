@@ -1,3 +1,4 @@
+import type { Logger } from 'pino';
 import type { GuestImage } from '../../guest/image/builder.js';
 import { chmod, chown, rm } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -7,12 +8,12 @@ import { buildConfigDrive } from '../../guest/config-drive.js';
 import { GUEST_SSH_PORT } from '../../guest/contract.js';
 import { guestKernelCmdline } from '../../guest/kernel-cmdline.js';
 import type { ResourceNames } from '../../network/names.js';
-import { deleteTapBridge } from '../../network/netns.js';
+import { attachedNetwork, deleteTapBridge } from '../../network/netns.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
 import { DEFAULT_CONSOLE_LOG_LIMITS, type ConsoleLogLimits } from '../console-log.js';
 import { openConsole } from '../console-pipe.js';
-import type { GuestEndpoint } from '../../transport/ssh-connection.js';
+import type { GuestEndpoint } from '../../transport/index.js';
 import {
   RuntimeUnavailableError,
   type Accelerator,
@@ -31,6 +32,7 @@ import { hostTscKhz, probeKvm } from './accelerator.js';
 import { createOverlay } from './overlay-disk.js';
 import { macAddressFor, qemuArgv, TCG_TB_SIZE_MIB } from './qemu-command.js';
 import { adoptVmm, imageDiskMiB, initrdFor, killOrphanVmms, vmExited, vmStartError } from '../vm/vm-common.js';
+import { vsockFallbackReason } from './vsock-fallback.js';
 import { spawnInNetns, type VmExit } from '../vm/vm-process.js';
 import { findQemuProcesses, waitForPidFile } from './qemu-process.js';
 import type { TapOwner } from '../../network/netns.js';
@@ -106,6 +108,13 @@ export class QemuRuntime implements Runtime {
     return `qemu (${this.accelerator}: ${this.acceleratorReason}), each VM as a uid/gid of its own from ${this.users.range.base}`;
   }
 
+  /** Says so when SBX_TRANSPORT asked for more than TCP, which is what its VMs get. */
+  async prepareHost(_sandboxes: number, log: Logger): Promise<void> {
+    const transport = this.settings.transport ?? 'tcp';
+    const reason = vsockFallbackReason(transport);
+    if (reason) log.warn({ transport, reason }, 'QEMU sandboxes are reached over TCP');
+  }
+
   leaseVmUser(cleanup: CleanupStack, record?: RecordResource): Promise<TapOwner> {
     return this.users.lease(cleanup, record);
   }
@@ -152,8 +161,9 @@ export class QemuRuntime implements Runtime {
 
   async start(spec: SandboxSpec, cleanup: CleanupStack): Promise<RunningSandbox> {
     const name = this.names.vm(spec.sessionId);
-    const tap = spec.network.tapInterface;
-    if (!tap) throw new Error(`the qemu runtime needs a TAP device in ${spec.network.netns} (networkAttachment 'tap')`);
+    const network = attachedNetwork(spec.network);
+    const tap = network.tapInterface;
+    if (!tap) throw new Error(`the qemu runtime needs a TAP device in ${network.netns} (networkAttachment 'tap')`);
     const rootDisk = path.join(spec.sessionDir, 'root.qcow2');
     const configDrive = path.join(spec.sessionDir, 'config.ext4');
     const pidFile = path.join(spec.sessionDir, 'qemu.pid');
@@ -206,7 +216,7 @@ export class QemuRuntime implements Runtime {
       qmpSocket: qmpSocketOf(spec.sessionDir),
       runAs: `${user.uid}:${user.gid}`,
     });
-    const vm = spawnInNetns(spec.network.netns, this.settings.binary, argv, consolePipe);
+    const vm = spawnInNetns(network.netns, this.settings.binary, argv, consolePipe);
     // Stopped first on destroy (pushed last): its disks and TAP are freed only once it is gone.
     await cleanup.push(`qemu ${name}`, () => vm.stop());
     await cgroup.add(vm.pid);
@@ -222,7 +232,7 @@ export class QemuRuntime implements Runtime {
     // A crash: the session dir goes with the session, so the console log is kept elsewhere.
     const exited = vmExited(vm, 'qemu process', describeExit, vmConsole);
     return {
-      endpoint: { host: spec.network.lease.guest, port: GUEST_SSH_PORT },
+      endpoint: { host: network.lease.guest, port: GUEST_SSH_PORT },
       consoleLogPath,
       pid: vm.pid,
       exited,
@@ -260,7 +270,7 @@ export class QemuRuntime implements Runtime {
   }
 
   /** A VM of an earlier run, if its QEMU is still running. */
-  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint, consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS): Promise<AdoptedSandbox | undefined> {
+  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint | undefined, consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS): Promise<AdoptedSandbox | undefined> {
     const vm = (await findQemuProcesses(this.names)).find((p) => p.sessionId === sessionId);
     return adoptVmm(vm, "VM's qemu process", this.users, endpoint, sessionDir, consoleLog, () => this.reclaim(sessionId, sessionDir));
   }

@@ -1,3 +1,4 @@
+import { transportChoiceFromEnv, type TransportChoice } from '../../transport/settings.js';
 import { envInt, envOptional, envString, type Env } from '../../util/env.js';
 import { vmUserSettingsFromEnv, type VmUserSettings } from '../vm/vm-user-pool.js';
 
@@ -22,6 +23,8 @@ export interface QemuSettings {
    * 30 s with KVM. SBX_BOOT_TIMEOUT_MS applies instead when it is longer.
    */
   bootTimeoutMs?: number;
+  /** SBX_TRANSPORT: anything but tcp is logged and falls back to TCP (vsock-fallback.ts). */
+  transport?: TransportChoice;
 }
 
 export function qemuSettingsFromEnv(env: Env): QemuSettings {
@@ -41,5 +44,6 @@ export function qemuSettingsFromEnv(env: Env): QemuSettings {
     initrd: envOptional(env, 'SBX_INITRD'),
     bootTimeoutMs: timeout,
     vmUsers: vmUserSettingsFromEnv(env),
+    transport: transportChoiceFromEnv(env),
   };
 }

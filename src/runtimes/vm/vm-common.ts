@@ -6,7 +6,7 @@
  */
 import { statSync } from 'node:fs';
 import type { GuestImage } from '../../guest/image/builder.js';
-import type { GuestEndpoint } from '../../transport/ssh-connection.js';
+import type { GuestEndpoint } from '../../transport/index.js';
 import { adoptedProcess } from '../adopt-process.js';
 import { consoleLogTail, keepConsoleLog, type ConsoleLogLimits } from '../console-log.js';
 import type { ConsolePipe } from '../console-pipe.js';
@@ -82,12 +82,13 @@ export async function adoptVmm(
   found: VmProcessInfo | undefined,
   what: string,
   users: VmUserPool,
-  endpoint: GuestEndpoint,
+  endpoint: GuestEndpoint | undefined,
   sessionDir: string,
   consoleLog: ConsoleLogLimits,
   release: () => Promise<void>,
 ): Promise<AdoptedSandbox | undefined> {
-  if (!found) return undefined;
+  // A VM is reached at its address: without one (no lease recorded) it cannot be taken back.
+  if (!found || !endpoint) return undefined;
   const uid = await processUid(found.pid);
   if (uid !== undefined) users.claim(uid);
   return adoptedProcess(what, found, endpoint, sessionDir, consoleLog, release);

@@ -44,14 +44,16 @@ export function pooledSandboxHooks(opts: PooledSandboxOptions, template: string)
     // Resolved at every boot: a template rebuilt meanwhile is what the next pooled sandbox runs.
     const { image } = await opts.templates.resolve(template);
     const request = opts.lifecycle.resolve({ ...shape, template });
-    const lease = await opts.addresses.leaseFree();
+    // Pooled sandboxes have no egress: reached over a socket, they need no NIC (lifecycle.ts).
+    const lease = opts.host.controlTransport === 'unix' ? undefined : await opts.addresses.leaseFree();
     // Owned by no tenant until a create claims it (and not counted against any limit).
-    const record = newRecord(request, lease.index, true, LOCAL_TENANT, opts.runtimeName);
+    const record = newRecord(request, lease?.index ?? null, true, LOCAL_TENANT, opts.runtimeName);
+    record.transport = lease ? 'tcp' : 'unix';
     const session = new Session(record);
     session.image = image;
     const log = opts.log.child({ pooledSandbox: record.id });
     opts.store.insert(record);
-    await session.cleanup.push('address lease', () => opts.addresses.release(lease.index));
+    if (lease) await session.cleanup.push('address lease', () => opts.addresses.release(lease.index));
     try {
       const pooled = await opts.host.bootPooled(session, lease, log);
       opts.lifecycle.setState(session, 'ready');

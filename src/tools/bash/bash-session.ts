@@ -1,4 +1,4 @@
-import type { GuestConnection } from '../../transport/ssh-connection.js';
+import type { GuestTransport } from '../../transport/index.js';
 import { SerialQueue } from '../../util/serial-queue.js';
 import { BashShell, type ShellOutcome } from './bash-shell.js';
 import type { BashOutputCounters, BashOutputLimits } from './output-budget.js';
@@ -24,7 +24,7 @@ export class BashSession {
   private closed = false;
 
   constructor(
-    private readonly connection: GuestConnection,
+    private readonly connection: GuestTransport,
     private readonly opts: BashSessionOptions,
   ) {}
 

@@ -1,6 +1,5 @@
-import type { ClientChannel } from 'ssh2';
 import { GuestProtocolError } from '../../errors.js';
-import type { GuestConnection } from '../../transport/ssh-connection.js';
+import type { GuestChannel, GuestTransport } from '../../transport/index.js';
 import { MarkerScanner, newNonce, printMarker } from './marker.js';
 import { ByteBudget, DEFAULT_BASH_OUTPUT_LIMITS, NO_COUNTERS, type BashOutputCounters, type BashOutputLimits } from './output-budget.js';
 import { ShellOutput } from './shell-output.js';
@@ -96,8 +95,8 @@ export class BashShell {
   private paused: { since: number; reason: 'rate' | 'unread_cap' } | undefined;
 
   private constructor(
-    private readonly connection: GuestConnection,
-    private readonly channel: ClientChannel,
+    private readonly connection: GuestTransport,
+    private readonly channel: GuestChannel,
     private readonly maxOutputChars: number,
     opts: Pick<BashShellOptions, 'outputLimits' | 'counters'>,
   ) {
@@ -120,7 +119,7 @@ export class BashShell {
   }
 
   /** Starts bash as the guest user, with DISPLAY set, and waits until it answers. */
-  static async start(connection: GuestConnection, opts: BashShellOptions): Promise<BashShell> {
+  static async start(connection: GuestTransport, opts: BashShellOptions): Promise<BashShell> {
     if (!Number.isInteger(opts.display) || opts.display < 0 || opts.display > 65_535) {
       throw new Error(`invalid display number ${opts.display}`);
     }

@@ -1,5 +1,5 @@
 import { commandLine } from '../../transport/quote.js';
-import type { GuestConnection } from '../../transport/ssh-connection.js';
+import type { GuestTransport } from '../../transport/index.js';
 import { ToolError } from '../tool-error.js';
 import { clipText } from './text-view.js';
 
@@ -13,7 +13,7 @@ const MAX_LISTING_BYTES = 8 * 1024 * 1024;
  * start with a dot below the starting point does what was meant. The path is one quoted
  * argument; names come back NUL-separated, so none can break the list apart.
  */
-export async function listDirectory(connection: GuestConnection, path: string): Promise<string> {
+export async function listDirectory(connection: GuestTransport, path: string): Promise<string> {
   const argv = ['find', path, '-mindepth', '1', '-maxdepth', '2', '-name', '.*', '-prune', '-o', '-print0'];
   let stdout: Buffer;
   let stderr: Buffer;

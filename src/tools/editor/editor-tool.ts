@@ -1,5 +1,5 @@
 import type { SessionAccess } from '../session-access.js';
-import type { GuestConnection } from '../../transport/ssh-connection.js';
+import type { GuestTransport } from '../../transport/index.js';
 import { SerialQueue } from '../../util/serial-queue.js';
 import { ToolError } from '../tool-error.js';
 import { textResult, type ToolResult } from '../tool-result.js';
@@ -31,7 +31,7 @@ export class EditorTool {
   }
 }
 
-async function perform(connection: GuestConnection, request: EditorRequest): Promise<string> {
+async function perform(connection: GuestTransport, request: EditorRequest): Promise<string> {
   const files = new SftpFiles(await connection.sftp());
   const { path } = request;
   const kind = await files.kind(path);

@@ -1,5 +1,5 @@
-import type { SFTPWrapper } from 'ssh2';
 import { GUEST_USER } from '../../guest/contract.js';
+import type { GuestSftp } from '../../transport/index.js';
 import { ToolError } from '../tool-error.js';
 
 /** Files larger than this are not read into the orchestrator; the bash tool can page through them. */
@@ -17,19 +17,18 @@ const SFTP_PERMISSION_DENIED = 3;
  * Everything runs as the guest user, with that user's permissions.
  */
 export class SftpFiles {
-  constructor(private readonly sftp: SFTPWrapper) {}
+  constructor(private readonly sftp: GuestSftp) {}
 
   /** What is at `path`, following symbolic links (as the reference's Path.exists() does). */
-  kind(path: string): Promise<PathKind> {
-    return new Promise((resolve, reject) => {
-      this.sftp.stat(path, (err, stats) => {
-        if (err) {
-          if (statusOf(err) === SFTP_NO_SUCH_FILE) return resolve('missing');
-          return reject(new ToolError(`Ran into ${describe(err, path)} while trying to access ${path}`));
-        }
-        resolve(stats.isDirectory() ? 'directory' : stats.isFile() ? 'file' : 'other');
-      });
-    });
+  async kind(path: string): Promise<PathKind> {
+    let stats;
+    try {
+      stats = await this.sftp.stat(path);
+    } catch (err) {
+      if (statusOf(err) === SFTP_NO_SUCH_FILE) return 'missing';
+      throw new ToolError(`Ran into ${describe(err as Error, path)} while trying to access ${path}`);
+    }
+    return stats.isDirectory() ? 'directory' : stats.isFile() ? 'file' : 'other';
   }
 
   /**
@@ -69,13 +68,12 @@ export class SftpFiles {
    * closes the gap between the caller's existence check and the write. An existing file
    * keeps its inode, owner and mode.
    */
-  writeText(path: string, text: string, opts: { create: boolean }): Promise<void> {
-    return new Promise((resolve, reject) => {
-      this.sftp.writeFile(path, Buffer.from(text, 'utf8'), { flag: opts.create ? 'wx' : 'w' }, (err) => {
-        if (!err) return resolve();
-        reject(new ToolError(`Ran into ${describe(err, path)} while trying to write to ${path}`));
-      });
-    });
+  async writeText(path: string, text: string, opts: { create: boolean }): Promise<void> {
+    try {
+      await this.sftp.writeFile(path, Buffer.from(text, 'utf8'), { flag: opts.create ? 'wx' : 'w' });
+    } catch (err) {
+      throw new ToolError(`Ran into ${describe(err as Error, path)} while trying to write to ${path}`);
+    }
   }
 }
 

@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { GUEST_USER } from '../../../guest/contract.js';
 import { publicKeyBlob } from '../../../transport/keys.js';
-import { GuestConnection, HostKeyMismatchError, SshAuthenticationError, type GuestEndpoint } from '../../../transport/ssh-connection.js';
+import { guestTransport, type GuestTransport, HostKeyMismatchError, SshAuthenticationError, type GuestEndpoint } from '../../../transport/index.js';
 import type { LoginOutcome, RotationConnection, RotationTransport } from './key-rotation.js';
 
 /** The user the base key logs in as: root, limited by sshd to the forced sbx-rekey. */
@@ -36,7 +36,7 @@ export class SshRotationTransport implements RotationTransport<SshRotationConnec
   async connect(clientPrivateKey: string, pinnedHostKey: string): Promise<SshRotationConnection> {
     const isBaseKey = clientPrivateKey === this.options.baseClientPrivateKey;
     const rotating = isBaseKey && pinnedHostKey.trim() === this.options.baseHostPublicKey.trim();
-    const connection = new GuestConnection({
+    const connection = guestTransport({
       endpoint: rotating ? this.options.baseEndpoint : this.options.sessionEndpoint,
       username: isBaseKey ? REKEY_USER : GUEST_USER,
       privateKey: clientPrivateKey,
@@ -69,7 +69,7 @@ export class SshRotationConnection implements RotationConnection {
 
   constructor(
     /** The open connection; the session's one is what the rotation hands back. */
-    readonly connection: GuestConnection,
+    readonly connection: GuestTransport,
     network: { address: string; gateway: string } | undefined,
   ) {
     this.applyNetwork = network ? () => this.rekey(`network ${network.address} ${network.gateway}`) : undefined;
