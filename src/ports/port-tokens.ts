@@ -1,6 +1,6 @@
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type Database from 'better-sqlite3';
 import { OrchestratorError } from '../errors.js';
+import { newSecretToken, parseSecretToken, secretMatches } from '../util/secret-token.js';
 
 export const MIN_PORT_TOKEN_TTL_SECONDS = 10;
 export const MAX_PORT_TOKEN_TTL_SECONDS = 7 * 24 * 3600;
@@ -40,14 +40,10 @@ export class PortTokenError extends OrchestratorError {
  * (`lnk_`) nor a live-view token (bare 43 characters) is ever mistaken for one, and one of
  * these opens nothing else (each store reads only its own shape and table).
  */
-const TOKEN_PATTERN = /^prt_([A-Za-z0-9_-]{12})_([A-Za-z0-9_-]{43})$/;
+const KIND = 'prt';
 
 export function looksLikePortToken(value: string): boolean {
-  return TOKEN_PATTERN.test(value);
-}
-
-function digest(secret: string): Buffer {
-  return createHash('sha256').update(secret).digest();
+  return parseSecretToken(KIND, value) !== undefined;
 }
 
 function toGrant(row: Row): PortGrant {
@@ -79,14 +75,13 @@ export class PortTokens {
 
   /** A new token; the returned `token` is the only copy there will ever be. */
   create(tenant: string, sessionId: string, port: number, ttlSeconds: number, now = new Date()): { grant: PortGrant; token: string } {
-    const id = randomBytes(9).toString('base64url');
-    const secret = randomBytes(32).toString('base64url');
+    const { id, token, digest } = newSecretToken(KIND);
     const row: Row = {
       id,
       tenant,
       session_id: sessionId,
       port,
-      hash: digest(secret),
+      hash: digest,
       created_at: now.toISOString(),
       expires_at: new Date(now.getTime() + ttlSeconds * 1000).toISOString(),
       revoked_at: null,
@@ -97,7 +92,7 @@ export class PortTokens {
     // Tokens ended a day ago are forgotten as new ones are made, so the table stays small.
     const cutoff = new Date(now.getTime() - 24 * 3600_000).toISOString();
     this.db.prepare('DELETE FROM port_tokens WHERE expires_at < ? OR revoked_at < ?').run(cutoff, cutoff);
-    return { grant: toGrant(row), token: `prt_${id}_${secret}` };
+    return { grant: toGrant(row), token };
   }
 
   /**
@@ -106,12 +101,10 @@ export class PortTokens {
    */
   verify(token: string, sessionId: string, port: number, now = new Date()): PortGrant {
     const invalid = new PortTokenError('the port token does not open this port of this session: ask for a new URL (POST /v1/sessions/:id/ports)', 'invalid_port_token');
-    const match = TOKEN_PATTERN.exec(token);
-    if (!match) throw invalid;
-    const row = this.db.prepare('SELECT * FROM port_tokens WHERE id = ?').get(match[1]) as Row | undefined;
-    if (!row) throw invalid;
-    const given = digest(match[2] as string);
-    if (row.hash.length !== given.length || !timingSafeEqual(row.hash, given)) throw invalid;
+    const parsed = parseSecretToken(KIND, token);
+    if (!parsed) throw invalid;
+    const row = this.db.prepare('SELECT * FROM port_tokens WHERE id = ?').get(parsed.id) as Row | undefined;
+    if (!row || !secretMatches(row.hash, parsed.secret)) throw invalid;
     if (row.session_id !== sessionId || row.port !== port) throw invalid;
     if (row.revoked_at !== null) throw new PortTokenError('the port token was revoked: ask for a new URL', 'revoked_port_token');
     if (Date.parse(row.expires_at) <= now.getTime()) throw new PortTokenError('the port token expired: ask for a new URL', 'expired_port_token');

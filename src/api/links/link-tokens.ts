@@ -1,5 +1,5 @@
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type Database from 'better-sqlite3';
+import { newSecretToken, parseSecretToken, secretMatches } from '../../util/secret-token.js';
 import { OrchestratorError } from '../../errors.js';
 
 /**
@@ -43,8 +43,8 @@ export class LinkTokenError extends OrchestratorError {
   }
 }
 
-/** `lnk_<12 id chars>_<43 secret chars>`: the id finds the row, the secret (256 bits) is compared as a SHA-256. */
-const TOKEN_PATTERN = /^lnk_([A-Za-z0-9_-]{12})_([A-Za-z0-9_-]{43})$/;
+/** `lnk_<12 id chars>_<43 secret chars>` (util/secret-token.ts). */
+const KIND = 'lnk';
 
 /**
  * Link tokens in SQLite (the orchestrator's file): only a SHA-256 of each token's secret is
@@ -70,8 +70,7 @@ export class LinkTokens {
 
   /** A new token; the returned `token` is the only copy there will ever be. */
   create(tenant: string, sessionId: string, purpose: LinkPurpose, ttlSeconds: number, now = new Date()): { record: LinkRecord; token: string } {
-    const id = randomBytes(9).toString('base64url');
-    const secret = randomBytes(32).toString('base64url');
+    const { id, token, digest } = newSecretToken(KIND);
     const record: LinkRecord = {
       id,
       tenant,
@@ -83,10 +82,10 @@ export class LinkTokens {
     };
     this.db
       .prepare('INSERT INTO link_tokens (id, tenant, session_id, purpose, hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)')
-      .run(id, tenant, sessionId, purpose, digest(secret), record.createdAt, record.expiresAt);
+      .run(id, tenant, sessionId, purpose, digest, record.createdAt, record.expiresAt);
     // Expired tokens are forgotten as new ones are made, so the table stays small.
     this.db.prepare('DELETE FROM link_tokens WHERE expires_at < ?').run(new Date(now.getTime() - 24 * 3600_000).toISOString());
-    return { record, token: `lnk_${id}_${secret}` };
+    return { record, token };
   }
 
   /**
@@ -94,13 +93,11 @@ export class LinkTokens {
    * A token of another session, tenant or purpose is "invalid", like a made-up one.
    */
   verify(token: string, sessionId: string, purpose: LinkPurpose, now = new Date()): LinkRecord {
-    const match = TOKEN_PATTERN.exec(token);
+    const parsed = parseSecretToken(KIND, token);
     const invalid = new LinkTokenError('the link token is not valid for this page: ask for a new link (POST /v1/sessions/:id/links)', 'invalid_link_token');
-    if (!match) throw invalid;
-    const row = this.db.prepare('SELECT * FROM link_tokens WHERE id = ?').get(match[1]) as Row | undefined;
-    if (!row) throw invalid;
-    const given = digest(match[2] as string);
-    if (row.hash.length !== given.length || !timingSafeEqual(row.hash, given)) throw invalid;
+    if (!parsed) throw invalid;
+    const row = this.db.prepare('SELECT * FROM link_tokens WHERE id = ?').get(parsed.id) as Row | undefined;
+    if (!row || !secretMatches(row.hash, parsed.secret)) throw invalid;
     if (row.session_id !== sessionId || row.purpose !== purpose) throw invalid;
     if (row.revoked_at !== null) throw new LinkTokenError('the link was revoked: ask for a new one', 'revoked_link_token');
     if (Date.parse(row.expires_at) <= now.getTime()) throw new LinkTokenError('the link expired: ask for a new one', 'expired_link_token');
@@ -125,10 +122,6 @@ export class LinkTokens {
   revokeSession(sessionId: string, now = new Date()): void {
     this.db.prepare('UPDATE link_tokens SET revoked_at = ? WHERE session_id = ? AND revoked_at IS NULL').run(now.toISOString(), sessionId);
   }
-}
-
-function digest(secret: string): Buffer {
-  return createHash('sha256').update(secret).digest();
 }
 
 function toRecord(row: Row): LinkRecord {
