@@ -9,7 +9,7 @@ import { defaultConfig } from '../src/config.js';
 import { CONFIG_FILES, GUEST_USER } from '../src/guest/contract.js';
 import { ResourceNames, SESSION_ID_PATTERN } from '../src/network/names.js';
 import { generateSessionKeys, publicKeyBlob } from '../src/transport/keys.js';
-import { guestTransport, type GuestTransport, HostKeyMismatchError, SshAuthenticationError } from '../src/transport/index.js';
+import { guestTransport, HostKeyMismatchError, SshAuthenticationError } from '../src/transport/index.js';
 import { connectToGuest, guestAddress, pngSize } from './helpers/guest.js';
 import { filesHolding, hostTrace, privateKeyForms, rememberNetns } from './helpers/host.js';
 import { TEST_PREFIX, TEST_SUBNET, startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';

@@ -1,5 +1,4 @@
 import { EventEmitter } from 'node:events';
-import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import ssh2, { type ClientChannel } from 'ssh2';

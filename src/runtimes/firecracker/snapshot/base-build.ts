@@ -5,7 +5,7 @@ import type { GuestImage } from '../../../guest/image/builder.js';
 import type { ResourceNames } from '../../../network/names.js';
 import { createSandboxNetwork } from '../../../network/netns.js';
 import { generateSessionKeys, publicKeyBlob, writeSessionKeys } from '../../../transport/keys.js';
-import { guestTransport, type GuestTransport } from '../../../transport/index.js';
+import { guestTransport } from '../../../transport/index.js';
 import { CleanupStack } from '../../../util/cleanup-stack.js';
 import type { SandboxSpec, PreparedGuest } from '../../runtime.js';
 import type { VmUserPool } from '../../vm/vm-user-pool.js';
