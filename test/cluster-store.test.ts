@@ -19,6 +19,7 @@ import { PgClusterStore, type PgClusterStoreSettings } from '../src/cluster/stor
 import { startPostgres } from './helpers/postgres.js';
 import { watchUncaught } from './helpers/uncaught-guard.js';
 import { httpStatusOf } from '../src/api/errors.js';
+import { OrchestratorError } from '../src/errors.js';
 
 const server = await startPostgres();
 const uncaught = watchUncaught();
@@ -311,9 +312,10 @@ describe('cluster store on PostgreSQL', () => {
     await store.registerNode('n', 'i', report());
     const first = await store.place('dup-1', 'acme', CREATE, []);
     assert.ok(first.placed);
-    await assert.rejects(store.place('dup-1', 'other', CREATE, []), (err: Error & { code?: string; statusCode?: number }) => {
+    await assert.rejects(store.place('dup-1', 'other', CREATE, []), (err: unknown) => {
+      assert.ok(err instanceof OrchestratorError);
       assert.equal(err.code, 'session_id_taken');
-      assert.equal(err.statusCode, 409);
+      assert.equal(httpStatusOf(err.code), 409);
       return true;
     });
     assert.equal((await store.getNode('n'))?.capacity.sessions, 1, 'the refused create counts nowhere');
@@ -382,11 +384,12 @@ describe('cluster store on PostgreSQL', () => {
       placedOn.push(outcome.node.name);
     }
     assert.deepEqual([...new Set(placedOn)].sort(), ['a', 'b'], 'the limit is the cluster\'s, not a node\'s');
-    await assert.rejects(store.place('l-over', 'acme', CREATE, [], limits), (err: Error & { code?: string; statusCode?: number; headers?: Record<string, string> }) => {
-      assert.equal(err.statusCode, 429);
+    await assert.rejects(store.place('l-over', 'acme', CREATE, [], limits), (err: unknown) => {
+      assert.ok(err instanceof OrchestratorError);
+      assert.equal(httpStatusOf(err.code), 429);
       assert.equal(err.code, 'tenant_session_limit');
       assert.match(err.message, /tenant "acme" has 3 sessions in the cluster, its limit \(SBX_MAX_SESSIONS_PER_TENANT=3\)/);
-      assert.equal(err.headers?.['retry-after'], '10');
+      assert.equal(err.retryAfterSeconds, 10);
       return true;
     });
     assert.equal(await store.lookup('l-over'), undefined);
