@@ -90,8 +90,8 @@ describe('the guest network policy, from inside sandboxes (container runtime)', 
   }
 
   it('shows the choice in the session view; egress is off by default', async () => {
-    assert.deepEqual((await orch.server.inject({ method: 'GET', url: `/v1/sessions/${closed}`, headers: orch.authHeaders })).json().network, { egress: false });
-    assert.deepEqual((await orch.server.inject({ method: 'GET', url: `/v1/sessions/${open}`, headers: orch.authHeaders })).json().network, { egress: true });
+    assert.deepEqual((await orch.server.inject({ method: 'GET', url: `/v1/sessions/${closed}`, headers: orch.authHeaders })).json().network, { egress: false, transport: 'tcp', interfaces: ['lo', 'eth0'] });
+    assert.deepEqual((await orch.server.inject({ method: 'GET', url: `/v1/sessions/${open}`, headers: orch.authHeaders })).json().network, { egress: true, transport: 'tcp', interfaces: ['lo', 'eth0'] });
     // Only the egress session has an entry: the other is fenced by the prefix rules alone.
     assert.deepEqual(await policyOf().egressInterfaces(), [NAMES.hostVeth(open)]);
     assert.equal((await readFile(IP_FORWARD, 'utf8')).trim(), '1', 'egress turned forwarding on');
