@@ -108,7 +108,7 @@ export async function proxyHttp(req: IncomingMessage, res: ServerResponse, targe
     });
     const answered = new Promise<IncomingMessage>((resolve, reject) => {
       guestReq.once('response', resolve);
-      guestReq.once('error', (err) => reject(new GuestPortError(`the guest's server on port ${target.port} did not answer HTTP (${err.message})`, 'guest_port_error')));
+      guestReq.on('error', (err) => reject(new GuestPortError(`the guest's server on port ${target.port} did not answer HTTP (${err.message})`, 'guest_port_error')));
     });
     req.on('data', idle.touch);
     // The request body: the client's bytes as they come, stopped while the guest does not read.
