@@ -29,11 +29,22 @@ const LINE = 15;
 
 /** Text lines rendered onto white, as BGRX rows: `height` rows. */
 async function textScreen(height: number): Promise<Buffer> {
-  const lines = Array.from({ length: Math.ceil(height / LINE) + 2 }, (_, i) => `${String(i + 1).padStart(6)}  the quick brown fox ${(i * 13) % 997} jumps over the lazy dog ${'#'.repeat(i % 30)}`);
-  const text = await sharp({ text: { text: lines.join('\n'), font: 'DejaVu Sans Mono 9', width: WIDTH, rgba: true, dpi: 96 } }).png().toBuffer();
+  const lines = Array.from(
+    { length: Math.ceil(height / LINE) + 2 },
+    (_, i) => `${String(i + 1).padStart(6)}  the quick brown fox ${(i * 13) % 997} jumps over the lazy dog ${'#'.repeat(i % 30)}`,
+  );
+  const text = await sharp({ text: { text: lines.join('\n'), font: 'DejaVu Sans Mono 9', width: WIDTH, rgba: true, dpi: 96 } })
+    .png()
+    .toBuffer();
   const meta = await sharp(text).metadata();
-  const cut = await sharp(text).extract({ left: 0, top: 0, width: Math.min(WIDTH, meta.width!), height: Math.min(height, meta.height!) }).png().toBuffer();
-  const { data } = await sharp({ create: { width: WIDTH, height, channels: 4, background: '#ffffff' } }).composite([{ input: cut, top: 0, left: 0 }]).raw().toBuffer({ resolveWithObject: true });
+  const cut = await sharp(text)
+    .extract({ left: 0, top: 0, width: Math.min(WIDTH, meta.width!), height: Math.min(height, meta.height!) })
+    .png()
+    .toBuffer();
+  const { data } = await sharp({ create: { width: WIDTH, height, channels: 4, background: '#ffffff' } })
+    .composite([{ input: cut, top: 0, left: 0 }])
+    .raw()
+    .toBuffer({ resolveWithObject: true });
   for (let i = 0; i < data.length; i += 4) {
     const red = data[i]!;
     data[i] = data[i + 2]!;
@@ -131,7 +142,9 @@ console.log('| rows changed | encoder | CPU ms / PNG | event loop ms | GC ms | K
 console.log('| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |');
 for (const [name, frameOf] of Object.entries(cases)) {
   const print = (encoder: string, f: Figures) =>
-    console.log(`| ${name} | ${encoder} | ${f.cpuMs.toFixed(2)} | ${f.loopMs.toFixed(2)} | ${f.gcMs.toFixed(2)} | ${f.kib.toFixed(0)} | ${(f.deflatedShare * 100).toFixed(0)}% | ${f.turnP50Ms.toFixed(2)} (${f.turnMaxMs.toFixed(2)}) |`);
+    console.log(
+      `| ${name} | ${encoder} | ${f.cpuMs.toFixed(2)} | ${f.loopMs.toFixed(2)} | ${f.gcMs.toFixed(2)} | ${f.kib.toFixed(0)} | ${(f.deflatedShare * 100).toFixed(0)}% | ${f.turnP50Ms.toFixed(2)} (${f.turnMaxMs.toFixed(2)}) |`,
+    );
   print('whole frame (before)', await measure(frameOf, bgrxToPng, () => 1));
   for (const bandRows of BAND_ROWS) {
     for (const deflatesInFlight of IN_FLIGHT) {

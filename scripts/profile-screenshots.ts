@@ -23,7 +23,14 @@ const FORMAT = (process.argv[3] || 'png') as 'png';
 
 async function main(): Promise<void> {
   const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-prof-'));
-  const config = { ...defaultConfig(process.env), stateDir, port: 0, subnet: `10.243.${Math.floor(Math.random() * 256)}.0/24`, warmPoolSize: 0, resourcePrefix: 'prf-' };
+  const config = {
+    ...defaultConfig(process.env),
+    stateDir,
+    port: 0,
+    subnet: `10.243.${Math.floor(Math.random() * 256)}.0/24`,
+    warmPoolSize: 0,
+    resourcePrefix: 'prf-',
+  };
   const orchestrator = await startOrchestrator(config, pino({ level: 'warn' }), { buildImageIfMissing: false });
   const address = orchestrator.server.server.address();
   if (!address || typeof address === 'string') throw new Error('no address');
@@ -41,8 +48,12 @@ async function main(): Promise<void> {
     const clientResult = await new Promise<{ ms: number; bytes: number; cpu: number }>((resolve) => child.once('message', (m) => resolve(m as never)));
     const own1 = ownCpuSeconds();
     const g1 = await sessionProcessCpu(orchestrator.names, sandbox.id, procs);
-    console.log(`API: ${N} shots in ${clientResult.ms.toFixed(0)} ms, mean ${(clientResult.bytes / N / 1024).toFixed(1)} KiB; client process CPU ${((clientResult.cpu / N) * 1000).toFixed(2)} ms/shot`);
-    console.log(`orchestrator CPU ${(((own1 - own0) / N) * 1000).toFixed(2)} ms/shot; guest helper+sshd ${(((g1.seconds - g0.seconds) / N) * 1000).toFixed(2)} ms/shot`);
+    console.log(
+      `API: ${N} shots in ${clientResult.ms.toFixed(0)} ms, mean ${(clientResult.bytes / N / 1024).toFixed(1)} KiB; client process CPU ${((clientResult.cpu / N) * 1000).toFixed(2)} ms/shot`,
+    );
+    console.log(
+      `orchestrator CPU ${(((own1 - own0) / N) * 1000).toFixed(2)} ms/shot; guest helper+sshd ${(((g1.seconds - g0.seconds) / N) * 1000).toFixed(2)} ms/shot`,
+    );
     const scrot = await timeInGuestWithCpu(direct, config.display, 'scrot -', 30);
     console.log(`scrot CPU ${(scrot.cpuSecondsPerRun * 1000).toFixed(2)} ms/run`);
     if (process.env.SAVE_PNG) (await import('node:fs')).writeFileSync(process.env.SAVE_PNG, await sandbox.screenshot({ format: FORMAT }));
@@ -67,4 +78,8 @@ async function clientMain(baseUrl: string, id: string, n: number, format: 'png')
 }
 
 if (process.argv[2] === '--client') void clientMain(process.argv[3]!, process.argv[4]!, Number(process.argv[5]), process.argv[6] as 'png');
-else main().catch((e: unknown) => { console.error(e); process.exit(1); });
+else
+  main().catch((e: unknown) => {
+    console.error(e);
+    process.exit(1);
+  });

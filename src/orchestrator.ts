@@ -101,7 +101,9 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
   const keys = new KeyStore(store.database);
   let authMode: AuthMode;
   try {
-    authMode = options.cluster ? 'required' : resolveAuthMode(config.auth, config.host, { usable: keys.hasUnrevokedKeys(), ever: keys.hasAnyKey() }, config.stateDir);
+    authMode = options.cluster
+      ? 'required'
+      : resolveAuthMode(config.auth, config.host, { usable: keys.hasUnrevokedKeys(), ever: keys.hasAnyKey() }, config.stateDir);
   } catch (err) {
     store.close();
     throw err;
@@ -134,7 +136,9 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
   // (a damaged one stops the start, saying what to run), any other at its first create.
   const checkedTemplates = new CheckedTemplates(
     templates,
-    (name) => (templates.isBuiltIn(name) ? `sbx image build --template ${name} --force` : `sbx template build <the template file of ${name}> --force`) + ` (images dir ${config.imagesDir})`,
+    (name) =>
+      (templates.isBuiltIn(name) ? `sbx image build --template ${name} --force` : `sbx template build <the template file of ${name}> --force`) +
+      ` (images dir ${config.imagesDir})`,
     log.child({ part: 'images' }),
   );
   await checkedTemplates.check(config.template, image);
@@ -190,7 +194,12 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     pause: config.pause,
   });
   log.info(
-    { maxSessions: config.maxSessions, maxSessionsPerTenant: config.maxSessionsPerTenant, memoryReserveMiB: config.memoryReserveMiB, diskReserveMiB: config.diskReserveMiB },
+    {
+      maxSessions: config.maxSessions,
+      maxSessionsPerTenant: config.maxSessionsPerTenant,
+      memoryReserveMiB: config.memoryReserveMiB,
+      diskReserveMiB: config.diskReserveMiB,
+    },
     'capacity limits',
   );
   log.info(
@@ -221,7 +230,9 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
   // Once per image a session can boot at start-up (the default's and the pools'); another
   // template's image boots without it (prepare is an optimisation, see Runtime.prepare).
   for (const preparedImage of prepared.values()) {
-    await selection.runtime.prepare?.(preparedImage, { display: config.display, pidsLimit: config.pidsLimit }, (message) => log.info({ runtime: selection.runtime.name }, message));
+    await selection.runtime.prepare?.(preparedImage, { display: config.display, pidsLimit: config.pidsLimit }, (message) =>
+      log.info({ runtime: selection.runtime.name }, message),
+    );
   }
   const runs = new RunManager({
     sessions: manager,
@@ -304,7 +315,7 @@ function warnContainersAreTheBoundary(log: Logger, reason: string): void {
   log.warn(
     { runtime: 'container', reason },
     'MULTI-TENANT WITH CONTAINERS: API keys exist, and no VM runtime can run here, so runc containers are the only ' +
-      'isolation between tenants. Every tenant\'s sandbox runs on this host\'s own kernel (user namespace with its own ' +
+      "isolation between tenants. Every tenant's sandbox runs on this host's own kernel (user namespace with its own " +
       'uid range, seccomp allow-list, dropped capabilities, cgroup limits): a kernel vulnerability reachable from inside a ' +
       'sandbox would expose the host and every other tenant. For mutually untrusting tenants, run where /dev/kvm is usable ' +
       '(Firecracker or qemu with KVM), or pass --runtime container to acknowledge this choice',
@@ -316,7 +327,10 @@ function logAuthMode(log: Logger, mode: AuthMode, host: string): void {
   if (mode === 'required') {
     log.info({ auth: mode, host }, 'API keys required (Authorization: Bearer <key>)');
   } else if (mode === 'keyless') {
-    log.warn({ auth: mode, host }, 'AUTHENTICATION IS OFF (--no-auth / SBX_AUTH=off): anyone on this machine can use the API; every session belongs to tenant "local"');
+    log.warn(
+      { auth: mode, host },
+      'AUTHENTICATION IS OFF (--no-auth / SBX_AUTH=off): anyone on this machine can use the API; every session belongs to tenant "local"',
+    );
   } else {
     log.warn(
       { auth: mode, host },

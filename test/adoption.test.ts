@@ -36,29 +36,53 @@ async function freePort(): Promise<number> {
 
 /** `sbx serve` as its own process, as an operator runs it. */
 async function startServer(prefix = TEST_PREFIX): Promise<ChildProcess> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', path.join(REPO, 'src/cli/main.ts'), 'serve', '--host', '127.0.0.1', '--port', String(port), '--state-dir', stateDir, '--runtime', 'container'], {
-    cwd: REPO,
-    env: {
-      ...process.env,
-      SBX_RESOURCE_PREFIX: prefix,
-      SBX_SUBNET: TEST_SUBNET,
-      SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
-      SBX_TEMPLATE: 'minimal',
-      SBX_LOG_LEVEL: process.env.SBX_TEST_LOG_LEVEL || 'warn',
+  const proc = spawn(
+    process.execPath,
+    [
+      '--import',
+      'tsx',
+      path.join(REPO, 'src/cli/main.ts'),
+      'serve',
+      '--host',
+      '127.0.0.1',
+      '--port',
+      String(port),
+      '--state-dir',
+      stateDir,
+      '--runtime',
+      'container',
+    ],
+    {
+      cwd: REPO,
+      env: {
+        ...process.env,
+        SBX_RESOURCE_PREFIX: prefix,
+        SBX_SUBNET: TEST_SUBNET,
+        SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
+        SBX_TEMPLATE: 'minimal',
+        SBX_LOG_LEVEL: process.env.SBX_TEST_LOG_LEVEL || 'warn',
+      },
+      stdio: ['ignore', 'ignore', 'inherit'],
     },
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
+  );
   const deadline = Date.now() + 60_000;
   while (Date.now() < deadline) {
     if (proc.exitCode !== null) throw new Error(`sbx serve exited with ${proc.exitCode}`);
-    const up = await fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok, () => false);
+    const up = await fetch(`http://127.0.0.1:${port}/healthz`).then(
+      (r) => r.ok,
+      () => false,
+    );
     if (up) return proc;
     await sleep(200);
   }
   throw new Error('sbx serve did not come up');
 }
 
-async function api(method: string, url: string, body?: unknown): Promise<{ status: number; json: () => Promise<Record<string, unknown>>; bytes: () => Promise<Buffer> }> {
+async function api(
+  method: string,
+  url: string,
+  body?: unknown,
+): Promise<{ status: number; json: () => Promise<Record<string, unknown>>; bytes: () => Promise<Buffer> }> {
   const res = await fetch(`http://127.0.0.1:${port}${url}`, {
     method,
     headers: body === undefined ? {} : { 'content-type': 'application/json' },
@@ -129,16 +153,30 @@ describe('an orchestrator killed with SIGKILL, and started again', () => {
     // The ledger holds what each had taken, recorded before it was taken.
     const ledger = ledgerOf();
     for (const id of live) {
-      assert.deepEqual(new Set(ledger.filter((r) => r.session_id === id).map((r) => r.kind)), new Set(['key-dir', 'netns', 'veth', 'disk', 'mount', 'container', 'process', 'id-range']), id);
+      assert.deepEqual(
+        new Set(ledger.filter((r) => r.session_id === id).map((r) => r.kind)),
+        new Set(['key-dir', 'netns', 'veth', 'disk', 'mount', 'container', 'process', 'id-range']),
+        id,
+      );
     }
-    assert.ok(ledger.some((r) => r.session_id === halfMade && r.kind === 'netns'), 'the half-made one is on the ledger');
+    assert.ok(
+      ledger.some((r) => r.session_id === halfMade && r.kind === 'netns'),
+      'the half-made one is on the ledger',
+    );
   });
 
   it('adopts the live sessions on restart: same sandboxes, still working', async () => {
     child = await startServer();
-    const listed = (await (await api('GET', '/v1/sessions')).json()) as unknown as { sessions?: Array<{ id: string; state: string }> } | Array<{ id: string; state: string }>;
+    const listed = (await (await api('GET', '/v1/sessions')).json()) as unknown as
+      { sessions?: Array<{ id: string; state: string }> } | Array<{ id: string; state: string }>;
     const sessions = Array.isArray(listed) ? listed : (listed.sessions ?? []);
-    assert.deepEqual(sessions.filter((s) => s.state === 'ready').map((s) => s.id).sort(), [...live].sort());
+    assert.deepEqual(
+      sessions
+        .filter((s) => s.state === 'ready')
+        .map((s) => s.id)
+        .sort(),
+      [...live].sort(),
+    );
     for (const id of live) {
       const shot = await api('GET', `/v1/sessions/${id}/screenshot`);
       assert.equal(shot.status, 200);
@@ -149,7 +187,11 @@ describe('an orchestrator killed with SIGKILL, and started again', () => {
   });
 
   it('reclaimed the half-made one, and the host holds exactly what the live sessions need', async () => {
-    assert.deepEqual(ledgerOf().filter((r) => r.session_id === halfMade), [], 'its ledger is cleared');
+    assert.deepEqual(
+      ledgerOf().filter((r) => r.session_id === halfMade),
+      [],
+      'its ledger is cleared',
+    );
     const got = await api('GET', `/v1/sessions/${halfMade}`);
     assert.ok(got.status === 404 || (await got.json()).state === 'destroyed', `the half-made session is gone (${got.status})`);
     const held = await hostResources();

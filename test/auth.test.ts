@@ -116,7 +116,10 @@ describe('API keys and tenants', () => {
   it("tenant B gets exactly the 404 of a session that does not exist on every route of A's session", async () => {
     // B's attempts carry a marker, so that one that ran anyway (a 404 given after the work)
     // would leave a trace in A's sandbox: a file, a shell's output, keys typed into A's desktop.
-    const marker = `zq${crypto.randomBytes(4).toString('hex').replace(/[0-9]/g, (d) => 'ghijklmnop'[Number(d)] as string)}`;
+    const marker = `zq${crypto
+      .randomBytes(4)
+      .toString('hex')
+      .replace(/[0-9]/g, (d) => 'ghijklmnop'[Number(d)] as string)}`;
     const guestA = await connectToGuest(orch.stateDir, idA, await guestAddress(orch.names, idA));
     try {
       await startXev(guestA, 800, 600);
@@ -124,10 +127,15 @@ describe('API keys and tenants', () => {
       const traces = await guestSh(guestA, `grep -rl ${marker} /tmp /home/user 2>/dev/null; ls -A /tmp | grep ${marker}; true`);
       assert.equal(traces.text, '', `B's marker in A's sandbox: ${traces.text}`);
       // Positive control: A's own typing of the marker does arrive in the xev window that watched.
-      const typedByA = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${idA}/actions`, headers: bearer(keyA), payload: { action: 'type', text: `a${marker}` } });
+      const typedByA = await orch.server.inject({
+        method: 'POST',
+        url: `/v1/sessions/${idA}/actions`,
+        headers: bearer(keyA),
+        payload: { action: 'type', text: `a${marker}` },
+      });
       assert.equal(typedByA.statusCode, 200, typedByA.body);
       const typed = typedText(await waitForXev(guestA, (log) => typedText(log).includes(`a${marker}`)));
-      assert.equal(typed, `a${marker}`, 'the keys A typed arrived, and only those: none of B\'s');
+      assert.equal(typed, `a${marker}`, "the keys A typed arrived, and only those: none of B's");
     } finally {
       // Inside A's sandbox: the window later tests do not expect (A may be gone if B's DELETE went through).
       await guestSh(guestA, 'pkill -x xev; true').catch(() => undefined);
@@ -186,10 +194,22 @@ describe('API keys and tenants', () => {
   }
 
   it("a tenant's list shows its own sessions only", async () => {
-    const listA = (await orch.server.inject({ method: 'GET', url: '/v1/sessions', headers: bearer(keyA) })).json().sessions as Array<{ id: string; tenant: string }>;
-    const listB = (await orch.server.inject({ method: 'GET', url: '/v1/sessions', headers: bearer(keyB) })).json().sessions as Array<{ id: string; tenant: string }>;
-    assert.deepEqual(listA.map((s) => s.id), [idA]);
-    assert.deepEqual(listB.map((s) => s.id), [idB]);
+    const listA = (await orch.server.inject({ method: 'GET', url: '/v1/sessions', headers: bearer(keyA) })).json().sessions as Array<{
+      id: string;
+      tenant: string;
+    }>;
+    const listB = (await orch.server.inject({ method: 'GET', url: '/v1/sessions', headers: bearer(keyB) })).json().sessions as Array<{
+      id: string;
+      tenant: string;
+    }>;
+    assert.deepEqual(
+      listA.map((s) => s.id),
+      [idA],
+    );
+    assert.deepEqual(
+      listB.map((s) => s.id),
+      [idB],
+    );
     assert.ok(listA.every((s) => s.tenant === 'tenant-a'));
   });
 
@@ -198,7 +218,10 @@ describe('API keys and tenants', () => {
     assert.ok(address && typeof address === 'object');
     const baseUrl = `http://127.0.0.1:${address.port}`;
     const client = new SandboxClient({ baseUrl, apiKey: keyB });
-    assert.deepEqual((await client.list()).map((s) => s.id), [idB]);
+    assert.deepEqual(
+      (await client.list()).map((s) => s.id),
+      [idB],
+    );
     await assert.rejects(new SandboxClient({ baseUrl, apiKey: keyB }).get(idA), { name: 'NotFoundError', status: 404 });
     await assert.rejects(new SandboxClient({ baseUrl, apiKey: 'sbx_nope' }).list(), (err: unknown) => err instanceof AuthenticationError && err.status === 401);
   });
@@ -279,9 +302,15 @@ describe('keyless mode: loopback only, and said loudly', () => {
     const silent = pino({ level: 'silent' });
     try {
       for (const host of ['0.0.0.0', '::', '192.0.2.1']) {
-        await assert.rejects(startOrchestrator({ ...config, host }, silent, { listen: false, buildImageIfMissing: false }), /not a loopback address.*sbx keys create --tenant/);
+        await assert.rejects(
+          startOrchestrator({ ...config, host }, silent, { listen: false, buildImageIfMissing: false }),
+          /not a loopback address.*sbx keys create --tenant/,
+        );
       }
-      await assert.rejects(startOrchestrator({ ...config, host: '0.0.0.0', auth: 'off' }, silent, { listen: false }), /keyless mode .* is for local development on 127\.0\.0\.1 only/);
+      await assert.rejects(
+        startOrchestrator({ ...config, host: '0.0.0.0', auth: 'off' }, silent, { listen: false }),
+        /keyless mode .* is for local development on 127\.0\.0\.1 only/,
+      );
       // The decision itself: loopback may be keyless; elsewhere only with keys.
       const none = { usable: false, ever: false };
       const some = { usable: true, ever: true };

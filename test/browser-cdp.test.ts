@@ -75,7 +75,10 @@ describe("the desktop's Chromium over CDP", { timeout: 600_000 }, () => {
     const store = openKeyStore(stateDir);
     key = store.keys.create('tenant-a').key;
     store.close();
-    serve = await startServe(stateDir, 19_600 + Math.floor(Math.random() * 300), undefined, [], { SBX_TEMPLATE: 'desktop', SBX_TENANT_REQUEST_LIMITS: 'tenant-a=1000/100000/100000' });
+    serve = await startServe(stateDir, 19_600 + Math.floor(Math.random() * 300), undefined, [], {
+      SBX_TEMPLATE: 'desktop',
+      SBX_TENANT_REQUEST_LIMITS: 'tenant-a=1000/100000/100000',
+    });
     const created = await api('POST', '/v1/sessions', { width: 1024, height: 768 });
     assert.equal(created.status, 201, JSON.stringify(created.json));
     id = created.json.id as string;
@@ -123,10 +126,15 @@ describe("the desktop's Chromium over CDP", { timeout: 600_000 }, () => {
       await page.waitForTimeout(300);
       const after = await screenshot();
       const changed = changedBox(before, after);
-      console.log(`browser: started in ${startMs} ms; ${changed.count} pixels changed in [${changed.x0},${changed.y0}]-[${changed.x1},${changed.y1}], the input at [${box.x0},${box.y0}]-[${box.x1},${box.y1}]`);
+      console.log(
+        `browser: started in ${startMs} ms; ${changed.count} pixels changed in [${changed.x0},${changed.y0}]-[${changed.x1},${changed.y1}], the input at [${box.x0},${box.y0}]-[${box.x1},${box.y1}]`,
+      );
       assert.ok(changed.count > 500, `the typed text shows on the screen (${changed.count} pixels changed)`);
       const slack = 12;
-      assert.ok(changed.x0 >= box.x0 - slack && changed.x1 <= box.x1 + slack && changed.y0 >= box.y0 - slack && changed.y1 <= box.y1 + slack, 'only where the text was typed');
+      assert.ok(
+        changed.x0 >= box.x0 - slack && changed.x1 <= box.x1 + slack && changed.y0 >= box.y0 - slack && changed.y1 <= box.y1 + slack,
+        'only where the text was typed',
+      );
     } finally {
       await browser.close().catch(() => undefined);
     }

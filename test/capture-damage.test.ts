@@ -118,7 +118,7 @@ describe('capture by damaged rectangles', () => {
     assert.ok(same, 'the API screenshot and scrot agree pixel for pixel');
   });
 
-  it('small changes to a detailed screen (only their rows re-encoded on the host) are scrot\'s pixels each time', async () => {
+  it("small changes to a detailed screen (only their rows re-encoded on the host) are scrot's pixels each time", async () => {
     // The PNG of each changed frame reuses the compressed rows of the previous one where the
     // pixels did not change (src/computer/png/banded-png.ts): a stale or misplaced band would
     // show here as a difference from scrot.
@@ -143,7 +143,7 @@ describe('capture by damaged rectangles', () => {
     }
   });
 
-  it('an idle grabber gives its shared pages back, and the next screenshot is still scrot\'s pixels', async () => {
+  it("an idle grabber gives its shared pages back, and the next screenshot is still scrot's pixels", async () => {
     // The whole root repainted, then captured: the segment holds a whole screen.
     await guestSh(guest, `${STOP_CHANGES}; DISPLAY=:99 xsetroot -solid "#123456"; sleep 0.3`);
     await screenshot();
@@ -173,9 +173,12 @@ describe('capture by damaged rectangles', () => {
     it(`without ${missing} in the X server, the grabber says so and still sends the right pixels (${shape})`, async () => {
       // A second X server in the guest, started by the desktop user, without that extension.
       const display = missing === 'DAMAGE' ? 97 : 98;
-      const result = await guest.exec(`Xvfb :${display} -screen 0 320x240x24 -extension ${missing} -nolisten tcp >/dev/null 2>&1 & x=$!
+      const result = await guest.exec(
+        `Xvfb :${display} -screen 0 320x240x24 -extension ${missing} -nolisten tcp >/dev/null 2>&1 & x=$!
 for i in $(seq 50); do [ -e /tmp/.X11-unix/X${display} ] && break; sleep 0.1; done
-python3 -I - :${display}; status=$?; kill $x; exit $status`, { stdin: FALLBACK_PROBE, timeoutMs: 30_000 });
+python3 -I - :${display}; status=$?; kill $x; exit $status`,
+        { stdin: FALLBACK_PROBE, timeoutMs: 30_000 },
+      );
       assert.equal(result.exitCode, 0, result.stderr.toString());
       const answer = JSON.parse(result.stdout.toString()) as { flags: number; rects: number[][]; pixel: number[]; unchanged: number };
       assert.equal(answer.flags, flags, `flags ${answer.flags}`);

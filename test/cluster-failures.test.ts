@@ -129,7 +129,11 @@ describe('a cluster losing a node, a gateway, its database', { timeout: 600_000 
     assert.equal((await api(g1, 'POST', `/v1/sessions/${survivor}/actions`, { action: 'mouse_move', coordinate: [5, 5] })).status, 200);
     const fresh = await Promise.all([1, 2, 3].map(() => api(g1, 'POST', '/v1/sessions', {})));
     for (const f of fresh) assert.equal(f.status, 201, f.text);
-    const listed = JSON.parse((await cluster.cli(['nodes', '--json', '--db', cluster.pg.url])).stdout) as Array<{ name: string; state: string; capacity: { sessions: number } }>;
+    const listed = JSON.parse((await cluster.cli(['nodes', '--json', '--db', cluster.pg.url])).stdout) as Array<{
+      name: string;
+      state: string;
+      capacity: { sessions: number };
+    }>;
     assert.equal(listed.find((n) => n.name === 'n1')?.state, 'lost');
     assert.equal(listed.find((n) => n.name === 'n1')?.capacity.sessions, 0);
     // Its sandboxes outlived it (SIGKILL): the restart destroys them, the cluster gave them up.
@@ -207,7 +211,10 @@ describe('a cluster losing a node, a gateway, its database', { timeout: 600_000 
     // The nodes' heartbeats were stale only because the database was away: none is lost.
     await sleep(5000);
     const listed = JSON.parse((await cluster.cli(['nodes', '--json', '--db', cluster.pg.url])).stdout) as Array<{ name: string; state: string }>;
-    assert.deepEqual(listed.map((n) => n.state), ['up', 'up', 'up']);
+    assert.deepEqual(
+      listed.map((n) => n.state),
+      ['up', 'up', 'up'],
+    );
     assert.equal((await api(g1, 'GET', `/v1/sessions/${id}/screenshot`)).status, 200);
     live.ws.close();
     assert.equal((await api(g1, 'DELETE', `/v1/sessions/${id}`)).status, 200);

@@ -76,7 +76,15 @@ async function assertCommitmentMatchesDirectory(url: string): Promise<void> {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   try {
-    const { rows } = await client.query<{ name: string; counted: number; memory: number; vcpus: string; sessions: number; committed_memory_mib: number; committed_vcpus: string }>(
+    const { rows } = await client.query<{
+      name: string;
+      counted: number;
+      memory: number;
+      vcpus: string;
+      sessions: number;
+      committed_memory_mib: number;
+      committed_vcpus: string;
+    }>(
       `SELECT n.name, n.sessions, n.committed_memory_mib, n.committed_vcpus,
               count(s.id)::integer AS counted, coalesce(sum(s.memory_mib), 0)::integer AS memory, coalesce(sum(s.vcpus), 0) AS vcpus
        FROM nodes n LEFT JOIN sessions s ON s.node = n.name AND s.state IN ('creating', 'live') AND n.state = 'up'
@@ -100,10 +108,17 @@ describe('cluster store on PostgreSQL', () => {
     const racers = Array.from({ length: 8 }, () => new Db({ url }));
     opened.push(...racers);
     const applied = await Promise.all(racers.map((db) => migrate(db)));
-    assert.deepEqual(applied.flat(), MIGRATIONS.map((migration) => migration.version), 'each migration applied by exactly one racer');
+    assert.deepEqual(
+      applied.flat(),
+      MIGRATIONS.map((migration) => migration.version),
+      'each migration applied by exactly one racer',
+    );
     assert.equal(applied.filter((versions) => versions.length > 0).length, 1);
     const { rows } = await (racers[0] as Db).query<{ version: number }>('test', 'SELECT version FROM schema_migrations ORDER BY version');
-    assert.deepEqual(rows.map((row) => row.version), MIGRATIONS.map((migration) => migration.version));
+    assert.deepEqual(
+      rows.map((row) => row.version),
+      MIGRATIONS.map((migration) => migration.version),
+    );
     // And a store started later finds nothing to do.
     assert.deepEqual(await migrate(racers[0] as Db), []);
   });
@@ -156,9 +171,13 @@ describe('cluster store on PostgreSQL', () => {
     await assertCommitmentMatchesDirectory(url);
   });
 
-  it('one gateway\'s concurrent creates count each other\'s choices: 30 creates, 6 at a time, onto 8, 16 and 24 vCPUs land 5/10/15', async () => {
+  it("one gateway's concurrent creates count each other's choices: 30 creates, 6 at a time, onto 8, 16 and 24 vCPUs land 5/10/15", async () => {
     const { store } = await migratedStore();
-    for (const [name, vcpus] of [['eight', 8], ['sixteen', 16], ['twentyfour', 24]] as const) {
+    for (const [name, vcpus] of [
+      ['eight', 8],
+      ['sixteen', 16],
+      ['twentyfour', 24],
+    ] as const) {
       await store.registerNode(name, randomUUID(), report({ vcpus, maxSessions: 100, memoryMiB: 1024 * 1024 }));
     }
     for (let wave = 0; wave < 5; wave++) {
@@ -241,7 +260,7 @@ describe('cluster store on PostgreSQL', () => {
     await assert.rejects(store.registerNode('n2', 'i', report({ maxSessions: -1 })), /maxSessions must be a number >= 0/);
   });
 
-  it('a node that stops heartbeating is left out at once, before any sweep marks it lost (each gateway\'s view judges on PostgreSQL\'s clock)', async () => {
+  it("a node that stops heartbeating is left out at once, before any sweep marks it lost (each gateway's view judges on PostgreSQL's clock)", async () => {
     const { url, store } = await migratedStore({ staleMs: 600 });
     const gateway = storeOn(url, { staleMs: 600 });
     await store.registerNode('quiet', 'q', report());
@@ -307,7 +326,7 @@ describe('cluster store on PostgreSQL', () => {
     assert.deepEqual((await store.getNode('n'))?.warm, { desktop: 1 });
   });
 
-  it('a session id the directory holds already: place() refuses it (session_id_taken) and writes nothing; a warm sandbox\'s id renames the row at confirm', async () => {
+  it("a session id the directory holds already: place() refuses it (session_id_taken) and writes nothing; a warm sandbox's id renames the row at confirm", async () => {
     const { url, store } = await migratedStore();
     await store.registerNode('n', 'i', report());
     const first = await store.place('dup-1', 'acme', CREATE, []);
@@ -383,7 +402,7 @@ describe('cluster store on PostgreSQL', () => {
       assert.ok(outcome.placed);
       placedOn.push(outcome.node.name);
     }
-    assert.deepEqual([...new Set(placedOn)].sort(), ['a', 'b'], 'the limit is the cluster\'s, not a node\'s');
+    assert.deepEqual([...new Set(placedOn)].sort(), ['a', 'b'], "the limit is the cluster's, not a node's");
     await assert.rejects(store.place('l-over', 'acme', CREATE, [], limits), (err: unknown) => {
       assert.ok(err instanceof OrchestratorError);
       assert.equal(httpStatusOf(err.code), 429);
@@ -423,7 +442,10 @@ describe('cluster store on PostgreSQL', () => {
     const other = generateApiKey();
     await store.createKey({ id: other.id, tenant: 'other', hash: other.hash, createdAt: new Date().toISOString(), expiresAt: null, revokedAt: null });
     assert.deepEqual(await store.findKey(made.id), record);
-    assert.deepEqual((await store.listKeys('acme')).map((key) => key.id), [made.id]);
+    assert.deepEqual(
+      (await store.listKeys('acme')).map((key) => key.id),
+      [made.id],
+    );
     assert.equal((await store.listKeys()).length, 2);
     const revokedAt = new Date('2030-01-01T00:00:00.000Z');
     assert.equal(await store.revokeKey(made.id, revokedAt), true);

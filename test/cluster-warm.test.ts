@@ -102,8 +102,13 @@ describe('a cluster with a warm pool on one node', { timeout: 600_000 }, () => {
     assert.equal(await metric(coldNode.url, 'sandbox_session_creates_total', 'source="cold"'), 1);
     console.log(`create from the warm pool through the gateway: ${first.ms.toFixed(0)} ms; cold, on the other node: ${second.ms.toFixed(0)} ms`);
 
-    for (const id of [first.id, second.id]) assert.equal((await fetch(`${gateway}/v1/sessions/${id}`, { method: 'DELETE', headers: cluster.acme })).status, 200);
+    for (const id of [first.id, second.id])
+      assert.equal((await fetch(`${gateway}/v1/sessions/${id}`, { method: 'DELETE', headers: cluster.acme })).status, 200);
     const after = await nodes();
-    assert.deepEqual(after.map((n) => n.capacity.sessions), [0, 0], JSON.stringify(after));
+    assert.deepEqual(
+      after.map((n) => n.capacity.sessions),
+      [0, 0],
+      JSON.stringify(after),
+    );
   });
 });

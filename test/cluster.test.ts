@@ -85,7 +85,10 @@ describe('a cluster: three nodes, two gateways, one PostgreSQL', { timeout: 600_
     // six at a time a choice may see the others' commitments a moment late (seen: 6, 11, 13).
     // Each node's vCPU commitment stays near the cluster's (30 of 48): the fullest within 1.25 of it.
     const fullest = Math.max((spread.n1 ?? 0) / 8, (spread.n2 ?? 0) / 16, (spread.n3 ?? 0) / 24) / (30 / 48);
-    assert.ok(fullest <= 1.25 && (spread.n1 ?? 0) < (spread.n2 ?? 0) && (spread.n2 ?? 0) < (spread.n3 ?? 0), `${JSON.stringify(spread)}: fullest/ideal ${fullest.toFixed(2)}`);
+    assert.ok(
+      fullest <= 1.25 && (spread.n1 ?? 0) < (spread.n2 ?? 0) && (spread.n2 ?? 0) < (spread.n3 ?? 0),
+      `${JSON.stringify(spread)}: fullest/ideal ${fullest.toFixed(2)}`,
+    );
     // Any gateway's /metrics tells the same spread, and the nodes up.
     const scraped = await (await fetch(`${g2}/metrics`, { headers: cluster.acme })).text();
     for (const [name, count] of Object.entries(spread)) assert.match(scraped, new RegExp(`^sandbox_cluster_node_sessions\\{node="${name}"\\} ${count}$`, 'm'));
@@ -149,13 +152,19 @@ describe('a cluster: three nodes, two gateways, one PostgreSQL', { timeout: 600_
     let seen: number[] = [];
     for (let i = 0; i < 50; i++) {
       const box = (await page.locator('#screen canvas').boundingBox())!;
-      const { data, info } = await sharp(await page.screenshot({ clip: box })).raw().toBuffer({ resolveWithObject: true });
+      const { data, info } = await sharp(await page.screenshot({ clip: box }))
+        .raw()
+        .toBuffer({ resolveWithObject: true });
       const at = (Math.floor(0.97 * info.height) * info.width + Math.floor(0.97 * info.width)) * info.channels;
       seen = [data[at] ?? -1, data[at + 1] ?? -1, data[at + 2] ?? -1];
       if (Math.abs(seen[0]! - 255) <= 8 && seen[1]! <= 8 && Math.abs(seen[2]! - 255) <= 8) break;
       await sleep(100);
     }
-    assert.deepEqual(seen.map((v) => Math.round(v / 16)), [16, 0, 16], `the canvas through the gateway shows the magenta bash set (saw ${seen.join(',')})`);
+    assert.deepEqual(
+      seen.map((v) => Math.round(v / 16)),
+      [16, 0, 16],
+      `the canvas through the gateway shows the magenta bash set (saw ${seen.join(',')})`,
+    );
     // The same token opens the view through gateway 1 too.
     const viaG1 = await fetch(String(view.json.url).replace(g2, g1) + '/state');
     assert.equal(viaG1.status, 200);
@@ -175,7 +184,10 @@ describe('a cluster: three nodes, two gateways, one PostgreSQL', { timeout: 600_
     const mcp = new Client({ name: 'cluster-test', version: '1.0.0' });
     await mcp.connect(transport);
     const shot = (await mcp.callTool({ name: 'screenshot', arguments: { sandbox_id: id } })) as { content: Array<{ type: string }> };
-    assert.ok(shot.content.some((c) => c.type === 'image'), JSON.stringify(shot).slice(0, 300));
+    assert.ok(
+      shot.content.some((c) => c.type === 'image'),
+      JSON.stringify(shot).slice(0, 300),
+    );
     await mcp.close();
 
     // A run through gateway 1 on this session, its events and its end read through gateway 2.
@@ -200,7 +212,12 @@ describe('a cluster: three nodes, two gateways, one PostgreSQL', { timeout: 600_
       await sleep(500);
     }
     assert.equal(video?.status, 206);
-    assert.equal(Buffer.from(await video.arrayBuffer()).subarray(0, 4).toString(), 'ftyp');
+    assert.equal(
+      Buffer.from(await video.arrayBuffer())
+        .subarray(0, 4)
+        .toString(),
+      'ftyp',
+    );
   });
 
   it('tenants stay apart through any gateway, a node answers its gateways only, its credentials are in no other process', async () => {
@@ -227,7 +244,8 @@ describe('a cluster: three nodes, two gateways, one PostgreSQL', { timeout: 600_
     for (const pid of await readdir('/proc')) {
       if (!/^\d+$/.test(pid) || own.has(Number(pid))) continue;
       const environ = await readFile(`/proc/${pid}/environ`).catch(() => Buffer.alloc(0));
-      if (environ.includes(CLUSTER_SECRET) || environ.includes(cluster.pg.url) || environ.includes(password)) holders.push(`${pid} ${(await readFile(`/proc/${pid}/cmdline`).catch(() => Buffer.alloc(0))).toString().replace(/\0/g, ' ')}`);
+      if (environ.includes(CLUSTER_SECRET) || environ.includes(cluster.pg.url) || environ.includes(password))
+        holders.push(`${pid} ${(await readFile(`/proc/${pid}/cmdline`).catch(() => Buffer.alloc(0))).toString().replace(/\0/g, ' ')}`);
     }
     assert.deepEqual(holders, []);
     assert.equal((await api(g1, 'DELETE', `/v1/sessions/${id}`, cluster.acme)).status, 200);

@@ -133,7 +133,10 @@ describe('companion tools: bash and the text editor, on a real sandbox', () => {
       const result = await bash({ command: 'echo started; sleep 30; echo never' });
       const elapsed = Date.now() - started;
       assert.equal(result.is_error, true);
-      assert.match(text(result), new RegExp(`^started\ntimed out: bash has not returned in ${BASH_TIMEOUT_SECONDS} seconds, so the shell was killed and restarted`));
+      assert.match(
+        text(result),
+        new RegExp(`^started\ntimed out: bash has not returned in ${BASH_TIMEOUT_SECONDS} seconds, so the shell was killed and restarted`),
+      );
       assert.ok(elapsed < BASH_TIMEOUT_SECONDS * 1000 + 3000, `took ${elapsed} ms`);
       assert.equal(await sh('pwd; echo "[${Z:-}]"; pgrep -u user -x sleep || echo no sleep left'), '/home/user\n[]\nno sleep left');
     });
@@ -171,7 +174,10 @@ describe('companion tools: bash and the text editor, on a real sandbox', () => {
     it('runs one command at a time per session, in order', async () => {
       const started = Date.now();
       const results = await Promise.all([0, 1, 2, 3, 4].map((n) => bash({ command: `echo start ${n}; sleep 0.2; echo end ${n}` })));
-      assert.deepEqual(results.map(text), [0, 1, 2, 3, 4].map((n) => `start ${n}\nend ${n}`));
+      assert.deepEqual(
+        results.map(text),
+        [0, 1, 2, 3, 4].map((n) => `start ${n}\nend ${n}`),
+      );
       assert.ok(Date.now() - started >= 1000, 'the five commands overlapped');
     });
 
@@ -336,7 +342,9 @@ describe('companion tools: bash and the text editor, on a real sandbox', () => {
     });
 
     it('view of a directory lists two levels, without hidden entries, also inside a hidden directory', async () => {
-      await sh('mkdir -p /tmp/tree/sub/deeper /tmp/tree/.hidden ~/.cfg/inner && touch /tmp/tree/a /tmp/tree/.dot /tmp/tree/sub/b /tmp/tree/sub/deeper/c "/tmp/tree/with space" ~/.cfg/inner/x');
+      await sh(
+        'mkdir -p /tmp/tree/sub/deeper /tmp/tree/.hidden ~/.cfg/inner && touch /tmp/tree/a /tmp/tree/.dot /tmp/tree/sub/b /tmp/tree/sub/deeper/c "/tmp/tree/with space" ~/.cfg/inner/x',
+      );
       assert.equal(
         text(await edit({ command: 'view', path: '/tmp/tree' })),
         "Here's the files and directories up to 2 levels deep in /tmp/tree, excluding hidden items:\n" +
@@ -367,13 +375,22 @@ describe('companion tools: bash and the text editor, on a real sandbox', () => {
       assert.ok(hostname.length > 0, 'the guest has a hostname to replace');
       const cases: Array<[Record<string, unknown>, RegExp]> = [
         [{ command: 'view', path: '/no/such/file' }, /^The path \/no\/such\/file does not exist\. Please provide a valid path\.$/],
-        [{ command: 'view', path: 'tmp/ed/five.txt' }, /^The path tmp\/ed\/five\.txt is not an absolute path, it should start with `\/`\. Maybe you meant \/tmp\/ed\/five\.txt\?$/],
+        [
+          { command: 'view', path: 'tmp/ed/five.txt' },
+          /^The path tmp\/ed\/five\.txt is not an absolute path, it should start with `\/`\. Maybe you meant \/tmp\/ed\/five\.txt\?$/,
+        ],
         [{ command: 'view', path: '/usr/bin/true' }, /is not UTF-8 text/],
         [{ command: 'view', path: '/dev/zero' }, /is not a regular file/],
         [{ command: 'view', path: '/tmp/ed/big.txt' }, /larger than 10485760 bytes/],
-        [{ command: 'create', path: '/etc/owned', file_text: 'x' }, /^Ran into Permission denied \(the tool runs as the sandbox user "user"\) while trying to write to \/etc\/owned$/],
+        [
+          { command: 'create', path: '/etc/owned', file_text: 'x' },
+          /^Ran into Permission denied \(the tool runs as the sandbox user "user"\) while trying to write to \/etc\/owned$/,
+        ],
         // Text that is there, so the write (not the search) is what fails.
-        [{ command: 'str_replace', path: '/etc/hostname', old_str: hostname, new_str: 'b' }, /^Ran into Permission denied \(the tool runs as the sandbox user "user"\) while trying to write to \/etc\/hostname$/],
+        [
+          { command: 'str_replace', path: '/etc/hostname', old_str: hostname, new_str: 'b' },
+          /^Ran into Permission denied \(the tool runs as the sandbox user "user"\) while trying to write to \/etc\/hostname$/,
+        ],
       ];
       await sh("head -c 11000000 /dev/zero | tr '\\0' a > /tmp/ed/big.txt");
       for (const [input, message] of cases) {
@@ -386,7 +403,10 @@ describe('companion tools: bash and the text editor, on a real sandbox', () => {
     it('answers bad input with an is_error result that names the field', async () => {
       const cases: Array<[unknown, RegExp]> = [
         [{ path: '/tmp' }, /^Parameter `command` is required; it is one of: view, create, str_replace, insert\.$/],
-        [{ command: 'undo_edit', path: '/tmp/ed/five.txt' }, /^Unrecognized command undo_edit\. The allowed commands for the str_replace_based_edit_tool tool are: view, create, str_replace, insert$/],
+        [
+          { command: 'undo_edit', path: '/tmp/ed/five.txt' },
+          /^Unrecognized command undo_edit\. The allowed commands for the str_replace_based_edit_tool tool are: view, create, str_replace, insert$/,
+        ],
         [{ command: 'view' }, /^Parameter `path` is required for command: view$/],
         [{ command: 'view', path: 5 }, /^Parameter `path` must be a string, got number 5\.$/],
         [{ command: 'create', path: '/tmp/ed/x' }, /^Parameter `file_text` is required for command: create$/],
@@ -394,7 +414,10 @@ describe('companion tools: bash and the text editor, on a real sandbox', () => {
         [{ command: 'str_replace', path: '/tmp/ed/x' }, /^Parameter `old_str` is required for command: str_replace$/],
         [{ command: 'insert', path: '/tmp/ed/x', insert_text: 'a' }, /^Parameter `insert_line` is required for command: insert$/],
         [{ command: 'insert', path: '/tmp/ed/x', insert_line: '1', insert_text: 'a' }, /^Parameter `insert_line` must be an integer, got string "1"\.$/],
-        [{ command: 'view', path: '/tmp', file_text: 'x' }, /^Parameter `file_text` is not accepted by command: view; it takes `path` and optional `view_range`\.$/],
+        [
+          { command: 'view', path: '/tmp', file_text: 'x' },
+          /^Parameter `file_text` is not accepted by command: view; it takes `path` and optional `view_range`\.$/,
+        ],
         [{ command: 'view', path: '/tmp\0x' }, /NUL/],
         ['view /tmp', /must be a JSON object/],
       ];
@@ -415,7 +438,7 @@ describe('companion tools: bash and the text editor, on a real sandbox', () => {
     });
 
     it('files written by bash read back exactly through view, and the reverse', async () => {
-      await sh("printf 'x\\ty $(id) `id` \"q\" \\x27s\\x27\\n\\xc3\\xa9\\n' > /tmp/ed/from-bash.txt");
+      await sh('printf \'x\\ty $(id) `id` "q" \\x27s\\x27\\n\\xc3\\xa9\\n\' > /tmp/ed/from-bash.txt');
       assert.equal(
         text(await edit({ command: 'view', path: '/tmp/ed/from-bash.txt' })),
         "Here's the result of running `cat -n` on /tmp/ed/from-bash.txt:\n     1\tx\ty $(id) `id` \"q\" 's'\n     2\té\n",

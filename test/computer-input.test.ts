@@ -14,13 +14,34 @@ const scaler = (w: number, h: number) => new Scaler({ width: w, height: h }, mod
 
 describe('scaling to the model space', () => {
   const cases: Array<[[number, number], [number, number]]> = [
-    [[1024, 768], [1024, 768]],
-    [[1920, 1080], [1366, 768]],
-    [[2560, 1600], [1280, 800]],
-    [[1280, 800], [1280, 800]],
-    [[1600, 1200], [1024, 768]],
-    [[800, 600], [800, 600]],
-    [[1000, 500], [1000, 500]],
+    [
+      [1024, 768],
+      [1024, 768],
+    ],
+    [
+      [1920, 1080],
+      [1366, 768],
+    ],
+    [
+      [2560, 1600],
+      [1280, 800],
+    ],
+    [
+      [1280, 800],
+      [1280, 800],
+    ],
+    [
+      [1600, 1200],
+      [1024, 768],
+    ],
+    [
+      [800, 600],
+      [800, 600],
+    ],
+    [
+      [1000, 500],
+      [1000, 500],
+    ],
   ];
   for (const [[w, h], [mw, mh]] of cases) {
     it(`auto: ${w}x${h} is seen as ${mw}x${mh}`, () => {
@@ -70,22 +91,32 @@ describe('key names', () => {
   }
   for (const bad of ['$(touch /tmp/pwned)', 'ctrl+s;rm', '`id`', '--version', 'ctrl+', 'a+ +b', 'x'.repeat(65), "it's"]) {
     it(`refuses ${JSON.stringify(bad)} as invalid`, () => {
-      assert.throws(() => parseKeySequence(bad, 'text'), (err: unknown) => err instanceof InvalidRequestError && /text has an invalid key name|empty key name/.test(err.message));
+      assert.throws(
+        () => parseKeySequence(bad, 'text'),
+        (err: unknown) => err instanceof InvalidRequestError && /text has an invalid key name|empty key name/.test(err.message),
+      );
     });
   }
   // Shaped like keysym names but not X's: xdotool took these as its own commands.
   for (const word of ['exec', 'sleep', 'type', 'key', 'keydown', 'search', 'behave', 'windowkill', 'mousemove', 'NoSuchKey', 'return_', 'Retrun']) {
     it(`refuses ${JSON.stringify(word)} as unknown, by field`, () => {
-      assert.throws(() => parseKeySequence(`ctrl+${word}`, 'text'), (err: unknown) => err instanceof InvalidRequestError && err.message.startsWith(`text has an unknown key name "${word}"`));
-      assert.throws(() => keyCombo(word, 'key'), (err: unknown) => err instanceof InvalidRequestError && err.message.startsWith(`key has an unknown key name "${word}"`));
+      assert.throws(
+        () => parseKeySequence(`ctrl+${word}`, 'text'),
+        (err: unknown) => err instanceof InvalidRequestError && err.message.startsWith(`text has an unknown key name "${word}"`),
+      );
+      assert.throws(
+        () => keyCombo(word, 'key'),
+        (err: unknown) => err instanceof InvalidRequestError && err.message.startsWith(`key has an unknown key name "${word}"`),
+      );
     });
   }
   it('modifiers are single combos', () => assert.deepEqual(keyCombo('shift', 'key'), ['Shift_L']));
   it('every alias names a real keysym', () => {
     for (const [alias, keysym] of Object.entries(ALIASES)) assert.ok(KEYSYM_NAMES.has(keysym), `${alias} -> ${keysym}`);
   });
-  it('the generated list holds X\'s names and nothing like a word of xdotool\'s', () => {
-    for (const name of ['Return', 'a', 'A', 'eacute', 'plus', 'F35', 'Super_L', 'XF86AudioPlay', 'KP_Enter', 'dead_acute']) assert.ok(KEYSYM_NAMES.has(name), name);
+  it("the generated list holds X's names and nothing like a word of xdotool's", () => {
+    for (const name of ['Return', 'a', 'A', 'eacute', 'plus', 'F35', 'Super_L', 'XF86AudioPlay', 'KP_Enter', 'dead_acute'])
+      assert.ok(KEYSYM_NAMES.has(name), name);
     assert.ok(KEYSYM_NAMES.size > 2000);
     for (const name of KEYSYM_NAMES) assert.match(name, /^[A-Za-z0-9_]{1,64}$/);
   });
@@ -152,7 +183,12 @@ describe('every action of the contract', () => {
     for (const keysym of ['exec yes', 'a\nexec yes', '', 'x'.repeat(65), 'a;b']) {
       assert.throws(() => requestLine({ verb: 'key', keysym, down: true, field: 'text' }), /not a keysym name/);
     }
-    for (const [x, y] of [[-1, 0], [0, 1.5], [40_000, 0], [Number.NaN, 0]] as Array<[number, number]>) {
+    for (const [x, y] of [
+      [-1, 0],
+      [0, 1.5],
+      [40_000, 0],
+      [Number.NaN, 0],
+    ] as Array<[number, number]>) {
       assert.throws(() => requestLine({ verb: 'move', x, y }), /out of range/);
     }
     assert.throws(() => requestLine({ verb: 'button', button: 0, down: true }), /no mouse button/);
@@ -199,7 +235,10 @@ describe('every action of the contract', () => {
   ];
   for (const [input, message] of bad) {
     it(`refuses ${JSON.stringify(input).slice(0, 80)}`, () => {
-      assert.throws(() => parseAction(input, s), (err: unknown) => err instanceof InvalidRequestError && message.test(err.message));
+      assert.throws(
+        () => parseAction(input, s),
+        (err: unknown) => err instanceof InvalidRequestError && message.test(err.message),
+      );
     });
   }
 });
@@ -211,9 +250,13 @@ describe('raw frames from the capture channel', () => {
     // 2x2, stride 12 (4 bytes of padding per row): B,G,R,X per pixel.
     const pixels = Buffer.from([1, 2, 3, 0, 4, 5, 6, 0, 9, 9, 9, 9, 7, 8, 9, 0, 10, 11, 12, 0, 9, 9, 9, 9]);
     const frame = { width: 2, height: 2, stride: 12, pixels };
-    const rgb = await sharp(await framePng(frame)).raw().toBuffer();
+    const rgb = await sharp(await framePng(frame))
+      .raw()
+      .toBuffer();
     assert.deepEqual([...rgb], [3, 2, 1, 6, 5, 4, 9, 8, 7, 12, 11, 10]);
-    const region = await sharp(await framePngRegion(frame, { x0: 1, y0: 1, x1: 2, y1: 2 })).raw().toBuffer();
+    const region = await sharp(await framePngRegion(frame, { x0: 1, y0: 1, x1: 2, y1: 2 }))
+      .raw()
+      .toBuffer();
     assert.deepEqual([...region], [12, 11, 10]);
   });
 });
@@ -249,7 +292,11 @@ describe('the input channel reads a hostile helper with a bounded buffer', () =>
     } as unknown as GuestTransport;
     return { helper, channel: await InputChannel.open(connection, 99) };
   };
-  const click: InputRequest[] = [{ verb: 'move', x: 1, y: 2 }, { verb: 'button', button: 1, down: true }, { verb: 'button', button: 1, down: false }];
+  const click: InputRequest[] = [
+    { verb: 'move', x: 1, y: 2 },
+    { verb: 'button', button: 1, down: true },
+    { verb: 'button', button: 1, down: false },
+  ];
 
   it('runs the helper isolated, writes one line per request, and settles on the last answer, however it is cut', async () => {
     const { helper, channel } = await open();
@@ -300,7 +347,16 @@ describe('the input channel reads a hostile helper with a bounded buffer', () =>
 
   it('nothing but a clean request line is ever written', async () => {
     const { helper, channel } = await open();
-    await assert.rejects(channel.run([{ verb: 'move', x: 1, y: 1 }, { verb: 'key', keysym: 'a\nexec yes', down: true, field: 'text' }], 1_000), /not a keysym name/);
+    await assert.rejects(
+      channel.run(
+        [
+          { verb: 'move', x: 1, y: 1 },
+          { verb: 'key', keysym: 'a\nexec yes', down: true, field: 'text' },
+        ],
+        1_000,
+      ),
+      /not a keysym name/,
+    );
     assert.equal(helper.written, '');
     assert.equal(channel.isOpen, true);
   });

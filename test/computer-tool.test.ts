@@ -105,7 +105,10 @@ describe('the computer tool, every action, scaled', () => {
     await ok({ action: 'scroll', scroll_direction: 'left', scroll_amount: 1 });
     await ok({ action: 'scroll', scroll_direction: 'right', scroll_amount: 2 });
     const presses = (await events((e) => e.filter((x) => x.type === 'ButtonPress').length >= 7)).filter((e) => e.type === 'ButtonPress');
-    assert.deepEqual(presses.map((p) => p.button), [5, 5, 5, 4, 6, 7, 7]);
+    assert.deepEqual(
+      presses.map((p) => p.button),
+      [5, 5, 5, 4, 6, 7, 7],
+    );
     assert.deepEqual(presses[0]?.root, { x: 960, y: 540 });
     assert.equal((presses[3]?.state ?? 0) & 4, 4, 'ctrl was held during the scroll up');
   });
@@ -118,7 +121,10 @@ describe('the computer tool, every action, scaled', () => {
     const release = log.find((e) => e.type === 'ButtonRelease');
     assert.deepEqual(press?.root, { x: 281, y: 281 });
     assert.deepEqual(release?.root, { x: 422, y: 352 });
-    assert.ok(log.some((e) => e.type === 'MotionNotify' && ((e.state ?? 0) & 0x100) !== 0), 'the pointer moved with button 1 held');
+    assert.ok(
+      log.some((e) => e.type === 'MotionNotify' && ((e.state ?? 0) & 0x100) !== 0),
+      'the pointer moved with button 1 held',
+    );
 
     await clearXev(guest);
     // Inside xev's window, away from the title bar (a press there would start a window move).
@@ -138,9 +144,7 @@ describe('the computer tool, every action, scaled', () => {
     await ok({ action: 'key', text: 'PageDown' });
     await ok({ action: 'key', text: 'cmd' });
     await ok({ action: 'key', text: 'F5' });
-    const pressed = (await events((e) => e.some((x) => x.keyName === 'F5')))
-      .filter((e) => e.type === 'KeyPress')
-      .map((e) => e.keyName);
+    const pressed = (await events((e) => e.some((x) => x.keyName === 'F5'))).filter((e) => e.type === 'KeyPress').map((e) => e.keyName);
     assert.deepEqual(pressed, ['Control_L', 'Shift_L', 'T', 'Return', 'Next', 'Super_L', 'F5']);
   });
 
@@ -158,7 +162,7 @@ describe('the computer tool, every action, scaled', () => {
     image(waited);
   });
 
-  it('zoom returns the region at the screen\'s full resolution', async () => {
+  it("zoom returns the region at the screen's full resolution", async () => {
     const zoomed = await ok({ action: 'zoom', region: [0, 0, 683, 384] });
     assert.deepEqual(pngSize(image(zoomed)), { width: 960, height: 540 });
   });
@@ -187,7 +191,16 @@ describe('the computer tool, every action, scaled', () => {
 
   it('hostile input is refused or typed literally: nothing runs in the guest or on the host', async () => {
     const marker = '/tmp/pwned';
-    const hostile = ['; touch /tmp/pwned', '$(touch /tmp/pwned)', '`touch /tmp/pwned`', "'; touch /tmp/pwned; '", '"$(touch /tmp/pwned)"', '--help', '-x', 'a\ntouch /tmp/pwned'];
+    const hostile = [
+      '; touch /tmp/pwned',
+      '$(touch /tmp/pwned)',
+      '`touch /tmp/pwned`',
+      "'; touch /tmp/pwned; '",
+      '"$(touch /tmp/pwned)"',
+      '--help',
+      '-x',
+      'a\ntouch /tmp/pwned',
+    ];
     for (const text of hostile) {
       for (const input of [
         { action: 'key', text },
@@ -199,7 +212,11 @@ describe('the computer tool, every action, scaled', () => {
         assert.equal(result.is_error, true, `${JSON.stringify(input)} must be refused`);
       }
     }
-    for (const input of [{ action: 'type', text: 'a\0b' }, { action: 'type', text: 'x'.repeat(100_000) }, { action: 'key', text: 'k'.repeat(100_000) }]) {
+    for (const input of [
+      { action: 'type', text: 'a\0b' },
+      { action: 'type', text: 'x'.repeat(100_000) },
+      { action: 'key', text: 'k'.repeat(100_000) },
+    ]) {
       assert.equal((await tool(input)).result.is_error, true);
     }
     await clearXev(guest);

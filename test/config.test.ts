@@ -152,7 +152,11 @@ describe('the configuration an environment describes', () => {
   it('has one parser of screen sizes: the warm pool and the Firecracker template refuse the same sizes in the same words', () => {
     for (const text of ['1280', '1280x', '100x100', '5000x800', '1280X800', ' 1280x800']) {
       for (const name of ['SBX_WARM_POOL_SCREEN', 'SBX_FC_TEMPLATE_SCREEN']) {
-        assert.throws(() => defaultConfig({ [name]: text }), new RegExp(`^Error: ${name} must look like 1024x768 \\(each side 320 to 3840\\), got "${text}"$`), `${name}=${text}`);
+        assert.throws(
+          () => defaultConfig({ [name]: text }),
+          new RegExp(`^Error: ${name} must look like 1024x768 \\(each side 320 to 3840\\), got "${text}"$`),
+          `${name}=${text}`,
+        );
       }
     }
   });
@@ -174,7 +178,12 @@ describe('the orchestrator logs its effective configuration at start', () => {
   before(async () => {
     // The production logger (as `sbx serve` makes it), into memory.
     const log = createLogger({ write: (line: string) => void lines.push(line) }, 'info');
-    orch = await startTestOrchestrator({ maxSessionsPerTenant: 3, tenantRequestLimitOverrides: new Map([['ci', { maxConcurrent: 2, perSecond: 3, burst: 4 }]]) }, false, undefined, log);
+    orch = await startTestOrchestrator(
+      { maxSessionsPerTenant: 3, tenantRequestLimitOverrides: new Map([['ci', { maxConcurrent: 2, perSecond: 3, burst: 4 }]]) },
+      false,
+      undefined,
+      log,
+    );
   });
 
   after(async () => {
@@ -182,7 +191,9 @@ describe('the orchestrator logs its effective configuration at start', () => {
   });
 
   it('in one info line with every setting, as it is after the overrides', () => {
-    const logged = lines.map((line) => JSON.parse(line) as { level: number; msg: string; config?: Record<string, unknown> }).filter((line) => line.msg === 'configuration');
+    const logged = lines
+      .map((line) => JSON.parse(line) as { level: number; msg: string; config?: Record<string, unknown> })
+      .filter((line) => line.msg === 'configuration');
     assert.equal(logged.length, 1, 'one configuration line');
     const [line] = logged;
     assert.equal(line!.level, 30, 'at info');

@@ -94,7 +94,12 @@ describe('the multi-tenant warning', () => {
     });
     const names = new ResourceNames(TEST_PREFIX);
     // `auto` fell back to containers (as the registry's auto does where no VM runtime can run).
-    const orch = await startTestOrchestrator({ runtime: 'auto', ...overrides }, false, { runtime: new ContainerRuntime(names, containerSettingsFromEnv(process.env)), reason: 'auto: no VM runtime' }, pino({ level: 'info' }, sink));
+    const orch = await startTestOrchestrator(
+      { runtime: 'auto', ...overrides },
+      false,
+      { runtime: new ContainerRuntime(names, containerSettingsFromEnv(process.env)), reason: 'auto: no VM runtime' },
+      pino({ level: 'info' }, sink),
+    );
     await orch.stop();
     return lines;
   }
@@ -112,6 +117,9 @@ describe('the multi-tenant warning', () => {
   it('is not said without API keys (one local user)', async () => {
     const lines = await startupLog({ host: '127.0.0.1' });
     assert.ok(!lines.some((l) => /MULTI-TENANT/.test(l.msg)));
-    assert.ok(lines.some((l) => /host inotify limit/.test(l.msg)), 'the host inotify limits are logged at start');
+    assert.ok(
+      lines.some((l) => /host inotify limit/.test(l.msg)),
+      'the host inotify limits are logged at start',
+    );
   });
 });

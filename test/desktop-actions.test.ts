@@ -89,7 +89,16 @@ describe('desktop actions: open, launch, windows, focus, close, clipboard, scree
 
   it('the routes are in the OpenAPI document', async () => {
     const spec = (await (await fetch(`${serve.url}/openapi.json`)).json()) as { paths: Record<string, Record<string, unknown>> };
-    for (const [route, method] of [['open', 'post'], ['launch', 'post'], ['windows', 'get'], ['windows/{windowId}/focus', 'post'], ['windows/{windowId}/close', 'post'], ['clipboard', 'get'], ['clipboard', 'put'], ['screen', 'get']]) {
+    for (const [route, method] of [
+      ['open', 'post'],
+      ['launch', 'post'],
+      ['windows', 'get'],
+      ['windows/{windowId}/focus', 'post'],
+      ['windows/{windowId}/close', 'post'],
+      ['clipboard', 'get'],
+      ['clipboard', 'put'],
+      ['screen', 'get'],
+    ]) {
       assert.ok(spec.paths[`/v1/sessions/{id}/desktop/${route}`]?.[method as string], `${method} ${route}`);
     }
   });
@@ -111,7 +120,10 @@ describe('desktop actions: open, launch, windows, focus, close, clipboard, scree
     assert.match(geometry, new RegExp(`HEIGHT=${found.height}\\n`));
     assert.ok(found.width > 0 && found.height > 0 && found.x >= 0 && found.y >= 0, JSON.stringify(found));
     const cli = await runCli(['desktop', 'windows', sandbox.id, '--json'], serve.url);
-    assert.ok((JSON.parse(cli.stdout) as DesktopWindow[]).some((w) => w.id === found.id), cli.stdout);
+    assert.ok(
+      (JSON.parse(cli.stdout) as DesktopWindow[]).some((w) => w.id === found.id),
+      cli.stdout,
+    );
   });
 
   it('focus: makes the window the active one (_NET_ACTIVE_WINDOW), and another after it', async () => {
@@ -124,7 +136,10 @@ describe('desktop actions: open, launch, windows, focus, close, clipboard, scree
       assert.equal(await sandbox.focusWindow(target.id), true);
       assert.equal(await active(), target.id);
       const listed = await sandbox.windows();
-      assert.deepEqual(listed.filter((w) => w.focused).map((w) => w.id), [target.id]);
+      assert.deepEqual(
+        listed.filter((w) => w.focused).map((w) => w.id),
+        [target.id],
+      );
     }
   });
 
@@ -165,10 +180,17 @@ describe('desktop actions: open, launch, windows, focus, close, clipboard, scree
 
   it('open: a file and a URL reach the handler registered for them, each as ONE argument, verbatim', async () => {
     await sandbox.upload(`${HOME}/record-argv`, RECORDER, { mode: 0o755 });
-    await sandbox.upload(`${HOME}/.local/share/applications/sbx-record-url.desktop`, desktopFile('Record URL', '%u', 'x-scheme-handler/https;x-scheme-handler/http;x-scheme-handler/mailto;'))
+    await sandbox
+      .upload(
+        `${HOME}/.local/share/applications/sbx-record-url.desktop`,
+        desktopFile('Record URL', '%u', 'x-scheme-handler/https;x-scheme-handler/http;x-scheme-handler/mailto;'),
+      )
       .catch(async () => {
         await x(`mkdir -p ${HOME}/.local/share/applications ${HOME}/.config`);
-        return sandbox.upload(`${HOME}/.local/share/applications/sbx-record-url.desktop`, desktopFile('Record URL', '%u', 'x-scheme-handler/https;x-scheme-handler/http;x-scheme-handler/mailto;'));
+        return sandbox.upload(
+          `${HOME}/.local/share/applications/sbx-record-url.desktop`,
+          desktopFile('Record URL', '%u', 'x-scheme-handler/https;x-scheme-handler/http;x-scheme-handler/mailto;'),
+        );
       });
     await sandbox.upload(`${HOME}/.local/share/applications/sbx-record-file.desktop`, desktopFile('Record file', '%f', 'text/plain;'));
     await x(`mkdir -p ${HOME}/.config`);

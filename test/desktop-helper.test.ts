@@ -66,7 +66,11 @@ describe('the desktop helper: one process per session', () => {
   /** The guest pids of the session's desktop helpers. */
   const helperPids = async (): Promise<number[]> => {
     const { text } = await guestSh(guest, `pgrep -f '${HELPER_PATTERN}' || true`);
-    return text.split('\n').filter(Boolean).map(Number).sort((a, b) => a - b);
+    return text
+      .split('\n')
+      .filter(Boolean)
+      .map(Number)
+      .sort((a, b) => a - b);
   };
   /** Waits until the session runs exactly `count` helpers; returns their pids. */
   const helpersSettle = async (count: number): Promise<number[]> => {
@@ -147,98 +151,110 @@ describe('the desktop helper: one process per session', () => {
     assert.deepEqual(await helperPids(), [after]);
   });
 
-  it('red team: a helper that never answers fails its action with a clear error in bounded time; another session is served meanwhile; the next action works', { timeout: 60_000 }, async () => {
-    const [victim, bystander] = ids as [string, string];
-    // Reads every request and answers none; it ends when its stdin does.
-    const restore = await replaceHelper('import sys\nfor line in sys.stdin:\n    pass\n');
-    let res: { status: number; body: Json };
-    let waitedMs: number;
-    const served: number[] = [];
-    const cpuBefore = await cpuSecondsOf(pid());
-    try {
-      const started = performance.now();
-      const pending = call('GET', victim, 'screen').then((answer) => ((waitedMs = performance.now() - started), answer));
-      // Meanwhile another session's actions are answered as usual.
-      let done = false;
-      void pending.finally(() => (done = true));
-      while (!done) {
-        const t = performance.now();
-        assert.equal((await call('GET', bystander, 'screen')).status, 200);
-        served.push(performance.now() - t);
-        await new Promise((resolve) => setTimeout(resolve, 200));
+  it(
+    'red team: a helper that never answers fails its action with a clear error in bounded time; another session is served meanwhile; the next action works',
+    { timeout: 60_000 },
+    async () => {
+      const [victim, bystander] = ids as [string, string];
+      // Reads every request and answers none; it ends when its stdin does.
+      const restore = await replaceHelper('import sys\nfor line in sys.stdin:\n    pass\n');
+      let res: { status: number; body: Json };
+      let waitedMs: number;
+      const served: number[] = [];
+      const cpuBefore = await cpuSecondsOf(pid());
+      try {
+        const started = performance.now();
+        const pending = call('GET', victim, 'screen').then((answer) => ((waitedMs = performance.now() - started), answer));
+        // Meanwhile another session's actions are answered as usual.
+        let done = false;
+        void pending.finally(() => (done = true));
+        while (!done) {
+          const t = performance.now();
+          assert.equal((await call('GET', bystander, 'screen')).status, 200);
+          served.push(performance.now() - t);
+          await new Promise((resolve) => setTimeout(resolve, 200));
+        }
+        res = await pending;
+      } finally {
+        await restore();
       }
-      res = await pending;
-    } finally {
-      await restore();
-    }
-    const cpuMs = ((await cpuSecondsOf(pid())) - cpuBefore) * 1000;
-    console.log(
-      `desktop-helper (silent helper): failed after ${waitedMs!.toFixed(0)} ms: ${JSON.stringify(res.body)}; ` +
-        `meanwhile ${served.length} actions of another session, p50 ${percentile(served, 0.5).toFixed(1)} ms; orchestrator CPU ${cpuMs.toFixed(0)} ms in all`,
-    );
-    assert.equal(res.status, 502, JSON.stringify(res.body));
-    assert.equal(errorOf(res.body).code, 'desktop_error');
-    assert.match(errorOf(res.body).message, /desktop helper failed in the guest \(screen\): no answer within 13000 ms; the next action starts it again/);
-    assert.ok(waitedMs! >= SILENT_HELPER_FAILS_WITHIN_MS - 100 && waitedMs! < SILENT_HELPER_FAILS_WITHIN_MS + 3_000, `failed after ${waitedMs!.toFixed(0)} ms`);
-    assert.ok(served.length >= 10, `${served.length} actions of the other session answered meanwhile`);
-    // The silent helper ended with its channel (its stdin ended); the helper back in place answers.
-    await helpersSettle(0);
-    const next = await call('GET', victim, 'screen');
-    assert.equal(next.status, 200, JSON.stringify(next.body));
-    await helpersSettle(1);
-  });
+      const cpuMs = ((await cpuSecondsOf(pid())) - cpuBefore) * 1000;
+      console.log(
+        `desktop-helper (silent helper): failed after ${waitedMs!.toFixed(0)} ms: ${JSON.stringify(res.body)}; ` +
+          `meanwhile ${served.length} actions of another session, p50 ${percentile(served, 0.5).toFixed(1)} ms; orchestrator CPU ${cpuMs.toFixed(0)} ms in all`,
+      );
+      assert.equal(res.status, 502, JSON.stringify(res.body));
+      assert.equal(errorOf(res.body).code, 'desktop_error');
+      assert.match(errorOf(res.body).message, /desktop helper failed in the guest \(screen\): no answer within 13000 ms; the next action starts it again/);
+      assert.ok(
+        waitedMs! >= SILENT_HELPER_FAILS_WITHIN_MS - 100 && waitedMs! < SILENT_HELPER_FAILS_WITHIN_MS + 3_000,
+        `failed after ${waitedMs!.toFixed(0)} ms`,
+      );
+      assert.ok(served.length >= 10, `${served.length} actions of the other session answered meanwhile`);
+      // The silent helper ended with its channel (its stdin ended); the helper back in place answers.
+      await helpersSettle(0);
+      const next = await call('GET', victim, 'screen');
+      assert.equal(next.status, 200, JSON.stringify(next.body));
+      await helpersSettle(1);
+    },
+  );
 
-  it('red team: a helper that answers with 64 MiB frames is refused at the frame header, at a bounded cost, each time; the next action works', { timeout: 90_000 }, async () => {
-    const [victim, bystander] = ids as [string, string];
-    const rounds = 10;
-    // The control: the same pairs of actions, both honest.
-    const honestCpuBefore = await cpuSecondsOf(pid());
-    for (let i = 0; i < rounds; i++) {
-      const [a, b] = await Promise.all([call('GET', victim, 'windows'), call('GET', bystander, 'screen')]);
-      assert.deepEqual([a.status, b.status], [200, 200]);
-    }
-    const honestCpuMs = ((await cpuSecondsOf(pid())) - honestCpuBefore) * 1000;
-    // Answers every request with a whole frame of 64 MiB (the cap is 256 KiB): sent in full,
-    // as fast as the channel takes it. Kept, ten of them would be 640 MiB.
-    const restore = await replaceHelper(
-      'import struct, sys\nout = sys.stdout.buffer\nchunk = b"x" * 65536\nfor line in sys.stdin.buffer:\n' +
-        "    out.write(b'SBXD' + struct.pack('>I', 64 << 20))\n    for _ in range(1024):\n        out.write(chunk)\n    out.flush()\n",
-    );
-    const baseline = await memoryOf(pid());
-    const cpuBefore = await cpuSecondsOf(pid());
-    const started = performance.now();
-    const refusals: string[] = [];
-    try {
+  it(
+    'red team: a helper that answers with 64 MiB frames is refused at the frame header, at a bounded cost, each time; the next action works',
+    { timeout: 90_000 },
+    async () => {
+      const [victim, bystander] = ids as [string, string];
+      const rounds = 10;
+      // The control: the same pairs of actions, both honest.
+      const honestCpuBefore = await cpuSecondsOf(pid());
       for (let i = 0; i < rounds; i++) {
-        const [hostile, fine] = await Promise.all([call('GET', victim, 'windows'), call('GET', bystander, 'screen')]);
-        assert.equal(hostile.status, 502, JSON.stringify(hostile.body));
-        assert.equal(errorOf(hostile.body).code, 'guest_protocol_error');
-        refusals.push(errorOf(hostile.body).message);
-        assert.equal(fine.status, 200, JSON.stringify(fine.body));
+        const [a, b] = await Promise.all([call('GET', victim, 'windows'), call('GET', bystander, 'screen')]);
+        assert.deepEqual([a.status, b.status], [200, 200]);
       }
-    } finally {
-      await restore();
-    }
-    const wallMs = performance.now() - started;
-    const cpuMs = ((await cpuSecondsOf(pid())) - cpuBefore) * 1000;
-    const now = await memoryOf(pid());
-    const perAnswer = cpuMsPerRequest(Math.max(0, cpuMs - honestCpuMs), rounds);
-    console.log(
-      `desktop-helper (64 MiB frames): ${rounds} hostile answers and ${rounds} actions of another session in ${wallMs.toFixed(0)} ms cost ${cpuMs.toFixed(0)} ms of orchestrator CPU ` +
-        `(the same ${rounds} pairs honest: ${honestCpuMs.toFixed(0)} ms), ${perAnswer.toFixed(1)} ms per hostile answer beyond an honest one; ` +
-        `rss ${baseline.rssMiB} -> ${now.rssMiB} MiB, peak ${baseline.peakMiB} -> ${now.peakMiB} MiB (load average ${os.loadavg()[0]?.toFixed(1)})`,
-    );
-    assert.ok(now.peakMiB - baseline.peakMiB < MAX_GROWTH_MIB, `peak memory grew by ${now.peakMiB - baseline.peakMiB} MiB`);
-    assert.ok(perAnswer < HOSTILE_ANSWER_CPU_MS, `${perAnswer.toFixed(1)} ms of orchestrator CPU per hostile answer`);
-    // Refused at the header, naming the guest: nothing of the payload was kept.
-    for (const message of refusals) assert.match(message, /the desktop helper in the guest sent an answer of 67108864 bytes, more than this request's answer can be \(262144\)/);
-    // One helper a second at most, however fast the client asks.
-    assert.ok(wallMs >= (rounds - 1) * DESKTOP_HELPER_START_INTERVAL_MS - 50, `${rounds} helpers started within ${wallMs.toFixed(0)} ms`);
-    // Each flooder died with its channel; the helper back in place answers.
-    await helpersSettle(0);
-    const next = await call('GET', victim, 'windows');
-    assert.equal(next.status, 200, JSON.stringify(next.body));
-  });
+      const honestCpuMs = ((await cpuSecondsOf(pid())) - honestCpuBefore) * 1000;
+      // Answers every request with a whole frame of 64 MiB (the cap is 256 KiB): sent in full,
+      // as fast as the channel takes it. Kept, ten of them would be 640 MiB.
+      const restore = await replaceHelper(
+        'import struct, sys\nout = sys.stdout.buffer\nchunk = b"x" * 65536\nfor line in sys.stdin.buffer:\n' +
+          "    out.write(b'SBXD' + struct.pack('>I', 64 << 20))\n    for _ in range(1024):\n        out.write(chunk)\n    out.flush()\n",
+      );
+      const baseline = await memoryOf(pid());
+      const cpuBefore = await cpuSecondsOf(pid());
+      const started = performance.now();
+      const refusals: string[] = [];
+      try {
+        for (let i = 0; i < rounds; i++) {
+          const [hostile, fine] = await Promise.all([call('GET', victim, 'windows'), call('GET', bystander, 'screen')]);
+          assert.equal(hostile.status, 502, JSON.stringify(hostile.body));
+          assert.equal(errorOf(hostile.body).code, 'guest_protocol_error');
+          refusals.push(errorOf(hostile.body).message);
+          assert.equal(fine.status, 200, JSON.stringify(fine.body));
+        }
+      } finally {
+        await restore();
+      }
+      const wallMs = performance.now() - started;
+      const cpuMs = ((await cpuSecondsOf(pid())) - cpuBefore) * 1000;
+      const now = await memoryOf(pid());
+      const perAnswer = cpuMsPerRequest(Math.max(0, cpuMs - honestCpuMs), rounds);
+      console.log(
+        `desktop-helper (64 MiB frames): ${rounds} hostile answers and ${rounds} actions of another session in ${wallMs.toFixed(0)} ms cost ${cpuMs.toFixed(0)} ms of orchestrator CPU ` +
+          `(the same ${rounds} pairs honest: ${honestCpuMs.toFixed(0)} ms), ${perAnswer.toFixed(1)} ms per hostile answer beyond an honest one; ` +
+          `rss ${baseline.rssMiB} -> ${now.rssMiB} MiB, peak ${baseline.peakMiB} -> ${now.peakMiB} MiB (load average ${os.loadavg()[0]?.toFixed(1)})`,
+      );
+      assert.ok(now.peakMiB - baseline.peakMiB < MAX_GROWTH_MIB, `peak memory grew by ${now.peakMiB - baseline.peakMiB} MiB`);
+      assert.ok(perAnswer < HOSTILE_ANSWER_CPU_MS, `${perAnswer.toFixed(1)} ms of orchestrator CPU per hostile answer`);
+      // Refused at the header, naming the guest: nothing of the payload was kept.
+      for (const message of refusals)
+        assert.match(message, /the desktop helper in the guest sent an answer of 67108864 bytes, more than this request's answer can be \(262144\)/);
+      // One helper a second at most, however fast the client asks.
+      assert.ok(wallMs >= (rounds - 1) * DESKTOP_HELPER_START_INTERVAL_MS - 50, `${rounds} helpers started within ${wallMs.toFixed(0)} ms`);
+      // Each flooder died with its channel; the helper back in place answers.
+      await helpersSettle(0);
+      const next = await call('GET', victim, 'windows');
+      assert.equal(next.status, 200, JSON.stringify(next.body));
+    },
+  );
 
   it('latency and orchestrator CPU per action (50 screen and 50 window-list actions; reported)', async () => {
     const id = ids[0] as string;
@@ -272,7 +288,11 @@ describe('the desktop helper: one process per session', () => {
     // An old image, as far as the host can tell: no persistent helper, the one-shot one in its
     // place (a stand-in that answers one request read to the end of its stdin, as the old one did).
     await rm(`${root}/sbx-desktopd`);
-    await writeFile(`${root}/sbx-desktop`, 'import json, sys\nrequest = json.loads(sys.stdin.read())\nprint(json.dumps({"ok": True, "width": 7, "height": len(request["verb"])}))\n', { mode: 0o755 });
+    await writeFile(
+      `${root}/sbx-desktop`,
+      'import json, sys\nrequest = json.loads(sys.stdin.read())\nprint(json.dumps({"ok": True, "width": 7, "height": len(request["verb"])}))\n',
+      { mode: 0o755 },
+    );
     try {
       await guestSh(guest, `pkill -f '${HELPER_PATTERN}' || true`);
       await helpersSettle(0);

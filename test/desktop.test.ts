@@ -58,7 +58,13 @@ async function launch(orch: TestOrchestrator, id: string, command: string): Prom
  * The id of the first visible window whose title matches (xdotool's regex), waiting up to
  * `seconds`; undefined if none appears.
  */
-async function waitForWindow(orch: TestOrchestrator, id: string, titlePattern: string, seconds = 60, by: 'name' | 'class' = 'name'): Promise<string | undefined> {
+async function waitForWindow(
+  orch: TestOrchestrator,
+  id: string,
+  titlePattern: string,
+  seconds = 60,
+  by: 'name' | 'class' = 'name',
+): Promise<string | undefined> {
   // A loop rather than `xdotool search --sync`: a window that closes while xdotool walks the
   // tree (the previous check's program exiting) makes it die of BadWindow, with no answer.
   const out = await sh(
@@ -94,7 +100,14 @@ function pixelAt(screen: { rgb: Buffer; width: number }, x: number, y: number): 
 }
 
 /** Waits until the pixel at (x, y) is close to `rgb` in the screenshot; returns the last one seen. */
-async function waitForPixel(orch: TestOrchestrator, id: string, x: number, y: number, rgb: [number, number, number], seconds = 30): Promise<[number, number, number]> {
+async function waitForPixel(
+  orch: TestOrchestrator,
+  id: string,
+  x: number,
+  y: number,
+  rgb: [number, number, number],
+  seconds = 30,
+): Promise<[number, number, number]> {
   let seen: [number, number, number] = [0, 0, 0];
   for (const deadline = Date.now() + seconds * 1000; Date.now() < deadline; await sleep(500)) {
     seen = pixelAt(await screenPixels(orch, id), x, y);
@@ -118,9 +131,9 @@ describe('the desktop template on the container runtime', () => {
   it('has what its panel and default applications name: every .desktop file is in the image', async () => {
     const rootfs = orch.image.rootfs;
     const files = path.join(import.meta.dirname, '../src/guest/files/desktop');
-    const named = [
-      ...[...(await readFile(path.join(files, 'mimeapps.list'), 'utf8')).matchAll(/=([\w.-]+\.desktop)$/gm)].map((m) => m[1]!),
-    ].map((name) => `/usr/share/applications/${name}`);
+    const named = [...[...(await readFile(path.join(files, 'mimeapps.list'), 'utf8')).matchAll(/=([\w.-]+\.desktop)$/gm)].map((m) => m[1]!)].map(
+      (name) => `/usr/share/applications/${name}`,
+    );
     const launchers = [...(await readFile(path.join(files, 'tint2rc'), 'utf8')).matchAll(/^launcher_item_app = (\/.+)$/gm)].map((m) => m[1]!);
     assert.ok(named.length > 10 && launchers.length >= 6);
     for (const file of new Set([...named, ...launchers])) assert.ok(existsSync(path.join(rootfs, file)), `${file} is in the image`);
@@ -134,7 +147,11 @@ describe('the desktop template on the container runtime', () => {
     assert.match(geometry, /^Y=7[0-9]{2}$/m, geometry);
     assert.match(geometry, new RegExp(`^WIDTH=${WIDTH}$`, 'm'), geometry);
     const screen = await screenPixels(orch, id);
-    for (const [x, y] of [[100, 100], [900, 400], [512, 600]] as const) {
+    for (const [x, y] of [
+      [100, 100],
+      [900, 400],
+      [512, 600],
+    ] as const) {
       const [r, g, b] = pixelAt(screen, x, y);
       assert.ok(r + g + b > 60, `the background at (${x}, ${y}) is not black: ${r},${g},${b}`);
     }
@@ -167,7 +184,11 @@ describe('the desktop template on the container runtime', () => {
       ].join('\n'),
     );
     await launch(orch, id, 'python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp/site');
-    await sh(orch, id, 'for i in $(seq 50); do python3 -c "import urllib.request; urllib.request.urlopen(\'http://127.0.0.1:8000/\')" 2>/dev/null && break; sleep 0.2; done');
+    await sh(
+      orch,
+      id,
+      'for i in $(seq 50); do python3 -c "import urllib.request; urllib.request.urlopen(\'http://127.0.0.1:8000/\')" 2>/dev/null && break; sleep 0.2; done',
+    );
     await launch(orch, id, 'firefox-esr http://127.0.0.1:8000/index.html');
     const window = await waitForWindow(orch, id, 'Page One', 90);
     assert.ok(window, 'a Firefox window titled "Page One" appears');

@@ -128,7 +128,10 @@ describe('a sandbox, end to end', () => {
     assert.ok(before.processes.includes(pid));
     const cgroups = await cgroupDirsOf(orch.names.cgroup(id));
     assert.ok(cgroups.length > 0, `the sandbox has a cgroup on this host (${orch.names.cgroup(id)})`);
-    assert.ok(cgroups.every((dir) => readFileSync(path.join(dir, 'cgroup.procs'), 'utf8').split('\n').includes(String(pid))), `its init is in ${cgroups.join(', ')}`);
+    assert.ok(
+      cgroups.every((dir) => readFileSync(path.join(dir, 'cgroup.procs'), 'utf8').split('\n').includes(String(pid))),
+      `its init is in ${cgroups.join(', ')}`,
+    );
     guest.close();
 
     const res = await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${id}` });
@@ -151,4 +154,3 @@ describe('a sandbox, end to end', () => {
     assert.match((await orch.server.inject({ method: 'GET', url: '/metrics' })).body, /sandbox_sessions_active 0/);
   });
 });
-

@@ -199,7 +199,7 @@ describe('files over SFTP', { timeout: 180_000 }, () => {
     assert.match(disposition, /^attachment; filename="na_ve __ _ _quoted_.txt"; filename\*=UTF-8''/);
     assert.equal(decodeURIComponent(disposition.split("UTF-8''")[1] ?? ''), 'naïve 漢字 🎉 "quoted".txt');
     assert.equal(await back.text(), text);
-    assert.equal((await guest(`cat '${dir}/naïve 漢字 🎉 "quoted".txt'`)), text);
+    assert.equal(await guest(`cat '${dir}/naïve 漢字 🎉 "quoted".txt'`), text);
   });
 
   it('sets the mode asked for, 0644 by default, and keeps the mode of a file it replaces', async () => {
@@ -225,7 +225,7 @@ describe('files over SFTP', { timeout: 180_000 }, () => {
     await guest(`ln -sf ${HOME}/target.txt ${HOME}/link.txt`);
     const res = await uploadFile(client, id, `${HOME}/link.txt`, 'new');
     assert.equal(res.path, `${HOME}/target.txt`);
-    assert.equal((await guest(`readlink ${HOME}/link.txt; cat ${HOME}/target.txt`)), `${HOME}/target.txt\nnew`);
+    assert.equal(await guest(`readlink ${HOME}/link.txt; cat ${HOME}/target.txt`), `${HOME}/target.txt\nnew`);
     const empty = await fetch(url(`${HOME}/empty`), { method: 'PUT' });
     assert.equal(empty.status, 201, await empty.clone().text());
     assert.deepEqual(await empty.json(), { path: `${HOME}/empty`, size: 0 });
@@ -330,7 +330,10 @@ describe('files over SFTP', { timeout: 180_000 }, () => {
         },
         (response) => {
           let body = '';
-          response.setEncoding('utf8').on('data', (c: string) => (body += c)).on('end', () => resolve({ status: response.statusCode ?? 0, body }));
+          response
+            .setEncoding('utf8')
+            .on('data', (c: string) => (body += c))
+            .on('end', () => resolve({ status: response.statusCode ?? 0, body }));
         },
       );
       request.on('error', reject);
@@ -406,10 +409,7 @@ describe('files over SFTP', { timeout: 180_000 }, () => {
 
   it('is described in the OpenAPI document', async () => {
     const doc = (await (await fetch(`${base}/openapi.json`)).json()) as {
-      paths: Record<
-        string,
-        Record<string, { parameters?: Array<{ name: string; in: string; required?: boolean }>; requestBody?: { content: object } }>
-      >;
+      paths: Record<string, Record<string, { parameters?: Array<{ name: string; in: string; required?: boolean }>; requestBody?: { content: object } }>>;
     };
     const route = doc.paths['/v1/sessions/{id}/files'];
     assert.ok(route?.put && route.get);

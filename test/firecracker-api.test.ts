@@ -23,12 +23,7 @@ import type { FirecrackerVmSpec } from '../src/runtimes/firecracker/boot/vm-spec
 import { chrootLayout } from '../src/runtimes/firecracker/jailer/chroot-layout.js';
 import { jailId } from '../src/runtimes/firecracker/jailer/jail-id.js';
 import { jailerArgv, type JailerOptions } from '../src/runtimes/firecracker/jailer/jailer-args.js';
-import {
-  KeyRotationError,
-  GUEST_KEY_PATHS,
-  rotateKeysAfterRestore,
-  type RotationPhase,
-} from '../src/runtimes/firecracker/keys/key-rotation.js';
+import { KeyRotationError, GUEST_KEY_PATHS, rotateKeysAfterRestore, type RotationPhase } from '../src/runtimes/firecracker/keys/key-rotation.js';
 import { COLD_BOOT_CALLS } from './helpers/firecracker/calls.js';
 import { FirecrackerContractServer } from './helpers/firecracker/contract-server.js';
 import { fakeKeys, FakeRekeyGuest } from './helpers/firecracker/fake-rekey-guest.js';
@@ -52,22 +47,18 @@ const vmSpec: FirecrackerVmSpec = {
   vsockUdsPath: '/run/vsock.sock',
 };
 
-
 /** Sends a request exactly as given, bypassing the typed client: for requests broken on purpose. */
 function rawRequest(socketPath: string, method: string, urlPath: string, body?: unknown): Promise<{ status: number; body: unknown }> {
   const payload = body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body);
   return new Promise((resolve, reject) => {
-    const req = http.request(
-      { socketPath, method, path: urlPath, headers: payload ? { 'content-type': 'application/json' } : {} },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString('utf8');
-          resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : undefined });
-        });
-      },
-    );
+    const req = http.request({ socketPath, method, path: urlPath, headers: payload ? { 'content-type': 'application/json' } : {} }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : undefined });
+      });
+    });
     req.on('error', reject);
     req.end(payload);
   });
@@ -110,15 +101,39 @@ describe('firecracker: the contract server rejects what Firecracker would', () =
   const mutated: Array<[string, string, string, unknown, RegExp]> = [
     ['a string where the spec wants an integer', 'PUT', '/machine-config', { vcpu_count: 'two', mem_size_mib: 1024 }, /vcpu_count must be integer/],
     ['vcpu_count above the spec maximum', 'PUT', '/machine-config', { vcpu_count: 33, mem_size_mib: 1024 }, /vcpu_count must be <= 32/],
-    ['a missing required field', 'PUT', '/drives/rootfs', { path_on_host: '/rootfs.ext4', is_root_device: true, is_read_only: false }, /required property 'drive_id'/],
+    [
+      'a missing required field',
+      'PUT',
+      '/drives/rootfs',
+      { path_on_host: '/rootfs.ext4', is_root_device: true, is_read_only: false },
+      /required property 'drive_id'/,
+    ],
     ['an unknown enum value', 'PUT', '/actions', { action_type: 'Reboot' }, /action_type must be equal to one of the allowed values/],
-    ['an unknown field (Firecracker denies unknown fields)', 'PUT', '/boot-source', { kernel_image_path: '/vmlinux', kernel_args: 'quiet' }, /additional properties \(kernel_args\)/],
+    [
+      'an unknown field (Firecracker denies unknown fields)',
+      'PUT',
+      '/boot-source',
+      { kernel_image_path: '/vmlinux', kernel_args: 'quiet' },
+      /additional properties \(kernel_args\)/,
+    ],
     ['a vsock CID below 3', 'PUT', '/vsock', { guest_cid: 2, uds_path: '/run/vsock.sock' }, /guest_cid must be >= 3/],
-    ['a wrong nested enum', 'PUT', '/snapshot/load', { snapshot_path: '/s', mem_backend: { backend_type: 'Memfd', backend_path: '/m' } }, /backend_type must be equal to one of the allowed values/],
+    [
+      'a wrong nested enum',
+      'PUT',
+      '/snapshot/load',
+      { snapshot_path: '/s', mem_backend: { backend_type: 'Memfd', backend_path: '/m' } },
+      /backend_type must be equal to one of the allowed values/,
+    ],
     ['a body that is not JSON', 'PUT', '/machine-config', '{"vcpu_count": 2,', /not valid JSON/],
     ['a method the path does not have (PUT /vm)', 'PUT', '/vm', { state: 'Paused' }, /Invalid request method and\/or path: PUT \/vm/],
     ['a path the spec does not have', 'PUT', '/drive/rootfs', { drive_id: 'rootfs', is_root_device: true }, /Invalid request method and\/or path/],
-    ['a drive id that differs between path and body', 'PUT', '/drives/rootfs', { drive_id: 'other', path_on_host: '/r', is_root_device: true, is_read_only: false }, /does not match/],
+    [
+      'a drive id that differs between path and body',
+      'PUT',
+      '/drives/rootfs',
+      { drive_id: 'other', path_on_host: '/r', is_root_device: true, is_read_only: false },
+      /does not match/,
+    ],
   ];
   for (const [what, method, urlPath, body, fault] of mutated) {
     it(`rejects ${what}`, async () => {
@@ -221,7 +236,11 @@ describe('firecracker: the state machine', () => {
 
   it('refuses a second root drive and a second metrics set-up', async () => {
     await client.putDrive('rootfs', { path_on_host: '/a', is_root_device: true, is_read_only: false });
-    await expectFault(client.putDrive('other', { path_on_host: '/b', is_root_device: true, is_read_only: false }), 'PUT /drives/other', /root block device already exists/);
+    await expectFault(
+      client.putDrive('other', { path_on_host: '/b', is_root_device: true, is_read_only: false }),
+      'PUT /drives/other',
+      /root block device already exists/,
+    );
     await client.putMetrics({ metrics_path: '/metrics' });
     await expectFault(client.putMetrics({ metrics_path: '/metrics' }), 'PUT /metrics', /Reinitialization/);
   });
@@ -273,7 +292,10 @@ describe('firecracker: boot and snapshot sequences against the contract server',
       assert.equal(err.step, 'machine-config');
       assert.ok(err.cause instanceof FirecrackerApiError);
       assert.equal(err.cause.call, 'PUT /machine-config');
-      assert.match(err.message, /step "machine-config" failed: Firecracker PUT \/machine-config failed \(HTTP 400\): The requested operation is not supported after starting/);
+      assert.match(
+        err.message,
+        /step "machine-config" failed: Firecracker PUT \/machine-config failed \(HTTP 400\): The requested operation is not supported after starting/,
+      );
       return true;
     });
   });
@@ -354,7 +376,10 @@ describe('firecracker: boot and snapshot sequences against the contract server',
       vsockUdsPath: '/run/vsock.sock',
       advanceClock: true,
     });
-    assert.deepEqual(steps.map((s) => s.name), ['snapshot-load', 'resume']);
+    assert.deepEqual(
+      steps.map((s) => s.name),
+      ['snapshot-load', 'resume'],
+    );
     await runSteps(steps, client);
     assert.deepEqual(server.rejected(), []);
     assert.deepEqual(server.acceptedCalls(), ['PUT /snapshot/load', 'PATCH /vm']);
@@ -485,7 +510,10 @@ describe('firecracker: kernel command line', () => {
   });
 
   it('refuses boot args over 2048 bytes before any call is made', () => {
-    assert.throws(() => bootSteps({ ...vmSpec, bootArgs: 'x'.repeat(KERNEL_CMDLINE_MAX_BYTES + 1) }), /2049 bytes long; the kernel command line holds at most 2048/);
+    assert.throws(
+      () => bootSteps({ ...vmSpec, bootArgs: 'x'.repeat(KERNEL_CMDLINE_MAX_BYTES + 1) }),
+      /2049 bytes long; the kernel command line holds at most 2048/,
+    );
   });
 
   it('counts bytes, not characters', () => {
@@ -553,19 +581,30 @@ describe('firecracker: the jailer', () => {
   it('builds the command line for cgroup v2', () => {
     assert.deepEqual(jailerArgv(options), [
       '/usr/local/bin/jailer',
-      '--id', 'sbx-k3v9x0a1b2',
-      '--exec-file', '/usr/local/bin/firecracker',
-      '--uid', '64000',
-      '--gid', '64000',
-      '--chroot-base-dir', '/srv/jailer',
-      '--netns', '/var/run/netns/sbx-k3v9x0a1b2',
-      '--cgroup-version', '2',
-      '--cgroup', `memory.max=${(1024 + 128) * 1024 * 1024}`,
-      '--cgroup', 'cpu.max=200000 100000',
-      '--cgroup', 'pids.max=64',
+      '--id',
+      'sbx-k3v9x0a1b2',
+      '--exec-file',
+      '/usr/local/bin/firecracker',
+      '--uid',
+      '64000',
+      '--gid',
+      '64000',
+      '--chroot-base-dir',
+      '/srv/jailer',
+      '--netns',
+      '/var/run/netns/sbx-k3v9x0a1b2',
+      '--cgroup-version',
+      '2',
+      '--cgroup',
+      `memory.max=${(1024 + 128) * 1024 * 1024}`,
+      '--cgroup',
+      'cpu.max=200000 100000',
+      '--cgroup',
+      'pids.max=64',
       '--new-pid-ns',
       '--',
-      '--api-sock', '/run/firecracker.socket',
+      '--api-sock',
+      '/run/firecracker.socket',
     ]);
   });
 
@@ -657,15 +696,37 @@ describe('firecracker: the jailer', () => {
   });
 
   it('the in-jail paths are the same for every VM, so one snapshot serves every clone', () => {
-    const a = chrootLayout({ chrootBaseDir: '/srv/j', firecrackerBin: '/b/firecracker', id: 'sbx-aaaaaaaaaa', kernel: '/k', rootfsSource: '/r', configDrive: '/c1' });
-    const b = chrootLayout({ chrootBaseDir: '/srv/j', firecrackerBin: '/b/firecracker', id: 'sbx-bbbbbbbbbb', kernel: '/k', rootfsSource: '/r', configDrive: '/c2' });
+    const a = chrootLayout({
+      chrootBaseDir: '/srv/j',
+      firecrackerBin: '/b/firecracker',
+      id: 'sbx-aaaaaaaaaa',
+      kernel: '/k',
+      rootfsSource: '/r',
+      configDrive: '/c1',
+    });
+    const b = chrootLayout({
+      chrootBaseDir: '/srv/j',
+      firecrackerBin: '/b/firecracker',
+      id: 'sbx-bbbbbbbbbb',
+      kernel: '/k',
+      rootfsSource: '/r',
+      configDrive: '/c2',
+    });
     assert.deepEqual(a.vmPaths, b.vmPaths);
     assert.notEqual(a.rootDir, b.rootDir);
   });
 
   it('refuses a chroot base so deep that the sockets could not be reached', () => {
     assert.throws(
-      () => chrootLayout({ chrootBaseDir: `/srv/${'deep/'.repeat(12)}`, firecrackerBin: '/b/firecracker', id: 'sbx-aaaaaaaaaa', kernel: '/k', rootfsSource: '/r', configDrive: '/c' }),
+      () =>
+        chrootLayout({
+          chrootBaseDir: `/srv/${'deep/'.repeat(12)}`,
+          firecrackerBin: '/b/firecracker',
+          id: 'sbx-aaaaaaaaaa',
+          kernel: '/k',
+          rootfsSource: '/r',
+          configDrive: '/c',
+        }),
       /API socket .* bytes long; a Unix socket path may have at most 107/,
     );
   });

@@ -96,7 +96,9 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
       cleanup,
     );
     // Up (under TCG this takes a while): the template's key gets in at the template's address.
-    await atTemplateAddress(async () => (await login(BASE_ADDRESS.guest, GUEST_USER, snapshotBase.clientPrivateKey, snapshotBase.hostPublicKey, 150_000)).close());
+    await atTemplateAddress(async () =>
+      (await login(BASE_ADDRESS.guest, GUEST_USER, snapshotBase.clientPrivateKey, snapshotBase.hostPublicKey, 150_000)).close(),
+    );
   });
 
   after(async () => {
@@ -144,7 +146,11 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
     for (const user of ['root', GUEST_USER]) {
       await assert.rejects(login(lease.guest, user, snapshotBase.clientPrivateKey, session.hostPublicKey), SshAuthenticationError, `template key as ${user}`);
     }
-    await assert.rejects(login(lease.guest, GUEST_USER, session.clientPrivateKey, snapshotBase.hostPublicKey), HostKeyMismatchError, 'the template host key is gone');
+    await assert.rejects(
+      login(lease.guest, GUEST_USER, session.clientPrivateKey, snapshotBase.hostPublicKey),
+      HostKeyMismatchError,
+      'the template host key is gone',
+    );
     const ip = await run(['ip', '-o', 'addr', 'show', 'dev', network.hostInterface]);
     assert.doesNotMatch(ip.stdout, new RegExp(BASE_ADDRESS.gateway.replace(/\./g, '\\.')), 'the temporary route to the template address is gone');
   });

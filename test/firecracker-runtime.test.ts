@@ -155,7 +155,11 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     const recorded = await records(session.sessionId);
     assert.deepEqual(acceptedCalls(recorded), COLD_BOOT_CALLS);
     assert.equal(bodyOf(recorded, 'PUT /actions')?.action_type, 'InstanceStart');
-    assert.deepEqual(recorded.filter((r) => r.fault), [], 'no request was refused');
+    assert.deepEqual(
+      recorded.filter((r) => r.fault),
+      [],
+      'no request was refused',
+    );
     const proc = recorded[0]?.process;
     assert.ok(proc);
     // --new-pid-ns: Firecracker is the init of a pid namespace of its own; the pid the
@@ -208,7 +212,11 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     const recorded = await records(session.sessionId);
     const patches = recorded.filter((r) => r.call === 'PATCH /vm' && (r.status ?? 500) < 300).map((r) => r.body);
     assert.deepEqual(patches, [{ state: 'Paused' }, { state: 'Resumed' }], 'spec-valid bodies, accepted');
-    assert.deepEqual(recorded.filter((r) => r.fault), [], 'no request was refused');
+    assert.deepEqual(
+      recorded.filter((r) => r.fault),
+      [],
+      'no request was refused',
+    );
   });
 
   it('puts the VMM in its own cgroup with the memory and CPU limits', async () => {
@@ -250,7 +258,11 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     assert.ok(acceptedCalls(await records(session.sessionId)).includes('PUT /actions'));
     assert.equal(bodyOf((await records(session.sessionId)).slice(-1), 'PUT /actions')?.action_type, 'SendCtrlAltDel');
     assert.equal(existsSync(jailDir), false, 'jail removed');
-    assert.deepEqual(cgroups.filter((d) => existsSync(d)), [], 'cgroups removed');
+    assert.deepEqual(
+      cgroups.filter((d) => existsSync(d)),
+      [],
+      'cgroups removed',
+    );
     assert.equal(existsSync(session.spec.network.netnsPath), false, 'netns removed');
     assert.deepEqual(await processesMentioning(`${TEST_PREFIX}${session.sessionId}`), []);
     await cleanup.run(); // idempotent
@@ -286,7 +298,11 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
       assert.equal(existsSync(`/proc/${vm.pid}`), false, `the orphan VMM (pid ${vm.pid}) is gone: ${exit.reason}`);
       assert.deepEqual(await processesMentioning(`${TEST_PREFIX}${s.sessionId}`), []);
       assert.equal(existsSync(jailDir), false, 'jail removed');
-      assert.deepEqual(cgroups.filter((d) => existsSync(d)), [], 'cgroups removed');
+      assert.deepEqual(
+        cgroups.filter((d) => existsSync(d)),
+        [],
+        'cgroups removed',
+      );
       assert.equal((await restarted.list()).includes(s.sessionId), false);
       assert.equal((await tapDetails(s.spec.network)).trim(), '', 'TAP removed');
     } finally {
@@ -356,7 +372,7 @@ function endToEnd(title: string, skip: string | false, runtimeFor: () => Promise
       assert.match(facts, /console=ttyS0 reboot=k panic=1 pci=off quiet init=\/sbin\/sandbox-init root=\/dev\/vda rw/);
       assert.match(facts, /^\/dev\/vda \/ ext4 rw/m);
       // The config drive (/dev/vdb) is read at boot into a tmpfs: a snapshot clone can be rekeyed.
-    assert.match(facts, /^config \/sandbox\/config tmpfs rw/m);
+      assert.match(facts, /^config \/sandbox\/config tmpfs rw/m);
       assert.match(facts, new RegExp(`^${macFromIPv4(address)}$`, 'm'));
     });
 
@@ -365,7 +381,6 @@ function endToEnd(title: string, skip: string | false, runtimeFor: () => Promise
       await startXevSlowly(guest, 800, 600);
       await assertClickArrives(orch, id, guest);
     });
-
 
     it('is destroyed without a trace: no VMM, jail, cgroup, netns or key dir', async () => {
       guest.close();
@@ -394,7 +409,9 @@ endToEnd('end to end on the contract emulator booting the configured VM under QE
   return runtime;
 });
 
-const realFirecracker = kvmUnavailable() ?? (process.env.FIRECRACKER_BIN || findOnPath('firecracker') ? false : 'no firecracker binary: set FIRECRACKER_BIN (and JAILER_BIN) or put them on PATH');
+const realFirecracker =
+  kvmUnavailable() ??
+  (process.env.FIRECRACKER_BIN || findOnPath('firecracker') ? false : 'no firecracker binary: set FIRECRACKER_BIN (and JAILER_BIN) or put them on PATH');
 endToEnd('end to end on a real Firecracker microVM (KVM)', realFirecracker, async () => {
   const s = { ...firecrackerSettingsFromEnv(process.env), chrootBaseDir: path.join(workDir, 'jails-real') };
   const runtime = await FirecrackerRuntime.create(NAMES, s);
@@ -404,7 +421,12 @@ endToEnd('end to end on a real Firecracker microVM (KVM)', realFirecracker, asyn
 
 describe('the firecracker runtime: host checks, selection and the kernel', () => {
   it('refuses a host without KVM or binaries, naming each problem and its fix', async () => {
-    const noBinaries = { ...firecrackerSettingsFromEnv({}), firecrackerBin: '/nonexistent/firecracker', jailer: 'on' as const, jailerBin: '/nonexistent/jailer' };
+    const noBinaries = {
+      ...firecrackerSettingsFromEnv({}),
+      firecrackerBin: '/nonexistent/firecracker',
+      jailer: 'on' as const,
+      jailerBin: '/nonexistent/jailer',
+    };
     await assert.rejects(FirecrackerRuntime.create(NAMES, noBinaries), (err: Error) => {
       assert.match(err.message, /^runtime firecracker is not available here: /);
       assert.match(err.message, /FIRECRACKER_BIN=\/nonexistent\/firecracker is not an executable file/);
@@ -443,7 +465,11 @@ describe('the firecracker runtime: host checks, selection and the kernel', () =>
       })(),
       /no jailer binary.*refuses to run unjailed.*SBX_FC_JAILER=off/,
     );
-    assert.ok(FirecrackerRuntime.forHost(NAMES, settings({ jailer: 'off' }), host(false)).describe().includes('NOT jailed'));
+    assert.ok(
+      FirecrackerRuntime.forHost(NAMES, settings({ jailer: 'off' }), host(false))
+        .describe()
+        .includes('NOT jailed'),
+    );
   });
 
   it('checks the version: only the release whose API it speaks', async () => {
@@ -518,13 +544,17 @@ describe('snapshots: a template built once, sessions restored from it (contract 
     const recorded = await records(templateId());
     assert.deepEqual(acceptedCalls(recorded), [...COLD_BOOT_CALLS, 'PATCH /vm', 'PUT /snapshot/create']);
     assert.deepEqual(bodyOf(recorded, 'PATCH /vm'), { state: 'Paused' });
-    assert.deepEqual(bodyOf(recorded, 'PUT /snapshot/create'), { snapshot_type: 'Full', snapshot_path: '/snapshot/vmstate', mem_file_path: '/snapshot/memory' });
+    assert.deepEqual(bodyOf(recorded, 'PUT /snapshot/create'), {
+      snapshot_type: 'Full',
+      snapshot_path: '/snapshot/vmstate',
+      mem_file_path: '/snapshot/memory',
+    });
     for (const file of ['vmstate', 'memory', 'rootfs.ext4']) {
       const s = await stat(path.join(dirOf(), file));
       assert.deepEqual([s.uid, s.gid, s.mode & 0o777], [0, 0, 0o644], file);
     }
     // No group stands for "the jails" any more: the way to the files is what is closed.
-    assert.equal((await stat(dirOf())).mode & 0o777, 0o700, 'the template dir is root\'s alone');
+    assert.equal((await stat(dirOf())).mode & 0o777, 0o700, "the template dir is root's alone");
     assert.equal((await stat(path.join(dirOf(), 'template.json'))).mode & 0o777, 0o600, 'the template key stays root-only');
     assert.equal(existsSync(path.join(workDir, 'jails', 'firecracker', `${TEST_PREFIX}${templateId()}`)), false, 'template jail removed');
     assert.equal(existsSync(`/var/run/netns/${TEST_PREFIX}${templateId()}`), false, 'template netns removed');

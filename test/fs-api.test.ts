@@ -24,7 +24,11 @@ describe('filesystem calls in a real sandbox', { timeout: 300_000 }, () => {
   before(async () => {
     orch = await startTestOrchestrator({}, true);
     base = `http://127.0.0.1:${(orch.server.server.address() as AddressInfo).port}`;
-    const created = await fetch(`${base}/v1/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ timeoutSeconds: 600 }) });
+    const created = await fetch(`${base}/v1/sessions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ timeoutSeconds: 600 }),
+    });
     assert.equal(created.status, 201, await created.clone().text());
     id = ((await created.json()) as { id: string }).id;
   });
@@ -34,9 +38,14 @@ describe('filesystem calls in a real sandbox', { timeout: 300_000 }, () => {
   });
 
   const fs = (call: string, query?: Record<string, string>) => `${base}/v1/sessions/${id}/fs/${call}${query ? `?${new URLSearchParams(query)}` : ''}`;
-  const post = (call: string, body: unknown) => fetch(fs(call), { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const post = (call: string, body: unknown) =>
+    fetch(fs(call), { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
   const bash = async (command: string) => {
-    const response = await fetch(`${base}/v1/sessions/${id}/tools/bash`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ command }) });
+    const response = await fetch(`${base}/v1/sessions/${id}/tools/bash`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ command }),
+    });
     assert.equal(response.status, 200);
     return ((await response.json()) as { content: Array<{ text?: string }> }).content.map((c) => c.text ?? '').join('');
   };
@@ -54,9 +63,17 @@ describe('filesystem calls in a real sandbox', { timeout: 300_000 }, () => {
     const link = (await (await fetch(fs('stat', { path: '/home/user/tree/a/link' }))).json()) as Entry;
     assert.deepEqual({ type: link.type, target: link.target }, { type: 'symlink', target: 'five.txt' });
     const one = (await (await fetch(fs('list', { path: '/home/user/tree' }))).json()) as { entries: Entry[]; truncated: boolean };
-    assert.deepEqual(one.entries.map((e) => e.name), ['a']);
+    assert.deepEqual(
+      one.entries.map((e) => e.name),
+      ['a'],
+    );
     const deep = (await (await fetch(fs('list', { path: '/home/user/tree', depth: '3' }))).json()) as { entries: Entry[] };
-    assert.deepEqual(deep.entries.map((e) => e.path).sort(), ['/home/user/tree/a', '/home/user/tree/a/b', '/home/user/tree/a/five.txt', '/home/user/tree/a/link']);
+    assert.deepEqual(deep.entries.map((e) => e.path).sort(), [
+      '/home/user/tree/a',
+      '/home/user/tree/a/b',
+      '/home/user/tree/a/five.txt',
+      '/home/user/tree/a/link',
+    ]);
     const denied = await fetch(fs('list', { path: '/root' }));
     assert.equal(denied.status, 403);
     const missing = await fetch(fs('stat', { path: '/home/user/nope' }));
@@ -96,7 +113,10 @@ describe('filesystem calls in a real sandbox', { timeout: 300_000 }, () => {
     const odd = "/home/user/odd; touch pwned1 '$(touch pwned2)' `touch pwned3` -rf ~";
     assert.equal((await post('mkdir', { path: `${odd}/inner` })).status, 201);
     const listed = (await (await fetch(fs('list', { path: '/home/user' }))).json()) as { entries: Entry[] };
-    assert.ok(listed.entries.some((e) => e.path === odd), JSON.stringify(listed.entries.map((e) => e.name)));
+    assert.ok(
+      listed.entries.some((e) => e.path === odd),
+      JSON.stringify(listed.entries.map((e) => e.name)),
+    );
     await bash('mkdir -p /home/user/keep && touch /home/user/keep/file');
     // A recursive remove runs rm: the path is one quoted argument after --, nothing else.
     assert.equal((await post('remove', { path: odd, recursive: true })).status, 204);
@@ -111,7 +131,7 @@ describe('filesystem calls in a real sandbox', { timeout: 300_000 }, () => {
       ['move', 'POST', { from: '/tmp/a', to: '/tmp/b', overwrite: 'yes' }, 'overwrite'],
       ['remove', 'POST', { path: '/tmp/a', recursive: 1 }, 'recursive'],
       ['remove', 'POST', { path: '/tmp/a', force: true }, 'force'],
-      ['remove', 'POST', { path: '/' , recursive: true }, 'path'],
+      ['remove', 'POST', { path: '/', recursive: true }, 'path'],
     ];
     for (const [call, method, body, field] of cases) {
       const response = await fetch(`${base}/v1/sessions/${id}/fs/${call}`, {

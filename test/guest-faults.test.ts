@@ -101,7 +101,7 @@ describe('guest faults stay inside their sandbox', () => {
     await bystanderFine();
 
     // A storm left running in the background (bash retries a failed fork, so it keeps pushing).
-    await bash(victim, 'setsid bash -c \'for ((i = 0; i < 3000; i++)); do sleep 60 & done\' >/dev/null 2>&1 < /dev/null &');
+    await bash(victim, "setsid bash -c 'for ((i = 0; i < 3000; i++)); do sleep 60 & done' >/dev/null 2>&1 < /dev/null &");
     // The pids controller's directory on either hierarchy (v1's pids/, or the v2 tree).
     const pids = (await cgroupDirsOf(orch.names.cgroup(victim))).find((dir) => existsSync(path.join(dir, 'pids.max')));
     assert.ok(pids, 'the session has a pids cgroup');

@@ -25,7 +25,10 @@ const LIMITS = {
   // this tenant through settings, as an operator would for a trusted heavy client.
   SBX_TENANT_REQUEST_LIMITS: 'local=2000/2000/2000',
 };
-/** Growth of the orchestrator's peak memory these tests allow: generous, but far below what unbounded buffering of their traffic would take (50 MB bodies x 14, 1,000 screenshots of 2.3 MB raw). */
+/**
+ * Growth of the orchestrator's peak memory these tests allow: generous, but far below what
+ * unbounded buffering of their traffic would take (50 MB bodies x 14, 1,000 screenshots of 2.3 MB raw).
+ */
 const PEAK_GROWTH_MIB = 250;
 const FIFTY_MB = 50 * 1024 * 1024;
 
@@ -62,7 +65,9 @@ describe('hostile clients', () => {
 
   async function assertMemoryBounded(what: string): Promise<void> {
     const now = await memoryOf(pid());
-    console.log(`orchestrator memory after ${what}: rss ${now.rssMiB} MiB, peak ${now.peakMiB} MiB (baseline rss ${baseline.rssMiB}, peak ${baseline.peakMiB})`);
+    console.log(
+      `orchestrator memory after ${what}: rss ${now.rssMiB} MiB, peak ${now.peakMiB} MiB (baseline rss ${baseline.rssMiB}, peak ${baseline.peakMiB})`,
+    );
     assert.ok(now.peakMiB - baseline.peakMiB < PEAK_GROWTH_MIB, `peak memory grew by ${now.peakMiB - baseline.peakMiB} MiB during ${what}`);
     assert.equal(serve.child.exitCode, null, 'the orchestrator is still running');
   }
@@ -152,7 +157,10 @@ describe('hostile clients', () => {
     const bodyTrickle = Array.from({ length: 10 }, () =>
       rawRequest(port, async (socket, answered) => {
         const body = JSON.stringify({ action: 'type', text: 'x'.repeat(500) });
-        await writeAll(socket, `POST /v1/sessions/${target.id}/actions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n`);
+        await writeAll(
+          socket,
+          `POST /v1/sessions/${target.id}/actions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n`,
+        );
         for (const byte of body) {
           if (answered() || !(await writeAll(socket, byte))) return;
           await sleep(200);
@@ -182,7 +190,9 @@ describe('hostile clients', () => {
     }
     latencies.sort((a, b) => a - b);
     const worst = latencies[latencies.length - 1] ?? Infinity;
-    console.log(`bystander screenshot+cursor while slow clients were connected: p50 ${latencies[Math.floor(latencies.length / 2)]?.toFixed(0)} ms, max ${worst.toFixed(0)} ms over ${latencies.length}`);
+    console.log(
+      `bystander screenshot+cursor while slow clients were connected: p50 ${latencies[Math.floor(latencies.length / 2)]?.toFixed(0)} ms, max ${worst.toFixed(0)} ms over ${latencies.length}`,
+    );
     assert.ok(worst < 1_500, `the other session kept answering quickly (worst ${worst.toFixed(0)} ms)`);
 
     for (const res of await Promise.all(headerTrickle)) {

@@ -39,7 +39,7 @@ const REPORT: NodeReport = {
   version: '0.1.0',
 };
 
-describe('the node pod\'s hooks with the real sbx CLI and PostgreSQL', () => {
+describe("the node pod's hooks with the real sbx CLI and PostgreSQL", () => {
   let hooks: HookHarness;
   let store: PgClusterStore;
 
@@ -70,14 +70,14 @@ describe('the node pod\'s hooks with the real sbx CLI and PostgreSQL', () => {
     for (const argv of res.curl) assert.ok(!argv.includes(SECRET) && !argv.includes(url));
   });
 
-  it('the next pod\'s undrain step takes the node back', async () => {
+  it("the next pod's undrain step takes the node back", async () => {
     const res = await runHook(UNDRAIN, 'kvm-1');
     assert.equal(res.exitCode, 0, res.stderr);
     assert.equal(res.stderr, '');
     assert.equal(await draining('kvm-1'), false);
   });
 
-  it('a host\'s first start (no such node yet) is said and does not stop the pod; a preStop for it still ends', async () => {
+  it("a host's first start (no such node yet) is said and does not stop the pod; a preStop for it still ends", async () => {
     const undrain = await runHook(UNDRAIN, 'kvm-new');
     assert.equal(undrain.exitCode, 0);
     assert.match(undrain.stderr, /no node called kvm-new/);
@@ -90,7 +90,7 @@ describe('the node pod\'s hooks with the real sbx CLI and PostgreSQL', () => {
   });
 });
 
-describe('the walk-through\'s commands in a gateway pod (uid 10001, no home, the URL in its environment)', () => {
+describe("the walk-through's commands in a gateway pod (uid 10001, no home, the URL in its environment)", () => {
   let store: PgClusterStore;
   const bin = mkdtempSync(path.join(os.tmpdir(), 'sbx-k8s-exec-'));
 
@@ -110,28 +110,38 @@ describe('the walk-through\'s commands in a gateway pod (uid 10001, no home, the
 
   /** What docs/cluster.md runs after `kubectl -n sbx exec deploy/sbx-gateway --`, node names made this test's. */
   const docs = readFileSync(path.join(ROOT, 'docs', 'cluster.md'), 'utf8');
-  const commands = [...docs.slice(docs.indexOf('## Kubernetes: from an empty cluster')).matchAll(/^kubectl -n sbx exec deploy\/sbx-gateway -- (.+)$/gm)].map((m) =>
-    m[1]!.replace(/\bkvm-1\b/g, 'kvm-exec'),
+  const commands = [...docs.slice(docs.indexOf('## Kubernetes: from an empty cluster')).matchAll(/^kubectl -n sbx exec deploy\/sbx-gateway -- (.+)$/gm)].map(
+    (m) => m[1]!.replace(/\bkvm-1\b/g, 'kvm-exec'),
   );
   const inGatewayPod = (command: string) =>
-    run(['setpriv', '--reuid=10001', '--regid=10001', '--clear-groups', '--', 'sh', '-c', command.startsWith('sh -c ') ? command.slice(6).replace(/^'|'$/g, '') : command], {
-      allowFailure: true,
-      timeoutMs: 60_000,
-      cwd: '/',
-      env: { PATH: `${bin}:/usr/local/bin:/usr/bin:/bin`, HOME: '/nonexistent', SBX_CLUSTER_DB_URL: url, SBX_CLUSTER_SECRET: SECRET },
-    });
+    run(
+      [
+        'setpriv',
+        '--reuid=10001',
+        '--regid=10001',
+        '--clear-groups',
+        '--',
+        'sh',
+        '-c',
+        command.startsWith('sh -c ') ? command.slice(6).replace(/^'|'$/g, '') : command,
+      ],
+      {
+        allowFailure: true,
+        timeoutMs: 60_000,
+        cwd: '/',
+        env: { PATH: `${bin}:/usr/local/bin:/usr/bin:/bin`, HOME: '/nonexistent', SBX_CLUSTER_DB_URL: url, SBX_CLUSTER_SECRET: SECRET },
+      },
+    );
 
   it('sbx nodes, keys create, node drain and undrain work as the docs write them', async () => {
-    assert.deepEqual(commands.map((c) => c.split(' ').slice(0, 4).join(' ')), [
-      'sbx nodes',
-      'sh -c \'sbx keys',
-      'sbx node drain kvm-exec',
-      'sbx node undrain kvm-exec',
-    ]);
+    assert.deepEqual(
+      commands.map((c) => c.split(' ').slice(0, 4).join(' ')),
+      ['sbx nodes', "sh -c 'sbx keys", 'sbx node drain kvm-exec', 'sbx node undrain kvm-exec'],
+    );
     const [nodes, key, drain, undrain] = commands as [string, string, string, string];
     const listed = await inGatewayPod(nodes);
     assert.equal(listed.exitCode, 0, listed.stderr);
-    assert.match(listed.stdout, /^kvm-exec\s+(up|silent)\s/m, "listed (up, or silent if this host is slow: it never heartbeats)");
+    assert.match(listed.stdout, /^kvm-exec\s+(up|silent)\s/m, 'listed (up, or silent if this host is slow: it never heartbeats)');
     const created = await inGatewayPod(key);
     assert.equal(created.exitCode, 0, created.stderr);
     assert.match(created.stdout, /\bsbx_[a-z0-9]{12}_\S+/);

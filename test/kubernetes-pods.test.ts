@@ -51,13 +51,19 @@ function container(kind: string, name: string, containerName: string): Container
 /** The argv the kubelet would run ($(VAR)s filled in from `fields`), with port 8080 made `port`. */
 function argvOf(c: Container, fields: Record<string, string>, port: number): string[] {
   return [...(c.command ?? []), ...(c.args ?? [])].map((word) =>
-    word.replace(/\$\(([A-Z_]+)\)/g, (_, v: string) => fields[v] ?? `$(${v})`).replace(/^8080$/, String(port)).replace(/:8080$/, `:${port}`),
+    word
+      .replace(/\$\(([A-Z_]+)\)/g, (_, v: string) => fields[v] ?? `$(${v})`)
+      .replace(/^8080$/, String(port))
+      .replace(/:8080$/, `:${port}`),
   );
 }
 
 /** The environment the container's ConfigMaps give it. */
 function settingsOf(c: Container): Record<string, string> {
-  return Object.assign({}, ...(c.envFrom ?? []).map((f) => find(OBJECTS, 'ConfigMap', f.configMapRef!.name)!.data as Record<string, string>)) as Record<string, string>;
+  return Object.assign({}, ...(c.envFrom ?? []).map((f) => find(OBJECTS, 'ConfigMap', f.configMapRef!.name)!.data as Record<string, string>)) as Record<
+    string,
+    string
+  >;
 }
 
 interface Started {
@@ -75,7 +81,13 @@ async function start(argv: string[], env: NodeJS.ProcessEnv, port: number, ids?:
   for (;;) {
     assert.equal(child.exitCode, null, `sbx ${argv[0]} exited:\n${output}`);
     assert.ok(Date.now() < deadline, `sbx ${argv[0]} did not answer /healthz:\n${output}`);
-    if (await fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok, () => false)) return { child, output: () => output };
+    if (
+      await fetch(`http://127.0.0.1:${port}/healthz`).then(
+        (r) => r.ok,
+        () => false,
+      )
+    )
+      return { child, output: () => output };
     await sleep(200);
   }
 }
@@ -112,15 +124,30 @@ describe('the node and the gateway as the manifests start them', () => {
     nodePort = await freePort();
     const agent = container('DaemonSet', 'sbx-node', 'node');
     const nodeArgv = argvOf(agent, { NODE_IP: '127.0.0.1', NODE_NAME: NAME }, nodePort);
-    assert.deepEqual(nodeArgv, ['sbx', 'node', '--host', '127.0.0.1', '--port', String(nodePort), '--advertise', `http://127.0.0.1:${nodePort}`, '--name', NAME]);
-    node = await start(nodeArgv.slice(1), {
-      ...settingsOf(agent),
-      ...shared,
-      SBX_STATE_DIR: stateDir,
-      SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
-      SBX_RESOURCE_PREFIX: TEST_PREFIX,
-      SBX_SUBNET: `10.243.${Math.floor(Math.random() * 256)}.0/24`,
-    }, nodePort);
+    assert.deepEqual(nodeArgv, [
+      'sbx',
+      'node',
+      '--host',
+      '127.0.0.1',
+      '--port',
+      String(nodePort),
+      '--advertise',
+      `http://127.0.0.1:${nodePort}`,
+      '--name',
+      NAME,
+    ]);
+    node = await start(
+      nodeArgv.slice(1),
+      {
+        ...settingsOf(agent),
+        ...shared,
+        SBX_STATE_DIR: stateDir,
+        SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
+        SBX_RESOURCE_PREFIX: TEST_PREFIX,
+        SBX_SUBNET: `10.243.${Math.floor(Math.random() * 256)}.0/24`,
+      },
+      nodePort,
+    );
 
     gatewayPort = await freePort();
     const front = container('Deployment', 'sbx-gateway', 'gateway');
@@ -141,16 +168,37 @@ describe('the node and the gateway as the manifests start them', () => {
 
   it('a first session through the gateway, as the walk-through makes it', async () => {
     // docs/cluster.md step 6, in the gateway pod.
-    const key = await run(['setpriv', `--reuid=${GATEWAY_UID}`, `--regid=${GATEWAY_UID}`, '--clear-groups', '--', process.execPath, CLI, 'keys', 'create', '--tenant', 'demo', '--db', url], {
-      cwd: '/',
-      env: { PATH: process.env.PATH, HOME: '/nonexistent' },
-    });
+    const key = await run(
+      [
+        'setpriv',
+        `--reuid=${GATEWAY_UID}`,
+        `--regid=${GATEWAY_UID}`,
+        '--clear-groups',
+        '--',
+        process.execPath,
+        CLI,
+        'keys',
+        'create',
+        '--tenant',
+        'demo',
+        '--db',
+        url,
+      ],
+      {
+        cwd: '/',
+        env: { PATH: process.env.PATH, HOME: '/nonexistent' },
+      },
+    );
     const apiKey = /\bsbx_[a-z0-9]{12}_\S+/.exec(key.stdout)?.[0];
     assert.ok(apiKey, key.stdout);
     const api = `http://127.0.0.1:${gatewayPort}`;
     const auth = { authorization: `Bearer ${apiKey}` };
     // Step 7.
-    const created = await fetch(`${api}/v1/sessions`, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: '{"template":"minimal"}' });
+    const created = await fetch(`${api}/v1/sessions`, {
+      method: 'POST',
+      headers: { ...auth, 'content-type': 'application/json' },
+      body: '{"template":"minimal"}',
+    });
     const body = (await created.json()) as { id?: string };
     assert.equal(created.status, 201, JSON.stringify(body));
     const shot = await fetch(`${api}/v1/sessions/${body.id}/screenshot`, { headers: auth });
@@ -164,7 +212,11 @@ describe('the node and the gateway as the manifests start them', () => {
   });
 
   it('the gateway is ready only while PostgreSQL answers (readiness: GET /healthz); alive all along (liveness: TCP)', async (t) => {
-    assert.match(readFileSync(`/proc/${gateway!.child.pid}/status`, 'utf8'), new RegExp(`^Uid:\\s+${GATEWAY_UID}\\s`, 'm'), 'the gateway runs as its pod\'s uid');
+    assert.match(
+      readFileSync(`/proc/${gateway!.child.pid}/status`, 'utf8'),
+      new RegExp(`^Uid:\\s+${GATEWAY_UID}\\s`, 'm'),
+      "the gateway runs as its pod's uid",
+    );
     const healthz = () => fetch(`http://127.0.0.1:${gatewayPort}/healthz`, { signal: AbortSignal.timeout(10_000) }).then((r) => r.status);
     assert.equal(await healthz(), 200);
     database.pause();
@@ -193,7 +245,7 @@ describe('the node and the gateway as the manifests start them', () => {
     t.diagnostic(`200 again ${Date.now() - resumed} ms after it resumed`);
   });
 
-  it('the node\'s preStop waits while a session lives and ends once it is destroyed; the host holds nothing after', async () => {
+  it("the node's preStop waits while a session lives and ends once it is destroyed; the host holds nothing after", async () => {
     const registered = (await store.listNodes()).find((n) => n.name === NAME);
     assert.equal(registered?.url, `http://127.0.0.1:${nodePort}`, 'registered under its Kubernetes node name, at its --advertise URL');
     assert.equal(registered?.draining, false);
@@ -207,7 +259,14 @@ describe('the node and the gateway as the manifests start them', () => {
     assert.equal(created.status, 201, await created.text());
 
     // The hook's port 8080 is this agent's; it polls every 0.2 s instead of 10.
-    const hook = hooks.run(PRE_STOP, { NODE_NAME: NAME, SBX_CLUSTER_DB_URL: url, SBX_CLUSTER_SECRET: SECRET, SBX_MAX_LIFETIME_SECONDS: '3600', STAND_IN_PORT: String(nodePort), HOOK_SLEEP_SECONDS: '0.2' });
+    const hook = hooks.run(PRE_STOP, {
+      NODE_NAME: NAME,
+      SBX_CLUSTER_DB_URL: url,
+      SBX_CLUSTER_SECRET: SECRET,
+      SBX_MAX_LIFETIME_SECONDS: '3600',
+      STAND_IN_PORT: String(nodePort),
+      HOOK_SLEEP_SECONDS: '0.2',
+    });
     let ended = false;
     void hook.then(() => (ended = true));
     const drainedBy = Date.now() + 30_000;
@@ -224,7 +283,7 @@ describe('the node and the gateway as the manifests start them', () => {
     assert.equal(res.exitCode, 0, res.stderr);
     assert.doesNotMatch(res.stderr, /could not drain/);
     assert.ok(res.curl.length >= 5, `the hook polled ${res.curl.length} times`);
-    for (const argv of res.curl) assert.ok(!argv.includes(SECRET), 'the credential on curl\'s command line');
+    for (const argv of res.curl) assert.ok(!argv.includes(SECRET), "the credential on curl's command line");
     assert.deepEqual(await prefixedResources(TEST_PREFIX, stateDir), { netns: [], links: [], keyDirs: [] });
   });
 });

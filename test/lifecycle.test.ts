@@ -171,5 +171,4 @@ describe('the orchestrator process: CLI, SDK, SIGTERM and restart after a crash'
     }
     assert.deepEqual(await hostTrace(NAMES, survivor.id, path.join(stateDir, survivor.id)), nothingLeft, 'SIGTERM destroyed the adopted one');
   });
-
 });

@@ -245,7 +245,10 @@ describe('live views (noVNC, view-only enforced on the server, takeover)', { tim
     await openLive(page, view.url);
     await page.waitForSelector('#screen canvas');
     await page.waitForFunction(() => document.getElementById('state')?.textContent === 'live');
-    for (const [colour, rgb] of [['#ff00ff', [255, 0, 255]], ['#00c0c0', [0, 192, 192]]] as const) {
+    for (const [colour, rgb] of [
+      ['#ff00ff', [255, 0, 255]],
+      ['#00c0c0', [0, 192, 192]],
+    ] as const) {
       await guestSh(main.guest, `DISPLAY=:99 xsetroot -solid '${colour}'`);
       const shot = await fetch(`${serve.url}/v1/sessions/${main.id}/screenshot`, { headers: { authorization: `Bearer ${keyA}` } });
       // Near the bottom-right corner, in proportion: the canvas is the screen scaled to the window.
@@ -263,7 +266,10 @@ describe('live views (noVNC, view-only enforced on the server, takeover)', { tim
         if (seen.every((v, k) => Math.abs(v - rgb[k]!) <= 8)) break;
         await sleep(100);
       }
-      assert.ok(seen.every((v, k) => Math.abs(v - rgb[k]!) <= 8), `the canvas shows ${colour} too (saw ${seen.join(',')})`);
+      assert.ok(
+        seen.every((v, k) => Math.abs(v - rgb[k]!) <= 8),
+        `the canvas shows ${colour} too (saw ${seen.join(',')})`,
+      );
     }
     await page.screenshot({ path: path.join(os.tmpdir(), 'sbx-live-view-page.png') });
     await page.close();
@@ -299,8 +305,14 @@ describe('live views (noVNC, view-only enforced on the server, takeover)', { tim
     rawControl.ws.send(Buffer.concat([KEY_EVENT_A, KEY_EVENT_A_UP, POINTER_PRESS, POINTER_RELEASE]));
     const seen = await waitForXev(main.guest, (l) => /KeyPress/.test(l) && /ButtonPress/.test(l));
     const events = parseXev(seen);
-    assert.ok(events.some((e) => e.type === 'KeyPress' && e.keyName === 'a'), `the control token's key arrived:\n${seen}`);
-    assert.ok(events.some((e) => e.type === 'ButtonPress' && e.button === 1 && e.root?.x === 200 && e.root?.y === 150), `the control token's click arrived at (200,150):\n${seen}`);
+    assert.ok(
+      events.some((e) => e.type === 'KeyPress' && e.keyName === 'a'),
+      `the control token's key arrived:\n${seen}`,
+    );
+    assert.ok(
+      events.some((e) => e.type === 'ButtonPress' && e.button === 1 && e.root?.x === 200 && e.root?.y === 150),
+      `the control token's click arrived at (200,150):\n${seen}`,
+    );
     rawControl.ws.close();
   });
 
@@ -402,161 +414,179 @@ describe('live views (noVNC, view-only enforced on the server, takeover)', { tim
     raw.ws.close();
   });
 
-  it('red team: a hostile guest VNC server (flood, 4 GB name) cannot make the orchestrator buffer without limit; only that viewer is cut', { timeout: 150_000 }, async () => {
-    const hostile = await newSession();
-    const script = [
-      'import socket, struct, sys, threading',
-      'mode = sys.argv[1]',
-      's = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", 5900)); s.listen(8)',
-      'def serve(c):',
-      '    try:',
-      '        c.sendall(b"RFB 003.008\\n"); c.recv(12); c.sendall(b"\\x01\\x01"); c.recv(1); c.sendall(b"\\0\\0\\0\\0"); c.recv(1)',
-      '        if mode == "name":',
-      '            c.sendall(struct.pack(">HH16sI", 1024, 768, b"\\0" * 16, 0xFFFFFFF0))',
-      '        else:',
-      '            c.sendall(struct.pack(">HH16sI", 1024, 768, b"\\0" * 16, 1) + b"x")',
-      '        chunk = b"\\0" * 65536',
-      '        while True: c.sendall(chunk)',
-      '    except Exception: pass',
-      'while True:',
-      '    c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()',
-    ].join('\n');
-    await guestSh(hostile.guest, `cat > /tmp/hostile.py <<'EOF'\n${script}\nEOF\nsetsid -f sh -c 'echo $$ > /tmp/hostile.pid; exec python3 /tmp/hostile.py flood' >/dev/null 2>&1; sleep 0.5`);
-    const pid = serve.child.pid!;
-    const view = await newView(hostile.id, 'view');
-    // The baseline once the proxy's code has run (first use), so the attack's own cost is measured.
-    const warm = await rawViewer((await newView(main.id, 'view')).url);
-    await warm.serverInit;
-    warm.ws.close();
-    await sleep(500);
-    const before = await memoryOf(pid);
-    // A viewer that never reads: the guest floods, the proxy pauses it and cuts the viewer.
-    const stalled = await rawViewer(view.url);
-    await stalled.serverInit;
-    const stalledSocket = (stalled.ws as unknown as { _socket: { pause(): void; resume(): void } })._socket;
-    stalledSocket.pause();
-    // A reading viewer of the flood meanwhile: forwarded, never accumulated.
-    const reading = await rawViewer(view.url);
-    await reading.serverInit;
-    const latencies: number[] = [];
-    const samples: number[] = [];
-    for (let i = 0; i < 60; i++) {
-      const t = performance.now();
-      assert.equal((await fetch(`${serve.url}/healthz`)).status, 200);
-      latencies.push(performance.now() - t);
-      samples.push((await memoryOf(pid)).rssMiB);
-      await sleep(100);
-    }
-    const during = await memoryOf(pid);
-    reading.ws.close();
-    // Cut after DEFAULT_VIEWER_LIMITS.stallMs (20 s); its close frame is read once it reads again.
-    await sleep(20_000);
-    stalledSocket.resume();
-    const code = await stalled.closed;
-    // Its close frame (4008) waits behind what it never read, so it usually sees the cut as 1006.
-    assert.ok(code === 4008 || code === 1006, `the viewer that does not read is cut (${code})`);
-    assert.match(serve.output(), /"reason":"slow_viewer"/, 'the orchestrator cut it as a slow viewer');
-    assert.ok(reading.received() > 8 * 1024 * 1024, `the reading viewer got the flood (${reading.received()} bytes)`);
-    // The 4 GB name: refused at ServerInit, nothing allocated for it.
-    await guestSh(hostile.guest, 'kill "$(cat /tmp/hostile.pid)"; sleep 0.3; setsid -f python3 /tmp/hostile.py name >/dev/null 2>&1; sleep 0.5');
-    const named = new WebSocket(view.url.replace(/^http/, 'ws') + '/rfb');
-    let namedBytes = 0;
-    const namedClosed = new Promise<number>((resolve) => named.on('close', (c: number) => resolve(c)));
-    named.on('message', (d: Buffer) => {
-      namedBytes += d.length;
-      if (d.length === 12) named.send(Buffer.from('RFB 003.008\n'));
-      else if (namedBytes === 14) named.send(Buffer.from([1]));
-      else if (namedBytes === 18) named.send(Buffer.from([1]));
-    });
-    const namedCode = await namedClosed;
-    assert.equal(namedCode, 1011, 'a 4 GB desktop name ends that viewer');
-    assert.equal(namedBytes, 18, 'nothing of the ServerInit reached the browser');
-    const after = await memoryOf(pid);
-    latencies.sort((a, b) => a - b);
-    const p99 = latencies[Math.floor(latencies.length * 0.99)]!;
-    console.log(`live-view red team: RSS ${before.rssMiB} -> ${during.rssMiB} (flood) -> ${after.rssMiB} MiB; /healthz p99 ${p99.toFixed(1)} ms`);
-    // Bounded, not growing: over the second half of a flood of ~100 MB/s the RSS stays within
-    // what the first half reached (garbage of forwarded buffers is collected lazily, the
-    // stalled viewer holds at most its cap), and once it ends the growth is under the bound.
-    const firstHalf = Math.max(...samples.slice(0, 30));
-    const secondHalf = Math.max(...samples.slice(30));
-    console.log(`live-view red team: RSS samples during the flood ${samples.join(' ')}`);
-    assert.ok(secondHalf - firstHalf < 16, `RSS kept growing during the flood: ${firstHalf} -> ${secondHalf} MiB`);
-    assert.ok(after.rssMiB - before.rssMiB < MAX_GROWTH_MIB, `RSS grew ${after.rssMiB - before.rssMiB} MiB`);
-    // The other session's view still works.
-    const fine = await rawViewer((await newView(main.id, 'view')).url);
-    await fine.serverInit;
-    fine.ws.close();
-  });
+  it(
+    'red team: a hostile guest VNC server (flood, 4 GB name) cannot make the orchestrator buffer without limit; only that viewer is cut',
+    { timeout: 150_000 },
+    async () => {
+      const hostile = await newSession();
+      const script = [
+        'import socket, struct, sys, threading',
+        'mode = sys.argv[1]',
+        's = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", 5900)); s.listen(8)',
+        'def serve(c):',
+        '    try:',
+        '        c.sendall(b"RFB 003.008\\n"); c.recv(12); c.sendall(b"\\x01\\x01"); c.recv(1); c.sendall(b"\\0\\0\\0\\0"); c.recv(1)',
+        '        if mode == "name":',
+        '            c.sendall(struct.pack(">HH16sI", 1024, 768, b"\\0" * 16, 0xFFFFFFF0))',
+        '        else:',
+        '            c.sendall(struct.pack(">HH16sI", 1024, 768, b"\\0" * 16, 1) + b"x")',
+        '        chunk = b"\\0" * 65536',
+        '        while True: c.sendall(chunk)',
+        '    except Exception: pass',
+        'while True:',
+        '    c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()',
+      ].join('\n');
+      await guestSh(
+        hostile.guest,
+        `cat > /tmp/hostile.py <<'EOF'\n${script}\nEOF\nsetsid -f sh -c 'echo $$ > /tmp/hostile.pid; exec python3 /tmp/hostile.py flood' >/dev/null 2>&1; sleep 0.5`,
+      );
+      const pid = serve.child.pid!;
+      const view = await newView(hostile.id, 'view');
+      // The baseline once the proxy's code has run (first use), so the attack's own cost is measured.
+      const warm = await rawViewer((await newView(main.id, 'view')).url);
+      await warm.serverInit;
+      warm.ws.close();
+      await sleep(500);
+      const before = await memoryOf(pid);
+      // A viewer that never reads: the guest floods, the proxy pauses it and cuts the viewer.
+      const stalled = await rawViewer(view.url);
+      await stalled.serverInit;
+      const stalledSocket = (stalled.ws as unknown as { _socket: { pause(): void; resume(): void } })._socket;
+      stalledSocket.pause();
+      // A reading viewer of the flood meanwhile: forwarded, never accumulated.
+      const reading = await rawViewer(view.url);
+      await reading.serverInit;
+      const latencies: number[] = [];
+      const samples: number[] = [];
+      for (let i = 0; i < 60; i++) {
+        const t = performance.now();
+        assert.equal((await fetch(`${serve.url}/healthz`)).status, 200);
+        latencies.push(performance.now() - t);
+        samples.push((await memoryOf(pid)).rssMiB);
+        await sleep(100);
+      }
+      const during = await memoryOf(pid);
+      reading.ws.close();
+      // Cut after DEFAULT_VIEWER_LIMITS.stallMs (20 s); its close frame is read once it reads again.
+      await sleep(20_000);
+      stalledSocket.resume();
+      const code = await stalled.closed;
+      // Its close frame (4008) waits behind what it never read, so it usually sees the cut as 1006.
+      assert.ok(code === 4008 || code === 1006, `the viewer that does not read is cut (${code})`);
+      assert.match(serve.output(), /"reason":"slow_viewer"/, 'the orchestrator cut it as a slow viewer');
+      assert.ok(reading.received() > 8 * 1024 * 1024, `the reading viewer got the flood (${reading.received()} bytes)`);
+      // The 4 GB name: refused at ServerInit, nothing allocated for it.
+      await guestSh(hostile.guest, 'kill "$(cat /tmp/hostile.pid)"; sleep 0.3; setsid -f python3 /tmp/hostile.py name >/dev/null 2>&1; sleep 0.5');
+      const named = new WebSocket(view.url.replace(/^http/, 'ws') + '/rfb');
+      let namedBytes = 0;
+      const namedClosed = new Promise<number>((resolve) => named.on('close', (c: number) => resolve(c)));
+      named.on('message', (d: Buffer) => {
+        namedBytes += d.length;
+        if (d.length === 12) named.send(Buffer.from('RFB 003.008\n'));
+        else if (namedBytes === 14) named.send(Buffer.from([1]));
+        else if (namedBytes === 18) named.send(Buffer.from([1]));
+      });
+      const namedCode = await namedClosed;
+      assert.equal(namedCode, 1011, 'a 4 GB desktop name ends that viewer');
+      assert.equal(namedBytes, 18, 'nothing of the ServerInit reached the browser');
+      const after = await memoryOf(pid);
+      latencies.sort((a, b) => a - b);
+      const p99 = latencies[Math.floor(latencies.length * 0.99)]!;
+      console.log(`live-view red team: RSS ${before.rssMiB} -> ${during.rssMiB} (flood) -> ${after.rssMiB} MiB; /healthz p99 ${p99.toFixed(1)} ms`);
+      // Bounded, not growing: over the second half of a flood of ~100 MB/s the RSS stays within
+      // what the first half reached (garbage of forwarded buffers is collected lazily, the
+      // stalled viewer holds at most its cap), and once it ends the growth is under the bound.
+      const firstHalf = Math.max(...samples.slice(0, 30));
+      const secondHalf = Math.max(...samples.slice(30));
+      console.log(`live-view red team: RSS samples during the flood ${samples.join(' ')}`);
+      assert.ok(secondHalf - firstHalf < 16, `RSS kept growing during the flood: ${firstHalf} -> ${secondHalf} MiB`);
+      assert.ok(after.rssMiB - before.rssMiB < MAX_GROWTH_MIB, `RSS grew ${after.rssMiB - before.rssMiB} MiB`);
+      // The other session's view still works.
+      const fine = await rawViewer((await newView(main.id, 'view')).url);
+      await fine.serverInit;
+      fine.ws.close();
+    },
+  );
 
-  it('red team: 200 WebSockets at once with one token: exactly the session cap connects, the rest are 429 before the upgrade; viewers that never read cost bounded memory; the tenant cap holds across sessions', { timeout: 180_000 }, async () => {
-    const pid = serve.child.pid!;
-    const viewersNow = async () => Number(/^sandbox_live_viewers (\d+)/m.exec(await (await fetch(`${serve.url}/metrics`)).text())?.[1] ?? NaN);
-    // Earlier tests' viewers are gone (their slots too) before the burst.
-    for (let i = 0; i < 100 && (await viewersNow()) > 0; i++) await sleep(200);
-    assert.equal(await viewersNow(), 0);
-    const crowd = await newSession();
-    const view = await newView(crowd.id, 'view');
-    // The proxy's code has run once (the baseline is the attack's own cost, not first use).
-    const warm = await rawViewer(view.url);
-    await warm.serverInit;
-    warm.ws.close();
-    await warm.closed;
-    await sleep(500);
-    const before = await memoryOf(pid);
+  it(
+    'red team: 200 WebSockets at once with one token: exactly the session cap connects, the rest are 429 before the upgrade; viewers that never read cost bounded memory; the tenant cap holds across sessions',
+    { timeout: 180_000 },
+    async () => {
+      const pid = serve.child.pid!;
+      const viewersNow = async () => Number(/^sandbox_live_viewers (\d+)/m.exec(await (await fetch(`${serve.url}/metrics`)).text())?.[1] ?? NaN);
+      // Earlier tests' viewers are gone (their slots too) before the burst.
+      for (let i = 0; i < 100 && (await viewersNow()) > 0; i++) await sleep(200);
+      assert.equal(await viewersNow(), 0);
+      const crowd = await newSession();
+      const view = await newView(crowd.id, 'view');
+      // The proxy's code has run once (the baseline is the attack's own cost, not first use).
+      const warm = await rawViewer(view.url);
+      await warm.serverInit;
+      warm.ws.close();
+      await warm.closed;
+      await sleep(500);
+      const before = await memoryOf(pid);
 
-    const attempts = await burst(view.url, 200);
-    const opened = attempts.filter((a) => a.status === 101);
-    const refused = attempts.filter((a) => a.status !== 101);
-    console.log(`live-view caps: 200 at once -> ${opened.length} opened, ${refused.length} refused (${[...new Set(refused.map((a) => `${a.status} ${a.code}`))].join(', ')})`);
-    // Before the fix: the cap was counted before the tunnel's await and the viewer registered
-    // after it, so 85 of 200 connected.
-    assert.equal(opened.length, SESSION_VIEWERS, 'exactly the per-session cap connected');
-    assert.ok(refused.every((a) => a.status === 429 && a.code === 'session_viewer_limit'), 'every other one was refused before the upgrade');
-    await Promise.all(opened.map((a) => a.ready ?? Promise.resolve()));
-    assert.equal(await viewersNow(), SESSION_VIEWERS);
+      const attempts = await burst(view.url, 200);
+      const opened = attempts.filter((a) => a.status === 101);
+      const refused = attempts.filter((a) => a.status !== 101);
+      console.log(
+        `live-view caps: 200 at once -> ${opened.length} opened, ${refused.length} refused (${[...new Set(refused.map((a) => `${a.status} ${a.code}`))].join(', ')})`,
+      );
+      // Before the fix: the cap was counted before the tunnel's await and the viewer registered
+      // after it, so 85 of 200 connected.
+      assert.equal(opened.length, SESSION_VIEWERS, 'exactly the per-session cap connected');
+      assert.ok(
+        refused.every((a) => a.status === 429 && a.code === 'session_viewer_limit'),
+        'every other one was refused before the upgrade',
+      );
+      await Promise.all(opened.map((a) => a.ready ?? Promise.resolve()));
+      assert.equal(await viewersNow(), SESSION_VIEWERS);
 
-    // Each connected viewer asks for full frames again and again and never reads one.
-    const sockets = opened.map((a) => (a.ws as unknown as { _socket: { pause(): void } })._socket);
-    for (const socket of sockets) socket.pause();
-    const samples: number[] = [];
-    for (let i = 0; i < 40; i++) {
-      for (const a of opened) if (a.ws.readyState === WebSocket.OPEN) a.ws.send(FULL_UPDATE_REQUEST);
-      samples.push((await memoryOf(pid)).rssMiB);
-      await sleep(250);
-    }
-    // From the lowest figure seen (earlier tests' garbage may be collected during the burst).
-    const peak = Math.max(...samples);
-    const growth = peak - Math.min(before.rssMiB, ...samples);
-    console.log(`live-view caps: RSS ${before.rssMiB} MiB before, ${peak} MiB at most with ${SESSION_VIEWERS} viewers asking for full frames and reading nothing (${(growth / SESSION_VIEWERS).toFixed(1)} MiB a viewer); samples ${samples.join(' ')}`);
-    assert.ok(growth < SESSION_VIEWERS * STALLED_VIEWER_MIB + 32, `RSS grew ${growth} MiB with ${SESSION_VIEWERS} stalled viewers`);
+      // Each connected viewer asks for full frames again and again and never reads one.
+      const sockets = opened.map((a) => (a.ws as unknown as { _socket: { pause(): void } })._socket);
+      for (const socket of sockets) socket.pause();
+      const samples: number[] = [];
+      for (let i = 0; i < 40; i++) {
+        for (const a of opened) if (a.ws.readyState === WebSocket.OPEN) a.ws.send(FULL_UPDATE_REQUEST);
+        samples.push((await memoryOf(pid)).rssMiB);
+        await sleep(250);
+      }
+      // From the lowest figure seen (earlier tests' garbage may be collected during the burst).
+      const peak = Math.max(...samples);
+      const growth = peak - Math.min(before.rssMiB, ...samples);
+      console.log(
+        `live-view caps: RSS ${before.rssMiB} MiB before, ${peak} MiB at most with ${SESSION_VIEWERS} viewers asking for full frames and reading nothing (${(growth / SESSION_VIEWERS).toFixed(1)} MiB a viewer); samples ${samples.join(' ')}`,
+      );
+      assert.ok(growth < SESSION_VIEWERS * STALLED_VIEWER_MIB + 32, `RSS grew ${growth} MiB with ${SESSION_VIEWERS} stalled viewers`);
 
-    // The tenant cap (12) across sessions: 8 on the crowd session, so 4 more on another.
-    const other = await newView(main.id, 'view');
-    const onOther = await burst(other.url, 10);
-    const otherOpened = onOther.filter((a) => a.status === 101);
-    assert.equal(otherOpened.length, TENANT_VIEWERS - SESSION_VIEWERS, 'the tenant cap held');
-    assert.ok(onOther.filter((a) => a.status !== 101).every((a) => a.status === 429 && a.code === 'tenant_viewer_limit'));
-    // Another tenant is not held by tenant A's viewers.
-    const theirs = await api('POST', '/v1/sessions', { width: 1024, height: 768 }, keyB);
-    assert.equal(theirs.status, 201, JSON.stringify(theirs.json));
-    const theirView = await newView(theirs.json.id as string, 'view', keyB);
-    const [theirAttempt] = await burst(theirView.url, 1);
-    assert.equal(theirAttempt?.status, 101, "tenant B's viewer connects");
-    theirAttempt?.ws.close();
+      // The tenant cap (12) across sessions: 8 on the crowd session, so 4 more on another.
+      const other = await newView(main.id, 'view');
+      const onOther = await burst(other.url, 10);
+      const otherOpened = onOther.filter((a) => a.status === 101);
+      assert.equal(otherOpened.length, TENANT_VIEWERS - SESSION_VIEWERS, 'the tenant cap held');
+      assert.ok(onOther.filter((a) => a.status !== 101).every((a) => a.status === 429 && a.code === 'tenant_viewer_limit'));
+      // Another tenant is not held by tenant A's viewers.
+      const theirs = await api('POST', '/v1/sessions', { width: 1024, height: 768 }, keyB);
+      assert.equal(theirs.status, 201, JSON.stringify(theirs.json));
+      const theirView = await newView(theirs.json.id as string, 'view', keyB);
+      const [theirAttempt] = await burst(theirView.url, 1);
+      assert.equal(theirAttempt?.status, 101, "tenant B's viewer connects");
+      theirAttempt?.ws.close();
 
-    // The stalled viewers are cut (slow_viewer, after the proxy's stall time): their slots come back.
-    for (const a of otherOpened) a.ws.close();
-    for (const socket of sockets) (socket as unknown as { destroy(): void }).destroy();
-    for (let i = 0; i < 150 && (await viewersNow()) > 0; i++) await sleep(200);
-    assert.equal(await viewersNow(), 0, 'every viewer of the burst is gone');
-    const again = await burst(view.url, SESSION_VIEWERS + 2);
-    assert.equal(again.filter((a) => a.status === 101).length, SESSION_VIEWERS, 'the released slots are usable again, and the cap still holds');
-    for (const a of again) a.ws.terminate();
-    // Counted for the operator: the 192 of the burst, 6 over the tenant cap, 2 of the last burst.
-    const metrics = await (await fetch(`${serve.url}/metrics`)).text();
-    assert.equal(Number(/^sandbox_api_requests_refused_total\{limit="viewers"\} (\d+)/m.exec(metrics)?.[1]), 200);
-    const after = await memoryOf(pid);
-    console.log(`live-view caps: RSS ${after.rssMiB} MiB after`);
-  });
+      // The stalled viewers are cut (slow_viewer, after the proxy's stall time): their slots come back.
+      for (const a of otherOpened) a.ws.close();
+      for (const socket of sockets) (socket as unknown as { destroy(): void }).destroy();
+      for (let i = 0; i < 150 && (await viewersNow()) > 0; i++) await sleep(200);
+      assert.equal(await viewersNow(), 0, 'every viewer of the burst is gone');
+      const again = await burst(view.url, SESSION_VIEWERS + 2);
+      assert.equal(again.filter((a) => a.status === 101).length, SESSION_VIEWERS, 'the released slots are usable again, and the cap still holds');
+      for (const a of again) a.ws.terminate();
+      // Counted for the operator: the 192 of the burst, 6 over the tenant cap, 2 of the last burst.
+      const metrics = await (await fetch(`${serve.url}/metrics`)).text();
+      assert.equal(Number(/^sandbox_api_requests_refused_total\{limit="viewers"\} (\d+)/m.exec(metrics)?.[1]), 200);
+      const after = await memoryOf(pid);
+      console.log(`live-view caps: RSS ${after.rssMiB} MiB after`);
+    },
+  );
 });

@@ -22,7 +22,24 @@ import { parseXev } from './helpers/xev.js';
  * real orchestrator and a real sandbox of the minimal template.
  */
 const CLI = path.resolve('dist/cli/main.js');
-const TOOLS = ['bash', 'computer', 'desktop', 'download_file', 'list_files', 'process_kill', 'process_output', 'process_start', 'sandbox_create', 'sandbox_destroy', 'sandbox_list', 'sandbox_pause', 'sandbox_resume', 'screenshot', 'text_editor', 'upload_file'];
+const TOOLS = [
+  'bash',
+  'computer',
+  'desktop',
+  'download_file',
+  'list_files',
+  'process_kill',
+  'process_output',
+  'process_start',
+  'sandbox_create',
+  'sandbox_destroy',
+  'sandbox_list',
+  'sandbox_pause',
+  'sandbox_resume',
+  'screenshot',
+  'text_editor',
+  'upload_file',
+];
 
 async function createKey(stateDir: string, tenant: string): Promise<string> {
   const child = spawn(process.execPath, [CLI, 'keys', 'create', '--tenant', tenant, '--state-dir', stateDir], { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -70,12 +87,18 @@ describe('the MCP server', () => {
     serve = await startServe(stateDir, 19_900 + Math.floor(Math.random() * 90), undefined, [], { SBX_TENANT_MAX_CONCURRENT_REQUESTS: '4' });
     stdio = new Client({ name: 'mcp-test', version: '1.0.0' });
     await stdio.connect(
-      new StdioClientTransport({ command: process.execPath, args: [CLI, 'mcp'], env: { PATH: process.env.PATH ?? '', SBX_URL: serve.url, SBX_API_KEY: keyA }, stderr: 'inherit' }),
+      new StdioClientTransport({
+        command: process.execPath,
+        args: [CLI, 'mcp'],
+        env: { PATH: process.env.PATH ?? '', SBX_URL: serve.url, SBX_API_KEY: keyA },
+        stderr: 'inherit',
+      }),
     );
   });
 
   after(async () => {
-    if (sandboxId) await fetch(`${serve.url}/v1/sessions/${sandboxId}`, { method: 'DELETE', headers: { authorization: `Bearer ${keyA}` } }).catch(() => undefined);
+    if (sandboxId)
+      await fetch(`${serve.url}/v1/sessions/${sandboxId}`, { method: 'DELETE', headers: { authorization: `Bearer ${keyA}` } }).catch(() => undefined);
     await stdio?.close().catch(() => undefined);
     if (serve && serve.child.exitCode === null) {
       serve.child.kill('SIGTERM');
@@ -95,12 +118,15 @@ describe('the MCP server', () => {
     assert.equal(tools.find((t) => t.name === 'sandbox_destroy')?.annotations?.destructiveHint, true);
   });
 
-  it('over stdio creates a sandbox of the key\'s tenant, lists it, and screenshots it as a PNG of its size', async () => {
+  it("over stdio creates a sandbox of the key's tenant, lists it, and screenshots it as a PNG of its size", async () => {
     const created = JSON.parse(text(await ok(stdio, 'sandbox_create', { template: 'minimal', width: 1024, height: 768 }))) as { id: string; tenant: string };
     sandboxId = created.id;
     assert.equal(created.tenant, 'alpha');
     const listed = JSON.parse(text(await ok(stdio, 'sandbox_list', {}))) as Array<{ id: string }>;
-    assert.deepEqual(listed.map((s) => s.id), [sandboxId]);
+    assert.deepEqual(
+      listed.map((s) => s.id),
+      [sandboxId],
+    );
     const shot = await ok(stdio, 'screenshot', { sandbox_id: sandboxId });
     const image = shot.content[0];
     assert.ok(image?.type === 'image');
@@ -119,12 +145,19 @@ describe('the MCP server', () => {
         'export DISPLAY=:99; setsid -f sh -c "exec stdbuf -oL xev -geometry 1024x768+0+0 -event button -event keyboard > /tmp/xev.log 2>&1"; ' +
         'xdotool search --sync --onlyvisible --name "^Event Tester$" windowactivate --sync windowfocus --sync >/dev/null; echo started',
     });
-    const windows = JSON.parse(text(await ok(stdio, 'desktop', { sandbox_id: id, action: 'list_windows' }))) as Array<{ id: number; title: string; focused: boolean }>;
+    const windows = JSON.parse(text(await ok(stdio, 'desktop', { sandbox_id: id, action: 'list_windows' }))) as Array<{
+      id: number;
+      title: string;
+      focused: boolean;
+    }>;
     const xev = windows.find((w) => w.title === 'Event Tester');
     assert.ok(xev, `xev's window is listed: ${JSON.stringify(windows)}`);
     assert.deepEqual(JSON.parse(text(await ok(stdio, 'desktop', { sandbox_id: id, action: 'focus_window', window_id: xev.id }))), { focused: true });
     const clicked = await ok(stdio, 'computer', { sandbox_id: id, action: 'left_click', coordinate: [300, 200] });
-    assert.ok(clicked.content.some((block) => block.type === 'image' && block.mimeType === 'image/png'), 'an action answers with the screen after it');
+    assert.ok(
+      clicked.content.some((block) => block.type === 'image' && block.mimeType === 'image/png'),
+      'an action answers with the screen after it',
+    );
     await ok(stdio, 'computer', { sandbox_id: id, action: 'type', text: 'Hi' });
     let events = parseXev('');
     for (let i = 0; i < 50; i++) {
@@ -134,7 +167,10 @@ describe('the MCP server', () => {
     }
     const press = events.find((e) => e.type === 'ButtonPress');
     assert.deepEqual([press?.button, press?.root], [1, { x: 300, y: 200 }]);
-    assert.deepEqual(events.filter((e) => e.type === 'KeyPress' && e.keyName !== 'Shift_L').map((e) => e.keyName), ['H', 'i']);
+    assert.deepEqual(
+      events.filter((e) => e.type === 'KeyPress' && e.keyName !== 'Shift_L').map((e) => e.keyName),
+      ['H', 'i'],
+    );
     const cursor = await ok(stdio, 'computer', { sandbox_id: id, action: 'cursor_position' });
     assert.match(text(cursor), /X=300,Y=200/);
   });
@@ -146,7 +182,10 @@ describe('the MCP server', () => {
     assert.equal(text(await ok(stdio, 'bash', { sandbox_id: id, command: 'cat /tmp/poem.txt' })).trim(), 'one\nthree');
     const bytes = Buffer.from([0, 1, 2, 250, 255, 10, 13]);
     await ok(stdio, 'upload_file', { sandbox_id: id, path: '/tmp/bytes.bin', content_base64: bytes.toString('base64'), mode: '600' });
-    assert.equal(text(await ok(stdio, 'bash', { sandbox_id: id, command: 'od -An -tu1 /tmp/bytes.bin | tr -s " "; stat -c %a /tmp/bytes.bin' })).trim(), '0 1 2 250 255 10 13\n600');
+    assert.equal(
+      text(await ok(stdio, 'bash', { sandbox_id: id, command: 'od -An -tu1 /tmp/bytes.bin | tr -s " "; stat -c %a /tmp/bytes.bin' })).trim(),
+      '0 1 2 250 255 10 13\n600',
+    );
     await ok(stdio, 'bash', { sandbox_id: id, command: 'printf "from the guest" > /tmp/out.txt' });
     const downloaded = await ok(stdio, 'download_file', { sandbox_id: id, path: '/tmp/out.txt' });
     const resource = downloaded.content.find((block) => block.type === 'resource');
@@ -162,7 +201,9 @@ describe('the MCP server', () => {
 
   it('over stdio starts a process, reads its output by offset, kills one, lists files', async () => {
     const id = sandboxId as string;
-    const started = JSON.parse(text(await ok(stdio, 'process_start', { sandbox_id: id, argv: ['bash', '-c', 'echo first; sleep 1; echo second >&2; exit 3'] }))) as { pid: number };
+    const started = JSON.parse(
+      text(await ok(stdio, 'process_start', { sandbox_id: id, argv: ['bash', '-c', 'echo first; sleep 1; echo second >&2; exit 3'] })),
+    ) as { pid: number };
     let from = 0;
     let stdout = '';
     let stderr = '';
@@ -180,8 +221,13 @@ describe('the MCP server', () => {
     const both = await call(stdio, 'process_start', { sandbox_id: id, argv: ['true'], cmd: 'true' });
     assert.equal(both.isError, true);
     await ok(stdio, 'bash', { sandbox_id: id, command: 'mkdir -p /tmp/listed/sub && printf abc > /tmp/listed/f.txt' });
-    const listed = JSON.parse(text(await ok(stdio, 'list_files', { sandbox_id: id, path: '/tmp/listed' }))) as { entries: Array<{ name: string; type: string; size: number }> };
-    assert.deepEqual(listed.entries.map((e) => [e.name, e.type]).sort(), [['f.txt', 'file'], ['sub', 'dir']]);
+    const listed = JSON.parse(text(await ok(stdio, 'list_files', { sandbox_id: id, path: '/tmp/listed' }))) as {
+      entries: Array<{ name: string; type: string; size: number }>;
+    };
+    assert.deepEqual(listed.entries.map((e) => [e.name, e.type]).sort(), [
+      ['f.txt', 'file'],
+      ['sub', 'dir'],
+    ]);
   });
 
   it('over stdio answers an unknown sandbox and bad input with tool errors, and goes on serving', async () => {
@@ -220,7 +266,10 @@ describe('the MCP server', () => {
       // Bytes both ways through the in-process requests (not JSON): every byte value survives.
       const bytes = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
       await ok(a.client, 'upload_file', { sandbox_id: sandboxId, path: '/tmp/all.bin', content_base64: bytes.toString('base64') });
-      assert.equal(text(await ok(a.client, 'bash', { sandbox_id: sandboxId, command: 'sha256sum < /tmp/all.bin | cut -c1-16' })).trim(), createHash('sha256').update(bytes).digest('hex').slice(0, 16));
+      assert.equal(
+        text(await ok(a.client, 'bash', { sandbox_id: sandboxId, command: 'sha256sum < /tmp/all.bin | cut -c1-16' })).trim(),
+        createHash('sha256').update(bytes).digest('hex').slice(0, 16),
+      );
       const back = (await ok(a.client, 'download_file', { sandbox_id: sandboxId, path: '/tmp/all.bin' })).content.find((block) => block.type === 'resource');
       assert.ok(back?.type === 'resource' && 'blob' in back.resource);
       assert.deepEqual(Buffer.from(back.resource.blob, 'base64'), bytes);
@@ -249,7 +298,10 @@ describe('the MCP server', () => {
       const made = JSON.parse(text(await ok(b.client, 'sandbox_create', { template: 'minimal' }))) as { id: string; tenant: string };
       try {
         assert.equal(made.tenant, 'beta');
-        assert.deepEqual((JSON.parse(text(await ok(stdio, 'sandbox_list', {}))) as Array<{ id: string }>).map((s) => s.id), [sandboxId]);
+        assert.deepEqual(
+          (JSON.parse(text(await ok(stdio, 'sandbox_list', {}))) as Array<{ id: string }>).map((s) => s.id),
+          [sandboxId],
+        );
         const hidden = await call(stdio, 'bash', { sandbox_id: made.id, command: 'echo reached' });
         assert.equal(hidden.isError, true);
         assert.match(text(hidden), /does not exist/);
@@ -298,7 +350,11 @@ describe('the MCP server', () => {
     probe.close();
     const lost = new Client({ name: 'mcp-test', version: '1.0.0' });
     await lost.connect(
-      new StdioClientTransport({ command: process.execPath, args: [CLI, 'mcp'], env: { PATH: process.env.PATH ?? '', SBX_URL: `http://127.0.0.1:${port}`, SBX_API_KEY: keyA } }),
+      new StdioClientTransport({
+        command: process.execPath,
+        args: [CLI, 'mcp'],
+        env: { PATH: process.env.PATH ?? '', SBX_URL: `http://127.0.0.1:${port}`, SBX_API_KEY: keyA },
+      }),
     );
     try {
       const result = await call(lost, 'sandbox_list', {});

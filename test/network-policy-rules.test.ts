@@ -1,6 +1,14 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { renderAddEgress, renderAddSource, renderDeleteTable, renderHostNetworks, renderPolicyTable, renderRemoveEgress, renderRemoveSource } from '../src/network/policy/ruleset.js';
+import {
+  renderAddEgress,
+  renderAddSource,
+  renderDeleteTable,
+  renderHostNetworks,
+  renderPolicyTable,
+  renderRemoveEgress,
+  renderRemoveSource,
+} from '../src/network/policy/ruleset.js';
 import { run } from '../src/util/exec.js';
 
 /** The generated nftables text, without touching the host's rules (`nft -c` only checks). */
@@ -8,7 +16,9 @@ describe('network policy ruleset text', () => {
   const table = 'tzz-netpolicy';
 
   it('is a valid nftables transaction (checked by nft itself, not applied)', async () => {
-    const script = renderPolicyTable({ table, interfacePrefix: 'tzz-', sandboxSubnet: '10.241.0.0/16' }) + renderAddEgress(table, { hostInterface: 'tzz-abcdefghij', guestAddress: '10.241.0.2' });
+    const script =
+      renderPolicyTable({ table, interfacePrefix: 'tzz-', sandboxSubnet: '10.241.0.0/16' }) +
+      renderAddEgress(table, { hostInterface: 'tzz-abcdefghij', guestAddress: '10.241.0.2' });
     const res = await run(['nft', '-c', '-f', '-'], { input: script, allowFailure: true });
     assert.equal(res.exitCode, 0, res.stderr);
   });
@@ -24,7 +34,10 @@ describe('network policy ruleset text', () => {
     assert.match(text, /iifname != "tzz-\*" return/);
     assert.match(text, /oifname "tzz-\*" counter drop/);
     const remove = renderRemoveEgress(table, { hostInterface: 'tzz-abcdefghij', guestAddress: '10.241.0.2' }).trim().split('\n');
-    assert.deepEqual(remove.map((l) => l.split(' ')[0]), ['add', 'delete']);
+    assert.deepEqual(
+      remove.map((l) => l.split(' ')[0]),
+      ['add', 'delete'],
+    );
     assert.match(renderDeleteTable(table), /^table inet tzz-netpolicy \{\}\ndelete table inet tzz-netpolicy\n$/);
   });
 
@@ -54,12 +67,18 @@ describe('network policy ruleset text', () => {
     assert.match(text, /set egress \{ type ifname \. ipv4_addr; elements = \{ "tzz-abcdefghij" \. 10\.241\.0\.2 \}; \}/);
     const res = await run(['nft', '-c', '-f', '-'], { input: text + renderAddSource(table, entry) + renderRemoveSource(table, entry), allowFailure: true });
     assert.equal(res.exitCode, 0, res.stderr);
-    assert.throws(() => renderPolicyTable({ table, interfacePrefix: 'tzz-', sandboxSubnet: '10.0.0.0/8', hostOnlySources: ['1.2.3.4 } accept'] }), /IPv4 address/);
+    assert.throws(
+      () => renderPolicyTable({ table, interfacePrefix: 'tzz-', sandboxSubnet: '10.0.0.0/8', hostOnlySources: ['1.2.3.4 } accept'] }),
+      /IPv4 address/,
+    );
   });
 
   it("with the host's own networks in it, and their refresh, is still a valid transaction", async () => {
     const hostNetworks = ['45.1.2.3/32', '130.92.6.0/23', '203.0.113.0/28'];
-    const script = renderPolicyTable({ table, interfacePrefix: 'tzz-', sandboxSubnet: '10.241.0.0/16', hostNetworks }) + renderHostNetworks(table, hostNetworks.slice(1)) + renderHostNetworks(table, []);
+    const script =
+      renderPolicyTable({ table, interfacePrefix: 'tzz-', sandboxSubnet: '10.241.0.0/16', hostNetworks }) +
+      renderHostNetworks(table, hostNetworks.slice(1)) +
+      renderHostNetworks(table, []);
     const res = await run(['nft', '-c', '-f', '-'], { input: script, allowFailure: true });
     assert.equal(res.exitCode, 0, res.stderr);
   });

@@ -90,8 +90,16 @@ describe('the guest network policy, from inside sandboxes (container runtime)', 
   }
 
   it('shows the choice in the session view; egress is off by default', async () => {
-    assert.deepEqual((await orch.server.inject({ method: 'GET', url: `/v1/sessions/${closed}`, headers: orch.authHeaders })).json().network, { egress: false, transport: 'tcp', interfaces: ['lo', 'eth0'] });
-    assert.deepEqual((await orch.server.inject({ method: 'GET', url: `/v1/sessions/${open}`, headers: orch.authHeaders })).json().network, { egress: true, transport: 'tcp', interfaces: ['lo', 'eth0'] });
+    assert.deepEqual((await orch.server.inject({ method: 'GET', url: `/v1/sessions/${closed}`, headers: orch.authHeaders })).json().network, {
+      egress: false,
+      transport: 'tcp',
+      interfaces: ['lo', 'eth0'],
+    });
+    assert.deepEqual((await orch.server.inject({ method: 'GET', url: `/v1/sessions/${open}`, headers: orch.authHeaders })).json().network, {
+      egress: true,
+      transport: 'tcp',
+      interfaces: ['lo', 'eth0'],
+    });
     // Only the egress session has an entry: the other is fenced by the prefix rules alone.
     assert.deepEqual(await policyOf().egressInterfaces(), [NAMES.hostVeth(open)]);
     assert.equal((await readFile(IP_FORWARD, 'utf8')).trim(), '1', 'egress turned forwarding on');
@@ -124,10 +132,11 @@ describe('the guest network policy, from inside sandboxes (container runtime)', 
     ];
     // This session has no entry of its own in the policy: the prefix rules fence it.
     const seen = await probeFrom(closed, targets);
-    for (const t of targets) assert.equal(seen.get(`${t.address}:${t.port}`), null, `${t.address}:${t.port} must be unreachable; got ${JSON.stringify([...seen])}`);
+    for (const t of targets)
+      assert.equal(seen.get(`${t.address}:${t.port}`), null, `${t.address}:${t.port} must be unreachable; got ${JSON.stringify([...seen])}`);
   });
 
-  it("with egress: an address in a test namespace is reachable through NAT; the host, its LAN (a public range), the orchestrator, another sandbox and private ranges still are not", async () => {
+  it('with egress: an address in a test namespace is reachable through NAT; the host, its LAN (a public range), the orchestrator, another sandbox and private ranges still are not', async () => {
     const blocked = [
       // A neighbour on the host's own connected subnet, which is not a private range.
       { address: lab.lanAddress, port: lab.port },
@@ -142,7 +151,8 @@ describe('the guest network policy, from inside sandboxes (container runtime)', 
     const seen = await probeFrom(open, [...blocked, reachable]);
     // The listener saw the host's uplink address, not the guest's: masqueraded.
     assert.equal(seen.get(`${reachable.address}:${reachable.port}`), `peer=${lab.uplinkHostAddress}`, JSON.stringify([...seen]));
-    for (const t of blocked) assert.equal(seen.get(`${t.address}:${t.port}`), null, `${t.address}:${t.port} must be unreachable; got ${JSON.stringify([...seen])}`);
+    for (const t of blocked)
+      assert.equal(seen.get(`${t.address}:${t.port}`), null, `${t.address}:${t.port} must be unreachable; got ${JSON.stringify([...seen])}`);
   });
 
   it('a network the host gains later is fenced at the next policy check, and reachable again once it goes', async () => {
@@ -161,7 +171,7 @@ describe('the guest network policy, from inside sandboxes (container runtime)', 
     await run(['ip', 'route', 'add', `${neighbour}/32`, 'via', lab.lanAddress]);
     let added = false;
     try {
-      assert.equal((await probeFrom(open, [target])).get(key), `peer=${lab.uplinkHostAddress}`, 'reachable while it is not the host\'s');
+      assert.equal((await probeFrom(open, [target])).get(key), `peer=${lab.uplinkHostAddress}`, "reachable while it is not the host's");
       assert.equal(await inSet(), false);
       await run(['ip', 'addr', 'add', hostSide, 'dev', lab.uplink]);
       added = true;
@@ -188,7 +198,12 @@ describe('the guest network policy, from inside sandboxes (container runtime)', 
 
   it('the host still reaches both guests over SSH (its own connections and their replies)', async () => {
     for (const id of [closed, open]) {
-      const res = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/actions`, payload: { action: 'cursor_position' }, headers: orch.authHeaders });
+      const res = await orch.server.inject({
+        method: 'POST',
+        url: `/v1/sessions/${id}/actions`,
+        payload: { action: 'cursor_position' },
+        headers: orch.authHeaders,
+      });
       assert.equal(res.statusCode, 200, res.body);
     }
   });
@@ -258,10 +273,10 @@ describe('the network policy when things go wrong', () => {
     await policy.reclaim(); // as an earlier run would have installed it
     const stale = { address: '10.242.255.2' };
     await run(['nft', '-f', '-'], {
-      input: [
-        `add element inet ${NAMES.policyTable} egress { "${NAMES.hostVeth('stale00000')}" . ${stale.address} }`,
-        `add table ip ${TEST_PREFIX}oldlayout`,
-      ].join('\n') + '\n',
+      input:
+        [`add element inet ${NAMES.policyTable} egress { "${NAMES.hostVeth('stale00000')}" . ${stale.address} }`, `add table ip ${TEST_PREFIX}oldlayout`].join(
+          '\n',
+        ) + '\n',
     });
     assert.equal((await ourTables()).length, 2);
     const orch = await startTestOrchestrator();

@@ -41,22 +41,32 @@ async function freePort(): Promise<number> {
 }
 
 async function startServer(): Promise<ChildProcess> {
-  const proc = spawn(process.execPath, [path.join(REPO, 'dist/cli/main.js'), 'serve', '--host', '127.0.0.1', '--port', String(port), '--state-dir', stateDir, '--runtime', 'container'], {
-    cwd: REPO,
-    env: {
-      ...process.env,
-      SBX_RESOURCE_PREFIX: TEST_PREFIX,
-      SBX_SUBNET: TEST_SUBNET,
-      SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
-      SBX_TEMPLATE: 'minimal',
-      SBX_LOG_LEVEL: process.env.SBX_TEST_LOG_LEVEL || 'warn',
+  const proc = spawn(
+    process.execPath,
+    [path.join(REPO, 'dist/cli/main.js'), 'serve', '--host', '127.0.0.1', '--port', String(port), '--state-dir', stateDir, '--runtime', 'container'],
+    {
+      cwd: REPO,
+      env: {
+        ...process.env,
+        SBX_RESOURCE_PREFIX: TEST_PREFIX,
+        SBX_SUBNET: TEST_SUBNET,
+        SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
+        SBX_TEMPLATE: 'minimal',
+        SBX_LOG_LEVEL: process.env.SBX_TEST_LOG_LEVEL || 'warn',
+      },
+      stdio: ['ignore', 'ignore', 'inherit'],
     },
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
+  );
   const deadline = Date.now() + 60_000;
   while (Date.now() < deadline) {
     if (proc.exitCode !== null) throw new Error(`sbx serve exited with ${proc.exitCode}`);
-    if (await fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok, () => false)) return proc;
+    if (
+      await fetch(`http://127.0.0.1:${port}/healthz`).then(
+        (r) => r.ok,
+        () => false,
+      )
+    )
+      return proc;
     await sleep(200);
   }
   throw new Error('sbx serve did not come up');
@@ -156,7 +166,8 @@ describe('memory pause of a container desktop, across an orchestrator SIGKILL', 
     assert.equal(created.status, 201, JSON.stringify(created.json));
     id = String(created.json.id);
     assert.equal(created.json.paused, null);
-    const loop = 'i=0; while :; do i=$((i+1)); echo "$$ $i" > /var/tmp/counter.new && mv /var/tmp/counter.new /var/tmp/counter; printf "\\rcount %s " $i; sleep 0.05; done';
+    const loop =
+      'i=0; while :; do i=$((i+1)); echo "$$ $i" > /var/tmp/counter.new && mv /var/tmp/counter.new /var/tmp/counter; printf "\\rcount %s " $i; sleep 0.05; done';
     await bash(id, `setsid nohup xterm -geometry 30x3+0+0 -e sh -c '${loop}' >/dev/null 2>&1 < /dev/null &`);
     await bash(id, `setsid nohup xmessage -geometry +420+300 'a paused desktop keeps its windows' >/dev/null 2>&1 < /dev/null &`);
     const deadline = Date.now() + 20_000;
@@ -185,7 +196,9 @@ describe('memory pause of a container desktop, across an orchestrator SIGKILL', 
     const cpuPaused = (await cpuNs(id)) - cpuPaused0;
     const still = await counter(id);
     assert.equal(await recordedFrames(id), framesAtPause, 'the recording captures nothing while paused (its video time stands still)');
-    console.log(`pause took ${pauseMs.toFixed(1)} ms (HTTP round trip); CPU: ${(cpuRunning / 1e6).toFixed(1)} ms in 1 s running, ${(cpuPaused / 1e6).toFixed(3)} ms in 3 s paused`);
+    console.log(
+      `pause took ${pauseMs.toFixed(1)} ms (HTTP round trip); CPU: ${(cpuRunning / 1e6).toFixed(1)} ms in 1 s running, ${(cpuPaused / 1e6).toFixed(3)} ms in 3 s paused`,
+    );
     assert.ok(cpuRunning > 1e6, `the control: running, the desktop used CPU (${cpuRunning} ns in 1 s)`);
     assert.equal(cpuPaused, 0, 'a frozen cgroup uses no CPU at all');
     assert.deepEqual(still, atPause, 'the counter did not move while paused');
@@ -232,7 +245,9 @@ describe('memory pause of a container desktop, across an orchestrator SIGKILL', 
     const differing = differingOutsideCounter(shotBefore, shotAfter);
     await sleep(500);
     const after = await counter(id);
-    console.log(`resume took ${resumeMs.toFixed(1)} ms (HTTP round trip); counter ${first.count} before, ${atPause.count} at pause, ${after.count} 0.5 s after resume`);
+    console.log(
+      `resume took ${resumeMs.toFixed(1)} ms (HTTP round trip); counter ${first.count} before, ${atPause.count} at pause, ${after.count} 0.5 s after resume`,
+    );
     assert.equal(after.pid, first.pid, 'the same process');
     assert.ok(after.count > atPause.count, 'it counts again');
     assert.ok(after.count - atPause.count < 40, 'from where it stopped (not from zero, and not as if it had run during the pause)');
@@ -256,7 +271,9 @@ describe('memory pause of a container desktop, across an orchestrator SIGKILL', 
     assert.equal((await api('POST', `/v1/sessions/${id}/pause`, {})).status, 200);
     const t3 = performance.now();
     const deleted = await api('DELETE', `/v1/sessions/${id}`);
-    console.log(`pause ${(t1 - t0).toFixed(0)} ms, screenshot with auto-resume ${(t2 - t1).toFixed(0)} ms, pause ${(t3 - t2).toFixed(0)} ms, destroy of a paused session ${(performance.now() - t3).toFixed(0)} ms`);
+    console.log(
+      `pause ${(t1 - t0).toFixed(0)} ms, screenshot with auto-resume ${(t2 - t1).toFixed(0)} ms, pause ${(t3 - t2).toFixed(0)} ms, destroy of a paused session ${(performance.now() - t3).toFixed(0)} ms`,
+    );
     assert.equal(deleted.status, 200);
     assert.equal(deleted.json.state, 'destroyed');
     assert.equal(existsSync(path.join('/sys/fs/cgroup/freezer', NAMES.cgroup(id))), false, 'its cgroup is gone');

@@ -40,7 +40,14 @@ function request(url: string, opts: { method?: string; headers?: Record<string, 
   return new Promise((resolve, reject) => {
     const target = new URL(url);
     const req = http.request(
-      { host: target.hostname, port: target.port, path: target.pathname + target.search, method: opts.method ?? 'GET', headers: { ...(opts.host ? { host: opts.host } : {}), ...opts.headers }, agent: false },
+      {
+        host: target.hostname,
+        port: target.port,
+        path: target.pathname + target.search,
+        method: opts.method ?? 'GET',
+        headers: { ...(opts.host ? { host: opts.host } : {}), ...opts.headers },
+        agent: false,
+      },
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
@@ -94,7 +101,10 @@ describe('guest ports on URLs', { timeout: 600_000 }, () => {
     });
     main = await newSession();
     second = await newSession();
-    await startGuestWebServer(main.guest, 3000, '/tmp/www', { 'hello.txt': 'hello from the guest\n', 'index.html': '<title>guest page</title><p id="p">served in the guest</p>' });
+    await startGuestWebServer(main.guest, 3000, '/tmp/www', {
+      'hello.txt': 'hello from the guest\n',
+      'index.html': '<title>guest page</title><p id="p">served in the guest</p>',
+    });
     await startGuestWebServer(main.guest, 3001, '/tmp/www1', { 'hello.txt': 'port 3001\n' });
     await startGuestWebServer(second.guest, 3000, '/tmp/www', { 'hello.txt': 'the second session\n' });
   });
@@ -146,11 +156,19 @@ describe('guest ports on URLs', { timeout: 600_000 }, () => {
     const body = Buffer.alloc(5 * 1024 * 1024);
     for (let i = 0; i < body.length; i++) body[i] = (i * 7) & 255;
     for (const method of ['POST', 'PUT']) {
-      const echoed = await request(`${serve.url}/v1/sessions/${main.id}/ports/3000/echo`, { method, headers: { ...auth(), 'content-type': 'application/json' }, body });
+      const echoed = await request(`${serve.url}/v1/sessions/${main.id}/ports/3000/echo`, {
+        method,
+        headers: { ...auth(), 'content-type': 'application/json' },
+        body,
+      });
       assert.equal(echoed.status, 200, method);
       assert.ok(echoed.body.equals(body), `${method}: the same bytes came back`);
     }
-    const bare = await request(`${serve.url}/v1/sessions/${main.id}/ports/3000/echo`, { method: 'POST', headers: { ...auth(), 'content-length': '5' }, body: 'plain' });
+    const bare = await request(`${serve.url}/v1/sessions/${main.id}/ports/3000/echo`, {
+      method: 'POST',
+      headers: { ...auth(), 'content-length': '5' },
+      body: 'plain',
+    });
     assert.equal(bare.body.toString(), 'plain', 'a body without a content type passes too');
     const deleted = await request(`${serve.url}/echo`, { method: 'DELETE', host: hostOf(main.id, 3000), headers: auth() });
     assert.equal(deleted.body.toString(), 'deleted');
@@ -224,7 +242,10 @@ describe('guest ports on URLs', { timeout: 600_000 }, () => {
     assert.equal((await request(`${serve.url}/v1/sessions/${main.id}/ports/3000/hello.txt`, { headers: { cookie: `sbx_port_token=${token}` } })).status, 200);
     assert.equal((await request(`${serve.url}/hello.txt?sbx_token=${token}`, { host: hostOf(main.id, 3000) })).status, 200);
     // The token is ours: the guest does not see it in the query.
-    const seen = JSON.parse((await request(`${serve.url}/v1/sessions/${main.id}/ports/3000/headers?x=1&sbx_token=${token}`)).body.toString()) as Record<string, string>;
+    const seen = JSON.parse((await request(`${serve.url}/v1/sessions/${main.id}/ports/3000/headers?x=1&sbx_token=${token}`)).body.toString()) as Record<
+      string,
+      string
+    >;
     assert.equal(seen[':path'], '/headers?x=1');
     // Another port, another session, another route: nothing.
     for (const url of [
@@ -301,13 +322,13 @@ describe('guest ports on URLs', { timeout: 600_000 }, () => {
   it('the client (sandbox.ports.url) and the CLI (sbx port) give URLs that open the port without the key', async () => {
     const sandbox = await new SandboxClient({ baseUrl: serve.url, apiKey: key }).connect(main.id);
     const url = await sandbox.ports.url(3000);
-    assert.equal((await (await fetch(`${url}`.replace('/?', '/hello.txt?'))).text()), 'hello from the guest\n');
+    assert.equal(await (await fetch(`${url}`.replace('/?', '/hello.txt?'))).text(), 'hello from the guest\n');
     const cli = await runCliWith(['--url', serve.url, 'port', main.id, '3001'], { SBX_API_KEY: key });
     assert.equal(cli.code, 0, cli.stderr);
     const [pathUrl, hostUrl] = cli.stdout.trim().split('\n');
     assert.match(pathUrl!, new RegExp(`/v1/sessions/${main.id}/ports/3001/\\?sbx_token=prt_`));
     assert.match(hostUrl!, new RegExp(`^http://3001-${main.id}\\.${DOMAIN}:`));
-    assert.equal((await (await fetch(pathUrl!.replace('/?', '/hello.txt?'))).text()), 'port 3001\n');
+    assert.equal(await (await fetch(pathUrl!.replace('/?', '/hello.txt?'))).text(), 'port 3001\n');
     const bad = await runCliWith(['--url', serve.url, 'port', main.id, '70000'], { SBX_API_KEY: key });
     assert.notEqual(bad.code, 0);
     assert.match(bad.stderr, /port from 1 to 65535/);
@@ -360,7 +381,13 @@ describe('guest ports on URLs', { timeout: 600_000 }, () => {
     const mibPerSecond = got / 1024 / 1024 / ((Date.now() - started) / 1000);
     await reader.cancel();
     // 2. An endless response nobody reads, and a WebSocket flood nobody reads, at once.
-    const stalled = http.get({ host: '127.0.0.1', port: new URL(serve.url).port, path: `/v1/sessions/${main.id}/ports/3000/endless`, headers: auth(), agent: false });
+    const stalled = http.get({
+      host: '127.0.0.1',
+      port: new URL(serve.url).port,
+      path: `/v1/sessions/${main.id}/ports/3000/endless`,
+      headers: auth(),
+      agent: false,
+    });
     const [stalledRes] = (await once(stalled, 'response')) as [http.IncomingMessage];
     stalledRes.pause();
     const flood = new WebSocket(`${serve.url.replace('http', 'ws')}/v1/sessions/${main.id}/ports/3000/wsflood`, { headers: auth() });
@@ -391,7 +418,9 @@ describe('guest ports on URLs', { timeout: 600_000 }, () => {
     (flood as unknown as { _socket: import('node:net').Socket })._socket.resume();
     assert.ok(await wsClosed, 'the unread WebSocket flood was closed by the idle timeout');
     const growth = during.rssMiB - before.rssMiB;
-    console.log(`ports red team: endless read at ${mibPerSecond.toFixed(0)} MiB/s; RSS ${before.rssMiB} -> ${during.rssMiB} MiB (peak ${during.peakMiB}) with an unread response and an unread WebSocket flood; other requests meanwhile ${duringMs} ms`);
+    console.log(
+      `ports red team: endless read at ${mibPerSecond.toFixed(0)} MiB/s; RSS ${before.rssMiB} -> ${during.rssMiB} MiB (peak ${during.peakMiB}) with an unread response and an unread WebSocket flood; other requests meanwhile ${duringMs} ms`,
+    );
     assert.ok(growth < 96, `the orchestrator grew by ${growth} MiB`);
     assert.equal((await request(`${serve.url}/v1/sessions/${main.id}/ports/3000/hello.txt`, { headers: auth() })).status, 200, 'the session still serves');
   });

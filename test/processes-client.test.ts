@@ -36,7 +36,10 @@ describe('processes and fs from the client SDK and the CLI', { timeout: 300_000 
     assert.deepEqual(seen, ['stdout:hello world\n', 'stderr:oops\n', 'exit:4']);
     const sleeper = await sandbox.processes.start({ cmd: 'echo started; sleep 600' });
     const listed = await sandbox.processes.list();
-    assert.deepEqual(listed.map((p) => p.pid), [sleeper.pid]);
+    assert.deepEqual(
+      listed.map((p) => p.pid),
+      [sleeper.pid],
+    );
     // Another client picks it up by its pid and sees the output so far.
     const again = await new SandboxClient({ baseUrl: base }).connect(sandbox.id).then((s) => s.processes.connect(sleeper.pid));
     const first = await again.output()[Symbol.asyncIterator]().next();
@@ -68,13 +71,20 @@ describe('processes and fs from the client SDK and the CLI', { timeout: 300_000 
     const change = await firstChange;
     assert.ok(change.value && ['created', 'removed'].includes(change.value.type));
     controller.abort();
-    assert.deepEqual((await sandbox.fs.list('/home/user/sdk')).entries.map((e) => e.name), ['renamed']);
+    assert.deepEqual(
+      (await sandbox.fs.list('/home/user/sdk')).entries.map((e) => e.name),
+      ['renamed'],
+    );
     await sandbox.fs.remove('/home/user/sdk', { recursive: true });
     await assert.rejects(sandbox.fs.stat('/home/user/sdk'), { code: 'file_not_found' });
   });
 
   it('sbx exec streams a command and exits with its code', async () => {
-    const child = spawn(process.execPath, [CLI, '--url', base, 'exec', sandbox.id, '--', 'bash', '-c', 'echo "$1"; echo to-stderr >&2; exit 5', 'x', '; touch /tmp/pwned'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(
+      process.execPath,
+      [CLI, '--url', base, 'exec', sandbox.id, '--', 'bash', '-c', 'echo "$1"; echo to-stderr >&2; exit 5', 'x', '; touch /tmp/pwned'],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));

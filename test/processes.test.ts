@@ -23,7 +23,11 @@ describe('processes in a real sandbox', { timeout: 600_000 }, () => {
   before(async () => {
     orch = await startTestOrchestrator({}, true);
     base = `http://127.0.0.1:${(orch.server.server.address() as AddressInfo).port}`;
-    const created = await fetch(`${base}/v1/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ timeoutSeconds: 900 }) });
+    const created = await fetch(`${base}/v1/sessions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ timeoutSeconds: 900 }),
+    });
     assert.equal(created.status, 201, await created.clone().text());
     id = ((await created.json()) as { id: string }).id;
   });
@@ -56,7 +60,16 @@ describe('processes in a real sandbox', { timeout: 600_000 }, () => {
   });
 
   it('red team: argv, env values and cwd are data; nothing reaches a shell unquoted', async () => {
-    const hostile = ['; touch /tmp/pwned', '$(touch /tmp/pwned2)', '`touch /tmp/pwned3`', "' ; touch /tmp/pwned4 ; '", '&& touch /tmp/pwned5', '\n touch /tmp/pwned6', '-n', '*'];
+    const hostile = [
+      '; touch /tmp/pwned',
+      '$(touch /tmp/pwned2)',
+      '`touch /tmp/pwned3`',
+      "' ; touch /tmp/pwned4 ; '",
+      '&& touch /tmp/pwned5',
+      '\n touch /tmp/pwned6',
+      '-n',
+      '*',
+    ];
     const echoed = await run({ argv: ['printf', '%s|', ...hostile] });
     assert.equal(echoed.stdout.toString(), hostile.map((a) => `${a}|`).join(''));
     // As the program itself: no such program, nothing run.
@@ -112,7 +125,10 @@ describe('processes in a real sandbox', { timeout: 600_000 }, () => {
     const { pid } = await start({ argv: ['bash', '-c', 'read -r line; echo "got:$line"; cat'], stdin: true });
     const reading = readProcessOutput(`${processes()}/${pid}/output`);
     assert.equal((await post(`${processes()}/${pid}/stdin`, { data: 'first line\n' })).status, 204);
-    assert.equal((await post(`${processes()}/${pid}/stdin`, { data: Buffer.from([0, 1, 2, 255]).toString('base64'), encoding: 'base64', eof: true })).status, 204);
+    assert.equal(
+      (await post(`${processes()}/${pid}/stdin`, { data: Buffer.from([0, 1, 2, 255]).toString('base64'), encoding: 'base64', eof: true })).status,
+      204,
+    );
     const out = await reading;
     assert.deepEqual(out.stdout, Buffer.concat([Buffer.from('got:first line\n'), Buffer.from([0, 1, 2, 255])]));
     assert.equal(out.exit?.exitCode, 0);
@@ -192,7 +208,9 @@ describe('processes in a real sandbox', { timeout: 600_000 }, () => {
     assert.ok((info?.droppedBytes ?? 0) >= size - DEFAULT_PROCESS_LIMITS.bufferBytesPerProcess);
     const growth = (rssPeak - before.rss) / MiB;
     const buffers = (buffersPeak - before.arrayBuffers) / MiB;
-    console.log(`200 MiB unread: the session's output held at most ${(heldPeak / MiB).toFixed(2)} MiB; orchestrator RSS grew at most ${growth.toFixed(1)} MiB, Buffers ${buffers.toFixed(1)} MiB after a collection while it ran, ${settled.toFixed(1)} MiB once it ended`);
+    console.log(
+      `200 MiB unread: the session's output held at most ${(heldPeak / MiB).toFixed(2)} MiB; orchestrator RSS grew at most ${growth.toFixed(1)} MiB, Buffers ${buffers.toFixed(1)} MiB after a collection while it ran, ${settled.toFixed(1)} MiB once it ended`,
+    );
     // The session's whole output held (this process's 1 MiB and what earlier tests' finished processes keep).
     assert.ok(heldPeak <= DEFAULT_PROCESS_LIMITS.bufferBytesPerSession, `held ${heldPeak}`);
     // Buffers are freed by a thread of their own after a collection, so the figure while it runs
@@ -250,7 +268,9 @@ describe('processes in a real sandbox', { timeout: 600_000 }, () => {
     ws.send('\x04');
     await sleep(200);
     ws.send('exit\r');
-    const closed = await new Promise<{ code: number; reason: string }>((resolve) => ws.once('close', (code, reason) => resolve({ code, reason: reason.toString() })));
+    const closed = await new Promise<{ code: number; reason: string }>((resolve) =>
+      ws.once('close', (code, reason) => resolve({ code, reason: reason.toString() })),
+    );
     assert.equal(closed.code, 1000);
     assert.equal((JSON.parse(closed.reason) as { exitCode: number }).exitCode, 0);
     assert.equal(await guest('cat /tmp/typed.txt'), 'hello from a terminal\n');
@@ -281,7 +301,11 @@ describe('processes in a real sandbox', { timeout: 600_000 }, () => {
     const echo = await run({ argv: ['echo', 'still here'] });
     assert.equal(echo.stdout.toString(), 'still here\n');
     const echoMs = performance.now() - began;
-    const bash = await fetch(`${base}/v1/sessions/${id}/tools/bash`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ command: 'echo ok' }) });
+    const bash = await fetch(`${base}/v1/sessions/${id}/tools/bash`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ command: 'echo ok' }),
+    });
     assert.equal(bash.status, 200);
     console.log(`while a flood waits for a stuck reader: echo took ${echoMs.toFixed(0)} ms`);
     const held = (await (await fetch(`${processes()}/${pid}`)).json()) as { readers: number; outputBytes: number };

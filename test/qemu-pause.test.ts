@@ -88,7 +88,10 @@ describe('memory pause of a qemu VM', () => {
     assert.ok((atResume[1] ?? 0) >= (beforePause[1] ?? 0), 'not from zero');
     // Had it run through the 4 s pause, it would be rate * 4 further; from the resume to the read it runs a little.
     const ranFor = ((atResume[1] ?? 0) - (beforePause[1] ?? 0)) / rate;
-    assert.ok(ranFor < (performance.now() - started) / 1000 + 1 && ranFor < 3.5, `it did not count through the pause (${beforePause[1]} -> ${atResume[1]}: ${ranFor.toFixed(1)} s of counting)`);
+    assert.ok(
+      ranFor < (performance.now() - started) / 1000 + 1 && ranFor < 3.5,
+      `it did not count through the pause (${beforePause[1]} -> ${atResume[1]}: ${ranFor.toFixed(1)} s of counting)`,
+    );
     assert.ok((later[1] ?? 0) > (atResume[1] ?? 0), 'it counts again');
     assert.ok(cpuPaused * 5 < cpuRunning, `a stopped VM uses next to no CPU (${cpuPaused} ticks paused vs ${cpuRunning} running)`);
     const shot = await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}/screenshot` });

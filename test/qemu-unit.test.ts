@@ -97,7 +97,12 @@ describe('initrd: cpio archive, modules, /init', () => {
   });
 
   it('generates an /init that loads the modules in order, mounts the root and switch_roots', async () => {
-    const script = initScript({ modules: ['virtio_ring', 'virtio', 'virtio_blk'], defaultRoot: '/dev/vda', defaultInit: '/sbin/sandbox-init', rootWaitSeconds: 10 });
+    const script = initScript({
+      modules: ['virtio_ring', 'virtio', 'virtio_blk'],
+      defaultRoot: '/dev/vda',
+      defaultInit: '/sbin/sandbox-init',
+      rootWaitSeconds: 10,
+    });
     assert.match(script, /^#!\/bin\/sh\n/);
     assert.match(script, /for module in virtio_ring virtio virtio_blk; do/);
     assert.match(script, /root=\/dev\/vda\ninit=\/sbin\/sandbox-init/);
@@ -167,7 +172,11 @@ describe('kernel command line and QEMU command line', () => {
     assert.match(drives[0] as string, /^id=root,.*format=qcow2,file=\/state\/a,,b\/root\.qcow2,cache=unsafe/, 'root first (vda), comma doubled');
     assert.match(drives[1] as string, /^id=config,.*format=raw,file=\/state\/x\/config\.ext4,read-only=on$/, 'config drive second (vdb)');
     assert.deepEqual(after(argv, '-netdev'), ['tap,id=net0,ifname=tap0,script=no,downscript=no']);
-    assert.deepEqual(after(argv, '-device'), ['virtio-blk-device,drive=root', 'virtio-blk-device,drive=config', 'virtio-net-device,netdev=net0,mac=02:00:00:00:00:01']);
+    assert.deepEqual(after(argv, '-device'), [
+      'virtio-blk-device,drive=root',
+      'virtio-blk-device,drive=config',
+      'virtio-net-device,netdev=net0,mac=02:00:00:00:00:01',
+    ]);
     assert.deepEqual(after(argv, '-serial'), ['chardev:console']);
     assert.deepEqual(after(argv, '-pidfile'), ['/state/x/qemu.pid']);
     assert.deepEqual(after(argv, '-runas'), ['nobody']);
@@ -251,7 +260,11 @@ describe('runtime selection', () => {
     const kvm = await kvmRunsGuests();
     // No firecracker binary: auto's first choice is out of the way whatever the host has.
     const noFirecracker = { ...firecrackerSettingsFromEnv({}), firecrackerBin: '/nonexistent/firecracker' };
-    const picked = await RUNTIMES.select('auto', names, { container: containerSettingsFromEnv(process.env), qemu: qemuSettingsFromEnv({}), firecracker: noFirecracker });
+    const picked = await RUNTIMES.select('auto', names, {
+      container: containerSettingsFromEnv(process.env),
+      qemu: qemuSettingsFromEnv({}),
+      firecracker: noFirecracker,
+    });
     if (kvm.works) {
       assert.equal(picked.runtime.name, 'qemu', `KVM runs guests here (${kvm.detail}): ${picked.reason}`);
       assert.equal((picked.runtime as QemuRuntime).accelerator, 'kvm');
@@ -391,7 +404,13 @@ describe('a VMM cgroup (files checked in a stand-in hierarchy, v1 and v2)', () =
       await writeFile(path.join(root, 'tzz', 'cgroup.subtree_control'), '');
       const recorded: string[] = [];
       const v2 = await VmCgroup.create(
-        { version: 2, parent: 'tzz', name: 'tzz-abcdefghij', limits: { memoryMiB: 1024, vcpus: 2, pidsMax: 128 }, record: (kind, name) => recorded.push(`${kind}:${name}`) },
+        {
+          version: 2,
+          parent: 'tzz',
+          name: 'tzz-abcdefghij',
+          limits: { memoryMiB: 1024, vcpus: 2, pidsMax: 128 },
+          record: (kind, name) => recorded.push(`${kind}:${name}`),
+        },
         root,
       );
       const dir = path.join(root, 'tzz', 'tzz-abcdefghij');
@@ -406,7 +425,10 @@ describe('a VMM cgroup (files checked in a stand-in hierarchy, v1 and v2)', () =
       assert.equal(await readFile(path.join(dir, 'cgroup.procs'), 'utf8'), '4242');
 
       const v1 = await VmCgroup.create({ version: 1, parent: 'tzz', name: 'tzz-klmnopqrst', limits: { memoryMiB: 512, vcpus: 1, pidsMax: 64 } }, root);
-      assert.deepEqual(v1.dirs, ['memory', 'cpu', 'pids'].map((c) => path.join(root, c, 'tzz', 'tzz-klmnopqrst')));
+      assert.deepEqual(
+        v1.dirs,
+        ['memory', 'cpu', 'pids'].map((c) => path.join(root, c, 'tzz', 'tzz-klmnopqrst')),
+      );
       assert.equal(await readFile(path.join(root, 'cpu', 'tzz', 'tzz-klmnopqrst', 'cpu.cfs_quota_us'), 'utf8'), '100000');
       assert.equal(await readFile(path.join(root, 'memory', 'tzz', 'tzz-klmnopqrst', 'memory.limit_in_bytes'), 'utf8'), String((512 + 128) * 1024 * 1024));
       await assert.rejects(VmCgroup.create({ version: 2, parent: '../x', name: 'y', limits: { memoryMiB: 1, vcpus: 1 } }, root), /invalid cgroup name/);

@@ -134,7 +134,18 @@ describe('a qemu microVM sandbox, end to end', () => {
       const vmUser = await runtime.leaseVmUser(cleanup);
       const network = await createSandboxNetwork(NAMES, second, pool.lease(), cleanup, 'tap', vmUser);
       const sandbox = await runtime.start(
-        { sessionId: second, image: orch.image, sessionDir, configDir, hostname: 'second', network, memoryMiB: 256, pidsLimit: 64, logsDir: path.join(orch.stateDir, 'logs'), vmUser },
+        {
+          sessionId: second,
+          image: orch.image,
+          sessionDir,
+          configDir,
+          hostname: 'second',
+          network,
+          memoryMiB: 256,
+          pidsLimit: 64,
+          logsDir: path.join(orch.stateDir, 'logs'),
+          vmUser,
+        },
         cleanup,
       );
       // QEMU writes its pidfile as root, then drops to its uid once its devices are open.
@@ -277,7 +288,13 @@ describe('qemu VMs left by an orchestrator that crashed', () => {
     // group) outlives it, an orphan that only the next start can find.
     const port = 18600 + Math.floor(Math.random() * 300);
     const serve = spawn(process.execPath, [path.resolve('dist/cli/main.js'), 'serve', '--port', String(port), '--state-dir', stateDir, '--runtime', 'qemu'], {
-      env: { ...process.env, SBX_RESOURCE_PREFIX: TEST_PREFIX, SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images', SBX_TEMPLATE: 'minimal', SBX_SUBNET: `10.245.${Math.floor(Math.random() * 256)}.0/24` },
+      env: {
+        ...process.env,
+        SBX_RESOURCE_PREFIX: TEST_PREFIX,
+        SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
+        SBX_TEMPLATE: 'minimal',
+        SBX_SUBNET: `10.245.${Math.floor(Math.random() * 256)}.0/24`,
+      },
       stdio: 'ignore',
     });
     let id: string;
@@ -320,10 +337,12 @@ async function vmCgroupLimits(name: string): Promise<{ memory: string; cpu: stri
   const v2 = existsSync('/sys/fs/cgroup/cgroup.controllers');
   const dir = (controller: string) => (v2 ? path.join('/sys/fs/cgroup', parent, name) : path.join('/sys/fs/cgroup', controller, parent, name));
   const read = async (controller: string, file: string) => (await readFile(path.join(dir(controller), file), 'utf8')).trim();
-  const procs = await Promise.all((await vmCgroupDirs(name)).map(async (d) => (await readFile(path.join(d, 'cgroup.procs'), 'utf8')).split('\n').filter(Boolean).map(Number)));
+  const procs = await Promise.all(
+    (await vmCgroupDirs(name)).map(async (d) => (await readFile(path.join(d, 'cgroup.procs'), 'utf8')).split('\n').filter(Boolean).map(Number)),
+  );
   return {
     memory: await read('memory', v2 ? 'memory.max' : 'memory.limit_in_bytes'),
-    cpu: v2 ? (await read('cpu', 'cpu.max')).split(' ')[0] as string : await read('cpu', 'cpu.cfs_quota_us'),
+    cpu: v2 ? ((await read('cpu', 'cpu.max')).split(' ')[0] as string) : await read('cpu', 'cpu.cfs_quota_us'),
     pids: await read('pids', 'pids.max'),
     procs,
     threads: Number(await read('pids', 'pids.current')),
@@ -365,4 +384,3 @@ async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs = 
   }
   assert.fail(`timed out waiting for ${what}`);
 }
-

@@ -26,7 +26,18 @@ const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
 
 /** Frame count, duration and size of a video, as ffprobe counts them (decoding every frame). */
 async function probe(file: string): Promise<{ frames: number; seconds: number; width: number; height: number; codec: string }> {
-  const { stdout } = await run('ffprobe', ['-v', 'error', '-count_frames', '-select_streams', 'v:0', '-show_entries', 'stream=nb_read_frames,width,height,codec_name:format=duration', '-of', 'json', file]);
+  const { stdout } = await run('ffprobe', [
+    '-v',
+    'error',
+    '-count_frames',
+    '-select_streams',
+    'v:0',
+    '-show_entries',
+    'stream=nb_read_frames,width,height,codec_name:format=duration',
+    '-of',
+    'json',
+    file,
+  ]);
   const info = JSON.parse(stdout) as { streams: { nb_read_frames: string; width: number; height: number; codec_name: string }[]; format: { duration: string } };
   const stream = info.streams[0]!;
   return { frames: Number(stream.nb_read_frames), seconds: Number(info.format.duration), width: stream.width, height: stream.height, codec: stream.codec_name };
@@ -169,7 +180,11 @@ describe('recording and the screen stream, end to end', () => {
     const link = await req('POST', `/v1/sessions/${id}/links`, keyA, { purpose: 'trajectory' });
     assert.equal(link.statusCode, 201, link.body);
     const token = new URL(link.json().url as string).searchParams.get('token');
-    const viaLink = await orch.server.inject({ method: 'GET', url: `${trajectory.videoUrl}?token=${encodeURIComponent(token ?? '')}`, headers: { range: 'bytes=0-99' } });
+    const viaLink = await orch.server.inject({
+      method: 'GET',
+      url: `${trajectory.videoUrl}?token=${encodeURIComponent(token ?? '')}`,
+      headers: { range: 'bytes=0-99' },
+    });
     assert.equal(viaLink.statusCode, 206, viaLink.body.slice(0, 300));
 
     // A byte range, as a browser's <video> asks.
@@ -202,7 +217,10 @@ describe('recording and the screen stream, end to end', () => {
       // Asked for before ffmpeg has written its first fragment: a 404 saying so, or the file; never a 500.
       for (const path of ['recording', 'recording/subtitles']) {
         const early = await req('GET', `/v1/sessions/${id}/${path}`);
-        assert.ok(early.statusCode === 200 || (early.statusCode === 404 && /no file yet/.test(early.body)), `${path}: ${early.statusCode} ${early.body.slice(0, 200)}`);
+        assert.ok(
+          early.statusCode === 200 || (early.statusCode === 404 && /no file yet/.test(early.body)),
+          `${path}: ${early.statusCode} ${early.body.slice(0, 200)}`,
+        );
       }
       await sleep(1200);
       const stopped = await req('POST', `/v1/sessions/${id}/recording/stop`);
@@ -256,7 +274,10 @@ describe('recording and the screen stream, end to end', () => {
 
       // A random-text screen changing every frame, and a 64 KiB cap.
       Object.assign(settings, saved, { maxBytes: 64 * 1024 });
-      await guestSh(guest, 'export DISPLAY=:99; setsid xterm -geometry 160x56+0+0 -e sh -c "while :; do head -c 6000 /dev/urandom | base64; done" </dev/null >/dev/null 2>&1 &');
+      await guestSh(
+        guest,
+        'export DISPLAY=:99; setsid xterm -geometry 160x56+0+0 -e sh -c "while :; do head -c 6000 /dev/urandom | base64; done" </dev/null >/dev/null 2>&1 &',
+      );
       assert.equal((await req('POST', `/v1/sessions/${id}/recording/start`)).statusCode, 200);
       let status = (await req('GET', `/v1/sessions/${id}/recording/status`)).json<RecordingStatus>();
       for (let i = 0; i < 100 && status.state === 'recording'; i++) {
@@ -306,7 +327,11 @@ describe('recording and the screen stream, end to end', () => {
         }
       };
       const centre = async (frame: { data: string }) => {
-        const { data } = await sharp(Buffer.from(frame.data, 'base64')).extract({ left: 900, top: 650, width: 20, height: 20 }).removeAlpha().raw().toBuffer({ resolveWithObject: true });
+        const { data } = await sharp(Buffer.from(frame.data, 'base64'))
+          .extract({ left: 900, top: 650, width: 20, height: 20 })
+          .removeAlpha()
+          .raw()
+          .toBuffer({ resolveWithObject: true });
         return [data[0]!, data[1]!, data[2]!] as const;
       };
       const first = await nextFrame();
@@ -371,7 +396,9 @@ describe('recording and the screen stream, end to end', () => {
       const grewMiB = (process.memoryUsage.rss() - rss0) / 2 ** 20;
       latencies.sort((a, b) => a - b);
       const p95 = latencies[Math.floor(latencies.length * 0.95)]!;
-      console.error(`slow stream client dropped after ${(latencies.length / 4).toFixed(0)} s; RSS +${grewMiB.toFixed(1)} MiB; another request's p95 meanwhile ${p95.toFixed(1)} ms`);
+      console.error(
+        `slow stream client dropped after ${(latencies.length / 4).toFixed(0)} s; RSS +${grewMiB.toFixed(1)} MiB; another request's p95 meanwhile ${p95.toFixed(1)} ms`,
+      );
       // The kernel's socket buffers hold a few MiB (not the orchestrator's), ours at most 1 MiB.
       // What RSS shows besides is frames not yet collected (a changing 1024x768 screen is 3 MiB
       // a frame, ~40-60 MiB here): a sanity bound only; the drop above is what tests the cap.
@@ -427,7 +454,10 @@ describe('recording and the screen stream, end to end', () => {
         const endedAt = new Date(now - endedSecondsAgo * 1000).toISOString();
         await writeFile(files.video, Buffer.alloc(bytes));
         await writeFile(files.subtitles, 'WEBVTT\n\n');
-        await writeFile(files.meta, JSON.stringify({ sessionId: id, tenant: 't', status: { state: 'finished', startedAt: endedAt, endedAt, bytes, fps: 5, frames: 1 } }));
+        await writeFile(
+          files.meta,
+          JSON.stringify({ sessionId: id, tenant: 't', status: { state: 'finished', startedAt: endedAt, endedAt, bytes, fps: 5, frames: 1 } }),
+        );
         await utimes(files.video, new Date(), new Date());
       };
       await make('expired', 7200, 1000);
@@ -442,7 +472,14 @@ describe('recording and the screen stream, end to end', () => {
       // A recording an earlier run left in progress is marked failed at start-up, and kept.
       const crashed = recordingFiles(store, 'crashed');
       await writeFile(crashed.video, Buffer.alloc(10));
-      await writeFile(crashed.meta, JSON.stringify({ sessionId: 'crashed', tenant: 't', status: { state: 'recording', startedAt: new Date(now).toISOString(), bytes: 0, fps: 5, frames: 1 } }));
+      await writeFile(
+        crashed.meta,
+        JSON.stringify({
+          sessionId: 'crashed',
+          tenant: 't',
+          status: { state: 'recording', startedAt: new Date(now).toISOString(), bytes: 0, fps: 5, frames: 1 },
+        }),
+      );
       const service = new RecordingService({ settings: recordingSettingsFromEnv({}), dir: store, metrics: new Metrics(), log: pino({ level: 'silent' }) });
       await service.recover();
       await service.close();

@@ -97,7 +97,21 @@ describe('a keyless sbx serve against web pages in a browser on this machine', (
     // What the browser does once evil.example resolves to 127.0.0.1: connect here, and say
     // which site it wants in Host. curl --resolve makes exactly that request.
     const { stdout } = await run(
-      ['curl', '-sS', '--resolve', `evil.example:${port}:127.0.0.1`, '-X', 'POST', '-H', 'content-type: application/json', '-d', '{"width":800,"height":600}', '-w', '\n%{http_code}', `http://evil.example:${port}/v1/sessions`],
+      [
+        'curl',
+        '-sS',
+        '--resolve',
+        `evil.example:${port}:127.0.0.1`,
+        '-X',
+        'POST',
+        '-H',
+        'content-type: application/json',
+        '-d',
+        '{"width":800,"height":600}',
+        '-w',
+        '\n%{http_code}',
+        `http://evil.example:${port}/v1/sessions`,
+      ],
       { allowFailure: true },
     );
     const lines = stdout.trimEnd().split('\n');
@@ -286,7 +300,10 @@ describe('per-tenant request limits, one tenant flooding while another works (re
     assert.equal(refused.headers.get('retry-after'), '1');
     const error = ((await refused.json()) as { error: { code: string; message: string } }).error;
     assert.equal(error.code, 'tenant_concurrency_limit');
-    assert.match(error.message, /tenant "tenant-a" has 4, its limit of concurrent requests \(4, SBX_TENANT_MAX_CONCURRENT_REQUESTS or the tenant's entry in SBX_TENANT_REQUEST_LIMITS\)/);
+    assert.match(
+      error.message,
+      /tenant "tenant-a" has 4, its limit of concurrent requests \(4, SBX_TENANT_MAX_CONCURRENT_REQUESTS or the tenant's entry in SBX_TENANT_REQUEST_LIMITS\)/,
+    );
     // Tenant B, meanwhile: its own session, screenshot and all.
     const started = performance.now();
     const shot = await as(keyB, 'GET', `/v1/sessions/${idB}/screenshot`);
@@ -373,7 +390,10 @@ describe('per-tenant request limits, one tenant flooding while another works (re
     assert.deepEqual([...bStatuses], [200], 'tenant B was never refused');
     assert.ok(bLatencies.length >= 5, `tenant B kept working: ${bLatencies.length} actions`);
     assert.equal((await refusedByRate()) - refusedBefore, refused, 'every refusal is counted');
-    assert.ok(memoryAfter.peakMiB - memoryBefore.peakMiB < 50, `the flood cost the orchestrator ${memoryAfter.peakMiB - memoryBefore.peakMiB} MiB of peak memory`);
+    assert.ok(
+      memoryAfter.peakMiB - memoryBefore.peakMiB < 50,
+      `the flood cost the orchestrator ${memoryAfter.peakMiB - memoryBefore.peakMiB} MiB of peak memory`,
+    );
     // And A is served again once it slows down.
     await sleep(1_100);
     assert.equal((await as(keyA, 'GET', `/v1/sessions/${idA}`)).status, 200);
@@ -400,7 +420,11 @@ describe('per-tenant request limits, one tenant flooding while another works (re
 describe('request limit settings', () => {
   it('the gate: a token bucket and a count in flight per tenant, on a clock of its own', () => {
     let clock = 0;
-    const gate = new TenantRequestGate({ maxConcurrent: 2, perSecond: 2, burst: 3 }, new Map([['big', { maxConcurrent: 100, perSecond: 100, burst: 100 }]]), () => clock);
+    const gate = new TenantRequestGate(
+      { maxConcurrent: 2, perSecond: 2, burst: 3 },
+      new Map([['big', { maxConcurrent: 100, perSecond: 100, burst: 100 }]]),
+      () => clock,
+    );
     /** The refusal of one more request of `tenant`, or undefined if it was admitted (and is over at once). */
     const refusal = (tenant: string) => {
       try {
@@ -505,7 +529,10 @@ describe('5xx answers: the gist and a request id to the client, the detail to th
         'sandbox failed to start: SSH to 10.242.3.2:22 (last error: connect ECONNREFUSED 10.242.3.2:22) did not finish within 300 ms (console log kept at /var/lib/sandboxes/logs/abc.console.log)\n--- guest console (last lines) ---\nsandbox-init: mount /dev/vdb failed',
         'sandbox failed to start: SSH to 10.242.3.2:22 did not finish within 300 ms',
       ],
-      ['sandbox failed to start: container tab-abc exited at once; see /tmp/sbx-test-x/abc/console.log', 'sandbox failed to start: container tab-abc exited at once'],
+      [
+        'sandbox failed to start: container tab-abc exited at once; see /tmp/sbx-test-x/abc/console.log',
+        'sandbox failed to start: container tab-abc exited at once',
+      ],
       [
         'the tool could not run in the sandbox: guest command "LC_ALL=C.UTF-8 DISPLAY=:99 xdotool key a" did not finish within 15000 ms',
         'the tool could not run in the sandbox: guest command did not finish within 15000 ms',
@@ -518,7 +545,7 @@ describe('5xx answers: the gist and a request id to the client, the detail to th
     assert.ok(publicSummary('x'.repeat(10_000)).length <= 300);
   });
 
-  it('4xx messages still name the client\'s field', async () => {
+  it("4xx messages still name the client's field", async () => {
     const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: { width: 'wide' } });
     assert.equal(res.statusCode, 400);
     assert.match(res.json().error.message, /width/);

@@ -47,7 +47,7 @@ interface Step {
  * page for a step without a screenshot (in Chromium), and an operator's folder of a session
  * id's shape surviving the restart.
  */
-describe('red team: what is kept after a session is its tenant\'s by what it stores', () => {
+describe("red team: what is kept after a session is its tenant's by what it stores", () => {
   let stateDir: string;
   let orch: TestOrchestrator;
   let keyA: string;
@@ -84,13 +84,21 @@ describe('red team: what is kept after a session is its tenant\'s by what it sto
     await rm(stateDir, { recursive: true, force: true });
   });
 
-  it("stores vendor calls and desktop actions as steps, typed text masked wherever it sits", async () => {
+  it('stores vendor calls and desktop actions as steps, typed text masked wherever it sits', async () => {
     assert.equal((await inject('POST', `/v1/sessions/${id}/tools/computer`, keyA, { action: 'screenshot' })).statusCode, 200);
     // No ?screenshot=true: a step with no screenshot of its own, taken while recording.
     assert.equal((await inject('POST', `/v1/sessions/${id}/actions`, keyA, { action: 'left_click', coordinate: [100, 100] })).statusCode, 200);
-    const openai = await inject('POST', `/v1/sessions/${id}/tools/openai-computer`, keyA, { type: 'computer_call', call_id: 'c1', action: { type: 'type', text: SECRETS.openai } });
+    const openai = await inject('POST', `/v1/sessions/${id}/tools/openai-computer`, keyA, {
+      type: 'computer_call',
+      call_id: 'c1',
+      action: { type: 'type', text: SECRETS.openai },
+    });
     assert.equal(openai.statusCode, 200, openai.body);
-    const gemini = await inject('POST', `/v1/sessions/${id}/tools/gemini-computer`, keyA, { name: 'type_text_at', args: { x: 500, y: 500, text: SECRETS.gemini }, id: 'g1' });
+    const gemini = await inject('POST', `/v1/sessions/${id}/tools/gemini-computer`, keyA, {
+      name: 'type_text_at',
+      args: { x: 500, y: 500, text: SECRETS.gemini },
+      id: 'g1',
+    });
     assert.equal(gemini.statusCode, 200, gemini.body);
     assert.equal(gemini.json().response.error, undefined, gemini.body);
     assert.equal((await inject('PUT', `/v1/sessions/${id}/desktop/clipboard`, keyA, { text: SECRETS.clipboard })).statusCode, 200);
@@ -177,7 +185,9 @@ describe('red team: what is kept after a session is its tenant\'s by what it sto
     // It is the screen: the frame matches the settled screenshot taken just before (the click changed nothing visible).
     const before = { children: await childCpuMs(), at: performance.now() };
     const frame = await inject('GET', `/v1/sessions/${id}/trajectory/steps/2/frame`, keyA);
-    t.diagnostic(`one frame: ${(performance.now() - before.at).toFixed(0)} ms, ${(await childCpuMs()) - before.children} ms of ffmpeg CPU, ${frame.rawPayload.length} bytes of JPEG`);
+    t.diagnostic(
+      `one frame: ${(performance.now() - before.at).toFixed(0)} ms, ${(await childCpuMs()) - before.children} ms of ffmpeg CPU, ${frame.rawPayload.length} bytes of JPEG`,
+    );
     assert.equal(frame.headers['content-type'], 'image/jpeg');
     const shot = await inject('GET', `/v1/sessions/${id}/trajectory/steps/1/screenshot`, keyA);
     const [a, b] = await Promise.all([frame.rawPayload, shot.rawPayload].map((img) => sharp(img).resize(256, 192).removeAlpha().raw().toBuffer()));
@@ -190,68 +200,78 @@ describe('red team: what is kept after a session is its tenant\'s by what it sto
     assert.equal((await inject('GET', `/v1/sessions/${id}/trajectory/steps/1e3/frame`, keyA)).statusCode, 400);
   });
 
-  it('after a restart whose reconciliation prunes the row, tenant B gets the 404 of a made-up id on every kept route; the operator\'s folder stays', { timeout: 180_000 }, async (t) => {
-    assert.equal((await inject('DELETE', `/v1/sessions/${id}`, keyA)).statusCode, 200);
-    videoOnDisk = await readFile(recordingFiles(path.join(stateDir, DEFAULT_RECORDING_SUBDIR), id).video);
-    await orch.close();
-    await rm(orch.stateDir, { recursive: true, force: true }); // the helper's own (unused: ours is the override)
-    // A day and an hour later, as far as the store can tell: the row is due for the prune.
-    const db = new Database(path.join(stateDir, 'orchestrator.db'));
-    assert.equal(db.prepare('UPDATE sessions SET updated_at = ? WHERE id = ?').run(new Date(Date.now() - 25 * 3600_000).toISOString(), id).changes, 1);
-    db.close();
-    assert.ok(SESSION_ID_PATTERN.test(OPERATOR_DIR));
-    await mkdir(path.join(stateDir, OPERATOR_DIR));
-    await writeFile(path.join(stateDir, OPERATOR_DIR, 'notes.txt'), 'mine');
+  it(
+    "after a restart whose reconciliation prunes the row, tenant B gets the 404 of a made-up id on every kept route; the operator's folder stays",
+    { timeout: 180_000 },
+    async (t) => {
+      assert.equal((await inject('DELETE', `/v1/sessions/${id}`, keyA)).statusCode, 200);
+      videoOnDisk = await readFile(recordingFiles(path.join(stateDir, DEFAULT_RECORDING_SUBDIR), id).video);
+      await orch.close();
+      await rm(orch.stateDir, { recursive: true, force: true }); // the helper's own (unused: ours is the override)
+      // A day and an hour later, as far as the store can tell: the row is due for the prune.
+      const db = new Database(path.join(stateDir, 'orchestrator.db'));
+      assert.equal(db.prepare('UPDATE sessions SET updated_at = ? WHERE id = ?').run(new Date(Date.now() - 25 * 3600_000).toISOString(), id).changes, 1);
+      db.close();
+      assert.ok(SESSION_ID_PATTERN.test(OPERATOR_DIR));
+      await mkdir(path.join(stateDir, OPERATOR_DIR));
+      await writeFile(path.join(stateDir, OPERATOR_DIR, 'notes.txt'), 'mine');
 
-    await start();
-    assert.equal(await readFile(path.join(stateDir, OPERATOR_DIR, 'notes.txt'), 'utf8'), 'mine', "reconciliation left the operator's folder alone");
-    const rows = new Database(path.join(stateDir, 'orchestrator.db'), { readonly: true });
-    assert.equal((rows.prepare('SELECT COUNT(*) AS n FROM sessions WHERE id = ?').get(id) as { n: number }).n, 0, 'the row was pruned');
-    rows.close();
+      await start();
+      assert.equal(await readFile(path.join(stateDir, OPERATOR_DIR, 'notes.txt'), 'utf8'), 'mine', "reconciliation left the operator's folder alone");
+      const rows = new Database(path.join(stateDir, 'orchestrator.db'), { readonly: true });
+      assert.equal((rows.prepare('SELECT COUNT(*) AS n FROM sessions WHERE id = ?').get(id) as { n: number }).n, 0, 'the row was pruned');
+      rows.close();
 
-    const madeUp = 'zz9zz9zz9z';
-    const routes: Array<{ method: 'GET' | 'POST' | 'DELETE'; path: string; payload?: unknown }> = [
-      { method: 'GET', path: '/recording' },
-      { method: 'GET', path: '/recording/subtitles' },
-      { method: 'GET', path: '/recording/status' },
-      { method: 'POST', path: '/recording/stop' },
-      { method: 'POST', path: '/recording/start' },
-      { method: 'GET', path: '/trajectory' },
-      { method: 'GET', path: '/trajectory?format=jsonl' },
-      { method: 'GET', path: '/trajectory/steps/1/screenshot' },
-      { method: 'GET', path: '/trajectory/steps/3/screenshot?when=before' },
-      { method: 'GET', path: '/trajectory/steps/2/frame' },
-      { method: 'GET', path: '/trajectory/view' },
-      { method: 'POST', path: '/links', payload: { purpose: 'trajectory' } },
-      { method: 'DELETE', path: `/links/${linkId}` },
-      { method: 'GET', path: '' },
-    ];
-    const cpu = process.cpuUsage();
-    const children = await childCpuMs();
-    for (const route of routes) {
-      const asB = await inject(route.method, `/v1/sessions/${id}${route.path}`, keyB, route.payload);
-      const never = await inject(route.method, `/v1/sessions/${madeUp}${route.path}`, keyB, route.payload);
-      assert.equal(asB.statusCode, 404, `${route.method} ${route.path}: ${asB.statusCode} ${String(asB.headers['content-type'])} ${asB.rawPayload.length} bytes`);
-      assert.equal(asB.body.replaceAll(id, madeUp), never.body, `${route.method} ${route.path}: B cannot tell A's session from one that never existed`);
-      assert.equal(asB.headers['content-type'], never.headers['content-type']);
-    }
-    const used = process.cpuUsage(cpu);
-    const cpuMs = (used.user + used.system) / 1000;
-    const childMs = (await childCpuMs()) - children;
-    t.diagnostic(`B's ${routes.length * 2} probes (${routes.length} on A's session, as many on a made-up id): ${cpuMs.toFixed(0)} ms of orchestrator CPU, ${childMs} ms of child processes`);
-    // No ffmpeg ran for B: the tenant check comes before any extraction. One frame costs
-    // ~140 ms of ffmpeg CPU here; the bound leaves room for the policy guard's nft runs only.
-    assert.ok(childMs < 70, `${childMs} ms of child CPU during the probes: an ffmpeg ran for B`);
-    assert.ok(cpuMs < 2_000, `B's probes cost ${cpuMs.toFixed(0)} ms of orchestrator CPU`);
-    // B's link token is no key to A's pages either.
-    const linkB = await inject('POST', `/v1/sessions/${madeUp}/links`, keyB, { purpose: 'trajectory' });
-    assert.equal(linkB.statusCode, 404);
-    // Defence in depth: the recording itself answers by its own stored tenant, whatever the hook decided.
-    await assert.rejects(orch.manager.recordingFiles(id, 'tenant-b'), { category: 'not_found' });
-    await assert.rejects(orch.manager.recordingStatus(id, 'tenant-b'), { category: 'not_found' });
-    await assert.rejects(orch.manager.stopRecording(id, 'tenant-b'), { category: 'not_found' });
-    assert.equal(await orch.manager.recordingFrame(id, 'tenant-b', 500), undefined);
-  });
+      const madeUp = 'zz9zz9zz9z';
+      const routes: Array<{ method: 'GET' | 'POST' | 'DELETE'; path: string; payload?: unknown }> = [
+        { method: 'GET', path: '/recording' },
+        { method: 'GET', path: '/recording/subtitles' },
+        { method: 'GET', path: '/recording/status' },
+        { method: 'POST', path: '/recording/stop' },
+        { method: 'POST', path: '/recording/start' },
+        { method: 'GET', path: '/trajectory' },
+        { method: 'GET', path: '/trajectory?format=jsonl' },
+        { method: 'GET', path: '/trajectory/steps/1/screenshot' },
+        { method: 'GET', path: '/trajectory/steps/3/screenshot?when=before' },
+        { method: 'GET', path: '/trajectory/steps/2/frame' },
+        { method: 'GET', path: '/trajectory/view' },
+        { method: 'POST', path: '/links', payload: { purpose: 'trajectory' } },
+        { method: 'DELETE', path: `/links/${linkId}` },
+        { method: 'GET', path: '' },
+      ];
+      const cpu = process.cpuUsage();
+      const children = await childCpuMs();
+      for (const route of routes) {
+        const asB = await inject(route.method, `/v1/sessions/${id}${route.path}`, keyB, route.payload);
+        const never = await inject(route.method, `/v1/sessions/${madeUp}${route.path}`, keyB, route.payload);
+        assert.equal(
+          asB.statusCode,
+          404,
+          `${route.method} ${route.path}: ${asB.statusCode} ${String(asB.headers['content-type'])} ${asB.rawPayload.length} bytes`,
+        );
+        assert.equal(asB.body.replaceAll(id, madeUp), never.body, `${route.method} ${route.path}: B cannot tell A's session from one that never existed`);
+        assert.equal(asB.headers['content-type'], never.headers['content-type']);
+      }
+      const used = process.cpuUsage(cpu);
+      const cpuMs = (used.user + used.system) / 1000;
+      const childMs = (await childCpuMs()) - children;
+      t.diagnostic(
+        `B's ${routes.length * 2} probes (${routes.length} on A's session, as many on a made-up id): ${cpuMs.toFixed(0)} ms of orchestrator CPU, ${childMs} ms of child processes`,
+      );
+      // No ffmpeg ran for B: the tenant check comes before any extraction. One frame costs
+      // ~140 ms of ffmpeg CPU here; the bound leaves room for the policy guard's nft runs only.
+      assert.ok(childMs < 70, `${childMs} ms of child CPU during the probes: an ffmpeg ran for B`);
+      assert.ok(cpuMs < 2_000, `B's probes cost ${cpuMs.toFixed(0)} ms of orchestrator CPU`);
+      // B's link token is no key to A's pages either.
+      const linkB = await inject('POST', `/v1/sessions/${madeUp}/links`, keyB, { purpose: 'trajectory' });
+      assert.equal(linkB.statusCode, 404);
+      // Defence in depth: the recording itself answers by its own stored tenant, whatever the hook decided.
+      await assert.rejects(orch.manager.recordingFiles(id, 'tenant-b'), { category: 'not_found' });
+      await assert.rejects(orch.manager.recordingStatus(id, 'tenant-b'), { category: 'not_found' });
+      await assert.rejects(orch.manager.stopRecording(id, 'tenant-b'), { category: 'not_found' });
+      assert.equal(await orch.manager.recordingFrame(id, 'tenant-b', 500), undefined);
+    },
+  );
 
   it('tenant A still gets every kept file after the prune, by key and by its link', { timeout: 120_000 }, async () => {
     assert.equal((await inject('GET', `/v1/sessions/${id}`, keyA)).statusCode, 404, 'the row is gone for A too');

@@ -230,13 +230,16 @@ describe('red team: a container sandbox against the host and its neighbours', ()
       'print("mount", *call(165, b"none", b"/tmp", b"tmpfs", 0, None))',
     ].join('\n');
     for (const runAs of ['user', 'root'] as const) {
-      const out = runAs === 'user'
-        ? (await guestSh(guest(a), `python3 -I -c '${script}'`)).text
-        : (await asGuestRoot(a, `python3 -I -c '${script}'`)).text;
-      const results = new Map(out.trim().split('\n').map((line) => {
-        const [name, r, errno] = line.split(' ');
-        return [name, { r: Number(r), errno: Number(errno) }] as const;
-      }));
+      const out = runAs === 'user' ? (await guestSh(guest(a), `python3 -I -c '${script}'`)).text : (await asGuestRoot(a, `python3 -I -c '${script}'`)).text;
+      const results = new Map(
+        out
+          .trim()
+          .split('\n')
+          .map((line) => {
+            const [name, r, errno] = line.split(' ');
+            return [name, { r: Number(r), errno: Number(errno) }] as const;
+          }),
+      );
       assert.deepEqual(results.get('io_uring_setup'), { r: -1, errno: 38 }, `${runAs}: io_uring_setup fails with ENOSYS`);
       assert.ok((results.get('getpid')?.r ?? 0) > 0, `${runAs}: getpid works`);
       assert.deepEqual(results.get('unshare_user'), { r: -1, errno: 1 }, `${runAs}: no new user namespace (EPERM)`);
@@ -258,7 +261,10 @@ describe('red team: a container sandbox against the host and its neighbours', ()
     const quiet: number[] = [];
     for (let i = 0; i < 5; i++) quiet.push(await shot());
 
-    const usage = () => cgroupFile(a, ['cpuacct', 'cpuacct.usage'], 'cpu.stat').then((v) => (/usage_usec (\d+)/.exec(v) ? Number(/usage_usec (\d+)/.exec(v)?.[1]) * 1000 : Number(v)));
+    const usage = () =>
+      cgroupFile(a, ['cpuacct', 'cpuacct.usage'], 'cpu.stat').then((v) =>
+        /usage_usec (\d+)/.exec(v) ? Number(/usage_usec (\d+)/.exec(v)?.[1]) * 1000 : Number(v),
+      );
     const throttled = () => cgroupFile(a, ['cpu', 'cpu.stat'], 'cpu.stat').then((v) => Number(/nr_throttled (\d+)/.exec(v)?.[1] ?? 0));
     // Two busy loops per host CPU: far more than its one CPU's worth.
     await guestSh(guest(a), 'for i in $(seq $((2 * $(nproc)))); do nohup sh -c "while :; do :; done" >/dev/null 2>&1 & echo $! >> /tmp/burners; done');
@@ -297,7 +303,7 @@ describe('red team: a container sandbox against the host and its neighbours', ()
     assert.ok(seconds >= (24 * 1024 * 1024) / IO_LIMIT_BPS - 1, `the writes were held to the limit (${seconds.toFixed(1)} s)`);
   });
 
-  it('an inotify exhaustion in one tenant\'s sandbox does not reach another\'s', async () => {
+  it("an inotify exhaustion in one tenant's sandbox does not reach another's", async () => {
     // Tenant A's desktop user takes every inotify watch and instance it can, and holds them.
     // It stops trying at twice its watch limit and four times its instance limit: enough to
     // show a missing limit, without taking the whole host's when one is missing.
@@ -337,7 +343,10 @@ describe('red team: a container sandbox against the host and its neighbours', ()
       'w = libc.inotify_add_watch(fd, b"/tmp", 2) if fd >= 0 else -1',
       'print(fd >= 0, err, w >= 0)',
     ].join('\n');
-    await guestSh(guest(a), `cat > /tmp/exhaust.py <<'EOF'\n${exhaust}\nEOF\nnohup python3 -I /tmp/exhaust.py > /tmp/exhaust.out 2>&1 & echo $! > /tmp/exhaust.pid`);
+    await guestSh(
+      guest(a),
+      `cat > /tmp/exhaust.py <<'EOF'\n${exhaust}\nEOF\nnohup python3 -I /tmp/exhaust.py > /tmp/exhaust.out 2>&1 & echo $! > /tmp/exhaust.pid`,
+    );
     try {
       let report = '';
       const deadline = Date.now() + 60_000;
@@ -346,7 +355,9 @@ describe('red team: a container sandbox against the host and its neighbours', ()
         report = (await guestSh(guest(a), 'cat /tmp/exhaust.out')).text;
       }
       const held = JSON.parse(report.trim()) as { watches: number; watch_err: number; instances: number; inst_err: number };
-      console.log(`tenant A's user holds ${held.instances} inotify instances (then errno ${held.inst_err}) and ${held.watches} watches (then errno ${held.watch_err})`);
+      console.log(
+        `tenant A's user holds ${held.instances} inotify instances (then errno ${held.inst_err}) and ${held.watches} watches (then errno ${held.watch_err})`,
+      );
       assert.equal(held.watch_err, 28, 'A ran out of watches (ENOSPC)');
       assert.ok(held.watches <= SETTINGS.inotifyWatches, `A was stopped at its own watch limit (${held.watches} <= ${SETTINGS.inotifyWatches})`);
       assert.equal(held.inst_err, 24, 'A ran out of instances (EMFILE)');

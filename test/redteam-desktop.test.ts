@@ -38,11 +38,45 @@ const HELPER = '/usr/local/bin/sbx-desktopd';
 type Json = Record<string, unknown>;
 
 const TARGETS: unknown[] = [
-  '--help', '-e', `$(touch ${PWNED})`, `;touch ${PWNED}`, `a\ntouch ${PWNED}`, 'a\0b', `\`touch ${PWNED}\``, 'x'.repeat(5000),
-  `https://x/${'a'.repeat(5000)}`, 'javascript:alert(1)', 'ftp://example.test/', ' https://x', 'https://x y', `https://x\n--help`,
-  `/tmp/a\0b`, `/tmp/a\ntouch ${PWNED}`, '', 42, null, ['https://x'], { target: 'x' },
+  '--help',
+  '-e',
+  `$(touch ${PWNED})`,
+  `;touch ${PWNED}`,
+  `a\ntouch ${PWNED}`,
+  'a\0b',
+  `\`touch ${PWNED}\``,
+  'x'.repeat(5000),
+  `https://x/${'a'.repeat(5000)}`,
+  'javascript:alert(1)',
+  'ftp://example.test/',
+  ' https://x',
+  'https://x y',
+  `https://x\n--help`,
+  `/tmp/a\0b`,
+  `/tmp/a\ntouch ${PWNED}`,
+  '',
+  42,
+  null,
+  ['https://x'],
+  { target: 'x' },
 ];
-const APPS: unknown[] = ['../../../bin/sh', '/usr/bin/xterm', 'a/b', '..', '.hidden', 'a..b', '-e', '--help', 'a b', `xterm;touch ${PWNED}`, `$(touch ${PWNED})`, 'x'.repeat(300), '', 'debian-xterm\n', 7];
+const APPS: unknown[] = [
+  '../../../bin/sh',
+  '/usr/bin/xterm',
+  'a/b',
+  '..',
+  '.hidden',
+  'a..b',
+  '-e',
+  '--help',
+  'a b',
+  `xterm;touch ${PWNED}`,
+  `$(touch ${PWNED})`,
+  'x'.repeat(300),
+  '',
+  'debian-xterm\n',
+  7,
+];
 const WINDOW_IDS = ['0', '-1', 'abc', '1e3', '0x400001', '99999999999', '1;id', '%2e%2e'];
 
 describe('red team: desktop actions', () => {
@@ -149,7 +183,10 @@ describe('red team: desktop actions', () => {
     assert.ok(now.peakMiB - baseline.peakMiB < MAX_GROWTH_MIB, `peak memory grew by ${now.peakMiB - baseline.peakMiB} MiB`);
     // A refusal costs what any 400 costs (1.4-1.7 ms measured); no stall meanwhile.
     assert.ok(cpuMsPerRequest(cpuMs, refused) < REFUSAL_CPU_MS, `${cpuMsPerRequest(cpuMs, refused).toFixed(2)} ms of orchestrator CPU per refused request`);
-    assert.ok(p99 < healthzStallLimit(control), `/healthz p99 ${p99.toFixed(1)} ms while under attack (stall limit ${healthzStallLimit(control).toFixed(1)} ms)`);
+    assert.ok(
+      p99 < healthzStallLimit(control),
+      `/healthz p99 ${p99.toFixed(1)} ms while under attack (stall limit ${healthzStallLimit(control).toFixed(1)} ms)`,
+    );
   });
 
   it('a clipboard over 1 MiB in the guest is a clear 413, read no further', async () => {
@@ -160,7 +197,7 @@ describe('red team: desktop actions', () => {
     assert.equal(errorOf(res.body).code, 'clipboard_too_large');
   });
 
-  it('a clipboard owner that never answers: a 502 after the helper\'s 10 s, another session unaffected meanwhile', async () => {
+  it("a clipboard owner that never answers: a 502 after the helper's 10 s, another session unaffected meanwhile", async () => {
     const [victim, bystander] = ids as [string, string];
     const owner = await guest.exec('cat > /tmp/sbx-silent-owner.py', { stdin: SILENT_OWNER });
     assert.equal(owner.exitCode, 0);
@@ -203,7 +240,7 @@ describe('red team: desktop actions', () => {
     const quiet = sampleHealthz(serve.url);
     await new Promise((resolve) => setTimeout(resolve, 3_000));
     const control = await quiet.stop();
-    const quietCpuPerMs = ((await cpuSecondsOf(pid())) - quietCpuBefore) * 1000 / (performance.now() - quietStarted);
+    const quietCpuPerMs = (((await cpuSecondsOf(pid())) - quietCpuBefore) * 1000) / (performance.now() - quietStarted);
     const baseline = await memoryOf(pid());
     const cpuBefore = await cpuSecondsOf(pid());
     const readBefore = await bytesRead(pid());
@@ -212,7 +249,11 @@ describe('red team: desktop actions', () => {
     let healthz: number[];
     try {
       for (let i = 0; i < 8; i++) {
-        for (const [method, route] of [['GET', 'windows'], ['GET', 'clipboard'], ['GET', 'screen']] as const) {
+        for (const [method, route] of [
+          ['GET', 'windows'],
+          ['GET', 'clipboard'],
+          ['GET', 'screen'],
+        ] as const) {
           const [hostile, fine] = await Promise.all([call(method, victim, route), call('GET', bystander, 'screen')]);
           assert.equal(hostile.status, 502, JSON.stringify(hostile.body));
           assert.equal(errorOf(hostile.body).code, 'guest_protocol_error');
@@ -237,7 +278,10 @@ describe('red team: desktop actions', () => {
     );
     assert.ok(now.peakMiB - baseline.peakMiB < MAX_GROWTH_MIB, `peak memory grew by ${now.peakMiB - baseline.peakMiB} MiB`);
     // The refused answer and what is in flight as the channel closes: 5-25 ms measured per hostile answer.
-    assert.ok(cpuMsPerRequest(attackCpuMs, 24) < ENDLESS_ANSWER_CPU_MS, `${cpuMsPerRequest(attackCpuMs, 24).toFixed(1)} ms of orchestrator CPU per hostile answer`);
+    assert.ok(
+      cpuMsPerRequest(attackCpuMs, 24) < ENDLESS_ANSWER_CPU_MS,
+      `${cpuMsPerRequest(attackCpuMs, 24).toFixed(1)} ms of orchestrator CPU per hostile answer`,
+    );
     assert.ok(p99 < healthzStallLimit(control), `/healthz p99 ${p99.toFixed(1)} ms (stall limit ${healthzStallLimit(control).toFixed(1)} ms)`);
     // Each flooder ended with its channel (its next write failed).
     let left = '';

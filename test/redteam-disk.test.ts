@@ -24,11 +24,17 @@ describe('red team: disk is admitted like memory, and a sandbox cannot outgrow i
       assert.equal(res.headers['retry-after'], '10');
       const { error } = res.json<{ error: { code: string; message: string } }>();
       assert.equal(error.code, 'host_disk_low');
-      assert.match(error.message, /^not enough disk for another session: \d+ MiB free in the state dir, 0 MiB promised to 0 sessions, 1000000000 MiB kept \(SBX_DISK_RESERVE_MIB\); a session needs \d+ MiB/);
+      assert.match(
+        error.message,
+        /^not enough disk for another session: \d+ MiB free in the state dir, 0 MiB promised to 0 sessions, 1000000000 MiB kept \(SBX_DISK_RESERVE_MIB\); a session needs \d+ MiB/,
+      );
       assert.match(error.message, /retry later, or free disk space$/);
       // Nothing was taken: no session, no session directory.
       assert.deepEqual((await orch.server.inject({ method: 'GET', url: '/v1/sessions' })).json().sessions ?? [], []);
-      assert.deepEqual((await readdir(orch.stateDir)).filter((name) => /^[a-z0-9]{10}$/.test(name)), []);
+      assert.deepEqual(
+        (await readdir(orch.stateDir)).filter((name) => /^[a-z0-9]{10}$/.test(name)),
+        [],
+      );
     } finally {
       await orch.stop();
     }
@@ -75,7 +81,10 @@ describe('red team: disk is admitted like memory, and a sandbox cannot outgrow i
       const bash = async (command: string) => {
         const res = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/tools/bash`, payload: { command } });
         assert.equal(res.statusCode, 200, res.body);
-        return res.json<{ content: Array<{ text?: string }> }>().content.map((c) => c.text ?? '').join('');
+        return res
+          .json<{ content: Array<{ text?: string }> }>()
+          .content.map((c) => c.text ?? '')
+          .join('');
       };
       // Written data, a preallocation and a sparse file's holes filled: every way to take blocks.
       const filled = await bash(

@@ -49,7 +49,21 @@ async function freePort(): Promise<number> {
 }
 
 async function startServer(): Promise<ChildProcess> {
-  const command = [process.execPath, '--import', 'tsx', path.join(REPO, 'src/cli/main.ts'), 'serve', '--host', '127.0.0.1', '--port', String(port), '--state-dir', stateDir, '--runtime', 'container'];
+  const command = [
+    process.execPath,
+    '--import',
+    'tsx',
+    path.join(REPO, 'src/cli/main.ts'),
+    'serve',
+    '--host',
+    '127.0.0.1',
+    '--port',
+    String(port),
+    '--state-dir',
+    stateDir,
+    '--runtime',
+    'container',
+  ];
   const child = spawn(command[0]!, command.slice(1), {
     cwd: REPO,
     env: {
@@ -68,7 +82,13 @@ async function startServer(): Promise<ChildProcess> {
   const deadline = Date.now() + 60_000;
   while (Date.now() < deadline) {
     if (child.exitCode !== null) throw new Error(`sbx serve exited with ${child.exitCode}`);
-    if (await fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok, () => false)) return child;
+    if (
+      await fetch(`http://127.0.0.1:${port}/healthz`).then(
+        (r) => r.ok,
+        () => false,
+      )
+    )
+      return child;
     await sleep(200);
   }
   child.kill('SIGKILL');
@@ -153,7 +173,14 @@ const LOOP_DELAY_MARGIN_MS = 8;
  * CPU and the bytes it read per attack beyond the control, and its event-loop delay under
  * attack within a few ms of the control's. The figures are printed as a test diagnostic.
  */
-async function measured(t: TestContext, name: string, attacked: string, attack: () => Promise<void>, bounds: Bounds, options: Partial<AttackCostOptions> = {}): Promise<AttackCost> {
+async function measured(
+  t: TestContext,
+  name: string,
+  attacked: string,
+  attack: () => Promise<void>,
+  bounds: Bounds,
+  options: Partial<AttackCostOptions> = {},
+): Promise<AttackCost> {
   const pid = server?.pid as number;
   await writeFile(`/proc/${pid}/clear_refs`, '5'); // resets VmHWM to the current RSS
   const baseline = statusField(await readFile(`/proc/${pid}/status`, 'utf8'), 'VmRSS');
@@ -172,14 +199,21 @@ async function measured(t: TestContext, name: string, attacked: string, attack: 
   t.diagnostic(`${name}: RSS ${(baseline / 1048576).toFixed(1)} MiB, peak +${growthMiB.toFixed(1)} MiB; attacked sandbox CPU ${guestCpu} ms; ${cost.summary}`);
   assert.ok(cost.attack.steps >= 5, `the attack ran ${cost.attack.steps} times`);
   assert.ok(peak - baseline < MAX_RSS_GROWTH, `RSS grew by ${growthMiB.toFixed(1)} MiB`);
-  assert.ok(cost.perAttack.mainCpuMs < bounds.mainCpuMs, `${cost.perAttack.mainCpuMs.toFixed(1)} ms of the event loop's CPU per attack (at most ${bounds.mainCpuMs})`);
-  assert.ok(cost.perAttack.readBytes < bounds.readBytes, `${(cost.perAttack.readBytes / 1024).toFixed(0)} KiB read per attack (at most ${(bounds.readBytes / 1024).toFixed(0)})`);
+  assert.ok(
+    cost.perAttack.mainCpuMs < bounds.mainCpuMs,
+    `${cost.perAttack.mainCpuMs.toFixed(1)} ms of the event loop's CPU per attack (at most ${bounds.mainCpuMs})`,
+  );
+  assert.ok(
+    cost.perAttack.readBytes < bounds.readBytes,
+    `${(cost.perAttack.readBytes / 1024).toFixed(0)} KiB read per attack (at most ${(bounds.readBytes / 1024).toFixed(0)})`,
+  );
   const { lagP99, stretch } = cost;
   const margin = LOOP_DELAY_MARGIN_MS * stretch;
-  if (bounds.loopDelay !== false) assert.ok(
-    lagP99.attack < lagP99.control + margin,
-    `event-loop delay p99 ${lagP99.attack.toFixed(1)} ms under attack, ${lagP99.control.toFixed(1)} ms in the control windows (medians over windows; at most ${margin.toFixed(1)} ms more, ${LOOP_DELAY_MARGIN_MS} ms stretched ${stretch.toFixed(1)}x)`,
-  );
+  if (bounds.loopDelay !== false)
+    assert.ok(
+      lagP99.attack < lagP99.control + margin,
+      `event-loop delay p99 ${lagP99.attack.toFixed(1)} ms under attack, ${lagP99.control.toFixed(1)} ms in the control windows (medians over windows; at most ${margin.toFixed(1)} ms more, ${LOOP_DELAY_MARGIN_MS} ms stretched ${stretch.toFixed(1)}x)`,
+    );
   assert.ok(cost.attack.healthz.length >= 50, `/healthz answered ${cost.attack.healthz.length} times during the attacks`);
   return cost;
 }
@@ -187,7 +221,10 @@ async function measured(t: TestContext, name: string, attacked: string, attack: 
 /** CPU time a container sandbox has used, in ms (its cgroup's cpuacct; NaN where there is none). */
 async function guestCpuMs(id: string): Promise<number> {
   const usage = `/sys/fs/cgroup/cpuacct/${TEST_PREFIX.slice(0, -1)}/${TEST_PREFIX}${id}/cpuacct.usage`;
-  return readFile(usage, 'utf8').then((ns) => Number(ns) / 1e6, () => Number.NaN);
+  return readFile(usage, 'utf8').then(
+    (ns) => Number(ns) / 1e6,
+    () => Number.NaN,
+  );
 }
 
 const MiB = 1024 * 1024;
@@ -385,7 +422,7 @@ describe('a hostile guest fails only its own session, and the host does not pay 
     if (stateDir) await rm(stateDir, { recursive: true, force: true });
   });
 
-  it("code the desktop user plants for the helpers (usercustomize.py, ~/.bashrc, ~/.ssh/rc, ~/.x11vncrc) never runs", async () => {
+  it('code the desktop user plants for the helpers (usercustomize.py, ~/.bashrc, ~/.ssh/rc, ~/.x11vncrc) never runs', async () => {
     const plant = await bash(victim, {
       command: [
         'site=$(python3 -c "import site; print(site.getusersitepackages())")',
@@ -446,7 +483,12 @@ PY`,
 
   const attacks: Array<[string, string, RegExp, Bounds]> = [
     ['a forged 16383x16383 header (stride 0, 64 KiB of payload)', FORGED_HEADER, /bad frame: its size 16383x16383 is not the screen's 1024x768/, LIE],
-    ['a header announcing 0xFFFFFFF0 bytes, then an endless stream', HUGE_LENGTH, /bad frame: a whole frame of 1024x768 is 3145728 bytes, not 4294967280/, LIE_AND_A_WINDOW],
+    [
+      'a header announcing 0xFFFFFFF0 bytes, then an endless stream',
+      HUGE_LENGTH,
+      /bad frame: a whole frame of 1024x768 is 3145728 bytes, not 4294967280/,
+      LIE_AND_A_WINDOW,
+    ],
     ['a 10 MiB stderr flood', STDERR_FLOOD, /wrote more than 4096 bytes of errors/, LIE_AND_A_WINDOW],
   ];
   for (const [name, script, message, bounds] of attacks) {
@@ -458,18 +500,35 @@ PY`,
       await sleep(GRABBER_RESTART_AFTER_LIE_MS + 500);
       // Each lie closes the channel; the next request after the pause starts the (replaced)
       // helper again, those meanwhile fail at once with its error. Costs are per lie.
-      const cost = await measured(t, name, victim, async () => {
-        const started = performance.now();
-        await screenshotRefused(victim, message);
-        assert.ok(performance.now() - started < 10_000, 'failed at once, not at the capture timeout');
-      }, bounds, CAPTURE_ATTACK);
+      const cost = await measured(
+        t,
+        name,
+        victim,
+        async () => {
+          const started = performance.now();
+          await screenshotRefused(victim, message);
+          assert.ok(performance.now() - started < 10_000, 'failed at once, not at the capture timeout');
+        },
+        bounds,
+        CAPTURE_ATTACK,
+      );
       assertPaced(cost);
     });
   }
 
   const rectAttacks: Array<[string, string, RegExp, Bounds]> = [
-    ['a list of 0xFFFFFFFF changed rectangles in 2 MiB, then an endless stream', HUGE_RECT_LIST, /bad frame: 4294967295 rectangles in a payload of \d+ bytes \(at most 64\)/, FRAME_LIE_AND_A_WINDOW],
-    ['a zip bomb: a full-screen rectangle whose stream inflates to 256 MiB', ZIP_BOMB, /bad frame: rectangle 1024x768 at 0,0 does not inflate to its 3145728 bytes/, FRAME_AND_BOMB],
+    [
+      'a list of 0xFFFFFFFF changed rectangles in 2 MiB, then an endless stream',
+      HUGE_RECT_LIST,
+      /bad frame: 4294967295 rectangles in a payload of \d+ bytes \(at most 64\)/,
+      FRAME_LIE_AND_A_WINDOW,
+    ],
+    [
+      'a zip bomb: a full-screen rectangle whose stream inflates to 256 MiB',
+      ZIP_BOMB,
+      /bad frame: rectangle 1024x768 at 0,0 does not inflate to its 3145728 bytes/,
+      FRAME_AND_BOMB,
+    ],
   ];
   for (const [name, script, message, bounds] of rectAttacks) {
     it(`a capture helper replaced with one sending ${name}: 502 for its session only`, async (t) => {
@@ -480,19 +539,26 @@ PY`,
       // first, honest frame), the lie, or, during the pause that follows it, the lie again.
       let frames = 0;
       let refused = 0;
-      const cost = await measured(t, name, victim, async () => {
-        const started = performance.now();
-        const res = await api('GET', `/v1/sessions/${victim}/screenshot`);
-        if (res.status === 200) {
-          assert.deepEqual(pngSize(res.body), SCREEN);
-          frames++;
-        } else {
-          assert.equal(res.status, 502, res.body.toString().slice(0, 300));
-          assert.match((res.json().error as { message: string }).message, message);
-          refused++;
-        }
-        assert.ok(performance.now() - started < 10_000, 'failed at once, not at the capture timeout');
-      }, bounds, CAPTURE_ATTACK);
+      const cost = await measured(
+        t,
+        name,
+        victim,
+        async () => {
+          const started = performance.now();
+          const res = await api('GET', `/v1/sessions/${victim}/screenshot`);
+          if (res.status === 200) {
+            assert.deepEqual(pngSize(res.body), SCREEN);
+            frames++;
+          } else {
+            assert.equal(res.status, 502, res.body.toString().slice(0, 300));
+            assert.match((res.json().error as { message: string }).message, message);
+            refused++;
+          }
+          assert.ok(performance.now() - started < 10_000, 'failed at once, not at the capture timeout');
+        },
+        bounds,
+        CAPTURE_ATTACK,
+      );
       assertPaced(cost);
       assert.ok(frames >= 3 && refused >= 3, `${frames} honest first frames, ${refused} refusals`);
     });
@@ -500,25 +566,39 @@ PY`,
 
   it('a bash whose end-of-command marker never ends (then 8 MiB): a tool error, the shell closed', async (t) => {
     await plantFromHost(victim, '/usr/local/bin/bash', UNTERMINATED_MARKER);
-    await measured(t, 'an unterminated marker and 8 MiB', victim, async () => {
-      // The next shell is found on PATH (/usr/local/bin first): the fake.
-      assert.equal((await bash(victim, { restart: true })).isError, false);
-      const result = await bash(victim, { command: 'echo hello' });
-      assert.equal(result.isError, true);
-      assert.match(result.text, /the shell in the guest sent an end-of-command marker that never ends, which no shell of ours does, so it was closed/);
-    }, MARKER_OVERRUN, { attackPaceMs: ATTACK_PACE_MS });
+    await measured(
+      t,
+      'an unterminated marker and 8 MiB',
+      victim,
+      async () => {
+        // The next shell is found on PATH (/usr/local/bin first): the fake.
+        assert.equal((await bash(victim, { restart: true })).isError, false);
+        const result = await bash(victim, { command: 'echo hello' });
+        assert.equal(result.isError, true);
+        assert.match(result.text, /the shell in the guest sent an end-of-command marker that never ends, which no shell of ours does, so it was closed/);
+      },
+      MARKER_OVERRUN,
+      { attackPaceMs: ATTACK_PACE_MS },
+    );
     assert.equal((await bash(neighbour, { command: 'echo still here' })).text, 'still here');
   });
 
   it('a command whose output passes its cap (a find printing 10 MiB for a directory view): a tool error', async (t) => {
     await plantFromHost(victim, '/usr/bin/find', '#!/bin/sh\nexec head -c 10485760 /dev/zero\n');
-    await measured(t, 'a 10 MiB directory listing', victim, async () => {
-      const answer = await api('POST', `/v1/sessions/${victim}/tools/str_replace_based_edit_tool`, { command: 'view', path: '/tmp' });
-      assert.equal(answer.status, 200, answer.body.toString());
-      const result = answer.json() as { is_error?: boolean; content: Array<{ text?: string }> };
-      assert.equal(result.is_error, true);
-      assert.match(result.content[0]?.text ?? '', /printed more than 8388608 bytes while listing \/tmp/);
-    }, OUTPUT_OVERRUN, { attackPaceMs: ATTACK_PACE_MS });
+    await measured(
+      t,
+      'a 10 MiB directory listing',
+      victim,
+      async () => {
+        const answer = await api('POST', `/v1/sessions/${victim}/tools/str_replace_based_edit_tool`, { command: 'view', path: '/tmp' });
+        assert.equal(answer.status, 200, answer.body.toString());
+        const result = answer.json() as { is_error?: boolean; content: Array<{ text?: string }> };
+        assert.equal(result.is_error, true);
+        assert.match(result.content[0]?.text ?? '', /printed more than 8388608 bytes while listing \/tmp/);
+      },
+      OUTPUT_OVERRUN,
+      { attackPaceMs: ATTACK_PACE_MS },
+    );
   });
 
   it('every overrun is counted by channel and reason', async () => {

@@ -95,7 +95,13 @@ describe('red team: the host', () => {
         // write to): 8 MB, then a last line to find.
         flooded = true;
         await run([
-          'nsenter', '-t', String(initPid), '-m', '--', 'sh', '-c',
+          'nsenter',
+          '-t',
+          String(initPid),
+          '-m',
+          '--',
+          'sh',
+          '-c',
           'yes "a guest flooding its console, line after line" | head -c 8000000 > /proc/1/fd/1',
         ]);
       }
@@ -132,7 +138,13 @@ describe('red team: the host', () => {
     const otherStateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-second-'));
     try {
       const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', '--state-dir', path.join(otherStateDir, 'state'), '--runtime', 'container'], {
-        env: { ...process.env, SBX_RESOURCE_PREFIX: TEST_PREFIX, SBX_SUBNET: '10.244.0.0/24', SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images', SBX_TEMPLATE: 'minimal' },
+        env: {
+          ...process.env,
+          SBX_RESOURCE_PREFIX: TEST_PREFIX,
+          SBX_SUBNET: '10.244.0.0/24',
+          SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
+          SBX_TEMPLATE: 'minimal',
+        },
         stdio: ['ignore', 'pipe', 'pipe'],
       });
       let output = '';
@@ -225,7 +237,11 @@ describe('red team: the host', () => {
       assert.equal(bashGone.statusCode, 410, bashGone.body);
       assert.deepEqual(await hostTrace(NAMES, id, sessionDir), nothingLeft);
       assert.equal(await isProcessAlive(initPid, initStart), false, 'its init is gone');
-      assert.deepEqual(cgroups.filter((dir) => existsSync(dir)), [], `its cgroups are gone (it had ${cgroups.join(', ')})`);
+      assert.deepEqual(
+        cgroups.filter((dir) => existsSync(dir)),
+        [],
+        `its cgroups are gone (it had ${cgroups.join(', ')})`,
+      );
       assert.deepEqual(await cgroupDirsOf(NAMES.cgroup(id)), [], 'and none was made anew');
       assert.equal(orch.manager.leasesInUse, leasesBefore, 'its address is free again');
       assert.equal((await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${id}` })).json().state, 'destroyed');
@@ -295,7 +311,10 @@ describe('the console of a sandbox adopted after a crash', () => {
       await sleep(1_000);
       const previous = await readFile(path.join(sessionDir, 'console.log.1'), 'utf8').catch(() => '');
       const ticks = [...(previous + (await readFile(path.join(sessionDir, 'console.log'), 'utf8'))).matchAll(/^tick (\d+)$/gm)].map((m) => Number(m[1]));
-      const jumps = ticks.slice(1).map((n, i) => n - (ticks[i] as number)).filter((d) => d > 1);
+      const jumps = ticks
+        .slice(1)
+        .map((n, i) => n - (ticks[i] as number))
+        .filter((d) => d > 1);
       t.diagnostic(`ticks kept: ${ticks.length}, last ${ticks.at(-1)}; missing across the crash: ${jumps.map((d) => d - 1).join(', ')}`);
       assert.ok(ticks.length > 20, 'ticks were read before the crash and after the adoption');
       assert.ok(jumps.length >= 1 && Math.max(...jumps) > 10, 'what was written with no reader was dropped');

@@ -61,7 +61,10 @@ function mountLine(target: string, mountinfo: string): string | undefined {
 }
 
 async function errnoOf(op: Promise<unknown>): Promise<string | undefined> {
-  return op.then(() => undefined, (err: NodeJS.ErrnoException) => err.code);
+  return op.then(
+    () => undefined,
+    (err: NodeJS.ErrnoException) => err.code,
+  );
 }
 
 /** A logger whose lines the test reads back. */
@@ -137,7 +140,11 @@ describe('red team: the shared image through a session directory', () => {
     assert.notEqual(rmRes.exitCode, 0);
     assert.match(rmRes.stderr, /Read-only file system/);
     // The sandbox itself still writes its own disk and answers.
-    const bash = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/tools/bash`, payload: { command: 'echo hi > /home/user/x && cat /home/user/x' } });
+    const bash = await orch.server.inject({
+      method: 'POST',
+      url: `/v1/sessions/${id}/tools/bash`,
+      payload: { command: 'echo hi > /home/user/x && cat /home/user/x' },
+    });
     assert.equal(bash.statusCode, 200, bash.body);
     assert.match(bash.body, /hi/);
     assert.equal((await orch.server.inject({ method: 'DELETE', url: `/v1/sessions/${id}` })).statusCode, 200);
@@ -205,14 +212,14 @@ describe('red team: a damaged image', () => {
     await unlink(path.join(minimal, 'sbin', 'sandbox-init'));
     await rm(path.join(minimal, 'usr', 'share', 'doc'), { recursive: true, force: true });
     const started = performance.now();
-    await assert.rejects(
-      startTestOrchestrator({ imagesDir }),
-      (err: Error) => {
-        assert.match(err.message, /the guest image .* is damaged: its guest init \/sbin\/sandbox-init is missing or not executable; \d+ of its \d+ files and directories are missing \([^)]*\/usr\/share\/doc/);
-        assert.match(err.message, /stop every orchestrator that uses it, then rebuild it: sbx image build --template minimal --force/);
-        return true;
-      },
-    );
+    await assert.rejects(startTestOrchestrator({ imagesDir }), (err: Error) => {
+      assert.match(
+        err.message,
+        /the guest image .* is damaged: its guest init \/sbin\/sandbox-init is missing or not executable; \d+ of its \d+ files and directories are missing \([^)]*\/usr\/share\/doc/,
+      );
+      assert.match(err.message, /stop every orchestrator that uses it, then rebuild it: sbx image build --template minimal --force/);
+      return true;
+    });
     console.log(`refused a damaged image at start in ${Math.round(performance.now() - started)} ms`);
     if (!desktop) return;
     // A damaged template other than the default: the start goes on, its creates are refused.

@@ -110,7 +110,10 @@ describe('red team: no xdotool command reachable from any key field', () => {
     await startXev(main.guest, 1024, 768);
     // xdotool's own list of its commands, from the guest's xdotool.
     const help = await guestSh(main.guest, 'DISPLAY=:99 xdotool help 2>&1');
-    commands = help.text.split('\n').filter((line) => /^ {2}\w+$/.test(line)).map((line) => line.trim());
+    commands = help.text
+      .split('\n')
+      .filter((line) => /^ {2}\w+$/.test(line))
+      .map((line) => line.trim());
   });
 
   after(async () => {
@@ -122,14 +125,29 @@ describe('red team: no xdotool command reachable from any key field', () => {
     if (stateDir) await rm(stateDir, { recursive: true, force: true });
   });
 
-  it('knows xdotool\'s commands from the guest', () => {
-    for (const name of ['exec', 'behave', 'windowkill', 'search', 'sleep', 'set_desktop', 'type', 'mousemove', 'key', 'keydown', 'keyup', 'click', 'getmouselocation', 'windowactivate']) {
+  it("knows xdotool's commands from the guest", () => {
+    for (const name of [
+      'exec',
+      'behave',
+      'windowkill',
+      'search',
+      'sleep',
+      'set_desktop',
+      'type',
+      'mousemove',
+      'key',
+      'keydown',
+      'keyup',
+      'click',
+      'getmouselocation',
+      'windowactivate',
+    ]) {
       assert.ok(commands.includes(name), `xdotool help lists ${name}: ${commands.join(' ')}`);
     }
     assert.ok(commands.length >= 40, `${commands.length} commands`);
   });
 
-  it('every xdotool command as a key, in a combo, as hold_key\'s key and as a modifier: refused by field, nothing runs, memory and latency flat', async () => {
+  it("every xdotool command as a key, in a combo, as hold_key's key and as a modifier: refused by field, nothing runs, memory and latency flat", async () => {
     // Warm up what every session has (input and capture helpers, the tool route) before the baseline.
     for (const sandbox of sandboxes) {
       assert.equal((await post(sandbox.id, 'actions', { action: 'cursor_position' })).status, 200);
@@ -164,7 +182,10 @@ describe('red team: no xdotool command reachable from any key field', () => {
     assert.ok(now.peakMiB - baseline.peakMiB < MAX_GROWTH_MIB, `peak memory grew by ${now.peakMiB - baseline.peakMiB} MiB`);
     // A refusal costs what any 400 costs (1.6 ms measured); no stall meanwhile.
     assert.ok(cpuMsPerRequest(cpuMs, refused) < REFUSAL_CPU_MS, `${cpuMsPerRequest(cpuMs, refused).toFixed(2)} ms of orchestrator CPU per refused request`);
-    assert.ok(p99 < healthzStallLimit(control), `/healthz p99 ${p99.toFixed(1)} ms while under attack (stall limit ${healthzStallLimit(control).toFixed(1)} ms)`);
+    assert.ok(
+      p99 < healthzStallLimit(control),
+      `/healthz p99 ${p99.toFixed(1)} ms while under attack (stall limit ${healthzStallLimit(control).toFixed(1)} ms)`,
+    );
 
     for (const [index, sandbox] of sandboxes.entries()) {
       const started = newProcesses(before[index] as Map<number, string>, await guestProcesses(sandbox.guest));
@@ -173,31 +194,56 @@ describe('red team: no xdotool command reachable from any key field', () => {
     // Nothing reached the desktop either: xev saw no key or button (it does see the next one).
     await act({ action: 'key', text: 'Escape' });
     const seen = (await events((e) => e.some((x) => x.keyName === 'Escape'))).filter((e) => /Press|Release/.test(e.type));
-    assert.deepEqual(seen.map((e) => `${e.type} ${e.keyName ?? e.button}`), ['KeyPress Escape', 'KeyRelease Escape']);
+    assert.deepEqual(
+      seen.map((e) => `${e.type} ${e.keyName ?? e.button}`),
+      ['KeyPress Escape', 'KeyRelease Escape'],
+    );
   });
 
   it('keys still arrive: combos, Return, F5, a, A (shifted), plus (shifted), eacute (no keycode)', async () => {
     await clearXev(main.guest);
     for (const text of ['ctrl+shift+t', 'Return', 'F5', 'a', 'A', 'plus', 'eacute', 'ctrl++']) await act({ action: 'key', text });
-    const log = (await events((e) => e.filter((x) => x.type === 'KeyRelease' && x.keyName === 'Control_L').length >= 2)).filter((e) => e.type.startsWith('Key'));
+    const log = (await events((e) => e.filter((x) => x.type === 'KeyRelease' && x.keyName === 'Control_L').length >= 2)).filter((e) =>
+      e.type.startsWith('Key'),
+    );
     assert.deepEqual(
       log.map((e) => `${e.type === 'KeyPress' ? '+' : '-'}${e.keyName}`),
       [
-        '+Control_L', '+Shift_L', '+T', '-T', '-Shift_L', '-Control_L',
-        '+Return', '-Return',
-        '+F5', '-F5',
-        '+a', '-a',
-        '+Shift_L', '+A', '-A', '-Shift_L',
-        '+Shift_L', '+plus', '-plus', '-Shift_L',
-        '+eacute', '-eacute',
-        '+Control_L', '+Shift_L', '+plus', '-plus', '-Shift_L', '-Control_L',
+        '+Control_L',
+        '+Shift_L',
+        '+T',
+        '-T',
+        '-Shift_L',
+        '-Control_L',
+        '+Return',
+        '-Return',
+        '+F5',
+        '-F5',
+        '+a',
+        '-a',
+        '+Shift_L',
+        '+A',
+        '-A',
+        '-Shift_L',
+        '+Shift_L',
+        '+plus',
+        '-plus',
+        '-Shift_L',
+        '+eacute',
+        '-eacute',
+        '+Control_L',
+        '+Shift_L',
+        '+plus',
+        '-plus',
+        '-Shift_L',
+        '-Control_L',
       ],
     );
     const eacute = log.find((e) => e.keyName === 'eacute');
     assert.equal(eacute?.keysym, 0xe9);
   });
 
-  it('every name the host accepts is a keysym the guest\'s X library knows', async () => {
+  it("every name the host accepts is a keysym the guest's X library knows", async () => {
     const { KEYSYM_NAMES } = await import('../src/computer/keysym-names.js');
     // A release of a key that is not down changes nothing, but the name is still resolved.
     const requests = [...KEYSYM_NAMES].map((name) => `key ${name} up\n`).join('');
@@ -226,7 +272,16 @@ describe('red team: no xdotool command reachable from any key field', () => {
     const presses = log.filter((e) => e.type === 'ButtonPress');
     assert.deepEqual(
       presses.map((p) => [p.button, p.root?.x, p.root?.y]),
-      [[1, 100, 200], [1, 300, 200], [1, 300, 200], [1, 500, 200], [1, 500, 200], [1, 500, 200], [3, 600, 200], [2, 700, 200]],
+      [
+        [1, 100, 200],
+        [1, 300, 200],
+        [1, 300, 200],
+        [1, 500, 200],
+        [1, 500, 200],
+        [1, 500, 200],
+        [3, 600, 200],
+        [2, 700, 200],
+      ],
     );
     const span = (from: number, to: number) => (presses[to]?.time ?? Infinity) - (presses[from]?.time ?? 0);
     assert.ok(span(1, 2) < DOUBLE_CLICK_MS, `double click: ${span(1, 2)} ms apart`);
@@ -244,7 +299,10 @@ describe('red team: no xdotool command reachable from any key field', () => {
     assert.equal(presses.length, 44, `presses seen: ${presses.map((p) => p.root?.x).join(' ')}`);
     for (let i = 0; i < 8; i++) {
       const triple = presses.slice(i * 3, i * 3 + 3);
-      assert.deepEqual(triple.map((p) => p.root?.x), [300 + i, 300 + i, 300 + i]);
+      assert.deepEqual(
+        triple.map((p) => p.root?.x),
+        [300 + i, 300 + i, 300 + i],
+      );
       const span = (triple[2]?.time ?? Infinity) - (triple[0]?.time ?? 0);
       assert.ok(span < DOUBLE_CLICK_MS, `triple click ${i}: ${span} ms from first to last press`);
     }
@@ -256,14 +314,20 @@ describe('red team: no xdotool command reachable from any key field', () => {
     let log = await events((e) => e.some((x) => x.type === 'ButtonRelease'));
     assert.deepEqual(log.find((e) => e.type === 'ButtonPress')?.root, { x: 200, y: 300 });
     assert.deepEqual(log.find((e) => e.type === 'ButtonRelease')?.root, { x: 400, y: 350 });
-    assert.ok(log.some((e) => e.type === 'MotionNotify' && ((e.state ?? 0) & 0x100) !== 0), 'moved with button 1 held');
+    assert.ok(
+      log.some((e) => e.type === 'MotionNotify' && ((e.state ?? 0) & 0x100) !== 0),
+      'moved with button 1 held',
+    );
 
     await clearXev(main.guest);
     await act({ action: 'scroll', scroll_direction: 'down', scroll_amount: 3, coordinate: [512, 384] });
     await act({ action: 'scroll', scroll_direction: 'left', scroll_amount: 2, text: 'ctrl' });
     log = await events((e) => e.filter((x) => x.type === 'ButtonRelease').length >= 5);
     const presses = log.filter((e) => e.type === 'ButtonPress');
-    assert.deepEqual(presses.map((p) => p.button), [5, 5, 5, 6, 6]);
+    assert.deepEqual(
+      presses.map((p) => p.button),
+      [5, 5, 5, 6, 6],
+    );
     assert.deepEqual(presses[0]?.root, { x: 512, y: 384 });
     assert.equal((presses[3]?.state ?? 0) & 4, 4, 'ctrl held during the scroll left');
   });
@@ -274,7 +338,10 @@ describe('red team: no xdotool command reachable from any key field', () => {
     await act({ action: 'hold_key', text: 'ctrl+A', duration: 0.5 });
     assert.ok(Date.now() - started >= 500);
     const log = (await events((e) => e.some((x) => x.type === 'KeyRelease' && x.keyName === 'Control_L'))).filter((e) => e.type.startsWith('Key'));
-    assert.deepEqual(log.map((e) => `${e.type === 'KeyPress' ? '+' : '-'}${e.keyName}`), ['+Control_L', '+Shift_L', '+A', '-A', '-Shift_L', '-Control_L']);
+    assert.deepEqual(
+      log.map((e) => `${e.type === 'KeyPress' ? '+' : '-'}${e.keyName}`),
+      ['+Control_L', '+Shift_L', '+A', '-A', '-Shift_L', '-Control_L'],
+    );
     const held = (log[3]?.time ?? 0) - (log[2]?.time ?? 0);
     assert.ok(held >= 450, `held for ${held} ms`);
   });
@@ -335,7 +402,9 @@ describe('red team: no xdotool command reachable from any key field', () => {
       await act({ action: 'left_click', coordinate: [100 + (i % 2) * 10, 100] });
       if (i >= 2) times.push(performance.now() - started);
     }
-    console.log(`redteam-input: left_click over the API: p50 ${percentile(times, 0.5).toFixed(1)} ms, p90 ${percentile(times, 0.9).toFixed(1)} ms (${times.length} clicks)`);
+    console.log(
+      `redteam-input: left_click over the API: p50 ${percentile(times, 0.5).toFixed(1)} ms, p90 ${percentile(times, 0.9).toFixed(1)} ms (${times.length} clicks)`,
+    );
   });
 });
 
@@ -368,8 +437,3 @@ function hostileInputs(command: string): Array<[Json, string]> {
   }
   return inputs;
 }
-
-
-
-
-

@@ -58,7 +58,20 @@ describe('red team: the network policy stays in force, and a sandbox cannot forg
 
   /** A datagram from a sandbox's netns with the given source address (root in the netns may add any). */
   async function sendFrom(sessionId: string, source: string, payload: string): Promise<string> {
-    const res = await run(['ip', 'netns', 'exec', orch.names.netns(sessionId), process.execPath, '-e', UDP_SEND, source, String(SOURCE_PORT), lab.publicAddress, String(udpPort), payload]);
+    const res = await run([
+      'ip',
+      'netns',
+      'exec',
+      orch.names.netns(sessionId),
+      process.execPath,
+      '-e',
+      UDP_SEND,
+      source,
+      String(SOURCE_PORT),
+      lab.publicAddress,
+      String(udpPort),
+      payload,
+    ]);
     return res.stdout.trim();
   }
 
@@ -169,7 +182,10 @@ describe('red team: the network policy stays in force, and a sandbox cannot forg
     assert.equal(await sendFrom(honest, honestAddress, 'honest-after-repair'), 'ack');
     assert.equal(await sendFrom(forger, honestAddress, 'forged-after-repair'), 'no answer');
     assert.ok(await seen('honest-after-repair'));
-    assert.deepEqual(received.filter((l) => l.startsWith('forged')), []);
+    assert.deepEqual(
+      received.filter((l) => l.startsWith('forged')),
+      [],
+    );
   });
 
   it('a create right after the table is deleted is refused at once (no window until the next tick)', async () => {
@@ -219,7 +235,9 @@ describe('red team: the network policy stays in force, and a sandbox cannot forg
     t.diagnostic(`one check: ${((performance.now() - started) / rounds).toFixed(1)} ms on average over ${rounds}`);
     const refreshed = performance.now();
     for (let i = 0; i < rounds; i++) await orch.manager.policy.refreshHostNetworks();
-    t.diagnostic(`reading the host's networks (ip -j addr, ip -j route): ${((performance.now() - refreshed) / rounds).toFixed(1)} ms on average over ${rounds}`);
+    t.diagnostic(
+      `reading the host's networks (ip -j addr, ip -j route): ${((performance.now() - refreshed) / rounds).toFixed(1)} ms on average over ${rounds}`,
+    );
   });
 
   it('a session created and destroyed after the repairs does not count as drift', async () => {

@@ -223,7 +223,9 @@ describe('a guest that stops speaking SSH fails its own session, never the orche
     await sleep(2_000);
     alive();
     const { latencies, failures } = await shots.stop();
-    console.log(`starved guest: ${outcome.state} after ${Date.now() - attacked - 2_000} ms${outcome.error ? ` (${outcome.error})` : ''}; bystander p50 ${percentile(latencies, 0.5).toFixed(1)} ms, ${failures} failed`);
+    console.log(
+      `starved guest: ${outcome.state} after ${Date.now() - attacked - 2_000} ms${outcome.error ? ` (${outcome.error})` : ''}; bystander p50 ${percentile(latencies, 0.5).toFixed(1)} ms, ${failures} failed`,
+    );
     assert.equal(failures, 0);
     await api('DELETE', `/v1/sessions/${victim}`);
   });

@@ -57,7 +57,11 @@ function attachDisk(): HostDisk {
   execFileSync('mkfs.ext4', ['-q', '-d', content, DISK_IMAGE]);
   execFileSync('rm', ['-rf', content]);
   const device = execFileSync('losetup', ['--find', '--show', DISK_IMAGE]).toString().trim();
-  const [major, minor] = execFileSync('stat', ['-c', '%t %T', device]).toString().trim().split(' ').map((hex) => parseInt(hex, 16));
+  const [major, minor] = execFileSync('stat', ['-c', '%t %T', device])
+    .toString()
+    .trim()
+    .split(' ')
+    .map((hex) => parseInt(hex, 16));
   return { path: device, major: major as number, minor: minor as number };
 }
 
@@ -125,7 +129,10 @@ describe('red team: a hostile template build step changes nothing on the host', 
     const [inside, outside, count] = (/^\s+(\d+)\s+(\d+)\s+(\d+)$/m.exec(output) ?? []).slice(1).map(Number);
     const first = buildIdBase();
     assert.equal(inside, 0);
-    assert.ok(outside !== undefined && outside >= first && outside < first + BUILD_ID_RANGES * 65536, `root inside is host uid ${outside}, not one of the build ranges from ${first}`);
+    assert.ok(
+      outside !== undefined && outside >= first && outside < first + BUILD_ID_RANGES * 65536,
+      `root inside is host uid ${outside}, not one of the build ranges from ${first}`,
+    );
     assert.equal(count, 65536);
     assert.match(output, /Seccomp:\s+2/);
     assert.match(output, /NoNewPrivs:\s+1/);
@@ -252,7 +259,7 @@ describe('red team: a hostile template build step changes nothing on the host', 
 });
 
 describe("red team: a package download step (the host's network namespace) cannot reach the host itself", () => {
-  it('loopback and the host\'s addresses: dropped for the build uids; an address in a test namespace: reachable', async () => {
+  it("loopback and the host's addresses: dropped for the build uids; an address in a test namespace: reachable", async () => {
     // A build container on a copy of minimal's tree, as a package step uses it: network on.
     const minimal = await new TemplateCatalogue(IMAGES_DIR).resolve('minimal');
     const workDir = await mkdtemp('/var/tmp/sbx-build-fence-');
@@ -269,7 +276,11 @@ describe("red team: a package download step (the host's network namespace) canno
       const lines: string[] = [];
       // The control: the host reaches its listener on both addresses.
       for (const address of ['127.0.0.1', lab.uplinkHostAddress]) {
-        assert.equal((await run(['timeout', '3', 'bash', '-c', 'exec 3<>"/dev/tcp/$0/$1"', address, String(port)], { allowFailure: true })).exitCode, 0, address);
+        assert.equal(
+          (await run(['timeout', '3', 'bash', '-c', 'exec 3<>"/dev/tcp/$0/$1"', address, String(port)], { allowFailure: true })).exitCode,
+          0,
+          address,
+        );
       }
       await container.run(['/bin/sh', '-c', [probe('127.0.0.1', port), probe(lab.uplinkHostAddress, port), probe(lab.publicAddress, lab.port)].join('; ')], {
         network: true,

@@ -16,7 +16,11 @@ let serve: ServeProcess;
 let stateDir: string;
 
 async function api(method: string, url: string, body?: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
-  const res = await fetch(`${serve.url}${url}`, { method, headers: body === undefined ? {} : { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+  const res = await fetch(`${serve.url}${url}`, {
+    method,
+    headers: body === undefined ? {} : { 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
   return { status: res.status, json: (await res.json()) as Record<string, unknown> };
 }
 
@@ -30,13 +34,23 @@ async function waitEnd(id: string): Promise<Record<string, unknown>> {
 
 const toolUse = (id: string, name: string, input: unknown) => ({ type: 'tool_use', id, name, input });
 const text = (t: string) => ({ type: 'text', text: t });
-const results = (r: SeenRequest) => (r.body.messages.at(-1)?.content ?? []) as Array<{ type: string; tool_use_id: string; is_error: boolean; content: Array<Record<string, unknown>>; cache_control?: unknown }>;
+const results = (r: SeenRequest) =>
+  (r.body.messages.at(-1)?.content ?? []) as Array<{
+    type: string;
+    tool_use_id: string;
+    is_error: boolean;
+    content: Array<Record<string, unknown>>;
+    cache_control?: unknown;
+  }>;
 
 describe('runs: the built-in Claude loop', { timeout: 600_000 }, () => {
   before(async () => {
     await stand.start();
     stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-runs-'));
-    serve = await startServe(stateDir, 20_000 + Math.floor(Math.random() * 20_000), undefined, [], { ANTHROPIC_API_KEY: 'sk-test-key', ANTHROPIC_BASE_URL: stand.url });
+    serve = await startServe(stateDir, 20_000 + Math.floor(Math.random() * 20_000), undefined, [], {
+      ANTHROPIC_API_KEY: 'sk-test-key',
+      ANTHROPIC_BASE_URL: stand.url,
+    });
   });
   after(async () => {
     serve?.child.kill('SIGTERM');
@@ -94,7 +108,12 @@ describe('runs: the built-in Claude loop', { timeout: 600_000 }, () => {
       // The key from the server's environment, as this SDK sends it (x-api-key or a bearer token).
       assert.ok(r.headers['x-api-key'] === 'sk-test-key' || r.headers.authorization === 'Bearer sk-test-key', 'the API key is sent');
       assert.deepEqual(r.body.tools, [
-        { type: 'computer_20250124', name: 'computer', display_width_px: session.computerTool.display_width_px, display_height_px: session.computerTool.display_height_px },
+        {
+          type: 'computer_20250124',
+          name: 'computer',
+          display_width_px: session.computerTool.display_width_px,
+          display_height_px: session.computerTool.display_height_px,
+        },
         { type: 'bash_20250124', name: 'bash' },
         { type: 'text_editor_20250728', name: 'str_replace_based_edit_tool' },
       ]);
@@ -116,7 +135,13 @@ describe('runs: the built-in Claude loop', { timeout: 600_000 }, () => {
     assert.equal(Buffer.from(image.source.data, 'base64').subarray(1, 4).toString(), 'PNG');
     // Parallel tool_use: both results in one user turn, in order; the bad click is a tool error.
     const parallel = results(requests[2]!);
-    assert.deepEqual(parallel.map((b) => [b.type, b.tool_use_id, b.is_error]), [['tool_result', 'tu_2', false], ['tool_result', 'tu_3', true]]);
+    assert.deepEqual(
+      parallel.map((b) => [b.type, b.tool_use_id, b.is_error]),
+      [
+        ['tool_result', 'tu_2', false],
+        ['tool_result', 'tu_3', true],
+      ],
+    );
     assert.match(JSON.stringify(parallel[1]?.content), /coordinate/);
     // The bash tool read back what the editor wrote.
     assert.match(JSON.stringify(results(requests[3]!)[0]?.content), /frog leaps in/);
@@ -127,7 +152,12 @@ describe('runs: the built-in Claude loop', { timeout: 600_000 }, () => {
     // The transcript is kept in SQLite with the session's trajectory id (image data replaced by its size).
     const db = new Database(path.join(stateDir, 'orchestrator.db'), { readonly: true });
     try {
-      const row = db.prepare('SELECT trajectory_id, state, stop_reason, transcript FROM runs WHERE id = ?').get(id) as { trajectory_id: string; state: string; stop_reason: string; transcript: string };
+      const row = db.prepare('SELECT trajectory_id, state, stop_reason, transcript FROM runs WHERE id = ?').get(id) as {
+        trajectory_id: string;
+        state: string;
+        stop_reason: string;
+        transcript: string;
+      };
       assert.deepEqual([row.trajectory_id, row.state, row.stop_reason], [sessionId, 'completed', 'end_turn']);
       const transcript = JSON.parse(row.transcript) as { messages: unknown[] };
       assert.equal(transcript.messages.length, 14, 'the task, 7 answers and 6 turns of tool results');
@@ -137,12 +167,26 @@ describe('runs: the built-in Claude loop', { timeout: 600_000 }, () => {
       db.close();
     }
     const trajectory = (await api('GET', `/v1/sessions/${sessionId}/trajectory`)).json as { steps: Array<{ tool: string }> };
-    assert.deepEqual(trajectory.steps.map((st) => st.tool), ['computer', 'str_replace_based_edit_tool', 'computer', 'bash', 'computer', 'computer', 'computer']);
+    assert.deepEqual(
+      trajectory.steps.map((st) => st.tool),
+      ['computer', 'str_replace_based_edit_tool', 'computer', 'bash', 'computer', 'computer', 'computer'],
+    );
     // The file is there: read through the bash tool route.
     const bash = await api('POST', `/v1/sessions/${sessionId}/tools/bash`, { command: 'cat /tmp/haiku.txt' });
     assert.match(JSON.stringify(bash.json), /old pond\\nfrog leaps in\\nsplash/);
     // Events: text, tool calls, results with a trajectory screenshot URL, usage, the end.
-    const events = eventsText.split('\n\n').filter(Boolean).map((chunk) => JSON.parse(chunk.split('\n').find((l) => l.startsWith('data: '))!.slice(6)) as Record<string, unknown>);
+    const events = eventsText
+      .split('\n\n')
+      .filter(Boolean)
+      .map(
+        (chunk) =>
+          JSON.parse(
+            chunk
+              .split('\n')
+              .find((l) => l.startsWith('data: '))!
+              .slice(6),
+          ) as Record<string, unknown>,
+      );
     assert.ok(events.some((e) => e.type === 'text' && e.text === 'Let me look at the screen.'));
     assert.ok(events.some((e) => e.type === 'tool_call' && e.name === 'bash'));
     const shot = events.find((e) => e.type === 'tool_result' && typeof e.screenshot === 'string');
@@ -168,7 +212,14 @@ describe('runs: the built-in Claude loop', { timeout: 600_000 }, () => {
     assert.equal(endA.state, 'stopped');
     const [r1, r2] = stand.requestsOf(old);
     assert.match(String(r1?.headers['anthropic-beta']), /computer-use-2024-10-22/);
-    assert.deepEqual(r1?.body.tools.map((t) => [t.type, t.name]), [['computer_20241022', 'computer'], ['bash_20241022', 'bash'], ['text_editor_20241022', 'str_replace_editor']]);
+    assert.deepEqual(
+      r1?.body.tools.map((t) => [t.type, t.name]),
+      [
+        ['computer_20241022', 'computer'],
+        ['bash_20241022', 'bash'],
+        ['text_editor_20241022', 'str_replace_editor'],
+      ],
+    );
     assert.equal(results(r2!)[0]?.is_error, false, 'str_replace_editor reached the editor');
 
     const newer = 'newer tools';
@@ -284,14 +335,17 @@ describe('runs without an API key', { timeout: 120_000 }, () => {
   });
 });
 
-describe('runs are the tenant\'s own', { timeout: 180_000 }, () => {
+describe("runs are the tenant's own", { timeout: 180_000 }, () => {
   it("another tenant cannot see, follow, stop a run or run on the tenant's session", async () => {
     const dir = await mkdtemp(path.join(os.tmpdir(), 'sbx-runs-tenants-'));
     const keyOf = async (tenant: string) => (await runCli(['keys', 'create', '--tenant', tenant, '--state-dir', dir], 'http://127.0.0.1:1')).stdout.trim();
     const [keyA, keyB] = [await keyOf('alpha'), await keyOf('beta')];
     const tenantStand = new MessagesStandIn();
     await tenantStand.start();
-    const s = await startServe(dir, 20_000 + Math.floor(Math.random() * 20_000), undefined, ['--auth', 'on'], { ANTHROPIC_API_KEY: 'sk-test-key', ANTHROPIC_BASE_URL: tenantStand.url });
+    const s = await startServe(dir, 20_000 + Math.floor(Math.random() * 20_000), undefined, ['--auth', 'on'], {
+      ANTHROPIC_API_KEY: 'sk-test-key',
+      ANTHROPIC_BASE_URL: tenantStand.url,
+    });
     const as = (key: string) => async (method: string, url: string, body?: unknown) => {
       const headers: Record<string, string> = { authorization: `Bearer ${key}` };
       if (body !== undefined) headers['content-type'] = 'application/json';
@@ -375,7 +429,10 @@ describe('runs and event streams: per-tenant caps that hold under concurrency (i
     const refused = answers.filter((a) => a.status !== 201);
     // Before the fix there was no cap: every one made its sandbox and ran.
     assert.equal(started.length, 2, JSON.stringify(answers.map((a) => a.status)));
-    assert.ok(refused.every((a) => a.status === 429 && errorOf(a.json).code === 'tenant_run_limit'), JSON.stringify(refused[0]?.json));
+    assert.ok(
+      refused.every((a) => a.status === 429 && errorOf(a.json).code === 'tenant_run_limit'),
+      JSON.stringify(refused[0]?.json),
+    );
     assert.match(errorOf(refused[0]!.json).message, /SBX_TENANT_MAX_RUNS/);
     assert.equal(await sessionsOf('burst'), 2, 'no sandbox was made for a refused run');
     for (const run of started) assert.equal((await burst('DELETE', `/v1/runs/${run.json.id as string}`)).json.stopReason, 'cancelled');
@@ -442,11 +499,21 @@ describe('runs and event streams: per-tenant caps that hold under concurrency (i
       if (res.status === 200 && url.includes('/screen/')) await res.body!.getReader().read();
       return { status: res.status, res, abort: () => controller.abort() };
     };
-    const streams = [await open(`/v1/sessions/${id}/screen/stream`), await open(`/v1/sessions/${id}/screen/stream`), await open(`/v1/runs/${run.json.id as string}/events`)];
-    assert.deepEqual(streams.map((st) => st.status), [200, 200, 200]);
+    const streams = [
+      await open(`/v1/sessions/${id}/screen/stream`),
+      await open(`/v1/sessions/${id}/screen/stream`),
+      await open(`/v1/runs/${run.json.id as string}/events`),
+    ];
+    assert.deepEqual(
+      streams.map((st) => st.status),
+      [200, 200, 200],
+    );
     // Before the fix each stream held one of the 2 request slots: the second stream already left none.
     const requests = await Promise.all([streamer('GET', '/v1/sessions'), streamer('GET', `/v1/sessions/${id}`)]);
-    assert.deepEqual(requests.map((r) => r.status), [200, 200]);
+    assert.deepEqual(
+      requests.map((r) => r.status),
+      [200, 200],
+    );
     const fourth = await open(`/v1/sessions/${id}/screen/stream`);
     assert.equal(fourth.status, 429);
     const refusal = (await fourth.res.json()) as { error: { code: string; message: string } };

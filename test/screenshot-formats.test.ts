@@ -107,7 +107,7 @@ describe('screenshot formats, end to end', () => {
     await orch?.stop();
   });
 
-  it('the screenshot route answers in each format with its Content-Type; png and lossless webp are scrot\'s pixels', async () => {
+  it("the screenshot route answers in each format with its Content-Type; png and lossless webp are scrot's pixels", async () => {
     const cases = [
       { query: '?format=png', type: 'image/png', exact: true },
       { query: '', type: 'image/webp', exact: true }, // the session's default: webp at 100, lossless
@@ -235,7 +235,11 @@ describe('screenshot formats, end to end', () => {
       assert.ok(names.includes('format') && names.includes('quality'), `${route}: ${names.join(', ')}`);
     }
     assert.deepEqual(queryOf('/v1/sessions/{id}/screenshot', 'get').find((p) => p.name === 'format')?.schema.enum, ['png', 'jpeg', 'webp']);
-    assert.deepEqual(spec.paths['/v1/sessions/{id}/screenshot'].get.responses['200'].content && Object.keys(spec.paths['/v1/sessions/{id}/screenshot'].get.responses['200'].content).sort(), ['image/jpeg', 'image/png', 'image/webp']);
+    assert.deepEqual(
+      spec.paths['/v1/sessions/{id}/screenshot'].get.responses['200'].content &&
+        Object.keys(spec.paths['/v1/sessions/{id}/screenshot'].get.responses['200'].content).sort(),
+      ['image/jpeg', 'image/png', 'image/webp'],
+    );
     const create = spec.paths['/v1/sessions'].post.requestBody.content['application/json'].schema.properties.screenshot;
     assert.deepEqual(create.properties.format.enum, ['png', 'jpeg', 'webp']);
     assert.deepEqual([create.properties.quality.minimum, create.properties.quality.maximum], [1, 100]);

@@ -64,7 +64,10 @@ describe('the TypeScript SDK over real HTTP', () => {
     const tool = await sandbox.executeToolUse({ action: 'screenshot' }, 'computer', { format: 'jpeg' });
     assert.ok(tool.content[0]?.type === 'image');
     assert.equal(tool.content[0].source.media_type, 'image/jpeg');
-    await assert.rejects(sandbox.screenshot({ format: 'png', quality: 50 }), (err: unknown) => err instanceof InvalidRequestError && /quality/.test(err.message));
+    await assert.rejects(
+      sandbox.screenshot({ format: 'png', quality: 50 }),
+      (err: unknown) => err instanceof InvalidRequestError && /quality/.test(err.message),
+    );
   });
 
   it('forwards tool_use inputs unchanged and returns tool_result content', async () => {

@@ -104,7 +104,12 @@ describe('user templates: build, list, boot, pool, remove', () => {
     // Built in a user namespace through an idmapped mount, the tree on disk is owned as a
     // chroot as root would have left it: root's files by 0, the desktop user's by 1000.
     const rootfs = path.join(first.stdout.trim().split(' ')[2] as string, 'rootfs');
-    for (const [file, uid] of [['etc/template-marker', 0], ['opt/greeting/hello.txt', 1000], ['usr/bin/jq', 0], ['etc', 0]] as const) {
+    for (const [file, uid] of [
+      ['etc/template-marker', 0],
+      ['opt/greeting/hello.txt', 1000],
+      ['usr/bin/jq', 0],
+      ['etc', 0],
+    ] as const) {
       const info = await stat(path.join(rootfs, file));
       assert.deepEqual([info.uid, info.gid], [uid, uid], `${file} on disk`);
     }
@@ -116,7 +121,11 @@ describe('user templates: build, list, boot, pool, remove', () => {
 
   it('a template can be the base of another: the derived one has what its base has, and its own', async () => {
     const derivedName = `${NAME}-more`;
-    const file = await writeTemplate(workDir, 'more.yaml', `name: ${derivedName}\nbase: ${NAME}\nrun:\n  - test -f /opt/greeting/hello.txt && command -v jq && touch /etc/more-marker\n`);
+    const file = await writeTemplate(
+      workDir,
+      'more.yaml',
+      `name: ${derivedName}\nbase: ${NAME}\nrun:\n  - test -f /opt/greeting/hello.txt && command -v jq && touch /etc/more-marker\n`,
+    );
     try {
       const built = await sbx(['template', 'build', file]);
       assert.equal(built.code, 0, built.stderr.slice(-2000));
@@ -255,7 +264,7 @@ describe('broken templates fail naming the step, and leave nothing behind', () =
     await rm(workDir, { recursive: true, force: true });
   });
 
-  it('an unknown package: the install step, with apt\'s own words', async () => {
+  it("an unknown package: the install step, with apt's own words", async () => {
     const file = await writeTemplate(workDir, 'pkg.yaml', `name: ${broken}\nbase: minimal\npackages: [no-such-package-sbx]\n`);
     const result = await sbx(['template', 'build', file]);
     assert.notEqual(result.code, 0);
@@ -274,7 +283,11 @@ describe('broken templates fail naming the step, and leave nothing behind', () =
   });
 
   it('a build command has no network (only apt does)', async () => {
-    const file = await writeTemplate(workDir, 'net.yaml', `name: ${broken}\nbase: minimal\nrun:\n  - [sh, -c, "ip -o link | grep -v ' lo:' && exit 9 || echo only-lo; exit 4"]\n`);
+    const file = await writeTemplate(
+      workDir,
+      'net.yaml',
+      `name: ${broken}\nbase: minimal\nrun:\n  - [sh, -c, "ip -o link | grep -v ' lo:' && exit 9 || echo only-lo; exit 4"]\n`,
+    );
     const result = await sbx(['template', 'build', file]);
     assert.match(result.stderr, /only-lo/, result.stderr.slice(-1500));
     assert.match(result.stderr, /failed: exit 4/);
@@ -290,7 +303,11 @@ describe('broken templates fail naming the step, and leave nothing behind', () =
         [`a/../../${path.basename(outside)}/secret`, /files\[0\]\.source: must be a path relative to the template file, inside its directory/],
         ['link-out', new RegExp(`files\\[0\\]\\.source: link-out leads outside ${workDir}`)],
       ] as const) {
-        const file = await writeTemplate(workDir, 'out.yaml', `name: ${broken}\nbase: minimal\nfiles: [{source: ${JSON.stringify(source)}, target: /etc/stolen}]\n`);
+        const file = await writeTemplate(
+          workDir,
+          'out.yaml',
+          `name: ${broken}\nbase: minimal\nfiles: [{source: ${JSON.stringify(source)}, target: /etc/stolen}]\n`,
+        );
         const result = await sbx(['template', 'build', file]);
         assert.notEqual(result.code, 0);
         assert.match(result.stderr, problem);

@@ -139,10 +139,14 @@ describe('idle timeout and maximum lifetime on real sandboxes', () => {
 
   /** The session as GET shows it once it has ended. */
   async function ended(id: string, timeoutMs: number): Promise<SessionInfo> {
-    return waitFor(`session ${id} to end`, async () => {
-      const info = await client.get(id);
-      return info.state === 'destroyed' ? info : undefined;
-    }, timeoutMs);
+    return waitFor(
+      `session ${id} to end`,
+      async () => {
+        const info = await client.get(id);
+        return info.state === 'destroyed' ? info : undefined;
+      },
+      timeoutMs,
+    );
   }
 
   it('refuses a lifetime beyond the orchestrator maximum, and makes nothing', async () => {
@@ -226,7 +230,10 @@ describe('idle timeout and maximum lifetime on real sandboxes', () => {
     }
     assert.ok(lastReady >= deadline - 1_500, `still ready 1.5 s before its idle deadline (last seen ready ${deadline - lastReady} ms before it)`);
     // The reaper looks once a second; a destroy then takes a moment.
-    assert.ok(firstEnded > 0 && firstEnded <= deadline + 3_000, `ending within 3 s of its idle deadline (${firstEnded ? firstEnded - deadline : 'never'} ms after)`);
+    assert.ok(
+      firstEnded > 0 && firstEnded <= deadline + 3_000,
+      `ending within 3 s of its idle deadline (${firstEnded ? firstEnded - deadline : 'never'} ms after)`,
+    );
     const info = await ended(sandbox.id, 10_000);
     assert.equal(info.endReason, 'idle_timeout');
     const lived = Date.parse((await client.get(sandbox.id)).expiresAt) - Date.parse(info.createdAt);

@@ -53,7 +53,12 @@ describe('trajectory', () => {
   let logText = '';
 
   const inject = (method: 'GET' | 'POST' | 'DELETE', url: string, key: string, payload?: unknown, headers: Record<string, string> = {}) =>
-    orch.server.inject({ method, url, headers: { ...bearer(key), ...headers }, ...(payload === undefined ? {} : { payload: payload as Record<string, unknown> }) });
+    orch.server.inject({
+      method,
+      url,
+      headers: { ...bearer(key), ...headers },
+      ...(payload === undefined ? {} : { payload: payload as Record<string, unknown> }),
+    });
   const computer = (session: string, input: Record<string, unknown>) => inject('POST', `/v1/sessions/${session}/tools/computer`, keyA, input);
 
   before(async () => {
@@ -128,7 +133,10 @@ describe('trajectory', () => {
     assert.ok(!res.body.includes(SECRET), 'the typed secret is nowhere in the trajectory');
     // In pages: ?from and ?limit, and `next` while there are more.
     const page = (await inject('GET', `/v1/sessions/${id}/trajectory?from=3&limit=3`, keyA)).json<{ steps: Step[]; next: string }>();
-    assert.deepEqual(page.steps.map((s) => s.n), [3, 4, 5]);
+    assert.deepEqual(
+      page.steps.map((s) => s.n),
+      [3, 4, 5],
+    );
     assert.equal(page.next, `/v1/sessions/${id}/trajectory?from=6&limit=3`);
     const last = (await inject('GET', page.next, keyA)).json<{ steps: Step[]; next: string | null }>();
     assert.deepEqual([last.steps.map((s) => s.n), last.next], [[6, 7], null]);
@@ -154,13 +162,22 @@ describe('trajectory', () => {
   });
 
   it('streams JSONL: a summary line, then one line per step', async () => {
-    for (const request of [{ url: `/v1/sessions/${id}/trajectory?format=jsonl`, headers: {} as Record<string, string> }, { url: `/v1/sessions/${id}/trajectory`, headers: { accept: 'application/x-ndjson' } }]) {
+    for (const request of [
+      { url: `/v1/sessions/${id}/trajectory?format=jsonl`, headers: {} as Record<string, string> },
+      { url: `/v1/sessions/${id}/trajectory`, headers: { accept: 'application/x-ndjson' } },
+    ]) {
       const res = await inject('GET', request.url, keyA, undefined, request.headers);
       assert.equal(res.statusCode, 200);
       assert.match(String(res.headers['content-type']), /application\/x-ndjson/);
-      const lines = res.body.trimEnd().split('\n').map((line) => JSON.parse(line) as { type: string; n?: number });
+      const lines = res.body
+        .trimEnd()
+        .split('\n')
+        .map((line) => JSON.parse(line) as { type: string; n?: number });
       assert.equal(lines[0]?.type, 'trajectory');
-      assert.deepEqual(lines.slice(1).map((l) => [l.type, l.n]), [1, 2, 3, 4, 5, 6, 7].map((n) => ['step', n]));
+      assert.deepEqual(
+        lines.slice(1).map((l) => [l.type, l.n]),
+        [1, 2, 3, 4, 5, 6, 7].map((n) => ['step', n]),
+      );
     }
     // Streamed for real over HTTP: chunked, read line by line.
     const res = await fetch(`${base}/v1/sessions/${id}/trajectory?format=jsonl`, { headers: bearer(keyA) });
@@ -172,7 +189,10 @@ describe('trajectory', () => {
     const sdk = new SandboxClient({ baseUrl: base, apiKey: keyA });
     const sandbox = await sdk.connect(id);
     const trajectory = await sandbox.trajectory();
-    assert.deepEqual(trajectory.steps.map((s) => s.n), [1, 2, 3, 4, 5, 6, 7]);
+    assert.deepEqual(
+      trajectory.steps.map((s) => s.n),
+      [1, 2, 3, 4, 5, 6, 7],
+    );
     const link = await sandbox.trajectoryUrl({ ttlSeconds: 60 });
     assert.ok(link.startsWith(`${base}/v1/sessions/${id}/trajectory/view?token=lnk_`));
     const page = await fetch(link);
@@ -193,7 +213,12 @@ describe('trajectory', () => {
     assert.equal(JSON.parse(json.stdout).steps.length, 7);
 
     const openapi = (await orch.server.inject({ method: 'GET', url: '/openapi.json' })).json<{ paths: Record<string, Record<string, unknown>> }>();
-    for (const route of ['/v1/sessions/{id}/trajectory', '/v1/sessions/{id}/trajectory/view', '/v1/sessions/{id}/trajectory/steps/{n}/screenshot', '/v1/sessions/{id}/links']) {
+    for (const route of [
+      '/v1/sessions/{id}/trajectory',
+      '/v1/sessions/{id}/trajectory/view',
+      '/v1/sessions/{id}/trajectory/steps/{n}/screenshot',
+      '/v1/sessions/{id}/links',
+    ]) {
       assert.ok(openapi.paths[route], `${route} is in the OpenAPI document`);
     }
     assert.ok(openapi.paths['/v1/sessions/{id}/links/{linkId}']?.delete);
@@ -232,7 +257,10 @@ describe('trajectory', () => {
       const pixels = await decodePng(shot);
       const marker = findColour(pixels, MAGENTA, { ...expected, radius: 30 });
       assert.ok(marker.count > 30, `the marker is drawn near (${expected.x.toFixed(0)}, ${expected.y.toFixed(0)})`);
-      assert.ok(Math.abs(marker.x - expected.x) <= 2 && Math.abs(marker.y - expected.y) <= 2, `marker centred at ${marker.x},${marker.y}, expected ${expected.x},${expected.y}`);
+      assert.ok(
+        Math.abs(marker.x - expected.x) <= 2 && Math.abs(marker.y - expected.y) <= 2,
+        `marker centred at ${marker.x},${marker.y}, expected ${expected.x},${expected.y}`,
+      );
       // Nothing magenta elsewhere on the screenshot: the marker is only where the click was.
       const elsewhere = findColour(pixels, MAGENTA, { x: box.x + box.width / 2, y: box.y + box.height / 2, radius: Math.min(box.width, box.height) / 2 - 1 });
       assert.equal(elsewhere.count, marker.count);
@@ -256,7 +284,7 @@ describe('trajectory', () => {
     assert.match(logText, /trajectory\/view/, 'the page request was logged (by its route)');
   });
 
-  it('refuses an expired, a revoked, a made-up and another session\'s token', async () => {
+  it("refuses an expired, a revoked, a made-up and another session's token", async () => {
     const db = new Database(path.join(orch.stateDir, 'orchestrator.db'));
     const expired = new LinkTokens(db).create('tenant-a', id, 'trajectory', 10, new Date(Date.now() - 60_000)).token;
     db.close();
@@ -295,7 +323,10 @@ describe('trajectory', () => {
       const steps = (await inject('GET', `/v1/sessions/${optedIn}/trajectory`, keyA)).json().steps as Step[];
       const n = steps.find((s) => s.action === 'left_click_drag')!.n;
       await page.goto(`${base}${linkPath}#step-${n}`);
-      await page.waitForFunction((want) => (document.getElementById('screenshot') as HTMLImageElement | null)?.dataset.loaded === want, `${n}${n > 1 ? 'before' : 'after'}`);
+      await page.waitForFunction(
+        (want) => (document.getElementById('screenshot') as HTMLImageElement | null)?.dataset.loaded === want,
+        `${n}${n > 1 ? 'before' : 'after'}`,
+      );
       const box = (await page.locator('#screenshot').boundingBox())!;
       const natural = await page.$eval('#screenshot', (img) => (img as HTMLImageElement).naturalWidth);
       const at = (x: number) => ({ x: box.x + (x * box.width) / natural, y: box.y + (400 * box.width) / natural, radius: 20 });
@@ -324,7 +355,7 @@ describe('trajectory', () => {
     assert.ok(existsSync(dir));
 
     const deleted = await orch.trajectory.prune(Date.now() + orch.config.trajectory.retentionSeconds * 1000 + 1000);
-    assert.equal(deleted, 1, 'only the ended session\'s trajectory: the live one is kept');
+    assert.equal(deleted, 1, "only the ended session's trajectory: the live one is kept");
     assert.equal(existsSync(dir), false, 'its screenshots are gone');
     assert.equal((await inject('GET', `/v1/sessions/${id}/trajectory`, keyA)).statusCode, 404);
     assert.equal((await inject('GET', `/v1/sessions/${optedIn}/trajectory`, keyA)).statusCode, 200);
@@ -365,7 +396,9 @@ describe('trajectory', () => {
     const rssAfter = process.memoryUsage().rss;
 
     const row = orch.trajectory.get(optedIn)!;
-    const onDisk = (await readdir(dir)).length ? (await Promise.all((await readdir(dir)).map((f) => stat(path.join(dir, f))))).reduce((sum, st) => sum + st.size, 0) : 0;
+    const onDisk = (await readdir(dir)).length
+      ? (await Promise.all((await readdir(dir)).map((f) => stat(path.join(dir, f))))).reduce((sum, st) => sum + st.size, 0)
+      : 0;
     assert.ok(row.bytes <= CAPS.maxSessionBytes, `${row.bytes} bytes counted`);
     assert.ok(onDisk <= CAPS.maxSessionBytes, `${onDisk} bytes on disk`);
     assert.equal(row.steps + row.droppedSteps, calls + 2, 'every call is counted');

@@ -168,7 +168,11 @@ describe('containers over a Unix socket (SBX_TRANSPORT=unix)', { concurrency: fa
     const [links, dev] = inside.split('---');
     assert.deepEqual(links!.trim().split('\n'), ['lo'], `ip link inside: ${inside}`);
     assert.deepEqual(
-      dev!.trim().split('\n').slice(2).map((l) => l.split(':')[0]!.trim()),
+      dev!
+        .trim()
+        .split('\n')
+        .slice(2)
+        .map((l) => l.split(':')[0]!.trim()),
       ['lo'],
       'the kernel lists only lo in the guest',
     );
@@ -195,7 +199,10 @@ describe('containers over a Unix socket (SBX_TRANSPORT=unix)', { concurrency: fa
     const id = isolated.id;
     const shot = await api('POST', `/v1/sessions/${id}/tools/computer`, { action: 'screenshot' });
     assert.equal(shot.status, 200, shot.buffer.toString());
-    assert.ok((shot.json().content as Array<{ type: string }>).some((c) => c.type === 'image'), 'a screenshot image');
+    assert.ok(
+      (shot.json().content as Array<{ type: string }>).some((c) => c.type === 'image'),
+      'a screenshot image',
+    );
     const click = await api('POST', `/v1/sessions/${id}/tools/computer`, { action: 'left_click', coordinate: [20, 20] });
     assert.equal(click.status, 200, click.buffer.toString());
     const png = await api('GET', `/v1/sessions/${id}/screenshot`);
@@ -204,7 +211,11 @@ describe('containers over a Unix socket (SBX_TRANSPORT=unix)', { concurrency: fa
 
     assert.equal((await bash(id, 'echo $((6 * 7))')).trim(), '42');
 
-    const edit = await api('POST', `/v1/sessions/${id}/tools/str_replace_based_edit_tool`, { command: 'create', path: '/home/user/notes.txt', file_text: 'over the socket\n' });
+    const edit = await api('POST', `/v1/sessions/${id}/tools/str_replace_based_edit_tool`, {
+      command: 'create',
+      path: '/home/user/notes.txt',
+      file_text: 'over the socket\n',
+    });
     assert.equal(edit.status, 200, edit.buffer.toString());
     const viewed = await api('POST', `/v1/sessions/${id}/tools/str_replace_based_edit_tool`, { command: 'view', path: '/home/user/notes.txt' });
     assert.match(JSON.stringify(viewed.json()), /over the socket/);
@@ -238,7 +249,10 @@ describe('containers over a Unix socket (SBX_TRANSPORT=unix)', { concurrency: fa
     // Alternating, so both see the same load of this busy host.
     const times: Record<'unix' | 'tcp', number[]> = { unix: [], tcp: [] };
     for (let i = 0; i < 25; i++) {
-      for (const [kind, session] of [['unix', isolated], ['tcp', egress]] as const) {
+      for (const [kind, session] of [
+        ['unix', isolated],
+        ['tcp', egress],
+      ] as const) {
         const started = performance.now();
         const res = await api('POST', `/v1/sessions/${session.id}/actions`, { action: 'cursor_position' });
         assert.equal(res.status, 200, res.buffer.toString());
@@ -255,7 +269,10 @@ describe('containers over a Unix socket (SBX_TRANSPORT=unix)', { concurrency: fa
     // writable-layer template) is behind both: one more of each, alternating, then gone.
     const ready: Record<'unix' | 'tcp', number[]> = { unix: [], tcp: [] };
     for (let i = 0; i < 2; i++) {
-      for (const [kind, body] of [['unix', {}], ['tcp', { network: { egress: true } }]] as const) {
+      for (const [kind, body] of [
+        ['unix', {}],
+        ['tcp', { network: { egress: true } }],
+      ] as const) {
         const started = performance.now();
         const view = await create(body);
         ready[kind].push(performance.now() - started);
@@ -279,7 +296,9 @@ describe('containers over a Unix socket (SBX_TRANSPORT=unix)', { concurrency: fa
     } finally {
       ok.close();
     }
-    const wrongHost = await tryOpen(guestTransport({ endpoint: socket, username: 'user', privateKey: own.clientPrivateKey, pinnedHostKey: publicKeyBlob(other.hostPublicKey) }));
+    const wrongHost = await tryOpen(
+      guestTransport({ endpoint: socket, username: 'user', privateKey: own.clientPrivateKey, pinnedHostKey: publicKeyBlob(other.hostPublicKey) }),
+    );
     assert.ok(wrongHost instanceof HostKeyMismatchError, `a host key other than the pinned one: ${String(wrongHost)}`);
     const otherKey = await tryOpen(guestTransport({ endpoint: socket, username: 'user', privateKey: other.clientPrivateKey, pinnedHostKey: pinned }));
     assert.ok(otherKey instanceof SshAuthenticationError, `another session's key: ${String(otherKey)}`);

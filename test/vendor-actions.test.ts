@@ -13,7 +13,7 @@ import { clearXev, parseXev, startXev, typedText, waitForXev, type XEvent } from
  * reports (buttons incl. back/forward 8/9, keysyms, held modifiers, positions after scaling
  * or grid mapping), and hostile calls are refused with nothing reaching the guest.
  */
-describe('other vendors\' computer-use actions, in a real guest', () => {
+describe("other vendors' computer-use actions, in a real guest", () => {
   let orch: TestOrchestrator;
   let id: string;
   let guest: GuestTransport;
@@ -33,7 +33,12 @@ describe('other vendors\' computer-use actions, in a real guest', () => {
   const gemini = async (name: string, args?: Record<string, unknown>) => {
     const res = await post('gemini', { name, args, id: 'fc-1' });
     assert.equal(res.statusCode, 200, res.body);
-    return res.json<{ name: string; id?: string; response: { url?: string; error?: string }; parts?: Array<{ inlineData: { mimeType: string; data: string } }> }>();
+    return res.json<{
+      name: string;
+      id?: string;
+      response: { url?: string; error?: string };
+      parts?: Array<{ inlineData: { mimeType: string; data: string } }>;
+    }>();
   };
   const geminiOk = async (name: string, args?: Record<string, unknown>) => {
     const answer = await gemini(name, args);
@@ -62,7 +67,7 @@ describe('other vendors\' computer-use actions, in a real guest', () => {
     await orch?.stop();
   });
 
-  it('the session view offers each vendor\'s tool definition, sized to the model space', async () => {
+  it("the session view offers each vendor's tool definition, sized to the model space", async () => {
     const view = (await orch.server.inject({ method: 'GET', url: `/v1/sessions/${id}` })).json();
     assert.deepEqual(view.tools.anthropic, view.computerTool);
     assert.deepEqual(view.tools.openai, { type: 'computer_use_preview', display_width: 1366, display_height: 768, environment: 'linux' });
@@ -92,16 +97,31 @@ describe('other vendors\' computer-use actions, in a real guest', () => {
     await clearXev(guest);
     await openai({ action: { type: 'move', x: 683, y: 384 } });
     assert.equal((await guestSh(guest, 'DISPLAY=:99 xdotool getmouselocation')).text.split(' ').slice(0, 2).join(' '), 'x:960 y:540');
-    await openai({ action: { type: 'drag', path: [{ x: 200, y: 300 }, { x: 250, y: 320 }, { x: 300, y: 350 }] } });
+    await openai({
+      action: {
+        type: 'drag',
+        path: [
+          { x: 200, y: 300 },
+          { x: 250, y: 320 },
+          { x: 300, y: 350 },
+        ],
+      },
+    });
     const log = await events((e) => e.some((x) => x.type === 'ButtonRelease'));
     assert.deepEqual(log.find((e) => e.type === 'ButtonPress')?.root, { x: scaledX(200), y: scaledY(300) });
     assert.deepEqual(log.find((e) => e.type === 'ButtonRelease')?.root, { x: scaledX(300), y: scaledY(350) });
-    assert.ok(log.some((e) => e.type === 'MotionNotify' && e.root?.x === scaledX(250) && ((e.state ?? 0) & 0x100) !== 0), 'through the middle point with button 1 held');
+    assert.ok(
+      log.some((e) => e.type === 'MotionNotify' && e.root?.x === scaledX(250) && ((e.state ?? 0) & 0x100) !== 0),
+      'through the middle point with button 1 held',
+    );
 
     await clearXev(guest);
     await openai({ action: { type: 'scroll', x: 683, y: 384, scroll_x: -100, scroll_y: 300, keys: ['CTRL'] } });
     const wheel = await presses(4);
-    assert.deepEqual(wheel.map((p) => p.button), [5, 5, 5, 6]);
+    assert.deepEqual(
+      wheel.map((p) => p.button),
+      [5, 5, 5, 6],
+    );
     assert.deepEqual(wheel[0]?.root, { x: 960, y: 540 });
     assert.equal((wheel[3]?.state ?? 0) & 4, 4, 'ctrl held while scrolling');
   });
@@ -111,13 +131,22 @@ describe('other vendors\' computer-use actions, in a real guest', () => {
     const { body, png } = await openai({
       type: 'computer_call',
       call_id: 'call_abc-1',
-      actions: [{ type: 'keypress', keys: ['CTRL', 'C'] }, { type: 'keypress', keys: ['ARROWLEFT'] }, { type: 'type', text: 'Hi there!' }, { type: 'wait' }, { type: 'screenshot' }],
+      actions: [
+        { type: 'keypress', keys: ['CTRL', 'C'] },
+        { type: 'keypress', keys: ['ARROWLEFT'] },
+        { type: 'type', text: 'Hi there!' },
+        { type: 'wait' },
+        { type: 'screenshot' },
+      ],
     });
     assert.equal(body.call_id, 'call_abc-1');
     assert.deepEqual(pngSize(png), { width: 1366, height: 768 });
     const log = await waitForXev(guest, (l) => typedText(l).endsWith('Hi there!'));
     const keys = parseXev(log).filter((e) => e.type === 'KeyPress');
-    assert.deepEqual(keys.slice(0, 3).map((e) => e.keyName), ['Control_L', 'c', 'Left']);
+    assert.deepEqual(
+      keys.slice(0, 3).map((e) => e.keyName),
+      ['Control_L', 'c', 'Left'],
+    );
     assert.equal((keys[1]?.state ?? 0) & 4, 4, 'c pressed with ctrl held');
     assert.equal((keys[1]?.state ?? 0) & 1, 0, 'and without shift: "C" is the c key');
     assert.ok(typedText(log).endsWith('Hi there!'));
@@ -155,7 +184,10 @@ describe('other vendors\' computer-use actions, in a real guest', () => {
     await geminiOk('type_text_at', { x: 500, y: 500, text: 'héllo' });
     let log = await waitForXev(guest, (l) => parseXev(l).some((e) => e.type === 'KeyPress' && e.keyName === 'Return'));
     let keys = parseXev(log).filter((e) => e.type === 'KeyPress');
-    assert.deepEqual(keys.slice(0, 3).map((e) => e.keyName), ['Control_L', 'a', 'Delete']);
+    assert.deepEqual(
+      keys.slice(0, 3).map((e) => e.keyName),
+      ['Control_L', 'a', 'Delete'],
+    );
     assert.equal(keys.at(-1)?.keyName, 'Return');
     assert.ok(typedText(log).includes('héllo'), typedText(log));
     assert.deepEqual(parseXev(log).find((e) => e.type === 'ButtonPress')?.root, { x: 960, y: 540 });
@@ -167,13 +199,22 @@ describe('other vendors\' computer-use actions, in a real guest', () => {
     await geminiOk('scroll_document', { direction: 'down' });
     log = await waitForXev(guest, (l) => parseXev(l).some((e) => e.keyName === 'Next'));
     keys = parseXev(log).filter((e) => e.type === 'KeyPress');
-    assert.deepEqual(keys.map((e) => e.keyName), ['o', 'k', 'Control_L', 'Shift_L', 'T', 'Control_L', 'F2', 'Next']); // xev names the keysym with shift held
+    assert.deepEqual(
+      keys.map((e) => e.keyName),
+      ['o', 'k', 'Control_L', 'Shift_L', 'T', 'Control_L', 'F2', 'Next'],
+    ); // xev names the keysym with shift held
     assert.equal((keys[4]?.state ?? 0) & 5, 5, 't pressed with ctrl and shift held');
 
     await clearXev(guest);
     await geminiOk('scroll_at', { x: 500, y: 500, direction: 'up', magnitude: 200 });
     const wheel = await presses(2);
-    assert.deepEqual(wheel.map((p) => [p.button, p.root?.x, p.root?.y]), [[4, 960, 540], [4, 960, 540]]); // 200/1000 of 1080 px: 2 notches
+    assert.deepEqual(
+      wheel.map((p) => [p.button, p.root?.x, p.root?.y]),
+      [
+        [4, 960, 540],
+        [4, 960, 540],
+      ],
+    ); // 200/1000 of 1080 px: 2 notches
   });
 
   it('Gemini wait_5_seconds waits; browser-only calls are a clear error without a browser, and send nothing', async () => {
@@ -206,10 +247,19 @@ describe('other vendors\' computer-use actions, in a real guest', () => {
     const response = await sandbox.geminiComputer({ name: 'click_at', args: { x: 250, y: 500 }, id: 'g1' });
     assert.equal(response.id, 'g1');
     assert.equal(response.parts?.[0]?.inlineData.mimeType, 'image/png');
-    assert.deepEqual((await presses(2)).map((p) => [p.button, p.root?.x, p.root?.y]), [[8, 960, 540], [1, 480, 540]]);
+    assert.deepEqual(
+      (await presses(2)).map((p) => [p.button, p.root?.x, p.root?.y]),
+      [
+        [8, 960, 540],
+        [1, 480, 540],
+      ],
+    );
     const refused = await sandbox.geminiComputer({ name: 'key_combination', args: { keys: 'exec yes' } });
     assert.match(refused.response.error ?? '', /args\.keys has an invalid key name/);
-    await assert.rejects(sandbox.openaiComputer({ action: { type: 'keypress', keys: ['exec yes'] } }), (err: Error & { status?: number }) => err.status === 400 && /action\.keys\[0\]/.test(err.message));
+    await assert.rejects(
+      sandbox.openaiComputer({ action: { type: 'keypress', keys: ['exec yes'] } }),
+      (err: Error & { status?: number }) => err.status === 400 && /action\.keys\[0\]/.test(err.message),
+    );
   });
 
   it('red team: hostile names and values are refused by field, and nothing reaches the guest', async () => {
@@ -220,7 +270,15 @@ describe('other vendors\' computer-use actions, in a real guest', () => {
       [{ action: { type: 'keypress', keys: ['CTRL', 'exec'] } }, /action\.keys\[1\] has an unknown key name "exec"/],
       [{ action: { type: 'keypress', keys: Array(10_000).fill('a') } }, /at most 10/],
       [{ actions: Array(1_000).fill({ type: 'wait' }) }, /at most 50/],
-      [{ actions: [{ type: 'move', x: 1, y: 1 }, { type: 'click', x: Infinity, y: 1 }] }, /actions\[1\]\.x must be an integer/],
+      [
+        {
+          actions: [
+            { type: 'move', x: 1, y: 1 },
+            { type: 'click', x: Infinity, y: 1 },
+          ],
+        },
+        /actions\[1\]\.x must be an integer/,
+      ],
       [{ action: { type: 'click', x: 'NaN', y: 1 } }, /action\.x must be an integer/],
       [{ action: { type: 'click', x: 1, y: 1, button: { $ne: 1 } } }, /action\.button must be one of/],
       [{ action: { type: 'click', x: 1, y: 1, keys: [[['SHIFT']]] } }, /action\.keys\[0\]/],

@@ -88,7 +88,14 @@ describe('the warm pool', () => {
     const res = await orch.server.inject({
       method: 'POST',
       url: '/v1/sessions',
-      payload: { width: 1024, height: 768, timeoutSeconds: 120, metadata: { from: 'pool' }, scaling: { width: 800, height: 600 }, toolVersion: 'computer_20251124' },
+      payload: {
+        width: 1024,
+        height: 768,
+        timeoutSeconds: 120,
+        metadata: { from: 'pool' },
+        scaling: { width: 800, height: 600 },
+        toolVersion: 'computer_20251124',
+      },
     });
     assert.equal(res.statusCode, 201, res.body);
     const view = res.json();
@@ -137,7 +144,10 @@ describe('the warm pool', () => {
     // Not only overwritten in that file: nowhere in the state dir (session dirs, disk images,
     // the database and its WAL) is there any form of it; the session's own key is (the control).
     assert.deepEqual(await filesHolding(orch.stateDir, privateKeyForms(poolKey)), [], "the pool's private key in the state dir");
-    assert.ok((await filesHolding(orch.stateDir, privateKeyForms(sessionKey))).includes(path.join(orch.stateDir, sessionId, 'id_ed25519')), 'the scan finds a key that is there');
+    assert.ok(
+      (await filesHolding(orch.stateDir, privateKeyForms(sessionKey))).includes(path.join(orch.stateDir, sessionId, 'id_ed25519')),
+      'the scan finds a key that is there',
+    );
     assert.equal(await tryLogin(address, sessionKey, hostKey), 'accepted');
     const impostor = generateSessionKeys('impostor').hostPublicKey;
     const mismatch = await tryLogin(address, sessionKey, impostor);
@@ -179,7 +189,6 @@ describe('the warm pool', () => {
     const shot = await orch.server.inject({ method: 'GET', url: `/v1/sessions/${res.json().id}/screenshot` });
     assert.equal(shot.statusCode, 200);
   });
-
 });
 
 // One orchestrator at a time: they share this process's subnet, and two would lease the same
@@ -302,7 +311,10 @@ describe('warm pool settings', () => {
       process.env.SBX_WARM_POOL_SCREEN = '1280';
       assert.throws(() => defaultConfig(process.env), /SBX_WARM_POOL_SCREEN must look like 1024x768/);
     } finally {
-      for (const [name, value] of [['SBX_WARM_POOL_SIZE', saved.size], ['SBX_WARM_POOL_SCREEN', saved.screen]] as const) {
+      for (const [name, value] of [
+        ['SBX_WARM_POOL_SIZE', saved.size],
+        ['SBX_WARM_POOL_SCREEN', saved.screen],
+      ] as const) {
         if (value === undefined) delete process.env[name];
         else process.env[name] = value;
       }

@@ -17,7 +17,7 @@ const QUOTED_COMMAND = /(command)\s+"[^"]*"?/gi;
 
 export function publicSummary(message: string): string {
   let text = message.split('\n', 1)[0] ?? '';
-  for (let before = ''; before !== text; ) {
+  for (let before = ''; before !== text;) {
     before = text;
     text = text.replace(DETAIL_ASIDE, '');
   }

@@ -67,7 +67,7 @@ export const sessionSchema = {
   ],
   properties: {
     id: { type: 'string' },
-    tenant: { type: 'string', description: 'The tenant that owns the session (the API key\'s; `local` without keys)' },
+    tenant: { type: 'string', description: "The tenant that owns the session (the API key's; `local` without keys)" },
     state: { type: 'string', enum: ['creating', 'ready', 'paused', 'destroying', 'destroyed', 'failed'] },
     runtime: { type: 'string', enum: RUNTIMES.names },
     template: { type: 'string', description: 'The template its sandbox booted (GET /v1/templates)' },
@@ -106,7 +106,7 @@ export const sessionSchema = {
     },
     screenshot: {
       type: 'object',
-      description: "The default screenshot format chosen at create: format, and quality for jpeg and webp",
+      description: 'The default screenshot format chosen at create: format, and quality for jpeg and webp',
       required: ['format'],
       properties: { format: { type: 'string', enum: ['png', 'jpeg', 'webp'] }, quality: { type: 'integer' } },
     },
@@ -119,7 +119,11 @@ export const sessionSchema = {
       required: ['egress', 'transport', 'interfaces'],
       properties: {
         egress: { type: 'boolean' },
-        transport: { type: 'string', enum: ['tcp', 'unix'], description: "What carries the orchestrator's SSH control channel: tcp over the sandbox's NIC, or a Unix socket on the host" },
+        transport: {
+          type: 'string',
+          enum: ['tcp', 'unix'],
+          description: "What carries the orchestrator's SSH control channel: tcp over the sandbox's NIC, or a Unix socket on the host",
+        },
         interfaces: {
           type: 'array',
           items: { type: 'string' },
@@ -144,7 +148,8 @@ export const sessionSchema = {
     },
     paused: {
       type: ['object', 'null'],
-      description: 'While the session is paused (state paused): how (memory or disk), since when, and the bytes of its state on the host\'s disk; null while it runs',
+      description:
+        "While the session is paused (state paused): how (memory or disk), since when, and the bytes of its state on the host's disk; null while it runs",
       properties: { mode: { type: 'string', enum: ['memory', 'disk'] }, since: { type: 'string', format: 'date-time' }, bytes: { type: 'integer' } },
     },
     onIdle: { type: 'string', enum: ['destroy', 'pause'], description: 'What its idle timeout does: destroy the session, or pause it' },
@@ -180,7 +185,7 @@ export const createSessionBody = {
       type: 'string',
       minLength: 1,
       maxLength: 64,
-      description: 'The template to boot (GET /v1/templates lists them; default: the orchestrator\'s). An unknown name is a 400 listing the names there are',
+      description: "The template to boot (GET /v1/templates lists them; default: the orchestrator's). An unknown name is a 400 listing the names there are",
     },
     // No schema default for the size: a template's own default screen applies when neither is given.
     width: { type: 'integer', minimum: MIN_SIDE, maximum: MAX_SIDE, description: "Screen width (default: the template's screen, else 1024)" },
@@ -212,13 +217,12 @@ export const createSessionBody = {
       type: 'object',
       additionalProperties: false,
       description:
-        'Every action and tool call is stored as the session\'s trajectory (GET /v1/sessions/:id/trajectory). Text typed into the desktop ' +
+        "Every action and tool call is stored as the session's trajectory (GET /v1/sessions/:id/trajectory). Text typed into the desktop " +
         '(type, key) is stored as its length unless keepTypedText is true',
       properties: { keepTypedText: { type: 'boolean', default: false } },
     },
     scaling: {
-      description:
-        'The screen size the model sees: "auto" (default: XGA/WXGA/FWXGA as the computer-use reference chooses), "none", or {width, height}',
+      description: 'The screen size the model sees: "auto" (default: XGA/WXGA/FWXGA as the computer-use reference chooses), "none", or {width, height}',
       oneOf: [
         { type: 'string', enum: ['auto', 'none'] },
         {
@@ -315,7 +319,7 @@ export const updateSessionBody = {
       type: 'integer',
       minimum: 10,
       description:
-        'The new maximum lifetime, counted from createdAt: more than the session\'s age, at most the orchestrator maximum ' +
+        "The new maximum lifetime, counted from createdAt: more than the session's age, at most the orchestrator maximum " +
         '(SBX_MAX_LIFETIME_SECONDS); a lifetime can be extended up to that maximum, never past it',
     },
   },
@@ -336,7 +340,8 @@ export const pauseBody = {
     mode: {
       type: 'string',
       enum: ['memory', 'disk', 'auto'],
-      description: 'memory: frozen in place (no CPU, RAM kept); disk: state written to disk (no RAM); auto (default): disk where the runtime does it, else memory',
+      description:
+        'memory: frozen in place (no CPU, RAM kept); disk: state written to disk (no RAM); auto (default): disk where the runtime does it, else memory',
     },
   },
 } as const;

@@ -131,7 +131,10 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   // On the root instance, before any route: every route is authenticated, then scoped to
   // the tenant, unless auth/request-identity.ts lists it as open.
   const portTokens = opts.ports?.tokens;
-  installAuth(app, portTokens ? { ...opts.auth, ports: { presented: presentedPortToken, verify: (token, id, port) => portTokens.verify(token, id, port) } } : opts.auth);
+  installAuth(
+    app,
+    portTokens ? { ...opts.auth, ports: { presented: presentedPortToken, verify: (token, id, port) => portTokens.verify(token, id, port) } } : opts.auth,
+  );
   const gate = new TenantRequestGate(opts.tenantRequestLimits ?? DEFAULT_TENANT_REQUEST_LIMITS, opts.tenantRequestLimitOverrides);
   installTenantRequestLimits(app, gate, (limit) => opts.metrics.requestsRefused.inc({ limit }));
   installTenantScope(app, {
@@ -168,12 +171,12 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
         { name: 'tools', description: 'The tools of the computer-use loop: tool_use input in, tool_result content out' },
         { name: 'files', description: 'Files in and out of a sandbox, over SFTP' },
         { name: 'processes', description: 'Processes in a sandbox: start, stream output (SSE, WebSocket), stdin, signals, terminals' },
-        { name: 'trajectory', description: "Every call of a session, stored: as JSON, JSONL, and a page for people (link tokens)" },
-        { name: 'recording', description: 'Video of a session\'s screen, with the agent\'s actions as subtitles' },
+        { name: 'trajectory', description: 'Every call of a session, stored: as JSON, JSONL, and a page for people (link tokens)' },
+        { name: 'recording', description: "Video of a session's screen, with the agent's actions as subtitles" },
         { name: 'mcp', description: 'The MCP server (streamable HTTP): sandboxes as tools of any MCP client' },
         { name: 'runs', description: 'The built-in Claude computer-use loop: run a task, follow it, stop it' },
-        { name: 'ports', description: 'Guest ports on URLs (HTTP, event streams, WebSockets), through the session\'s SSH connection' },
-        { name: 'browser', description: 'The desktop\'s Chromium, driven over CDP (Playwright connectOverCDP)' },
+        { name: 'ports', description: "Guest ports on URLs (HTTP, event streams, WebSockets), through the session's SSH connection" },
+        { name: 'browser', description: "The desktop's Chromium, driven over CDP (Playwright connectOverCDP)" },
         { name: 'views', description: 'Live views in a browser (noVNC), view-only enforced by the server, and human takeover' },
         { name: 'system', description: 'Health and metrics' },
       ],
@@ -189,7 +192,10 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   await app.register(sessionTimeoutRoutes, { manager: opts.manager });
   await app.register(sessionPauseRoutes, { manager: opts.manager });
   await app.register(computerToolRoutes, { manager: opts.manager, trajectory });
-  await app.register(companionToolRoutes, { manager: opts.manager, display: opts.manager.display, bashTimeoutSeconds: opts.bashTimeoutSeconds,
+  await app.register(companionToolRoutes, {
+    manager: opts.manager,
+    display: opts.manager.display,
+    bashTimeoutSeconds: opts.bashTimeoutSeconds,
     ...(opts.bashOutput ? { bashOutput: opts.bashOutput } : {}),
     bashCounters: bashOutputCounters(opts.metrics),
     trajectory,

@@ -23,7 +23,8 @@ export class StreamSlots {
   private readonly perTenant: KeyedSlots;
 
   constructor(readonly maxPerTenant: number) {
-    if (!Number.isInteger(maxPerTenant) || maxPerTenant < 1) throw new Error(`the tenant stream limit must be a whole number of at least 1, got ${maxPerTenant}`);
+    if (!Number.isInteger(maxPerTenant) || maxPerTenant < 1)
+      throw new Error(`the tenant stream limit must be a whole number of at least 1, got ${maxPerTenant}`);
     this.perTenant = new KeyedSlots(() => maxPerTenant);
   }
 

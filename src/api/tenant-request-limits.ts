@@ -39,7 +39,10 @@ export type RequestLimitName = 'concurrency' | 'rate';
  */
 export function parseTenantLimitOverrides(text: string, setting = 'SBX_TENANT_REQUEST_LIMITS'): Map<string, TenantRequestLimits> {
   const overrides = new Map<string, TenantRequestLimits>();
-  for (const entry of text.split(',').map((e) => e.trim()).filter(Boolean)) {
+  for (const entry of text
+    .split(',')
+    .map((e) => e.trim())
+    .filter(Boolean)) {
     const match = /^([a-z0-9][a-z0-9_.-]{0,62})=(\d+)\/(\d+)\/(\d+)$/.exec(entry);
     const [concurrent, perSecond, burst] = match ? [Number(match[2]), Number(match[3]), Number(match[4])] : [0, 0, 0];
     if (!match || concurrent < 1 || perSecond < 1 || burst < 1) {

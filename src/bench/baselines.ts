@@ -88,12 +88,18 @@ export async function naiveSsh(opts: {
       const child = spawn(
         'ssh',
         [
-          '-i', opts.keyFile,
-          '-o', `UserKnownHostsFile=${knownHosts}`,
-          '-o', 'StrictHostKeyChecking=yes',
-          '-o', 'BatchMode=yes',
-          '-o', 'ControlMaster=no',
-          '-o', 'ControlPath=none',
+          '-i',
+          opts.keyFile,
+          '-o',
+          `UserKnownHostsFile=${knownHosts}`,
+          '-o',
+          'StrictHostKeyChecking=yes',
+          '-o',
+          'BatchMode=yes',
+          '-o',
+          'ControlMaster=no',
+          '-o',
+          'ControlPath=none',
           `user@${opts.address}`,
           command,
         ],
@@ -109,9 +115,5 @@ export async function naiveSsh(opts: {
 /** Runs a bash script that prints "start end" ($EPOCHREALTIME) per run; the runs in ms. */
 async function timedLines(connection: GuestTransport, script: string): Promise<number[]> {
   const result = await connection.exec(`bash -c ${quoteForBash(script)}`, { timeoutMs: 120_000 });
-  return result.stdout
-    .toString('utf8')
-    .trim()
-    .split('\n')
-    .map(startEndMs);
+  return result.stdout.toString('utf8').trim().split('\n').map(startEndMs);
 }

@@ -40,19 +40,18 @@ export async function writeChart(file: string, title: string, rows: ChartRow[]):
       return;
     }
     // Past the goal line is a goal missed, whichever way is better.
-    const ratio =
-      row.better === 'higher'
-        ? row.value > 0 ? row.goal / row.value : 2
-        : row.goal > 0 ? row.value / row.goal : row.value > 0 ? 2 : 0;
+    const ratio = row.better === 'higher' ? (row.value > 0 ? row.goal / row.value : 2) : row.goal > 0 ? row.value / row.goal : row.value > 0 ? 2 : 0;
     const width = Math.max(2, Math.min(BAR_MAX, (ratio * BAR_MAX) / 2));
     const colour = row.reference ? '#9aa5b1' : ratio <= 1 ? '#2e8b57' : '#c0392b';
     parts.push(`<rect x="${LEFT}" y="${y + 6}" width="${width.toFixed(1)}" height="20" fill="${colour}"/>`);
     parts.push(
-      `<text x="${LEFT + BAR_MAX + 10}" y="${y + 20}" font-size="12">${escape(`${format(row.value)} ${row.unit} (${row.reference ? 'PNG\'s goal' : 'goal'} ${row.better === 'higher' ? '>=' : '<='} ${format(row.goal)})`)}</text>`,
+      `<text x="${LEFT + BAR_MAX + 10}" y="${y + 20}" font-size="12">${escape(`${format(row.value)} ${row.unit} (${row.reference ? "PNG's goal" : 'goal'} ${row.better === 'higher' ? '>=' : '<='} ${format(row.goal)})`)}</text>`,
     );
   });
   parts.push('</svg>');
-  await sharp(Buffer.from(parts.join('\n'))).png().toFile(file);
+  await sharp(Buffer.from(parts.join('\n')))
+    .png()
+    .toFile(file);
 }
 
 function format(value: number): string {

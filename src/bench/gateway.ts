@@ -71,10 +71,24 @@ const JIT_WARMUP = 30;
  * Times `a` and `b` `n` times each, alternating which goes first, after `warmup` untimed
  * rounds: both sides see the same moments of the machine's load.
  */
-export async function timeInterleaved(n: number, a: (i: number) => Promise<unknown>, b: (i: number) => Promise<unknown>, warmup = WARMUP): Promise<{ a: number[]; b: number[] }> {
+export async function timeInterleaved(
+  n: number,
+  a: (i: number) => Promise<unknown>,
+  b: (i: number) => Promise<unknown>,
+  warmup = WARMUP,
+): Promise<{ a: number[]; b: number[] }> {
   const samples = { a: [] as number[], b: [] as number[] };
   for (let i = 0; i < warmup + n; i++) {
-    const order: Array<['a' | 'b', (i: number) => Promise<unknown>]> = i % 2 === 0 ? [['a', a], ['b', b]] : [['b', b], ['a', a]];
+    const order: Array<['a' | 'b', (i: number) => Promise<unknown>]> =
+      i % 2 === 0
+        ? [
+            ['a', a],
+            ['b', b],
+          ]
+        : [
+            ['b', b],
+            ['a', a],
+          ];
     for (const [side, op] of order) {
       const started = performance.now();
       await op(i);
@@ -149,7 +163,12 @@ async function openViewer(url: string, headers: Record<string, string>): Promise
   return { counter, failure: () => failure, close: () => ws.terminate() };
 }
 
-async function measureLiveView(cluster: BenchCluster, sandbox: Sandbox, seconds: number, display: number): Promise<{ seconds: number; gateway: ViewerCount; straight: ViewerCount }> {
+async function measureLiveView(
+  cluster: BenchCluster,
+  sandbox: Sandbox,
+  seconds: number,
+  display: number,
+): Promise<{ seconds: number; gateway: ViewerCount; straight: ViewerCount }> {
   const view = await sandbox.liveView({ mode: 'view' });
   const viewPath = new URL(view.url).pathname; // /v1/views/<token>, on the gateway's host
   // The guest's root window a new colour every ~10 ms for the whole measurement (and a margin).
@@ -217,8 +236,18 @@ export async function measureGateway(settings: GatewayBenchSettings): Promise<Ga
       const point = (i: number): [number, number] => [100 + (i % 2) * 200, 100 + (i % 2) * 100];
       // Every process's code paths compiled before anything is counted: the first requests through
       // a freshly started gateway cost it several times their CPU (V8 compiling undici, reply-from).
-      await timeInterleaved(0, () => sandbox.screenshot(), () => straight.screenshot(), JIT_WARMUP);
-      await timeInterleaved(0, (i) => sandbox.mouseMove(...point(i)), (i) => straight.mouseMove(...point(i)), JIT_WARMUP);
+      await timeInterleaved(
+        0,
+        () => sandbox.screenshot(),
+        () => straight.screenshot(),
+        JIT_WARMUP,
+      );
+      await timeInterleaved(
+        0,
+        (i) => sandbox.mouseMove(...point(i)),
+        (i) => straight.mouseMove(...point(i)),
+        JIT_WARMUP,
+      );
       const shots = await phase(
         settings.n,
         async () => (pngBytes = (await sandbox.screenshot()).length),

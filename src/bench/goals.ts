@@ -140,7 +140,9 @@ export function printGoals(rows: ChartRow[], cores: number): void {
     const measured = row.value !== null && Number.isFinite(row.value);
     const value = measured ? (row.value as number).toFixed((row.value as number) >= 100 ? 0 : 3) : 'n/a';
     const goal = `${row.better === 'higher' ? '>=' : '<='}${row.goal}`;
-    console.log(`${row.label.padEnd(44)} ${`${value} ${row.unit}`.padStart(10)} ${goal.padStart(8)}  ${row.reference ? 'ref' : met === null ? '-' : met ? 'yes' : 'no'}`);
+    console.log(
+      `${row.label.padEnd(44)} ${`${value} ${row.unit}`.padStart(10)} ${goal.padStart(8)}  ${row.reference ? 'ref' : met === null ? '-' : met ? 'yes' : 'no'}`,
+    );
   }
   console.log(`(${cores} cores)`);
 }

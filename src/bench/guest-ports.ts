@@ -46,9 +46,17 @@ function get(url: string, agent: http.Agent): Promise<number> {
   });
 }
 
-export async function measureGuestPorts(opts: { client: SandboxClient; sandbox: Sandbox; direct: GuestTransport; n: number; desktop?: Sandbox }): Promise<GuestPortFigures> {
+export async function measureGuestPorts(opts: {
+  client: SandboxClient;
+  sandbox: Sandbox;
+  direct: GuestTransport;
+  n: number;
+  desktop?: Sandbox;
+}): Promise<GuestPortFigures> {
   const { sandbox, direct, n } = opts;
-  await direct.exec(`mkdir -p /tmp/bench-www && cd /tmp/bench-www && printf 'hello' > small.txt && head -c ${FILE_MIB}M /dev/urandom > big.bin`, { timeoutMs: 60_000 });
+  await direct.exec(`mkdir -p /tmp/bench-www && cd /tmp/bench-www && printf 'hello' > small.txt && head -c ${FILE_MIB}M /dev/urandom > big.bin`, {
+    timeoutMs: 60_000,
+  });
   const server = await direct.spawn(`cd /tmp/bench-www && exec python3 -m http.server ${PORT} --bind 127.0.0.1`);
   server.on('data', () => undefined);
   server.stderr.on('data', () => undefined);
@@ -56,7 +64,16 @@ export async function measureGuestPorts(opts: { client: SandboxClient; sandbox: 
   try {
     const url = await sandbox.ports.url(PORT, { ttlSeconds: 3600 });
     const fileUrl = (name: string) => url.replace('/?', `/${name}?`);
-    for (let i = 0; i < 100 && !(await get(fileUrl('small.txt'), agent).then(() => true, () => false)); i++) await new Promise((r) => setTimeout(r, 100));
+    for (
+      let i = 0;
+      i < 100 &&
+      !(await get(fileUrl('small.txt'), agent).then(
+        () => true,
+        () => false,
+      ));
+      i++
+    )
+      await new Promise((r) => setTimeout(r, 100));
     const api = await timeIt(n, () => get(fileUrl('small.txt'), agent), 3);
     const inGuest = await direct.exec('python3 -', { stdin: guestTimingScript(n), timeoutMs: 60_000 });
     const guest = inGuest.stdout.toString().trim().split(/\s+/).map(Number);

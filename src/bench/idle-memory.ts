@@ -49,9 +49,7 @@ export async function measureIdleMemory(names: ResourceNames, sessionIds: string
   const orchestratorBytes = Math.max(0, process.memoryUsage.rss() - rssBefore) / n;
   const cgroupMiB = cgroupBytes / n / MiB;
   const orchestratorMiB = orchestratorBytes / MiB;
-  const processes = [...byProgram]
-    .map(([name, bytes]) => ({ name, pssMiB: bytes / n / MiB }))
-    .sort((a, b) => b.pssMiB - a.pssMiB);
+  const processes = [...byProgram].map(([name, bytes]) => ({ name, pssMiB: bytes / n / MiB })).sort((a, b) => b.pssMiB - a.pssMiB);
   return { sessions: sessionIds.length, perSessionMiB: cgroupMiB + orchestratorMiB, cgroupMiB, orchestratorMiB, pssMiB: pssBytes / n / MiB, processes };
 }
 
@@ -61,7 +59,13 @@ async function programName(pid: number): Promise<string> {
     const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8')).split('\0').filter(Boolean);
     const first = argv[0] ?? '?';
     if (first.startsWith('sshd:')) return first.includes('[listener]') ? 'sshd (listener)' : 'sshd (connection)';
-    if (/python3/.test(first)) return argv.find((a) => a.includes('sbx-'))?.split('/').pop() ?? 'python3';
+    if (/python3/.test(first))
+      return (
+        argv
+          .find((a) => a.includes('sbx-'))
+          ?.split('/')
+          .pop() ?? 'python3'
+      );
     return first.split('/').pop() ?? first;
   } catch {
     return 'gone';

@@ -65,7 +65,10 @@ const RAMP_STEP = Number(process.env.BENCH_RAMP_STEP || 8);
 const RAMP_SECONDS = Number(process.env.BENCH_RAMP_SECONDS || 20);
 const RECORDING_SECONDS = Number(process.env.BENCH_RECORDING_SECONDS || 10);
 /** Templates whose create-to-ready (cold, warm) and idle memory are measured (issue 14); a template not built is skipped. */
-const TEMPLATES = (process.env.BENCH_TEMPLATES ?? 'minimal,desktop').split(',').map((t) => t.trim()).filter(Boolean);
+const TEMPLATES = (process.env.BENCH_TEMPLATES ?? 'minimal,desktop')
+  .split(',')
+  .map((t) => t.trim())
+  .filter(Boolean);
 const TEMPLATE_IDLE_SESSIONS = Number(process.env.BENCH_TEMPLATE_IDLE_SESSIONS || 4);
 const PLACEMENT_TX: PlacementTxSettings = {
   nodes: Number(process.env.BENCH_PLACEMENT_NODES || 1000),
@@ -94,10 +97,11 @@ function simulations(): SimulationFigures[] {
   return runs;
 }
 
-
 async function main(): Promise<void> {
   // First, while nothing else of the bench runs: it needs no sandbox.
-  console.error(`bench: placement transaction: ${PLACEMENT_TX.nodes} simulated nodes on a PostgreSQL of its own, ${PLACEMENT_TX.clients} callers, ${PLACEMENT_TX.seconds} s`);
+  console.error(
+    `bench: placement transaction: ${PLACEMENT_TX.nodes} simulated nodes on a PostgreSQL of its own, ${PLACEMENT_TX.clients} callers, ${PLACEMENT_TX.seconds} s`,
+  );
   const placementTx = await measurePlacementTxIfPossible(PLACEMENT_TX);
   const simulation = simulations();
   // Before the bench's own orchestrator starts: the node here is another orchestrator, with sandboxes of its own.
@@ -133,7 +137,10 @@ async function main(): Promise<void> {
   };
   // The built-in loop talks to a stand-in with zero latency: the figure is the loop's own cost.
   const model = await startZeroLatencyModel();
-  const orchestrator = await startOrchestrator(config, pino({ level: 'warn' }), { buildImageIfMissing: false, anthropic: { apiKey: 'bench', baseURL: model.url } });
+  const orchestrator = await startOrchestrator(config, pino({ level: 'warn' }), {
+    buildImageIfMissing: false,
+    anthropic: { apiKey: 'bench', baseURL: model.url },
+  });
   const address = orchestrator.server.server.address();
   if (!address || typeof address === 'string') throw new Error('server has no TCP address');
   const client = new SandboxClient({ baseUrl: `http://127.0.0.1:${address.port}` });
@@ -151,14 +158,22 @@ async function main(): Promise<void> {
     const screenshots = {} as Record<ScreenshotFormat, Awaited<ReturnType<typeof staticAndChanging>>>;
     for (const format of SCREENSHOT_FORMATS) {
       console.error(`bench: ${format} screenshots, static screen, then a screen changing every frame`);
-      screenshots[format] = await staticAndChanging({ sandbox, direct, names, display, n: N, baseUrl: client.baseUrl, shot: { scaled: false, format: { format } } });
+      screenshots[format] = await staticAndChanging({
+        sandbox,
+        direct,
+        names,
+        display,
+        n: N,
+        baseUrl: client.baseUrl,
+        shot: { scaled: false, format: { format } },
+      });
     }
 
     const apiMove = await timeIt(N, (i) => sandbox.mouseMove(100 + (i % 2) * 200, 100 + (i % 2) * 100));
     const guestMove = await timeInputInGuest(direct, display, INPUT_COMMAND, 'move 300 200\n', N);
     console.error('bench: pointer and key actions');
     const actions = await measureActions(sandbox, direct, display, N);
-    console.error('bench: recording at 5 fps: CPU and the same session\'s screenshot latency, static then changing screen');
+    console.error("bench: recording at 5 fps: CPU and the same session's screenshot latency, static then changing screen");
     const recording = await measureRecording({ sandbox, direct, names, display, n: N, cpuSeconds: RECORDING_SECONDS });
     const loop = await measureLoopOverhead(client, sandbox, N);
     console.error('bench: process start to first output byte (echo)');
@@ -173,7 +188,15 @@ async function main(): Promise<void> {
     const largeDirect = await openDirect(stateDir, names, large.id);
     const scaled = {} as Record<ScreenshotFormat, Awaited<ReturnType<typeof compareScreenshots>>>;
     for (const format of SCREENSHOT_FORMATS) {
-      scaled[format] = await compareScreenshots({ sandbox: large, direct: largeDirect, names, display, n: N, baseUrl: client.baseUrl, shot: { scaled: true, format: { format } } });
+      scaled[format] = await compareScreenshots({
+        sandbox: large,
+        direct: largeDirect,
+        names,
+        display,
+        n: N,
+        baseUrl: client.baseUrl,
+        shot: { scaled: true, format: { format } },
+      });
     }
     largeDirect.close();
     await large.destroy();
@@ -215,10 +238,19 @@ async function main(): Promise<void> {
       await sleep(3_000);
       const memory =
         orchestrator.manager.runtimeName === 'container'
-          ? await measureIdleMemory(names, loadSandboxes.map((s) => s.id), rssBefore)
+          ? await measureIdleMemory(
+              names,
+              loadSandboxes.map((s) => s.id),
+              rssBefore,
+            )
           : undefined;
       console.error(`bench: load: ${LOAD_SESSIONS} sessions, a screenshot and a click every ${LOAD_INTERVAL_MS} ms each, for ${LOAD_SECONDS} s`);
-      const load = await runLoad(client.baseUrl, loadSandboxes.map((s) => s.id), LOAD_INTERVAL_MS, LOAD_SECONDS * 1000);
+      const load = await runLoad(
+        client.baseUrl,
+        loadSandboxes.map((s) => s.id),
+        LOAD_INTERVAL_MS,
+        LOAD_SECONDS * 1000,
+      );
       console.error(`bench: ramp: +${RAMP_STEP} sessions at a time up to ${RAMP_MAX}, ${RAMP_SECONDS} s each`);
       const ramp = await rampSessions({
         client,
@@ -290,7 +322,15 @@ async function measurePortsWithDesktop(client: SandboxClient, sandbox: Sandbox, 
 async function portsAlone(): Promise<void> {
   const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-'));
   const defaults = defaultConfig(process.env);
-  const config = { ...defaults, stateDir, port: 0, subnet: process.env.SBX_SUBNET || '10.244.0.0/16', warmPoolSize: 0, tenantRequestsPerSecond: 10_000, tenantRequestBurst: 10_000 };
+  const config = {
+    ...defaults,
+    stateDir,
+    port: 0,
+    subnet: process.env.SBX_SUBNET || '10.244.0.0/16',
+    warmPoolSize: 0,
+    tenantRequestsPerSecond: 10_000,
+    tenantRequestBurst: 10_000,
+  };
   const orchestrator = await startOrchestrator(config, pino({ level: 'warn' }), { buildImageIfMissing: false });
   const address = orchestrator.server.server.address();
   if (!address || typeof address === 'string') throw new Error('server has no TCP address');
@@ -334,7 +374,9 @@ async function pauseAlone(): Promise<void> {
     const address = orchestrator.server.server.address();
     if (!address || typeof address === 'string') throw new Error('server has no TCP address');
     const figures = await measurePause(new SandboxClient({ baseUrl: `http://127.0.0.1:${address.port}` }), Number(process.env.BENCH_CREATES || 20));
-    console.log(`memory pause p50 ${figures?.pause.p50.toFixed(1)} ms (p95 ${figures?.pause.p95.toFixed(1)}), resume p50 ${figures?.resume.p50.toFixed(1)} ms (p95 ${figures?.resume.p95.toFixed(1)}), goal <= 50 ms each`);
+    console.log(
+      `memory pause p50 ${figures?.pause.p50.toFixed(1)} ms (p95 ${figures?.pause.p95.toFixed(1)}), resume p50 ${figures?.resume.p50.toFixed(1)} ms (p95 ${figures?.resume.p95.toFixed(1)}), goal <= 50 ms each`,
+    );
     console.log(JSON.stringify({ runtime: orchestrator.manager.runtimeName, cores: os.cpus().length, ...figures }, null, 2));
   } finally {
     await orchestrator.close();

@@ -84,7 +84,10 @@ export function simulatePlacement(seed: number, nodeCount = 1000, sessionCount =
   let warmCreates = 0;
   for (let i = 0; i < sessionCount; i += 1) {
     const [vcpus, memoryMiB] = pick(SESSION_SIZES);
-    const placement = place({ runtime: 'qemu', template: 'desktop', vcpus, memoryMiB }, nodes, { random, ...(pools?.bonus !== undefined ? { warmBonus: pools.bonus } : {}) });
+    const placement = place({ runtime: 'qemu', template: 'desktop', vcpus, memoryMiB }, nodes, {
+      random,
+      ...(pools?.bonus !== undefined ? { warmBonus: pools.bonus } : {}),
+    });
     if (!placement.ok) throw new Error(`simulation, seed ${seed}, session ${i}: ${placement.reason}`);
     const chosen = placement.node as SimNode;
     const warm = chosen.warm.desktop ?? 0;

@@ -45,7 +45,10 @@ export interface PlacementTxFigures {
   readonly refused: number;
   /** CPU of this process (gateways' JavaScript: reading rows, scoring) per create, ms. */
   readonly gatewayCpuMsPerCreate: number;
-  /** CPU of PostgreSQL (server and backends) per create, ms: its CPU during the creates less its CPU for the heartbeats alone (a control measured before them). */
+  /**
+   * CPU of PostgreSQL (server and backends) per create, ms: its CPU during the creates less its
+   * CPU for the heartbeats alone (a control measured before them).
+   */
   readonly databaseCpuMsPerCreate: number;
   /** Creates a second that one core would sustain, gateway and database together (the heartbeats' share left out): what the host's neighbours change least. */
   readonly createsPerCpuSecond: number;
@@ -178,7 +181,26 @@ UPDATE nodes SET last_heartbeat = now(), warm = warm,
   );
   const { stdout } = await execFileAsync(
     path.join(DEFAULT_POSTGRES_BIN_DIR, 'pgbench'),
-    ['-n', '-c', '4', '-j', '1', '-R', String(nodes / (HEARTBEAT_MS / 1000)), '-T', String(Math.ceil(seconds)), '-f', script, '-h', '127.0.0.1', '-p', String(server.port), '-U', 'sbx', 'postgres'],
+    [
+      '-n',
+      '-c',
+      '4',
+      '-j',
+      '1',
+      '-R',
+      String(nodes / (HEARTBEAT_MS / 1000)),
+      '-T',
+      String(Math.ceil(seconds)),
+      '-f',
+      script,
+      '-h',
+      '127.0.0.1',
+      '-p',
+      String(server.port),
+      '-U',
+      'sbx',
+      'postgres',
+    ],
     { timeout: (seconds + 30) * 1000 },
   );
   const processed = /number of transactions actually processed: (\d+)/.exec(stdout);
@@ -190,7 +212,9 @@ export async function measurePlacementTxIfPossible(settings: PlacementTxSettings
   try {
     await access(path.join(DEFAULT_POSTGRES_BIN_DIR, 'postgres'), constants.X_OK);
   } catch {
-    console.error(`bench: no PostgreSQL 15 in ${DEFAULT_POSTGRES_BIN_DIR} (Debian's postgresql, installed by scripts/setup.sh): placement transaction not measured`);
+    console.error(
+      `bench: no PostgreSQL 15 in ${DEFAULT_POSTGRES_BIN_DIR} (Debian's postgresql, installed by scripts/setup.sh): placement transaction not measured`,
+    );
     return null;
   }
   try {

@@ -129,7 +129,10 @@ export function buildResults(m: Measured) {
     mouse_move_guest_p50_ms: m.mouseMove.guest.p50,
     mouse_move_fresh_ssh_p50_ms: m.mouseMove.freshSsh.p50,
     actions: Object.fromEntries(
-      Object.entries(m.actions).map(([name, a]) => [name, { api_p50_ms: a.api.p50, api_p95_ms: a.api.p95, guest_p50_ms: a.guest.p50, guest_p95_ms: a.guest.p95 }]),
+      Object.entries(m.actions).map(([name, a]) => [
+        name,
+        { api_p50_ms: a.api.p50, api_p95_ms: a.api.p95, guest_p50_ms: a.guest.p50, guest_p95_ms: a.guest.p95 },
+      ]),
     ),
     load_sessions: m.load.sessions,
     load_seconds: m.loadSeconds,
@@ -152,7 +155,9 @@ const ms = (v: number) => v.toFixed(2).padStart(9);
 
 /** The tables printed before the goal table. */
 export function printReport(r: Results): void {
-  console.log(`\n${'screenshot (API vs scrot in guest)'.padEnd(44)} ${'API p50'.padStart(9)} ${'scrot p50'.padStart(9)} ${'ratio'.padStart(6)} ${'API CPU'.padStart(9)} ${'scrot CPU'.padStart(9)}`);
+  console.log(
+    `\n${'screenshot (API vs scrot in guest)'.padEnd(44)} ${'API p50'.padStart(9)} ${'scrot p50'.padStart(9)} ${'ratio'.padStart(6)} ${'API CPU'.padStart(9)} ${'scrot CPU'.padStart(9)}`,
+  );
   const detail = r.screenshot_detail;
   for (const format of SCREENSHOT_FORMATS) {
     const rows: Array<[string, ScreenshotComparison]> = [
@@ -171,7 +176,9 @@ export function printReport(r: Results): void {
 
   console.log(`\n${'action (1024x768)'.padEnd(20)} ${'API p50'.padStart(9)} ${'API p95'.padStart(9)} ${'guest p50'.padStart(10)} ${'guest p95'.padStart(10)}`);
   for (const [name, a] of Object.entries(r.actions)) {
-    console.log(`${name.padEnd(20)} ${ms(a.api_p50_ms)} ${ms(a.api_p95_ms)} ${a.guest_p50_ms.toFixed(2).padStart(10)} ${a.guest_p95_ms.toFixed(2).padStart(10)}`);
+    console.log(
+      `${name.padEnd(20)} ${ms(a.api_p50_ms)} ${ms(a.api_p95_ms)} ${a.guest_p50_ms.toFixed(2).padStart(10)} ${a.guest_p95_ms.toFixed(2).padStart(10)}`,
+    );
   }
   console.log(
     `\nmouse_move: API p50 ${r.mouse_move_api_p50_ms.toFixed(2)} ms, in guest ${r.mouse_move_guest_p50_ms.toFixed(2)} ms, ` +

@@ -121,11 +121,7 @@ export async function staticAndChanging(target: ComparisonTarget): Promise<{ sta
  * (`yes | cat -n`: plain `yes` scrolls a column of identical lines, which looks static), on
  * top, started through the bench's own SSH connection. Returns a function that stops it.
  */
-export async function startChangingScreen(
-  direct: GuestTransport,
-  display: number,
-  capture: () => Promise<Buffer>,
-): Promise<() => Promise<void>> {
+export async function startChangingScreen(direct: GuestTransport, display: number, capture: () => Promise<Buffer>): Promise<() => Promise<void>> {
   const title = 'sbx-bench-changing-screen';
   const started = await direct.exec(
     `export DISPLAY=:${display}; setsid xterm -T ${title} -geometry 120x50+0+0 -e sh -c 'yes | cat -n' </dev/null >/dev/null 2>&1 & echo $!; ` +

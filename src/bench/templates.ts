@@ -20,9 +20,14 @@ export interface TemplateFigures {
  * sessions left idle for a few seconds after one screenshot (as between an agent's steps) and
  * measured like the main idle figure (idle-memory.ts). A template that is not built is skipped.
  */
-export async function measureTemplate(
-  opts: { client: SandboxClient; manager: SessionManager; names: ResourceNames; template: string; creates: number; idle: number },
-): Promise<TemplateFigures | undefined> {
+export async function measureTemplate(opts: {
+  client: SandboxClient;
+  manager: SessionManager;
+  names: ResourceNames;
+  template: string;
+  creates: number;
+  idle: number;
+}): Promise<TemplateFigures | undefined> {
   const { client, manager, template } = opts;
   try {
     await (await client.create({ template })).destroy(); // also the warm-up of its image's page cache
@@ -40,7 +45,13 @@ export async function measureTemplate(
       for (let i = 0; i < opts.idle; i++) sandboxes.push(await client.create({ template, width: 1024, height: 768 }));
       for (const s of sandboxes) await s.screenshot();
       await sleep(5_000);
-      idleMiB = (await measureIdleMemory(opts.names, sandboxes.map((s) => s.id), rssBefore)).perSessionMiB;
+      idleMiB = (
+        await measureIdleMemory(
+          opts.names,
+          sandboxes.map((s) => s.id),
+          rssBefore,
+        )
+      ).perSessionMiB;
     } finally {
       await Promise.all(sandboxes.map((s) => s.destroy()));
     }

@@ -26,7 +26,9 @@ export function clusterSecret(): string {
   delete process.env.SBX_CLUSTER_SECRET;
   delete process.env.SBX_CLUSTER_DB_URL;
   if (secret.length < MIN_CLUSTER_SECRET_LENGTH) {
-    throw new Error(`SBX_CLUSTER_SECRET must hold the cluster's credential, at least ${MIN_CLUSTER_SECRET_LENGTH} characters (the same on every node and gateway; e.g. \`openssl rand -base64 48\`)`);
+    throw new Error(
+      `SBX_CLUSTER_SECRET must hold the cluster's credential, at least ${MIN_CLUSTER_SECRET_LENGTH} characters (the same on every node and gateway; e.g. \`openssl rand -base64 48\`)`,
+    );
   }
   return secret;
 }
@@ -59,7 +61,8 @@ function nodeCommand(defaults: OrchestratorConfig): Command {
     .addOption(new Option('--name <name>', "this node's name in the cluster").env('SBX_NODE_NAME').default(os.hostname()))
     .action(async (flags: NodeFlags) => {
       const { cluster, advertise } = flags;
-      if (!cluster || !advertise) throw new Error('sbx node needs --cluster <postgres-url> (SBX_CLUSTER_DB_URL) and --advertise <url> (SBX_NODE_ADVERTISE_URL)');
+      if (!cluster || !advertise)
+        throw new Error('sbx node needs --cluster <postgres-url> (SBX_CLUSTER_DB_URL) and --advertise <url> (SBX_NODE_ADVERTISE_URL)');
       const opts = { ...flags, cluster, advertise };
       const log = createLogger(undefined, defaults.logLevel);
       const config = configOf(opts, defaults);
@@ -71,7 +74,10 @@ function nodeCommand(defaults: OrchestratorConfig): Command {
       try {
         const secret = clusterSecret();
         await store.migrate();
-        const started = await startOrchestrator(config, log, { anthropic: { apiKey: process.env.ANTHROPIC_API_KEY, baseURL: process.env.ANTHROPIC_BASE_URL }, cluster: { secret } });
+        const started = await startOrchestrator(config, log, {
+          anthropic: { apiKey: process.env.ANTHROPIC_API_KEY, baseURL: process.env.ANTHROPIC_BASE_URL },
+          cluster: { secret },
+        });
         orchestrator = started;
         const runtime = started.manager.runtimeName;
         const facts: NodeFacts = {
@@ -110,9 +116,14 @@ function nodeCommand(defaults: OrchestratorConfig): Command {
         await member.stop();
         await store.close();
       });
-      console.error(`sbx: node ${opts.name} listening on http://${config.host}:${config.port}, advertised as ${opts.advertise} (runtime ${running.manager.runtimeName})`);
+      console.error(
+        `sbx: node ${opts.name} listening on http://${config.host}:${config.port}, advertised as ${opts.advertise} (runtime ${running.manager.runtimeName})`,
+      );
     });
-  for (const [verb, draining] of [['drain', true], ['undrain', false]] as const) {
+  for (const [verb, draining] of [
+    ['drain', true],
+    ['undrain', false],
+  ] as const) {
     node
       .command(`${verb} <name>`)
       .description(draining ? 'no new sessions on this node; the ones it runs go on to their end' : 'take new sessions on this node again')
@@ -186,10 +197,14 @@ function gatewayCommand(defaults: OrchestratorConfig): Command {
         process.exit(1);
       }
       const running = gateway;
-      stopOnSignals(log, async () => {
-        await running.close();
-        await store.close();
-      }, 'shutting down (sessions live on their nodes)');
+      stopOnSignals(
+        log,
+        async () => {
+          await running.close();
+          await store.close();
+        },
+        'shutting down (sessions live on their nodes)',
+      );
       console.error(`sbx: gateway listening on http://${opts.host}:${opts.port}`);
     });
 }

@@ -37,7 +37,9 @@ export function desktopCommand(client: () => SandboxClient): Command {
       const windows = await (await sandbox(id)).windows();
       if (opts.json) return console.log(JSON.stringify(windows, null, 2));
       for (const w of windows) {
-        console.log(`${String(w.id).padEnd(10)} ${`${w.width}x${w.height}+${w.x}+${w.y}`.padEnd(20)} ${w.focused ? '*' : ' '} ${w.app.padEnd(12)} ${JSON.stringify(w.title)}`);
+        console.log(
+          `${String(w.id).padEnd(10)} ${`${w.width}x${w.height}+${w.x}+${w.y}`.padEnd(20)} ${w.focused ? '*' : ' '} ${w.app.padEnd(12)} ${JSON.stringify(w.title)}`,
+        );
       }
     });
 

@@ -14,7 +14,7 @@ export function execCommand(client: () => SandboxClient): Command {
     .description('run a command in a sandbox, stream its output, exit with its code (sbx exec <id> -- ls -la /tmp)')
     .argument('<id>', 'session id')
     .argument('<command...>', 'the program and its arguments (after --)')
-    .option('--cwd <dir>', 'working directory in the sandbox (default the user\'s home)')
+    .option('--cwd <dir>', "working directory in the sandbox (default the user's home)")
     .option('-e, --env <NAME=value>', 'an environment variable (repeatable)', (value: string, all: string[] = []) => [...all, value])
     .option('--shell', 'run the words as one shell command (bash -lc) instead of an argument vector')
     .option('--stdin', 'send our standard input to the command')

@@ -14,7 +14,7 @@ import { parseDuration } from '../util/duration.js';
  */
 export function keysCommand(defaultStateDir: string): Command {
   const keys = new Command('keys').description('API keys: each belongs to a tenant, who sees only its own sessions');
-  const stateDir = () => new Option('--state-dir <dir>', 'the orchestrator\'s state dir').env('SBX_STATE_DIR').default(defaultStateDir);
+  const stateDir = () => new Option('--state-dir <dir>', "the orchestrator's state dir").env('SBX_STATE_DIR').default(defaultStateDir);
   const db = () => new Option('--db <postgres-url>', "a cluster's keys, in its database, instead of this host's (docs/cluster.md)");
 
   keys

@@ -25,7 +25,6 @@ function extensionOf(image: Buffer): string {
   return 'png';
 }
 
-
 // The entry point: the only place (with src/bench/main.ts) that reads the process's environment.
 const defaults = defaultConfig(process.env);
 const program = new Command('sbx')
@@ -39,10 +38,8 @@ for (const command of clusterCommands(defaults)) program.addCommand(command);
 const image = program.command('image').description('the guest images of the built-in templates');
 image
   .command('build')
-  .description('build the built-in templates\' guest images with debootstrap (each cached by a hash of its recipe)')
-  .addOption(
-    new Option('--template <name>', 'build only this built-in template (default: all of them, minimal first)').choices(BUILT_IN_TEMPLATE_NAMES),
-  )
+  .description("build the built-in templates' guest images with debootstrap (each cached by a hash of its recipe)")
+  .addOption(new Option('--template <name>', 'build only this built-in template (default: all of them, minimal first)').choices(BUILT_IN_TEMPLATE_NAMES))
   .option('--force', 'rebuild even if the image is cached')
   .addOption(new Option('--images-dir <dir>').env('SBX_IMAGES_DIR').default(defaults.imagesDir))
   .action(async (opts: { template?: string; force?: boolean; imagesDir: string }) => {
@@ -93,12 +90,13 @@ program
   .option('-t, --timeout <seconds>', 'idle timeout', integer)
   .option('--max-lifetime <seconds>', 'maximum lifetime (at most the server maximum)', integer)
   .option('--egress', 'let the sandbox reach the internet (NAT); off by default')
-  .option('--template <name>', 'the template to boot (`sbx template ls`; default: the server\'s)')
+  .option('--template <name>', "the template to boot (`sbx template ls`; default: the server's)")
   .option('--record', 'record the screen to a video from the start (`sbx recording <id>` downloads it)')
   .addOption(new Option('--screenshot-format <format>', "the session's default screenshot format (png)").choices(['png', 'jpeg', 'webp']))
   .option('--screenshot-quality <1-100>', 'its quality, for jpeg and webp (default jpeg 80, webp 100: lossless)', integer)
   .action(async (opts: CreateFlags) => {
-    const screenshot = opts.screenshotFormat || opts.screenshotQuality !== undefined ? { format: opts.screenshotFormat, quality: opts.screenshotQuality } : undefined;
+    const screenshot =
+      opts.screenshotFormat || opts.screenshotQuality !== undefined ? { format: opts.screenshotFormat, quality: opts.screenshotQuality } : undefined;
     const sandbox = await client().create({
       ...(opts.template ? { template: opts.template } : {}),
       width: opts.width,
@@ -133,7 +131,9 @@ program
 program
   .command('pause <id>')
   .description('pause a session: every process stops where it is until it is resumed (docs/pause.md)')
-  .addOption(new Option('-m, --mode <mode>', 'memory (frozen in place), disk, or auto (disk where available)').choices(['memory', 'disk', 'auto']).default('auto'))
+  .addOption(
+    new Option('-m, --mode <mode>', 'memory (frozen in place), disk, or auto (disk where available)').choices(['memory', 'disk', 'auto']).default('auto'),
+  )
   .action(async (id: string, opts: { mode: 'memory' | 'disk' | 'auto' }) => {
     const info = await client().pause(id, opts.mode);
     console.log(`${info.id} ${info.state} (${info.paused?.mode ?? 'running'} since ${info.paused?.since ?? '-'})`);
@@ -152,7 +152,10 @@ program
   .description('list live sessions')
   .action(async () => {
     const sessions = await client().list();
-    for (const s of sessions) console.log(`${s.id}  ${s.state.padEnd(10)} ${s.runtime.padEnd(10)} ${s.template.padEnd(12)} ${s.display.width}x${s.display.height}  expires ${s.expiresAt}`);
+    for (const s of sessions)
+      console.log(
+        `${s.id}  ${s.state.padEnd(10)} ${s.runtime.padEnd(10)} ${s.template.padEnd(12)} ${s.display.width}x${s.display.height}  expires ${s.expiresAt}`,
+      );
     if (sessions.length === 0) console.error('no sessions');
   });
 

@@ -13,10 +13,10 @@ export function recordingCommand(client: () => SandboxClient): Command {
     .argument('<id>', 'session id')
     .description("a session's screen recording: download it (MP4), or --start / --stop / --status it")
     .option('-o, --output <file>', 'where to write the video (default recording-<id>.mp4)')
-    .option('--subtitles <file>', 'also write the agent\'s actions as WebVTT subtitles here')
+    .option('--subtitles <file>', "also write the agent's actions as WebVTT subtitles here")
     .option('--start', 'start recording the session')
     .option('--stop', 'stop recording (the file is complete once this returns)')
-    .option('--status', 'print the recording\'s status')
+    .option('--status', "print the recording's status")
     .action(async (id: string, opts: { output?: string; subtitles?: string; start?: boolean; stop?: boolean; status?: boolean }) => {
       const api = client();
       if (opts.start || opts.stop || opts.status) {

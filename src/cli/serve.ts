@@ -31,9 +31,17 @@ export function addOrchestratorOptions(command: Command, defaults: OrchestratorC
     .addOption(new Option('--host <host>', 'address to listen on').env('SBX_HOST').default(defaults.host))
     .addOption(new Option('--port <port>', 'port to listen on').env('SBX_PORT').default(defaults.port).argParser(integer))
     .addOption(new Option('--state-dir <dir>', 'keys, per-session files and the store').env('SBX_STATE_DIR').default(defaults.stateDir))
-    .addOption(new Option('--runtime <name>', 'sandbox runtime').env('SBX_RUNTIME').choices([...RUNTIMES.choices]).default(defaults.runtime))
     .addOption(
-      new Option('--warm-pool <n>', `booted sandboxes of the default template kept ready for creates of ${defaults.warmPoolScreen.width}x${defaults.warmPoolScreen.height} (SBX_WARM_POOL_SCREEN; per template: SBX_WARM_POOL=name:count,...)`)
+      new Option('--runtime <name>', 'sandbox runtime')
+        .env('SBX_RUNTIME')
+        .choices([...RUNTIMES.choices])
+        .default(defaults.runtime),
+    )
+    .addOption(
+      new Option(
+        '--warm-pool <n>',
+        `booted sandboxes of the default template kept ready for creates of ${defaults.warmPoolScreen.width}x${defaults.warmPoolScreen.height} (SBX_WARM_POOL_SCREEN; per template: SBX_WARM_POOL=name:count,...)`,
+      )
         .env('SBX_WARM_POOL_SIZE')
         .default(defaults.warmPoolSize)
         .argParser((v) => {

@@ -9,7 +9,7 @@ import { createTrajectoryLink, fetchTrajectory } from '../client/trajectory.js';
 export function trajectoryCommand(client: () => SandboxClient): Command {
   return new Command('trajectory')
     .argument('<id>', 'the session')
-    .description("every action and tool call of a session, in order, with timings and results (also after it ended)")
+    .description('every action and tool call of a session, in order, with timings and results (also after it ended)')
     .option('--json', 'print the trajectory as JSON')
     .option('--link', 'print a link to the viewer page instead (valid for an hour)')
     .action(async (id: string, opts: { json?: boolean; link?: boolean }) => {
@@ -37,7 +37,9 @@ export function formatTrajectory(t: Trajectory): string {
   ];
   for (const step of t.steps) {
     const timing = `${Math.round(step.durationMs)} ms${step.settleMs !== null ? `, settled ${Math.round(step.settleMs)} ms` : ''}`;
-    lines.push(`${`#${step.n}`.padStart(5)}  ${`+${seconds(step.startedMs)}`.padStart(10)}  ${step.tool.padEnd(8).slice(0, 8)}  ${describe(step).padEnd(48)}  ${timing}`);
+    lines.push(
+      `${`#${step.n}`.padStart(5)}  ${`+${seconds(step.startedMs)}`.padStart(10)}  ${step.tool.padEnd(8).slice(0, 8)}  ${describe(step).padEnd(48)}  ${timing}`,
+    );
     if (step.error) lines.push(`${' '.repeat(19)}✗ ${step.error.code}: ${oneLine(step.error.message)}`);
     else if (step.output) lines.push(`${' '.repeat(19)}→ ${oneLine(step.output)}`);
   }
@@ -49,7 +51,8 @@ function describe(step: TrajectoryStep): string {
   if (step.tool === 'bash') return oneLine(input.restart === true ? 'restart' : asText(input.command));
   if (step.tool === 'str_replace_based_edit_tool') return oneLine(`${step.action ?? '?'} ${asText(input.path)}`);
   const at = Array.isArray(input.coordinate) ? ` (${input.coordinate.join(', ')})` : '';
-  const typed = typeof input.textLength === 'number' ? ` (${input.textLength} characters)` : typeof input.text === 'string' ? ` ${JSON.stringify(input.text)}` : '';
+  const typed =
+    typeof input.textLength === 'number' ? ` (${input.textLength} characters)` : typeof input.text === 'string' ? ` ${JSON.stringify(input.text)}` : '';
   return oneLine(`${step.action ?? '?'}${at}${typed}`);
 }
 

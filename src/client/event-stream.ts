@@ -15,7 +15,10 @@ export async function* serverSentEvents(body: ReadableStream<Uint8Array> | null)
       const lines = buffered.slice(0, cut).split('\n');
       buffered = buffered.slice(cut + 2);
       const event = lines.find((line) => line.startsWith('event: '))?.slice(7) ?? 'message';
-      const data = lines.filter((line) => line.startsWith('data: ')).map((line) => line.slice(6)).join('\n');
+      const data = lines
+        .filter((line) => line.startsWith('data: '))
+        .map((line) => line.slice(6))
+        .join('\n');
       yield { event, data };
     }
   }

@@ -54,12 +54,7 @@ export async function uploadFile(
 }
 
 /** Reads a whole file of the sandbox into memory. */
-export async function downloadFile(
-  client: SandboxClient,
-  sessionId: string,
-  path: string,
-  options: FileRequestOptions = {},
-): Promise<Buffer> {
+export async function downloadFile(client: SandboxClient, sessionId: string, path: string, options: FileRequestOptions = {}): Promise<Buffer> {
   const response = await send(client, sessionId, { path }, { method: 'GET', signal: options.signal });
   return Buffer.from(await response.arrayBuffer());
 }

@@ -53,7 +53,8 @@ export class SandboxFs {
     const response = await this.client.send(this.url('watch', { path }), { method: 'GET', ...(options.signal ? { signal: options.signal } : {}) });
     try {
       for await (const event of serverSentEvents(response.body)) {
-        if (event.event === 'created' || event.event === 'modified' || event.event === 'removed') yield { type: event.event, entry: JSON.parse(event.data) as FsEntry };
+        if (event.event === 'created' || event.event === 'modified' || event.event === 'removed')
+          yield { type: event.event, entry: JSON.parse(event.data) as FsEntry };
         else if (event.event === 'error') throw new Error((JSON.parse(event.data) as { message: string }).message);
       }
     } catch (err) {

@@ -1,13 +1,25 @@
 import { Processes } from './processes.js';
 import { SandboxFs } from './fs.js';
-import { VendorToolMethods } from './vendor-tools.js';
-import { errorFor, SandboxError } from './errors.js';
+import { ComputerActionMethods } from './computer-actions.js';
+import { errorFor } from './errors.js';
 import { openLiveView, type LiveView, type LiveViewOptions } from './live-view.js';
 import { downloadFile, downloadFileStream, uploadFile, type FileRequestOptions, type UploadData, type UploadedFile, type UploadFileOptions } from './files.js';
 import { downloadRecording, recordingStatus, recordingSubtitles, screenStream, startRecording, stopRecording } from './recording.js';
 import type { RecordingStatus, ScreenFrame, ScreenStreamOptions } from './recording.js';
 import { formatQuery, queryString, type ScreenshotFormatOptions } from './screenshot-format.js';
-import type { ActionResult, BashToolInput, ComputerToolInput, CreateOptions, EditorToolInput, KeepaliveOptions, PauseMode, SessionInfo, TemplateInfo, TimeoutUpdate, ToolResult } from './types.js';
+import type {
+  ActionResult,
+  BashToolInput,
+  ComputerToolInput,
+  CreateOptions,
+  EditorToolInput,
+  KeepaliveOptions,
+  PauseMode,
+  SessionInfo,
+  TemplateInfo,
+  TimeoutUpdate,
+  ToolResult,
+} from './types.js';
 import { Runs } from './runs.js';
 import { closeBrowser, SandboxPorts, startBrowser, type BrowserCdp } from './ports.js';
 import { createTrajectoryLink, fetchTrajectory, type Trajectory } from './trajectory.js';
@@ -24,7 +36,16 @@ export { Runs, type RunEvent, type RunInfo, type RunOptions } from './runs.js';
 export { createTrajectoryLink, fetchTrajectory, type Trajectory, type TrajectoryLink, type TrajectoryStep } from './trajectory.js';
 export type { LiveView, LiveViewOptions } from './live-view.js';
 export { SandboxPorts, type BrowserCdp, type PortUrl, type PortUrlOptions } from './ports.js';
-export { ProcessHandle, Processes, type ProcessEvent, type ProcessExitInfo, type ProcessInfo, type ProcessRead, type ProcessSignal, type StartProcessOptions } from './processes.js';
+export {
+  ProcessHandle,
+  Processes,
+  type ProcessEvent,
+  type ProcessExitInfo,
+  type ProcessInfo,
+  type ProcessRead,
+  type ProcessSignal,
+  type StartProcessOptions,
+} from './processes.js';
 export { SandboxFs, type FsChange, type FsEntry } from './fs.js';
 
 /** Where the client looks for the orchestrator unless told (SBX_URL, `--url`): `sbx serve`'s default address. */
@@ -156,7 +177,7 @@ export class SandboxClient {
 }
 
 /** One sandbox: a method per action (the desktop actions' are in desktop.ts, other vendors' calls in vendor-tools.ts). */
-export class Sandbox extends VendorToolMethods {
+export class Sandbox extends ComputerActionMethods {
   constructor(
     protected readonly client: SandboxClient,
     public info: SessionInfo,
@@ -200,86 +221,6 @@ export class Sandbox extends VendorToolMethods {
   /** Views, creates or edits a file (the text editor tool). */
   editor(input: EditorToolInput): Promise<ToolResult> {
     return this.executeToolUse(input, 'str_replace_based_edit_tool');
-  }
-
-  // One method per computer-use action; coordinates are in the model's space.
-
-  mouseMove(x: number, y: number): Promise<ActionResult> {
-    return this.action({ action: 'mouse_move', coordinate: [x, y] });
-  }
-
-  leftClick(x?: number, y?: number, modifier?: string): Promise<ActionResult> {
-    return this.click('left_click', x, y, modifier);
-  }
-
-  rightClick(x?: number, y?: number, modifier?: string): Promise<ActionResult> {
-    return this.click('right_click', x, y, modifier);
-  }
-
-  middleClick(x?: number, y?: number, modifier?: string): Promise<ActionResult> {
-    return this.click('middle_click', x, y, modifier);
-  }
-
-  doubleClick(x?: number, y?: number, modifier?: string): Promise<ActionResult> {
-    return this.click('double_click', x, y, modifier);
-  }
-
-  tripleClick(x?: number, y?: number, modifier?: string): Promise<ActionResult> {
-    return this.click('triple_click', x, y, modifier);
-  }
-
-  leftClickDrag(to: [number, number], from?: [number, number]): Promise<ActionResult> {
-    return this.action(from ? { action: 'left_click_drag', start_coordinate: from, coordinate: to } : { action: 'left_click_drag', coordinate: to });
-  }
-
-  leftMouseDown(): Promise<ActionResult> {
-    return this.action({ action: 'left_mouse_down' });
-  }
-
-  leftMouseUp(): Promise<ActionResult> {
-    return this.action({ action: 'left_mouse_up' });
-  }
-
-  scroll(direction: 'up' | 'down' | 'left' | 'right', amount: number, at?: [number, number], modifier?: string): Promise<ActionResult> {
-    const input: ComputerToolInput = { action: 'scroll', scroll_direction: direction, scroll_amount: amount };
-    if (at) input.coordinate = at;
-    if (modifier) input.text = modifier;
-    return this.action(input);
-  }
-
-  type(text: string): Promise<ActionResult> {
-    return this.action({ action: 'type', text });
-  }
-
-  key(combo: string): Promise<ActionResult> {
-    return this.action({ action: 'key', text: combo });
-  }
-
-  holdKey(key: string, seconds: number): Promise<ActionResult> {
-    return this.action({ action: 'hold_key', text: key, duration: seconds });
-  }
-
-  wait(seconds: number): Promise<ActionResult> {
-    return this.action({ action: 'wait', duration: seconds });
-  }
-
-  async zoom(region: [number, number, number, number]): Promise<Buffer> {
-    const result = await this.action({ action: 'zoom', region });
-    if (!result.image) throw new SandboxError('zoom returned no image', 502, 'bad_response');
-    return Buffer.from(result.image.data, 'base64');
-  }
-
-  async cursorPosition(): Promise<{ x: number; y: number }> {
-    const result = await this.action({ action: 'cursor_position' });
-    if (!result.cursor) throw new SandboxError('cursor_position returned no cursor', 502, 'bad_response');
-    return result.cursor;
-  }
-
-  private click(action: string, x?: number, y?: number, modifier?: string): Promise<ActionResult> {
-    const input: ComputerToolInput = { action };
-    if (x !== undefined && y !== undefined) input.coordinate = [x, y];
-    if (modifier) input.key = modifier;
-    return this.action(input);
   }
 
   /** Writes a file into the sandbox (streamed; replaced atomically). */

@@ -16,6 +16,10 @@ export interface LiveViewOptions {
 }
 
 /** POST /v1/sessions/:id/views through a client's authenticated JSON call. */
-export function openLiveView(client: { json<T>(method: string, path: string, body?: unknown): Promise<T> }, id: string, options: LiveViewOptions): Promise<LiveView> {
+export function openLiveView(
+  client: { json<T>(method: string, path: string, body?: unknown): Promise<T> },
+  id: string,
+  options: LiveViewOptions,
+): Promise<LiveView> {
   return client.json<LiveView>('POST', `/v1/sessions/${encodeURIComponent(id)}/views`, { mode: options.mode ?? 'view', ttlSeconds: options.ttlSeconds });
 }

@@ -59,7 +59,11 @@ export class SandboxPorts {
 
 /** Starts (or finds) the desktop's Chromium and answers its CDP URL. */
 export function startBrowser(client: JsonCaller, id: string, options: { ttlSeconds?: number } = {}): Promise<BrowserCdp> {
-  return client.json<BrowserCdp>('POST', `/v1/sessions/${encodeURIComponent(id)}/browser`, options.ttlSeconds !== undefined ? { ttlSeconds: options.ttlSeconds } : {});
+  return client.json<BrowserCdp>(
+    'POST',
+    `/v1/sessions/${encodeURIComponent(id)}/browser`,
+    options.ttlSeconds !== undefined ? { ttlSeconds: options.ttlSeconds } : {},
+  );
 }
 
 export async function closeBrowser(client: JsonCaller, id: string): Promise<void> {

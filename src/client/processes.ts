@@ -186,7 +186,15 @@ export class ProcessHandle {
       if (event.type === 'stdout') stdout.push(event.data);
       else if (event.type === 'stderr') stderr.push(event.data);
       else if (event.type === 'dropped') droppedBytes += event.bytes;
-      else if (event.type === 'exit') return { exitCode: event.exitCode, signal: event.signal, reason: event.reason, stdout: Buffer.concat(stdout), stderr: Buffer.concat(stderr), droppedBytes };
+      else if (event.type === 'exit')
+        return {
+          exitCode: event.exitCode,
+          signal: event.signal,
+          reason: event.reason,
+          stdout: Buffer.concat(stdout),
+          stderr: Buffer.concat(stderr),
+          droppedBytes,
+        };
     }
     throw new Error('the output ended without an exit');
   }
@@ -201,7 +209,11 @@ export class ProcessHandle {
   /** Writes to standard input (the process must have been started with stdin or pty). */
   async stdin(data: string | Buffer, options: { eof?: boolean } = {}): Promise<void> {
     const body = typeof data === 'string' ? { data } : { data: data.toString('base64'), encoding: 'base64' };
-    await this.client.send(`${this.path}/stdin`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...body, eof: options.eof === true }) });
+    await this.client.send(`${this.path}/stdin`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ ...body, eof: options.eof === true }),
+    });
   }
 
   closeStdin(): Promise<void> {
@@ -236,7 +248,8 @@ export class ProcessHandle {
 /** One event of the output stream as the SDK gives it (undefined: not an output event). */
 function parseOutputEvent(event: { event: string; data: string }): ProcessEvent | undefined {
   const data = JSON.parse(event.data) as Record<string, unknown>;
-  if (event.event === 'output') return { type: data.stream === 'stderr' ? 'stderr' : 'stdout', offset: data.offset as number, data: Buffer.from(data.data as string, 'base64') };
+  if (event.event === 'output')
+    return { type: data.stream === 'stderr' ? 'stderr' : 'stdout', offset: data.offset as number, data: Buffer.from(data.data as string, 'base64') };
   if (event.event === 'dropped') return { type: 'dropped', offset: data.offset as number, bytes: data.bytes as number };
   if (event.event === 'exit') return { type: 'exit', ...(data as unknown as ProcessExitInfo & { outputBytes: number }) };
   return undefined;

@@ -50,7 +50,7 @@ export interface TrajectoryLink {
 /** The whole trajectory, every page of it. */
 export async function fetchTrajectory(client: SandboxClient, sessionId: string): Promise<Trajectory> {
   const first = await client.json<Trajectory>('GET', `/v1/sessions/${encodeURIComponent(sessionId)}/trajectory`);
-  for (let next = first.next; next; ) {
+  for (let next = first.next; next;) {
     const page = await client.json<Trajectory>('GET', next);
     first.steps.push(...page.steps);
     next = page.next;

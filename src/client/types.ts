@@ -52,8 +52,6 @@ export function resultText(result: ToolResult): string {
 
 /** The tool_result content of the Messages API, as the tool endpoints answer. */
 export interface ToolResult {
-  content: Array<
-    { type: 'text'; text: string } | { type: 'image'; source: { type: 'base64'; media_type: ImageMediaType; data: string } }
-  >;
+  content: Array<{ type: 'text'; text: string } | { type: 'image'; source: { type: 'base64'; media_type: ImageMediaType; data: string } }>;
   is_error: boolean;
 }

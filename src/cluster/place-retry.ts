@@ -56,7 +56,8 @@ export interface Placed<T> {
 }
 
 /** One choice: a node, or why none (placement's reason, its counts when it has them). */
-export type Choice<N> = { readonly ok: true; readonly node: N } | { readonly ok: false; readonly reason: string; readonly rejected?: Readonly<Record<Constraint, number>> };
+export type Choice<N> =
+  { readonly ok: true; readonly node: N } | { readonly ok: false; readonly reason: string; readonly rejected?: Readonly<Record<Constraint, number>> };
 
 /**
  * Choose a node, call `attempt` on it; on failure choose again without the nodes that failed.

@@ -162,7 +162,10 @@ export function parseCoordinate(value: unknown, field: string, scaler: Scaler): 
     throw new InvalidRequestError(`${field} must be an array of two integers [x, y]`);
   }
   const [x, y] = value as unknown[];
-  for (const [name, v] of [['x', x], ['y', y]] as const) {
+  for (const [name, v] of [
+    ['x', x],
+    ['y', y],
+  ] as const) {
     if (!isNonNegativeInteger(v)) {
       throw new InvalidRequestError(`${field} ${name} must be a non-negative integer, got ${JSON.stringify(v)}`);
     }
@@ -170,9 +173,7 @@ export function parseCoordinate(value: unknown, field: string, scaler: Scaler): 
   const point = { x: x as number, y: y as number };
   const { width, height } = scaler.model;
   if (point.x >= width || point.y >= height) {
-    throw new InvalidRequestError(
-      `${field} [${point.x}, ${point.y}] is outside the screen (${width}x${height}: x must be < ${width}, y < ${height})`,
-    );
+    throw new InvalidRequestError(`${field} [${point.x}, ${point.y}] is outside the screen (${width}x${height}: x must be < ${width}, y < ${height})`);
   }
   return point;
 }

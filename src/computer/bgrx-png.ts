@@ -51,7 +51,7 @@ async function writeRgbRows(frame: RawFrame, area: PixelArea, out: Buffer, lead:
   // One 32-bit read per pixel (little-endian: B | G << 8 | R << 16) rather than four byte
   // reads; a frame in bands (the capture channel's) band by band, never joined first.
   const words = new FrameWords(frame);
-  for (let y = area.y0; y < area.y1; ) {
+  for (let y = area.y0; y < area.y1;) {
     if (y > area.y0) await nextTurn();
     const run = words.at(y);
     const end = Math.min(y + rowsPerTurn, area.y1, run.end);

@@ -121,7 +121,10 @@ export async function inflateRect(payload: Buffer, rect: DamageRect, base = 0): 
     // buffer. With exactly its size, Node allocates a second buffer of that size to look for
     // more output (a wasted 2 MiB for a terminal's worth of pixels, each frame); maxOutputLength
     // still stops a stream that would give more.
-    pixels = await inflateAsync(payload.subarray(rect.offset - base, rect.offset - base + rect.length), { maxOutputLength: expected, chunkSize: Math.max(64, expected + 1) });
+    pixels = await inflateAsync(payload.subarray(rect.offset - base, rect.offset - base + rect.length), {
+      maxOutputLength: expected,
+      chunkSize: Math.max(64, expected + 1),
+    });
   } catch (err) {
     throw badRects(`rectangle ${rect.width}x${rect.height} at ${rect.x},${rect.y} does not inflate to its ${expected} bytes (${(err as Error).message})`);
   }

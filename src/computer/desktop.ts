@@ -135,7 +135,10 @@ export class Desktop {
   }
 
   private grab(ask: (channel: CaptureChannel) => Promise<RawFrame>): Promise<Capture> {
-    return this.useGrabber<Capture>(async (channel) => ({ frame: await ask(channel) }), async () => ({ png: await this.screenshot() }));
+    return this.useGrabber<Capture>(
+      async (channel) => ({ frame: await ask(channel) }),
+      async () => ({ png: await this.screenshot() }),
+    );
   }
 
   /**
@@ -232,7 +235,7 @@ export class Desktop {
    */
   private async sendInput(requests: readonly InputRequest[], timeoutMs: number): Promise<InputAnswer[]> {
     // An action queued behind the last one of a destroyed session must not start a helper.
-    if (this.closing.signal.aborted) throw new DesktopError('the session\'s desktop was closed');
+    if (this.closing.signal.aborted) throw new DesktopError("the session's desktop was closed");
     try {
       if (!this.inputChannel?.isOpen) this.inputChannel = await InputChannel.open(this.connection, this.display);
       return await this.inputChannel.run(requests, timeoutMs);

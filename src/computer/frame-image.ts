@@ -71,6 +71,7 @@ export function sameFrame(a: RawFrame, b: RawFrame): boolean {
   if (a === b) return true;
   if (a.width !== b.width || a.height !== b.height || a.stride !== b.stride) return false;
   const [x, y] = [a.bands, b.bands];
-  if (x && y && x.rows === y.rows && x.buffers.length === y.buffers.length) return x.buffers.every((band, i) => band === y.buffers[i] || band.equals(y.buffers[i]!));
+  if (x && y && x.rows === y.rows && x.buffers.length === y.buffers.length)
+    return x.buffers.every((band, i) => band === y.buffers[i] || band.equals(y.buffers[i]!));
   return a.pixels === b.pixels || a.pixels.equals(b.pixels);
 }

@@ -73,7 +73,13 @@ export abstract class GuestProcessChannel<T> {
     this.stderrBytes += chunk.length;
     if (this.stderrBytes > STDERR_MAX_BYTES) {
       // A channel attached without a watch is the input channel's (xdotool's), the only other one.
-      this.fail(new GuestProtocolError(this.watch?.label ?? 'input', 'stderr_overrun', `the ${name} helper in the guest wrote more than ${STDERR_MAX_BYTES} bytes of errors`));
+      this.fail(
+        new GuestProtocolError(
+          this.watch?.label ?? 'input',
+          'stderr_overrun',
+          `the ${name} helper in the guest wrote more than ${STDERR_MAX_BYTES} bytes of errors`,
+        ),
+      );
       return;
     }
     this.stderr += chunk.toString('utf8');

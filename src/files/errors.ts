@@ -71,9 +71,7 @@ export function fileErrorFromSftp(err: unknown, action: string, path: string): E
   const status = (err as { code?: unknown } | null)?.code;
   if (status === SFTP_NO_SUCH_FILE) return new FileNotFoundError(`no such file in the sandbox: ${path}`);
   if (status === SFTP_PERMISSION_DENIED) {
-    return new FilePermissionError(
-      `permission denied: the sandbox user "${GUEST_USER}" may not ${action} ${path} (SFTP: ${message})`,
-    );
+    return new FilePermissionError(`permission denied: the sandbox user "${GUEST_USER}" may not ${action} ${path} (SFTP: ${message})`);
   }
   if (status === SFTP_BAD_MESSAGE) return new InvalidRequestError(`the sandbox rejected the path ${path} (SFTP: ${message})`);
   return new FileTransferError(`could not ${action} ${path} in the sandbox: ${message}`);

@@ -80,7 +80,8 @@ export class FsCalls {
 
   /** The directory's entries, `depth` levels down (1: its own), symlinks not followed, at most maxEntries. */
   async list(dir: string, depth: number, maxEntries = MAX_LIST_ENTRIES): Promise<FsListing> {
-    if (!Number.isInteger(depth) || depth < 1 || depth > MAX_LIST_DEPTH) throw new InvalidRequestError(`depth must be a whole number from 1 to ${MAX_LIST_DEPTH}`);
+    if (!Number.isInteger(depth) || depth < 1 || depth > MAX_LIST_DEPTH)
+      throw new InvalidRequestError(`depth must be a whole number from 1 to ${MAX_LIST_DEPTH}`);
     const top = await this.stat(dir);
     if (top.type !== 'dir') throw new FsConflictError(`${dir} is not a directory`, 'not_a_directory');
     const entries: FsEntry[] = [];

@@ -56,7 +56,8 @@ export class DirectoryWatch {
     for (const [name, entry] of now) {
       const old = before.get(name);
       if (!old) this.onChange({ type: 'created', entry });
-      else if (old.size !== entry.size || old.mtime !== entry.mtime || old.mode !== entry.mode || old.type !== entry.type) this.onChange({ type: 'modified', entry });
+      else if (old.size !== entry.size || old.mtime !== entry.mtime || old.mode !== entry.mode || old.type !== entry.type)
+        this.onChange({ type: 'modified', entry });
     }
     for (const [name, entry] of before) if (!now.has(name)) this.onChange({ type: 'removed', entry });
     this.known = now;

@@ -42,7 +42,9 @@ export const pauseInput = z.strictObject({
   mode: z
     .enum(['memory', 'disk', 'auto'])
     .optional()
-    .describe('memory: frozen in place (no CPU, RAM kept); disk: state written to disk where the runtime does it; auto (default): disk where available, else memory'),
+    .describe(
+      'memory: frozen in place (no CPU, RAM kept); disk: state written to disk where the runtime does it; auto (default): disk where available, else memory',
+    ),
 });
 
 export const screenshotInput = z.strictObject({
@@ -61,7 +63,7 @@ export const screenshotInput = z.strictObject({
 export const computerInput = z.strictObject({
   sandbox_id: sandboxId,
   action: z.enum(ACTIONS).describe('The computer-use action'),
-  coordinate: point.optional().describe('[x, y] in the screenshot\'s (scaled) pixels: mouse_move, left_click_drag (end), clicks and scroll (move first)'),
+  coordinate: point.optional().describe("[x, y] in the screenshot's (scaled) pixels: mouse_move, left_click_drag (end), clicks and scroll (move first)"),
   start_coordinate: point.optional().describe('[x, y]: where left_click_drag starts'),
   text: z
     .string()
@@ -72,7 +74,10 @@ export const computerInput = z.strictObject({
   scroll_direction: z.enum(SCROLL_DIRECTIONS).optional(),
   scroll_amount: z.number().int().min(0).max(100).optional().describe('scroll: wheel clicks'),
   duration: z.number().min(0).max(MAX_DURATION_SECONDS).optional().describe('hold_key, wait: seconds'),
-  region: z.tuple([z.number().int().min(0), z.number().int().min(0), z.number().int().min(0), z.number().int().min(0)]).optional().describe('zoom: [x0, y0, x1, y1]'),
+  region: z
+    .tuple([z.number().int().min(0), z.number().int().min(0), z.number().int().min(0), z.number().int().min(0)])
+    .optional()
+    .describe('zoom: [x0, y0, x1, y1]'),
 });
 
 export const bashInput = z.strictObject({
@@ -123,5 +128,9 @@ export const desktopInput = z.strictObject({
   target: z.string().min(1).max(2048).optional().describe('open: a URL (http, https, file, mailto) or an absolute path'),
   app: z.string().min(1).max(255).optional().describe('launch: a desktop-file id such as debian-xterm or firefox-esr'),
   window_id: z.number().int().min(1).max(4_294_967_295).optional().describe('focus_window, close_window: an id from list_windows'),
-  text: z.string().max(1024 * 1024).optional().describe('set_clipboard: the text'),
+  text: z
+    .string()
+    .max(1024 * 1024)
+    .optional()
+    .describe('set_clipboard: the text'),
 });

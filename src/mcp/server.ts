@@ -49,50 +49,82 @@ export function createMcpServer(client: SandboxClient): McpServer {
   // The handle needs only the id: its methods build the routes' paths.
   const sandbox = (id: string) => new Sandbox(client, { id } as Sandbox['info']);
 
-  register('sandbox_create', 'Create a disposable Linux desktop sandbox; returns its id, screen size and computer tool definition.', createInput, async (input) => {
-    const created = await client.create({
-      ...(input.template === undefined ? {} : { template: input.template }),
-      ...(input.width === undefined ? {} : { width: input.width }),
-      ...(input.height === undefined ? {} : { height: input.height }),
-      ...(input.timeout_seconds === undefined ? {} : { timeoutSeconds: input.timeout_seconds }),
-      metadata: { createdBy: 'mcp' },
-    });
-    return jsonResult(created.info);
-  });
+  register(
+    'sandbox_create',
+    'Create a disposable Linux desktop sandbox; returns its id, screen size and computer tool definition.',
+    createInput,
+    async (input) => {
+      const created = await client.create({
+        ...(input.template === undefined ? {} : { template: input.template }),
+        ...(input.width === undefined ? {} : { width: input.width }),
+        ...(input.height === undefined ? {} : { height: input.height }),
+        ...(input.timeout_seconds === undefined ? {} : { timeoutSeconds: input.timeout_seconds }),
+        metadata: { createdBy: 'mcp' },
+      });
+      return jsonResult(created.info);
+    },
+  );
 
   register('sandbox_list', 'List your live sandboxes.', noInput, async () => jsonResult(await client.list()), readOnly);
 
-  register('sandbox_destroy', 'Destroy a sandbox (idempotent).', sandboxOnlyInput, async ({ sandbox_id }) => {
-    const info = await client.destroy(sandbox_id);
-    return textResult(`${info.id} ${info.state}`);
-  }, { destructiveHint: true, idempotentHint: true, openWorldHint: false });
+  register(
+    'sandbox_destroy',
+    'Destroy a sandbox (idempotent).',
+    sandboxOnlyInput,
+    async ({ sandbox_id }) => {
+      const info = await client.destroy(sandbox_id);
+      return textResult(`${info.id} ${info.state}`);
+    },
+    { destructiveHint: true, idempotentHint: true, openWorldHint: false },
+  );
 
-  register('sandbox_pause', 'Pause a sandbox: every process stops where it is (no CPU) until it is resumed; any later tool call resumes it.', pauseInput, async ({ sandbox_id, mode }) => {
-    const info = await client.pause(sandbox_id, mode);
-    return textResult(`${info.id} ${info.state} (${info.paused?.mode ?? 'running'})`);
-  }, { idempotentHint: false, openWorldHint: false });
+  register(
+    'sandbox_pause',
+    'Pause a sandbox: every process stops where it is (no CPU) until it is resumed; any later tool call resumes it.',
+    pauseInput,
+    async ({ sandbox_id, mode }) => {
+      const info = await client.pause(sandbox_id, mode);
+      return textResult(`${info.id} ${info.state} (${info.paused?.mode ?? 'running'})`);
+    },
+    { idempotentHint: false, openWorldHint: false },
+  );
 
-  register('sandbox_resume', 'Resume a paused sandbox: the same windows, files and screen.', sandboxOnlyInput, async ({ sandbox_id }) => {
-    const info = await client.resume(sandbox_id);
-    return textResult(`${info.id} ${info.state}`);
-  }, { openWorldHint: false });
+  register(
+    'sandbox_resume',
+    'Resume a paused sandbox: the same windows, files and screen.',
+    sandboxOnlyInput,
+    async ({ sandbox_id }) => {
+      const info = await client.resume(sandbox_id);
+      return textResult(`${info.id} ${info.state}`);
+    },
+    { openWorldHint: false },
+  );
 
-  register('screenshot', "An image of the sandbox's screen.", screenshotInput, async ({ sandbox_id, format, scaled }) => {
-    const image = await client.screenshot(sandbox_id, { scaled: scaled ?? true, ...(format ? { format } : {}) });
-    return { content: [{ type: 'image', data: image.toString('base64'), mimeType: imageMimeType(image) }] };
-  }, readOnly);
+  register(
+    'screenshot',
+    "An image of the sandbox's screen.",
+    screenshotInput,
+    async ({ sandbox_id, format, scaled }) => {
+      const image = await client.screenshot(sandbox_id, { scaled: scaled ?? true, ...(format ? { format } : {}) });
+      return { content: [{ type: 'image', data: image.toString('base64'), mimeType: imageMimeType(image) }] };
+    },
+    readOnly,
+  );
 
   register(
     'computer',
     "Use the sandbox's mouse and keyboard: the computer-use tool's actions (key, type, mouse_move, left_click, left_click_drag, right_click, " +
       'middle_click, double_click, triple_click, left_mouse_down, left_mouse_up, scroll, hold_key, wait, screenshot, cursor_position, zoom). ' +
-      'Coordinates are in the screenshot tool\'s (scaled) pixels. Returns a screenshot after the action.',
+      "Coordinates are in the screenshot tool's (scaled) pixels. Returns a screenshot after the action.",
     computerInput,
     async ({ sandbox_id, ...input }) => fromToolResult(await client.executeToolUse(sandbox_id, input, 'computer')),
   );
 
-  register('bash', "Run a command in the sandbox's persistent bash shell (as the desktop user); restart: true restarts it.", bashInput, async ({ sandbox_id, ...input }) =>
-    fromToolResult(await client.executeToolUse(sandbox_id, input, 'bash')),
+  register(
+    'bash',
+    "Run a command in the sandbox's persistent bash shell (as the desktop user); restart: true restarts it.",
+    bashInput,
+    async ({ sandbox_id, ...input }) => fromToolResult(await client.executeToolUse(sandbox_id, input, 'bash')),
   );
 
   register(
@@ -102,16 +134,45 @@ export function createMcpServer(client: SandboxClient): McpServer {
     async ({ sandbox_id, ...input }) => fromToolResult(await client.executeToolUse(sandbox_id, input, 'str_replace_based_edit_tool')),
   );
 
-  register('upload_file', `Write a file into the sandbox from base64 (at most ${MCP_MAX_FILE_BYTES / 1024} KiB).`, uploadInput, ({ sandbox_id, path, content_base64, mode }) =>
-    upload(client, sandbox_id, path, content_base64, mode),
+  register(
+    'upload_file',
+    `Write a file into the sandbox from base64 (at most ${MCP_MAX_FILE_BYTES / 1024} KiB).`,
+    uploadInput,
+    ({ sandbox_id, path, content_base64, mode }) => upload(client, sandbox_id, path, content_base64, mode),
   );
 
-  register('download_file', `Read a file of the sandbox, as base64 (at most ${MCP_MAX_FILE_BYTES / 1024} KiB).`, downloadInput, ({ sandbox_id, path }) => download(client, sandbox_id, path), readOnly);
+  register(
+    'download_file',
+    `Read a file of the sandbox, as base64 (at most ${MCP_MAX_FILE_BYTES / 1024} KiB).`,
+    downloadInput,
+    ({ sandbox_id, path }) => download(client, sandbox_id, path),
+    readOnly,
+  );
 
-  register('process_start', 'Start a process in the sandbox (argv, or a shell command as cmd), as the desktop user; returns its pid. Read its output with process_output.', processStartInput, (input) => startProcess(client, input));
-  register('process_output', "A process's output from a byte offset (0 first, then next_from), waiting up to wait_seconds for some; says when it exited and how.", processOutputInput, (input) => processOutput(client, input), readOnly);
-  register('process_kill', 'Kill a process (SIGTERM, then SIGKILL after a grace).', processKillInput, (input) => killProcess(client, input), { destructiveHint: true, openWorldHint: false });
-  register('list_files', 'List a directory of the sandbox: name, type, size, mode, mtime of each entry (depth 1-5).', listFilesInput, (input) => listFiles(client, input), readOnly);
+  register(
+    'process_start',
+    'Start a process in the sandbox (argv, or a shell command as cmd), as the desktop user; returns its pid. Read its output with process_output.',
+    processStartInput,
+    (input) => startProcess(client, input),
+  );
+  register(
+    'process_output',
+    "A process's output from a byte offset (0 first, then next_from), waiting up to wait_seconds for some; says when it exited and how.",
+    processOutputInput,
+    (input) => processOutput(client, input),
+    readOnly,
+  );
+  register('process_kill', 'Kill a process (SIGTERM, then SIGKILL after a grace).', processKillInput, (input) => killProcess(client, input), {
+    destructiveHint: true,
+    openWorldHint: false,
+  });
+  register(
+    'list_files',
+    'List a directory of the sandbox: name, type, size, mode, mtime of each entry (depth 1-5).',
+    listFilesInput,
+    (input) => listFiles(client, input),
+    readOnly,
+  );
 
   register(
     'desktop',

@@ -177,7 +177,7 @@ export class Metrics {
   /** The bash tool's shells: output read from the guest but not kept (past a command's 30,000 characters, or a background job's). */
   readonly bashOutputDroppedBytes = new Counter({
     name: 'sandbox_bash_output_dropped_bytes_total',
-    help: 'Bytes of bash tool output read from guests and dropped, by phase (command: past the kept output; between_commands: a background job\'s)',
+    help: "Bytes of bash tool output read from guests and dropped, by phase (command: past the kept output; between_commands: a background job's)",
     labelNames: ['phase'] as const,
     registers: [this.registry],
   });

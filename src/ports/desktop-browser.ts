@@ -121,7 +121,7 @@ export class DesktopBrowser {
           channel.off('data', onData);
           channel.on('data', () => undefined);
           resolve(Number(line[1]));
-        } else if (text.length > 64) reject(new Error('Chromium\'s launcher said something else than its pid'));
+        } else if (text.length > 64) reject(new Error("Chromium's launcher said something else than its pid"));
       };
       channel.on('data', onData);
       void exited.then(() => reject(new Error(`Chromium exited at once (status ${exitCode})`)));
@@ -140,7 +140,9 @@ export class DesktopBrowser {
       }
     }
     await this.kill({ channel, pid, wsPath: '', exited });
-    throw new BrowserStartError(`Chromium did not answer on its DevTools port within ${START_TIMEOUT_MS} ms (${(lastError as Error | undefined)?.message ?? `it exited with status ${exitCode}`})`);
+    throw new BrowserStartError(
+      `Chromium did not answer on its DevTools port within ${START_TIMEOUT_MS} ms (${(lastError as Error | undefined)?.message ?? `it exited with status ${exitCode}`})`,
+    );
   }
 
   /** GET /json/version on the guest's DevTools port, through a channel of the connection. */
@@ -150,19 +152,22 @@ export class DesktopBrowser {
       const body = await new Promise<string>((resolve, reject) => {
         // Our own timer: the channel is no socket (http's `timeout` option would call setTimeout on it).
         const timer = setTimeout(() => req.destroy(new Error('/json/version did not answer within 5 s')), 5_000);
-        const req = http.get({ path: '/json/version', headers: { host: `127.0.0.1:${GUEST_CDP_PORT}` }, createConnection: () => channel as unknown as Socket }, (res) => {
-          let text = '';
-          res.setEncoding('utf8');
-          res.on('data', (c: string) => {
-            text += c;
-            if (text.length > 64 * 1024) req.destroy(new Error('an oversized /json/version answer'));
-          });
-          res.on('end', () => {
-            clearTimeout(timer);
-            resolve(text);
-          });
-          res.on('error', reject);
-        });
+        const req = http.get(
+          { path: '/json/version', headers: { host: `127.0.0.1:${GUEST_CDP_PORT}` }, createConnection: () => channel as unknown as Socket },
+          (res) => {
+            let text = '';
+            res.setEncoding('utf8');
+            res.on('data', (c: string) => {
+              text += c;
+              if (text.length > 64 * 1024) req.destroy(new Error('an oversized /json/version answer'));
+            });
+            res.on('end', () => {
+              clearTimeout(timer);
+              resolve(text);
+            });
+            res.on('error', reject);
+          },
+        );
         req.on('error', (err) => {
           clearTimeout(timer);
           reject(err);

@@ -6,7 +6,17 @@ import { pipeline } from 'node:stream/promises';
 export const MAX_GUEST_HEADER_BYTES = 32 * 1024;
 
 /** Headers of one hop only (RFC 9110 7.6.1), never passed on in either direction. */
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'proxy-authenticate', 'te', 'trailer', 'transfer-encoding', 'upgrade']);
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authorization',
+  'proxy-authenticate',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
 
 /** Where one proxied request goes, and what the guest is told about where it came from. */
 export interface ProxyTarget {
@@ -108,7 +118,9 @@ export async function proxyHttp(req: IncomingMessage, res: ServerResponse, targe
     });
     const answered = new Promise<IncomingMessage>((resolve, reject) => {
       guestReq.once('response', resolve);
-      guestReq.on('error', (err) => reject(new GuestPortError(`the guest's server on port ${target.port} did not answer HTTP (${err.message})`, 'guest_port_error')));
+      guestReq.on('error', (err) =>
+        reject(new GuestPortError(`the guest's server on port ${target.port} did not answer HTTP (${err.message})`, 'guest_port_error')),
+      );
     });
     req.on('data', idle.touch);
     // The request body: the client's bytes as they come, stopped while the guest does not read.

@@ -71,6 +71,9 @@ export function splitTokenCookie(cookie: string | undefined): { token: string | 
     token = value.join('=');
     return false;
   });
-  const rest = kept.map((p) => p.trim()).filter((p) => p !== '').join('; ');
+  const rest = kept
+    .map((p) => p.trim())
+    .filter((p) => p !== '')
+    .join('; ');
   return { token, rest: rest === '' ? undefined : rest };
 }

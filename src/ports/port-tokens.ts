@@ -47,7 +47,15 @@ export function looksLikePortToken(value: string): boolean {
 }
 
 function toGrant(row: Row): PortGrant {
-  return { id: row.id, tenant: row.tenant, sessionId: row.session_id, port: row.port, createdAt: row.created_at, expiresAt: row.expires_at, revokedAt: row.revoked_at };
+  return {
+    id: row.id,
+    tenant: row.tenant,
+    sessionId: row.session_id,
+    port: row.port,
+    createdAt: row.created_at,
+    expiresAt: row.expires_at,
+    revokedAt: row.revoked_at,
+  };
 }
 
 /**
@@ -87,7 +95,9 @@ export class PortTokens {
       revoked_at: null,
     };
     this.db
-      .prepare('INSERT INTO port_tokens (id, tenant, session_id, port, hash, created_at, expires_at, revoked_at) VALUES (@id, @tenant, @session_id, @port, @hash, @created_at, @expires_at, @revoked_at)')
+      .prepare(
+        'INSERT INTO port_tokens (id, tenant, session_id, port, hash, created_at, expires_at, revoked_at) VALUES (@id, @tenant, @session_id, @port, @hash, @created_at, @expires_at, @revoked_at)',
+      )
       .run(row);
     // Tokens ended a day ago are forgotten as new ones are made, so the table stays small.
     const cutoff = new Date(now.getTime() - 24 * 3600_000).toISOString();
@@ -100,7 +110,10 @@ export class PortTokens {
    * A token of another session or port is "invalid", like a made-up one.
    */
   verify(token: string, sessionId: string, port: number, now = new Date()): PortGrant {
-    const invalid = new PortTokenError('the port token does not open this port of this session: ask for a new URL (POST /v1/sessions/:id/ports)', 'invalid_port_token');
+    const invalid = new PortTokenError(
+      'the port token does not open this port of this session: ask for a new URL (POST /v1/sessions/:id/ports)',
+      'invalid_port_token',
+    );
     const parsed = parseSecretToken(KIND, token);
     if (!parsed) throw invalid;
     const row = this.db.prepare('SELECT * FROM port_tokens WHERE id = ?').get(parsed.id) as Row | undefined;
@@ -113,14 +126,18 @@ export class PortTokens {
 
   /** The session's tokens that still open something. */
   listUsable(tenant: string, sessionId: string, now = new Date()): PortGrant[] {
-    const rows = this.db.prepare('SELECT * FROM port_tokens WHERE tenant = ? AND session_id = ? AND revoked_at IS NULL ORDER BY created_at').all(tenant, sessionId) as Row[];
+    const rows = this.db
+      .prepare('SELECT * FROM port_tokens WHERE tenant = ? AND session_id = ? AND revoked_at IS NULL ORDER BY created_at')
+      .all(tenant, sessionId) as Row[];
     return rows.filter((r) => Date.parse(r.expires_at) > now.getTime()).map(toGrant);
   }
 
   /** Revokes a token of the tenant's session (idempotent); false when there is no such token. */
   revoke(tenant: string, sessionId: string, id: string, now = new Date()): boolean {
     return (
-      this.db.prepare('UPDATE port_tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ? AND tenant = ? AND session_id = ?').run(now.toISOString(), id, tenant, sessionId).changes > 0
+      this.db
+        .prepare('UPDATE port_tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ? AND tenant = ? AND session_id = ?')
+        .run(now.toISOString(), id, tenant, sessionId).changes > 0
     );
   }
 }

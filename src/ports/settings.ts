@@ -27,7 +27,10 @@ export function portSettingsFromEnv(env: Env): PortSettings {
   }
   return {
     ...(domain ? { domain } : {}),
-    maxChannelsPerSession: positive('SBX_PORT_MAX_CHANNELS_PER_SESSION', envInt('SBX_PORT_MAX_CHANNELS_PER_SESSION', DEFAULT_PORT_SETTINGS.maxChannelsPerSession, env)),
+    maxChannelsPerSession: positive(
+      'SBX_PORT_MAX_CHANNELS_PER_SESSION',
+      envInt('SBX_PORT_MAX_CHANNELS_PER_SESSION', DEFAULT_PORT_SETTINGS.maxChannelsPerSession, env),
+    ),
     idleTimeoutMs: 1000 * positive('SBX_PORT_IDLE_TIMEOUT_SECONDS', envInt('SBX_PORT_IDLE_TIMEOUT_SECONDS', DEFAULT_PORT_SETTINGS.idleTimeoutMs / 1000, env)),
   };
 }

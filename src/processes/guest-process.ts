@@ -103,7 +103,10 @@ export class GuestProcess implements ReadableProcess {
     const channel = await connection.spawn(guestCommand(spec, display), limits.startTimeoutMs, pty);
     const process = new GuestProcess(connection, channel, spec, limits, hooks);
     const started = new Promise<void>((resolve, reject) => (process.started = { resolve, reject }));
-    const timer = setTimeout(() => process.started.reject(new ProcessStartError(`the process did not start within ${limits.startTimeoutMs} ms`)), limits.startTimeoutMs);
+    const timer = setTimeout(
+      () => process.started.reject(new ProcessStartError(`the process did not start within ${limits.startTimeoutMs} ms`)),
+      limits.startTimeoutMs,
+    );
     if (!spec.stdin) channel.end();
     try {
       await started;

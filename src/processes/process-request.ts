@@ -57,7 +57,8 @@ export function parseProcessSpec(body: unknown): ProcessSpec {
   }
   if (input.cwd !== undefined) {
     const cwd = input.cwd;
-    if (typeof cwd !== 'string' || !cwd.startsWith('/') || cwd.length > MAX_PATH) throw new InvalidRequestError(`cwd must be an absolute path of at most ${MAX_PATH} characters`);
+    if (typeof cwd !== 'string' || !cwd.startsWith('/') || cwd.length > MAX_PATH)
+      throw new InvalidRequestError(`cwd must be an absolute path of at most ${MAX_PATH} characters`);
     noNul(cwd, 'cwd');
     spec.cwd = cwd;
   }
@@ -67,7 +68,10 @@ export function parseProcessSpec(body: unknown): ProcessSpec {
     const entries = Object.entries(env as Record<string, unknown>);
     if (entries.length > MAX_ENV) throw new InvalidRequestError(`env may name at most ${MAX_ENV} variables`);
     for (const [name, value] of entries) {
-      if (!ENV_NAME.test(name)) throw new InvalidRequestError(`env: ${JSON.stringify(name.slice(0, 64))} is not a variable name (letters, digits and _, not starting with a digit, at most 128)`);
+      if (!ENV_NAME.test(name))
+        throw new InvalidRequestError(
+          `env: ${JSON.stringify(name.slice(0, 64))} is not a variable name (letters, digits and _, not starting with a digit, at most 128)`,
+        );
       if (typeof value !== 'string') throw new InvalidRequestError(`env.${name} must be a string`);
       noNul(value, `env.${name}`);
       bytes += name.length + Buffer.byteLength(value);
@@ -75,7 +79,8 @@ export function parseProcessSpec(body: unknown): ProcessSpec {
     }
   }
   if (bytes > MAX_COMMAND_BYTES) throw new InvalidRequestError(`argv, cmd and env together must be at most ${MAX_COMMAND_BYTES} bytes`);
-  if (input.user !== undefined && input.user !== GUEST_USER) throw new InvalidRequestError(`user must be "${GUEST_USER}": processes run as the sandbox's user, never as root`);
+  if (input.user !== undefined && input.user !== GUEST_USER)
+    throw new InvalidRequestError(`user must be "${GUEST_USER}": processes run as the sandbox's user, never as root`);
   if (input.stdin !== undefined) {
     if (typeof input.stdin !== 'boolean') throw new InvalidRequestError('stdin must be a boolean (true: keep standard input open for .../stdin)');
     spec.stdin = input.stdin;
@@ -86,7 +91,8 @@ export function parseProcessSpec(body: unknown): ProcessSpec {
   }
   if (input.timeoutSeconds !== undefined) {
     const t = input.timeoutSeconds;
-    if (typeof t !== 'number' || !Number.isInteger(t) || t < 1 || t > MAX_TIMEOUT_SECONDS) throw new InvalidRequestError(`timeoutSeconds must be a whole number from 1 to ${MAX_TIMEOUT_SECONDS}`);
+    if (typeof t !== 'number' || !Number.isInteger(t) || t < 1 || t > MAX_TIMEOUT_SECONDS)
+      throw new InvalidRequestError(`timeoutSeconds must be a whole number from 1 to ${MAX_TIMEOUT_SECONDS}`);
     spec.timeoutSeconds = t;
   }
   return spec;
@@ -102,7 +108,8 @@ export function parsePty(value: unknown, field = 'pty'): { cols: number; rows: n
 }
 
 export function dimension(value: unknown, field: string): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > 1000) throw new InvalidRequestError(`${field} must be a whole number from 1 to 1000`);
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > 1000)
+    throw new InvalidRequestError(`${field} must be a whole number from 1 to 1000`);
   return value;
 }
 

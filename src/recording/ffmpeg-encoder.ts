@@ -26,23 +26,56 @@ export function ffmpegArgs(o: EncoderOptions): string[] {
     return String(n);
   };
   return [
-    '-hide_banner', '-loglevel', 'error', '-nostdin',
+    '-hide_banner',
+    '-loglevel',
+    'error',
+    '-nostdin',
     // The input's shape is the session's screen, fixed here: never read from what the guest sends.
-    '-f', 'rawvideo', '-pix_fmt', 'bgr0', '-video_size', `${whole(o.width, 'width')}x${whole(o.height, 'height')}`,
-    '-framerate', whole(o.fps, 'fps'), '-i', 'pipe:0',
+    '-f',
+    'rawvideo',
+    '-pix_fmt',
+    'bgr0',
+    '-video_size',
+    `${whole(o.width, 'width')}x${whole(o.height, 'height')}`,
+    '-framerate',
+    whole(o.fps, 'fps'),
+    '-i',
+    'pipe:0',
     // yuv420p needs even sides (every browser plays it); an odd last row or column is cropped.
-    '-vf', 'crop=trunc(iw/2)*2:trunc(ih/2)*2',
+    '-vf',
+    'crop=trunc(iw/2)*2:trunc(ih/2)*2',
     // ultrafast + one thread: the cheapest H.264 there is; a screen that does not change costs
     // almost nothing (skipped blocks). A keyframe every 10 s bounds what a crash can lose.
-    '-c:v', 'libx264', '-preset', 'ultrafast', '-tune', 'zerolatency', '-crf', '30', '-pix_fmt', 'yuv420p',
-    '-g', String(o.fps * 10), '-threads', '1',
-    '-fs', whole(o.maxBytes, 'maxBytes'),
+    '-c:v',
+    'libx264',
+    '-preset',
+    'ultrafast',
+    '-tune',
+    'zerolatency',
+    '-crf',
+    '30',
+    '-pix_fmt',
+    'yuv420p',
+    '-g',
+    String(o.fps * 10),
+    '-threads',
+    '1',
+    '-fs',
+    whole(o.maxBytes, 'maxBytes'),
     // Fragmented MP4: playable while it is written and after a crash, and by every browser.
     // A fragment at least every second, written at once (not held in ffmpeg's 32 KiB output
     // buffer): this bounds what a crash loses and how far past -fs / the size cap a file goes,
     // and lets a download during the recording see it up to the last second.
-    '-movflags', '+frag_keyframe+empty_moov+default_base_moof', '-frag_duration', '1000000', '-flush_packets', '1',
-    '-f', 'mp4', '-y', o.output,
+    '-movflags',
+    '+frag_keyframe+empty_moov+default_base_moof',
+    '-frag_duration',
+    '1000000',
+    '-flush_packets',
+    '1',
+    '-f',
+    'mp4',
+    '-y',
+    o.output,
   ];
 }
 

@@ -23,10 +23,26 @@ const MAX_WAITING = 16;
 export function frameArgs(video: string, offsetMs: number): string[] {
   if (!Number.isFinite(offsetMs) || offsetMs < 0) throw new Error(`a frame's time must be a number of ms >= 0, got ${offsetMs}`);
   return [
-    '-hide_banner', '-loglevel', 'error', '-nostdin',
-    '-ss', (offsetMs / 1000).toFixed(3), '-i', video,
-    '-frames:v', '1', '-an', '-threads', '1',
-    '-f', 'image2pipe', '-c:v', 'mjpeg', '-q:v', '4', 'pipe:1',
+    '-hide_banner',
+    '-loglevel',
+    'error',
+    '-nostdin',
+    '-ss',
+    (offsetMs / 1000).toFixed(3),
+    '-i',
+    video,
+    '-frames:v',
+    '1',
+    '-an',
+    '-threads',
+    '1',
+    '-f',
+    'image2pipe',
+    '-c:v',
+    'mjpeg',
+    '-q:v',
+    '4',
+    'pipe:1',
   ];
 }
 
@@ -59,7 +75,7 @@ export class FrameExtractor {
     if (this.waiting.length >= MAX_WAITING) {
       return Promise.reject(new UnavailableError('too many recording frames are being extracted now: try again in a moment'));
     }
-    return new Promise((resolve) => this.waiting.push(() => ((this.running++), resolve())));
+    return new Promise((resolve) => this.waiting.push(() => (this.running++, resolve())));
   }
 }
 

@@ -182,7 +182,11 @@ export class RecordingService {
     // recording in progress is written a fragment (a second) at a time.
     const lastMs = Math.max(0, endMs - (status.state === 'recording' ? 1500 : 2000 / status.fps));
     if (!(offsetMs <= endMs + 1000)) return undefined;
-    const data = await this.frames.extract({ video: recordingFiles(this.opts.dir, sessionId).video, offsetMs: Math.min(offsetMs, lastMs), program: this.opts.ffmpeg });
+    const data = await this.frames.extract({
+      video: recordingFiles(this.opts.dir, sessionId).video,
+      offsetMs: Math.min(offsetMs, lastMs),
+      program: this.opts.ffmpeg,
+    });
     return data && { data, finished: status.state !== 'recording' };
   }
 
@@ -258,7 +262,7 @@ export class RecordingService {
 
   private async writeMeta(meta: RecordingMeta): Promise<void> {
     await writeFile(recordingFiles(this.opts.dir, meta.sessionId).meta, JSON.stringify(meta), { mode: 0o600 }).catch((err: Error) =>
-      this.opts.log.warn({ err, sessionId: meta.sessionId }, 'could not write a recording\'s metadata'),
+      this.opts.log.warn({ err, sessionId: meta.sessionId }, "could not write a recording's metadata"),
     );
   }
 }

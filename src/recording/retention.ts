@@ -44,7 +44,11 @@ export async function prune(dir: string, limits: RetentionLimits, active: Readon
     if (!meta) continue;
     const files = recordingFiles(dir, id);
     let bytes = 0;
-    for (const file of [files.video, files.subtitles]) bytes += await stat(file).then((s) => s.size, () => 0);
+    for (const file of [files.video, files.subtitles])
+      bytes += await stat(file).then(
+        (s) => s.size,
+        () => 0,
+      );
     total += bytes;
     if (active.has(id)) continue;
     entries.push({ id, endedAt: Date.parse(meta.status.endedAt ?? meta.status.startedAt) || 0, bytes });

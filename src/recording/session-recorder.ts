@@ -206,7 +206,10 @@ export class SessionRecorder {
   }
 
   private async checkSize(): Promise<void> {
-    const size = await stat(this.opts.videoPath).then((s) => s.size, () => this.status.bytes);
+    const size = await stat(this.opts.videoPath).then(
+      (s) => s.size,
+      () => this.status.bytes,
+    );
     if (size > this.status.bytes) this.opts.onBytes(size - this.status.bytes);
     this.status.bytes = size;
     if (!this.ending && size >= this.opts.maxBytes) void this.stop('size_cap');

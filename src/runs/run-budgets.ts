@@ -77,7 +77,9 @@ export class RunBudgets {
     const maxTokens = asked.maxTokens ?? Math.min(defaults.maxTokens, limits.tokensPerDay);
     const maxSeconds = asked.maxSeconds ?? Math.min(defaults.maxSeconds, limits.secondsPerDay);
     if (maxTokens > limits.tokensPerDay) {
-      throw new InvalidRequestError(`maxTokens must be at most ${limits.tokensPerDay}, tenant "${tenant}"'s daily token budget (SBX_TENANT_RUN_TOKENS_PER_DAY)`);
+      throw new InvalidRequestError(
+        `maxTokens must be at most ${limits.tokensPerDay}, tenant "${tenant}"'s daily token budget (SBX_TENANT_RUN_TOKENS_PER_DAY)`,
+      );
     }
     if (maxSeconds > limits.secondsPerDay) {
       throw new InvalidRequestError(`maxSeconds must be at most ${limits.secondsPerDay}, tenant "${tenant}"'s daily run time (SBX_TENANT_RUN_SECONDS_PER_DAY)`);
@@ -99,7 +101,11 @@ export class RunBudgets {
           : `maxSeconds ${maxSeconds} is more than the ${Math.max(0, secondsLeft)} seconds left of its ${limits.secondsPerDay} today (${ledger.usedSeconds} used, ${ledger.reservedSeconds} reserved by running runs)`;
       // Running runs give back what they did not use when they end; otherwise the day must pass.
       const retryAfter = ledger.running > 0 ? 60 : Math.max(1, Math.ceil((Date.parse(`${ledger.day}T00:00:00Z`) + 86_400_000 - this.now()) / 1000));
-      throw new RunLimitError(`run budget exceeded: tenant "${tenant}"'s ${what}; ask for less, or retry once running runs end or after 00:00 UTC`, 'tenant_run_budget', retryAfter);
+      throw new RunLimitError(
+        `run budget exceeded: tenant "${tenant}"'s ${what}; ask for less, or retry once running runs end or after 00:00 UTC`,
+        'tenant_run_budget',
+        retryAfter,
+      );
     }
     ledger.running++;
     ledger.reservedTokens += maxTokens;

@@ -80,5 +80,7 @@ export class RunStore {
 
 /** A transcript for storage: image data replaced by its length (the trajectory has the images). */
 export function storableTranscript(messages: unknown): string {
-  return JSON.stringify(messages, (key, value: unknown) => (key === 'data' && typeof value === 'string' && value.length > 256 ? `[${value.length} base64 characters]` : value));
+  return JSON.stringify(messages, (key, value: unknown) =>
+    key === 'data' && typeof value === 'string' && value.length > 256 ? `[${value.length} base64 characters]` : value,
+  );
 }

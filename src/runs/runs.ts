@@ -112,7 +112,9 @@ export class RunManager {
   async create(request: RunRequest, tenant: string, screenshotUrl: (sessionId: string, step: number) => string, placedSessionId?: string): Promise<RunView> {
     const { client } = this;
     if (!client) {
-      throw new ModelKeyMissingError('no Anthropic API key: set ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL for a proxy or gateway) in the environment of `sbx serve`');
+      throw new ModelKeyMissingError(
+        'no Anthropic API key: set ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL for a proxy or gateway) in the environment of `sbx serve`',
+      );
     }
     if (request.sessionId !== undefined && request.session !== undefined) {
       throw new InvalidRequestError('sessionId and session: give one (an existing sandbox, or how to make a new one), not both');
@@ -123,7 +125,10 @@ export class RunManager {
     if (request.sessionId !== undefined) {
       if (sessions.tenantOf(request.sessionId) !== tenant) throw new NotFoundError(`session ${request.sessionId} does not exist`);
       const running = this.bySession.get(request.sessionId);
-      if (running) throw new RunInProgressError(`sessionId: session ${request.sessionId} is driven by run ${running}; stop it (DELETE /v1/runs/${running}) or wait for its end`);
+      if (running)
+        throw new RunInProgressError(
+          `sessionId: session ${request.sessionId} is driven by run ${running}; stop it (DELETE /v1/runs/${running}) or wait for its end`,
+        );
     }
     // The tenant's run slot and budget, before the first await: given back if the run does not start.
     const reservation = this.budgets.reserve(tenant, request, RUN_DEFAULTS);
@@ -154,7 +159,10 @@ export class RunManager {
     } else {
       // A session made for the run shows the run's tool definition in its view.
       version = request.toolVersion ?? request.session?.toolVersion ?? RUN_DEFAULTS.toolVersion;
-      const made = await sessions.create({ ...request.session, toolVersion: version }, placedSessionId === undefined ? { tenant } : { tenant, sessionId: placedSessionId });
+      const made = await sessions.create(
+        { ...request.session, toolVersion: version },
+        placedSessionId === undefined ? { tenant } : { tenant, sessionId: placedSessionId },
+      );
       trajectory?.begin(made, request.session?.trajectory?.keepTypedText === true);
       sessionId = made.id;
     }
@@ -216,7 +224,14 @@ export class RunManager {
         this.bySession.delete(sessionId);
         this.save(run);
         this.opts.log.info({ runId: id, sessionId, state: end.state, stopReason: end.stopReason, steps: loop.steps }, 'run ended');
-        emit({ type: 'end', state: end.state, stopReason: end.stopReason, steps: loop.steps, usage: { ...loop.usage }, ...(end.error !== undefined ? { error: end.error } : {}) });
+        emit({
+          type: 'end',
+          state: end.state,
+          stopReason: end.stopReason,
+          steps: loop.steps,
+          usage: { ...loop.usage },
+          ...(end.error !== undefined ? { error: end.error } : {}),
+        });
         listeners.clear();
         // Kept in memory a while for late subscribers' past events; the store keeps the rest.
         setTimeout(() => this.runs.delete(id), ENDED_KEPT_MS).unref();
@@ -247,7 +262,14 @@ export class RunManager {
     const live = this.runs.get(id);
     if (!live || live.tenant !== tenant) {
       const view = this.get(id, tenant);
-      const end: RunEvent = { type: 'end', state: view.state, stopReason: view.stopReason ?? 'error', steps: view.steps, usage: view.usage, ...(view.error !== undefined ? { error: view.error } : {}) };
+      const end: RunEvent = {
+        type: 'end',
+        state: view.state,
+        stopReason: view.stopReason ?? 'error',
+        steps: view.steps,
+        usage: view.usage,
+        ...(view.error !== undefined ? { error: view.error } : {}),
+      };
       return { past: [end], unsubscribe: () => undefined };
     }
     const past = [...live.events];

@@ -81,4 +81,3 @@ export class SessionTools {
     return this.sessions.whileBusy(sessionId, () => recordedCall(this.trajectory, { sessionId, tool, input }, () => toolAnswer(work), toolResultStep));
   }
 }
-

@@ -37,7 +37,10 @@ const MODEL = /^[A-Za-z0-9._:@-]{1,100}$/;
 const TENANT = /^[a-z0-9][a-z0-9_.-]{0,62}$/;
 
 function modelList(text: string, setting: string): string[] {
-  const models = text.split(/[|,]/).map((m) => m.trim()).filter(Boolean);
+  const models = text
+    .split(/[|,]/)
+    .map((m) => m.trim())
+    .filter(Boolean);
   for (const model of models) if (!MODEL.test(model)) throw new Error(`${setting}: "${model}" is not a model id`);
   if (models.length === 0) throw new Error(`${setting}: no model given`);
   return models;
@@ -45,17 +48,26 @@ function modelList(text: string, setting: string): string[] {
 
 export function runSettingsFromEnv(env: Env): RunSettings {
   const tenantModels = new Map<string, readonly string[]>();
-  for (const entry of envString(env, 'SBX_TENANT_RUN_MODELS', '').split(',').map((e) => e.trim()).filter(Boolean)) {
+  for (const entry of envString(env, 'SBX_TENANT_RUN_MODELS', '')
+    .split(',')
+    .map((e) => e.trim())
+    .filter(Boolean)) {
     const [tenant = '', models = ''] = entry.split('=', 2);
-    if (!TENANT.test(tenant) || !entry.includes('=')) throw new Error(`SBX_TENANT_RUN_MODELS: "${entry}" is not tenant=model|model (e.g. ci=claude-haiku-4-5|claude-sonnet-4-6)`);
+    if (!TENANT.test(tenant) || !entry.includes('='))
+      throw new Error(`SBX_TENANT_RUN_MODELS: "${entry}" is not tenant=model|model (e.g. ci=claude-haiku-4-5|claude-sonnet-4-6)`);
     tenantModels.set(tenant, modelList(models, 'SBX_TENANT_RUN_MODELS'));
   }
   const tenantLimits = new Map<string, RunTenantLimits>();
-  for (const entry of envString(env, 'SBX_TENANT_RUN_LIMITS', '').split(',').map((e) => e.trim()).filter(Boolean)) {
+  for (const entry of envString(env, 'SBX_TENANT_RUN_LIMITS', '')
+    .split(',')
+    .map((e) => e.trim())
+    .filter(Boolean)) {
     const match = /^([a-z0-9][a-z0-9_.-]{0,62})=(\d+)\/(\d+)\/(\d+)$/.exec(entry);
     const values = match ? [Number(match[2]), Number(match[3]), Number(match[4])] : [0, 0, 0];
     if (!match || values.some((v) => v < 1)) {
-      throw new Error(`SBX_TENANT_RUN_LIMITS: "${entry}" is not tenant=runs/tokensPerDay/secondsPerDay with whole numbers of at least 1 (e.g. ci=8/200000000/172800)`);
+      throw new Error(
+        `SBX_TENANT_RUN_LIMITS: "${entry}" is not tenant=runs/tokensPerDay/secondsPerDay with whole numbers of at least 1 (e.g. ci=8/200000000/172800)`,
+      );
     }
     tenantLimits.set(match[1] as string, { maxConcurrentRuns: values[0] as number, tokensPerDay: values[1] as number, secondsPerDay: values[2] as number });
   }

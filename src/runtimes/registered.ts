@@ -7,11 +7,7 @@ import { RuntimeRegistry, type NameOf, type ResourceKindOf, type SettingsByRunti
  * The runtimes of this build: one line each (docs/runtimes.md, "Adding a runtime"). The order
  * is the API's enum order; `auto` goes by each entry's autoRank.
  */
-export const RUNTIMES = new RuntimeRegistry([
-  containerRuntime,
-  qemuRuntime,
-  firecrackerRuntime,
-]);
+export const RUNTIMES = new RuntimeRegistry([containerRuntime, qemuRuntime, firecrackerRuntime]);
 
 type Registered = typeof RUNTIMES.entries;
 export type RuntimeName = NameOf<Registered>;

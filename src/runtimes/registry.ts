@@ -45,8 +45,10 @@ export class RuntimeRegistry<const E extends readonly AnyRuntimeEntry[]> {
       seen.add(entry.name);
       for (const [kind, reclaimer] of Object.entries<ResourceKindEntry>(entry.resources)) {
         const other = this.kinds.get(kind);
-        if (other && other !== reclaimer) throw new Error(`resource kind ${kind} of runtime ${entry.name} has another reclaimer already: share one (host-resources.ts) or name the kind apart`);
-        if (!RECLAIM_STAGES.includes(reclaimer.stage)) throw new Error(`resource kind ${kind} of runtime ${entry.name} has an unknown stage ${reclaimer.stage}`);
+        if (other && other !== reclaimer)
+          throw new Error(`resource kind ${kind} of runtime ${entry.name} has another reclaimer already: share one (host-resources.ts) or name the kind apart`);
+        if (!RECLAIM_STAGES.includes(reclaimer.stage))
+          throw new Error(`resource kind ${kind} of runtime ${entry.name} has an unknown stage ${reclaimer.stage}`);
         this.kinds.set(kind, reclaimer);
       }
     }

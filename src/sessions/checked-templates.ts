@@ -32,8 +32,13 @@ export class CheckedTemplates implements TemplateSource {
     if (!check) {
       check = checkImage(image, this.rebuildHint(template)).then(
         (result) => {
-          if (result.indexed) this.log.info({ template, image: image.dir, entries: result.entries, ms: result.ms }, 'guest image checked against its content index');
-          else this.log.warn({ template, image: image.dir, ms: result.ms, rebuild: this.rebuildHint(template) }, 'guest image has no content index (built before there was one, or a user template): only its guest init and guest files were checked');
+          if (result.indexed)
+            this.log.info({ template, image: image.dir, entries: result.entries, ms: result.ms }, 'guest image checked against its content index');
+          else
+            this.log.warn(
+              { template, image: image.dir, ms: result.ms, rebuild: this.rebuildHint(template) },
+              'guest image has no content index (built before there was one, or a user template): only its guest init and guest files were checked',
+            );
           return result;
         },
         (err: unknown) => {

@@ -83,7 +83,9 @@ export class SessionClocks {
     const now = Date.now();
     // Checked before anything changes: a rejected update changes nothing.
     const lifetime =
-      update.maxLifetimeSeconds === undefined ? record.maxLifetimeSeconds : changedLifetime(record, update.maxLifetimeSeconds, this.opts.maxLifetimeSeconds, now);
+      update.maxLifetimeSeconds === undefined
+        ? record.maxLifetimeSeconds
+        : changedLifetime(record, update.maxLifetimeSeconds, this.opts.maxLifetimeSeconds, now);
     record.maxLifetimeSeconds = lifetime;
     if (update.timeoutSeconds !== undefined) record.timeoutSeconds = update.timeoutSeconds;
     record.expiresAt = idleDeadline(record, now);
@@ -157,7 +159,9 @@ export class SessionClocks {
     const since = Date.parse(session.record.paused?.since ?? session.record.updatedAt);
     const retention = this.opts.pausedRetentionSeconds ?? DEFAULT_PAUSED_RETENTION_SECONDS;
     if (now < since + retention * 1000) return;
-    this.opts.log.child({ sessionId: session.id, tenant: session.record.tenant }).info({ retentionSeconds: retention }, 'paused session kept for its retention; destroying');
+    this.opts.log
+      .child({ sessionId: session.id, tenant: session.record.tenant })
+      .info({ retentionSeconds: retention }, 'paused session kept for its retention; destroying');
     this.opts.expire(session.id, 'paused_retention');
   }
 }

@@ -90,17 +90,43 @@ export class HostSandboxes implements SandboxHost {
 
   adopt(record: SessionRecord): Promise<Session | undefined> {
     const { stateDir, names, runtime, addresses, display, settle, sshReconnectGiveUpMs, log, consoleLog } = this.opts;
-    return adoptSession(record, { stateDir, names, runtime, pool: addresses.pool, display, settle, sshReconnectGiveUpMs, log, consoleLog, countKeptDir: this.countKeptDir });
+    return adoptSession(record, {
+      stateDir,
+      names,
+      runtime,
+      pool: addresses.pool,
+      display,
+      settle,
+      sshReconnectGiveUpMs,
+      log,
+      consoleLog,
+      countKeptDir: this.countKeptDir,
+    });
   }
 
   async recover(adopted: readonly Session[]): Promise<number> {
     const { stateDir, names, runtime, store, policy, log } = this.opts;
-    const reclaimed = await reconcileHost({ stateDir, names, runtime, store, policy, log, keep: new Set(adopted.map((s) => s.id)), countKeptDir: this.countKeptDir });
+    const reclaimed = await reconcileHost({
+      stateDir,
+      names,
+      runtime,
+      store,
+      policy,
+      log,
+      keep: new Set(adopted.map((s) => s.id)),
+      countKeptDir: this.countKeptDir,
+    });
     // Reconciliation put a fresh policy table in place: admit adopted sessions again.
     for (const session of adopted) {
       if (session.record.addressIndex === null) continue;
       const lease = this.opts.addresses.describe(session.record.addressIndex);
-      await policy.admit(session.id, lease, { egress: session.record.egress }, session.cleanup, log.child({ sessionId: session.id, tenant: session.record.tenant }));
+      await policy.admit(
+        session.id,
+        lease,
+        { egress: session.record.egress },
+        session.cleanup,
+        log.child({ sessionId: session.id, tenant: session.record.tenant }),
+      );
     }
     this.opts.policyGuard.start();
     return reclaimed;
@@ -138,7 +164,15 @@ export class HostSandboxes implements SandboxHost {
     const keys = await readSessionKeys(sessionDir, path.join(sessionDir, 'config'));
     // A VM under TCG answers a new SSH connection many times slower than a container.
     const deadline = Date.now() + Math.max(timeoutMs, this.opts.runtime.capabilities.bootTimeoutMs / 2);
-    await attachDesktop(session, sandbox, keys.clientPrivateKey, publicKeyBlob(keys.hostPublicKey), deadline, { display, settle, sshReconnectGiveUpMs }, 'background');
+    await attachDesktop(
+      session,
+      sandbox,
+      keys.clientPrivateKey,
+      publicKeyBlob(keys.hostPublicKey),
+      deadline,
+      { display, settle, sshReconnectGiveUpMs },
+      'background',
+    );
   }
 
   private pauseTarget(session: Session): PauseTarget {

@@ -2,53 +2,20 @@ import { SESSION_ID_PATTERN } from '../network/names.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { type GuestProtocolError, InvalidRequestError, OrchestratorError, UnavailableError } from '../errors.js';
-import type { Metrics } from '../metrics/metrics.js';
 import type { ConnectionLostError } from '../transport/index.js';
-import type { GuestImage } from '../guest/image/image-store.js';
-import type { AddressLease } from '../network/address-pool.js';
-import type { RuntimeName } from '../runtimes/runtime.js';
-import type { CapacityGate, CapacitySlot } from './capacity.js';
+import type { CapacitySlot } from './capacity.js';
 import type { PooledSandbox, WarmPool } from './pool/warm-pool.js';
-import type { SessionRegistry } from './registry.js';
-import type { SandboxHost } from './sandbox-host.js';
 import { Session } from './session.js';
 import { LOCAL_TENANT, type EndReason, type SessionRecord, type SessionState } from './session-record.js';
-import { newRecord, resolveRequest, startClocks, type CreateSessionOptions, type RequestDefaults, type SessionOwner, type SessionRequest } from './session-request.js';
+import { newRecord, resolveRequest, startClocks, type CreateSessionOptions, type SessionOwner, type SessionRequest } from './session-request.js';
 import { toView, type SessionView } from './session-view.js';
-import type { SessionStore } from './store.js';
-import type { SessionTemplate, TemplateSource } from './templates.js';
+import type { SessionTemplate } from './templates.js';
+import type { LifecycleOptions } from './lifecycle-options.js';
+
+export type { AddressSource, LifecycleOptions, SessionDisk } from './lifecycle-options.js';
 
 /** How long a watch that saw a sandbox's process gone waits for the runtime to report its exit. */
 const EXIT_REPORT_GRACE_MS = 2_500;
-
-/** The /30 blocks sandboxes are addressed from (network/address-allocator.ts). */
-export interface AddressSource {
-  leaseFree(): Promise<AddressLease>;
-  release(index: number): void;
-}
-
-export interface LifecycleOptions {
-  registry: SessionRegistry;
-  store: SessionStore;
-  host: SandboxHost;
-  addresses: AddressSource;
-  capacity: CapacityGate;
-  metrics: Metrics;
-  log: Logger;
-  runtimeName: RuntimeName;
-  defaults: RequestDefaults;
-  templates: TemplateSource;
-  /** What a session's disk is (admission promises it: capacity.ts); absent: no disk demand. */
-  disk?: SessionDisk;
-}
-
-/** A session's disk as admission sees it. */
-export interface SessionDisk {
-  /** The most a sandbox of `image` may write on the host, MiB (Runtime.writableDiskMiB; an adopted session's image may be unknown). */
-  writableMiB(image: GuestImage | undefined): number;
-  /** What a session's own files hold on the host now, MiB (disk-capacity.ts, sessionFilesMiB). */
-  usedMiB(sessionId: string): number;
-}
 
 /**
  * The session lifecycle: creating -> ready -> destroying -> destroyed, or failed. Creates
@@ -115,7 +82,13 @@ export class SessionLifecycle {
     return this.shuttingDown;
   }
 
-  private async createWithSlot(request: SessionRequest, template: SessionTemplate, owner: SessionOwner, slot: CapacitySlot, started: number): Promise<SessionView> {
+  private async createWithSlot(
+    request: SessionRequest,
+    template: SessionTemplate,
+    owner: SessionOwner,
+    slot: CapacitySlot,
+    started: number,
+  ): Promise<SessionView> {
     const { tenant } = owner;
     // A pooled sandbox of the same screen size, if one is ready; any other request boots cold.
     // (A pooled sandbox was fenced without egress: a request for egress boots cold too.)
@@ -172,7 +145,13 @@ export class SessionLifecycle {
    * handed to the session's own key (SandboxHost.claim). Undefined if the claim failed: the
    * pooled sandbox is destroyed and the caller boots one cold, so the client never sees it.
    */
-  private async createFromPool(pooled: PooledSandbox, request: SessionRequest, tenant: string, slot: CapacitySlot, started: number): Promise<SessionView | undefined> {
+  private async createFromPool(
+    pooled: PooledSandbox,
+    request: SessionRequest,
+    tenant: string,
+    slot: CapacitySlot,
+    started: number,
+  ): Promise<SessionView | undefined> {
     const { store, registry, metrics } = this.opts;
     const { session } = pooled;
     this.measureDisk(slot, session.id);
@@ -307,7 +286,8 @@ export class SessionLifecycle {
     session.connection?.on('lost', (err: ConnectionLostError) => {
       this.opts.metrics.sshConnectionsLost.inc({ reason: err.reason });
       // A changed host key is someone in the guest (or on its path) posing as it: an error.
-      if (err.reason === 'host_key_mismatch') log.error({ reason: err.reason }, 'the guest presented a host key other than the pinned one: failing the session');
+      if (err.reason === 'host_key_mismatch')
+        log.error({ reason: err.reason }, 'the guest presented a host key other than the pinned one: failing the session');
       this.sandboxVanished(session, log, err.message, 'ssh');
     });
     session.connection?.on('guest_protocol_error', (err: GuestProtocolError) => {
@@ -325,7 +305,12 @@ export class SessionLifecycle {
     }
     // Set now, so that requests during the release are told it is gone (410), not busy.
     session.record.endReason = 'failed';
-    log.warn({ reason }, kind === 'ssh' ? 'the guest of a ready session cannot be reached any more: marking it failed' : 'the sandbox of a ready session is gone: marking it failed');
+    log.warn(
+      { reason },
+      kind === 'ssh'
+        ? 'the guest of a ready session cannot be reached any more: marking it failed'
+        : 'the sandbox of a ready session is gone: marking it failed',
+    );
     this.opts.metrics.errors.inc({ kind });
     void this.releaseResources(session, 'failed', reason);
   }
@@ -340,7 +325,9 @@ export class SessionLifecycle {
       // frozen guest answers no close, and each would wait out its timeout), and its tasks can die.
       const paused = session.record.paused;
       if (paused) {
-        await this.opts.host.resume(session, paused.mode).catch((err: unknown) => this.sessionLog(session).warn({ err }, 'could not resume a paused sandbox before destroying it'));
+        await this.opts.host
+          .resume(session, paused.mode)
+          .catch((err: unknown) => this.sessionLog(session).warn({ err }, 'could not resume a paused sandbox before destroying it'));
       }
       if (session.record.state !== 'destroying') this.setState(session, 'destroying');
       try {

@@ -79,7 +79,6 @@ export interface ManagerOptions {
   pause?: PauseSettings;
 }
 
-
 /**
  * The session layer put together: the registry of live sessions, their lifecycle, their
  * clocks, the warm pool, and what requests do with a ready session. Routes depend on the
@@ -152,8 +151,12 @@ export class SessionManager {
           return this.lifecycle.destroy(id, 'idle_timeout');
         }),
     });
-    this.recordings = new RecordingService({ settings: opts.recording ?? recordingSettingsFromEnv({}),
-      dir: opts.recording?.dir ?? path.join(opts.stateDir, DEFAULT_RECORDING_SUBDIR), metrics, log: log.child({ part: 'recording' }) });
+    this.recordings = new RecordingService({
+      settings: opts.recording ?? recordingSettingsFromEnv({}),
+      dir: opts.recording?.dir ?? path.join(opts.stateDir, DEFAULT_RECORDING_SUBDIR),
+      metrics,
+      log: log.child({ part: 'recording' }),
+    });
     this.registry.recordingOf = (id) => this.recordings.statusNow(id);
     this.pauser = new SessionPauser({
       registry: this.registry,
@@ -189,7 +192,10 @@ export class SessionManager {
       }
       return undefined;
     }
-    const hooks = pooledSandboxHooks({ lifecycle: this.lifecycle, host: this.host, addresses: this.addresses, store, metrics, log, runtimeName: runtime.name, templates }, template);
+    const hooks = pooledSandboxHooks(
+      { lifecycle: this.lifecycle, host: this.host, addresses: this.addresses, store, metrics, log, runtimeName: runtime.name, templates },
+      template,
+    );
     const shape = warm?.shape ?? { width: 1024, height: 768 };
     const pool = new WarmPool({ template, size, shape, metrics, log: log.child({ part: 'warm-pool', template }), hooks });
     this.warmPools.set(template, pool);
@@ -229,7 +235,10 @@ export class SessionManager {
     this.lifecycle.beginShutdown();
     this.clocks.stop();
     this.host.stopPolicyGuard();
-    await Promise.allSettled([...[...this.warmPools.values()].map((pool) => pool.stop()), ...this.registry.ids().map((id) => this.lifecycle.destroy(id, 'shutdown'))]);
+    await Promise.allSettled([
+      ...[...this.warmPools.values()].map((pool) => pool.stop()),
+      ...this.registry.ids().map((id) => this.lifecycle.destroy(id, 'shutdown')),
+    ]);
     await this.recordings.close();
     await this.host.removePolicy();
   }

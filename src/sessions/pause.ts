@@ -58,13 +58,15 @@ export class SessionPauser {
       throw new PauseModeUnavailableError(`this orchestrator cannot pause sessions: ${host.pauseUnavailable('memory') ?? 'no pause mode'}`);
     }
     const why = host.pauseUnavailable(requested);
-    if (why !== undefined || !modes.includes(requested)) throw new PauseModeUnavailableError(`mode "${requested}" is not available here: ${why ?? 'the runtime does not do it'}`);
+    if (why !== undefined || !modes.includes(requested))
+      throw new PauseModeUnavailableError(`mode "${requested}" is not available here: ${why ?? 'the runtime does not do it'}`);
     return requested;
   }
 
   async pause(id: string, requested: PauseRequestMode = 'auto'): Promise<SessionView> {
     const session = await this.settled(id);
-    if (session?.record.state === 'paused') throw new PauseStateError(`session ${id} is paused already (since ${session.record.paused?.since})`, 'session_already_paused');
+    if (session?.record.state === 'paused')
+      throw new PauseStateError(`session ${id} is paused already (since ${session.record.paused?.since})`, 'session_already_paused');
     const ready = this.opts.registry.ready(id); // 404 / 409 / 410 for every other state
     if (ready.inFlight > 0) throw new PauseStateError(`session ${id} is running a long action; pause it once that has finished`, 'session_busy');
     const mode = this.modeFor(requested);
@@ -88,7 +90,9 @@ export class SessionPauser {
     const session = await this.settled(id);
     if (!session || session.record.state !== 'paused') return;
     if (!session.record.autoResume) {
-      throw new SessionPausedError(`session ${id} is paused (since ${session.record.paused?.since}) and autoResume is off: resume it first (POST /v1/sessions/${id}/resume)`);
+      throw new SessionPausedError(
+        `session ${id} is paused (since ${session.record.paused?.since}) and autoResume is off: resume it first (POST /v1/sessions/${id}/resume)`,
+      );
     }
     await this.resume(id).catch((err: unknown) => {
       // Another request resumed it first: as good.

@@ -42,8 +42,10 @@ export function watchSandbox(target: WatchedSandbox, intervalMs = SANDBOX_WATCH_
 
   const check = async (): Promise<SandboxGone | undefined> => {
     if (!startTime || !(await isProcessAlive(target.pid, startTime))) return { reason: `its process (pid ${target.pid}) is gone`, processExited: true };
-    if (target.netns && !(await exists(`/run/netns/${target.netns}`))) return { reason: `its network namespace ${target.netns} was deleted`, processExited: false };
-    if (target.hostVeth && !(await exists(`/sys/class/net/${target.hostVeth}`))) return { reason: `its host interface ${target.hostVeth} was deleted`, processExited: false };
+    if (target.netns && !(await exists(`/run/netns/${target.netns}`)))
+      return { reason: `its network namespace ${target.netns} was deleted`, processExited: false };
+    if (target.hostVeth && !(await exists(`/sys/class/net/${target.hostVeth}`)))
+      return { reason: `its host interface ${target.hostVeth} was deleted`, processExited: false };
     return undefined;
   };
   const tick = async () => {

@@ -100,7 +100,14 @@ export function resolveRequest(options: CreateSessionOptions, defaults: RequestD
 }
 
 /** A new session's record, state 'creating', its clocks starting now. */
-export function newRecord(request: SessionRequest, addressIndex: number | null, pooled: boolean, tenant: string, runtime: SessionRecord['runtime'], id = newSessionId()): SessionRecord {
+export function newRecord(
+  request: SessionRequest,
+  addressIndex: number | null,
+  pooled: boolean,
+  tenant: string,
+  runtime: SessionRecord['runtime'],
+  id = newSessionId(),
+): SessionRecord {
   const now = new Date();
   return {
     id,

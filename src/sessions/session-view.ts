@@ -73,7 +73,10 @@ export function networkView(record: Pick<SessionRecord, 'egress' | 'transport'>)
 }
 
 /** The session's default screenshot format, as a request would spell it. */
-export function screenshotDefault(record: Pick<SessionRecord, 'screenshotFormat' | 'screenshotQuality'>): { format: SessionRecord['screenshotFormat']; quality?: number } {
+export function screenshotDefault(record: Pick<SessionRecord, 'screenshotFormat' | 'screenshotQuality'>): {
+  format: SessionRecord['screenshotFormat'];
+  quality?: number;
+} {
   return record.screenshotQuality === null ? { format: record.screenshotFormat } : { format: record.screenshotFormat, quality: record.screenshotQuality };
 }
 

@@ -119,7 +119,10 @@ export function imagesDirFromEnv(env: Env, stateDir: string): string {
 /** SBX_WARM_POOL: `template:count` pairs, comma-separated (empty: none). A bad pair throws, naming it. */
 export function parseWarmPool(value: string): Map<string, number> {
   const sizes = new Map<string, number>();
-  for (const pair of value.split(',').map((p) => p.trim()).filter((p) => p !== '')) {
+  for (const pair of value
+    .split(',')
+    .map((p) => p.trim())
+    .filter((p) => p !== '')) {
     const match = /^([a-z][a-z0-9-]{0,39}):(\d{1,2})$/.exec(pair);
     if (!match) throw new Error(`SBX_WARM_POOL: "${pair}" is not template:count (e.g. minimal:2,desktop:1)`);
     const [, template, count] = match as unknown as [string, string, string];

@@ -187,7 +187,10 @@ export class SessionStore {
    */
   leaseIdRange(sessionId: string, base: number, size: number, maxRanges: number, takeHostWide: (first: number) => boolean = () => true): number {
     return this.db.transaction(() => {
-      const held = this.db.prepare("SELECT session_id, name FROM session_resources WHERE kind = 'id-range'").all() as Array<{ session_id: string; name: string }>;
+      const held = this.db.prepare("SELECT session_id, name FROM session_resources WHERE kind = 'id-range'").all() as Array<{
+        session_id: string;
+        name: string;
+      }>;
       const mine = held.find((r) => r.session_id === sessionId);
       if (mine) return Number(mine.name.split(':')[0]);
       const taken = new Set(held.map((r) => r.name));
@@ -205,9 +208,10 @@ export class SessionStore {
 
   /** What the ledger says a session holds, in the order it was taken. */
   resourcesOf(sessionId: string): Array<{ kind: ResourceKind; name: string }> {
-    return this.db
-      .prepare('SELECT kind, name FROM session_resources WHERE session_id = ? ORDER BY recorded_at, rowid')
-      .all(sessionId) as Array<{ kind: ResourceKind; name: string }>;
+    return this.db.prepare('SELECT kind, name FROM session_resources WHERE session_id = ? ORDER BY recorded_at, rowid').all(sessionId) as Array<{
+      kind: ResourceKind;
+      name: string;
+    }>;
   }
 
   /** Sessions with resources on the ledger (a crash may leave some of a session not in `sessions`). */
@@ -239,9 +243,7 @@ export class SessionStore {
 
   /** Forgets destroyed sessions older than the cut-off, so the file does not grow forever. */
   pruneDestroyed(olderThan: Date): number {
-    return this.db
-      .prepare(`DELETE FROM sessions WHERE state = 'destroyed' AND updated_at < ?`)
-      .run(olderThan.toISOString()).changes;
+    return this.db.prepare(`DELETE FROM sessions WHERE state = 'destroyed' AND updated_at < ?`).run(olderThan.toISOString()).changes;
   }
 
   close(): void {

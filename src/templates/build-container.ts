@@ -83,7 +83,15 @@ export function buildStepSpec(opts: { root: string; argv: readonly string[]; ids
     },
     mounts: KERNEL_MOUNTS,
     linux: {
-      namespaces: [{ type: 'pid' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'cgroup' }, { type: 'user' }, ...(opts.network ? [] : [{ type: 'network' }])],
+      namespaces: [
+        { type: 'pid' },
+        { type: 'ipc' },
+        { type: 'uts' },
+        { type: 'mount' },
+        { type: 'cgroup' },
+        { type: 'user' },
+        ...(opts.network ? [] : [{ type: 'network' }]),
+      ],
       uidMappings: idMap,
       gidMappings: idMap,
       cgroupsPath: opts.cgroupsPath,
@@ -175,7 +183,11 @@ export class BuildContainer {
     this.signal?.addEventListener('abort', onAbort, { once: true });
     try {
       if (this.signal?.aborted) throw new CommandError('interrupted', undefined, []);
-      await execLogged('runc', ['--root', BUILD_RUNC_ROOT, 'run', '--bundle', bundle, id], { stdin: options.stdin, onLine: options.onLine, tailLines: options.tailLines });
+      await execLogged('runc', ['--root', BUILD_RUNC_ROOT, 'run', '--bundle', bundle, id], {
+        stdin: options.stdin,
+        onLine: options.onLine,
+        tailLines: options.tailLines,
+      });
     } finally {
       finished = true;
       this.signal?.removeEventListener('abort', onAbort);
@@ -202,7 +214,10 @@ export class BuildContainer {
 async function assertCrossable(dir: string): Promise<void> {
   for (let current = path.resolve(dir); ; current = path.dirname(current)) {
     const info = await stat(current);
-    if ((info.mode & 0o001) === 0) throw new Error(`${current} is not searchable by other users (mode ${(info.mode & 0o777).toString(8)}); a template build's steps run as no host user and must cross it: chmod o+x ${current}`);
+    if ((info.mode & 0o001) === 0)
+      throw new Error(
+        `${current} is not searchable by other users (mode ${(info.mode & 0o777).toString(8)}); a template build's steps run as no host user and must cross it: chmod o+x ${current}`,
+      );
     if (current === path.dirname(current)) return;
   }
 }

@@ -85,7 +85,10 @@ export class TemplateCatalogue {
       const user = await findUserTemplate(this.imagesDir, name);
       if (user) return { name, image: user.image, ...(user.manifest.definition.screen ? { screen: user.manifest.definition.screen } : {}) };
     }
-    throw new UnknownTemplateError(name, (await this.list()).filter((t) => t.built).map((t) => t.name));
+    throw new UnknownTemplateError(
+      name,
+      (await this.list()).filter((t) => t.built).map((t) => t.name),
+    );
   }
 
   /** The built-in's image, built now if missing (start-up, `sbx image build`). */

@@ -23,7 +23,16 @@ import { BuildContainer } from './build-container.js';
 import type { TemplateCatalogue } from './catalogue.js';
 import { readTemplateFile, TemplateFileError, type TemplateDefinition } from './template-file.js';
 import { readSources } from './template-sources.js';
-import { IMAGE_ARTIFACTS, loadBuild, pointName, pruneOldBuilds, TEMPLATE_MANIFEST, templatesDir, type StoredTemplate, type TemplateManifest } from './template-store.js';
+import {
+  IMAGE_ARTIFACTS,
+  loadBuild,
+  pointName,
+  pruneOldBuilds,
+  TEMPLATE_MANIFEST,
+  templatesDir,
+  type StoredTemplate,
+  type TemplateManifest,
+} from './template-store.js';
 
 /** Bump when this file changes what it does to an image: every cached template is rebuilt. */
 const TEMPLATE_BUILDER_VERSION = 1;
@@ -117,9 +126,7 @@ class TemplateBuild {
       this.report(`building template ${this.def.name} (${this.hash}) on ${this.def.base} (${this.base.hash})`);
       await removeTree(this.tempDir);
       await mkdir(this.tempDir, { recursive: true, mode: 0o755 });
-      await this.stepDo(`copy the base image's rootfs (${this.def.base})`, () =>
-        this.exec(['cp', '-a', '--reflink=auto', this.base.rootfs, this.rootfs]),
-      );
+      await this.stepDo(`copy the base image's rootfs (${this.def.base})`, () => this.exec(['cp', '-a', '--reflink=auto', this.base.rootfs, this.rootfs]));
       this.container = await BuildContainer.open(this.rootfs, this.tempDir, this.signal);
       try {
         await this.stepDo(`install packages: ${this.def.packages.join(' ') || '(none)'}`, () => this.installPackages());
@@ -217,7 +224,9 @@ class TemplateBuild {
 
   private async writeGuestSettings(): Promise<void> {
     await this.inImage(['mkdir', '-p', '-m', '0755', `${GUEST_TEMPLATE_DIR}/autostart`]);
-    const env = Object.entries(this.def.env).map(([name, value]) => `${name}=${value}\n`).join('');
+    const env = Object.entries(this.def.env)
+      .map(([name, value]) => `${name}=${value}\n`)
+      .join('');
     await this.inImage(['tee', `${GUEST_TEMPLATE_DIR}/env`], { stdin: Buffer.from(env), quiet: true });
     for (const [index, argv] of this.def.autostart.entries()) {
       const file = `${GUEST_TEMPLATE_DIR}/autostart/${String(index).padStart(2, '0')}`;

@@ -139,9 +139,16 @@ export function parseTemplate(text: string, file = 'template'): TemplateDefiniti
   }
   const value: unknown = doc.toJS({ maxAliasCount: 10 });
   if (!validate(value)) {
-    throw new TemplateFileError(file, (validate.errors ?? []).filter(relevant).map((e) => describe(e, doc.contents, lines)));
+    throw new TemplateFileError(
+      file,
+      (validate.errors ?? []).filter(relevant).map((e) => describe(e, doc.contents, lines)),
+    );
   }
-  const raw = value as Partial<TemplateDefinition> & { name: string; base: string; files?: Array<Partial<TemplateFileEntry> & { source: string; target: string }> };
+  const raw = value as Partial<TemplateDefinition> & {
+    name: string;
+    base: string;
+    files?: Array<Partial<TemplateFileEntry> & { source: string; target: string }>;
+  };
   const problems: string[] = [];
   for (const [index, entry] of (raw.files ?? []).entries()) {
     if (path.isAbsolute(entry.source) || path.normalize(entry.source).split(path.sep).includes('..')) {
@@ -150,7 +157,9 @@ export function parseTemplate(text: string, file = 'template'): TemplateDefiniti
   }
   for (const [index, entry] of (raw.files ?? []).entries()) {
     if (isReservedTarget(entry.target)) {
-      problems.push(`files[${index}].target: ${entry.target} is the orchestrator's own (the guest contract: sandbox-init, sshd_config, its helpers, the config mount, the template settings)`);
+      problems.push(
+        `files[${index}].target: ${entry.target} is the orchestrator's own (the guest contract: sandbox-init, sshd_config, its helpers, the config mount, the template settings)`,
+      );
     }
   }
   for (const name of Object.keys(raw.env ?? {})) {
@@ -188,7 +197,10 @@ function relevant(error: ErrorObject): boolean {
 
 /** "files[0].mode (line 7): must match ..." */
 function describe(error: ErrorObject, root: unknown, lines: LineCounter): string {
-  const segments = error.instancePath.split('/').slice(1).map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'));
+  const segments = error.instancePath
+    .split('/')
+    .slice(1)
+    .map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'));
   let field = segments.reduce((acc, s) => (/^\d+$/.test(s) ? `${acc}[${s}]` : acc ? `${acc}.${s}` : s), '');
   let message = error.message ?? 'is not valid';
   const params = error.params as Record<string, unknown>;

@@ -4,9 +4,7 @@ import type { EncodedImage, ImageMediaType } from '../computer/screenshot-format
  * The tool_result content of the Messages API: what an agent loop sends back to the model
  * after a tool_use. Every tool endpoint answers in this shape, so a loop can forward it as is.
  */
-export type ToolContent =
-  | { type: 'text'; text: string }
-  | { type: 'image'; source: { type: 'base64'; media_type: ImageMediaType; data: string } };
+export type ToolContent = { type: 'text'; text: string } | { type: 'image'; source: { type: 'base64'; media_type: ImageMediaType; data: string } };
 
 export interface ToolResult {
   content: ToolContent[];

@@ -113,7 +113,6 @@ export interface GuestTransport extends EventEmitter {
   /** A channel on this connection closed because the guest broke its protocol. */
   reportProtocolError(err: GuestProtocolError): void;
   close(): void;
-
 }
 
 /** What it takes to open a transport to a guest. */

@@ -3,7 +3,6 @@ import { GuestProtocolError } from '../errors.js';
 import type { ExecResult } from './guest-transport.js';
 import { SshTimeoutError } from './ssh-errors.js';
 
-
 /**
  * Every channel handed out carries an error listener from the start, on itself and on its
  * stderr, whatever its owner adds: a write to a channel the guest already closed, or a

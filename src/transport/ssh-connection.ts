@@ -84,10 +84,7 @@ export class GuestConnection extends EventEmitter implements GuestTransport {
       }
     }
     if (this.closed) throw new Error('connection closed while opening');
-    throw new SshTimeoutError(
-      `SSH to ${this.endpointLabel}${lastError ? ` (last error: ${lastError.message})` : ''}`,
-      timeoutMs,
-    );
+    throw new SshTimeoutError(`SSH to ${this.endpointLabel}${lastError ? ` (last error: ${lastError.message})` : ''}`, timeoutMs);
   }
 
   /** Runs one command on its own channel. The command string must contain no untrusted text. */
@@ -263,20 +260,20 @@ export class GuestConnection extends EventEmitter implements GuestTransport {
   }
 
   private handshake(client: Client, sock: Duplex, timeoutMs: number, onHostKeyRejected: () => void): void {
-      client.connect({
-        sock,
-        username: this.opts.username,
-        privateKey: this.opts.privateKey,
-        readyTimeout: timeoutMs,
-        keepaliveInterval: KEEPALIVE_INTERVAL_MS,
-        keepaliveCountMax: 3,
-        algorithms: { serverHostKey: ['ssh-ed25519'] },
-        hostVerifier: (key: Buffer) => {
-          const ok = key.equals(this.opts.pinnedHostKey);
-          if (!ok) onHostKeyRejected();
-          return ok;
-        },
-      });
+    client.connect({
+      sock,
+      username: this.opts.username,
+      privateKey: this.opts.privateKey,
+      readyTimeout: timeoutMs,
+      keepaliveInterval: KEEPALIVE_INTERVAL_MS,
+      keepaliveCountMax: 3,
+      algorithms: { serverHostKey: ['ssh-ed25519'] },
+      hostVerifier: (key: Buffer) => {
+        const ok = key.equals(this.opts.pinnedHostKey);
+        if (!ok) onHostKeyRejected();
+        return ok;
+      },
+    });
   }
 
   /** SFTP sessions by the ssh2 client they run on, so a reconnect gets a fresh one. */
@@ -338,7 +335,6 @@ export class GuestConnection extends EventEmitter implements GuestTransport {
       client.forwardOut('127.0.0.1', 0, host, port, (err, channel) => (err ? reject(err) : resolve(guardChannel(channel))));
     });
   }
-
 
   /**
    * Starts a long-lived command on its own channel and hands the open channel over (for the

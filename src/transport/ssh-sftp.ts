@@ -22,9 +22,7 @@ export class SshSftp implements GuestSftp {
   }
 
   open(path: string, flags: 'r' | 'w' | 'wx', mode = 0o644): Promise<Buffer> {
-    return new Promise((resolve, reject) =>
-      this.sftp.open(path, flags, { mode }, (err, handle) => (err ? reject(err) : resolve(handle))),
-    );
+    return new Promise((resolve, reject) => this.sftp.open(path, flags, { mode }, (err, handle) => (err ? reject(err) : resolve(handle))));
   }
 
   fchmod(handle: Buffer, mode: number): Promise<void> {

@@ -25,7 +25,8 @@ export function onlyFields(body: Fields, where: string, required: readonly strin
 }
 
 export function integer(value: unknown, field: string, min: number, max: number): number {
-  if (typeof value !== 'number' || !Number.isInteger(value)) throw new InvalidRequestError(`${field} must be an integer, got ${JSON.stringify(value)?.slice(0, 40)}`);
+  if (typeof value !== 'number' || !Number.isInteger(value))
+    throw new InvalidRequestError(`${field} must be an integer, got ${JSON.stringify(value)?.slice(0, 40)}`);
   if (value < min || value > max) throw new InvalidRequestError(`${field}=${value} is out of range (${min} to ${max})`);
   return value;
 }

@@ -70,7 +70,7 @@ export const GEMINI_CALLS = Object.keys(CALLS);
 /** A FunctionCall ({name, args, id?}) as a plan, checked before anything runs. */
 export function translateGemini(call: Fields, scaler: Scaler): GeminiPlan {
   const name = call.name;
-  if (typeof name !== 'string' || name.length > MAX_NAME_LENGTH) throw new InvalidRequestError('name must be the function call\'s name, a string');
+  if (typeof name !== 'string' || name.length > MAX_NAME_LENGTH) throw new InvalidRequestError("name must be the function call's name, a string");
   const entry = CALLS[name];
   if (!entry) throw new InvalidRequestError(`name "${name}" is not a computer-use function; expected one of ${GEMINI_CALLS.join(', ')}`);
   const args = call.args === undefined ? {} : objectOf(call.args, 'args');
@@ -123,12 +123,7 @@ function typeTextAt(args: Fields, scaler: Scaler): Omit<GeminiPlan, 'name'> {
   const clear = boolean(args.clear_before_typing, 'args.clear_before_typing', true);
   const enter = boolean(args.press_enter, 'args.press_enter', true);
   return {
-    actions: [
-      { action: 'left_click', coordinate },
-      ...(clear ? [keys('Control+a'), keys('Delete')] : []),
-      typed,
-      ...(enter ? [keys('Enter')] : []),
-    ],
+    actions: [{ action: 'left_click', coordinate }, ...(clear ? [keys('Control+a'), keys('Delete')] : []), typed, ...(enter ? [keys('Enter')] : [])],
   };
 }
 

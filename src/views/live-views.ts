@@ -40,7 +40,12 @@ export class ViewTokenError extends OrchestratorError {
       revoked: 'this live-view link was revoked: ask its owner for a new one',
       session_ended: 'the session of this live-view link has ended: there is nothing left to watch',
     };
-    const code: Record<ViewTokenError['refused'], ErrorCode> = { unknown: 'view_unknown', expired: 'view_expired', revoked: 'view_revoked', session_ended: 'view_session_ended' };
+    const code: Record<ViewTokenError['refused'], ErrorCode> = {
+      unknown: 'view_unknown',
+      expired: 'view_expired',
+      revoked: 'view_revoked',
+      session_ended: 'view_session_ended',
+    };
     super(code[refused], text[refused]);
   }
 }

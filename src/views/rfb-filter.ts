@@ -238,7 +238,8 @@ export class ServerFilter {
         const height = head.readUInt16BE(2);
         if (width === 0 || height === 0) throw new RfbViolation('server', `the guest VNC server announced a ${width}x${height} screen`);
         const nameLength = head.readUInt32BE(20);
-        if (nameLength > MAX_SERVER_NAME_BYTES) throw new RfbViolation('server', `the guest VNC server announced a ${nameLength}-byte desktop name (at most ${MAX_SERVER_NAME_BYTES})`);
+        if (nameLength > MAX_SERVER_NAME_BYTES)
+          throw new RfbViolation('server', `the guest VNC server announced a ${nameLength}-byte desktop name (at most ${MAX_SERVER_NAME_BYTES})`);
         if (p.length < 24 + nameLength) return undefined;
         this.phase = 'stream';
         return p.take(24 + nameLength);

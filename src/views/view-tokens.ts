@@ -37,7 +37,14 @@ function digest(token: string): Buffer {
 }
 
 function toGrant(row: Row): ViewGrant {
-  const grant: ViewGrant = { viewId: row.id, sessionId: row.session_id, tenant: row.tenant, mode: row.mode, createdAt: row.created_at, expiresAt: row.expires_at };
+  const grant: ViewGrant = {
+    viewId: row.id,
+    sessionId: row.session_id,
+    tenant: row.tenant,
+    mode: row.mode,
+    createdAt: row.created_at,
+    expiresAt: row.expires_at,
+  };
   if (row.revoked_at) grant.revokedAt = row.revoked_at;
   return grant;
 }
@@ -80,7 +87,9 @@ export class ViewTokens {
       revoked_at: null,
     };
     this.db
-      .prepare('INSERT INTO session_views (id, session_id, tenant, mode, hash, created_at, expires_at, revoked_at) VALUES (@id, @session_id, @tenant, @mode, @hash, @created_at, @expires_at, @revoked_at)')
+      .prepare(
+        'INSERT INTO session_views (id, session_id, tenant, mode, hash, created_at, expires_at, revoked_at) VALUES (@id, @session_id, @tenant, @mode, @hash, @created_at, @expires_at, @revoked_at)',
+      )
       .run(row);
     return { grant: toGrant(row), token };
   }
@@ -98,7 +107,9 @@ export class ViewTokens {
 
   /** Marks a grant revoked (idempotent); true if it was usable until now. */
   revoke(viewId: string, now = Date.now()): boolean {
-    const changed = this.db.prepare('UPDATE session_views SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL').run(new Date(now).toISOString(), viewId).changes;
+    const changed = this.db
+      .prepare('UPDATE session_views SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL')
+      .run(new Date(now).toISOString(), viewId).changes;
     return changed > 0;
   }
 

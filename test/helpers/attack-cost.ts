@@ -133,7 +133,16 @@ async function read(pid: number, url: string, prefix: string, events: RegExp | u
 }
 
 function emptyKind(): KindCost {
-  return { wallMs: 0, usage: { mainCpuMs: 0, mainWaitMs: 0, cpuMs: 0, readBytes: 0, majorGcs: 0, majorGcMs: 0, events: 0 }, steps: 0, background: 0, healthz: [], lagP99: [], lagMax: [], windows: [] };
+  return {
+    wallMs: 0,
+    usage: { mainCpuMs: 0, mainWaitMs: 0, cpuMs: 0, readBytes: 0, majorGcs: 0, majorGcMs: 0, events: 0 },
+    steps: 0,
+    background: 0,
+    healthz: [],
+    lagP99: [],
+    lagMax: [],
+    windows: [],
+  };
 }
 
 function add(kind: KindCost, from: Reading, to: Reading, steps: number, background: number): void {

@@ -29,7 +29,12 @@ export async function decodePng(png: Buffer): Promise<Rgba> {
  * Where a colour appears in a window of an image: the centroid of the pixels within `tolerance`
  * of it on each channel, and how many there are (0: not there).
  */
-export function findColour(image: Rgba, colour: [number, number, number], around: { x: number; y: number; radius: number }, tolerance = 40): { x: number; y: number; count: number } {
+export function findColour(
+  image: Rgba,
+  colour: [number, number, number],
+  around: { x: number; y: number; radius: number },
+  tolerance = 40,
+): { x: number; y: number; count: number } {
   let sx = 0;
   let sy = 0;
   let count = 0;

@@ -40,7 +40,10 @@ export class CliProcess {
   ) {}
 
   start(): void {
-    const child = spawn(process.execPath, [CLI, ...this.args], { env: { ...process.env, SBX_LOG_LEVEL: 'info', ...this.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [CLI, ...this.args], {
+      env: { ...process.env, SBX_LOG_LEVEL: 'info', ...this.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     child.stdout?.on('data', (d: Buffer) => (this.output += d.toString()));
     child.stderr?.on('data', (d: Buffer) => (this.output += d.toString()));
     this.child = child;
@@ -196,7 +199,10 @@ export async function startCluster(specs: NodeSpec[], gatewayCount: number, shar
       gateways.push(gateway);
     }
     await Promise.all(gateways.map((g) => g.restart()));
-    for (const [tenant, headers] of [['acme', cluster.acme], ['other', cluster.other]] as const) {
+    for (const [tenant, headers] of [
+      ['acme', cluster.acme],
+      ['other', cluster.other],
+    ] as const) {
       const made = await cluster.cli(['keys', 'create', '--tenant', tenant, '--db', pg.url]);
       if (made.code !== 0) throw new Error(`sbx keys create failed: ${made.stderr}`);
       headers.authorization = `Bearer ${made.stdout.trim()}`;

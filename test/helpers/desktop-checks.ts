@@ -31,7 +31,7 @@ export async function assertClickArrives(orch: TestOrchestrator, id: string, gue
 
 /** Hostile-looking text is typed literally (every keysym arrives) and nothing runs. */
 export async function assertTypesLiterally(orch: TestOrchestrator, id: string, guest: GuestTransport, tries?: number): Promise<void> {
-  const text = "Hello, wörld! $(id) `touch /tmp/pwned`; '\"";
+  const text = 'Hello, wörld! $(id) `touch /tmp/pwned`; \'"';
   await guestSh(guest, ': > /tmp/xev.log');
   const res = await act(orch, id, { action: 'type', text });
   assert.equal(res.statusCode, 200, res.body);

@@ -78,22 +78,29 @@ export async function startFakeNode(name: string, opts: { secret?: string } = {}
       return reply.status(401).send({ error: { code: 'cluster_credential_required', message: 'only gateways' } });
     }
   });
-  app.addContentTypeParser('application/octet-stream', (_request: FastifyRequest, payload: NodeJS.ReadableStream, done: (err: Error | null, body?: unknown) => void) => done(null, payload));
+  app.addContentTypeParser(
+    'application/octet-stream',
+    (_request: FastifyRequest, payload: NodeJS.ReadableStream, done: (err: Error | null, body?: unknown) => void) => done(null, payload),
+  );
   await app.register(websocket);
   const tenant = (request: FastifyRequest) => String(request.headers['x-sbx-tenant'] ?? '');
   const session = (id: string, owner: string) => ({ id, tenant: owner, state: 'ready', node: name, createdAt: new Date(Date.now()).toISOString() });
 
   app.post('/v1/sessions', async (request, reply) => {
     const answer = node.createAnswer;
-    if (answer && answer.status !== 201) return reply.status(answer.status).send({ error: { code: answer.code ?? 'host_memory_low', message: `${name} says no` } });
+    if (answer && answer.status !== 201)
+      return reply.status(answer.status).send({ error: { code: answer.code ?? 'host_memory_low', message: `${name} says no` } });
     const id = String(request.headers['x-sbx-session-id']);
     node.sessions.set(id, tenant(request));
     return reply.status(201).send({ ...session(id, tenant(request)), body: request.body });
   });
-  app.get('/v1/sessions', async (request) => ({ sessions: [...node.sessions].filter(([, owner]) => owner === tenant(request)).map(([id, owner]) => session(id, owner)) }));
+  app.get('/v1/sessions', async (request) => ({
+    sessions: [...node.sessions].filter(([, owner]) => owner === tenant(request)).map(([id, owner]) => session(id, owner)),
+  }));
   app.get<{ Params: { id: string } }>('/v1/sessions/:id', async (request, reply) => {
     const owner = node.sessions.get(request.params.id);
-    if (owner === undefined || owner !== tenant(request)) return reply.status(404).send({ error: { code: 'not_found', message: `session ${request.params.id} does not exist` } });
+    if (owner === undefined || owner !== tenant(request))
+      return reply.status(404).send({ error: { code: 'not_found', message: `session ${request.params.id} does not exist` } });
     return { ...session(request.params.id, owner), host: request.headers.host };
   });
   app.delete<{ Params: { id: string } }>('/v1/sessions/:id', async (request) => {
@@ -118,7 +125,11 @@ export async function startFakeNode(name: string, opts: { secret?: string } = {}
     const range = /^bytes=(\d+)-(\d+)$/.exec(String(request.headers.range ?? ''));
     if (!range) return reply.type('video/mp4').header('accept-ranges', 'bytes').send(recording);
     const [start, end] = [Number(range[1]), Number(range[2])];
-    return reply.status(206).type('video/mp4').header('content-range', `bytes ${start}-${end}/${recording.length}`).send(recording.subarray(start, end + 1));
+    return reply
+      .status(206)
+      .type('video/mp4')
+      .header('content-range', `bytes ${start}-${end}/${recording.length}`)
+      .send(recording.subarray(start, end + 1));
   });
   app.get('/v1/sessions/:id/screen/stream', async (_request, reply) => {
     reply.hijack();
@@ -132,9 +143,16 @@ export async function startFakeNode(name: string, opts: { secret?: string } = {}
   });
   app.post<{ Params: { id: string } }>('/v1/sessions/:id/views', async (request, reply) => {
     const token = randomBytes(24).toString('base64url');
-    return reply.status(201).send({ viewId: 'v1', sessionId: request.params.id, url: `http://${request.headers.host}/v1/views/${token}`, expiresAt: new Date(Date.now() + 3_600_000).toISOString() });
+    return reply.status(201).send({
+      viewId: 'v1',
+      sessionId: request.params.id,
+      url: `http://${request.headers.host}/v1/views/${token}`,
+      expiresAt: new Date(Date.now() + 3_600_000).toISOString(),
+    });
   });
-  app.get<{ Params: { token: string } }>('/v1/views/:token', async (_request, reply) => reply.status(404).type('text/html').send(`<h1>This live view cannot be opened</h1><p>${name}</p>`));
+  app.get<{ Params: { token: string } }>('/v1/views/:token', async (_request, reply) =>
+    reply.status(404).type('text/html').send(`<h1>This live view cannot be opened</h1><p>${name}</p>`),
+  );
   app.get('/v1/views/:token/rfb', { websocket: true }, (socket) => {
     node.lastWs = socket;
     socket.on('message', (data: Buffer) => {

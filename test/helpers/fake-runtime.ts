@@ -10,7 +10,17 @@ import { Desktop } from '../../src/computer/desktop.js';
 import { Scaler } from '../../src/computer/scaling.js';
 import type { GuestImage } from '../../src/guest/image/builder.js';
 import type { AddressLease } from '../../src/network/address-pool.js';
-import type { AdoptedSandbox, ExitInfo, PauseMode, PauseResult, PauseTarget, RunningSandbox, Runtime, RuntimeCapabilities, SandboxSpec } from '../../src/runtimes/runtime.js';
+import type {
+  AdoptedSandbox,
+  ExitInfo,
+  PauseMode,
+  PauseResult,
+  PauseTarget,
+  RunningSandbox,
+  Runtime,
+  RuntimeCapabilities,
+  SandboxSpec,
+} from '../../src/runtimes/runtime.js';
 import type { PooledSandbox } from '../../src/sessions/pool/warm-pool.js';
 import type { SandboxHost } from '../../src/sessions/sandbox-host.js';
 import type { SandboxGone, SandboxWatch } from '../../src/sessions/sandbox-watch.js';
@@ -316,7 +326,11 @@ function attachFakeDesktop(session: Session): void {
   const { width, height, modelWidth, modelHeight } = session.record;
   const connection = new FakeTransport();
   session.connection = connection;
-  session.computer = new ComputerTool(new Desktop(connection, 99, { width, height }), new Scaler({ width, height }, { width: modelWidth, height: modelHeight }), { maxMs: 0, intervalMs: 0 });
+  session.computer = new ComputerTool(
+    new Desktop(connection, 99, { width, height }),
+    new Scaler({ width, height }, { width: modelWidth, height: modelHeight }),
+    { maxMs: 0, intervalMs: 0 },
+  );
 }
 
 export function silentLogger(): Logger {

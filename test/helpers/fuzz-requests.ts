@@ -46,7 +46,33 @@ const edgeNumber = fc.oneof(
 /** Strings: short and unicode, control characters, paths, key names, and now and then huge. */
 const anyString = fc.oneof(
   { weight: 6, arbitrary: fc.string({ unit: 'binary', maxLength: 40 }) },
-  { weight: 3, arbitrary: fc.constantFrom('', ' ', 'auto', 'none', 'true', 'left_click', 'screenshot', 'cursor_position', 'Return', 'ctrl+alt+Delete', '/tmp/x', '../../etc/passwd', '/dev/zero', '/', 'view', 'create', '\u0000', '😀'.repeat(20), '\ud800', '%00', '{}', 'null') },
+  {
+    weight: 3,
+    arbitrary: fc.constantFrom(
+      '',
+      ' ',
+      'auto',
+      'none',
+      'true',
+      'left_click',
+      'screenshot',
+      'cursor_position',
+      'Return',
+      'ctrl+alt+Delete',
+      '/tmp/x',
+      '../../etc/passwd',
+      '/dev/zero',
+      '/',
+      'view',
+      'create',
+      '\u0000',
+      '😀'.repeat(20),
+      '\ud800',
+      '%00',
+      '{}',
+      'null',
+    ),
+  },
   { weight: 1, arbitrary: fc.integer({ min: 10_000, max: 200_000 }).map((n) => 'é'.repeat(n)) },
 );
 
@@ -67,7 +93,11 @@ const anyValue: fc.Arbitrary<unknown> = fc.letrec<{ value: unknown }>((tie) => (
 function objectBody(fields: string[]): fc.Arbitrary<Record<string, unknown>> {
   const declared = fields.length ? fc.subarray(fields) : fc.constant([] as string[]);
   return fc
-    .tuple(declared, fc.array(anyValue, { minLength: fields.length, maxLength: fields.length }), fc.dictionary(fc.string({ maxLength: 12 }), anyValue, { maxKeys: 3 }))
+    .tuple(
+      declared,
+      fc.array(anyValue, { minLength: fields.length, maxLength: fields.length }),
+      fc.dictionary(fc.string({ maxLength: 12 }), anyValue, { maxKeys: 3 }),
+    )
     .map(([names, values, extra]) => {
       const body: Record<string, unknown> = {};
       names.forEach((name, i) => (body[name] = values[i]));
@@ -94,7 +124,17 @@ function bodyFor(route: RouteShape): fc.Arbitrary<BodyKind> {
     {
       weight: 1,
       arbitrary: fc
-        .tuple(fc.string({ maxLength: 60 }), fc.constantFrom('text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/xml', undefined, 'application/octet-stream'))
+        .tuple(
+          fc.string({ maxLength: 60 }),
+          fc.constantFrom(
+            'text/plain',
+            'application/x-www-form-urlencoded',
+            'multipart/form-data; boundary=x',
+            'application/xml',
+            undefined,
+            'application/octet-stream',
+          ),
+        )
         .map(([text, contentType]): BodyKind => ({ kind: 'raw', text, contentType })),
     },
   );
@@ -102,12 +142,21 @@ function bodyFor(route: RouteShape): fc.Arbitrary<BodyKind> {
 
 function queryFor(route: RouteShape): fc.Arbitrary<string> {
   const names = [...route.query, 'extra', 'path', 'scaled', 'screenshot'];
-  return fc.dictionary(fc.constantFrom(...names), fc.oneof(anyString.filter((s) => s.length < 5000), edgeNumber.map(String)), { maxKeys: 3 }).map((query) => {
-    const params = new URLSearchParams();
-    for (const [key, value] of Object.entries(query)) params.append(key, value);
-    const text = params.toString();
-    return text ? `?${text}` : '';
-  });
+  return fc
+    .dictionary(
+      fc.constantFrom(...names),
+      fc.oneof(
+        anyString.filter((s) => s.length < 5000),
+        edgeNumber.map(String),
+      ),
+      { maxKeys: 3 },
+    )
+    .map((query) => {
+      const params = new URLSearchParams();
+      for (const [key, value] of Object.entries(query)) params.append(key, value);
+      const text = params.toString();
+      return text ? `?${text}` : '';
+    });
 }
 
 /**

@@ -61,7 +61,12 @@ export async function startCluster(store: ClusterStore, nodeNames: string[], set
     keyB: b.key,
     keyAId: a.id,
     async seed(id, tenant, node, state = 'live') {
-      await store.place(id, tenant, { runtime: 'container', template: 'desktop', memoryMiB: 1024, vcpus: 1 }, nodes.filter((n) => n !== node).map((n) => n.name));
+      await store.place(
+        id,
+        tenant,
+        { runtime: 'container', template: 'desktop', memoryMiB: 1024, vcpus: 1 },
+        nodes.filter((n) => n !== node).map((n) => n.name),
+      );
       if (state === 'live') await store.confirm(id);
       else await store.end(id);
       node.sessions.set(id, tenant);

@@ -48,7 +48,12 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     assert.equal(none.status, 404);
     assert.deepEqual((await json<ErrorBody>(other)).error, { code: 'not_found', message: 'session umbrellab1 does not exist' });
     assert.deepEqual((await json<ErrorBody>(none)).error, { code: 'not_found', message: 'session zzzzzzzzzz does not exist' });
-    for (const [method, path] of [['POST', '/actions'], ['PUT', '/files?path=/tmp/x'], ['DELETE', ''], ['GET', '/recording']] as const) {
+    for (const [method, path] of [
+      ['POST', '/actions'],
+      ['PUT', '/files?path=/tmp/x'],
+      ['DELETE', ''],
+      ['GET', '/recording'],
+    ] as const) {
       const res = await fetch(`${c.url}/v1/sessions/umbrellab1${path}`, {
         method,
         headers: { ...auth(c.keyA), 'content-type': method === 'PUT' ? 'application/octet-stream' : 'application/json' },
@@ -63,9 +68,20 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
 
   it("a path a URL parser would rewrite (dot segments) is no route: never forwarded to reach another's session", async () => {
     const before = n2.seen.length + n1.seen.length;
-    for (const path of ['/v1/sessions/acmeaaaaa2/../umbrellab1', '/v1/sessions/acmeaaaaa2/%2e%2e/umbrellab1/actions', '/v1/sessions/acmeaaaaa2/%2E%2E/%2e%2e/sessions/umbrellab1', '/v1/sessions/acmeaaaaa2/..\\umbrellab1']) {
+    for (const path of [
+      '/v1/sessions/acmeaaaaa2/../umbrellab1',
+      '/v1/sessions/acmeaaaaa2/%2e%2e/umbrellab1/actions',
+      '/v1/sessions/acmeaaaaa2/%2E%2E/%2e%2e/sessions/umbrellab1',
+      '/v1/sessions/acmeaaaaa2/..\\umbrellab1',
+    ]) {
       const post = path.endsWith('actions');
-      const res = await rawRequest(c.port, post ? 'POST' : 'GET', path, { authorization: `Bearer ${c.keyA}`, ...(post ? { 'content-type': 'application/json' } : {}) }, post ? '{}' : undefined);
+      const res = await rawRequest(
+        c.port,
+        post ? 'POST' : 'GET',
+        path,
+        { authorization: `Bearer ${c.keyA}`, ...(post ? { 'content-type': 'application/json' } : {}) },
+        post ? '{}' : undefined,
+      );
       assert.equal(res.status, 404, path);
       assert.equal((JSON.parse(res.body) as ErrorBody).error.code, 'route_not_found', path);
     }
@@ -158,7 +174,7 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     assert.equal((await res.arrayBuffer()).byteLength, 10);
   });
 
-  it("streams Server-Sent Events as the node sends them (each before the next is written)", async () => {
+  it('streams Server-Sent Events as the node sends them (each before the next is written)', async () => {
     const controller = new AbortController();
     const res = await fetch(`${c.url}/v1/sessions/acmeaaaaa1/screen/stream`, { headers: auth(c.keyA), signal: controller.signal });
     assert.equal(res.status, 200);
@@ -182,7 +198,11 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
   });
 
   it('joins a live view WebSocket to its node, both ways, and closes both together', async () => {
-    const made = await fetch(`${c.url}/v1/sessions/acmeaaaaa2/views`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: '{"mode":"view"}' });
+    const made = await fetch(`${c.url}/v1/sessions/acmeaaaaa2/views`, {
+      method: 'POST',
+      headers: { ...auth(c.keyA), 'content-type': 'application/json' },
+      body: '{"mode":"view"}',
+    });
     assert.equal(made.status, 201);
     const { url } = await json<{ url: string }>(made);
     assert.ok(url.startsWith(`http://127.0.0.1:${c.port}/v1/views/`), 'the URL the node built points at the gateway');
@@ -209,7 +229,11 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
   });
 
   it('a live view that stops reading holds the node back: the gateway buffers about 1 MiB, not the flood', async () => {
-    const made = await fetch(`${c.url}/v1/sessions/acmeaaaaa2/views`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: '{"mode":"view"}' });
+    const made = await fetch(`${c.url}/v1/sessions/acmeaaaaa2/views`, {
+      method: 'POST',
+      headers: { ...auth(c.keyA), 'content-type': 'application/json' },
+      body: '{"mode":"view"}',
+    });
     const { url } = await json<{ url: string }>(made);
     const ws = new WebSocket(url.replace(/^http/, 'ws') + '/rfb');
     await new Promise<void>((resolve) => ws.once('open', () => resolve()));
@@ -220,7 +244,7 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     ws.send(`flood:${messages}`);
     // Until what waits at the node stops going down (or 8 s): the gateway stopped reading it.
     let waiting = Number.POSITIVE_INFINITY;
-    for (const until = Date.now() + 8_000; Date.now() < until; ) {
+    for (const until = Date.now() + 8_000; Date.now() < until;) {
       await new Promise((resolve) => setTimeout(resolve, 500));
       const now = n2.lastWs!.bufferedAmount;
       if (now >= waiting) break;
@@ -253,7 +277,11 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     const seen = n2.seen.filter((r) => r.url.startsWith('/v1/sessions/umbrellab1/trajectory/view'));
     assert.equal(seen.at(-1)!.headers['x-sbx-tenant'], undefined, 'no tenant: the node checks the token');
     // Not a page a link opens: a key is required.
-    const action = await fetch(`${c.url}/v1/sessions/umbrellab1/actions?token=tok`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+    const action = await fetch(`${c.url}/v1/sessions/umbrellab1/actions?token=tok`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{}',
+    });
     assert.equal(action.status, 401);
     assert.equal((await json<ErrorBody>(action)).error.code, 'missing_api_key');
   });
@@ -267,7 +295,11 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     await second.start({ host: '127.0.0.1', port: 0 });
     try {
       const other = `http://127.0.0.1:${(second.app.server.address() as import('node:net').AddressInfo).port}`;
-      const made = await fetch(`${c.url}/v1/sessions/acmeaaaaa2/views`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: '{"mode":"view"}' });
+      const made = await fetch(`${c.url}/v1/sessions/acmeaaaaa2/views`, {
+        method: 'POST',
+        headers: { ...auth(c.keyA), 'content-type': 'application/json' },
+        body: '{"mode":"view"}',
+      });
       const token = (await json<{ url: string }>(made)).url.split('/v1/views/')[1]!;
       n2.wsMessages.length = 0;
       const ws = new WebSocket(`${other.replace(/^http/, 'ws')}/v1/views/${token}/rfb`);
@@ -280,7 +312,11 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
       assert.equal(await echoed, 'echo:via-two');
       ws.close();
       const run = await json<{ id: string }>(
-        await fetch(`${c.url}/v1/runs`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: JSON.stringify({ task: 'x', sessionId: 'acmeaaaaa1' }) }),
+        await fetch(`${c.url}/v1/runs`, {
+          method: 'POST',
+          headers: { ...auth(c.keyA), 'content-type': 'application/json' },
+          body: JSON.stringify({ task: 'x', sessionId: 'acmeaaaaa1' }),
+        }),
       );
       const got = await fetch(`${other}/v1/runs/${run.id}`, { headers: auth(c.keyA) });
       assert.equal((await json<{ node: string }>(got)).node, 'n1');
@@ -291,7 +327,12 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
 
   it("a node found lost by this gateway's sweep answers 410 at once, not after the cache", async () => {
     await c.store.registerNode('brief', 'instance-brief', { ...n1.report(), url: n1.url });
-    await c.store.place('briefsess1', 'acme', { runtime: 'container', template: 'desktop', memoryMiB: 1024, vcpus: 1 }, ['n1', 'n2', 'dead', 'gone'].filter((n) => n !== 'brief'));
+    await c.store.place(
+      'briefsess1',
+      'acme',
+      { runtime: 'container', template: 'desktop', memoryMiB: 1024, vcpus: 1 },
+      ['n1', 'n2', 'dead', 'gone'].filter((n) => n !== 'brief'),
+    );
     await c.store.confirm('briefsess1');
     n1.sessions.set('briefsess1', 'acme');
     assert.equal((await fetch(`${c.url}/v1/sessions/briefsess1`, { headers: auth(c.keyA) })).status, 200, 'routed, and now cached');
@@ -301,7 +342,11 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
   });
 
   it('routes runs: to the session of sessionId, by run id afterwards; another tenant gets 404', async () => {
-    const made = await fetch(`${c.url}/v1/runs`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: JSON.stringify({ task: 'x', sessionId: 'acmeaaaaa2' }) });
+    const made = await fetch(`${c.url}/v1/runs`, {
+      method: 'POST',
+      headers: { ...auth(c.keyA), 'content-type': 'application/json' },
+      body: JSON.stringify({ task: 'x', sessionId: 'acmeaaaaa2' }),
+    });
     assert.equal(made.status, 201);
     const run = await json<{ id: string; node: string }>(made);
     assert.equal(run.node, 'n2');
@@ -309,10 +354,18 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     assert.equal((await json<{ node: string }>(got)).node, 'n2');
     const other = await fetch(`${c.url}/v1/runs/${run.id}`, { headers: auth(c.keyB) });
     assert.deepEqual((await json<ErrorBody>(other)).error, { code: 'not_found', message: `run ${run.id} does not exist` });
-    const otherSession = await fetch(`${c.url}/v1/runs`, { method: 'POST', headers: { ...auth(c.keyB), 'content-type': 'application/json' }, body: JSON.stringify({ task: 'x', sessionId: 'acmeaaaaa2' }) });
+    const otherSession = await fetch(`${c.url}/v1/runs`, {
+      method: 'POST',
+      headers: { ...auth(c.keyB), 'content-type': 'application/json' },
+      body: JSON.stringify({ task: 'x', sessionId: 'acmeaaaaa2' }),
+    });
     assert.equal(otherSession.status, 404);
     // Without a session: placed like a create, the node told the id.
-    const placed = await fetch(`${c.url}/v1/runs`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: JSON.stringify({ task: 'x' }) });
+    const placed = await fetch(`${c.url}/v1/runs`, {
+      method: 'POST',
+      headers: { ...auth(c.keyA), 'content-type': 'application/json' },
+      body: JSON.stringify({ task: 'x' }),
+    });
     assert.equal(placed.status, 201);
     const placedRun = await json<{ id: string; sessionId: string; node: string }>(placed);
     const entry = await c.store.lookup(placedRun.sessionId);
@@ -326,7 +379,11 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     n2.createAnswer = undefined;
     try {
       for (let i = 0; i < 4; i++) {
-        const res = await fetch(`${c.url}/v1/sessions`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: '{"template":"minimal"}' });
+        const res = await fetch(`${c.url}/v1/sessions`, {
+          method: 'POST',
+          headers: { ...auth(c.keyA), 'content-type': 'application/json' },
+          body: '{"template":"minimal"}',
+        });
         assert.equal(res.status, 201);
         const made = await json<{ id: string; tenant: string; node: string }>(res);
         assert.equal(made.node, 'n2');
@@ -346,11 +403,22 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
       assert.equal(none.status, 503);
       assert.equal((await json<ErrorBody>(none)).error.code, 'unavailable');
       // Bad input: the node's own 400s, from the same schema; an unknown template lists the ones there are.
-      const bad = await fetch(`${c.url}/v1/sessions`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: '{"width":5}' });
+      const bad = await fetch(`${c.url}/v1/sessions`, {
+        method: 'POST',
+        headers: { ...auth(c.keyA), 'content-type': 'application/json' },
+        body: '{"width":5}',
+      });
       assert.equal(bad.status, 400);
       assert.match((await json<ErrorBody>(bad)).error.message, /width/);
-      const unknown = await fetch(`${c.url}/v1/sessions`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: '{"template":"nope"}' });
-      assert.deepEqual((await json<ErrorBody>(unknown)).error, { code: 'invalid_request', message: 'template: unknown template "nope"; available: desktop, minimal' });
+      const unknown = await fetch(`${c.url}/v1/sessions`, {
+        method: 'POST',
+        headers: { ...auth(c.keyA), 'content-type': 'application/json' },
+        body: '{"template":"nope"}',
+      });
+      assert.deepEqual((await json<ErrorBody>(unknown)).error, {
+        code: 'invalid_request',
+        message: 'template: unknown template "nope"; available: desktop, minimal',
+      });
     } finally {
       n1.createAnswer = undefined;
       n2.createAnswer = undefined;
@@ -360,7 +428,10 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
   it("lists the tenant's sessions from every node", async () => {
     const res = await fetch(`${c.url}/v1/sessions`, { headers: auth(c.keyB) });
     const { sessions } = await json<{ sessions: Array<{ id: string; tenant: string }> }>(res);
-    assert.deepEqual(sessions.map((s) => s.id), ['umbrellab1']);
+    assert.deepEqual(
+      sessions.map((s) => s.id),
+      ['umbrellab1'],
+    );
     const mine = await json<{ sessions: Array<{ id: string; node: string }> }>(await fetch(`${c.url}/v1/sessions`, { headers: auth(c.keyA) }));
     assert.ok(mine.sessions.some((s) => s.id === 'acmeaaaaa1' && s.node === 'n1'));
     assert.ok(mine.sessions.some((s) => s.id === 'acmeaaaaa2' && s.node === 'n2'));
@@ -376,10 +447,16 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
       assert.ok(!listed.isError, listed.content[0]?.text);
       assert.match(listed.content[0]!.text, /umbrellab1/);
       assert.doesNotMatch(listed.content[0]!.text, /acmeaaaaa/);
-      const bash = (await client.callTool({ name: 'bash', arguments: { sandbox_id: 'umbrellab1', command: 'uname' } })) as { content: Array<{ text: string }>; isError?: boolean };
+      const bash = (await client.callTool({ name: 'bash', arguments: { sandbox_id: 'umbrellab1', command: 'uname' } })) as {
+        content: Array<{ text: string }>;
+        isError?: boolean;
+      };
       assert.equal(bash.content[0]!.text, 'n2 ran uname for umbrella', "a tool's POST is forwarded to the session's node, as the caller");
       const before = n1.seen.length;
-      const destroyed = (await client.callTool({ name: 'sandbox_destroy', arguments: { sandbox_id: 'acmeaaaaa1' } })) as { content: Array<{ text: string }>; isError?: boolean };
+      const destroyed = (await client.callTool({ name: 'sandbox_destroy', arguments: { sandbox_id: 'acmeaaaaa1' } })) as {
+        content: Array<{ text: string }>;
+        isError?: boolean;
+      };
       assert.equal(destroyed.isError, true);
       assert.match(destroyed.content[0]!.text, /does not exist/);
       assert.equal(n1.seen.length, before, "another tenant's destroy never reached the node");
@@ -394,7 +471,11 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     await c.store.place('deadsess01', 'acme', { runtime: 'container', template: 'desktop', memoryMiB: 1024, vcpus: 1 }, ['n1', 'n2']);
     await c.store.confirm('deadsess01');
     const started = performance.now();
-    const res = await fetch(`${c.url}/v1/sessions/deadsess01/actions`, { method: 'POST', headers: { ...auth(c.keyA), 'content-type': 'application/json' }, body: '{"action":"screenshot"}' });
+    const res = await fetch(`${c.url}/v1/sessions/deadsess01/actions`, {
+      method: 'POST',
+      headers: { ...auth(c.keyA), 'content-type': 'application/json' },
+      body: '{"action":"screenshot"}',
+    });
     assert.equal(res.status, 503);
     const body = await json<ErrorBody>(res);
     assert.equal(body.error.code, 'node_unreachable');

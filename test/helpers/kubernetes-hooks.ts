@@ -49,7 +49,10 @@ export async function hookHarness(sbx: 'stand-in' | 'real'): Promise<HookHarness
   };
   if (sbx === 'real') tool('sbx', `exec ${process.execPath} ${path.join(ROOT, 'dist', 'cli', 'main.js')} "$@"`);
   else tool('sbx', `printf '%s|%s\\n' "$*" "\${SBX_CLUSTER_DB_URL:-}" >> "${dir}/sbx.calls"\nexit "\${FAKE_SBX_EXIT:-0}"`);
-  tool('curl', `printf '%s\\n' "$*" >> "${dir}/curl.calls"\nfor a; do shift; set -- "$@" "$(printf '%s' "$a" | sed "s/:8080\\//:\${STAND_IN_PORT}\\//")"; done\nexec ${realCurl} "$@"`);
+  tool(
+    'curl',
+    `printf '%s\\n' "$*" >> "${dir}/curl.calls"\nfor a; do shift; set -- "$@" "$(printf '%s' "$a" | sed "s/:8080\\//:\${STAND_IN_PORT}\\//")"; done\nexec ${realCurl} "$@"`,
+  );
   // The hooks' `sleep 10` between polls: HOOK_SLEEP_SECONDS (none by default).
   tool('sleep', `exec ${(await run(['sh', '-c', 'command -v sleep'])).stdout.trim()} "\${HOOK_SLEEP_SECONDS:-0}"`);
 
@@ -63,7 +66,9 @@ export async function hookHarness(sbx: 'stand-in' | 'real'): Promise<HookHarness
       return;
     }
     res.writeHead(200, { 'content-type': 'text/plain' });
-    res.end(`# HELP sandbox_sessions_active Sessions\n# TYPE sandbox_sessions_active gauge\nsandbox_sessions_active ${answer.sessions}\nsandbox_sessions_total 9\n`);
+    res.end(
+      `# HELP sandbox_sessions_active Sessions\n# TYPE sandbox_sessions_active gauge\nsandbox_sessions_active ${answer.sessions}\nsandbox_sessions_total 9\n`,
+    );
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = (server.address() as AddressInfo).port;

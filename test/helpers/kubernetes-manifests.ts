@@ -166,7 +166,11 @@ export interface Container {
   image?: string;
   command?: string[];
   args?: string[];
-  env?: Array<{ name: string; value?: string; valueFrom?: { secretKeyRef?: { name: string; key: string }; configMapKeyRef?: { name: string; key: string }; fieldRef?: { fieldPath: string } } }>;
+  env?: Array<{
+    name: string;
+    value?: string;
+    valueFrom?: { secretKeyRef?: { name: string; key: string }; configMapKeyRef?: { name: string; key: string }; fieldRef?: { fieldPath: string } };
+  }>;
   envFrom?: Array<{ secretRef?: { name: string }; configMapRef?: { name: string } }>;
   ports?: Array<{ name?: string; containerPort: number }>;
   securityContext?: Record<string, Json>;
@@ -248,7 +252,9 @@ export function sbxInScript(script: string, where: string): SbxInvocation[] {
 
 /** A shell script a container or hook runs (`sh -c <script>`), if it is one. */
 export function shellScriptOf(command: string[] | undefined): string | undefined {
-  return command && command.length === 3 && ['sh', 'bash', '/bin/sh', '/bin/bash'].includes(command[0] as string) && command[1] === '-c' ? command[2] : undefined;
+  return command && command.length === 3 && ['sh', 'bash', '/bin/sh', '/bin/bash'].includes(command[0] as string) && command[1] === '-c'
+    ? command[2]
+    : undefined;
 }
 
 /** Every `sbx` invocation of a workload: containers' command + args, and shell scripts in hooks. */
@@ -313,7 +319,10 @@ export function parseInvocation(words: readonly string[]): { path: string; optio
  * the API does not have, which the JSON schemas let through. `dir` must be under the
  * repository, so that node_modules resolves. Each error names the object it is in.
  */
-export async function typeCheck(objects: Array<{ label: string; object: K8sObject }>, dir: string): Promise<{ errors: string[]; exitCode: number | null; output: string }> {
+export async function typeCheck(
+  objects: Array<{ label: string; object: K8sObject }>,
+  dir: string,
+): Promise<{ errors: string[]; exitCode: number | null; output: string }> {
   const lines: string[] = [];
   objects.forEach(({ label, object }, i) => {
     lines.push(`// ${label}`);
@@ -324,7 +333,10 @@ export async function typeCheck(objects: Array<{ label: string; object: K8sObjec
   writeFileSync(file, `${lines.join('\n')}\n`);
   const root = path.resolve(import.meta.dirname, '../..');
   const tsc = path.join(root, 'node_modules', '.bin', 'tsc');
-  const res = await run([tsc, '--ignoreConfig', '--noEmit', '--strict', '--module', 'nodenext', '--moduleResolution', 'nodenext', '--skipLibCheck', '--types', 'node', file], { allowFailure: true, timeoutMs: 60_000 });
+  const res = await run(
+    [tsc, '--ignoreConfig', '--noEmit', '--strict', '--module', 'nodenext', '--moduleResolution', 'nodenext', '--skipLibCheck', '--types', 'node', file],
+    { allowFailure: true, timeoutMs: 60_000 },
+  );
   const output = res.stdout + res.stderr;
   const text = lines.join('\n').split('\n');
   const errors = [...output.matchAll(/\((\d+),\d+\): error (TS\d+: .*)/g)].map((m) => {
@@ -346,7 +358,8 @@ export function surfaceProblems(invocations: readonly SbxInvocation[]): string[]
     }
     const surface = SBX_SURFACE[parsed.path] as { options: string[]; positional: number };
     for (const option of parsed.options) if (!surface.options.includes(option)) problems.push(`${where}: sbx ${parsed.path} has no ${option}`);
-    if (parsed.positional.length !== surface.positional) problems.push(`${where}: sbx ${parsed.path} takes ${surface.positional} arguments, not ${parsed.positional.join(' ')}`);
+    if (parsed.positional.length !== surface.positional)
+      problems.push(`${where}: sbx ${parsed.path} takes ${surface.positional} arguments, not ${parsed.positional.join(' ')}`);
   }
   return problems;
 }

@@ -24,11 +24,12 @@ export async function kvmRunsGuests(qemuBinary = 'qemu-system-x86_64'): Promise<
       const kvmEnabled = replies.some((r) => r.return?.enabled === true && r.return.present === true);
       const running = replies.some((r) => r.return?.status === 'running');
       const works = code === 0 && kvmEnabled && running;
-      resolve({ works, detail: works ? 'a KVM guest ran' : `exit ${code ?? signal}, kvm enabled ${kvmEnabled}, running ${running}: ${stderr.trim().split('\n')[0] ?? ''}` });
+      resolve({
+        works,
+        detail: works ? 'a KVM guest ran' : `exit ${code ?? signal}, kvm enabled ${kvmEnabled}, running ${running}: ${stderr.trim().split('\n')[0] ?? ''}`,
+      });
     });
     child.stdin.on('error', () => undefined); // QEMU may die before reading
-    child.stdin.end(
-      ['qmp_capabilities', 'query-kvm', 'cont', 'query-status', 'quit'].map((c) => JSON.stringify({ execute: c })).join('\n') + '\n',
-    );
+    child.stdin.end(['qmp_capabilities', 'query-kvm', 'cont', 'query-status', 'quit'].map((c) => JSON.stringify({ execute: c })).join('\n') + '\n');
   });
 }

@@ -45,7 +45,15 @@ export class MemoryClusterStore implements ClusterStore {
   async registerNode(name: string, instance: string, report: NodeReport): Promise<void> {
     await this.gate('registerNode');
     const now = new Date();
-    this.nodeRows.set(name, { name, instance, report, state: 'up', draining: this.nodeRows.get(name)?.draining ?? false, lastHeartbeat: now, registeredAt: now });
+    this.nodeRows.set(name, {
+      name,
+      instance,
+      report,
+      state: 'up',
+      draining: this.nodeRows.get(name)?.draining ?? false,
+      lastHeartbeat: now,
+      registeredAt: now,
+    });
   }
   async heartbeat(name: string, instance: string, report: NodeReport): Promise<HeartbeatAnswer> {
     await this.gate('heartbeat');
@@ -94,7 +102,16 @@ export class MemoryClusterStore implements ClusterStore {
     const nodes = [...this.nodeRows.values()].map((row) => this.record(row));
     const chosen = place(request, nodes, { exclude: new Set(exclude) });
     if (!chosen.ok) return { placed: false, reason: chosen.reason };
-    this.directory.set(sessionId, { sessionId, tenant, node: chosen.node.name, state: 'creating', memoryMiB: request.memoryMiB, vcpus: request.vcpus, createdAt: new Date(), reason: null });
+    this.directory.set(sessionId, {
+      sessionId,
+      tenant,
+      node: chosen.node.name,
+      state: 'creating',
+      memoryMiB: request.memoryMiB,
+      vcpus: request.vcpus,
+      createdAt: new Date(),
+      reason: null,
+    });
     return { placed: true, node: nodes.find((node) => node.name === chosen.node.name) as NodeRecord };
   }
   async confirm(sessionId: string, as = sessionId): Promise<void> {

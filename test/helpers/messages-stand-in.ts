@@ -47,14 +47,18 @@ export class MessagesStandIn {
       req.on('data', (c: Buffer) => chunks.push(c));
       req.on('end', () => {
         if (req.method !== 'POST' || !req.url?.startsWith('/v1/messages')) {
-          res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ type: 'error', error: { type: 'not_found_error', message: req.url } }));
+          res
+            .writeHead(404, { 'content-type': 'application/json' })
+            .end(JSON.stringify({ type: 'error', error: { type: 'not_found_error', message: req.url } }));
           return;
         }
         const seen: SeenRequest = { headers: req.headers, body: JSON.parse(Buffer.concat(chunks).toString()) as SeenRequest['body'] };
         this.requests.push(seen);
         const next = this.scripts.get(firstText(seen))?.shift();
         if (!next) {
-          res.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify({ type: 'error', error: { type: 'api_error', message: 'script exhausted' } }));
+          res
+            .writeHead(500, { 'content-type': 'application/json' })
+            .end(JSON.stringify({ type: 'error', error: { type: 'api_error', message: 'script exhausted' } }));
         } else if ('hang' in next) {
           return; // never answered: the client aborts
         } else if ('status' in next) {
@@ -92,5 +96,9 @@ function firstText(r: SeenRequest): string {
 
 /** Every image block in a request's tool results. */
 export function imagesIn(r: SeenRequest): Array<Record<string, unknown>> {
-  return r.body.messages.flatMap((m) => m.content.flatMap((b) => (b.type === 'tool_result' && Array.isArray(b.content) ? (b.content as Array<Record<string, unknown>>).filter((c) => c.type === 'image') : [])));
+  return r.body.messages.flatMap((m) =>
+    m.content.flatMap((b) =>
+      b.type === 'tool_result' && Array.isArray(b.content) ? (b.content as Array<Record<string, unknown>>).filter((c) => c.type === 'image') : [],
+    ),
+  );
 }

@@ -76,7 +76,10 @@ function onNetworks(address: string, networks: readonly string[]): boolean {
 export async function unusedBlock(prefix24: string, avoid: readonly string[] = []): Promise<number> {
   // Routes through a gateway too: another lab's "internet" is one.
   const routes = JSON.parse((await run(['ip', '-j', '-4', 'route', 'show', 'table', 'main'])).stdout || '[]') as Array<{ dst?: string }>;
-  const routed = routes.map((r) => r.dst ?? '').filter((dst) => /^[\d.]+(\/\d+)?$/.test(dst)).map((dst) => (dst.includes('/') ? dst : `${dst}/32`));
+  const routed = routes
+    .map((r) => r.dst ?? '')
+    .filter((dst) => /^[\d.]+(\/\d+)?$/.test(dst))
+    .map((dst) => (dst.includes('/') ? dst : `${dst}/32`));
   const networks = [...(await readHostNetworks()), ...routed, ...avoid.map((a) => (a.includes('/') ? a : `${a}/32`))];
   for (let attempt = 0; attempt < 200; attempt++) {
     const block = randomByte(0, 63) * 4;
@@ -107,26 +110,28 @@ export async function createNetLab(prefix: string): Promise<NetLab> {
     await run(['ip', 'netns', 'add', netns]);
     await run(['ip', 'link', 'add', uplink, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', netns]);
     await run(['ip', '-batch', '-'], {
-      input: [
-        `addr add ${uplinkHostAddress}/30 dev ${uplink}`,
-        `link set ${uplink} up`,
-        `route add ${privateAddress}/32 via ${lanAddress} dev ${uplink}`,
-        `route add ${publicAddress}/32 via ${lanAddress} dev ${uplink}`,
-        `addr add ${hostExtraAddress}/32 dev ${uplink}`,
-      ].join('\n') + '\n',
+      input:
+        [
+          `addr add ${uplinkHostAddress}/30 dev ${uplink}`,
+          `link set ${uplink} up`,
+          `route add ${privateAddress}/32 via ${lanAddress} dev ${uplink}`,
+          `route add ${publicAddress}/32 via ${lanAddress} dev ${uplink}`,
+          `addr add ${hostExtraAddress}/32 dev ${uplink}`,
+        ].join('\n') + '\n',
     });
     await run(['ip', '-n', netns, '-batch', '-'], {
-      input: [
-        'link set lo up',
-        `addr add ${privateAddress}/32 dev lo`,
-        `addr add ${publicAddress}/32 dev lo`,
-        `addr add ${lanAddress}/30 dev eth0`,
-        'link set eth0 up',
-        // From "the internet" by default: a UDP reply from an unbound socket carries it (also
-        // to the host's end of the link, where a masqueraded sandbox's datagrams come from).
-        `route replace 203.0.113.${block}/30 dev eth0 src ${publicAddress}`,
-        `route add default via ${uplinkHostAddress} src ${publicAddress}`,
-      ].join('\n') + '\n',
+      input:
+        [
+          'link set lo up',
+          `addr add ${privateAddress}/32 dev lo`,
+          `addr add ${publicAddress}/32 dev lo`,
+          `addr add ${lanAddress}/30 dev eth0`,
+          'link set eth0 up',
+          // From "the internet" by default: a UDP reply from an unbound socket carries it (also
+          // to the host's end of the link, where a masqueraded sandbox's datagrams come from).
+          `route replace 203.0.113.${block}/30 dev eth0 src ${publicAddress}`,
+          `route add default via ${uplinkHostAddress} src ${publicAddress}`,
+        ].join('\n') + '\n',
     });
     listener = spawn('ip', ['netns', 'exec', netns, process.execPath, '-e', LISTENER, String(port)], { stdio: ['ignore', 'pipe', 'inherit'] });
     const [chunk] = (await Promise.race([once(listener.stdout!, 'data'), once(listener, 'exit').then(() => ['exited'])])) as [Buffer | string];
@@ -164,7 +169,7 @@ export function probeScript(targets: ReadonlyArray<{ address: string; port: numb
   });
   return [
     'probe() {',
-        // Connected is "open" whether or not the peer speaks first (sshd does, HTTP does not).
+    // Connected is "open" whether or not the peer speaks first (sshd does, HTTP does not).
     `  if out=$(timeout ${timeoutSeconds} bash -c 'exec 3<>"/dev/tcp/$0/$1" || exit 1; timeout 1 head -n1 <&3; exit 0' "$1" "$2" 2>/dev/null); then echo "$1:$2 open $out"; else echo "$1:$2 closed"; fi`,
     '}',
     ...lines,

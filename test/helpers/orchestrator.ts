@@ -15,8 +15,7 @@ import { watchUncaught } from './uncaught-guard.js';
  * files run in parallel, or beside a dev orchestrator, never reclaim each other's sandboxes.
  */
 export const TEST_PREFIX =
-  process.env.SBX_RESOURCE_PREFIX ||
-  `t${String.fromCharCode(97 + Math.floor(Math.random() * 26))}${String.fromCharCode(97 + Math.floor(Math.random() * 26))}-`;
+  process.env.SBX_RESOURCE_PREFIX || `t${String.fromCharCode(97 + Math.floor(Math.random() * 26))}${String.fromCharCode(97 + Math.floor(Math.random() * 26))}-`;
 
 /**
  * Guest addresses of this test process's own (a random /24), so that orchestrators of test

@@ -15,7 +15,10 @@ export interface ProcessOutput {
  * Reads a process's SSE output until its exit (or `stopAfter` bytes, then it disconnects).
  * The data is kept as bytes, decoded from base64.
  */
-export async function readProcessOutput(url: string, opts: { from?: number; stopAfter?: number; headers?: Record<string, string> } = {}): Promise<ProcessOutput> {
+export async function readProcessOutput(
+  url: string,
+  opts: { from?: number; stopAfter?: number; headers?: Record<string, string> } = {},
+): Promise<ProcessOutput> {
   const controller = new AbortController();
   const response = await fetch(`${url}${opts.from === undefined ? '' : `?from=${opts.from}`}`, { signal: controller.signal, headers: opts.headers ?? {} });
   if (response.status !== 200) throw new Error(`output: ${response.status} ${await response.text()}`);

@@ -18,8 +18,6 @@ export async function prefixedResources(prefix: string, stateDir: string): Promi
     .split('\n')
     .map((l) => /^\d+: ([^:@]+)/.exec(l)?.[1] ?? '')
     .filter((n) => n.startsWith(prefix));
-  const keyDirs = (await readdir(stateDir, { withFileTypes: true }))
-    .filter((e) => e.isDirectory() && SESSION_ID_PATTERN.test(e.name))
-    .map((e) => e.name);
+  const keyDirs = (await readdir(stateDir, { withFileTypes: true })).filter((e) => e.isDirectory() && SESSION_ID_PATTERN.test(e.name)).map((e) => e.name);
   return { netns: netns.sort(), links: links.sort(), keyDirs: keyDirs.sort() };
 }

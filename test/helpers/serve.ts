@@ -20,7 +20,15 @@ export async function startServe(
   env: Record<string, string> = {},
 ): Promise<ServeProcess> {
   const child = spawn(process.execPath, [CLI, 'serve', '--port', String(port), '--state-dir', stateDir, '--runtime', 'container', ...extraArgs], {
-    env: { ...process.env, SBX_RESOURCE_PREFIX: TEST_PREFIX, SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images', SBX_SUBNET: subnet, SBX_LOG_LEVEL: 'info', SBX_TEMPLATE: 'minimal', ...env },
+    env: {
+      ...process.env,
+      SBX_RESOURCE_PREFIX: TEST_PREFIX,
+      SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
+      SBX_SUBNET: subnet,
+      SBX_LOG_LEVEL: 'info',
+      SBX_TEMPLATE: 'minimal',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';

@@ -61,7 +61,7 @@ function expectedRgb(frame: RawFrame): Buffer {
 /** The IDAT chunks' data, concatenated: the zlib stream. */
 function zlibStreamOf(png: Buffer): Buffer {
   const parts: Buffer[] = [];
-  for (let at = 8; at < png.length; ) {
+  for (let at = 8; at < png.length;) {
     const length = png.readUInt32BE(at);
     if (png.toString('latin1', at + 4, at + 8) === 'IDAT') parts.push(png.subarray(at + 8, at + 8 + length));
     at += length + 12;
@@ -71,7 +71,11 @@ function zlibStreamOf(png: Buffer): Buffer {
 
 /** Python's zlib (a strict decoder: it checks the Adler-32) on the stream; the rows' length, or its error. */
 function pythonInflate(stream: Buffer): string {
-  const run = spawnSync('python3', ['-c', 'import sys, zlib\ntry:\n print(len(zlib.decompress(sys.stdin.buffer.read())))\nexcept zlib.error as e:\n print(e)'], { input: stream });
+  const run = spawnSync(
+    'python3',
+    ['-c', 'import sys, zlib\ntry:\n print(len(zlib.decompress(sys.stdin.buffer.read())))\nexcept zlib.error as e:\n print(e)'],
+    { input: stream },
+  );
   assert.equal(run.status, 0, run.stderr.toString());
   return run.stdout.toString().trim();
 }
@@ -80,7 +84,7 @@ function pythonInflate(stream: Buffer): string {
 async function assertExact(png: Buffer, frame: RawFrame): Promise<void> {
   const { data, info } = await sharp(png).raw().toBuffer({ resolveWithObject: true });
   assert.deepEqual([info.width, info.height, info.channels], [frame.width, frame.height, 3]);
-  assert.ok(data.equals(expectedRgb(frame)), 'the decoded pixels are the frame\'s');
+  assert.ok(data.equals(expectedRgb(frame)), "the decoded pixels are the frame's");
   const stream = zlibStreamOf(png);
   const rowsLength = frame.height * (frame.width * 3 + 1);
   assert.equal(inflateSync(stream).length, rowsLength);
@@ -95,7 +99,7 @@ describe('the banded PNG encoder', () => {
     assert.deepEqual(encoder.lastStats, { bands: 5, deflated: 5, deflates: 5 });
   });
 
-  it('reads the capture channel\'s frames band by band, never joined, and knows a shared band unchanged', async () => {
+  it("reads the capture channel's frames band by band, never joined, and knows a shared band unchanged", async () => {
     const source = patternFrame(90, FRAME_BAND_ROWS * 3 + 7, 2);
     const screen = new BandedScreen(source.width, source.height, source.stride, Buffer.from(source.pixels));
     // The encoder must not join the bands into one buffer (a whole frame's copy): `pixels` throws.
@@ -256,7 +260,15 @@ describe('the Adler-32 of the bands', () => {
   };
 
   it('combines as zlib computes over the whole (lengths around the modulus included)', () => {
-    for (const [a, b] of [[0, 0], [1, 0], [0, 7], [1000, 3], [65521, 65521], [70000, 140000], [3, 200003]] as const) {
+    for (const [a, b] of [
+      [0, 0],
+      [1, 0],
+      [0, 7],
+      [1000, 3],
+      [65521, 65521],
+      [70000, 140000],
+      [3, 200003],
+    ] as const) {
       const first = randomBytes(a);
       const second = Buffer.alloc(b, 0xff); // all 0xff: the sums at their largest
       assert.equal(adler32Combine(zlibAdler(first), zlibAdler(second), b), zlibAdler(Buffer.concat([first, second])), `${a} + ${b} bytes`);
@@ -279,12 +291,19 @@ describe('which bands are deflated again (planPieces)', () => {
   });
 
   it('keeps every stored piece when nothing changed', () => {
-    const stored = [{ first: 0, end: 2 }, { first: 2, end: 5 }];
+    const stored = [
+      { first: 0, end: 2 },
+      { first: 2, end: 5 },
+    ];
     assert.deepEqual(spans(planPieces([false, false, false, false, false], stored, 8)), ['kept 0-1', 'kept 2-4']);
   });
 
   it('redoes a piece with a changed band, apart from its unchanged bands, and keeps the others', () => {
-    const stored = [{ first: 0, end: 3 }, { first: 3, end: 6 }, { first: 6, end: 8 }];
+    const stored = [
+      { first: 0, end: 3 },
+      { first: 3, end: 6 },
+      { first: 6, end: 8 },
+    ];
     const changed = [false, false, false, false, true, true, false, false];
     assert.deepEqual(spans(planPieces(changed, stored, 8)), ['kept 0-2', 'new 3-3', 'new 4-5', 'kept 6-7']);
     // Changed bands of neighbouring pieces join, up to maxBands.

@@ -97,7 +97,12 @@ describe('bench figures', () => {
   it('gateway figures: p50 through the gateway / straight, p50 difference, frames through / straight', async () => {
     // Alternating A/B: each side n samples, each going first in half of the rounds.
     const order: string[] = [];
-    const timed = await timeInterleaved(4, async () => void order.push('a'), async () => void order.push('b'), 1);
+    const timed = await timeInterleaved(
+      4,
+      async () => void order.push('a'),
+      async () => void order.push('b'),
+      1,
+    );
     assert.equal(timed.a.length, 4);
     assert.equal(timed.b.length, 4);
     assert.deepEqual(order, ['a', 'b', 'b', 'a', 'a', 'b', 'b', 'a', 'a', 'b']);

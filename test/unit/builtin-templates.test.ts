@@ -24,9 +24,16 @@ describe('built-in templates', () => {
     assert.deepEqual(DESKTOP_RECIPE.packages, MINIMAL_RECIPE.packages, 'the same debootstrap stage');
     assert.ok((DESKTOP_RECIPE.aptPackages ?? []).includes('firefox-esr'), 'then apt installs the desktop');
     assert.equal(MINIMAL_RECIPE.aptPackages, undefined, 'minimal has no apt stage');
-    for (const file of MINIMAL_RECIPE.files) assert.ok(DESKTOP_RECIPE.files.some((f) => f.target === file.target && f.source === file.source), `desktop has ${file.target}`);
+    for (const file of MINIMAL_RECIPE.files)
+      assert.ok(
+        DESKTOP_RECIPE.files.some((f) => f.target === file.target && f.source === file.source),
+        `desktop has ${file.target}`,
+      );
     assert.deepEqual({ ...DESKTOP_RECIPE, aptPackages: [], files: [], vm: {} }, { ...MINIMAL_RECIPE, aptPackages: [], files: [], vm: {} });
-    assert.ok(DESKTOP_RECIPE.files.some((f) => f.target === DESKTOP_SESSION_PATH), 'desktop ships the session sandbox-init looks for');
+    assert.ok(
+      DESKTOP_RECIPE.files.some((f) => f.target === DESKTOP_SESSION_PATH),
+      'desktop ships the session sandbox-init looks for',
+    );
     assert.ok(!MINIMAL_RECIPE.files.some((f) => f.target === DESKTOP_SESSION_PATH), 'minimal does not: it gets the xterm');
     // sandbox-init runs the session by this path: the two must agree.
     assert.match(readFileSync(path.join(guestFilesDir(), 'sandbox-init'), 'utf8'), new RegExp(`^TEMPLATE_SESSION=${DESKTOP_SESSION_PATH}$`, 'm'));
@@ -41,7 +48,7 @@ describe('built-in templates', () => {
     }
   });
 
-  it('each template has its own image hash; a template\'s own files change its hash only', () => {
+  it("each template has its own image hash; a template's own files change its hash only", () => {
     assert.notEqual(recipeHash(MINIMAL_RECIPE), recipeHash(DESKTOP_RECIPE));
     assert.equal(recipeHash(), recipeHash(MINIMAL_RECIPE), 'minimal is the default');
     // A copy of src/guest/files with the desktop's panel config changed: desktop's hash

@@ -32,14 +32,35 @@ describe('caps: slots taken in one synchronous step', () => {
   it('takeAll takes every pair or none, and names the first full one', () => {
     const session = new KeyedSlots(() => 2);
     const tenant = new KeyedSlots(() => 3);
-    const first = takeAll([[session, 's1'], [tenant, 't']]);
-    const second = takeAll([[session, 's1'], [tenant, 't']]);
+    const first = takeAll([
+      [session, 's1'],
+      [tenant, 't'],
+    ]);
+    const second = takeAll([
+      [session, 's1'],
+      [tenant, 't'],
+    ]);
     assert.ok('release' in first && 'release' in second);
-    assert.deepEqual(takeAll([[session, 's1'], [tenant, 't']]), { full: 0 });
+    assert.deepEqual(
+      takeAll([
+        [session, 's1'],
+        [tenant, 't'],
+      ]),
+      { full: 0 },
+    );
     assert.equal(tenant.count('t'), 2, 'nothing taken of the tenant when the session was full');
-    const third = takeAll([[session, 's2'], [tenant, 't']]);
+    const third = takeAll([
+      [session, 's2'],
+      [tenant, 't'],
+    ]);
     assert.ok('release' in third);
-    assert.deepEqual(takeAll([[session, 's3'], [tenant, 't']]), { full: 1 });
+    assert.deepEqual(
+      takeAll([
+        [session, 's3'],
+        [tenant, 't'],
+      ]),
+      { full: 1 },
+    );
     assert.equal(session.count('s3'), 0, 'nothing taken of the session when the tenant was full');
     third.release();
     assert.equal(tenant.count('t'), 2);
@@ -66,7 +87,10 @@ describe('caps: slots taken in one synchronous step', () => {
     });
     assert.equal(other.filter((o) => typeof o === 'function').length, 4, 'the tenant has 12: 8 on s1, 4 on s2');
     assert.equal(other.filter((o) => o === 'tenant_viewer_limit').length, 6);
-    assert.throws(() => slots.take('s3', 'acme'), (err: OrchestratorError) => httpStatusOf(err.code) === 429 && /SBX_MAX_VIEWERS_PER_TENANT/.test(err.message));
+    assert.throws(
+      () => slots.take('s3', 'acme'),
+      (err: OrchestratorError) => httpStatusOf(err.code) === 429 && /SBX_MAX_VIEWERS_PER_TENANT/.test(err.message),
+    );
     assert.equal(typeof slots.take('s3', 'other-tenant'), 'function', 'another tenant is not affected');
     for (const release of outcomes) if (typeof release === 'function') release();
     assert.equal(slots.ofSession('s1'), 0);
@@ -99,11 +123,17 @@ describe('caps: event streams hold a stream slot, not a request slot', () => {
     try {
       const controllers = [new AbortController(), new AbortController(), new AbortController()];
       const open = await Promise.all(controllers.map((c) => fetch(`${url}/stream`, { signal: c.signal })));
-      assert.deepEqual(open.map((r) => r.status), [200, 200, 200]);
+      assert.deepEqual(
+        open.map((r) => r.status),
+        [200, 200, 200],
+      );
       assert.equal(streams.openOf('acme'), 3);
       // Before the fix each stream held a request slot: two streams and every request was a 429.
       const plain = await Promise.all([fetch(`${url}/plain`), fetch(`${url}/plain`)]);
-      assert.deepEqual(plain.map((r) => r.status), [200, 200]);
+      assert.deepEqual(
+        plain.map((r) => r.status),
+        [200, 200],
+      );
       const fourth = await fetch(`${url}/stream`);
       assert.equal(fourth.status, 429);
       assert.equal(((await fourth.json()) as { error: { code: string } }).error.code, 'tenant_stream_limit');
@@ -135,9 +165,16 @@ describe('caps: run budgets', () => {
     budgets.checkModel('acme', 'claude-sonnet-4-6', false);
     budgets.checkModel('acme', 'claude-haiku-4-5-20251001', true);
     for (const model of ['gpt-4o', 'claude-haiku-4-5-latest', 'claude-haiku-4', 'claude-sonnet-4-6x']) {
-      assert.throws(() => budgets.checkModel('acme', model, true), (err: OrchestratorError) => httpStatusOf(err.code) === 400 && /^model: /.test(err.message), model);
+      assert.throws(
+        () => budgets.checkModel('acme', model, true),
+        (err: OrchestratorError) => httpStatusOf(err.code) === 400 && /^model: /.test(err.message),
+        model,
+      );
     }
-    assert.throws(() => budgets.checkModel('ci', 'claude-sonnet-4-6', false), /model: the default "claude-sonnet-4-6" is not allowed for tenant "ci"; allowed: claude-haiku-4-5/);
+    assert.throws(
+      () => budgets.checkModel('ci', 'claude-sonnet-4-6', false),
+      /model: the default "claude-sonnet-4-6" is not allowed for tenant "ci"; allowed: claude-haiku-4-5/,
+    );
   });
 
   it('concurrent runs: a burst admits exactly maxConcurrentRuns; a settled run frees its place', () => {
@@ -151,7 +188,10 @@ describe('caps: run budgets', () => {
     });
     const admitted = outcomes.filter((o) => typeof o !== 'string');
     assert.equal(admitted.length, 2);
-    assert.deepEqual(outcomes.filter((o) => typeof o === 'string'), Array(8).fill('tenant_run_limit'));
+    assert.deepEqual(
+      outcomes.filter((o) => typeof o === 'string'),
+      Array(8).fill('tenant_run_limit'),
+    );
     admitted[0]?.settle(100, 1);
     admitted[0]?.settle(100, 1);
     assert.equal(budgets.ledger('acme').running, 1, 'settled once');
@@ -161,19 +201,32 @@ describe('caps: run budgets', () => {
   it('tokens and seconds per day: reserved at the start, refunded at the end, over-budget runs refused; past the day, a new budget', () => {
     let now = Date.parse('2026-12-01T23:00:00Z');
     const budgets = new RunBudgets(settings(), [{ tenant: 'acme', tokens: 1000, seconds: 0 }], () => now);
-    assert.throws(() => budgets.reserve('acme', { maxTokens: 10_001 }, defaults), (err: OrchestratorError) => httpStatusOf(err.code) === 400 && /^maxTokens must be at most 10000/.test(err.message));
-    assert.throws(() => budgets.reserve('acme', { maxSeconds: 601 }, defaults), (err: OrchestratorError) => httpStatusOf(err.code) === 400 && /^maxSeconds must be at most 600/.test(err.message));
+    assert.throws(
+      () => budgets.reserve('acme', { maxTokens: 10_001 }, defaults),
+      (err: OrchestratorError) => httpStatusOf(err.code) === 400 && /^maxTokens must be at most 10000/.test(err.message),
+    );
+    assert.throws(
+      () => budgets.reserve('acme', { maxSeconds: 601 }, defaults),
+      (err: OrchestratorError) => httpStatusOf(err.code) === 400 && /^maxSeconds must be at most 600/.test(err.message),
+    );
     // The defaults are brought down to the tenant's budget rather than refused.
     const first = budgets.reserve('acme', { maxTokens: 6000, maxSeconds: 60 }, defaults);
     assert.deepEqual([first.maxTokens, first.maxSeconds], [6000, 60]);
     assert.throws(
       () => budgets.reserve('acme', { maxTokens: 4000 }, defaults),
-      (err: OrchestratorError) => httpStatusOf(err.code) === 429 && err.code === 'tenant_run_budget' && /3000 tokens left of its 10000 today \(1000 used, 6000 reserved/.test(err.message) && err.retryAfterSeconds === 60,
+      (err: OrchestratorError) =>
+        httpStatusOf(err.code) === 429 &&
+        err.code === 'tenant_run_budget' &&
+        /3000 tokens left of its 10000 today \(1000 used, 6000 reserved/.test(err.message) &&
+        err.retryAfterSeconds === 60,
     );
     first.settle(2500, 30.2);
     assert.deepEqual(budgets.ledger('acme'), { day: '2026-12-01', usedTokens: 3500, usedSeconds: 31, reservedTokens: 0, reservedSeconds: 0, running: 0 });
     // The defaults are the daily budget at most (10000 tokens, 600 s): more than is left today.
-    assert.throws(() => budgets.reserve('acme', {}, defaults), (err: OrchestratorError) => err.code === 'tenant_run_budget' && err.retryAfterSeconds === 3600);
+    assert.throws(
+      () => budgets.reserve('acme', {}, defaults),
+      (err: OrchestratorError) => err.code === 'tenant_run_budget' && err.retryAfterSeconds === 3600,
+    );
     const second = budgets.reserve('acme', { maxTokens: 6500, maxSeconds: 569 }, defaults);
     second.settle(0, 0);
     assert.throws(() => budgets.reserve('acme', { maxTokens: 6501, maxSeconds: 1 }, defaults), /6500 tokens left/);

@@ -62,7 +62,11 @@ describe('the cost of a gateway on an action', () => {
     const cpu = process.cpuUsage();
     for (let i = 0; i < n; i++) {
       const started = performance.now();
-      const res = await fetch(url, { method: 'POST', headers: { ...headers, 'content-type': 'application/json' }, body: '{"action":"left_click","coordinate":[10,10]}' });
+      const res = await fetch(url, {
+        method: 'POST',
+        headers: { ...headers, 'content-type': 'application/json' },
+        body: '{"action":"left_click","coordinate":[10,10]}',
+      });
       await res.arrayBuffer();
       assert.equal(res.status, 200);
       times.push(performance.now() - started);

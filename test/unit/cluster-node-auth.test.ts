@@ -25,7 +25,14 @@ async function app(cluster: boolean): Promise<{ app: FastifyInstance; key: strin
   server.post('/v1/sessions', async (request) => ({ tenant: request.tenant, placed: request.placedSessionId }));
   server.get('/v1/sessions/:id', async (request) => ({ tenant: request.tenant, keyId: request.apiKeyId }));
   await server.ready();
-  return { app: server, key, close: async () => { await server.close(); store.close(); } };
+  return {
+    app: server,
+    key,
+    close: async () => {
+      await server.close();
+      store.close();
+    },
+  };
 }
 
 describe('a cluster node takes requests from its gateways only', () => {
@@ -41,7 +48,12 @@ describe('a cluster node takes requests from its gateways only', () => {
   });
 
   it('refuses a request without the cluster credential, even with a valid API key of its own store', async () => {
-    for (const headers of [{}, { authorization: `Bearer ${node.key}` }, { 'x-sbx-cluster-secret': 'wrong', 'x-sbx-tenant': 'alice' }, { 'x-sbx-tenant': 'alice' }]) {
+    for (const headers of [
+      {},
+      { authorization: `Bearer ${node.key}` },
+      { 'x-sbx-cluster-secret': 'wrong', 'x-sbx-tenant': 'alice' },
+      { 'x-sbx-tenant': 'alice' },
+    ]) {
       const res = await node.app.inject({ method: 'GET', url: '/v1/sessions/abcdefghij', headers });
       assert.equal(res.statusCode, 401, JSON.stringify(headers));
       assert.equal(res.json().error.code, 'cluster_credential_required');
@@ -49,7 +61,11 @@ describe('a cluster node takes requests from its gateways only', () => {
   });
 
   it('serves the tenant a gateway names, with the key id for the logs', async () => {
-    const res = await node.app.inject({ method: 'GET', url: '/v1/sessions/abcdefghij', headers: { 'x-sbx-cluster-secret': SECRET, 'x-sbx-tenant': 'bob', 'x-sbx-api-key-id': 'abcdefabcdef' } });
+    const res = await node.app.inject({
+      method: 'GET',
+      url: '/v1/sessions/abcdefghij',
+      headers: { 'x-sbx-cluster-secret': SECRET, 'x-sbx-tenant': 'bob', 'x-sbx-api-key-id': 'abcdefabcdef' },
+    });
     assert.equal(res.statusCode, 200);
     assert.deepEqual(res.json(), { tenant: 'bob', keyId: 'abcdefabcdef' });
   });
@@ -57,7 +73,11 @@ describe('a cluster node takes requests from its gateways only', () => {
   it('refuses a gateway request that names no tenant, or a malformed one', async () => {
     const none = await node.app.inject({ method: 'GET', url: '/v1/sessions/abcdefghij', headers: { 'x-sbx-cluster-secret': SECRET } });
     assert.equal(none.statusCode, 401);
-    const bad = await node.app.inject({ method: 'GET', url: '/v1/sessions/abcdefghij', headers: { 'x-sbx-cluster-secret': SECRET, 'x-sbx-tenant': 'Bad Tenant;' } });
+    const bad = await node.app.inject({
+      method: 'GET',
+      url: '/v1/sessions/abcdefghij',
+      headers: { 'x-sbx-cluster-secret': SECRET, 'x-sbx-tenant': 'Bad Tenant;' },
+    });
     assert.equal(bad.statusCode, 401);
   });
 
@@ -68,9 +88,17 @@ describe('a cluster node takes requests from its gateways only', () => {
   });
 
   it('takes the placed session id from a gateway; a single host ignores the header', async () => {
-    const placed = await node.app.inject({ method: 'POST', url: '/v1/sessions', headers: { 'x-sbx-cluster-secret': SECRET, 'x-sbx-tenant': 'bob', 'x-sbx-session-id': 'abcdefghij' } });
+    const placed = await node.app.inject({
+      method: 'POST',
+      url: '/v1/sessions',
+      headers: { 'x-sbx-cluster-secret': SECRET, 'x-sbx-tenant': 'bob', 'x-sbx-session-id': 'abcdefghij' },
+    });
     assert.deepEqual(placed.json(), { tenant: 'bob', placed: 'abcdefghij' });
-    const ignored = await single.app.inject({ method: 'POST', url: '/v1/sessions', headers: { authorization: `Bearer ${single.key}`, 'x-sbx-session-id': 'abcdefghij', 'x-sbx-tenant': 'bob', 'x-sbx-cluster-secret': SECRET } });
+    const ignored = await single.app.inject({
+      method: 'POST',
+      url: '/v1/sessions',
+      headers: { authorization: `Bearer ${single.key}`, 'x-sbx-session-id': 'abcdefghij', 'x-sbx-tenant': 'bob', 'x-sbx-cluster-secret': SECRET },
+    });
     assert.deepEqual(ignored.json(), { tenant: 'alice', placed: null });
   });
 });

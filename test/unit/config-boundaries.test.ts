@@ -54,7 +54,9 @@ function readersOfEnv(files: Array<{ name: string; text: string }>): string[] {
 }
 
 function importersOfConfig(files: Array<{ name: string; file: string; text: string }>): string[] {
-  return files.filter(({ name, file, text }) => !MAY_IMPORT_CONFIG.has(name) && importedSpecifiers(text).some((s) => resolvesToConfig(file, s))).map(({ name }) => name);
+  return files
+    .filter(({ name, file, text }) => !MAY_IMPORT_CONFIG.has(name) && importedSpecifiers(text).some((s) => resolvesToConfig(file, s)))
+    .map(({ name }) => name);
 }
 
 const files = sourceFiles(SRC).map((file) => ({ file, name: path.relative(SRC, file), text: readFileSync(file, 'utf8') }));

@@ -55,7 +55,11 @@ describe('console logs on the host disk', () => {
       const when = new Date(Date.now() - (100 - i) * 1000);
       await utimes(kept, when, when);
     }
-    assert.deepEqual((await readdir(logsDir)).sort(), [3, 4, 5, 6, 7].map((i) => `session${i}.console.log`), 'at most 5, the newest');
+    assert.deepEqual(
+      (await readdir(logsDir)).sort(),
+      [3, 4, 5, 6, 7].map((i) => `session${i}.console.log`),
+      'at most 5, the newest',
+    );
 
     // Now bytes bind first: 25 KB in all holds two logs of 10 KB.
     await keepConsoleLog(source, logsDir, 'session8', { ...limits, keptMaxBytes: 25_000 });

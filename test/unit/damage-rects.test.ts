@@ -90,10 +90,22 @@ async function withFirstFrame() {
 
 describe('changed rectangles: the table is checked before anything is inflated', () => {
   it('accepts rectangles within the screen that do not overlap', () => {
-    const table = parseRectTable(rectsPayload([{ x: 0, y: 0, w: 64, h: 1 }, { x: 10, y: 1, w: 5, h: 47 }]), SCREEN);
+    const table = parseRectTable(
+      rectsPayload([
+        { x: 0, y: 0, w: 64, h: 1 },
+        { x: 10, y: 1, w: 5, h: 47 },
+      ]),
+      SCREEN,
+    );
     assert.equal(table.shm, true);
     assert.equal(table.damage, true);
-    assert.deepEqual(table.rects.map(({ x, y, width, height }) => [x, y, width, height]), [[0, 0, 64, 1], [10, 1, 5, 47]]);
+    assert.deepEqual(
+      table.rects.map(({ x, y, width, height }) => [x, y, width, height]),
+      [
+        [0, 0, 64, 1],
+        [10, 1, 5, 47],
+      ],
+    );
     assert.deepEqual(parseRectTable(u32s(0, 0), SCREEN), { shm: false, damage: false, rects: [] });
   });
 
@@ -102,8 +114,20 @@ describe('changed rectangles: the table is checked before anything is inflated',
     ['a rectangle off the bottom', rectsPayload([{ x: 0, y: 40, w: 1, h: 9 }])],
     ['a rectangle whose x wraps around u32', rectsPayload([{ x: 0xffffffff, y: 0, w: 2, h: 1, stream: deflateSync(Buffer.alloc(8)) }])],
     ['an empty rectangle', rectsPayload([{ x: 0, y: 0, w: 0, h: 5, stream: deflateSync(Buffer.alloc(0)) }])],
-    ['overlapping rectangles', rectsPayload([{ x: 0, y: 0, w: 10, h: 10 }, { x: 9, y: 9, w: 2, h: 2 }])],
-    ['the same rectangle twice', rectsPayload([{ x: 3, y: 3, w: 4, h: 4 }, { x: 3, y: 3, w: 4, h: 4 }])],
+    [
+      'overlapping rectangles',
+      rectsPayload([
+        { x: 0, y: 0, w: 10, h: 10 },
+        { x: 9, y: 9, w: 2, h: 2 },
+      ]),
+    ],
+    [
+      'the same rectangle twice',
+      rectsPayload([
+        { x: 3, y: 3, w: 4, h: 4 },
+        { x: 3, y: 3, w: 4, h: 4 },
+      ]),
+    ],
     [`more than ${MAX_RECTS} rectangles`, rectsPayload(Array.from({ length: MAX_RECTS + 1 }, (_, i) => ({ x: i % 64, y: Math.floor(i / 64), w: 1, h: 1 })))],
     ['a count of 0xFFFFFFFF with no table', u32s(3, 0xffffffff)],
     ['a table longer than the payload', u32s(3, 2, 0, 0, 1, 1, 10)],
@@ -128,7 +152,16 @@ describe('the capture channel with changed rectangles', () => {
     assert.deepEqual(capture.method, { shm: false, damage: true });
 
     const changed = capture.grab(1_000);
-    channel.emit('data', message('SBXR', rectsPayload([{ x: 2, y: 3, w: 4, h: 5, fill: 9 }, { x: 0, y: 47, w: 64, h: 1, fill: 8 }])));
+    channel.emit(
+      'data',
+      message(
+        'SBXR',
+        rectsPayload([
+          { x: 2, y: 3, w: 4, h: 5, fill: 9 },
+          { x: 0, y: 47, w: 64, h: 1, fill: 8 },
+        ]),
+      ),
+    );
     const second = await changed;
     assert.notEqual(second, first);
     assert.ok(first.pixels.equals(Buffer.alloc(STRIDE * SCREEN.height, 7)), 'the frame handed out before is never modified');
@@ -243,7 +276,13 @@ describe('the capture channel with changed rectangles', () => {
     it(`applies a frame that arrives in pieces of ${size} bytes (header, table and streams cut anywhere)`, async () => {
       const { capture, channel } = await withFirstFrame();
       const grab = capture.grab(1_000);
-      const whole = message('SBXR', rectsPayload([{ x: 2, y: 3, w: 4, h: 5, fill: 9 }, { x: 0, y: 47, w: 64, h: 1, fill: 8 }]));
+      const whole = message(
+        'SBXR',
+        rectsPayload([
+          { x: 2, y: 3, w: 4, h: 5, fill: 9 },
+          { x: 0, y: 47, w: 64, h: 1, fill: 8 },
+        ]),
+      );
       for (let at = 0; at < whole.length; at += size) channel.emit('data', whole.subarray(at, at + size));
       const frame = await grab;
       assert.equal(frame.pixels[(3 * SCREEN.width + 2) * 4], 9);

@@ -9,13 +9,41 @@ const refusedNaming = (field: string) => (err: unknown) => err instanceof Invali
 
 describe('desktop action requests', () => {
   it('open: URLs of the allowed schemes and absolute paths pass verbatim', () => {
-    for (const target of ['https://example.com/a?b=1&c=$(id)', 'http://x', 'file:///etc/hosts', 'mailto:a@b.c', 'HTTPS://X', '/home/user/a b/$(touch x);-e.txt', '/ünï ✓']) {
+    for (const target of [
+      'https://example.com/a?b=1&c=$(id)',
+      'http://x',
+      'file:///etc/hosts',
+      'mailto:a@b.c',
+      'HTTPS://X',
+      '/home/user/a b/$(touch x);-e.txt',
+      '/ünï ✓',
+    ]) {
       assert.equal(openTarget(target), target);
     }
   });
 
   it('open: options, shell text, other schemes, spaces, NUL, newlines, long strings are refused naming target', () => {
-    for (const target of ['--help', '-e', '$(touch /tmp/pwned)', ';id', 'relative/path', 'javascript:alert(1)', 'ftp://x', 'https://a b', ' https://x', 'https://x\n', 'https:', '/a\nb', '/a\0b', '/a\rb', `/${'a'.repeat(4096)}`, '', 42, undefined, '/\uD800']) {
+    for (const target of [
+      '--help',
+      '-e',
+      '$(touch /tmp/pwned)',
+      ';id',
+      'relative/path',
+      'javascript:alert(1)',
+      'ftp://x',
+      'https://a b',
+      ' https://x',
+      'https://x\n',
+      'https:',
+      '/a\nb',
+      '/a\0b',
+      '/a\rb',
+      `/${'a'.repeat(4096)}`,
+      '',
+      42,
+      undefined,
+      '/\uD800',
+    ]) {
       assert.throws(() => openTarget(target), refusedNaming('target'), JSON.stringify(target));
     }
   });
@@ -56,9 +84,25 @@ describe('desktop helper answers', () => {
   });
 
   it('anything the protocol does not allow is a guest protocol error', () => {
-    const broken = [Buffer.from('not json\n'), Buffer.from('{"ok":true}'), Buffer.from('{"ok":true}\n{}\n'), answer([1]), answer({ ok: 'yes' }), answer({ ok: false, error: 'other' })];
+    const broken = [
+      Buffer.from('not json\n'),
+      Buffer.from('{"ok":true}'),
+      Buffer.from('{"ok":true}\n{}\n'),
+      answer([1]),
+      answer({ ok: 'yes' }),
+      answer({ ok: false, error: 'other' }),
+    ];
     for (const bytes of broken) assert.throws(() => parseAnswer(bytes, { verb: 'windows' }), GuestProtocolError);
-    const lists = [[{ ...window, id: 'x' }], [{ ...window, id: 0 }], [{ ...window, title: 'x'.repeat(257) }], [{ ...window, focused: 1 }], [{ ...window, width: -1 }], Array(129).fill(window), [{ ...window, app: 'x'.repeat(65) }], 'x'];
+    const lists = [
+      [{ ...window, id: 'x' }],
+      [{ ...window, id: 0 }],
+      [{ ...window, title: 'x'.repeat(257) }],
+      [{ ...window, focused: 1 }],
+      [{ ...window, width: -1 }],
+      Array(129).fill(window),
+      [{ ...window, app: 'x'.repeat(65) }],
+      'x',
+    ];
     for (const windows of lists) assert.throws(() => parseWindows({ windows }), GuestProtocolError);
     assert.deepEqual(parseWindows({ windows: [window] }), [window]);
   });
@@ -69,7 +113,11 @@ describe('desktop helper answers', () => {
     const frame = (announced: number, body: Buffer) => Buffer.concat([answer({ ok: true, bytes: announced }), body]);
     assert.equal(parseAnswer(frame(bytes.length, bytes), { verb: 'clipboard-get' }).text, text);
     assert.equal(parseAnswer(frame(0, Buffer.alloc(0)), { verb: 'clipboard-get' }).text, '');
-    for (const [announced, body] of [[bytes.length + 1, bytes], [bytes.length - 1, bytes], [-1, Buffer.alloc(0)]] as const) {
+    for (const [announced, body] of [
+      [bytes.length + 1, bytes],
+      [bytes.length - 1, bytes],
+      [-1, Buffer.alloc(0)],
+    ] as const) {
       assert.throws(() => parseAnswer(frame(announced, body), { verb: 'clipboard-get' }), GuestProtocolError);
     }
   });

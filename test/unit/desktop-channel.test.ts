@@ -92,7 +92,11 @@ describe('the desktop channel', () => {
   });
 
   const bad: Array<[string, Buffer, string]> = [
-    ['a length past the cap (0xFFFFFFFF), with its payload flooding after it', Buffer.concat([frame('', 0xffff_ffff), Buffer.alloc(65_536, 0x78)]), 'answer_too_large'],
+    [
+      'a length past the cap (0xFFFFFFFF), with its payload flooding after it',
+      Buffer.concat([frame('', 0xffff_ffff), Buffer.alloc(65_536, 0x78)]),
+      'answer_too_large',
+    ],
     ['a length one byte past the cap', frame('', 1025), 'answer_too_large'],
     ['a tag that is not ours (a helper writing text)', Buffer.alloc(65_536, 0x78), 'bad_frame'],
     ['bytes beyond the answer in the same chunk', Buffer.concat([frame(SCREEN_ANSWER), Buffer.from('SBXD')]), 'unrequested_output'],

@@ -69,7 +69,11 @@ describe('sbx-desktop, the guest helper', () => {
     }
     assert.equal(ask(JSON.stringify({ verb: 'close', window: '1' })).error, 'bad_request');
     for (const text of ['\\ud800', 5, null]) {
-      assert.equal(ask(`{"verb": "clipboard-set", "text": ${typeof text === 'string' ? `"${text}"` : JSON.stringify(text)}}`).error, 'bad_request', String(text));
+      assert.equal(
+        ask(`{"verb": "clipboard-set", "text": ${typeof text === 'string' ? `"${text}"` : JSON.stringify(text)}}`).error,
+        'bad_request',
+        String(text),
+      );
     }
     assert.equal(ask(JSON.stringify({ verb: 'clipboard-set', text: 'a'.repeat(1024 * 1024 + 1) })).error, 'bad_request');
   });

@@ -45,7 +45,7 @@ describe('disk admission', () => {
     capacity.reserve('c', { diskMiB: 700 });
   });
 
-  it("counts only what a session may still take: what its files hold shows in the free space already", () => {
+  it('counts only what a session may still take: what its files hold shows in the free space already', () => {
     let free = 10_000;
     const capacity = gate(() => free);
     const first = capacity.reserve('a', { diskMiB: 4000 });
@@ -71,7 +71,10 @@ describe('disk admission', () => {
 
   it('a huge reserve refuses every create, and says which setting to change', () => {
     const capacity = new CapacityGate(LIMITS, () => 1e9, { limits: { reserveMiB: 1e9, artifactsMiB: 0 }, freeMiB: () => 70_000 });
-    assert.throws(() => capacity.reserve('a', { diskMiB: 64 }), (err: unknown) => refusedForDisk(err) && /1000000000 MiB kept \(SBX_DISK_RESERVE_MIB\)/.test((err as Error).message));
+    assert.throws(
+      () => capacity.reserve('a', { diskMiB: 64 }),
+      (err: unknown) => refusedForDisk(err) && /1000000000 MiB kept \(SBX_DISK_RESERVE_MIB\)/.test((err as Error).message),
+    );
   });
 
   it('adopted sessions hold their promise without a check (they run already)', () => {

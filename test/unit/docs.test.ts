@@ -196,13 +196,16 @@ describe('docs', () => {
     assert.deepEqual(unused, [], 'registered codes that nothing throws or answers');
     // A status written next to an error body is a second place for it: answers go through
     // api/errors.ts (sendError, or a thrown OrchestratorError), whose status comes from the registry.
-    const bypassing = sources.flatMap((file) => (/\.status\(\s*\d{3}\s*\)\s*\.send\(\s*\{\s*error\s*:/.test(readFileSync(file, 'utf8')) ? [path.relative(ROOT, file)] : []));
+    const bypassing = sources.flatMap((file) =>
+      /\.status\(\s*\d{3}\s*\)\s*\.send\(\s*\{\s*error\s*:/.test(readFileSync(file, 'utf8')) ? [path.relative(ROOT, file)] : [],
+    );
     assert.deepEqual(bypassing, []);
   });
 
-  it('each category has one HTTP status, and the registry\'s categories are the ones the API maps', () => {
+  it("each category has one HTTP status, and the registry's categories are the ones the API maps", () => {
     assert.deepEqual(Object.keys(HTTP_STATUS).sort(), Object.keys(ERROR_CATEGORIES).sort());
-    for (const [name, entry] of Object.entries(ERROR_CODES)) assert.ok(entry.description.length > 0 && !entry.description.includes('\n'), `${name}: a one-line description`);
+    for (const [name, entry] of Object.entries(ERROR_CODES))
+      assert.ok(entry.description.length > 0 && !entry.description.includes('\n'), `${name}: a one-line description`);
   });
 
   it('docs/api.md names every Prometheus metric the orchestrator exports', () => {
@@ -211,6 +214,9 @@ describe('docs', () => {
       [...readFileSync(file, 'utf8').matchAll(/\bname:\s*'(sandbox_[a-z0-9_]+)'/g)].map((m) => m[1] as string),
     );
     assert.ok(exported.length > 10, `only ${exported.length} metrics found: is the pattern still right?`);
-    assert.deepEqual(exported.filter((name) => !api.includes(`\`${name}`)), []);
+    assert.deepEqual(
+      exported.filter((name) => !api.includes(`\`${name}`)),
+      [],
+    );
   });
 });

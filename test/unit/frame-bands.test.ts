@@ -29,7 +29,10 @@ function screen(): BandedScreen {
 describe('the screen in bands', () => {
   it('cuts the frame into bands of FRAME_BAND_ROWS rows, the last one short', () => {
     const frame = screen().handOut();
-    assert.deepEqual(frame.bands?.buffers.map((b) => b.length / STRIDE), [FRAME_BAND_ROWS, FRAME_BAND_ROWS, 5]);
+    assert.deepEqual(
+      frame.bands?.buffers.map((b) => b.length / STRIDE),
+      [FRAME_BAND_ROWS, FRAME_BAND_ROWS, 5],
+    );
     assert.ok(frame.pixels.equals(Buffer.alloc(STRIDE * HEIGHT, 1)));
   });
 

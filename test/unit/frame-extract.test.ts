@@ -18,7 +18,10 @@ describe('recording frames', () => {
   before(async () => {
     dir = await mkdtemp(path.join(os.tmpdir(), 'sbx-frames-'));
     program = path.join(dir, 'fake-ffmpeg');
-    await writeFile(program, `#!/bin/sh\necho "$@" >> ${dir}/argv.log\necho "+ $(date +%s%N)" >> ${dir}/times.log\nsleep 0.2\necho "- $(date +%s%N)" >> ${dir}/times.log\nprintf 'JPEG'\n`);
+    await writeFile(
+      program,
+      `#!/bin/sh\necho "$@" >> ${dir}/argv.log\necho "+ $(date +%s%N)" >> ${dir}/times.log\nsleep 0.2\necho "- $(date +%s%N)" >> ${dir}/times.log\nprintf 'JPEG'\n`,
+    );
     await chmod(program, 0o755);
   });
   after(() => rm(dir, { recursive: true, force: true }));
@@ -42,7 +45,10 @@ describe('recording frames', () => {
     for (const f of frames) assert.equal(f.value?.toString(), 'JPEG');
     assert.equal((await readFile(path.join(dir, 'argv.log'), 'utf8')).trim().split('\n').length, 18, 'the refused one started nothing');
     // At most two ran at any moment: replay the starts and ends in time order.
-    const events = (await readFile(path.join(dir, 'times.log'), 'utf8')).trim().split('\n').map((line) => line.split(' ') as ['+' | '-', string]);
+    const events = (await readFile(path.join(dir, 'times.log'), 'utf8'))
+      .trim()
+      .split('\n')
+      .map((line) => line.split(' ') as ['+' | '-', string]);
     events.sort((a, b) => (BigInt(a[1]) < BigInt(b[1]) ? -1 : BigInt(a[1]) > BigInt(b[1]) ? 1 : a[0] === '-' ? -1 : 1));
     let running = 0;
     let most = 0;

@@ -184,7 +184,10 @@ describe('the capture channel', () => {
     const first = await start(screen);
     const second = await start(screen);
     assert.ok(second.bands && first.bands);
-    assert.ok(second.bands.buffers.every((band, i) => band === first.bands!.buffers[i]), 'the same bands, not copies');
+    assert.ok(
+      second.bands.buffers.every((band, i) => band === first.bands!.buffers[i]),
+      'the same bands, not copies',
+    );
     // The second start received into a buffer of its own, now spare; the third reuses it.
     const before = process.memoryUsage().arrayBuffers;
     const third = await start(screen);
@@ -222,7 +225,10 @@ describe('the capture channel', () => {
     await assert.rejects(desktop.capture(), isProtocolError('bad_size'));
     const lied = performance.now();
     for (let i = 0; i < 20; i++) {
-      await assert.rejects(desktop.capture(), (err: unknown) => err instanceof GuestProtocolError && err.reason === 'bad_size' && /started again in \d+ ms/.test(err.message));
+      await assert.rejects(
+        desktop.capture(),
+        (err: unknown) => err instanceof GuestProtocolError && err.reason === 'bad_size' && /started again in \d+ ms/.test(err.message),
+      );
     }
     assert.equal(channels.length, 1, 'one grabber started, not one per request');
     await new Promise((resolve) => setTimeout(resolve, GRABBER_RESTART_AFTER_LIE_MS - (performance.now() - lied) + 20));
@@ -275,7 +281,10 @@ describe('the bash tool marker scanner', () => {
     const seen: Buffer[] = [];
     const scanner = new MarkerScanner(nonce, (bytes) => seen.push(Buffer.from(bytes)));
     const found = scanner.feed(Buffer.concat([Buffer.from('X00Xe1B'), marker('3'), Buffer.from('8ZrP')]));
-    assert.deepEqual({ value: found?.value, rest: found?.rest.toString(), before: Buffer.concat(seen).toString() }, { value: 3, rest: '8ZrP', before: 'X00Xe1B' });
+    assert.deepEqual(
+      { value: found?.value, rest: found?.rest.toString(), before: Buffer.concat(seen).toString() },
+      { value: 3, rest: '8ZrP', before: 'X00Xe1B' },
+    );
     // And bash prints it in one line, so that one write(2) carries all of it (bash line-buffers stdout).
     assert.match(printMarker(nonce, '$?'), /^builtin printf '<<sbx:%s:%d>>\\n' /);
   });
@@ -352,17 +361,38 @@ describe('frames to PNG, off the event loop', () => {
       const height = 48;
       const frame = { width, height, stride: width * 4 + padding, pixels: randomBytes((width * 4 + padding) * height) };
       const reference = referenceRgb(frame);
-      assert.ok((await sharp(await framePng(frame)).raw().toBuffer()).equals(reference), 'whole');
+      assert.ok(
+        (
+          await sharp(await framePng(frame))
+            .raw()
+            .toBuffer()
+        ).equals(reference),
+        'whole',
+      );
       for (const size of [
         { width: 80, height: 60 },
         { width: 40, height: 30 },
       ]) {
         const expected = await raw(reference, width, height).resize(size.width, size.height, { fit: 'fill' }).raw().toBuffer();
-        assert.ok((await sharp(await framePng(frame, size)).raw().toBuffer()).equals(expected), `scaled to ${size.width}x${size.height}`);
+        assert.ok(
+          (
+            await sharp(await framePng(frame, size))
+              .raw()
+              .toBuffer()
+          ).equals(expected),
+          `scaled to ${size.width}x${size.height}`,
+        );
       }
       const region = { x0: 5, y0: 7, x1: 37, y1: 29 };
       const cut = await raw(reference, width, height).extract({ left: 5, top: 7, width: 32, height: 22 }).raw().toBuffer();
-      assert.ok((await sharp(await framePngRegion(frame, region)).raw().toBuffer()).equals(cut), 'region');
+      assert.ok(
+        (
+          await sharp(await framePngRegion(frame, region))
+            .raw()
+            .toBuffer()
+        ).equals(cut),
+        'region',
+      );
     });
   }
 });
@@ -405,7 +435,10 @@ describe('the bash tool shell, on a stand-in channel', () => {
     assert.match(outcome.kind === 'ended' ? (outcome.detail ?? '') : '', /end-of-command marker that never ends/);
     assert.equal(outcome.output.text, 'hi');
     assert.equal(channel.closed, true);
-    assert.deepEqual(reported.map((err) => err.reason), ['marker_overrun']);
+    assert.deepEqual(
+      reported.map((err) => err.reason),
+      ['marker_overrun'],
+    );
   });
 
   /** Counters that remember what they were told. */
@@ -490,6 +523,9 @@ describe('the bash tool shell, on a stand-in channel', () => {
     const outcome = await running;
     assert.equal(outcome.kind === 'ended' && outcome.reason, 'guest_protocol_error');
     assert.equal(channel.closed, true);
-    assert.deepEqual(reported.map((err) => err.reason), ['stderr_overrun']);
+    assert.deepEqual(
+      reported.map((err) => err.reason),
+      ['stderr_overrun'],
+    );
   });
 });

@@ -85,7 +85,11 @@ describe('guest settings: what sandbox-init reads is what the host writes', () =
     await writeFile(file, renderSettings(written));
     const { values, log } = await guestReads(file);
     assert.deepEqual(values, Object.fromEntries(Object.entries(written).map(([k, v]) => [k, String(v)])));
-    assert.deepEqual(log.filter((l) => /warning|error/.test(l)), [], 'no setting ignored or replaced');
+    assert.deepEqual(
+      log.filter((l) => /warning|error/.test(l)),
+      [],
+      'no setting ignored or replaced',
+    );
   });
 
   it('knows no setting the host does not write, and has a default for each it knows', () => {
@@ -113,7 +117,8 @@ describe('guest settings: what sandbox-init reads is what the host writes', () =
       const file = path.join(scratch, `chars-${code}.env`);
       await writeFile(file, `SANDBOX_HOSTNAME=${value}\n`);
       const { values } = await guestReads(file);
-      if (hostWrites !== (values.SANDBOX_HOSTNAME === value)) lines.push(`${JSON.stringify(value)}: host ${hostWrites ? 'writes' : 'refuses'}, guest ${values.SANDBOX_HOSTNAME === value ? 'keeps' : 'drops'}`);
+      if (hostWrites !== (values.SANDBOX_HOSTNAME === value))
+        lines.push(`${JSON.stringify(value)}: host ${hostWrites ? 'writes' : 'refuses'}, guest ${values.SANDBOX_HOSTNAME === value ? 'keeps' : 'drops'}`);
     }
     assert.deepEqual(lines, []);
   });

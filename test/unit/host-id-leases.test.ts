@@ -57,7 +57,10 @@ describe('host id ranges across orchestrators', () => {
         got.push(storeB.leaseIdRange(`b${i}bbbbbbbb`, base, ID_RANGE_SIZE, 8, b.taker(`b${i}bbbbbbbb`, new Set())));
       }
       assert.equal(new Set(got).size, 6, `six different ranges: ${got.join(', ')}`);
-      assert.deepEqual([...got].sort((x, y) => x - y), [0, 1, 2, 3, 4, 5].map((k) => base + k * ID_RANGE_SIZE));
+      assert.deepEqual(
+        [...got].sort((x, y) => x - y),
+        [0, 1, 2, 3, 4, 5].map((k) => base + k * ID_RANGE_SIZE),
+      );
       // Without the host-wide lease (the bug): B's store alone would hand out A's first range.
       const storeC = new SessionStore(path.join(dir, 'c.db'));
       assert.equal(storeC.leaseIdRange('cccccccccc', base, ID_RANGE_SIZE, 8), base);
@@ -89,7 +92,7 @@ describe('host id ranges across orchestrators', () => {
     const a = new HostIdLeases(leaseDir, { stateDir: stateA, prefix: 'aaa-' });
     const b = new HostIdLeases(leaseDir, { stateDir: stateB, prefix: 'bbb-' });
     const held = BASE + ID_RANGE_SIZE; // B's from the test above
-    assert.deepEqual(await a.staleRanges(), new Set(), "fresh leases of a state dir that exists are not stale");
+    assert.deepEqual(await a.staleRanges(), new Set(), 'fresh leases of a state dir that exists are not stale');
     const old = new Date(Date.now() - 11 * 60_000);
     await utimes(path.join(leaseDir, String(held)), old, old);
     assert.ok((await a.staleRanges()).has(held), 'an old lease whose range no process maps is stale');
@@ -119,6 +122,9 @@ describe('host id ranges across orchestrators', () => {
       }
     }
     assert.equal(leased[0], 200_000, 'the ranges below the VMs are still used');
-    assert.ok(leased.some((first) => first > 900_000 + 256 * 4096), 'and those above them');
+    assert.ok(
+      leased.some((first) => first > 900_000 + 256 * 4096),
+      'and those above them',
+    );
   });
 });

@@ -6,7 +6,13 @@ import { renderHostNetworks, renderPolicyTable } from '../../src/network/policy/
 /** What `ip -j -4 addr` and `ip -j -4 route show table main` print, trimmed to what is read. */
 const ADDRESSES = [
   { ifname: 'lo', addr_info: [{ family: 'inet', local: '127.0.0.1', prefixlen: 8 }] },
-  { ifname: 'eth0', addr_info: [{ family: 'inet', local: '130.92.7.41', prefixlen: 23 }, { family: 'inet6', local: 'fe80::1', prefixlen: 64 }] },
+  {
+    ifname: 'eth0',
+    addr_info: [
+      { family: 'inet', local: '130.92.7.41', prefixlen: 23 },
+      { family: 'inet6', local: 'fe80::1', prefixlen: 64 },
+    ],
+  },
   { ifname: 'wg0', addr_info: [{ family: 'inet', local: '45.1.2.3', address: '45.1.9.9', prefixlen: 32 }] },
   { ifname: 'eth1', addr_info: [{ family: 'inet', local: '192.168.1.20', prefixlen: 24 }] },
   { ifname: 'sbx-abcdefghij', addr_info: [{ family: 'inet', local: '10.200.0.1', prefixlen: 30 }] },
@@ -21,10 +27,19 @@ const ROUTES = [
   { dst: '8.8.8.0/24', nexthops: [{ gateway: '130.92.6.1' }] },
 ];
 
-describe('unit: the host\'s own networks in the guest network policy', () => {
+describe("unit: the host's own networks in the guest network policy", () => {
   it('reads addresses (with a point-to-point peer) and on-link routes; not gateways, the default, blackholes, IPv6', () => {
     const found = hostNetworksFrom(ADDRESSES, ROUTES);
-    for (const cidr of ['130.92.7.41/32', '130.92.6.0/23', '45.1.2.3/32', '45.1.9.9/32', '203.0.113.0/28', '203.0.113.9/32', '192.168.1.0/24', '10.200.0.0/30']) {
+    for (const cidr of [
+      '130.92.7.41/32',
+      '130.92.6.0/23',
+      '45.1.2.3/32',
+      '45.1.9.9/32',
+      '203.0.113.0/28',
+      '203.0.113.9/32',
+      '192.168.1.0/24',
+      '10.200.0.0/30',
+    ]) {
       assert.ok(found.includes(cidr), `${cidr} in ${found.join(' ')}`);
     }
     for (const cidr of ['198.51.100.0/24', '100.70.0.0/16', '8.8.8.0/24', '0.0.0.0/0']) assert.ok(!found.includes(cidr), cidr);
@@ -42,11 +57,22 @@ describe('unit: the host\'s own networks in the guest network policy', () => {
   });
 
   it('renders a set the forward chain drops on, and a refresh as one transaction; nft lists elements as the drift check expects', () => {
-    const text = renderPolicyTable({ table: 'tzz-netpolicy', interfacePrefix: 'tzz-', sandboxSubnet: '10.241.0.0/16', hostNetworks: ['45.1.2.3/32', '130.92.6.0/23'] });
+    const text = renderPolicyTable({
+      table: 'tzz-netpolicy',
+      interfacePrefix: 'tzz-',
+      sandboxSubnet: '10.241.0.0/16',
+      hostNetworks: ['45.1.2.3/32', '130.92.6.0/23'],
+    });
     assert.match(text, /set host4 \{ type ipv4_addr; flags interval; elements = \{ 45\.1\.2\.3\/32, 130\.92\.6\.0\/23 \}; \}/);
     const forward = text.slice(text.indexOf('chain forward'));
-    assert.ok(forward.indexOf('ip daddr @host4 counter drop') > 0 && forward.indexOf('ip daddr @host4') < forward.indexOf('@egress accept'), 'dropped before the egress accept');
-    assert.equal(renderHostNetworks('tzz-netpolicy', ['45.1.2.3/32']), 'flush set inet tzz-netpolicy host4\nadd element inet tzz-netpolicy host4 { 45.1.2.3/32 }\n');
+    assert.ok(
+      forward.indexOf('ip daddr @host4 counter drop') > 0 && forward.indexOf('ip daddr @host4') < forward.indexOf('@egress accept'),
+      'dropped before the egress accept',
+    );
+    assert.equal(
+      renderHostNetworks('tzz-netpolicy', ['45.1.2.3/32']),
+      'flush set inet tzz-netpolicy host4\nadd element inet tzz-netpolicy host4 { 45.1.2.3/32 }\n',
+    );
     assert.equal(renderHostNetworks('tzz-netpolicy', []), 'flush set inet tzz-netpolicy host4\n');
     assert.throws(() => renderHostNetworks('tzz-netpolicy', ['1.2.3.4/32 } ; flush ruleset']), /host network/);
     assert.equal(hostElementKey('45.1.2.3/32'), '"45.1.2.3"');

@@ -53,7 +53,10 @@ describe('guest image integrity', () => {
     await unlink(path.join(image.rootfs, 'usr', 'bin', 'tool4'));
     await writeFile(path.join(image.rootfs, 'etc', 'hostname'), 'evil!\n');
     await writeFile(path.join(image.rootfs, 'etc', 'planted'), 'x');
-    const err = await checkImage(image, REBUILD).then(() => undefined, (e: unknown) => e);
+    const err = await checkImage(image, REBUILD).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     assert.ok(err instanceof DamagedImageError, String(err));
     assert.equal(httpStatusOf(err.code), 503);
     assert.equal(err.code, 'image_damaged');

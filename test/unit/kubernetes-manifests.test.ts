@@ -81,7 +81,7 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
     }
   });
 
-  it('every YAML document parses and passes its kind\'s OpenAPI schema (kubernetes-models); no unknown kind', () => {
+  it("every YAML document parses and passes its kind's OpenAPI schema (kubernetes-models); no unknown kind", () => {
     const problems: string[] = [];
     let count = 0;
     for (const file of manifestFiles()) {
@@ -114,7 +114,10 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
     mkdirSync(path.join(ROOT, '.scratch'), { recursive: true });
     scratch = mkdtempSync(path.join(ROOT, '.scratch', 'k8s-types-'));
     const objects = [...renderings[1]!.objects, ...renderings[0]!.objects.filter((l) => l.object.kind === 'Secret')];
-    const all = await typeCheck(objects.map(({ file, object }) => ({ label: `${rel(file)} ${object.kind}/${object.metadata.name}`, object })), scratch);
+    const all = await typeCheck(
+      objects.map(({ file, object }) => ({ label: `${rel(file)} ${object.kind}/${object.metadata.name}`, object })),
+      scratch,
+    );
     assert.deepEqual(all.errors, []);
     assert.equal(all.exitCode, 0, all.output);
     // The check itself: the gateway's readOnlyRootFilesystem misspelt is refused.
@@ -127,14 +130,18 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
   it('each kustomization lists exactly the manifests of its folder; its secrets come from git-ignored env files with placeholder examples', () => {
     for (const dir of [DEPLOY, BASE, TRY_IT]) {
       const k = readKustomization(dir);
-      const files = readdirSync(dir).filter((name) => /\.ya?ml$/.test(name) && name !== KUSTOMIZATION).sort();
+      const files = readdirSync(dir)
+        .filter((name) => /\.ya?ml$/.test(name) && name !== KUSTOMIZATION)
+        .sort();
       const listed = (k.resources ?? []).filter((r) => !existsSync(path.join(dir, r, KUSTOMIZATION)));
       assert.deepEqual([...listed].sort(), files, `${rel(dir)}/${KUSTOMIZATION} resources vs the folder's YAML files`);
       for (const r of k.resources ?? []) assert.ok(existsSync(path.join(dir, r)), `${rel(dir)}: ${r} does not exist`);
       for (const generator of k.secretGenerator ?? []) {
         assert.equal(generator.options?.disableNameSuffixHash, true, `${generator.name}: the workloads name it without a hash suffix`);
         for (const env of generator.envs ?? []) {
-          const ignored = readFileSync(path.join(dir, '.gitignore'), 'utf8').split('\n').map((l) => l.trim());
+          const ignored = readFileSync(path.join(dir, '.gitignore'), 'utf8')
+            .split('\n')
+            .map((l) => l.trim());
           assert.ok(ignored.includes(env), `${rel(dir)}/.gitignore must list ${env} (it holds real secrets)`);
           const example = readEnvFile(path.join(dir, `${env}.example`));
           for (const [key, value] of Object.entries(example)) assert.match(value, /CHANGE-ME/, `${env}.example: ${key} must be an obvious placeholder`);
@@ -156,7 +163,8 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
         const pod = podTemplateOf(object);
         if (!pod) continue;
         const at = `${name}: ${object.kind}/${object.metadata.name}`;
-        if (pod.spec.serviceAccountName && !has('ServiceAccount', pod.spec.serviceAccountName)) problems.push(`${at}: ServiceAccount ${pod.spec.serviceAccountName}`);
+        if (pod.spec.serviceAccountName && !has('ServiceAccount', pod.spec.serviceAccountName))
+          problems.push(`${at}: ServiceAccount ${pod.spec.serviceAccountName}`);
         const statefulService = (object.spec as { serviceName?: string }).serviceName;
         if (statefulService && !has('Service', statefulService)) problems.push(`${at}: Service ${statefulService}`);
         for (const v of pod.spec.volumes ?? []) {
@@ -178,7 +186,8 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
           // undefined one stays as the literal text.
           const defined = new Set((c.env ?? []).map((e) => e.name));
           for (const word of [...(c.command ?? []), ...(c.args ?? [])]) {
-            for (const m of word.matchAll(/\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g)) if (!defined.has(m[1]!)) problems.push(`${at} ${c.name}: $(${m[1]}) is not in its env`);
+            for (const m of word.matchAll(/\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g))
+              if (!defined.has(m[1]!)) problems.push(`${at} ${c.name}: $(${m[1]}) is not in its env`);
           }
           for (const probe of [c.readinessProbe, c.livenessProbe, c.startupProbe]) {
             const port = probe?.httpGet?.port ?? probe?.tcpSocket?.port;
@@ -209,11 +218,20 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
           assert.equal(targets.length, 1, `${at} selects ${targets.length} workloads`);
           for (const port of spec.ports ?? []) {
             const containers = targets[0]!.template.spec.containers;
-            assert.ok(containers.some((c) => c.ports?.some((p) => p.name === port.targetPort || p.containerPort === port.targetPort)), `${at}: targetPort ${port.targetPort} is no container's port`);
+            assert.ok(
+              containers.some((c) => c.ports?.some((p) => p.name === port.targetPort || p.containerPort === port.targetPort)),
+              `${at}: targetPort ${port.targetPort} is no container's port`,
+            );
           }
         }
-        if (podTemplateOf(object)) assert.ok(selects(spec.selector?.matchLabels, podTemplateOf(object)!.metadata.labels), `${at}: its selector does not match its own pods`);
-        if (object.kind === 'PodDisruptionBudget') assert.deepEqual(selected(spec.selector?.matchLabels).map((p) => p.object.metadata.name), ['sbx-gateway'], at);
+        if (podTemplateOf(object))
+          assert.ok(selects(spec.selector?.matchLabels, podTemplateOf(object)!.metadata.labels), `${at}: its selector does not match its own pods`);
+        if (object.kind === 'PodDisruptionBudget')
+          assert.deepEqual(
+            selected(spec.selector?.matchLabels).map((p) => p.object.metadata.name),
+            ['sbx-gateway'],
+            at,
+          );
         if (object.kind === 'HorizontalPodAutoscaler') {
           const target = spec.scaleTargetRef;
           assert.ok(target && find(objects, target.kind, target.name), `${at}: scales ${target?.kind}/${target?.name}, which does not exist`);
@@ -222,7 +240,8 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
           const podSelector = spec.podSelector?.matchLabels;
           if (podSelector) assert.equal(selected(podSelector).length, 1, `${at} applies to no workload`);
           for (const rule of spec.ingress ?? []) {
-            for (const peer of rule.from ?? []) if (peer.podSelector) assert.equal(selected(peer.podSelector.matchLabels).length, 1, `${at}: a peer selects no workload`);
+            for (const peer of rule.from ?? [])
+              if (peer.podSelector) assert.equal(selected(peer.podSelector.matchLabels).length, 1, `${at}: a peer selects no workload`);
           }
         }
       }
@@ -250,8 +269,11 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
     }
     assert.equal(mountedAt('/sys/fs/cgroup')?.mountPath, '/sys/fs/cgroup');
     const config = only('ConfigMap', 'sbx-node').data as Record<string, string>;
-    assert.ok(config.SBX_IMAGES_DIR?.startsWith(`${config.SBX_STATE_DIR}/`), 'the images are under the state dir\'s host path');
-    assert.deepEqual(agent.envFrom?.map((f) => f.configMapRef?.name), ['sbx-sessions', 'sbx-node']);
+    assert.ok(config.SBX_IMAGES_DIR?.startsWith(`${config.SBX_STATE_DIR}/`), "the images are under the state dir's host path");
+    assert.deepEqual(
+      agent.envFrom?.map((f) => f.configMapRef?.name),
+      ['sbx-sessions', 'sbx-node'],
+    );
 
     // The agent's command line: advertised at the host's address, named after the host.
     const args = agent.args ?? [];
@@ -263,7 +285,11 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
     const port = agent.ports?.find((p) => p.name === 'http');
     assert.equal(String(port?.containerPort), flag('--port'));
     for (const probe of [agent.readinessProbe, agent.livenessProbe, agent.startupProbe]) {
-      assert.deepEqual(probe?.httpGet, { path: '/healthz', port: 'http' }, 'a bare GET /healthz is the one request a node answers without the cluster credential');
+      assert.deepEqual(
+        probe?.httpGet,
+        { path: '/healthz', port: 'http' },
+        'a bare GET /healthz is the one request a node answers without the cluster credential',
+      );
     }
     assert.ok(agent.resources?.requests?.cpu && agent.resources.requests.memory && agent.resources.limits?.memory);
 
@@ -276,10 +302,18 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
     assert.match(preStop, /\$\{SBX_MAX_LIFETIME_SECONDS:-3600\}/);
     const lifetime = Number((only('ConfigMap', 'sbx-sessions').data as Record<string, string>).SBX_MAX_LIFETIME_SECONDS);
     assert.ok(lifetime >= 60, 'SBX_MAX_LIFETIME_SECONDS in the ConfigMap sbx-sessions');
-    assert.ok((nodePod.terminationGracePeriodSeconds ?? 30) >= lifetime + 60, `terminationGracePeriodSeconds ${nodePod.terminationGracePeriodSeconds} < ${lifetime} + 60`);
+    assert.ok(
+      (nodePod.terminationGracePeriodSeconds ?? 30) >= lifetime + 60,
+      `terminationGracePeriodSeconds ${nodePod.terminationGracePeriodSeconds} < ${lifetime} + 60`,
+    );
     // ... and the next pod undoes the drain before the agent starts.
-    const undrain = nodePod.initContainers?.flatMap((c) => sbxInvocationsOf({ ...node, spec: { template: { metadata: {}, spec: { containers: [c] } } } } as unknown as K8sObject)).map((i) => i.words.slice(0, 3));
-    assert.deepEqual(undrain?.find((w) => w[1] === 'undrain'), ['node', 'undrain', '$NODE_NAME']);
+    const undrain = nodePod.initContainers
+      ?.flatMap((c) => sbxInvocationsOf({ ...node, spec: { template: { metadata: {}, spec: { containers: [c] } } } } as unknown as K8sObject))
+      .map((i) => i.words.slice(0, 3));
+    assert.deepEqual(
+      undrain?.find((w) => w[1] === 'undrain'),
+      ['node', 'undrain', '$NODE_NAME'],
+    );
   });
 
   it('the gateway: non-root, read-only root, no privileges, spread out, 2 to 10 replicas (HPA on CPU), PDB minAvailable 1, ready only while /healthz is', () => {
@@ -300,7 +334,11 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
     assert.ok(spread.topologySpreadConstraints?.some((t) => t.topologyKey === 'kubernetes.io/hostname'));
     assert.ok(gatewayContainer.resources?.requests?.cpu, 'the HPA measures CPU against the request');
 
-    const hpa = only('HorizontalPodAutoscaler', 'sbx-gateway').spec as { minReplicas: number; maxReplicas: number; metrics: Array<{ resource?: { name: string } }> };
+    const hpa = only('HorizontalPodAutoscaler', 'sbx-gateway').spec as {
+      minReplicas: number;
+      maxReplicas: number;
+      metrics: Array<{ resource?: { name: string } }>;
+    };
     assert.ok(hpa.minReplicas >= 2 && hpa.maxReplicas > hpa.minReplicas);
     assert.equal(hpa.metrics[0]?.resource?.name, 'cpu');
     const replicas = (gateway.spec as { replicas?: number }).replicas;
@@ -316,12 +354,19 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
     assert.ok(shared.includes('SBX_MEMORY_MIB') && shared.length >= 5, `read from docs/configuration.md: ${shared.join(' ')}`);
     const sessions = only('ConfigMap', 'sbx-sessions').data as Record<string, string>;
     for (const name of shared) assert.ok(name in sessions, `${name} in the ConfigMap sbx-sessions`);
-    for (const [where, container] of [['node', agent], ['gateway', gatewayContainer]] as const) {
-      assert.ok(container.envFrom?.some((f) => f.configMapRef?.name === 'sbx-sessions'), `${where} reads sbx-sessions`);
+    for (const [where, container] of [
+      ['node', agent],
+      ['gateway', gatewayContainer],
+    ] as const) {
+      assert.ok(
+        container.envFrom?.some((f) => f.configMapRef?.name === 'sbx-sessions'),
+        `${where} reads sbx-sessions`,
+      );
       // Set anywhere else, a value could differ between the two: placement would then count
       // sessions at another size than the nodes give them.
       for (const from of container.envFrom ?? []) {
-        const other = from.configMapRef && from.configMapRef.name !== 'sbx-sessions' ? (only('ConfigMap', from.configMapRef.name).data as Record<string, string>) : {};
+        const other =
+          from.configMapRef && from.configMapRef.name !== 'sbx-sessions' ? (only('ConfigMap', from.configMapRef.name).data as Record<string, string>) : {};
         for (const name of shared) assert.ok(!(name in other), `${name} in ConfigMap ${from.configMapRef?.name} too`);
       }
       for (const e of container.env ?? []) assert.ok(!shared.includes(e.name), `${where}: ${e.name} set in its env`);
@@ -334,23 +379,37 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
       for (const { object } of objects) {
         if (object.kind === 'ConfigMap') {
           for (const [key, value] of Object.entries((object.data ?? {}) as Record<string, string>)) {
-            assert.doesNotMatch(`${key}=${value}`, /postgres(ql)?:\/\/|SBX_CLUSTER_DB_URL|SBX_CLUSTER_SECRET|PASSWORD/i, `${name}: ConfigMap/${object.metadata.name} holds a secret`);
+            assert.doesNotMatch(
+              `${key}=${value}`,
+              /postgres(ql)?:\/\/|SBX_CLUSTER_DB_URL|SBX_CLUSTER_SECRET|PASSWORD/i,
+              `${name}: ConfigMap/${object.metadata.name} holds a secret`,
+            );
           }
         }
         const pod = podTemplateOf(object);
-        for (const v of pod?.spec.volumes ?? []) assert.notEqual(v.secret?.secretName, 'sbx-cluster', `${name}: sbx-cluster mounted as files in ${object.metadata.name}`);
+        for (const v of pod?.spec.volumes ?? [])
+          assert.notEqual(v.secret?.secretName, 'sbx-cluster', `${name}: sbx-cluster mounted as files in ${object.metadata.name}`);
         for (const c of containersOf(object)) {
           assert.ok(!(c.envFrom ?? []).some((f) => f.secretRef?.name === 'sbx-cluster'), `${object.metadata.name}/${c.name}: take only the keys it needs`);
           const keys = (c.env ?? []).filter((e) => e.valueFrom?.secretKeyRef?.name === 'sbx-cluster').map((e) => `${e.name}=${e.valueFrom!.secretKeyRef!.key}`);
           if (keys.length > 0) readers.push(`${object.metadata.name}/${c.name}: ${keys.join(' ')}`);
-          for (const word of [...(c.command ?? []), ...(c.args ?? [])]) assert.doesNotMatch(word, /\$\(SBX_CLUSTER_(DB_URL|SECRET)\)/, `${c.name}: a secret in a process's arguments is readable by every user of the host`);
+          for (const word of [...(c.command ?? []), ...(c.args ?? [])])
+            assert.doesNotMatch(
+              word,
+              /\$\(SBX_CLUSTER_(DB_URL|SECRET)\)/,
+              `${c.name}: a secret in a process's arguments is readable by every user of the host`,
+            );
         }
       }
-      assert.deepEqual(readers.sort(), [
-        'sbx-gateway/gateway: SBX_CLUSTER_DB_URL=SBX_CLUSTER_DB_URL SBX_CLUSTER_SECRET=SBX_CLUSTER_SECRET',
-        'sbx-node/node: SBX_CLUSTER_DB_URL=SBX_CLUSTER_DB_URL SBX_CLUSTER_SECRET=SBX_CLUSTER_SECRET',
-        'sbx-node/undrain: SBX_CLUSTER_DB_URL=SBX_CLUSTER_DB_URL',
-      ], `${name}: who reads the cluster's secrets`);
+      assert.deepEqual(
+        readers.sort(),
+        [
+          'sbx-gateway/gateway: SBX_CLUSTER_DB_URL=SBX_CLUSTER_DB_URL SBX_CLUSTER_SECRET=SBX_CLUSTER_SECRET',
+          'sbx-node/node: SBX_CLUSTER_DB_URL=SBX_CLUSTER_DB_URL SBX_CLUSTER_SECRET=SBX_CLUSTER_SECRET',
+          'sbx-node/undrain: SBX_CLUSTER_DB_URL=SBX_CLUSTER_DB_URL',
+        ],
+        `${name}: who reads the cluster's secrets`,
+      );
     }
     // The preStop hands the credential to curl on its standard input, not its arguments, and
     // no sbx command line names either secret (the commands read them from the environment).
@@ -362,10 +421,13 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
 
   it('every sbx command line of the containers and their hooks uses the agreed CLI surface', () => {
     const invocations = renderings[1]!.objects.flatMap(({ object }) => sbxInvocationsOf(object));
-    assert.deepEqual(
-      [...new Set(invocations.map((i) => (parseInvocation(i.words) as { path?: string }).path))].sort(),
-      ['gateway', 'image build', 'node', 'node drain', 'node undrain'],
-    );
+    assert.deepEqual([...new Set(invocations.map((i) => (parseInvocation(i.words) as { path?: string }).path))].sort(), [
+      'gateway',
+      'image build',
+      'node',
+      'node drain',
+      'node undrain',
+    ]);
     assert.deepEqual(surfaceProblems(invocations), []);
   });
 
@@ -378,7 +440,10 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
       const key = words.join(' ');
       if (!helps.has(key)) {
         const res = run([process.execPath, main, ...words, '--help'], { allowFailure: true, timeoutMs: 30_000 });
-        helps.set(key, res.then((r) => (r.exitCode === 0 && r.stdout.startsWith(`Usage: sbx ${key} `) ? r.stdout : undefined)));
+        helps.set(
+          key,
+          res.then((r) => (r.exitCode === 0 && r.stdout.startsWith(`Usage: sbx ${key} `) ? r.stdout : undefined)),
+        );
       }
       return helps.get(key) as Promise<string | undefined>;
     };
@@ -449,7 +514,10 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
       // The operator's env files, from the examples.
       copyFileSync(path.join(dir, 'base', 'cluster.env.example'), path.join(dir, 'base', 'cluster.env'));
       copyFileSync(path.join(dir, 'try-it', 'postgres.env.example'), path.join(dir, 'try-it', 'postgres.env'));
-      for (const [name, sub, mine] of [['base', '', renderings[0]!], ['try-it', 'try-it', renderings[1]!]] as const) {
+      for (const [name, sub, mine] of [
+        ['base', '', renderings[0]!],
+        ['try-it', 'try-it', renderings[1]!],
+      ] as const) {
         const res = await run(['kubectl', 'kustomize', path.join(dir, sub)], { allowFailure: true, timeoutMs: 60_000 });
         assert.equal(res.exitCode, 0, res.stderr);
         const out = path.join(dir, `${name}.rendered.yaml`);
@@ -460,10 +528,15 @@ describe('Kubernetes manifests (deploy/kubernetes)', () => {
         for (const object of theirs) {
           // kustomize folds a long base64 value over lines; the API server's decoder skips
           // the newlines, the schema's "byte" format does not.
-          if (object.kind === 'Secret') for (const [k, v] of Object.entries(object.data as Record<string, string>)) (object.data as Record<string, string>)[k] = v.replace(/\n/g, '');
+          if (object.kind === 'Secret')
+            for (const [k, v] of Object.entries(object.data as Record<string, string>)) (object.data as Record<string, string>)[k] = v.replace(/\n/g, '');
           assert.equal(schemaProblem(object), undefined, `${name}: ${object.kind}/${object.metadata.name}`);
           // Object for object what the other tests read: they check what kubectl would apply.
-          assert.deepEqual(find(mine.objects, object.kind, object.metadata.name), object, `${name}: ${object.kind}/${object.metadata.name} differs from kubectl kustomize's`);
+          assert.deepEqual(
+            find(mine.objects, object.kind, object.metadata.name),
+            object,
+            `${name}: ${object.kind}/${object.metadata.name} differs from kubectl kustomize's`,
+          );
         }
       }
       // Without the operator's cluster.env, nothing renders.

@@ -13,7 +13,7 @@ import { hookHarness, PRE_STOP as preStop, UNDRAIN as undrain, type HookHarness 
 const SECRET = 'a'.repeat(64);
 const DB_URL = 'postgres://sbx:pw@db.invalid:5432/sbx';
 
-describe('the node pod\'s hooks, run for real (preStop drain-and-wait, undrain)', () => {
+describe("the node pod's hooks, run for real (preStop drain-and-wait, undrain)", () => {
   let hooks: HookHarness;
   before(async () => {
     hooks = await hookHarness('stand-in');
@@ -23,7 +23,7 @@ describe('the node pod\'s hooks, run for real (preStop drain-and-wait, undrain)'
   const runHook = (script: string, env: Record<string, string> = {}) =>
     hooks.run(script, { NODE_NAME: 'kvm-1', SBX_CLUSTER_DB_URL: DB_URL, SBX_CLUSTER_SECRET: SECRET, SBX_MAX_LIFETIME_SECONDS: '3600', ...env });
 
-  it('preStop: drains this node, then polls /metrics until no session is left, the credential on curl\'s input only', async () => {
+  it("preStop: drains this node, then polls /metrics until no session is left, the credential on curl's input only", async () => {
     hooks.answer([{ sessions: 2 }, { sessions: 1 }, { sessions: 1 }, { sessions: 0 }, { sessions: 5 }]);
     const res = await runHook(preStop);
     assert.equal(res.exitCode, 0, res.stderr);
@@ -42,7 +42,17 @@ describe('the node pod\'s hooks, run for real (preStop drain-and-wait, undrain)'
   });
 
   it('preStop: a silence broken by an answer starts the count again', async () => {
-    hooks.answer([{ status: 500 }, { status: 500 }, { status: 500 }, { status: 500 }, { status: 500 }, { sessions: 1 }, { status: 500 }, { status: 500 }, { sessions: 0 }]);
+    hooks.answer([
+      { status: 500 },
+      { status: 500 },
+      { status: 500 },
+      { status: 500 },
+      { status: 500 },
+      { sessions: 1 },
+      { status: 500 },
+      { status: 500 },
+      { sessions: 0 },
+    ]);
     const res = await runHook(preStop);
     assert.equal(res.exitCode, 0, res.stderr);
     assert.equal(hooks.requests.length, 9);
@@ -60,7 +70,7 @@ describe('the node pod\'s hooks, run for real (preStop drain-and-wait, undrain)'
     assert.equal(hooks.requests.length, 0, 'a deadline already passed: no poll');
   });
 
-  it('undrain: undrains this node; a failure (a host\'s first start) is said, not fatal', async () => {
+  it("undrain: undrains this node; a failure (a host's first start) is said, not fatal", async () => {
     const ok = await runHook(undrain);
     assert.equal(ok.exitCode, 0);
     assert.deepEqual(ok.sbx, [`node undrain kvm-1|${DB_URL}`]);

@@ -49,11 +49,17 @@ describe('the Kubernetes image and walk-through (deploy/Dockerfile, docs/cluster
     assert.deepEqual(surfaceProblems(documented), []);
   });
 
-  it('the walk-through\'s kubectl commands name what the manifests make: namespace, workloads, containers, ports, label and taint', () => {
+  it("the walk-through's kubectl commands name what the manifests make: namespace, workloads, containers, ports, label and taint", () => {
     const lines = BLOCKS.flatMap((b) => b.split('\n')).filter((l) => l.startsWith('kubectl '));
     assert.ok(lines.length >= 10, `only ${lines.length} kubectl lines`);
     const objects = TRY_IT_OBJECTS;
-    const kinds: Record<string, string> = { deploy: 'Deployment', deployment: 'Deployment', daemonset: 'DaemonSet', statefulset: 'StatefulSet', svc: 'Service' };
+    const kinds: Record<string, string> = {
+      deploy: 'Deployment',
+      deployment: 'Deployment',
+      daemonset: 'DaemonSet',
+      statefulset: 'StatefulSet',
+      svc: 'Service',
+    };
     const problems: string[] = [];
     for (const line of lines) {
       // kubectl's own words: what follows `--` is the command run in the pod.
@@ -61,12 +67,14 @@ describe('the Kubernetes image and walk-through (deploy/Dockerfile, docs/cluster
       const words = all.includes('--') ? all.slice(0, all.indexOf('--')) : all;
       const ns = words[words.indexOf('-n') + 1];
       if (words.includes('-n') && ns !== readKustomization(BASE).namespace) problems.push(`${line}: namespace ${ns}`);
-      if (words.includes('apply') && !existsSync(path.join(ROOT, words[words.indexOf('-k') + 1]!, KUSTOMIZATION))) problems.push(`${line}: no kustomization there`);
+      if (words.includes('apply') && !existsSync(path.join(ROOT, words[words.indexOf('-k') + 1]!, KUSTOMIZATION)))
+        problems.push(`${line}: no kustomization there`);
       const label = /^kubectl label node \S+ ([^=\s]+)=(\S+)$/.exec(line);
       if (label && nodePod.nodeSelector?.[label[1]!] !== label[2]) problems.push(`${line}: not the DaemonSet's nodeSelector`);
       const taint = /^kubectl taint node \S+ ([^=\s]+)=([^:\s]+):(\S+)/.exec(line);
       const tolerations = (nodePod as PodSpec & { tolerations?: Array<{ key: string; value: string; effect: string }> }).tolerations ?? [];
-      if (taint && !tolerations.some((t) => t.key === taint[1] && t.value === taint[2] && t.effect === taint[3])) problems.push(`${line}: the DaemonSet does not tolerate it`);
+      if (taint && !tolerations.some((t) => t.key === taint[1] && t.value === taint[2] && t.effect === taint[3]))
+        problems.push(`${line}: the DaemonSet does not tolerate it`);
       for (const word of words) {
         const ref = /^([a-z]+)\/([a-z0-9-]+)$/.exec(word);
         if (!ref || !kinds[ref[1]!]) continue;
@@ -85,25 +93,32 @@ describe('the Kubernetes image and walk-through (deploy/Dockerfile, docs/cluster
     assert.deepEqual(problems, []);
   });
 
-  it('deploy/Dockerfile: Debian 12 with Node 20, and scripts/setup.sh\'s packages less the test-only ones', () => {
+  it("deploy/Dockerfile: Debian 12 with Node 20, and scripts/setup.sh's packages less the test-only ones", () => {
     const dockerfile = readFileSync(path.join(ROOT, 'deploy', 'Dockerfile'), 'utf8');
     const setup = readFileSync(path.join(ROOT, 'scripts', 'setup.sh'), 'utf8');
     const setupPackages = (/^packages=\(([^)]*)\)/m.exec(setup)?.[1] ?? '').trim().split(/\s+/);
-    assert.ok(setupPackages.includes('runc') && setupPackages.includes('qemu-system-x86'), 'setup.sh\'s packages=(...) is read');
+    assert.ok(setupPackages.includes('runc') && setupPackages.includes('qemu-system-x86'), "setup.sh's packages=(...) is read");
     const install = /apt-get install[^\n]*--no-install-recommends((?:[^&]|&(?!&))*)&&/.exec(dockerfile)?.[1] ?? '';
     const imagePackages = install.replace(/\\\n/g, ' ').trim().split(/\s+/).filter(Boolean);
     // Used by the tests and the benchmark only (the Dockerfile's comment says why each).
     const testOnly = ['shellcheck', 'chromium', 'fonts-liberation', 'postgresql', 'openssh-client'];
-    assert.deepEqual([...imagePackages].sort(), setupPackages.filter((p) => !testOnly.includes(p)).sort(), 'a package added to setup.sh: install it in the image too, or call it test-only here and in the Dockerfile');
+    assert.deepEqual(
+      [...imagePackages].sort(),
+      setupPackages.filter((p) => !testOnly.includes(p)).sort(),
+      'a package added to setup.sh: install it in the image too, or call it test-only here and in the Dockerfile',
+    );
     const stages = [...dockerfile.matchAll(/^FROM\s+(\S+)/gm)].map((m) => m[1]);
     assert.deepEqual(stages, ['node:20-bookworm', 'node:20-bookworm-slim']);
     assert.match(dockerfile, /npm ci\b/);
     assert.match(dockerfile, /npm run build/);
     assert.match(dockerfile, /ln -s \/opt\/sbx\/dist\/cli\/main\.js \/usr\/local\/bin\/sbx/, 'the manifests run `sbx`');
     const ignore = readFileSync(path.join(ROOT, 'deploy', 'Dockerfile.dockerignore'), 'utf8');
-    assert.match(ignore, /^deploy\/kubernetes\/\*\*\/\*\.env$/m, 'the operator\'s secrets never enter the build context');
+    assert.match(ignore, /^deploy\/kubernetes\/\*\*\/\*\.env$/m, "the operator's secrets never enter the build context");
     // What the build copies from the context (the repository's root) exists and is not ignored.
-    const ignored = ignore.split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
+    const ignored = ignore
+      .split('\n')
+      .map((l) => l.trim())
+      .filter((l) => l && !l.startsWith('#'));
     const copied = [...dockerfile.matchAll(/^COPY (?!--from)(.+) \S+$/gm)].flatMap((m) => m[1]!.split(/\s+/));
     assert.deepEqual(copied, ['package.json', 'package-lock.json', 'tsconfig.json', 'src']);
     for (const source of copied) {
@@ -145,15 +160,18 @@ describe('the Kubernetes image and walk-through (deploy/Dockerfile, docs/cluster
     }
     assert.deepEqual(problems, [], 'loaded at run time but dev-only: the image, which has no devDependencies, would fail to load it');
     // Present only because a dependency brings it: works, but should be declared.
-    if (undeclared.size > 0) t.diagnostic(`loaded at run time, in the image only as another package's dependency (declare it in "dependencies"): ${[...undeclared].join(', ')}`);
+    if (undeclared.size > 0)
+      t.diagnostic(`loaded at run time, in the image only as another package's dependency (declare it in "dependencies"): ${[...undeclared].join(', ')}`);
     for (const name of ['fastify', 'better-sqlite3', '@novnc/novnc']) assert.ok(seen.has(name), `the scan missed ${name}`);
     // The check itself: a value import of a devDependency is seen, a type-only one is not.
-    assert.deepEqual(packagesLoadedBy("import fc from 'fast-check';\nimport type { WebSocket } from 'ws';\nexport const a = fc; export type B = WebSocket;"), ['fast-check']);
+    assert.deepEqual(packagesLoadedBy("import fc from 'fast-check';\nimport type { WebSocket } from 'ws';\nexport const a = fc; export type B = WebSocket;"), [
+      'fast-check',
+    ]);
     assert.equal(kept('fast-check'), false);
     assert.equal(kept('fastify'), true);
   });
 
-  it('the walk-through\'s secret snippets write env files Kustomize takes: private, the try-it password in the URL, a 256-bit credential', async () => {
+  it("the walk-through's secret snippets write env files Kustomize takes: private, the try-it password in the URL, a 256-bit credential", async () => {
     const blocks = [...DOCS.slice(DOCS.indexOf('### 3. Write the secrets')).matchAll(/^```sh\n([\s\S]*?)^```/gm)].map((m) => m[1]!).slice(0, 2);
     assert.equal(blocks.length, 2);
     const dir = mkdtempSync(path.join(os.tmpdir(), 'sbx-k8s-secrets-'));

@@ -115,13 +115,12 @@ describe('layering of src/', () => {
   const files = sourceFiles(SRC);
 
   it('finds the imports it checks (the parser is not blind)', () => {
-    assert.deepEqual(relativeImports(`import a from './a.js';\nimport type { B } from '../b/b.js';\nexport { c } from './c.js';\nimport './d.js';\nconst e = await import('./e.js');`), [
-      './a.js',
-      '../b/b.js',
-      './c.js',
-      './d.js',
-      './e.js',
-    ]);
+    assert.deepEqual(
+      relativeImports(
+        `import a from './a.js';\nimport type { B } from '../b/b.js';\nexport { c } from './c.js';\nimport './d.js';\nconst e = await import('./e.js');`,
+      ),
+      ['./a.js', '../b/b.js', './c.js', './d.js', './e.js'],
+    );
     assert.deepEqual(relativeImports(`import {\n  x,\n  type Y,\n} from '../sessions/manager.js';`), ['../sessions/manager.js']);
     assert.ok(files.length > 100, `src/ has its files (${files.length})`);
     const all = files.flatMap((file) => relativeImports(readFileSync(file, 'utf8')));
@@ -136,7 +135,10 @@ describe('layering of src/', () => {
   // (transport/guest-transport.ts), so another way to reach a guest replaces one folder.
   it('only src/transport/ imports ssh2 or the concrete SSH connection', () => {
     const ssh2Import = /\b(?:import|export)\s[^'"`;]*?\bfrom\s*['"]ssh2(?:\/[^'"]*)?['"]|\bimport\(\s*['"]ssh2['"]\s*\)|\brequire\(\s*['"]ssh2['"]\s*\)/;
-    assert.ok(ssh2Import.test(`import type { ClientChannel } from 'ssh2';`) && ssh2Import.test(`import ssh2 from "ssh2";`), 'the pattern sees an import of ssh2');
+    assert.ok(
+      ssh2Import.test(`import type { ClientChannel } from 'ssh2';`) && ssh2Import.test(`import ssh2 from "ssh2";`),
+      'the pattern sees an import of ssh2',
+    );
     const outside = files.filter((file) => topOf(file) !== 'transport');
     const offenders = outside.flatMap((file) => {
       const source = readFileSync(file, 'utf8');

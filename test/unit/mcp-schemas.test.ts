@@ -1,13 +1,26 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { ACTIONS } from '../../src/computer/actions.js';
-import { bashInput, computerInput, createInput, desktopInput, downloadInput, editorInput, MCP_MAX_FILE_BYTES, screenshotInput, uploadInput } from '../../src/mcp/schemas.js';
+import {
+  bashInput,
+  computerInput,
+  createInput,
+  desktopInput,
+  downloadInput,
+  editorInput,
+  MCP_MAX_FILE_BYTES,
+  screenshotInput,
+  uploadInput,
+} from '../../src/mcp/schemas.js';
 import { fromToolResult, imageMimeType } from '../../src/mcp/results.js';
 
 /** The MCP tools' input schemas (src/mcp/schemas.ts): what they let through and what they name when they refuse. */
 const ID = 'abc123def4';
 
-function refusal(schema: { safeParse(input: unknown): { success: boolean; error?: { issues: Array<{ path: PropertyKey[]; message: string }> } } }, input: unknown): string {
+function refusal(
+  schema: { safeParse(input: unknown): { success: boolean; error?: { issues: Array<{ path: PropertyKey[]; message: string }> } } },
+  input: unknown,
+): string {
   const result = schema.safeParse(input);
   assert.equal(result.success, false, `expected ${JSON.stringify(input)} to be refused`);
   return (result.error?.issues ?? []).map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; ');
@@ -21,13 +34,13 @@ describe('MCP tool input schemas', () => {
     }
   });
 
-  it('computer: every action of the contract, the contract\'s fields, nothing else', () => {
+  it("computer: every action of the contract, the contract's fields, nothing else", () => {
     for (const action of ACTIONS) assert.equal(computerInput.safeParse({ sandbox_id: ID, action }).success, true, action);
+    assert.equal(computerInput.safeParse({ sandbox_id: ID, action: 'left_click_drag', start_coordinate: [1, 2], coordinate: [3, 4] }).success, true);
     assert.equal(
-      computerInput.safeParse({ sandbox_id: ID, action: 'left_click_drag', start_coordinate: [1, 2], coordinate: [3, 4] }).success,
+      computerInput.safeParse({ sandbox_id: ID, action: 'scroll', scroll_direction: 'down', scroll_amount: 3, coordinate: [5, 5], text: 'ctrl' }).success,
       true,
     );
-    assert.equal(computerInput.safeParse({ sandbox_id: ID, action: 'scroll', scroll_direction: 'down', scroll_amount: 3, coordinate: [5, 5], text: 'ctrl' }).success, true);
     assert.equal(computerInput.safeParse({ sandbox_id: ID, action: 'zoom', region: [0, 0, 10, 10] }).success, true);
     assert.match(refusal(computerInput, { sandbox_id: ID, action: 'explode' }), /^action: /);
     assert.match(refusal(computerInput, { sandbox_id: ID, action: 'left_click', coordinate: [-1, 5] }), /^coordinate\.0: /);
@@ -71,21 +84,43 @@ describe('MCP tool input schemas', () => {
     const json = computerInput.toJSONSchema() as { required?: string[]; additionalProperties?: unknown; properties: Record<string, unknown> };
     assert.deepEqual(json.required?.sort(), ['action', 'sandbox_id']);
     assert.equal(json.additionalProperties, false);
-    assert.deepEqual(Object.keys(json.properties).sort(), ['action', 'coordinate', 'duration', 'key', 'region', 'sandbox_id', 'scroll_amount', 'scroll_direction', 'start_coordinate', 'text']);
+    assert.deepEqual(Object.keys(json.properties).sort(), [
+      'action',
+      'coordinate',
+      'duration',
+      'key',
+      'region',
+      'sandbox_id',
+      'scroll_amount',
+      'scroll_direction',
+      'start_coordinate',
+      'text',
+    ]);
   });
 });
 
 describe('MCP tool results', () => {
   it('a tool_result becomes MCP content: images with their media type, is_error as isError', () => {
     assert.deepEqual(
-      fromToolResult({ content: [{ type: 'text', text: 'hi' }, { type: 'image', source: { type: 'base64', media_type: 'image/webp', data: 'AAAA' } }], is_error: false }),
-      { content: [{ type: 'text', text: 'hi' }, { type: 'image', data: 'AAAA', mimeType: 'image/webp' }] },
+      fromToolResult({
+        content: [
+          { type: 'text', text: 'hi' },
+          { type: 'image', source: { type: 'base64', media_type: 'image/webp', data: 'AAAA' } },
+        ],
+        is_error: false,
+      }),
+      {
+        content: [
+          { type: 'text', text: 'hi' },
+          { type: 'image', data: 'AAAA', mimeType: 'image/webp' },
+        ],
+      },
     );
     assert.deepEqual(fromToolResult({ content: [{ type: 'text', text: 'bad' }], is_error: true }), { content: [{ type: 'text', text: 'bad' }], isError: true });
     assert.deepEqual(fromToolResult({ content: [], is_error: false }), { content: [{ type: 'text', text: 'done' }] });
   });
 
-  it('names an image\'s type by its bytes', () => {
+  it("names an image's type by its bytes", () => {
     assert.equal(imageMimeType(Buffer.from('89504e470d0a1a0a', 'hex')), 'image/png');
     assert.equal(imageMimeType(Buffer.from('ffd8ffe000104a46', 'hex')), 'image/jpeg');
     assert.equal(imageMimeType(Buffer.concat([Buffer.from('RIFF'), Buffer.alloc(4), Buffer.from('WEBPVP8 ')])), 'image/webp');

@@ -7,7 +7,15 @@ import { describe, it } from 'node:test';
 import { InvalidRequestError, OrchestratorError } from '../../src/errors.js';
 import { NoNodeError, placeWithRetries } from '../../src/cluster/place-retry.js';
 import { describeSimulation, simulatePlacement } from '../../src/bench/placement-simulation.js';
-import { DEFAULT_SAMPLE_SIZE, DEFAULT_WARM_BONUS, place, seededRandom, unfitFor, type NodeSnapshot, type PlacementRequest } from '../../src/cluster/placement.js';
+import {
+  DEFAULT_SAMPLE_SIZE,
+  DEFAULT_WARM_BONUS,
+  place,
+  seededRandom,
+  unfitFor,
+  type NodeSnapshot,
+  type PlacementRequest,
+} from '../../src/cluster/placement.js';
 import { httpStatusOf } from '../../src/api/errors.js';
 
 const REQUEST: PlacementRequest = { runtime: 'qemu', template: 'desktop', memoryMiB: 2048, vcpus: 2 };
@@ -63,7 +71,12 @@ describe('placement: which nodes can take a create', () => {
   });
 
   it('never chooses a node that cannot take it', () => {
-    const nodes = [node({ name: 'sick', healthy: false }), node({ name: 'drain', draining: true }), node({ name: 'ok', cpu: [12, 16] }), node({ name: 'no-cpu', cpu: [15, 16] })];
+    const nodes = [
+      node({ name: 'sick', healthy: false }),
+      node({ name: 'drain', draining: true }),
+      node({ name: 'ok', cpu: [12, 16] }),
+      node({ name: 'no-cpu', cpu: [15, 16] }),
+    ];
     for (let seed = 0; seed < 50; seed += 1) {
       const placement = place(REQUEST, nodes, { random: seededRandom(seed) });
       assert.ok(placement.ok);
@@ -198,7 +211,12 @@ describe('placement: retries on a node that fails the create', () => {
 
   it('says why when the nodes left after the failures cannot take it', async () => {
     const two = [node({ name: 'a' }), node({ name: 'b' }), node({ name: 'c', draining: true })];
-    const failing = placeWithRetries(REQUEST, () => two, async () => Promise.reject(new Error('connection refused')), { random: seededRandom(1) });
+    const failing = placeWithRetries(
+      REQUEST,
+      () => two,
+      async () => Promise.reject(new Error('connection refused')),
+      { random: seededRandom(1) },
+    );
     await assert.rejects(failing, (error: unknown) => {
       assert.ok(error instanceof NoNodeError);
       assert.match(error.message, /: of 3 nodes, 2 already failed this create, 1 draining; tried: '[ab]': connection refused; '[ab]': connection refused$/);

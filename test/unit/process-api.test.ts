@@ -15,10 +15,22 @@ describe('process output log', () => {
     assert.deepEqual({ start: log.start, end: log.end, held, dropped: log.droppedBytes }, { start: 4, end: 12, held: 8, dropped: 4 });
     const fromZero = log.read(0, 100);
     assert.equal(fromZero.dropped, 4);
-    assert.deepEqual(fromZero.chunks.map((c) => [c.offset, c.stream, c.data.toString()]), [[4, 'stderr', 'efgh'], [8, 'stdout', 'ijkl']]);
+    assert.deepEqual(
+      fromZero.chunks.map((c) => [c.offset, c.stream, c.data.toString()]),
+      [
+        [4, 'stderr', 'efgh'],
+        [8, 'stdout', 'ijkl'],
+      ],
+    );
     // From the middle of a chunk: the chunk is cut at the offset.
     const mid = log.read(6, 100);
-    assert.deepEqual(mid.chunks.map((c) => [c.offset, c.data.toString()]), [[6, 'gh'], [8, 'ijkl']]);
+    assert.deepEqual(
+      mid.chunks.map((c) => [c.offset, c.data.toString()]),
+      [
+        [6, 'gh'],
+        [8, 'ijkl'],
+      ],
+    );
     assert.equal(mid.dropped, 0);
     assert.equal(log.read(12, 100).chunks.length, 0);
     // A chunk larger than the cap is kept whole (the newest is never dropped).
@@ -37,7 +49,7 @@ describe('process requests', () => {
     assert.throws(() => parseProcessSpec({ cmd: 'x', argv: ['x'] }), /exactly one/);
     assert.throws(() => parseProcessSpec({ argv: ['x'], user: 'root' }), /user/);
     assert.throws(() => parseProcessSpec({ argv: ['x'], pty: { cols: 5000, rows: 1 } }), /pty\.cols/);
-    assert.throws(() => parseProcessSpec({ argv: ["x"], other: 1 }), /"other"/);
+    assert.throws(() => parseProcessSpec({ argv: ['x'], other: 1 }), /"other"/);
   });
 
   it('builds a guest command in which every client string is one word (checked by a real sh)', () => {
@@ -46,7 +58,10 @@ describe('process requests', () => {
     // Run by a POSIX shell as sshd would (bash), on this machine: the words arrive as they were.
     const out = execFileSync('bash', ['-c', command], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
     assert.equal(out, hostile.map((h) => `${h}|`).join(''));
-    const env = execFileSync('bash', ['-c', guestCommand(parseProcessSpec({ argv: ['printenv', 'X'], cwd: '/', env: { X: '$(echo pwned)`x`' } }), 99)], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+    const env = execFileSync('bash', ['-c', guestCommand(parseProcessSpec({ argv: ['printenv', 'X'], cwd: '/', env: { X: '$(echo pwned)`x`' } }), 99)], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     assert.equal(env, '$(echo pwned)`x`\n');
   });
 });

@@ -17,7 +17,7 @@ function imagesOf(messages: BetaMessageParam[]): string[] {
   return JSON.stringify(messages).match(/"data":"([^"]+)"/g) ?? [];
 }
 
-describe('runs: the loop\'s pure parts', () => {
+describe("runs: the loop's pure parts", () => {
   it('keeps only the N most recent images, the older ones replaced by a short text', () => {
     const messages: BetaMessageParam[] = [
       { role: 'user', content: [{ type: 'text', text: 'task' }] },
@@ -39,7 +39,9 @@ describe('runs: the loop\'s pure parts', () => {
     assert.deepEqual((messages[0]?.content as Array<{ cache_control?: unknown }>)[0]?.cache_control, { type: 'ephemeral' });
     messages.push({ role: 'assistant', content: [{ type: 'tool_use', id: 't', name: 'bash', input: {} }] }, turn('t', { type: 'text', text: 'out' }));
     markCacheBreakpoint(messages);
-    const marked = messages.flatMap((m, i) => (Array.isArray(m.content) ? m.content.flatMap((b, j) => ('cache_control' in b && b.cache_control ? [[i, j]] : [])) : []));
+    const marked = messages.flatMap((m, i) =>
+      Array.isArray(m.content) ? m.content.flatMap((b, j) => ('cache_control' in b && b.cache_control ? [[i, j]] : [])) : [],
+    );
     assert.deepEqual(marked, [[2, 0]]);
   });
 
@@ -52,7 +54,13 @@ describe('runs: the loop\'s pure parts', () => {
       { type: 'bash_20241022', name: 'bash' },
       { type: 'text_editor_20241022', name: 'str_replace_editor' },
     ]);
-    assert.deepEqual(toolSet('computer_20251124', screen).tools[0], { type: 'computer_20251124', name: 'computer', display_width_px: 1280, display_height_px: 800, enable_zoom: true });
+    assert.deepEqual(toolSet('computer_20251124', screen).tools[0], {
+      type: 'computer_20251124',
+      name: 'computer',
+      display_width_px: 1280,
+      display_height_px: 800,
+      enable_zoom: true,
+    });
     assert.equal(toolSet('computer_20250124', screen).editorName, 'str_replace_based_edit_tool');
   });
 
@@ -84,7 +92,12 @@ describe('runs: the event stream', () => {
   it('drops a client that leaves more than the limit unread, and stops writing to it', () => {
     const { view, state } = sink();
     let unsubscribed = 0;
-    const stream = new EventStream<{ type: string; text?: string }>(view, 10_000, () => unsubscribed++, (e) => e.type === 'end');
+    const stream = new EventStream<{ type: string; text?: string }>(
+      view,
+      10_000,
+      () => unsubscribed++,
+      (e) => e.type === 'end',
+    );
     for (let i = 0; i < 100; i++) stream.send({ type: 'text', text: 'x'.repeat(500) });
     assert.equal(stream.dropped, true);
     assert.equal(state().destroyed, true);
@@ -95,7 +108,12 @@ describe('runs: the event stream', () => {
   it('ends after the last event, numbering and naming each', () => {
     const chunks: string[] = [];
     let ended = false;
-    const stream = new EventStream<{ type: string }>({ write: (c) => chunks.push(c) > 0, end: () => (ended = true), destroy: () => undefined, writableLength: 0 }, 10_000, () => undefined, (e) => e.type === 'end');
+    const stream = new EventStream<{ type: string }>(
+      { write: (c) => chunks.push(c) > 0, end: () => (ended = true), destroy: () => undefined, writableLength: 0 },
+      10_000,
+      () => undefined,
+      (e) => e.type === 'end',
+    );
     stream.send({ type: 'text' });
     stream.send({ type: 'end' });
     stream.send({ type: 'text' });

@@ -107,11 +107,15 @@ describe('the runtime registry', () => {
         reclaimed: complete && !existsSync(file),
         gatewayVcpus: gatewaySettingsFromEnv({ SBX_TOY_VCPUS: '7' }).vcpus.toy,
       }));`;
-    const child = spawnSync(process.execPath, ['--import', 'tsx', '--import', `data:text/javascript,${encodeURIComponent(hook)}`, '--input-type=module', '--eval', script], {
-      cwd: ROOT,
-      encoding: 'utf8',
-      timeout: 60_000,
-    });
+    const child = spawnSync(
+      process.execPath,
+      ['--import', 'tsx', '--import', `data:text/javascript,${encodeURIComponent(hook)}`, '--input-type=module', '--eval', script],
+      {
+        cwd: ROOT,
+        encoding: 'utf8',
+        timeout: 60_000,
+      },
+    );
     assert.equal(child.status, 0, child.stderr);
     assert.deepEqual(JSON.parse(child.stdout.trim().split('\n').at(-1) as string), {
       apiEnum: ['toy', 'container', 'qemu', 'firecracker'],

@@ -109,7 +109,7 @@ describe('encoding a raw frame in each format', () => {
 });
 
 describe("the fallback path: scrot's PNG in each format", () => {
-  it('keeps scrot\'s bytes for png, and re-encodes, scales and crops to the same pixels as the raw path', async () => {
+  it("keeps scrot's bytes for png, and re-encodes, scales and crops to the same pixels as the raw path", async () => {
     const frame = testFrame();
     const scrotPng = await framePng(frame); // what scrot would have sent: the same pixels
     const screen = { width: frame.width, height: frame.height };

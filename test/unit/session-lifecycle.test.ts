@@ -58,7 +58,10 @@ async function rig(options: Partial<ManagerOptions> & { start?: boolean; store?:
     pidsLimit: 64,
     runtime,
     image: FAKE_IMAGE,
-    templates: { resolve: (name) => (name === 'minimal' ? Promise.resolve({ name, image: FAKE_IMAGE }) : Promise.reject(new Error(`unknown template "${name}"; available: minimal`))) },
+    templates: {
+      resolve: (name) =>
+        name === 'minimal' ? Promise.resolve({ name, image: FAKE_IMAGE }) : Promise.reject(new Error(`unknown template "${name}"; available: minimal`)),
+    },
     defaultTemplate: 'minimal',
     store,
     metrics,
@@ -298,23 +301,32 @@ describe('unit: a vanished sandbox', () => {
 });
 
 describe('unit: the warm pool', () => {
-  it('keeps a pool per template; a create takes only its own template\'s, and boots that image', async () => {
+  it("keeps a pool per template; a create takes only its own template's, and boots that image", async () => {
     const tools = { ...FAKE_IMAGE, hash: 'tools' };
     const r = await rig({
-      warmPool: { sizes: new Map([['minimal', 1], ['tools', 1]]), shape: { width: 1024, height: 768 } },
+      warmPool: {
+        sizes: new Map([
+          ['minimal', 1],
+          ['tools', 1],
+        ]),
+        shape: { width: 1024, height: 768 },
+      },
       templates: { resolve: async (name) => (name === 'tools' ? { name, image: tools } : { name, image: FAKE_IMAGE }) },
     });
-    await until('both pools have a sandbox ready', () => r.manager.warmPoolStatuses().every((s) => s.ready.length === 1) && r.manager.warmPoolStatuses().length === 2);
+    await until(
+      'both pools have a sandbox ready',
+      () => r.manager.warmPoolStatuses().every((s) => s.ready.length === 1) && r.manager.warmPoolStatuses().length === 2,
+    );
     const [minimalPooled] = r.manager.warmPoolStatus('minimal').ready;
     const [toolsPooled] = r.manager.warmPoolStatus('tools').ready;
-    assert.equal(r.runtime.sandboxes.get(toolsPooled ?? '')?.imageHash, 'tools', "the tools pool boots the tools image");
+    assert.equal(r.runtime.sandboxes.get(toolsPooled ?? '')?.imageHash, 'tools', 'the tools pool boots the tools image');
 
     const view = await r.manager.create({ template: 'tools' }, { tenant: 'alpha' });
     assert.equal(view.id, toolsPooled, "the tools pool's sandbox became the session");
     assert.equal(view.template, 'tools');
     assert.deepEqual(r.manager.warmPoolStatus('minimal').ready, [minimalPooled], 'the minimal pool was not touched');
     const plain = await r.manager.create({}, { tenant: 'alpha' });
-    assert.equal(plain.id, minimalPooled, 'no template: the default template\'s pool');
+    assert.equal(plain.id, minimalPooled, "no template: the default template's pool");
     assert.equal(plain.template, 'minimal');
     const egress = await r.manager.create({ template: 'tools', network: { egress: true } }, { tenant: 'alpha' });
     assert.equal(r.runtime.sandboxes.get(egress.id)?.imageHash, 'tools', 'a cold boot of a template boots its image');
@@ -347,7 +359,10 @@ describe('unit: the warm pool', () => {
   });
 
   it('a runtime without a live config dir has no pool, and says so', async () => {
-    const r = await rig({ runtime: new FakeRuntime({ configDirIsLive: false }), warmPool: { sizes: new Map([['minimal', 2]]), shape: { width: 1024, height: 768 } } });
+    const r = await rig({
+      runtime: new FakeRuntime({ configDirIsLive: false }),
+      warmPool: { sizes: new Map([['minimal', 2]]), shape: { width: 1024, height: 768 } },
+    });
     assert.equal(r.manager.warmPoolStatus().target, 0);
     await assert.rejects(r.manager.resizeWarmPool(1), /there is no warm pool/);
     await r.manager.shutdown();

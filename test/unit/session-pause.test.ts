@@ -81,7 +81,10 @@ describe('unit: pause and resume', () => {
     assert.equal(r.runtime.sandboxes.get(view.id)?.paused, true, 'the sandbox is frozen');
     assert.ok(r.manager.registry.find(view.id)?.keepalivesHeld, 'its connection is kept, its keepalives held while the guest is frozen');
     await assert.rejects(() => r.manager.screenshot(view.id), SessionPausedError);
-    await assert.rejects(() => r.manager.pause(view.id), (err: PauseStateError) => err.code === 'session_already_paused');
+    await assert.rejects(
+      () => r.manager.pause(view.id),
+      (err: PauseStateError) => err.code === 'session_already_paused',
+    );
     await sleep(60);
     const resumed = await r.manager.resume(view.id);
     assert.equal(resumed.state, 'ready');
@@ -92,16 +95,26 @@ describe('unit: pause and resume', () => {
     assert.ok(session?.computer && session.computer !== before, 'a new desktop was attached');
     assert.equal(session.keepalivesHeld, undefined);
     assert.ok((session?.record.pausedMs ?? 0) >= 50, 'the paused time is counted');
-    assert.equal(lifetimeEnd(session.record), Date.parse(session.record.createdAt) + 3600_000 + session.record.pausedMs, 'the lifetime counts running time only');
+    assert.equal(
+      lifetimeEnd(session.record),
+      Date.parse(session.record.createdAt) + 3600_000 + session.record.pausedMs,
+      'the lifetime counts running time only',
+    );
     assert.equal(r.store.get(view.id)?.pausedMs, session.record.pausedMs);
-    await assert.rejects(() => r.manager.resume(view.id), (err: PauseStateError) => err.code === 'session_not_paused');
+    await assert.rejects(
+      () => r.manager.resume(view.id),
+      (err: PauseStateError) => err.code === 'session_not_paused',
+    );
     await r.manager.shutdown();
   });
 
   it('a mode the runtime does not do is 409 saying why; a failed pause leaves the session running', async () => {
     const r = await rig();
     const view = await r.manager.create();
-    await assert.rejects(() => r.manager.pause(view.id, 'disk'), (err: PauseModeUnavailableError) => err.code === 'pause_mode_unavailable' && /disk/.test(err.message));
+    await assert.rejects(
+      () => r.manager.pause(view.id, 'disk'),
+      (err: PauseModeUnavailableError) => err.code === 'pause_mode_unavailable' && /disk/.test(err.message),
+    );
     r.runtime.pauseError = new Error('the freezer is stuck');
     await assert.rejects(() => r.manager.pause(view.id, 'memory'), /could not be paused.*freezer is stuck/);
     assert.equal(r.manager.get(view.id).state, 'ready');
@@ -120,7 +133,10 @@ describe('unit: pause and resume', () => {
     await r.manager.pause(off.id, 'memory');
     await r.manager.ensureRunning(on.id);
     assert.equal(r.manager.get(on.id).state, 'ready');
-    await assert.rejects(() => r.manager.ensureRunning(off.id), (err: SessionPausedError) => err.code === 'session_paused');
+    await assert.rejects(
+      () => r.manager.ensureRunning(off.id),
+      (err: SessionPausedError) => err.code === 'session_paused',
+    );
     assert.equal(r.manager.get(off.id).state, 'paused');
     // Two requests at once resume it once.
     await r.manager.pause(on.id, 'memory');

@@ -66,7 +66,10 @@ describe('shellcheck', () => {
     ];
     // The scripts the guest runs by name must be among them (a renamed one must not drop out).
     for (const name of ['sandbox-init', 'sbx-rekey', 'sbx-user-shell', 'sbx-desktop-session']) {
-      assert.ok(guestScripts.some((f) => path.basename(f) === name), `${name} is a shell script in src/guest/files`);
+      assert.ok(
+        guestScripts.some((f) => path.basename(f) === name),
+        `${name} is a shell script in src/guest/files`,
+      );
     }
 
     const res = await run(['shellcheck', '--format=json1', '--severity=style', ...files], { allowFailure: true });

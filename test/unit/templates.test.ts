@@ -23,7 +23,9 @@ function problems(text: string): string[] {
 
 describe('unit: template files', () => {
   it('reads YAML and JSON alike, with defaults', () => {
-    const yaml = parseTemplate('name: tools\nbase: minimal\npackages: [jq]\nfiles:\n  - {source: a.txt, target: /opt/a.txt}\nautostart: [[xterm, -title, hi]]\n');
+    const yaml = parseTemplate(
+      'name: tools\nbase: minimal\npackages: [jq]\nfiles:\n  - {source: a.txt, target: /opt/a.txt}\nautostart: [[xterm, -title, hi]]\n',
+    );
     assert.deepEqual(yaml, {
       name: 'tools',
       base: 'minimal',
@@ -33,7 +35,15 @@ describe('unit: template files', () => {
       env: {},
       autostart: [['xterm', '-title', 'hi']],
     });
-    const json = parseTemplate(JSON.stringify({ name: 'tools', base: 'minimal', packages: ['jq'], files: [{ source: 'a.txt', target: '/opt/a.txt' }], autostart: [['xterm', '-title', 'hi']] }));
+    const json = parseTemplate(
+      JSON.stringify({
+        name: 'tools',
+        base: 'minimal',
+        packages: ['jq'],
+        files: [{ source: 'a.txt', target: '/opt/a.txt' }],
+        autostart: [['xterm', '-title', 'hi']],
+      }),
+    );
     assert.deepEqual(json, yaml);
   });
 
@@ -43,7 +53,11 @@ describe('unit: template files', () => {
     assert.match(problems('name: tools\nbase: minimal\npackages: jq\n')[0] ?? '', /^packages \(line 3\): must be array/);
     assert.match(problems('name: tools\nbase: minimal\nscreen: {width: 10, height: 768}\n')[0] ?? '', /^screen\.width \(line 3\): must be >= 320/);
     assert.match(problems('name: [unclosed\n')[0] ?? '', /^line \d+: /, 'a YAML syntax error names its line');
-    assert.match(problems('{"name": "tools", "base": "minimal", "name": "again"}')[0] ?? '', /line 1: .*unique/i, 'a duplicate key is an error, not a silent override');
+    assert.match(
+      problems('{"name": "tools", "base": "minimal", "name": "again"}')[0] ?? '',
+      /line 1: .*unique/i,
+      'a duplicate key is an error, not a silent override',
+    );
   });
 
   it('bad names: template names and env names are allow-listed, reserved env names refused', () => {
@@ -67,7 +81,8 @@ describe('unit: template files', () => {
   });
 
   it('relative targets, dot segments and sources outside the template dir are refused', () => {
-    const file = (source: string, target: string) => problems(`name: tools\nbase: minimal\nfiles:\n  - source: ${JSON.stringify(source)}\n    target: ${JSON.stringify(target)}\n`);
+    const file = (source: string, target: string) =>
+      problems(`name: tools\nbase: minimal\nfiles:\n  - source: ${JSON.stringify(source)}\n    target: ${JSON.stringify(target)}\n`);
     assert.match(file('a', 'etc/motd')[0] ?? '', /^files\[0\]\.target \(line 5\): "etc\/motd" is not allowed/);
     assert.match(file('a', '/etc/../root/.ssh/x')[0] ?? '', /^files\[0\]\.target/);
     assert.match(file('a', '/etc/./motd')[0] ?? '', /^files\[0\]\.target/);
@@ -77,7 +92,13 @@ describe('unit: template files', () => {
     assert.match(problems('name: tools\nbase: minimal\nfiles: [{source: a, target: /a, mode: "4755"}]\n')[0] ?? '', /mode/, 'no setuid bit');
     assert.match(problems('name: tools\nbase: minimal\nfiles: [{source: a, target: /a, owner: nobody}]\n')[0] ?? '', /owner .*must be one of "user", "root"/);
     assert.match(problems('name: tools\nbase: minimal\nautostart: [["A=b", x]]\n')[0] ?? '', /^autostart\[0\]\[0\]/, 'argv[0] cannot be an env assignment');
-    for (const reserved of ['/sbin/sandbox-init', '/etc/ssh/sshd_config', '/usr/local/bin/sbx-input', '/sandbox/config/authorized_keys', '/etc/sandbox/template/env']) {
+    for (const reserved of [
+      '/sbin/sandbox-init',
+      '/etc/ssh/sshd_config',
+      '/usr/local/bin/sbx-input',
+      '/sandbox/config/authorized_keys',
+      '/etc/sandbox/template/env',
+    ]) {
       assert.match(file('a', reserved)[0] ?? '', /^files\[0\]\.target: .* is the orchestrator's own/, reserved);
     }
   });
@@ -87,7 +108,8 @@ describe('unit: template sources stay in the template directory', () => {
   let root: string;
   let dir: string;
   const file = () => path.join(dir, 't.yaml');
-  const read = (source: string) => readSources(file(), parseTemplate(`name: tools\nbase: minimal\nfiles: [{source: ${JSON.stringify(source)}, target: /a}]\n`, file()));
+  const read = (source: string) =>
+    readSources(file(), parseTemplate(`name: tools\nbase: minimal\nfiles: [{source: ${JSON.stringify(source)}, target: /a}]\n`, file()));
   before(async () => {
     // root/tpl is the template's directory; root/tpl-other and root/secret are outside it.
     root = await mkdtemp(path.join(os.tmpdir(), 'sbx-sources-'));
@@ -115,18 +137,26 @@ describe('unit: template sources stay in the template directory', () => {
     assert.equal((await read('sub/../hello.txt'))[0]?.toString(), 'inside\n');
     assert.equal((await read('sub/deeper/../../hello.txt'))[0]?.toString(), 'inside\n');
     for (const source of ['a/../../x', 'sub/../../secret', 'sub/deeper/../../../secret', './../secret', 'sub/./../../tpl-other/x']) {
-      assert.match(problems(`name: tools\nbase: minimal\nfiles: [{source: ${JSON.stringify(source)}, target: /a}]\n`)[0] ?? '', /^files\[0\]\.source: must be a path relative to the template file, inside its directory/, source);
+      assert.match(
+        problems(`name: tools\nbase: minimal\nfiles: [{source: ${JSON.stringify(source)}, target: /a}]\n`)[0] ?? '',
+        /^files\[0\]\.source: must be a path relative to the template file, inside its directory/,
+        source,
+      );
     }
   });
 
   it('the realpath check: a symlink out (to a file, through a directory, to a sibling named like the directory) is refused; one that stays in is read', async () => {
     for (const source of ['to-secret', 'sub/rel-secret', 'rootlink/secret', 'sub/deeper/up/rel-secret', 'sibling']) {
-      await assert.rejects(read(source), (err: unknown) => {
-        assert.ok(err instanceof TemplateFileError, String(err));
-        assert.match(err.message, new RegExp(`files\\[0\\]\\.source: ${source.replace(/[.]/g, '\\.')} leads outside ${dir.replace(/[.]/g, '\\.')}`));
-        assert.doesNotMatch(err.message, /outside\n|sibling\n/, 'no byte of the file outside is quoted');
-        return true;
-      }, source);
+      await assert.rejects(
+        read(source),
+        (err: unknown) => {
+          assert.ok(err instanceof TemplateFileError, String(err));
+          assert.match(err.message, new RegExp(`files\\[0\\]\\.source: ${source.replace(/[.]/g, '\\.')} leads outside ${dir.replace(/[.]/g, '\\.')}`));
+          assert.doesNotMatch(err.message, /outside\n|sibling\n/, 'no byte of the file outside is quoted');
+          return true;
+        },
+        source,
+      );
     }
     assert.equal((await read('alias'))[0]?.toString(), 'inside\n');
     assert.equal((await read('sub/deeper/up/inner.txt'))[0]?.toString(), 'inner\n', 'a directory symlink that stays inside');
@@ -152,7 +182,12 @@ describe('unit: the template catalogue and the build before it starts', () => {
 
   it('an unknown base is refused, naming the templates there are, before anything is built', async () => {
     const catalogue = new TemplateCatalogue(dir, [
-      { name: 'minimal', description: 'test', find: async () => ({ hash: 'a'.repeat(16), dir, rootfs: dir, ext4: dir, kernel: dir, initrd: dir }), build: () => Promise.reject(new Error('no')) },
+      {
+        name: 'minimal',
+        description: 'test',
+        find: async () => ({ hash: 'a'.repeat(16), dir, rootfs: dir, ext4: dir, kernel: dir, initrd: dir }),
+        build: () => Promise.reject(new Error('no')),
+      },
     ]);
     const file = path.join(dir, 'nobase.yaml');
     await writeFile(file, 'name: tools\nbase: desktop-xyz\n');
@@ -181,12 +216,24 @@ describe('unit: the template catalogue and the build before it starts', () => {
 
 describe('unit: SBX_WARM_POOL', () => {
   it('reads template:count pairs; SBX_WARM_POOL_SIZE is the default template count unless named', () => {
-    assert.deepEqual(parseWarmPool('minimal:2, desktop:1'), new Map([['minimal', 2], ['desktop', 1]]));
+    assert.deepEqual(
+      parseWarmPool('minimal:2, desktop:1'),
+      new Map([
+        ['minimal', 2],
+        ['desktop', 1],
+      ]),
+    );
     assert.deepEqual(parseWarmPool(''), new Map());
     assert.throws(() => parseWarmPool('minimal'), /SBX_WARM_POOL: "minimal" is not template:count/);
     assert.throws(() => parseWarmPool('minimal:1,minimal:2'), /named twice/);
     assert.throws(() => parseWarmPool('minimal:65'), /between 0 and 64/);
-    assert.deepEqual(warmPoolSizes({ warmPool: new Map([['tools', 1]]), warmPoolSize: 2 }, 'minimal'), new Map([['tools', 1], ['minimal', 2]]));
+    assert.deepEqual(
+      warmPoolSizes({ warmPool: new Map([['tools', 1]]), warmPoolSize: 2 }, 'minimal'),
+      new Map([
+        ['tools', 1],
+        ['minimal', 2],
+      ]),
+    );
     assert.deepEqual(warmPoolSizes({ warmPool: new Map([['minimal', 1]]), warmPoolSize: 2 }, 'minimal'), new Map([['minimal', 1]]));
   });
 });

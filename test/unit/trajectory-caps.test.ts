@@ -77,7 +77,10 @@ describe('trajectory caps', () => {
     for (let k = 0; k < 12; k++) await click(r, 'bbbbbbbbbb', 100);
     const row = r.get('bbbbbbbbbb')!;
     assert.deepEqual([row.steps, row.droppedSteps], [5, 7]);
-    assert.deepEqual(r.steps('bbbbbbbbbb', 1, 100).map((s) => s.n), [1, 2, 3, 4, 5]);
+    assert.deepEqual(
+      r.steps('bbbbbbbbbb', 1, 100).map((s) => s.n),
+      [1, 2, 3, 4, 5],
+    );
   });
 
   it('over the total cap, the oldest ended trajectories go first; a live one is never deleted to make room', async () => {
@@ -117,10 +120,24 @@ describe('trajectory caps', () => {
     const r = recorder({});
     begin(r, 'jjjjjjjjjj');
     await click(r, 'jjjjjjjjjj', 100);
-    await r.record({ sessionId: 'jjjjjjjjjj', tool: 'computer', input: { action: 'zoom', region: [0, 0, 10, 10] }, startedAt: Date.now(), durationMs: 5, image: png(50) });
+    await r.record({
+      sessionId: 'jjjjjjjjjj',
+      tool: 'computer',
+      input: { action: 'zoom', region: [0, 0, 10, 10] },
+      startedAt: Date.now(),
+      durationMs: 5,
+      image: png(50),
+    });
     await click(r, 'jjjjjjjjjj', 100);
     const steps = r.steps('jjjjjjjjjj', 1, 10);
-    assert.deepEqual(steps.map((s) => [s.n, s.afterImage, s.beforeStep]), [[1, 'image/png', null], [2, null, 1], [3, 'image/png', 1]]);
+    assert.deepEqual(
+      steps.map((s) => [s.n, s.afterImage, s.beforeStep]),
+      [
+        [1, 'image/png', null],
+        [2, null, 1],
+        [3, 'image/png', 1],
+      ],
+    );
     assert.equal((await r.image('jjjjjjjjjj', 1))?.data.length, 100);
   });
 
@@ -130,15 +147,33 @@ describe('trajectory caps', () => {
       type: 'computer_call',
       action: { type: 'type', textLength: 6 },
     });
-    assert.deepEqual(storedInput({ actions: [{ type: 'type', text: 'pw' }, { type: 'keypress', keys: ['CTRL', 'A'] }] }, 'length', true), {
-      actions: [{ type: 'type', textLength: 2 }, { type: 'keypress', keysLength: 6 }],
-    });
+    assert.deepEqual(
+      storedInput(
+        {
+          actions: [
+            { type: 'type', text: 'pw' },
+            { type: 'keypress', keys: ['CTRL', 'A'] },
+          ],
+        },
+        'length',
+        true,
+      ),
+      {
+        actions: [
+          { type: 'type', textLength: 2 },
+          { type: 'keypress', keysLength: 6 },
+        ],
+      },
+    );
     // Gemini: args.text and args.keys.
     assert.deepEqual(storedInput({ name: 'type_text_at', args: { x: 1, y: 2, text: 'hunter2', press_enter: true } }, 'length', true), {
       name: 'type_text_at',
       args: { x: 1, y: 2, textLength: 7, press_enter: true },
     });
-    assert.deepEqual(storedInput({ name: 'key_combination', args: { keys: 'Control+A' } }, 'length', true), { name: 'key_combination', args: { keysLength: 9 } });
+    assert.deepEqual(storedInput({ name: 'key_combination', args: { keys: 'Control+A' } }, 'length', true), {
+      name: 'key_combination',
+      args: { keysLength: 9 },
+    });
     // Typed text too deep to look at, or of an odd shape, is dropped, never kept.
     const odd = JSON.stringify(storedInput({ action: { text: { nested: 'hunter2' } }, a: { b: { c: { text: 'hunter3' } } } }, 'length', true));
     assert.ok(!odd.includes('hunter2') && !odd.includes('hunter3'), odd);

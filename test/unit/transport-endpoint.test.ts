@@ -71,7 +71,7 @@ describe('unit: transport endpoints', () => {
     assert.equal(endpointLabel({ transport: 'vsock', cid: 3, port: 22 }), 'vsock:3:22');
   });
 
-  it('hybrid vsock: CONNECT <port>, OK <n>; what follows the OK line (the banner) is SSH\'s', async () => {
+  it("hybrid vsock: CONNECT <port>, OK <n>; what follows the OK line (the banner) is SSH's", async () => {
     const mux = await multiplexer((_line, socket) => socket.write('OK 1073741824\nSSH-2.0-OpenSSH_9.2\r\n'));
     try {
       const stream = await dialHybridVsock({ transport: 'hybrid-vsock', path: mux.path, port: 22 }, 2_000);

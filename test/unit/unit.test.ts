@@ -142,7 +142,10 @@ describe('computer-use input validation', () => {
   ];
   for (const [input, message] of bad) {
     it(`rejects ${JSON.stringify(input).slice(0, 70)}`, () => {
-      assert.throws(() => parseAction(input, screen), (err: unknown) => err instanceof InvalidRequestError && message.test(err.message));
+      assert.throws(
+        () => parseAction(input, screen),
+        (err: unknown) => err instanceof InvalidRequestError && message.test(err.message),
+      );
     });
   }
   it('accepts the contract inputs', () => {
@@ -167,7 +170,10 @@ describe('keymap binder for non-ASCII typing', () => {
     assert.deepEqual(binder.plan('wörld'), [{ chunk: 'wörld', bindings: 'keycode 93 = 0xf6 0xf6\n' }]);
     assert.deepEqual(binder.plan('ö again'), [{ chunk: 'ö again', bindings: '' }]);
     const plans = binder.plan('aé漢🎉b');
-    assert.deepEqual(plans.map((p) => p.chunk), ['aé漢', '🎉b']);
+    assert.deepEqual(
+      plans.map((p) => p.chunk),
+      ['aé漢', '🎉b'],
+    );
     assert.equal(plans.map((p) => p.chunk).join(''), 'aé漢🎉b');
     assert.match(plans[0]?.bindings ?? '', /0xe9/);
     assert.match(plans[1]?.bindings ?? '', /0x101f389/);

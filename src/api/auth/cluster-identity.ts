@@ -37,7 +37,9 @@ function headerValue(request: FastifyRequest, name: string): string | undefined 
 export function assertFromGateway(request: FastifyRequest, cluster: ClusterAuth): void {
   const presented = headerValue(request, CLUSTER_SECRET_HEADER);
   if (presented === undefined || !timingSafeEqual(digest(presented), digest(cluster.secret))) {
-    throw new ClusterCredentialError(`this is a node of a cluster: it answers its gateways only (the ${CLUSTER_SECRET_HEADER} header); send requests to a gateway`);
+    throw new ClusterCredentialError(
+      `this is a node of a cluster: it answers its gateways only (the ${CLUSTER_SECRET_HEADER} header); send requests to a gateway`,
+    );
   }
 }
 

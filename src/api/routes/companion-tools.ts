@@ -45,7 +45,7 @@ const bashBody = {
   type: 'object',
   description: 'A bash_20250124 tool_use input exactly as the model sent it: `command`, or `restart: true`',
   properties: {
-    command: { type: 'string', description: 'Shell code to run in the session\'s persistent bash (as the guest user, DISPLAY set)' },
+    command: { type: 'string', description: "Shell code to run in the session's persistent bash (as the guest user, DISPLAY set)" },
     restart: { type: 'boolean', description: 'true: kill the shell and everything it started, and start a fresh one' },
   },
   additionalProperties: true,
@@ -95,7 +95,7 @@ export async function companionToolRoutes(app: FastifyInstance, opts: CompanionT
     {
       attachValidation: true,
       schema: {
-        summary: 'The bash tool: run a command in the session\'s persistent shell, or restart it',
+        summary: "The bash tool: run a command in the session's persistent shell, or restart it",
         description:
           'Output is stdout and stderr as they interleaved, the first 30,000 characters of it, ' +
           'with the exit status when it is not 0. Commands of one session run one at a time.',
@@ -139,4 +139,3 @@ export async function companionToolRoutes(app: FastifyInstance, opts: CompanionT
 function rejectBadParams(error: (Error & { validationContext?: string }) | undefined): void {
   if (error && error.validationContext !== 'body') throw new InvalidRequestError(error.message);
 }
-

@@ -73,7 +73,12 @@ export async function desktopActionRoutes(app: FastifyInstance, opts: { manager:
     return manager.attachment(id, 'desktop-actions', (ctx) => DesktopActions.attach(ctx, manager.display));
   };
   /** Runs one desktop action of a session as a step of its trajectory; `typed`: its answer is the clipboard's text. */
-  const step = <T>(id: string, input: { action: string } & Record<string, unknown>, work: (desktop: DesktopActions) => Promise<T>, typed?: (answer: T) => string) =>
+  const step = <T>(
+    id: string,
+    input: { action: string } & Record<string, unknown>,
+    work: (desktop: DesktopActions) => Promise<T>,
+    typed?: (answer: T) => string,
+  ) =>
     recordedCall(
       opts.trajectory,
       { sessionId: id, tool: 'desktop', input },
@@ -177,7 +182,13 @@ export async function desktopActionRoutes(app: FastifyInstance, opts: { manager:
         response: { 200: { type: 'object', properties: { text: { type: 'string' } } }, ...errors },
       },
     },
-    async (request) => step(request.params.id, { action: 'clipboard' }, async (d) => ({ text: await d.clipboard() }), (answer) => answer.text),
+    async (request) =>
+      step(
+        request.params.id,
+        { action: 'clipboard' },
+        async (d) => ({ text: await d.clipboard() }),
+        (answer) => answer.text,
+      ),
   );
 
   app.put<{ Params: IdParams; Body: { text: string } }>(

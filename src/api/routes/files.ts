@@ -49,8 +49,7 @@ export async function fileRoutes(app: FastifyInstance, opts: FileRoutesOptions):
   // the app-wide 1 MiB bodyLimit. Without `parseAs` fastify does not count the bytes; the
   // upload does, against maxBytes.
   app.removeAllContentTypeParsers();
-  const passThrough = (_request: FastifyRequest, payload: NodeJS.ReadableStream, done: (err: Error | null, body?: unknown) => void) =>
-    done(null, payload);
+  const passThrough = (_request: FastifyRequest, payload: NodeJS.ReadableStream, done: (err: Error | null, body?: unknown) => void) => done(null, payload);
   app.addContentTypeParser('application/octet-stream', passThrough);
   app.addContentTypeParser('*', passThrough);
 

@@ -16,7 +16,15 @@ const HEARTBEAT_MS = 15_000;
 const WATCH_MAX_BUFFERED_BYTES = 1024 * 1024;
 
 const pathField = { type: 'string', minLength: 1, maxLength: MAX_PATH_LENGTH, description: 'Absolute path in the sandbox' } as const;
-const errors = { 400: { $ref: 'Error#' }, 403: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 410: { $ref: 'Error#' }, 429: { $ref: 'Error#' }, 502: { $ref: 'Error#' } };
+const errors = {
+  400: { $ref: 'Error#' },
+  403: { $ref: 'Error#' },
+  404: { $ref: 'Error#' },
+  409: { $ref: 'Error#' },
+  410: { $ref: 'Error#' },
+  429: { $ref: 'Error#' },
+  502: { $ref: 'Error#' },
+};
 const entrySchema = {
   type: 'object',
   properties: {
@@ -52,7 +60,10 @@ export async function fsRoutes(app: FastifyInstance, opts: FsRoutesOptions): Pro
         tags: ['files'],
         params: sessionIdParams,
         querystring: noExtra({ path: pathField, depth: { type: 'string', pattern: `^[1-${MAX_LIST_DEPTH}]$` } }, ['path']),
-        response: { 200: { type: 'object', properties: { path: { type: 'string' }, truncated: { type: 'boolean' }, entries: { type: 'array', items: entrySchema } } }, ...errors },
+        response: {
+          200: { type: 'object', properties: { path: { type: 'string' }, truncated: { type: 'boolean' }, entries: { type: 'array', items: entrySchema } } },
+          ...errors,
+        },
       },
     },
     async (request) => (await fsOf(request.params.id)).list(sandboxPath(request.query.path), Number(request.query.depth ?? 1)),

@@ -1,6 +1,13 @@
 import type { FastifyInstance } from 'fastify';
 import { NotFoundError } from '../../errors.js';
-import { DEFAULT_LINK_TTL_SECONDS, LINK_PURPOSES, MAX_LINK_TTL_SECONDS, MIN_LINK_TTL_SECONDS, type LinkPurpose, type LinkTokens } from '../links/link-tokens.js';
+import {
+  DEFAULT_LINK_TTL_SECONDS,
+  LINK_PURPOSES,
+  MAX_LINK_TTL_SECONDS,
+  MIN_LINK_TTL_SECONDS,
+  type LinkPurpose,
+  type LinkTokens,
+} from '../links/link-tokens.js';
 import { SMALL_BODY_LIMIT_BYTES } from '../limits.js';
 import { sessionIdParams } from '../schemas.js';
 
@@ -44,9 +51,9 @@ export async function linkRoutes(app: FastifyInstance, opts: LinkRouteOptions): 
           201: {
             type: 'object',
             properties: {
-              id: { type: 'string', description: 'The link\'s id, to revoke it' },
+              id: { type: 'string', description: "The link's id, to revoke it" },
               purpose: { type: 'string' },
-              url: { type: 'string', description: 'The page, absolute (from the request\'s Host), its token in the query' },
+              url: { type: 'string', description: "The page, absolute (from the request's Host), its token in the query" },
               path: { type: 'string', description: 'The same without scheme and host' },
               expiresAt: { type: 'string', format: 'date-time' },
             },

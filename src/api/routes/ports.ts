@@ -82,7 +82,11 @@ export async function portRoutes(app: FastifyInstance, opts: PortRouteOptions): 
           properties: {
             port: { type: 'integer', minimum: MIN_GUEST_PORT, maximum: MAX_GUEST_PORT },
             ttlSeconds: { type: 'integer', minimum: MIN_PORT_TOKEN_TTL_SECONDS, maximum: MAX_PORT_TOKEN_TTL_SECONDS, default: DEFAULT_PORT_TOKEN_TTL_SECONDS },
-            public: { type: 'boolean', default: false, description: 'Put a port token in the URL: it then opens without the API key (a browser, a script), until it expires or is revoked' },
+            public: {
+              type: 'boolean',
+              default: false,
+              description: 'Put a port token in the URL: it then opens without the API key (a browser, a script), until it expires or is revoked',
+            },
           },
         },
         response: {
@@ -110,7 +114,9 @@ export async function portRoutes(app: FastifyInstance, opts: PortRouteOptions): 
       if (request.body.public !== true) return reply.status(201).send({ port, url: base, ...(host ? { hostUrl: host } : {}) });
       const { grant, token } = tokens.create(request.tenant, id, port, ttlSeconds);
       const query = `?${PORT_TOKEN_QUERY}=${token}`;
-      return reply.status(201).send({ port, url: base + query, ...(host ? { hostUrl: host + query } : {}), token, tokenId: grant.id, expiresAt: grant.expiresAt });
+      return reply
+        .status(201)
+        .send({ port, url: base + query, ...(host ? { hostUrl: host + query } : {}), token, tokenId: grant.id, expiresAt: grant.expiresAt });
     },
   );
 
@@ -146,7 +152,7 @@ export async function portRoutes(app: FastifyInstance, opts: PortRouteOptions): 
     releaseRequestSlot(request);
     const byHost = cameByHost(request.raw);
     const prefix = portPathPrefix(id, port);
-    const original = byHost ? (request.raw as { originalUrl?: string }).originalUrl ?? '/' : request.raw.url ?? '/';
+    const original = byHost ? ((request.raw as { originalUrl?: string }).originalUrl ?? '/') : (request.raw.url ?? '/');
     const stripped = byHost ? original : original.slice(prefix.length);
     const { path, token: queryToken } = withoutTokenParam(stripped === '' || stripped.startsWith('?') ? `/${stripped}` : stripped);
     const { rest: cookie } = splitTokenCookie(request.headers.cookie);
@@ -183,7 +189,8 @@ export async function portRoutes(app: FastifyInstance, opts: PortRouteOptions): 
       const message = known ? err.message : `the request to port ${port} in the guest failed`;
       if (!known) request.log.warn({ err, port }, 'port request failed');
       if (upgradeSocket) refuseUpgrade(upgradeSocket.socket, 502, code, message);
-      else if (!reply.raw.headersSent) reply.raw.writeHead(502, { 'content-type': 'application/json; charset=utf-8', connection: 'close' }).end(JSON.stringify({ error: { code, message } }));
+      else if (!reply.raw.headersSent)
+        reply.raw.writeHead(502, { 'content-type': 'application/json; charset=utf-8', connection: 'close' }).end(JSON.stringify({ error: { code, message } }));
       else reply.raw.destroy();
     } finally {
       release();
@@ -192,7 +199,9 @@ export async function portRoutes(app: FastifyInstance, opts: PortRouteOptions): 
   await app.register(async (scope) => {
     // Proxied bodies stream as they are, never parsed nor counted here (this scope only).
     scope.removeAllContentTypeParsers();
-    scope.addContentTypeParser('*', (_request: FastifyRequest, _payload: NodeJS.ReadableStream, done: (err: Error | null, body?: unknown) => void) => done(null));
+    scope.addContentTypeParser('*', (_request: FastifyRequest, _payload: NodeJS.ReadableStream, done: (err: Error | null, body?: unknown) => void) =>
+      done(null),
+    );
     const config = { portAccess: true };
     scope.all('/v1/sessions/:id/ports/:port', { config, schema: { hide: true } }, proxy);
     scope.all('/v1/sessions/:id/ports/:port/*', { config, schema: { hide: true } }, proxy);

@@ -34,7 +34,14 @@ export const pidParams = {
   properties: { id: sessionIdParams.properties.id, pid: { type: 'string', pattern: '^[0-9]{1,7}$', description: 'The process id the start answered' } },
 } as const;
 
-const errors = { 400: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 410: { $ref: 'Error#' }, 429: { $ref: 'Error#' }, 502: { $ref: 'Error#' } };
+const errors = {
+  400: { $ref: 'Error#' },
+  404: { $ref: 'Error#' },
+  409: { $ref: 'Error#' },
+  410: { $ref: 'Error#' },
+  429: { $ref: 'Error#' },
+  502: { $ref: 'Error#' },
+};
 
 const fromQuery = {
   type: 'object',
@@ -103,7 +110,14 @@ export async function processRoutes(app: FastifyInstance, opts: ProcessRoutesOpt
 
   app.get<PidRequest>(
     '/v1/sessions/:id/processes/:pid',
-    { schema: { summary: 'One process: running or its exit', tags: ['processes'], params: pidParams, response: { 200: { type: 'object', additionalProperties: true }, ...errors } } },
+    {
+      schema: {
+        summary: 'One process: running or its exit',
+        tags: ['processes'],
+        params: pidParams,
+        response: { 200: { type: 'object', additionalProperties: true }, ...errors },
+      },
+    },
     async (request) => (await find(request.params.id, request.params.pid)).info(),
   );
 
@@ -114,7 +128,7 @@ export async function processRoutes(app: FastifyInstance, opts: ProcessRoutesOpt
         summary: "Server-Sent Events: the process's output (a replay of what is held, then live), then its exit",
         description:
           'Events: `output` {offset, stream: stdout|stderr, data (base64)}, `dropped` {offset, bytes} (output dropped before this reader got it), ' +
-          '`exit` {exitCode, signal, reason, outputBytes} (last), `evicted` {reason}. Each event\'s id is the offset after it: reconnect with ' +
+          "`exit` {exitCode, signal, reason, outputBytes} (last), `evicted` {reason}. Each event's id is the offset after it: reconnect with " +
           `Last-Event-ID (or ?from=) to go on where you left off. ${limits.bufferBytesPerProcess} bytes are held per process for replay.`,
         tags: ['processes'],
         params: pidParams,
@@ -154,7 +168,10 @@ export async function processRoutes(app: FastifyInstance, opts: ProcessRoutesOpt
         querystring: {
           type: 'object',
           additionalProperties: false,
-          properties: { from: fromQuery.properties.from, maxBytes: { type: 'string', pattern: '^[0-9]{1,7}$', description: `At most this much output (default and most ${READ_MAX_BYTES})` } },
+          properties: {
+            from: fromQuery.properties.from,
+            maxBytes: { type: 'string', pattern: '^[0-9]{1,7}$', description: `At most this much output (default and most ${READ_MAX_BYTES})` },
+          },
         },
         response: { 200: { type: 'object', additionalProperties: true }, ...errors },
       },
@@ -293,7 +310,13 @@ export function decodeBase64(data: string, field: string): Buffer {
  * socket. The reader is attached before the response starts, so a process over its readers'
  * cap answers 429 as JSON.
  */
-function followOverSse(reply: FastifyReply, process: GuestProcess, from: number | undefined, activity: () => void, first?: { name: string; data: unknown }): void {
+function followOverSse(
+  reply: FastifyReply,
+  process: GuestProcess,
+  from: number | undefined,
+  activity: () => void,
+  first?: { name: string; data: unknown },
+): void {
   const res = reply.raw;
   const event = (name: string, id: number | undefined, data: unknown): boolean =>
     res.write(`${id === undefined ? '' : `id: ${id}\n`}event: ${name}\ndata: ${JSON.stringify(data)}\n\n`);

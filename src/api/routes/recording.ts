@@ -54,7 +54,7 @@ export async function recordingRoutes(app: FastifyInstance, opts: { manager: Ses
 
   app.get<{ Params: IdParams }>(
     '/v1/sessions/:id/recording/status',
-    { schema: { summary: 'The recording\'s state, size and frames', tags: ['recording'], params: sessionIdParams, response: statusReply } },
+    { schema: { summary: "The recording's state, size and frames", tags: ['recording'], params: sessionIdParams, response: statusReply } },
     async (request) => manager.recordingStatus(request.params.id, request.tenant),
   );
 
@@ -69,7 +69,12 @@ export async function recordingRoutes(app: FastifyInstance, opts: { manager: Ses
         tags: ['recording'],
         params: sessionIdParams,
         produces: ['video/mp4'],
-        response: { 200: { description: 'The video', type: 'string', format: 'binary' }, 206: { description: 'A byte range of it', type: 'string', format: 'binary' }, 416: { $ref: 'Error#' }, ...errors },
+        response: {
+          200: { description: 'The video', type: 'string', format: 'binary' },
+          206: { description: 'A byte range of it', type: 'string', format: 'binary' },
+          416: { $ref: 'Error#' },
+          ...errors,
+        },
       },
     },
     async (request, reply) => {

@@ -10,7 +10,14 @@ import type { StreamSlots } from '../stream-slots.js';
 /** Bytes an SSE client may leave unread before it is dropped: a slow reader holds no more. */
 const SSE_UNREAD_LIMIT_BYTES = 256 * 1024;
 
-const errors = { 400: { $ref: 'Error#' }, 401: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 429: { $ref: 'Error#' }, 503: { $ref: 'Error#' } };
+const errors = {
+  400: { $ref: 'Error#' },
+  401: { $ref: 'Error#' },
+  404: { $ref: 'Error#' },
+  409: { $ref: 'Error#' },
+  429: { $ref: 'Error#' },
+  503: { $ref: 'Error#' },
+};
 const runIdParams = { type: 'object', required: ['id'], properties: { id: { type: 'string', pattern: '^run_[0-9a-f]{24}$' } } } as const;
 
 export const runBody = {
@@ -40,23 +47,47 @@ export async function runRoutes(app: FastifyInstance, opts: { runs: RunManager; 
     '/v1/runs',
     {
       bodyLimit: SMALL_BODY_LIMIT_BYTES,
-      schema: { summary: 'Run a task with Claude on a new or existing sandbox', tags: ['runs'], body: runBody, response: { 201: { type: 'object', additionalProperties: true }, ...errors } },
+      schema: {
+        summary: 'Run a task with Claude on a new or existing sandbox',
+        tags: ['runs'],
+        body: runBody,
+        response: { 201: { type: 'object', additionalProperties: true }, ...errors },
+      },
     },
     async (request, reply) => {
-      const run = await runs.create(request.body, request.tenant, (sessionId, step) => `/v1/sessions/${sessionId}/trajectory/steps/${step}/screenshot`, request.placedSessionId ?? undefined);
+      const run = await runs.create(
+        request.body,
+        request.tenant,
+        (sessionId, step) => `/v1/sessions/${sessionId}/trajectory/steps/${step}/screenshot`,
+        request.placedSessionId ?? undefined,
+      );
       return reply.status(201).send(run);
     },
   );
 
   app.get<{ Params: { id: string } }>(
     '/v1/runs/:id',
-    { schema: { summary: 'A run: state, steps, token usage, stop reason', tags: ['runs'], params: runIdParams, response: { 200: { type: 'object', additionalProperties: true }, ...errors } } },
+    {
+      schema: {
+        summary: 'A run: state, steps, token usage, stop reason',
+        tags: ['runs'],
+        params: runIdParams,
+        response: { 200: { type: 'object', additionalProperties: true }, ...errors },
+      },
+    },
     async (request) => runs.get(request.params.id, request.tenant),
   );
 
   app.delete<{ Params: { id: string } }>(
     '/v1/runs/:id',
-    { schema: { summary: 'Stop a run (idempotent); answers once it has stopped', tags: ['runs'], params: runIdParams, response: { 200: { type: 'object', additionalProperties: true }, ...errors } } },
+    {
+      schema: {
+        summary: 'Stop a run (idempotent); answers once it has stopped',
+        tags: ['runs'],
+        params: runIdParams,
+        response: { 200: { type: 'object', additionalProperties: true }, ...errors },
+      },
+    },
     async (request) => runs.cancel(request.params.id, request.tenant),
   );
 
@@ -65,7 +96,7 @@ export async function runRoutes(app: FastifyInstance, opts: { runs: RunManager; 
     {
       schema: {
         summary: "A run's progress as Server-Sent Events, from its start; the stream ends after the `end` event",
-        description: 'An open stream counts against the tenant\'s event streams (SBX_TENANT_MAX_STREAMS; 429 tenant_stream_limit), not its requests in flight.',
+        description: "An open stream counts against the tenant's event streams (SBX_TENANT_MAX_STREAMS; 429 tenant_stream_limit), not its requests in flight.",
         tags: ['runs'],
         params: runIdParams,
       },
@@ -89,10 +120,15 @@ export async function runRoutes(app: FastifyInstance, opts: { runs: RunManager; 
       // The client learns at once that its stream is open, before the run's first event.
       raw.flushHeaders();
       const { unsubscribe } = subscription;
-      const opened = new EventStream<RunEvent>(raw, SSE_UNREAD_LIMIT_BYTES, () => {
-        unsubscribe();
-        release();
-      }, (event) => event.type === 'end');
+      const opened = new EventStream<RunEvent>(
+        raw,
+        SSE_UNREAD_LIMIT_BYTES,
+        () => {
+          unsubscribe();
+          release();
+        },
+        (event) => event.type === 'end',
+      );
       raw.on('close', () => opened.close());
       for (const event of [...subscription.past, ...pending]) opened.send(event);
       stream = opened;

@@ -32,15 +32,25 @@ export async function screenStreamRoutes(app: FastifyInstance, opts: { manager: 
       schema: {
         summary: 'Server-Sent Events: a frame (base64 image) whenever the screen changes',
         description:
-          'Each `frame` event\'s data is JSON {seq, at, mediaType, width, height, data (base64)}; jpeg at quality 70 unless ?format/?quality say otherwise. ' +
+          "Each `frame` event's data is JSON {seq, at, mediaType, width, height, data (base64)}; jpeg at quality 70 unless ?format/?quality say otherwise. " +
           `?fps (1-5, default 2) bounds how often the screen is looked at. A client with more than ${STREAM_MAX_BUFFERED_BYTES} bytes unread is disconnected. ` +
           'An `end` event {reason} comes when the session is no longer ready. ' +
           `A tenant has at most ${streams.maxPerTenant} event streams open (SBX_TENANT_MAX_STREAMS; 429 tenant_stream_limit); they do not count as requests in flight.`,
         tags: ['computer'],
         params: sessionIdParams,
-        querystring: { type: 'object', properties: { ...screenshotFormatQuery, fps: { type: 'string', pattern: '^[1-5]$', description: 'Looks per second, 1-5 (default 2)' } } },
+        querystring: {
+          type: 'object',
+          properties: { ...screenshotFormatQuery, fps: { type: 'string', pattern: '^[1-5]$', description: 'Looks per second, 1-5 (default 2)' } },
+        },
         produces: ['text/event-stream'],
-        response: { 200: { description: 'text/event-stream', type: 'string' }, 400: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 410: { $ref: 'Error#' }, 429: { $ref: 'Error#' } },
+        response: {
+          200: { description: 'text/event-stream', type: 'string' },
+          400: { $ref: 'Error#' },
+          404: { $ref: 'Error#' },
+          409: { $ref: 'Error#' },
+          410: { $ref: 'Error#' },
+          429: { $ref: 'Error#' },
+        },
       },
     },
     async (request, reply) => {
@@ -83,7 +93,14 @@ export async function screenStreamRoutes(app: FastifyInstance, opts: { manager: 
           if (frame && frame !== last) {
             last = frame;
             const image = await encodeFrame(frame, choice);
-            const data = JSON.stringify({ seq: ++seq, at: new Date().toISOString(), mediaType: image.mediaType, width: frame.width, height: frame.height, data: image.data.toString('base64') });
+            const data = JSON.stringify({
+              seq: ++seq,
+              at: new Date().toISOString(),
+              mediaType: image.mediaType,
+              width: frame.width,
+              height: frame.height,
+              data: image.data.toString('base64'),
+            });
             if (!send(`id: ${seq}\nevent: frame\ndata: ${data}\n\n`)) break;
             heartbeatAt = Date.now();
           } else if (Date.now() - heartbeatAt > HEARTBEAT_MS) {

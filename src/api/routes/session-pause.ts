@@ -8,7 +8,14 @@ interface IdParams {
   id: string;
 }
 
-const errors = { 400: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 410: { $ref: 'Error#' }, 413: { $ref: 'Error#' }, 503: { $ref: 'Error#' } };
+const errors = {
+  400: { $ref: 'Error#' },
+  404: { $ref: 'Error#' },
+  409: { $ref: 'Error#' },
+  410: { $ref: 'Error#' },
+  413: { $ref: 'Error#' },
+  503: { $ref: 'Error#' },
+};
 
 /**
  * Pause and resume (docs/pause.md):

@@ -11,10 +11,22 @@ interface IdParams {
   id: string;
 }
 
-const errors = { 400: { $ref: 'Error#' }, 401: { $ref: 'Error#' }, 413: { $ref: 'Error#' }, 404: { $ref: 'Error#' }, 409: { $ref: 'Error#' }, 410: { $ref: 'Error#' }, 502: { $ref: 'Error#' }, 503: { $ref: 'Error#' } };
+const errors = {
+  400: { $ref: 'Error#' },
+  401: { $ref: 'Error#' },
+  413: { $ref: 'Error#' },
+  404: { $ref: 'Error#' },
+  409: { $ref: 'Error#' },
+  410: { $ref: 'Error#' },
+  502: { $ref: 'Error#' },
+  503: { $ref: 'Error#' },
+};
 
 /** /v1/sessions: create, list, inspect, destroy, screenshot, act. */
-export async function sessionRoutes(app: FastifyInstance, opts: { manager: SessionDirectory & ComputerActions; trajectory?: TrajectoryRecorder }): Promise<void> {
+export async function sessionRoutes(
+  app: FastifyInstance,
+  opts: { manager: SessionDirectory & ComputerActions; trajectory?: TrajectoryRecorder },
+): Promise<void> {
   const { manager } = opts;
 
   app.post<{ Body: CreateSessionOptions }>(
@@ -104,7 +116,7 @@ export async function sessionRoutes(app: FastifyInstance, opts: { manager: Sessi
     {
       schema: {
         summary: 'The whole screen as an image (at its real size, or with ?scaled=true as the model sees it)',
-        description: 'PNG unless ?format= or the session\'s default (screenshot at create) says jpeg or webp; the Content-Type says which.',
+        description: "PNG unless ?format= or the session's default (screenshot at create) says jpeg or webp; the Content-Type says which.",
         tags: ['computer'],
         params: sessionIdParams,
         querystring: {
@@ -130,7 +142,7 @@ export async function sessionRoutes(app: FastifyInstance, opts: { manager: Sessi
         description:
           'Coordinates are in the model space of the session (see computerTool). Bad input is a 400 naming the field. ' +
           'With ?screenshot=true, actions other than screenshot, cursor_position and zoom also return the settled screen. ' +
-          '?format and ?quality choose the format of any image returned (the session\'s default otherwise).',
+          "?format and ?quality choose the format of any image returned (the session's default otherwise).",
         tags: ['computer'],
         params: sessionIdParams,
         querystring: { type: 'object', properties: { screenshot: { type: 'string', enum: ['true', 'false'] }, ...screenshotFormatQuery } },
@@ -158,4 +170,3 @@ export async function sessionRoutes(app: FastifyInstance, opts: { manager: Sessi
     },
   );
 }
-

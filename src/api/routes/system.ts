@@ -8,7 +8,7 @@ export async function systemRoutes(app: FastifyInstance, opts: { manager: System
     '/healthz',
     {
       schema: {
-        summary: 'Liveness; with an API key (or keyless on loopback), also the runtime and the caller\'s own session count',
+        summary: "Liveness; with an API key (or keyless on loopback), also the runtime and the caller's own session count",
         tags: ['system'],
         response: {
           200: {

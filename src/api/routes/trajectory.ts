@@ -26,7 +26,9 @@ const errors = { 400: { $ref: 'Error#' }, 401: { $ref: 'Error#' }, 404: { $ref: 
 const JSON_PAGE_STEPS = 1000;
 /** How many steps the page embeds; a longer trajectory is read whole through the JSON route. */
 const PAGE_STEPS = 2000;
-const tokenQuery = { token: { type: 'string', maxLength: 128, description: 'A link token (POST /v1/sessions/:id/links), for a browser that cannot send the API key' } } as const;
+const tokenQuery = {
+  token: { type: 'string', maxLength: 128, description: 'A link token (POST /v1/sessions/:id/links), for a browser that cannot send the API key' },
+} as const;
 
 const stepParams = {
   ...sessionIdParams,
@@ -52,7 +54,11 @@ const stepSchema = {
       properties: {
         before: { type: 'string', nullable: true },
         after: { type: 'string', nullable: true },
-        frame: { type: 'string', nullable: true, description: "The session's recording at the end of the step (JPEG), for a step without a screenshot of its own" },
+        frame: {
+          type: 'string',
+          nullable: true,
+          description: "The session's recording at the end of the step (JPEG), for a step without a screenshot of its own",
+        },
       },
     },
   },
@@ -117,7 +123,11 @@ export async function trajectoryRoutes(app: FastifyInstance, opts: TrajectoryRou
               keepTypedText: { type: 'boolean' },
               totals: { type: 'object', additionalProperties: { type: 'number' } },
               videoUrl: { type: 'string', nullable: true, description: "The session's recording (GET .../recording), null without one" },
-              videoStartMs: { type: 'number', nullable: true, description: 'When the recording started, in ms since the session was created: a step is at startedMs - videoStartMs in the video' },
+              videoStartMs: {
+                type: 'number',
+                nullable: true,
+                description: 'When the recording started, in ms since the session was created: a step is at startedMs - videoStartMs in the video',
+              },
               videoEndMs: { type: 'number', nullable: true, description: 'When the recording ended, the same way (null while recording)' },
               steps: { type: 'array', items: stepSchema },
               next: { type: 'string', nullable: true, description: 'JSON: the URL of the next page of steps, null on the last' },
@@ -180,7 +190,7 @@ export async function trajectoryRoutes(app: FastifyInstance, opts: TrajectoryRou
       config: { linkPurpose: 'trajectory' },
       schema: {
         summary: "The session's recording at the end of a step, as JPEG: the screen of a step that stored no screenshot of its own",
-        description: 'Extracted from the video (GET .../recording) at the step\'s time; 404 when the session has no recording covering that moment.',
+        description: "Extracted from the video (GET .../recording) at the step's time; 404 when the session has no recording covering that moment.",
         tags: ['trajectory'],
         params: stepParams,
         querystring: { type: 'object', properties: tokenQuery },
@@ -198,7 +208,10 @@ export async function trajectoryRoutes(app: FastifyInstance, opts: TrajectoryRou
       const frame = at !== undefined ? await opts.recordingFrame?.(row.sessionId, row.tenant, at) : undefined;
       if (!frame) throw new NotFoundError(`session ${row.sessionId} has no recording of the moment of step ${n}`);
       // A finished recording never changes: its frames may be kept while the page is open.
-      return reply.type('image/jpeg').header('cache-control', frame.finished ? 'private, max-age=3600' : 'no-store').send(frame.data);
+      return reply
+        .type('image/jpeg')
+        .header('cache-control', frame.finished ? 'private, max-age=3600' : 'no-store')
+        .send(frame.data);
     },
   );
 
@@ -220,14 +233,19 @@ export async function trajectoryRoutes(app: FastifyInstance, opts: TrajectoryRou
       const summary = await summaryOf(row);
       const steps = trajectory.steps(row.sessionId, 1, PAGE_STEPS).map((step) => stepJson(row.sessionId, step, summary));
       const page = viewerPage({ ...summary, steps });
-      return reply
-        .type('text/html; charset=utf-8')
-        .header('cache-control', 'no-store')
-        // The token is in this page's URL: it must not leave in a Referer, and nothing but our own inline code and images run.
-        .header('referrer-policy', 'no-referrer')
-        .header('x-content-type-options', 'nosniff')
-        .header('content-security-policy', `default-src 'none'; img-src 'self'; style-src 'nonce-${page.nonce}'; script-src 'nonce-${page.nonce}'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'`)
-        .send(page.html);
+      return (
+        reply
+          .type('text/html; charset=utf-8')
+          .header('cache-control', 'no-store')
+          // The token is in this page's URL: it must not leave in a Referer, and nothing but our own inline code and images run.
+          .header('referrer-policy', 'no-referrer')
+          .header('x-content-type-options', 'nosniff')
+          .header(
+            'content-security-policy',
+            `default-src 'none'; img-src 'self'; style-src 'nonce-${page.nonce}'; script-src 'nonce-${page.nonce}'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'`,
+          )
+          .send(page.html)
+      );
     },
   );
 }

@@ -45,7 +45,7 @@ export async function vendorToolRoutes(app: FastifyInstance, opts: { manager: Ve
       schema: {
         summary: "OpenAI's computer_call in (its action or batched actions), its computer_call_output out",
         description:
-          'x, y are in the display size of the session view\'s tools.openai (its model space). All actions are checked before the first runs; ' +
+          "x, y are in the display size of the session view's tools.openai (its model space). All actions are checked before the first runs; " +
           'a bad one is a 400 naming it (e.g. actions[2].keys[0]). The screenshot is the settled screen after the last, as a PNG data URL.',
         tags: ['tools'],
         params: sessionIdParams,
@@ -84,8 +84,8 @@ export async function vendorToolRoutes(app: FastifyInstance, opts: { manager: Ve
       schema: {
         summary: "Gemini's computer-use FunctionCall in, its FunctionResponse out",
         description:
-          'x, y are on Gemini\'s 0-999 grid, mapped onto the real screen. A mistake the model can correct is a FunctionResponse with response.error ' +
-          '(HTTP 200, nothing done); a body that is no function call is a 400. Browser-only calls need a browser in the sandbox (the desktop template\'s Firefox).',
+          "x, y are on Gemini's 0-999 grid, mapped onto the real screen. A mistake the model can correct is a FunctionResponse with response.error " +
+          "(HTTP 200, nothing done); a body that is no function call is a 400. Browser-only calls need a browser in the sandbox (the desktop template's Firefox).",
         tags: ['tools'],
         params: sessionIdParams,
         response: { 200: { type: 'object', additionalProperties: true }, ...errors },
@@ -123,10 +123,15 @@ async function geminiCall(
     const first = plan.browser ? await browserStep(manager, sessionId, plan.browser, plan.name) : [];
     const outcome = await manager.perform(sessionId, () => [...first, ...plan.actions], { screenshotAfter: true, format: { format: 'png' } });
     const image = required(outcome.image);
-    const body = { ...head, response: plan.url ? { url: plan.url } : {}, parts: [{ inlineData: { mimeType: image.mediaType, data: image.data.toString('base64') } }] };
+    const body = {
+      ...head,
+      response: plan.url ? { url: plan.url } : {},
+      parts: [{ inlineData: { mimeType: image.mediaType, data: image.data.toString('base64') } }],
+    };
     return { body, outcome };
   } catch (err) {
-    if (!(err instanceof InvalidRequestError || err instanceof DesktopError || err instanceof DesktopActionFailedError || err instanceof AppNotFoundError)) throw err;
+    if (!(err instanceof InvalidRequestError || err instanceof DesktopError || err instanceof DesktopActionFailedError || err instanceof AppNotFoundError))
+      throw err;
     return { body: { ...head, response: { error: err.message } }, error: err.message };
   }
 }

@@ -74,7 +74,10 @@ export async function viewRoutes(app: FastifyInstance, opts: { views: LiveViews 
     },
     async (request, reply) => {
       const { grant, token } = await views.create(request.params.id, request.tenant, request.body.mode, request.body.ttlSeconds);
-      return reply.status(201).header('cache-control', 'no-store').send({ ...publicGrant(grant), url: viewUrl(request, token) });
+      return reply
+        .status(201)
+        .header('cache-control', 'no-store')
+        .send({ ...publicGrant(grant), url: viewUrl(request, token) });
     },
   );
 
@@ -93,7 +96,14 @@ export async function viewRoutes(app: FastifyInstance, opts: { views: LiveViews 
 
   app.delete<{ Params: { id: string; viewId: string } }>(
     '/v1/sessions/:id/views/:viewId',
-    { schema: { summary: 'Revoke a live view: its URL stops working and its open connections are cut', tags: ['views'], params: viewParams, response: { 204: { type: 'null' }, ...errors } } },
+    {
+      schema: {
+        summary: 'Revoke a live view: its URL stops working and its open connections are cut',
+        tags: ['views'],
+        params: viewParams,
+        response: { 204: { type: 'null' }, ...errors },
+      },
+    },
     async (request, reply) => {
       views.revoke(request.params.id, request.params.viewId);
       return reply.status(204).send();
@@ -139,7 +149,13 @@ export async function viewRoutes(app: FastifyInstance, opts: { views: LiveViews 
   app.get<{ Params: { token: string } }>('/v1/views/:token/state', { schema: { hide: true, params: tokenParams } }, async (request, reply) => {
     const grant = views.resolve(request.params.token);
     void reply.header('cache-control', 'no-store');
-    return { viewId: grant.viewId, sessionId: grant.sessionId, mode: grant.mode, expiresAt: grant.expiresAt, control: views.takeovers.holder(grant.sessionId) ?? null };
+    return {
+      viewId: grant.viewId,
+      sessionId: grant.sessionId,
+      mode: grant.mode,
+      expiresAt: grant.expiresAt,
+      control: views.takeovers.holder(grant.sessionId) ?? null,
+    };
   });
 
   app.post<{ Params: { token: string } }>('/v1/views/:token/takeover', { schema: { hide: true, params: tokenParams } }, async (request) => ({
@@ -200,4 +216,3 @@ export async function viewRoutes(app: FastifyInstance, opts: { views: LiveViews 
 function publicGrant(grant: ViewGrant): Omit<ViewGrant, 'tenant' | 'revokedAt'> {
   return { viewId: grant.viewId, sessionId: grant.sessionId, mode: grant.mode, createdAt: grant.createdAt, expiresAt: grant.expiresAt };
 }
-

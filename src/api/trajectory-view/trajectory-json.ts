@@ -53,7 +53,10 @@ export function frameUrl(sessionId: string, n: number): string {
 }
 
 /** The step's end as a time in its session's video (ms), when the video covers it. */
-export function videoTimeOf(step: Pick<StoredStep, 'startedMs' | 'durationMs'>, video: Pick<TrajectorySummary, 'videoStartMs' | 'videoEndMs'>): number | undefined {
+export function videoTimeOf(
+  step: Pick<StoredStep, 'startedMs' | 'durationMs'>,
+  video: Pick<TrajectorySummary, 'videoStartMs' | 'videoEndMs'>,
+): number | undefined {
   if (video.videoStartMs === null) return undefined;
   const end = step.startedMs + step.durationMs;
   if (end < video.videoStartMs) return undefined;
@@ -97,7 +100,7 @@ export function trajectorySummary(
 /** Every stored step, in order, read in pages so a long trajectory is never held whole. */
 export async function* allSteps(recorder: Pick<TrajectoryRecorder, 'steps'>, sessionId: string): AsyncGenerator<StoredStep> {
   const PAGE = 200;
-  for (let from = 1; ; ) {
+  for (let from = 1; ;) {
     const page = recorder.steps(sessionId, from, PAGE);
     for (const step of page) yield step;
     if (page.length < PAGE) return;

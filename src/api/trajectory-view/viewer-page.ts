@@ -16,7 +16,10 @@ export interface ViewerData extends TrajectorySummary {
  */
 export function viewerPage(data: ViewerData): { html: string; nonce: string } {
   const nonce = randomBytes(16).toString('base64');
-  const json = JSON.stringify(data).replace(/</g, '\\u003c').replace(/\u2028/g, '\\u2028').replace(/\u2029/g, '\\u2029');
+  const json = JSON.stringify(data)
+    .replace(/</g, '\\u003c')
+    .replace(/\u2028/g, '\\u2028')
+    .replace(/\u2029/g, '\\u2029');
   const html = `<!doctype html>
 <html lang="en">
 <head>

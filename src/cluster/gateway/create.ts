@@ -102,13 +102,15 @@ export async function placeCreate(deps: CreateDeps, call: CreateCall): Promise<N
       // A node that claimed a warm sandbox answers with that sandbox's id: the row takes it.
       const given = call.answeredId?.(answer) ?? sessionId;
       await call.onCreated?.(given, answer).catch(storeFailure);
-      await state.call('confirm', (store) => store.confirm(sessionId, given)).catch(async (err: unknown) => {
-        if (given !== sessionId) {
-          destroyQuietly(deps, node, given, call.headers(sessionId));
-          await release(deps, sessionId);
-        }
-        storeFailure(err);
-      });
+      await state
+        .call('confirm', (store) => store.confirm(sessionId, given))
+        .catch(async (err: unknown) => {
+          if (given !== sessionId) {
+            destroyQuietly(deps, node, given, call.headers(sessionId));
+            await release(deps, sessionId);
+          }
+          storeFailure(err);
+        });
       state.forgetSession(sessionId);
       state.forgetSession(given);
       metrics.placementTries.inc({ outcome: 'created' });
@@ -151,10 +153,12 @@ function storeFailure(err: unknown): never {
 }
 
 async function release(deps: CreateDeps, sessionId: string): Promise<void> {
-  await deps.state.call('release', (store) => store.release(sessionId)).catch((err: unknown) => {
-    // Left `creating`, its size counts against the node until an operator or the node's reconcile clears it.
-    deps.logger.error({ err, sessionId }, 'could not release a failed create from the directory');
-  });
+  await deps.state
+    .call('release', (store) => store.release(sessionId))
+    .catch((err: unknown) => {
+      // Left `creating`, its size counts against the node until an operator or the node's reconcile clears it.
+      deps.logger.error({ err, sessionId }, 'could not release a failed create from the directory');
+    });
 }
 
 /** A create whose connection broke may have been made: ask the node to destroy it (best effort, not awaited). */

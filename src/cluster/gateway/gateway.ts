@@ -122,7 +122,9 @@ export async function createGateway(opts: GatewayOptions): Promise<Gateway> {
   // Forwarded routes: bodies are never parsed, whatever their type; they stream to the node.
   await app.register(async (raw) => {
     raw.removeAllContentTypeParsers();
-    raw.addContentTypeParser('*', (_request: FastifyRequest, payload: NodeJS.ReadableStream, done: (err: Error | null, body?: unknown) => void) => done(null, payload));
+    raw.addContentTypeParser('*', (_request: FastifyRequest, payload: NodeJS.ReadableStream, done: (err: Error | null, body?: unknown) => void) =>
+      done(null, payload),
+    );
     await raw.register(sessionProxyRoutes, deps);
     await raw.register(runProxyRoutes, deps);
     await raw.register(viewTokenRoutes, deps);

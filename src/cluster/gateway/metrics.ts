@@ -96,9 +96,11 @@ export class GatewayMetrics {
           for (const node of all) this.set({ node: node.name }, value(node));
         },
       });
-    perNode('sandbox_cluster_node_sessions', "Sessions the directory counts on each node (creating or live)", (node) => node.capacity.sessions);
+    perNode('sandbox_cluster_node_sessions', 'Sessions the directory counts on each node (creating or live)', (node) => node.capacity.sessions);
     perNode('sandbox_cluster_node_vcpus_committed_ratio', "Each node's vCPUs committed to sessions, of what it offers", (node) => ratio(node.capacity.vcpus));
-    perNode('sandbox_cluster_node_memory_committed_ratio', "Each node's memory committed to sessions, of what it offers", (node) => ratio(node.capacity.memoryMiB));
+    perNode('sandbox_cluster_node_memory_committed_ratio', "Each node's memory committed to sessions, of what it offers", (node) =>
+      ratio(node.capacity.memoryMiB),
+    );
   }
 }
 

@@ -42,8 +42,10 @@ export function nodeError(node: string, err: unknown): NodeUnreachableError | No
   const rawCode = (cause as { code?: unknown } | undefined)?.code ?? (err as { code?: unknown } | undefined)?.code;
   const code = typeof rawCode === 'string' ? rawCode : '';
   const message = cause instanceof Error ? cause.message : String(cause);
-  if (NOT_CONNECTED.has(code)) return new NodeUnreachableError(node, code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'ECONNECT_TIMEOUT' ? 'connect timed out' : code);
-  if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'EANSWER_TIMEOUT' || code === 'FST_REPLY_FROM_GATEWAY_TIMEOUT') return new NodeFailedError(node, 'no answer in time');
+  if (NOT_CONNECTED.has(code))
+    return new NodeUnreachableError(node, code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'ECONNECT_TIMEOUT' ? 'connect timed out' : code);
+  if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'EANSWER_TIMEOUT' || code === 'FST_REPLY_FROM_GATEWAY_TIMEOUT')
+    return new NodeFailedError(node, 'no answer in time');
   return new NodeFailedError(node, code || message.slice(0, 100));
 }
 
@@ -69,7 +71,8 @@ export class NodeClient {
       const connectTimer = setTimeout(timeout('ECONNECT_TIMEOUT', 'connect timed out'), this.opts.connectTimeoutMs);
       const answerTimer = setTimeout(timeout('EANSWER_TIMEOUT', 'no answer in time'), req.timeoutMs ?? this.opts.answerTimeoutMs);
       outgoing.on('socket', (socket) => {
-        if (!socket.connecting) clearTimeout(connectTimer); // a kept-alive socket
+        if (!socket.connecting)
+          clearTimeout(connectTimer); // a kept-alive socket
         else socket.once('connect', () => clearTimeout(connectTimer));
       });
       outgoing.on('error', fail);

@@ -43,7 +43,13 @@ export async function runJsonRoutes(app: FastifyInstance, deps: SessionRouteDeps
     const entry = request.body.session !== undefined ? undefined : await state.lookup(sessionId);
     if (request.body.session === undefined && (!entry || entry.tenant !== request.tenant)) throw new NotFoundError(`session ${sessionId} does not exist`);
     const target = entry ? await router.nodeOf(entry) : await router.anyNode();
-    const answer = await client.request({ method: 'POST', url: nodeUrl(target.url, '/v1/runs'), headers: jsonHeaders(request, secret, body), body, node: target.name });
+    const answer = await client.request({
+      method: 'POST',
+      url: nodeUrl(target.url, '/v1/runs'),
+      headers: jsonHeaders(request, secret, body),
+      body,
+      node: target.name,
+    });
     if (answer.status === 201 && entry) await recordRun(entry.sessionId, answer);
     return sendAnswer(reply, answer);
   });

@@ -87,7 +87,9 @@ export async function sessionProxyRoutes(app: FastifyInstance, deps: SessionRout
  */
 async function recordEnd(deps: SessionRouteDeps, sessionId: string, status: number): Promise<void> {
   if (status !== 200) return;
-  await deps.state.call('end', (store) => store.end(sessionId)).catch((err: unknown) => deps.logger.warn({ err, sessionId }, 'could not end a destroyed session in the directory (its node will)'));
+  await deps.state
+    .call('end', (store) => store.end(sessionId))
+    .catch((err: unknown) => deps.logger.warn({ err, sessionId }, 'could not end a destroyed session in the directory (its node will)'));
 }
 
 /** A live view made through this gateway: its token will route to this session from any gateway. */
@@ -149,11 +151,21 @@ async function listSessions(request: FastifyRequest, deps: SessionRouteDeps): Pr
   const lost = await Promise.all(
     nodes
       .filter((node) => node.state === 'lost')
-      .map(async (node) => (await state.call('sessionsOfNode', (store) => store.sessionsOfNode(node.name))).filter((entry) => entry.tenant === request.tenant && entry.state !== 'ended')),
+      .map(async (node) =>
+        (await state.call('sessionsOfNode', (store) => store.sessionsOfNode(node.name))).filter(
+          (entry) => entry.tenant === request.tenant && entry.state !== 'ended',
+        ),
+      ),
   );
   const merged: Listed[] = lists.flat();
   for (const entry of lost.flat()) {
-    merged.push({ id: entry.sessionId, tenant: entry.tenant, state: 'lost', createdAt: entry.createdAt.toISOString(), error: entry.reason ?? `its node ${entry.node} was lost` });
+    merged.push({
+      id: entry.sessionId,
+      tenant: entry.tenant,
+      state: 'lost',
+      createdAt: entry.createdAt.toISOString(),
+      error: entry.reason ?? `its node ${entry.node} was lost`,
+    });
   }
   return merged.sort((a, b) => String(a.createdAt ?? '').localeCompare(String(b.createdAt ?? '')));
 }

@@ -42,7 +42,10 @@ export function startSweeper(
         }
         // Nodes another gateway marked lost count too for what this one has in flight.
         const busy = opts.inFlight.nodes();
-        const lostElsewhere = busy.length === 0 ? [] : (await state.call('listNodes', (store) => store.listNodes())).filter((node) => node.state === 'lost').map((node) => node.name);
+        const lostElsewhere =
+          busy.length === 0
+            ? []
+            : (await state.call('listNodes', (store) => store.listNodes())).filter((node) => node.state === 'lost').map((node) => node.name);
         for (const name of new Set([...lost, ...lostElsewhere])) {
           state.forgetNode(name);
           const cut = opts.inFlight.cut(name);

@@ -13,7 +13,9 @@ export async function gatewaySystemRoutes(app: FastifyInstance, deps: SessionRou
   app.get('/healthz', async (_request, reply) => {
     const reachable = await state.call('ping', (store) => store.ping()).catch(() => false);
     if (!reachable) {
-      return reply.status(503).send({ status: 'unavailable', reason: `the cluster's state (PostgreSQL) does not answer within ${deps.settings.storeTimeoutMs} ms` });
+      return reply
+        .status(503)
+        .send({ status: 'unavailable', reason: `the cluster's state (PostgreSQL) does not answer within ${deps.settings.storeTimeoutMs} ms` });
     }
     return { status: 'ok' };
   });

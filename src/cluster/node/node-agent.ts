@@ -111,7 +111,10 @@ export class NodeAgent {
       const entry = await store.lookup(id);
       const keep = entry !== undefined && entry.node === name && (entry.state === 'live' || entry.state === 'creating');
       if (keep) continue;
-      log.warn({ sessionId: id, directory: entry ? { node: entry.node, state: entry.state } : null }, 'destroying a session the cluster does not hold as this node\'s');
+      log.warn(
+        { sessionId: id, directory: entry ? { node: entry.node, state: entry.state } : null },
+        "destroying a session the cluster does not hold as this node's",
+      );
       await this.opts.sessions.destroy(id).catch((err: unknown) => log.error({ err, sessionId: id }, 'destroying a session the cluster gave up failed'));
       if (entry?.state === 'lost' && entry.node === name) await store.end(id);
     }

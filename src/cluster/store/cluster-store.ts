@@ -82,7 +82,6 @@ export type PlacementOutcome =
   | { readonly placed: true; readonly node: NodeRecord }
   | { readonly placed: false; /** Why nobody can take it, counted per constraint (placement.ts). */ readonly reason: string };
 
-
 export interface ClusterStore {
   /** Applies pending schema migrations once, under an advisory lock (gateways may start together). */
   migrate(): Promise<void>;

@@ -56,10 +56,20 @@ export class Directory {
    */
   async confirm(sessionId: string, as?: string): Promise<void> {
     if (as === undefined || as === sessionId) {
-      await this.db.query('confirming a session', `${ASYNC_COMMIT} UPDATE sessions SET state = 'live' WHERE id = $1 AND state = 'creating' AND EXISTS (SELECT 1 FROM async)`, [sessionId], 'sbx-confirm');
+      await this.db.query(
+        'confirming a session',
+        `${ASYNC_COMMIT} UPDATE sessions SET state = 'live' WHERE id = $1 AND state = 'creating' AND EXISTS (SELECT 1 FROM async)`,
+        [sessionId],
+        'sbx-confirm',
+      );
       return;
     }
-    await this.db.query('confirming a session', `UPDATE sessions SET state = 'live', id = $2 WHERE id = $1 AND state = 'creating'`, [sessionId, as], 'sbx-confirm-as');
+    await this.db.query(
+      'confirming a session',
+      `UPDATE sessions SET state = 'live', id = $2 WHERE id = $1 AND state = 'creating'`,
+      [sessionId, as],
+      'sbx-confirm-as',
+    );
   }
 
   /** The row goes; if it still counted (creating, live), its size is given back. */
@@ -102,7 +112,9 @@ export class Directory {
   }
 
   async sessionsOfNode(node: string): Promise<DirectoryEntry[]> {
-    const result = await this.db.query<EntryRow>('listing a node\'s sessions', `SELECT ${ENTRY_COLUMNS} FROM sessions WHERE node = $1 ORDER BY created_at, id`, [node]);
+    const result = await this.db.query<EntryRow>("listing a node's sessions", `SELECT ${ENTRY_COLUMNS} FROM sessions WHERE node = $1 ORDER BY created_at, id`, [
+      node,
+    ]);
     return result.rows.map(entryOf);
   }
 

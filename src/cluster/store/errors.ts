@@ -7,7 +7,10 @@
 import { OrchestratorError, UnavailableError } from '../../errors.js';
 
 export class ClusterStateUnavailableError extends UnavailableError {
-  constructor(what: string, readonly causeMessage: string) {
+  constructor(
+    what: string,
+    readonly causeMessage: string,
+  ) {
     super(`the cluster's state (PostgreSQL) cannot be reached: ${what} failed: ${causeMessage}`, 'cluster_state_unavailable', { retryAfterSeconds: 2 });
   }
 }

@@ -31,11 +31,14 @@ export class Keys {
   constructor(private readonly db: Db) {}
 
   async create(record: ApiKeyRecord): Promise<void> {
-    await this.db.query(
-      'creating an API key',
-      'INSERT INTO api_keys (id, tenant, hash, created_at, expires_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6)',
-      [record.id, record.tenant, record.hash, record.createdAt, record.expiresAt, record.revokedAt],
-    );
+    await this.db.query('creating an API key', 'INSERT INTO api_keys (id, tenant, hash, created_at, expires_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6)', [
+      record.id,
+      record.tenant,
+      record.hash,
+      record.createdAt,
+      record.expiresAt,
+      record.revokedAt,
+    ]);
   }
 
   async find(id: string): Promise<ApiKeyRecord | undefined> {

@@ -49,8 +49,7 @@ export class NodeRegistry {
         }
         if (row.instance !== instance && row.state === 'up' && !row.stale) {
           throw new NodeNameTakenError(
-            `node name '${name}' is held by another running instance (last heartbeat ${row.last_heartbeat.toISOString()}); ` +
-              `stop it or choose another name`,
+            `node name '${name}' is held by another running instance (last heartbeat ${row.last_heartbeat.toISOString()}); ` + `stop it or choose another name`,
           );
         }
         await client.query(
@@ -142,7 +141,10 @@ export class NodeRegistry {
   }
 
   async setDraining(name: string, draining: boolean): Promise<boolean> {
-    const result = await this.db.query('draining a node', `UPDATE nodes SET draining = $2, change_seq = nextval('nodes_change_seq') WHERE name = $1`, [name, draining]);
+    const result = await this.db.query('draining a node', `UPDATE nodes SET draining = $2, change_seq = nextval('nodes_change_seq') WHERE name = $1`, [
+      name,
+      draining,
+    ]);
     return result.rowCount === 1;
   }
 }

@@ -7,9 +7,25 @@ import type { RuntimeName } from '../../runtimes/runtime.js';
 import type { NodeRecord, NodeReport, NodeState } from './cluster-store.js';
 
 const COLUMNS = [
-  'name', 'url', 'state', 'runtimes', 'templates', 'warm', 'max_sessions', 'memory_mib', 'vcpus',
-  'session_memory_mib', 'session_vcpus', 'draining', 'version', 'last_heartbeat', 'registered_at',
-  'change_seq', 'sessions', 'committed_memory_mib', 'committed_vcpus',
+  'name',
+  'url',
+  'state',
+  'runtimes',
+  'templates',
+  'warm',
+  'max_sessions',
+  'memory_mib',
+  'vcpus',
+  'session_memory_mib',
+  'session_vcpus',
+  'draining',
+  'version',
+  'last_heartbeat',
+  'registered_at',
+  'change_seq',
+  'sessions',
+  'committed_memory_mib',
+  'committed_vcpus',
 ];
 
 /**
@@ -105,6 +121,17 @@ export function reportValues(report: NodeReport): unknown[] {
 }
 
 /** The report columns, in reportValues()'s order. */
-export const REPORT_COLUMNS = ['url', 'runtimes', 'templates', 'warm', 'max_sessions', 'memory_mib', 'vcpus', 'session_memory_mib', 'session_vcpus', 'version'] as const;
+export const REPORT_COLUMNS = [
+  'url',
+  'runtimes',
+  'templates',
+  'warm',
+  'max_sessions',
+  'memory_mib',
+  'vcpus',
+  'session_memory_mib',
+  'session_vcpus',
+  'version',
+] as const;
 /** Casts for the parameters bound to REPORT_COLUMNS, in the same order. */
 export const REPORT_CASTS = ['text', 'text[]', 'text[]', 'jsonb', 'integer', 'integer', 'numeric', 'integer', 'numeric', 'text'] as const;

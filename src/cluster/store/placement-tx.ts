@@ -205,7 +205,10 @@ export class PlacementTx {
       if (row?.duplicate) throw new SessionIdTakenError(sessionId);
       const live = Number(row?.tenant_live ?? 0);
       if (limit !== undefined && live >= limit) {
-        throw new TenantLimitError(`tenant "${tenant}" has ${live} sessions in the cluster, its limit (SBX_MAX_SESSIONS_PER_TENANT=${limit}): destroy one, or retry later`, TENANT_RETRY_AFTER_SECONDS);
+        throw new TenantLimitError(
+          `tenant "${tenant}" has ${live} sessions in the cluster, its limit (SBX_MAX_SESSIONS_PER_TENANT=${limit}): destroy one, or retry later`,
+          TENANT_RETRY_AFTER_SECONDS,
+        );
       }
       // Filled (or drained, or lost) since the read: choose again with what the lock saw.
       full.push(name);

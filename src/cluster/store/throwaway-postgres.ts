@@ -138,7 +138,11 @@ export async function startThrowawayPostgres(options: ThrowawayPostgresOptions =
 
   const spawnOptions = { ...(user ? { uid: user.uid, gid: user.gid } : {}), env: inheritedEnv({ LC_ALL: 'C', TZ: 'UTC' }) };
   try {
-    await execFileAsync(path.join(binDir, 'initdb'), ['-D', dataDir, '-U', 'sbx', '-A', 'trust', '-E', 'UTF8', '--locale=C', '--no-sync', '--no-instructions'], spawnOptions);
+    await execFileAsync(
+      path.join(binDir, 'initdb'),
+      ['-D', dataDir, '-U', 'sbx', '-A', 'trust', '-E', 'UTF8', '--locale=C', '--no-sync', '--no-instructions'],
+      spawnOptions,
+    );
   } catch (error) {
     process.off('exit', onExit);
     rmSync(dir, { recursive: true, force: true });

@@ -199,7 +199,11 @@ export class DesktopActions {
       maxOutputBytes: maxAnswerBytes(request),
     });
     if (result.exitCode !== 0 || result.stdout.length === 0) {
-      const said = result.stderr.toString('utf8').replace(/[\p{Cc}\p{Cf}]/gu, ' ').trim().slice(0, 300);
+      const said = result.stderr
+        .toString('utf8')
+        .replace(/[\p{Cc}\p{Cf}]/gu, ' ')
+        .trim()
+        .slice(0, 300);
       throw new DesktopError(`the desktop helper failed in the guest (${said || `exit ${result.exitCode ?? result.signal}`})`);
     }
     return result.stdout;

@@ -57,7 +57,9 @@ export function openTarget(value: unknown, field = 'target'): string {
 /** A desktop-file id (`firefox-esr`, `debian-xterm.desktop`), without its `.desktop`. */
 export function appId(value: unknown, field = 'app'): string {
   if (typeof value !== 'string' || !APP_ID.test(value) || value.includes('..')) {
-    throw new InvalidRequestError(`${field} must be a desktop-file id such as "debian-xterm": letters, digits, ".", "_" and "-", starting with a letter or digit`);
+    throw new InvalidRequestError(
+      `${field} must be a desktop-file id such as "debian-xterm": letters, digits, ".", "_" and "-", starting with a letter or digit`,
+    );
   }
   return value.endsWith('.desktop') ? value.slice(0, -'.desktop'.length) : value;
 }

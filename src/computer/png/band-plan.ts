@@ -38,7 +38,7 @@ export function planPieces(changed: readonly boolean[], stored: readonly BandSpa
     else keptAt.set(span.first, index);
   });
   const plan: PlannedPiece[] = [];
-  for (let band = 0; band < bands; ) {
+  for (let band = 0; band < bands;) {
     const kept = redo[band] ? undefined : keptAt.get(band);
     if (kept !== undefined) {
       const span = stored![kept]!;

@@ -100,7 +100,11 @@ export class BandedPngEncoder {
     this.bandRows = options.bandRows ?? BAND_ROWS;
     this.inFlight = options.deflatesInFlight ?? DEFLATES_IN_FLIGHT;
     this.pieceBytes = options.pieceBytes ?? PIECE_BYTES;
-    for (const [name, value] of [['bandRows', this.bandRows], ['deflatesInFlight', this.inFlight], ['pieceBytes', this.pieceBytes]] as const) {
+    for (const [name, value] of [
+      ['bandRows', this.bandRows],
+      ['deflatesInFlight', this.inFlight],
+      ['pieceBytes', this.pieceBytes],
+    ] as const) {
       if (!Number.isInteger(value) || value < 1) throw new RangeError(`${name} must be a positive integer, not ${value}`);
     }
   }

@@ -57,7 +57,7 @@ export function writeFrameRowsWithAdler(frame: RawFrame, words: FrameWords, y0: 
   const rowBytes = pngRowBytes(frame.width);
   const wordsPerRow = frame.stride >>> 2;
   let adler = ADLER_EMPTY;
-  for (let y = y0; y < y1; ) {
+  for (let y = y0; y < y1;) {
     const run = words.at(y);
     const end = Math.min(y1, run.end);
     const part = writePngRowsWithAdler(run.words, wordsPerRow, frame.width, y - run.first, end - run.first, out.subarray((y - y0) * rowBytes));
@@ -109,7 +109,7 @@ export function writePngRowsWithAdler(words: Uint32Array, wordsPerRow: number, w
     out[o++] = 0; // filter: none (adds 0 to a, a to b)
     b += a;
     const rowEnd = y * wordsPerRow + width;
-    for (let i = y * wordsPerRow; i < rowEnd; ) {
+    for (let i = y * wordsPerRow; i < rowEnd;) {
       const end = Math.min(rowEnd, i + PIXELS_PER_REDUCTION);
       const endOfFours = end - ((end - i) & 3);
       for (; i < endOfFours; i += 4) {

@@ -52,11 +52,7 @@ export function execLogged(command: string, args: string[], options: ExecOptions
     if (options.stdin && child.stdin) child.stdin.end(options.stdin);
     child.on('error', (error) => {
       const hint = HOW_TO_INSTALL[command];
-      reject(
-        isErrnoCode(error, 'ENOENT')
-          ? new CommandError(`${command} not found${hint ? `: ${hint}` : ''}`, undefined, [])
-          : error,
-      );
+      reject(isErrnoCode(error, 'ENOENT') ? new CommandError(`${command} not found${hint ? `: ${hint}` : ''}`, undefined, []) : error);
     });
     child.on('close', (code, signal) => {
       if (code === 0) return resolve();

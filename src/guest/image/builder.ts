@@ -48,7 +48,6 @@ export interface BuildOptions {
   onProgress?: (line: string) => void;
 }
 
-
 const GSETTINGS_SCHEMAS = '/usr/share/glib-2.0/schemas/';
 
 // One build per image at a time within this process; concurrent callers share it.
@@ -181,14 +180,7 @@ class ImageBuild {
     // Downloaded .debs are kept across builds (debootstrap verifies their checksums).
     const cacheDir = join(this.imagesDir, '.debs');
     await mkdir(cacheDir, { recursive: true, mode: 0o755 });
-    const argv = [
-      `--variant=${variant}`,
-      `--include=${packages.join(',')}`,
-      `--cache-dir=${cacheDir}`,
-      suite,
-      this.rootfs,
-      mirror,
-    ];
+    const argv = [`--variant=${variant}`, `--include=${packages.join(',')}`, `--cache-dir=${cacheDir}`, suite, this.rootfs, mirror];
     try {
       await this.exec('debootstrap', argv, {
         // debootstrap's own status lines ("I: Retrieving ...") are the progress to show.

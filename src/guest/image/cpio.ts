@@ -36,8 +36,7 @@ export function cpioArchive(entries: readonly CpioEntry[]): Buffer {
 }
 
 function record(inode: number, name: string, entry: CpioEntry, nlink = entry.type === 'dir' ? 2 : 1): Buffer[] {
-  const data =
-    entry.type === 'file' ? entry.data : entry.type === 'symlink' ? Buffer.from(entry.target, 'utf8') : Buffer.alloc(0);
+  const data = entry.type === 'file' ? entry.data : entry.type === 'symlink' ? Buffer.from(entry.target, 'utf8') : Buffer.alloc(0);
   const mode =
     entry.type === 'dir'
       ? S_IFDIR | entry.mode

@@ -99,7 +99,10 @@ async function contractProblems(rootfs: string, manifest: ImageManifest | undefi
     // The recipe's hash covers these files' bytes: an image found by it was built from exactly these.
     // Through the guest's own links (an absolute one starts again at the rootfs, not at the host's root).
     const target = await pathInRoot(rootfs, file.target);
-    const [expected, found] = await Promise.all([readFile(join(guestFilesDir(), file.source)).catch(() => undefined), target ? readFile(target).catch(() => undefined) : undefined]);
+    const [expected, found] = await Promise.all([
+      readFile(join(guestFilesDir(), file.source)).catch(() => undefined),
+      target ? readFile(target).catch(() => undefined) : undefined,
+    ]);
     if (expected && !found?.equals(expected)) problems.push(`${file.target} is ${found ? 'not the file it was built with' : 'missing'}`);
   }
   return problems;
@@ -120,7 +123,11 @@ async function describeDifference(image: GuestImage, index: ContentIndex): Promi
     else if (current !== record) changed.push(path);
   }
   const added = [...now.keys()].filter((path) => !before.has(path));
-  const some = (paths: string[]) => paths.slice(0, 3).map((p) => `/${p}`).join(', ') + (paths.length > 3 ? ', ...' : '');
+  const some = (paths: string[]) =>
+    paths
+      .slice(0, 3)
+      .map((p) => `/${p}`)
+      .join(', ') + (paths.length > 3 ? ', ...' : '');
   const parts = [
     missing.length ? `${missing.length} of its ${before.size} files and directories are missing (${some(missing)})` : '',
     changed.length ? `${changed.length} changed (${some(changed)})` : '',

@@ -31,9 +31,7 @@ export interface InitrdResult {
 /** The archive's entries: pure apart from the file contents passed in. */
 export function initrdEntries(busybox: Buffer, modules: ReadonlyArray<{ name: string; data: Buffer }>, init: string): CpioEntry[] {
   const entries: CpioEntry[] = [
-    ...['bin', 'dev', 'lib', INITRD_MODULE_DIR.slice(1), 'newroot', 'proc', 'sys'].map(
-      (path): CpioEntry => ({ type: 'dir', path, mode: 0o755 }),
-    ),
+    ...['bin', 'dev', 'lib', INITRD_MODULE_DIR.slice(1), 'newroot', 'proc', 'sys'].map((path): CpioEntry => ({ type: 'dir', path, mode: 0o755 })),
     // The kernel opens /dev/console for /init's output before devtmpfs is mounted.
     { type: 'chardev', path: 'dev/console', mode: 0o600, major: 5, minor: 1 },
     { type: 'file', path: 'bin/busybox', mode: 0o755, data: busybox },

@@ -173,7 +173,9 @@ export function recipeHash(recipe: GuestRecipe = MINIMAL_RECIPE, filesDir: strin
   hash.update(`builder ${BUILDER_VERSION}\n`);
   hash.update(stableStringify(recipe));
   // The initrd's /init is generated, not a file in src/guest/files: hash its text too.
-  hash.update(`\ninitrd-init\n${initScript({ modules: recipe.vm.initrdModules, defaultRoot: GUEST_ROOT_DEVICE, defaultInit: GUEST_INIT, rootWaitSeconds: INITRD_ROOT_WAIT_SECONDS })}`);
+  hash.update(
+    `\ninitrd-init\n${initScript({ modules: recipe.vm.initrdModules, defaultRoot: GUEST_ROOT_DEVICE, defaultInit: GUEST_INIT, rootWaitSeconds: INITRD_ROOT_WAIT_SECONDS })}`,
+  );
   const names = readdirSync(filesDir, { withFileTypes: true })
     .filter((entry) => entry.isFile())
     .map((entry) => entry.name)

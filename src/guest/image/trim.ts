@@ -5,8 +5,7 @@ type InRoot = (argv: string[], options?: { stdin?: Buffer }) => Promise<void>;
 
 /** Removes apt caches, docs, man pages and translations; refreshes the system font cache. */
 export async function trimRootfs(inRoot: InRoot): Promise<void> {
-  const deleteAll = (dir: string, ...filters: string[]) =>
-    inRoot(['find', dir, '-mindepth', '1', ...filters, '-delete']);
+  const deleteAll = (dir: string, ...filters: string[]) => inRoot(['find', dir, '-mindepth', '1', ...filters, '-delete']);
   await deleteAll('/var/cache/apt');
   await deleteAll('/var/lib/apt/lists', '-type', 'f');
   await deleteAll('/var/log', '-type', 'f');

@@ -57,16 +57,7 @@ export async function fetchVmPackages(
 
   // apt-get download writes to the current directory; as root in a chroot, its "_apt"
   // sandbox user could not write there, so download as root (the files are verified anyway).
-  await runner.inRoot([
-    'env',
-    `--chdir=${SCRATCH_IN_ROOT}`,
-    'apt-get',
-    '-o',
-    'APT::Sandbox::User=root',
-    'download',
-    kernelPackage,
-    packages.busybox,
-  ]);
+  await runner.inRoot(['env', `--chdir=${SCRATCH_IN_ROOT}`, 'apt-get', '-o', 'APT::Sandbox::User=root', 'download', kernelPackage, packages.busybox]);
   const debs = await readdir(scratchOnHost);
   for (const pkg of [kernelPackage, packages.busybox]) {
     const deb = debs.find((file) => file.startsWith(`${pkg}_`) && file.endsWith('.deb'));
@@ -90,7 +81,13 @@ export async function fetchVmPackages(
 
 async function firstExisting(paths: string[]): Promise<string> {
   for (const path of paths) {
-    if (await stat(path).then(() => true, () => false)) return path;
+    if (
+      await stat(path).then(
+        () => true,
+        () => false,
+      )
+    )
+      return path;
   }
   throw new Error(`none of ${paths.join(', ')} exists`);
 }

@@ -63,7 +63,10 @@ export function hostNetworksFrom(addresses: readonly IpAddrJson[], routes: reado
 export function blockedHostNetworks(networks: readonly string[], sandboxSubnet: string): string[] {
   const fixed = [...BLOCKED_IPV4_RANGES, sandboxSubnet].map(parse).filter((n): n is Net => n !== undefined);
   const kept: Net[] = [];
-  const candidates = networks.map(parse).filter((n): n is Net => n !== undefined).sort((a, b) => a.len - b.len || a.base - b.base);
+  const candidates = networks
+    .map(parse)
+    .filter((n): n is Net => n !== undefined)
+    .sort((a, b) => a.len - b.len || a.base - b.base);
   for (const net of candidates) {
     if (net.len === 0) continue; // "every address": only a default route looks like that
     if (fixed.some((f) => contains(f, net)) || kept.some((k) => contains(k, net))) continue;

@@ -65,7 +65,9 @@ export async function listTable(family: string, table: string): Promise<unknown[
 /** Every nftables table on the host, as family and name. */
 export async function listTables(): Promise<Array<{ family: string; name: string }>> {
   const objects = (await listJson(['list', 'tables'])) ?? [];
-  return objects.filter((o): o is NftJsonTable => typeof o === 'object' && o !== null && 'table' in o).map((o) => ({ family: o.table.family, name: o.table.name }));
+  return objects
+    .filter((o): o is NftJsonTable => typeof o === 'object' && o !== null && 'table' in o)
+    .map((o) => ({ family: o.table.family, name: o.table.name }));
 }
 
 /**

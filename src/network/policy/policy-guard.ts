@@ -109,7 +109,10 @@ export class PolicyGuard {
       }
       this.inForce = false;
       this.lastDrift = drift;
-      this.opts.log.error({ table: this.policy.table, drift }, 'the guest network policy was changed or removed outside the orchestrator: putting it back; creates are refused until it is');
+      this.opts.log.error(
+        { table: this.policy.table, drift },
+        'the guest network policy was changed or removed outside the orchestrator: putting it back; creates are refused until it is',
+      );
       await this.beforeRepair?.();
       await this.policy.reinstall();
       this.opts.onRepair();

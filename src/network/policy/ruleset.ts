@@ -137,7 +137,10 @@ function hostElements(networks: readonly string[]): string {
 /** Replaces the host's networks in the table, in one transaction (never a moment without them). */
 export function renderHostNetworks(table: string, networks: readonly string[]): string {
   const t = checked(table, /^[a-z][a-z0-9_-]{0,30}$/, 'table name');
-  const add = networks.length > 0 ? `add element ${POLICY_FAMILY} ${t} ${HOST_NETWORKS_SET} { ${networks.map((n) => checked(n, CIDR4, 'host network')).join(', ')} }\n` : '';
+  const add =
+    networks.length > 0
+      ? `add element ${POLICY_FAMILY} ${t} ${HOST_NETWORKS_SET} { ${networks.map((n) => checked(n, CIDR4, 'host network')).join(', ')} }\n`
+      : '';
   return `flush set ${POLICY_FAMILY} ${t} ${HOST_NETWORKS_SET}\n${add}`;
 }
 

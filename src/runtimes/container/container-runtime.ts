@@ -1,6 +1,6 @@
 import { existsSync } from 'node:fs';
 import { chown, mkdir, readFile, readdir, rm, rmdir, stat, writeFile } from 'node:fs/promises';
-import { spawn } from 'node:child_process';
+import { deleteContainer, runcCreate } from './runc.js';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { ID_RANGE_SIZE, MAX_ID_RANGES, type ContainerSettings } from './settings.js';
@@ -12,11 +12,22 @@ import { run } from '../../util/exec.js';
 import type { GuestEndpoint } from '../../transport/index.js';
 import { adoptedProcess } from '../adopt-process.js';
 import { controlSocketOf, startControlSocket } from './control-socket.js';
-import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, type ConsoleLogLimits } from '../console-log.js';
-import { openConsole, withWriter, type ConsolePipe } from '../console-pipe.js';
+import { DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, type ConsoleLogLimits } from '../console-log.js';
+import { openConsole } from '../console-pipe.js';
 import { freezeCgroup, freezerLayout, isCgroupFrozen, thawCgroup } from '../../host/freezer.js';
 import { criuUnavailable } from './criu-check.js';
-import { RuntimeUnavailableError, type PauseMode, type PauseResult, type PauseTarget, type AdoptedSandbox, type ExitInfo, type RunningSandbox, type Runtime, type RuntimeCapabilities, type SandboxSpec } from '../runtime.js';
+import {
+  RuntimeUnavailableError,
+  type PauseMode,
+  type PauseResult,
+  type PauseTarget,
+  type AdoptedSandbox,
+  type ExitInfo,
+  type RunningSandbox,
+  type Runtime,
+  type RuntimeCapabilities,
+  type SandboxSpec,
+} from '../runtime.js';
 import { blockIoAvailable, deviceNumbers } from './block-io.js';
 import { idmappedMountsUnavailable, mountIdmapped, type IdRange } from './idmapped-mount.js';
 import { allowSshPort, limitUserNamespace, raiseHostInotifyLimits } from './namespace-limits.js';
@@ -84,9 +95,16 @@ export class ContainerRuntime implements Runtime {
     log.info({ memory: this.pauseUnavailable('memory') ?? 'available', disk: this.criuReason }, 'container pause: memory (cgroup freezer) and disk (CRIU)');
     const io = blockIoAvailable();
     if (io !== true) log.warn({ reason: io }, 'no I/O limit for container sandboxes: the host has no usable io/blkio cgroup controller');
-    else if (this.settings.ioBytesPerSecond === 0 && this.settings.ioOpsPerSecond === 0) log.info('no I/O limit for container sandboxes (SBX_IO_BPS=0, SBX_IO_IOPS=0)');
+    else if (this.settings.ioBytesPerSecond === 0 && this.settings.ioOpsPerSecond === 0)
+      log.info('no I/O limit for container sandboxes (SBX_IO_BPS=0, SBX_IO_IOPS=0)');
     log.info(
-      { cpus: this.settings.cpus, ioBytesPerSecond: this.settings.ioBytesPerSecond, ioOpsPerSecond: this.settings.ioOpsPerSecond, uidBase: this.uidBase, idLeaseDir: this.settings.idLeaseDir },
+      {
+        cpus: this.settings.cpus,
+        ioBytesPerSecond: this.settings.ioBytesPerSecond,
+        ioOpsPerSecond: this.settings.ioOpsPerSecond,
+        uidBase: this.uidBase,
+        idLeaseDir: this.settings.idLeaseDir,
+      },
       'container sandboxes: a user namespace and host id range each, CPU quota, no swap',
     );
   }
@@ -192,7 +210,13 @@ export class ContainerRuntime implements Runtime {
     await mkdir(bundle, { recursive: true, mode: 0o700 });
     const config = ociSpec(
       spec,
-      { rootfs, configView, cgroupsPath: this.names.cgroup(spec.sessionId), ids, disk: blockIoAvailable() === true ? deviceNumbers((await stat(layer, { bigint: true })).dev) : undefined },
+      {
+        rootfs,
+        configView,
+        cgroupsPath: this.names.cgroup(spec.sessionId),
+        ids,
+        disk: blockIoAvailable() === true ? deviceNumbers((await stat(layer, { bigint: true })).dev) : undefined,
+      },
       this.settings,
     );
     await writeFile(path.join(bundle, 'config.json'), JSON.stringify(config, null, 2), { mode: 0o600 });
@@ -302,7 +326,12 @@ export class ContainerRuntime implements Runtime {
   }
 
   /** A container of an earlier run, if runc still has it running. */
-  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint | undefined, consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS): Promise<AdoptedSandbox | undefined> {
+  async adopt(
+    sessionId: string,
+    sessionDir: string,
+    endpoint: GuestEndpoint | undefined,
+    consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS,
+  ): Promise<AdoptedSandbox | undefined> {
     const id = this.names.container(sessionId);
     const res = await run([this.settings.runcBin, '--root', this.names.runcRoot, 'state', id], { allowFailure: true });
     if (res.exitCode !== 0) return undefined;
@@ -345,35 +374,3 @@ async function removeRootfs(rootfs: string): Promise<void> {
     if (err.code !== 'ENOENT') throw err;
   });
 }
-
-function runcCreate(runcBin: string, root: string, id: string, bundle: string, pidFile: string, consolePipe: ConsolePipe): Promise<void> {
-  // The container inherits runc's stdout and stderr: both are the console FIFO, which the
-  // orchestrator copies into the capped log for the container's whole life. runc's own error
-  // message lands in the same log, and its end is read back from it on failure.
-  return new Promise<void>((resolve, reject) => {
-    const child = withWriter(consolePipe, (fd) =>
-      spawn(runcBin, ['--root', root, 'create', '--bundle', bundle, '--pid-file', pidFile, id], { stdio: ['ignore', fd, fd] }),
-    );
-    child.on('error', reject);
-    child.on('exit', (code) => {
-      if (code === 0) return resolve();
-      void consolePipe
-        .quiet()
-        .then(() => consoleLogTail(consolePipe.logPath, 20))
-        .catch(() => '')
-        .then((tail) => reject(new Error(`runc create ${id} failed (exit ${code}): ${tail.slice(-1500)}`)));
-    });
-  });
-}
-
-/** Kills and deletes a container; a container that does not exist is not an error. */
-async function deleteContainer(runcBin: string, root: string, id: string, cgroupPath?: string): Promise<void> {
-  // A frozen (paused) container's tasks cannot die until thawed: thawed first, whatever runc does.
-  const layout = freezerLayout();
-  if (layout && cgroupPath && (await isCgroupFrozen(cgroupPath, layout))) await thawCgroup(cgroupPath, layout).catch(() => undefined);
-  const res = await run([runcBin, '--root', root, 'delete', '--force', id], { allowFailure: true, timeoutMs: 15_000 });
-  if (res.exitCode !== 0 && !/does not exist|not exist|container not found/i.test(res.stderr)) {
-    throw new Error(`runc delete ${id}: ${res.stderr.trim()}`);
-  }
-}
-

@@ -116,7 +116,8 @@ function execListener(runcBin: string, runcRoot: string, containerId: string, fd
     child.on('exit', (code, signal) => {
       clearTimeout(timer);
       if (code === 0) resolve();
-      else reject(new Error(`runc exec of the control socket's listener in ${containerId} failed (${signal ?? `exit ${code}`}): ${stderr.trim().slice(0, 500)}`));
+      else
+        reject(new Error(`runc exec of the control socket's listener in ${containerId} failed (${signal ?? `exit ${code}`}): ${stderr.trim().slice(0, 500)}`));
     });
   });
 }

@@ -16,7 +16,8 @@ export async function criuUnavailable(bin = 'criu', kernel = os.release()): Prom
   const reason = criuTooOld(criu as [number, number], kernel);
   if (reason) return reason;
   const check = await run([bin, 'check'], { allowFailure: true, timeoutMs: 15_000 }).catch(() => undefined);
-  if (!check || check.exitCode !== 0) return `\`criu check\` fails on this host: ${(check?.stderr || check?.stdout || 'no output').trim().split('\n').slice(-3).join('; ')}`;
+  if (!check || check.exitCode !== 0)
+    return `\`criu check\` fails on this host: ${(check?.stderr || check?.stdout || 'no output').trim().split('\n').slice(-3).join('; ')}`;
   return undefined;
 }
 

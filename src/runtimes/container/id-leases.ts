@@ -100,7 +100,10 @@ export class HostIdLeases {
       const file = this.fileOf(Number(name));
       const held = readOwner(file);
       if (held?.stateDir === this.owner.stateDir) continue;
-      const age = await stat(file).then((s) => Date.now() - s.mtimeMs, () => 0);
+      const age = await stat(file).then(
+        (s) => Date.now() - s.mtimeMs,
+        () => 0,
+      );
       // Its holder's state dir gone: that orchestrator (a test's, say) is gone for good.
       if (age > STALE_AFTER_MS || (held && !existsSync(held.stateDir))) old.push(Number(name));
     }

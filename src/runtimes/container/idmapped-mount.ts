@@ -45,7 +45,11 @@ export function idmappedMountsUnavailable(release = os.release()): string | unde
  * `writable`: for a template build's own tree only (templates/build-container.ts), which its
  * steps write as the image's root; still nosuid and nodev.
  */
-export async function mountIdmapped(range: IdRange, mounts: ReadonlyArray<{ source: string; target: string }>, options: { writable?: boolean } = {}): Promise<void> {
+export async function mountIdmapped(
+  range: IdRange,
+  mounts: ReadonlyArray<{ source: string; target: string }>,
+  options: { writable?: boolean } = {},
+): Promise<void> {
   await Promise.all(mounts.map((m) => mkdir(m.target, { recursive: true, mode: 0o755 })));
   const args = mounts.flatMap((m) => [m.source, m.target]);
   // -I -S: nothing from the environment, the user site or site-packages is imported. The

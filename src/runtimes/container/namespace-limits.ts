@@ -17,8 +17,13 @@ import { run } from '../../util/exec.js';
  */
 export async function limitUserNamespace(initPid: number, settings: ContainerSettings): Promise<void> {
   await run([
-    'nsenter', `--target=${initPid}`, '--user', '--',
-    'sysctl', '-q', '-w',
+    'nsenter',
+    `--target=${initPid}`,
+    '--user',
+    '--',
+    'sysctl',
+    '-q',
+    '-w',
     `user.max_inotify_instances=${settings.inotifyInstances}`,
     `user.max_inotify_watches=${settings.inotifyWatches}`,
     // The profile already refuses new namespaces; this holds even if a rule were lifted.
@@ -59,7 +64,13 @@ export async function raiseHostInotifyLimits(sandboxes: number, settings: Contai
     }
     await writeFile(HOST_INOTIFY[key], `${wanted[key]}\n`);
     log.warn(
-      { sysctl: HOST_INOTIFY[key], from: current, to: wanted[key], sandboxes, perSandbox: key === 'instances' ? settings.inotifyInstances : settings.inotifyWatches },
+      {
+        sysctl: HOST_INOTIFY[key],
+        from: current,
+        to: wanted[key],
+        sandboxes,
+        perSandbox: key === 'instances' ? settings.inotifyInstances : settings.inotifyWatches,
+      },
       'raised the host inotify limit so that each sandbox meets its own limit first',
     );
   }

@@ -33,7 +33,13 @@ export function layerTemplate(imageDir: string, mib: number): Promise<string> {
 }
 
 async function makeTemplate(file: string, mib: number): Promise<string> {
-  if (await stat(file).then((s) => s.isFile(), () => false)) return file;
+  if (
+    await stat(file).then(
+      (s) => s.isFile(),
+      () => false,
+    )
+  )
+    return file;
   const temp = `${file}.${process.pid}.tmp`;
   try {
     await run(['truncate', '-s', `${mib}M`, temp]);

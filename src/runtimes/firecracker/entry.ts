@@ -21,7 +21,8 @@ export const firecrackerRuntime: RuntimeEntry<'firecracker', FirecrackerSettings
   autoRank: 10,
   settingsFromEnv: firecrackerSettingsFromEnv,
   vcpus: (settings) => settings.vcpus,
-  probe: async (settings) => kvmUnavailable() ?? (settings.firecrackerBin || findOnPath('firecracker') ? undefined : 'no firecracker binary (FIRECRACKER_BIN or PATH)'),
+  probe: async (settings) =>
+    kvmUnavailable() ?? (settings.firecrackerBin || findOnPath('firecracker') ? undefined : 'no firecracker binary (FIRECRACKER_BIN or PATH)'),
   create: (names, settings) => FirecrackerRuntime.create(names, settings),
   resources: RESOURCES,
 };

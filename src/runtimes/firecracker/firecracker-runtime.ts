@@ -8,9 +8,8 @@ import { attachedNetwork, deleteTapBridge, type TapOwner } from '../../network/n
 import { readSessionKeys } from '../../transport/keys.js';
 import type { GuestEndpoint } from '../../transport/index.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
-import { run } from '../../util/exec.js';
 import { DEFAULT_CONSOLE_LOG_LIMITS, type ConsoleLogLimits } from '../console-log.js';
-import { openConsole, type ConsolePipe } from '../console-pipe.js';
+import { openConsole } from '../console-pipe.js';
 import {
   RuntimeUnavailableError,
   type AdoptedSandbox,
@@ -23,7 +22,7 @@ import {
 } from '../runtime.js';
 import { processStartTime } from '../../host/process-watch.js';
 import { adoptVmm, imageDiskMiB, initrdFor, killOrphanVmms, vmExited, vmStartError } from '../vm/vm-common.js';
-import { killOrphan, spawnInNetns, spawnLogged, type VmProcess } from '../vm/vm-process.js';
+import { killOrphan, spawnLogged, type VmProcess } from '../vm/vm-process.js';
 import { FirecrackerClient } from './api/client.js';
 import { waitForApiSocket } from './api/wait-for-socket.js';
 import { bootSteps } from './boot/boot-steps.js';
@@ -37,6 +36,7 @@ import { jailId } from './jailer/jail-id.js';
 import { firecrackerPausing } from './vm-pause.js';
 import { jailerArgv, vmmPidFile } from './jailer/jailer-args.js';
 import { vmmOfPidNamespace } from './vmm/pid-ns-vmm.js';
+import { launchUnjailed, type LaunchedVmm, type VmmFiles } from './vmm/unjailed.js';
 import { ensureVmlinux } from './kernel/vmlinux.js';
 import type { FirecrackerSettings } from './settings.js';
 import { rotateClone, snapshotBaseAddress, type CloneRotation } from './snapshot/clone-rotation.js';
@@ -47,15 +47,6 @@ import { VmUserPool, vmUserRange } from '../vm/vm-user-pool.js';
 
 /** The VMM's own threads (API, VMM, vCPUs, block and net I/O): the jail's pids limit. */
 const VMM_PIDS_MAX = 64;
-
-/** The guest paths Firecracker is given, and how to reach its API. */
-interface LaunchedVmm {
-  vmm: VmProcess;
-  apiSocket: string;
-  paths: { kernelImagePath: string; initrdPath?: string; rootfsPath: string; configDrivePath: string; vsockUdsPath: string };
-  /** Jailed VMs only. */
-  layout?: ChrootLayout;
-}
 
 /** A started VM and the handles a snapshot base build needs to snapshot it. */
 export interface BootedVm {
@@ -97,7 +88,8 @@ export class FirecrackerRuntime implements Runtime {
   ) {
     if (!host.jailerBin && settings.jailer !== 'off') throw new RuntimeUnavailableError('firecracker', unjailedRefusal());
     this.users = new VmUserPool(vmUserRange(settings.vmUsers, names.prefix));
-    Object.assign(this, firecrackerPausing({ prefix: names.prefix, jailsDir: () => (host.jailerBin ? this.jailsDir : undefined) })); // memory pause (vm-pause.ts)
+    // Memory pause (vm-pause.ts).
+    Object.assign(this, firecrackerPausing({ prefix: names.prefix, jailsDir: () => (host.jailerBin ? this.jailsDir : undefined) }));
     this.leaseVmUser = host.jailerBin ? (cleanup, record) => this.users.lease(cleanup, record) : undefined;
     this.capabilities = {
       networkAttachment: 'tap',
@@ -119,12 +111,18 @@ export class FirecrackerRuntime implements Runtime {
    * For a host already checked, or a test that runs the runtime against Firecracker's
    * contract (test/helpers/firecracker/) where KVM is missing.
    */
-  static forHost(names: ResourceNames, settings: FirecrackerSettings, host: FirecrackerHost, rotate?: (rotation: CloneRotation) => Promise<void>): FirecrackerRuntime {
+  static forHost(
+    names: ResourceNames,
+    settings: FirecrackerSettings,
+    host: FirecrackerHost,
+    rotate?: (rotation: CloneRotation) => Promise<void>,
+  ): FirecrackerRuntime {
     return new FirecrackerRuntime(names, settings, host, rotate);
   }
 
   /** How the VMs run, for the start-up log. */
-  writableDiskMiB(image: GuestImage | undefined): number { // its copy of the image's ext4
+  writableDiskMiB(image: GuestImage | undefined): number {
+    // its copy of the image's ext4
     return image ? imageDiskMiB(image) : 0;
   }
 
@@ -152,7 +150,8 @@ export class FirecrackerRuntime implements Runtime {
    */
   private async boot(spec: SandboxSpec, cleanup: CleanupStack, snapshotBase?: SnapshotBase): Promise<BootedVm> {
     const id = jailId(this.names.prefix, spec.sessionId);
-    const network = attachedNetwork(spec.network), tapName = network.tapInterface;
+    const network = attachedNetwork(spec.network),
+      tapName = network.tapInterface;
     if (!tapName) throw new Error(`the firecracker runtime needs a TAP device in ${network.netns} (networkAttachment 'tap')`);
     const configDrive = path.join(spec.sessionDir, 'config.ext4');
     const limits = spec.consoleLog ?? DEFAULT_CONSOLE_LOG_LIMITS;
@@ -168,7 +167,7 @@ export class FirecrackerRuntime implements Runtime {
     const files = { kernel, initrd, configDrive, consolePipe };
     const launched = this.host.jailerBin
       ? await this.launchJailed(spec, cleanup, id, files, snapshotBase)
-      : await this.launchUnjailed(spec, cleanup, id, files);
+      : await launchUnjailed(this.host.firecrackerBin, spec, cleanup, id, files);
     const { vmm } = launched;
     const vmmStart = processStartTime(vmm.pid);
     if (vmmStart) spec.record?.('process', `${vmm.pid}@${vmmStart}`);
@@ -244,7 +243,7 @@ export class FirecrackerRuntime implements Runtime {
   async prepare(image: GuestImage, guest: PreparedGuest, log: (message: string) => void): Promise<void> {
     if (!this.settings.snapshots) return;
     if (!this.host.jailerBin) {
-      log('SBX_FC_SNAPSHOTS=on needs the jailer (every clone must find its disks at the template\'s paths): booting cold');
+      log("SBX_FC_SNAPSHOTS=on needs the jailer (every clone must find its disks at the template's paths): booting cold");
       return;
     }
     const screen = this.settings.snapshotBaseScreen;
@@ -276,13 +275,7 @@ export class FirecrackerRuntime implements Runtime {
     return { kernel, initrd: initrdFor(image, this.settings) };
   }
 
-  private async launchJailed(
-    spec: SandboxSpec,
-    cleanup: CleanupStack,
-    id: string,
-    files: { kernel: string; initrd?: string; configDrive: string; consolePipe: ConsolePipe },
-    snapshotBase?: SnapshotBase,
-  ): Promise<LaunchedVmm> {
+  private async launchJailed(spec: SandboxSpec, cleanup: CleanupStack, id: string, files: VmmFiles, snapshotBase?: SnapshotBase): Promise<LaunchedVmm> {
     const firecrackerBin = this.host.firecrackerBin;
     const layout = chrootLayout({
       chrootBaseDir: this.settings.chrootBaseDir,
@@ -330,35 +323,6 @@ export class FirecrackerRuntime implements Runtime {
     }
   }
 
-  private async launchUnjailed(
-    spec: SandboxSpec,
-    cleanup: CleanupStack,
-    id: string,
-    files: { kernel: string; initrd?: string; configDrive: string; consolePipe: ConsolePipe },
-  ): Promise<LaunchedVmm> {
-    const rootfs = path.join(spec.sessionDir, 'rootfs.ext4');
-    const apiSocket = path.join(spec.sessionDir, 'firecracker.socket');
-    const vsock = path.join(spec.sessionDir, 'vsock.sock');
-    await cleanup.push(`root disk ${rootfs}`, () => rm(rootfs, { force: true }));
-    await run(['cp', '--reflink=auto', '--sparse=always', '--', spec.image.ext4, rootfs]);
-    await cleanup.push('api and vsock sockets', async () => {
-      await rm(apiSocket, { force: true });
-      await rm(vsock, { force: true });
-    });
-    const vmm = spawnInNetns(attachedNetwork(spec.network).netns, this.host.firecrackerBin, ['--api-sock', apiSocket, '--id', id], files.consolePipe);
-    return {
-      vmm,
-      apiSocket,
-      paths: {
-        kernelImagePath: files.kernel,
-        ...(files.initrd ? { initrdPath: files.initrd } : {}),
-        rootfsPath: rootfs,
-        configDrivePath: files.configDrive,
-        vsockUdsPath: vsock,
-      },
-    };
-  }
-
   /** Every VM's cgroup sits under one parent named after our prefix ("sbx"), as the containers' do. */
   private get parentCgroup(): string {
     return this.names.prefix.slice(0, -1);
@@ -383,7 +347,12 @@ export class FirecrackerRuntime implements Runtime {
    * nothing more is asked of it: destroying it is killing it (there is no client to send
    * Ctrl-Alt-Del through, and its disk is thrown away anyway).
    */
-  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint | undefined, consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS): Promise<AdoptedSandbox | undefined> {
+  async adopt(
+    sessionId: string,
+    sessionDir: string,
+    endpoint: GuestEndpoint | undefined,
+    consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS,
+  ): Promise<AdoptedSandbox | undefined> {
     const vmm = (await findFirecrackerProcesses(this.names)).find((p) => p.sessionId === sessionId);
     return adoptVmm(vmm, "VM's firecracker process", this.users, endpoint, sessionDir, consoleLog, () => this.reclaim(sessionId, sessionDir));
   }

@@ -27,7 +27,23 @@ export async function probeKvm(qemuBinary: string, timeoutMs = 10_000): Promise<
   } catch {
     return { usable: false, reason: '/dev/kvm is missing or not accessible' };
   }
-  const argv = ['-machine', 'microvm', '-accel', 'kvm', '-cpu', cpuModel('kvm'), '-m', '64', '-nodefaults', '-no-user-config', '-display', 'none', '-S', '-qmp', 'stdio'];
+  const argv = [
+    '-machine',
+    'microvm',
+    '-accel',
+    'kvm',
+    '-cpu',
+    cpuModel('kvm'),
+    '-m',
+    '64',
+    '-nodefaults',
+    '-no-user-config',
+    '-display',
+    'none',
+    '-S',
+    '-qmp',
+    'stdio',
+  ];
   return new Promise<KvmProbe>((resolve) => {
     const child = spawn(qemuBinary, argv, { stdio: ['pipe', 'pipe', 'pipe'], timeout: timeoutMs, killSignal: 'SIGKILL' });
     let stderr = '';

@@ -17,7 +17,13 @@ export async function waitForPidFile(pidFile: string, vm: VmProcess, timeoutMs: 
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (!vm.isAlive()) throw new Error('qemu exited while starting');
-    if (await stat(pidFile).then((s) => s.size > 0, () => false)) return;
+    if (
+      await stat(pidFile).then(
+        (s) => s.size > 0,
+        () => false,
+      )
+    )
+      return;
     await sleep(20);
   }
   throw new Error(`qemu did not start within ${timeoutMs} ms`);

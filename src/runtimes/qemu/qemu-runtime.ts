@@ -270,7 +270,12 @@ export class QemuRuntime implements Runtime {
   }
 
   /** A VM of an earlier run, if its QEMU is still running. */
-  async adopt(sessionId: string, sessionDir: string, endpoint: GuestEndpoint | undefined, consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS): Promise<AdoptedSandbox | undefined> {
+  async adopt(
+    sessionId: string,
+    sessionDir: string,
+    endpoint: GuestEndpoint | undefined,
+    consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS,
+  ): Promise<AdoptedSandbox | undefined> {
     const vm = (await findQemuProcesses(this.names)).find((p) => p.sessionId === sessionId);
     return adoptVmm(vm, "VM's qemu process", this.users, endpoint, sessionDir, consoleLog, () => this.reclaim(sessionId, sessionDir));
   }

@@ -34,7 +34,9 @@ async function keep(vmConsole: VmConsole): Promise<string | undefined> {
 export async function vmStartError(err: Error, vmConsole: VmConsole, exitNote?: string): Promise<Error> {
   const kept = await keep(vmConsole);
   const tail = await consoleLogTail(vmConsole.pipe.logPath, 5);
-  return new Error(`${err.message}${exitNote ? ` (it ${exitNote})` : ''}${kept ? `; console log kept at ${kept}` : ''}${tail ? `:\n${tail}` : ''}`, { cause: err });
+  return new Error(`${err.message}${exitNote ? ` (it ${exitNote})` : ''}${kept ? `; console log kept at ${kept}` : ''}${tail ? `:\n${tail}` : ''}`, {
+    cause: err,
+  });
 }
 
 /**

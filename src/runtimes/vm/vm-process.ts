@@ -112,7 +112,10 @@ export async function findVmProcesses(sessionIdOf: (argv: readonly string[]) => 
   for (const entry of await readdir('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
     const pid = Number(entry);
-    const argv = await readFile(`/proc/${pid}/cmdline`, 'utf8').then((text) => text.split('\0'), () => []);
+    const argv = await readFile(`/proc/${pid}/cmdline`, 'utf8').then(
+      (text) => text.split('\0'),
+      () => [],
+    );
     const sessionId = sessionIdOf(argv);
     const startTime = sessionId ? processStartTime(pid) : undefined;
     if (sessionId && startTime) found.push({ pid, startTime, sessionId });

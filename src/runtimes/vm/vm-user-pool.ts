@@ -89,9 +89,7 @@ export class VmUserPool {
       await cleanup.push(`vm user ${uid}`, () => this.release(uid));
       return { uid, gid: uid };
     }
-    throw new Error(
-      `every VM uid is taken (SBX_VM_UID_BASE=${this.range.base}, SBX_VM_UID_COUNT=${this.range.count}): destroy a session or widen the range`,
-    );
+    throw new Error(`every VM uid is taken (SBX_VM_UID_BASE=${this.range.base}, SBX_VM_UID_COUNT=${this.range.count}): destroy a session or widen the range`);
   }
 
   /** A VM of an earlier run, adopted: its uid is held again. */

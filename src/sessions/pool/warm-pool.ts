@@ -79,7 +79,13 @@ export class WarmPool {
   }
 
   status(): WarmPoolStatus {
-    return { template: this.opts.template, target: this.target, shape: { ...this.opts.shape }, ready: this.idle.map((p) => p.session.id), booting: this.booting };
+    return {
+      template: this.opts.template,
+      target: this.target,
+      shape: { ...this.opts.shape },
+      ready: this.idle.map((p) => p.session.id),
+      booting: this.booting,
+    };
   }
 
   /**

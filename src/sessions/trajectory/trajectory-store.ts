@@ -129,7 +129,12 @@ export class TrajectoryStore {
    * concurrent calls can neither share a number nor together pass the caps); the step before
    * it with a screenshot is its "before". Null when a cap is reached: the step is counted only.
    */
-  append(sessionId: string, step: NewStep, rowBytes: number, caps: { maxSteps: number; maxSessionBytes: number }): { n: number; beforeStep: number | null } | null {
+  append(
+    sessionId: string,
+    step: NewStep,
+    rowBytes: number,
+    caps: { maxSteps: number; maxSessionBytes: number },
+  ): { n: number; beforeStep: number | null } | null {
     return this.db.transaction(() => {
       const row = this.get(sessionId);
       if (!row) return null;
@@ -139,9 +144,9 @@ export class TrajectoryStore {
       }
       const last = this.db.prepare('SELECT MAX(n) AS n FROM trajectory_steps WHERE session_id = ?').get(sessionId) as { n: number | null };
       const n = (last.n ?? 0) + 1;
-      const before = this.db
-        .prepare('SELECT MAX(n) AS n FROM trajectory_steps WHERE session_id = ? AND after_image IS NOT NULL')
-        .get(sessionId) as { n: number | null };
+      const before = this.db.prepare('SELECT MAX(n) AS n FROM trajectory_steps WHERE session_id = ? AND after_image IS NOT NULL').get(sessionId) as {
+        n: number | null;
+      };
       this.db
         .prepare(
           `INSERT INTO trajectory_steps (session_id, n, tool, action, input, output, cursor, error_code, error_message,

@@ -49,7 +49,11 @@ export class BashSession {
     if (this.closed) throw new Error('the session is ending');
     const old = this.shell;
     this.shell = undefined;
-    if (old) await old.then((shell) => shell.stop('restarted'), () => undefined);
+    if (old)
+      await old.then(
+        (shell) => shell.stop('restarted'),
+        () => undefined,
+      );
     return (await this.current()).pid;
   }
 
@@ -58,7 +62,11 @@ export class BashSession {
     this.closed = true;
     const shell = this.shell;
     this.shell = undefined;
-    if (shell) await shell.then((s) => s.stop('session_ended'), () => undefined);
+    if (shell)
+      await shell.then(
+        (s) => s.stop('session_ended'),
+        () => undefined,
+      );
   }
 
   private current(): Promise<BashShell> {

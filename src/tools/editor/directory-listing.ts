@@ -29,8 +29,5 @@ export async function listDirectory(connection: GuestTransport, path: string): P
     .sort();
   const problems = stderr.toString('utf8').trim();
   const listing = clipText([path, ...entries].join('\n'), 'entries');
-  return (
-    `Here's the files and directories up to 2 levels deep in ${path}, excluding hidden items:\n${listing}\n` +
-    (problems ? `${problems}\n` : '')
-  );
+  return `Here's the files and directories up to 2 levels deep in ${path}, excluding hidden items:\n${listing}\n` + (problems ? `${problems}\n` : '');
 }

@@ -73,9 +73,7 @@ function checkParameterNames(command: EditorCommandName, names: string[]): void 
       throw new ToolError('Parameter `new_str` is not used by command: insert; give the text to insert as `insert_text`.');
     }
     const takes = [...required.map((p) => `\`${p}\``), ...optional.map((p) => `optional \`${p}\``)];
-    throw new ToolError(
-      `Parameter \`${name}\` is not accepted by command: ${command}; it takes \`path\`${takes.length ? ` and ${takes.join(', ')}` : ''}.`,
-    );
+    throw new ToolError(`Parameter \`${name}\` is not accepted by command: ${command}; it takes \`path\`${takes.length ? ` and ${takes.join(', ')}` : ''}.`);
   }
 }
 

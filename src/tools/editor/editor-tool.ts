@@ -78,12 +78,12 @@ function view(text: string, path: string, range: [number, number] | undefined): 
   const count = lines.length;
   const shown = `[${first}, ${last}]`;
   if (first < 1 || first > count) {
-    throw new ToolError(
-      `Invalid \`view_range\`: ${shown}. Its first element \`${first}\` should be within the range of lines of the file: [1, ${count}]`,
-    );
+    throw new ToolError(`Invalid \`view_range\`: ${shown}. Its first element \`${first}\` should be within the range of lines of the file: [1, ${count}]`);
   }
   if (last > count) {
-    throw new ToolError(`Invalid \`view_range\`: ${shown}. Its second element \`${last}\` should be smaller than the number of lines in the file: \`${count}\``);
+    throw new ToolError(
+      `Invalid \`view_range\`: ${shown}. Its second element \`${last}\` should be smaller than the number of lines in the file: \`${count}\``,
+    );
   }
   if (last !== -1 && last < first) {
     throw new ToolError(`Invalid \`view_range\`: ${shown}. Its second element \`${last}\` should be larger or equal than its first \`${first}\``);
@@ -129,17 +129,11 @@ function insert(text: string, path: string, insertLine: number, insertText: stri
   const file = splitLines(text);
   const { lines } = file;
   if (insertLine < 0 || insertLine > lines.length) {
-    throw new ToolError(
-      `Invalid \`insert_line\` parameter: ${insertLine}. It should be within the range of lines of the file: [0, ${lines.length}]`,
-    );
+    throw new ToolError(`Invalid \`insert_line\` parameter: ${insertLine}. It should be within the range of lines of the file: [0, ${lines.length}]`);
   }
   const inserted = insertText.split('\n');
   const edited = joinLines({ ...file, lines: [...lines.slice(0, insertLine), ...inserted, ...lines.slice(insertLine)] });
-  const snippet = [
-    ...lines.slice(Math.max(0, insertLine - SNIPPET_LINES), insertLine),
-    ...inserted,
-    ...lines.slice(insertLine, insertLine + SNIPPET_LINES),
-  ];
+  const snippet = [...lines.slice(Math.max(0, insertLine - SNIPPET_LINES), insertLine), ...inserted, ...lines.slice(insertLine, insertLine + SNIPPET_LINES)];
   return {
     text: edited,
     message:

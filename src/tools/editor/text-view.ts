@@ -39,7 +39,10 @@ export function clipText(text: string, what: 'lines' | 'entries'): string {
   if (text.length <= MAX_VIEW_CHARS) return text;
   const cut = text.lastIndexOf('\n', MAX_VIEW_CHARS);
   const kept = text.slice(0, cut > 0 ? cut : MAX_VIEW_CHARS);
-  const hidden = text.slice(kept.length).split('\n').filter((l) => l !== '').length;
+  const hidden = text
+    .slice(kept.length)
+    .split('\n')
+    .filter((l) => l !== '').length;
   const how =
     what === 'lines'
       ? 'View the rest with `view_range`, or find the lines you need with `grep -n` in the bash tool.'

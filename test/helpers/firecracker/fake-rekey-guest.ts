@@ -1,10 +1,5 @@
 import type { SessionKeys } from '../../../src/transport/keys.js';
-import type {
-  GuestKeyPaths,
-  LoginOutcome,
-  RotationConnection,
-  RotationTransport,
-} from '../../../src/runtimes/firecracker/keys/key-rotation.js';
+import type { GuestKeyPaths, LoginOutcome, RotationConnection, RotationTransport } from '../../../src/runtimes/firecracker/keys/key-rotation.js';
 
 /**
  * An in-memory guest for the key rotation logic: a file system and an sshd that behaves as
@@ -75,9 +70,7 @@ export class FakeRekeyGuest implements RotationTransport<FakeConnection> {
     // The server proves its host key before the client authenticates.
     if (!this.presentedHostKeys.includes(pinnedHostKey.trim())) return 'host-key-mismatch';
     const clientPublic = publicOf(clientPrivateKey);
-    const authorized = this.authorizedKeysFiles.some((file) =>
-      (this.files.get(file)?.data ?? '').split('\n').some((line) => line.trim() === clientPublic),
-    );
+    const authorized = this.authorizedKeysFiles.some((file) => (this.files.get(file)?.data ?? '').split('\n').some((line) => line.trim() === clientPublic));
     return authorized ? 'accepted' : 'auth-refused';
   }
 

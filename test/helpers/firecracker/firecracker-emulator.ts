@@ -87,14 +87,19 @@ function opens(file: string, mode: number, what: string): string | undefined {
 
 function tapExists(name: string): boolean {
   // /proc/self/net is this process's network namespace (/sys would be the host's).
-  return readFileSync('/proc/self/net/dev', 'utf8').split('\n').some((line) => line.trim().startsWith(`${name}:`));
+  return readFileSync('/proc/self/net/dev', 'utf8')
+    .split('\n')
+    .some((line) => line.trim().startsWith(`${name}:`));
 }
 
 function hostCheck(call: string, body: unknown): string | undefined {
   switch (call) {
     case 'PUT /boot-source': {
       const source = body as BootSource;
-      return opens(source.kernel_image_path, constants.R_OK, 'kernel image') ?? (source.initrd_path ? opens(source.initrd_path, constants.R_OK, 'initrd') : undefined);
+      return (
+        opens(source.kernel_image_path, constants.R_OK, 'kernel image') ??
+        (source.initrd_path ? opens(source.initrd_path, constants.R_OK, 'initrd') : undefined)
+      );
     }
     case 'PUT /drives/{drive_id}': {
       const drive = body as Drive;
@@ -109,7 +114,10 @@ function hostCheck(call: string, body: unknown): string | undefined {
       return opens(path.dirname((body as Vsock).uds_path), constants.W_OK, 'directory of the vsock socket');
     case 'PUT /snapshot/create': {
       const params = body as SnapshotCreateParams;
-      return opens(path.dirname(params.snapshot_path), constants.W_OK, 'snapshot directory') ?? (params.mem_file_path ? opens(path.dirname(params.mem_file_path), constants.W_OK, 'memory file directory') : undefined);
+      return (
+        opens(path.dirname(params.snapshot_path), constants.W_OK, 'snapshot directory') ??
+        (params.mem_file_path ? opens(path.dirname(params.mem_file_path), constants.W_OK, 'memory file directory') : undefined)
+      );
     }
     case 'PUT /snapshot/load': {
       const params = body as SnapshotLoadParams;
@@ -158,9 +166,13 @@ function bootGuest(): void {
     runAs: process.getuid?.() === 0 ? 'nobody' : undefined,
   });
   // setpriv --pdeathsig: QEMU dies with us, even when we are SIGKILLed.
-  qemu = spawn('setpriv', ['--pdeathsig', 'SIGKILL', '--', process.env.SBX_QEMU_BIN || 'qemu-system-x86_64', ...argv, '-qmp', `unix:${qmpSocket},server=on,wait=off`], {
-    stdio: ['ignore', 'inherit', 'inherit'],
-  });
+  qemu = spawn(
+    'setpriv',
+    ['--pdeathsig', 'SIGKILL', '--', process.env.SBX_QEMU_BIN || 'qemu-system-x86_64', ...argv, '-qmp', `unix:${qmpSocket},server=on,wait=off`],
+    {
+      stdio: ['ignore', 'inherit', 'inherit'],
+    },
+  );
   qemu.on('exit', (code, signal) => {
     console.error(`[firecracker-emulator] the guest's QEMU ended (${signal ?? code}): Firecracker exits when its guest does`);
     void server.close().finally(() => process.exit(0));
@@ -188,7 +200,13 @@ function ctrlAltDel(): void {
  */
 function writeSnapshot(params: SnapshotCreateParams): void {
   const model = server.model;
-  const state = { machine: model.machineConfig, bootSource: model.bootSource, drives: [...model.drives.values()], nics: [...model.networkInterfaces.values()], vsock: model.vsock };
+  const state = {
+    machine: model.machineConfig,
+    bootSource: model.bootSource,
+    drives: [...model.drives.values()],
+    nics: [...model.networkInterfaces.values()],
+    vsock: model.vsock,
+  };
   writeFileSync(inJail(params.snapshot_path), JSON.stringify(state), { mode: 0o600 });
   if (params.mem_file_path) {
     writeFileSync(inJail(params.mem_file_path), '', { mode: 0o600 });

@@ -42,9 +42,7 @@ export interface MatchedOperation {
   pathParams: Record<string, string>;
 }
 
-export type RequestCheck =
-  | { ok: true; operation: MatchedOperation; body: unknown }
-  | { ok: false; operation?: MatchedOperation; fault: string };
+export type RequestCheck = { ok: true; operation: MatchedOperation; body: unknown } | { ok: false; operation?: MatchedOperation; fault: string };
 
 interface CompiledOperation extends MatchedOperation {
   pattern: RegExp;
@@ -157,7 +155,12 @@ export class FirecrackerSpecValidator {
 }
 
 function describe(errors: ErrorObject[] | null | undefined): string {
-  return (errors ?? []).map((e) => `${e.instancePath || '(body)'} ${e.message ?? 'is invalid'}${e.keyword === 'additionalProperties' ? ` (${String(e.params.additionalProperty)})` : ''}`).join('; ');
+  return (errors ?? [])
+    .map(
+      (e) =>
+        `${e.instancePath || '(body)'} ${e.message ?? 'is invalid'}${e.keyword === 'additionalProperties' ? ` (${String(e.params.additionalProperty)})` : ''}`,
+    )
+    .join('; ');
 }
 
 /** Adds `additionalProperties: false` to every object schema that does not state it (see the file comment). */

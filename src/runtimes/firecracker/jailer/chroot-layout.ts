@@ -107,9 +107,7 @@ export function chrootLayout(inputs: ChrootInputs): ChrootLayout {
 
   const files: ChrootFile[] = [
     { source: inputs.kernel, target: hostPath(IN_JAIL.kernel), method: 'link', writable: false, ownedByJail: false },
-    ...(inputs.initrd
-      ? [{ source: inputs.initrd, target: hostPath(IN_JAIL.initrd), method: 'link' as const, writable: false, ownedByJail: false }]
-      : []),
+    ...(inputs.initrd ? [{ source: inputs.initrd, target: hostPath(IN_JAIL.initrd), method: 'link' as const, writable: false, ownedByJail: false }] : []),
     { source: inputs.rootfsSource, target: hostPath(IN_JAIL.rootfs), method: 'copy', writable: true, ownedByJail: true },
     { source: inputs.configDrive, target: hostPath(IN_JAIL.configDrive), method: 'link', writable: false, ownedByJail: true },
   ];

@@ -61,13 +61,20 @@ export function jailerArgv(options: JailerOptions): string[] {
 
   const argv = [
     options.jailerBin,
-    '--id', options.id,
-    '--exec-file', options.firecrackerBin,
-    '--uid', String(options.uid),
-    '--gid', String(options.gid),
-    '--chroot-base-dir', options.chrootBaseDir,
-    '--netns', `/var/run/netns/${options.netnsName}`,
-    '--cgroup-version', String(options.cgroupVersion),
+    '--id',
+    options.id,
+    '--exec-file',
+    options.firecrackerBin,
+    '--uid',
+    String(options.uid),
+    '--gid',
+    String(options.gid),
+    '--chroot-base-dir',
+    options.chrootBaseDir,
+    '--netns',
+    `/var/run/netns/${options.netnsName}`,
+    '--cgroup-version',
+    String(options.cgroupVersion),
   ];
   if (options.parentCgroup) argv.push('--parent-cgroup', options.parentCgroup);
   for (const setting of cgroupSettings(options.cgroupVersion, options.limits)) argv.push('--cgroup', setting);
@@ -82,4 +89,3 @@ export function jailerArgv(options: JailerOptions): string[] {
 export function vmmPidFile(jailRootDir: string, firecrackerBin: string): string {
   return path.join(jailRootDir, `${path.basename(firecrackerBin)}.pid`);
 }
-

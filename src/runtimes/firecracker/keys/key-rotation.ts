@@ -48,14 +48,7 @@ export interface RotationTransport<C extends RotationConnection> {
   tryLogin(clientPrivateKey: string, pinnedHostKey: string): Promise<LoginOutcome>;
 }
 
-export type RotationPhase =
-  | 'connect-template'
-  | 'write-keys'
-  | 'reload-sshd'
-  | 'apply-network'
-  | 'connect-session'
-  | 'verify-template-refused'
-  | 'ready';
+export type RotationPhase = 'connect-template' | 'write-keys' | 'reload-sshd' | 'apply-network' | 'connect-session' | 'verify-template-refused' | 'ready';
 
 export interface RotationPlan {
   /** The snapshot base's client private key and the host key its sshd presents. */
@@ -84,10 +77,7 @@ export class KeyRotationError extends Error {
  * Runs the rotation described above and returns the session's verified connection.
  * Nothing else should hand a restored session out.
  */
-export async function rotateKeysAfterRestore<C extends RotationConnection>(
-  transport: RotationTransport<C>,
-  plan: RotationPlan,
-): Promise<C> {
+export async function rotateKeysAfterRestore<C extends RotationConnection>(transport: RotationTransport<C>, plan: RotationPlan): Promise<C> {
   let phase: RotationPhase = 'connect-template';
   const enter = (next: RotationPhase) => {
     phase = next;

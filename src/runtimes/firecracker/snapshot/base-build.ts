@@ -32,7 +32,12 @@ export interface SnapshotBaseBuildDeps {
  * snapshotBaseAddress of our prefix), waits until its desktop answers, pauses it, snapshots it, and keeps
  * the snapshot with the root disk as it was at the pause. Everything else goes.
  */
-export async function buildSnapshotBase(image: GuestImage, screen: { width: number; height: number }, dir: string, deps: SnapshotBaseBuildDeps): Promise<SnapshotBase> {
+export async function buildSnapshotBase(
+  image: GuestImage,
+  screen: { width: number; height: number },
+  dir: string,
+  deps: SnapshotBaseBuildDeps,
+): Promise<SnapshotBase> {
   const cleanup = new CleanupStack();
   const sessionId = `tpl${image.hash.slice(0, 7)}`;
   const sessionDir = `${dir}.work`;
@@ -47,7 +52,9 @@ export async function buildSnapshotBase(image: GuestImage, screen: { width: numb
     await writeFile(
       path.join(configDir, CONFIG_FILES.settings),
       // The same settings a session's guest gets (sessions/boot.ts), at the snapshot base's address.
-      renderSettings(sandboxSettings({ id: sessionId, hostname: 'sbx-template', display: deps.guest.display, screen, guestConfiguresNetwork: true, lease: address })),
+      renderSettings(
+        sandboxSettings({ id: sessionId, hostname: 'sbx-template', display: deps.guest.display, screen, guestConfiguresNetwork: true, lease: address }),
+      ),
     );
     const lease = { index: 0, ...address };
     const vmUser = await deps.users.lease(cleanup);
@@ -70,17 +77,13 @@ export async function buildSnapshotBase(image: GuestImage, screen: { width: numb
     await waitForDesktop(address.guest, keys, deps.guest.display, Date.now() + deps.bootTimeoutMs, () => vm.sandbox.isAlive());
     await runSteps(snapshotCreateSteps(vm.layout.snapshot.jailPaths), vm.client);
     await vm.vmm.stop(500); // paused: there is no guest to power off
-    return await saveSnapshotBase(
-      dir,
-      image,
-      {
-        files: vm.layout.snapshot.hostPaths,
-        rootfs: path.join(vm.layout.rootDir, vm.layout.vmPaths.rootfsPath),
-        keys: { clientPrivateKey: keys.clientPrivateKey, hostPublicKey: keys.hostPublicKey },
-        screen,
-        address,
-      },
-    );
+    return await saveSnapshotBase(dir, image, {
+      files: vm.layout.snapshot.hostPaths,
+      rootfs: path.join(vm.layout.rootDir, vm.layout.vmPaths.rootfsPath),
+      keys: { clientPrivateKey: keys.clientPrivateKey, hostPublicKey: keys.hostPublicKey },
+      screen,
+      address,
+    });
   } finally {
     await cleanup.run();
   }

@@ -58,7 +58,13 @@ export async function loadSnapshotBase(dir: string, image: GuestImage): Promise<
   if (manifest.format !== SNAPSHOT_BASE_FORMAT || manifest.imageHash !== image.hash) return undefined;
   const snapshotBase = describe(dir, manifest);
   for (const file of [snapshotBase.files.snapshotPath, snapshotBase.files.memFilePath, snapshotBase.rootfs]) {
-    if (!(await stat(file).then((s) => s.isFile(), () => false))) return undefined;
+    if (
+      !(await stat(file).then(
+        (s) => s.isFile(),
+        () => false,
+      ))
+    )
+      return undefined;
   }
   return snapshotBase;
 }

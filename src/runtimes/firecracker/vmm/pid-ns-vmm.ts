@@ -19,7 +19,9 @@ export async function vmmOfPidNamespace(jailer: VmProcess, pidFile: string, time
   }
   const jailerExit = await jailer.exited;
   if (jailerExit.code !== 0) {
-    throw new Error(`the jailer ${jailerExit.signal ? `was killed by ${jailerExit.signal}` : `exited with code ${jailerExit.code}`} (its message is in the console log)`);
+    throw new Error(
+      `the jailer ${jailerExit.signal ? `was killed by ${jailerExit.signal}` : `exited with code ${jailerExit.code}`} (its message is in the console log)`,
+    );
   }
   const pid = await readPidFile(pidFile);
   const startTime = processStartTime(pid);

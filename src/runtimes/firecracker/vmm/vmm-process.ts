@@ -48,7 +48,8 @@ export function findFirecrackerProcesses(names: ResourceNames): Promise<VmProces
 /** "exited with code 0 (the guest powered off, rebooted or panicked)", "was killed by SIGKILL", ... */
 export function describeVmmExit(exit: VmExit): string {
   if (exit.signal) return `was killed by ${exit.signal}`;
-  if (exit.notOurChild) return 'exited (the guest powered off, rebooted or panicked, or the VMM failed: its status is not known, it ran in a pid namespace of its own)';
+  if (exit.notOurChild)
+    return 'exited (the guest powered off, rebooted or panicked, or the VMM failed: its status is not known, it ran in a pid namespace of its own)';
   if (exit.code === 0) return 'exited with code 0 (the guest powered off, rebooted or panicked)';
   if (exit.code === null) return 'could not be started';
   return `exited with code ${exit.code} (Firecracker or the jailer failed; its message is in the console log)`;

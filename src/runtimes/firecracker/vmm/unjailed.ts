@@ -1,0 +1,51 @@
+import { rm } from 'node:fs/promises';
+import path from 'node:path';
+import { attachedNetwork } from '../../../network/netns.js';
+import type { CleanupStack } from '../../../util/cleanup-stack.js';
+import { run } from '../../../util/exec.js';
+import type { ConsolePipe } from '../../console-pipe.js';
+import type { SandboxSpec } from '../../runtime.js';
+import { spawnInNetns, type VmProcess } from '../../vm/vm-process.js';
+import type { ChrootLayout } from '../jailer/chroot-layout.js';
+
+/** The guest paths Firecracker is given, and how to reach its API. */
+export interface LaunchedVmm {
+  vmm: VmProcess;
+  apiSocket: string;
+  paths: { kernelImagePath: string; initrdPath?: string; rootfsPath: string; configDrivePath: string; vsockUdsPath: string };
+  /** Jailed VMs only. */
+  layout?: ChrootLayout;
+}
+
+/** The files a VMM boots from. */
+export interface VmmFiles {
+  kernel: string;
+  initrd?: string;
+  configDrive: string;
+  consolePipe: ConsolePipe;
+}
+
+/** A VMM without the jailer (development hosts only: the runtime refuses it elsewhere): its files in the session dir, in the session's netns. */
+export async function launchUnjailed(firecrackerBin: string, spec: SandboxSpec, cleanup: CleanupStack, id: string, files: VmmFiles): Promise<LaunchedVmm> {
+  const rootfs = path.join(spec.sessionDir, 'rootfs.ext4');
+  const apiSocket = path.join(spec.sessionDir, 'firecracker.socket');
+  const vsock = path.join(spec.sessionDir, 'vsock.sock');
+  await cleanup.push(`root disk ${rootfs}`, () => rm(rootfs, { force: true }));
+  await run(['cp', '--reflink=auto', '--sparse=always', '--', spec.image.ext4, rootfs]);
+  await cleanup.push('api and vsock sockets', async () => {
+    await rm(apiSocket, { force: true });
+    await rm(vsock, { force: true });
+  });
+  const vmm = spawnInNetns(attachedNetwork(spec.network).netns, firecrackerBin, ['--api-sock', apiSocket, '--id', id], files.consolePipe);
+  return {
+    vmm,
+    apiSocket,
+    paths: {
+      kernelImagePath: files.kernel,
+      ...(files.initrd ? { initrdPath: files.initrd } : {}),
+      rootfsPath: rootfs,
+      configDrivePath: files.configDrive,
+      vsockUdsPath: vsock,
+    },
+  };
+}

@@ -1,0 +1,42 @@
+import type { Logger } from 'pino';
+import type { Metrics } from '../metrics/metrics.js';
+import type { GuestImage } from '../guest/image/image-store.js';
+import type { AddressLease } from '../network/address-pool.js';
+import type { RuntimeName } from '../runtimes/runtime.js';
+import type { CapacityGate } from './capacity.js';
+import type { SessionRegistry } from './registry.js';
+import type { SandboxHost } from './sandbox-host.js';
+import type { RequestDefaults } from './session-request.js';
+import type { SessionStore } from './store.js';
+import type { TemplateSource } from './templates.js';
+
+/** What the session lifecycle (lifecycle.ts) is built from. */
+
+/** The /30 blocks sandboxes are addressed from (network/address-allocator.ts). */
+export interface AddressSource {
+  leaseFree(): Promise<AddressLease>;
+  release(index: number): void;
+}
+
+export interface LifecycleOptions {
+  registry: SessionRegistry;
+  store: SessionStore;
+  host: SandboxHost;
+  addresses: AddressSource;
+  capacity: CapacityGate;
+  metrics: Metrics;
+  log: Logger;
+  runtimeName: RuntimeName;
+  defaults: RequestDefaults;
+  templates: TemplateSource;
+  /** What a session's disk is (admission promises it: capacity.ts); absent: no disk demand. */
+  disk?: SessionDisk;
+}
+
+/** A session's disk as admission sees it. */
+export interface SessionDisk {
+  /** The most a sandbox of `image` may write on the host, MiB (Runtime.writableDiskMiB; an adopted session's image may be unknown). */
+  writableMiB(image: GuestImage | undefined): number;
+  /** What a session's own files hold on the host now, MiB (disk-capacity.ts, sessionFilesMiB). */
+  usedMiB(sessionId: string): number;
+}
