@@ -49,8 +49,9 @@ fi
 echo "setup: compiling TypeScript" >&2
 npm run --silent build
 
-# Both built-in templates: minimal (a minute; the tests use it) and desktop, the default for
-# new sessions (Firefox, LibreOffice, fonts: several minutes the first time). Each is cached
-# by a hash of its recipe; the build prints its progress lines on stderr.
-echo "setup: guest images of the built-in templates minimal and desktop (built once, then cached by a hash of each recipe)" >&2
+# The built-in templates: minimal (a minute; the tests use it), desktop, the default for new
+# sessions (Firefox, LibreOffice, fonts: several minutes the first time), and xfce, E2B
+# Desktop's (Debian's XFCE, about 3.5 minutes). Each is cached by a hash of its recipe; the
+# build prints its progress lines on stderr.
+echo "setup: guest images of the built-in templates minimal, desktop and xfce (built once, then cached by a hash of each recipe)" >&2
 node dist/cli/main.js image build >/dev/null

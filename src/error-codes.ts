@@ -49,6 +49,7 @@ export const ERROR_CODES = {
   invalid_link_token: { category: 'unauthenticated', description: 'a link token that is made up, or of another session or purpose' },
   expired_link_token: { category: 'unauthenticated', description: 'a link token past its ttlSeconds' },
   revoked_link_token: { category: 'unauthenticated', description: 'a revoked link token' },
+  stream_password_invalid: { category: 'unauthenticated', description: "an E2B Desktop stream URL without the stream's password, or with a wrong one" },
   invalid_port_token: { category: 'unauthenticated', description: 'a port token that is made up, or of another session or port' },
   expired_port_token: { category: 'unauthenticated', description: 'a port token past its ttlSeconds' },
   revoked_port_token: { category: 'unauthenticated', description: 'a revoked port token' },
@@ -69,6 +70,8 @@ export const ERROR_CODES = {
   not_acceptable: { category: 'not_acceptable', description: 'POST /mcp without accepting both JSON and an event stream' },
 
   human_in_control: { category: 'conflict', description: 'a person has taken the session over through a live view' },
+  display_not_ready: { category: 'conflict', description: "the session's display does not answer yet: its programs start the X server (the xfce template)" },
+  stream_not_started: { category: 'conflict', description: 'an E2B Desktop stream URL of a session whose stream is not started (stream.start())' },
   control_held: { category: 'conflict', description: 'takeover by a view while another view holds the session' },
   session_not_ready: { category: 'conflict', description: "the session's state does not allow this (creating, being destroyed, destroyed)" },
   already_exists: { category: 'conflict', description: 'a move onto a path that exists, without overwrite' },

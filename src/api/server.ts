@@ -194,7 +194,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   await app.register(computerToolRoutes, { manager: opts.manager, trajectory });
   await app.register(companionToolRoutes, {
     manager: opts.manager,
-    display: opts.manager.display,
+    display: (id: string) => opts.manager.displayOf(id),
     bashTimeoutSeconds: opts.bashTimeoutSeconds,
     ...(opts.bashOutput ? { bashOutput: opts.bashOutput } : {}),
     bashCounters: bashOutputCounters(opts.metrics),
@@ -223,7 +223,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   if (opts.runs) await app.register(runRoutes, { runs: opts.runs, streams });
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
   await app.register(templateRoutes, { templates: opts.templates });
-  if (opts.ports) await app.register(portRoutes, { sessions: opts.manager, tokens: opts.ports.tokens, settings: opts.ports.settings });
+  if (opts.ports) await app.register(portRoutes, { sessions: opts.manager, tokens: opts.ports.tokens, settings: opts.ports.settings, views: opts.views });
   if (opts.ports) await app.register(browserRoutes, { sessions: opts.manager, tokens: opts.ports.tokens });
   // After the port routes: the plugin routes every upgrade through fastify (so they are
   // authenticated like any request) and takes over only the routes declared after it; the

@@ -255,6 +255,8 @@ export type ErrorCode =
   | 'expired_link_token'
   /** a revoked link token */
   | 'revoked_link_token'
+  /** an E2B Desktop stream URL without the stream's password, or with a wrong one */
+  | 'stream_password_invalid'
   /** a port token that is made up, or of another session or port */
   | 'invalid_port_token'
   /** a port token past its ttlSeconds */
@@ -287,6 +289,10 @@ export type ErrorCode =
   | 'not_acceptable'
   /** a person has taken the session over through a live view */
   | 'human_in_control'
+  /** the session's display does not answer yet: its programs start the X server (the xfce template) */
+  | 'display_not_ready'
+  /** an E2B Desktop stream URL of a session whose stream is not started (stream.start()) */
+  | 'stream_not_started'
   /** takeover by a view while another view holds the session */
   | 'control_held'
   /** the session's state does not allow this (creating, being destroyed, destroyed) */

@@ -16,6 +16,21 @@ export class DesktopError extends OrchestratorError {
   }
 }
 
+/**
+ * The display of a session whose own programs start the X server (the `xfce` template: E2B
+ * Desktop's Sandbox.create runs `Xvfb :0`) does not answer yet: a 409 saying what to do,
+ * rather than a helper's "cannot open display" as a 502, or a wait.
+ */
+export class DisplayNotReadyError extends OrchestratorError {
+  constructor(display: number) {
+    super(
+      'display_not_ready',
+      `the session's display :${display} does not answer yet: in this template the session's own programs start the X server ` +
+        `(E2B Desktop's Sandbox.create starts Xvfb :${display} and XFCE); start it (or wait for it), then retry`,
+    );
+  }
+}
+
 /** What the screen looked like: raw pixels (the fast path) or a PNG (scrot, the fallback). */
 export type Capture = { frame: RawFrame; png?: undefined } | { png: Buffer; frame?: undefined };
 
@@ -64,7 +79,35 @@ export class Desktop {
     private readonly display: number,
     /** The session's screen: every frame the guest sends is checked against it. */
     private readonly screen: Size,
+    /** 'session': the session's programs start the X server; a failure while it is down is a DisplayNotReadyError. */
+    private readonly server: 'init' | 'session' = 'init',
   ) {}
+
+  /**
+   * Runs a display operation; on a display the session starts itself, a failure while that
+   * display does not answer becomes a DisplayNotReadyError (probed only after a failure: the
+   * helpers fail at once, "cannot open display", when there is no X server).
+   */
+  private async attached<T>(operation: () => Promise<T>): Promise<T> {
+    if (this.server === 'init') return operation();
+    try {
+      return await operation();
+    } catch (err) {
+      if (err instanceof OrchestratorError && err.code !== 'desktop_error' && err.code !== 'guest_protocol_error') throw err;
+      if (!(await this.displayAnswers())) throw new DisplayNotReadyError(this.display);
+      throw err;
+    }
+  }
+
+  /** Whether the X server answers now (xdpyinfo, from x11-utils, is in every image). */
+  async displayAnswers(): Promise<boolean> {
+    if (this.closing.signal.aborted) return false;
+    const result = await this.connection.exec(`DISPLAY=:${this.display} exec xdpyinfo >/dev/null 2>&1`, {
+      timeoutMs: COMMAND_TIMEOUT_MS,
+      maxOutputBytes: 1024,
+    });
+    return result.exitCode === 0;
+  }
 
   /**
    * The screen now: a raw frame from the session's persistent grabber, or, if that cannot
@@ -73,7 +116,7 @@ export class Desktop {
    * falling back would hide a guest that lies.
    */
   capture(): Promise<Capture> {
-    return this.grab((channel) => channel.grab(COMMAND_TIMEOUT_MS));
+    return this.attached(() => this.grab((channel) => channel.grab(COMMAND_TIMEOUT_MS)));
   }
 
   /**
@@ -82,7 +125,7 @@ export class Desktop {
    * cannot run: the caller then compares scrot's captures itself.
    */
   async settledCapture(quietMs: number, maxMs: number): Promise<RawFrame | undefined> {
-    const capture = await this.grab((channel) => channel.settled(quietMs, maxMs, COMMAND_TIMEOUT_MS));
+    const capture = await this.attached(() => this.grab((channel) => channel.settled(quietMs, maxMs, COMMAND_TIMEOUT_MS)));
     return capture.frame;
   }
 
@@ -186,7 +229,7 @@ export class Desktop {
   }
 
   async cursorPosition(timeoutMs = COMMAND_TIMEOUT_MS): Promise<Point> {
-    const [answer] = await this.input([WHERE], timeoutMs);
+    const [answer] = await this.attached(() => this.input([WHERE], timeoutMs));
     if (!answer?.ok || !answer.position) throw new DesktopError('the input helper did not say where the pointer is');
     return answer.position;
   }
@@ -198,7 +241,11 @@ export class Desktop {
    */
   async perform(plan: InputPlan, timeoutMs = COMMAND_TIMEOUT_MS): Promise<void> {
     const hold = plan.hold;
-    await this.inputQueue.run(async () => {
+    await this.attached(() => this.performPlan(plan, hold, timeoutMs));
+  }
+
+  private performPlan(plan: InputPlan, hold: InputPlan['hold'], timeoutMs: number): Promise<void> {
+    return this.inputQueue.run(async () => {
       // If this fails the helper is gone, and it released whatever it had pressed.
       const answers = await this.sendInput(plan.requests, timeoutMs);
       if (!hold) return checkAnswers(plan.requests, answers);
@@ -248,7 +295,7 @@ export class Desktop {
 
   /** Types text literally, one text at a time per session (other sessions are not held). */
   type(text: string): Promise<void> {
-    return this.typing.run(() => this.typeText(text));
+    return this.attached(() => this.typing.run(() => this.typeText(text)));
   }
 
   private async typeText(text: string): Promise<void> {

@@ -38,6 +38,26 @@ export function vncServerCommand(display: number): string {
   return `exec /usr/bin/x11vnc -norc -display :${display} -localhost -forever -shared -nopw -rfbport ${GUEST_VNC_PORT} -quiet`;
 }
 
+/**
+ * The live view's VNC server on a display the session starts itself (the xfce template):
+ * the same x11vnc through a link of another name (SESSION_VNC_LINK in the image) on another
+ * port, because E2B Desktop's stream helpers take any process named x11vnc for theirs
+ * (`pgrep -x x11vnc` makes stream.start() refuse, stream.stop() runs `pkill x11vnc`) and
+ * listen on 5900 themselves.
+ */
+export const SESSION_DISPLAY_VNC_PORT = 5990;
+export const SESSION_VNC_LINK = '/usr/local/libexec/sbx-vnc';
+
+/** The VNC server command and its port for a session's display (see vncServerCommand). */
+export function vncServerFor(display: number, server: 'init' | 'session'): { command: string; port: number } {
+  if (server === 'init') return { command: vncServerCommand(display), port: GUEST_VNC_PORT };
+  if (!Number.isInteger(display) || display < 0) throw new Error(`bad display number ${display}`);
+  return {
+    command: `exec ${SESSION_VNC_LINK} -norc -display :${display} -localhost -forever -shared -nopw -rfbport ${SESSION_DISPLAY_VNC_PORT} -quiet`,
+    port: SESSION_DISPLAY_VNC_PORT,
+  };
+}
+
 export const CONFIG_FILES = {
   authorizedKeys: 'authorized_keys',
   hostKey: 'ssh_host_ed25519_key',

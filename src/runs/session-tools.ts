@@ -32,7 +32,7 @@ export class SessionTools {
     options: { bashTimeoutSeconds: number; bashOutput?: BashOutput; trajectory?: TrajectoryRecorder },
   ) {
     this.bash = new BashTool(sessions, {
-      display: sessions.display,
+      display: (id) => sessions.displayOf(id),
       timeoutSeconds: options.bashTimeoutSeconds,
       ...(options.bashOutput ? { outputLimits: options.bashOutput.limits, counters: options.bashOutput.counters } : {}),
     });

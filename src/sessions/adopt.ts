@@ -19,6 +19,7 @@ export interface AdoptContext {
   runtime: Runtime;
   pool: AddressPool;
   display: number;
+  displayServer?: 'init' | 'session';
   settle: SettleOptions;
   sshReconnectGiveUpMs?: number;
   log: Logger;
@@ -88,6 +89,7 @@ export async function adoptSession(record: SessionRecord, ctx: AdoptContext): Pr
     const keys = await readSessionKeys(sessionDir, path.join(sessionDir, 'config'));
     await attachDesktop(session, found.sandbox, keys.clientPrivateKey, publicKeyBlob(keys.hostPublicKey), Date.now() + ADOPT_TIMEOUT_MS, {
       display: ctx.display,
+      displayServer: ctx.displayServer,
       settle: ctx.settle,
       sshReconnectGiveUpMs: ctx.sshReconnectGiveUpMs,
     });

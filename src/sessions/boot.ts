@@ -26,6 +26,12 @@ export interface BootContext {
   stateDir: string;
   names: ResourceNames;
   display: number;
+  /**
+   * Who starts the X server: our init (default: the session is ready once the display
+   * answers), or the session's own programs (the `xfce` template: ready once SSH is up; the
+   * desktop attaches when the display answers, and answers 409 display_not_ready until then).
+   */
+  displayServer?: 'init' | 'session';
   runtime: Runtime;
   image: GuestImage;
   memoryMiB: number;
@@ -99,7 +105,7 @@ export async function bootPooledSandbox(session: Session, lease: AddressLease | 
     await connection.open(remaining(deadline), () => sandbox.isAlive());
     const desktop = new Desktop(connection, ctx.display, { width: session.record.width, height: session.record.height });
     await probe.push('probe desktop', () => desktop.close());
-    await waitForDisplay(desktop, deadline, () => sandbox.isAlive());
+    if (ctx.displayServer !== 'session') await waitForDisplay(desktop, deadline, () => sandbox.isAlive());
   } catch (err) {
     throw await withConsoleLog(err, sandbox, logsDir, session.id, ctx.consoleLog);
   } finally {
@@ -211,7 +217,7 @@ export async function attachDesktop(
   clientPrivateKey: string,
   pinnedHostKey: Buffer,
   deadline: number,
-  ctx: Pick<BootContext, 'display' | 'settle' | 'sshReconnectGiveUpMs'>,
+  ctx: Pick<BootContext, 'display' | 'displayServer' | 'settle' | 'sshReconnectGiveUpMs'>,
   /**
    * 'await' (a boot, an adoption): ready once the display answers. 'background' (a resume:
    * the display answered before the pause): ready once SSH is up, the desktop helpers
@@ -237,12 +243,15 @@ export async function attachDesktop(
   await connection.open(remaining(deadline), () => sandbox.isAlive());
 
   const screen = { width, height };
-  const desktop = new Desktop(connection, ctx.display, screen);
+  const desktop = new Desktop(connection, ctx.display, screen, ctx.displayServer);
   await session.cleanup.push('desktop input', () => desktop.close());
   desktopOf = desktop;
-  if (display === 'await') await waitForDisplay(desktop, deadline, () => sandbox.isAlive());
-  // A display that does not answer is reported by the first action, as on any session.
-  else void waitForDisplay(desktop, deadline, () => sandbox.isAlive()).catch(() => undefined);
+  // A display the session starts itself is not waited for: each action says whether it answers.
+  if (ctx.displayServer !== 'session') {
+    if (display === 'await') await waitForDisplay(desktop, deadline, () => sandbox.isAlive());
+    // A display that does not answer is reported by the first action, as on any session.
+    else void waitForDisplay(desktop, deadline, () => sandbox.isAlive()).catch(() => undefined);
+  }
   const model = { width: session.record.modelWidth, height: session.record.modelHeight };
   session.computer = new ComputerTool(desktop, new Scaler(screen, model), ctx.settle);
 }

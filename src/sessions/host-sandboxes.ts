@@ -12,6 +12,7 @@ import type { Runtime } from '../runtimes/runtime.js';
 import path from 'node:path';
 import type { PauseMode, PauseResult, PauseTarget } from '../runtimes/runtime.js';
 import { publicKeyBlob, readSessionKeys } from '../transport/keys.js';
+import { templateDisplay } from './templates.js';
 import { adoptSession } from './adopt.js';
 import { attachDesktop, bootPooledSandbox, bootSandbox, consoleTail, sessionDirOf, type BootContext } from './boot.js';
 import { claimPooledSandbox } from './pool/claim.js';
@@ -72,8 +73,8 @@ export class HostSandboxes implements SandboxHost {
   }
 
   claim(pooled: PooledSandbox): Promise<void> {
-    const { stateDir, display, settle, sshReconnectGiveUpMs } = this.opts;
-    return claimPooledSandbox(pooled, { stateDir, display, settle, sshReconnectGiveUpMs, timeoutMs: CLAIM_TIMEOUT_MS });
+    const { stateDir, settle, sshReconnectGiveUpMs } = this.opts;
+    return claimPooledSandbox(pooled, { stateDir, ...this.displayOf(pooled.session), settle, sshReconnectGiveUpMs, timeoutMs: CLAIM_TIMEOUT_MS });
   }
 
   watch(session: Session): SandboxWatch | undefined {
@@ -89,13 +90,14 @@ export class HostSandboxes implements SandboxHost {
   }
 
   adopt(record: SessionRecord): Promise<Session | undefined> {
-    const { stateDir, names, runtime, addresses, display, settle, sshReconnectGiveUpMs, log, consoleLog } = this.opts;
+    const { stateDir, names, runtime, addresses, settle, sshReconnectGiveUpMs, log, consoleLog } = this.opts;
+    const own = templateDisplay(record.template);
     return adoptSession(record, {
       stateDir,
       names,
       runtime,
       pool: addresses.pool,
-      display,
+      ...(own ? { display: own.number, displayServer: own.server } : { display: this.opts.display }),
       settle,
       sshReconnectGiveUpMs,
       log,
@@ -159,7 +161,7 @@ export class HostSandboxes implements SandboxHost {
   async attach(session: Session, timeoutMs: number): Promise<void> {
     const { sandbox } = session;
     if (!sandbox) throw new Error(`session ${session.id} has no sandbox to attach to`);
-    const { stateDir, display, settle, sshReconnectGiveUpMs } = this.opts;
+    const { stateDir, settle, sshReconnectGiveUpMs } = this.opts;
     const sessionDir = sessionDirOf(stateDir, session.id);
     const keys = await readSessionKeys(sessionDir, path.join(sessionDir, 'config'));
     // A VM under TCG answers a new SSH connection many times slower than a container.
@@ -170,9 +172,15 @@ export class HostSandboxes implements SandboxHost {
       keys.clientPrivateKey,
       publicKeyBlob(keys.hostPublicKey),
       deadline,
-      { display, settle, sshReconnectGiveUpMs },
+      { ...this.displayOf(session), settle, sshReconnectGiveUpMs },
       'background',
     );
+  }
+
+  /** The session's display: its template's own (xfce: :0, started by the session), else the orchestrator's (SBX_DISPLAY). */
+  displayOf(session: Session): { display: number; displayServer: 'init' | 'session' } {
+    const own = session.image?.display ?? templateDisplay(session.record.template);
+    return own ? { display: own.number, displayServer: own.server } : { display: this.opts.display, displayServer: 'init' };
   }
 
   private pauseTarget(session: Session): PauseTarget {
@@ -191,13 +199,13 @@ export class HostSandboxes implements SandboxHost {
   private bootContext(session: Session, log: Logger): BootContext {
     // The session's template's image (lifecycle.ts resolved it); the default one otherwise.
     const image = session.image ?? this.opts.image;
-    const { settle, sshReconnectGiveUpMs, stateDir, names, display, runtime, memoryMiB, pidsLimit, policy, store, consoleLog } = this.opts;
+    const { settle, sshReconnectGiveUpMs, stateDir, names, runtime, memoryMiB, pidsLimit, policy, store, consoleLog } = this.opts;
     return {
       settle,
       sshReconnectGiveUpMs,
       stateDir,
       names,
-      display,
+      ...this.displayOf(session),
       runtime,
       image,
       memoryMiB,

@@ -15,6 +15,7 @@ import { sessionDirOf } from './boot.js';
 import { sessionFilesMiB } from './disk-capacity.js';
 import { SessionClocks } from './clocks.js';
 import { HostSandboxes } from './host-sandboxes.js';
+import { templateDisplay } from './templates.js';
 import { SessionLifecycle } from './lifecycle.js';
 import { pooledSandboxHooks } from './pool/pooled-sandboxes.js';
 import { WarmPool, type ScreenShape, type WarmPoolStatus } from './pool/warm-pool.js';
@@ -273,9 +274,22 @@ export class SessionManager {
     return this.opts.runtime.name;
   }
 
-  /** The X display number inside every guest. */
+  /** The X display number inside every guest whose template does not start its own (SBX_DISPLAY). */
   get display(): number {
     return this.opts.display;
+  }
+
+  /** The X display of one session's guest: its template's own (xfce: 0, started by the session), else SBX_DISPLAY. */
+  displayOf(id: string): number {
+    const session = this.registry.find(id);
+    const own = session?.image?.display ?? (session && templateDisplay(session.record.template));
+    return own ? own.number : this.opts.display;
+  }
+
+  /** Whether a session's X server is started by the session's own programs (the xfce template), not by our init. */
+  displayStartedBySession(id: string): boolean {
+    const session = this.registry.find(id);
+    return (session?.image?.display ?? (session && templateDisplay(session.record.template)))?.server === 'session';
   }
 
   // The roles' methods, as the routes (ports.ts), the CLI and the tests call them.

@@ -65,7 +65,7 @@ export interface FileSessions {
 }
 
 /** What the companion tools' routes need. */
-export type ToolSessions = SessionAccess & Pick<SessionTimeouts, 'whileBusy'> & { readonly display: number };
+export type ToolSessions = SessionAccess & Pick<SessionTimeouts, 'whileBusy'> & { displayOf(id: string): number };
 
 /** What the desktop-action routes need: the tools', and whether the agent has the desktop (not a person's takeover). */
 export type DesktopSessions = ToolSessions & { checkAgentControl(id: string): void };

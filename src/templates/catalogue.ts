@@ -6,7 +6,7 @@
 import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { buildImage, type GuestImage, type ImageManifest } from '../guest/image/builder.js';
-import { BUILT_IN_TEMPLATE_NAMES, builtInRecipe, imageFor, type BuiltInTemplateName } from '../guest/image/templates.js';
+import { BUILT_IN_TEMPLATE_NAMES, builtInRecipe, imageFor, isBuiltInTemplate, type BuiltInTemplateName } from '../guest/image/templates.js';
 import { findUserTemplate, listUserTemplates } from './template-store.js';
 
 /** A template built from one of our recipes. */
@@ -22,6 +22,7 @@ export interface BuiltInTemplate {
 const DESCRIPTIONS: Record<BuiltInTemplateName, string> = {
   minimal: 'Xvfb, openbox and an xterm: fast, for tests and headless work',
   desktop: 'a panel, Firefox ESR, LibreOffice Writer and Calc, a file manager, an editor, viewers',
+  xfce: "Debian's XFCE on display :0, started by the session (E2B Desktop's SDK), with Mousepad and a terminal",
 };
 
 /** One per recipe of guest/image/templates.ts. */
@@ -80,10 +81,17 @@ export class TemplateCatalogue {
     const builtIn = this.builtIns.find((t) => t.name === name);
     if (builtIn) {
       const image = await builtIn.find(this.imagesDir);
-      if (image) return { name, image };
+      // A template whose programs start the display (xfce) defaults to the screen they make.
+      if (image) return { name, image, ...(image.display ? { screen: image.display.screen } : {}) };
     } else if (/^[a-z][a-z0-9-]{0,39}$/.test(name)) {
       const user = await findUserTemplate(this.imagesDir, name);
-      if (user) return { name, image: user.image, ...(user.manifest.definition.screen ? { screen: user.manifest.definition.screen } : {}) };
+      if (user) {
+        // A template built on one whose X server the session starts (xfce) is such a template too.
+        const display = isBuiltInTemplate(user.manifest.base) ? builtInRecipe(user.manifest.base).display : undefined;
+        const image = display ? { ...user.image, display } : user.image;
+        const screen = user.manifest.definition.screen ?? display?.screen;
+        return { name, image, ...(screen ? { screen } : {}) };
+      }
     }
     throw new UnknownTemplateError(
       name,

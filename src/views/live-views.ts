@@ -179,7 +179,9 @@ export class LiveViews {
       channel = await openVncChannel(this.sessions, grant.sessionId);
     } catch (err) {
       log.warn({ err }, 'live view could not reach the guest VNC server');
-      ws.close(1011, 'the desktop could not be reached');
+      // A display the session starts itself (xfce) that is not up yet: say so (a close reason is at most 123 bytes).
+      const notReady = err instanceof OrchestratorError && err.code === 'display_not_ready';
+      ws.close(1011, notReady ? "the session's display does not answer yet: reload once it is started" : 'the desktop could not be reached');
       return;
     }
     if (ws.readyState !== ws.OPEN) {

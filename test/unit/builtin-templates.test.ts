@@ -4,6 +4,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, it } from 'node:test';
 import { DESKTOP_RECIPE, DESKTOP_SESSION_PATH } from '../../src/guest/image/desktop-recipe.js';
+import { XFCE_RECIPE } from '../../src/guest/image/xfce-recipe.js';
+import { GUEST_INIT, SESSION_VNC_LINK } from '../../src/guest/contract.js';
 import { guestFilesDir, MINIMAL_RECIPE, recipeHash } from '../../src/guest/image/recipe.js';
 import { BUILT_IN_TEMPLATE_NAMES, builtInRecipe, DEFAULT_TEMPLATE } from '../../src/guest/image/templates.js';
 
@@ -12,8 +14,8 @@ import { BUILT_IN_TEMPLATE_NAMES, builtInRecipe, DEFAULT_TEMPLATE } from '../../
  * each image's hash covers. No root, no image: test/desktop.test.ts boots the real thing.
  */
 describe('built-in templates', () => {
-  it('are minimal and desktop, desktop by default; an unknown name is refused, listing them', () => {
-    assert.deepEqual(BUILT_IN_TEMPLATE_NAMES, ['minimal', 'desktop']);
+  it('are minimal, desktop and xfce, desktop by default; an unknown name is refused, listing them', () => {
+    assert.deepEqual(BUILT_IN_TEMPLATE_NAMES, ['minimal', 'desktop', 'xfce']);
     assert.equal(DEFAULT_TEMPLATE, 'desktop');
     assert.equal(builtInRecipe('minimal'), MINIMAL_RECIPE);
     assert.equal(builtInRecipe('desktop'), DESKTOP_RECIPE);
@@ -67,6 +69,32 @@ describe('built-in templates', () => {
     }
     // minimal lists no nested file: the desktop's files are not part of its hash.
     assert.ok(!MINIMAL_RECIPE.files.some((f) => f.source.includes('/')));
+  });
+
+  it("xfce: display :0 started by the session; its own init starts no X server and otherwise is the shared init's code", () => {
+    assert.deepEqual(XFCE_RECIPE.display, { number: 0, server: 'session', screen: { width: 1024, height: 768 } });
+    assert.equal(MINIMAL_RECIPE.display, undefined);
+    assert.equal(DESKTOP_RECIPE.display, undefined);
+    const init = XFCE_RECIPE.files.filter((f) => f.target === GUEST_INIT);
+    assert.deepEqual(
+      init.map((f) => f.source),
+      ['xfce/sandbox-init'],
+    );
+    const own = readFileSync(path.join(guestFilesDir(), 'xfce/sandbox-init'), 'utf8');
+    const shared = readFileSync(path.join(guestFilesDir(), 'sandbox-init'), 'utf8');
+    assert.doesNotMatch(own, /^[^#\n]*\b(Xvfb|openbox|start_desktop)\b/m, 'no code line starts an X server or a window manager');
+    // Every function both define is byte for byte the same: a fix to the shared init that
+    // misses this copy fails here (readiness, supervision and the pids shutdown stops differ on purpose).
+    const functions = (text: string) => new Map([...text.matchAll(/^([a-z_]+)\(\) \{\n[^]*?\n\}$/gm)].map((m) => [m[1] ?? '', m[0]]));
+    const [mine, theirs] = [functions(own), functions(shared)];
+    const common = [...mine.keys()].filter((name) => theirs.has(name) && !['announce_ready', 'supervise', 'shutdown'].includes(name));
+    assert.ok(common.length >= 15, `shared functions: ${common.join(' ')}`);
+    for (const name of common) assert.equal(mine.get(name), theirs.get(name), `${name}() differs from the shared init's`);
+    // The SDK's programs, and our live view's x11vnc under another name.
+    for (const name of ['xvfb', 'xdotool', 'scrot', 'x11-utils', 'x11-xserver-utils', 'x11vnc', 'procps']) assert.ok(XFCE_RECIPE.packages.includes(name), name);
+    for (const name of ['xfce4', 'mousepad', 'libgtk-3-bin', 'xdg-utils', 'net-tools', 'dbus-x11']) assert.ok(XFCE_RECIPE.aptPackages?.includes(name), name);
+    assert.ok(XFCE_RECIPE.links?.some((l) => l.path === SESSION_VNC_LINK && l.target === '/usr/bin/x11vnc'));
+    assert.ok(XFCE_RECIPE.files.some((f) => f.target === '/opt/noVNC/utils/novnc_proxy' && f.mode === 0o755));
   });
 
   it('the desktop files are well-formed: Firefox policies parse, mimeapps.list has one section of defaults', () => {

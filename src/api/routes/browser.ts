@@ -7,7 +7,7 @@ import { SMALL_BODY_LIMIT_BYTES } from '../limits.js';
 import { sessionIdParams } from '../schemas.js';
 
 export interface BrowserRouteOptions {
-  sessions: SessionAccess & { readonly display: number };
+  sessions: SessionAccess & { displayOf(id: string): number };
   tokens: PortTokens;
 }
 
@@ -23,7 +23,7 @@ export async function browserRoutes(app: FastifyInstance, opts: BrowserRouteOpti
   const { sessions, tokens } = opts;
   const browserOf = (id: string) =>
     sessions.attachment(id, 'desktop-browser', async ({ connection, cleanup }) => {
-      const browser = new DesktopBrowser(connection, sessions.display);
+      const browser = new DesktopBrowser(connection, sessions.displayOf(id));
       await cleanup.push('desktop browser', async () => {
         await browser.stop();
       });

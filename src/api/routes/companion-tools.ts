@@ -12,8 +12,8 @@ import { sessionIdParams } from '../schemas.js';
 
 export interface CompanionToolOptions {
   manager: ToolSessions;
-  /** X display number in the guests (the orchestrator's config: SBX_DISPLAY). */
-  display: number;
+  /** X display number of a session's guest (SBX_DISPLAY, or its template's own). */
+  display: (sessionId: string) => number;
   /** Per-command timeout of the bash tool (the orchestrator's config: SBX_BASH_TIMEOUT_SECONDS). */
   bashTimeoutSeconds: number;
   /** How much of a shell's output is read, and how fast (SBX_BASH_OUTPUT_*), and where drops and throttling are counted. */

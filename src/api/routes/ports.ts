@@ -5,6 +5,8 @@ import type { SessionAccess } from '../../tools/session-access.js';
 import { PortChannelSlots } from '../../ports/channel-slots.js';
 import { GuestPortError, proxyHttp, proxyUpgrade, refuseUpgrade, type ProxyTarget } from '../../ports/guest-proxy.js';
 import { cameByHost } from '../../ports/host-routing.js';
+import { desktopStreamLocation, isDesktopStreamRequest } from '../../views/desktop-stream.js';
+import type { LiveViews } from '../../views/live-views.js';
 import {
   MAX_GUEST_PORT,
   MIN_GUEST_PORT,
@@ -22,9 +24,11 @@ import { sessionIdParams } from '../schemas.js';
 import { releaseRequestSlot } from '../tenant-request-limits.js';
 
 export interface PortRouteOptions {
-  sessions: Pick<SessionAccess, 'connection'>;
+  sessions: Pick<SessionAccess, 'connection'> & { displayStartedBySession(id: string): boolean };
   tokens: PortTokens;
   settings: PortSettings;
+  /** Live views: E2B Desktop's stream page (port 6080, /vnc.html) of an xfce session is answered by one (views/desktop-stream.ts). */
+  views?: LiveViews;
 }
 
 /**
@@ -64,7 +68,7 @@ export function presentedPortToken(request: FastifyRequest): string | undefined 
  * session's SSH connection: nothing listens on the guest's network for it.
  */
 export async function portRoutes(app: FastifyInstance, opts: PortRouteOptions): Promise<void> {
-  const { sessions, tokens, settings } = opts;
+  const { sessions, tokens, settings, views } = opts;
   const slots = new PortChannelSlots(settings.maxChannelsPerSession);
 
   app.post<{ Params: { id: string }; Body: { port: number; ttlSeconds?: number; public?: boolean } }>(
@@ -155,6 +159,16 @@ export async function portRoutes(app: FastifyInstance, opts: PortRouteOptions): 
     const original = byHost ? ((request.raw as { originalUrl?: string }).originalUrl ?? '/') : (request.raw.url ?? '/');
     const stripped = byHost ? original : original.slice(prefix.length);
     const { path, token: queryToken } = withoutTokenParam(stripped === '' || stripped.startsWith('?') ? `/${stripped}` : stripped);
+    if (views && request.method === 'GET' && isDesktopStreamRequest(port, path) && sessions.displayStartedBySession(id)) {
+      release();
+      const query = new URLSearchParams(path.slice(path.indexOf('?') + 1 || path.length));
+      // On a `<port>-<id>.<domain>` name every path is the guest's: the view opens on the API's
+      // name, `api.<domain>` (the name E2B's SDKs give the control plane on E2B_DOMAIN).
+      const listen = /:(\d{1,5})$/.exec(request.host)?.[1];
+      const apiOrigin = byHost ? `${request.protocol}://api.${settings.domain ?? ''}${listen ? `:${listen}` : ''}` : `${request.protocol}://${request.host}`;
+      const location = await desktopStreamLocation(views, sessions, { sessionId: id, tenant: request.tenant, query, apiOrigin });
+      return reply.status(303).header('location', location).header('cache-control', 'no-store').send();
+    }
     const { rest: cookie } = splitTokenCookie(request.headers.cookie);
     const headers = { ...request.headers };
     delete headers.authorization; // the API key (or the token) is ours: the guest never sees it

@@ -12,7 +12,7 @@ import type { StreamSlots } from '../stream-slots.js';
 import { processSocketRoute } from './process-socket.js';
 
 export interface ProcessRoutesOptions {
-  manager: Pick<ToolSessions, 'attachment' | 'connection' | 'display'> & Pick<FileSessions, 'transferActivity'>;
+  manager: Pick<ToolSessions, 'attachment' | 'connection' | 'displayOf'> & Pick<FileSessions, 'transferActivity'>;
   streams: StreamSlots;
   limits?: ProcessLimits;
 }
@@ -57,7 +57,7 @@ const fromQuery = {
 export async function processRoutes(app: FastifyInstance, opts: ProcessRoutesOptions): Promise<void> {
   const { manager, streams } = opts;
   const limits = opts.limits ?? DEFAULT_PROCESS_LIMITS;
-  const table = (id: string) => sessionProcesses(manager, id, manager.display, limits);
+  const table = (id: string) => sessionProcesses(manager, id, manager.displayOf(id), limits);
   const find = async (id: string, pid: string): Promise<GuestProcess> => (await table(id)).get(Number(pid));
 
   app.post<{ Params: { id: string } }>(

@@ -239,6 +239,10 @@ class ImageBuild {
       await this.inRoot(['chown', 'root:root', file.target]);
       await this.inRoot(['chmod', file.mode.toString(8), file.target]);
     }
+    for (const link of this.recipe.links ?? []) {
+      await this.inRoot(['mkdir', '-p', '-m', '0755', posix.dirname(link.path)]);
+      await this.inRoot(['ln', '-sfn', link.target, link.path]);
+    }
     await this.inRoot(['mkdir', '-p', '-m', '0755', this.recipe.configMount]);
     // GSettings defaults take effect only once compiled (the packages' trigger ran before).
     if (this.recipe.files.some((file) => file.target.startsWith(GSETTINGS_SCHEMAS))) {

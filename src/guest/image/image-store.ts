@@ -1,6 +1,6 @@
 import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { MINIMAL_RECIPE, recipeHash, type GuestRecipe } from './recipe.js';
+import { MINIMAL_RECIPE, recipeHash, type GuestRecipe, type TemplateDisplay } from './recipe.js';
 
 // The guest images under imagesDir as builder.ts leaves them, found by recipe hash.
 
@@ -16,6 +16,8 @@ export interface GuestImage {
   kernel: string;
   /** <dir>/initrd.img: loads the kernel's virtio modules and mounts the root disk. */
   initrd: string;
+  /** Set when the session's own programs start the X server (GuestRecipe.display). */
+  display?: TemplateDisplay;
 }
 
 /** Written to <dir>/manifest.json. */
@@ -60,7 +62,7 @@ export async function findImage(imagesDir: string, recipe: GuestRecipe = MINIMAL
     return undefined;
   }
   if (manifest.hash !== hash) return undefined;
-  const image = imageAt(dir, hash, manifest.artifacts);
+  const image: GuestImage = { ...imageAt(dir, hash, manifest.artifacts), ...(recipe.display ? { display: recipe.display } : {}) };
   if (!(await isDirectory(image.rootfs))) return undefined;
   for (const file of [image.ext4, image.kernel, image.initrd]) {
     if (!(await isFile(file))) return undefined;

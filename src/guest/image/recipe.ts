@@ -49,6 +49,16 @@ export interface VmRecipe {
   rootHeadroomMiB: number;
 }
 
+/** A display the session's own programs start (see GuestRecipe.display). */
+export interface TemplateDisplay {
+  /** The X display number (0 for DISPLAY=:0). */
+  number: number;
+  /** Who starts the X server: the session's programs, not our init. */
+  server: 'session';
+  /** The screen those programs make unless told otherwise: the template's default screen (a session's frames must fit it). */
+  screen: { width: number; height: number };
+}
+
 export interface GuestRecipe {
   suite: string;
   mirror: string;
@@ -62,6 +72,14 @@ export interface GuestRecipe {
    */
   aptPackages?: readonly string[];
   files: readonly RecipeFile[];
+  /** Symbolic links made in the rootfs after the files (absent in the templates before them, whose hash stays). */
+  links?: readonly { path: string; target: string }[];
+  /**
+   * The display, when the template's X server is not started by our init but by the session's
+   * own programs (`xfce`: E2B Desktop's SDK starts Xvfb :0). Absent: our init starts Xvfb on
+   * the orchestrator's display (SBX_DISPLAY) and the session is ready once it answers.
+   */
+  display?: TemplateDisplay;
   /** The desktop user; SSH logs in as this user and the desktop runs as it. */
   user: { name: string; uid: number; gid: number; home: string; shell: string };
   /** /etc/hostname of the image; sandbox-init sets the per-session name at boot. */

@@ -6,12 +6,15 @@
 import { DESKTOP_RECIPE } from './desktop-recipe.js';
 import { findImage, type GuestImage } from './image-store.js';
 import { MINIMAL_RECIPE, type GuestRecipe } from './recipe.js';
+import { XFCE_RECIPE } from './xfce-recipe.js';
 
 export const BUILT_IN_TEMPLATES = {
   /** Xvfb, openbox, one xterm: fast, for tests and headless work. */
   minimal: MINIMAL_RECIPE,
   /** A desktop to work on: panel, Firefox ESR, LibreOffice, file manager, editor, viewers. */
   desktop: DESKTOP_RECIPE,
+  /** Debian's XFCE on display :0, started by the session (E2B Desktop's SDK), not by our init. */
+  xfce: XFCE_RECIPE,
 } as const satisfies Record<string, GuestRecipe>;
 
 export type BuiltInTemplateName = keyof typeof BUILT_IN_TEMPLATES;

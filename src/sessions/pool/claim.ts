@@ -6,6 +6,7 @@ import type { PooledSandbox } from './warm-pool.js';
 export interface ClaimContext {
   stateDir: string;
   display: number;
+  displayServer?: 'init' | 'session';
   settle: SettleOptions;
   sshReconnectGiveUpMs?: number;
   /** A pooled sandbox that is not ready again within this is given up (and booted cold). */

@@ -13,8 +13,8 @@ export const MAX_OUTPUT_CHARS = 30_000;
 const START_TIMEOUT_MS = 15_000;
 
 export interface BashToolConfig {
-  /** X display number the shell gets as DISPLAY. */
-  display: number;
+  /** X display number the shell gets as DISPLAY: the session's (its template may name its own). */
+  display: (sessionId: string) => number;
   timeoutSeconds: number;
   maxOutputChars?: number;
   /** How much of a shell's output is read, and how fast (SBX_BASH_OUTPUT_*; defaults otherwise). */
@@ -40,7 +40,7 @@ export class BashTool {
     // The session first: an unknown or finished session is a 404/409, whatever the input.
     const session = await this.sessions.attachment(sessionId, 'bash', async ({ connection, cleanup }) => {
       const made = new BashSession(connection, {
-        display: this.config.display,
+        display: this.config.display(sessionId),
         timeoutMs: this.config.timeoutSeconds * 1000,
         maxOutputChars: this.config.maxOutputChars ?? MAX_OUTPUT_CHARS,
         startTimeoutMs: START_TIMEOUT_MS,
