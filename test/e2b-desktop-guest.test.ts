@@ -170,14 +170,17 @@ describe('E2B Desktop in the guest: the xfce template, its display started by th
     assert.deepEqual([Number(where?.[1]), Number(where?.[2])], [x, y]);
     const typed = await api('POST', `/v1/sessions/${id}/actions`, { action: 'type', text: 'Hello from E2B, wörld' });
     assert.equal(typed.status, 200, JSON.stringify(typed.json));
+    // The SDK's write(): its own command line, typed into the same window.
+    assert.equal((await run("xdotool type --delay 75 -- ' and the SDK'")).exitCode, 0);
     const save = await api('POST', `/v1/sessions/${id}/actions`, { action: 'key', text: 'ctrl+s' });
     assert.equal(save.status, 200, JSON.stringify(save.json));
     let text = '';
-    for (let i = 0; i < 50 && text !== 'Hello from E2B, wörld'; i++) {
+    const expected = 'Hello from E2B, wörld and the SDK';
+    for (let i = 0; i < 50 && text !== expected; i++) {
       text = (await guestSh(guest, 'cat /tmp/e2b-note.txt 2>/dev/null')).text.replace(/\n$/, '');
-      if (text !== 'Hello from E2B, wörld') await sleep(200);
+      if (text !== expected) await sleep(200);
     }
-    assert.equal(text, 'Hello from E2B, wörld');
+    assert.equal(text, expected);
     const recorded = await api('POST', `/v1/sessions/${id}/recording/stop`);
     assert.equal(recorded.status, 200, JSON.stringify(recorded.json));
     assert.equal(recorded.json.state, 'finished');
@@ -185,7 +188,7 @@ describe('E2B Desktop in the guest: the xfce template, its display started by th
     assert.ok((recorded.json.bytes as number) > 0);
   });
 
-  it("the commands the SDK runs answer what it parses: getmouselocation, scrot --pointer, xdpyinfo, xrandr, gtk-launch, xdg-open's presence", async () => {
+  it('the commands the SDK runs answer what it parses: getmouselocation, scrot --pointer, xdpyinfo, xrandr, gtk-launch, xdg-open of a file', async () => {
     await run('xdotool mousemove --sync 321 234');
     const where = /x:(\d+)\s+y:(\d+)/.exec((await run('xdotool getmouselocation')).stdout);
     assert.deepEqual([where?.[1], where?.[2]], ['321', '234']);

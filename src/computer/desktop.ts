@@ -94,7 +94,8 @@ export class Desktop {
       return await operation();
     } catch (err) {
       if (err instanceof OrchestratorError && err.code !== 'desktop_error' && err.code !== 'guest_protocol_error') throw err;
-      if (!(await this.displayAnswers())) throw new DisplayNotReadyError(this.display);
+      // A probe that cannot run (the connection is down) leaves the original error to say so.
+      if (!(await this.displayAnswers().catch(() => true))) throw new DisplayNotReadyError(this.display);
       throw err;
     }
   }
