@@ -1,4 +1,5 @@
 import Database from 'better-sqlite3';
+import { cacheStatements } from '../util/statement-cache.js';
 import type { ResourceKind } from './resource-ledger.js';
 import type { EndReason, OnIdle, PausedState, SessionRecord, SessionState } from './session-record.js';
 
@@ -45,6 +46,7 @@ export class SessionStore {
 
   constructor(file: string) {
     this.db = new Database(file);
+    cacheStatements(this.db);
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = NORMAL');
     this.db.exec(`
