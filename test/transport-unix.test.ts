@@ -21,7 +21,7 @@ import Database from 'better-sqlite3';
 import { WebSocket } from 'ws';
 import { ResourceNames } from '../src/network/names.js';
 import { guestTransport, HostKeyMismatchError, SshAuthenticationError, type GuestTransport } from '../src/transport/index.js';
-import { generateSessionKeys, publicKeyBlob, readSessionKeys } from '../src/transport/keys.js';
+import { generateSessionKeys, publicKeyBlob, readSessionKeys } from '../src/transport/ssh-keys.js';
 import { run } from '../src/util/exec.js';
 import { freePort } from './helpers/cluster.js';
 import { removeEmptyPrefixCgroups, TEST_PREFIX } from './helpers/orchestrator.js';

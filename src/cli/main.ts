@@ -9,7 +9,7 @@ import { BUILT_IN_TEMPLATE_NAMES, builtInRecipe } from '../guest/image/templates
 import { clusterCommands } from './cluster.js';
 import { desktopCommand } from './desktop.js';
 import { integer, serveCommand } from './serve.js';
-import { keysCommand } from './keys.js';
+import { keysCommand } from './api-keys.js';
 import { runStdioServer } from '../mcp/stdio.js';
 import { templateCommand } from './templates.js';
 import { trajectoryCommand } from './trajectory.js';
