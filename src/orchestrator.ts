@@ -9,6 +9,7 @@ import { KeyStore } from './api/auth/key-store.js';
 import { buildServer } from './api/server.js';
 import { describeConfig, type OrchestratorConfig } from './config.js';
 import type { GuestImage } from './guest/image/builder.js';
+import { networkView } from './sessions/session-view.js';
 import { Metrics } from './metrics/metrics.js';
 import { takeOrchestratorLock, type OrchestratorLock } from './orchestrator-lock.js';
 import { ResourceNames } from './network/names.js';
@@ -210,6 +211,12 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
       overrides: Object.fromEntries(config.tenantRequestLimitOverrides),
     },
     'request limits per tenant',
+  );
+  metrics.observeSessionNetworks(() =>
+    manager.registry
+      .all()
+      .filter((session) => session.record.state !== 'destroyed')
+      .map((session) => networkView(session.record)),
   );
   await manager.start();
   // Trajectories live beside the sessions' rows, their screenshots under <stateDir>/trajectories/

@@ -243,6 +243,10 @@ describe('containers over a Unix socket (SBX_TRANSPORT=unix)', { concurrency: fa
     assert.deepEqual((await interfacesOf(await containerPid(egress.id))).sort(), ['eth0', 'lo']);
     assert.equal(existsSync(path.join(stateDir, egress.id, 'ssh.sock')), false, 'no control socket');
     assert.notEqual(storedRow(egress.id).address_index, null);
+    // And the metrics say so: one session without a NIC over the socket, one with its NIC over TCP.
+    const metrics = (await api('GET', '/metrics')).buffer.toString();
+    assert.match(metrics, /^sandbox_sessions_by_transport\{transport="unix",nic="false"\} 1$/m);
+    assert.match(metrics, /^sandbox_sessions_by_transport\{transport="tcp",nic="true"\} 1$/m);
   });
 
   it('actions over the socket are as fast as over TCP, side by side in one run', { timeout: 180_000 }, async (t) => {
