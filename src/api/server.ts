@@ -229,7 +229,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   // authenticated like any request) and takes over only the routes declared after it; the
   // port routes pass the upgrade's raw bytes to the guest themselves.
   await app.register(websocket, { options: { maxPayload: VIEW_MAX_WS_MESSAGE_BYTES } });
-  if (opts.views) await app.register(viewRoutes, { views: opts.views });
+  if (opts.views) await app.register(viewRoutes, { views: opts.views, paused: opts.manager });
   await app.register(processRoutes, { manager: opts.manager, streams });
   await app.register(fsRoutes, { manager: opts.manager, streams });
   return app;
