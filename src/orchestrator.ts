@@ -22,6 +22,8 @@ import { stateDirFreeMiB } from './sessions/disk-capacity.js';
 import { SessionManager } from './sessions/manager.js';
 import { warmPoolSizes } from './sessions/settings.js';
 import { SessionStore } from './sessions/store.js';
+import { Volumes } from './volumes/volumes.js';
+import { VolumeStore } from './volumes/volume-store.js';
 import { TemplateCatalogue } from './templates/catalogue.js';
 import { LinkTokens } from './api/links/link-tokens.js';
 import { TrajectoryRecorder } from './sessions/trajectory/recorder.js';
@@ -155,6 +157,14 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
   }
 
   const metrics = new Metrics();
+  // Volumes (docs/volumes.md): rows beside the sessions', files under <stateDir>/volumes.
+  const volumes = new Volumes({
+    store: new VolumeStore(store.database),
+    dir: path.join(config.stateDir, 'volumes'),
+    settings: config.volumes,
+    log: log.child({ part: 'volumes' }),
+  });
+  await volumes.prepare();
   const manager = new SessionManager({
     stateDir: config.stateDir,
     settle: { maxMs: config.settleMaxMs, intervalMs: config.settleIntervalMs },
@@ -193,6 +203,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     consoleLog: config.consoleLog,
     recording: config.recording,
     pause: config.pause,
+    volumes,
   });
   log.info(
     {
@@ -279,6 +290,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     maxFileBytes: config.maxFileBytes,
     bashTimeoutSeconds: config.bashTimeoutSeconds,
     bashOutput: config.bashOutput,
+    volumes,
   });
   if (options.listen !== false) {
     await server.listen({ host: config.host, port: config.port });

@@ -174,6 +174,7 @@ async function startSandbox(session: Session, lease: AddressLease | undefined, c
       record,
       leaseIdRange: ctx.leaseIdRange && ((base, size, count, takeHostWide) => ctx.leaseIdRange!(id, base, size, count, takeHostWide)),
       vmUser,
+      volumes: session.volumes?.attachments,
     },
     session.cleanup,
   );

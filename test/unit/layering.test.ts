@@ -57,6 +57,8 @@ const LAYER_OF_TOP: Record<string, number | undefined> = {
   templates: 3,
   recording: 3,
   vendors: 3,
+  // Volumes (issue 25): named disks of a tenant, held by sessions; the sessions take them, the routes serve them.
+  volumes: 3,
   transport: 2,
   network: 2,
   guest: 2,
