@@ -12,6 +12,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { recordingStatusSchema } from '../src/api/recording-schemas.js';
 import { templateSchema } from '../src/api/routes/templates.js';
+import { createVolumeBody, volumeSchema } from '../src/api/routes/volumes.js';
 import { actionResultSchema, createSessionBody, errorSchema, keepaliveBody, sessionSchema, updateSessionBody } from '../src/api/schemas.js';
 import { ERROR_CODES } from '../src/error-codes.js';
 
@@ -42,6 +43,7 @@ const VALUE_KEYWORDS = new Set([
   'default',
   'minProperties',
   'maxProperties',
+  'maxItems',
 ]);
 const TYPE_KEYWORDS = new Set(['type', 'enum', 'properties', 'required', 'additionalProperties', 'items', 'oneOf']);
 
@@ -54,6 +56,8 @@ const TYPES: ReadonlyArray<{ name: string; doc: string; schema: unknown }> = [
   { name: 'ActionResult', doc: 'The answer of POST /v1/sessions/:id/actions.', schema: actionResultSchema },
   { name: 'RecordingStatus', doc: "A session's screen recording.", schema: recordingStatusSchema },
   { name: 'TemplateInfo', doc: 'A template as GET /v1/templates lists it.', schema: templateSchema },
+  { name: 'VolumeInfo', doc: 'A volume as GET /v1/volumes lists it.', schema: volumeSchema },
+  { name: 'CreateVolumeOptions', doc: 'The body of POST /v1/volumes.', schema: createVolumeBody },
   { name: 'ErrorBody', doc: 'Every error answer (docs/api.md, Errors).', schema: errorSchema },
 ];
 

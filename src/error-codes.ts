@@ -64,6 +64,7 @@ export const ERROR_CODES = {
   window_not_found: { category: 'not_found', description: 'a window that is not (or no longer) on the screen' },
   app_not_found: { category: 'not_found', description: 'a desktop-file id the sandbox does not have' },
   route_not_found: { category: 'not_found', description: 'no such route' },
+  volume_not_found: { category: 'not_found', description: "no such volume (or another tenant's)" },
   view_unknown: { category: 'not_found', description: 'a live-view token that is not one of ours' },
 
   method_not_allowed: { category: 'method_not_allowed', description: 'GET or DELETE /mcp: only POST is served' },
@@ -87,6 +88,9 @@ export const ERROR_CODES = {
   pause_mode_unavailable: { category: 'conflict', description: 'the pause mode asked for cannot be done by this runtime on this host (the message says why)' },
   session_id_taken: { category: 'conflict', description: 'through a gateway: three new session ids in a row were taken in the directory; retry' },
   run_in_progress: { category: 'conflict', description: 'the session is driven by another run' },
+  volume_exists: { category: 'conflict', description: 'a volume of that name exists already' },
+  volume_in_use: { category: 'conflict', description: 'a volume another session writes (or reads, for a writer), or a delete of one mounted' },
+  volumes_unavailable: { category: 'conflict', description: 'volumes asked of a runtime that cannot mount them here (the message says why)' },
   browser_unavailable: { category: 'conflict', description: 'POST .../browser on a template without Chromium' },
 
   view_expired: { category: 'gone', description: 'a live-view token past its ttlSeconds' },
@@ -97,6 +101,7 @@ export const ERROR_CODES = {
 
   body_too_large: { category: 'too_large', description: 'a JSON body over its cap' },
   clipboard_too_large: { category: 'too_large', description: "the sandbox's clipboard holds more than may be read" },
+  volume_quota_exceeded: { category: 'too_large', description: "a volume over the tenant's quota (the message names it: SBX_VOLUME_QUOTA_MIB or _COUNT)" },
   file_too_large: { category: 'too_large', description: 'a file over SBX_MAX_FILE_BYTES' },
 
   unsupported_media_type: { category: 'unsupported_media_type', description: 'a body that is not JSON where JSON is expected' },

@@ -9,6 +9,7 @@ import { KeyStore } from './api/auth/key-store.js';
 import { buildServer } from './api/server.js';
 import { describeConfig, type OrchestratorConfig } from './config.js';
 import type { GuestImage } from './guest/image/builder.js';
+import { networkView } from './sessions/session-view.js';
 import { Metrics } from './metrics/metrics.js';
 import { takeOrchestratorLock, type OrchestratorLock } from './orchestrator-lock.js';
 import { ResourceNames } from './network/names.js';
@@ -21,6 +22,8 @@ import { stateDirFreeMiB } from './sessions/disk-capacity.js';
 import { SessionManager } from './sessions/manager.js';
 import { warmPoolSizes } from './sessions/settings.js';
 import { SessionStore } from './sessions/store.js';
+import { Volumes } from './volumes/volumes.js';
+import { VolumeStore } from './volumes/volume-store.js';
 import { TemplateCatalogue } from './templates/catalogue.js';
 import { LinkTokens } from './api/links/link-tokens.js';
 import { TrajectoryRecorder } from './sessions/trajectory/recorder.js';
@@ -154,6 +157,14 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
   }
 
   const metrics = new Metrics();
+  // Volumes (docs/volumes.md): rows beside the sessions', files under <stateDir>/volumes.
+  const volumes = new Volumes({
+    store: new VolumeStore(store.database),
+    dir: path.join(config.stateDir, 'volumes'),
+    settings: config.volumes,
+    log: log.child({ part: 'volumes' }),
+  });
+  await volumes.prepare();
   const manager = new SessionManager({
     stateDir: config.stateDir,
     settle: { maxMs: config.settleMaxMs, intervalMs: config.settleIntervalMs },
@@ -192,6 +203,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     consoleLog: config.consoleLog,
     recording: config.recording,
     pause: config.pause,
+    volumes,
   });
   log.info(
     {
@@ -210,6 +222,12 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
       overrides: Object.fromEntries(config.tenantRequestLimitOverrides),
     },
     'request limits per tenant',
+  );
+  metrics.observeSessionNetworks(() =>
+    manager.registry
+      .all()
+      .filter((session) => session.record.state !== 'destroyed')
+      .map((session) => networkView(session.record)),
   );
   await manager.start();
   // Trajectories live beside the sessions' rows, their screenshots under <stateDir>/trajectories/
@@ -272,6 +290,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     maxFileBytes: config.maxFileBytes,
     bashTimeoutSeconds: config.bashTimeoutSeconds,
     bashOutput: config.bashOutput,
+    volumes,
   });
   if (options.listen !== false) {
     await server.listen({ host: config.host, port: config.port });

@@ -8,7 +8,7 @@
  */
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -17,6 +17,7 @@ import { openKeyStore } from '../src/api/auth/key-store-file.js';
 import { ResourceNames } from '../src/network/names.js';
 import type { GuestTransport } from '../src/transport/index.js';
 import { decodePng, type Rgba } from './helpers/browser.js';
+import { colourAt, probe } from './helpers/video.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { startGuestWebServer } from './helpers/guest-web.js';
 import { TEST_PREFIX } from './helpers/orchestrator.js';
@@ -24,6 +25,9 @@ import { startServe, type ServeProcess } from './helpers/serve.js';
 
 const NAMES = new ResourceNames(TEST_PREFIX);
 type Json = Record<string, unknown>;
+
+/** A page that fills the browser's viewport with one colour, for the recording to show. */
+const MAGENTA = `<!doctype html><title>magenta</title><body style="margin:0;background:#ff00ff;height:100vh"></body>`;
 
 const FORM = `<!doctype html><title>form</title><body style="margin:40px;background:#fff">
 <form><input id="name" style="font:48px monospace;width:700px;height:80px;border:2px solid #000;background:#fff;color:#000"></form></body>`;
@@ -83,7 +87,7 @@ describe("the desktop's Chromium over CDP", { timeout: 600_000 }, () => {
     assert.equal(created.status, 201, JSON.stringify(created.json));
     id = created.json.id as string;
     guest = await connectToGuest(stateDir, id, await guestAddress(NAMES, id));
-    await startGuestWebServer(guest, 8000, '/tmp/site', { 'form.html': FORM });
+    await startGuestWebServer(guest, 8000, '/tmp/site', { 'form.html': FORM, 'magenta.html': MAGENTA });
   });
 
   after(async () => {
@@ -138,6 +142,39 @@ describe("the desktop's Chromium over CDP", { timeout: 600_000 }, () => {
     } finally {
       await browser.close().catch(() => undefined);
     }
+  });
+
+  it('the recording shows the browser: a page Playwright opens is in the video, where the window is on the screen', async () => {
+    const started = await api('POST', `/v1/sessions/${id}/recording/start`);
+    assert.equal(started.status, 200, JSON.stringify(started.json));
+    const made = await api('POST', `/v1/sessions/${id}/browser`, {});
+    assert.equal(made.status, 200, JSON.stringify(made.json));
+    const browser = await chromium.connectOverCDP(made.json.cdpUrl as string);
+    let centre: { x: number; y: number };
+    try {
+      const context = browser.contexts()[0]!;
+      const page = context.pages()[0] ?? (await context.newPage());
+      await page.goto('http://127.0.0.1:8000/magenta.html');
+      await page.bringToFront();
+      // The middle of the page's viewport, in screen pixels.
+      centre = await page.evaluate(() => ({
+        x: Math.round(window.screenX + window.innerWidth / 2),
+        y: Math.round(window.screenY + window.outerHeight - window.innerHeight / 2),
+      }));
+      await page.waitForTimeout(1500);
+    } finally {
+      await browser.close().catch(() => undefined);
+    }
+    const stopped = await api('POST', `/v1/sessions/${id}/recording/stop`);
+    assert.equal(stopped.status, 200, JSON.stringify(stopped.json));
+    const video = await fetch(`${serve.url}/v1/sessions/${id}/recording`, { headers: { authorization: `Bearer ${key}` } });
+    assert.equal(video.status, 200);
+    const file = path.join(stateDir, 'browser.mp4');
+    await writeFile(file, Buffer.from(await video.arrayBuffer()));
+    const { seconds } = await probe(file);
+    const [r, g, b] = await colourAt(file, Math.max(0, seconds - 0.4), centre.x - 50, centre.y - 50);
+    console.log(`recording: ${seconds.toFixed(1)} s; at the viewport's centre (${centre.x}, ${centre.y}) near the end: rgb(${r}, ${g}, ${b})`);
+    assert.ok(r > 200 && g < 60 && b > 200, `the browser's magenta page is in the video's last frames (rgb ${r}, ${g}, ${b})`);
   });
 
   it('a second call answers the same browser; DELETE closes it; the next call starts it again', async () => {

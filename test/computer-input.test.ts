@@ -4,7 +4,7 @@ import { describe, it } from 'node:test';
 import { parseAction } from '../src/computer/actions.js';
 import { InputChannel, InputChannelError, requestLine } from '../src/computer/input-channel.js';
 import { inputPlan, isPointerOrKeyAction, type InputRequest } from '../src/computer/input-requests.js';
-import { ALIASES, keyCombo, parseKeySequence } from '../src/computer/keys.js';
+import { ALIASES, keyCombo, parseKeySequence } from '../src/computer/keyboard-keys.js';
 import { KEYSYM_NAMES } from '../src/computer/keysym-names.js';
 import { modelSize, Scaler } from '../src/computer/scaling.js';
 import { InvalidRequestError } from '../src/errors.js';

@@ -51,6 +51,7 @@ describe('the configuration an environment describes', () => {
       warmPoolScreen: { width: 1024, height: 768 },
       consoleLog: { maxBytes: 4 * MiB, keptMaxCount: 100, keptMaxBytes: 64 * MiB },
       pause: { onIdle: 'destroy', autoResume: true, pausedRetentionSeconds: 604800 },
+      volumes: { minMiB: 16, maxMiB: 16384, quotaMiB: 65536, quotaCount: 32 },
       subnet: '10.241.0.0/16',
       networkPolicyCheckMs: 3_000,
       resourcePrefix: 'sbx-',

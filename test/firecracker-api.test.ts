@@ -23,7 +23,7 @@ import type { FirecrackerVmSpec } from '../src/runtimes/firecracker/boot/vm-spec
 import { chrootLayout } from '../src/runtimes/firecracker/jailer/chroot-layout.js';
 import { jailId } from '../src/runtimes/firecracker/jailer/jail-id.js';
 import { jailerArgv, type JailerOptions } from '../src/runtimes/firecracker/jailer/jailer-args.js';
-import { KeyRotationError, GUEST_KEY_PATHS, rotateKeysAfterRestore, type RotationPhase } from '../src/runtimes/firecracker/keys/key-rotation.js';
+import { KeyRotationError, GUEST_KEY_PATHS, rotateKeysAfterRestore, type RotationPhase } from '../src/runtimes/firecracker/ssh-keys/key-rotation.js';
 import { COLD_BOOT_CALLS } from './helpers/firecracker/calls.js';
 import { FirecrackerContractServer } from './helpers/firecracker/contract-server.js';
 import { fakeKeys, FakeRekeyGuest } from './helpers/firecracker/fake-rekey-guest.js';

@@ -17,7 +17,7 @@ import { snapshotBaseAddress, type CloneRotation } from '../src/runtimes/firecra
 import { firecrackerSettingsFromEnv, type FirecrackerSettings } from '../src/runtimes/firecracker/settings.js';
 import type { RunningSandbox, Runtime } from '../src/runtimes/runtime.js';
 import { newSessionId } from '../src/sessions/session.js';
-import { generateSessionKeys, writeSessionKeys } from '../src/transport/keys.js';
+import { generateSessionKeys, writeSessionKeys } from '../src/transport/ssh-keys.js';
 import type { GuestTransport } from '../src/transport/index.js';
 import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { run } from '../src/util/exec.js';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { utils } from './helpers/ssh2-utils.js';
 import { GUEST_USER } from '../src/guest/contract.js';
-import { generateSessionKeys } from '../src/transport/keys.js';
+import { generateSessionKeys } from '../src/transport/ssh-keys.js';
 import { guestTransport, type GuestTransport, HostKeyMismatchError, SshAuthenticationError } from '../src/transport/index.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { CONFIG_FILES } from '../src/guest/contract.js';
 import { createLogger } from '../src/logger.js';
-import { CLIENT_KEY_FILE } from '../src/transport/keys.js';
+import { CLIENT_KEY_FILE } from '../src/transport/ssh-keys.js';
 import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
 
 interface LogLine {

@@ -8,6 +8,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import sharp from 'sharp';
+import WebSocket from 'ws';
 import { openKeyStore } from '../src/api/auth/key-store-file.js';
 import { ResourceNames } from '../src/network/names.js';
 import { removeEmptyPrefixCgroups, TEST_PREFIX, TEST_SUBNET } from './helpers/orchestrator.js';
@@ -268,6 +269,23 @@ describe('memory pause of a container desktop, across an orchestrator SIGKILL', 
     assert.equal(shot.status, 200, 'the screenshot resumed it');
     const t2 = performance.now();
     assert.equal((await api('GET', `/v1/sessions/${id}`)).json.state, 'ready');
+    // A live view opened while paused: the desktop runs again and the viewer gets the RFB
+    // greeting (not a socket waiting on a frozen guest). The view is made before the pause.
+    const view = await api('POST', `/v1/sessions/${id}/views`, { mode: 'view' });
+    assert.equal(view.status, 201, JSON.stringify(view.json));
+    assert.equal((await api('POST', `/v1/sessions/${id}/pause`, {})).status, 200);
+    const greeting = await new Promise<string>((resolve, reject) => {
+      const ws = new WebSocket(String(view.json.url).replace(/^http/, 'ws') + '/rfb');
+      const timer = setTimeout(() => reject(new Error('no RFB greeting within 15 s')), 15_000);
+      ws.once('message', (data: Buffer) => {
+        clearTimeout(timer);
+        resolve(data.toString('latin1'));
+        ws.close();
+      });
+      ws.once('error', reject);
+    });
+    assert.match(greeting, /^RFB 003\.00\d\n/);
+    assert.equal((await api('GET', `/v1/sessions/${id}`)).json.state, 'ready', 'opening the view resumed it');
     assert.equal((await api('POST', `/v1/sessions/${id}/pause`, {})).status, 200);
     const t3 = performance.now();
     const deleted = await api('DELETE', `/v1/sessions/${id}`);

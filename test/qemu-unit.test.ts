@@ -181,6 +181,22 @@ describe('kernel command line and QEMU command line', () => {
     assert.deepEqual(after(argv, '-pidfile'), ['/state/x/qemu.pid']);
     assert.deepEqual(after(argv, '-runas'), ['nobody']);
     assert.match(after(argv, '-sandbox')[0] as string, /^on,.*spawn=deny/);
+    // Volumes: after the config drive, raw, read-only at the device when asked, named by serial.
+    const withVolumes = qemuArgv({
+      ...vm,
+      volumes: [
+        { file: '/v/a,b.ext4', readOnly: false },
+        { file: '/v/c.ext4', readOnly: true },
+      ],
+    });
+    assert.deepEqual(after(withVolumes, '-drive').slice(2), [
+      'id=vol0,if=none,format=raw,file=/v/a,,b.ext4,read-only=off',
+      'id=vol1,if=none,format=raw,file=/v/c.ext4,read-only=on',
+    ]);
+    assert.deepEqual(after(withVolumes, '-device').slice(2, 4), [
+      'virtio-blk-device,drive=vol0,serial=sbx-vol-0',
+      'virtio-blk-device,drive=vol1,serial=sbx-vol-1',
+    ]);
     const kvm = qemuArgv({ ...vm, accelerator: 'kvm', initrd: undefined });
     assert.deepEqual(after(kvm, '-cpu'), ['host']);
     assert.ok(!kvm.includes('-initrd'));

@@ -15,7 +15,7 @@ import { AddressPool } from '../src/network/address-pool.js';
 import { createSandboxNetwork } from '../src/network/netns.js';
 import { QemuRuntime } from '../src/runtimes/qemu/qemu-runtime.js';
 import { newSessionId } from '../src/sessions/session.js';
-import { generateSessionKeys, writeSessionKeys } from '../src/transport/keys.js';
+import { generateSessionKeys, writeSessionKeys } from '../src/transport/ssh-keys.js';
 import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { ResourceNames, SESSION_ID_PATTERN } from '../src/network/names.js';
 import { guestTransport, type GuestTransport, HostKeyMismatchError } from '../src/transport/index.js';

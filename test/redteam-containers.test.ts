@@ -9,7 +9,7 @@ import { containerSettingsFromEnv, ID_RANGE_SIZE } from '../src/runtimes/contain
 import { ResourceNames } from '../src/network/names.js';
 import { ContainerRuntime } from '../src/runtimes/container/container-runtime.js';
 import { CONFIG_FILES } from '../src/guest/contract.js';
-import { generateClientKey, publicKeyBlob } from '../src/transport/keys.js';
+import { generateClientKey, publicKeyBlob } from '../src/transport/ssh-keys.js';
 import { guestTransport, type GuestTransport } from '../src/transport/index.js';
 import { run } from '../src/util/exec.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';

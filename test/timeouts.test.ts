@@ -102,6 +102,7 @@ describe('session clocks (pure)', () => {
         pausedMs: 0,
         onIdle: 'destroy',
         autoResume: true,
+        volumes: [],
       };
       store.insert(record);
       store.update({ ...record, maxLifetimeSeconds: 240, endReason: 'idle_timeout', state: 'destroyed' });

@@ -21,7 +21,7 @@ import Database from 'better-sqlite3';
 import { WebSocket } from 'ws';
 import { ResourceNames } from '../src/network/names.js';
 import { guestTransport, HostKeyMismatchError, SshAuthenticationError, type GuestTransport } from '../src/transport/index.js';
-import { generateSessionKeys, publicKeyBlob, readSessionKeys } from '../src/transport/keys.js';
+import { generateSessionKeys, publicKeyBlob, readSessionKeys } from '../src/transport/ssh-keys.js';
 import { run } from '../src/util/exec.js';
 import { freePort } from './helpers/cluster.js';
 import { removeEmptyPrefixCgroups, TEST_PREFIX } from './helpers/orchestrator.js';
@@ -243,6 +243,10 @@ describe('containers over a Unix socket (SBX_TRANSPORT=unix)', { concurrency: fa
     assert.deepEqual((await interfacesOf(await containerPid(egress.id))).sort(), ['eth0', 'lo']);
     assert.equal(existsSync(path.join(stateDir, egress.id, 'ssh.sock')), false, 'no control socket');
     assert.notEqual(storedRow(egress.id).address_index, null);
+    // And the metrics say so: one session without a NIC over the socket, one with its NIC over TCP.
+    const metrics = (await api('GET', '/metrics')).buffer.toString();
+    assert.match(metrics, /^sandbox_sessions_by_transport\{transport="unix",nic="false"\} 1$/m);
+    assert.match(metrics, /^sandbox_sessions_by_transport\{transport="tcp",nic="true"\} 1$/m);
   });
 
   it('actions over the socket are as fast as over TCP, side by side in one run', { timeout: 180_000 }, async (t) => {

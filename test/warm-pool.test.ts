@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import { defaultConfig } from '../src/config.js';
 import { CONFIG_FILES, GUEST_USER } from '../src/guest/contract.js';
 import { ResourceNames, SESSION_ID_PATTERN } from '../src/network/names.js';
-import { generateSessionKeys, publicKeyBlob } from '../src/transport/keys.js';
+import { generateSessionKeys, publicKeyBlob } from '../src/transport/ssh-keys.js';
 import { guestTransport, HostKeyMismatchError, SshAuthenticationError } from '../src/transport/index.js';
 import { connectToGuest, guestAddress, pngSize } from './helpers/guest.js';
 import { filesHolding, hostTrace, privateKeyForms, rememberNetns } from './helpers/host.js';

@@ -44,6 +44,17 @@ const computerToolSchema = {
  * SessionInfo is generated from it (scripts/generate-client-types.ts), so what is required
  * here is what every answer has.
  */
+/** A volume in a session: which, where the guest sees it, and whether it may write it. */
+const volumeMountSchema = {
+  type: 'object',
+  required: ['name', 'path', 'readOnly'],
+  properties: {
+    name: { type: 'string', minLength: 1, maxLength: 63 },
+    path: { type: 'string', minLength: 2, maxLength: 256, description: 'Absolute path in the guest, e.g. /home/user/data' },
+    readOnly: { type: 'boolean', default: false },
+  },
+} as const;
+
 export const sessionSchema = {
   $id: 'Session',
   type: 'object',
@@ -154,6 +165,11 @@ export const sessionSchema = {
     },
     onIdle: { type: 'string', enum: ['destroy', 'pause'], description: 'What its idle timeout does: destroy the session, or pause it' },
     autoResume: { type: 'boolean', description: 'A request to it while paused resumes it first (true) or answers 409 session_paused' },
+    volumes: {
+      type: 'array',
+      description: 'The volumes mounted in it (absent: none)',
+      items: volumeMountSchema,
+    },
     recording: recordingStatusSchema,
     control: {
       type: 'object',
@@ -246,6 +262,14 @@ export const createSessionBody = {
       type: 'string',
       enum: TOOL_VERSIONS,
       description: 'The computer tool version of the tool definition in computerTool (default computer_20250124)',
+    },
+    volumes: {
+      type: 'array',
+      maxItems: 8,
+      description:
+        "The tenant's volumes to mount (POST /v1/volumes), each at an absolute guest path outside the system's directories; one writer per volume " +
+        '(409 volume_in_use), readers share when all are read-only; an unknown volume is a 404 volume_not_found',
+      items: { ...volumeMountSchema, required: ['name', 'path'], additionalProperties: false },
     },
     screenshot: {
       type: 'object',

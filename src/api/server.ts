@@ -41,6 +41,7 @@ import type { PortTokens } from '../ports/port-tokens.js';
 import type { PortSettings } from '../ports/settings.js';
 import { processRoutes } from './routes/processes.js';
 import { fsRoutes } from './routes/fs.js';
+import { volumeRoutes, type VolumeDirectory } from './routes/volumes.js';
 import type { LiveViews } from '../views/live-views.js';
 import { toolResultSchema } from '../tools/tool-result.js';
 import { bashOutputCounters, type BashOutputLimits } from '../tools/bash/output-budget.js';
@@ -76,6 +77,8 @@ export interface ServerOptions {
   views?: LiveViews;
   /** Guest ports on URLs (routes/ports.ts); absent: no port routes. */
   ports?: { tokens: PortTokens; settings: PortSettings };
+  /** Volumes (routes/volumes.ts); absent: no volume routes. */
+  volumes?: VolumeDirectory;
 }
 
 /** The limit label of sandbox_api_requests_refused_total for each cap's refusal. */
@@ -223,13 +226,14 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   if (opts.runs) await app.register(runRoutes, { runs: opts.runs, streams });
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
   await app.register(templateRoutes, { templates: opts.templates });
+  if (opts.volumes) await app.register(volumeRoutes, { volumes: opts.volumes });
   if (opts.ports) await app.register(portRoutes, { sessions: opts.manager, tokens: opts.ports.tokens, settings: opts.ports.settings, views: opts.views });
   if (opts.ports) await app.register(browserRoutes, { sessions: opts.manager, tokens: opts.ports.tokens });
   // After the port routes: the plugin routes every upgrade through fastify (so they are
   // authenticated like any request) and takes over only the routes declared after it; the
   // port routes pass the upgrade's raw bytes to the guest themselves.
   await app.register(websocket, { options: { maxPayload: VIEW_MAX_WS_MESSAGE_BYTES } });
-  if (opts.views) await app.register(viewRoutes, { views: opts.views });
+  if (opts.views) await app.register(viewRoutes, { views: opts.views, paused: opts.manager });
   await app.register(processRoutes, { manager: opts.manager, streams });
   await app.register(fsRoutes, { manager: opts.manager, streams });
   return app;

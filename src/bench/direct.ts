@@ -3,7 +3,7 @@ import path from 'node:path';
 import { CONFIG_FILES, GUEST_USER } from '../guest/contract.js';
 import type { ResourceNames } from '../network/names.js';
 import { guestAddressOf } from '../network/netns.js';
-import { publicKeyBlob } from '../transport/keys.js';
+import { publicKeyBlob } from '../transport/ssh-keys.js';
 import { guestTransport, type GuestTransport } from '../transport/index.js';
 
 /** A connection of the benchmark's own to a guest, from the files the orchestrator wrote. */

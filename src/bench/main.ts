@@ -52,7 +52,8 @@ import { measureLoopOverhead, startZeroLatencyModel } from './run-loop.js';
 import { measureProcessStart } from './processes.js';
 import { describePlacementTx, measurePlacementTx, measurePlacementTxIfPossible, type PlacementTxSettings } from './placement-tx.js';
 import { describeGateway, measureGateway, type GatewayBenchSettings } from './gateway.js';
-import { describeGuestPorts, measureGuestPorts, type GuestPortFigures } from './guest-ports.js';
+import { measurePortsWithDesktop, portsAlone } from './ports-alone.js';
+import { describeTransports, measureTransports } from './transports.js';
 import { describeSimulation, simulatePlacement, SIMULATION_SEEDS, type SimulationFigures } from './placement-simulation.js';
 
 const N = Number(process.env.BENCH_N || 50);
@@ -135,6 +136,9 @@ async function main(): Promise<void> {
     runtimes: { ...defaults.runtimes, container: { ...defaults.runtimes.container, diskMiB: Math.min(defaults.runtimes.container.diskMiB, 512) } },
     recording: { ...defaults.recording, maxBytes: Math.min(defaults.recording.maxBytes, 64 * 2 ** 20) },
   };
+  console.error('bench: transports: containers over TCP and over a Unix socket, each on an orchestrator of its own');
+  const transports = await measureTransports(config, CREATES, N);
+  console.error(describeTransports(transports));
   // The built-in loop talks to a stand-in with zero latency: the figure is the loop's own cost.
   const model = await startZeroLatencyModel();
   const orchestrator = await startOrchestrator(config, pino({ level: 'warn' }), {
@@ -179,7 +183,7 @@ async function main(): Promise<void> {
     console.error('bench: process start to first output byte (echo)');
     const processStart = await measureProcessStart(sandbox, direct, N);
     console.error('bench: guest ports: a GET through the port and in the guest, a download through the port and over SFTP, CDP round trips');
-    const ports = await measurePortsWithDesktop(client, sandbox, direct);
+    const ports = await measurePortsWithDesktop(client, sandbox, direct, N, TEMPLATES.includes('desktop'));
     direct.close();
 
     // A large screen scaled to FWXGA (1366x768) on the host: capture plus scaling over the API.
@@ -288,6 +292,7 @@ async function main(): Promise<void> {
         ports,
         simulation,
         pause,
+        transports,
       });
       printReport(results);
       const goals = goalRows(results);
@@ -302,51 +307,6 @@ async function main(): Promise<void> {
     await orchestrator.close();
     await model.close();
     // Never through a mount: a sandbox view left mounted keeps the state dir (and says so).
-    await removeTreeOnOneMount(stateDir);
-  }
-}
-
-/** Issue 24's figures; the CDP one on a desktop session (null when the desktop template is not built or has no Chromium). */
-async function measurePortsWithDesktop(client: SandboxClient, sandbox: Sandbox, direct: Awaited<ReturnType<typeof openDirect>>): Promise<GuestPortFigures> {
-  const desktop = TEMPLATES.includes('desktop') ? await client.create({ template: 'desktop', width: 1024, height: 768 }).catch(() => undefined) : undefined;
-  try {
-    const figures = await measureGuestPorts({ client, sandbox, direct, n: N, ...(desktop ? { desktop } : {}) });
-    console.error(describeGuestPorts(figures));
-    return figures;
-  } finally {
-    await desktop?.destroy();
-  }
-}
-
-/** `npm run bench -- ports`: issue 24's figures alone, on an orchestrator of their own. */
-async function portsAlone(): Promise<void> {
-  const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-'));
-  const defaults = defaultConfig(process.env);
-  const config = {
-    ...defaults,
-    stateDir,
-    port: 0,
-    subnet: process.env.SBX_SUBNET || '10.244.0.0/16',
-    warmPoolSize: 0,
-    tenantRequestsPerSecond: 10_000,
-    tenantRequestBurst: 10_000,
-  };
-  const orchestrator = await startOrchestrator(config, pino({ level: 'warn' }), { buildImageIfMissing: false });
-  const address = orchestrator.server.server.address();
-  if (!address || typeof address === 'string') throw new Error('server has no TCP address');
-  const client = new SandboxClient({ baseUrl: `http://127.0.0.1:${address.port}` });
-  try {
-    const sandbox = await client.create({ template: 'minimal', width: 1024, height: 768 });
-    const direct = await openDirect(stateDir, orchestrator.names, sandbox.id);
-    try {
-      const figures = await measurePortsWithDesktop(client, sandbox, direct);
-      console.log(JSON.stringify(figures, null, 2));
-    } finally {
-      direct.close();
-      await sandbox.destroy();
-    }
-  } finally {
-    await orchestrator.close();
     await removeTreeOnOneMount(stateDir);
   }
 }
@@ -384,7 +344,21 @@ async function pauseAlone(): Promise<void> {
   }
 }
 
-const PARTS: Record<string, () => Promise<void>> = { 'placement-tx': placementTxAlone, gateway: gatewayAlone, pause: pauseAlone, ports: portsAlone };
+/** `npm run bench -- transports`: issue 23's figures alone. */
+async function transportsAlone(): Promise<void> {
+  const config = { ...defaultConfig(process.env), subnet: process.env.SBX_SUBNET || '10.244.0.0/16' };
+  const figures = await measureTransports(config, CREATES, N);
+  console.log(describeTransports(figures));
+  console.log(JSON.stringify(figures, null, 2));
+}
+
+const PARTS: Record<string, () => Promise<void>> = {
+  'placement-tx': placementTxAlone,
+  gateway: gatewayAlone,
+  pause: pauseAlone,
+  ports: () => portsAlone(N, TEMPLATES.includes('desktop')),
+  transports: transportsAlone,
+};
 (PARTS[process.argv[2] ?? ''] ?? main)().catch((err: unknown) => {
   console.error(`bench: ${err instanceof Error ? err.stack : String(err)}`);
   process.exit(1);

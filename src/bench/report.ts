@@ -15,6 +15,7 @@ import { describePlacementTx, type PlacementTxFigures } from './placement-tx.js'
 import { describeGateway, type GatewayFigures } from './gateway.js';
 import { describeGuestPorts, type GuestPortFigures } from './guest-ports.js';
 import { describeSimulation, type SimulationFigures } from './placement-simulation.js';
+import type { TransportFigures } from './transports.js';
 
 export interface Measured {
   runtime: string;
@@ -43,6 +44,8 @@ export interface Measured {
   /** One run per seed. */
   simulation: SimulationFigures[];
   pause: PauseFigures | null;
+  /** Issue 23: containers over TCP and over a Unix socket, side by side. */
+  transports: TransportFigures[];
 }
 
 export type Results = ReturnType<typeof buildResults>;
@@ -114,6 +117,7 @@ export function buildResults(m: Measured) {
     templates_detail: m.templates,
     warm_create_p95_ms: m.warm?.p95 ?? null,
     pause_detail: m.pause,
+    transports_detail: m.transports,
     // Kept under their earlier names (PNG, static screen) for comparison with older runs.
     screenshot_api_p50_ms: png.static.api.p50,
     screenshot_api_p95_ms: png.static.api.p95,

@@ -9,9 +9,10 @@ import { BUILT_IN_TEMPLATE_NAMES, builtInRecipe } from '../guest/image/templates
 import { clusterCommands } from './cluster.js';
 import { desktopCommand } from './desktop.js';
 import { integer, serveCommand } from './serve.js';
-import { keysCommand } from './keys.js';
+import { keysCommand } from './api-keys.js';
 import { runStdioServer } from '../mcp/stdio.js';
 import { templateCommand } from './templates.js';
+import { volumeCommand, volumeFlag } from './volumes.js';
 import { trajectoryCommand } from './trajectory.js';
 import { recordingCommand } from './recording.js';
 import { runCommand } from './run.js';
@@ -69,6 +70,7 @@ program.addCommand(recordingCommand(client));
 program.addCommand(runCommand(client));
 for (const command of portCommands(client)) program.addCommand(command);
 program.addCommand(execCommand(client));
+program.addCommand(volumeCommand(client));
 
 interface CreateFlags {
   width?: number;
@@ -80,6 +82,7 @@ interface CreateFlags {
   screenshotQuality?: number;
   template?: string;
   record?: boolean;
+  volume?: Array<{ name: string; path: string; readOnly: boolean }>;
 }
 
 program
@@ -91,6 +94,7 @@ program
   .option('--max-lifetime <seconds>', 'maximum lifetime (at most the server maximum)', integer)
   .option('--egress', 'let the sandbox reach the internet (NAT); off by default')
   .option('--template <name>', "the template to boot (`sbx template ls`; default: the server's)")
+  .option('--volume <name:/path[:ro]>', 'mount a volume (`sbx volume create`); repeatable', volumeFlag)
   .option('--record', 'record the screen to a video from the start (`sbx recording <id>` downloads it)')
   .addOption(new Option('--screenshot-format <format>', "the session's default screenshot format (png)").choices(['png', 'jpeg', 'webp']))
   .option('--screenshot-quality <1-100>', 'its quality, for jpeg and webp (default jpeg 80, webp 100: lossless)', integer)
@@ -106,6 +110,7 @@ program
       ...(opts.egress ? { network: { egress: true } } : {}),
       ...(screenshot ? { screenshot } : {}),
       ...(opts.record ? { record: true } : {}),
+      ...(opts.volume ? { volumes: opts.volume } : {}),
     });
     console.log(JSON.stringify(sandbox.info, null, 2));
   });

@@ -83,6 +83,13 @@ export type SessionInfo = {
   onIdle?: 'destroy' | 'pause';
   /** A request to it while paused resumes it first (true) or answers 409 session_paused */
   autoResume?: boolean;
+  /** The volumes mounted in it (absent: none) */
+  volumes?: Array<{
+    name: string;
+    /** Absolute path in the guest, e.g. /home/user/data */
+    path: string;
+    readOnly: boolean;
+  }>;
   /** The session's screen recording: in progress, finished, or failed (error says why; the session goes on) */
   recording?: {
     state: 'recording' | 'finished' | 'failed';
@@ -139,6 +146,13 @@ export type CreateOptions = {
   autoResume?: boolean;
   /** The computer tool version of the tool definition in computerTool (default computer_20250124) */
   toolVersion?: 'computer_20241022' | 'computer_20250124' | 'computer_20251124';
+  /** The tenant's volumes to mount (POST /v1/volumes), each at an absolute guest path outside the system's directories; one writer per volume (409 volume_in_use), readers share when all are read-only; an unknown volume is a 404 volume_not_found */
+  volumes?: Array<{
+    name: string;
+    /** Absolute path in the guest, e.g. /home/user/data */
+    path: string;
+    readOnly?: boolean;
+  }>;
   /** The session's default screenshot format (screenshot route, actions, the computer tool); png unless set */
   screenshot?: {
     /** The image format (default: the session's, png unless set at create) */
@@ -215,6 +229,29 @@ export type TemplateInfo = {
   } | null;
 };
 
+/** A volume as GET /v1/volumes lists it. */
+export type VolumeInfo = {
+  name: string;
+  /** Its size: the most it holds, and the most of the host disk it takes */
+  sizeMiB: number;
+  /** The bytes of host disk its file holds now (sparse: grows as it is written) */
+  usedBytes: number;
+  createdAt: string;
+  /** The sessions that have it mounted now */
+  mountedBy: Array<{
+    sessionId: string;
+    readOnly: boolean;
+  }>;
+};
+
+/** The body of POST /v1/volumes. */
+export type CreateVolumeOptions = {
+  /** 1-63 letters, digits, "-" or "_", starting with a letter or digit; unique per tenant */
+  name: string;
+  /** Its size in MiB (16 to SBX_VOLUME_MAX_MIB), counted against the tenant quota SBX_VOLUME_QUOTA_MIB */
+  sizeMiB: number;
+};
+
 /** Every error answer (docs/api.md, Errors). */
 export type ErrorBody = {
   error: {
@@ -281,6 +318,8 @@ export type ErrorCode =
   | 'app_not_found'
   /** no such route */
   | 'route_not_found'
+  /** no such volume (or another tenant's) */
+  | 'volume_not_found'
   /** a live-view token that is not one of ours */
   | 'view_unknown'
   /** GET or DELETE /mcp: only POST is served */
@@ -323,6 +362,12 @@ export type ErrorCode =
   | 'session_id_taken'
   /** the session is driven by another run */
   | 'run_in_progress'
+  /** a volume of that name exists already */
+  | 'volume_exists'
+  /** a volume another session writes (or reads, for a writer), or a delete of one mounted */
+  | 'volume_in_use'
+  /** volumes asked of a runtime that cannot mount them here (the message says why) */
+  | 'volumes_unavailable'
   /** POST .../browser on a template without Chromium */
   | 'browser_unavailable'
   /** a live-view token past its ttlSeconds */
@@ -339,6 +384,8 @@ export type ErrorCode =
   | 'body_too_large'
   /** the sandbox's clipboard holds more than may be read */
   | 'clipboard_too_large'
+  /** a volume over the tenant's quota (the message names it: SBX_VOLUME_QUOTA_MIB or _COUNT) */
+  | 'volume_quota_exceeded'
   /** a file over SBX_MAX_FILE_BYTES */
   | 'file_too_large'
   /** a body that is not JSON where JSON is expected */

@@ -20,6 +20,7 @@ import type {
   TimeoutUpdate,
   ToolResult,
 } from './types.js';
+import { Volumes } from './volumes.js';
 import { Runs } from './runs.js';
 import { closeBrowser, SandboxPorts, startBrowser, type BrowserCdp } from './ports.js';
 import { createTrajectoryLink, fetchTrajectory, type Trajectory } from './trajectory.js';
@@ -47,6 +48,7 @@ export {
   type StartProcessOptions,
 } from './processes.js';
 export { SandboxFs, type FsChange, type FsEntry } from './fs.js';
+export { Volumes, type CreateVolumeOptions, type VolumeInfo } from './volumes.js';
 
 /** Where the client looks for the orchestrator unless told (SBX_URL, `--url`): `sbx serve`'s default address. */
 export const DEFAULT_ORCHESTRATOR_URL = 'http://127.0.0.1:8080';
@@ -70,6 +72,8 @@ export class SandboxClient {
   private readonly fetch: typeof fetch;
   /** Runs of the built-in Claude loop (POST /v1/runs). */
   readonly runs: Runs = new Runs(this);
+  /** The tenant's volumes (POST /v1/volumes). */
+  readonly volumes: Volumes = new Volumes(this);
 
   constructor(options: ClientOptions = {}) {
     this.baseUrl = (options.baseUrl ?? process.env.SBX_URL ?? DEFAULT_ORCHESTRATOR_URL).replace(/\/$/, '');

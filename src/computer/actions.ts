@@ -1,5 +1,5 @@
 import { InvalidRequestError } from '../errors.js';
-import { keyCombo, parseKeySequence, type KeyCombo } from './keys.js';
+import { keyCombo, parseKeySequence, type KeyCombo } from './keyboard-keys.js';
 import type { Point, Scaler } from './scaling.js';
 
 /**

@@ -1,5 +1,5 @@
 import type { ClickAction, ComputerAction, ScrollDirection } from './actions.js';
-import type { KeyCombo } from './keys.js';
+import type { KeyCombo } from './keyboard-keys.js';
 import type { Point } from './scaling.js';
 
 /**

@@ -71,6 +71,27 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  /** What the sessions' networks are, read when scraped (see observeSessionNetworks). */
+  private sessionNetworks: () => ReadonlyArray<{ transport: string; interfaces: readonly string[] }> = () => [];
+
+  readonly sessionsByTransport = new Gauge({
+    name: 'sandbox_sessions_by_transport',
+    help: 'Live sessions by what carries their control channel (tcp, unix, ...) and whether they have a network interface (nic=false: a socket alone, no veth, no address)',
+    labelNames: ['transport', 'nic'] as const,
+    registers: [this.registry],
+    collect: () => {
+      this.sessionsByTransport.reset();
+      for (const network of this.sessionNetworks()) {
+        this.sessionsByTransport.inc({ transport: network.transport, nic: String(network.interfaces.some((name) => name !== 'lo')) });
+      }
+    },
+  });
+
+  /** Where sessionsByTransport reads the live sessions' networks from (the orchestrator sets it). */
+  observeSessionNetworks(source: () => ReadonlyArray<{ transport: string; interfaces: readonly string[] }>): void {
+    this.sessionNetworks = source;
+  }
+
   /** Where each ready session came from: the warm pool, or a boot on demand. */
   readonly createsTotal = new Counter({
     name: 'sandbox_session_creates_total',

@@ -46,6 +46,21 @@ export interface SandboxSpec {
   leaseIdRange?: (base: number, size: number, count: number, takeHostWide: (first: number) => boolean) => number;
   /** The uid/gid leased for this sandbox's VMM (Runtime.leaseVmUser), which owns its TAP. */
   vmUser?: TapOwner;
+  /** Volumes to mount (docs/volumes.md), held for this session (nobody else writes them meanwhile). */
+  volumes?: readonly SandboxVolume[];
+}
+
+/** Why the VM runtimes refuse volumes for now (RuntimeCapabilities.volumes). */
+export const VM_VOLUMES_UNAVAILABLE =
+  "each volume would be a virtio-blk drive, but the guest image's init does not mount extra drives yet (it needs an image rebuild: docs/volumes.md)";
+
+/** A volume to mount in a sandbox: an ext4 image file of the host, seen at `path` in the guest. */
+export interface SandboxVolume {
+  name: string;
+  /** The volume's image file on the host (volumes/volume-files.ts). */
+  file: string;
+  path: string;
+  readOnly: boolean;
 }
 
 /** How a VM is run: with KVM, or in software (TCG, about ten times slower to boot). */
@@ -122,6 +137,11 @@ export interface RuntimeCapabilities {
    * (RunningSandbox.endpoint says where), so it needs no network interface at all.
    */
   readonly controlTransport?: 'tcp' | 'unix';
+  /**
+   * Whether its sandboxes can mount volumes (SandboxSpec.volumes): true, or why not (a create
+   * that asks for volumes then answers 409 volumes_unavailable saying so).
+   */
+  readonly volumes?: true | string;
 }
 
 /**

@@ -6,7 +6,7 @@ import type { ResourceNames } from '../network/names.js';
 import { deleteLink, deleteNetns } from '../network/netns.js';
 import type { Runtime } from '../runtimes/runtime.js';
 import type { ConsoleLogLimits } from '../runtimes/console-log.js';
-import { publicKeyBlob, readSessionKeys } from '../transport/keys.js';
+import { publicKeyBlob, readSessionKeys } from '../transport/ssh-keys.js';
 import { GUEST_SSH_PORT } from '../guest/contract.js';
 import { attachDesktop, sessionDirOf } from './boot.js';
 import { Session } from './session.js';

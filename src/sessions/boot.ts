@@ -13,7 +13,7 @@ import { createSandboxNetwork, type SandboxNetwork } from '../network/netns.js';
 import type { NetworkPolicy } from '../network/policy/network-policy.js';
 import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, logsDirOf, type ConsoleLogLimits } from '../runtimes/console-log.js';
 import type { RunningSandbox, Runtime } from '../runtimes/runtime.js';
-import { generateSessionKeys, publicKeyBlob, writeSessionKeys, type SessionKeys } from '../transport/keys.js';
+import { generateSessionKeys, publicKeyBlob, writeSessionKeys, type SessionKeys } from '../transport/ssh-keys.js';
 import { guestTransport } from '../transport/index.js';
 import { OrchestratorError } from '../errors.js';
 import { CleanupStack } from '../util/cleanup-stack.js';
@@ -180,6 +180,7 @@ async function startSandbox(session: Session, lease: AddressLease | undefined, c
       record,
       leaseIdRange: ctx.leaseIdRange && ((base, size, count, takeHostWide) => ctx.leaseIdRange!(id, base, size, count, takeHostWide)),
       vmUser,
+      volumes: session.volumes?.attachments,
     },
     session.cleanup,
   );

@@ -11,7 +11,7 @@ import type { ConsoleLogLimits } from '../runtimes/console-log.js';
 import type { Runtime } from '../runtimes/runtime.js';
 import path from 'node:path';
 import type { PauseMode, PauseResult, PauseTarget } from '../runtimes/runtime.js';
-import { publicKeyBlob, readSessionKeys } from '../transport/keys.js';
+import { publicKeyBlob, readSessionKeys } from '../transport/ssh-keys.js';
 import { templateDisplay } from './templates.js';
 import { adoptSession } from './adopt.js';
 import { attachDesktop, bootPooledSandbox, bootSandbox, consoleTail, sessionDirOf, type BootContext } from './boot.js';

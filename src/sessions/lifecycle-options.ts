@@ -9,6 +9,8 @@ import type { SandboxHost } from './sandbox-host.js';
 import type { RequestDefaults } from './session-request.js';
 import type { SessionStore } from './store.js';
 import type { TemplateSource } from './templates.js';
+import type { VolumeSource } from './session-volumes.js';
+import type { RuntimeCapabilities } from '../runtimes/runtime.js';
 
 /** What the session lifecycle (lifecycle.ts) is built from. */
 
@@ -31,6 +33,10 @@ export interface LifecycleOptions {
   templates: TemplateSource;
   /** What a session's disk is (admission promises it: capacity.ts); absent: no disk demand. */
   disk?: SessionDisk;
+  /** Volumes (docs/volumes.md); absent: none can be mounted. */
+  volumes?: VolumeSource;
+  /** Whether the runtime mounts volumes (RuntimeCapabilities.volumes). */
+  runtimeVolumes?: RuntimeCapabilities['volumes'];
 }
 
 /** A session's disk as admission sees it. */

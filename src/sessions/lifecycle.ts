@@ -6,6 +6,8 @@ import type { ConnectionLostError } from '../transport/index.js';
 import type { CapacitySlot } from './capacity.js';
 import type { PooledSandbox, WarmPool } from './pool/warm-pool.js';
 import { Session } from './session.js';
+import { takeVolumes } from './session-volumes.js';
+import type { SessionVolumes } from '../volumes/volumes.js';
 import { LOCAL_TENANT, type EndReason, type SessionRecord, type SessionState } from './session-record.js';
 import { newRecord, resolveRequest, startClocks, type CreateSessionOptions, type SessionOwner, type SessionRequest } from './session-request.js';
 import { toView, type SessionView } from './session-view.js';
@@ -37,17 +39,25 @@ export class SessionLifecycle {
     const request = resolveRequest(options, this.opts.defaults, template.screen);
     if (owner.sessionId !== undefined) this.assertNewId(owner.sessionId);
     await this.opts.host.assertCreatesAllowed();
-    // Admission: a 429/503 here has taken nothing. The slot is taken in the same synchronous
-    // step as the check, so concurrent creates cannot overshoot a limit. The session that
-    // gets it releases it last of all its resources; a create that fails gives it back
-    // (release is idempotent, so a failed boot that released it already is no harm).
-    const slot = this.opts.capacity.reserve(owner.tenant, { diskMiB: this.opts.disk?.writableMiB(template.image) ?? 0 });
+    // Volumes first (a 404/409 takes nothing; session-volumes.ts). The session owns them once made.
+    const volumes = takeVolumes(this.opts.volumes, { name: this.opts.runtimeName, volumes: this.opts.runtimeVolumes }, owner, request.volumes);
+    owner = volumes.owner;
     try {
-      const view = await this.createWithSlot(request, template, owner, slot, started);
-      slot.booted();
-      return view;
+      // Admission: a 429/503 here has taken nothing. The slot is taken in the same synchronous
+      // step as the check, so concurrent creates cannot overshoot a limit. The session that
+      // gets it releases it last of all its resources; a create that fails gives it back
+      // (release is idempotent, so a failed boot that released it already is no harm).
+      const slot = this.opts.capacity.reserve(owner.tenant, { diskMiB: this.opts.disk?.writableMiB(template.image) ?? 0 });
+      try {
+        const view = await this.createWithSlot(request, template, owner, slot, started, volumes);
+        slot.booted();
+        return view;
+      } catch (err) {
+        slot.release();
+        throw err;
+      }
     } catch (err) {
-      slot.release();
+      volumes.held?.release(); // not yet its session's (which gives them back itself)
       throw err;
     }
   }
@@ -88,6 +98,7 @@ export class SessionLifecycle {
     owner: SessionOwner,
     slot: CapacitySlot,
     started: number,
+    volumes: { held?: SessionVolumes },
   ): Promise<SessionView> {
     const { tenant } = owner;
     // A pooled sandbox of the same screen size, if one is ready; any other request boots cold.
@@ -102,10 +113,17 @@ export class SessionLifecycle {
       const view = await this.createFromPool(pooled, request, tenant, slot, started).finally(() => pool?.refill());
       if (view) return view;
     }
-    return this.createCold(request, template, owner, slot, started);
+    return this.createCold(request, template, owner, slot, started, volumes);
   }
 
-  private async createCold(request: SessionRequest, template: SessionTemplate, owner: SessionOwner, slot: CapacitySlot, started: number): Promise<SessionView> {
+  private async createCold(
+    request: SessionRequest,
+    template: SessionTemplate,
+    owner: SessionOwner,
+    slot: CapacitySlot,
+    started: number,
+    volumes: { held?: SessionVolumes },
+  ): Promise<SessionView> {
     const { store, registry, metrics, host, addresses } = this.opts;
     // Not allowed out, and reachable without a network: no interface, so no address either,
     // and its control channel is the runtime's socket. Otherwise TCP over its NIC.
@@ -114,6 +132,8 @@ export class SessionLifecycle {
     record.transport = lease ? 'tcp' : 'unix';
     this.measureDisk(slot, record.id);
     const session = new Session(record);
+    session.volumes = volumes.held;
+    volumes.held = undefined;
     session.image = template.image;
     const log = this.sessionLog(session);
     // Stored before any resource is taken, so a crash from here on is found at restart.
@@ -225,6 +245,8 @@ export class SessionLifecycle {
     const slot = this.opts.capacity.hold(session.record.tenant, { diskMiB: this.opts.disk?.writableMiB(session.image) ?? 0 });
     this.measureDisk(slot, session.id);
     await session.cleanup.push('capacity slot', () => slot.release());
+    // What it has mounted stays its own (no check: it is mounted already).
+    if (session.record.volumes.length > 0) session.volumes = this.opts.volumes?.hold(session.record.tenant, session.id, session.record.volumes);
     this.opts.registry.add(session);
     this.opts.metrics.activeSessions.inc();
     // Adoption may have settled a pause that a crash left half done (adopt.ts): stored as it is now.
@@ -330,8 +352,10 @@ export class SessionLifecycle {
           .catch((err: unknown) => this.sessionLog(session).warn({ err }, 'could not resume a paused sandbox before destroying it'));
       }
       if (session.record.state !== 'destroying') this.setState(session, 'destroying');
+      let unmounted = false;
       try {
         await session.cleanup.run();
+        unmounted = true;
         // All released: the ledger has nothing left to say. (After a failure it keeps its
         // records, and the next start-up reclaims what they name.)
         store.forgetResources(session.id);
@@ -339,6 +363,8 @@ export class SessionLifecycle {
         metrics.errors.inc({ kind: 'destroy' });
         this.sessionLog(session).error({ err }, 'releasing sandbox resources failed');
       }
+      // After its mounts are gone (a volume still attached stays held: session-volumes.ts).
+      if (session.volumes) await this.opts.volumes?.release(session.volumes, unmounted);
       session.record.addressIndex = null;
       session.record.error = error;
       if (final === 'failed') session.record.endReason ??= 'failed';

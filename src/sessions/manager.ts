@@ -30,6 +30,7 @@ import type { TemplateSource } from './templates.js';
 import { SessionPauser } from './pause.js';
 import type { PauseSettings } from './settings.js';
 import { idleDeadline } from './timeouts.js';
+import type { VolumeSource } from './session-volumes.js';
 
 /** Sessions of an earlier run adopted at once at start-up. */
 const ADOPTIONS_AT_ONCE = 8;
@@ -78,6 +79,8 @@ export interface ManagerOptions {
   recording?: RecordingSettings;
   /** Pause defaults (SBX_ON_IDLE, SBX_AUTO_RESUME, SBX_PAUSED_RETENTION_SECONDS): see pause.ts. */
   pause?: PauseSettings;
+  /** Volumes sessions may mount (docs/volumes.md); absent: none. */
+  volumes?: VolumeSource;
 }
 
 /**
@@ -125,6 +128,8 @@ export class SessionManager {
       log,
       runtimeName: runtime.name,
       templates: opts.templates,
+      volumes: opts.volumes,
+      runtimeVolumes: runtime.capabilities.volumes,
       disk: {
         writableMiB: (image) => runtime.writableDiskMiB?.(image) ?? 0,
         usedMiB: (id) => sessionFilesMiB(sessionDirOf(opts.stateDir, id)),

@@ -1,5 +1,6 @@
 import type { ImageFormat } from '../computer/screenshot-format.js';
 import type { PauseMode, RuntimeName } from '../runtimes/runtime.js';
+import type { VolumeMount } from '../volumes/volume-names.js';
 
 export type ControlTransport = 'tcp' | 'unix';
 
@@ -73,6 +74,8 @@ export interface SessionRecord {
   onIdle: OnIdle;
   /** A request to it while paused resumes it first (true) or answers 409 session_paused. */
   autoResume: boolean;
+  /** The volumes mounted in it (docs/volumes.md), held while it lives. */
+  volumes: VolumeMount[];
 }
 
 export const ON_IDLE = ['destroy', 'pause'] as const;

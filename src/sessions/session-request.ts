@@ -4,6 +4,7 @@ import type { NetworkOptions } from '../network/policy/network-policy.js';
 import { newSessionId } from './session.js';
 import type { ComputerToolVersion, OnIdle, SessionRecord } from './session-record.js';
 import { idleDeadline, resolveLifetime } from './timeouts.js';
+import { checkVolumeMounts } from '../volumes/volume-names.js';
 
 export interface CreateSessionOptions {
   /** The template to boot (default: the orchestrator's, DEFAULT_TEMPLATE). */
@@ -30,6 +31,8 @@ export interface CreateSessionOptions {
   onIdle?: OnIdle;
   /** A request to the session while paused resumes it first (default true, SBX_AUTO_RESUME) or answers 409 session_paused. */
   autoResume?: boolean;
+  /** Volumes to mount (docs/volumes.md): the tenant's, each at a guest path, read-only if asked. */
+  volumes?: Array<{ name: string; path: string; readOnly?: boolean }>;
 }
 
 /** Who a session is made for. */
@@ -58,6 +61,7 @@ export type SessionRequest = Pick<
   | 'egress'
   | 'onIdle'
   | 'autoResume'
+  | 'volumes'
 >;
 
 export interface RequestDefaults {
@@ -96,6 +100,7 @@ export function resolveRequest(options: CreateSessionOptions, defaults: RequestD
     egress: options.network?.egress ?? false,
     onIdle: options.onIdle ?? defaults.onIdle ?? 'destroy',
     autoResume: options.autoResume ?? defaults.autoResume ?? true,
+    volumes: checkVolumeMounts(options.volumes),
   };
 }
 

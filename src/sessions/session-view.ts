@@ -64,6 +64,8 @@ export interface SessionView {
   onIdle: SessionRecord['onIdle'];
   /** A request to it while paused resumes it first, or answers 409 session_paused. */
   autoResume: boolean;
+  /** The volumes mounted in it (absent: none). */
+  volumes?: SessionRecord['volumes'];
 }
 
 /** How the sandbox is reached and what interfaces it has (the choice made at create: lifecycle.ts). */
@@ -111,5 +113,6 @@ export function toView(record: SessionRecord, recording?: RecordingStatus, contr
   if (record.endReason) view.endReason = record.endReason;
   if (recording) view.recording = recording;
   if (control) view.control = { ...control };
+  if (record.volumes.length > 0) view.volumes = record.volumes.map((v) => ({ ...v }));
   return view;
 }

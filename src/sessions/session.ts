@@ -4,6 +4,7 @@ import type { GuestImage } from '../guest/image/image-store.js';
 import type { RunningSandbox } from '../runtimes/runtime.js';
 import type { GuestTransport } from '../transport/index.js';
 import { CleanupStack } from '../util/cleanup-stack.js';
+import type { SessionVolumes } from '../volumes/volumes.js';
 import type { SandboxWatch } from './sandbox-watch.js';
 import type { SessionRecord } from './session-record.js';
 
@@ -32,6 +33,8 @@ export class Session {
   sandbox: RunningSandbox | undefined;
   connection: GuestTransport | undefined;
   computer: ComputerTool | undefined;
+  /** The volumes it holds (docs/volumes.md): given back after its sandbox is released. */
+  volumes: SessionVolumes | undefined;
   /** The image of its template, resolved at create time; what the runtime boots. */
   image: GuestImage | undefined;
   /** Watches the sandbox's process and network while the session is live (sandbox-watch.ts). */

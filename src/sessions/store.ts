@@ -1,4 +1,5 @@
 import Database from 'better-sqlite3';
+import { cacheStatements } from '../util/statement-cache.js';
 import type { ResourceKind } from './resource-ledger.js';
 import type { EndReason, OnIdle, PausedState, SessionRecord, SessionState } from './session-record.js';
 
@@ -33,6 +34,7 @@ interface Row {
   on_idle: OnIdle;
   auto_resume: number;
   transport: 'tcp' | 'unix';
+  volumes: string;
 }
 
 /**
@@ -45,6 +47,7 @@ export class SessionStore {
 
   constructor(file: string) {
     this.db = new Database(file);
+    cacheStatements(this.db);
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = NORMAL');
     this.db.exec(`
@@ -119,6 +122,8 @@ export class SessionStore {
       ['paused_total_ms', 'INTEGER NOT NULL DEFAULT 0'],
       ['on_idle', "TEXT NOT NULL DEFAULT 'destroy'"],
       ['auto_resume', 'INTEGER NOT NULL DEFAULT 1'],
+      // Volumes mounted (docs/volumes.md), as JSON: a restart's adoption holds them again.
+      ['volumes', "TEXT NOT NULL DEFAULT '[]'"],
     ];
     for (const [name, type] of added) {
       if (!columns.has(name)) this.db.exec(`ALTER TABLE sessions ADD COLUMN ${name} ${type}`);
@@ -131,11 +136,11 @@ export class SessionStore {
         `INSERT INTO sessions (id, tenant, state, runtime, width, height, model_width, model_height, tool_version,
            timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error, egress, pooled,
            max_lifetime_seconds, end_reason, screenshot_format, screenshot_quality, template,
-           paused_mode, paused_since, paused_bytes, paused_total_ms, on_idle, auto_resume, transport)
+           paused_mode, paused_since, paused_bytes, paused_total_ms, on_idle, auto_resume, transport, volumes)
          VALUES (@id, @tenant, @state, @runtime, @width, @height, @model_width, @model_height, @tool_version,
            @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error, @egress, @pooled,
            @max_lifetime_seconds, @end_reason, @screenshot_format, @screenshot_quality, @template,
-           @paused_mode, @paused_since, @paused_bytes, @paused_total_ms, @on_idle, @auto_resume, @transport)`,
+           @paused_mode, @paused_since, @paused_bytes, @paused_total_ms, @on_idle, @auto_resume, @transport, @volumes)`,
       )
       .run(toRow(record));
   }
@@ -283,6 +288,7 @@ function toRow(r: SessionRecord): Row {
     on_idle: r.onIdle,
     auto_resume: r.autoResume ? 1 : 0,
     transport: r.transport ?? 'tcp',
+    volumes: JSON.stringify(r.volumes),
   };
 }
 
@@ -316,5 +322,6 @@ function fromRow(row: Row): SessionRecord {
     onIdle: row.on_idle,
     autoResume: row.auto_resume === 1,
     transport: row.transport,
+    volumes: JSON.parse(row.volumes) as SessionRecord['volumes'],
   };
 }

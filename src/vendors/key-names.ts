@@ -1,9 +1,9 @@
 import { InvalidRequestError } from '../errors.js';
-import { keysymName, type KeyCombo } from '../computer/keys.js';
+import { keysymName, type KeyCombo } from '../computer/keyboard-keys.js';
 
 /**
  * Other vendors' key names, mapped to X keysym names through the same allow-list as ours
- * (computer/keys.ts): nothing but a checked keysym name ever reaches the guest's input
+ * (computer/keyboard-keys.ts): nothing but a checked keysym name ever reaches the guest's input
  * helper, whichever vendor's spelling a model used.
  *
  * OpenAI's models send upper-case names ("CTRL", "ENTER", "ARROWLEFT", "C"), Gemini's

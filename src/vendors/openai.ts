@@ -1,5 +1,5 @@
 import type { ComputerAction, ScrollDirection } from '../computer/actions.js';
-import type { KeyCombo } from '../computer/keys.js';
+import type { KeyCombo } from '../computer/keyboard-keys.js';
 import type { Point, Scaler } from '../computer/scaling.js';
 import { InvalidRequestError } from '../errors.js';
 import { integer, objectOf, onlyFields, typedText, type Fields } from './fields.js';

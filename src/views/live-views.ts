@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { WebSocket } from 'ws';
-import { InvalidRequestError, NotFoundError, OrchestratorError, type ErrorCode } from '../errors.js';
+import { InvalidRequestError, NotFoundError, OrchestratorError, SessionPausedError, type ErrorCode } from '../errors.js';
 import { proxyRfb, type ViewerEnd, type ViewerLimits, type ViewerLink } from './rfb-proxy.js';
 import { Takeovers, type ControlHold, type ControlTarget } from './takeover.js';
 import { ViewerSlots } from './viewer-slots.js';
@@ -119,7 +119,10 @@ export class LiveViews {
     if (this.sessions.tenantOf(found.sessionId) !== found.tenant) throw new ViewTokenError('unknown');
     try {
       this.sessions.connection(found.sessionId);
-    } catch {
+    } catch (err) {
+      // A paused desktop's view stays valid: opening its socket resumes it (autoResume) or
+      // is refused 409 there, never "ended".
+      if (err instanceof SessionPausedError) return found;
       throw new ViewTokenError('session_ended');
     }
     return found;

@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { CONFIG_FILES, GUEST_USER } from '../../src/guest/contract.js';
-import { publicKeyBlob } from '../../src/transport/keys.js';
+import { publicKeyBlob } from '../../src/transport/ssh-keys.js';
 import { guestTransport, type GuestTransport, type ExecResult } from '../../src/transport/index.js';
 
 /**

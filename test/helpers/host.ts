@@ -5,7 +5,7 @@ import ssh2 from 'ssh2';
 import { readdir, readFile, readlink, realpath, stat } from 'node:fs/promises';
 import { mountsUnder } from '../../src/host/mounts.js';
 import type { ResourceNames } from '../../src/network/names.js';
-import { generateClientKey } from '../../src/transport/keys.js';
+import { generateClientKey } from '../../src/transport/ssh-keys.js';
 import { run } from '../../src/util/exec.js';
 
 /** What the host holds for one session: every kind of resource a sandbox takes. */

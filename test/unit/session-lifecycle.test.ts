@@ -403,6 +403,7 @@ describe('unit: adoption at start-up', () => {
         pausedMs: 0,
         onIdle: 'destroy',
         autoResume: true,
+        volumes: [],
       };
       store.insert(record);
       return record;

@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import ssh2 from 'ssh2';
-import { generateSessionKeys, publicKeyBlob, type SessionKeys } from '../../src/transport/keys.js';
+import { generateSessionKeys, publicKeyBlob, type SessionKeys } from '../../src/transport/ssh-keys.js';
 import { ConnectionLostError, guestTransport, type GuestTransport, HostKeyMismatchError, SshTimeoutError } from '../../src/transport/index.js';
 import { watchUncaught } from '../helpers/uncaught-guard.js';
 

@@ -182,7 +182,7 @@ describe('keymap binder for non-ASCII typing', () => {
 
 describe('session keys', () => {
   it('are always well-formed ed25519 pairs (ssh2 alone makes a bad one about 1 in 230)', async () => {
-    const { generateSessionKeys, publicKeyBlob } = await import('../../src/transport/keys.js');
+    const { generateSessionKeys, publicKeyBlob } = await import('../../src/transport/ssh-keys.js');
     const ssh2 = (await import('ssh2')).default;
     for (let i = 0; i < 1500; i++) {
       const keys = generateSessionKeys('abcdefghij');

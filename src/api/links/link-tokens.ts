@@ -94,11 +94,12 @@ export class LinkTokens {
    */
   verify(token: string, sessionId: string, purpose: LinkPurpose, now = new Date()): LinkRecord {
     const parsed = parseSecretToken(KIND, token);
-    const invalid = new LinkTokenError('the link token is not valid for this page: ask for a new link (POST /v1/sessions/:id/links)', 'invalid_link_token');
-    if (!parsed) throw invalid;
+    const invalid = () =>
+      new LinkTokenError('the link token is not valid for this page: ask for a new link (POST /v1/sessions/:id/links)', 'invalid_link_token');
+    if (!parsed) throw invalid();
     const row = this.db.prepare('SELECT * FROM link_tokens WHERE id = ?').get(parsed.id) as Row | undefined;
-    if (!row || !secretMatches(row.hash, parsed.secret)) throw invalid;
-    if (row.session_id !== sessionId || row.purpose !== purpose) throw invalid;
+    if (!row || !secretMatches(row.hash, parsed.secret)) throw invalid();
+    if (row.session_id !== sessionId || row.purpose !== purpose) throw invalid();
     if (row.revoked_at !== null) throw new LinkTokenError('the link was revoked: ask for a new one', 'revoked_link_token');
     if (Date.parse(row.expires_at) <= now.getTime()) throw new LinkTokenError('the link expired: ask for a new one', 'expired_link_token');
     return toRecord(row);

@@ -1,3 +1,4 @@
+import type { PausedSessions } from '../auto-resume.js';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { OrchestratorError } from '../../errors.js';
 import { livePage, PAGE_HEADERS, refusedPage, ASSETS_PREFIX } from '../../views/live-page.js';
@@ -47,7 +48,7 @@ function viewUrl(request: FastifyRequest, token: string): string {
  * only credential; open routes in auth/request-identity.ts): the page, its state, its
  * takeover button and the WebSocket to the desktop. noVNC's files under /v1/view-assets.
  */
-export async function viewRoutes(app: FastifyInstance, opts: { views: LiveViews }): Promise<void> {
+export async function viewRoutes(app: FastifyInstance, opts: { views: LiveViews; paused?: PausedSessions }): Promise<void> {
   const { views } = opts;
   const assets = loadLiveViewAssets();
 
@@ -179,7 +180,12 @@ export async function viewRoutes(app: FastifyInstance, opts: { views: LiveViews 
       // synchronous step with the check, and released when this browser's socket closes,
       // whatever happens in between (a failed upgrade, a tunnel that never opens, a cut).
       preValidation: async (request) => {
-        const release = views.admit(views.resolve(request.params.token));
+        const grant = views.resolve(request.params.token);
+        // A person opening the view of a paused desktop gets it running again, as any request
+        // would (autoResume), or a 409 session_paused before the upgrade: never a socket
+        // waiting on a frozen guest.
+        await opts.paused?.ensureRunning(grant.sessionId);
+        const release = views.admit(grant);
         slots.set(request.raw, release);
         const socket = request.raw.socket;
         if (socket.destroyed) release();

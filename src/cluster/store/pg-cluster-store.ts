@@ -10,7 +10,7 @@ import type { PlacementRequest } from '../placement.js';
 import type { ClusterStore, DirectoryEntry, HeartbeatAnswer, NodeRecord, NodeReport, PlacementLimits, PlacementOutcome } from './cluster-store.js';
 import { Db } from './db.js';
 import { Directory } from './directory.js';
-import { Keys } from './keys.js';
+import { Keys } from './api-keys.js';
 import { migrate } from './migrations.js';
 import { NodeRegistry } from './node-registry.js';
 import { PlacementTx, type PlacementTxOptions } from './placement-tx.js';

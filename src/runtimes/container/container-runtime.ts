@@ -36,6 +36,7 @@ import { mountsUnder, unmount, unmountAll } from '../../host/mounts.js';
 import { mountOverlay } from './overlay.js';
 import { processStartTime, waitForExit, watchExit } from '../../host/process-watch.js';
 import { layerTemplate, mountWritableLayer } from './writable-layer.js';
+import { mountVolumes, volumeMountPoints } from './volume-mounts.js';
 
 /**
  * The container runtime: each sandbox is an OCI container run by runc, with its own user
@@ -61,6 +62,7 @@ export class ContainerRuntime implements Runtime {
     bootTimeoutMs: 0,
     hostOnlySources: [],
     sharesHostKernel: true,
+    volumes: true,
   };
 
   /** The host's cgroup freezer (none: no memory pause). */
@@ -181,7 +183,8 @@ export class ContainerRuntime implements Runtime {
     // its guest root and desktop user, not by host ids it cannot map (see idmapped-mount.ts).
     const imageView = path.join(spec.sessionDir, 'image');
     const configView = path.join(spec.sessionDir, 'config-view');
-    const ids = await this.idRange(spec, cleanup, [imageView, configView]);
+    const volumeViews = (spec.volumes ?? []).map((v) => volumeMountPoints(spec.sessionDir, v.name).view);
+    const ids = await this.idRange(spec, cleanup, [imageView, configView, ...volumeViews]);
     record('mount', imageView);
     record('mount', configView);
     // Each tried even if the other fails; one that stays mounted keeps the session dir (session-dir.ts).
@@ -197,6 +200,7 @@ export class ContainerRuntime implements Runtime {
       // A netns of its own (no NIC) is made by runc: set after `runc create`, below.
       spec.network.attachment === 'none' ? Promise.resolve() : allowSshPort(spec.network.netnsPath),
     ]);
+    const volumes = await mountVolumes(spec.sessionDir, spec.volumes ?? [], ids, cleanup, record);
     // The overlay's root directory takes its owner from the upper dir: guest root's.
     const upper = path.join(layer, 'upper');
     await mkdir(upper, { recursive: true, mode: 0o755 });
@@ -215,6 +219,7 @@ export class ContainerRuntime implements Runtime {
         configView,
         cgroupsPath: this.names.cgroup(spec.sessionId),
         ids,
+        volumes,
         disk: blockIoAvailable() === true ? deviceNumbers((await stat(layer, { bigint: true })).dev) : undefined,
       },
       this.settings,

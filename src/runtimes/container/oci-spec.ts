@@ -64,6 +64,8 @@ export interface ContainerLayout {
   cgroupsPath: string;
   /** The host ids of the guest's ids 0.. (its user namespace). */
   ids: IdRange;
+  /** Volumes: their idmapped views on the host and where the guest sees them (volume-mounts.ts). */
+  volumes?: ReadonlyArray<{ view: string; path: string; readOnly: boolean }>;
   /** major:minor of the sandbox's disk (its loop device), for the I/O limit. */
   disk?: { major: number; minor: number };
 }
@@ -98,6 +100,12 @@ export function ociSpec(spec: SandboxSpec, layout: ContainerLayout, settings: Co
       { destination: '/run', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'nodev', 'mode=755', 'size=65536k'] },
       { destination: '/tmp', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'nodev', 'mode=1777', 'size=536870912'] },
       { destination: CONFIG_MOUNT, type: 'bind', source: layout.configView, options: ['rbind', 'ro', 'nosuid', 'nodev', 'noexec'] },
+      ...(layout.volumes ?? []).map((v) => ({
+        destination: v.path,
+        type: 'bind',
+        source: v.view,
+        options: ['rbind', v.readOnly ? 'ro' : 'rw', 'nosuid', 'nodev'],
+      })),
     ],
     linux: {
       namespaces: [

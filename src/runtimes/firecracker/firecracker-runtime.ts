@@ -5,7 +5,7 @@ import { GUEST_SSH_PORT } from '../../guest/contract.js';
 import type { GuestImage } from '../../guest/image/builder.js';
 import type { ResourceNames } from '../../network/names.js';
 import { attachedNetwork, deleteTapBridge, type TapOwner } from '../../network/netns.js';
-import { readSessionKeys } from '../../transport/keys.js';
+import { readSessionKeys } from '../../transport/ssh-keys.js';
 import type { GuestEndpoint } from '../../transport/index.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { DEFAULT_CONSOLE_LOG_LIMITS, type ConsoleLogLimits } from '../console-log.js';

@@ -27,11 +27,11 @@ export {
   type RotationPhase,
   type RotationPlan,
   type RotationTransport,
-} from './keys/key-rotation.js';
+} from './ssh-keys/key-rotation.js';
 export { FirecrackerRuntime } from './firecracker-runtime.js';
 export { firecrackerSettingsFromEnv, type FirecrackerSettings } from './settings.js';
 export { checkFirecrackerHost, kvmUnavailable, type FirecrackerHost } from './host/host-check.js';
 export { ensureVmlinux } from './kernel/vmlinux.js';
 export { rotateClone, snapshotBaseAddress, type CloneRotation, type SnapshotBaseAddress } from './snapshot/clone-rotation.js';
 export { loadSnapshotBase, snapshotBaseDir, type SnapshotBase } from './snapshot/base-store.js';
-export { SshRotationTransport } from './keys/ssh-rotation-transport.js';
+export { SshRotationTransport } from './ssh-keys/ssh-rotation-transport.js';

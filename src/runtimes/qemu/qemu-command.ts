@@ -25,6 +25,8 @@ export interface QemuVmConfig {
   rootDiskFormat?: 'qcow2' | 'raw';
   /** The per-session config drive (raw ext4): /dev/vdb. */
   configDrive: string;
+  /** Volumes (docs/volumes.md): a raw virtio-blk drive each, after the config drive, serial sbx-vol-<i>. */
+  volumes?: ReadonlyArray<{ file: string; readOnly: boolean }>;
   /** The TAP device inside the session's netns. */
   tap: string;
   mac: string;
@@ -71,6 +73,13 @@ export function qemuArgv(vm: QemuVmConfig): string[] {
     ...['-device', 'virtio-blk-device,drive=root'],
     ...['-drive', `id=config,if=none,format=raw,file=${optionValue(vm.configDrive)},read-only=on`],
     ...['-device', 'virtio-blk-device,drive=config'],
+    // Volumes: the host's cache and flushes as usual (their data outlives the VM, unlike the
+    // root layer's), QEMU's image lock on (a second QEMU cannot open one for writing), read-only
+    // at the device when asked. The serial names it for the guest (the order of the list).
+    ...(vm.volumes ?? []).flatMap((v, i) => [
+      ...['-drive', `id=vol${i},if=none,format=raw,file=${optionValue(v.file)},read-only=${v.readOnly ? 'on' : 'off'}`],
+      ...['-device', `virtio-blk-device,drive=vol${i},serial=sbx-vol-${i}`],
+    ]),
     ...['-netdev', `tap,id=net0,ifname=${vm.tap},script=no,downscript=no`],
     ...['-device', `virtio-net-device,netdev=net0,mac=${vm.mac}`],
     // The serial console goes to QEMU's stdout, which the runtime points at the console log

@@ -36,7 +36,7 @@ import { vsockFallbackReason } from './vsock-fallback.js';
 import { spawnInNetns, type VmExit } from '../vm/vm-process.js';
 import { findQemuProcesses, waitForPidFile } from './qemu-process.js';
 import type { TapOwner } from '../../network/netns.js';
-import type { RecordResource } from '../runtime.js';
+import { VM_VOLUMES_UNAVAILABLE, type RecordResource } from '../runtime.js';
 import { hostCgroupVersion, removeVmCgroups, type CgroupVersion } from '../vm/cgroups.js';
 import { VmCgroup } from '../vm/vm-cgroup.js';
 import { VmUserPool, vmUserRange } from '../vm/vm-user-pool.js';
@@ -94,6 +94,8 @@ export class QemuRuntime implements Runtime {
       bootTimeoutMs: settings.bootTimeoutMs ?? DEFAULT_BOOT_TIMEOUT_MS[accelerator],
       hostOnlySources: [],
       sharesHostKernel: false,
+      // The host side is here (qemu-command.ts: a drive per volume); the guest's side is not.
+      volumes: VM_VOLUMES_UNAVAILABLE,
     };
     this.users = new VmUserPool(vmUserRange(settings.vmUsers ?? {}, names.prefix));
   }
@@ -210,6 +212,7 @@ export class QemuRuntime implements Runtime {
       cmdline: guestKernelCmdline({ extra: this.tscKhz ? [`tsc_early_khz=${this.tscKhz}`] : [] }),
       rootDisk,
       configDrive,
+      volumes: spec.volumes,
       tap,
       mac: macAddressFor(name),
       pidFile,

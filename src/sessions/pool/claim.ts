@@ -1,5 +1,5 @@
 import type { SettleOptions } from '../../computer/computer-tool.js';
-import { generateClientKey, publicKeyBlob, replaceClientKey } from '../../transport/keys.js';
+import { generateClientKey, publicKeyBlob, replaceClientKey } from '../../transport/ssh-keys.js';
 import { attachDesktop, configDirOf, sessionDirOf } from '../boot.js';
 import type { PooledSandbox } from './warm-pool.js';
 

@@ -1,5 +1,5 @@
-import type { SessionKeys } from '../../../src/transport/keys.js';
-import type { GuestKeyPaths, LoginOutcome, RotationConnection, RotationTransport } from '../../../src/runtimes/firecracker/keys/key-rotation.js';
+import type { SessionKeys } from '../../../src/transport/ssh-keys.js';
+import type { GuestKeyPaths, LoginOutcome, RotationConnection, RotationTransport } from '../../../src/runtimes/firecracker/ssh-keys/key-rotation.js';
 
 /**
  * An in-memory guest for the key rotation logic: a file system and an sshd that behaves as

@@ -17,7 +17,7 @@ export interface SnapshotFiles {
  * What a snapshot keeps, and every clone therefore inherits: the paths of the drives (a
  * clone must find its own copies at the same paths: hence the jailer, whose chroot gives
  * every VM the same paths), the guest's MAC, IP configuration and vsock CID, and whatever
- * the guest holds in memory, including its SSH keys (see keys/key-rotation.ts).
+ * the guest holds in memory, including its SSH keys (see ssh-keys/key-rotation.ts).
  */
 export function snapshotCreateSteps(files: SnapshotFiles, options: { resume?: boolean } = {}): VmStep[] {
   const steps: VmStep[] = [
@@ -56,7 +56,7 @@ export interface SnapshotRestore {
  * a failure says whether loading or resuming broke.
  *
  * After the resume the guest still carries the snapshot base's keys: the session must not be
- * handed out until keys/key-rotation.ts has run.
+ * handed out until ssh-keys/key-rotation.ts has run.
  */
 export function snapshotRestoreSteps(restore: SnapshotRestore): VmStep[] {
   assertUnixSocketPath(restore.vsockUdsPath, 'the vsock socket');

@@ -4,7 +4,7 @@ import { CONFIG_FILES, GUEST_SSH_PORT, GUEST_USER, renderSettings, sandboxSettin
 import type { GuestImage } from '../../../guest/image/builder.js';
 import type { ResourceNames } from '../../../network/names.js';
 import { createSandboxNetwork } from '../../../network/netns.js';
-import { generateSessionKeys, publicKeyBlob, writeSessionKeys } from '../../../transport/keys.js';
+import { generateSessionKeys, publicKeyBlob, writeSessionKeys } from '../../../transport/ssh-keys.js';
 import { guestTransport } from '../../../transport/index.js';
 import { CleanupStack } from '../../../util/cleanup-stack.js';
 import type { SandboxSpec, PreparedGuest } from '../../runtime.js';

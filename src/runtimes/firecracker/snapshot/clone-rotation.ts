@@ -1,11 +1,11 @@
 import { createHash } from 'node:crypto';
 import { GUEST_SSH_PORT } from '../../../guest/contract.js';
 import type { AddressLease } from '../../../network/address-pool.js';
-import type { SessionKeys } from '../../../transport/keys.js';
+import type { SessionKeys } from '../../../transport/ssh-keys.js';
 import { run } from '../../../util/exec.js';
 import { SerialQueue } from '../../../util/serial-queue.js';
-import { GUEST_KEY_PATHS, rotateKeysAfterRestore, type RotationPhase } from '../keys/key-rotation.js';
-import { SshRotationTransport } from '../keys/ssh-rotation-transport.js';
+import { GUEST_KEY_PATHS, rotateKeysAfterRestore, type RotationPhase } from '../ssh-keys/key-rotation.js';
+import { SshRotationTransport } from '../ssh-keys/ssh-rotation-transport.js';
 
 export interface SnapshotBaseAddress {
   guest: string;

@@ -1,6 +1,6 @@
 import path from 'node:path';
 import { GUEST_USER } from '../../../guest/contract.js';
-import { publicKeyBlob } from '../../../transport/keys.js';
+import { publicKeyBlob } from '../../../transport/ssh-keys.js';
 import { guestTransport, type GuestTransport, HostKeyMismatchError, SshAuthenticationError, type GuestEndpoint } from '../../../transport/index.js';
 import type { LoginOutcome, RotationConnection, RotationTransport } from './key-rotation.js';
 

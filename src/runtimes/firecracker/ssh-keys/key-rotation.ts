@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { SessionKeys } from '../../../transport/keys.js';
+import type { SessionKeys } from '../../../transport/ssh-keys.js';
 
 /**
  * Key rotation after a snapshot restore: every clone of a snapshot base wakes up with its
@@ -53,7 +53,7 @@ export type RotationPhase = 'connect-template' | 'write-keys' | 'reload-sshd' | 
 export interface RotationPlan {
   /** The snapshot base's client private key and the host key its sshd presents. */
   snapshotBase: { clientPrivateKey: string; hostPublicKey: string };
-  /** The session's freshly generated keys (transport/keys.ts). */
+  /** The session's freshly generated keys (transport/ssh-keys.ts). */
   session: SessionKeys;
   paths: GuestKeyPaths;
   /** Attempts at the session login while sshd restarts (default 20, 100 ms apart). */
