@@ -356,7 +356,7 @@ const PARTS: Record<string, () => Promise<void>> = {
   'placement-tx': placementTxAlone,
   gateway: gatewayAlone,
   pause: pauseAlone,
-  ports: () => portsAlone(N, TEMPLATES.includes('desktop')),
+  ports: () => portsAlone({ ...defaultConfig(process.env), subnet: process.env.SBX_SUBNET || '10.244.0.0/16' }, N, TEMPLATES.includes('desktop')),
   transports: transportsAlone,
 };
 (PARTS[process.argv[2] ?? ''] ?? main)().catch((err: unknown) => {
