@@ -14,6 +14,7 @@ import { errorHandler, sendError } from './errors.js';
 import { OrchestratorError, type ErrorCode } from '../errors.js';
 import { APP_BODY_LIMIT_BYTES } from './limits.js';
 import { installRequestLog } from './logging/request-log.js';
+import { closeRefusedUpgrades } from './upgrade-socket.js';
 import { DEFAULT_TENANT_REQUEST_LIMITS, installTenantRequestLimits, TenantRequestGate, type TenantRequestLimits } from './tenant-request-limits.js';
 import { companionToolRoutes } from './routes/companion-tools.js';
 import { computerToolRoutes } from './routes/computer-tool.js';
@@ -153,6 +154,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   });
   installAutoResume(app, opts.manager);
   installRequestLog(app);
+  closeRefusedUpgrades(app);
   // An unknown route answers in the same shape as every other error (fastify's own is not).
   app.setNotFoundHandler((request, reply) => {
     void sendError(reply, 'route_not_found', `no route ${request.method} ${request.url.split('?')[0]}`);

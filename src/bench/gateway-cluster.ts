@@ -29,6 +29,8 @@ export interface BenchClusterOptions {
   readonly imagesDir: string;
   /** The environment the processes start from (the bench's own, read by its entry point: PATH, SBX_RUNTIME, SBX_TEMPLATE...). */
   readonly env: NodeJS.ProcessEnv;
+  /** Node options of the gateway's process alone (BENCH_GATEWAY_NODE_OPTIONS: e.g. --cpu-prof to profile it under the bench's load). */
+  readonly gatewayNodeOptions?: string[];
 }
 
 export interface BenchCluster {
@@ -57,8 +59,8 @@ class Cli {
   stdout = '';
   readonly child: ChildProcess;
 
-  constructor(args: string[], env: NodeJS.ProcessEnv) {
-    this.child = spawn(process.execPath, [CLI, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  constructor(args: string[], env: NodeJS.ProcessEnv, nodeOptions: string[] = []) {
+    this.child = spawn(process.execPath, [...nodeOptions, CLI, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     const keep = (d: Buffer) => void (this.output = (this.output + d.toString()).slice(-8000));
     this.child.stdout?.on('data', (d: Buffer) => {
       this.stdout += d.toString();
@@ -99,7 +101,7 @@ class Cli {
   }
 
   private describe(): string {
-    return String(this.child.spawnargs[2]);
+    return String(this.child.spawnargs.find((arg) => !arg.startsWith('-') && arg !== process.execPath && arg !== CLI));
   }
 }
 
@@ -136,7 +138,7 @@ export async function startBenchCluster(opts: BenchClusterOptions): Promise<Benc
     await node.waitHealthy(nodeUrl);
     const gatewayPort = await freePort();
     const gatewayUrl = `http://127.0.0.1:${gatewayPort}`;
-    gateway = new Cli(['gateway', '--host', '127.0.0.1', '--port', String(gatewayPort)], env);
+    gateway = new Cli(['gateway', '--host', '127.0.0.1', '--port', String(gatewayPort)], env, opts.gatewayNodeOptions);
     await gateway.waitHealthy(gatewayUrl);
     const keys = new Cli(['keys', 'create', '--tenant', BENCH_TENANT, '--db', pg.url], env);
     if ((await keys.finished()) !== 0) throw new Error(`sbx keys create failed:\n${keys.output}`);

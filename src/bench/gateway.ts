@@ -36,6 +36,8 @@ export interface GatewayBenchSettings {
   readonly imagesDir: string;
   /** What the node and gateway processes inherit (the bench's environment, from its entry point). */
   readonly env: NodeJS.ProcessEnv;
+  /** Node options of the gateway process alone (e.g. --cpu-prof). */
+  readonly gatewayNodeOptions?: string[];
 }
 
 export interface Pair {
@@ -45,6 +47,11 @@ export interface Pair {
   readonly gatewayCpuMsPerRequest: number;
   /** The same of the node process per request it answered (both sides': twice as many), for comparison. */
   readonly nodeCpuMsPerRequest: number;
+  /**
+   * The gateway's CPU per request it forwarded as the gateway itself counts it (process.cpuUsage(), in microseconds,
+   * read from its /metrics before and after the timed requests: the two scrapes' own cost is in it).
+   */
+  readonly gatewayOwnCpuMsPerRequest: number;
 }
 
 export interface ViewerCount {
@@ -104,6 +111,8 @@ export interface Timed {
   b: number[];
   gatewayCpuSeconds: number;
   nodeCpuSeconds: number;
+  /** The gateway's own count (process.cpuUsage()) over the timed requests alone. */
+  gatewayOwnCpuSeconds: number;
 }
 
 /** The figures of the goal table from the samples: p50 ratio, p50 difference, frame ratio. */
@@ -118,6 +127,7 @@ export function gatewayFigures(
     straight: summarize(t.b),
     gatewayCpuMsPerRequest: (t.gatewayCpuSeconds * 1000) / t.a.length,
     nodeCpuMsPerRequest: (t.nodeCpuSeconds * 1000) / (t.a.length + t.b.length),
+    gatewayOwnCpuMsPerRequest: (t.gatewayOwnCpuSeconds * 1000) / t.a.length,
   });
   const screenshot = pair(shots);
   const action = pair(actions);
@@ -228,10 +238,18 @@ export async function measureGateway(settings: GatewayBenchSettings): Promise<Ga
       // The gateway's and the node's CPU over a phase, warm-up included, scaled to the timed requests.
       const phase = async (n: number, a: (i: number) => Promise<unknown>, b: (i: number) => Promise<unknown>): Promise<Timed> => {
         const before = [await cpuOf(cluster.gatewayPid), await cpuOf(cluster.nodePid)] as const;
-        const timed = await timeInterleaved(n, a, b, WARMUP);
+        await timeInterleaved(0, a, b, WARMUP);
+        const ownBefore = await gatewayOwnCpuSeconds(cluster.gatewayUrl);
+        const timed = await timeInterleaved(n, a, b, 0);
+        const ownAfter = await gatewayOwnCpuSeconds(cluster.gatewayUrl);
         const after = [await cpuOf(cluster.gatewayPid), await cpuOf(cluster.nodePid)] as const;
         const timedShare = n / (n + WARMUP);
-        return { ...timed, gatewayCpuSeconds: (after[0] - before[0]) * timedShare, nodeCpuSeconds: (after[1] - before[1]) * timedShare };
+        return {
+          ...timed,
+          gatewayCpuSeconds: (after[0] - before[0]) * timedShare,
+          nodeCpuSeconds: (after[1] - before[1]) * timedShare,
+          gatewayOwnCpuSeconds: ownAfter - ownBefore,
+        };
       };
       const point = (i: number): [number, number] => [100 + (i % 2) * 200, 100 + (i % 2) * 100];
       // Every process's code paths compiled before anything is counted: the first requests through
@@ -270,9 +288,18 @@ export async function measureGateway(settings: GatewayBenchSettings): Promise<Ga
   }
 }
 
+/** The gateway's CPU seconds so far as it counts them itself (prom-client's process_cpu_seconds_total: process.cpuUsage()). */
+async function gatewayOwnCpuSeconds(gatewayUrl: string): Promise<number> {
+  const text = await (await fetch(`${gatewayUrl}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith('process_cpu_seconds_total '));
+  if (line === undefined) throw new Error("the gateway's /metrics has no process_cpu_seconds_total");
+  return Number(line.slice(line.lastIndexOf(' ') + 1));
+}
+
 export function describeGateway(f: GatewayFigures): string {
   const ms = (s: Summary) => `p50 ${s.p50.toFixed(2)} ms (p95 ${s.p95.toFixed(2)}, n ${s.n})`;
-  const cpu = (p: Pair) => `; CPU a request: gateway ${p.gatewayCpuMsPerRequest.toFixed(2)} ms, node ${p.nodeCpuMsPerRequest.toFixed(2)} ms`;
+  const cpu = (p: Pair) =>
+    `; CPU a request: gateway ${p.gatewayCpuMsPerRequest.toFixed(2)} ms (its own count ${p.gatewayOwnCpuMsPerRequest.toFixed(3)} ms), node ${p.nodeCpuMsPerRequest.toFixed(2)} ms`;
   return [
     `gateway (node, gateway and PostgreSQL each its own process; load average ${f.loadAverage[0].toFixed(1)} -> ${f.loadAverage[1].toFixed(1)}):`,
     `  screenshot png 1024x768 (${(f.screenshot.pngBytes / 1024).toFixed(0)} KiB): through the gateway ${ms(f.screenshot.gateway)}, straight ${ms(f.screenshot.straight)}: ratio ${f.screenshot.ratio.toFixed(3)}${cpu(f.screenshot)}`,

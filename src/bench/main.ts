@@ -86,6 +86,7 @@ const GATEWAY: GatewayBenchSettings = {
   display: defaultConfig(process.env).display,
   imagesDir: defaultConfig(process.env).imagesDir,
   env: process.env,
+  gatewayNodeOptions: (process.env.BENCH_GATEWAY_NODE_OPTIONS ?? '').split(' ').filter(Boolean),
   // The node's sandboxes: apart from the bench's own orchestrator (10.244/16) and the tests' nodes (10.247/16).
   resourcePrefix: 'sbg-',
   subnet: '10.245.0.0/24',
@@ -356,7 +357,7 @@ const PARTS: Record<string, () => Promise<void>> = {
   'placement-tx': placementTxAlone,
   gateway: gatewayAlone,
   pause: pauseAlone,
-  ports: () => portsAlone(N, TEMPLATES.includes('desktop')),
+  ports: () => portsAlone({ ...defaultConfig(process.env), subnet: process.env.SBX_SUBNET || '10.244.0.0/16' }, N, TEMPLATES.includes('desktop')),
   transports: transportsAlone,
 };
 (PARTS[process.argv[2] ?? ''] ?? main)().catch((err: unknown) => {

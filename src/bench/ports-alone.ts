@@ -3,7 +3,6 @@ import os from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
 import { SandboxClient, type Sandbox } from '../client/index.js';
-import { defaultConfig } from '../config.js';
 import { removeTreeOnOneMount } from '../host/remove-tree.js';
 import { startOrchestrator } from '../orchestrator.js';
 import type { GuestTransport } from '../transport/index.js';
@@ -29,14 +28,12 @@ export async function measurePortsWithDesktop(
 }
 
 /** `npm run bench -- ports`: issue 24's figures alone, on an orchestrator of their own. */
-export async function portsAlone(n: number, withDesktop: boolean): Promise<void> {
+export async function portsAlone(defaults: Parameters<typeof startOrchestrator>[0], n: number, withDesktop: boolean): Promise<void> {
   const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-'));
-  const defaults = defaultConfig(process.env);
   const config = {
     ...defaults,
     stateDir,
     port: 0,
-    subnet: process.env.SBX_SUBNET || '10.244.0.0/16',
     warmPoolSize: 0,
     tenantRequestsPerSecond: 10_000,
     tenantRequestBurst: 10_000,

@@ -3,9 +3,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
 import { SandboxClient } from '../client/index.js';
-import type { OrchestratorConfig } from '../config.js';
 import { removeTreeOnOneMount } from '../host/remove-tree.js';
 import { startOrchestrator } from '../orchestrator.js';
+
+type OrchestratorConfig = Parameters<typeof startOrchestrator>[0];
 import type { TransportChoice } from '../transport/settings.js';
 import { summarize, timeIt, type Summary } from './stats.js';
 

@@ -107,8 +107,8 @@ describe('bench figures', () => {
     assert.equal(timed.b.length, 4);
     assert.deepEqual(order, ['a', 'b', 'b', 'a', 'a', 'b', 'b', 'a', 'a', 'b']);
     const f = gatewayFigures(
-      { a: [3, 2.2, 2.4, 9], b: [2, 1.9, 2.1, 8], gatewayCpuSeconds: 0.004, nodeCpuSeconds: 0.016 },
-      { a: [1.5, 1.6, 1.7], b: [1.1, 1.2, 1.3], gatewayCpuSeconds: 0.0015, nodeCpuSeconds: 0.003 },
+      { a: [3, 2.2, 2.4, 9], b: [2, 1.9, 2.1, 8], gatewayCpuSeconds: 0.004, nodeCpuSeconds: 0.016, gatewayOwnCpuSeconds: 0.0012 },
+      { a: [1.5, 1.6, 1.7], b: [1.1, 1.2, 1.3], gatewayCpuSeconds: 0.0015, nodeCpuSeconds: 0.003, gatewayOwnCpuSeconds: 0.0003 },
       { seconds: 10, gateway: { updates: 290, bytes: 1 }, straight: { updates: 300, bytes: 1 } },
       22_000,
     );
@@ -117,8 +117,12 @@ describe('bench figures', () => {
     assert.equal(f.screenshot.nodeCpuMsPerRequest, 2, 'the node answered both sides: 8 requests');
     assert.ok(Math.abs(f.action.addedMs - 0.4) < 1e-9, `${f.action.addedMs}`);
     assert.equal(f.action.gatewayCpuMsPerRequest, 0.5);
+    assert.ok(
+      Math.abs(f.screenshot.gatewayOwnCpuMsPerRequest - 0.3) < 1e-9 && Math.abs(f.action.gatewayOwnCpuMsPerRequest - 0.1) < 1e-9,
+      'its own count per timed request',
+    );
     assert.equal(f.liveView.ratio, 290 / 300);
-    const zero = { a: [1], b: [1], gatewayCpuSeconds: 0, nodeCpuSeconds: 0 };
+    const zero = { a: [1], b: [1], gatewayCpuSeconds: 0, nodeCpuSeconds: 0, gatewayOwnCpuSeconds: 0 };
     const none = gatewayFigures(zero, zero, { seconds: 10, gateway: { updates: 0, bytes: 0 }, straight: { updates: 0, bytes: 0 } }, 0);
     assert.ok(Number.isNaN(none.liveView.ratio), 'no frame straight: no figure, not a pass');
   });

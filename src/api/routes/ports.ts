@@ -22,6 +22,7 @@ import type { PortSettings } from '../../ports/settings.js';
 import { SMALL_BODY_LIMIT_BYTES } from '../limits.js';
 import { sessionIdParams } from '../schemas.js';
 import { releaseRequestSlot } from '../tenant-request-limits.js';
+import { upgradeSocketOf } from '../upgrade-socket.js';
 
 export interface PortRouteOptions {
   sessions: Pick<SessionAccess, 'connection'> & { displayStartedBySession(id: string): boolean };
@@ -172,6 +173,10 @@ export async function portRoutes(app: FastifyInstance, opts: PortRouteOptions): 
     const { rest: cookie } = splitTokenCookie(request.headers.cookie);
     const headers = { ...request.headers };
     delete headers.authorization; // the API key (or the token) is ours: the guest never sees it
+    // On a cluster's node, the gateway's protocol headers (x-sbx-cluster-secret: the credential
+    // that makes a request a gateway's; the tenant): a guest holding them could call any node
+    // as a gateway, for any tenant. A gateway drops a client's own x-sbx-* headers too.
+    for (const name of Object.keys(headers)) if (name.startsWith('x-sbx-')) delete headers[name];
     delete headers.cookie;
     if (cookie !== undefined) headers.cookie = cookie;
     const extra: Array<[string, string]> = [];
@@ -220,21 +225,4 @@ export async function portRoutes(app: FastifyInstance, opts: PortRouteOptions): 
     scope.all('/v1/sessions/:id/ports/:port', { config, schema: { hide: true } }, proxy);
     scope.all('/v1/sessions/:id/ports/:port/*', { config, schema: { hide: true } }, proxy);
   });
-}
-
-/**
- * The client's socket of an HTTP upgrade, handed over by @fastify/websocket's upgrade listener
- * (which routes upgrades through fastify, so they pass the same authentication hooks): the
- * socket is the request's, and the bytes that came after its head are kept under a symbol of
- * that plugin (normally empty: a WebSocket client waits for the 101).
- */
-function upgradeSocketOf(request: FastifyRequest): { socket: Duplex; head: Buffer } | undefined {
-  if (typeof request.headers.upgrade !== 'string') return undefined;
-  const raw = request.raw as unknown as Record<symbol, unknown>;
-  const socketSymbol = Object.getOwnPropertySymbols(raw).find((s) => s.description === 'ws-socket');
-  const headSymbol = Object.getOwnPropertySymbols(raw).find((s) => s.description === 'ws-head');
-  const socket = socketSymbol ? (raw[socketSymbol] as Duplex | undefined) : undefined;
-  if (!socket) return undefined;
-  const head = headSymbol ? raw[headSymbol] : undefined;
-  return { socket, head: Buffer.isBuffer(head) ? head : Buffer.alloc(0) };
 }

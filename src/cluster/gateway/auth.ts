@@ -11,6 +11,7 @@ import { isLoopbackAddress } from '../../api/auth/auth-mode.js';
 import { assertNotFromAWebPage } from '../../api/auth/browser-guard.js';
 import { checkKeyRecord, missingKeyError, parseAuthorization } from '../../api/auth/verify-key.js';
 import { bindRequestLog } from '../../api/logging/request-log.js';
+import { PORT_TOKEN_QUERY, splitTokenCookie } from '../../ports/port-address.js';
 import type { ClusterState } from './cluster-state.js';
 
 /** Gateway routes whose credential is in the path (or that need none). */
@@ -23,7 +24,11 @@ const LINK_PAGES = /^(?:trajectory(?:\/view|\/steps\/[^/]+\/(?:screenshot|frame)
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** Opened by a link token in ?token= (no key): the node checks the token; the gateway checks no tenant. */
+    /**
+     * Opened by a token the node checks (no key): a link token in ?token=, or a guest port's
+     * token (?sbx_token= or its cookie). The gateway checks no tenant: the node that holds the
+     * session checks that the token opens it, as a single host does.
+     */
     viaLink: boolean;
   }
 }
@@ -46,7 +51,7 @@ export function installGatewayAuth(app: FastifyInstance, state: ClusterState): v
         return;
       }
       if (route !== undefined && KEY_OPTIONAL_ROUTES.has(route)) return;
-      if (opensWithLink(request)) {
+      if (opensWithLink(request) || opensWithPortToken(request)) {
         request.viaLink = true;
         return;
       }
@@ -78,4 +83,21 @@ function opensWithLink(request: FastifyRequest): boolean {
   const rest = (request.params as { '*'?: unknown })['*'];
   const token = (request.query as { token?: unknown } | undefined)?.token;
   return typeof rest === 'string' && LINK_PAGES.test(rest) && typeof token === 'string';
+}
+
+/** The rest of a guest port's path under its session: `ports/<port>` and anything after it. */
+const PORT_PAGES = /^ports\/[0-9]{1,5}(?:\/|$)/;
+
+/**
+ * A request to a guest port (path- or host-based: both are routed as the path form) that
+ * presents a port token, in ?sbx_token= or its cookie, whatever its shape: the node answers
+ * a bad one exactly as a single host does (401 invalid_port_token), and never forwards it
+ * to the guest.
+ */
+function opensWithPortToken(request: FastifyRequest): boolean {
+  if (request.routeOptions.url !== '/v1/sessions/:id/*') return false;
+  const rest = (request.params as { '*'?: unknown })['*'];
+  if (typeof rest !== 'string' || !PORT_PAGES.test(rest)) return false;
+  const query = (request.query as Record<string, unknown> | undefined)?.[PORT_TOKEN_QUERY];
+  return typeof query === 'string' || splitTokenCookie(request.headers.cookie).token !== undefined;
 }

@@ -8,6 +8,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { pipeline, type Readable } from 'node:stream';
 import { errorHandler } from '../../api/errors.js';
+import { cameByHost } from '../../ports/host-routing.js';
 import { OrchestratorError } from '../../errors.js';
 import type { ClusterState } from './cluster-state.js';
 import type { GatewayMetrics, RouteFamily } from './metrics.js';
@@ -120,15 +121,27 @@ const PLAIN_PATH = /^\/[A-Za-z0-9/_-]*$/;
  * WebSocket client would not). Such a path is no route of the API: the single host's 404.
  */
 export function forwardUrl(base: string, request: FastifyRequest): string {
-  const joined = nodeUrl(base, request.url);
+  const url = sentUrl(request);
+  const joined = nodeUrl(base, url);
   // Letters, digits, '/', '-' and '_' only (every session route but a file's path): nothing a
   // URL parser would rewrite, so no parse per request.
-  const query = request.url.indexOf('?');
-  if (PLAIN_PATH.test(query < 0 ? request.url : request.url.slice(0, query))) return joined;
+  const query = url.indexOf('?');
+  if (PLAIN_PATH.test(query < 0 ? url : url.slice(0, query))) return joined;
   const parsed = new URL(joined);
   const path = joined.slice(parsed.origin.length).split('?')[0];
-  if (parsed.pathname !== path) throw new RouteNotFoundError(request.method, request.url.split('?')[0] ?? '');
+  if (parsed.pathname !== path) throw new RouteNotFoundError(request.method, url.split('?')[0] ?? '');
   return joined;
+}
+
+/**
+ * The path and query the client sent. A guest port's host-based request (`<port>-<id>.<domain>`)
+ * was routed here as the path form; the node gets it as it came, with its Host, and routes it
+ * by that Host itself (its SBX_PORTS_DOMAIN is the gateways'), so that the guest sees the
+ * host-based form (its own origin, the root path), not a path a second rewrite would nest.
+ */
+function sentUrl(request: FastifyRequest): string {
+  if (!cameByHost(request.raw)) return request.url;
+  return (request.raw as { originalUrl?: string }).originalUrl ?? '/';
 }
 
 /**

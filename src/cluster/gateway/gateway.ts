@@ -16,7 +16,9 @@ import { applyConnectionLimits, connectionServerOptions } from '../../api/connec
 import { errorHandler, sendError } from '../../api/errors.js';
 import { APP_BODY_LIMIT_BYTES } from '../../api/limits.js';
 import { installRequestLog } from '../../api/logging/request-log.js';
+import { closeRefusedUpgrades } from '../../api/upgrade-socket.js';
 import { mcpRoutes } from '../../api/routes/mcp.js';
+import { portHostRewriter } from '../../ports/host-routing.js';
 import type { ClusterStore } from '../store/cluster-store.js';
 import { installGatewayAuth } from './auth.js';
 import { ClusterState } from './cluster-state.js';
@@ -74,6 +76,8 @@ export async function createGateway(opts: GatewayOptions): Promise<Gateway> {
     bodyLimit: APP_BODY_LIMIT_BYTES,
     ...connectionServerOptions(settings.connectionLimits),
     logController: new LogController({ disableRequestLogging: true }),
+    // A guest port's host-based name is routed as its path form (ports/host-routing.ts).
+    ...(settings.portsDomain ? { rewriteUrl: portHostRewriter(settings.portsDomain) } : {}),
     // A random prefix per process and a counter: unique across gateways, and no call into
     // the random source (and its getpid) per request.
     genReqId: () => requestIdPrefix + (++requestCount).toString(16).padStart(8, '0'),
@@ -86,6 +90,7 @@ export async function createGateway(opts: GatewayOptions): Promise<Gateway> {
   });
   installGatewayAuth(app, state);
   installRequestLog(app);
+  closeRefusedUpgrades(app);
   installRequestCount(app, metrics);
   applyConnectionLimits(app, settings.connectionLimits);
   await app.register(replyFrom, {
@@ -101,7 +106,6 @@ export async function createGateway(opts: GatewayOptions): Promise<Gateway> {
       bodyTimeout: 0,
     },
   });
-  await app.register(websocket, { options: { maxPayload: VIEW_MAX_WS_MESSAGE_BYTES } });
 
   const deps: SessionRouteDeps & { gatewayMetrics: GatewayMetrics } = {
     state,
@@ -120,12 +124,20 @@ export async function createGateway(opts: GatewayOptions): Promise<Gateway> {
   await app.register(runJsonRoutes, deps);
   await app.register(mcpRoutes, { dispatch: (request) => app.inject(request) });
   // Forwarded routes: bodies are never parsed, whatever their type; they stream to the node.
-  await app.register(async (raw) => {
-    raw.removeAllContentTypeParsers();
-    raw.addContentTypeParser('*', (_request: FastifyRequest, payload: NodeJS.ReadableStream, done: (err: Error | null, body?: unknown) => void) =>
-      done(null, payload),
-    );
+  // The session routes forward upgrades themselves: registered before @fastify/websocket.
+  const unparsed = (routes: (scope: FastifyInstance) => Promise<void>) =>
+    app.register(async (raw) => {
+      raw.removeAllContentTypeParsers();
+      raw.addContentTypeParser('*', (_request: FastifyRequest, payload: NodeJS.ReadableStream, done: (err: Error | null, body?: unknown) => void) =>
+        done(null, payload),
+      );
+      await routes(raw);
+    });
+  await unparsed(async (raw) => {
     await raw.register(sessionProxyRoutes, deps);
+  });
+  await app.register(websocket, { options: { maxPayload: VIEW_MAX_WS_MESSAGE_BYTES } });
+  await unparsed(async (raw) => {
     await raw.register(runProxyRoutes, deps);
     await raw.register(viewTokenRoutes, deps);
   });

@@ -5,6 +5,7 @@
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { SMALL_BODY_LIMIT_BYTES } from '../../api/limits.js';
+import { upgradeSocketOf } from '../../api/upgrade-socket.js';
 import { createSessionBody } from '../../api/schemas.js';
 import { SESSION_ID_PATTERN } from '../../network/names.js';
 import type { CreateSessionOptions } from '../../sessions/session-request.js';
@@ -16,6 +17,7 @@ import { nodeUrl, type NodeAnswer } from './node-client.js';
 import { ACCEPT_POOLED_ID_HEADER, nodeHeaders } from './node-headers.js';
 import type { Router } from './router.js';
 import { viewTokenHash } from './router.js';
+import { forwardUpgrade } from './upgrade-proxy.js';
 
 export interface SessionRouteDeps extends CreateDeps {
   readonly secret: string;
@@ -59,7 +61,12 @@ export async function sessionJsonRoutes(app: FastifyInstance, deps: SessionRoute
   app.get('/v1/sessions', async (request) => ({ sessions: await listSessions(request, deps) }));
 }
 
-/** Everything under /v1/sessions/:id: bodies stream through unparsed (uploads of any size). */
+/**
+ * Everything under /v1/sessions/:id: bodies stream through unparsed (uploads of any size), and
+ * HTTP upgrades (guest ports' and processes' WebSockets) are joined to the node's
+ * (upgrade-proxy.ts). Registered before @fastify/websocket, which would otherwise answer an
+ * upgrade of a route it does not own by completing it itself and closing the socket.
+ */
 export async function sessionProxyRoutes(app: FastifyInstance, deps: SessionRouteDeps): Promise<void> {
   const { router, forwarder, state } = deps;
   const proxy = async (request: FastifyRequest<{ Params: { id: string; '*'?: string } }>, reply: import('fastify').FastifyReply) => {
@@ -68,6 +75,19 @@ export async function sessionProxyRoutes(app: FastifyInstance, deps: SessionRout
     const target = await router.session(request, id);
     const family = familyOf(request) ?? 'sessions';
     const tenant = request.viaLink ? undefined : request.tenant;
+    const upgrade = upgradeSocketOf(request);
+    if (upgrade) {
+      const { settings, metrics, inFlight, secret } = deps;
+      return forwardUpgrade(request, reply, target, upgrade, {
+        secret,
+        family,
+        tenant,
+        connectTimeoutMs: settings.nodeConnectTimeoutMs,
+        answerTimeoutMs: settings.nodeAnswerTimeoutMs,
+        metrics,
+        inFlight,
+      });
+    }
     if (request.method === 'POST' && rest === 'views') {
       return forwarder.forward(request, reply, target, { family, tenant, sessionId: id, inspect: (status, body) => recordView(state, id, status, body) });
     }

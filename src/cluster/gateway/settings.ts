@@ -13,6 +13,7 @@ import { RUNTIMES, type RuntimeName } from '../../runtimes/registered.js';
 import { runtimeChoiceFromEnv, type RuntimeChoice } from '../../runtimes/settings.js';
 import { sandboxMemoryMiBFromEnv } from '../../runtimes/sandbox-settings.js';
 import { templateFromEnv } from '../../sessions/settings.js';
+import { portSettingsFromEnv } from '../../ports/settings.js';
 import { atLeast, envInt, positive, type Env } from '../../util/env.js';
 
 export interface GatewaySettings {
@@ -44,6 +45,11 @@ export interface GatewaySettings {
   nodeAnswerTimeoutMs: number;
   /** The same slow-client limits as `sbx serve` (SBX_HEADERS_TIMEOUT_MS, SBX_REQUEST_TIMEOUT_MS, SBX_SEND_TIMEOUT_MS). */
   connectionLimits: ConnectionLimits;
+  /**
+   * SBX_PORTS_DOMAIN, as on the nodes (give both the same): a request to `<port>-<id>.<domain>`
+   * is routed as that session's port and forwarded with its Host, which the node reads again.
+   */
+  portsDomain?: string;
 }
 
 export const DEFAULT_GATEWAY_SETTINGS: GatewaySettings = {
@@ -63,8 +69,10 @@ export const DEFAULT_GATEWAY_SETTINGS: GatewaySettings = {
 };
 
 export function gatewaySettingsFromEnv(env: Env): GatewaySettings {
+  const portsDomain = portSettingsFromEnv(env).domain;
   return {
     ...DEFAULT_GATEWAY_SETTINGS,
+    ...(portsDomain !== undefined ? { portsDomain } : {}),
     template: templateFromEnv(env),
     runtime: runtimeChoiceFromEnv(env),
     memoryMiB: sandboxMemoryMiBFromEnv(env),
