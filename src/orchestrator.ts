@@ -165,6 +165,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     log: log.child({ part: 'volumes' }),
   });
   await volumes.prepare();
+  const stateDirFree = stateDirFreeMiB(config.stateDir);
   const manager = new SessionManager({
     stateDir: config.stateDir,
     settle: { maxMs: config.settleMaxMs, intervalMs: config.settleIntervalMs },
@@ -196,7 +197,11 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
       {
         // A session's recordings and trajectory are promised at their caps, on the state dir's filesystem.
         limits: { reserveMiB: config.diskReserveMiB, artifactsMiB: (config.recording.maxBytes + config.trajectory.maxSessionBytes) / 2 ** 20 },
-        freeMiB: stateDirFreeMiB(config.stateDir),
+        // Less what the volumes may still fill (docs/volumes.md): they were promised it first.
+        freeMiB: () => {
+          const free = stateDirFree();
+          return free === undefined ? undefined : free - volumes.promisedMiB();
+        },
       },
     ),
     warmPool: { sizes: poolSizes, shape: config.warmPoolScreen },

@@ -15,6 +15,7 @@ import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { run } from '../src/util/exec.js';
 import { makeVolumeFile } from '../src/volumes/volume-files.js';
 import { removeEmptyPrefixCgroups, TEST_PREFIX, TEST_SUBNET } from './helpers/orchestrator.js';
+import { runCliWith } from './helpers/serve.js';
 
 /**
  * Volumes on real container sandboxes (docs/volumes.md), through `sbx serve` and its HTTP API:
@@ -294,6 +295,19 @@ describe('volumes on container sandboxes', () => {
     assert.equal((await api('GET', '/v1/volumes/data', undefined, keyB)).status, 200, "beta's own is untouched");
     assert.deepEqual(await loopDevicesOfStateDir(), []);
     assert.deepEqual(await mountsOfStateDir(), []);
+  });
+
+  it("the CLI: sbx volume create, ls and rm, as the key's tenant", async () => {
+    const env = { SBX_URL: `http://127.0.0.1:${port}`, SBX_API_KEY: keyB };
+    const made = await runCliWith(['volume', 'create', 'cli-vol', '--size', '16'], env);
+    assert.equal(made.code, 0, made.stderr);
+    assert.equal((JSON.parse(made.stdout) as Json).sizeMiB, 16);
+    const listed = await runCliWith(['volume', 'ls'], env);
+    assert.match(listed.stdout, /^cli-vol\s+16 MiB/m);
+    assert.equal((await api('GET', '/v1/volumes/cli-vol', undefined, keyA)).status, 404, "not another tenant's");
+    const gone = await runCliWith(['volume', 'rm', 'cli-vol'], env);
+    assert.equal(gone.code, 0, gone.stderr);
+    assert.equal((await api('GET', '/v1/volumes/cli-vol', undefined, keyB)).status, 404);
   });
 
   it('the runtime step alone: the loop and idmapped mounts of a volume timed, its view in the id range, nothing left after its release', async () => {

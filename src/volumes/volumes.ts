@@ -158,7 +158,7 @@ export class Volumes {
    * promise more than the disk has.
    */
   private checkHostSpace(sizeMiB: number): void {
-    const { dir, store } = this.opts;
+    const { dir } = this.opts;
     let free: number;
     try {
       const fs = statfsSync(path.dirname(dir));
@@ -166,13 +166,18 @@ export class Volumes {
     } catch {
       return;
     }
-    const promised = store.all().reduce((sum, r) => sum + Math.max(0, r.sizeMiB * 2 ** 20 - allocatedBytes(this.file(r))), 0);
+    const promised = this.promisedMiB() * 2 ** 20;
     if (free - promised < sizeMiB * 2 ** 20) {
       throw new OrchestratorError(
         'host_disk_low',
         `the host has ${Math.floor(free / 2 ** 20)} MiB free, ${Math.ceil(promised / 2 ** 20)} MiB of it promised to volumes: no room for ${sizeMiB} MiB more`,
       );
     }
+  }
+
+  /** What all volumes may still take of the host's disk, MiB: their sizes less what their files hold (session admission counts it too). */
+  promisedMiB(): number {
+    return this.opts.store.all().reduce((sum, r) => sum + Math.max(0, r.sizeMiB - allocatedBytes(this.file(r)) / 2 ** 20), 0);
   }
 
   /** Makes <stateDir>/volumes (root's only). */

@@ -1,10 +1,18 @@
 import assert from 'node:assert/strict';
+import { existsSync, statfsSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import Database from 'better-sqlite3';
+import { pino } from 'pino';
 import { describe, it } from 'node:test';
 import { OrchestratorError } from '../../src/errors.js';
 import { DEFAULT_VOLUME_SETTINGS } from '../../src/volumes/settings.js';
 import { VolumeHolds } from '../../src/volumes/volume-holds.js';
 import { checkGuestPath, checkVolumeMounts, checkVolumeName, checkVolumeQuota, checkVolumeSize } from '../../src/volumes/volume-names.js';
 import { volumeFile } from '../../src/volumes/volume-files.js';
+import { VolumeStore } from '../../src/volumes/volume-store.js';
+import { Volumes } from '../../src/volumes/volumes.js';
 
 /** The rules of volumes that need no sandbox: names, guest paths, sizes, quotas, and the one-writer holds. */
 function codeOf(fn: () => unknown): string | undefined {
@@ -172,5 +180,51 @@ describe('volume holds: one writer, or readers only', () => {
       codeOf(() => holds.take('t', 's2', [rw('a')])),
       'volume_in_use',
     );
+  });
+});
+
+describe('the volume service (a real SQLite store and real files, no root)', () => {
+  async function service(quotaMiB: number) {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'sbx-volumes-unit-'));
+    const volumes = new Volumes({
+      store: new VolumeStore(new Database(':memory:')),
+      dir: path.join(dir, 'volumes'),
+      settings: { ...DEFAULT_VOLUME_SETTINGS, maxMiB: 10 ** 9, quotaMiB, quotaCount: 10 },
+      log: pino({ level: 'silent' }),
+    });
+    await volumes.prepare();
+    return { volumes, dir };
+  }
+
+  it('racing creates cannot pass the quota together; a refused one leaves no row and no file', async () => {
+    const { volumes, dir } = await service(48);
+    const results = await Promise.allSettled([volumes.create('t', { name: 'a', sizeMiB: 32 }), volumes.create('t', { name: 'b', sizeMiB: 32 })]);
+    assert.deepEqual(
+      results.map((r) => r.status),
+      ['fulfilled', 'rejected'],
+    );
+    assert.equal(((results[1] as PromiseRejectedResult).reason as OrchestratorError).code, 'volume_quota_exceeded');
+    assert.deepEqual(
+      volumes.list('t').map((v) => v.name),
+      ['a'],
+    );
+    assert.deepEqual(volumes.list('other'), []);
+    assert.equal(existsSync(volumeFile(path.join(dir, 'volumes'), 't', 'b')), false);
+    assert.ok(existsSync(volumeFile(path.join(dir, 'volumes'), 't', 'a')));
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it("promises the host what volumes have not used yet; a volume bigger than the host's free space is refused", async () => {
+    const { volumes, dir } = await service(10 ** 9);
+    const made = await volumes.create('t', { name: 'a', sizeMiB: 64 });
+    assert.ok(made.usedBytes < 4 * 2 ** 20, `sparse (${made.usedBytes} bytes)`);
+    assert.ok(volumes.promisedMiB() > 60 && volumes.promisedMiB() <= 64, String(volumes.promisedMiB()));
+    const fs = statfsSync(dir);
+    const freeMiB = Math.floor((fs.bavail * fs.bsize) / 2 ** 20);
+    await assert.rejects(volumes.create('t', { name: 'huge', sizeMiB: freeMiB }), (err: OrchestratorError) => err.code === 'host_disk_low');
+    assert.equal(volumes.list('t').length, 1);
+    await volumes.delete('t', 'a');
+    assert.equal(volumes.promisedMiB(), 0);
+    await rm(dir, { recursive: true, force: true });
   });
 });

@@ -12,6 +12,7 @@ import { DEFAULT_CONSOLE_LOG_LIMITS, type ConsoleLogLimits } from '../console-lo
 import { openConsole } from '../console-pipe.js';
 import {
   RuntimeUnavailableError,
+  VM_VOLUMES_UNAVAILABLE,
   type AdoptedSandbox,
   type RecordResource,
   type RunningSandbox,
@@ -99,6 +100,7 @@ export class FirecrackerRuntime implements Runtime {
       // With snapshots, a clone answers the host from its snapshot base's address during rotation.
       hostOnlySources: settings.snapshots ? [snapshotBaseAddress(names.prefix).guest] : [],
       sharesHostKernel: false,
+      volumes: VM_VOLUMES_UNAVAILABLE,
     };
   }
 
