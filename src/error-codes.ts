@@ -52,6 +52,7 @@ export const ERROR_CODES = {
   invalid_port_token: { category: 'unauthenticated', description: 'a port token that is made up, or of another session or port' },
   expired_port_token: { category: 'unauthenticated', description: 'a port token past its ttlSeconds' },
   revoked_port_token: { category: 'unauthenticated', description: 'a revoked port token' },
+  invalid_envd_token: { category: 'unauthenticated', description: "an E2B envd call whose X-Access-Token is not its sandbox's" },
   cluster_credential_required: { category: 'unauthenticated', description: "a request to a cluster's node that did not come from one of its gateways" },
 
   invalid_host: { category: 'forbidden', description: 'keyless mode: a Host header that is not a loopback name' },
@@ -98,6 +99,7 @@ export const ERROR_CODES = {
 
   unsupported_media_type: { category: 'unsupported_media_type', description: 'a body that is not JSON where JSON is expected' },
   range_not_satisfiable: { category: 'out_of_range', description: "a Range outside the recording's bytes" },
+  e2b_unsupported: { category: 'invalid', description: 'an E2B SDK feature this surface does not offer (docs/e2b.md)' },
   desktop_action_failed: { category: 'action_failed', description: 'open or launch ran and failed in the guest' },
 
   tenant_session_limit: { category: 'limit', description: 'the tenant has as many sessions as it may' },

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
 import websocket from '@fastify/websocket';
@@ -44,6 +45,9 @@ import { fsRoutes } from './routes/fs.js';
 import type { LiveViews } from '../views/live-views.js';
 import { toolResultSchema } from '../tools/tool-result.js';
 import { bashOutputCounters, type BashOutputLimits } from '../tools/bash/output-budget.js';
+import { e2bControlRoutes } from '../e2b/control-routes.js';
+import type { E2bSandboxStore } from '../e2b/sandbox-store.js';
+import type { E2bSettings } from '../e2b/settings.js';
 import { actionResultSchema, errorSchema, sessionSchema } from './schemas.js';
 
 export interface ServerOptions {
@@ -76,6 +80,8 @@ export interface ServerOptions {
   views?: LiveViews;
   /** Guest ports on URLs (routes/ports.ts); absent: no port routes. */
   ports?: { tokens: PortTokens; settings: PortSettings };
+  /** The E2B-compatible surface (src/e2b, docs/e2b.md); absent: its routes are not there. */
+  e2b?: { store: E2bSandboxStore; settings: E2bSettings };
 }
 
 /** The limit label of sandbox_api_requests_refused_total for each cap's refusal. */
@@ -104,7 +110,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     // req-1 on every restart and so would name several requests in one log.
     genReqId: () => randomBytes(8).toString('hex'),
     // `<port>-<id>.<domain>` is routed as the path-based form of that port (ports/host-routing.ts).
-    ...(opts.ports?.settings.domain ? { rewriteUrl: portHostRewriter(opts.ports.settings.domain) } : {}),
+    ...rewriter(opts),
     ajv: {
       // Reject what the schema does not allow instead of silently dropping or converting it.
       customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false },
@@ -131,10 +137,11 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   // On the root instance, before any route: every route is authenticated, then scoped to
   // the tenant, unless auth/request-identity.ts lists it as open.
   const portTokens = opts.ports?.tokens;
-  installAuth(
-    app,
-    portTokens ? { ...opts.auth, ports: { presented: presentedPortToken, verify: (token, id, port) => portTokens.verify(token, id, port) } } : opts.auth,
-  );
+  const e2b = opts.e2b;
+  installAuth(app, {
+    ...opts.auth,
+    ...(portTokens ? { ports: { presented: presentedPortToken, verify: (token, id, port) => portTokens.verify(token, id, port) } } : {}),
+  });
   const gate = new TenantRequestGate(opts.tenantRequestLimits ?? DEFAULT_TENANT_REQUEST_LIMITS, opts.tenantRequestLimitOverrides);
   installTenantRequestLimits(app, gate, (limit) => opts.metrics.requestsRefused.inc({ limit }));
   installTenantScope(app, {
@@ -232,5 +239,17 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   if (opts.views) await app.register(viewRoutes, { views: opts.views });
   await app.register(processRoutes, { manager: opts.manager, streams });
   await app.register(fsRoutes, { manager: opts.manager, streams });
+  if (e2b) {
+    const domain = opts.ports?.settings.domain;
+    await app.register(e2bControlRoutes, { manager: opts.manager, store: e2b.store, settings: e2b.settings, domain });
+  }
   return app;
+}
+
+/** The server's rewriteUrl: the host-based guest ports; none when they are off. */
+function rewriter(opts: ServerOptions): { rewriteUrl?: (req: IncomingMessage) => string } {
+  const domain = opts.ports?.settings.domain;
+  const ports = domain ? portHostRewriter(domain) : undefined;
+  if (!ports) return {};
+  return { rewriteUrl: (req) => ports(req) };
 }

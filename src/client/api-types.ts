@@ -261,6 +261,8 @@ export type ErrorCode =
   | 'expired_port_token'
   /** a revoked port token */
   | 'revoked_port_token'
+  /** an E2B envd call whose X-Access-Token is not its sandbox's */
+  | 'invalid_envd_token'
   /** a request to a cluster's node that did not come from one of its gateways */
   | 'cluster_credential_required'
   /** keyless mode: a Host header that is not a loopback name */
@@ -339,6 +341,8 @@ export type ErrorCode =
   | 'unsupported_media_type'
   /** a Range outside the recording's bytes */
   | 'range_not_satisfiable'
+  /** an E2B SDK feature this surface does not offer (docs/e2b.md) */
+  | 'e2b_unsupported'
   /** open or launch ran and failed in the guest */
   | 'desktop_action_failed'
   /** the tenant has as many sessions as it may */
