@@ -46,6 +46,8 @@ import type { LiveViews } from '../views/live-views.js';
 import { toolResultSchema } from '../tools/tool-result.js';
 import { bashOutputCounters, type BashOutputLimits } from '../tools/bash/output-budget.js';
 import { e2bControlRoutes } from '../e2b/control-routes.js';
+import { envdRewriter, envdTokenCheck } from '../e2b/envd-access.js';
+import { envdRoutes } from '../e2b/envd-routes.js';
 import type { E2bSandboxStore } from '../e2b/sandbox-store.js';
 import type { E2bSettings } from '../e2b/settings.js';
 import { actionResultSchema, errorSchema, sessionSchema } from './schemas.js';
@@ -109,7 +111,8 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     // (errors.ts): random rather than fastify's per-process counter, which starts again at
     // req-1 on every restart and so would name several requests in one log.
     genReqId: () => randomBytes(8).toString('hex'),
-    // `<port>-<id>.<domain>` is routed as the path-based form of that port (ports/host-routing.ts).
+    // `<port>-<id>.<domain>` is routed as the path-based form of that port (ports/host-routing.ts),
+    // E2B's envd calls (by its port's host name, or its E2b-Sandbox-Id header) to their routes.
     ...rewriter(opts),
     ajv: {
       // Reject what the schema does not allow instead of silently dropping or converting it.
@@ -141,6 +144,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   installAuth(app, {
     ...opts.auth,
     ...(portTokens ? { ports: { presented: presentedPortToken, verify: (token, id, port) => portTokens.verify(token, id, port) } } : {}),
+    ...(e2b ? { envd: envdTokenCheck(e2b.store, (id) => opts.manager.tenantOf(id)) } : {}),
   });
   const gate = new TenantRequestGate(opts.tenantRequestLimits ?? DEFAULT_TENANT_REQUEST_LIMITS, opts.tenantRequestLimitOverrides);
   installTenantRequestLimits(app, gate, (limit) => opts.metrics.requestsRefused.inc({ limit }));
@@ -242,14 +246,16 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   if (e2b) {
     const domain = opts.ports?.settings.domain;
     await app.register(e2bControlRoutes, { manager: opts.manager, store: e2b.store, settings: e2b.settings, domain });
+    await app.register(envdRoutes, { manager: opts.manager, store: e2b.store, maxFileBytes: opts.maxFileBytes, streams });
   }
   return app;
 }
 
-/** The server's rewriteUrl: the host-based guest ports; none when they are off. */
+/** The server's rewriteUrl: envd's calls first, then the host-based guest ports; none when neither is on. */
 function rewriter(opts: ServerOptions): { rewriteUrl?: (req: IncomingMessage) => string } {
   const domain = opts.ports?.settings.domain;
   const ports = domain ? portHostRewriter(domain) : undefined;
-  if (!ports) return {};
-  return { rewriteUrl: (req) => ports(req) };
+  const envd = opts.e2b ? envdRewriter(domain) : undefined;
+  if (!ports && !envd) return {};
+  return { rewriteUrl: (req) => envd?.(req) ?? ports?.(req) ?? req.url ?? '/' };
 }
