@@ -1,12 +1,19 @@
+import path from 'node:path';
+import { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { InvalidRequestError, OrchestratorError } from '../errors.js';
+import { FsCalls } from '../files/fs-calls.js';
+import { SandboxFiles } from '../files/sandbox-files.js';
 import { DEFAULT_PROCESS_LIMITS, type ProcessLimits } from '../processes/limits.js';
 import { sessionProcesses } from '../processes/session-processes.js';
 import type { FileSessions, SessionPausing, ToolSessions } from '../sessions/ports.js';
 import type { StreamSlots } from '../api/stream-slots.js';
 import { ConnectStream, MAX_CONNECT_MESSAGE_BYTES, requestMessage, streamError, STREAM_TYPE, UNARY_TYPE } from './connect-protocol.js';
 import { CONNECT_HTTP_STATUS, e2bFailure } from './errors.js';
-import { ENVD_PREFIX } from './envd-access.js';
+import { checkUser, ENVD_PREFIX, envdPath } from './envd-access.js';
+import { filesystemCall, type WatcherTable } from './envd-filesystem.js';
 import { processCall } from './envd-process.js';
+import { multipartBoundary, parseMultipart } from './multipart.js';
 import type { E2bSandboxStore } from './sandbox-store.js';
 
 export interface EnvdRoutesOptions {
@@ -80,6 +87,16 @@ export async function envdRoutes(app: FastifyInstance, opts: EnvdRoutesOptions):
     required: ['id', 'method'],
     properties: { id: { type: 'string', maxLength: 64 }, method: { type: 'string', pattern: '^[A-Za-z]{1,64}$' } },
   } as const;
+  const watchersOf = (id: string) =>
+    manager.attachment<WatcherTable>(id, 'e2b-watchers', async ({ cleanup }) => {
+      const table: WatcherTable = { watchers: new Map() };
+      await cleanup.push('e2b-watchers', () => {
+        for (const kept of table.watchers.values()) kept.watch.stop();
+        table.watchers.clear();
+      });
+      return table;
+    });
+
   /** A call's response as a stream: it takes one of the tenant's stream slots (429 beyond) and gives back its request slot. */
   const streamOf = (request: FastifyRequest, reply: FastifyReply) => () => {
     opts.streams.open(request, reply);
@@ -94,6 +111,68 @@ export async function envdRoutes(app: FastifyInstance, opts: EnvdRoutesOptions):
     return answer === undefined ? reply : answer;
   });
 
+  app.post<EnvdRequest>(`${ENVD_PREFIX}/:id/filesystem.Filesystem/:method`, { config, schema: { params } }, async (request, reply) => {
+    const message = requestMessage(request);
+    const connection = manager.connection(request.params.id);
+    const fs = new FsCalls(await connection.sftp(), connection);
+    const answer = await filesystemCall(request.params.method, message, fs, await watchersOf(request.params.id), request, streamOf(request, reply));
+    return answer === undefined ? reply : answer;
+  });
+
   const idOnly = { type: 'object', required: ['id'], properties: { id: { type: 'string', maxLength: 64 } } } as const;
+  const filesQuery = {
+    type: 'object',
+    properties: {
+      path: { type: 'string', maxLength: 4096 },
+      username: { type: 'string', maxLength: 64 },
+      signature: { type: 'string' },
+      signature_expiration: { type: 'integer' },
+    },
+  } as const;
+  type FilesRequest = { Params: { id: string }; Querystring: { path?: string; username?: string } };
+
+  app.get<FilesRequest>(`${ENVD_PREFIX}/:id/files`, { config, schema: { params: idOnly, querystring: filesQuery } }, async (request, reply) => {
+    checkUser(request, request.query.username);
+    const file = envdPath(request.query.path);
+    const files = await SandboxFiles.on(manager.connection(request.params.id));
+    const download = await files.download(file, opts.maxFileBytes, manager.transferActivity(request.params.id));
+    return reply
+      .header('content-type', 'application/octet-stream')
+      .header('content-length', String(download.size))
+      .header('content-disposition', `attachment; filename*=UTF-8''${encodeURIComponent(path.posix.basename(file))}`)
+      .send(download.stream);
+  });
+
+  app.post<FilesRequest>(`${ENVD_PREFIX}/:id/files`, { config, schema: { params: idOnly, querystring: filesQuery } }, async (request) => {
+    checkUser(request, request.query.username);
+    const connection = manager.connection(request.params.id);
+    const files = await SandboxFiles.on(connection);
+    const fs = new FsCalls(await connection.sftp(), connection);
+    const activity = manager.transferActivity(request.params.id);
+    const uploads: Array<{ file: string; source: Readable }> = [];
+    const boundary = multipartBoundary(request.headers['content-type']);
+    if (boundary) {
+      for (const part of parseMultipart(request.body as Buffer, boundary)) {
+        if (part.name !== 'file') continue;
+        const target = request.query.path ?? part.filename;
+        uploads.push({ file: envdPath(target, 'path'), source: Readable.from([part.data]) });
+      }
+    } else if (request.body instanceof Readable) {
+      uploads.push({ file: envdPath(request.query.path), source: request.body });
+    }
+    if (uploads.length === 0)
+      throw new InvalidRequestError('the body carries no file: send multipart/form-data with "file" parts, or application/octet-stream with ?path=');
+    const written: Array<{ name: string; type: 'file'; path: string }> = [];
+    for (const upload of uploads) {
+      // envd makes the parent directories of a file it writes.
+      await fs.mkdir(path.posix.dirname(upload.file)).catch((err: unknown) => {
+        throw err instanceof OrchestratorError ? err : new OrchestratorError('file_transfer_failed', (err as Error).message);
+      });
+      const result = await files.upload(upload.file, upload.source, { maxBytes: opts.maxFileBytes, onProgress: activity });
+      written.push({ name: path.posix.basename(result.path), type: 'file', path: result.path });
+    }
+    return written;
+  });
+
   app.get<{ Params: { id: string } }>(`${ENVD_PREFIX}/:id/health`, { config, schema: { params: idOnly } }, async (_request, reply) => reply.status(204).send());
 }
