@@ -56,7 +56,32 @@ async function cpuMsOf(pid: number): Promise<number> {
   return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
 }
 
-/** Posts `total` bytes chunked (no length) until the server answers; what it answered, and how much was sent by then. */
+/** Announces `length` bytes of body, sends 64 KiB of them, and waits for the answer. */
+function announce(url: string, headers: Record<string, string>, length: number): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const target = new URL(url);
+    const req = http.request({
+      host: target.hostname,
+      port: target.port,
+      path: target.pathname,
+      method: 'POST',
+      headers: { ...headers, 'content-length': String(length) },
+      agent: false,
+    });
+    req.on('response', (res) => {
+      const parts: Buffer[] = [];
+      res.on('data', (c: Buffer) => parts.push(c));
+      res.on('end', () => {
+        req.destroy();
+        resolve({ status: res.statusCode ?? 0, body: Buffer.concat(parts).toString() });
+      });
+    });
+    req.on('error', reject);
+    req.write(Buffer.alloc(64 * 1024, 0x20));
+  });
+}
+
+/** Posts `total` bytes (chunked unless a content-length is given) until the server answers; what it answered, and how much was sent by then. */
 function sendChunked(url: string, headers: Record<string, string>, total: number): Promise<{ body: string; sent: number }> {
   return new Promise((resolve, reject) => {
     const target = new URL(url);
@@ -258,6 +283,7 @@ describe('the e2b SDK against sbx serve', { timeout: 300_000 }, () => {
 
   it("errors are the SDK's own: unknown sandbox, wrong access token, a missing path; another tenant's key reaches nothing", async () => {
     await assert.rejects(e2b.Sandbox.connect('zzzzzzzzzz'), e2b.NotFoundError);
+    await assert.rejects(e2b.Sandbox.list({ apiKey: `sbx_aaaaaaaaaaaa_${'c'.repeat(43)}` }).nextItems(), e2b.AuthenticationError);
     await assert.rejects(sbx.files.read('/home/user/nope.txt'), e2b.NotFoundError);
     await assert.rejects(sbx.files.getInfo('/nope'), e2b.NotFoundError);
     const stolen = await e2b.Sandbox.connect(sbx.sandboxId);
@@ -284,10 +310,10 @@ describe('the e2b SDK against sbx serve', { timeout: 300_000 }, () => {
     const pid = serve.child.pid as number;
     const before = await memoryOf(pid);
     // 64 MiB announced: answered at once, nothing read.
-    const big = Buffer.alloc(64 * 1024 * 1024, 0x20);
-    const refused = await request(`${serve.url}/process.Process/Start`, { method: 'POST', headers, body: big });
+    // 64 MiB announced, 64 KiB sent: answered from the length, without waiting for the rest.
+    const refused = await announce(`${serve.url}/process.Process/Start`, headers, 64 * 1024 * 1024);
     assert.equal(refused.status, 200, 'a streaming call fails in its end-of-stream message');
-    assert.match(refused.body.subarray(5).toString(), /resource_exhausted.*connect_message_too_large/);
+    assert.match(refused.body, /resource_exhausted.*connect_message_too_large/);
     const afterBig = await memoryOf(pid);
     assert.ok(afterBig.peakMiB - before.peakMiB < 32, `peak RSS grew ${afterBig.peakMiB - before.peakMiB} MiB for a 64 MiB body`);
     // The same 64 MiB without a length (chunked): counted as it comes, cut off at the cap.
@@ -321,8 +347,9 @@ describe('the e2b SDK against sbx serve', { timeout: 300_000 }, () => {
     const again = (await api('GET', `/v1/sessions/${sbx.sandboxId}/processes`)).json.processes as Array<Json>;
     const atSix = Number(again.find((p) => p.pid === yes.pid)?.outputBytes);
     const mem = await memoryOf(pid);
+    assert.equal((await sbx.commands.run('echo still-served')).stdout, 'still-served\n');
     console.log(
-      `e2b red team: 64 MiB body: peak RSS +${afterBig.peakMiB - before.peakMiB} MiB; chunked: ${chunked.sent} B taken, peak +${afterChunked.peakMiB - before.peakMiB} MiB, ${cpuChunked} ms CPU; unread flood: ${atFour} B read at 4 s, ${atSix} B at 6 s, RSS +${mem.rssMiB - before.rssMiB} MiB`,
+      `e2b red team: 64 MiB announced: peak RSS +${afterBig.peakMiB - before.peakMiB} MiB; chunked: ${chunked.sent} B taken, peak +${afterChunked.peakMiB - before.peakMiB} MiB, ${cpuChunked} ms CPU; unread flood: ${atFour} B read at 4 s, ${atSix} B at 6 s, RSS +${mem.rssMiB - before.rssMiB} MiB`,
     );
     res.destroy();
     await sbx.commands.kill(Number(yes.pid));
@@ -349,8 +376,10 @@ describe('the e2b SDK against sbx serve', { timeout: 300_000 }, () => {
     assert.equal((await again.commands.run('echo back')).stdout, 'back\n');
   });
 
-  it('kill ends the session: gone from GET /v1/sessions', async () => {
+  it('kill ends the session: gone from GET /v1/sessions, and from E2B', async () => {
     await sbx.kill();
+    assert.equal(await e2b.Sandbox.kill(sbx.sandboxId), false, 'a second kill finds nothing');
+    await assert.rejects(e2b.Sandbox.connect(sbx.sandboxId), e2b.NotFoundError);
     const got = await api('GET', `/v1/sessions/${sbx.sandboxId}`);
     assert.notEqual(got.json.state, 'ready');
     const listed = await api('GET', '/v1/sessions');

@@ -72,7 +72,10 @@ export async function e2bControlRoutes(app: FastifyInstance, opts: E2bControlOpt
   const own = (request: FastifyRequest<{ Params: { sandboxID: string } }>): SessionView => {
     const id = request.params.sandboxID;
     if (!SESSION_ID_PATTERN.test(id) || manager.tenantOf(id) !== request.tenant) throw new NotFoundError(`sandbox ${id} not found`);
-    return manager.get(id);
+    const session = manager.get(id);
+    // An ended session is no sandbox for E2B (its kill answers false, its connect 404).
+    if (e2bState(session) === undefined) throw new NotFoundError(`sandbox ${id} not found (its session is ${session.state})`);
+    return session;
   };
 
   const create = async (request: FastifyRequest<{ Body: NewSandboxBody }>, reply: FastifyReply) => {
