@@ -9,6 +9,7 @@ import type { Env } from './util/env.js';
 import { liveViewCapsFromEnv, type LiveViewCaps } from './views/settings.js';
 import { runSettingsFromEnv, type RunSettings } from './runs/settings.js';
 import { portSettingsFromEnv, type PortSettings } from './ports/settings.js';
+import { e2bSettingsFromEnv, type E2bSettings } from './e2b/settings.js';
 
 /**
  * The aggregator: everything the orchestrator can be told, each part's settings side by side.
@@ -32,6 +33,8 @@ export interface OrchestratorConfig extends ApiSettings, SessionSettings, Networ
   runs: RunSettings;
   /** Guest ports on URLs: the host-based form's wildcard domain and the per-session bounds (SBX_PORTS_DOMAIN, SBX_PORT_*). */
   ports: PortSettings;
+  /** The E2B-compatible surface: which of our templates E2B's names mean (SBX_E2B_*; docs/e2b.md). */
+  e2b: E2bSettings;
 }
 
 /** The configuration an environment describes; a bad value throws, naming the variable. */
@@ -47,6 +50,7 @@ export function defaultConfig(env: Env): OrchestratorConfig {
     liveViews: liveViewCapsFromEnv(env),
     runs: runSettingsFromEnv(env),
     ports: portSettingsFromEnv(env),
+    e2b: e2bSettingsFromEnv(env),
   };
 }
 

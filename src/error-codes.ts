@@ -53,6 +53,7 @@ export const ERROR_CODES = {
   invalid_port_token: { category: 'unauthenticated', description: 'a port token that is made up, or of another session or port' },
   expired_port_token: { category: 'unauthenticated', description: 'a port token past its ttlSeconds' },
   revoked_port_token: { category: 'unauthenticated', description: 'a revoked port token' },
+  invalid_envd_token: { category: 'unauthenticated', description: "an E2B envd call whose X-Access-Token is not its sandbox's" },
   cluster_credential_required: { category: 'unauthenticated', description: "a request to a cluster's node that did not come from one of its gateways" },
 
   invalid_host: { category: 'forbidden', description: 'keyless mode: a Host header that is not a loopback name' },
@@ -100,12 +101,14 @@ export const ERROR_CODES = {
   session_lost: { category: 'gone', description: "through a gateway: the session's node stopped heartbeating" },
 
   body_too_large: { category: 'too_large', description: 'a JSON body over its cap' },
+  connect_message_too_large: { category: 'too_large', description: 'an E2B envd Connect message over its cap, refused before it was parsed' },
   clipboard_too_large: { category: 'too_large', description: "the sandbox's clipboard holds more than may be read" },
   volume_quota_exceeded: { category: 'too_large', description: "a volume over the tenant's quota (the message names it: SBX_VOLUME_QUOTA_MIB or _COUNT)" },
   file_too_large: { category: 'too_large', description: 'a file over SBX_MAX_FILE_BYTES' },
 
   unsupported_media_type: { category: 'unsupported_media_type', description: 'a body that is not JSON where JSON is expected' },
   range_not_satisfiable: { category: 'out_of_range', description: "a Range outside the recording's bytes" },
+  e2b_unsupported: { category: 'invalid', description: 'an E2B SDK feature this surface does not offer (docs/e2b.md)' },
   desktop_action_failed: { category: 'action_failed', description: 'open or launch ran and failed in the guest' },
 
   tenant_session_limit: { category: 'limit', description: 'the tenant has as many sessions as it may' },

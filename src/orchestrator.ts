@@ -32,6 +32,7 @@ import { RunManager, type AnthropicSettings } from './runs/runs.js';
 import { LiveViews, type LiveViewSettings } from './views/live-views.js';
 import { DEFAULT_LIVE_VIEW_SETTINGS } from './views/settings.js';
 import { ViewTokens } from './views/view-tokens.js';
+import { E2bSandboxStore } from './e2b/sandbox-store.js';
 import { PortTokens } from './ports/port-tokens.js';
 import type { PortSettings } from './ports/settings.js';
 
@@ -281,6 +282,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
   const server = await buildServer({
     views,
     ports: { tokens: new PortTokens(store.database), settings: { ...config.ports, ...options.ports } },
+    e2b: { store: new E2bSandboxStore(store.database), settings: config.e2b },
     manager,
     runs,
     templates,

@@ -60,6 +60,12 @@ describe('the configuration an environment describes', () => {
       recording: { dir: undefined, fps: 5, maxBytes: 256 * MiB, maxSeconds: 3600, keepSeconds: 7 * 24 * 3600, totalMaxBytes: 4096 * MiB },
       liveViews: { maxViewersPerSession: 8, maxViewersPerTenant: 16 },
       ports: { maxChannelsPerSession: 32, idleTimeoutMs: 300_000 },
+      e2b: {
+        templates: new Map([
+          ['base', 'minimal'],
+          ['desktop', 'desktop'],
+        ]),
+      },
       runs: {
         models: ['claude-sonnet-4-6', 'claude-opus-4-6', 'claude-opus-4-5', 'claude-haiku-4-5'],
         tenantModels: new Map(),

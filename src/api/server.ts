@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
 import websocket from '@fastify/websocket';
@@ -46,6 +47,11 @@ import { volumeRoutes, type VolumeDirectory } from './routes/volumes.js';
 import type { LiveViews } from '../views/live-views.js';
 import { toolResultSchema } from '../tools/tool-result.js';
 import { bashOutputCounters, type BashOutputLimits } from '../tools/bash/output-budget.js';
+import { e2bControlRoutes } from '../e2b/control-routes.js';
+import { envdRewriter, envdTokenCheck } from '../e2b/envd-access.js';
+import { envdRoutes } from '../e2b/envd-routes.js';
+import type { E2bSandboxStore } from '../e2b/sandbox-store.js';
+import type { E2bSettings } from '../e2b/settings.js';
 import { actionResultSchema, errorSchema, sessionSchema } from './schemas.js';
 
 export interface ServerOptions {
@@ -80,6 +86,8 @@ export interface ServerOptions {
   ports?: { tokens: PortTokens; settings: PortSettings };
   /** Volumes (routes/volumes.ts); absent: no volume routes. */
   volumes?: VolumeDirectory;
+  /** The E2B-compatible surface (src/e2b, docs/e2b.md); absent: its routes are not there. */
+  e2b?: { store: E2bSandboxStore; settings: E2bSettings };
 }
 
 /** The limit label of sandbox_api_requests_refused_total for each cap's refusal. */
@@ -107,8 +115,9 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     // (errors.ts): random rather than fastify's per-process counter, which starts again at
     // req-1 on every restart and so would name several requests in one log.
     genReqId: () => randomBytes(8).toString('hex'),
-    // `<port>-<id>.<domain>` is routed as the path-based form of that port (ports/host-routing.ts).
-    ...(opts.ports?.settings.domain ? { rewriteUrl: portHostRewriter(opts.ports.settings.domain) } : {}),
+    // `<port>-<id>.<domain>` is routed as the path-based form of that port (ports/host-routing.ts),
+    // E2B's envd calls (by its port's host name, or its E2b-Sandbox-Id header) to their routes.
+    ...rewriter(opts),
     ajv: {
       // Reject what the schema does not allow instead of silently dropping or converting it.
       customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false },
@@ -135,10 +144,12 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   // On the root instance, before any route: every route is authenticated, then scoped to
   // the tenant, unless auth/request-identity.ts lists it as open.
   const portTokens = opts.ports?.tokens;
-  installAuth(
-    app,
-    portTokens ? { ...opts.auth, ports: { presented: presentedPortToken, verify: (token, id, port) => portTokens.verify(token, id, port) } } : opts.auth,
-  );
+  const e2b = opts.e2b;
+  installAuth(app, {
+    ...opts.auth,
+    ...(portTokens ? { ports: { presented: presentedPortToken, verify: (token, id, port) => portTokens.verify(token, id, port) } } : {}),
+    ...(e2b ? { envd: envdTokenCheck(e2b.store, (id) => opts.manager.tenantOf(id)) } : {}),
+  });
   const gate = new TenantRequestGate(opts.tenantRequestLimits ?? DEFAULT_TENANT_REQUEST_LIMITS, opts.tenantRequestLimitOverrides);
   installTenantRequestLimits(app, gate, (limit) => opts.metrics.requestsRefused.inc({ limit }));
   installTenantScope(app, {
@@ -238,5 +249,19 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   if (opts.views) await app.register(viewRoutes, { views: opts.views, paused: opts.manager });
   await app.register(processRoutes, { manager: opts.manager, streams });
   await app.register(fsRoutes, { manager: opts.manager, streams });
+  if (e2b) {
+    const domain = opts.ports?.settings.domain;
+    await app.register(e2bControlRoutes, { manager: opts.manager, store: e2b.store, settings: e2b.settings, domain });
+    await app.register(envdRoutes, { manager: opts.manager, store: e2b.store, maxFileBytes: opts.maxFileBytes, streams });
+  }
   return app;
+}
+
+/** The server's rewriteUrl: envd's calls first, then the host-based guest ports; none when neither is on. */
+function rewriter(opts: ServerOptions): { rewriteUrl?: (req: IncomingMessage) => string } {
+  const domain = opts.ports?.settings.domain;
+  const ports = domain ? portHostRewriter(domain) : undefined;
+  const envd = opts.e2b ? envdRewriter(domain) : undefined;
+  if (!ports && !envd) return {};
+  return { rewriteUrl: (req) => envd?.(req) ?? ports?.(req) ?? req.url ?? '/' };
 }

@@ -300,6 +300,8 @@ export type ErrorCode =
   | 'expired_port_token'
   /** a revoked port token */
   | 'revoked_port_token'
+  /** an E2B envd call whose X-Access-Token is not its sandbox's */
+  | 'invalid_envd_token'
   /** a request to a cluster's node that did not come from one of its gateways */
   | 'cluster_credential_required'
   /** keyless mode: a Host header that is not a loopback name */
@@ -382,6 +384,8 @@ export type ErrorCode =
   | 'session_lost'
   /** a JSON body over its cap */
   | 'body_too_large'
+  /** an E2B envd Connect message over its cap, refused before it was parsed */
+  | 'connect_message_too_large'
   /** the sandbox's clipboard holds more than may be read */
   | 'clipboard_too_large'
   /** a volume over the tenant's quota (the message names it: SBX_VOLUME_QUOTA_MIB or _COUNT) */
@@ -392,6 +396,8 @@ export type ErrorCode =
   | 'unsupported_media_type'
   /** a Range outside the recording's bytes */
   | 'range_not_satisfiable'
+  /** an E2B SDK feature this surface does not offer (docs/e2b.md) */
+  | 'e2b_unsupported'
   /** open or launch ran and failed in the guest */
   | 'desktop_action_failed'
   /** the tenant has as many sessions as it may */

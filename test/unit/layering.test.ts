@@ -42,6 +42,8 @@ const LAYER_OF_TOP: Record<string, number | undefined> = {
   cluster: 5.5,
   api: 5,
   mcp: 5,
+  // E2B's API (issue 26): routes beside ours, on the sessions, processes and files; served by api/.
+  e2b: 5,
   // Live views sit on the sessions (their connection, takeover) and under the routes.
   views: 4.5,
   // Guest ports on URLs and the desktop's browser over CDP (issue 24): on the sessions' connections, under the routes.

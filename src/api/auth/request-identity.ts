@@ -23,7 +23,18 @@ declare module 'fastify' {
     linkPurpose?: LinkPurpose;
     /** A guest port's route: it also opens with a port token of its session and port (routes/ports.ts). */
     portAccess?: boolean;
+    /**
+     * A route of the E2B surface (src/e2b): `api-key` takes our API key in E2B's X-API-Key
+     * header too; `envd` is opened by its sandbox's envd access token (X-Access-Token), not a key.
+     */
+    e2b?: 'api-key' | 'envd';
   }
+}
+
+/** What the auth hook needs of the E2B surface: the tenant an envd request's access token opens. */
+export interface EnvdTokenCheck {
+  /** The tenant of the sandbox the request names, or throws (404 unknown sandbox, 401 wrong token). */
+  verify(request: FastifyRequest): string;
 }
 
 /** What the auth hook needs of port tokens: where a request presents one, and whether it opens the request's port. */
@@ -43,6 +54,8 @@ export interface AuthOptions {
   ports?: PortTokenCheck;
   /** A cluster's node: its gateways authenticate clients, the node checks the gateway (cluster-identity.ts). */
   cluster?: ClusterAuth;
+  /** The E2B surface's envd routes (config.e2b 'envd'); absent: they open with nothing. */
+  envd?: EnvdTokenCheck;
 }
 
 /**
@@ -95,7 +108,14 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
       return;
     }
     if (route !== undefined && OPEN_ROUTES.has(route)) return;
-    const hasKey = request.headers.authorization !== undefined;
+    if (request.routeOptions.config.e2b === 'envd') {
+      // Fail closed: without the check wired in, an envd route opens for nobody.
+      if (!opts.envd) throw missingKeyError();
+      request.tenant = opts.envd.verify(request);
+      bindRequestLog(request, reply, { tenant: request.tenant });
+      return;
+    }
+    const hasKey = request.headers.authorization !== undefined || e2bApiKey(request) !== undefined;
     if (!hasKey && route !== undefined && LOCAL_ROUTES.has(route) && isLoopbackAddress(request.socket.remoteAddress ?? '')) {
       assertNotFromAWebPage(request.headers, request.socket.localPort);
       return;
@@ -188,6 +208,8 @@ function openWithPortToken(request: FastifyRequest, reply: FastifyReply, ports: 
 function identify(request: FastifyRequest, opts: AuthOptions): Identity {
   const header = request.headers.authorization;
   if (header !== undefined) return verifyAuthorization(header, opts.keys);
+  const e2bKey = e2bApiKey(request);
+  if (e2bKey !== undefined) return verifyAuthorization(`Bearer ${e2bKey}`, opts.keys);
   if (opts.requirement.keysRequired()) throw missingKeyError();
   // Keyless: trusted because it comes from this machine, so it must not come from a web page.
   assertNotFromAWebPage(request.headers, request.socket.localPort);
@@ -203,4 +225,11 @@ function keylessCaller(request: FastifyRequest, opts: AuthOptions): boolean {
   } catch {
     return false;
   }
+}
+
+/** The E2B SDK's X-API-Key on an E2B control-plane route (one of our keys, checked as a Bearer one). */
+function e2bApiKey(request: FastifyRequest): string | undefined {
+  if (request.routeOptions.config.e2b !== 'api-key') return undefined;
+  const key = request.headers['x-api-key'];
+  return typeof key === 'string' ? key.trim() : undefined;
 }
