@@ -20,6 +20,7 @@
  * BENCH_N screenshots, BENCH_GATEWAY_ACTIONS (200) actions, BENCH_LIVE_VIEW_SECONDS (10) of
  * live view each way) and the placement simulation; `npm run bench -- gateway` runs those alone.
  * Issue 24's guest-port and CDP figures (guest-ports.ts): `npm run bench -- ports` runs those alone.
+ * Issue 27's create figures (create-bench.ts): `npm run bench -- create` (BENCH_CREATES, 10 there).
  */
 import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { removeTreeOnOneMount } from '../host/remove-tree.js';
@@ -46,6 +47,7 @@ import { buildResults, printReport } from './report.js';
 import { compareScreenshots, staticAndChanging } from './screenshots.js';
 import { summarize, timeIt } from './stats.js';
 import { measureWarmCreates } from './warm-create.js';
+import { printCreateFigures } from './create-bench.js';
 import { measurePause } from './pause.js';
 import { measureTemplate, type TemplateFigures } from './templates.js';
 import { measureLoopOverhead, startZeroLatencyModel } from './run-loop.js';
@@ -384,7 +386,12 @@ async function pauseAlone(): Promise<void> {
   }
 }
 
+const CREATE = {
+  config: { ...defaultConfig(process.env), subnet: process.env.SBX_SUBNET || '10.244.0.0/16' },
+  creates: Number(process.env.BENCH_CREATES || 10),
+};
 const PARTS: Record<string, () => Promise<void>> = { 'placement-tx': placementTxAlone, gateway: gatewayAlone, pause: pauseAlone, ports: portsAlone };
+PARTS.create = () => printCreateFigures(CREATE);
 (PARTS[process.argv[2] ?? ''] ?? main)().catch((err: unknown) => {
   console.error(`bench: ${err instanceof Error ? err.stack : String(err)}`);
   process.exit(1);

@@ -17,6 +17,7 @@ import { generateSessionKeys, publicKeyBlob, writeSessionKeys, type SessionKeys 
 import { guestTransport } from '../transport/index.js';
 import { OrchestratorError } from '../errors.js';
 import { CleanupStack } from '../util/cleanup-stack.js';
+import type { StepTimes } from '../util/step-times.js';
 import type { Session } from './session.js';
 import type { ResourceKind } from './resource-ledger.js';
 import { removeSessionDir, type CountKeptDir } from './session-dir.js';
@@ -44,6 +45,8 @@ export interface BootContext {
   consoleLog?: ConsoleLogLimits;
   /** Counts a session directory left on disk because something is still mounted in it. */
   countKeptDir?: CountKeptDir;
+  /** Where the boot's steps record their times (logged with 'session ready', read by the bench). */
+  steps?: StepTimes;
 }
 
 export function sessionDirOf(stateDir: string, sessionId: string): string {
@@ -114,8 +117,7 @@ async function startSandbox(session: Session, lease: AddressLease | undefined, c
   const { id, width, height } = session.record;
   const sessionDir = sessionDirOf(ctx.stateDir, id);
   const configDir = configDirOf(ctx.stateDir, id);
-  const started = performance.now();
-  const step = (name: string) => ctx.log.debug({ step: name, ms: Math.round(performance.now() - started) }, 'boot step done');
+  const step = (name: string) => ctx.steps?.mark(name);
   const record = (kind: ResourceKind, name: string): void => ctx.ledger?.(id, kind, name);
 
   // Pushed before the directory exists, so it goes last and even a half-written key is removed.
@@ -174,11 +176,12 @@ async function startSandbox(session: Session, lease: AddressLease | undefined, c
       record,
       leaseIdRange: ctx.leaseIdRange && ((base, size, count, takeHostWide) => ctx.leaseIdRange!(id, base, size, count, takeHostWide)),
       vmUser,
+      step,
     },
     session.cleanup,
   );
   session.sandbox = sandbox;
-  step('runtime started');
+  step('runtime: the rest');
   return { sandbox, keys, deadline, logsDir };
 }
 
@@ -211,7 +214,7 @@ export async function attachDesktop(
   clientPrivateKey: string,
   pinnedHostKey: Buffer,
   deadline: number,
-  ctx: Pick<BootContext, 'display' | 'settle' | 'sshReconnectGiveUpMs'>,
+  ctx: Pick<BootContext, 'display' | 'settle' | 'sshReconnectGiveUpMs' | 'steps'>,
   /**
    * 'await' (a boot, an adoption): ready once the display answers. 'background' (a resume:
    * the display answered before the pause): ready once SSH is up, the desktop helpers
@@ -235,12 +238,16 @@ export async function attachDesktop(
     connection.close();
   };
   await connection.open(remaining(deadline), () => sandbox.isAlive());
+  ctx.steps?.mark('ssh handshake');
 
   const screen = { width, height };
   const desktop = new Desktop(connection, ctx.display, screen);
   await session.cleanup.push('desktop input', () => desktop.close());
   desktopOf = desktop;
-  if (display === 'await') await waitForDisplay(desktop, deadline, () => sandbox.isAlive());
+  if (display === 'await') {
+    await waitForDisplay(desktop, deadline, () => sandbox.isAlive());
+    ctx.steps?.mark('helpers and display');
+  }
   // A display that does not answer is reported by the first action, as on any session.
   else void waitForDisplay(desktop, deadline, () => sandbox.isAlive()).catch(() => undefined);
   const model = { width: session.record.modelWidth, height: session.record.modelHeight };

@@ -193,6 +193,7 @@ export class HostSandboxes implements SandboxHost {
     const image = session.image ?? this.opts.image;
     const { settle, sshReconnectGiveUpMs, stateDir, names, display, runtime, memoryMiB, pidsLimit, policy, store, consoleLog } = this.opts;
     return {
+      steps: session.steps,
       settle,
       sshReconnectGiveUpMs,
       stateDir,

@@ -11,6 +11,7 @@ import { newRecord, resolveRequest, startClocks, type CreateSessionOptions, type
 import { toView, type SessionView } from './session-view.js';
 import type { SessionTemplate } from './templates.js';
 import type { LifecycleOptions } from './lifecycle-options.js';
+import { StepTimes } from '../util/step-times.js';
 
 export type { AddressSource, LifecycleOptions, SessionDisk } from './lifecycle-options.js';
 
@@ -33,17 +34,21 @@ export class SessionLifecycle {
   async create(options: CreateSessionOptions = {}, owner: SessionOwner = { tenant: LOCAL_TENANT }): Promise<SessionView> {
     if (this.shuttingDown) throw new UnavailableError('the orchestrator is shutting down');
     const started = performance.now();
+    const steps = new StepTimes(started);
     const template = await this.template(options.template ?? this.opts.defaults.template);
     const request = resolveRequest(options, this.opts.defaults, template.screen);
     if (owner.sessionId !== undefined) this.assertNewId(owner.sessionId);
+    steps.mark('template');
     await this.opts.host.assertCreatesAllowed();
+    steps.mark('network policy check');
     // Admission: a 429/503 here has taken nothing. The slot is taken in the same synchronous
     // step as the check, so concurrent creates cannot overshoot a limit. The session that
     // gets it releases it last of all its resources; a create that fails gives it back
     // (release is idempotent, so a failed boot that released it already is no harm).
     const slot = this.opts.capacity.reserve(owner.tenant, { diskMiB: this.opts.disk?.writableMiB(template.image) ?? 0 });
     try {
-      const view = await this.createWithSlot(request, template, owner, slot, started);
+      steps.mark('admission');
+      const view = await this.createWithSlot(request, template, owner, slot, started, steps);
       slot.booted();
       return view;
     } catch (err) {
@@ -88,6 +93,7 @@ export class SessionLifecycle {
     owner: SessionOwner,
     slot: CapacitySlot,
     started: number,
+    steps: StepTimes,
   ): Promise<SessionView> {
     const { tenant } = owner;
     // A pooled sandbox of the same screen size, if one is ready; any other request boots cold.
@@ -99,13 +105,20 @@ export class SessionLifecycle {
     const placedOnly = owner.sessionId !== undefined && owner.pooledIdAccepted !== true;
     const pooled = request.egress || placedOnly ? undefined : pool?.take({ width: request.width, height: request.height });
     if (pooled) {
-      const view = await this.createFromPool(pooled, request, tenant, slot, started).finally(() => pool?.refill());
+      const view = await this.createFromPool(pooled, request, tenant, slot, started, steps).finally(() => pool?.refill());
       if (view) return view;
     }
-    return this.createCold(request, template, owner, slot, started);
+    return this.createCold(request, template, owner, slot, started, steps);
   }
 
-  private async createCold(request: SessionRequest, template: SessionTemplate, owner: SessionOwner, slot: CapacitySlot, started: number): Promise<SessionView> {
+  private async createCold(
+    request: SessionRequest,
+    template: SessionTemplate,
+    owner: SessionOwner,
+    slot: CapacitySlot,
+    started: number,
+    steps: StepTimes,
+  ): Promise<SessionView> {
     const { store, registry, metrics, host, addresses } = this.opts;
     // Not allowed out, and reachable without a network: no interface, so no address either,
     // and its control channel is the runtime's socket. Otherwise TCP over its NIC.
@@ -114,6 +127,7 @@ export class SessionLifecycle {
     record.transport = lease ? 'tcp' : 'unix';
     this.measureDisk(slot, record.id);
     const session = new Session(record);
+    session.steps = steps;
     session.image = template.image;
     const log = this.sessionLog(session);
     // Stored before any resource is taken, so a crash from here on is found at restart.
@@ -151,6 +165,7 @@ export class SessionLifecycle {
     tenant: string,
     slot: CapacitySlot,
     started: number,
+    steps: StepTimes,
   ): Promise<SessionView | undefined> {
     const { store, registry, metrics } = this.opts;
     const { session } = pooled;
@@ -175,6 +190,7 @@ export class SessionLifecycle {
     store.claim(session.record);
     registry.add(session);
     metrics.activeSessions.inc();
+    session.steps = steps; // the pool's boot is not this create's
     const claim = this.opts.host.claim(pooled);
     session.creation = claim.catch(() => undefined);
     try {
@@ -209,13 +225,14 @@ export class SessionLifecycle {
     }
     this.watch(session, log);
     this.setState(session, 'ready');
+    session.steps.mark('ready');
     const seconds = (performance.now() - started) / 1000;
     metrics.sessionsTotal.inc({ outcome: 'ready' });
     metrics.createsTotal.inc({ source });
     metrics.createDuration.observe({ runtime: record.runtime }, seconds);
     const accel = session.sandbox?.accelerator;
     if (accel && source === 'cold') metrics.vmBootDuration.observe({ runtime: record.runtime, accel }, seconds);
-    log.info({ runtime: record.runtime, source, ms: Math.round(seconds * 1000) }, 'session ready');
+    log.info({ runtime: record.runtime, source, ms: Math.round(seconds * 1000), steps: session.steps.toJSON() }, 'session ready');
     return toView(record);
   }
 

@@ -31,6 +31,8 @@ export async function claimPooledSandbox(pooled: PooledSandbox, ctx: ClaimContex
   const sandbox = session.sandbox;
   if (!sandbox?.isAlive()) throw new Error('the pooled sandbox is no longer running');
   const client = generateClientKey(session.id);
+  session.steps.mark('claim: key made');
   await replaceClientKey(sessionDirOf(ctx.stateDir, session.id), configDirOf(ctx.stateDir, session.id), client);
-  await attachDesktop(session, sandbox, client.private, publicKeyBlob(hostPublicKey), Date.now() + ctx.timeoutMs, ctx);
+  session.steps.mark('claim: key swapped');
+  await attachDesktop(session, sandbox, client.private, publicKeyBlob(hostPublicKey), Date.now() + ctx.timeoutMs, { ...ctx, steps: session.steps });
 }
