@@ -3,7 +3,6 @@ import os from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
 import { SandboxClient } from '../client/index.js';
-import type { OrchestratorConfig } from '../config.js';
 import { removeTreeOnOneMount } from '../host/remove-tree.js';
 import { startOrchestrator } from '../orchestrator.js';
 import { bareRuncRun, measureWarmClaims, ReadyLog, stepMedians, type StepFigure } from './create-ready.js';
@@ -11,7 +10,7 @@ import { percentile } from './stats.js';
 
 export interface CreateBenchSettings {
   /** The orchestrator's configuration (the bench's entry point read it). */
-  config: OrchestratorConfig;
+  config: Parameters<typeof startOrchestrator>[0];
   /** Creates timed, cold and warm. */
   creates: number;
 }

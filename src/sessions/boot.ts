@@ -4,6 +4,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ComputerTool, type SettleOptions } from '../computer/computer-tool.js';
 import { Desktop } from '../computer/desktop.js';
+import { startWarmHelpers, type WarmHelpers } from '../computer/warm-helpers.js';
 import { Scaler } from '../computer/scaling.js';
 import { CONFIG_FILES, GUEST_USER, renderSettings, sandboxSettings } from '../guest/contract.js';
 import type { GuestImage } from '../guest/image/builder.js';
@@ -84,13 +85,14 @@ export async function bootSandbox(session: Session, lease: AddressLease | undefi
 
 /**
  * A sandbox for the warm pool: booted like any other, and known ready (SSH logs in with the
- * pool's key, the display answers), but with no connection kept open and no desktop
- * attached: the session that claims it brings its own key and its own connection
- * (see pool/claim.ts). Returns the keys it was booted with.
+ * pool's key, the helpers' launcher listens, the display answers through a helper forked from
+ * it), but with no connection kept open and no desktop attached: the session that claims it
+ * brings its own key and its own connection (see pool/claim.ts).
  */
-export async function bootPooledSandbox(session: Session, lease: AddressLease | undefined, ctx: BootContext): Promise<SessionKeys> {
+export async function bootPooledSandbox(session: Session, lease: AddressLease | undefined, ctx: BootContext): Promise<PooledBoot> {
   const { sandbox, keys, deadline, logsDir } = await startSandbox(session, lease, ctx);
   const probe = new CleanupStack();
+  let warm: WarmHelpers | undefined;
   try {
     const connection = guestTransport({
       endpoint: sandbox.endpoint,
@@ -100,7 +102,13 @@ export async function bootPooledSandbox(session: Session, lease: AddressLease | 
     });
     await probe.push('probe connection', () => connection.close());
     await connection.open(remaining(deadline), () => sandbox.isAlive());
-    const desktop = new Desktop(connection, ctx.display, { width: session.record.width, height: session.record.height });
+    // The helpers' launcher, so that a claim forks them instead of starting an interpreter
+    // (warm-helpers.ts). Without it a claim starts them as a cold boot does: slower, not wrong.
+    warm = await startWarmHelpers(connection, ctx.display).catch((err: unknown) => {
+      ctx.log.warn({ err }, 'warm pool: the desktop helpers could not be made ready in advance');
+      return undefined;
+    });
+    const desktop = new Desktop(connection, ctx.display, { width: session.record.width, height: session.record.height }, warm);
     await probe.push('probe desktop', () => desktop.close());
     await waitForDisplay(desktop, deadline, () => sandbox.isAlive());
   } catch (err) {
@@ -109,7 +117,13 @@ export async function bootPooledSandbox(session: Session, lease: AddressLease | 
     // The pool keeps no connection: its access is its key alone, which a claim replaces.
     await probe.run();
   }
-  return keys;
+  return { keys, warm };
+}
+
+/** What a pooled boot leaves for the claim: the keys it was booted with, and its warm helpers if they started. */
+export interface PooledBoot {
+  keys: SessionKeys;
+  warm: WarmHelpers | undefined;
 }
 
 /** Keys, config dir, network and the runtime: everything up to a running sandbox. */
@@ -216,11 +230,13 @@ export async function attachDesktop(
   deadline: number,
   ctx: Pick<BootContext, 'display' | 'settle' | 'sshReconnectGiveUpMs' | 'steps'>,
   /**
-   * 'await' (a boot, an adoption): ready once the display answers. 'background' (a resume:
-   * the display answered before the pause): ready once SSH is up, the desktop helpers
-   * starting meanwhile, so that the first action finds them running or nearly so.
+   * 'await' (a boot, an adoption): ready once the display answers. 'background' (a resume, or
+   * a warm claim: the display answered before the pause, or in the pool): ready once SSH is up,
+   * the desktop helpers starting meanwhile, so that the first action finds them running.
    */
   display: 'await' | 'background' = 'await',
+  /** A warm launcher in the guest (a claimed pooled sandbox's): its helpers are forked, not started. */
+  warm?: WarmHelpers,
 ): Promise<void> {
   const { width, height } = session.record;
   const connection = guestTransport({
@@ -241,15 +257,19 @@ export async function attachDesktop(
   ctx.steps?.mark('ssh handshake');
 
   const screen = { width, height };
-  const desktop = new Desktop(connection, ctx.display, screen);
+  const desktop = new Desktop(connection, ctx.display, screen, warm);
   await session.cleanup.push('desktop input', () => desktop.close());
   desktopOf = desktop;
   if (display === 'await') {
     await waitForDisplay(desktop, deadline, () => sandbox.isAlive());
     ctx.steps?.mark('helpers and display');
   }
-  // A display that does not answer is reported by the first action, as on any session.
-  else void waitForDisplay(desktop, deadline, () => sandbox.isAlive()).catch(() => undefined);
+  // A display that does not answer is reported by the first action, as on any session. Once
+  // it answers, the grabber takes its first (whole) frame, so the first screenshot needs none.
+  else
+    void waitForDisplay(desktop, deadline, () => sandbox.isAlive())
+      .then(() => desktop.capture())
+      .catch(() => undefined);
   const model = { width: session.record.modelWidth, height: session.record.modelHeight };
   session.computer = new ComputerTool(desktop, new Scaler(screen, model), ctx.settle);
 }

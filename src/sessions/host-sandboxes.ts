@@ -67,8 +67,8 @@ export class HostSandboxes implements SandboxHost {
   }
 
   async bootPooled(session: Session, lease: AddressLease | undefined, log: Logger): Promise<PooledSandbox> {
-    const keys = await bootPooledSandbox(session, lease, this.bootContext(session, log));
-    return { session, hostPublicKey: keys.hostPublicKey };
+    const { keys, warm } = await bootPooledSandbox(session, lease, this.bootContext(session, log));
+    return { session, hostPublicKey: keys.hostPublicKey, warmHelpers: warm };
   }
 
   claim(pooled: PooledSandbox): Promise<void> {

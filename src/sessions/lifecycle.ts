@@ -19,10 +19,9 @@ export type { AddressSource, LifecycleOptions, SessionDisk } from './lifecycle-o
 const EXIT_REPORT_GRACE_MS = 2_500;
 
 /**
- * The session lifecycle: creating -> ready -> destroying -> destroyed, or failed. Creates
- * (cold, or from the warm pool with a cold fallback), destroys, and the release of
- * everything a session holds when it ends, however it ends (a DELETE, a clock, a sandbox
- * that vanished, a shutdown).
+ * The session lifecycle: creating -> ready -> destroying -> destroyed, or failed. Creates (cold, or from the warm pool with a
+ * cold fallback), destroys, and the release of all a session holds when it ends, however it ends (a DELETE, a clock, a
+ * sandbox that vanished, a shutdown).
  */
 export class SessionLifecycle {
   private shuttingDown = false;
@@ -39,16 +38,17 @@ export class SessionLifecycle {
     const request = resolveRequest(options, this.opts.defaults, template.screen);
     if (owner.sessionId !== undefined) this.assertNewId(owner.sessionId);
     steps.mark('template');
-    await this.opts.host.assertCreatesAllowed();
-    steps.mark('network policy check');
-    // Admission: a 429/503 here has taken nothing. The slot is taken in the same synchronous
-    // step as the check, so concurrent creates cannot overshoot a limit. The session that
-    // gets it releases it last of all its resources; a create that fails gives it back
-    // (release is idempotent, so a failed boot that released it already is no harm).
+    // The network policy check (two processes), for a sandbox with a NIC (one without has nothing the policy fences): a cold
+    // boot awaits it before it takes anything, a warm claim runs alongside it; no session is handed out before it passed.
+    let checked: Promise<void> | undefined;
+    const policy = (): Promise<void> => (checked ??= this.opts.host.assertCreatesAllowed());
+    // Admission: a 429 here has taken nothing. The slot is taken in the same synchronous step as the check, so concurrent
+    // creates cannot overshoot a limit. The session that gets it releases it last of all its resources; a create that
+    // fails gives it back (release is idempotent, so a failed boot that released it already is no harm).
     const slot = this.opts.capacity.reserve(owner.tenant, { diskMiB: this.opts.disk?.writableMiB(template.image) ?? 0 });
     try {
       steps.mark('admission');
-      const view = await this.createWithSlot(request, template, owner, slot, started, steps);
+      const view = await this.createWithSlot(request, template, owner, slot, started, steps, policy);
       slot.booted();
       return view;
     } catch (err) {
@@ -94,6 +94,7 @@ export class SessionLifecycle {
     slot: CapacitySlot,
     started: number,
     steps: StepTimes,
+    policy: () => Promise<void>,
   ): Promise<SessionView> {
     const { tenant } = owner;
     // A pooled sandbox of the same screen size, if one is ready; any other request boots cold.
@@ -105,9 +106,12 @@ export class SessionLifecycle {
     const placedOnly = owner.sessionId !== undefined && owner.pooledIdAccepted !== true;
     const pooled = request.egress || placedOnly ? undefined : pool?.take({ width: request.width, height: request.height });
     if (pooled) {
-      const view = await this.createFromPool(pooled, request, tenant, slot, started, steps).finally(() => pool?.refill());
+      const view = await this.createFromPool(pooled, request, tenant, slot, started, steps, policy).finally(() => pool?.refill());
       if (view) return view;
     }
+    // A cold boot takes an address (and a NIC) unless it is reached over a socket and not allowed out (createCold).
+    if (this.opts.host.controlTransport !== 'unix' || request.egress) await policy();
+    steps.mark('network policy check');
     return this.createCold(request, template, owner, slot, started, steps);
   }
 
@@ -155,9 +159,8 @@ export class SessionLifecycle {
   }
 
   /**
-   * A session from a pooled sandbox: the request's settings are applied, then the sandbox is
-   * handed to the session's own key (SandboxHost.claim). Undefined if the claim failed: the
-   * pooled sandbox is destroyed and the caller boots one cold, so the client never sees it.
+   * A session from a pooled sandbox: the request's settings applied, the sandbox handed to the session's own key (SandboxHost.claim).
+   * Undefined if the claim failed: the pooled sandbox is destroyed and the caller boots one cold, so the client never sees it.
    */
   private async createFromPool(
     pooled: PooledSandbox,
@@ -166,6 +169,7 @@ export class SessionLifecycle {
     slot: CapacitySlot,
     started: number,
     steps: StepTimes,
+    policy: () => Promise<void>,
   ): Promise<SessionView | undefined> {
     const { store, registry, metrics } = this.opts;
     const { session } = pooled;
@@ -192,28 +196,36 @@ export class SessionLifecycle {
     metrics.activeSessions.inc();
     session.steps = steps; // the pool's boot is not this create's
     const claim = this.opts.host.claim(pooled);
-    session.creation = claim.catch(() => undefined);
+    const fenced = session.record.addressIndex !== null ? policy() : Promise.resolve();
+    session.creation = Promise.allSettled([claim, fenced]);
     try {
       await claim;
     } catch (err) {
       metrics.errors.inc({ kind: 'warm_claim' });
-      // A destroy (or shutdown) that came meanwhile owns the release.
-      if (session.record.state !== 'creating') throw new UnavailableError(`session ${session.id} was destroyed while it was being created`);
       log.warn({ err }, 'could not claim a warm sandbox; destroying it and booting one cold');
-      registry.remove(session.id);
-      metrics.activeSessions.dec();
-      try {
-        await session.cleanup.run();
-      } catch (releaseErr) {
-        metrics.errors.inc({ kind: 'destroy' });
-        log.error({ err: releaseErr }, 'releasing a warm sandbox that could not be claimed failed');
-      }
-      store.delete(session.id);
+      await this.dropClaimed(session, log);
       return undefined; // the slot was not on its stack: the cold boot that follows uses it
     }
+    await fenced.catch(async (err: unknown) => this.dropClaimed(session, log).then(() => Promise.reject(err))); // refused: no cold boot either
+    steps.mark('network policy check (the rest)');
     // Only now, so that a failed claim above does not give back the slot the cold boot needs.
     await session.cleanup.push('capacity slot', () => slot.release());
     return this.becomeReady(session, 'warm', started, log);
+  }
+
+  /** Undoes a claim that did not make a session (the caller boots cold or refuses the create). */
+  private async dropClaimed(session: Session, log: Logger): Promise<void> {
+    // A destroy (or shutdown) that came meanwhile owns the release.
+    if (session.record.state !== 'creating') throw new UnavailableError(`session ${session.id} was destroyed while it was being created`);
+    this.opts.registry.remove(session.id);
+    this.opts.metrics.activeSessions.dec();
+    try {
+      await session.cleanup.run();
+    } catch (releaseErr) {
+      this.opts.metrics.errors.inc({ kind: 'destroy' });
+      log.error({ err: releaseErr }, 'releasing a warm sandbox that could not be claimed failed');
+    }
+    this.opts.store.delete(session.id);
   }
 
   private becomeReady(session: Session, source: 'warm' | 'cold', started: number, log: Logger): SessionView {

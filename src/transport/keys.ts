@@ -1,4 +1,5 @@
 import { chown, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import ssh2 from 'ssh2';
 
@@ -100,15 +101,31 @@ export async function readSessionKeys(sessionDir: string, configDir: string): Pr
  * replaced the same way, so the old private key is gone from the host too.
  */
 export async function replaceClientKey(sessionDir: string, configDir: string, client: { private: string; public: string }): Promise<void> {
-  await replaceFile(path.join(sessionDir, CLIENT_KEY_FILE), client.private);
-  await replaceFile(path.join(sessionDir, `${CLIENT_KEY_FILE}.pub`), client.public + '\n');
-  await replaceFile(path.join(configDir, CONFIG_FILES.authorizedKeys), client.public + '\n', { uid: GUEST_UID, gid: GUEST_GID });
+  const files = replaceSessionKeyFiles(sessionDir, client);
+  files.catch(() => undefined); // awaited below, after the guest's half
+  await authorizeOnly(configDir, client.public);
+  await files;
+}
+
+/** The guest's half of replaceClientKey: authorized_keys lists this key alone, from one rename on. */
+export function authorizeOnly(configDir: string, publicKey: string): Promise<void> {
+  return replaceFile(path.join(configDir, CONFIG_FILES.authorizedKeys), publicKey + '\n', { uid: GUEST_UID, gid: GUEST_GID });
+}
+
+/** The host's half of replaceClientKey: the session dir's key files (what an adoption reads). */
+export async function replaceSessionKeyFiles(sessionDir: string, client: { private: string; public: string }): Promise<void> {
+  const replaced = await Promise.allSettled([
+    replaceFile(path.join(sessionDir, CLIENT_KEY_FILE), client.private),
+    replaceFile(path.join(sessionDir, `${CLIENT_KEY_FILE}.pub`), client.public + '\n'),
+  ]);
+  const failed = replaced.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason;
 }
 
 /** Writes a 0600 file next to the target (same directory, same filesystem), then renames it over. */
 async function replaceFile(target: string, data: string, owner?: { uid: number; gid: number }): Promise<void> {
-  const temp = path.join(path.dirname(target), `.${path.basename(target)}.new`);
-  await rm(temp, { force: true });
+  // A name of its own (no leftover to remove first): 'wx' refuses anything already there.
+  const temp = path.join(path.dirname(target), `.${path.basename(target)}.${randomBytes(6).toString('hex')}.new`);
   try {
     await writeFile(temp, data, { mode: 0o600, flag: 'wx' });
     if (owner) await chown(temp, owner.uid, owner.gid);

@@ -2,6 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { Metrics } from '../../metrics/metrics.js';
 import type { Session } from '../session.js';
+import type { WarmHelpers } from '../../computer/warm-helpers.js';
 
 /** What a pooled sandbox must match for a request to use it (all else is decided at claim). */
 export interface ScreenShape {
@@ -14,6 +15,8 @@ export interface PooledSandbox {
   session: Session;
   /** The guest's host key as generated at boot: the claim's connection pins it again. */
   hostPublicKey: string;
+  /** Its desktop helpers' launcher (computer/warm-helpers.ts), if it started: the claim forks them from it. */
+  warmHelpers?: WarmHelpers;
 }
 
 /** How the pool makes and unmakes sandboxes; the session manager provides both. */
