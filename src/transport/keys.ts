@@ -71,13 +71,17 @@ export async function writeSessionKeys(sessionDir: string, configDir: string, ke
   await mkdir(sessionDir, { recursive: true, mode: 0o700 });
   await mkdir(configDir, { recursive: true, mode: 0o711 });
   const opts = { mode: 0o600, flag: 'wx' } as const;
-  await writeFile(path.join(sessionDir, CLIENT_KEY_FILE), keys.clientPrivateKey, opts);
-  await writeFile(path.join(sessionDir, `${CLIENT_KEY_FILE}.pub`), keys.clientPublicKey + '\n', opts);
   const authorizedKeys = path.join(configDir, CONFIG_FILES.authorizedKeys);
-  await writeFile(authorizedKeys, keys.clientPublicKey + '\n', opts);
-  await chown(authorizedKeys, GUEST_UID, GUEST_GID);
-  await writeFile(path.join(configDir, CONFIG_FILES.hostKey), keys.hostPrivateKey, opts);
-  await writeFile(path.join(configDir, CONFIG_FILES.hostKeyPub), keys.hostPublicKey + '\n', opts);
+  // At once: five independent files (a create waits for them; nothing reads them before it is done).
+  const written = await Promise.allSettled([
+    writeFile(path.join(sessionDir, CLIENT_KEY_FILE), keys.clientPrivateKey, opts),
+    writeFile(path.join(sessionDir, `${CLIENT_KEY_FILE}.pub`), keys.clientPublicKey + '\n', opts),
+    writeFile(authorizedKeys, keys.clientPublicKey + '\n', opts).then(() => chown(authorizedKeys, GUEST_UID, GUEST_GID)),
+    writeFile(path.join(configDir, CONFIG_FILES.hostKey), keys.hostPrivateKey, opts),
+    writeFile(path.join(configDir, CONFIG_FILES.hostKeyPub), keys.hostPublicKey + '\n', opts),
+  ]);
+  const failed = written.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason;
 }
 
 /** A session's keys as writeSessionKeys left them: for a runtime that must act on them itself. */
