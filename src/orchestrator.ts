@@ -188,7 +188,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
         freeMiB: stateDirFreeMiB(config.stateDir),
       },
     ),
-    warmPool: { sizes: poolSizes, shape: config.warmPoolScreen },
+    warmPool: { sizes: poolSizes, shape: config.warmPoolScreen, max: config.warmPoolMax },
     consoleLog: config.consoleLog,
     recording: config.recording,
     pause: config.pause,

@@ -138,3 +138,25 @@ describe('unit: a warm claim and the network policy check (issue 27)', () => {
     await r.manager.shutdown();
   });
 });
+
+describe('unit: a warm pool that follows demand within its bounds (SBX_WARM_POOL_MAX)', () => {
+  it('grows by one for each create that finds it empty, up to max, and shrinks back to its size once idle', async () => {
+    const r = await rig(1, { warmPool: { sizes: new Map([['minimal', 1]]), shape: { width: 1024, height: 768 }, max: 3, idleShrinkMs: 400 } });
+    await until('the pool has one', () => r.manager.warmPoolStatus().ready.length === 1);
+    const burst = await Promise.all(Array.from({ length: 6 }, () => r.manager.create({}, { tenant: 'alpha' })));
+    assert.equal(new Set(burst.map((v) => v.id)).size, 6);
+    assert.equal(r.manager.warmPoolStatus().target, 3, 'grown to max by the creates that found it empty, not past it');
+    await until('the grown pool filled', () => r.manager.warmPoolStatus().ready.length === 3);
+    await until('idle: back to its size', () => r.manager.warmPoolStatus().target === 1 && r.manager.warmPoolStatus().ready.length === 1, 5_000);
+    await r.manager.shutdown();
+    assert.deepEqual(r.runtime.live, [], 'the sandboxes it gave back were released');
+  });
+
+  it('without a max it keeps its size whatever the demand', async () => {
+    const r = await rig(1);
+    await until('the pool has one', () => r.manager.warmPoolStatus().ready.length === 1);
+    await Promise.all(Array.from({ length: 4 }, () => r.manager.create({}, { tenant: 'alpha' })));
+    assert.equal(r.manager.warmPoolStatus().target, 1);
+    await r.manager.shutdown();
+  });
+});
