@@ -11,7 +11,7 @@
  *
  * Settings (read here only): BENCH_N (samples per figure, 50), BENCH_CREATES (creates timed,
  * 5), BENCH_LOAD_SESSIONS (16), BENCH_LOAD_SECONDS (60; e.g. 5 for a quick run),
- * BENCH_LOAD_INTERVAL_MS (250), BENCH_RAMP_MAX (64), BENCH_RAMP_STEP (8), BENCH_RAMP_SECONDS (20),
+ * BENCH_LOAD_INTERVAL_MS (250), BENCH_RAMP_MAX (128), BENCH_RAMP_STEP (8), BENCH_RAMP_SECONDS (20),
  * BENCH_RECORDING_SECONDS (10: each CPU window of the recording figures), BENCH_PLACEMENT_NODES
  * (1000), BENCH_PLACEMENT_CLIENTS (8), BENCH_PLACEMENT_GATEWAYS (4), BENCH_PLACEMENT_SECONDS
  * (10): the placement transaction on a PostgreSQL of its own (issue 22), measured first.
@@ -62,7 +62,7 @@ const CREATES = Number(process.env.BENCH_CREATES || 5);
 const LOAD_SESSIONS = Number(process.env.BENCH_LOAD_SESSIONS || 16);
 const LOAD_SECONDS = Number(process.env.BENCH_LOAD_SECONDS || 60);
 const LOAD_INTERVAL_MS = Number(process.env.BENCH_LOAD_INTERVAL_MS || 250);
-const RAMP_MAX = Number(process.env.BENCH_RAMP_MAX || 64);
+const RAMP_MAX = Number(process.env.BENCH_RAMP_MAX || 128);
 const RAMP_STEP = Number(process.env.BENCH_RAMP_STEP || 8);
 const RAMP_SECONDS = Number(process.env.BENCH_RAMP_SECONDS || 20);
 const RECORDING_SECONDS = Number(process.env.BENCH_RECORDING_SECONDS || 10);
