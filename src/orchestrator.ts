@@ -205,7 +205,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
         },
       },
     ),
-    warmPool: { sizes: poolSizes, shape: config.warmPoolScreen },
+    warmPool: { sizes: poolSizes, shape: config.warmPoolScreen, max: config.warmPoolMax },
     consoleLog: config.consoleLog,
     recording: config.recording,
     pause: config.pause,

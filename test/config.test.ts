@@ -49,6 +49,7 @@ describe('the configuration an environment describes', () => {
       warmPoolSize: 0,
       warmPool: new Map(),
       warmPoolScreen: { width: 1024, height: 768 },
+      warmPoolMax: 0,
       consoleLog: { maxBytes: 4 * MiB, keptMaxCount: 100, keptMaxBytes: 64 * MiB },
       pause: { onIdle: 'destroy', autoResume: true, pausedRetentionSeconds: 604800 },
       volumes: { minMiB: 16, maxMiB: 16384, quotaMiB: 65536, quotaCount: 32 },

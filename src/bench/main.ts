@@ -11,7 +11,7 @@
  *
  * Settings (read here only): BENCH_N (samples per figure, 50), BENCH_CREATES (creates timed,
  * 5), BENCH_LOAD_SESSIONS (16), BENCH_LOAD_SECONDS (60; e.g. 5 for a quick run),
- * BENCH_LOAD_INTERVAL_MS (250), BENCH_RAMP_MAX (64), BENCH_RAMP_STEP (8), BENCH_RAMP_SECONDS (20),
+ * BENCH_LOAD_INTERVAL_MS (250), BENCH_RAMP_MAX (128), BENCH_RAMP_STEP (8), BENCH_RAMP_SECONDS (20),
  * BENCH_RECORDING_SECONDS (10: each CPU window of the recording figures), BENCH_PLACEMENT_NODES
  * (1000), BENCH_PLACEMENT_CLIENTS (8), BENCH_PLACEMENT_GATEWAYS (4), BENCH_PLACEMENT_SECONDS
  * (10): the placement transaction on a PostgreSQL of its own (issue 22), measured first.
@@ -20,6 +20,7 @@
  * BENCH_N screenshots, BENCH_GATEWAY_ACTIONS (200) actions, BENCH_LIVE_VIEW_SECONDS (10) of
  * live view each way) and the placement simulation; `npm run bench -- gateway` runs those alone.
  * Issue 24's guest-port and CDP figures (guest-ports.ts): `npm run bench -- ports` runs those alone.
+ * Issue 27's create figures (create-bench.ts): `npm run bench -- create` (BENCH_CREATES, 10 there).
  */
 import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { removeTreeOnOneMount } from '../host/remove-tree.js';
@@ -46,6 +47,7 @@ import { buildResults, printReport } from './report.js';
 import { compareScreenshots, staticAndChanging } from './screenshots.js';
 import { summarize, timeIt } from './stats.js';
 import { measureWarmCreates } from './warm-create.js';
+import { printCreateFigures } from './create-bench.js';
 import { measurePause } from './pause.js';
 import { measureTemplate, type TemplateFigures } from './templates.js';
 import { measureLoopOverhead, startZeroLatencyModel } from './run-loop.js';
@@ -61,7 +63,7 @@ const CREATES = Number(process.env.BENCH_CREATES || 5);
 const LOAD_SESSIONS = Number(process.env.BENCH_LOAD_SESSIONS || 16);
 const LOAD_SECONDS = Number(process.env.BENCH_LOAD_SECONDS || 60);
 const LOAD_INTERVAL_MS = Number(process.env.BENCH_LOAD_INTERVAL_MS || 250);
-const RAMP_MAX = Number(process.env.BENCH_RAMP_MAX || 64);
+const RAMP_MAX = Number(process.env.BENCH_RAMP_MAX || 128);
 const RAMP_STEP = Number(process.env.BENCH_RAMP_STEP || 8);
 const RAMP_SECONDS = Number(process.env.BENCH_RAMP_SECONDS || 20);
 const RECORDING_SECONDS = Number(process.env.BENCH_RECORDING_SECONDS || 10);
@@ -353,12 +355,17 @@ async function transportsAlone(): Promise<void> {
   console.log(JSON.stringify(figures, null, 2));
 }
 
+const CREATE = {
+  config: { ...defaultConfig(process.env), subnet: process.env.SBX_SUBNET || '10.244.0.0/16' },
+  creates: Number(process.env.BENCH_CREATES || 10),
+};
 const PARTS: Record<string, () => Promise<void>> = {
   'placement-tx': placementTxAlone,
   gateway: gatewayAlone,
   pause: pauseAlone,
   ports: () => portsAlone({ ...defaultConfig(process.env), subnet: process.env.SBX_SUBNET || '10.244.0.0/16' }, N, TEMPLATES.includes('desktop')),
   transports: transportsAlone,
+  create: () => printCreateFigures(CREATE),
 };
 (PARTS[process.argv[2] ?? ''] ?? main)().catch((err: unknown) => {
   console.error(`bench: ${err instanceof Error ? err.stack : String(err)}`);

@@ -1,4 +1,4 @@
-import type { GuestTransport } from '../transport/index.js';
+import type { GuestChannel, GuestTransport } from '../transport/index.js';
 import { GuestProtocolError } from '../errors.js';
 import { inflateRect, MAX_RECTS, parseRectTable, RECT_ENTRY_BYTES, RECTS_PREFIX_BYTES, rectTableLength, type RectTable } from './damage-rects.js';
 import { BandedScreen, type RawFrame } from './frame-bands.js';
@@ -88,9 +88,16 @@ export class CaptureChannel extends GuestProcessChannel<void> {
     super((message) => new CaptureChannelError(message));
   }
 
-  static async open(connection: GuestTransport, display: number, screen: Size, memory: ScreenMemory = {}): Promise<CaptureChannel> {
+  /** `launch`: the grabber's channel from elsewhere (a warm launcher: warm-helpers.ts) instead of a process started here. */
+  static async open(
+    connection: GuestTransport,
+    display: number,
+    screen: Size,
+    memory: ScreenMemory = {},
+    launch?: () => Promise<GuestChannel>,
+  ): Promise<CaptureChannel> {
     const capture = new CaptureChannel(screen, memory);
-    const channel = await connection.spawn(`DISPLAY=:${display} exec ${CAPTURE_COMMAND}`);
+    const channel = launch ? await launch() : await connection.spawn(`DISPLAY=:${display} exec ${CAPTURE_COMMAND}`);
     capture.attach(channel, 'capture', { label: 'capture', sink: connection });
     return capture;
   }

@@ -1,7 +1,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { GuestProtocolError, InvalidRequestError, OrchestratorError } from '../errors.js';
 import { commandLine } from '../transport/quote.js';
-import type { GuestTransport } from '../transport/index.js';
+import type { GuestChannel, GuestTransport } from '../transport/index.js';
+import { openWarmHelper, type WarmHelperName, type WarmHelpers } from './warm-helpers.js';
 import type { Point, Size } from './scaling.js';
 import { SerialQueue } from '../util/serial-queue.js';
 import { CaptureChannel, CaptureChannelError, type RawFrame, type ScreenMemory } from './capture-channel.js';
@@ -81,7 +82,20 @@ export class Desktop {
     private readonly screen: Size,
     /** 'session': the session's programs start the X server; a failure while it is down is a DisplayNotReadyError. */
     private readonly server: 'init' | 'session' = 'init',
+    /** A warm launcher in the guest (warm-helpers.ts): helpers are forked from it, not started. Dropped once it fails. */
+    private warm?: WarmHelpers,
   ) {}
+
+  /** How a helper's channel is opened: from the warm launcher while it works, else undefined (spawned). */
+  private launcher(name: WarmHelperName): (() => Promise<GuestChannel>) | undefined {
+    const warm = this.warm;
+    return warm && (() => openWarmHelper(this.connection, warm, name));
+  }
+
+  /** A channel from the warm launcher failed: its helpers are started the usual way from now on. */
+  private dropWarm(usedWarm: boolean): void {
+    if (usedWarm) this.warm = undefined;
+  }
 
   /**
    * Runs a display operation; on a display the session starts itself, a failure while that
@@ -192,12 +206,17 @@ export class Desktop {
   private useGrabber<T>(ask: (channel: CaptureChannel) => Promise<T>, instead: () => Promise<T>): Promise<T> {
     return this.captureQueue.run(async () => {
       if (!this.captureChannel?.isOpen) this.refuseWhileLying();
+      let usedWarm = false;
       try {
-        if (!this.captureChannel?.isOpen) this.captureChannel = await CaptureChannel.open(this.connection, this.display, this.screen, this.screenMemory);
+        if (!this.captureChannel?.isOpen) {
+          usedWarm = this.warm !== undefined;
+          this.captureChannel = await CaptureChannel.open(this.connection, this.display, this.screen, this.screenMemory, this.launcher('capture'));
+        }
         const answer = await ask(this.captureChannel);
         this.lastGrabAt = performance.now();
         return answer;
       } catch (err) {
+        this.dropWarm(usedWarm);
         this.captureChannel?.close();
         this.captureChannel = undefined;
         if (err instanceof GuestProtocolError) this.grabberLied = { at: performance.now(), err };
@@ -284,10 +303,15 @@ export class Desktop {
   private async sendInput(requests: readonly InputRequest[], timeoutMs: number): Promise<InputAnswer[]> {
     // An action queued behind the last one of a destroyed session must not start a helper.
     if (this.closing.signal.aborted) throw new DesktopError("the session's desktop was closed");
+    let usedWarm = false;
     try {
-      if (!this.inputChannel?.isOpen) this.inputChannel = await InputChannel.open(this.connection, this.display);
+      if (!this.inputChannel?.isOpen) {
+        usedWarm = this.warm !== undefined;
+        this.inputChannel = await InputChannel.open(this.connection, this.display, this.launcher('input'));
+      }
       return await this.inputChannel.run(requests, timeoutMs);
     } catch (err) {
+      this.dropWarm(usedWarm);
       this.inputChannel?.close();
       this.inputChannel = undefined;
       throw err instanceof InputChannelError ? new DesktopError(`the input helper failed in the guest: ${err.message}`) : err;

@@ -1,4 +1,4 @@
-import type { GuestTransport } from '../transport/index.js';
+import type { GuestChannel, GuestTransport } from '../transport/index.js';
 import { GuestProcessChannel } from './guest-process-channel.js';
 import type { InputRequest } from './input-requests.js';
 
@@ -41,10 +41,11 @@ export class InputChannel extends GuestProcessChannel<InputAnswer[]> {
     super((message) => new InputChannelError(message));
   }
 
-  static async open(connection: GuestTransport, display: number): Promise<InputChannel> {
+  /** `launch`: the helper's channel from elsewhere (a warm launcher: warm-helpers.ts) instead of a process started here. */
+  static async open(connection: GuestTransport, display: number, launch?: () => Promise<GuestChannel>): Promise<InputChannel> {
     const input = new InputChannel();
     // -I: nothing from the user's home or environment (usercustomize, PYTHONPATH) is imported.
-    input.attach(await connection.spawn(`DISPLAY=:${display} exec /usr/bin/python3 -I ${INPUT_COMMAND}`), 'input');
+    input.attach(launch ? await launch() : await connection.spawn(`DISPLAY=:${display} exec /usr/bin/python3 -I ${INPUT_COMMAND}`), 'input');
     return input;
   }
 

@@ -46,6 +46,8 @@ export interface SandboxSpec {
   leaseIdRange?: (base: number, size: number, count: number, takeHostWide: (first: number) => boolean) => number;
   /** The uid/gid leased for this sandbox's VMM (Runtime.leaseVmUser), which owns its TAP. */
   vmUser?: TapOwner;
+  /** Ends a named step of the start (the bench prints where a create's time goes). */
+  step?: (name: string) => void;
   /** Volumes to mount (docs/volumes.md), held for this session (nobody else writes them meanwhile). */
   volumes?: readonly SandboxVolume[];
 }

@@ -4,6 +4,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ComputerTool, type SettleOptions } from '../computer/computer-tool.js';
 import { Desktop } from '../computer/desktop.js';
+import { startWarmHelpers, type WarmHelpers } from '../computer/warm-helpers.js';
 import { Scaler } from '../computer/scaling.js';
 import { CONFIG_FILES, GUEST_USER, renderSettings, sandboxSettings } from '../guest/contract.js';
 import type { GuestImage } from '../guest/image/builder.js';
@@ -17,6 +18,7 @@ import { generateSessionKeys, publicKeyBlob, writeSessionKeys, type SessionKeys 
 import { guestTransport } from '../transport/index.js';
 import { OrchestratorError } from '../errors.js';
 import { CleanupStack } from '../util/cleanup-stack.js';
+import type { StepTimes } from '../util/step-times.js';
 import type { Session } from './session.js';
 import type { ResourceKind } from './resource-ledger.js';
 import { removeSessionDir, type CountKeptDir } from './session-dir.js';
@@ -50,6 +52,8 @@ export interface BootContext {
   consoleLog?: ConsoleLogLimits;
   /** Counts a session directory left on disk because something is still mounted in it. */
   countKeptDir?: CountKeptDir;
+  /** Where the boot's steps record their times (logged with 'session ready', read by the bench). */
+  steps?: StepTimes;
 }
 
 export function sessionDirOf(stateDir: string, sessionId: string): string {
@@ -87,13 +91,14 @@ export async function bootSandbox(session: Session, lease: AddressLease | undefi
 
 /**
  * A sandbox for the warm pool: booted like any other, and known ready (SSH logs in with the
- * pool's key, the display answers), but with no connection kept open and no desktop
- * attached: the session that claims it brings its own key and its own connection
- * (see pool/claim.ts). Returns the keys it was booted with.
+ * pool's key, the helpers' launcher listens, the display answers through a helper forked from
+ * it), but with no connection kept open and no desktop attached: the session that claims it
+ * brings its own key and its own connection (see pool/claim.ts).
  */
-export async function bootPooledSandbox(session: Session, lease: AddressLease | undefined, ctx: BootContext): Promise<SessionKeys> {
+export async function bootPooledSandbox(session: Session, lease: AddressLease | undefined, ctx: BootContext): Promise<PooledBoot> {
   const { sandbox, keys, deadline, logsDir } = await startSandbox(session, lease, ctx);
   const probe = new CleanupStack();
+  let warm: WarmHelpers | undefined;
   try {
     const connection = guestTransport({
       endpoint: sandbox.endpoint,
@@ -103,7 +108,13 @@ export async function bootPooledSandbox(session: Session, lease: AddressLease | 
     });
     await probe.push('probe connection', () => connection.close());
     await connection.open(remaining(deadline), () => sandbox.isAlive());
-    const desktop = new Desktop(connection, ctx.display, { width: session.record.width, height: session.record.height });
+    // The helpers' launcher, so that a claim forks them instead of starting an interpreter
+    // (warm-helpers.ts). Without it a claim starts them as a cold boot does: slower, not wrong.
+    warm = await startWarmHelpers(connection, ctx.display).catch((err: unknown) => {
+      ctx.log.warn({ err }, 'warm pool: the desktop helpers could not be made ready in advance');
+      return undefined;
+    });
+    const desktop = new Desktop(connection, ctx.display, { width: session.record.width, height: session.record.height }, ctx.displayServer, warm);
     await probe.push('probe desktop', () => desktop.close());
     if (ctx.displayServer !== 'session') await waitForDisplay(desktop, deadline, () => sandbox.isAlive());
   } catch (err) {
@@ -112,7 +123,13 @@ export async function bootPooledSandbox(session: Session, lease: AddressLease | 
     // The pool keeps no connection: its access is its key alone, which a claim replaces.
     await probe.run();
   }
-  return keys;
+  return { keys, warm };
+}
+
+/** What a pooled boot leaves for the claim: the keys it was booted with, and its warm helpers if they started. */
+export interface PooledBoot {
+  keys: SessionKeys;
+  warm: WarmHelpers | undefined;
 }
 
 /** Keys, config dir, network and the runtime: everything up to a running sandbox. */
@@ -120,8 +137,7 @@ async function startSandbox(session: Session, lease: AddressLease | undefined, c
   const { id, width, height } = session.record;
   const sessionDir = sessionDirOf(ctx.stateDir, id);
   const configDir = configDirOf(ctx.stateDir, id);
-  const started = performance.now();
-  const step = (name: string) => ctx.log.debug({ step: name, ms: Math.round(performance.now() - started) }, 'boot step done');
+  const step = (name: string) => ctx.steps?.mark(name);
   const record = (kind: ResourceKind, name: string): void => ctx.ledger?.(id, kind, name);
 
   // Pushed before the directory exists, so it goes last and even a half-written key is removed.
@@ -181,11 +197,12 @@ async function startSandbox(session: Session, lease: AddressLease | undefined, c
       leaseIdRange: ctx.leaseIdRange && ((base, size, count, takeHostWide) => ctx.leaseIdRange!(id, base, size, count, takeHostWide)),
       vmUser,
       volumes: session.volumes?.attachments,
+      step,
     },
     session.cleanup,
   );
   session.sandbox = sandbox;
-  step('runtime started');
+  step('runtime: the rest');
   return { sandbox, keys, deadline, logsDir };
 }
 
@@ -218,13 +235,15 @@ export async function attachDesktop(
   clientPrivateKey: string,
   pinnedHostKey: Buffer,
   deadline: number,
-  ctx: Pick<BootContext, 'display' | 'displayServer' | 'settle' | 'sshReconnectGiveUpMs'>,
+  ctx: Pick<BootContext, 'display' | 'displayServer' | 'settle' | 'sshReconnectGiveUpMs' | 'steps'>,
   /**
-   * 'await' (a boot, an adoption): ready once the display answers. 'background' (a resume:
-   * the display answered before the pause): ready once SSH is up, the desktop helpers
-   * starting meanwhile, so that the first action finds them running or nearly so.
+   * 'await' (a boot, an adoption): ready once the display answers. 'background' (a resume, or
+   * a warm claim: the display answered before the pause, or in the pool): ready once SSH is up,
+   * the desktop helpers starting meanwhile, so that the first action finds them running.
    */
   display: 'await' | 'background' = 'await',
+  /** A warm launcher in the guest (a claimed pooled sandbox's): its helpers are forked, not started. */
+  warm?: WarmHelpers,
 ): Promise<void> {
   const { width, height } = session.record;
   const connection = guestTransport({
@@ -242,16 +261,24 @@ export async function attachDesktop(
     connection.close();
   };
   await connection.open(remaining(deadline), () => sandbox.isAlive());
+  ctx.steps?.mark('ssh handshake');
 
   const screen = { width, height };
-  const desktop = new Desktop(connection, ctx.display, screen, ctx.displayServer);
+  const desktop = new Desktop(connection, ctx.display, screen, ctx.displayServer, warm);
   await session.cleanup.push('desktop input', () => desktop.close());
   desktopOf = desktop;
   // A display the session starts itself is not waited for: each action says whether it answers.
   if (ctx.displayServer !== 'session') {
-    if (display === 'await') await waitForDisplay(desktop, deadline, () => sandbox.isAlive());
-    // A display that does not answer is reported by the first action, as on any session.
-    else void waitForDisplay(desktop, deadline, () => sandbox.isAlive()).catch(() => undefined);
+    if (display === 'await') {
+      await waitForDisplay(desktop, deadline, () => sandbox.isAlive());
+      ctx.steps?.mark('helpers and display');
+    }
+    // A display that does not answer is reported by the first action, as on any session. Once
+    // it answers, the grabber takes its first (whole) frame, so the first screenshot needs none.
+    else
+      void waitForDisplay(desktop, deadline, () => sandbox.isAlive())
+        .then(() => desktop.capture())
+        .catch(() => undefined);
   }
   const model = { width: session.record.modelWidth, height: session.record.modelHeight };
   session.computer = new ComputerTool(desktop, new Scaler(screen, model), ctx.settle);

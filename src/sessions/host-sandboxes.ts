@@ -68,8 +68,8 @@ export class HostSandboxes implements SandboxHost {
   }
 
   async bootPooled(session: Session, lease: AddressLease | undefined, log: Logger): Promise<PooledSandbox> {
-    const keys = await bootPooledSandbox(session, lease, this.bootContext(session, log));
-    return { session, hostPublicKey: keys.hostPublicKey };
+    const { keys, warm } = await bootPooledSandbox(session, lease, this.bootContext(session, log));
+    return { session, hostPublicKey: keys.hostPublicKey, warmHelpers: warm };
   }
 
   claim(pooled: PooledSandbox): Promise<void> {
@@ -201,6 +201,7 @@ export class HostSandboxes implements SandboxHost {
     const image = session.image ?? this.opts.image;
     const { settle, sshReconnectGiveUpMs, stateDir, names, runtime, memoryMiB, pidsLimit, policy, store, consoleLog } = this.opts;
     return {
+      steps: session.steps,
       settle,
       sshReconnectGiveUpMs,
       stateDir,

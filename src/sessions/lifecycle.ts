@@ -1,8 +1,6 @@
 import { SESSION_ID_PATTERN } from '../network/names.js';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import { type GuestProtocolError, InvalidRequestError, OrchestratorError, UnavailableError } from '../errors.js';
-import type { ConnectionLostError } from '../transport/index.js';
+import { InvalidRequestError, OrchestratorError, UnavailableError } from '../errors.js';
 import type { CapacitySlot } from './capacity.js';
 import type { PooledSandbox, WarmPool } from './pool/warm-pool.js';
 import { Session } from './session.js';
@@ -13,17 +11,15 @@ import { newRecord, resolveRequest, startClocks, type CreateSessionOptions, type
 import { toView, type SessionView } from './session-view.js';
 import type { SessionTemplate } from './templates.js';
 import type { LifecycleOptions } from './lifecycle-options.js';
+import { watchConnection, watchSandbox, type WatchHooks } from './session-watch.js';
+import { StepTimes } from '../util/step-times.js';
 
 export type { AddressSource, LifecycleOptions, SessionDisk } from './lifecycle-options.js';
 
-/** How long a watch that saw a sandbox's process gone waits for the runtime to report its exit. */
-const EXIT_REPORT_GRACE_MS = 2_500;
-
 /**
- * The session lifecycle: creating -> ready -> destroying -> destroyed, or failed. Creates
- * (cold, or from the warm pool with a cold fallback), destroys, and the release of
- * everything a session holds when it ends, however it ends (a DELETE, a clock, a sandbox
- * that vanished, a shutdown).
+ * The session lifecycle: creating -> ready -> destroying -> destroyed, or failed. Creates (cold, or from the warm pool with a
+ * cold fallback), destroys, and the release of all a session holds when it ends, however it ends (a DELETE, a clock, a
+ * sandbox that vanished, a shutdown).
  */
 export class SessionLifecycle {
   private shuttingDown = false;
@@ -35,21 +31,26 @@ export class SessionLifecycle {
   async create(options: CreateSessionOptions = {}, owner: SessionOwner = { tenant: LOCAL_TENANT }): Promise<SessionView> {
     if (this.shuttingDown) throw new UnavailableError('the orchestrator is shutting down');
     const started = performance.now();
+    const steps = new StepTimes(started);
     const template = await this.template(options.template ?? this.opts.defaults.template);
     const request = resolveRequest(options, this.opts.defaults, template.screen);
     if (owner.sessionId !== undefined) this.assertNewId(owner.sessionId);
-    await this.opts.host.assertCreatesAllowed();
+    steps.mark('template');
     // Volumes first (a 404/409 takes nothing; session-volumes.ts). The session owns them once made.
     const volumes = takeVolumes(this.opts.volumes, { name: this.opts.runtimeName, volumes: this.opts.runtimeVolumes }, owner, request.volumes);
     owner = volumes.owner;
     try {
-      // Admission: a 429/503 here has taken nothing. The slot is taken in the same synchronous
-      // step as the check, so concurrent creates cannot overshoot a limit. The session that
-      // gets it releases it last of all its resources; a create that fails gives it back
-      // (release is idempotent, so a failed boot that released it already is no harm).
+      // The network policy check (two processes), for a sandbox with a NIC (one without has nothing the policy fences): a
+      // cold boot awaits it before it takes anything, a warm claim runs alongside it; no session is handed out before it passed.
+      let checked: Promise<void> | undefined;
+      const policy = (): Promise<void> => (checked ??= this.opts.host.assertCreatesAllowed());
+      // Admission: a 429 here has taken nothing. The slot is taken in the same synchronous step as the check, so concurrent
+      // creates cannot overshoot a limit. The session that gets it releases it last of all its resources; a create that
+      // fails gives it back (release is idempotent, so a failed boot that released it already is no harm).
       const slot = this.opts.capacity.reserve(owner.tenant, { diskMiB: this.opts.disk?.writableMiB(template.image) ?? 0 });
       try {
-        const view = await this.createWithSlot(request, template, owner, slot, started, volumes);
+        steps.mark('admission');
+        const view = await this.createWithSlot(request, template, owner, slot, started, volumes, steps, policy);
         slot.booted();
         return view;
       } catch (err) {
@@ -99,6 +100,8 @@ export class SessionLifecycle {
     slot: CapacitySlot,
     started: number,
     volumes: { held?: SessionVolumes },
+    steps: StepTimes,
+    policy: () => Promise<void>,
   ): Promise<SessionView> {
     const { tenant } = owner;
     // A pooled sandbox of the same screen size, if one is ready; any other request boots cold.
@@ -110,10 +113,13 @@ export class SessionLifecycle {
     const placedOnly = owner.sessionId !== undefined && owner.pooledIdAccepted !== true;
     const pooled = request.egress || placedOnly ? undefined : pool?.take({ width: request.width, height: request.height });
     if (pooled) {
-      const view = await this.createFromPool(pooled, request, tenant, slot, started).finally(() => pool?.refill());
+      const view = await this.createFromPool(pooled, request, tenant, slot, started, steps, policy).finally(() => pool?.refill());
       if (view) return view;
     }
-    return this.createCold(request, template, owner, slot, started, volumes);
+    // A cold boot takes an address (and a NIC) unless it is reached over a socket and not allowed out (createCold).
+    if (this.opts.host.controlTransport !== 'unix' || request.egress) await policy();
+    steps.mark('network policy check');
+    return this.createCold(request, template, owner, slot, started, volumes, steps);
   }
 
   private async createCold(
@@ -123,6 +129,7 @@ export class SessionLifecycle {
     slot: CapacitySlot,
     started: number,
     volumes: { held?: SessionVolumes },
+    steps: StepTimes,
   ): Promise<SessionView> {
     const { store, registry, metrics, host, addresses } = this.opts;
     // Not allowed out, and reachable without a network: no interface, so no address either,
@@ -134,6 +141,7 @@ export class SessionLifecycle {
     const session = new Session(record);
     session.volumes = volumes.held;
     volumes.held = undefined;
+    session.steps = steps;
     session.image = template.image;
     const log = this.sessionLog(session);
     // Stored before any resource is taken, so a crash from here on is found at restart.
@@ -161,9 +169,8 @@ export class SessionLifecycle {
   }
 
   /**
-   * A session from a pooled sandbox: the request's settings are applied, then the sandbox is
-   * handed to the session's own key (SandboxHost.claim). Undefined if the claim failed: the
-   * pooled sandbox is destroyed and the caller boots one cold, so the client never sees it.
+   * A session from a pooled sandbox: the request's settings applied, the sandbox handed to the session's own key (SandboxHost.claim).
+   * Undefined if the claim failed: the pooled sandbox is destroyed and the caller boots one cold, so the client never sees it.
    */
   private async createFromPool(
     pooled: PooledSandbox,
@@ -171,6 +178,8 @@ export class SessionLifecycle {
     tenant: string,
     slot: CapacitySlot,
     started: number,
+    steps: StepTimes,
+    policy: () => Promise<void>,
   ): Promise<SessionView | undefined> {
     const { store, registry, metrics } = this.opts;
     const { session } = pooled;
@@ -195,29 +204,38 @@ export class SessionLifecycle {
     store.claim(session.record);
     registry.add(session);
     metrics.activeSessions.inc();
+    session.steps = steps; // the pool's boot is not this create's
     const claim = this.opts.host.claim(pooled);
-    session.creation = claim.catch(() => undefined);
+    const fenced = session.record.addressIndex !== null ? policy() : Promise.resolve();
+    session.creation = Promise.allSettled([claim, fenced]);
     try {
       await claim;
     } catch (err) {
       metrics.errors.inc({ kind: 'warm_claim' });
-      // A destroy (or shutdown) that came meanwhile owns the release.
-      if (session.record.state !== 'creating') throw new UnavailableError(`session ${session.id} was destroyed while it was being created`);
       log.warn({ err }, 'could not claim a warm sandbox; destroying it and booting one cold');
-      registry.remove(session.id);
-      metrics.activeSessions.dec();
-      try {
-        await session.cleanup.run();
-      } catch (releaseErr) {
-        metrics.errors.inc({ kind: 'destroy' });
-        log.error({ err: releaseErr }, 'releasing a warm sandbox that could not be claimed failed');
-      }
-      store.delete(session.id);
+      await this.dropClaimed(session, log);
       return undefined; // the slot was not on its stack: the cold boot that follows uses it
     }
+    await fenced.catch(async (err: unknown) => this.dropClaimed(session, log).then(() => Promise.reject(err))); // refused: no cold boot either
+    steps.mark('network policy check (the rest)');
     // Only now, so that a failed claim above does not give back the slot the cold boot needs.
     await session.cleanup.push('capacity slot', () => slot.release());
     return this.becomeReady(session, 'warm', started, log);
+  }
+
+  /** Undoes a claim that did not make a session (the caller boots cold or refuses the create). */
+  private async dropClaimed(session: Session, log: Logger): Promise<void> {
+    // A destroy (or shutdown) that came meanwhile owns the release.
+    if (session.record.state !== 'creating') throw new UnavailableError(`session ${session.id} was destroyed while it was being created`);
+    this.opts.registry.remove(session.id);
+    this.opts.metrics.activeSessions.dec();
+    try {
+      await session.cleanup.run();
+    } catch (releaseErr) {
+      this.opts.metrics.errors.inc({ kind: 'destroy' });
+      log.error({ err: releaseErr }, 'releasing a warm sandbox that could not be claimed failed');
+    }
+    this.opts.store.delete(session.id);
   }
 
   private becomeReady(session: Session, source: 'warm' | 'cold', started: number, log: Logger): SessionView {
@@ -229,13 +247,14 @@ export class SessionLifecycle {
     }
     this.watch(session, log);
     this.setState(session, 'ready');
+    session.steps.mark('ready');
     const seconds = (performance.now() - started) / 1000;
     metrics.sessionsTotal.inc({ outcome: 'ready' });
     metrics.createsTotal.inc({ source });
     metrics.createDuration.observe({ runtime: record.runtime }, seconds);
     const accel = session.sandbox?.accelerator;
     if (accel && source === 'cold') metrics.vmBootDuration.observe({ runtime: record.runtime, accel }, seconds);
-    log.info({ runtime: record.runtime, source, ms: Math.round(seconds * 1000) }, 'session ready');
+    log.info({ runtime: record.runtime, source, ms: Math.round(seconds * 1000), steps: session.steps.toJSON() }, 'session ready');
     return toView(record);
   }
 
@@ -284,39 +303,22 @@ export class SessionLifecycle {
 
   /**
    * A sandbox that dies by itself, or whose network is deleted from under it, marks its
-   * session failed and gives back what it held, within about a second (sandbox-watch.ts).
+   * session failed and gives back what it held, within about a second (session-watch.ts).
    */
   private watch(session: Session, log: Logger): void {
-    const { sandbox } = session;
-    const watch = this.opts.host.watch(session);
-    if (sandbox && watch) {
-      session.watch = watch;
-      void watch.gone.then(async (gone) => {
-        // A process that died is the runtime's to describe (its exit status, where its console
-        // log was kept): give its `exited` a moment to say so first.
-        if (gone.processExited) await Promise.race([sandbox.exited, sleep(EXIT_REPORT_GRACE_MS)]);
-        this.sandboxVanished(session, log, `sandbox vanished: ${gone.reason}`);
-      });
-    }
-    if (sandbox) void sandbox.exited.then((info) => this.sandboxVanished(session, log, `sandbox stopped unexpectedly: ${info.reason}`));
-    this.watchConnection(session, log);
+    watchSandbox(session, log, this.watchHooks);
   }
 
   /** The session's SSH connection of the moment (a resume attaches a new one: pause.ts). */
   watchConnection(session: Session, log: Logger = this.sessionLog(session)): void {
-    session.connection?.on('reconnected', () => this.opts.metrics.sshReconnects.inc());
-    session.connection?.on('lost', (err: ConnectionLostError) => {
-      this.opts.metrics.sshConnectionsLost.inc({ reason: err.reason });
-      // A changed host key is someone in the guest (or on its path) posing as it: an error.
-      if (err.reason === 'host_key_mismatch')
-        log.error({ reason: err.reason }, 'the guest presented a host key other than the pinned one: failing the session');
-      this.sandboxVanished(session, log, err.message, 'ssh');
-    });
-    session.connection?.on('guest_protocol_error', (err: GuestProtocolError) => {
-      log.warn({ channel: err.channel, reason: err.reason, detail: err.message }, 'guest broke a protocol; its channel was closed');
-      this.opts.metrics.guestProtocolErrors.inc({ channel: err.channel, reason: err.reason });
-    });
+    watchConnection(session, log, this.watchHooks);
   }
+
+  private readonly watchHooks: WatchHooks = {
+    watch: (session) => this.opts.host.watch(session),
+    metrics: () => this.opts.metrics,
+    vanished: (session, log, reason, kind) => this.sandboxVanished(session, log, reason, kind),
+  };
 
   private sandboxVanished(session: Session, log: Logger, reason: string, kind: 'sandbox_exit' | 'ssh' = 'sandbox_exit'): void {
     if (session.record.state !== 'ready' && session.record.state !== 'paused') return;

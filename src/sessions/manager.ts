@@ -62,7 +62,7 @@ export interface ManagerOptions {
   metrics: Metrics;
   log: Logger;
   /** Booted sandboxes kept ready for creates of this screen size, by template (count 0: no pool). */
-  warmPool?: { sizes: ReadonlyMap<string, number>; shape: ScreenShape };
+  warmPool?: { sizes: ReadonlyMap<string, number>; shape: ScreenShape; max?: number; idleShrinkMs?: number };
   /** Where templates' images are found (the TemplateCatalogue). */
   templates: TemplateSource;
   /** The template of a session that names none. */
@@ -203,7 +203,8 @@ export class SessionManager {
       template,
     );
     const shape = warm?.shape ?? { width: 1024, height: 768 };
-    const pool = new WarmPool({ template, size, shape, metrics, log: log.child({ part: 'warm-pool', template }), hooks });
+    const bounds = { max: warm?.max ?? 0, idleShrinkMs: warm?.idleShrinkMs };
+    const pool = new WarmPool({ template, size, shape, metrics, log: log.child({ part: 'warm-pool', template }), hooks, ...bounds });
     this.warmPools.set(template, pool);
     return pool;
   }

@@ -5,6 +5,7 @@ import type { RunningSandbox } from '../runtimes/runtime.js';
 import type { GuestTransport } from '../transport/index.js';
 import { CleanupStack } from '../util/cleanup-stack.js';
 import type { SessionVolumes } from '../volumes/volumes.js';
+import { StepTimes } from '../util/step-times.js';
 import type { SandboxWatch } from './sandbox-watch.js';
 import type { SessionRecord } from './session-record.js';
 
@@ -64,6 +65,8 @@ export class Session {
   keepalivesHeld: (() => void) | undefined;
   /** Per-session state of companion tools (e.g. the persistent bash shell), by name. */
   readonly attachments = new Map<string, unknown>();
+  /** Where its create's time went, step by step (boot.ts, pool/claim.ts; logged once ready). */
+  steps = new StepTimes();
 
   constructor(public record: SessionRecord) {}
 

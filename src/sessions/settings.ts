@@ -55,6 +55,12 @@ export interface SessionSettings {
   /** The screen size of the warm pool's sandboxes (SBX_WARM_POOL_SCREEN, 1024x768): only creates of this size use the pool. */
   warmPoolScreen: ScreenSize;
   /**
+   * How far each warm pool may grow with demand (SBX_WARM_POOL_MAX, 0..64; 0: it keeps its own
+   * size): a create that finds its pool empty raises the pool's target by one, up to this; a
+   * pool not taken from for a minute goes back down by one a minute, to its configured size.
+   */
+  warmPoolMax: number;
+  /**
    * Console logs: each session's at most SBX_CONSOLE_LOG_MAX_BYTES on disk (default 4 MiB);
    * failed sessions' kept logs at most SBX_KEPT_LOGS of them (100) and SBX_KEPT_LOGS_MAX_BYTES
    * in all (64 MiB).
@@ -101,6 +107,7 @@ export function sessionSettingsFromEnv(env: Env): SessionSettings {
     warmPoolSize: warmPoolSize(envInt('SBX_WARM_POOL_SIZE', 0, env)),
     warmPool: parseWarmPool(envString(env, 'SBX_WARM_POOL', '')),
     warmPoolScreen: parseScreenSize(envString(env, 'SBX_WARM_POOL_SCREEN', '1024x768'), 'SBX_WARM_POOL_SCREEN'),
+    warmPoolMax: warmPoolSize(envInt('SBX_WARM_POOL_MAX', 0, env)),
     pause: {
       onIdle: envChoice('SBX_ON_IDLE', ON_IDLE, 'destroy', env),
       autoResume: envOnOff('SBX_AUTO_RESUME', true, env),

@@ -80,7 +80,9 @@ export class GuestConnection extends EventEmitter implements GuestTransport {
         if (err instanceof HostKeyMismatchError || err instanceof SshAuthenticationError) throw err;
         lastError = err as Error;
         await sleep(delay);
-        delay = Math.min(delay * 2, 250);
+        // At most 50 ms: a boot's sshd comes up at an unknown moment, and every ms the host
+        // sleeps past it is a ms of the create (a refused attempt costs next to nothing).
+        delay = Math.min(delay * 2, 50);
       }
     }
     if (this.closed) throw new Error('connection closed while opening');

@@ -1,4 +1,6 @@
 import { chown, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { chownSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import ssh2 from 'ssh2';
 
@@ -70,13 +72,17 @@ export async function writeSessionKeys(sessionDir: string, configDir: string, ke
   await mkdir(sessionDir, { recursive: true, mode: 0o700 });
   await mkdir(configDir, { recursive: true, mode: 0o711 });
   const opts = { mode: 0o600, flag: 'wx' } as const;
-  await writeFile(path.join(sessionDir, CLIENT_KEY_FILE), keys.clientPrivateKey, opts);
-  await writeFile(path.join(sessionDir, `${CLIENT_KEY_FILE}.pub`), keys.clientPublicKey + '\n', opts);
   const authorizedKeys = path.join(configDir, CONFIG_FILES.authorizedKeys);
-  await writeFile(authorizedKeys, keys.clientPublicKey + '\n', opts);
-  await chown(authorizedKeys, GUEST_UID, GUEST_GID);
-  await writeFile(path.join(configDir, CONFIG_FILES.hostKey), keys.hostPrivateKey, opts);
-  await writeFile(path.join(configDir, CONFIG_FILES.hostKeyPub), keys.hostPublicKey + '\n', opts);
+  // At once: five independent files (a create waits for them; nothing reads them before it is done).
+  const written = await Promise.allSettled([
+    writeFile(path.join(sessionDir, CLIENT_KEY_FILE), keys.clientPrivateKey, opts),
+    writeFile(path.join(sessionDir, `${CLIENT_KEY_FILE}.pub`), keys.clientPublicKey + '\n', opts),
+    writeFile(authorizedKeys, keys.clientPublicKey + '\n', opts).then(() => chown(authorizedKeys, GUEST_UID, GUEST_GID)),
+    writeFile(path.join(configDir, CONFIG_FILES.hostKey), keys.hostPrivateKey, opts),
+    writeFile(path.join(configDir, CONFIG_FILES.hostKeyPub), keys.hostPublicKey + '\n', opts),
+  ]);
+  const failed = written.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason;
 }
 
 /** A session's keys as writeSessionKeys left them: for a runtime that must act on them itself. */
@@ -100,15 +106,42 @@ export async function readSessionKeys(sessionDir: string, configDir: string): Pr
  * replaced the same way, so the old private key is gone from the host too.
  */
 export async function replaceClientKey(sessionDir: string, configDir: string, client: { private: string; public: string }): Promise<void> {
-  await replaceFile(path.join(sessionDir, CLIENT_KEY_FILE), client.private);
-  await replaceFile(path.join(sessionDir, `${CLIENT_KEY_FILE}.pub`), client.public + '\n');
-  await replaceFile(path.join(configDir, CONFIG_FILES.authorizedKeys), client.public + '\n', { uid: GUEST_UID, gid: GUEST_GID });
+  const files = replaceSessionKeyFiles(sessionDir, client);
+  files.catch(() => undefined); // awaited below, after the guest's half
+  await authorizeOnly(configDir, client.public);
+  await files;
+}
+
+/** The guest's half of replaceClientKey: authorized_keys lists this key alone, from one rename on. */
+export async function authorizeOnly(configDir: string, publicKey: string): Promise<void> {
+  // Synchronous on purpose: a claim waits on these three syscalls on a ~100-byte file (tens of
+  // µs), and through the libuv pool they queued behind other work: 20 ms p50 under load.
+  const target = path.join(configDir, CONFIG_FILES.authorizedKeys);
+  const temp = path.join(configDir, `.${CONFIG_FILES.authorizedKeys}.${randomBytes(6).toString('hex')}.new`);
+  try {
+    writeFileSync(temp, publicKey + '\n', { mode: 0o600, flag: 'wx' });
+    chownSync(temp, GUEST_UID, GUEST_GID);
+    renameSync(temp, target);
+  } catch (err) {
+    rmSync(temp, { force: true });
+    throw err;
+  }
+}
+
+/** The host's half of replaceClientKey: the session dir's key files (what an adoption reads). */
+export async function replaceSessionKeyFiles(sessionDir: string, client: { private: string; public: string }): Promise<void> {
+  const replaced = await Promise.allSettled([
+    replaceFile(path.join(sessionDir, CLIENT_KEY_FILE), client.private),
+    replaceFile(path.join(sessionDir, `${CLIENT_KEY_FILE}.pub`), client.public + '\n'),
+  ]);
+  const failed = replaced.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason;
 }
 
 /** Writes a 0600 file next to the target (same directory, same filesystem), then renames it over. */
 async function replaceFile(target: string, data: string, owner?: { uid: number; gid: number }): Promise<void> {
-  const temp = path.join(path.dirname(target), `.${path.basename(target)}.new`);
-  await rm(temp, { force: true });
+  // A name of its own (no leftover to remove first): 'wx' refuses anything already there.
+  const temp = path.join(path.dirname(target), `.${path.basename(target)}.${randomBytes(6).toString('hex')}.new`);
   try {
     await writeFile(temp, data, { mode: 0o600, flag: 'wx' });
     if (owner) await chown(temp, owner.uid, owner.gid);

@@ -172,6 +172,7 @@ export class ContainerRuntime implements Runtime {
     const layer = path.join(spec.sessionDir, 'overlay');
     const layerFile = path.join(spec.sessionDir, 'layer.ext4');
     const record = spec.record ?? (() => undefined);
+    const step = spec.step ?? (() => undefined);
     record('disk', layerFile);
     record('mount', layer);
     await cleanup.push(`writable layer ${layer}`, async () => {
@@ -200,6 +201,7 @@ export class ContainerRuntime implements Runtime {
       // A netns of its own (no NIC) is made by runc: set after `runc create`, below.
       spec.network.attachment === 'none' ? Promise.resolve() : allowSshPort(spec.network.netnsPath),
     ]);
+    step('runtime: disk layer and idmapped mounts');
     const volumes = await mountVolumes(spec.sessionDir, spec.volumes ?? [], ids, cleanup, record);
     // The overlay's root directory takes its owner from the upper dir: guest root's.
     const upper = path.join(layer, 'upper');
@@ -210,6 +212,7 @@ export class ContainerRuntime implements Runtime {
     // Every directory on the way is crossable (0711) by the container's root, a host uid.
     await mkdir(path.dirname(rootfs), { recursive: true, mode: 0o711 });
     await mountOverlay(imageView, upper, path.join(layer, 'work'), rootfs);
+    step('runtime: overlay');
 
     await mkdir(bundle, { recursive: true, mode: 0o700 });
     const config = ociSpec(
@@ -245,7 +248,9 @@ export class ContainerRuntime implements Runtime {
     record('container', path.join(this.names.runcRoot, id));
     // Created (namespaces made, init waiting) but not started: its limits are set before any
     // guest program runs, so none can take more inotify instances than its share.
+    step('runtime: bundle');
     await runcCreate(this.settings.runcBin, this.names.runcRoot, id, bundle, pidFile, consolePipe);
+    step('runtime: runc create');
 
     const pid = Number((await readFile(pidFile, 'utf8')).trim());
     const startTime = processStartTime(pid);
@@ -256,6 +261,7 @@ export class ContainerRuntime implements Runtime {
     await limitUserNamespace(pid, this.settings);
     if (spec.network.attachment === 'none') await allowSshPort(`/proc/${pid}/ns/net`);
     await run([this.settings.runcBin, '--root', this.names.runcRoot, 'start', id]);
+    step('runtime: runc start');
     // Without a NIC its sshd is reached over a socket in the session dir (removed with it);
     // with one, over TCP at its address. (`runc exec` cannot enter a container whose netns
     // its user namespace does not own, which a veth's netns is not: control-socket.ts.)
@@ -263,6 +269,7 @@ export class ContainerRuntime implements Runtime {
       spec.network.attachment === 'none'
         ? await startControlSocket(this.settings.runcBin, this.names.runcRoot, id, spec.sessionDir)
         : { host: spec.network.lease.guest, port: GUEST_SSH_PORT };
+    if (spec.network.attachment === 'none') step('runtime: control socket (runc exec)');
     const watcher = watchExit(pid, startTime);
     // Stop watching before the container is deleted, so a destroy is not reported as a crash.
     await cleanup.push(`watch ${id}`, () => watcher.stop());

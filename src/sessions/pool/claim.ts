@@ -1,5 +1,5 @@
 import type { SettleOptions } from '../../computer/computer-tool.js';
-import { generateClientKey, publicKeyBlob, replaceClientKey } from '../../transport/ssh-keys.js';
+import { authorizeOnly, generateClientKey, publicKeyBlob, replaceSessionKeyFiles } from '../../transport/ssh-keys.js';
 import { attachDesktop, configDirOf, sessionDirOf } from '../boot.js';
 import type { PooledSandbox } from './warm-pool.js';
 
@@ -23,7 +23,11 @@ export interface ClaimContext {
  *  3. the session's connection is opened with the new key and the host key pinned when the
  *     sandbox was booted: the handshake checks it again, and a guest presenting any other
  *     key is refused (HostKeyMismatchError), the claim fails and the caller destroys it;
- *  4. the display must answer on that connection.
+ *  4. the desktop is attached to that connection: with the pool's helper launcher (computer/
+ *     warm-helpers.ts) the session is ready at once, its input helper and grabber forked from
+ *     the launcher on channels of this connection in the background (the display answered in
+ *     the pool, as a resumed session's did before its pause); without one, once the display
+ *     answers a helper started on it, as after a cold boot.
  * Only containers can do step 2 (their config dir is bind-mounted as a directory, see
  * RuntimeCapabilities.configDirIsLive); the pool is off on the other runtimes.
  */
@@ -32,6 +36,21 @@ export async function claimPooledSandbox(pooled: PooledSandbox, ctx: ClaimContex
   const sandbox = session.sandbox;
   if (!sandbox?.isAlive()) throw new Error('the pooled sandbox is no longer running');
   const client = generateClientKey(session.id);
-  await replaceClientKey(sessionDirOf(ctx.stateDir, session.id), configDirOf(ctx.stateDir, session.id), client);
-  await attachDesktop(session, sandbox, client.private, publicKeyBlob(hostPublicKey), Date.now() + ctx.timeoutMs, ctx);
+  session.steps.mark('claim: key made');
+  // The guest's half first: the handshake needs it; the session dir's files are written meanwhile.
+  const keyFiles = replaceSessionKeyFiles(sessionDirOf(ctx.stateDir, session.id), client);
+  keyFiles.catch(() => undefined); // awaited below
+  await authorizeOnly(configDirOf(ctx.stateDir, session.id), client.public);
+  session.steps.mark('claim: key swapped');
+  await attachDesktop(
+    session,
+    sandbox,
+    client.private,
+    publicKeyBlob(hostPublicKey),
+    Date.now() + ctx.timeoutMs,
+    { ...ctx, steps: session.steps },
+    pooled.warmHelpers ? 'background' : 'await',
+    pooled.warmHelpers,
+  );
+  await keyFiles;
 }

@@ -2,6 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { Metrics } from '../../metrics/metrics.js';
 import type { Session } from '../session.js';
+import type { WarmHelpers } from '../../computer/warm-helpers.js';
 
 /** What a pooled sandbox must match for a request to use it (all else is decided at claim). */
 export interface ScreenShape {
@@ -14,6 +15,8 @@ export interface PooledSandbox {
   session: Session;
   /** The guest's host key as generated at boot: the claim's connection pins it again. */
   hostPublicKey: string;
+  /** Its desktop helpers' launcher (computer/warm-helpers.ts), if it started: the claim forks them from it. */
+  warmHelpers?: WarmHelpers;
 }
 
 /** How the pool makes and unmakes sandboxes; the session manager provides both. */
@@ -34,6 +37,10 @@ export interface WarmPoolOptions {
   log: Logger;
   /** Retry delays after a failed refill: doubling from minMs up to maxMs. */
   backoff?: { minMs: number; maxMs: number };
+  /** How far demand may grow the pool (a create finding it empty adds one); at most `size` (fixed) when lower. */
+  max?: number;
+  /** A grown pool not taken from for this long goes down by one, and again after as long, to `size` (default 60 s). */
+  idleShrinkMs?: number;
 }
 
 export interface WarmPoolStatus {
@@ -46,6 +53,7 @@ export interface WarmPoolStatus {
 }
 
 const DEFAULT_BACKOFF = { minMs: 1_000, maxMs: 60_000 };
+const DEFAULT_IDLE_SHRINK_MS = 60_000;
 
 /**
  * A pool of booted sandboxes of one image and one screen shape, so that a create can skip
@@ -65,12 +73,32 @@ export class WarmPool {
   private failures = 0;
   private readonly abort = new AbortController();
   private readonly backoff: { minMs: number; maxMs: number };
+  /** The configured size (resize sets it): demand grows the target from here up to max, idleness brings it back. */
+  private floor: number;
+  private lastTakeAt = performance.now();
+  private readonly shrinkTimer: NodeJS.Timeout | undefined;
 
   constructor(private readonly opts: WarmPoolOptions) {
     if (!Number.isInteger(opts.size) || opts.size < 0) throw new Error(`warm pool size must be a whole number >= 0, got ${opts.size}`);
     this.target = opts.size;
+    this.floor = opts.size;
     this.backoff = opts.backoff ?? DEFAULT_BACKOFF;
+    const idleShrinkMs = opts.idleShrinkMs ?? DEFAULT_IDLE_SHRINK_MS;
+    if ((opts.max ?? 0) > opts.size) {
+      this.shrinkTimer = setInterval(() => this.shrinkIfIdle(idleShrinkMs), Math.max(10, idleShrinkMs / 4));
+      this.shrinkTimer.unref();
+    }
     this.report();
+  }
+
+  /** A grown pool whose sandboxes were not taken for idleShrinkMs gives one back (and waits as long again). */
+  private shrinkIfIdle(idleShrinkMs: number): void {
+    if (this.stopped || this.target <= this.floor || performance.now() - this.lastTakeAt < idleShrinkMs) return;
+    this.target--;
+    this.lastTakeAt = performance.now();
+    const extra = this.idle.splice(this.target);
+    this.report();
+    for (const p of extra) void this.opts.hooks.release(p, 'demand fell: the warm pool shrinks');
   }
 
   /** Starts filling the pool in the background. */
@@ -96,6 +124,12 @@ export class WarmPool {
    */
   take(shape: ScreenShape): PooledSandbox | undefined {
     if (this.stopped || shape.width !== this.opts.shape.width || shape.height !== this.opts.shape.height) return undefined;
+    this.lastTakeAt = performance.now();
+    // Demand: a create that finds the pool empty grows it by one, within its bounds.
+    if (this.idle.length === 0 && this.target < (this.opts.max ?? 0)) {
+      this.target++;
+      this.kick(); // no claim to wait for: this create boots cold
+    }
     let pooled = this.idle.shift();
     // One that died while waiting is dropped and released here (its exit watcher only
     // releases those still in the pool).
@@ -116,6 +150,7 @@ export class WarmPool {
   async resize(size: number): Promise<void> {
     if (!Number.isInteger(size) || size < 0) throw new Error(`warm pool size must be a whole number >= 0, got ${size}`);
     this.target = size;
+    this.floor = size;
     const extra = this.idle.splice(size);
     this.report();
     this.kick();
@@ -125,6 +160,7 @@ export class WarmPool {
   /** Stops refilling, waits for a boot in flight and destroys every pooled sandbox. */
   async stop(): Promise<void> {
     this.stopped = true;
+    clearInterval(this.shrinkTimer);
     this.abort.abort();
     await this.filling;
     const all = this.idle.splice(0);
