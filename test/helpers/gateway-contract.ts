@@ -129,6 +129,27 @@ export function gatewayContract(makeStore: () => ClusterStore | Promise<ClusterS
     assert.ok(typeof headers['x-sbx-cluster-secret'] === 'string' && headers['x-sbx-cluster-secret'] !== 'forged');
   });
 
+  it('a small body (read whole) reaches the node byte for byte, its type with its parameters as the client sent it', async () => {
+    const before = n1.seen.length;
+    const body = '{"action":"mouse_move","coordinate":[1,2],"text":"\u00e9t\u00e9"}';
+    const res = await rawRequest(
+      c.port,
+      'POST',
+      '/v1/sessions/acmeaaaaa1/actions',
+      {
+        authorization: `Bearer ${c.keyA}`,
+        'content-type': 'application/json; charset=utf-8',
+        'content-length': String(Buffer.byteLength(body)),
+      },
+      body,
+    );
+    assert.equal(res.status, 200, res.body);
+    assert.deepEqual((JSON.parse(res.body) as { body: unknown }).body, JSON.parse(body));
+    const headers = n1.seen.slice(before)[0]!.headers;
+    assert.equal(headers['content-type'], 'application/json; charset=utf-8');
+    assert.equal(headers['content-length'], String(Buffer.byteLength(body)));
+  });
+
   it('streams an upload: the node has bytes while the client is still sending, and gets them all', async () => {
     let sent = 0;
     let release: () => void = () => undefined;

@@ -10,7 +10,7 @@
 import { randomBytes } from 'node:crypto';
 import replyFrom from '@fastify/reply-from';
 import websocket from '@fastify/websocket';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { applyConnectionLimits, connectionServerOptions } from '../../api/connection-limits.js';
 import { errorHandler, sendError } from '../../api/errors.js';
@@ -22,7 +22,7 @@ import { portHostRewriter } from '../../ports/host-routing.js';
 import type { ClusterStore } from '../store/cluster-store.js';
 import { installGatewayAuth } from './auth.js';
 import { ClusterState } from './cluster-state.js';
-import { createForwarder, installRequestCount } from './forward.js';
+import { createForwarder, installRequestCount, smallBodyWholeOrStream } from './forward.js';
 import { InFlight } from './in-flight.js';
 import { GatewayMetrics } from './metrics.js';
 import { NodeClient } from './node-client.js';
@@ -128,9 +128,7 @@ export async function createGateway(opts: GatewayOptions): Promise<Gateway> {
   const unparsed = (routes: (scope: FastifyInstance) => Promise<void>) =>
     app.register(async (raw) => {
       raw.removeAllContentTypeParsers();
-      raw.addContentTypeParser('*', (_request: FastifyRequest, payload: NodeJS.ReadableStream, done: (err: Error | null, body?: unknown) => void) =>
-        done(null, payload),
-      );
+      raw.addContentTypeParser('*', smallBodyWholeOrStream);
       await routes(raw);
     });
   await unparsed(async (raw) => {
