@@ -1,8 +1,7 @@
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -11,7 +10,8 @@ import sharp from 'sharp';
 import WebSocket from 'ws';
 import { openKeyStore } from '../src/api/auth/key-store-file.js';
 import { ResourceNames } from '../src/network/names.js';
-import { removeEmptyPrefixCgroups, TEST_PREFIX, TEST_SUBNET } from './helpers/orchestrator.js';
+import { freePort, startServeOn } from './helpers/serve.js';
+import { removeEmptyPrefixCgroups, TEST_PREFIX } from './helpers/orchestrator.js';
 
 /**
  * Memory pause of a real container desktop, across a SIGKILL of the orchestrator: an xterm
@@ -23,7 +23,6 @@ import { removeEmptyPrefixCgroups, TEST_PREFIX, TEST_SUBNET } from './helpers/or
  * another tenant.
  */
 const NAMES = new ResourceNames(TEST_PREFIX);
-const REPO = path.resolve(import.meta.dirname, '..');
 /** The counter's xterm sits here (top left); the rest of the screen must come back pixel for pixel. */
 const COUNTER_BOX = { width: 360, height: 120 };
 
@@ -32,46 +31,6 @@ let port: number;
 let child: ChildProcess | undefined;
 let keyA: string;
 let keyB: string;
-
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port: p } = server.address() as net.AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return p;
-}
-
-async function startServer(): Promise<ChildProcess> {
-  const proc = spawn(
-    process.execPath,
-    [path.join(REPO, 'dist/cli/main.js'), 'serve', '--host', '127.0.0.1', '--port', String(port), '--state-dir', stateDir, '--runtime', 'container'],
-    {
-      cwd: REPO,
-      env: {
-        ...process.env,
-        SBX_RESOURCE_PREFIX: TEST_PREFIX,
-        SBX_SUBNET: TEST_SUBNET,
-        SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
-        SBX_TEMPLATE: 'minimal',
-        SBX_LOG_LEVEL: process.env.SBX_TEST_LOG_LEVEL || 'warn',
-      },
-      stdio: ['ignore', 'ignore', 'inherit'],
-    },
-  );
-  const deadline = Date.now() + 60_000;
-  while (Date.now() < deadline) {
-    if (proc.exitCode !== null) throw new Error(`sbx serve exited with ${proc.exitCode}`);
-    if (
-      await fetch(`http://127.0.0.1:${port}/healthz`).then(
-        (r) => r.ok,
-        () => false,
-      )
-    )
-      return proc;
-    await sleep(200);
-  }
-  throw new Error('sbx serve did not come up');
-}
 
 type Json = Record<string, unknown>;
 
@@ -149,7 +108,7 @@ describe('memory pause of a container desktop, across an orchestrator SIGKILL', 
     keyB = keys.keys.create('beta').key;
     keys.close();
     port = await freePort();
-    child = await startServer();
+    child = await startServeOn(stateDir, port);
   });
   after(async () => {
     if (child && child.exitCode === null) {
@@ -227,7 +186,7 @@ describe('memory pause of a container desktop, across an orchestrator SIGKILL', 
   it('survives a SIGKILL of the orchestrator: adopted paused, still frozen', async () => {
     child?.kill('SIGKILL');
     await new Promise((resolve) => child?.once('exit', resolve));
-    child = await startServer();
+    child = await startServeOn(stateDir, port);
     const got = await api('GET', `/v1/sessions/${id}`);
     assert.equal(got.status, 200);
     assert.equal(got.json.state, 'paused');

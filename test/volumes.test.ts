@@ -1,9 +1,8 @@
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, statfsSync, statSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -14,8 +13,8 @@ import { mountVolumes } from '../src/runtimes/container/volume-mounts.js';
 import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { run } from '../src/util/exec.js';
 import { makeVolumeFile } from '../src/volumes/volume-files.js';
-import { removeEmptyPrefixCgroups, TEST_PREFIX, TEST_SUBNET } from './helpers/orchestrator.js';
-import { runCliWith } from './helpers/serve.js';
+import { removeEmptyPrefixCgroups, TEST_PREFIX } from './helpers/orchestrator.js';
+import { runCliWith, freePort, startServeOn } from './helpers/serve.js';
 
 /**
  * Volumes on real container sandboxes (docs/volumes.md), through `sbx serve` and its HTTP API:
@@ -26,7 +25,6 @@ import { runCliWith } from './helpers/serve.js';
  * or after the volume is deleted.
  */
 const NAMES = new ResourceNames(TEST_PREFIX);
-const REPO = path.resolve(import.meta.dirname, '..');
 const SIZE_MIB = 64;
 const MOUNT = '/home/user/data';
 
@@ -35,49 +33,6 @@ let port: number;
 let child: ChildProcess | undefined;
 let keyA: string;
 let keyB: string;
-
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port: p } = server.address() as net.AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return p;
-}
-
-async function startServer(): Promise<ChildProcess> {
-  const proc = spawn(
-    process.execPath,
-    [path.join(REPO, 'dist/cli/main.js'), 'serve', '--host', '127.0.0.1', '--port', String(port), '--state-dir', stateDir, '--runtime', 'container'],
-    {
-      cwd: REPO,
-      env: {
-        ...process.env,
-        SBX_RESOURCE_PREFIX: TEST_PREFIX,
-        SBX_SUBNET: TEST_SUBNET,
-        SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
-        SBX_TEMPLATE: 'minimal',
-        SBX_LOG_LEVEL: process.env.SBX_TEST_LOG_LEVEL || 'warn',
-        SBX_VOLUME_QUOTA_MIB: '200',
-        SBX_VOLUME_QUOTA_COUNT: '3',
-        SBX_VOLUME_MAX_MIB: '1024',
-      },
-      stdio: ['ignore', 'ignore', 'inherit'],
-    },
-  );
-  const deadline = Date.now() + 60_000;
-  while (Date.now() < deadline) {
-    if (proc.exitCode !== null) throw new Error(`sbx serve exited with ${proc.exitCode}`);
-    if (
-      await fetch(`http://127.0.0.1:${port}/healthz`).then(
-        (r) => r.ok,
-        () => false,
-      )
-    )
-      return proc;
-    await sleep(200);
-  }
-  throw new Error('sbx serve did not come up');
-}
 
 type Json = Record<string, unknown>;
 
@@ -138,7 +93,7 @@ describe('volumes on container sandboxes', () => {
     keyB = keys.keys.create('beta').key;
     keys.close();
     port = await freePort();
-    child = await startServer();
+    child = await startServeOn(stateDir, port, { SBX_VOLUME_QUOTA_MIB: '200', SBX_VOLUME_QUOTA_COUNT: '3', SBX_VOLUME_MAX_MIB: '1024' });
   });
   after(async () => {
     for (const id of sessions) for (const key of [keyA, keyB]) await api('DELETE', `/v1/sessions/${id}`, undefined, key).catch(() => undefined);
@@ -251,7 +206,7 @@ describe('volumes on container sandboxes', () => {
     // While the orchestrator is down, one session's sandbox dies: the restart cannot adopt it.
     await run(['runc', '--root', NAMES.runcRoot, 'kill', NAMES.container(doomedId), 'KILL']);
     await sleep(500);
-    child = await startServer();
+    child = await startServeOn(stateDir, port, { SBX_VOLUME_QUOTA_MIB: '200', SBX_VOLUME_QUOTA_COUNT: '3', SBX_VOLUME_MAX_MIB: '1024' });
     assert.deepEqual((await api('GET', '/v1/volumes/data')).json.mountedBy, [{ sessionId: writer, readOnly: false }]);
     assert.deepEqual((await api('GET', '/v1/volumes/scratch')).json.mountedBy, [], 'the volume of a session that is gone is free again');
     assert.deepEqual(

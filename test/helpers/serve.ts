@@ -1,7 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
+import net from 'node:net';
 import path from 'node:path';
-import { TEST_PREFIX } from './orchestrator.js';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { TEST_PREFIX, TEST_SUBNET } from './orchestrator.js';
 
 const CLI = path.resolve('dist/cli/main.js');
 
@@ -47,6 +49,46 @@ export async function startServe(
   }
   child.kill('SIGKILL');
   throw new Error(`sbx serve did not start listening:\n${output}`);
+}
+
+/** A free TCP port on loopback: a server killed and started again on it keeps its URL. */
+export async function freePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/**
+ * `sbx serve` on a given port and state dir with the suite's prefix and subnet, its stderr on
+ * the test's: for tests that SIGKILL it and start it again over the same state.
+ */
+export async function startServeOn(stateDir: string, port: number, env: Record<string, string> = {}): Promise<ChildProcess> {
+  const proc = spawn(process.execPath, [CLI, 'serve', '--host', '127.0.0.1', '--port', String(port), '--state-dir', stateDir, '--runtime', 'container'], {
+    env: {
+      ...process.env,
+      SBX_RESOURCE_PREFIX: TEST_PREFIX,
+      SBX_SUBNET: TEST_SUBNET,
+      SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
+      SBX_TEMPLATE: 'minimal',
+      SBX_LOG_LEVEL: process.env.SBX_TEST_LOG_LEVEL || 'warn',
+      ...env,
+    },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    if (proc.exitCode !== null) throw new Error(`sbx serve exited with ${proc.exitCode}`);
+    const up = await fetch(`http://127.0.0.1:${port}/healthz`).then(
+      (r) => r.ok,
+      () => false,
+    );
+    if (up) return proc;
+    await sleep(200);
+  }
+  proc.kill('SIGKILL');
+  throw new Error('sbx serve did not come up');
 }
 
 export function runCli(args: string[], url: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
