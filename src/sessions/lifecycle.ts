@@ -21,6 +21,19 @@ export type { AddressSource, LifecycleOptions, SessionDisk } from './lifecycle-o
  * cold fallback), destroys, and the release of all a session holds when it ends, however it ends (a DELETE, a clock, a
  * sandbox that vanished, a shutdown).
  */
+/** One create, as it goes from admission to a cold boot or a warm claim. */
+interface CreateAttempt {
+  request: SessionRequest;
+  template: SessionTemplate;
+  owner: SessionOwner;
+  slot: CapacitySlot;
+  /** performance.now() when the create began. */
+  started: number;
+  /** The volumes taken for it, until its session owns them. */
+  volumes: { held?: SessionVolumes };
+  steps: StepTimes;
+}
+
 export class SessionLifecycle {
   private shuttingDown = false;
   /** The warm pools, by template, once they exist (they are made with hooks into this lifecycle). */
@@ -50,7 +63,7 @@ export class SessionLifecycle {
       const slot = this.opts.capacity.reserve(owner.tenant, { diskMiB: this.opts.disk?.writableMiB(template.image) ?? 0 });
       try {
         steps.mark('admission');
-        const view = await this.createWithSlot(request, template, owner, slot, started, volumes, steps, policy);
+        const view = await this.createWithSlot({ request, template, owner, slot, started, volumes, steps }, policy);
         slot.booted();
         return view;
       } catch (err) {
@@ -93,17 +106,8 @@ export class SessionLifecycle {
     return this.shuttingDown;
   }
 
-  private async createWithSlot(
-    request: SessionRequest,
-    template: SessionTemplate,
-    owner: SessionOwner,
-    slot: CapacitySlot,
-    started: number,
-    volumes: { held?: SessionVolumes },
-    steps: StepTimes,
-    policy: () => Promise<void>,
-  ): Promise<SessionView> {
-    const { tenant } = owner;
+  private async createWithSlot(attempt: CreateAttempt, policy: () => Promise<void>): Promise<SessionView> {
+    const { request, owner, steps } = attempt;
     // A pooled sandbox of the same screen size, if one is ready; any other request boots cold.
     // (A pooled sandbox was fenced without egress: a request for egress boots cold too.)
     // Only the pool of the session's own template: a sandbox booted from another image is never handed out.
@@ -113,24 +117,17 @@ export class SessionLifecycle {
     const placedOnly = owner.sessionId !== undefined && owner.pooledIdAccepted !== true;
     const pooled = request.egress || placedOnly ? undefined : pool?.take({ width: request.width, height: request.height });
     if (pooled) {
-      const view = await this.createFromPool(pooled, request, tenant, slot, started, steps, policy).finally(() => pool?.refill());
+      const view = await this.createFromPool(pooled, attempt, policy).finally(() => pool?.refill());
       if (view) return view;
     }
     // A cold boot takes an address (and a NIC) unless it is reached over a socket and not allowed out (createCold).
     if (this.opts.host.controlTransport !== 'unix' || request.egress) await policy();
     steps.mark('network policy check');
-    return this.createCold(request, template, owner, slot, started, volumes, steps);
+    return this.createCold(attempt);
   }
 
-  private async createCold(
-    request: SessionRequest,
-    template: SessionTemplate,
-    owner: SessionOwner,
-    slot: CapacitySlot,
-    started: number,
-    volumes: { held?: SessionVolumes },
-    steps: StepTimes,
-  ): Promise<SessionView> {
+  private async createCold(attempt: CreateAttempt): Promise<SessionView> {
+    const { request, template, owner, slot, started, volumes, steps } = attempt;
     const { store, registry, metrics, host, addresses } = this.opts;
     // Not allowed out, and reachable without a network: no interface, so no address either,
     // and its control channel is the runtime's socket. Otherwise TCP over its NIC.
@@ -172,15 +169,9 @@ export class SessionLifecycle {
    * A session from a pooled sandbox: the request's settings applied, the sandbox handed to the session's own key (SandboxHost.claim).
    * Undefined if the claim failed: the pooled sandbox is destroyed and the caller boots one cold, so the client never sees it.
    */
-  private async createFromPool(
-    pooled: PooledSandbox,
-    request: SessionRequest,
-    tenant: string,
-    slot: CapacitySlot,
-    started: number,
-    steps: StepTimes,
-    policy: () => Promise<void>,
-  ): Promise<SessionView | undefined> {
+  private async createFromPool(pooled: PooledSandbox, attempt: CreateAttempt, policy: () => Promise<void>): Promise<SessionView | undefined> {
+    const { request, slot, started, steps } = attempt;
+    const { tenant } = attempt.owner;
     const { store, registry, metrics } = this.opts;
     const { session } = pooled;
     this.measureDisk(slot, session.id);
