@@ -56,6 +56,7 @@ import { describePlacementTx, measurePlacementTx, measurePlacementTxIfPossible, 
 import { describeGateway, measureGateway, type GatewayBenchSettings } from './gateway.js';
 import { measurePortsWithDesktop, portsAlone } from './ports-alone.js';
 import { describeTransports, measureTransports } from './transports.js';
+import { describeE2bDesktop, measureE2bDesktop } from './e2b-desktop.js';
 import { describeSimulation, simulatePlacement, SIMULATION_SEEDS, type SimulationFigures } from './placement-simulation.js';
 
 const N = Number(process.env.BENCH_N || 50);
@@ -366,6 +367,11 @@ const PARTS: Record<string, () => Promise<void>> = {
   ports: () => portsAlone({ ...defaultConfig(process.env), subnet: process.env.SBX_SUBNET || '10.244.0.0/16' }, N, TEMPLATES.includes('desktop')),
   transports: transportsAlone,
   create: () => printCreateFigures(CREATE),
+  e2b: async () => {
+    const figures = await measureE2bDesktop({ ...defaultConfig(process.env), subnet: process.env.SBX_SUBNET || '10.244.0.0/16' }, N);
+    console.log(describeE2bDesktop(figures));
+    console.log(JSON.stringify(figures, null, 2));
+  },
 };
 (PARTS[process.argv[2] ?? ''] ?? main)().catch((err: unknown) => {
   console.error(`bench: ${err instanceof Error ? err.stack : String(err)}`);
