@@ -64,7 +64,7 @@ describe('the configuration an environment describes', () => {
       e2b: {
         templates: new Map([
           ['base', 'minimal'],
-          ['desktop', 'desktop'],
+          ['desktop', 'xfce'],
         ]),
       },
       runs: {
@@ -142,7 +142,7 @@ describe('the configuration an environment describes', () => {
       ['SBX_FC_JAILER', 'maybe', /SBX_FC_JAILER must be auto, on or off/],
       ['SBX_FC_SNAPSHOTS', 'yes', /SBX_FC_SNAPSHOTS must be on or off, got "yes"/],
       ['SBX_VM_UID_COUNT', '0', /SBX_VM_UID_COUNT/],
-      ['SBX_TEMPLATE', 'gnome', /SBX_TEMPLATE must be one of minimal, desktop, got "gnome"/],
+      ['SBX_TEMPLATE', 'gnome', /SBX_TEMPLATE must be one of minimal, desktop, xfce, got "gnome"/],
       ['SBX_FC_UID', '1000', /SBX_FC_UID is no longer used/],
       ['SBX_MAX_VIEWERS_PER_SESSION', '0', /SBX_MAX_VIEWERS_PER_SESSION must be at least 1/],
       ['SBX_MAX_VIEWERS_PER_TENANT', '0', /SBX_MAX_VIEWERS_PER_TENANT must be at least 1/],
