@@ -493,13 +493,18 @@ describe('live views (noVNC, view-only enforced on the server, takeover)', { tim
       latencies.sort((a, b) => a - b);
       const p99 = latencies[Math.floor(latencies.length * 0.99)]!;
       console.log(`live-view red team: RSS ${before.rssMiB} -> ${during.rssMiB} (flood) -> ${after.rssMiB} MiB; /healthz p99 ${p99.toFixed(1)} ms`);
-      // Bounded, not growing: over the second half of a flood of ~100 MB/s the RSS stays within
-      // what the first half reached (garbage of forwarded buffers is collected lazily, the
-      // stalled viewer holds at most its cap), and once it ends the growth is under the bound.
+      // Bounded, not growing: over the second half of a flood of ~100 MB/s the RSS settles
+      // where the first half reached (garbage of forwarded buffers is collected lazily, the
+      // stalled viewer holds at most its cap). A collection that comes late shows as a spike
+      // that falls back (a CI run saw 205 -> 221 -> 207 MiB): the level the last samples hold is
+      // what must not grow, and no sample may go far past it. Buffered, ~100 MB/s would add
+      // hundreds of MiB over these seconds.
       const firstHalf = Math.max(...samples.slice(0, 30));
       const secondHalf = Math.max(...samples.slice(30));
+      const settled = [...samples.slice(-10)].sort((a, b) => a - b)[5]!;
       console.log(`live-view red team: RSS samples during the flood ${samples.join(' ')}`);
-      assert.ok(secondHalf - firstHalf < 16, `RSS kept growing during the flood: ${firstHalf} -> ${secondHalf} MiB`);
+      assert.ok(settled - firstHalf < 16, `RSS kept growing during the flood: ${firstHalf} -> ${settled} MiB (median of the last 10 samples)`);
+      assert.ok(secondHalf - firstHalf < 48, `RSS went far past the first half's during the flood: ${firstHalf} -> ${secondHalf} MiB`);
       assert.ok(after.rssMiB - before.rssMiB < MAX_GROWTH_MIB, `RSS grew ${after.rssMiB - before.rssMiB} MiB`);
       // The other session's view still works.
       const fine = await rawViewer((await newView(main.id, 'view')).url);
