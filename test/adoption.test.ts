@@ -1,8 +1,7 @@
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -11,7 +10,8 @@ import Database from 'better-sqlite3';
 import { ResourceNames, SESSION_ID_PATTERN } from '../src/network/names.js';
 import { listSandboxLinks, listSandboxNetns } from '../src/network/netns.js';
 import { run } from '../src/util/exec.js';
-import { removeEmptyPrefixCgroups, TEST_PREFIX, TEST_SUBNET } from './helpers/orchestrator.js';
+import { removeEmptyPrefixCgroups, TEST_PREFIX } from './helpers/orchestrator.js';
+import { freePort, startServeOn } from './helpers/serve.js';
 
 /**
  * A real crash of the orchestrator: the process is SIGKILLed while three sessions are live
@@ -20,62 +20,14 @@ import { removeEmptyPrefixCgroups, TEST_PREFIX, TEST_SUBNET } from './helpers/or
  * took, and the host must hold exactly the resources of the sessions that exist.
  */
 const NAMES = new ResourceNames(TEST_PREFIX);
-const REPO = path.resolve(import.meta.dirname, '..');
 
 let stateDir: string;
 let port: number;
 let child: ChildProcess | undefined;
 
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port: p } = server.address() as net.AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return p;
-}
-
-/** `sbx serve` as its own process, as an operator runs it. */
-async function startServer(prefix = TEST_PREFIX): Promise<ChildProcess> {
-  const proc = spawn(
-    process.execPath,
-    [
-      '--import',
-      'tsx',
-      path.join(REPO, 'src/cli/main.ts'),
-      'serve',
-      '--host',
-      '127.0.0.1',
-      '--port',
-      String(port),
-      '--state-dir',
-      stateDir,
-      '--runtime',
-      'container',
-    ],
-    {
-      cwd: REPO,
-      env: {
-        ...process.env,
-        SBX_RESOURCE_PREFIX: prefix,
-        SBX_SUBNET: TEST_SUBNET,
-        SBX_IMAGES_DIR: process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images',
-        SBX_TEMPLATE: 'minimal',
-        SBX_LOG_LEVEL: process.env.SBX_TEST_LOG_LEVEL || 'warn',
-      },
-      stdio: ['ignore', 'ignore', 'inherit'],
-    },
-  );
-  const deadline = Date.now() + 60_000;
-  while (Date.now() < deadline) {
-    if (proc.exitCode !== null) throw new Error(`sbx serve exited with ${proc.exitCode}`);
-    const up = await fetch(`http://127.0.0.1:${port}/healthz`).then(
-      (r) => r.ok,
-      () => false,
-    );
-    if (up) return proc;
-    await sleep(200);
-  }
-  throw new Error('sbx serve did not come up');
+/** `sbx serve` as its own process, as an operator runs it (with another resource prefix when asked). */
+function startServer(prefix = TEST_PREFIX): Promise<ChildProcess> {
+  return startServeOn(stateDir, port, { SBX_RESOURCE_PREFIX: prefix });
 }
 
 async function api(
