@@ -12,13 +12,10 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { HostCapacityError, SessionGoneError, SessionStateError, TenantLimitError, UnavailableError } from '../../src/errors.js';
-import { Metrics } from '../../src/metrics/metrics.js';
-import { ResourceNames } from '../../src/network/names.js';
-import { CapacityGate } from '../../src/sessions/capacity.js';
-import { SessionManager, type ManagerOptions } from '../../src/sessions/manager.js';
 import type { SessionRecord } from '../../src/sessions/session-record.js';
 import { SessionStore } from '../../src/sessions/store.js';
-import { FAKE_IMAGE, FakeHost, FakeRuntime, FakeSandbox, gate, silentLogger } from '../helpers/fake-runtime.js';
+import { FAKE_IMAGE, FakeRuntime, FakeSandbox, gate } from '../helpers/fake-runtime.js';
+import { fakeManager, until, type FakeRig } from '../helpers/fake-manager.js';
 import { httpStatusOf } from '../../src/api/errors.js';
 
 let dir: string;
@@ -29,62 +26,12 @@ after(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-interface Rig {
-  manager: SessionManager;
-  runtime: FakeRuntime;
-  host: FakeHost;
-  store: SessionStore;
-  metrics: Metrics;
-}
-
-let rigs = 0;
-/** A manager over a fake runtime, with its own store. Not started unless `start`. */
-async function rig(options: Partial<ManagerOptions> & { start?: boolean; store?: SessionStore; runtime?: FakeRuntime } = {}): Promise<Rig> {
-  const store = options.store ?? new SessionStore(path.join(dir, `sessions-${++rigs}.db`));
-  const runtime = options.runtime ?? new FakeRuntime();
-  const host = new FakeHost(runtime, store);
-  const metrics = new Metrics();
-  const manager = new SessionManager({
-    settle: { maxMs: 0, intervalMs: 0 },
-    stateDir: dir,
-    names: new ResourceNames('unt-'),
-    display: 99,
-    // Only looked at (ip addr show), never configured: the fake host makes no network.
-    subnet: '10.251.0.0/24',
-    defaultTimeoutSeconds: 300,
-    maxLifetimeSeconds: 3600,
-    bootTimeoutMs: 10_000,
-    memoryMiB: 256,
-    pidsLimit: 64,
-    runtime,
-    image: FAKE_IMAGE,
-    templates: {
-      resolve: (name) =>
-        name === 'minimal' ? Promise.resolve({ name, image: FAKE_IMAGE }) : Promise.reject(new Error(`unknown template "${name}"; available: minimal`)),
-    },
-    defaultTemplate: 'minimal',
-    store,
-    metrics,
-    log: silentLogger(),
-    capacity: new CapacityGate({ maxSessions: 4, maxSessionsPerTenant: 3, sessionMemoryMiB: 256, memoryReserveMiB: 0 }, () => undefined),
-    reaperIntervalMs: 20,
-    host,
-    ...options,
-  });
-  if (options.start !== false) await manager.start();
-  return { manager, runtime, host, store, metrics };
-}
-
-async function until(what: string, done: () => boolean, timeoutMs = 5_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!done()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for: ${what}`);
-    await sleep(5);
-  }
+function rig(options: Parameters<typeof fakeManager>[2] = {}): Promise<FakeRig> {
+  return fakeManager(dir, { prefix: 'unt-', subnet: '10.251.0.0/24' }, options);
 }
 
 /** Nothing held: no live sandbox, no address lease, no capacity slot. */
-function assertNothingHeld(r: Rig): void {
+function assertNothingHeld(r: FakeRig): void {
   assert.deepEqual(
     r.runtime.live.map((s) => s.sessionId),
     [],

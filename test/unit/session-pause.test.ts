@@ -11,13 +11,10 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { PauseModeUnavailableError, PauseStateError, SessionPausedError } from '../../src/errors.js';
-import { Metrics } from '../../src/metrics/metrics.js';
-import { ResourceNames } from '../../src/network/names.js';
-import { CapacityGate } from '../../src/sessions/capacity.js';
-import { SessionManager, type ManagerOptions } from '../../src/sessions/manager.js';
 import { SessionStore } from '../../src/sessions/store.js';
 import { lifetimeEnd } from '../../src/sessions/timeouts.js';
-import { FAKE_IMAGE, FakeHost, FakeRuntime, silentLogger } from '../helpers/fake-runtime.js';
+import { FakeRuntime } from '../helpers/fake-runtime.js';
+import { fakeManager, until, type FakeRig } from '../helpers/fake-manager.js';
 
 let dir: string;
 before(async () => {
@@ -27,44 +24,8 @@ after(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-let rigs = 0;
-async function rig(options: Partial<ManagerOptions> & { store?: SessionStore; runtime?: FakeRuntime } = {}) {
-  const store = options.store ?? new SessionStore(path.join(dir, `sessions-${++rigs}.db`));
-  const runtime = options.runtime ?? new FakeRuntime();
-  const host = new FakeHost(runtime, store);
-  const manager = new SessionManager({
-    settle: { maxMs: 0, intervalMs: 0 },
-    stateDir: dir,
-    names: new ResourceNames('unp-'),
-    display: 99,
-    subnet: '10.252.0.0/24',
-    defaultTimeoutSeconds: 300,
-    maxLifetimeSeconds: 3600,
-    bootTimeoutMs: 10_000,
-    memoryMiB: 256,
-    pidsLimit: 64,
-    runtime,
-    image: FAKE_IMAGE,
-    templates: { resolve: (name) => Promise.resolve({ name, image: FAKE_IMAGE }) },
-    defaultTemplate: 'minimal',
-    store,
-    metrics: new Metrics(),
-    log: silentLogger(),
-    capacity: new CapacityGate({ maxSessions: 4, maxSessionsPerTenant: 3, sessionMemoryMiB: 256, memoryReserveMiB: 0 }, () => undefined),
-    reaperIntervalMs: 20,
-    host,
-    ...options,
-  });
-  await manager.start();
-  return { manager, runtime, host, store };
-}
-
-async function until(what: string, done: () => boolean, timeoutMs = 5_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!done()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for: ${what}`);
-    await sleep(5);
-  }
+function rig(options: Parameters<typeof fakeManager>[2] = {}): Promise<FakeRig> {
+  return fakeManager(dir, { prefix: 'unp-', subnet: '10.252.0.0/24' }, options);
 }
 
 describe('unit: pause and resume', () => {

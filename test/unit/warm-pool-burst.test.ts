@@ -9,14 +9,13 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { UnavailableError } from '../../src/errors.js';
-import { Metrics } from '../../src/metrics/metrics.js';
-import { ResourceNames } from '../../src/network/names.js';
 import { CapacityGate } from '../../src/sessions/capacity.js';
-import { SessionManager, type ManagerOptions } from '../../src/sessions/manager.js';
-import { SessionStore } from '../../src/sessions/store.js';
-import { FAKE_IMAGE, FakeHost, FakeRuntime, silentLogger } from '../helpers/fake-runtime.js';
+import { type ManagerOptions } from '../../src/sessions/manager.js';
+import { FakeRuntime } from '../helpers/fake-runtime.js';
+import { fakeManager, until, type FakeRig } from '../helpers/fake-manager.js';
+
+const NAMES = { prefix: 'unb-', subnet: '10.251.0.0/24' };
 
 let dir: string;
 before(async () => {
@@ -26,45 +25,14 @@ after(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-let rigs = 0;
-async function rig(pool: number, options: Partial<ManagerOptions> & { runtime?: FakeRuntime } = {}) {
-  const store = new SessionStore(path.join(dir, `sessions-${++rigs}.db`));
-  const runtime = options.runtime ?? new FakeRuntime();
-  const host = new FakeHost(runtime, store);
-  const manager = new SessionManager({
-    settle: { maxMs: 0, intervalMs: 0 },
-    stateDir: dir,
-    names: new ResourceNames('unb-'),
-    display: 99,
-    subnet: '10.251.0.0/24',
-    defaultTimeoutSeconds: 300,
-    maxLifetimeSeconds: 3600,
-    bootTimeoutMs: 10_000,
-    memoryMiB: 256,
-    pidsLimit: 64,
-    runtime,
-    image: FAKE_IMAGE,
-    templates: { resolve: (name) => Promise.resolve({ name, image: FAKE_IMAGE }) },
-    defaultTemplate: 'minimal',
-    store,
-    metrics: new Metrics(),
-    log: silentLogger(),
+/** A manager with a warm pool of `pool` minimal sandboxes, room for 40 sessions, a slow reaper. */
+function rig(pool: number, options: Partial<ManagerOptions> & { runtime?: FakeRuntime } = {}): Promise<FakeRig> {
+  return fakeManager(dir, NAMES, {
     capacity: new CapacityGate({ maxSessions: 40, maxSessionsPerTenant: 40, sessionMemoryMiB: 256, memoryReserveMiB: 0 }, () => undefined),
     reaperIntervalMs: 1_000,
-    host,
     warmPool: { sizes: new Map([['minimal', pool]]), shape: { width: 1024, height: 768 } },
     ...options,
   });
-  await manager.start();
-  return { manager, runtime, host, store };
-}
-
-async function until(what: string, done: () => boolean, timeoutMs = 5_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!done()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for: ${what}`);
-    await sleep(5);
-  }
 }
 
 describe('unit: the warm pool under a burst', () => {
