@@ -305,6 +305,34 @@ describe('the e2b SDK against sbx serve', { timeout: 300_000 }, () => {
     assert.equal((JSON.parse(ghost.body.toString()) as Json).code, 'not_found');
   });
 
+  it('red team: multipart uploads buffer two at a time per tenant: a third is refused 429 before its body is read; a closed one gives its slot back', async () => {
+    const headers = { 'e2b-sandbox-id': sbx.sandboxId, 'x-access-token': token(), 'content-type': 'multipart/form-data; boundary=sbxboundary' };
+    // Two uploads of 30 MiB announced, 64 KiB of each sent: both held by the server, waiting for the rest.
+    const target = new URL(serve.url);
+    const holding = [0, 1].map((i) => {
+      const req = http.request({
+        host: target.hostname,
+        port: target.port,
+        path: `/files?path=/home/user/held-${i}.bin`,
+        method: 'POST',
+        headers: { ...headers, 'content-length': String(30 * 1024 * 1024) },
+        agent: false,
+      });
+      req.on('error', () => undefined); // destroyed below
+      req.write(Buffer.alloc(64 * 1024, 0x20));
+      return req;
+    });
+    await sleep(500);
+    const third = await announce(`${serve.url}/files?path=/home/user/third.bin`, headers, 30 * 1024 * 1024);
+    assert.equal(third.status, 429, third.body);
+    assert.match(third.body, /multipart uploads in flight/);
+    for (const req of holding) req.destroy();
+    await sleep(500);
+    // The slots are back: a small upload through the SDK goes through.
+    await sbx.files.write('/home/user/after-the-flood.txt', 'fits');
+    assert.equal(await sbx.files.read('/home/user/after-the-flood.txt'), 'fits');
+  });
+
   it('red team: an oversized Connect message is refused before it is parsed; an unread output stream stays bounded', async () => {
     const headers = { 'e2b-sandbox-id': sbx.sandboxId, 'x-access-token': token(), 'content-type': 'application/connect+json' };
     const pid = serve.child.pid as number;

@@ -28,6 +28,8 @@ export interface EnvdRoutesOptions {
 
 /** A multipart upload is buffered to be split: it is held to this much (larger files: the SDK's useOctetStream, streamed). */
 export const MAX_MULTIPART_BYTES = 32 * 1024 * 1024;
+/** Multipart uploads a tenant may have buffering at once (each up to MAX_MULTIPART_BYTES). */
+export const MULTIPART_UPLOADS_PER_TENANT = 2;
 const STREAMING = new Set(['Start', 'Connect', 'WatchDir']);
 
 interface EnvdRequest {
@@ -54,6 +56,28 @@ export async function envdRoutes(app: FastifyInstance, opts: EnvdRoutesOptions):
   app.addContentTypeParser('multipart/form-data', { parseAs: 'buffer', bodyLimit: multipartLimit }, (_req, body, done) => done(null, body));
   // Streamed to the guest as it comes, held to SBX_MAX_FILE_BYTES by SandboxFiles.upload.
   app.addContentTypeParser('application/octet-stream', (_req, payload, done) => done(null, payload));
+  // A multipart body is held whole to be split: at most MULTIPART_UPLOADS_PER_TENANT of them
+  // at once per tenant (taken before the body is read, given back when the answer is done), so
+  // a tenant holds at most that many times the cap in the orchestrator, not one per request.
+  const buffering = new Map<string, number>();
+  app.addHook('preParsing', async (request, reply, payload) => {
+    if (!multipartBoundary(request.headers['content-type'])) return payload;
+    const { tenant } = request;
+    const held = buffering.get(tenant) ?? 0;
+    if (held >= MULTIPART_UPLOADS_PER_TENANT) {
+      throw new OrchestratorError(
+        'tenant_concurrency_limit',
+        `the tenant has ${held} multipart uploads in flight, as many as it may: wait for one to finish, or send the file as application/octet-stream (streamed)`,
+      );
+    }
+    buffering.set(tenant, held + 1);
+    reply.raw.once('close', () => {
+      const left = (buffering.get(tenant) ?? 1) - 1;
+      if (left > 0) buffering.set(tenant, left);
+      else buffering.delete(tenant);
+    });
+    return payload;
+  });
 
   app.setErrorHandler(async (error, request, reply) => {
     let failure = e2bFailure(error);
