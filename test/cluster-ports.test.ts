@@ -14,6 +14,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import { chromium } from 'playwright-core';
 import { WebSocket } from 'ws';
+import { launchBrowser } from './helpers/browser.js';
 import { CLUSTER_SECRET, startCluster, type TestCluster } from './helpers/cluster.js';
 import { GUEST_WEB_SERVER } from './helpers/guest-web.js';
 import { readProcessOutput } from './helpers/process-api.js';
@@ -306,6 +307,34 @@ describe("issue 24's doors through a cluster's gateways", { timeout: 600_000 }, 
     }
     // Another tenant's key on the browser's route: the same 404.
     assert.equal((await api(g2, 'POST', `/v1/sessions/${id}/browser`, cluster.other, {})).status, 404);
+  });
+
+  it('a terminal link made through gateway 1 opens in Chromium through gateway 2: its page, files and shell socket', async () => {
+    const made = await api(g1, 'POST', `/v1/sessions/${id}/links`, cluster.acme, { purpose: 'terminal' });
+    assert.equal(made.status, 201, made.body.toString());
+    const browser = await launchBrowser();
+    try {
+      const page = await browser.newPage();
+      await page.goto(`${g2}${made.json.path as string}`);
+      await page.waitForSelector('#state.connected', { timeout: 20_000 });
+      const text = () =>
+        page.evaluate(() => {
+          const term = (
+            window as unknown as { sbxTerminal: { buffer: { active: { length: number; getLine(i: number): { translateToString(): string } | undefined } } } }
+          ).sbxTerminal;
+          return Array.from({ length: term.buffer.active.length }, (_, i) => term.buffer.active.getLine(i)?.translateToString() ?? '').join('\n');
+        });
+      await page.keyboard.type('echo "gw=$((6*7))"');
+      await page.keyboard.press('Enter');
+      const deadline = Date.now() + 20_000;
+      while (!(await text()).includes('gw=42') && Date.now() < deadline) await sleep(100);
+      assert.match(await text(), /gw=42/);
+    } finally {
+      await browser.close();
+    }
+    // The token opens this session's terminal only.
+    const token = new URL(made.json.path as string, g1).searchParams.get('token') as string;
+    assert.equal((await request(`${g2}/v1/sessions/${theirs}/terminal?token=${token}`)).status, 401);
   });
 
   it('red team: refused upgrades (no credential, refused by a gateway; a made-up port token, refused by the node) leave no socket open on either', async () => {

@@ -42,6 +42,9 @@ import { portHostRewriter } from '../ports/host-routing.js';
 import type { PortTokens } from '../ports/port-tokens.js';
 import type { PortSettings } from '../ports/settings.js';
 import { processRoutes } from './routes/processes.js';
+import { terminalRoutes } from './routes/terminal.js';
+import { sessionProcesses } from '../processes/session-processes.js';
+import { DEFAULT_PROCESS_LIMITS } from '../processes/limits.js';
 import { fsRoutes } from './routes/fs.js';
 import { volumeRoutes, type VolumeDirectory } from './routes/volumes.js';
 import type { LiveViews } from '../views/live-views.js';
@@ -228,7 +231,8 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     const owners = opts.manager;
     await app.register(linkRoutes, {
       links: opts.auth.links,
-      owns: (tenant, id) => owners.tenantOf(id) === tenant || trajectory?.get(id)?.tenant === tenant,
+      // A trajectory is kept after its session; a terminal needs the session running.
+      owns: (tenant, id, purpose) => owners.tenantOf(id) === tenant || (purpose === 'trajectory' && trajectory?.get(id)?.tenant === tenant),
     });
   }
   await app.register(recordingRoutes, { manager: opts.manager });
@@ -248,6 +252,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   await app.register(websocket, { options: { maxPayload: VIEW_MAX_WS_MESSAGE_BYTES } });
   if (opts.views) await app.register(viewRoutes, { views: opts.views, paused: opts.manager });
   await app.register(processRoutes, { manager: opts.manager, streams });
+  await app.register(terminalRoutes, { processes: (id) => sessionProcesses(opts.manager, id, opts.manager.displayOf(id), DEFAULT_PROCESS_LIMITS) });
   await app.register(fsRoutes, { manager: opts.manager, streams });
   if (e2b) {
     const domain = opts.ports?.settings.domain;

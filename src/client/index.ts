@@ -23,7 +23,7 @@ import type {
 import { Volumes } from './volumes.js';
 import { Runs } from './runs.js';
 import { closeBrowser, SandboxPorts, startBrowser, type BrowserCdp } from './ports.js';
-import { createTrajectoryLink, fetchTrajectory, type Trajectory } from './trajectory.js';
+import { createLink, createTrajectoryLink, fetchTrajectory, type Trajectory } from './trajectory.js';
 
 export * from './errors.js';
 export type { ImageMediaType, ScreenshotFormatOptions } from './screenshot-format.js';
@@ -34,7 +34,7 @@ export type { RuntimeName } from './runtime-names.js';
 export * from './types.js';
 export * from './vendor-types.js';
 export { Runs, type RunEvent, type RunInfo, type RunOptions } from './runs.js';
-export { createTrajectoryLink, fetchTrajectory, type Trajectory, type TrajectoryLink, type TrajectoryStep } from './trajectory.js';
+export { createLink, createTrajectoryLink, fetchTrajectory, type Trajectory, type TrajectoryLink, type TrajectoryStep } from './trajectory.js';
 export type { LiveView, LiveViewOptions } from './live-view.js';
 export { SandboxPorts, type BrowserCdp, type PortUrl, type PortUrlOptions } from './ports.js';
 export {
@@ -247,6 +247,11 @@ export class Sandbox extends ComputerActionMethods {
   trajectory = (): Promise<Trajectory> => fetchTrajectory(this.client, this.id);
   /** A short-lived URL of the trajectory viewer page, to open in a browser (createTrajectoryLink also gives its id, to revoke it). */
   trajectoryUrl = async (options: { ttlSeconds?: number } = {}): Promise<string> => (await createTrajectoryLink(this.client, this.id, options.ttlSeconds)).url;
+  /**
+   * A short-lived URL of a terminal page (a login shell as the sandbox user, in the browser).
+   * Whoever holds it has a shell in the sandbox until it expires or is revoked (createLink gives its id).
+   */
+  terminalUrl = async (options: { ttlSeconds?: number } = {}): Promise<string> => (await createLink(this.client, this.id, 'terminal', options.ttlSeconds)).url;
 
   health(): Promise<{ state: string; healthy: boolean; ssh: 'ok' | 'down'; display: 'ok' | 'down'; detail?: string }> {
     return this.client.json('GET', `/v1/sessions/${encodeURIComponent(this.id)}/health`);

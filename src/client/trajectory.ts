@@ -60,8 +60,13 @@ export async function fetchTrajectory(client: SandboxClient, sessionId: string):
 }
 
 /** A link to the viewer page; its URL is made from the client's base URL (the address this client reaches). */
-export async function createTrajectoryLink(client: SandboxClient, sessionId: string, ttlSeconds?: number): Promise<TrajectoryLink> {
-  const body = ttlSeconds === undefined ? { purpose: 'trajectory' } : { purpose: 'trajectory', ttlSeconds };
+export function createTrajectoryLink(client: SandboxClient, sessionId: string, ttlSeconds?: number): Promise<TrajectoryLink> {
+  return createLink(client, sessionId, 'trajectory', ttlSeconds);
+}
+
+/** A link to a page of the session (the trajectory viewer, a terminal): POST /v1/sessions/:id/links. */
+export async function createLink(client: SandboxClient, sessionId: string, purpose: 'trajectory' | 'terminal', ttlSeconds?: number): Promise<TrajectoryLink> {
+  const body = ttlSeconds === undefined ? { purpose } : { purpose, ttlSeconds };
   const link = await client.json<{ id: string; path: string; expiresAt: string }>('POST', `/v1/sessions/${encodeURIComponent(sessionId)}/links`, body);
   return { id: link.id, url: client.baseUrl + link.path, expiresAt: link.expiresAt };
 }

@@ -61,7 +61,7 @@ export interface AuthOptions {
 /**
  * Open to anyone: the API description, and a live view's page, state, takeover button and
  * WebSocket, whose token in the path is their credential (checked by views/live-views.ts
- * before anything is served), with the page's static files.
+ * before anything is served), with the page's static files (and the terminal page's).
  */
 const OPEN_ROUTES = new Set([
   '/openapi.json',
@@ -71,6 +71,7 @@ const OPEN_ROUTES = new Set([
   '/v1/views/:token/handback',
   '/v1/views/:token/rfb',
   '/v1/view-assets/*',
+  '/v1/terminal-assets/*',
 ]);
 /**
  * Open to anyone, but what they say depends on who asks: /healthz answers a bare liveness

@@ -4,11 +4,11 @@ import { OrchestratorError } from '../../errors.js';
 
 /**
  * What a link token opens. One module for every page a person opens in a browser, which
- * cannot send the API key header: the trajectory viewer now, the live view later (add its
- * purpose here). A token opens one purpose of one session of one tenant, until it expires,
+ * cannot send the API key header: the trajectory viewer, and a terminal (a shell in the
+ * sandbox: api/routes/terminal.ts). A token opens one purpose of one session of one tenant, until it expires,
  * is revoked, or is pruned with its session.
  */
-export const LINK_PURPOSES = ['trajectory'] as const;
+export const LINK_PURPOSES = ['trajectory', 'terminal'] as const;
 export type LinkPurpose = (typeof LINK_PURPOSES)[number];
 
 export const MIN_LINK_TTL_SECONDS = 10;

@@ -20,6 +20,7 @@ export interface LinkRouteOptions {
 /** Where each purpose's link leads. */
 const PAGES: Record<LinkPurpose, (sessionId: string) => string> = {
   trajectory: (id) => `/v1/sessions/${id}/trajectory/view`,
+  terminal: (id) => `/v1/sessions/${id}/terminal`,
 };
 
 const errors = { 400: { $ref: 'Error#' }, 401: { $ref: 'Error#' }, 404: { $ref: 'Error#' } };
@@ -35,7 +36,7 @@ export async function linkRoutes(app: FastifyInstance, opts: LinkRouteOptions): 
     {
       bodyLimit: SMALL_BODY_LIMIT_BYTES,
       schema: {
-        summary: 'A link to a page of the session for a browser (the trajectory viewer), with a short-lived token in its URL',
+        summary: 'A link to a page of the session for a browser (the trajectory viewer, or a terminal), with a short-lived token in its URL',
         tags: ['trajectory'],
         params: sessionIdParams,
         body: {

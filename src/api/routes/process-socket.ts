@@ -40,12 +40,13 @@ export function processSocketRoute(app: FastifyInstance, opts: { find: (id: stri
       found.delete(request.raw);
       if (!process) return socket.close(1011, 'no process');
       const from = request.query.from === undefined ? undefined : Number(request.query.from);
-      follow(socket, process, from);
+      followOverSocket(socket, process, from);
     },
   );
 }
 
-function follow(socket: WebSocket, process: GuestProcess, from: number | undefined): void {
+/** Streams a process's output to a WebSocket and its messages to the process (the protocol above). */
+export function followOverSocket(socket: WebSocket, process: GuestProcess, from: number | undefined): void {
   let unsent = 0;
   let waiting: (() => void) | undefined;
   const send = (data: Buffer): boolean => {

@@ -2,7 +2,7 @@
  * Who a request through a gateway acts for: the single host's rules (api/auth/
  * request-identity.ts), with the key's record read from the cluster's store. Keys are always
  * required: a gateway has no keyless local mode. Open routes are the same as on a node: the
- * API description, a live view's token routes and its static files; /healthz says more to a
+ * API description, a live view's token routes and its static files (and the terminal page's); /healthz says more to a
  * caller with a key; /metrics is open to this machine; the pages a link token opens take it
  * in ?token= (the node that holds the session checks it, as it checks a view token).
  */
@@ -15,12 +15,12 @@ import { PORT_TOKEN_QUERY, splitTokenCookie } from '../../ports/port-address.js'
 import type { ClusterState } from './cluster-state.js';
 
 /** Gateway routes whose credential is in the path (or that need none). */
-const OPEN_ROUTES = new Set(['/openapi.json', '/v1/views/:token', '/v1/views/:token/*', '/v1/views/:token/rfb', '/v1/view-assets/*']);
+const OPEN_ROUTES = new Set(['/openapi.json', '/v1/views/:token', '/v1/views/:token/*', '/v1/views/:token/rfb', '/v1/view-assets/*', '/v1/terminal-assets/*']);
 const KEY_OPTIONAL_ROUTES = new Set(['/healthz']);
 const LOCAL_ROUTES = new Set(['/metrics']);
 
 /** The session routes that open with a link token (config.linkPurpose on the node's routes), as the rest of their path. */
-const LINK_PAGES = /^(?:trajectory(?:\/view|\/steps\/[^/]+\/(?:screenshot|frame))?|recording(?:\/status)?)$/;
+const LINK_PAGES = /^(?:trajectory(?:\/view|\/steps\/[^/]+\/(?:screenshot|frame))?|recording(?:\/status)?|terminal(?:\/ws)?)$/;
 
 declare module 'fastify' {
   interface FastifyRequest {

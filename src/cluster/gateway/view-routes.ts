@@ -25,9 +25,10 @@ export async function viewTokenRoutes(app: FastifyInstance, deps: SessionRouteDe
     forwarder.forward(request, reply, await router.view(request.params.token), { family: 'views' });
   app.all('/v1/views/:token', proxy);
   app.all('/v1/views/:token/*', proxy);
-  app.get<{ Params: { '*': string } }>('/v1/view-assets/*', async (request, reply) =>
-    forwarder.forward(request, reply, await router.anyNode(), { family: 'views' }),
-  );
+  // The live view's and the terminal page's static files: every node has the same.
+  for (const assets of ['/v1/view-assets/*', '/v1/terminal-assets/*']) {
+    app.get<{ Params: { '*': string } }>(assets, async (request, reply) => forwarder.forward(request, reply, await router.anyNode(), { family: 'views' }));
+  }
 
   // The node's socket of each admitted upgrade, from preValidation to the handler.
   const upstreams = new WeakMap<IncomingMessage, WebSocket>();
