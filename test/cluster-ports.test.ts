@@ -30,7 +30,10 @@ interface Answer {
 }
 
 /** A request with any Host header (fetch will not set one). */
-function request(url: string, opts: { method?: string; headers?: Record<string, string>; body?: string; host?: string } = {}): Promise<Answer> {
+function request(
+  url: string,
+  opts: { method?: string; headers?: Record<string, string>; body?: string; host?: string; localAddress?: string } = {},
+): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const target = new URL(url);
     const req = http.request(
@@ -41,6 +44,7 @@ function request(url: string, opts: { method?: string; headers?: Record<string, 
         method: opts.method ?? 'GET',
         headers: { ...(opts.host ? { host: opts.host } : {}), ...(opts.body !== undefined ? { 'content-type': 'application/json' } : {}), ...opts.headers },
         agent: false,
+        ...(opts.localAddress ? { localAddress: opts.localAddress } : {}),
       },
       (res) => {
         const chunks: Buffer[] = [];
@@ -154,10 +158,12 @@ describe("issue 24's doors through a cluster's gateways", { timeout: 600_000 }, 
     assert.equal(made.json.hostUrl, `http://${portHost(g1, id, 3000)}/?sbx_token=${token}`);
 
     // The token, on the other gateway, without a key.
-    const byQuery = await request(`${g2}/v1/sessions/${id}/ports/3000/headers?a=1&sbx_token=${token}`);
+    // From another loopback address than the gateway's own, to tell the client from the gateway.
+    const byQuery = await request(`${g2}/v1/sessions/${id}/ports/3000/headers?a=1&sbx_token=${token}`, { localAddress: '127.0.0.2' });
     assert.equal(byQuery.status, 200, byQuery.body.toString());
     const seen = byQuery.json as Record<string, string>;
     assert.equal(seen[':path'], '/headers?a=1', 'the token taken out of the query');
+    assert.equal(seen['x-forwarded-for'], '127.0.0.2', "the guest is told the client's address, not the gateway's");
     assert.equal(seen.authorization, undefined);
     assert.equal(seen['x-forwarded-prefix'], `/v1/sessions/${id}/ports/3000`);
     const cookie = String(byQuery.headers['set-cookie']);

@@ -1,3 +1,4 @@
+import { isIP } from 'node:net';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyRequest } from 'fastify';
 import { ClusterCredentialError } from '../../errors.js';
@@ -50,6 +51,16 @@ export function gatewayIdentity(request: FastifyRequest): { tenant: string; keyI
   if (!TENANT_PATTERN.test(tenant)) throw new ClusterCredentialError(`the ${TENANT_HEADER} header is not a tenant name`);
   const keyId = headerValue(request, API_KEY_ID_HEADER);
   return { tenant, keyId: keyId !== undefined && /^[a-z0-9]{12}$/.test(keyId) ? keyId : undefined };
+}
+
+/**
+ * The client's address as the gateway saw it (it sets x-forwarded-for to one address, never
+ * appends): trusted only once the request proved it comes from a gateway, and only if it is
+ * an address (what a guest port's server is told in its own x-forwarded-for).
+ */
+export function forwardedClient(request: FastifyRequest): string | undefined {
+  const value = headerValue(request, 'x-forwarded-for');
+  return value !== undefined && isIP(value) !== 0 ? value : undefined;
 }
 
 /** The session id a gateway placed for this create, if it named one. */

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { LOCAL_TENANT } from '../../sessions/session-record.js';
 import { isLoopbackAddress } from './auth-mode.js';
 import { assertNotFromAWebPage } from './browser-guard.js';
-import { assertFromGateway, CLUSTER_SECRET_HEADER, gatewayIdentity, placedSessionId, type ClusterAuth } from './cluster-identity.js';
+import { assertFromGateway, CLUSTER_SECRET_HEADER, forwardedClient, gatewayIdentity, placedSessionId, type ClusterAuth } from './cluster-identity.js';
 import type { KeyRequirement } from './key-requirement.js';
 import type { KeyStore } from './key-store.js';
 import type { LinkPurpose, LinkTokens } from '../links/link-tokens.js';
@@ -17,6 +17,8 @@ declare module 'fastify' {
     apiKeyId: string | null;
     /** On a cluster's node, the session id its gateway placed for a create (null elsewhere). */
     placedSessionId: string | null;
+    /** Where the request came from: the socket's peer, or on a cluster's node the client its gateway names. */
+    clientAddress: string;
   }
   interface FastifyContextConfig {
     /** The route also opens with a link token of this purpose in ?token= (pages a browser opens). */
@@ -102,8 +104,10 @@ export function installAuth(app: FastifyInstance, opts: AuthOptions): void {
   app.decorateRequest('tenant', '');
   app.decorateRequest('apiKeyId', null);
   app.decorateRequest('placedSessionId', null);
+  app.decorateRequest('clientAddress', '');
   app.addHook('onRequest', async (request, reply) => {
     const route = request.routeOptions.url;
+    request.clientAddress = request.socket.remoteAddress ?? '';
     if (opts.cluster) {
       identifyGatewayRequest(request, reply, opts, opts.cluster);
       return;
@@ -146,6 +150,7 @@ function identifyGatewayRequest(request: FastifyRequest, reply: FastifyReply, op
   if (bare && route !== undefined && KEY_OPTIONAL_ROUTES.has(route)) return;
   if (bare && route !== undefined && LOCAL_ROUTES.has(route) && isLoopbackAddress(request.socket.remoteAddress ?? '')) return;
   assertFromGateway(request, cluster);
+  request.clientAddress = forwardedClient(request) ?? request.clientAddress;
   if (route !== undefined && OPEN_ROUTES.has(route)) return;
   const identity = gatewayIdentity(request);
   if (identity) {

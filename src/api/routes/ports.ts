@@ -193,7 +193,7 @@ export async function portRoutes(app: FastifyInstance, opts: PortRouteOptions): 
       ...(byHost ? {} : { prefix }),
       forwardedHost: request.host,
       forwardedProto: request.protocol,
-      clientAddress: request.socket.remoteAddress ?? '',
+      clientAddress: request.clientAddress,
       idleTimeoutMs: settings.idleTimeoutMs,
       extraResponseHeaders: extra,
     };
