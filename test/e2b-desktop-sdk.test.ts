@@ -152,6 +152,25 @@ describe('@e2b/desktop against sbx serve', { timeout: 420_000 }, () => {
     await desktop.stream.stop();
   });
 
+  it("resolution: a desktop the SDK starts at another size is ours at that size (screenshots, the session's display, clicks)", async () => {
+    const wide = await Sandbox.create({ resolution: [1280, 800], timeoutMs: 300_000 });
+    try {
+      assert.deepEqual(await wide.getScreenSize(), { width: 1280, height: 800 });
+      const shot = await api('GET', `/v1/sessions/${wide.sandboxId}/screenshot`);
+      assert.equal(shot.status, 200, shot.bytes.toString().slice(0, 300));
+      const image = await decodePng(shot.bytes);
+      assert.deepEqual([image.width, image.height], [1280, 800]);
+      const session = await api('GET', `/v1/sessions/${wide.sandboxId}`);
+      assert.deepEqual(session.json.display, { width: 1280, height: 800 });
+      // Our computer tool clicks in the new screen's corner, where the SDK then finds the pointer.
+      const click = await api('POST', `/v1/sessions/${wide.sandboxId}/tools/computer`, { action: 'mouse_move', coordinate: [1270, 790] });
+      assert.equal(click.status, 200, JSON.stringify(click.json));
+      assert.deepEqual(await wide.getCursorPosition(), { x: 1270, y: 790 });
+    } finally {
+      await wide.kill();
+    }
+  });
+
   it('kill ends the session', async () => {
     const id = desktop.sandboxId;
     await desktop.kill();

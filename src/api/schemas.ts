@@ -4,8 +4,8 @@
  */
 import { RUNTIMES } from '../runtimes/registered.js';
 import { recordingStatusSchema } from './recording-schemas.js';
-export const MIN_SIDE = 320;
-export const MAX_SIDE = 3840;
+export { MIN_SCREEN_SIDE as MIN_SIDE, MAX_SCREEN_SIDE as MAX_SIDE } from '../computer/display-size.js';
+import { MIN_SCREEN_SIDE as MIN_SIDE, MAX_SCREEN_SIDE as MAX_SIDE } from '../computer/display-size.js';
 
 export const errorSchema = {
   $id: 'Error',

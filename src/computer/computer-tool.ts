@@ -56,7 +56,8 @@ export class ComputerTool {
 
   constructor(
     private readonly desktop: Desktop,
-    readonly scaler: Scaler,
+    /** Replaced when a display the session's programs start turns out to have another size (Desktop.onScreenResize). */
+    public scaler: Scaler,
     private readonly settle: SettleOptions,
   ) {}
 

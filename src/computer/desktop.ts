@@ -6,6 +6,7 @@ import { openWarmHelper, type WarmHelperName, type WarmHelpers } from './warm-he
 import type { Point, Size } from './scaling.js';
 import { SerialQueue } from '../util/serial-queue.js';
 import { CaptureChannel, CaptureChannelError, type RawFrame, type ScreenMemory } from './capture-channel.js';
+import { displaySize } from './display-size.js';
 import { InputChannel, InputChannelError, type InputAnswer } from './input-channel.js';
 import { WHERE, type InputPlan, type InputRequest } from './input-requests.js';
 import { KeymapBinder, spareKeycodes } from './keymap.js';
@@ -74,12 +75,14 @@ export class Desktop {
   private lastGrabAt = -Infinity;
   /** Aborted by close(): a hold_key in progress ends at once. */
   private readonly closing = new AbortController();
+  /** Told when a display the session starts has another size than the session's (followDisplaySize). */
+  onScreenResize: ((size: Size) => void) | undefined;
 
   constructor(
     private readonly connection: GuestTransport,
     private readonly display: number,
     /** The session's screen: every frame the guest sends is checked against it. */
-    private readonly screen: Size,
+    private screen: Size,
     /** 'session': the session's programs start the X server; a failure while it is down is a DisplayNotReadyError. */
     private readonly server: 'init' | 'session' = 'init',
     /** A warm launcher in the guest (warm-helpers.ts): helpers are forked from it, not started. Dropped once it fails. */
@@ -205,6 +208,7 @@ export class Desktop {
    */
   private useGrabber<T>(ask: (channel: CaptureChannel) => Promise<T>, instead: () => Promise<T>): Promise<T> {
     return this.captureQueue.run(async () => {
+      if (!this.captureChannel?.isOpen && this.server === 'session') await this.followDisplaySize();
       if (!this.captureChannel?.isOpen) this.refuseWhileLying();
       let usedWarm = false;
       try {
@@ -224,6 +228,17 @@ export class Desktop {
         return instead();
       }
     });
+  }
+
+  /** Before a grabber starts on a display the session's programs started: the screen is the size it reports (display-size.ts). */
+  private async followDisplaySize(): Promise<void> {
+    const size = await displaySize(this.connection, this.display, COMMAND_TIMEOUT_MS).catch(() => undefined);
+    if (!size || (size.width === this.screen.width && size.height === this.screen.height)) return;
+    this.screen = size;
+    this.screenMemory.screen = undefined;
+    this.screenMemory.spare = undefined;
+    this.grabberLied = undefined;
+    this.onScreenResize?.(size);
   }
 
   /** Throws the grabber's last protocol error again if it is recent (see GRABBER_RESTART_AFTER_LIE_MS). */

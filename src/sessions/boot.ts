@@ -5,7 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ComputerTool, type SettleOptions } from '../computer/computer-tool.js';
 import { Desktop } from '../computer/desktop.js';
 import { startWarmHelpers, type WarmHelpers } from '../computer/warm-helpers.js';
-import { Scaler } from '../computer/scaling.js';
+import { modelSize, Scaler } from '../computer/scaling.js';
 import { CONFIG_FILES, GUEST_USER, renderSettings, sandboxSettings } from '../guest/contract.js';
 import type { GuestImage } from '../guest/image/builder.js';
 import type { AddressLease } from '../network/address-pool.js';
@@ -281,7 +281,18 @@ export async function attachDesktop(
         .catch(() => undefined);
   }
   const model = { width: session.record.modelWidth, height: session.record.modelHeight };
-  session.computer = new ComputerTool(desktop, new Scaler(screen, model), ctx.settle);
+  const computer = new ComputerTool(desktop, new Scaler(screen, model), ctx.settle);
+  session.computer = computer;
+  desktop.onScreenResize = (size) => followScreen(session, computer, size);
+}
+
+/** The session's screen is the size its own programs gave their display (Desktop.followDisplaySize); the model's follows. */
+function followScreen(session: Session, computer: ComputerTool, size: { width: number; height: number }): void {
+  const { record } = session;
+  const unscaled = record.modelWidth === record.width && record.modelHeight === record.height;
+  const model = unscaled ? size : modelSize(size, 'auto');
+  Object.assign(record, { width: size.width, height: size.height, modelWidth: model.width, modelHeight: model.height });
+  computer.scaler = new Scaler(size, model);
 }
 
 /** Xvfb may still be starting when sshd already answers: wait until the display replies. */
