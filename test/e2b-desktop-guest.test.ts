@@ -117,6 +117,10 @@ describe('E2B Desktop in the guest: the xfce template, its display started by th
     const click = await api('POST', `/v1/sessions/${id}/actions`, { action: 'left_click', coordinate: [10, 10] });
     assert.equal(click.status, 409, JSON.stringify(click.json));
     assert.equal((click.json.error as Json).code, 'display_not_ready');
+    // The desktop actions too (their helper fails on a display that is not there).
+    const windows = await api('GET', `/v1/sessions/${id}/desktop/windows`);
+    assert.equal(windows.status, 409, JSON.stringify(windows.json));
+    assert.equal((windows.json.error as Json).code, 'display_not_ready');
     assert.ok(performance.now() - started < 10_000, 'answered at once, not after a wait');
     // A live view's WebSocket says why it closes.
     const made = await api('POST', `/v1/sessions/${id}/views`, { mode: 'view' });

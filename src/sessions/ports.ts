@@ -68,7 +68,7 @@ export interface FileSessions {
 export type ToolSessions = SessionAccess & Pick<SessionTimeouts, 'whileBusy'> & { displayOf(id: string): number };
 
 /** What the desktop-action routes need: the tools', and whether the agent has the desktop (not a person's takeover). */
-export type DesktopSessions = ToolSessions & { checkAgentControl(id: string): void };
+export type DesktopSessions = ToolSessions & { checkAgentControl(id: string): void; displayStartedBySession(id: string): boolean };
 
 /** Pause and resume (pause.ts), and the resume a request to a paused session makes first. */
 export interface SessionPausing {

@@ -70,7 +70,7 @@ export async function desktopActionRoutes(app: FastifyInstance, opts: { manager:
   // actions are: checked before anything runs, reads included (the agent waits for hand-back).
   const actions = (id: string) => {
     manager.checkAgentControl(id);
-    return manager.attachment(id, 'desktop-actions', (ctx) => DesktopActions.attach(ctx, manager.displayOf(id)));
+    return manager.attachment(id, 'desktop-actions', (ctx) => DesktopActions.attach(ctx, manager.displayOf(id), manager.displayStartedBySession(id)));
   };
   /** Runs one desktop action of a session as a step of its trajectory; `typed`: its answer is the clipboard's text. */
   const step = <T>(

@@ -148,7 +148,9 @@ function outcomeStep(outcome: ActionOutcome | undefined, durationMs?: number): S
 async function browserStep(manager: VendorSessions, id: string, step: BrowserStep, name: string): Promise<ComputerAction[]> {
   // A person holding the desktop (takeover) refuses the browser step too, before it runs.
   manager.checkAgentControl(id);
-  const actions = await manager.attachment(id, 'desktop-actions', (ctx) => DesktopActions.attach(ctx, manager.displayOf(id)));
+  const actions = await manager.attachment(id, 'desktop-actions', (ctx) =>
+    DesktopActions.attach(ctx, manager.displayOf(id), manager.displayStartedBySession(id)),
+  );
   const noBrowser = `${name} needs a web browser, and this sandbox has none (the desktop template has Firefox)`;
   try {
     if (step.kind === 'launch') {

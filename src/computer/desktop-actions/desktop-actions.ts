@@ -1,8 +1,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { GuestProtocolError } from '../../errors.js';
+import { GuestProtocolError, OrchestratorError } from '../../errors.js';
 import type { GuestTransport } from '../../transport/index.js';
 import { SerialQueue } from '../../util/serial-queue.js';
-import { DesktopError } from '../desktop.js';
+import { DesktopError, DisplayNotReadyError } from '../desktop.js';
 import {
   maxAnswerBytes,
   parseAnswer,
@@ -73,11 +73,13 @@ export class DesktopActions {
   constructor(
     private readonly connection: GuestTransport,
     private readonly display: number,
+    /** The session's programs start the X server (the xfce template): a failure while it is down is a DisplayNotReadyError. */
+    private readonly displayBySession = false,
   ) {}
 
   /** The session's desktop actions, closed with the session (for SessionAccess.attachment). */
-  static async attach(ctx: { connection: GuestTransport; cleanup: Releases }, display: number): Promise<DesktopActions> {
-    const actions = new DesktopActions(ctx.connection, display);
+  static async attach(ctx: { connection: GuestTransport; cleanup: Releases }, display: number, displayBySession = false): Promise<DesktopActions> {
+    const actions = new DesktopActions(ctx.connection, display, displayBySession);
     await ctx.cleanup.push('desktop helper', () => actions.stop());
     return actions;
   }
@@ -129,7 +131,24 @@ export class DesktopActions {
   }
 
   /** Asks the helper and reads its answer with `read` (which throws on a broken one). */
-  private call<T>(request: DesktopRequest, read: (fields: Record<string, unknown>) => T): Promise<T> {
+  private async call<T>(request: DesktopRequest, read: (fields: Record<string, unknown>) => T): Promise<T> {
+    try {
+      return await this.callOnce(request, read);
+    } catch (err) {
+      throw await this.notReadyInstead(err);
+    }
+  }
+
+  /** A helper's failure on a display the session starts, while that display does not answer: 409 display_not_ready, as the computer tool says. */
+  private async notReadyInstead(err: unknown): Promise<unknown> {
+    if (!this.displayBySession || (err instanceof OrchestratorError && err.code !== 'desktop_error' && err.code !== 'guest_protocol_error')) return err;
+    const probe = await this.connection
+      .exec(`DISPLAY=:${this.display} exec xdpyinfo >/dev/null 2>&1`, { timeoutMs: 5_000, maxOutputBytes: 1024 })
+      .catch(() => undefined);
+    return probe && probe.exitCode !== 0 ? new DisplayNotReadyError(this.display) : err;
+  }
+
+  private callOnce<T>(request: DesktopRequest, read: (fields: Record<string, unknown>) => T): Promise<T> {
     return this.queue.run(async () => {
       if (this.closing.signal.aborted) throw new DesktopError("the session's desktop was closed");
       const answer = this.oneShot ? await this.runOnce(request) : await this.ask(request);
