@@ -248,6 +248,8 @@ export type VolumeInfo = {
     sessionId: string;
     readOnly: boolean;
   }>;
+  /** Through a cluster's gateway, in a list: its node is not answering (sizeMiB and createdAt are the directory's; the data is on that node) */
+  unavailable?: string;
 };
 
 /** The body of POST /v1/volumes. */
@@ -376,6 +378,8 @@ export type ErrorCode =
   | 'volume_in_use'
   /** volumes asked of a runtime that cannot mount them here (the message says why) */
   | 'volumes_unavailable'
+  /** through a gateway: a create's volumes live on different nodes (a volume stays on the node where it was made); the message names them */
+  | 'volumes_on_different_nodes'
   /** POST .../browser on a template without Chromium */
   | 'browser_unavailable'
   /** a live-view token past its ttlSeconds */
@@ -464,5 +468,7 @@ export type ErrorCode =
   | 'network_policy_unavailable'
   /** through a gateway: the session's node could not be reached */
   | 'node_unreachable'
+  /** through a gateway: the volume's node is not heartbeating; its data is on that node's disk and comes back with it */
+  | 'volume_unavailable'
   /** a gateway could not reach its PostgreSQL in time */
   | 'cluster_state_unavailable';

@@ -6,7 +6,7 @@ import { ON_IDLE, type OnIdle } from './session-record.js';
 import { atLeast, envChoice, envOnOff, envInt, envString, parseScreenSize, positive, type Env, type ScreenSize } from '../util/env.js';
 import { defaultMaxSessions } from './capacity.js';
 import { parseTenantSessionLimits, TENANT_SESSION_LIMITS_SETTING, type TenantSessionLimits } from './tenant-limits.js';
-import { DEFAULT_VOLUME_SETTINGS, type VolumeSettings } from '../volumes/settings.js';
+import { volumeSettingsFromEnv, type VolumeSettings } from '../volumes/settings.js';
 
 /** What the session layer is told: where state lives, each sandbox's shape and limits, the clocks, capacity, the warm pool. */
 export interface SessionSettings {
@@ -120,12 +120,7 @@ export function sessionSettingsFromEnv(env: Env): SessionSettings {
       pausedRetentionSeconds: positive('SBX_PAUSED_RETENTION_SECONDS', envInt('SBX_PAUSED_RETENTION_SECONDS', 7 * 24 * 3600, env)),
     },
     tenantSessionLimits: parseTenantSessionLimits(envString(env, TENANT_SESSION_LIMITS_SETTING, '')),
-    volumes: {
-      minMiB: DEFAULT_VOLUME_SETTINGS.minMiB,
-      maxMiB: atLeast('SBX_VOLUME_MAX_MIB', envInt('SBX_VOLUME_MAX_MIB', DEFAULT_VOLUME_SETTINGS.maxMiB, env), DEFAULT_VOLUME_SETTINGS.minMiB),
-      quotaMiB: atLeast('SBX_VOLUME_QUOTA_MIB', envInt('SBX_VOLUME_QUOTA_MIB', DEFAULT_VOLUME_SETTINGS.quotaMiB, env), 0),
-      quotaCount: atLeast('SBX_VOLUME_QUOTA_COUNT', envInt('SBX_VOLUME_QUOTA_COUNT', DEFAULT_VOLUME_SETTINGS.quotaCount, env), 0),
-    },
+    volumes: volumeSettingsFromEnv(env),
     consoleLog: {
       maxBytes: atLeast('SBX_CONSOLE_LOG_MAX_BYTES', envInt('SBX_CONSOLE_LOG_MAX_BYTES', DEFAULT_CONSOLE_LOG_LIMITS.maxBytes, env), 4096),
       keptMaxCount: atLeast('SBX_KEPT_LOGS', envInt('SBX_KEPT_LOGS', DEFAULT_CONSOLE_LOG_LIMITS.keptMaxCount, env), 0),
