@@ -92,6 +92,10 @@ export const ERROR_CODES = {
   volume_exists: { category: 'conflict', description: 'a volume of that name exists already' },
   volume_in_use: { category: 'conflict', description: 'a volume another session writes (or reads, for a writer), or a delete of one mounted' },
   volumes_unavailable: { category: 'conflict', description: 'volumes asked of a runtime that cannot mount them here (the message says why)' },
+  volumes_on_different_nodes: {
+    category: 'conflict',
+    description: "through a gateway: a create's volumes live on different nodes (a volume stays on the node where it was made); the message names them",
+  },
   browser_unavailable: { category: 'conflict', description: 'POST .../browser on a template without Chromium' },
 
   view_expired: { category: 'gone', description: 'a live-view token past its ttlSeconds' },
@@ -143,6 +147,10 @@ export const ERROR_CODES = {
   host_disk_low: { category: 'unavailable', description: 'the host has too little disk left for a session' },
   network_policy_unavailable: { category: 'unavailable', description: 'the guest network policy is not in force' },
   node_unreachable: { category: 'unavailable', description: "through a gateway: the session's node could not be reached" },
+  volume_unavailable: {
+    category: 'unavailable',
+    description: "through a gateway: the volume's node is not heartbeating; its data is on that node's disk and comes back with it",
+  },
   cluster_state_unavailable: { category: 'unavailable', description: 'a gateway could not reach its PostgreSQL in time' },
 } as const satisfies Record<string, ErrorCodeEntry>;
 

@@ -209,6 +209,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     consoleLog: config.consoleLog,
     recording: config.recording,
     pause: config.pause,
+    tenantLimits: config.tenantSessionLimits,
     volumes,
   });
   log.info(
@@ -229,6 +230,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     },
     'request limits per tenant',
   );
+  if (config.tenantSessionLimits.size > 0) log.info({ overrides: Object.fromEntries(config.tenantSessionLimits) }, 'session limits per tenant');
   metrics.observeSessionNetworks(() =>
     manager.registry
       .all()

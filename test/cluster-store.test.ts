@@ -419,6 +419,55 @@ describe('cluster store on PostgreSQL', () => {
     await assertCommitmentMatchesDirectory(url);
   });
 
+  it("volumes: a name is taken once by gateways racing for it, on the least-used node, within the tenant's quota; a create is placed only where its volumes are", async () => {
+    const { url, store } = await migratedStore();
+    await store.registerNode('a', 'ia', report());
+    await store.registerNode('b', 'ib', report());
+    await store.registerNode('vm', 'ivm', report({ runtimes: ['qemu'] }));
+    const quota = { count: 3, mib: 1000 };
+    const volume = (tenant: string, name: string, sizeMiB = 100) => ({ tenant, name, sizeMiB, runtime: 'container' as const, quota });
+    const gateways = Array.from({ length: 8 }, () => storeOn(url));
+    const raced = await Promise.all(gateways.map((gateway) => gateway.reserveVolume(volume('acme', 'work'), [])));
+    assert.equal(raced.filter((outcome) => outcome.reserved).length, 1, 'exactly one gateway takes the name');
+    for (const outcome of raced) if (!outcome.reserved) assert.equal(outcome.why, 'exists');
+    const work = await store.lookupVolume('acme', 'work');
+    assert.equal(work?.state, 'creating', 'not mountable until its node made it');
+    assert.notEqual(work?.node, 'vm', 'never a node without the runtime');
+    await store.confirmVolume('acme', 'work');
+    const second = await store.reserveVolume(volume('acme', 'scratch'), []);
+    assert.ok(second.reserved);
+    assert.notEqual(second.node, work?.node, 'the next goes to the node with fewer volumes');
+    await store.confirmVolume('acme', 'scratch');
+    assert.deepEqual(await store.reserveVolume(volume('acme', 'big', 801), []), { reserved: false, why: 'quota', volumes: 2, mib: 200 });
+    assert.ok((await store.reserveVolume(volume('acme', 'third'), [])).reserved);
+    assert.deepEqual(await store.reserveVolume(volume('acme', 'fourth'), []), { reserved: false, why: 'quota', volumes: 3, mib: 300 });
+    assert.ok((await store.reserveVolume(volume('other', 'work'), [])).reserved, "another tenant's name and quota are its own");
+    assert.deepEqual(await store.reserveVolume(volume('other', 'x'), ['a', 'b']), { reserved: false, why: 'no_node', volumes: 1, mib: 100 });
+    assert.deepEqual(
+      (await store.listVolumes('acme')).map((v) => v.name),
+      ['scratch', 'third', 'work'],
+    );
+
+    // Placement: only the node holding the volumes, checked again in the statement.
+    const home = work?.node as string;
+    const pinned: PlacementRequest = { ...CREATE, volumes: { node: home, names: ['work'] } };
+    for (let i = 0; i < 4; i++) {
+      const outcome = await store.place(`v-${i}`, 'acme', pinned, []);
+      assert.ok(outcome.placed);
+      assert.equal(outcome.node.name, home, 'placed with its volume, however full that node gets');
+    }
+    // Another tenant naming acme's volume (a gateway's bug): the statement finds no such volume of its own there.
+    const foreign = await store.place('v-foreign', 'other', { ...CREATE, volumes: { node: home, names: ['work'] } }, []);
+    assert.ok(!foreign.placed);
+    assert.match(foreign.reason, /the volumes work are not \(or no longer\) all on node/);
+    assert.equal(await store.lookup('v-foreign'), undefined, 'nothing written');
+    await store.dropVolume('acme', 'work');
+    const gone = await store.place('v-gone', 'acme', pinned, []);
+    assert.ok(!gone.placed, 'a volume deleted since the gateway looked: not placed');
+    assert.equal(await store.lookupVolume('acme', 'work'), undefined);
+    await assertCommitmentMatchesDirectory(url);
+  });
+
   it('view and run routes, and API keys with the single host record', async () => {
     const { url, store } = await migratedStore();
     const hash = Buffer.alloc(32, 7);

@@ -52,6 +52,7 @@ describe('the configuration an environment describes', () => {
       warmPoolMax: 0,
       consoleLog: { maxBytes: 4 * MiB, keptMaxCount: 100, keptMaxBytes: 64 * MiB },
       pause: { onIdle: 'destroy', autoResume: true, pausedRetentionSeconds: 604800 },
+      tenantSessionLimits: new Map(),
       volumes: { minMiB: 16, maxMiB: 16384, quotaMiB: 65536, quotaCount: 32 },
       subnet: '10.241.0.0/16',
       networkPolicyCheckMs: 3_000,
@@ -97,7 +98,9 @@ describe('the configuration an environment describes', () => {
       SBX_RUN_MODELS: 'claude-haiku-4-5',
       SBX_TENANT_RUN_MODELS: 'ci=claude-opus-4-6|claude-sonnet-4-6',
       SBX_TENANT_RUN_LIMITS: 'ci=8/200000000/172800',
+      SBX_TENANT_SESSION_LIMITS: 'ci=maxLifetimeSeconds:604800/onIdle:pause',
     });
+    assert.deepEqual(Object.fromEntries(config.tenantSessionLimits), { ci: { maxLifetimeSeconds: 604_800, onIdle: 'pause' } });
     assert.deepEqual(config.runs.models, ['claude-haiku-4-5']);
     assert.deepEqual(Object.fromEntries(config.runs.tenantModels), { ci: ['claude-opus-4-6', 'claude-sonnet-4-6'] });
     assert.deepEqual(Object.fromEntries(config.runs.tenantLimits), { ci: { maxConcurrentRuns: 8, tokensPerDay: 200_000_000, secondsPerDay: 172_800 } });
@@ -132,6 +135,11 @@ describe('the configuration an environment describes', () => {
       ['SBX_NETWORK_POLICY_CHECK_MS', '0', /SBX_NETWORK_POLICY_CHECK_MS must be at least 1/],
       ['SBX_TENANT_REQUEST_BURST', '0', /SBX_TENANT_REQUEST_BURST must be at least 1/],
       ['SBX_TENANT_REQUEST_LIMITS', 'ci=1', /SBX_TENANT_REQUEST_LIMITS/],
+      [
+        'SBX_TENANT_SESSION_LIMITS',
+        'ci=maxLifetimeSeconds:0',
+        /SBX_TENANT_SESSION_LIMITS: tenant "ci": maxLifetimeSeconds must be a whole number of seconds from 10/,
+      ],
       ['SBX_MAX_FILE_BYTES', '1e3', /SBX_MAX_FILE_BYTES must be a positive whole number of bytes, got "1e3"/],
       ['SBX_BASH_TIMEOUT_SECONDS', '-1', /SBX_BASH_TIMEOUT_SECONDS must be a positive number of seconds/],
       ['SBX_BASH_OUTPUT_BYTES_PER_SECOND', '100', /SBX_BASH_OUTPUT_BYTES_PER_SECOND must be at least 65536, got 100/],

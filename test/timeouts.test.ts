@@ -100,6 +100,7 @@ describe('session clocks (pure)', () => {
         endReason: null,
         paused: null,
         pausedMs: 0,
+        pausedRetentionSeconds: 604800,
         onIdle: 'destroy',
         autoResume: true,
         volumes: [],

@@ -122,7 +122,16 @@ export const sessionSchema = {
       properties: { format: { type: 'string', enum: ['png', 'jpeg', 'webp'] }, quality: { type: 'integer' } },
     },
     timeoutSeconds: { type: 'integer', description: 'Idle timeout: the session ends this long after its last activity' },
-    maxLifetimeSeconds: { type: 'integer', description: 'Maximum lifetime, counted from createdAt' },
+    maxLifetimeSeconds: { type: 'integer', description: 'Maximum lifetime in running time, counted from createdAt (a pause does not count)' },
+    pausedRetentionSeconds: {
+      type: 'integer',
+      description: 'How long it may stay paused: past it, a paused session is destroyed (endReason paused_retention)',
+    },
+    pausedUntil: {
+      type: 'string',
+      format: 'date-time',
+      description: 'While paused: when it is destroyed unless resumed (paused.since + pausedRetentionSeconds)',
+    },
     metadata: { type: 'object', additionalProperties: true },
     network: {
       type: 'object',
@@ -210,14 +219,22 @@ export const createSessionBody = {
       type: 'integer',
       minimum: 10,
       maximum: 86_400,
-      description: 'Idle timeout: the session is destroyed after this long without a request (default 300, SBX_TIMEOUT_SECONDS)',
+      description:
+        "Idle timeout: the session is destroyed after this long without a request (default: the tenant's, SBX_TENANT_SESSION_LIMITS, else SBX_TIMEOUT_SECONDS, 300)",
     },
     maxLifetimeSeconds: {
       type: 'integer',
       minimum: 10,
       description:
-        'Maximum lifetime: the session is destroyed this long after its creation, whatever happens. ' +
-        'At most the orchestrator maximum (SBX_MAX_LIFETIME_SECONDS, default 3600), which is also the default; more is a 400',
+        'Maximum lifetime: the session is destroyed this long after its creation (in running time: a pause does not count), whatever happens. ' +
+        "At most the tenant's maximum (SBX_TENANT_SESSION_LIMITS, else SBX_MAX_LIFETIME_SECONDS, default 3600), which is also the default; more is a 400",
+    },
+    pausedRetentionSeconds: {
+      type: 'integer',
+      minimum: 1,
+      description:
+        "How long the session may stay paused before it is destroyed. At most the tenant's retention (SBX_TENANT_SESSION_LIMITS, " +
+        'else SBX_PAUSED_RETENTION_SECONDS, default 7 days), which is also the default; more is a 400',
     },
     metadata: { type: 'object', additionalProperties: true, maxProperties: 64 },
     record: { type: 'boolean', default: false, description: 'Record the screen to a video (GET /v1/sessions/{id}/recording) from the start' },
@@ -252,7 +269,7 @@ export const createSessionBody = {
     onIdle: {
       type: 'string',
       enum: ['destroy', 'pause'],
-      description: 'What the idle timeout does: destroy the session (default, SBX_ON_IDLE) or pause it (docs/pause.md)',
+      description: "What the idle timeout does: destroy the session or pause it (docs/pause.md; default: the tenant's, else SBX_ON_IDLE, destroy)",
     },
     autoResume: {
       type: 'boolean',
@@ -343,8 +360,8 @@ export const updateSessionBody = {
       type: 'integer',
       minimum: 10,
       description:
-        "The new maximum lifetime, counted from createdAt: more than the session's age, at most the orchestrator maximum " +
-        '(SBX_MAX_LIFETIME_SECONDS); a lifetime can be extended up to that maximum, never past it',
+        "The new maximum lifetime, counted from createdAt: more than the session's age, at most the tenant's maximum " +
+        '(SBX_TENANT_SESSION_LIMITS, else SBX_MAX_LIFETIME_SECONDS); a lifetime can be extended up to that maximum, never past it',
     },
   },
 } as const;

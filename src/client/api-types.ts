@@ -53,8 +53,12 @@ export type SessionInfo = {
   };
   /** Idle timeout: the session ends this long after its last activity */
   timeoutSeconds: number;
-  /** Maximum lifetime, counted from createdAt */
+  /** Maximum lifetime in running time, counted from createdAt (a pause does not count) */
   maxLifetimeSeconds: number;
+  /** How long it may stay paused: past it, a paused session is destroyed (endReason paused_retention) */
+  pausedRetentionSeconds?: number;
+  /** While paused: when it is destroyed unless resumed (paused.since + pausedRetentionSeconds) */
+  pausedUntil?: string;
   metadata: Record<string, unknown>;
   /** The guest network policy chosen at create time, and how the sandbox is reached */
   network: {
@@ -120,10 +124,12 @@ export type CreateOptions = {
   width?: number;
   /** Screen height (default: the template's screen, else 768) */
   height?: number;
-  /** Idle timeout: the session is destroyed after this long without a request (default 300, SBX_TIMEOUT_SECONDS) */
+  /** Idle timeout: the session is destroyed after this long without a request (default: the tenant's, SBX_TENANT_SESSION_LIMITS, else SBX_TIMEOUT_SECONDS, 300) */
   timeoutSeconds?: number;
-  /** Maximum lifetime: the session is destroyed this long after its creation, whatever happens. At most the orchestrator maximum (SBX_MAX_LIFETIME_SECONDS, default 3600), which is also the default; more is a 400 */
+  /** Maximum lifetime: the session is destroyed this long after its creation (in running time: a pause does not count), whatever happens. At most the tenant's maximum (SBX_TENANT_SESSION_LIMITS, else SBX_MAX_LIFETIME_SECONDS, default 3600), which is also the default; more is a 400 */
   maxLifetimeSeconds?: number;
+  /** How long the session may stay paused before it is destroyed. At most the tenant's retention (SBX_TENANT_SESSION_LIMITS, else SBX_PAUSED_RETENTION_SECONDS, default 7 days), which is also the default; more is a 400 */
+  pausedRetentionSeconds?: number;
   metadata?: Record<string, unknown>;
   /** Record the screen to a video (GET /v1/sessions/{id}/recording) from the start */
   record?: boolean;
@@ -140,7 +146,7 @@ export type CreateOptions = {
     width: number;
     height: number;
   };
-  /** What the idle timeout does: destroy the session (default, SBX_ON_IDLE) or pause it (docs/pause.md) */
+  /** What the idle timeout does: destroy the session or pause it (docs/pause.md; default: the tenant's, else SBX_ON_IDLE, destroy) */
   onIdle?: 'destroy' | 'pause';
   /** A request to the session while it is paused resumes it first (default true, SBX_AUTO_RESUME); false: it answers 409 session_paused */
   autoResume?: boolean;
@@ -166,7 +172,7 @@ export type CreateOptions = {
 export type TimeoutUpdate = {
   /** The new idle timeout: the session ends this long after its last activity */
   timeoutSeconds?: number;
-  /** The new maximum lifetime, counted from createdAt: more than the session's age, at most the orchestrator maximum (SBX_MAX_LIFETIME_SECONDS); a lifetime can be extended up to that maximum, never past it */
+  /** The new maximum lifetime, counted from createdAt: more than the session's age, at most the tenant's maximum (SBX_TENANT_SESSION_LIMITS, else SBX_MAX_LIFETIME_SECONDS); a lifetime can be extended up to that maximum, never past it */
   maxLifetimeSeconds?: number;
 };
 
@@ -242,6 +248,8 @@ export type VolumeInfo = {
     sessionId: string;
     readOnly: boolean;
   }>;
+  /** Through a cluster's gateway, in a list: its node is not answering (sizeMiB and createdAt are the directory's; the data is on that node) */
+  unavailable?: string;
 };
 
 /** The body of POST /v1/volumes. */
@@ -370,6 +378,8 @@ export type ErrorCode =
   | 'volume_in_use'
   /** volumes asked of a runtime that cannot mount them here (the message says why) */
   | 'volumes_unavailable'
+  /** through a gateway: a create's volumes live on different nodes (a volume stays on the node where it was made); the message names them */
+  | 'volumes_on_different_nodes'
   /** POST .../browser on a template without Chromium */
   | 'browser_unavailable'
   /** a live-view token past its ttlSeconds */
@@ -458,5 +468,7 @@ export type ErrorCode =
   | 'network_policy_unavailable'
   /** through a gateway: the session's node could not be reached */
   | 'node_unreachable'
+  /** through a gateway: the volume's node is not heartbeating; its data is on that node's disk and comes back with it */
+  | 'volume_unavailable'
   /** a gateway could not reach its PostgreSQL in time */
   | 'cluster_state_unavailable';

@@ -21,6 +21,11 @@ export interface PlacementRequest {
   readonly template: string;
   readonly memoryMiB: number;
   readonly vcpus: number;
+  /**
+   * The node that holds the create's volumes (the directory's, for the tenant): no other may
+   * take it, and the placement statement checks they are still there (placement-tx.ts).
+   */
+  readonly volumes?: { readonly node: string; readonly names: readonly string[] };
 }
 
 /** A committed resource on a node: `total` is what the node offers (its overcommit included). */
@@ -50,7 +55,7 @@ export interface NodeSnapshot {
 }
 
 /** Why a node cannot take a create; checked in this order, the first that fails counts. */
-export const CONSTRAINTS = ['excluded', 'unhealthy', 'draining', 'runtime', 'template', 'sessions', 'memory', 'cpu'] as const;
+export const CONSTRAINTS = ['volumes', 'excluded', 'unhealthy', 'draining', 'runtime', 'template', 'sessions', 'memory', 'cpu'] as const;
 export type Constraint = (typeof CONSTRAINTS)[number];
 
 /** A uniform number in [0, 1), like Math.random; injected so a choice can be replayed. */
@@ -81,6 +86,7 @@ export type Placement =
 /** The first constraint `node` fails for `request`, or undefined when it can take it. */
 export function unfitFor(node: NodeSnapshot, request: PlacementRequest, exclude?: ReadonlySet<string>): Constraint | undefined {
   const { capacity } = node;
+  if (request.volumes !== undefined && request.volumes.node !== node.name) return 'volumes';
   if (exclude?.has(node.name)) return 'excluded';
   if (!node.healthy) return 'unhealthy';
   if (node.draining) return 'draining';
@@ -178,6 +184,7 @@ export function place(request: PlacementRequest, nodes: readonly NodeSnapshot[],
 }
 
 const DESCRIBE: Record<Constraint, (request: PlacementRequest) => string> = {
+  volumes: (request) => `not holding its volumes (on '${request.volumes?.node}')`,
   excluded: () => 'already failed this create',
   unhealthy: () => 'not heartbeating',
   draining: () => 'draining',

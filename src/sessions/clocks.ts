@@ -4,7 +4,8 @@ import type { Session } from './session.js';
 import type { EndReason } from './session-record.js';
 import { toView, type SessionView } from './session-view.js';
 import type { SessionStore } from './store.js';
-import { changedLifetime, expiry, idleDeadline } from './timeouts.js';
+import type { TenantLimits } from './tenant-limits.js';
+import { changedLifetime, expiry, idleDeadline, pausedUntil } from './timeouts.js';
 
 /** Persist a moving expiry at most this often: an action must not pay a disk write. */
 const EXPIRY_PERSIST_INTERVAL_MS = 30_000;
@@ -21,20 +22,16 @@ export interface SessionTimeoutUpdate {
 export interface ClockOptions {
   registry: SessionRegistry;
   store: SessionStore;
-  /** The longest a session may live (a PATCH may not go past it). */
-  maxLifetimeSeconds: number;
+  /** Each tenant's longest lifetime (a PATCH may not go past it; tenant-limits.ts). */
+  limits: TenantLimits;
   /** Ends a session whose idle timeout or lifetime has run out. */
   expire: (id: string, reason: EndReason) => void;
   log: Logger;
   /** How often the reaper looks (default 1 s; unit tests pass less). */
   reaperIntervalMs?: number;
-  /** How long a session may stay paused before it is destroyed and its state freed (default 7 days). */
-  pausedRetentionSeconds?: number;
   /** Pauses a session whose idle timeout ran out and whose onIdle is "pause" (pause.ts). */
   idlePause?: (id: string) => void;
 }
-
-export const DEFAULT_PAUSED_RETENTION_SECONDS = 7 * 24 * 3600;
 
 /**
  * A session's two clocks: the idle timeout, which activity moves, and the lifetime, which
@@ -85,7 +82,13 @@ export class SessionClocks {
     const lifetime =
       update.maxLifetimeSeconds === undefined
         ? record.maxLifetimeSeconds
-        : changedLifetime(record, update.maxLifetimeSeconds, this.opts.maxLifetimeSeconds, now);
+        : changedLifetime(
+            record,
+            update.maxLifetimeSeconds,
+            this.opts.limits.of(record.tenant).maxLifetimeSeconds,
+            now,
+            this.opts.limits.lifetimeOf(record.tenant),
+          );
     record.maxLifetimeSeconds = lifetime;
     if (update.timeoutSeconds !== undefined) record.timeoutSeconds = update.timeoutSeconds;
     record.expiresAt = idleDeadline(record, now);
@@ -154,14 +157,17 @@ export class SessionClocks {
     }
   }
 
-  /** A paused session is kept pausedRetentionSeconds, then destroyed (its state freed). */
+  /**
+   * A paused session is kept its pausedRetentionSeconds (its tenant's, fixed at its create as
+   * its lifetime is: a changed setting does not cut short a pause a client was told), then destroyed.
+   */
   private reapPaused(session: Session, now: number): void {
-    const since = Date.parse(session.record.paused?.since ?? session.record.updatedAt);
-    const retention = this.opts.pausedRetentionSeconds ?? DEFAULT_PAUSED_RETENTION_SECONDS;
-    if (now < since + retention * 1000) return;
+    const { record } = session;
+    const until = pausedUntil(record) ?? Date.parse(record.updatedAt) + record.pausedRetentionSeconds * 1000;
+    if (now < until) return;
     this.opts.log
-      .child({ sessionId: session.id, tenant: session.record.tenant })
-      .info({ retentionSeconds: retention }, 'paused session kept for its retention; destroying');
+      .child({ sessionId: session.id, tenant: record.tenant })
+      .info({ retentionSeconds: record.pausedRetentionSeconds }, 'paused session kept for its retention; destroying');
     this.opts.expire(session.id, 'paused_retention');
   }
 }

@@ -7,6 +7,7 @@ import type { CapacityGate } from './capacity.js';
 import type { SessionRegistry } from './registry.js';
 import type { SandboxHost } from './sandbox-host.js';
 import type { RequestDefaults } from './session-request.js';
+import type { TenantLimits } from './tenant-limits.js';
 import type { SessionStore } from './store.js';
 import type { TemplateSource } from './templates.js';
 import type { VolumeSource } from './session-volumes.js';
@@ -30,6 +31,8 @@ export interface LifecycleOptions {
   log: Logger;
   runtimeName: RuntimeName;
   defaults: RequestDefaults;
+  /** Tenants whose sessions get other limits and defaults (tenant-limits.ts); absent: `defaults` for all. */
+  limits?: TenantLimits;
   templates: TemplateSource;
   /** What a session's disk is (admission promises it: capacity.ts); absent: no disk demand. */
   disk?: SessionDisk;

@@ -11,6 +11,7 @@ import { newRecord, resolveRequest, startClocks, type CreateSessionOptions, type
 import { toView, type SessionView } from './session-view.js';
 import type { SessionTemplate } from './templates.js';
 import type { LifecycleOptions } from './lifecycle-options.js';
+import { tenantDefaults } from './tenant-limits.js';
 import { watchConnection, watchSandbox, type WatchHooks } from './session-watch.js';
 import { StepTimes } from '../util/step-times.js';
 
@@ -46,7 +47,7 @@ export class SessionLifecycle {
     const started = performance.now();
     const steps = new StepTimes(started);
     const template = await this.template(options.template ?? this.opts.defaults.template);
-    const request = resolveRequest(options, this.opts.defaults, template.screen);
+    const request = resolveRequest(options, tenantDefaults(this.opts.defaults, this.opts.limits, owner.tenant), template.screen);
     if (owner.sessionId !== undefined) this.assertNewId(owner.sessionId);
     steps.mark('template');
     // Volumes first (a 404/409 takes nothing; session-volumes.ts). The session owns them once made.

@@ -30,6 +30,8 @@ import type { TemplateSource } from './templates.js';
 import { SessionPauser } from './pause.js';
 import type { PauseSettings } from './settings.js';
 import { idleDeadline } from './timeouts.js';
+import { TenantLimits, type TenantSessionLimits } from './tenant-limits.js';
+import { DEFAULT_PAUSED_RETENTION_SECONDS } from './session-request.js';
 import type { VolumeSource } from './session-volumes.js';
 
 /** Sessions of an earlier run adopted at once at start-up. */
@@ -79,6 +81,8 @@ export interface ManagerOptions {
   recording?: RecordingSettings;
   /** Pause defaults (SBX_ON_IDLE, SBX_AUTO_RESUME, SBX_PAUSED_RETENTION_SECONDS): see pause.ts. */
   pause?: PauseSettings;
+  /** Tenants whose sessions get other limits (SBX_TENANT_SESSION_LIMITS, tenant-limits.ts). */
+  tenantLimits?: ReadonlyMap<string, TenantSessionLimits>;
   /** Volumes sessions may mount (docs/volumes.md); absent: none. */
   volumes?: VolumeSource;
 }
@@ -118,6 +122,15 @@ export class SessionManager {
     });
     this.host = opts.host ?? new HostSandboxes({ ...opts, addresses: this.addresses, policy: this.policy, policyGuard: this.policyGuard });
     this.registry = new SessionRegistry(store);
+    const limits = new TenantLimits(
+      {
+        maxLifetimeSeconds: opts.maxLifetimeSeconds,
+        pausedRetentionSeconds: opts.pause?.pausedRetentionSeconds ?? DEFAULT_PAUSED_RETENTION_SECONDS,
+        timeoutSeconds: opts.defaultTimeoutSeconds,
+        onIdle: opts.pause?.onIdle ?? 'destroy',
+      },
+      opts.tenantLimits,
+    );
     this.lifecycle = new SessionLifecycle({
       registry: this.registry,
       store,
@@ -140,16 +153,17 @@ export class SessionManager {
         template: opts.defaultTemplate,
         onIdle: opts.pause?.onIdle,
         autoResume: opts.pause?.autoResume,
+        pausedRetentionSeconds: opts.pause?.pausedRetentionSeconds,
       },
+      limits,
     });
     this.clocks = new SessionClocks({
       registry: this.registry,
       store,
-      maxLifetimeSeconds: opts.maxLifetimeSeconds,
+      limits,
       expire: (id, reason) => void this.lifecycle.destroy(id, reason),
       log,
       reaperIntervalMs: opts.reaperIntervalMs,
-      pausedRetentionSeconds: opts.pause?.pausedRetentionSeconds,
       // An idle pause that cannot be done ends the session as an idle timeout would.
       idlePause: (id) =>
         void this.pauser.pause(id, 'auto').catch((err: unknown) => {

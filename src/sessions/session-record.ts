@@ -42,7 +42,7 @@ export interface SessionRecord {
   screenshotQuality: number | null;
   /** Idle timeout: destroyed this long after the last activity. */
   timeoutSeconds: number;
-  /** Hard end, counted from createdAt, at most the orchestrator's maximum. */
+  /** Hard end, counted from createdAt in running time, at most its tenant's maximum (tenant-limits.ts). */
   maxLifetimeSeconds: number;
   metadata: Record<string, unknown>;
   createdAt: string;
@@ -70,6 +70,8 @@ export interface SessionRecord {
   paused: PausedState | null;
   /** The time it spent paused before the current pause, ms: the lifetime counts running time only. */
   pausedMs: number;
+  /** How long it may stay paused before it is destroyed (its tenant's, or less if its create asked: tenant-limits.ts). */
+  pausedRetentionSeconds: number;
   /** What its idle timeout does: destroy it (default) or pause it. */
   onIdle: OnIdle;
   /** A request to it while paused resumes it first (true) or answers 409 session_paused. */

@@ -3,8 +3,11 @@ import { resolveScreenshotFormat, type ScreenshotFormatRequest } from '../comput
 import type { NetworkOptions } from '../network/policy/network-policy.js';
 import { newSessionId } from './session.js';
 import type { ComputerToolVersion, OnIdle, SessionRecord } from './session-record.js';
-import { idleDeadline, resolveLifetime } from './timeouts.js';
+import { idleDeadline, resolveLifetime, resolveRetention } from './timeouts.js';
 import { checkVolumeMounts } from '../volumes/volume-names.js';
+
+/** How long a paused session is kept unless the settings say otherwise (SBX_PAUSED_RETENTION_SECONDS). */
+export const DEFAULT_PAUSED_RETENTION_SECONDS = 7 * 24 * 3600;
 
 export interface CreateSessionOptions {
   /** The template to boot (default: the orchestrator's, DEFAULT_TEMPLATE). */
@@ -18,8 +21,10 @@ export interface CreateSessionOptions {
   /** The default format of the session's screenshots (png unless asked), and its quality. */
   screenshot?: ScreenshotFormatRequest;
   timeoutSeconds?: number;
-  /** Hard end of the session, at most (and by default) the orchestrator's maximum. */
+  /** Hard end of the session (running time), at most (and by default) its tenant's maximum (tenant-limits.ts). */
   maxLifetimeSeconds?: number;
+  /** How long it may stay paused before it is destroyed, at most (and by default) its tenant's. */
+  pausedRetentionSeconds?: number;
   metadata?: Record<string, unknown>;
   /** The guest network policy: `egress` lets the sandbox reach the internet (default off). */
   network?: Partial<NetworkOptions>;
@@ -57,6 +62,7 @@ export type SessionRequest = Pick<
   | 'screenshotQuality'
   | 'timeoutSeconds'
   | 'maxLifetimeSeconds'
+  | 'pausedRetentionSeconds'
   | 'metadata'
   | 'egress'
   | 'onIdle'
@@ -70,6 +76,10 @@ export interface RequestDefaults {
   template: string;
   /** The longest a session may live, and the lifetime of one that asks for none. */
   maxLifetimeSeconds: number;
+  /** The longest a session may stay paused, and the retention of one that asks for none (default 7 days). */
+  pausedRetentionSeconds?: number;
+  /** Whose the two maximums are when not the orchestrator's, as a refusal says it (tenant-limits.ts). */
+  whose?: { maxLifetimeSeconds?: string; pausedRetentionSeconds?: string };
   /** What an idle timeout does when the create says nothing (SBX_ON_IDLE; default destroy). */
   onIdle?: OnIdle;
   /** Whether a request resumes a paused session when the create says nothing (SBX_AUTO_RESUME; default true). */
@@ -95,7 +105,12 @@ export function resolveRequest(options: CreateSessionOptions, defaults: RequestD
     screenshotQuality: screenshot.quality ?? null,
     timeoutSeconds: options.timeoutSeconds ?? defaults.defaultTimeoutSeconds,
     // Checked here, before anything is taken: over the maximum is a 400, not a silent cut.
-    maxLifetimeSeconds: resolveLifetime(options.maxLifetimeSeconds, defaults.maxLifetimeSeconds),
+    maxLifetimeSeconds: resolveLifetime(options.maxLifetimeSeconds, defaults.maxLifetimeSeconds, defaults.whose?.maxLifetimeSeconds),
+    pausedRetentionSeconds: resolveRetention(
+      options.pausedRetentionSeconds,
+      defaults.pausedRetentionSeconds ?? DEFAULT_PAUSED_RETENTION_SECONDS,
+      defaults.whose?.pausedRetentionSeconds,
+    ),
     metadata: options.metadata ?? {},
     egress: options.network?.egress ?? false,
     onIdle: options.onIdle ?? defaults.onIdle ?? 'destroy',

@@ -1,7 +1,7 @@
 import type { RecordingStatus } from '../recording/session-recorder.js';
 import { geminiToolDefinition, openaiToolDefinition, type GeminiToolDefinition, type OpenAIToolDefinition } from '../vendors/tool-definitions.js';
 import type { ControlTransport, EndReason, SessionRecord } from './session-record.js';
-import { lifetimeEnd } from './timeouts.js';
+import { lifetimeEnd, pausedUntil } from './timeouts.js';
 
 export interface ComputerToolDefinition {
   type: SessionRecord['toolVersion'];
@@ -60,6 +60,10 @@ export interface SessionView {
   control?: { heldBy: string; since: string };
   /** While paused: how, since when, and the bytes of state it holds on disk; null while it runs. */
   paused: SessionRecord['paused'];
+  /** How long it may stay paused before it is destroyed (its tenant's, or less if its create asked). */
+  pausedRetentionSeconds: number;
+  /** While paused: when it is destroyed unless resumed (paused.since + pausedRetentionSeconds). */
+  pausedUntil?: string;
   /** What its idle timeout does. */
   onIdle: SessionRecord['onIdle'];
   /** A request to it while paused resumes it first, or answers 409 session_paused. */
@@ -106,9 +110,12 @@ export function toView(record: SessionRecord, recording?: RecordingStatus, contr
     // Paused: the lifetime stands still (running time only), so it ends later by the pause so far.
     lifetimeEndsAt: new Date(lifetimeEnd(record) + (record.paused ? Math.max(0, Date.now() - Date.parse(record.paused.since)) : 0)).toISOString(),
     paused: record.paused ? { ...record.paused } : null,
+    pausedRetentionSeconds: record.pausedRetentionSeconds,
     onIdle: record.onIdle,
     autoResume: record.autoResume,
   };
+  const until = pausedUntil(record);
+  if (until !== undefined) view.pausedUntil = new Date(until).toISOString();
   if (record.error) view.error = record.error;
   if (record.endReason) view.endReason = record.endReason;
   if (recording) view.recording = recording;

@@ -5,7 +5,8 @@ import { sandboxMemoryMiBFromEnv } from '../runtimes/sandbox-settings.js';
 import { ON_IDLE, type OnIdle } from './session-record.js';
 import { atLeast, envChoice, envOnOff, envInt, envString, parseScreenSize, positive, type Env, type ScreenSize } from '../util/env.js';
 import { defaultMaxSessions } from './capacity.js';
-import { DEFAULT_VOLUME_SETTINGS, type VolumeSettings } from '../volumes/settings.js';
+import { parseTenantSessionLimits, TENANT_SESSION_LIMITS_SETTING, type TenantSessionLimits } from './tenant-limits.js';
+import { volumeSettingsFromEnv, type VolumeSettings } from '../volumes/settings.js';
 
 /** What the session layer is told: where state lives, each sandbox's shape and limits, the clocks, capacity, the warm pool. */
 export interface SessionSettings {
@@ -68,6 +69,11 @@ export interface SessionSettings {
   consoleLog: ConsoleLogLimits;
   /** Pause defaults: SBX_ON_IDLE, SBX_AUTO_RESUME, SBX_PAUSED_RETENTION_SECONDS (docs/pause.md). */
   pause: PauseSettings;
+  /**
+   * Tenants whose sessions get another maximum lifetime, paused retention, idle timeout or
+   * onIdle than the ones above (SBX_TENANT_SESSION_LIMITS="ci=maxLifetimeSeconds:604800/onIdle:pause,...").
+   */
+  tenantSessionLimits: Map<string, TenantSessionLimits>;
   /** Volume bounds and quotas: SBX_VOLUME_MAX_MIB, SBX_VOLUME_QUOTA_MIB, SBX_VOLUME_QUOTA_COUNT (docs/volumes.md). */
   volumes: VolumeSettings;
 }
@@ -113,12 +119,8 @@ export function sessionSettingsFromEnv(env: Env): SessionSettings {
       autoResume: envOnOff('SBX_AUTO_RESUME', true, env),
       pausedRetentionSeconds: positive('SBX_PAUSED_RETENTION_SECONDS', envInt('SBX_PAUSED_RETENTION_SECONDS', 7 * 24 * 3600, env)),
     },
-    volumes: {
-      minMiB: DEFAULT_VOLUME_SETTINGS.minMiB,
-      maxMiB: atLeast('SBX_VOLUME_MAX_MIB', envInt('SBX_VOLUME_MAX_MIB', DEFAULT_VOLUME_SETTINGS.maxMiB, env), DEFAULT_VOLUME_SETTINGS.minMiB),
-      quotaMiB: atLeast('SBX_VOLUME_QUOTA_MIB', envInt('SBX_VOLUME_QUOTA_MIB', DEFAULT_VOLUME_SETTINGS.quotaMiB, env), 0),
-      quotaCount: atLeast('SBX_VOLUME_QUOTA_COUNT', envInt('SBX_VOLUME_QUOTA_COUNT', DEFAULT_VOLUME_SETTINGS.quotaCount, env), 0),
-    },
+    tenantSessionLimits: parseTenantSessionLimits(envString(env, TENANT_SESSION_LIMITS_SETTING, '')),
+    volumes: volumeSettingsFromEnv(env),
     consoleLog: {
       maxBytes: atLeast('SBX_CONSOLE_LOG_MAX_BYTES', envInt('SBX_CONSOLE_LOG_MAX_BYTES', DEFAULT_CONSOLE_LOG_LIMITS.maxBytes, env), 4096),
       keptMaxCount: atLeast('SBX_KEPT_LOGS', envInt('SBX_KEPT_LOGS', DEFAULT_CONSOLE_LOG_LIMITS.keptMaxCount, env), 0),

@@ -31,6 +31,7 @@ interface Row {
   paused_since: string | null;
   paused_bytes: number | null;
   paused_total_ms: number;
+  paused_retention_seconds: number;
   on_idle: OnIdle;
   auto_resume: number;
   transport: 'tcp' | 'unix';
@@ -124,6 +125,8 @@ export class SessionStore {
       ['auto_resume', 'INTEGER NOT NULL DEFAULT 1'],
       // Volumes mounted (docs/volumes.md), as JSON: a restart's adoption holds them again.
       ['volumes', "TEXT NOT NULL DEFAULT '[]'"],
+      // Its own paused retention (tenant-limits.ts); sessions from before it get the old default, 7 days.
+      ['paused_retention_seconds', 'INTEGER NOT NULL DEFAULT 604800'],
     ];
     for (const [name, type] of added) {
       if (!columns.has(name)) this.db.exec(`ALTER TABLE sessions ADD COLUMN ${name} ${type}`);
@@ -136,11 +139,13 @@ export class SessionStore {
         `INSERT INTO sessions (id, tenant, state, runtime, width, height, model_width, model_height, tool_version,
            timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error, egress, pooled,
            max_lifetime_seconds, end_reason, screenshot_format, screenshot_quality, template,
-           paused_mode, paused_since, paused_bytes, paused_total_ms, on_idle, auto_resume, transport, volumes)
+           paused_mode, paused_since, paused_bytes, paused_total_ms, on_idle, auto_resume, transport, volumes,
+           paused_retention_seconds)
          VALUES (@id, @tenant, @state, @runtime, @width, @height, @model_width, @model_height, @tool_version,
            @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error, @egress, @pooled,
            @max_lifetime_seconds, @end_reason, @screenshot_format, @screenshot_quality, @template,
-           @paused_mode, @paused_since, @paused_bytes, @paused_total_ms, @on_idle, @auto_resume, @transport, @volumes)`,
+           @paused_mode, @paused_since, @paused_bytes, @paused_total_ms, @on_idle, @auto_resume, @transport, @volumes,
+           @paused_retention_seconds)`,
       )
       .run(toRow(record));
   }
@@ -171,7 +176,7 @@ export class SessionStore {
            created_at = @created_at, updated_at = @updated_at, expires_at = @expires_at,
            address_index = @address_index, error = @error, pooled = @pooled,
            max_lifetime_seconds = @max_lifetime_seconds, end_reason = @end_reason,
-           on_idle = @on_idle, auto_resume = @auto_resume
+           on_idle = @on_idle, auto_resume = @auto_resume, paused_retention_seconds = @paused_retention_seconds
          WHERE id = @id`,
       )
       .run(toRow(record));
@@ -285,6 +290,7 @@ function toRow(r: SessionRecord): Row {
     paused_since: r.paused?.since ?? null,
     paused_bytes: r.paused?.bytes ?? null,
     paused_total_ms: r.pausedMs,
+    paused_retention_seconds: r.pausedRetentionSeconds,
     on_idle: r.onIdle,
     auto_resume: r.autoResume ? 1 : 0,
     transport: r.transport ?? 'tcp',
@@ -319,6 +325,7 @@ function fromRow(row: Row): SessionRecord {
     template: row.template,
     paused: row.paused_mode && row.paused_since ? { mode: row.paused_mode, since: row.paused_since, bytes: row.paused_bytes ?? 0 } : null,
     pausedMs: row.paused_total_ms,
+    pausedRetentionSeconds: row.paused_retention_seconds,
     onIdle: row.on_idle,
     autoResume: row.auto_resume === 1,
     transport: row.transport,

@@ -1,3 +1,5 @@
+import { atLeast, envInt, type Env } from '../util/env.js';
+
 /** How large volumes may be, and how much of them a tenant may have (docs/volumes.md). */
 export interface VolumeSettings {
   /** The smallest volume, MiB (an ext4 with a journal needs a few). */
@@ -14,3 +16,14 @@ export const DEFAULT_VOLUME_SETTINGS: VolumeSettings = { minMiB: 16, maxMiB: 16_
 
 /** The most volumes one session may mount. */
 export const MAX_VOLUMES_PER_SESSION = 8;
+
+/** SBX_VOLUME_MAX_MIB, SBX_VOLUME_QUOTA_MIB, SBX_VOLUME_QUOTA_COUNT: read by nodes and gateways alike (a gateway checks the quota cluster-wide). */
+export function volumeSettingsFromEnv(env: Env): VolumeSettings {
+  const { minMiB } = DEFAULT_VOLUME_SETTINGS;
+  return {
+    minMiB,
+    maxMiB: atLeast('SBX_VOLUME_MAX_MIB', envInt('SBX_VOLUME_MAX_MIB', DEFAULT_VOLUME_SETTINGS.maxMiB, env), minMiB),
+    quotaMiB: atLeast('SBX_VOLUME_QUOTA_MIB', envInt('SBX_VOLUME_QUOTA_MIB', DEFAULT_VOLUME_SETTINGS.quotaMiB, env), 0),
+    quotaCount: atLeast('SBX_VOLUME_QUOTA_COUNT', envInt('SBX_VOLUME_QUOTA_COUNT', DEFAULT_VOLUME_SETTINGS.quotaCount, env), 0),
+  };
+}

@@ -79,17 +79,23 @@ export function checkVolumeMounts(mounts: unknown): VolumeMount[] {
 
 /** 413 volume_quota_exceeded naming the quota, if one more volume of `sizeMiB` would pass it. */
 export function checkVolumeQuota(existing: ReadonlyArray<{ sizeMiB: number }>, sizeMiB: number, settings: VolumeSettings): void {
-  if (existing.length + 1 > settings.quotaCount) {
-    throw new OrchestratorError(
-      'volume_quota_exceeded',
-      `the tenant has ${existing.length} volumes, its quota SBX_VOLUME_QUOTA_COUNT (${settings.quotaCount})`,
-    );
+  checkVolumeTotals(
+    existing.length,
+    existing.reduce((sum, v) => sum + v.sizeMiB, 0),
+    sizeMiB,
+    settings,
+  );
+}
+
+/** The same, from the tenant's count and MiB of volumes (a cluster's directory counts them: cluster/gateway/volume-routes.ts). */
+export function checkVolumeTotals(count: number, usedMiB: number, sizeMiB: number, settings: VolumeSettings): void {
+  if (count + 1 > settings.quotaCount) {
+    throw new OrchestratorError('volume_quota_exceeded', `the tenant has ${count} volumes, its quota SBX_VOLUME_QUOTA_COUNT (${settings.quotaCount})`);
   }
-  const used = existing.reduce((sum, v) => sum + v.sizeMiB, 0);
-  if (used + sizeMiB > settings.quotaMiB) {
+  if (usedMiB + sizeMiB > settings.quotaMiB) {
     throw new OrchestratorError(
       'volume_quota_exceeded',
-      `${sizeMiB} MiB more would make the tenant's volumes ${used + sizeMiB} MiB, over its quota SBX_VOLUME_QUOTA_MIB (${settings.quotaMiB} MiB)`,
+      `${sizeMiB} MiB more would make the tenant's volumes ${usedMiB + sizeMiB} MiB, over its quota SBX_VOLUME_QUOTA_MIB (${settings.quotaMiB} MiB)`,
     );
   }
 }

@@ -25,6 +25,9 @@ export interface FakeNode {
   sessions: Map<string, string>;
   /** What POST /v1/sessions answers (default 201). */
   createAnswer: { status: number; code?: string } | undefined;
+  /** Volumes it holds: `tenant/name` -> size MiB; and what POST /v1/volumes answers (default 201). */
+  volumes: Map<string, number>;
+  volumeAnswer: { status: number; code?: string } | undefined;
   /** Bytes of the upload in progress (the streaming test reads it while the client still sends). */
   uploadBytes: number;
   /** Resolves the next SSE event (the test says when). */
@@ -50,6 +53,8 @@ export async function startFakeNode(name: string, opts: { secret?: string } = {}
     seen: [],
     sessions: new Map(),
     createAnswer: undefined,
+    volumes: new Map(),
+    volumeAnswer: undefined,
     uploadBytes: 0,
     releaseEvent: undefined,
     wsMessages: [],
@@ -93,6 +98,33 @@ export async function startFakeNode(name: string, opts: { secret?: string } = {}
     const id = String(request.headers['x-sbx-session-id']);
     node.sessions.set(id, tenant(request));
     return reply.status(201).send({ ...session(id, tenant(request)), body: request.body });
+  });
+  const volume = (owner: string, volumeName: string) => ({
+    name: volumeName,
+    sizeMiB: node.volumes.get(`${owner}/${volumeName}`),
+    usedBytes: 0,
+    mountedBy: [],
+  });
+  app.post<{ Body: { name: string; sizeMiB: number } }>('/v1/volumes', async (request, reply) => {
+    const answer = node.volumeAnswer;
+    if (answer && answer.status !== 201)
+      return reply.status(answer.status).send({ error: { code: answer.code ?? 'host_disk_low', message: `${name} says no` } });
+    node.volumes.set(`${tenant(request)}/${request.body.name}`, request.body.sizeMiB);
+    return reply.status(201).send({ ...volume(tenant(request), request.body.name), node: name });
+  });
+  app.get('/v1/volumes', async (request) => ({
+    volumes: [...node.volumes.keys()]
+      .filter((key) => key.startsWith(`${tenant(request)}/`))
+      .map((key) => ({ ...volume(tenant(request), key.split('/')[1]!), node: name })),
+  }));
+  app.get<{ Params: { name: string } }>('/v1/volumes/:name', async (request, reply) =>
+    node.volumes.has(`${tenant(request)}/${request.params.name}`)
+      ? { ...volume(tenant(request), request.params.name), node: name }
+      : reply.status(404).send({ error: { code: 'volume_not_found', message: `no volume "${request.params.name}"` } }),
+  );
+  app.delete<{ Params: { name: string } }>('/v1/volumes/:name', async (request) => {
+    node.volumes.delete(`${tenant(request)}/${request.params.name}`);
+    return { ...volume(tenant(request), request.params.name), node: name };
   });
   app.get('/v1/sessions', async (request) => ({
     sessions: [...node.sessions].filter(([, owner]) => owner === tenant(request)).map(([id, owner]) => session(id, owner)),

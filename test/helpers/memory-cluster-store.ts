@@ -6,7 +6,17 @@
  */
 import type { ApiKeyRecord } from '../../src/api/auth/key-store.js';
 import { place, type PlacementRequest } from '../../src/cluster/placement.js';
-import type { ClusterStore, DirectoryEntry, HeartbeatAnswer, NodeRecord, NodeReport, PlacementOutcome } from '../../src/cluster/store/cluster-store.js';
+import type {
+  ClusterStore,
+  DirectoryEntry,
+  HeartbeatAnswer,
+  NodeRecord,
+  NodeReport,
+  PlacementOutcome,
+  VolumeEntry,
+  VolumeRequest,
+  VolumeReservation,
+} from '../../src/cluster/store/cluster-store.js';
 import { ClusterStateUnavailableError } from '../../src/cluster/store/errors.js';
 
 interface NodeRow {
@@ -28,6 +38,8 @@ export class MemoryClusterStore implements ClusterStore {
   readonly viewTokens = new Map<string, { sessionId: string; expiresAt: Date }>();
   readonly runs = new Map<string, string>();
   readonly keys = new Map<string, ApiKeyRecord>();
+  /** Volumes by `tenant/name`. */
+  readonly volumes = new Map<string, VolumeEntry>();
 
   private async gate(method: string): Promise<void> {
     this.calls.set(method, (this.calls.get(method) ?? 0) + 1);
@@ -102,6 +114,10 @@ export class MemoryClusterStore implements ClusterStore {
     const nodes = [...this.nodeRows.values()].map((row) => this.record(row));
     const chosen = place(request, nodes, { exclude: new Set(exclude) });
     if (!chosen.ok) return { placed: false, reason: chosen.reason };
+    const wanted = request.volumes?.names ?? [];
+    if (wanted.some((name) => this.volumes.get(`${tenant}/${name}`)?.node !== chosen.node.name)) {
+      return { placed: false, reason: `the volumes ${wanted.join(', ')} are not (or no longer) all on node '${chosen.node.name}'` };
+    }
     this.directory.set(sessionId, {
       sessionId,
       tenant,
@@ -137,6 +153,39 @@ export class MemoryClusterStore implements ClusterStore {
   async sessionsOfNode(node: string): Promise<DirectoryEntry[]> {
     await this.gate('sessionsOfNode');
     return [...this.directory.values()].filter((entry) => entry.node === node);
+  }
+
+  async reserveVolume(request: VolumeRequest, exclude: readonly string[]): Promise<VolumeReservation> {
+    await this.gate('reserveVolume');
+    const mine = [...this.volumes.values()].filter((v) => v.tenant === request.tenant);
+    const counted = { volumes: mine.length, mib: mine.reduce((sum, v) => sum + v.sizeMiB, 0) };
+    if (this.volumes.has(`${request.tenant}/${request.name}`)) return { reserved: false, why: 'exists', ...counted };
+    if (counted.volumes + 1 > request.quota.count || counted.mib + request.sizeMiB > request.quota.mib) return { reserved: false, why: 'quota', ...counted };
+    const held = (node: string) => [...this.volumes.values()].filter((v) => v.node === node).length;
+    const node = [...this.nodeRows.values()]
+      .filter((row) => row.state === 'up' && !row.draining && row.report.runtimes.includes(request.runtime) && !exclude.includes(row.name))
+      .sort((a, b) => held(a.name) - held(b.name))[0];
+    if (!node) return { reserved: false, why: 'no_node', ...counted };
+    const { tenant, name, sizeMiB } = request;
+    this.volumes.set(`${tenant}/${name}`, { tenant, name, sizeMiB, node: node.name, state: 'creating', createdAt: new Date() });
+    return { reserved: true, node: node.name };
+  }
+  async confirmVolume(tenant: string, name: string): Promise<void> {
+    await this.gate('confirmVolume');
+    const entry = this.volumes.get(`${tenant}/${name}`);
+    if (entry) this.volumes.set(`${tenant}/${name}`, { ...entry, state: 'ready' });
+  }
+  async dropVolume(tenant: string, name: string): Promise<void> {
+    await this.gate('dropVolume');
+    this.volumes.delete(`${tenant}/${name}`);
+  }
+  async lookupVolume(tenant: string, name: string): Promise<VolumeEntry | undefined> {
+    await this.gate('lookupVolume');
+    return this.volumes.get(`${tenant}/${name}`);
+  }
+  async listVolumes(tenant: string): Promise<VolumeEntry[]> {
+    await this.gate('listVolumes');
+    return [...this.volumes.values()].filter((v) => v.tenant === tenant).sort((a, b) => a.name.localeCompare(b.name));
   }
 
   async recordViewToken(tokenHash: Buffer, sessionId: string, expiresAt: Date): Promise<void> {

@@ -101,10 +101,26 @@ describe('placement: which nodes can take a create', () => {
       placement.reason,
       "no node can take this create (qemu, template 'desktop', 2048 MiB, 2 vCPUs): of 7 nodes, 2 not heartbeating, 1 draining, 1 without the runtime 'qemu', 3 without 2048 MiB of memory left",
     );
-    assert.deepEqual(placement.rejected, { excluded: 0, unhealthy: 2, draining: 1, runtime: 1, template: 0, sessions: 0, memory: 3, cpu: 0 });
+    assert.deepEqual(placement.rejected, { volumes: 0, excluded: 0, unhealthy: 2, draining: 1, runtime: 1, template: 0, sessions: 0, memory: 3, cpu: 0 });
     const empty = place(REQUEST, []);
     assert.ok(!empty.ok);
     assert.match(empty.reason, /the cluster has no nodes$/);
+  });
+
+  it('a create with volumes goes to the node holding them, however full, or nowhere, saying why', () => {
+    const pinned = { ...REQUEST, volumes: { node: 'busy', names: ['work'] } };
+    const nodes = [node({ name: 'empty' }), node({ name: 'busy', cpu: [12, 16] }), node({ name: 'idle' })];
+    for (let seed = 1; seed <= 20; seed++) {
+      const placement = place(pinned, nodes, { random: seededRandom(seed) });
+      assert.ok(placement.ok);
+      assert.equal(placement.node.name, 'busy', 'never the emptier nodes without its volumes');
+    }
+    const full = place(pinned, [node({ name: 'empty' }), node({ name: 'busy', cpu: [16, 16] })]);
+    assert.ok(!full.ok);
+    assert.equal(
+      full.reason,
+      "no node can take this create (qemu, template 'desktop', 2048 MiB, 2 vCPUs): of 2 nodes, 1 not holding its volumes (on 'busy'), 1 without 2 vCPUs left",
+    );
   });
 });
 

@@ -348,6 +348,7 @@ describe('unit: adoption at start-up', () => {
         endReason: null,
         paused: null,
         pausedMs: 0,
+        pausedRetentionSeconds: 604800,
         onIdle: 'destroy',
         autoResume: true,
         volumes: [],

@@ -42,7 +42,7 @@ export async function sessionPauseRoutes(app: FastifyInstance, opts: { manager: 
         description:
           'mode memory: frozen in place (cgroup freezer, the VMM paused), RAM kept, survives an orchestrator restart; disk: state written to disk ' +
           '(where the runtime does it); auto (default): disk where available, else memory. The idle timeout stops; the lifetime counts running time only; ' +
-          'a paused session is destroyed after pausedRetentionSeconds (SBX_PAUSED_RETENTION_SECONDS).',
+          "a paused session is destroyed after its pausedRetentionSeconds (its tenant's, or less if its create asked), at the view's pausedUntil.",
         tags: ['sessions'],
         params: sessionIdParams,
         body: pauseBody,

@@ -24,6 +24,10 @@ export const volumeSchema = {
       description: 'The sessions that have it mounted now',
       items: { type: 'object', required: ['sessionId', 'readOnly'], properties: { sessionId: { type: 'string' }, readOnly: { type: 'boolean' } } },
     },
+    unavailable: {
+      type: 'string',
+      description: "Through a cluster's gateway, in a list: its node is not answering (sizeMiB and createdAt are the directory's; the data is on that node)",
+    },
   },
 } as const;
 

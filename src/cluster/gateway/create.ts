@@ -21,6 +21,8 @@ import { NodeFailedError } from './errors.js';
 import type { GatewayMetrics } from './metrics.js';
 import { nodeUrl, type NodeAnswer, type NodeClient } from './node-client.js';
 import { AUTO_RUNTIME_ORDER, type GatewaySettings } from './settings.js';
+import type { RuntimeName } from '../../runtimes/runtime.js';
+import { volumesOf } from './volume-placement.js';
 
 /** A node's refusal (4xx: returned as is) or failure (5xx: retried elsewhere), with its answer. */
 export class NodeRefusal extends AttemptFailed {
@@ -65,13 +67,15 @@ export interface CreateCall {
   readonly answeredId?: (answer: NodeAnswer) => string | undefined;
   /** Before the directory row is confirmed: record what the answer names (a run's id). */
   readonly onCreated?: (sessionId: string, answer: NodeAnswer) => Promise<void>;
+  /** The create's `volumes` as the client sent them: it is placed on the node that holds them (volume-placement.ts). */
+  readonly volumes?: unknown;
 }
 
 /** Places the create and asks nodes until one makes it; returns the node's answer (201, or its 4xx). */
 export async function placeCreate(deps: CreateDeps, call: CreateCall): Promise<NodeAnswer> {
   const { state, client, metrics } = deps;
   // The node list (at most 1 s old) decides only the request: the template exists, the runtime.
-  const request = placementRequest(deps.settings, await state.nodes(), call.template);
+  const request = { ...placementRequest(deps.settings, await state.nodes(), call.template), ...(await volumesOf(state, call.tenant, call.volumes)) };
   let sessionId = newSessionId();
   // The store chooses and commits in one step (its placement transaction, which also counts
   // this gateway's creates in flight: concurrent creates do not herd onto one node).
@@ -143,9 +147,14 @@ export function placementRequest(settings: GatewaySettings, nodes: readonly Node
     // Said as the node says it (sessions/lifecycle.ts, templates/catalogue.ts).
     throw new InvalidRequestError(`template: unknown template "${name}"; available: ${available.join(', ') || 'none'}`);
   }
-  const runtime =
-    settings.runtime !== 'auto' ? settings.runtime : (AUTO_RUNTIME_ORDER.find((r) => up.some((node) => node.runtimes.includes(r))) ?? AUTO_RUNTIME_ORDER[0]!);
+  const runtime = placementRuntime(settings, up);
   return { runtime, template: name, memoryMiB: settings.memoryMiB, vcpus: settings.vcpus[runtime] };
+}
+
+/** The runtime creates are placed for: the gateway's, or (`auto`) the most preferred one an up node runs. */
+export function placementRuntime(settings: Pick<GatewaySettings, 'runtime'>, up: readonly NodeRecord[]): RuntimeName {
+  if (settings.runtime !== 'auto') return settings.runtime;
+  return AUTO_RUNTIME_ORDER.find((r) => up.some((node) => node.runtimes.includes(r))) ?? AUTO_RUNTIME_ORDER[0]!;
 }
 
 function storeFailure(err: unknown): never {

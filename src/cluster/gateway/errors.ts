@@ -33,3 +33,12 @@ export class NodeFailedError extends OrchestratorError {
     super('node_failed', `node ${node} holding this session stopped answering mid-request (${why}); whether it took effect is unknown`);
   }
 }
+
+/** The volume's node is not heartbeating: its data is on that node's disk, not lost; retry once it is back. */
+export class VolumeUnavailableError extends OrchestratorError {
+  constructor(volume: string, node: string) {
+    super('volume_unavailable', `volume ${JSON.stringify(volume)} is on node ${node}, which is not answering; its data comes back with the node`, {
+      retryAfterSeconds: 10,
+    });
+  }
+}

@@ -216,6 +216,7 @@ export function familyOf(request: FastifyRequest): RouteFamily | undefined {
   if (route === '/mcp') return 'mcp';
   if (route?.startsWith('/v1/runs')) return 'runs';
   if (route?.startsWith('/v1/view')) return 'views';
+  if (route?.startsWith('/v1/volumes')) return 'volumes';
   if (route?.startsWith('/v1/sessions/:id')) {
     const rest = (request.params as { '*'?: string })['*'] ?? '';
     if (rest.startsWith('files')) return 'files';

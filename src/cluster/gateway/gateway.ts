@@ -31,6 +31,7 @@ import { runJsonRoutes, runProxyRoutes } from './run-routes.js';
 import { sessionJsonRoutes, sessionProxyRoutes, type SessionRouteDeps } from './session-routes.js';
 import type { GatewaySettings } from './settings.js';
 import { startSweeper, type Sweeper } from './sweeper.js';
+import { volumeJsonRoutes, volumeProxyRoutes } from './volume-routes.js';
 import { gatewaySystemRoutes } from './system-routes.js';
 import { VIEW_MAX_WS_MESSAGE_BYTES, viewTokenRoutes } from './view-routes.js';
 
@@ -122,6 +123,7 @@ export async function createGateway(opts: GatewayOptions): Promise<Gateway> {
   await app.register(gatewaySystemRoutes, deps);
   await app.register(sessionJsonRoutes, deps);
   await app.register(runJsonRoutes, deps);
+  await app.register(volumeJsonRoutes, deps);
   await app.register(mcpRoutes, { dispatch: (request) => app.inject(request) });
   // Forwarded routes: bodies are never parsed, whatever their type; they stream to the node.
   // The session routes forward upgrades themselves: registered before @fastify/websocket.
@@ -133,6 +135,7 @@ export async function createGateway(opts: GatewayOptions): Promise<Gateway> {
     });
   await unparsed(async (raw) => {
     await raw.register(sessionProxyRoutes, deps);
+    await raw.register(volumeProxyRoutes, deps);
   });
   await app.register(websocket, { options: { maxPayload: VIEW_MAX_WS_MESSAGE_BYTES } });
   await unparsed(async (raw) => {

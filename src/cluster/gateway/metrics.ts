@@ -11,7 +11,7 @@ import type { NodeRecord } from '../store/cluster-store.js';
 const PROXY_BUCKETS = [0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 
 /** What a request is, for the labels (a bounded set: never a session id or a path). */
-export type RouteFamily = 'sessions' | 'create' | 'list' | 'files' | 'streams' | 'views' | 'runs' | 'mcp' | 'other';
+export type RouteFamily = 'sessions' | 'create' | 'list' | 'files' | 'streams' | 'views' | 'runs' | 'volumes' | 'mcp' | 'other';
 
 export class GatewayMetrics {
   readonly registry = new Registry();

@@ -36,6 +36,7 @@ export async function runJsonRoutes(app: FastifyInstance, deps: SessionRouteDeps
         headers: (placed) => jsonHeaders(request, secret, body, placed),
         body,
         onCreated: recordRun,
+        volumes: request.body.session?.volumes,
       });
       return sendAnswer(reply, answer);
     }

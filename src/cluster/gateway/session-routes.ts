@@ -53,6 +53,7 @@ export async function sessionJsonRoutes(app: FastifyInstance, deps: SessionRoute
         headers: (sessionId) => ({ ...jsonHeaders(request, deps.secret, body, sessionId), [ACCEPT_POOLED_ID_HEADER]: '1' }),
         body,
         answeredId: sessionIdOf,
+        volumes: request.body?.volumes,
       });
       return sendAnswer(reply, answer);
     },

@@ -15,6 +15,7 @@ import { sandboxMemoryMiBFromEnv } from '../../runtimes/sandbox-settings.js';
 import { templateFromEnv } from '../../sessions/settings.js';
 import { portSettingsFromEnv } from '../../ports/settings.js';
 import { atLeast, envInt, positive, type Env } from '../../util/env.js';
+import { DEFAULT_VOLUME_SETTINGS, volumeSettingsFromEnv, type VolumeSettings } from '../../volumes/settings.js';
 
 export interface GatewaySettings {
   /** The template of a create that names none (SBX_TEMPLATE, as on the nodes). */
@@ -50,6 +51,11 @@ export interface GatewaySettings {
    * is routed as that session's port and forwarded with its Host, which the node reads again.
    */
   portsDomain?: string;
+  /**
+   * Volume sizes and each tenant's quota in the whole cluster (SBX_VOLUME_MAX_MIB,
+   * SBX_VOLUME_QUOTA_MIB, SBX_VOLUME_QUOTA_COUNT, as on the nodes, which enforce them each on its own disk).
+   */
+  volumes: VolumeSettings;
 }
 
 export const DEFAULT_GATEWAY_SETTINGS: GatewaySettings = {
@@ -66,6 +72,7 @@ export const DEFAULT_GATEWAY_SETTINGS: GatewaySettings = {
   nodeConnectTimeoutMs: 3_000,
   nodeAnswerTimeoutMs: 600_000,
   connectionLimits: DEFAULT_CONNECTION_LIMITS,
+  volumes: DEFAULT_VOLUME_SETTINGS,
 };
 
 export function gatewaySettingsFromEnv(env: Env): GatewaySettings {
@@ -78,6 +85,7 @@ export function gatewaySettingsFromEnv(env: Env): GatewaySettings {
     memoryMiB: sandboxMemoryMiBFromEnv(env),
     vcpus: RUNTIMES.vcpusByRuntime(RUNTIMES.settingsFromEnv(env)),
     maxSessionsPerTenant: positive('SBX_MAX_SESSIONS_PER_TENANT', envInt('SBX_MAX_SESSIONS_PER_TENANT', 10, env)),
+    volumes: volumeSettingsFromEnv(env),
     lostAfterMs: atLeast('SBX_NODE_LOST_AFTER_MS', envInt('SBX_NODE_LOST_AFTER_MS', 10_000, env), 1_000),
     connectionLimits: {
       headersTimeoutMs: positive('SBX_HEADERS_TIMEOUT_MS', envInt('SBX_HEADERS_TIMEOUT_MS', DEFAULT_CONNECTION_LIMITS.headersTimeoutMs, env)),

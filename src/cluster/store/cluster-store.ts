@@ -59,6 +59,39 @@ export interface DirectoryEntry {
   readonly reason: string | null;
 }
 
+/**
+ * A volume in the directory (docs/volumes.md, "through a gateway"): whose it is and which node's
+ * disk holds it. Keyed by tenant and name: another tenant's volume of the same name is another
+ * row, and a lookup never crosses tenants. `creating` while its node is asked: the name is
+ * taken cluster-wide, but nothing may mount it yet.
+ */
+export interface VolumeEntry {
+  readonly tenant: string;
+  readonly name: string;
+  readonly node: string;
+  readonly state: 'creating' | 'ready';
+  readonly sizeMiB: number;
+  readonly createdAt: Date;
+}
+
+/** What a volume's create asks of a node, and the tenant's quota in the whole cluster. */
+export interface VolumeRequest {
+  readonly tenant: string;
+  readonly name: string;
+  readonly sizeMiB: number;
+  /** Only nodes that run this runtime (the one creates are placed for): a volume is mounted by its node's sessions. */
+  readonly runtime: RuntimeName;
+  readonly quota: { readonly count: number; readonly mib: number };
+}
+
+/**
+ * The outcome of reserving a volume's name on a node: the node chosen, or why not (the name is
+ * taken; the tenant's volumes, counted as of the statement, are at a quota; no node can take it).
+ */
+export type VolumeReservation =
+  | { readonly reserved: true; readonly node: string }
+  | { readonly reserved: false; readonly why: 'exists' | 'quota' | 'no_node'; readonly volumes: number; readonly mib: number };
+
 /** A heartbeat's answer: a node that is told `replaced` or `lost` stops serving as this name. */
 export type HeartbeatAnswer = 'ok' | 'replaced' | 'lost';
 
@@ -119,6 +152,21 @@ export interface ClusterStore {
   end(sessionId: string): Promise<void>;
   lookup(sessionId: string): Promise<DirectoryEntry | undefined>;
   sessionsOfNode(node: string): Promise<DirectoryEntry[]>;
+
+  // --- volumes: which node's disk holds each tenant's volume ---
+  /**
+   * Chooses the least-used node (fewest volumes, then fewest sessions for its size) among the
+   * healthy, undrained ones that run the runtime (those in `exclude` left out) and inserts the
+   * row `creating` there, in one statement that also checks the name is free and the tenant's
+   * quota in the cluster.
+   */
+  reserveVolume(request: VolumeRequest, exclude: readonly string[]): Promise<VolumeReservation>;
+  /** Its node made it: it may be mounted. */
+  confirmVolume(tenant: string, name: string): Promise<void>;
+  /** Its node refused it, failed, or deleted it: the row goes. */
+  dropVolume(tenant: string, name: string): Promise<void>;
+  lookupVolume(tenant: string, name: string): Promise<VolumeEntry | undefined>;
+  listVolumes(tenant: string): Promise<VolumeEntry[]>;
 
   // --- tokens and runs that name no session in their path ---
   /** A live-view token's route (by its SHA-256): which session it opens. */

@@ -101,6 +101,23 @@ export const MIGRATIONS: readonly Migration[] = [
     name: "a tenant's live sessions, counted by placement",
     sql: `CREATE INDEX sessions_tenant_live ON sessions (tenant) WHERE state IN ('creating', 'live');`,
   },
+  {
+    version: 3,
+    name: "volumes: each tenant's volume and the node whose disk holds it",
+    // `creating` while its node is asked (the name is taken cluster-wide, not yet mountable).
+    sql: `
+      CREATE TABLE volumes (
+        tenant text NOT NULL,
+        name text NOT NULL,
+        node text NOT NULL REFERENCES nodes (name),
+        state text NOT NULL CHECK (state IN ('creating', 'ready')),
+        size_mib integer NOT NULL CHECK (size_mib > 0),
+        created_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (tenant, name)
+      );
+      CREATE INDEX volumes_node ON volumes (node);
+    `,
+  },
 ];
 
 /**

@@ -7,13 +7,25 @@
  */
 import type { ApiKeyRecord } from '../../api/auth/key-store.js';
 import type { PlacementRequest } from '../placement.js';
-import type { ClusterStore, DirectoryEntry, HeartbeatAnswer, NodeRecord, NodeReport, PlacementLimits, PlacementOutcome } from './cluster-store.js';
+import type {
+  ClusterStore,
+  DirectoryEntry,
+  HeartbeatAnswer,
+  NodeRecord,
+  NodeReport,
+  PlacementLimits,
+  PlacementOutcome,
+  VolumeEntry,
+  VolumeRequest,
+  VolumeReservation,
+} from './cluster-store.js';
 import { Db } from './db.js';
 import { Directory } from './directory.js';
 import { Keys } from './api-keys.js';
 import { migrate } from './migrations.js';
 import { NodeRegistry } from './node-registry.js';
 import { PlacementTx, type PlacementTxOptions } from './placement-tx.js';
+import { VolumeDirectory } from './volume-directory.js';
 
 export interface PgClusterStoreSettings {
   /** postgres://... (SBX_CLUSTER_DB_URL, read by the entry points). */
@@ -37,6 +49,7 @@ export class PgClusterStore implements ClusterStore {
   private readonly placement: PlacementTx;
   private readonly directory: Directory;
   private readonly keys: Keys;
+  private readonly volumes: VolumeDirectory;
 
   constructor(settings: PgClusterStoreSettings) {
     const staleMs = settings.staleMs ?? DEFAULT_STALE_MS;
@@ -50,6 +63,7 @@ export class PgClusterStore implements ClusterStore {
     this.placement = new PlacementTx(this.db, staleMs, settings.placement);
     this.directory = new Directory(this.db);
     this.keys = new Keys(this.db);
+    this.volumes = new VolumeDirectory(this.db, staleMs);
   }
 
   async migrate(): Promise<void> {
@@ -105,6 +119,22 @@ export class PgClusterStore implements ClusterStore {
   }
   sessionsOfNode(node: string): Promise<DirectoryEntry[]> {
     return this.directory.sessionsOfNode(node);
+  }
+
+  reserveVolume(request: VolumeRequest, exclude: readonly string[]): Promise<VolumeReservation> {
+    return this.volumes.reserve(request, exclude);
+  }
+  confirmVolume(tenant: string, name: string): Promise<void> {
+    return this.volumes.confirm(tenant, name);
+  }
+  dropVolume(tenant: string, name: string): Promise<void> {
+    return this.volumes.drop(tenant, name);
+  }
+  lookupVolume(tenant: string, name: string): Promise<VolumeEntry | undefined> {
+    return this.volumes.lookup(tenant, name);
+  }
+  listVolumes(tenant: string): Promise<VolumeEntry[]> {
+    return this.volumes.list(tenant);
   }
 
   recordViewToken(tokenHash: Buffer, sessionId: string, expiresAt: Date): Promise<void> {

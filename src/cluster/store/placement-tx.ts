@@ -52,7 +52,8 @@ const TENANT_RETRY_AFTER_SECONDS = 10;
 
 /**
  * $1 staleMs, $2 session id, $3 tenant, $4 node, $5 memory MiB, $6 vCPUs, $7 runtime,
- * $8 template, $9 the tenant's session limit in the cluster (null: none; the tenant's
+ * $8 template, $10 the create's volumes (null: none; else all of them must be the tenant's,
+ * ready, on this node: `volumes_there`), $9 the tenant's session limit in the cluster (null: none; the tenant's
  * creating and live sessions are counted as of the statement's start, so creates of one
  * tenant at the same moment may pass it by their number: each node still enforces its own).
  * Returns the node's row after the create (placed) or as the lock found it
@@ -68,9 +69,12 @@ const PLACE_SQL = `
     SELECT ${nodeColumns(1)} FROM nodes WHERE name = $4 FOR UPDATE
   ), tenant AS (
     SELECT count(*) AS live FROM sessions WHERE $9::int IS NOT NULL AND tenant = $3 AND state IN ('creating', 'live')
+  ), volumes AS (
+    SELECT $10::text[] IS NULL OR (SELECT count(*) FROM volumes v WHERE v.tenant = $3 AND v.name = ANY ($10::text[]) AND v.node = $4 AND v.state = 'ready')
+      = cardinality($10::text[]) AS there
   ), fit AS (
-    SELECT name FROM locked, tenant
-    WHERE healthy AND NOT draining AND $7::text = ANY (runtimes) AND $8::text = ANY (templates)
+    SELECT name FROM locked, tenant, volumes
+    WHERE volumes.there AND healthy AND NOT draining AND $7::text = ANY (runtimes) AND $8::text = ANY (templates)
       AND sessions + 1 <= max_sessions AND committed_memory_mib + $5 <= memory_mib AND committed_vcpus + $6 <= vcpus
       AND ($9::int IS NULL OR tenant.live < $9::int)
   ), directory AS (
@@ -84,11 +88,13 @@ const PLACE_SQL = `
     FROM directory WHERE nodes.name = directory.node
     RETURNING ${nodeColumns(1, 'nodes')}
   )
-  SELECT true AS placed, false AS duplicate, 0::bigint AS tenant_live, * FROM counted
+  SELECT true AS placed, false AS duplicate, 0::bigint AS tenant_live, true AS volumes_there, * FROM counted
   UNION ALL
-  SELECT false AS placed, false AS duplicate, (SELECT live FROM tenant) AS tenant_live, * FROM locked WHERE NOT EXISTS (SELECT 1 FROM fit)
+  SELECT false AS placed, false AS duplicate, (SELECT live FROM tenant) AS tenant_live, (SELECT there FROM volumes) AS volumes_there, *
+  FROM locked WHERE NOT EXISTS (SELECT 1 FROM fit)
   UNION ALL
-  SELECT false AS placed, true AS duplicate, 0::bigint AS tenant_live, * FROM locked WHERE EXISTS (SELECT 1 FROM fit) AND NOT EXISTS (SELECT 1 FROM directory)`;
+  SELECT false AS placed, true AS duplicate, 0::bigint AS tenant_live, true AS volumes_there, *
+  FROM locked WHERE EXISTS (SELECT 1 FROM fit) AND NOT EXISTS (SELECT 1 FROM directory)`;
 
 /** What the view holds of a node: what placement needs, numbers as numbers (no date or numeric to parse). */
 const VIEW_COLUMNS = `name, state, runtimes, templates, warm, max_sessions, memory_mib, vcpus::float8 AS vcpus, draining,
@@ -102,6 +108,8 @@ const CHANGED_SQL = `SELECT t.db_now_ms, n.*
 const LIVENESS_SQL = `SELECT name, change_seq::float8, (extract(epoch FROM last_heartbeat) * 1000)::float8, state = 'up',
   (extract(epoch FROM now()) * 1000)::float8 FROM nodes`;
 const ROWS_SQL = `SELECT ${VIEW_COLUMNS} FROM nodes WHERE name = ANY ($1::text[])`;
+
+type PlaceRow = NodeRow & { placed: boolean; duplicate: boolean; tenant_live: string; volumes_there: boolean };
 
 export interface PlacementTxOptions extends Omit<PlacementOptions, 'exclude'> {
   readonly maxChoices?: number;
@@ -185,13 +193,24 @@ export class PlacementTx {
       }
       const name = placement.node.name;
       const release = this.takeInFlight(name, request);
-      let row: (NodeRow & { placed: boolean; duplicate: boolean; tenant_live: string }) | undefined;
+      let row: PlaceRow | undefined;
       let record: NodeRecord | undefined;
       try {
-        const result = await this.db.query<NodeRow & { placed: boolean; duplicate: boolean; tenant_live: string }>(
+        const result = await this.db.query<PlaceRow>(
           'placing a session',
           PLACE_SQL,
-          [this.staleMs, sessionId, tenant, name, request.memoryMiB, request.vcpus, request.runtime, request.template, limit ?? null],
+          [
+            this.staleMs,
+            sessionId,
+            tenant,
+            name,
+            request.memoryMiB,
+            request.vcpus,
+            request.runtime,
+            request.template,
+            limit ?? null,
+            request.volumes?.names ?? null,
+          ],
           'sbx-place',
         );
         row = result.rows[0];
@@ -203,6 +222,9 @@ export class PlacementTx {
       }
       if (row?.placed && record) return { placed: true, node: record };
       if (row?.duplicate) throw new SessionIdTakenError(sessionId);
+      // Deleted (or not yet made) since the gateway looked: no other node holds them, so no retry.
+      if (row && !row.volumes_there)
+        return { placed: false, reason: `the volumes ${request.volumes?.names.join(', ')} are not (or no longer) all on node '${name}'` };
       const live = Number(row?.tenant_live ?? 0);
       if (limit !== undefined && live >= limit) {
         throw new TenantLimitError(
