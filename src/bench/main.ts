@@ -21,6 +21,7 @@
  * live view each way) and the placement simulation; `npm run bench -- gateway` runs those alone.
  * Issue 24's guest-port and CDP figures (guest-ports.ts): `npm run bench -- ports` runs those alone.
  * Issue 27's create figures (create-bench.ts): `npm run bench -- create` (BENCH_CREATES, 10 there).
+ * The 16-session load alone (load-alone.ts, its event-loop delay: issue 27): `npm run bench -- load`.
  */
 import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { removeTreeOnOneMount } from '../host/remove-tree.js';
@@ -41,6 +42,8 @@ import { openDirect } from './direct.js';
 import { goalRows, printGoals, SCREENSHOT_FORMATS, type ScreenshotFormat } from './goals.js';
 import { measureIdleMemory } from './idle-memory.js';
 import { runLoad } from './load.js';
+import { describeLoad, measureLoadAlone } from './load-alone.js';
+import { benchConfig } from './bench-config.js';
 import { rampSessions } from './ramp.js';
 import { measureRecording } from './recording.js';
 import { buildResults, printReport } from './report.js';
@@ -118,28 +121,8 @@ async function main(): Promise<void> {
   // grown for the warm figure only (measureWarmCreates).
   const defaults = defaultConfig(process.env);
   const mostSessions = Math.max(LOAD_SESSIONS, RAMP_MAX) + 4;
-  const config = {
-    ...defaults,
-    stateDir,
-    port: 0,
-    subnet: process.env.SBX_SUBNET || '10.244.0.0/16',
-    warmPoolSize: 0,
-    // The load runs up to RAMP_MAX sessions for one (keyless, local) tenant at once: the
-    // default per-tenant and host limits are for clients, not for the benchmark itself.
-    maxSessions: Math.max(defaults.maxSessions, mostSessions),
-    maxSessionsPerTenant: Math.max(defaults.maxSessionsPerTenant, mostSessions),
-    // Likewise the request limits: the load alone sends sessions x 2 requests every
-    // LOAD_INTERVAL_MS (128/s for 16, over the 50/s default), and the sequential phases
-    // send as fast as the orchestrator answers. The bench measures the orchestrator, not the limiter.
-    tenantRequestsPerSecond: Math.max(defaults.tenantRequestsPerSecond, 10_000),
-    tenantRequestBurst: Math.max(defaults.tenantRequestBurst, 10_000),
-    tenantMaxConcurrentRequests: Math.max(defaults.tenantMaxConcurrentRequests, mostSessions * 4),
-    // Disk admission promises each session its writable disk and its recording and trajectory
-    // caps (4.3 GiB by default: the ramp's sessions would need ~300 GB free). The bench's
-    // sessions write next to nothing: smaller disks and recordings, so the ramp fits a 60 GB disk.
-    runtimes: { ...defaults.runtimes, container: { ...defaults.runtimes.container, diskMiB: Math.min(defaults.runtimes.container.diskMiB, 512) } },
-    recording: { ...defaults.recording, maxBytes: Math.min(defaults.recording.maxBytes, 64 * 2 ** 20) },
-  };
+  const config = benchConfig(defaults, mostSessions, { stateDir, subnet: process.env.SBX_SUBNET || '10.244.0.0/16' });
+
   console.error('bench: transports: containers over TCP and over a Unix socket, each on an orchestrator of its own');
   const transports = await measureTransports(config, CREATES, N);
   console.error(describeTransports(transports));
@@ -366,6 +349,15 @@ const PARTS: Record<string, () => Promise<void>> = {
   pause: pauseAlone,
   ports: () => portsAlone({ ...defaultConfig(process.env), subnet: process.env.SBX_SUBNET || '10.244.0.0/16' }, N, TEMPLATES.includes('desktop')),
   transports: transportsAlone,
+  load: async () => {
+    const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-load-'));
+    const config = benchConfig(defaultConfig(process.env), LOAD_SESSIONS + 4, { stateDir, subnet: process.env.SBX_SUBNET || '10.244.0.0/16' });
+    try {
+      console.log(describeLoad(await measureLoadAlone({ config, sessions: LOAD_SESSIONS, intervalMs: LOAD_INTERVAL_MS, seconds: LOAD_SECONDS })));
+    } finally {
+      await removeTreeOnOneMount(stateDir);
+    }
+  },
   create: () => printCreateFigures(CREATE),
   e2b: async () => {
     const figures = await measureE2bDesktop({ ...defaultConfig(process.env), subnet: process.env.SBX_SUBNET || '10.244.0.0/16' }, N);

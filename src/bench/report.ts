@@ -147,6 +147,7 @@ export function buildResults(m: Measured) {
     load_ticks: m.load.ticks,
     load_late_ticks: m.load.lateTicks,
     load_event_loop_max_ms: m.load.eventLoopMaxMs,
+    load_event_loop_tick_p99_ms: m.load.eventLoopTickP99Ms,
     ramp: m.ramp,
     idle_session_cgroup_mib: m.memory?.cgroupMiB ?? null,
     idle_session_orchestrator_mib: m.memory?.orchestratorMiB ?? null,
@@ -203,7 +204,7 @@ export function printReport(r: Results): void {
     `load: ${r.load_sessions} sessions x ${r.load_seconds} s: ${r.load_operations} operations, ${r.load_errors} errors` +
       `${r.load_first_error ? ` (first: ${r.load_first_error})` : ''}, p50 ${r.load_p50_ms.toFixed(1)} ms, p95 ${r.load_p95_ms.toFixed(1)} ms, ` +
       `${r.load_late_ticks} of ${r.load_ticks} ticks late (${r.load_late_ticks_percent.toFixed(1)}%), ` +
-      `event-loop delay p99 ${r.load_event_loop_p99_ms.toFixed(1)} ms (max ${r.load_event_loop_max_ms.toFixed(1)})`,
+      `event-loop delay p99 ${r.load_event_loop_p99_ms.toFixed(1)} ms (max ${r.load_event_loop_max_ms.toFixed(1)}; between ticks of its 10 ms timer ${r.load_event_loop_tick_p99_ms.toFixed(1)})`,
   );
   for (const screen of ['static', 'changing'] as const) {
     const c = r.recording_detail[screen];
