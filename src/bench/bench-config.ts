@@ -1,4 +1,6 @@
-import type { OrchestratorConfig } from '../config.js';
+import type { startOrchestrator } from '../orchestrator.js';
+
+type OrchestratorConfig = Parameters<typeof startOrchestrator>[0];
 
 /**
  * The bench's orchestrator: the defaults, with the limits that are for clients lifted so that

@@ -1,9 +1,10 @@
 import os from 'node:os';
 import pino from 'pino';
 import { SandboxClient, type Sandbox } from '../client/index.js';
-import type { OrchestratorConfig } from '../config.js';
 import { startOrchestrator } from '../orchestrator.js';
 import { runLoad, type LoadResult } from './load.js';
+
+type OrchestratorConfig = Parameters<typeof startOrchestrator>[0];
 
 export interface LoadAloneOptions {
   config: OrchestratorConfig;

@@ -64,7 +64,7 @@ describe('bench figures', () => {
     assert.equal(met('host memory per idle session'), true);
     assert.equal(met('create-to-ready p50, warm pool'), null, 'not measured');
     assert.equal(met('run loop per step - direct tool call'), false, '6 ms is over 5');
-    assert.equal(rows.get('event-loop delay p99 under the load')?.goal, 20);
+    assert.equal(rows.get('event-loop delay p99 under the load')?.goal, 10);
     assert.equal(rows.get('load 16 sessions: late ticks')?.goal, 2);
     assert.equal(met('CPU per recorded session, 5 fps, changing'), false, '12% of a core is over 10');
     assert.equal(met('pause (memory) p50'), true, 'issue 25: 12 ms is within 50');
