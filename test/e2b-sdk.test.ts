@@ -144,6 +144,7 @@ describe('the e2b SDK against sbx serve', { timeout: 300_000 }, () => {
     serve = await startServe(stateDir, 19_500 + Math.floor(Math.random() * 400), undefined, [], {
       SBX_TENANT_REQUEST_LIMITS: 'tenant-a=1000/100000/100000',
       SBX_PORTS_DOMAIN: DOMAIN,
+      SBX_MAX_FILE_BYTES: String(32 * 1024 * 1024),
     });
     // The only change a program needs: where E2B is.
     process.env.E2B_API_URL = serve.url;
@@ -365,7 +366,7 @@ describe('the e2b SDK against sbx serve', { timeout: 300_000 }, () => {
     await assert.rejects(filesystem.stat({ path: '/home/user/bin-codec/none' }), (err: unknown) => err instanceof ConnectError && err.code === Code.NotFound);
   });
 
-  it('red team: multipart uploads stream to the guest: four 24 MiB uploads at once cost little memory; more fields than allowed is a 413', async () => {
+  it('red team: multipart uploads stream to the guest: four 24 MiB uploads at once cost little memory; a file over the cap and more fields than allowed are 413s', async () => {
     const headers = { 'e2b-sandbox-id': sbx.sandboxId, 'x-access-token': token(), 'content-type': 'multipart/form-data; boundary=sbxboundary' };
     const pid = serve.child.pid as number;
     const size = 24 * 1024 * 1024;
@@ -373,7 +374,7 @@ describe('the e2b SDK against sbx serve', { timeout: 300_000 }, () => {
     await writeFile(`/proc/${pid}/clear_refs`, '5');
     const before = await memoryOf(pid);
     const target = new URL(serve.url);
-    const upload = (i: number) =>
+    const upload = (i: number, bytes = size) =>
       new Promise<{ status: number; body: string }>((resolve, reject) => {
         const req = http.request({ host: target.hostname, port: target.port, path: '/files', method: 'POST', headers, agent: false });
         req.on('response', (res) => {
@@ -385,7 +386,7 @@ describe('the e2b SDK against sbx serve', { timeout: 300_000 }, () => {
         const chunk = Buffer.alloc(64 * 1024, 0x41 + i);
         let sent = 0;
         const pump = () => {
-          while (sent < size) {
+          while (sent < bytes) {
             sent += chunk.length;
             if (!req.write(chunk)) return void req.once('drain', pump);
           }
@@ -394,7 +395,7 @@ describe('the e2b SDK against sbx serve', { timeout: 300_000 }, () => {
         req.write(`--sbxboundary\r\nContent-Disposition: form-data; name="file"; filename="/home/user/big-${i}.bin"\r\n\r\n`);
         pump();
       });
-    const answers = await Promise.all([0, 1, 2, 3].map(upload));
+    const answers = await Promise.all([0, 1, 2, 3].map((i) => upload(i)));
     const after = await memoryOf(pid);
     for (const answer of answers) assert.equal(answer.status, 200, answer.body);
     for (const i of [0, 1, 2, 3]) {
@@ -405,6 +406,11 @@ describe('the e2b SDK against sbx serve', { timeout: 300_000 }, () => {
     // Held whole, the four would be 96 MiB.
     assert.ok(after.peakMiB - before.rssMiB < 48, `peak RSS grew ${after.peakMiB - before.rssMiB} MiB for 96 MiB of uploads`);
     await sbx.commands.run('rm -f /home/user/big-*.bin');
+    // A file over SBX_MAX_FILE_BYTES (32 MiB here): 413 file_too_large, and nothing of it left in the guest.
+    const over = await upload(9, 33 * 1024 * 1024);
+    assert.equal(over.status, 413, over.body);
+    assert.match(over.body, /file_too_large/);
+    assert.equal((await sbx.commands.run('ls -a /home/user | grep -c -e big-9 -e sbx-upload || true')).stdout, '0\n');
     // Parts are counted as they come: 17 fields (16 allowed) are refused.
     const fields = Array.from({ length: 17 }, (_, i) => `--sbxboundary\r\nContent-Disposition: form-data; name="f${i}"\r\n\r\nx\r\n`).join('');
     const tooMany = await request(`${serve.url}/files?path=/home/user/fields.txt`, {
