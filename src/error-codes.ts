@@ -105,7 +105,6 @@ export const ERROR_CODES = {
   session_lost: { category: 'gone', description: "through a gateway: the session's node stopped heartbeating" },
 
   body_too_large: { category: 'too_large', description: 'a JSON body over its cap' },
-  connect_message_too_large: { category: 'too_large', description: 'an E2B envd Connect message over its cap, refused before it was parsed' },
   clipboard_too_large: { category: 'too_large', description: "the sandbox's clipboard holds more than may be read" },
   volume_quota_exceeded: { category: 'too_large', description: "a volume over the tenant's quota (the message names it: SBX_VOLUME_QUOTA_MIB or _COUNT)" },
   file_too_large: { category: 'too_large', description: 'a file over SBX_MAX_FILE_BYTES' },

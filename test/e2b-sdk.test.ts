@@ -8,12 +8,16 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import http from 'node:http';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
+import { Code, ConnectError, createClient } from '@connectrpc/connect';
+import { createConnectTransport } from '@connectrpc/connect-node';
 import * as e2b from 'e2b';
+import { FileType, Filesystem } from '../src/e2b/gen/filesystem/filesystem_pb.js';
+import { Process } from '../src/e2b/gen/process/process_pb.js';
 import { openKeyStore } from '../src/api/auth/key-store-file.js';
 import { memoryOf } from './helpers/raw-http.js';
 import { startServe, type ServeProcess } from './helpers/serve.js';
@@ -140,6 +144,7 @@ describe('the e2b SDK against sbx serve', { timeout: 300_000 }, () => {
     serve = await startServe(stateDir, 19_500 + Math.floor(Math.random() * 400), undefined, [], {
       SBX_TENANT_REQUEST_LIMITS: 'tenant-a=1000/100000/100000',
       SBX_PORTS_DOMAIN: DOMAIN,
+      SBX_MAX_FILE_BYTES: String(32 * 1024 * 1024),
     });
     // The only change a program needs: where E2B is.
     process.env.E2B_API_URL = serve.url;
@@ -305,30 +310,116 @@ describe('the e2b SDK against sbx serve', { timeout: 300_000 }, () => {
     assert.equal((JSON.parse(ghost.body.toString()) as Json).code, 'not_found');
   });
 
-  it('red team: multipart uploads buffer two at a time per tenant: a third is refused 429 before its body is read; a closed one gives its slot back', async () => {
-    const headers = { 'e2b-sandbox-id': sbx.sandboxId, 'x-access-token': token(), 'content-type': 'multipart/form-data; boundary=sbxboundary' };
-    // Two uploads of 30 MiB announced, 64 KiB of each sent: both held by the server, waiting for the rest.
-    const target = new URL(serve.url);
-    const holding = [0, 1].map((i) => {
-      const req = http.request({
-        host: target.hostname,
-        port: target.port,
-        path: `/files?path=/home/user/held-${i}.bin`,
-        method: 'POST',
-        headers: { ...headers, 'content-length': String(30 * 1024 * 1024) },
-        agent: false,
-      });
-      req.on('error', () => undefined); // destroyed below
-      req.write(Buffer.alloc(64 * 1024, 0x20));
-      return req;
+  it('a Connect client with the binary codec (connect-node, from the same generated code) runs a process, feeds it by StreamInput, lists a directory', async () => {
+    const transport = createConnectTransport({
+      baseUrl: serve.url,
+      httpVersion: '1.1',
+      useBinaryFormat: true,
+      interceptors: [
+        (next) => (req) => {
+          req.header.set('e2b-sandbox-id', sbx.sandboxId);
+          req.header.set('x-access-token', token());
+          return next(req);
+        },
+      ],
     });
-    await sleep(500);
-    const third = await announce(`${serve.url}/files?path=/home/user/third.bin`, headers, 30 * 1024 * 1024);
-    assert.equal(third.status, 429, third.body);
-    assert.match(third.body, /multipart uploads in flight/);
-    for (const req of holding) req.destroy();
-    await sleep(500);
-    // The slots are back: a small upload through the SDK goes through.
+    const processes = createClient(Process, transport);
+    const events: string[] = [];
+    let stdout = '';
+    for await (const res of processes.start({ process: { cmd: '/bin/bash', args: ['-c', 'echo binary-$((6*7)); echo err >&2'], envs: {} } })) {
+      const event = res.event?.event;
+      events.push(event?.case ?? '?');
+      if (event?.case === 'data' && event.value.output.case === 'stdout') stdout += Buffer.from(event.value.output.value).toString();
+      if (event?.case === 'end') assert.equal(event.value.exitCode, 0);
+    }
+    assert.equal(stdout, 'binary-42\n');
+    assert.equal(events[0], 'start');
+    assert.equal(events.at(-1), 'end');
+
+    // Client streaming over HTTP/1.1: a start naming the process, then its stdin in order.
+    const cat = processes.start({ process: { cmd: '/usr/bin/tr', args: ['a-z', 'A-Z'], envs: {} }, stdin: true });
+    const it = cat[Symbol.asyncIterator]();
+    const first = await it.next();
+    assert.equal(first.value?.event?.event.case, 'start');
+    const pid = (first.value?.event?.event.value as { pid: number }).pid;
+    const input = (async function* () {
+      yield { event: { case: 'start' as const, value: { process: { selector: { case: 'pid' as const, value: pid } } } } };
+      for (const word of ['streamed ', 'input\n'])
+        yield { event: { case: 'data' as const, value: { input: { input: { case: 'stdin' as const, value: Buffer.from(word) } } } } };
+    })();
+    await processes.streamInput(input);
+    await processes.closeStdin({ process: { selector: { case: 'pid', value: pid } } });
+    let upper = '';
+    for (let next = await it.next(); next.done !== true; next = await it.next()) {
+      const event = next.value.event?.event;
+      if (event?.case === 'data' && event.value.output.case === 'stdout') upper += Buffer.from(event.value.output.value).toString();
+    }
+    assert.equal(upper, 'STREAMED INPUT\n');
+
+    const filesystem = createClient(Filesystem, transport);
+    await sbx.files.write('/home/user/bin-codec/one.txt', '1');
+    const listed = await filesystem.listDir({ path: '/home/user/bin-codec', depth: 1 });
+    assert.deepEqual(
+      listed.entries.map((e) => [e.name, e.type, e.size]),
+      [['one.txt', FileType.FILE, 1n]],
+    );
+    await assert.rejects(filesystem.stat({ path: '/home/user/bin-codec/none' }), (err: unknown) => err instanceof ConnectError && err.code === Code.NotFound);
+  });
+
+  it('red team: multipart uploads stream to the guest: four 24 MiB uploads at once cost little memory; a file over the cap and more fields than allowed are 413s', async () => {
+    const headers = { 'e2b-sandbox-id': sbx.sandboxId, 'x-access-token': token(), 'content-type': 'multipart/form-data; boundary=sbxboundary' };
+    const pid = serve.child.pid as number;
+    const size = 24 * 1024 * 1024;
+    // The peak (VmHWM) counted from here, not from whatever came before.
+    await writeFile(`/proc/${pid}/clear_refs`, '5');
+    const before = await memoryOf(pid);
+    const target = new URL(serve.url);
+    const upload = (i: number, bytes = size) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const req = http.request({ host: target.hostname, port: target.port, path: '/files', method: 'POST', headers, agent: false });
+        req.on('response', (res) => {
+          const parts: Buffer[] = [];
+          res.on('data', (c: Buffer) => parts.push(c));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(parts).toString() }));
+        });
+        req.on('error', reject);
+        const chunk = Buffer.alloc(64 * 1024, 0x41 + i);
+        let sent = 0;
+        const pump = () => {
+          while (sent < bytes) {
+            sent += chunk.length;
+            if (!req.write(chunk)) return void req.once('drain', pump);
+          }
+          req.end('\r\n--sbxboundary--\r\n');
+        };
+        req.write(`--sbxboundary\r\nContent-Disposition: form-data; name="file"; filename="/home/user/big-${i}.bin"\r\n\r\n`);
+        pump();
+      });
+    const answers = await Promise.all([0, 1, 2, 3].map((i) => upload(i)));
+    const after = await memoryOf(pid);
+    for (const answer of answers) assert.equal(answer.status, 200, answer.body);
+    for (const i of [0, 1, 2, 3]) {
+      const stat = await api('GET', `/v1/sessions/${sbx.sandboxId}/fs/stat?path=/home/user/big-${i}.bin`);
+      assert.equal(stat.json.size, size, JSON.stringify(stat.json));
+    }
+    console.log(`e2b red team: four 24 MiB multipart uploads at once: peak RSS +${after.peakMiB - before.rssMiB} MiB`);
+    // Held whole, the four would be 96 MiB.
+    assert.ok(after.peakMiB - before.rssMiB < 48, `peak RSS grew ${after.peakMiB - before.rssMiB} MiB for 96 MiB of uploads`);
+    await sbx.commands.run('rm -f /home/user/big-*.bin');
+    // A file over SBX_MAX_FILE_BYTES (32 MiB here): 413 file_too_large, and nothing of it left in the guest.
+    const over = await upload(9, 33 * 1024 * 1024);
+    assert.equal(over.status, 413, over.body);
+    assert.match(over.body, /file_too_large/);
+    assert.equal((await sbx.commands.run('ls -a /home/user | grep -c -e big-9 -e sbx-upload || true')).stdout, '0\n');
+    // Parts are counted as they come: 17 fields (16 allowed) are refused.
+    const fields = Array.from({ length: 17 }, (_, i) => `--sbxboundary\r\nContent-Disposition: form-data; name="f${i}"\r\n\r\nx\r\n`).join('');
+    const tooMany = await request(`${serve.url}/files?path=/home/user/fields.txt`, {
+      method: 'POST',
+      headers,
+      body: Buffer.from(`${fields}--sbxboundary--\r\n`),
+    });
+    assert.equal(tooMany.status, 413, tooMany.body.toString());
+    // The SDK's own uploads still go through.
     await sbx.files.write('/home/user/after-the-flood.txt', 'fits');
     assert.equal(await sbx.files.read('/home/user/after-the-flood.txt'), 'fits');
   });
@@ -341,7 +432,7 @@ describe('the e2b SDK against sbx serve', { timeout: 300_000 }, () => {
     // 64 MiB announced, 64 KiB sent: answered from the length, without waiting for the rest.
     const refused = await announce(`${serve.url}/process.Process/Start`, headers, 64 * 1024 * 1024);
     assert.equal(refused.status, 200, 'a streaming call fails in its end-of-stream message');
-    assert.match(refused.body, /resource_exhausted.*connect_message_too_large/);
+    assert.match(refused.body, /resource_exhausted.*larger than configured readMaxBytes 1048576/);
     const afterBig = await memoryOf(pid);
     assert.ok(afterBig.peakMiB - before.peakMiB < 32, `peak RSS grew ${afterBig.peakMiB - before.peakMiB} MiB for a 64 MiB body`);
     // The same 64 MiB without a length (chunked): counted as it comes, cut off at the cap.
@@ -349,7 +440,7 @@ describe('the e2b SDK against sbx serve', { timeout: 300_000 }, () => {
     const chunked = await sendChunked(`${serve.url}/process.Process/Start`, headers, 64 * 1024 * 1024);
     const cpuChunked = (await cpuMsOf(pid)) - cpuBefore;
     const afterChunked = await memoryOf(pid);
-    if (chunked.body !== '') assert.match(chunked.body, /resource_exhausted.*connect_message_too_large/);
+    if (chunked.body !== '') assert.match(chunked.body, /resource_exhausted.*larger than configured readMaxBytes 1048576/);
     assert.ok(chunked.sent < 16 * 1024 * 1024, `the server stopped reading after ${chunked.sent} bytes`);
     assert.ok(afterChunked.peakMiB - before.peakMiB < 32, `peak RSS grew ${afterChunked.peakMiB - before.peakMiB} MiB for a chunked 64 MiB body`);
     assert.ok(cpuChunked < 1000, `the orchestrator spent ${cpuChunked} ms of CPU on it`);

@@ -9,7 +9,7 @@ const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 
 export default tseslint.config(
   {
-    ignores: ['dist/**', 'node_modules/**', 'scripts/**', 'src/guest/files/**', 'src/runtimes/firecracker/api/spec-types.ts'],
+    ignores: ['dist/**', 'node_modules/**', 'scripts/**', 'src/guest/files/**', 'src/runtimes/firecracker/api/spec-types.ts', 'src/e2b/gen/**'],
   },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,

@@ -394,8 +394,6 @@ export type ErrorCode =
   | 'session_lost'
   /** a JSON body over its cap */
   | 'body_too_large'
-  /** an E2B envd Connect message over its cap, refused before it was parsed */
-  | 'connect_message_too_large'
   /** the sandbox's clipboard holds more than may be read */
   | 'clipboard_too_large'
   /** a volume over the tenant's quota (the message names it: SBX_VOLUME_QUOTA_MIB or _COUNT) */

@@ -1,28 +1,42 @@
 import path from 'node:path';
-import type { FastifyRequest } from 'fastify';
+import { Code, ConnectError, type ServiceImpl } from '@connectrpc/connect';
+import type { MessageInitShape } from '@bufbuild/protobuf';
+import { timestampFromDate } from '@bufbuild/protobuf/wkt';
 import { InvalidRequestError, OrchestratorError } from '../errors.js';
-import { FsConflictError, MAX_LIST_DEPTH, type FsCalls, type FsEntry } from '../files/fs-calls.js';
+import { FsConflictError, MAX_LIST_DEPTH, type FsEntry } from '../files/fs-calls.js';
 import { DirectoryWatch, type FsChange } from '../files/fs-watch.js';
-import { type ConnectStream, streamTimers } from './connect-protocol.js';
 import { E2bUnsupportedError } from './errors.js';
 import { checkUser, envdPath } from './envd-access.js';
+import { abortReason, envdCall } from './envd-connect.js';
+import { EventQueue } from './event-queue.js';
+import {
+  type EntryInfoSchema,
+  EventType,
+  FileType,
+  Filesystem,
+  type FilesystemEventSchema,
+  type WatchDirResponseSchema,
+} from './gen/filesystem/filesystem_pb.js';
+
+type FsEventInit = MessageInitShape<typeof FilesystemEventSchema>;
+type WatchInit = MessageInitShape<typeof WatchDirResponseSchema>;
 
 /** Watchers (CreateWatcher) of one sandbox, and events each keeps until GetWatcherEvents takes them. */
 export interface WatcherTable {
-  watchers: Map<string, { watch: DirectoryWatch; events: unknown[]; failed?: string }>;
+  watchers: Map<string, { watch: DirectoryWatch; events: FsEventInit[]; failed?: string }>;
 }
 export const MAX_WATCHERS = 16;
 const MAX_WATCHER_EVENTS = 1000;
-/** Unread watch events a client may leave buffered before its watch ends (as our own watch's SSE). */
-const WATCH_MAX_BUFFERED_BYTES = 1024 * 1024;
+/** Unread watch events (counted by name) a client may leave waiting before its watch ends. */
+const WATCH_MAX_QUEUED_BYTES = 1024 * 1024;
 
-const TYPE: Record<FsEntry['type'], string> = {
-  file: 'FILE_TYPE_FILE',
-  dir: 'FILE_TYPE_DIRECTORY',
-  symlink: 'FILE_TYPE_SYMLINK',
-  other: 'FILE_TYPE_UNSPECIFIED',
+const TYPE: Record<FsEntry['type'], FileType> = {
+  file: FileType.FILE,
+  dir: FileType.DIRECTORY,
+  symlink: FileType.SYMLINK,
+  other: FileType.UNSPECIFIED,
 };
-const EVENT: Record<FsChange['type'], string> = { created: 'EVENT_TYPE_CREATE', modified: 'EVENT_TYPE_WRITE', removed: 'EVENT_TYPE_REMOVE' };
+const EVENT: Record<FsChange['type'], EventType> = { created: EventType.CREATE, modified: EventType.WRITE, removed: EventType.REMOVE };
 
 /** `ls -l`'s permission string of a type and mode bits. */
 function permissions(entry: FsEntry): string {
@@ -36,119 +50,148 @@ function permissions(entry: FsEntry): string {
   return out;
 }
 
-/** E2B's EntryInfo (int64 as a string, as proto3's JSON mapping says). */
-export function entryInfo(entry: FsEntry): Record<string, unknown> {
+/** E2B's EntryInfo of an entry. */
+export function entryInfo(entry: FsEntry): MessageInitShape<typeof EntryInfoSchema> {
+  const modified = new Date(entry.mtime);
   return {
     name: entry.name,
     type: TYPE[entry.type],
     path: entry.path,
-    size: String(entry.size),
+    size: BigInt(entry.size),
     mode: parseInt(entry.mode, 8),
     permissions: permissions(entry),
     owner: '',
     group: '',
-    modifiedTime: entry.mtime,
+    ...(Number.isNaN(modified.getTime()) ? {} : { modifiedTime: timestampFromDate(modified) }),
     ...(entry.target !== undefined ? { symlinkTarget: entry.target } : {}),
   };
 }
 
-function changeEvent(dir: string, change: FsChange): Record<string, unknown> {
+function changeEvent(dir: string, change: FsChange): FsEventInit {
   return { name: path.posix.relative(dir, change.entry.path), type: EVENT[change.type] };
 }
 
-function watchedDir(message: Record<string, unknown>): string {
-  if (message.recursive === true) throw new E2bUnsupportedError("recursive: watches see a directory's own entries only here");
-  return envdPath(message.path);
+function watchedDir(req: { path: string; recursive: boolean }): string {
+  if (req.recursive) throw new E2bUnsupportedError("recursive: watches see a directory's own entries only here");
+  return envdPath(req.path);
 }
 
-/** The calls of E2B's filesystem.Filesystem service (spec/envd/filesystem/filesystem.proto), over SFTP as the guest user. */
-export async function filesystemCall(
-  method: string,
-  message: Record<string, unknown>,
-  fs: FsCalls,
-  watchers: WatcherTable,
-  request: FastifyRequest,
-  openStream: () => ConnectStream,
-): Promise<unknown> {
-  checkUser(request);
-  switch (method) {
-    case 'Stat':
-      return { entry: entryInfo(await fs.stat(envdPath(message.path))) };
-    case 'MakeDir': {
-      const dir = envdPath(message.path);
-      const existing = await fs.stat(dir).catch(() => undefined);
-      if (existing) throw new FsConflictError(`${dir} already exists`, 'already_exists');
-      return { entry: entryInfo(await fs.mkdir(dir)) };
+/** E2B's filesystem.Filesystem service (src/e2b/proto/filesystem/filesystem.proto), over SFTP as the guest user. */
+export const filesystemService: ServiceImpl<typeof Filesystem> = {
+  async stat(req, ctx) {
+    const call = envdCall(ctx);
+    checkUser(call.request);
+    return { entry: entryInfo(await (await call.fs()).stat(envdPath(req.path))) };
+  },
+
+  async makeDir(req, ctx) {
+    const call = envdCall(ctx);
+    checkUser(call.request);
+    const fs = await call.fs();
+    const dir = envdPath(req.path);
+    const existing = await fs.stat(dir).catch(() => undefined);
+    if (existing) throw new FsConflictError(`${dir} already exists`, 'already_exists');
+    return { entry: entryInfo(await fs.mkdir(dir)) };
+  },
+
+  async move(req, ctx) {
+    const call = envdCall(ctx);
+    checkUser(call.request);
+    const fs = await call.fs();
+    return { entry: entryInfo(await fs.move(envdPath(req.source, 'source'), envdPath(req.destination, 'destination'), true)) };
+  },
+
+  async listDir(req, ctx) {
+    const call = envdCall(ctx);
+    checkUser(call.request);
+    const depth = req.depth === 0 ? 1 : req.depth;
+    if (depth > MAX_LIST_DEPTH) throw new InvalidRequestError(`depth must be a whole number from 1 to ${MAX_LIST_DEPTH}`);
+    const listing = await (await call.fs()).list(envdPath(req.path), depth);
+    return { entries: listing.entries.map(entryInfo) };
+  },
+
+  async remove(req, ctx) {
+    const call = envdCall(ctx);
+    checkUser(call.request);
+    await (await call.fs()).remove(envdPath(req.path), true);
+    return {};
+  },
+
+  async *watchDir(req, ctx) {
+    const call = envdCall(ctx);
+    checkUser(call.request);
+    const dir = watchedDir(req);
+    const fs = await call.fs();
+    call.openStream();
+    const queue = new EventQueue<WatchInit>(WATCH_MAX_QUEUED_BYTES);
+    const watch = new DirectoryWatch(
+      fs,
+      dir,
+      (change) => {
+        const event = changeEvent(dir, change);
+        // A client that does not read: the watch ends rather than queue without bound.
+        if (!queue.push({ event: { case: 'filesystem', value: event } }, 64 + String(event.name).length))
+          queue.end(new ConnectError('the client did not read the events', Code.ResourceExhausted));
+      },
+      (error) => queue.end(new OrchestratorError('file_not_found', error.message)),
+    );
+    const onAbort = () => queue.end(abortReason(ctx));
+    ctx.signal.addEventListener('abort', onAbort);
+    const every = Number(ctx.requestHeader.get('keepalive-ping-interval'));
+    const ping =
+      Number.isFinite(every) && every >= 1
+        ? setInterval(() => queue.push({ event: { case: 'keepalive', value: {} } }), Math.min(every, 300) * 1000)
+        : undefined;
+    try {
+      await watch.start();
+      yield { event: { case: 'start', value: {} } };
+      yield* queue;
+    } finally {
+      clearInterval(ping);
+      ctx.signal.removeEventListener('abort', onAbort);
+      watch.stop();
     }
-    case 'Move':
-      return { entry: entryInfo(await fs.move(envdPath(message.source, 'source'), envdPath(message.destination, 'destination'), true)) };
-    case 'ListDir': {
-      const depth = message.depth === undefined || message.depth === 0 ? 1 : message.depth;
-      if (typeof depth !== 'number' || !Number.isInteger(depth) || depth < 1 || depth > MAX_LIST_DEPTH)
-        throw new InvalidRequestError(`depth must be a whole number from 1 to ${MAX_LIST_DEPTH}`);
-      const listing = await fs.list(envdPath(message.path), depth);
-      return { entries: listing.entries.map(entryInfo) };
-    }
-    case 'Remove':
-      await fs.remove(envdPath(message.path), true);
-      return {};
-    case 'WatchDir': {
-      const dir = watchedDir(message);
-      const stream = openStream();
-      const watch = new DirectoryWatch(
-        fs,
+  },
+
+  async createWatcher(req, ctx) {
+    const call = envdCall(ctx);
+    checkUser(call.request);
+    const watchers = await call.watchers();
+    if (watchers.watchers.size >= MAX_WATCHERS)
+      throw new OrchestratorError('session_process_limit', `the sandbox has ${MAX_WATCHERS} watchers, its limit; remove one`);
+    const dir = watchedDir(req);
+    const id = crypto.randomUUID();
+    const kept: { watch: DirectoryWatch; events: FsEventInit[]; failed?: string } = {
+      events: [],
+      watch: new DirectoryWatch(
+        await call.fs(),
         dir,
         (change) => {
-          stream.send({ filesystem: changeEvent(dir, change) });
-          // A client that does not read: the watch ends rather than buffer without bound.
-          if (stream.buffered > WATCH_MAX_BUFFERED_BYTES) stream.end({ code: 'resource_exhausted', message: 'the client did not read the events' });
+          if (kept.events.length < MAX_WATCHER_EVENTS) kept.events.push(changeEvent(dir, change));
         },
-        (error) => stream.end({ code: 'not_found', message: error.message }),
-      );
-      stream.onClose(() => watch.stop());
-      try {
-        await watch.start();
-      } catch (err) {
-        stream.end({ code: 'not_found', message: (err as Error).message });
-        return undefined;
-      }
-      streamTimers(request, stream, () => ({ keepalive: {} }));
-      stream.send({ start: {} });
-      return undefined;
-    }
-    case 'CreateWatcher': {
-      if (watchers.watchers.size >= MAX_WATCHERS)
-        throw new OrchestratorError('session_process_limit', `the sandbox has ${MAX_WATCHERS} watchers, its limit; remove one`);
-      const dir = watchedDir(message);
-      const id = crypto.randomUUID();
-      const kept: { watch: DirectoryWatch; events: unknown[]; failed?: string } = {
-        events: [],
-        watch: new DirectoryWatch(
-          fs,
-          dir,
-          (change) => {
-            if (kept.events.length < MAX_WATCHER_EVENTS) kept.events.push(changeEvent(dir, change));
-          },
-          (error) => (kept.failed = error.message),
-        ),
-      };
-      await kept.watch.start();
-      watchers.watchers.set(id, kept);
-      return { watcherId: id };
-    }
-    case 'GetWatcherEvents': {
-      const kept = watchers.watchers.get(String(message.watcherId));
-      if (!kept) throw new OrchestratorError('not_found', `no watcher ${String(message.watcherId).slice(0, 64)}`);
-      if (kept.failed) throw new OrchestratorError('file_not_found', kept.failed);
-      return { events: kept.events.splice(0) };
-    }
-    case 'RemoveWatcher': {
-      const kept = watchers.watchers.get(String(message.watcherId));
-      kept?.watch.stop();
-      watchers.watchers.delete(String(message.watcherId));
-      return {};
-    }
-    default:
-      throw new E2bUnsupportedError(`filesystem.Filesystem/${method.slice(0, 64)} is not a method of envd's filesystem service`);
-  }
-}
+        (error) => (kept.failed = error.message),
+      ),
+    };
+    await kept.watch.start();
+    watchers.watchers.set(id, kept);
+    return { watcherId: id };
+  },
+
+  async getWatcherEvents(req, ctx) {
+    const call = envdCall(ctx);
+    checkUser(call.request);
+    const kept = (await call.watchers()).watchers.get(req.watcherId);
+    if (!kept) throw new OrchestratorError('not_found', `no watcher ${req.watcherId.slice(0, 64)}`);
+    if (kept.failed) throw new OrchestratorError('file_not_found', kept.failed);
+    return { events: kept.events.splice(0) };
+  },
+
+  async removeWatcher(req, ctx) {
+    const call = envdCall(ctx);
+    checkUser(call.request);
+    const watchers = await call.watchers();
+    watchers.watchers.get(req.watcherId)?.watch.stop();
+    watchers.watchers.delete(req.watcherId);
+    return {};
+  },
+};

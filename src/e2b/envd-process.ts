@@ -1,164 +1,211 @@
-import type { FastifyRequest } from 'fastify';
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from '@connectrpc/connect';
+import type { MessageInitShape } from '@bufbuild/protobuf';
 import { InvalidRequestError } from '../errors.js';
 import type { GuestProcess } from '../processes/guest-process.js';
 import { dimension, parseProcessSpec } from '../processes/process-request.js';
 import type { ProcessTable } from '../processes/process-table.js';
-import type { OutputReader, ProcessExit, ReaderTarget } from '../processes/readers.js';
-import { bytesField, type ConnectStream, streamTimers } from './connect-protocol.js';
-import { e2bFailure, E2bUnsupportedError, type ConnectCode } from './errors.js';
+import type { ProcessExit, ReaderTarget } from '../processes/readers.js';
+import { E2bUnsupportedError } from './errors.js';
 import { checkUser, envdPath } from './envd-access.js';
+import { abortReason, envdCall, type EnvdCall } from './envd-connect.js';
+import { EventQueue } from './event-queue.js';
+import {
+  type ProcessConfig,
+  type ProcessSelector,
+  type PTY,
+  Process,
+  type ProcessEventSchema,
+  type ProcessConfigSchema,
+  Signal,
+} from './gen/process/process_pb.js';
 
-/** What a call of the Process service needs: the session's process table and the sandbox's env vars. */
-export interface ProcessContext {
-  table: ProcessTable;
-  envVars: Record<string, string>;
-  /** Opens the call's response as a stream (it takes one of the tenant's stream slots, or throws a 429). */
-  openStream: () => ConnectStream;
-}
+type EventInit = MessageInitShape<typeof ProcessEventSchema>;
+type ConfigInit = MessageInitShape<typeof ProcessConfigSchema>;
 
 /** E2B's ProcessConfig and tag of the processes started through this surface (for List and tag selectors). */
-const started = new WeakMap<GuestProcess, { config: Record<string, unknown>; tag?: string }>();
+const started = new WeakMap<GuestProcess, { config: ConfigInit; tag?: string }>();
 
-const KEEPALIVE = { event: { keepalive: {} } };
+/**
+ * Output waiting for Connect to write it, per stream: past this the process's reader waits
+ * (and so the process is held back, then the reader evicted, as our own stream's readers are).
+ */
+const MAX_QUEUED_BYTES = 256 * 1024;
 
-function object(value: unknown, field: string): Record<string, unknown> {
-  if (value === undefined || value === null) return {};
-  if (typeof value !== 'object' || Array.isArray(value)) throw new InvalidRequestError(`${field} must be an object`);
-  return value as Record<string, unknown>;
-}
-
-function ptySize(pty: unknown, field: string): { cols: number; rows: number } {
-  const size = object(object(pty, field).size, `${field}.size`);
-  return { cols: dimension(size.cols, `${field}.size.cols`), rows: dimension(size.rows, `${field}.size.rows`) };
+function ptySize(pty: PTY | undefined): { cols: number; rows: number } {
+  return { cols: dimension(pty?.size?.cols, 'pty.size.cols'), rows: dimension(pty?.size?.rows, 'pty.size.rows') };
 }
 
 /** A ProcessSelector: {pid} or {tag}. */
-function select(ctx: ProcessContext, message: Record<string, unknown>): GuestProcess {
-  const selector = object(message.process, 'process');
-  if (typeof selector.pid === 'number') return ctx.table.get(selector.pid);
-  if (typeof selector.tag === 'string') {
-    for (const info of ctx.table.list(false)) {
-      const process = ctx.table.get(info.pid);
-      if (started.get(process)?.tag === selector.tag) return process;
+function select(table: ProcessTable, selector: ProcessSelector | undefined): GuestProcess {
+  const chosen = selector?.selector;
+  if (chosen?.case === 'pid') return table.get(chosen.value);
+  if (chosen?.case === 'tag') {
+    for (const info of table.list(false)) {
+      const process = table.get(info.pid);
+      if (started.get(process)?.tag === chosen.value) return process;
     }
-    return ctx.table.get(-1);
+    return table.get(-1);
   }
   throw new InvalidRequestError('process must name a pid or a tag');
 }
 
 /** E2B's EndEvent of an exit. */
-function endEvent(exit: ProcessExit): Record<string, unknown> {
+function endEvent(exit: ProcessExit): EventInit {
   const exited = exit.exitCode !== null;
   return {
-    exitCode: exit.exitCode ?? -1,
-    exited,
-    status: exited ? `exit status ${exit.exitCode}` : `signal: ${(exit.signal ?? 'killed').toLowerCase()}`,
-    ...(exit.reason === 'connection_lost' ? { error: "the sandbox's connection was lost" } : {}),
+    event: {
+      case: 'end',
+      value: {
+        exitCode: exit.exitCode ?? -1,
+        exited,
+        status: exited ? `exit status ${exit.exitCode}` : `signal: ${(exit.signal ?? 'killed').toLowerCase()}`,
+        ...(exit.reason === 'connection_lost' ? { error: "the sandbox's connection was lost" } : {}),
+      },
+    },
   };
+}
+
+/** Keepalive messages at the interval the SDK asks (Keepalive-Ping-Interval, seconds), so proxies keep an idle stream open. */
+function keepalive<T>(ctx: HandlerContext, queue: EventQueue<T>, message: T): () => void {
+  const every = Number(ctx.requestHeader.get('keepalive-ping-interval'));
+  if (!Number.isFinite(every) || every < 1) return () => undefined;
+  const timer = setInterval(() => queue.push(message), Math.min(every, 300) * 1000);
+  return () => clearInterval(timer);
 }
 
 /**
- * Follows a process's output on a Connect stream: the start event, then data events as the
- * process's log has them (the reader of the processes API: a client that does not read holds
- * the process back, then is evicted after readerStallMs, and the log stays bounded), then the end.
+ * A process's output as a stream's events: the start event, then data events as the process's
+ * log has them (the reader of the processes API: a client that does not read holds the process
+ * back, then is evicted after readerStallMs, and the log stays bounded), then the end. The
+ * stream ends when the client goes or the call's deadline passes (connect's signal).
  */
-function follow(request: FastifyRequest, stream: ConnectStream, process: GuestProcess, from: number): void {
-  streamTimers(request, stream, () => KEEPALIVE);
+export async function* follow(ctx: HandlerContext, call: EnvdCall, process: GuestProcess, from: number): AsyncGenerator<{ event: EventInit }> {
+  const queue = new EventQueue<EventInit>(MAX_QUEUED_BYTES);
   const pty = process.spec.pty !== undefined;
   const target: ReaderTarget = {
-    output: (chunk) => stream.send({ event: { data: { [pty ? 'pty' : chunk.stream]: chunk.data.toString('base64') } } }),
+    output: (chunk) => queue.push({ event: { case: 'data', value: { output: { case: pty ? 'pty' : chunk.stream, value: chunk.data } } } }, chunk.data.length),
     dropped: () => true,
-    drained: (callback) => stream.drained(callback),
+    drained: (callback) => queue.onDrain(callback),
     exit: (exit) => {
-      stream.send({ event: { end: endEvent(exit) } });
-      stream.end();
+      queue.push(endEvent(exit));
+      queue.end();
     },
-    evicted: (reason) => stream.end({ code: 'resource_exhausted', message: reason }),
+    evicted: (reason) => {
+      queue.end(new ConnectError(reason, Code.ResourceExhausted));
+      // Evicted because nothing was taken for readerStallMs: the client does not read, so
+      // the end-of-stream message would not reach it either. The connection goes.
+      call.reply.raw.destroy();
+    },
   };
-  let reader: OutputReader;
+  const reader = process.attach(target, from);
+  const stopKeepalive = keepalive(ctx, queue, { event: { case: 'keepalive', value: {} } });
+  const onAbort = () => queue.end(abortReason(ctx));
+  ctx.signal.addEventListener('abort', onAbort);
   try {
-    // It reads from the next microtask on: the start event goes first.
-    reader = process.attach(target, from);
-  } catch (err) {
-    stream.end(streamFailure(err));
-    return;
+    yield { event: { event: { case: 'start', value: { pid: process.pid } } } };
+    for await (const event of queue) yield { event };
+  } finally {
+    ctx.signal.removeEventListener('abort', onAbort);
+    stopKeepalive();
+    reader.close();
   }
-  stream.send({ event: { start: { pid: process.pid } } });
-  stream.onClose(() => reader.close());
 }
 
-/** An error after the stream began, as its end-of-stream error. */
-function streamFailure(err: unknown): { code: ConnectCode; message: string } {
-  const failure = e2bFailure(err);
-  return { code: failure.connectCode, message: failure.message };
-}
+/** E2B's process.Process service (src/e2b/proto/process/process.proto), over the session's process table. */
+export const processService: ServiceImpl<typeof Process> = {
+  async *start(req, ctx) {
+    const call = envdCall(ctx);
+    checkUser(call.request);
+    const config: ProcessConfig | undefined = req.process;
+    if (!config || config.cmd === '') throw new InvalidRequestError('process.cmd must be a program');
+    const { table, envVars } = await call.processes();
+    // argv stays argv: the SDK's `bash -l -c <cmd>` is the user's own shell command, run as the guest user.
+    const spec = parseProcessSpec({
+      argv: [config.cmd, ...config.args],
+      ...(config.cwd !== undefined && config.cwd !== '' ? { cwd: envdPath(config.cwd, 'process.cwd') } : {}),
+      env: { ...envVars, ...config.envs },
+      stdin: req.stdin === true,
+      ...(req.pty !== undefined ? { pty: ptySize(req.pty) } : {}),
+    });
+    // The stream (and its slot) first: a tenant at its stream limit starts nothing.
+    call.openStream();
+    const process = await table.start(spec);
+    const kept: ConfigInit = { cmd: config.cmd, args: config.args, envs: config.envs, ...(config.cwd !== undefined ? { cwd: config.cwd } : {}) };
+    started.set(process, { config: kept, ...(req.tag !== undefined ? { tag: req.tag } : {}) });
+    yield* follow(ctx, call, process, 0);
+  },
 
-/** The calls of E2B's process.Process service (spec/envd/process/process.proto). */
-export async function processCall(method: string, message: Record<string, unknown>, ctx: ProcessContext, request: FastifyRequest): Promise<unknown> {
-  checkUser(request);
-  switch (method) {
-    case 'Start': {
-      const config = object(message.process, 'process');
-      const args = config.args ?? [];
-      if (typeof config.cmd !== 'string' || !Array.isArray(args)) throw new InvalidRequestError('process.cmd must be a string and process.args strings');
-      const envs = object(config.envs, 'process.envs');
-      // argv stays argv: the SDK's `bash -l -c <cmd>` is the user's own shell command, run as the guest user.
-      const spec = parseProcessSpec({
-        argv: [config.cmd, ...(args as unknown[])],
-        ...(config.cwd !== undefined && config.cwd !== '' ? { cwd: envdPath(config.cwd, 'process.cwd') } : {}),
-        env: { ...ctx.envVars, ...envs },
-        stdin: message.stdin === true,
-        ...(message.pty !== undefined && message.pty !== null ? { pty: ptySize(message.pty, 'pty') } : {}),
-      });
-      // The stream (and its slot) first: a tenant at its stream limit starts nothing.
-      const stream = ctx.openStream();
-      let process: GuestProcess;
-      try {
-        process = await ctx.table.start(spec);
-      } catch (err) {
-        stream.end(streamFailure(err));
-        return undefined;
+  async *connect(req, ctx) {
+    const call = envdCall(ctx);
+    checkUser(call.request);
+    const process = select((await call.processes()).table, req.process);
+    call.openStream();
+    yield* follow(ctx, call, process, process.outputEnd);
+  },
+
+  async list(_req, ctx) {
+    const call = envdCall(ctx);
+    checkUser(call.request);
+    const { table } = await call.processes();
+    return {
+      processes: table.list(false).map((info) => {
+        const known = started.get(table.get(info.pid));
+        const config = known?.config ?? { cmd: info.argv?.[0] ?? '/bin/bash', args: info.argv?.slice(1) ?? ['-l', '-c', info.cmd ?? ''] };
+        return { config, pid: info.pid, ...(known?.tag !== undefined ? { tag: known.tag } : {}) };
+      }),
+    };
+  },
+
+  async sendInput(req, ctx) {
+    const call = envdCall(ctx);
+    checkUser(call.request);
+    const input = req.input?.input;
+    await select((await call.processes()).table, req.process).write(Buffer.from(input?.value ?? new Uint8Array()), false);
+    return {};
+  },
+
+  /**
+   * Client streaming: a start naming the process, then its input in order. Each message is
+   * written before the next is read, so a fast sender waits on the guest instead of queueing here.
+   */
+  async streamInput(requests, ctx) {
+    const call = envdCall(ctx);
+    checkUser(call.request);
+    const { table } = await call.processes();
+    let process: GuestProcess | undefined;
+    for await (const req of requests) {
+      const event = req.event;
+      if (event.case === 'start') process = select(table, event.value.process);
+      else if (event.case === 'data') {
+        if (!process) throw new InvalidRequestError('StreamInput: the first message must be a start naming the process');
+        await process.write(Buffer.from(event.value.input?.input.value ?? new Uint8Array()), false);
       }
-      started.set(process, { config, ...(typeof message.tag === 'string' ? { tag: message.tag } : {}) });
-      follow(request, stream, process, 0);
-      return undefined;
     }
-    case 'Connect': {
-      const process = select(ctx, message);
-      follow(request, ctx.openStream(), process, process.outputEnd);
-      return undefined;
-    }
-    case 'List':
-      return {
-        processes: ctx.table.list(false).map((info) => {
-          const known = started.get(ctx.table.get(info.pid));
-          const config = known?.config ?? { cmd: info.argv?.[0] ?? '/bin/bash', args: info.argv?.slice(1) ?? ['-l', '-c', info.cmd ?? ''], envs: {} };
-          return { config, pid: info.pid, ...(known?.tag ? { tag: known.tag } : {}) };
-        }),
-      };
-    case 'SendInput': {
-      const input = object(message.input, 'input');
-      await select(ctx, message).write(bytesField(input.stdin ?? input.pty, 'input'), false);
-      return {};
-    }
-    case 'CloseStdin':
-      await select(ctx, message).write(Buffer.alloc(0), true);
-      return {};
-    case 'SendSignal': {
-      const signal = message.signal;
-      const name = signal === 'SIGNAL_SIGKILL' || signal === 9 ? 'KILL' : signal === 'SIGNAL_SIGTERM' || signal === 15 ? 'TERM' : undefined;
-      if (!name) throw new InvalidRequestError('signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM');
-      await select(ctx, message).signal(name);
-      return {};
-    }
-    case 'Update': {
-      const size = ptySize(message.pty, 'pty');
-      select(ctx, message).resize(size.cols, size.rows);
-      return {};
-    }
-    case 'StreamInput':
-      throw new E2bUnsupportedError('StreamInput: client streaming is not served (connect-web cannot send it either); use SendInput');
-    default:
-      throw new E2bUnsupportedError(`process.Process/${method.slice(0, 64)} is not a method of envd's process service`);
-  }
-}
+    return {};
+  },
+
+  async closeStdin(req, ctx) {
+    const call = envdCall(ctx);
+    checkUser(call.request);
+    await select((await call.processes()).table, req.process).write(Buffer.alloc(0), true);
+    return {};
+  },
+
+  async sendSignal(req, ctx) {
+    const call = envdCall(ctx);
+    checkUser(call.request);
+    const name = req.signal === Signal.SIGKILL ? 'KILL' : req.signal === Signal.SIGTERM ? 'TERM' : undefined;
+    if (!name) throw new InvalidRequestError('signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM');
+    await select((await call.processes()).table, req.process).signal(name);
+    return {};
+  },
+
+  async update(req, ctx) {
+    const call = envdCall(ctx);
+    checkUser(call.request);
+    if (req.pty === undefined) throw new E2bUnsupportedError('Update: only a pty size can be changed');
+    const size = ptySize(req.pty);
+    select((await call.processes()).table, req.process).resize(size.cols, size.rows);
+    return {};
+  },
+};

@@ -1,5 +1,6 @@
 import path from 'node:path';
 import { Readable } from 'node:stream';
+import multipart from '@fastify/multipart';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { InvalidRequestError, OrchestratorError } from '../errors.js';
 import { FsCalls } from '../files/fs-calls.js';
@@ -8,12 +9,13 @@ import { DEFAULT_PROCESS_LIMITS, type ProcessLimits } from '../processes/limits.
 import { sessionProcesses } from '../processes/session-processes.js';
 import type { FileSessions, SessionPausing, ToolSessions } from '../sessions/ports.js';
 import type { StreamSlots } from '../api/stream-slots.js';
-import { ConnectStream, MAX_CONNECT_MESSAGE_BYTES, requestMessage, streamError, STREAM_TYPE, UNARY_TYPE } from './connect-protocol.js';
-import { CONNECT_HTTP_STATUS, e2bFailure } from './errors.js';
+import { connectRefusal, CONNECT_TYPES, envdHandlers, isStreamingPath, serveConnect, type EnvdCall } from './envd-connect.js';
+import { e2bFailure } from './errors.js';
 import { checkUser, ENVD_PREFIX, envdPath } from './envd-access.js';
-import { filesystemCall, type WatcherTable } from './envd-filesystem.js';
-import { processCall } from './envd-process.js';
-import { multipartBoundary, parseMultipart } from './multipart.js';
+import { filesystemService, type WatcherTable } from './envd-filesystem.js';
+import { processService } from './envd-process.js';
+import { Filesystem } from './gen/filesystem/filesystem_pb.js';
+import { Process } from './gen/process/process_pb.js';
 import type { E2bSandboxStore } from './sandbox-store.js';
 
 export interface EnvdRoutesOptions {
@@ -26,76 +28,47 @@ export interface EnvdRoutesOptions {
   limits?: ProcessLimits;
 }
 
-/** A multipart upload is buffered to be split: it is held to this much (larger files: the SDK's useOctetStream, streamed). */
-export const MAX_MULTIPART_BYTES = 32 * 1024 * 1024;
-/** Multipart uploads a tenant may have buffering at once (each up to MAX_MULTIPART_BYTES). */
-export const MULTIPART_UPLOADS_PER_TENANT = 2;
-const STREAMING = new Set(['Start', 'Connect', 'WatchDir']);
+/** Files one multipart upload may carry (the SDK's files.write of several files sends one part each). */
+export const MAX_UPLOAD_FILES = 64;
 
 interface EnvdRequest {
-  Params: { id: string; method: string };
+  Params: { id: string; service: string; method: string };
 }
 
 /**
  * E2B's in-sandbox API (envd) served here and carried to the guest over the session's SSH
  * connection: no agent in the guest, no port on its network. The Process and Filesystem
- * services speak Connect with the JSON codec (connect-protocol.ts); /files and /health are
- * plain HTTP. Every request was opened by its sandbox's envd access token in the auth hook
- * (envd-access.ts), before its body was read; a body is capped as it arrives, before parsing.
+ * services are Connect RPC (envd-connect.ts); /files and /health are plain HTTP. Every request
+ * was opened by its sandbox's envd access token in the auth hook (envd-access.ts), before its
+ * body was read.
  */
 export async function envdRoutes(app: FastifyInstance, opts: EnvdRoutesOptions): Promise<void> {
   const { manager, store } = opts;
   const limits = opts.limits ?? DEFAULT_PROCESS_LIMITS;
+  const handlers = envdHandlers((router) => router.service(Process, processService).service(Filesystem, filesystemService));
   // E2B's API, not ours: left out of our OpenAPI description (and so of the client's types).
   app.addHook('onRoute', (route) => {
     route.schema = { ...route.schema, hide: true };
   });
-  const multipartLimit = Math.min(opts.maxFileBytes, MAX_MULTIPART_BYTES);
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser([UNARY_TYPE, STREAM_TYPE], { parseAs: 'buffer', bodyLimit: MAX_CONNECT_MESSAGE_BYTES }, (_req, body, done) => done(null, body));
-  app.addContentTypeParser('multipart/form-data', { parseAs: 'buffer', bodyLimit: multipartLimit }, (_req, body, done) => done(null, body));
+  // Connect reads its calls' bodies itself, each message held to MAX_CONNECT_MESSAGE_BYTES.
+  app.addContentTypeParser(CONNECT_TYPES, (_req, payload, done) => done(null, payload));
   // Streamed to the guest as it comes, held to SBX_MAX_FILE_BYTES by SandboxFiles.upload.
   app.addContentTypeParser('application/octet-stream', (_req, payload, done) => done(null, payload));
-  // A multipart body is held whole to be split: at most MULTIPART_UPLOADS_PER_TENANT of them
-  // at once per tenant (taken before the body is read, given back when the answer is done), so
-  // a tenant holds at most that many times the cap in the orchestrator, not one per request.
-  const buffering = new Map<string, number>();
-  app.addHook('preParsing', async (request, reply, payload) => {
-    if (!multipartBoundary(request.headers['content-type'])) return payload;
-    const { tenant } = request;
-    const held = buffering.get(tenant) ?? 0;
-    if (held >= MULTIPART_UPLOADS_PER_TENANT) {
-      throw new OrchestratorError(
-        'tenant_concurrency_limit',
-        `the tenant has ${held} multipart uploads in flight, as many as it may: wait for one to finish, or send the file as application/octet-stream (streamed)`,
-      );
-    }
-    buffering.set(tenant, held + 1);
-    reply.raw.once('close', () => {
-      const left = (buffering.get(tenant) ?? 1) - 1;
-      if (left > 0) buffering.set(tenant, left);
-      else buffering.delete(tenant);
-    });
-    return payload;
+  // multipart/form-data, its parts streamed one at a time (a file part straight to the guest);
+  // a file's own cap is SandboxFiles.upload's (one byte more here, so that it is the one that speaks).
+  await app.register(multipart, {
+    limits: { fileSize: opts.maxFileBytes + 1, files: MAX_UPLOAD_FILES, fields: 16, fieldSize: 64 * 1024, parts: MAX_UPLOAD_FILES + 16, headerPairs: 32 },
   });
 
   app.setErrorHandler(async (error, request, reply) => {
-    let failure = e2bFailure(error);
-    if ((error as { code?: unknown }).code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
-      const connect = request.url.includes('.Process/') || request.url.includes('.Filesystem/');
-      const cap = connect ? MAX_CONNECT_MESSAGE_BYTES : multipartLimit;
-      failure = {
-        ...failure,
-        code: 'connect_message_too_large',
-        message: `connect_message_too_large: the request is over its cap of ${cap} bytes; nothing was parsed`,
-      };
-    }
+    const failure = e2bFailure(error);
     if (failure.status >= 500) request.log.warn({ err: error }, 'envd request failed');
     if (reply.sent || reply.raw.headersSent) return;
-    const method = (request.params as { method?: unknown } | undefined)?.method;
-    if (typeof method === 'string') {
-      if (STREAMING.has(method)) return streamError(reply, failure.connectCode, failure.message);
-      return reply.status(CONNECT_HTTP_STATUS[failure.connectCode]).send({ code: failure.connectCode, message: failure.message });
+    const params = request.params as Partial<EnvdRequest['Params']> | undefined;
+    if (typeof params?.service === 'string' && typeof params.method === 'string') {
+      const streaming = isStreamingPath(handlers, `/${params.service}/${params.method}`);
+      return connectRefusal(reply, streaming, request.headers['content-type'], error);
     }
     return reply.status(failure.status).send({ code: failure.status, message: failure.message });
   });
@@ -108,8 +81,12 @@ export async function envdRoutes(app: FastifyInstance, opts: EnvdRoutesOptions):
   const config = { e2b: 'envd' as const };
   const params = {
     type: 'object',
-    required: ['id', 'method'],
-    properties: { id: { type: 'string', maxLength: 64 }, method: { type: 'string', pattern: '^[A-Za-z]{1,64}$' } },
+    required: ['id', 'service', 'method'],
+    properties: {
+      id: { type: 'string', maxLength: 64 },
+      service: { type: 'string', enum: ['process.Process', 'filesystem.Filesystem'] },
+      method: { type: 'string', pattern: '^[A-Za-z]{1,64}$' },
+    },
   } as const;
   const watchersOf = (id: string) =>
     manager.attachment<WatcherTable>(id, 'e2b-watchers', async ({ cleanup }) => {
@@ -120,28 +97,26 @@ export async function envdRoutes(app: FastifyInstance, opts: EnvdRoutesOptions):
       });
       return table;
     });
-
-  /** A call's response as a stream: it takes one of the tenant's stream slots (429 beyond) and gives back its request slot. */
-  const streamOf = (request: FastifyRequest, reply: FastifyReply) => () => {
-    opts.streams.open(request, reply);
-    return new ConnectStream(reply);
+  const callOf = (request: FastifyRequest<EnvdRequest>, reply: FastifyReply): EnvdCall => {
+    const id = request.params.id;
+    return {
+      request,
+      reply,
+      sandboxId: id,
+      // A stream takes one of the tenant's stream slots (429 beyond) and gives back its request slot.
+      openStream: () => void opts.streams.open(request, reply),
+      processes: async () => ({ table: await sessionProcesses(manager, id, manager.displayOf(id), limits), envVars: store.get(id)?.envVars ?? {} }),
+      fs: async () => {
+        const connection = manager.connection(id);
+        return new FsCalls(await connection.sftp(), connection);
+      },
+      watchers: () => watchersOf(id),
+    };
   };
 
-  app.post<EnvdRequest>(`${ENVD_PREFIX}/:id/process.Process/:method`, { config, schema: { params } }, async (request, reply) => {
-    const message = requestMessage(request);
-    const table = await sessionProcesses(manager, request.params.id, manager.displayOf(request.params.id), limits);
-    const envVars = store.get(request.params.id)?.envVars ?? {};
-    const answer = await processCall(request.params.method, message, { table, envVars, openStream: streamOf(request, reply) }, request);
-    return answer === undefined ? reply : answer;
-  });
-
-  app.post<EnvdRequest>(`${ENVD_PREFIX}/:id/filesystem.Filesystem/:method`, { config, schema: { params } }, async (request, reply) => {
-    const message = requestMessage(request);
-    const connection = manager.connection(request.params.id);
-    const fs = new FsCalls(await connection.sftp(), connection);
-    const answer = await filesystemCall(request.params.method, message, fs, await watchersOf(request.params.id), request, streamOf(request, reply));
-    return answer === undefined ? reply : answer;
-  });
+  app.post<EnvdRequest>(`${ENVD_PREFIX}/:id/:service/:method`, { config, schema: { params } }, (request, reply) =>
+    serveConnect(handlers, `/${request.params.service}/${request.params.method}`, callOf(request, reply)),
+  );
 
   const idOnly = { type: 'object', required: ['id'], properties: { id: { type: 'string', maxLength: 64 } } } as const;
   const filesQuery = {
@@ -173,28 +148,28 @@ export async function envdRoutes(app: FastifyInstance, opts: EnvdRoutesOptions):
     const files = await SandboxFiles.on(connection);
     const fs = new FsCalls(await connection.sftp(), connection);
     const activity = manager.transferActivity(request.params.id);
-    const uploads: Array<{ file: string; source: Readable }> = [];
-    const boundary = multipartBoundary(request.headers['content-type']);
-    if (boundary) {
-      for (const part of parseMultipart(request.body as Buffer, boundary)) {
-        if (part.name !== 'file') continue;
-        const target = request.query.path ?? part.filename;
-        uploads.push({ file: envdPath(target, 'path'), source: Readable.from([part.data]) });
-      }
-    } else if (request.body instanceof Readable) {
-      uploads.push({ file: envdPath(request.query.path), source: request.body });
-    }
-    if (uploads.length === 0)
-      throw new InvalidRequestError('the body carries no file: send multipart/form-data with "file" parts, or application/octet-stream with ?path=');
     const written: Array<{ name: string; type: 'file'; path: string }> = [];
-    for (const upload of uploads) {
+    const put = async (target: string | undefined, source: Readable) => {
+      const file = envdPath(target, 'path');
       // envd makes the parent directories of a file it writes.
-      await fs.mkdir(path.posix.dirname(upload.file)).catch((err: unknown) => {
+      await fs.mkdir(path.posix.dirname(file)).catch((err: unknown) => {
         throw err instanceof OrchestratorError ? err : new OrchestratorError('file_transfer_failed', (err as Error).message);
       });
-      const result = await files.upload(upload.file, upload.source, { maxBytes: opts.maxFileBytes, onProgress: activity });
+      const result = await files.upload(file, source, { maxBytes: opts.maxFileBytes, onProgress: activity });
       written.push({ name: path.posix.basename(result.path), type: 'file', path: result.path });
+    };
+    if (request.isMultipart()) {
+      // One part at a time, each file streamed to the guest as it arrives: nothing is held whole.
+      for await (const part of request.parts()) {
+        if (part.type !== 'file') continue;
+        if (part.fieldname !== 'file') part.file.resume();
+        else await put(request.query.path ?? part.filename, part.file);
+      }
+    } else if (request.body instanceof Readable) {
+      await put(request.query.path, request.body);
     }
+    if (written.length === 0)
+      throw new InvalidRequestError('the body carries no file: send multipart/form-data with "file" parts, or application/octet-stream with ?path=');
     return written;
   });
 

@@ -1,17 +1,18 @@
 /**
- * The pure parts of the E2B surface (src/e2b): the multipart splitter, the metadata filter,
- * envd's path and user semantics, the routing of envd calls, the Connect envelope, the error
- * mapping, the settings, and the envd access tokens' store.
+ * The pure parts of the E2B surface (src/e2b): the metadata filter, envd's path and user
+ * semantics, the routing of envd calls, a stream's bounded event queue, the error mapping (ours
+ * and Connect's codes), the settings, and the envd access tokens' store.
  */
 import assert from 'node:assert/strict';
 import type { IncomingMessage } from 'node:http';
 import { describe, it } from 'node:test';
 import Database from 'better-sqlite3';
 import type { FastifyRequest } from 'fastify';
-import { requestMessage } from '../../src/e2b/connect-protocol.js';
+import { Code } from '@connectrpc/connect';
 import { e2bFailure } from '../../src/e2b/errors.js';
 import { checkUser, envdPath, envdRewriter } from '../../src/e2b/envd-access.js';
-import { multipartBoundary, parseMultipart } from '../../src/e2b/multipart.js';
+import { toConnectError } from '../../src/e2b/envd-connect.js';
+import { EventQueue } from '../../src/e2b/event-queue.js';
 import { E2bSandboxStore } from '../../src/e2b/sandbox-store.js';
 import { e2bMetadata, parseMetadataFilter } from '../../src/e2b/sandbox-view.js';
 import { e2bSettingsFromEnv } from '../../src/e2b/settings.js';
@@ -21,27 +22,6 @@ const fakeRequest = (headers: Record<string, string>, body?: Buffer) => ({ heade
 const incoming = (url: string, headers: Record<string, string>) => ({ url, headers }) as unknown as IncomingMessage;
 
 describe('E2B surface: pure parts', () => {
-  it('multipart: parts with names and filenames, bytes kept as they are; malformed bodies are 400s', () => {
-    const boundary = multipartBoundary('multipart/form-data; boundary=----abc123');
-    assert.equal(boundary, '----abc123');
-    assert.equal(multipartBoundary('application/json'), undefined);
-    const body = Buffer.concat([
-      Buffer.from('------abc123\r\nContent-Disposition: form-data; name="file"; filename="/home/user/a.txt"\r\nContent-Type: application/octet-stream\r\n\r\n'),
-      Buffer.from([0, 1, 2, 13, 10, 45, 45]),
-      Buffer.from('\r\n------abc123\r\nContent-Disposition: form-data; name="file"; filename="b.txt"\r\n\r\nsecond\r\n------abc123--\r\n'),
-    ]);
-    const parts = parseMultipart(body, '----abc123');
-    assert.deepEqual(
-      parts.map((p) => [p.name, p.filename, [...p.data]]),
-      [
-        ['file', '/home/user/a.txt', [0, 1, 2, 13, 10, 45, 45]],
-        ['file', 'b.txt', [...Buffer.from('second')]],
-      ],
-    );
-    assert.throws(() => parseMultipart(Buffer.from('no boundary here'), 'x'), InvalidRequestError);
-    assert.throws(() => parseMultipart(Buffer.from('--x\r\nContent-Disposition: form-data; name="a"\r\n\r\nno end'), 'x'), InvalidRequestError);
-  });
-
   it("metadata: the SDK's doubly encoded filter, and ours shown as strings", () => {
     const sdk = new URLSearchParams({ [encodeURIComponent('a b')]: encodeURIComponent('x&y=z') }).toString();
     assert.deepEqual(parseMetadataFilter(sdk), [['a b', 'x&y=z']]);
@@ -79,23 +59,31 @@ describe('E2B surface: pure parts', () => {
     assert.equal(envdRewriter(undefined)(incoming('/x', { host: '49983-abcdefghij.sbx.test' })), undefined);
   });
 
-  it('Connect: one JSON message, enveloped on streams; anything else is a 400', () => {
-    const envelope = (json: string, flags = 0) => {
-      const head = Buffer.alloc(5);
-      head.writeUInt8(flags, 0);
-      head.writeUInt32BE(Buffer.byteLength(json), 1);
-      return Buffer.concat([head, Buffer.from(json)]);
-    };
-    assert.deepEqual(requestMessage(fakeRequest({ 'content-type': 'application/json' }, Buffer.from('{"path":"/"}'))), { path: '/' });
-    assert.deepEqual(requestMessage(fakeRequest({ 'content-type': 'application/connect+json' }, envelope('{"a":1}'))), { a: 1 });
-    assert.deepEqual(requestMessage(fakeRequest({ 'content-type': 'application/json' }, Buffer.alloc(0))), {});
-    assert.throws(() => requestMessage(fakeRequest({ 'content-type': 'application/connect+json' }, envelope('{"a":1}', 1))), InvalidRequestError);
-    assert.throws(
-      () => requestMessage(fakeRequest({ 'content-type': 'application/connect+json' }, Buffer.concat([envelope('{}'), envelope('{}')]))),
-      InvalidRequestError,
-    );
-    assert.throws(() => requestMessage(fakeRequest({ 'content-type': 'application/json' }, Buffer.from('[1]'))), InvalidRequestError);
-    assert.throws(() => requestMessage(fakeRequest({ 'content-type': 'application/json' }, Buffer.from('{'))), InvalidRequestError);
+  it("a stream's event queue: push says full past its size, drain calls back as the reader takes, an error ends it", async () => {
+    const queue = new EventQueue<string>(10);
+    assert.equal(queue.push('a', 6), true);
+    assert.equal(queue.push('b', 6), false, 'over 10 bytes queued: the producer must wait');
+    let drained = false;
+    queue.onDrain(() => (drained = true));
+    const reader = queue[Symbol.asyncIterator]();
+    assert.equal((await reader.next()).value, 'a');
+    assert.equal(drained, true, 'below its size once the reader took one');
+    queue.push('c', 1);
+    queue.end();
+    assert.deepEqual([(await reader.next()).value, (await reader.next()).value, (await reader.next()).done], ['b', 'c', true]);
+    const failing = new EventQueue<string>(10);
+    failing.push('dropped');
+    failing.end(new Error('evicted'));
+    await assert.rejects(failing[Symbol.asyncIterator]().next(), /evicted/);
+  });
+
+  it("errors as Connect's: our codes keep their meaning, a 5xx says only its gist", () => {
+    assert.equal(toConnectError(new NotFoundError('gone')).code, Code.NotFound);
+    assert.equal(toConnectError(new NotFoundError('gone')).rawMessage, 'not_found: gone');
+    assert.equal(toConnectError(new InvalidRequestError('x')).code, Code.InvalidArgument);
+    assert.equal(toConnectError(new OrchestratorError('invalid_envd_token', 'x')).code, Code.Unauthenticated);
+    assert.equal(toConnectError(new OrchestratorError('e2b_unsupported', 'x')).code, Code.Unimplemented);
+    assert.equal(toConnectError(new Error('/secret/path')).rawMessage, 'internal: internal error');
   });
 
   it("errors: our codes keep their status and map to Connect's codes; fastify's body cap is resource_exhausted", () => {

@@ -70,6 +70,8 @@ const LAYER_OF_TOP: Record<string, number | undefined> = {
 const SHARED_LEAVES = new Set(['errors.ts', 'error-codes.ts', 'logger.ts', 'metrics', 'config.ts']);
 /** Generated files, not held to the size limit. */
 const GENERATED = new Set(['runtimes/firecracker/api/spec-types.ts', 'computer/keysym-names.ts', 'client/api-types.ts']);
+/** Folders of generated files (envd's protos as TypeScript, scripts/envd-codegen). */
+const GENERATED_DIRS = ['e2b/gen/'];
 const MAX_LINES = 400;
 
 function sourceFiles(dir: string): string[] {
@@ -160,7 +162,7 @@ describe('layering of src/', () => {
 
   it(`no hand-written file in src/ is over ${MAX_LINES} lines`, () => {
     const long = files
-      .filter((file) => !GENERATED.has(path.relative(SRC, file)))
+      .filter((file) => !GENERATED.has(path.relative(SRC, file)) && !GENERATED_DIRS.some((dir) => path.relative(SRC, file).startsWith(dir)))
       .map((file) => ({ file: path.relative(ROOT, file), lines: readFileSync(file, 'utf8').split('\n').length - 1 }))
       .filter(({ lines }) => lines > MAX_LINES);
     assert.deepEqual(long, []);
