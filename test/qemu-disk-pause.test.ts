@@ -246,9 +246,9 @@ describe('pause to disk of a qemu desktop, across an orchestrator SIGKILL', () =
     child = await startServeOn(stateDir, port, SERVE_ENV, 'qemu');
     const got = await api('GET', `/v1/sessions/${id}`);
     const state = String(got.json.state);
-    const mode = (got.json.paused as Json | null)?.mode;
+    const mode = (got.json.paused as { mode?: string } | null)?.mode;
     console.log(
-      `killed during the resume: adopted ${state}${mode ? ` (${String(mode)})` : ''}; state file ${existsSync(stateFileOf(path.join(stateDir, id))) ? 'kept' : 'gone'}`,
+      `killed during the resume: adopted ${state}${mode ? ` (${mode})` : ''}; state file ${existsSync(stateFileOf(path.join(stateDir, id))) ? 'kept' : 'gone'}`,
     );
     if (state === 'paused' && mode === 'disk') {
       assert.equal((await stat(stateFileOf(path.join(stateDir, id)))).size, before, 'the whole state, as written');
