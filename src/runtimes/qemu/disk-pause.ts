@@ -48,7 +48,7 @@ const POLL_MS = 50;
 /** The longest the VM's last pages and devices may take once stopped (QEMU's `downtime-limit`, ms). */
 const DOWNTIME_LIMIT_MS = 10;
 /** A VM still dirtying its memory after this long is stopped, so that the migration ends. */
-const CONVERGE_MS = 3_000;
+const CONVERGE_MS = 500;
 
 /** A VM this run started (or resumed): its process, and its console pipe, which outlives it. */
 export interface LiveVm {
