@@ -220,8 +220,8 @@ export class QemuDiskPause {
   }
 }
 
-/** A Unix socket for one migration, that only the VM's own user can reach, taking one connection. */
-async function listenFor(dir: string, owner: { uid: number; gid: number }) {
+/** A Unix socket for one migration, that only the VM's own user can reach, taking one connection (exported for its test). */
+export async function listenFor(dir: string, owner: { uid: number; gid: number }) {
   const root = path.dirname(dir);
   await mkdir(root, { recursive: true, mode: 0o711 });
   await chmod(root, 0o711);
