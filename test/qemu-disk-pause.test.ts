@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, rm, stat, symlink } from 'node:fs/promises';
+import { mkdtemp, rm, rmdir, stat, symlink } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -120,6 +120,7 @@ describe('pause to disk of a qemu desktop, across an orchestrator SIGKILL', () =
       await rm(tmpfs, { recursive: true, force: true });
     }
     await rm(stateDir, { recursive: true, force: true });
+    await rmdir(`/run/${TEST_PREFIX}qemu-migrate`).catch(() => undefined); // the sockets' parent, empty by now
     await removeEmptyPrefixCgroups();
   });
 
