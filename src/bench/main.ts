@@ -52,6 +52,7 @@ import { summarize, timeIt } from './stats.js';
 import { measureWarmCreates } from './warm-create.js';
 import { printCreateFigures } from './create-bench.js';
 import { measurePause } from './pause.js';
+import { diskPauseAlone } from './disk-pause.js';
 import { measureTemplate, type TemplateFigures } from './templates.js';
 import { measureLoopOverhead, startZeroLatencyModel } from './run-loop.js';
 import { measureProcessStart } from './processes.js';
@@ -347,6 +348,12 @@ const PARTS: Record<string, () => Promise<void>> = {
   'placement-tx': placementTxAlone,
   gateway: gatewayAlone,
   pause: pauseAlone,
+  // Pause to disk of a QEMU desktop (SBX_RUNTIME to choose another), BENCH_CREATES rounds (3 unless set).
+  'disk-pause': () =>
+    diskPauseAlone(
+      { ...defaultConfig({ SBX_RUNTIME: 'qemu', SBX_QEMU_BOOT_TIMEOUT_MS: '300000', ...process.env }), subnet: process.env.SBX_SUBNET || '10.244.0.0/16' },
+      Number(process.env.BENCH_CREATES || 3),
+    ),
   ports: () => portsAlone({ ...defaultConfig(process.env), subnet: process.env.SBX_SUBNET || '10.244.0.0/16' }, N, TEMPLATES.includes('desktop')),
   transports: transportsAlone,
   load: async () => {

@@ -196,7 +196,7 @@ export interface Runtime extends PausingRuntime {
 /**
  * How deep a pause goes (docs/pause.md): `memory` freezes the sandbox in place (the cgroup
  * freezer, the VMM paused): no CPU, its RAM kept; `disk` writes its memory to the host's disk
- * and lets the sandbox's processes go (none of the runtimes here does it yet).
+ * and lets the sandbox's processes go (QEMU: qemu/disk-pause.ts).
  */
 export const PAUSE_MODES = ['memory', 'disk'] as const;
 export type PauseMode = (typeof PAUSE_MODES)[number];
@@ -205,8 +205,19 @@ export type PauseMode = (typeof PAUSE_MODES)[number];
 export interface PauseTarget {
   sessionId: string;
   sessionDir: string;
-  /** The host pid of its top process. */
+  /** The host pid of its top process (0: none, paused to disk). */
   pid: number;
+  /** Where its sshd is reached (a sandbox resumed from disk is a new process: its RunningSandbox says it again). */
+  endpoint?: GuestEndpoint;
+}
+
+/** A sandbox paused to disk, found again by a restart: its state file, and how to free what it holds. */
+export interface PausedOnDisk {
+  bytes: number;
+  /** When its state was written (ISO 8601). */
+  since: string;
+  /** Frees what the runtime holds for it (its uid, cgroup, TAP), as a destroy would. */
+  release(): Promise<void>;
 }
 
 /** What a pause holds on the host: the bytes of state it wrote to disk (0 for memory). */
@@ -224,10 +235,18 @@ export interface PausingRuntime {
   pauseUnavailable?(mode: PauseMode): string | undefined;
   /** Pauses a running sandbox; on failure the sandbox is left running. */
   pause?(target: PauseTarget, mode: PauseMode): Promise<PauseResult>;
-  /** Lets a paused sandbox run again, where it stopped. */
-  resume?(target: PauseTarget, mode: PauseMode): Promise<void>;
+  /**
+   * Lets a paused sandbox run again, where it stopped. From disk its process is a new one: the
+   * answer is it, with the release that stops it (the session pushes it on its cleanup stack).
+   */
+  resume?(target: PauseTarget, mode: PauseMode): Promise<AdoptedSandbox | void>;
   /** Whether the sandbox is paused now (memory mode), asked when a restart adopts it. */
   isPaused?(target: PauseTarget): Promise<boolean>;
+  /**
+   * A restart: the sandbox's state saved on disk, if a whole one is there (it is then the
+   * truth: a process of the sandbox still found is stopped), with what the runtime holds for it.
+   */
+  adoptPaused?(sessionId: string, sessionDir: string): Promise<PausedOnDisk | undefined>;
 }
 
 export interface AdoptedSandbox {

@@ -53,6 +53,22 @@ export async function adoptSession(record: SessionRecord, ctx: AdoptContext): Pr
   }
   const lease = record.addressIndex === null ? undefined : ctx.pool.describe(record.addressIndex);
   const tcp = lease && { host: lease.guest, port: GUEST_SSH_PORT };
+  // Paused to disk (or killed between the state written and the store told): a whole state
+  // file is the truth (the runtime stops any process of it it finds). No sandbox until the resume.
+  const onDisk = await ctx.runtime.adoptPaused?.(record.id, sessionDir).catch((err: unknown) => {
+    log.warn({ err }, 'could not look for the saved state of a session left paused');
+    return undefined;
+  });
+  if (onDisk) {
+    const session = new Session(record);
+    await holdResources(session, ctx, lease, sessionDir, () => onDisk.release());
+    session.processAway = true;
+    const since = record.paused?.mode === 'disk' ? record.paused.since : onDisk.since;
+    record.paused = { mode: 'disk', since, bytes: onDisk.bytes };
+    record.state = 'paused';
+    log.info({ runtime: record.runtime, bytes: onDisk.bytes }, 'adopted a session paused to disk by an earlier run');
+    return session;
+  }
   const found = await ctx.runtime.adopt(record.id, sessionDir, tcp, ctx.consoleLog).catch((err: unknown) => {
     log.warn({ err }, 'could not look for the sandbox of a session left ready');
     return undefined;
@@ -67,12 +83,7 @@ export async function adoptSession(record: SessionRecord, ctx: AdoptContext): Pr
   // is then reclaimed, as it would be by start-up reconciliation.
   const session = new Session(record);
   session.sandbox = found.sandbox;
-  if (lease) ctx.pool.claim(lease.index);
-  await session.cleanup.push('key dir', () => removeSessionDir(sessionDir, log, ctx.countKeptDir));
-  if (lease) await session.cleanup.push('address lease', () => ctx.pool.release(lease.index));
-  await session.cleanup.push(`netns ${ctx.names.netns(record.id)}`, () => deleteNetns(ctx.names.netns(record.id)));
-  if (lease) await session.cleanup.push(`veth ${ctx.names.hostVeth(record.id)}`, () => deleteLink(ctx.names.hostVeth(record.id)));
-  await session.cleanup.push(`sandbox ${record.id}`, () => found.release());
+  await holdResources(session, ctx, lease, sessionDir, () => found.release());
   // A kill -9 during a pause or resume leaves the old state or the new one: a paused session
   // found frozen is adopted paused (no connection until it resumes); a frozen sandbox of a
   // session stored ready (killed between the freeze and the store) is thawed and adopted
@@ -81,6 +92,8 @@ export async function adoptSession(record: SessionRecord, ctx: AdoptContext): Pr
   const target = { sessionId: record.id, sessionDir, pid: found.sandbox.pid };
   const frozen = (await ctx.runtime.isPaused?.(target).catch(() => false)) ?? false;
   if (record.state === 'paused' && frozen) {
+    // Stored paused to disk, found loaded by a resume that had removed the state file: in memory now.
+    if (record.paused?.mode === 'disk') record.paused = { ...record.paused, mode: 'memory', bytes: 0 };
     log.info({ runtime: record.runtime, mode: record.paused?.mode }, 'adopted a paused session of an earlier run');
     return session;
   }
@@ -100,4 +113,22 @@ export async function adoptSession(record: SessionRecord, ctx: AdoptContext): Pr
   }
   log.info({ runtime: record.runtime }, 'adopted a live session of an earlier run');
   return session;
+}
+
+/** What an adopted session holds, oldest first (as a session booted in this run pushed it): its release runs them all. */
+async function holdResources(
+  session: Session,
+  ctx: AdoptContext,
+  lease: ReturnType<AddressPool['describe']> | undefined,
+  sessionDir: string,
+  releaseSandbox: () => Promise<void>,
+): Promise<void> {
+  const { id } = session;
+  const log = ctx.log.child({ sessionId: id, tenant: session.record.tenant });
+  if (lease) ctx.pool.claim(lease.index);
+  await session.cleanup.push('key dir', () => removeSessionDir(sessionDir, log, ctx.countKeptDir));
+  if (lease) await session.cleanup.push('address lease', () => ctx.pool.release(lease.index));
+  await session.cleanup.push(`netns ${ctx.names.netns(id)}`, () => deleteNetns(ctx.names.netns(id)));
+  if (lease) await session.cleanup.push(`veth ${ctx.names.hostVeth(id)}`, () => deleteLink(ctx.names.hostVeth(id)));
+  await session.cleanup.push(`sandbox ${id}`, releaseSandbox);
 }

@@ -13,6 +13,7 @@ import path from 'node:path';
 import type { PauseMode, PauseResult, PauseTarget } from '../runtimes/runtime.js';
 import { publicKeyBlob, readSessionKeys } from '../transport/ssh-keys.js';
 import { templateDisplay } from './templates.js';
+import { GUEST_SSH_PORT } from '../guest/contract.js';
 import { adoptSession } from './adopt.js';
 import { attachDesktop, bootPooledSandbox, bootSandbox, consoleTail, sessionDirOf, type BootContext } from './boot.js';
 import { claimPooledSandbox } from './pool/claim.js';
@@ -151,7 +152,11 @@ export class HostSandboxes implements SandboxHost {
   }
 
   async resume(session: Session, mode: PauseMode): Promise<void> {
-    await this.opts.runtime.resume?.(this.pauseTarget(session), mode);
+    const resumed = await this.opts.runtime.resume?.(this.pauseTarget(session), mode);
+    if (!resumed) return;
+    // From disk: a new process, stopped first on destroy (pushed last), before what the old one held.
+    session.sandbox = resumed.sandbox;
+    await session.cleanup.push(`resumed sandbox ${session.id}`, () => resumed.release());
   }
 
   async isPaused(session: Session): Promise<boolean> {
@@ -184,7 +189,11 @@ export class HostSandboxes implements SandboxHost {
   }
 
   private pauseTarget(session: Session): PauseTarget {
-    return { sessionId: session.id, sessionDir: sessionDirOf(this.opts.stateDir, session.id), pid: session.sandbox?.pid ?? 0 };
+    const { sandbox, record } = session;
+    // One paused to disk and adopted by a restart has no sandbox yet: its address says where it will be.
+    const lease = record.addressIndex === null ? undefined : this.opts.addresses.describe(record.addressIndex);
+    const endpoint = sandbox?.endpoint ?? (lease && { host: lease.guest, port: GUEST_SSH_PORT });
+    return { sessionId: session.id, sessionDir: sessionDirOf(this.opts.stateDir, session.id), pid: sandbox?.pid ?? 0, endpoint };
   }
 
   stopPolicyGuard(): void {

@@ -12,7 +12,7 @@ import { toView, type SessionView } from './session-view.js';
 import type { SessionTemplate } from './templates.js';
 import type { LifecycleOptions } from './lifecycle-options.js';
 import { tenantDefaults } from './tenant-limits.js';
-import { watchConnection, watchSandbox, type WatchHooks } from './session-watch.js';
+import { watchConnection, watchSandbox, watchSandboxProcess, type WatchHooks } from './session-watch.js';
 import { StepTimes } from '../util/step-times.js';
 
 export type { AddressSource, LifecycleOptions, SessionDisk } from './lifecycle-options.js';
@@ -301,6 +301,11 @@ export class SessionLifecycle {
     watchSandbox(session, log, this.watchHooks);
   }
 
+  /** The session's sandbox of the moment (a resume from disk starts a new one: pause.ts). */
+  watchSandboxProcess(session: Session): void {
+    watchSandboxProcess(session, this.sessionLog(session), this.watchHooks);
+  }
+
   /** The session's SSH connection of the moment (a resume attaches a new one: pause.ts). */
   watchConnection(session: Session, log: Logger = this.sessionLog(session)): void {
     watchConnection(session, log, this.watchHooks);
@@ -339,8 +344,9 @@ export class SessionLifecycle {
       session.keepalivesHeld = undefined;
       // A paused sandbox is let run first: its helpers and connection then close at once (a
       // frozen guest answers no close, and each would wait out its timeout), and its tasks can die.
+      // One paused to disk has no process: its state file goes with the session dir.
       const paused = session.record.paused;
-      if (paused) {
+      if (paused?.mode === 'memory') {
         await this.opts.host
           .resume(session, paused.mode)
           .catch((err: unknown) => this.sessionLog(session).warn({ err }, 'could not resume a paused sandbox before destroying it'));

@@ -186,6 +186,7 @@ export class SessionManager {
       log,
       setState: (session, state) => this.lifecycle.setState(session, state),
       watchConnection: (session) => this.lifecycle.watchConnection(session),
+      watchSandbox: (session) => this.lifecycle.watchSandboxProcess(session),
       fail: (session, reason) => this.lifecycle.fail(session, reason),
       recordings: this.recordings,
     });

@@ -28,6 +28,8 @@ export interface PauseOptions {
   setState(session: Session, state: SessionState): void;
   /** Binds the lifecycle's handlers to the connection a resume attached. */
   watchConnection(session: Session): void;
+  /** Watches the session's sandbox of the moment (a resume from disk starts a new one). */
+  watchSandbox(session: Session): void;
   /** Fails a session whose resumed guest does not answer (released like a vanished sandbox). */
   fail(session: Session, reason: string): Promise<void>;
   /** The session's recording stops capturing while paused. */
@@ -128,12 +130,23 @@ export class SessionPauser {
     const started = performance.now();
     recordings?.pause(session.id);
     session.keepalivesHeld = session.connection?.holdKeepalives();
+    // To disk, the sandbox's process ends: not a crash (session-watch.ts).
+    const disk = mode === 'disk';
+    if (disk) {
+      session.processAway = true;
+      session.watch?.stop();
+      session.watch = undefined;
+    }
     let bytes: number;
     try {
       ({ bytes } = await host.pause(session, mode));
     } catch (err) {
       // Left running: carry on as if nothing was asked.
       log.warn({ err, mode }, 'pause failed; the session goes on running');
+      if (disk) {
+        session.processAway = false;
+        this.opts.watchSandbox(session); // one that died meanwhile is reported now
+      }
       metrics.errors.inc({ kind: 'pause' });
       this.releaseKeepalives(session);
       recordings?.resume(session.id);
@@ -160,6 +173,11 @@ export class SessionPauser {
       log.warn({ err, mode }, 'resume failed; the session stays paused');
       metrics.errors.inc({ kind: 'resume' });
       throw new UnavailableError(`session ${session.id} could not be resumed: ${(err as Error).message}`);
+    }
+    if (session.processAway) {
+      // From disk: a new sandbox process (host.resume set it), watched from now.
+      session.processAway = false;
+      this.opts.watchSandbox(session);
     }
     const thawedMs = performance.now() - started;
     this.releaseKeepalives(session);

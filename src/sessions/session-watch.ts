@@ -21,7 +21,17 @@ export interface WatchHooks {
  * within about a second (sandbox-watch.ts); so is its SSH connection lost for good.
  */
 export function watchSandbox(session: Session, log: Logger, hooks: WatchHooks): void {
+  watchSandboxProcess(session, log, hooks);
+  watchConnection(session, log, hooks);
+}
+
+/**
+ * The session's sandbox of the moment: a pause to disk ends its process on purpose
+ * (`processAway`), and the resume watches the new one; the old one's exit says nothing.
+ */
+export function watchSandboxProcess(session: Session, log: Logger, hooks: WatchHooks): void {
   const { sandbox } = session;
+  const current = () => session.sandbox === sandbox && !session.processAway;
   const watch = hooks.watch(session);
   if (sandbox && watch) {
     session.watch = watch;
@@ -29,11 +39,13 @@ export function watchSandbox(session: Session, log: Logger, hooks: WatchHooks): 
       // A process that died is the runtime's to describe (its exit status, where its console
       // log was kept): give its `exited` a moment to say so first.
       if (gone.processExited) await Promise.race([sandbox.exited, sleep(EXIT_REPORT_GRACE_MS)]);
-      hooks.vanished(session, log, `sandbox vanished: ${gone.reason}`);
+      if (current()) hooks.vanished(session, log, `sandbox vanished: ${gone.reason}`);
     });
   }
-  if (sandbox) void sandbox.exited.then((info) => hooks.vanished(session, log, `sandbox stopped unexpectedly: ${info.reason}`));
-  watchConnection(session, log, hooks);
+  if (sandbox)
+    void sandbox.exited.then((info) => {
+      if (current()) hooks.vanished(session, log, `sandbox stopped unexpectedly: ${info.reason}`);
+    });
 }
 
 /** The session's SSH connection of the moment (a resume attaches a new one: pause.ts). */

@@ -61,6 +61,11 @@ export class Session {
    * before the guest freezes, and a resume attaches new ones.
    */
   detach: (() => void) | undefined;
+  /**
+   * Paused to disk (or pausing to it): its sandbox's process ended on purpose, so its exit is
+   * not a crash; a resume gives it a new sandbox (pause.ts).
+   */
+  processAway = false;
   /** While paused: starts the connection's keepalives again (GuestConnection.holdKeepalives). */
   keepalivesHeld: (() => void) | undefined;
   /** Per-session state of companion tools (e.g. the persistent bash shell), by name. */

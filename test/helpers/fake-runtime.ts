@@ -144,11 +144,19 @@ export class FakeRuntime implements Runtime {
     if (!sandbox) throw new Error(`no sandbox ${target.sessionId}`);
     sandbox.paused = true;
     this.pauses.push({ sessionId: target.sessionId, mode });
+    // To disk, as the QEMU runtime does: the state saved, the sandbox's process ended.
+    if (mode === 'disk') sandbox.exit('it quit after its state was saved');
     return { bytes: mode === 'disk' ? 1234 : 0 };
   }
 
-  async resume(target: PauseTarget): Promise<void> {
+  /** From disk: a new sandbox (a new process), as the QEMU runtime starts one. */
+  async resume(target: PauseTarget, mode: PauseMode = 'memory'): Promise<AdoptedSandbox | void> {
     const sandbox = this.sandboxes.get(target.sessionId);
+    if (mode === 'disk') {
+      const resumed = new FakeSandbox(target.sessionId, sandbox?.imageHash);
+      this.sandboxes.set(target.sessionId, resumed);
+      return { sandbox: resumed, release: async () => this.release(resumed) };
+    }
     if (sandbox) sandbox.paused = false;
   }
 
@@ -279,8 +287,12 @@ export class FakeHost implements SandboxHost {
     return this.runtime.pause(this.target(session), mode);
   }
 
-  resume(session: Session): Promise<void> {
-    return this.runtime.resume(this.target(session));
+  /** As host-sandboxes.ts does: a sandbox resumed from disk is the session's, released first. */
+  async resume(session: Session, mode: PauseMode = 'memory'): Promise<void> {
+    const resumed = await this.runtime.resume(this.target(session), mode);
+    if (!resumed) return;
+    session.sandbox = resumed.sandbox;
+    await session.cleanup.push('resumed fake sandbox', () => resumed.release());
   }
 
   isPaused(session: Session): Promise<boolean> {

@@ -64,8 +64,8 @@ export async function freePort(): Promise<number> {
  * `sbx serve` on a given port and state dir with the suite's prefix and subnet, its stderr on
  * the test's: for tests that SIGKILL it and start it again over the same state.
  */
-export async function startServeOn(stateDir: string, port: number, env: Record<string, string> = {}): Promise<ChildProcess> {
-  const proc = spawn(process.execPath, [CLI, 'serve', '--host', '127.0.0.1', '--port', String(port), '--state-dir', stateDir, '--runtime', 'container'], {
+export async function startServeOn(stateDir: string, port: number, env: Record<string, string> = {}, runtime = 'container'): Promise<ChildProcess> {
+  const proc = spawn(process.execPath, [CLI, 'serve', '--host', '127.0.0.1', '--port', String(port), '--state-dir', stateDir, '--runtime', runtime], {
     env: {
       ...process.env,
       SBX_RESOURCE_PREFIX: TEST_PREFIX,

@@ -86,6 +86,34 @@ describe('unit: pause and resume', () => {
     await r.manager.shutdown();
   });
 
+  it('to disk: the sandbox process ending is no crash; the resume watches the new one; a destroy does not resume it', async () => {
+    const r = await rig();
+    r.runtime.modes = ['memory', 'disk'];
+    const view = await r.manager.create();
+    const first = r.runtime.sandboxes.get(view.id);
+    const paused = await r.manager.pause(view.id, 'disk');
+    assert.deepEqual([paused.state, paused.paused?.mode, paused.paused?.bytes], ['paused', 'disk', 1234]);
+    assert.equal(first?.running, false, 'its process ended');
+    await sleep(100);
+    assert.equal(r.manager.get(view.id).state, 'paused', 'the deliberate exit is not a crash');
+    const resumed = await r.manager.resume(view.id);
+    assert.equal(resumed.state, 'ready');
+    const second = r.runtime.sandboxes.get(view.id);
+    assert.ok(second && second !== first && r.manager.registry.find(view.id)?.sandbox === second, "a new sandbox is the session's");
+    second.exit('the resumed VM crashed');
+    await until('a crash of the resumed sandbox fails its session', () => r.manager.get(view.id).state === 'failed', 3_000);
+    assert.match(r.manager.get(view.id).error ?? '', /resumed VM crashed/);
+    assert.equal(second.releases, 1, 'the resumed sandbox is released');
+    // Paused to disk, then destroyed: not started again to be destroyed.
+    const other = await r.manager.create();
+    await r.manager.pause(other.id, 'disk');
+    await r.manager.destroy(other.id);
+    assert.equal(r.manager.get(other.id).state, 'destroyed');
+    assert.equal(r.runtime.sandboxes.get(other.id)?.running, false);
+    assert.equal(r.runtime.sandboxes.get(other.id)?.paused, true, 'no resume before the destroy');
+    await r.manager.shutdown();
+  });
+
   it('autoResume: a request resumes a paused session first; with autoResume off it is 409 session_paused', async () => {
     const r = await rig();
     const on = await r.manager.create();

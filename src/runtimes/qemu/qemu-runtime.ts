@@ -25,8 +25,9 @@ import {
   type PauseMode,
   type PauseResult,
   type PauseTarget,
+  type PausedOnDisk,
 } from '../runtime.js';
-import { qmp, qmpStatus } from './qmp.js';
+import { qmp, qmpSocketOf, qmpStatus } from './qmp.js';
 import { processStartTime } from '../../host/process-watch.js';
 import { hostTscKhz, probeKvm } from './accelerator.js';
 import { createOverlay } from './overlay-disk.js';
@@ -40,6 +41,8 @@ import { VM_VOLUMES_UNAVAILABLE, type RecordResource } from '../runtime.js';
 import { hostCgroupVersion, removeVmCgroups, type CgroupVersion } from '../vm/cgroups.js';
 import { VmCgroup } from '../vm/vm-cgroup.js';
 import { VmUserPool, vmUserRange } from '../vm/vm-user-pool.js';
+import { QemuDiskPause, type LiveVm } from './disk-pause.js';
+import { removeState, ROOT_DISK_IN_QEMU, withRootDisk, writeRecipe } from './disk-state.js';
 
 /**
  * Under TCG, QEMU's translated-code cache (TCG_TB_SIZE_MIB) and TCG's own bookkeeping come
@@ -77,6 +80,9 @@ export class QemuRuntime implements Runtime {
   /** The uids/gids the VMs run under, one each. */
   readonly users: VmUserPool;
   private readonly cgroupVersion: CgroupVersion = hostCgroupVersion();
+  /** The VMs this run started or resumed, by session (a pause to disk ends one, its resume starts another). */
+  private readonly live = new Map<string, LiveVm>();
+  private readonly disk: QemuDiskPause;
 
   private constructor(
     private readonly names: ResourceNames,
@@ -98,6 +104,19 @@ export class QemuRuntime implements Runtime {
       volumes: VM_VOLUMES_UNAVAILABLE,
     };
     this.users = new VmUserPool(vmUserRange(settings.vmUsers ?? {}, names.prefix));
+    this.disk = new QemuDiskPause({
+      binary: settings.binary,
+      socketRoot: this.migrationSockets,
+      cgroupVersion: this.cgroupVersion,
+      parentCgroup: this.parentCgroup,
+      vmName: (id) => names.vm(id),
+      users: this.users,
+      live: this.live,
+      findProcesses: () => findQemuProcesses(names),
+      reclaim: (id, dir) => this.reclaim(id, dir),
+      describeExit,
+      accelerator,
+    });
   }
 
   /** How the VMs run, for the start-up log. */
@@ -119,6 +138,11 @@ export class QemuRuntime implements Runtime {
 
   leaseVmUser(cleanup: CleanupStack, record?: RecordResource): Promise<TapOwner> {
     return this.users.lease(cleanup, record);
+  }
+
+  /** Where a pause to disk's socket is made: outside the state dir (0700, root's), which the VMs' users cannot enter. */
+  private get migrationSockets(): string {
+    return `/run/${this.names.prefix}qemu-migrate`;
   }
 
   /** Every VM's cgroup sits under one parent named after our prefix ("sbx"), as the containers' and jails' do. */
@@ -188,17 +212,8 @@ export class QemuRuntime implements Runtime {
       await chown(disk, user.uid, user.gid);
       await chmod(disk, 0o600);
     }
-    const cgroup = await VmCgroup.create({
-      version: this.cgroupVersion,
-      parent: this.parentCgroup,
-      name,
-      limits: {
-        memoryMiB: spec.memoryMiB + (this.accelerator === 'tcg' ? TCG_EXTRA_MIB : 0),
-        vcpus: this.settings.smp,
-        pidsMax: QEMU_PIDS_MAX,
-      },
-      record: spec.record,
-    });
+    const vmLimits = { memoryMiB: spec.memoryMiB + (this.accelerator === 'tcg' ? TCG_EXTRA_MIB : 0), vcpus: this.settings.smp, pidsMax: QEMU_PIDS_MAX };
+    const cgroup = await VmCgroup.create({ version: this.cgroupVersion, parent: this.parentCgroup, name, limits: vmLimits, record: spec.record });
     // Pushed before the VM's stop, so it runs after it: a cgroup with a process cannot go.
     await cleanup.push(`cgroup ${this.parentCgroup}/${name}`, () => cgroup.remove());
 
@@ -210,7 +225,7 @@ export class QemuRuntime implements Runtime {
       kernel: this.settings.kernel ?? spec.image.kernel,
       initrd: initrdFor(spec.image, this.settings),
       cmdline: guestKernelCmdline({ extra: this.tscKhz ? [`tsc_early_khz=${this.tscKhz}`] : [] }),
-      rootDisk,
+      rootDisk: ROOT_DISK_IN_QEMU,
       configDrive,
       volumes: spec.volumes,
       tap,
@@ -219,9 +234,15 @@ export class QemuRuntime implements Runtime {
       qmpSocket: qmpSocketOf(spec.sessionDir),
       runAs: `${user.uid}:${user.gid}`,
     });
-    const vm = spawnInNetns(network.netns, this.settings.binary, argv, consolePipe);
+    // What a resume from disk starts again (disk-state.ts).
+    await writeRecipe(spec.sessionDir, { netns: network.netns, argv, limits: vmLimits, logsDir: spec.logsDir, consoleLog: limits });
+    const vm = withRootDisk(rootDisk, (fd) => spawnInNetns(network.netns, this.settings.binary, argv, consolePipe, [fd]));
+    this.live.set(spec.sessionId, { vm, consolePipe });
     // Stopped first on destroy (pushed last): its disks and TAP are freed only once it is gone.
-    await cleanup.push(`qemu ${name}`, () => vm.stop());
+    await cleanup.push(`qemu ${name}`, async () => {
+      this.live.delete(spec.sessionId);
+      await vm.stop();
+    });
     await cgroup.add(vm.pid);
     const vmConsole = { pipe: consolePipe, spec, limits };
     await waitForPidFile(pidFile, vm, 10_000).catch(async (err: Error) => {
@@ -244,28 +265,37 @@ export class QemuRuntime implements Runtime {
     };
   }
 
-  /** Memory: the VM stopped in QEMU (QMP `stop`): its vCPUs get no CPU, its RAM is kept. */
+  /**
+   * Memory: the VM stopped in QEMU (QMP `stop`): its vCPUs get no CPU, its RAM is kept. Disk:
+   * its state migrated to a file and its QEMU ended; a new QEMU loads it (disk-pause.ts).
+   */
   pauseModes(): readonly PauseMode[] {
-    return ['memory'];
+    return ['memory', 'disk'];
   }
 
-  pauseUnavailable(mode: PauseMode): string | undefined {
-    return mode === 'disk' ? 'QEMU pause to disk (migration to a file) is not wired up yet' : undefined;
+  pauseUnavailable(): string | undefined {
+    return undefined;
   }
 
   async pause(target: PauseTarget, mode: PauseMode): Promise<PauseResult> {
-    const why = this.pauseUnavailable(mode);
-    if (why) throw new Error(why);
+    if (mode === 'disk') return this.disk.pause(target);
     await qmp(qmpSocketOf(target.sessionDir), [{ execute: 'stop' }]);
     return { bytes: 0 };
   }
 
-  async resume(target: PauseTarget): Promise<void> {
+  async resume(target: PauseTarget, mode: PauseMode): Promise<AdoptedSandbox | void> {
+    if (mode === 'disk') return this.disk.resume(target);
     await qmp(qmpSocketOf(target.sessionDir), [{ execute: 'cont' }]);
   }
 
+  /** Stopped, or stopped after a migration whose state file was not kept (`cont` runs it again). */
   async isPaused(target: PauseTarget): Promise<boolean> {
-    return (await qmpStatus(qmpSocketOf(target.sessionDir)).catch(() => 'unknown')) === 'paused';
+    const status = await qmpStatus(qmpSocketOf(target.sessionDir)).catch(() => 'unknown');
+    return status === 'paused' || status === 'postmigrate';
+  }
+
+  adoptPaused(sessionId: string, sessionDir: string): Promise<PausedOnDisk | undefined> {
+    return this.disk.adoptPaused(sessionId, sessionDir);
   }
 
   async list(): Promise<string[]> {
@@ -280,6 +310,7 @@ export class QemuRuntime implements Runtime {
     consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS,
   ): Promise<AdoptedSandbox | undefined> {
     const vm = (await findQemuProcesses(this.names)).find((p) => p.sessionId === sessionId);
+    await removeState(sessionDir, false); // a state a killed pause was writing
     return adoptVmm(vm, "VM's qemu process", this.users, endpoint, sessionDir, consoleLog, () => this.reclaim(sessionId, sessionDir));
   }
 
@@ -289,13 +320,11 @@ export class QemuRuntime implements Runtime {
     await killOrphanVmms(await findQemuProcesses(this.names), sessionId, 'qemu', this.users);
     await removeVmCgroups(this.cgroupVersion, this.parentCgroup, this.names.vm(sessionId));
     await deleteTapBridge(this.names.netns(sessionId));
+    await rm(path.join(this.migrationSockets, sessionId), { recursive: true, force: true }); // a pause killed half-way
   }
 }
 
-/** The VM's QMP monitor socket (qemu-command.ts). */
-export function qmpSocketOf(sessionDir: string): string {
-  return path.join(sessionDir, 'qmp.sock');
-}
+export { qmpSocketOf };
 
 /** "exited with code 0 (the guest powered off or rebooted)", "was killed by SIGKILL", ... */
 export function describeExit(exit: VmExit): string {

@@ -1,4 +1,5 @@
 import net from 'node:net';
+import path from 'node:path';
 
 /**
  * One QMP exchange with a VM's QEMU over its monitor socket (<sessionDir>/qmp.sock, made by
@@ -97,4 +98,16 @@ export async function qmpStatus(socketPath: string): Promise<string> {
   const [status] = await qmp(socketPath, [{ execute: 'query-status' }]);
   const state = (status as { status?: unknown } | undefined)?.status;
   return typeof state === 'string' ? state : 'unknown';
+}
+
+/** The VM's QMP monitor socket (qemu-command.ts). */
+export function qmpSocketOf(sessionDir: string): string {
+  return path.join(sessionDir, 'qmp.sock');
+}
+
+/** How a migration stands (QMP query-migrate): `active`, `completed`, `failed`, ... and why it failed. */
+export async function qmpMigration(socketPath: string): Promise<{ status: string; error?: string }> {
+  const [info] = await qmp(socketPath, [{ execute: 'query-migrate' }]);
+  const { status, 'error-desc': error } = (info ?? {}) as { status?: unknown; 'error-desc'?: unknown };
+  return { status: typeof status === 'string' ? status : 'none', error: typeof error === 'string' ? error : undefined };
 }

@@ -5,6 +5,7 @@
  * orchestrator, found again by its command line and killed.
  */
 import { spawn } from 'node:child_process';
+import type { Duplex } from 'node:stream';
 import { readdir, readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { isProcessAlive, processStartTime, waitForExit } from '../../host/process-watch.js';
@@ -40,15 +41,46 @@ const KILL_WAIT_MS = 5_000;
  * detached: the VM gets its own process group, so a Ctrl-C meant for the orchestrator does
  * not kill every VM behind its back; the orchestrator destroys them itself on SIGINT/SIGTERM.
  */
-export function spawnLogged(command: string, args: readonly string[], consolePipe: ConsolePipe, name = command): VmProcess {
-  // The child has its own copy of the write end; ours is closed once it is spawned.
-  const child = withWriter(consolePipe, (fd) => spawn(command, args, { stdio: ['ignore', fd, fd], detached: true }));
+export function spawnLogged(command: string, args: readonly string[], consolePipe: ConsolePipe, name = command, fds: readonly number[] = []): VmProcess {
+  return spawnWith(command, args, consolePipe, name, false, fds);
+}
+
+/**
+ * As spawnLogged, and the child gets a socket of ours as its fd 3 (`stream`): a VM resumed from
+ * disk reads its state from it (`-incoming fd:3`, qemu/disk-pause.ts).
+ */
+export function spawnLoggedWithStream(
+  command: string,
+  args: readonly string[],
+  consolePipe: ConsolePipe,
+  name = command,
+  fds: readonly number[] = [],
+): VmProcess & { stream: Duplex } {
+  return spawnWith(command, args, consolePipe, name, true, fds) as VmProcess & { stream: Duplex };
+}
+
+function spawnWith(
+  command: string,
+  args: readonly string[],
+  consolePipe: ConsolePipe,
+  name: string,
+  stream: boolean,
+  fds: readonly number[],
+): VmProcess & { stream?: Duplex } {
+  // The child has its own copy of the write end; ours is closed once it is spawned. fd 3 is
+  // the stream (or nothing), `fds` are 4, 5... (the caller closes its own copies).
+  const extraStdio = stream || fds.length > 0 ? [stream ? ('pipe' as const) : ('ignore' as const), ...fds] : [];
+  const child = withWriter(consolePipe, (fd) => spawn(command, args, { stdio: ['ignore', fd, fd, ...extraStdio], detached: true }));
   child.unref();
+  const extra = stream ? (child.stdio[3] as Duplex | null) : null;
+  // A VMM that dies while it is fed is an error of the feed, not of the orchestrator.
+  extra?.on('error', () => undefined);
   const exited = new Promise<VmExit>((resolve) => {
     child.on('exit', (code, signal) => resolve({ code, signal }));
     child.on('error', () => resolve({ code: null, signal: null }));
   });
-  return stoppableProcess(child.pid ?? -1, exited, (signal) => child.kill(signal), name);
+  const vm = stoppableProcess(child.pid ?? -1, exited, (signal) => child.kill(signal), name);
+  return extra ? Object.assign(vm, { stream: extra }) : vm;
 }
 
 /**
@@ -87,9 +119,14 @@ export function stoppableProcess(pid: number, exited: Promise<VmExit>, signal: (
   };
 }
 
+/** `ip netns exec <netns> binary argv...` (it execs the binary, so the pid is the binary's own). */
+export function netnsArgv(netns: string, binary: string, argv: readonly string[]): string[] {
+  return ['netns', 'exec', netns, binary, ...argv];
+}
+
 /** Runs `binary argv...` inside the network namespace `netns` (`ip netns exec` execs it, so the pid is the binary's own). */
-export function spawnInNetns(netns: string, binary: string, argv: readonly string[], consolePipe: ConsolePipe): VmProcess {
-  return spawnLogged('ip', ['netns', 'exec', netns, binary, ...argv], consolePipe, binary);
+export function spawnInNetns(netns: string, binary: string, argv: readonly string[], consolePipe: ConsolePipe, fds: readonly number[] = []): VmProcess {
+  return spawnLogged('ip', netnsArgv(netns, binary, argv), consolePipe, binary, fds);
 }
 
 export async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {

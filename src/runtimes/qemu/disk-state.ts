@@ -1,0 +1,160 @@
+/**
+ * The files of a QEMU VM paused to disk, in its session dir (root's, 0700; never a path a
+ * client names), and how they are written so that a crash leaves the old state or the new one:
+ *
+ * - `vm-state.gz`: the VM's migration stream (its RAM, CPU and device state), gzip'd. Written
+ *   as `vm-state.gz.partial`, fsync'd, then renamed, so a whole file under the final name is
+ *   the only one anything trusts; removed by the resume before the VM runs again.
+ * - `qemu-resume.json`: what a resume needs to start the same VM again (its argv, netns,
+ *   cgroup limits), written at start; a restart reads it back (adoption of a paused VM).
+ */
+import { closeSync, constants, createReadStream, createWriteStream, openSync } from 'node:fs';
+import { open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { Transform, type Readable, type Writable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { constants as zlib, createGunzip, createGzip } from 'node:zlib';
+import type { ConsoleLogLimits } from '../console-log.js';
+import type { VmLimits } from '../vm/cgroups.js';
+
+const STATE_FILE = 'vm-state.gz';
+const PARTIAL_SUFFIX = '.partial';
+const RECIPE_FILE = 'qemu-resume.json';
+/** A recipe is a command line and a few names: anything bigger is not one of ours. */
+const MAX_RECIPE_BYTES = 64 * 1024;
+
+/**
+ * QEMU reopens its root disk by its path when a migration hands it over (read-only) and when a
+ * resumed VM takes it back (read-write), as the VM's user by then, which cannot enter the
+ * session dir (0700, root's): "bdrv_inactivate_all() failed", EACCES. So QEMU gets the disk
+ * open as its fd 4 and names it by /proc/self/fd/4, which it can always reopen (its own fd; the
+ * disk is its user's, 0600).
+ */
+export const ROOT_DISK_FD = 4;
+export const ROOT_DISK_IN_QEMU = `/proc/self/fd/${ROOT_DISK_FD}`;
+
+/** Runs `use` with the root disk open read-write (for a spawn), and closes our copy after. */
+export function withRootDisk<T>(rootDisk: string, use: (fd: number) => T): T {
+  const fd = openSync(rootDisk, constants.O_RDWR);
+  try {
+    return use(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+export function stateFileOf(sessionDir: string): string {
+  return path.join(sessionDir, STATE_FILE);
+}
+
+/** What a resume needs to start the same VM again (the session's own, written by the runtime at start). */
+export interface ResumeRecipe {
+  netns: string;
+  /** QEMU's arguments as the VM was started (without the binary). */
+  argv: string[];
+  limits: VmLimits;
+  logsDir: string;
+  consoleLog: ConsoleLogLimits;
+}
+
+export async function writeRecipe(sessionDir: string, recipe: ResumeRecipe): Promise<void> {
+  await writeFile(path.join(sessionDir, RECIPE_FILE), JSON.stringify(recipe), { mode: 0o600 });
+}
+
+export async function readRecipe(sessionDir: string): Promise<ResumeRecipe> {
+  const file = path.join(sessionDir, RECIPE_FILE);
+  const info = await stat(file);
+  if (info.size > MAX_RECIPE_BYTES) throw new Error(`${file} is ${info.size} bytes: not a resume recipe`);
+  const parsed = JSON.parse(await readFile(file, 'utf8')) as Partial<ResumeRecipe>;
+  const argv = parsed.argv;
+  if (!Array.isArray(argv) || !argv.every((a) => typeof a === 'string') || typeof parsed.netns !== 'string' || !parsed.limits || !parsed.consoleLog) {
+    throw new Error(`${file} is not a resume recipe`);
+  }
+  return { netns: parsed.netns, argv, limits: parsed.limits, logsDir: String(parsed.logsDir ?? ''), consoleLog: parsed.consoleLog };
+}
+
+/** The uid and gid of `-runas uid:gid` in a recipe's argv (the VM's own user). */
+export function runAsOf(argv: readonly string[]): { uid: number; gid: number } | undefined {
+  const at = argv.indexOf('-runas');
+  const match = at >= 0 ? /^(\d+):(\d+)$/.exec(argv[at + 1] ?? '') : null;
+  return match ? { uid: Number(match[1]), gid: Number(match[2]) } : undefined;
+}
+
+/** The guest memory of a recipe's argv (`-m <n>M`), MiB. */
+export function memoryMiBOf(argv: readonly string[]): number {
+  const at = argv.indexOf('-m');
+  const match = at >= 0 ? /^(\d+)M$/.exec(argv[at + 1] ?? '') : null;
+  return match ? Number(match[1]) : 0;
+}
+
+/** The saved state, if a whole one is there: its size and when it was written. */
+export async function savedState(sessionDir: string): Promise<{ bytes: number; since: string } | undefined> {
+  const info = await stat(stateFileOf(sessionDir)).catch(() => undefined);
+  return info?.isFile() ? { bytes: info.size, since: info.mtime.toISOString() } : undefined;
+}
+
+/** A state file that was being written when its writer died, or a whole one that is no longer the truth. */
+export async function removeState(sessionDir: string, whole: boolean): Promise<void> {
+  const file = stateFileOf(sessionDir);
+  await rm(`${file}${PARTIAL_SUFFIX}`, { force: true });
+  if (whole) {
+    await rm(file, { force: true });
+    await fsyncDir(sessionDir);
+  }
+}
+
+/** Passes at most `max` bytes on; more is an error (the stream comes from a process the guest drives). */
+export function byteCap(max: number, what: string): Transform & { seen(): number } {
+  let seen = 0;
+  const cap = new Transform({
+    transform(chunk: Buffer, _encoding, done) {
+      seen += chunk.length;
+      if (seen > max) return done(new Error(`${what} is over ${max} bytes`));
+      done(null, chunk);
+    },
+  });
+  return Object.assign(cap, { seen: () => seen });
+}
+
+/**
+ * Writes `source` (the migration stream, capped at `maxBytes`) compressed into the state file:
+ * to the `.partial` name first, fsync'd, renamed, the directory fsync'd. Any failure (the
+ * disk full: ENOSPC) removes the partial file and is thrown: no half-written state is ever
+ * under the final name. Returns the state file's size.
+ */
+export async function saveState(source: Readable, sessionDir: string, maxBytes: number): Promise<{ bytes: number; raw: number }> {
+  const file = stateFileOf(sessionDir);
+  const partial = `${file}${PARTIAL_SUFFIX}`;
+  const cap = byteCap(maxBytes, 'the VM state stream');
+  try {
+    // Level 1: most of a guest's RAM is zero pages (sent as flags) or text and code that
+    // compress well at the cheapest level; the pause waits for the compression.
+    await pipeline(source, cap, createGzip({ level: 1, memLevel: 9, strategy: zlib.Z_DEFAULT_STRATEGY }), createWriteStream(partial, { mode: 0o600 }));
+    const handle = await open(partial, 'r');
+    try {
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await rename(partial, file);
+    await fsyncDir(sessionDir);
+  } catch (err) {
+    await rm(partial, { force: true });
+    throw err;
+  }
+  return { bytes: (await stat(file)).size, raw: cap.seen() };
+}
+
+/** Feeds the saved state, uncompressed, into `sink` (the new VM's incoming stream), capped at `maxBytes`. */
+export async function loadState(sessionDir: string, sink: Writable, maxBytes: number): Promise<void> {
+  await pipeline(createReadStream(stateFileOf(sessionDir)), createGunzip(), byteCap(maxBytes, 'the saved VM state'), sink);
+}
+
+async function fsyncDir(dir: string): Promise<void> {
+  const handle = await open(dir, 'r');
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
