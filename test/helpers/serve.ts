@@ -65,7 +65,9 @@ export async function freePort(): Promise<number> {
  * the test's: for tests that SIGKILL it and start it again over the same state.
  */
 export async function startServeOn(stateDir: string, port: number, env: Record<string, string> = {}): Promise<ChildProcess> {
-  const proc = spawn(process.execPath, [CLI, 'serve', '--host', '127.0.0.1', '--port', String(port), '--state-dir', stateDir, '--runtime', 'container'], {
+  // SBX_RUNTIME in `env` picks another runtime (test/volumes-vm.test.ts: qemu).
+  const runtime = env.SBX_RUNTIME ?? 'container';
+  const proc = spawn(process.execPath, [CLI, 'serve', '--host', '127.0.0.1', '--port', String(port), '--state-dir', stateDir, '--runtime', runtime], {
     env: {
       ...process.env,
       SBX_RESOURCE_PREFIX: TEST_PREFIX,
