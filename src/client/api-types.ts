@@ -368,7 +368,7 @@ export type ErrorCode =
   | 'volume_exists'
   /** a volume another session writes (or reads, for a writer), or a delete of one mounted */
   | 'volume_in_use'
-  /** volumes asked of a runtime that cannot mount them here (the message says why) */
+  /** volumes asked of a runtime that cannot mount them here, or a VM-written volume of a container (the message says why) */
   | 'volumes_unavailable'
   /** POST .../browser on a template without Chromium */
   | 'browser_unavailable'

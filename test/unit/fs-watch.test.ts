@@ -36,17 +36,20 @@ describe('the directory watch', () => {
       },
     );
     await watch.start();
-    assert.equal(watch.listening, true);
-    assert.equal(dir.reads(), 1);
-    dir.add('new.txt');
-    for (let i = 0; i < 10_000; i++) fire(); // a guest flooding events
-    await sleep(200);
-    assert.deepEqual(
-      changes.map((c) => [c.type, c.entry.name]),
-      [['created', 'new.txt']],
-    );
-    assert.equal(dir.reads(), 2, 'ten thousand events, one read');
-    watch.stop();
+    try {
+      assert.equal(watch.listening, true);
+      assert.equal(dir.reads(), 1);
+      dir.add('new.txt');
+      for (let i = 0; i < 10_000; i++) fire(); // a guest flooding events
+      await sleep(200);
+      assert.deepEqual(
+        changes.map((c) => [c.type, c.entry.name]),
+        [['created', 'new.txt']],
+      );
+      assert.equal(dir.reads(), 2, 'ten thousand events, one read');
+    } finally {
+      watch.stop();
+    }
     assert.equal(stopped, true, 'the inotifywait channel is closed with the watch');
   });
 
@@ -64,8 +67,7 @@ describe('the directory watch', () => {
     await watch.start();
     assert.equal(watch.listening, false);
     dir.add('a');
-    await sleep(150);
-    watch.stop();
+    await sleep(150).finally(() => watch.stop());
     assert.deepEqual(
       changes.map((c) => c.type),
       ['created'],
