@@ -91,7 +91,10 @@ export const ERROR_CODES = {
   run_in_progress: { category: 'conflict', description: 'the session is driven by another run' },
   volume_exists: { category: 'conflict', description: 'a volume of that name exists already' },
   volume_in_use: { category: 'conflict', description: 'a volume another session writes (or reads, for a writer), or a delete of one mounted' },
-  volumes_unavailable: { category: 'conflict', description: 'volumes asked of a runtime that cannot mount them here (the message says why)' },
+  volumes_unavailable: {
+    category: 'conflict',
+    description: 'volumes asked of a runtime that cannot mount them here, or a VM-written volume of a container (the message says why)',
+  },
   volumes_on_different_nodes: {
     category: 'conflict',
     description: "through a gateway: a create's volumes live on different nodes (a volume stays on the node where it was made); the message names them",

@@ -279,6 +279,27 @@ describe('firecracker: boot and snapshot sequences against the contract server',
     assert.equal((await client.getInstanceInfo()).state, 'Running');
   });
 
+  it('cold boot with volumes: a drive each after the config drive, read-only when asked, each valid', async () => {
+    const volumePaths = [
+      { path: '/volumes/vol0.ext4', readOnly: false },
+      { path: '/volumes/vol1.ext4', readOnly: true },
+    ];
+    const steps = bootSteps({ ...vmSpec, volumePaths });
+    assert.deepEqual(
+      steps.map((s) => s.name).slice(2, 6),
+      ['root-drive', 'config-drive', 'volume-drive-0', 'volume-drive-1'],
+      'the guest takes the i-th volume for the disk after the config drive + i',
+    );
+    await runSteps(steps, client);
+    assert.deepEqual(server.rejected(), []);
+    assert.deepEqual(server.bodyOf('PUT /drives/vol0'), { drive_id: 'vol0', path_on_host: '/volumes/vol0.ext4', is_root_device: false, is_read_only: false });
+    assert.deepEqual(server.bodyOf('PUT /drives/vol1'), { drive_id: 'vol1', path_on_host: '/volumes/vol1.ext4', is_root_device: false, is_read_only: true });
+    assert.equal((await client.getInstanceInfo()).state, 'Running');
+    // Each drive is one more virtio_mmio.device Firecracker appends to the command line.
+    assert.doesNotThrow(() => bootSteps({ ...vmSpec, bootArgs: 'x'.repeat(1700) }));
+    assert.throws(() => bootSteps({ ...vmSpec, bootArgs: 'x'.repeat(1700), volumePaths: Array(8).fill(volumePaths[0]) }), /2048/);
+  });
+
   it('cold boot with a logger configures it first', async () => {
     await runSteps(bootSteps({ ...vmSpec, logger: { log_path: '/firecracker.log', level: 'Info' } }), client);
     assert.deepEqual(server.acceptedCalls(), ['PUT /logger', ...COLD_BOOT_CALLS]);
@@ -670,6 +691,7 @@ describe('firecracker: the jailer', () => {
       rootfsPath: '/rootfs.ext4',
       configDrivePath: '/config.ext4',
       vsockUdsPath: '/run/vsock.sock',
+      volumePaths: [],
     });
     assert.deepEqual(layout.snapshot.jailPaths, { snapshotPath: '/snapshot/vmstate', memFilePath: '/snapshot/memory' });
     assert.deepEqual(layout.snapshot.hostPaths, { snapshotPath: `${root}/snapshot/vmstate`, memFilePath: `${root}/snapshot/memory` });

@@ -86,6 +86,7 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
         SANDBOX_NET_CONFIGURE: 1,
         SANDBOX_ADDRESS: `${BASE_ADDRESS.guest}/${BASE_ADDRESS.prefixLength}`,
         SANDBOX_GATEWAY: BASE_ADDRESS.gateway,
+        SANDBOX_TRANSPORT: 'tcp',
       }),
     );
     // The session's netns, leased address and TAP, as a clone gets them.

@@ -21,6 +21,7 @@ import { generateSessionKeys, writeSessionKeys } from '../src/transport/ssh-keys
 import type { GuestTransport } from '../src/transport/index.js';
 import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { run } from '../src/util/exec.js';
+import { guestWrittenMark, makeVolumeFile } from '../src/volumes/volume-files.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { COLD_BOOT_CALLS as BOOT_SEQUENCE } from './helpers/firecracker/calls.js';
 import { processesMentioning } from './helpers/host.js';
@@ -266,6 +267,58 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     assert.equal(existsSync(session.spec.network.netnsPath), false, 'netns removed');
     assert.deepEqual(await processesMentioning(`${TEST_PREFIX}${session.sessionId}`), []);
     await cleanup.run(); // idempotent
+  });
+
+  it("volumes: a drive each, hard-linked into the jail (the jail's while it runs, root's after), read-only when asked; the guest told which disk is which", async () => {
+    const vols = new CleanupStack();
+    const s = await prepareSession(runtime, vols);
+    const [rw, ro] = [path.join(workDir, 'vol-rw.ext4'), path.join(workDir, 'vol-ro.ext4')];
+    await makeVolumeFile(rw, 16);
+    await makeVolumeFile(ro, 16);
+    const volumes = [
+      { name: 'a', file: rw, path: '/data', readOnly: false },
+      { name: 'b', file: ro, path: '/home/user/ref', readOnly: true },
+    ];
+    try {
+      await runtime.start({ ...s.spec, volumes }, vols);
+      const recorded = await records(s.sessionId);
+      assert.deepEqual(
+        recorded.filter((r) => r.fault),
+        [],
+        'every drive spec-valid and openable by the jail',
+      );
+      assert.deepEqual(bodyOf(recorded, 'PUT /drives/vol0'), {
+        drive_id: 'vol0',
+        path_on_host: '/volumes/vol0.ext4',
+        is_root_device: false,
+        is_read_only: false,
+      });
+      assert.deepEqual(bodyOf(recorded, 'PUT /drives/vol1'), {
+        drive_id: 'vol1',
+        path_on_host: '/volumes/vol1.ext4',
+        is_root_device: false,
+        is_read_only: true,
+      });
+      const root = path.join(jailsDir, 'firecracker', `${TEST_PREFIX}${s.sessionId}`, 'root');
+      for (const [file, inJail] of [
+        [rw, 'vol0.ext4'],
+        [ro, 'vol1.ext4'],
+      ] as const) {
+        const linked = await stat(path.join(root, 'volumes', inJail));
+        assert.equal(linked.ino, (await stat(file)).ino, 'the volume itself, never a copy');
+        assert.equal(linked.uid, s.spec.vmUser?.uid);
+        assert.equal(linked.mode & 0o777, 0o600);
+      }
+      assert.equal(await readFile(path.join(s.spec.configDir, 'volumes'), 'utf8'), 'disk:vdc rw /data\ndisk:vdd ro /home/user/ref\n');
+      assert.equal(existsSync(guestWrittenMark(rw)), true, 'a volume a VM may write is marked: never loop-mounted on the host again');
+      assert.equal(existsSync(guestWrittenMark(ro)), false);
+    } finally {
+      await vols.run();
+    }
+    for (const file of [rw, ro]) {
+      const after = await stat(file);
+      assert.deepEqual([after.uid, after.mode & 0o777], [0, 0o600], `${file} is root's again`);
+    }
   });
 
   it('a call Firecracker refuses (no TAP) fails the start naming the step and the fault, and frees everything', async () => {

@@ -154,7 +154,10 @@ describe('filesystem calls in a real sandbox', { timeout: 300_000 }, () => {
       const { value } = await events.next();
       return { event: value?.event, entry: JSON.parse(value?.data ?? '{}') as Entry };
     };
-    assert.equal((await next()).event, 'ready');
+    const ready = await next();
+    assert.equal(ready.event, 'ready');
+    // The image has inotifywait: the guest's kernel says when to look, no polling.
+    assert.equal((ready.entry as unknown as { via: string }).via, 'inotify');
     const began = performance.now();
     await bash('echo hello > /home/user/watched/new.txt');
     const created = await next();

@@ -276,6 +276,38 @@ describe('processes in a real sandbox', { timeout: 600_000 }, () => {
     assert.equal(await guest('cat /tmp/typed.txt'), 'hello from a terminal\n');
   });
 
+  it('vim in a terminal (the desktop template): types text, :wq, and the file holds it', async () => {
+    const created = await post(`${base}/v1/sessions`, { template: 'desktop', timeoutSeconds: 300 });
+    assert.equal(created.status, 201, await created.clone().text());
+    const desktop = ((await created.json()) as { id: string }).id;
+    try {
+      const response = await post(`${base}/v1/sessions/${desktop}/processes`, { argv: ['vim', '/tmp/vim-note.txt'], pty: { cols: 80, rows: 24 } });
+      assert.equal(response.status, 201, await response.clone().text());
+      const { pid } = (await response.json()) as { pid: number };
+      const ws = new WebSocket(`${base.replace('http', 'ws')}/v1/sessions/${desktop}/processes/${pid}/ws`);
+      let screen = '';
+      ws.on('message', (data: Buffer) => (screen += data.toString('utf8')));
+      await new Promise((resolve, reject) => ws.once('open', resolve).once('error', reject));
+      const deadline = Date.now() + 15_000;
+      // vim draws its empty buffer: the new file's name on the status line.
+      while (!screen.includes('vim-note.txt') && Date.now() < deadline) await sleep(25);
+      assert.ok(screen.includes('vim-note.txt'), `vim never drew its screen: ${JSON.stringify(screen.slice(-300))}`);
+      ws.send('i');
+      ws.send('typed in vim');
+      ws.send('\x1b');
+      await sleep(200);
+      ws.send(':wq\r');
+      const closed = await new Promise<{ code: number; reason: string }>((resolve) =>
+        ws.once('close', (code, reason) => resolve({ code, reason: reason.toString() })),
+      );
+      assert.equal((JSON.parse(closed.reason) as { exitCode: number }).exitCode, 0);
+      const written = await orch.manager.connection(desktop).exec('cat /tmp/vim-note.txt');
+      assert.equal(written.stdout.toString('utf8'), 'typed in vim\n');
+    } finally {
+      await fetch(`${base}/v1/sessions/${desktop}`, { method: 'DELETE' });
+    }
+  });
+
   it(`caps the processes of a session at ${DEFAULT_PROCESS_LIMITS.maxRunning}, taken atomically`, async () => {
     const attempts = await Promise.all(Array.from({ length: DEFAULT_PROCESS_LIMITS.maxRunning + 6 }, () => post(processes(), { argv: ['sleep', '600'] })));
     const statuses = attempts.map((r) => r.status);

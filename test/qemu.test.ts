@@ -172,6 +172,10 @@ describe('a qemu microVM sandbox, end to end', () => {
   });
 
   it('delivers a click at the requested point to an X client in the guest', async () => {
+    // Under TCG a VM is ready (sshd and the display answer) before its xterm maps, and the
+    // xterm then takes the focus from a window opened meanwhile (sandbox-init says so): xev
+    // is opened once the xterm is there, so that the keys typed below go to xev.
+    await guest.exec('DISPLAY=:99 xdotool search --sync --onlyvisible --class xterm >/dev/null', { timeoutMs: 60_000 });
     await startXevSlowly(guest, 800, 600);
     await assertClickArrives(orch, id, guest);
   });

@@ -12,7 +12,7 @@ import { ResourceNames } from '../src/network/names.js';
 import { mountVolumes } from '../src/runtimes/container/volume-mounts.js';
 import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { run } from '../src/util/exec.js';
-import { makeVolumeFile } from '../src/volumes/volume-files.js';
+import { guestWrittenMark, makeVolumeFile, markGuestWritten } from '../src/volumes/volume-files.js';
 import { removeEmptyPrefixCgroups, TEST_PREFIX } from './helpers/orchestrator.js';
 import { runCliWith, freePort, startServeOn } from './helpers/serve.js';
 
@@ -250,6 +250,19 @@ describe('volumes on container sandboxes', () => {
     assert.equal((await api('GET', '/v1/volumes/data', undefined, keyB)).status, 200, "beta's own is untouched");
     assert.deepEqual(await loopDevicesOfStateDir(), []);
     assert.deepEqual(await mountsOfStateDir(), []);
+  });
+
+  it('red team: a volume a VM has written is never loop-mounted on the host: 409 volumes_unavailable, nothing mounted or held', async () => {
+    // beta's "data", as the VM runtimes leave it once a VM has mounted it writable.
+    await markGuestWritten(volumeFile('beta', 'data'));
+    const refused = await createSession([{ name: 'data', path: MOUNT }], keyB);
+    assert.equal(refused.status, 409, JSON.stringify(refused.json));
+    assert.equal(errorOf(refused).code, 'volumes_unavailable');
+    assert.match(errorOf(refused).message, /written by a VM's kernel/);
+    assert.deepEqual((await api('GET', '/v1/volumes/data', undefined, keyB)).json.mountedBy, [], 'not held after the refusal');
+    assert.deepEqual(await loopDevicesOfStateDir(), []);
+    assert.equal((await api('DELETE', '/v1/volumes/data', undefined, keyB)).status, 200);
+    assert.equal(existsSync(guestWrittenMark(volumeFile('beta', 'data'))), false, 'deleting the volume removes its mark');
   });
 
   it("the CLI: sbx volume create, ls and rm, as the key's tenant", async () => {

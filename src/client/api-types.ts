@@ -376,7 +376,7 @@ export type ErrorCode =
   | 'volume_exists'
   /** a volume another session writes (or reads, for a writer), or a delete of one mounted */
   | 'volume_in_use'
-  /** volumes asked of a runtime that cannot mount them here (the message says why) */
+  /** volumes asked of a runtime that cannot mount them here, or a VM-written volume of a container (the message says why) */
   | 'volumes_unavailable'
   /** through a gateway: a create's volumes live on different nodes (a volume stays on the node where it was made); the message names them */
   | 'volumes_on_different_nodes'

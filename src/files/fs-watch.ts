@@ -1,22 +1,36 @@
 import type { FsCalls, FsEntry } from './fs-calls.js';
 import { MAX_LIST_ENTRIES } from './fs-calls.js';
+import type { WatchTrigger } from './fs-watch-trigger.js';
 
 export type FsChange = { type: 'created' | 'modified' | 'removed'; entry: FsEntry };
 
-/** How often a watched directory is read. */
+/** How often a watched directory is read when nothing tells the watch of changes. */
 export const WATCH_INTERVAL_MS = 500;
+/** With the guest's inotify telling it of changes: a read this long after the first one it hears of, and a safety read this often. */
+export const WATCH_EVENT_DELAY_MS = 50;
+export const WATCH_SAFETY_INTERVAL_MS = 5_000;
+
+/** Starts a trigger that calls `onEvent` on every change the guest reports (fs-watch-trigger.ts); undefined: none, poll. */
+export type TriggerSource = (onEvent: () => void, onEnd: () => void) => Promise<WatchTrigger | undefined>;
 
 /**
- * Watches one directory (its own entries) by reading it every WATCH_INTERVAL_MS over SFTP and
- * comparing: the guest images carry no inotify tools, and a listing over SFTP needs nothing in
- * the guest and parses nothing but SFTP's own replies. A change of size, mtime, mode or type
- * is `modified`. A directory with more than MAX_LIST_ENTRIES entries ends the watch with an
- * error rather than be compared in part.
+ * Watches one directory (its own entries) by reading it over SFTP and comparing: a listing
+ * over SFTP parses nothing but SFTP's own replies. When is told by the guest's inotify where
+ * the image has inotifywait (`trigger`): a read WATCH_EVENT_DELAY_MS after the first event of a
+ * burst (events only say "look again": nothing of their text is used), and one every
+ * WATCH_SAFETY_INTERVAL_MS; otherwise every WATCH_INTERVAL_MS. A change of size, mtime, mode
+ * or type is `modified`. A directory with more than MAX_LIST_ENTRIES entries ends the watch
+ * with an error rather than be compared in part.
  */
 export class DirectoryWatch {
   private timer: NodeJS.Timeout | undefined;
   private known: Map<string, FsEntry> | undefined;
   private stopped = false;
+  private trigger: WatchTrigger | undefined;
+  private reading = false;
+  private readAgain = false;
+  /** A read WATCH_EVENT_DELAY_MS after an event is pending: later events do not put it off. */
+  private soon = false;
 
   constructor(
     private readonly fs: FsCalls,
@@ -24,25 +38,62 @@ export class DirectoryWatch {
     private readonly onChange: (change: FsChange) => void,
     private readonly onEnd: (error: Error) => void,
     private readonly intervalMs = WATCH_INTERVAL_MS,
+    private readonly triggerSource?: TriggerSource,
   ) {}
 
-  /** Reads the directory once (so that a missing one fails the request), then polls. */
+  /** Reads the directory once (so that a missing one fails the request), then listens or polls. */
   async start(): Promise<void> {
     this.known = await this.snapshot();
+    this.trigger = await this.triggerSource?.(
+      () => this.heard(),
+      () => {
+        // inotifywait went away (the guest killed it): back to polling.
+        this.trigger = undefined;
+        this.heard();
+      },
+    );
+    if (this.stopped) this.trigger?.stop();
     this.schedule();
+  }
+
+  /** Whether the guest's inotify tells this watch of changes (else it polls). */
+  get listening(): boolean {
+    return this.trigger !== undefined;
   }
 
   stop(): void {
     this.stopped = true;
     clearTimeout(this.timer);
+    this.trigger?.stop();
   }
 
-  private schedule(): void {
+  private schedule(delayMs = this.trigger ? WATCH_SAFETY_INTERVAL_MS : this.intervalMs): void {
     if (this.stopped) return;
-    this.timer = setTimeout(() => void this.poll(), this.intervalMs);
+    clearTimeout(this.timer);
+    this.soon = delayMs === WATCH_EVENT_DELAY_MS;
+    this.timer = setTimeout(() => void this.poll(), delayMs);
+  }
+
+  /** An event: one read soon, however many events come meanwhile. */
+  private heard(): void {
+    if (this.stopped) return;
+    if (this.reading) this.readAgain = true;
+    else if (!this.soon) this.schedule(WATCH_EVENT_DELAY_MS);
   }
 
   private async poll(): Promise<void> {
+    this.soon = false;
+    this.reading = true;
+    this.readAgain = false;
+    try {
+      await this.compare();
+    } finally {
+      this.reading = false;
+    }
+    if (this.readAgain) this.schedule(WATCH_EVENT_DELAY_MS);
+  }
+
+  private async compare(): Promise<void> {
     let now: Map<string, FsEntry>;
     try {
       now = await this.snapshot();

@@ -52,10 +52,6 @@ export interface SandboxSpec {
   volumes?: readonly SandboxVolume[];
 }
 
-/** Why the VM runtimes refuse volumes for now (RuntimeCapabilities.volumes). */
-export const VM_VOLUMES_UNAVAILABLE =
-  "each volume would be a virtio-blk drive, but the guest image's init does not mount extra drives yet (it needs an image rebuild: docs/volumes.md)";
-
 /** A volume to mount in a sandbox: an ext4 image file of the host, seen at `path` in the guest. */
 export interface SandboxVolume {
   name: string;

@@ -4,7 +4,7 @@ import { InvalidRequestError, OrchestratorError, UnavailableError } from '../err
 import type { CapacitySlot } from './capacity.js';
 import type { PooledSandbox, WarmPool } from './pool/warm-pool.js';
 import { Session } from './session.js';
-import { takeVolumes } from './session-volumes.js';
+import { flushGuestVolumes, takeVolumes } from './session-volumes.js';
 import type { SessionVolumes } from '../volumes/volumes.js';
 import { LOCAL_TENANT, type EndReason, type SessionRecord, type SessionState } from './session-record.js';
 import { newRecord, resolveRequest, startClocks, type CreateSessionOptions, type SessionOwner, type SessionRequest } from './session-request.js';
@@ -352,6 +352,7 @@ export class SessionLifecycle {
           .catch((err: unknown) => this.sessionLog(session).warn({ err }, 'could not resume a paused sandbox before destroying it'));
       }
       if (session.record.state !== 'destroying') this.setState(session, 'destroying');
+      await flushGuestVolumes(session, (err) => this.sessionLog(session).warn({ err }, "could not sync the guest's volumes before stopping it"));
       let unmounted = false;
       try {
         await session.cleanup.run();

@@ -50,12 +50,18 @@ export interface PauseOptions {
 export class SessionPauser {
   constructor(private readonly opts: PauseOptions) {}
 
-  /** The mode a request names, checked against what this host does; `auto`: disk where it works, else memory. */
-  modeFor(requested: PauseRequestMode): PauseMode {
+  /**
+   * The mode a request names, checked against what this host does; `auto`: disk where it works,
+   * else memory. Not disk for a session with volumes: QEMU reopens every drive by path when a
+   * migration completes, which a volume's file, outside the VM user's reach, refuses.
+   */
+  modeFor(requested: PauseRequestMode, withVolumes = false): PauseMode {
     const { host } = this.opts;
     const modes = host.pauseModes();
+    if (withVolumes && requested === 'disk')
+      throw new PauseModeUnavailableError('mode "disk" is not available for a session with volumes yet: pause it in memory');
     if (requested === 'auto') {
-      if (modes.includes('disk')) return 'disk';
+      if (modes.includes('disk') && !withVolumes) return 'disk';
       if (modes.includes('memory')) return 'memory';
       throw new PauseModeUnavailableError(`this orchestrator cannot pause sessions: ${host.pauseUnavailable('memory') ?? 'no pause mode'}`);
     }
@@ -71,7 +77,7 @@ export class SessionPauser {
       throw new PauseStateError(`session ${id} is paused already (since ${session.record.paused?.since})`, 'session_already_paused');
     const ready = this.opts.registry.ready(id); // 404 / 409 / 410 for every other state
     if (ready.inFlight > 0) throw new PauseStateError(`session ${id} is running a long action; pause it once that has finished`, 'session_busy');
-    const mode = this.modeFor(requested);
+    const mode = this.modeFor(requested, ready.record.volumes.length > 0);
     return this.transition(ready, 'pausing', () => this.doPause(ready, mode));
   }
 

@@ -2,6 +2,7 @@ import { OrchestratorError } from '../errors.js';
 import type { RuntimeCapabilities, RuntimeName } from '../runtimes/runtime.js';
 import type { SessionVolumes, VolumeMount } from '../volumes/volumes.js';
 import { newSessionId } from './session.js';
+import type { Session } from './session.js';
 import type { SessionOwner } from './session-request.js';
 
 /** Where sessions take their volumes (volumes/volumes.ts). */
@@ -33,4 +34,19 @@ export function takeVolumes(
   }
   const sessionId = owner.sessionId ?? newSessionId();
   return { owner: { ...owner, sessionId, pooledIdAccepted: false }, held: source.take(owner.tenant, sessionId, mounts) };
+}
+
+/** How long a guest is given to write its volumes' data out before its sandbox is stopped. */
+const FLUSH_TIMEOUT_MS = 10_000;
+
+/**
+ * Before a sandbox with writable volumes is stopped: `sync` in the guest, so that what its
+ * kernel still holds in memory reaches the volume's disk (a VM is stopped, not shut down; a
+ * container's writes are the host kernel's already, and cost nothing here). Best effort: a
+ * guest that cannot answer has sandbox-init's syncfs every second behind it.
+ */
+export async function flushGuestVolumes(session: Session, warn: (err: unknown) => void): Promise<void> {
+  const connection = session.connection;
+  if (!session.volumes?.attachments.some((v) => !v.readOnly) || !connection?.isConnected) return;
+  await connection.exec('sync', { timeoutMs: FLUSH_TIMEOUT_MS }).catch(warn);
 }

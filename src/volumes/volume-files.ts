@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
-import { statSync } from 'node:fs';
-import { mkdir, rename, rm } from 'node:fs/promises';
+import { existsSync, statSync } from 'node:fs';
+import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { GUEST_GID, GUEST_UID } from '../guest/contract.js';
 import { run } from '../util/exec.js';
@@ -57,4 +57,22 @@ export function allocatedBytes(file: string): number {
   } catch {
     return 0;
   }
+}
+
+/**
+ * A volume a VM's kernel has written holds whatever that guest made of its blocks: loop-mounted
+ * on the host, a crafted ext4 image would be an attack on the host's kernel. Such a volume is
+ * marked (a file beside it, made before the VM starts) and stays a VM volume: the container
+ * runtime refuses to loop-mount it (docs/volumes.md).
+ */
+export function guestWrittenMark(file: string): string {
+  return `${file}.vm-written`;
+}
+
+export async function markGuestWritten(file: string): Promise<void> {
+  await writeFile(guestWrittenMark(file), 'written by a VM: never loop-mounted on the host\n', { mode: 0o600 });
+}
+
+export function isGuestWritten(file: string): boolean {
+  return existsSync(guestWrittenMark(file));
 }

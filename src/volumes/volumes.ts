@@ -6,7 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { OrchestratorError } from '../errors.js';
 import { run } from '../util/exec.js';
 import type { VolumeSettings } from './settings.js';
-import { allocatedBytes, makeVolumeFile, volumeFile } from './volume-files.js';
+import { allocatedBytes, guestWrittenMark, makeVolumeFile, volumeFile } from './volume-files.js';
 import { VolumeHolds, type HeldVolumes } from './volume-holds.js';
 import { checkVolumeName, checkVolumeQuota, checkVolumeSize, VOLUME_NAME_PATTERN, type VolumeMount } from './volume-names.js';
 import type { VolumeRecord, VolumeStore } from './volume-store.js';
@@ -92,6 +92,7 @@ export class Volumes {
     const unmark = this.holds.mark(tenant, name, 'deleting');
     try {
       await rm(this.file(record), { force: true });
+      await rm(guestWrittenMark(this.file(record)), { force: true });
       this.opts.store.delete(tenant, name);
     } finally {
       unmark();

@@ -64,7 +64,12 @@ export async function freePort(): Promise<number> {
  * `sbx serve` on a given port and state dir with the suite's prefix and subnet, its stderr on
  * the test's: for tests that SIGKILL it and start it again over the same state.
  */
-export async function startServeOn(stateDir: string, port: number, env: Record<string, string> = {}, runtime = 'container'): Promise<ChildProcess> {
+export async function startServeOn(
+  stateDir: string,
+  port: number,
+  env: Record<string, string> = {},
+  runtime = env.SBX_RUNTIME ?? 'container',
+): Promise<ChildProcess> {
   const proc = spawn(process.execPath, [CLI, 'serve', '--host', '127.0.0.1', '--port', String(port), '--state-dir', stateDir, '--runtime', runtime], {
     env: {
       ...process.env,

@@ -30,6 +30,7 @@ const written: GuestSettings = {
   SANDBOX_NET_CONFIGURE: 1,
   SANDBOX_ADDRESS: '10.241.3.6/30',
   SANDBOX_GATEWAY: '10.241.3.5',
+  SANDBOX_TRANSPORT: 'vsock',
 };
 
 /** The lines of sandbox-init from `# Defaults, used when` to the end of read_settings(). */

@@ -114,6 +114,23 @@ describe('unit: pause and resume', () => {
     await r.manager.shutdown();
   });
 
+  it('a session with volumes is not paused to disk: "disk" is a 409 saying why, "auto" pauses it in memory', async () => {
+    const r = await rig();
+    r.runtime.modes = ['memory', 'disk'];
+    const view = await r.manager.create();
+    const session = r.manager.registry.find(view.id);
+    assert.ok(session);
+    session.record.volumes = [{ name: 'work', path: '/data', readOnly: false }];
+    await assert.rejects(
+      () => r.manager.pause(view.id, 'disk'),
+      (err: PauseModeUnavailableError) => err.code === 'pause_mode_unavailable' && /volumes/.test(err.message),
+    );
+    assert.equal(r.manager.get(view.id).state, 'ready');
+    const paused = await r.manager.pause(view.id);
+    assert.equal(paused.paused?.mode, 'memory');
+    await r.manager.shutdown();
+  });
+
   it('autoResume: a request resumes a paused session first; with autoResume off it is 409 session_paused', async () => {
     const r = await rig();
     const on = await r.manager.create();

@@ -110,6 +110,7 @@ describe('names', () => {
       SANDBOX_NET_CONFIGURE: 0 as const,
       SANDBOX_ADDRESS: '10.0.0.2/30',
       SANDBOX_GATEWAY: '10.0.0.1',
+      SANDBOX_TRANSPORT: 'tcp' as const,
     };
     assert.match(renderSettings(settings), /SANDBOX_ADDRESS=10.0.0.2\/30\n/);
     assert.throws(() => renderSettings({ ...settings, SANDBOX_HOSTNAME: 'x$(id)' }), /unsafe/);

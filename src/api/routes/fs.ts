@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { FsCalls, FsConflictError, MAX_LIST_DEPTH, MAX_LIST_ENTRIES } from '../../files/fs-calls.js';
 import { DirectoryWatch, WATCH_INTERVAL_MS, type FsChange } from '../../files/fs-watch.js';
+import { inotifyTrigger } from '../../files/fs-watch-trigger.js';
 import { MAX_PATH_LENGTH, sandboxPath } from '../../files/sandbox-path.js';
 import type { FileSessions } from '../../sessions/ports.js';
 import { sessionIdParams } from '../schemas.js';
@@ -142,7 +143,7 @@ export async function fsRoutes(app: FastifyInstance, opts: FsRoutesOptions): Pro
       schema: {
         summary: "Server-Sent Events: changes to a directory's entries (created, modified, removed)",
         description:
-          `The directory is read every ${WATCH_INTERVAL_MS} ms over SFTP and compared (mtime has whole seconds). Events: \`created\`, \`modified\`, \`removed\` ` +
+          `The guest's inotify (inotifywait) says when to read the directory again over SFTP and compare (mtime has whole seconds); in an image without it, it is read every ${WATCH_INTERVAL_MS} ms. Events: \`created\`, \`modified\`, \`removed\` ` +
           `with the entry as data; \`error\` {message} ends the stream (the directory went away, or has more than ${MAX_LIST_ENTRIES} entries). A watch is one of the tenant's event streams.`,
         tags: ['files'],
         params: sessionIdParams,
@@ -173,6 +174,7 @@ export async function fsRoutes(app: FastifyInstance, opts: FsRoutesOptions): Pro
         release();
         throw err;
       }
+      const connection = manager.connection(request.params.id);
       const watch = new DirectoryWatch(
         fs,
         dir,
@@ -182,6 +184,8 @@ export async function fsRoutes(app: FastifyInstance, opts: FsRoutesOptions): Pro
           clearInterval(heartbeat);
           res.end();
         },
+        WATCH_INTERVAL_MS,
+        (onEvent, onEnd) => inotifyTrigger((command) => connection.spawn(command), dir, onEvent, onEnd),
       );
       try {
         await watch.start();
@@ -191,7 +195,7 @@ export async function fsRoutes(app: FastifyInstance, opts: FsRoutesOptions): Pro
       }
       reply.hijack();
       res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive', 'x-accel-buffering': 'no' });
-      res.write(`event: ready\ndata: ${JSON.stringify({ path: dir })}\n\n`);
+      res.write(`event: ready\ndata: ${JSON.stringify({ path: dir, via: watch.listening ? 'inotify' : 'poll' })}\n\n`);
       heartbeat = setInterval(() => send(': still here\n\n'), HEARTBEAT_MS);
       res.once('close', () => {
         clearInterval(heartbeat);

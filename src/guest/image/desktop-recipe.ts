@@ -24,6 +24,7 @@ const DESKTOP_PACKAGES: readonly string[] = [
   'lxterminal',
   'pcmanfm',
   'mousepad', // saves UTF-8 as typed
+  'vim-tiny', // an editor in a terminal (a PTY process of the API, the xterm)
   'mupdf',
   'gpicview',
   // Writer and Calc, without Recommends (see docs/templates.md for the size they add).
@@ -63,6 +64,8 @@ export const DESKTOP_RECIPE: GuestRecipe = {
   ...MINIMAL_RECIPE,
   aptPackages: DESKTOP_PACKAGES,
   files: [...MINIMAL_RECIPE.files, ...DESKTOP_FILES],
+  // vim-tiny installs vim.tiny (and vi): `vim` too, as people type it.
+  links: [{ path: '/usr/local/bin/vim', target: '/usr/bin/vim.tiny' }],
   // Firefox and LibreOffice need room for profiles and downloads in the VMs' root disk.
   vm: { ...MINIMAL_RECIPE.vm, rootHeadroomMiB: 2048 },
 };

@@ -120,8 +120,11 @@ export const MINIMAL_RECIPE: GuestRecipe = {
     'xterm',
     'xfonts-base', // core X fonts: xterm's default "fixed" font
     'fonts-dejavu-core', // fontconfig fonts: openbox window titles
-    // How the host gets in.
+    // How the host gets in: sshd on port 22, and per connection over vsock behind socat.
     'openssh-server',
+    'socat',
+    // inotifywait: the filesystem API's watch hears changes instead of polling for them.
+    'inotify-tools',
     // What sandbox-init itself uses: ip, setpriv/mountpoint, kill/ps.
     'iproute2',
     'util-linux',
@@ -145,7 +148,8 @@ export const MINIMAL_RECIPE: GuestRecipe = {
     // Debian's kernel for cloud VMs: small (no hardware drivers), virtio as modules.
     kernelPackage: 'linux-image-cloud-amd64',
     busyboxPackage: 'busybox-static',
-    initrdModules: ['virtio_mmio', 'virtio_blk', 'virtio_net'],
+    // vmw_vsock_virtio_transport: /dev/vsock, for sshd over vsock (Firecracker).
+    initrdModules: ['virtio_mmio', 'virtio_blk', 'virtio_net', 'vmw_vsock_virtio_transport'],
     rootHeadroomMiB: 1024,
   },
 };

@@ -6,13 +6,13 @@
  *
  * Its X server is not ours: the SDK's Sandbox.create starts `Xvfb :0 ...` and `startxfce4`
  * itself, as the desktop user. So the template names the display (:0) and says so
- * (`display.server: 'session'`); its init (files/xfce/sandbox-init) starts no X server, the
- * session is ready once SSH is, and capture, input and the live view attach to :0 once it
+ * (`display.server: 'session'`); the shared init, seeing SESSION_DISPLAY_MARK, starts no X
+ * server, the session is ready once SSH is, and capture, input and the live view attach to :0 once it
  * answers (until then an action is a 409 display_not_ready). The E2B surface maps E2B's
  * template name `desktop` to this one (docs/e2b.md).
  */
 import { DESKTOP_RECIPE } from './desktop-recipe.js';
-import { GUEST_INIT, SESSION_VNC_LINK } from '../contract.js';
+import { SESSION_DISPLAY_MARK, SESSION_VNC_LINK } from '../contract.js';
 import { MINIMAL_RECIPE, type GuestRecipe, type RecipeFile } from './recipe.js';
 
 /** The display the SDK starts (E2B Desktop's `display` option defaults to ":0"). */
@@ -38,9 +38,9 @@ const XFCE_PACKAGES: readonly string[] = [
 ];
 
 const XFCE_FILES: readonly RecipeFile[] = [
-  // Replaces minimal's init (same target): this template's display is the session's own.
-  ...MINIMAL_RECIPE.files.filter((file) => file.target !== GUEST_INIT),
-  { source: 'xfce/sandbox-init', target: GUEST_INIT, mode: 0o755 },
+  ...MINIMAL_RECIPE.files,
+  // The shared init starts no display where this mark is: this template's display is the session's own.
+  { source: 'xfce/session-display', target: SESSION_DISPLAY_MARK, mode: 0o644 },
   { source: 'xfce/novnc_proxy', target: '/opt/noVNC/utils/novnc_proxy', mode: 0o755 },
   ...DESKTOP_RECIPE.files.filter((file) => file.source === 'desktop/mousepad.gschema.override'),
 ];

@@ -1,6 +1,8 @@
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
+import { OrchestratorError } from '../../errors.js';
 import { unmountAll } from '../../host/mounts.js';
+import { isGuestWritten } from '../../volumes/volume-files.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
 import type { RecordResource, SandboxVolume } from '../runtime.js';
@@ -39,6 +41,12 @@ export async function mountVolumes(
 ): Promise<VolumeView[]> {
   const views: VolumeView[] = [];
   for (const volume of volumes) {
+    if (isGuestWritten(volume.file)) {
+      throw new OrchestratorError(
+        'volumes_unavailable',
+        `volumes: ${volume.name} was written by a VM's kernel and is never loop-mounted on the host: mount it in a VM session (docs/volumes.md)`,
+      );
+    }
     const { raw, view } = volumeMountPoints(sessionDir, volume.name);
     record('mount', raw);
     record('mount', view);

@@ -1,6 +1,6 @@
 import { readdir, rm } from 'node:fs/promises';
 import path from 'node:path';
-import { buildConfigDrive } from '../../guest/config-drive.js';
+import { buildConfigDrive, volumeDiskName } from '../../guest/config-drive.js';
 import { GUEST_SSH_PORT } from '../../guest/contract.js';
 import type { GuestImage } from '../../guest/image/builder.js';
 import type { ResourceNames } from '../../network/names.js';
@@ -12,7 +12,6 @@ import { DEFAULT_CONSOLE_LOG_LIMITS, type ConsoleLogLimits } from '../console-lo
 import { openConsole } from '../console-pipe.js';
 import {
   RuntimeUnavailableError,
-  VM_VOLUMES_UNAVAILABLE,
   type AdoptedSandbox,
   type RecordResource,
   type RunningSandbox,
@@ -45,6 +44,7 @@ import { buildSnapshotBase } from './snapshot/base-build.js';
 import { loadSnapshotBase, snapshotBaseDir, type SnapshotBase } from './snapshot/base-store.js';
 import { describeVmmExit, findFirecrackerProcesses, stopVmm } from './vmm/vmm-process.js';
 import { VmUserPool, vmUserRange } from '../vm/vm-user-pool.js';
+import { prepareVmVolumes, returnVolumes } from '../vm/vm-volumes.js';
 
 /** The VMM's own threads (API, VMM, vCPUs, block and net I/O): the jail's pids limit. */
 const VMM_PIDS_MAX = 64;
@@ -100,7 +100,8 @@ export class FirecrackerRuntime implements Runtime {
       // With snapshots, a clone answers the host from its snapshot base's address during rotation.
       hostOnlySources: settings.snapshots ? [snapshotBaseAddress(names.prefix).guest] : [],
       sharesHostKernel: false,
-      volumes: VM_VOLUMES_UNAVAILABLE,
+      // A drive per volume (boot-steps.ts), found by its order and mounted by sandbox-init.
+      volumes: true,
     };
   }
 
@@ -139,8 +140,9 @@ export class FirecrackerRuntime implements Runtime {
     return (await this.boot(spec, cleanup, this.snapshotBaseFor(spec))).sandbox;
   }
 
-  /** The snapshot base a session of this screen can be restored from, if one is ready. */
+  /** The snapshot base a session of this screen can be restored from, if one is ready (a restored VM cannot gain drives: one with volumes boots cold). */
   private snapshotBaseFor(spec: SandboxSpec): SnapshotBase | undefined {
+    if ((spec.volumes?.length ?? 0) > 0) return undefined;
     const screen = spec.screen ?? this.settings.snapshotBaseScreen;
     return this.snapshotBases.get(`${spec.image.hash}/${screen.width}x${screen.height}`);
   }
@@ -163,6 +165,7 @@ export class FirecrackerRuntime implements Runtime {
     const consoleLogPath = consolePipe.logPath;
 
     await cleanup.push(`config drive ${configDrive}`, () => rm(configDrive, { force: true }));
+    await prepareVmVolumes(spec.configDir, spec.volumes ?? [], (i) => ({ disk: volumeDiskName(i) }));
     await buildConfigDrive(spec.configDir, configDrive);
     const { kernel, initrd } = await this.bootFiles(spec.image);
 
@@ -289,10 +292,13 @@ export class FirecrackerRuntime implements Runtime {
       rootfsSource: snapshotBase ? snapshotBase.rootfs : spec.image.ext4,
       configDrive: files.configDrive,
       restoreFrom: snapshotBase?.files,
+      volumes: spec.volumes,
     });
     // Leased by the session layer before the network (it owns the TAP); else here.
     const user = spec.vmUser ?? (await this.users.lease(cleanup, spec.record));
     spec.record?.('jail', layout.jailDir);
+    // The volumes are the jail's while it runs (hard links share their owner): root's again after.
+    if ((spec.volumes?.length ?? 0) > 0) await cleanup.push('volume owners', () => returnVolumes(spec.volumes ?? []));
     await cleanup.push(`jail ${layout.jailDir}`, () => removeChroot(layout));
     await applyChrootLayout(layout, user);
     const parentCgroup = this.parentCgroup;

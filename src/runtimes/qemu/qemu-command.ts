@@ -41,6 +41,11 @@ export interface QemuVmConfig {
   runAs?: string;
 }
 
+/** The serial of the i-th volume's disk, by which sandbox-init finds it (/sys/block/vd* /serial). */
+export function qemuVolumeSerial(index: number): string {
+  return `sbx-vol-${index}`;
+}
+
 /** The TCG translation cache, MiB (QEMU's default is 1024). */
 export const TCG_TB_SIZE_MIB = 256;
 
@@ -78,7 +83,7 @@ export function qemuArgv(vm: QemuVmConfig): string[] {
     // at the device when asked. The serial names it for the guest (the order of the list).
     ...(vm.volumes ?? []).flatMap((v, i) => [
       ...['-drive', `id=vol${i},if=none,format=raw,file=${optionValue(v.file)},read-only=${v.readOnly ? 'on' : 'off'}`],
-      ...['-device', `virtio-blk-device,drive=vol${i},serial=sbx-vol-${i}`],
+      ...['-device', `virtio-blk-device,drive=vol${i},serial=${qemuVolumeSerial(i)}`],
     ]),
     ...['-netdev', `tap,id=net0,ifname=${vm.tap},script=no,downscript=no`],
     ...['-device', `virtio-net-device,netdev=net0,mac=${vm.mac}`],

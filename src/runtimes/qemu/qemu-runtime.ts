@@ -31,13 +31,14 @@ import { qmp, qmpSocketOf, qmpStatus } from './qmp.js';
 import { processStartTime } from '../../host/process-watch.js';
 import { hostTscKhz, probeKvm } from './accelerator.js';
 import { createOverlay } from './overlay-disk.js';
-import { macAddressFor, qemuArgv, TCG_TB_SIZE_MIB } from './qemu-command.js';
+import { macAddressFor, qemuArgv, qemuVolumeSerial, TCG_TB_SIZE_MIB } from './qemu-command.js';
 import { adoptVmm, imageDiskMiB, initrdFor, killOrphanVmms, vmExited, vmStartError } from '../vm/vm-common.js';
 import { vsockFallbackReason } from './vsock-fallback.js';
 import { spawnInNetns, type VmExit } from '../vm/vm-process.js';
 import { findQemuProcesses, waitForPidFile } from './qemu-process.js';
 import type { TapOwner } from '../../network/netns.js';
-import { VM_VOLUMES_UNAVAILABLE, type RecordResource } from '../runtime.js';
+import type { RecordResource } from '../runtime.js';
+import { prepareVmVolumes } from '../vm/vm-volumes.js';
 import { hostCgroupVersion, removeVmCgroups, type CgroupVersion } from '../vm/cgroups.js';
 import { VmCgroup } from '../vm/vm-cgroup.js';
 import { VmUserPool, vmUserRange } from '../vm/vm-user-pool.js';
@@ -100,8 +101,8 @@ export class QemuRuntime implements Runtime {
       bootTimeoutMs: settings.bootTimeoutMs ?? DEFAULT_BOOT_TIMEOUT_MS[accelerator],
       hostOnlySources: [],
       sharesHostKernel: false,
-      // The host side is here (qemu-command.ts: a drive per volume); the guest's side is not.
-      volumes: VM_VOLUMES_UNAVAILABLE,
+      // A virtio-blk drive per volume (qemu-command.ts), found by its serial and mounted by sandbox-init.
+      volumes: true,
     };
     this.users = new VmUserPool(vmUserRange(settings.vmUsers ?? {}, names.prefix));
     this.disk = new QemuDiskPause({
@@ -205,6 +206,7 @@ export class QemuRuntime implements Runtime {
     await cleanup.push(`root disk ${rootDisk}`, () => rm(rootDisk, { force: true }));
     await createOverlay(this.settings.imgBinary, spec.image.ext4, rootDisk);
     await cleanup.push(`config drive ${configDrive}`, () => rm(configDrive, { force: true }));
+    await prepareVmVolumes(spec.configDir, spec.volumes ?? [], (i) => ({ serial: qemuVolumeSerial(i) }));
     await buildConfigDrive(spec.configDir, configDrive);
     // The VM's own disks are its user's alone (QEMU opens them as root, but a VMM that
     // reopens one, or anything else running under that uid, finds only its own).

@@ -4,8 +4,15 @@ import { assertBootArgsFit, DEFAULT_BOOT_ARGS } from './kernel-args.js';
 import type { VmStep } from './steps.js';
 import { CONFIG_DRIVE_ID, GUEST_IFACE_ID, ROOT_DRIVE_ID, type FirecrackerVmSpec } from './vm-spec.js';
 
-/** Two drives, one NIC, one vsock: the virtio devices Firecracker announces on the command line. */
+/** Two drives, one NIC, one vsock: the virtio devices Firecracker announces on the command line (and a drive per volume). */
 const VIRTIO_DEVICES = 4;
+/** Volumes are vdc to vdz in the guest (sandbox-init finds them by that order). */
+const MAX_VOLUME_DRIVES = 24;
+
+/** The drive id of the i-th volume. */
+export function volumeDriveId(index: number): string {
+  return `vol${index}`;
+}
 
 /**
  * The cold-boot sequence, in the order Firecracker's docs give: (logger), machine-config,
@@ -20,8 +27,10 @@ export function bootSteps(spec: FirecrackerVmSpec): VmStep[] {
   if (!Number.isInteger(spec.memoryMiB) || spec.memoryMiB < 1) {
     throw new Error(`memory must be a positive whole number of MiB, got ${spec.memoryMiB}`);
   }
+  const volumes = spec.volumePaths ?? [];
+  if (volumes.length > MAX_VOLUME_DRIVES) throw new Error(`at most ${MAX_VOLUME_DRIVES} volume drives, got ${volumes.length}`);
   const bootArgs = spec.bootArgs ?? DEFAULT_BOOT_ARGS;
-  assertBootArgsFit(bootArgs, VIRTIO_DEVICES);
+  assertBootArgsFit(bootArgs, VIRTIO_DEVICES + volumes.length);
   const guestMac = macFromIPv4(spec.guestAddress);
   const guestCid = guestCidForLease(spec.leaseIndex);
   assertUnixSocketPath(spec.vsockUdsPath, 'the vsock socket');
@@ -58,6 +67,11 @@ export function bootSteps(spec: FirecrackerVmSpec): VmStep[] {
       name: 'config-drive',
       run: (c) => c.putDrive(CONFIG_DRIVE_ID, { path_on_host: spec.configDrivePath, is_root_device: false, is_read_only: true }),
     },
+    // After the config drive, in order: the guest takes the i-th volume for the disk after vdb + i.
+    ...volumes.map((volume, i): VmStep => ({
+      name: `volume-drive-${i}`,
+      run: (c) => c.putDrive(volumeDriveId(i), { path_on_host: volume.path, is_root_device: false, is_read_only: volume.readOnly }),
+    })),
     {
       name: 'network-interface',
       run: (c) => c.putNetworkInterface(GUEST_IFACE_ID, { host_dev_name: spec.tapName, guest_mac: guestMac }),

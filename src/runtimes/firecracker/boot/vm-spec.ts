@@ -24,6 +24,8 @@ export interface FirecrackerVmSpec {
   rootfsPath: string;
   /** The session's config drive (ext4 from the config dir), read-only: /dev/vdb in the guest. */
   configDrivePath: string;
+  /** The session's volumes (docs/volumes.md), a drive each after the config drive: /dev/vdc, vdd, ... in the guest. */
+  volumePaths?: ReadonlyArray<{ path: string; readOnly: boolean }>;
   /** The TAP device, in the network namespace the Firecracker process runs in. */
   tapName: string;
   /** The guest's IPv4 address; the MAC is derived from it. */

@@ -25,9 +25,12 @@ export async function applyChrootLayout(layout: ChrootLayout, owner: JailOwner):
     await chown(dir, owner.uid, owner.gid);
   }
   for (const file of layout.files) {
-    if (file.method === 'link') {
+    if (file.method === 'link' || file.method === 'share') {
       await link(file.source, file.target).catch(async (err: NodeJS.ErrnoException) => {
         if (err.code !== 'EXDEV') throw err;
+        if (file.method === 'share') {
+          throw new Error(`volume ${file.source} is on another filesystem than the jails (SBX_FC_CHROOT_DIR): it can only be hard-linked, never copied`);
+        }
         await copyFile(file.source, file.target);
       });
     } else {

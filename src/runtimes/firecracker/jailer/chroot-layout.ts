@@ -12,8 +12,10 @@ import { JAILED_API_SOCKET } from './jailer-args.js';
  * - `copy`: the session's own writable rootfs, made straight inside the chroot (a reflink
  *   where the filesystem can, `cp --reflink=auto`), and owned by the jail's uid:gid, since
  *   Firecracker needs read and write access to it.
+ * - `share`: a session's volume, hard-linked and never copied (a copy would lose its writes):
+ *   on another filesystem than the chroot base, the start fails saying so.
  */
-export type PlacementMethod = 'link' | 'copy';
+export type PlacementMethod = 'link' | 'copy' | 'share';
 
 export interface ChrootFile {
   /** Where the file is on the host now. */
@@ -42,6 +44,8 @@ export interface ChrootInputs {
   configDrive: string;
   /** The snapshot base's files (host paths), when this VM is restored from it. */
   restoreFrom?: SnapshotFiles;
+  /** The session's volumes' files (host paths), in the order of its list. */
+  volumes?: ReadonlyArray<{ file: string; readOnly: boolean }>;
 }
 
 export interface ChrootLayout {
@@ -69,6 +73,7 @@ export interface ChrootLayout {
     rootfsPath: string;
     configDrivePath: string;
     vsockUdsPath: string;
+    volumePaths: Array<{ path: string; readOnly: boolean }>;
   };
 }
 
@@ -85,6 +90,7 @@ const IN_JAIL = {
   vsock: '/run/vsock.sock',
   snapshotState: '/snapshot/vmstate',
   snapshotMemory: '/snapshot/memory',
+  volumes: '/volumes',
 } as const;
 
 /**
@@ -111,6 +117,11 @@ export function chrootLayout(inputs: ChrootInputs): ChrootLayout {
     { source: inputs.rootfsSource, target: hostPath(IN_JAIL.rootfs), method: 'copy', writable: true, ownedByJail: true },
     { source: inputs.configDrive, target: hostPath(IN_JAIL.configDrive), method: 'link', writable: false, ownedByJail: true },
   ];
+  // Owned by the jail while the VM runs (Firecracker opens them as its uid); the runtime gives them back to root after.
+  const volumePaths = (inputs.volumes ?? []).map((v, i) => ({ path: `${IN_JAIL.volumes}/vol${i}.ext4`, readOnly: v.readOnly }));
+  (inputs.volumes ?? []).forEach((v, i) =>
+    files.push({ source: v.file, target: hostPath(volumePaths[i]?.path as string), method: 'share', writable: !v.readOnly, ownedByJail: true }),
+  );
   const snapshot = {
     hostPaths: { snapshotPath: hostPath(IN_JAIL.snapshotState), memFilePath: hostPath(IN_JAIL.snapshotMemory) },
     jailPaths: { snapshotPath: IN_JAIL.snapshotState, memFilePath: IN_JAIL.snapshotMemory },
@@ -127,7 +138,7 @@ export function chrootLayout(inputs: ChrootInputs): ChrootLayout {
     jailDir,
     rootDir,
     // /run for the API and vsock sockets, /snapshot for a snapshot base's files.
-    directories: [hostPath('/run'), hostPath('/snapshot')],
+    directories: [hostPath('/run'), hostPath('/snapshot'), ...(volumePaths.length > 0 ? [hostPath(IN_JAIL.volumes)] : [])],
     files,
     apiSocket,
     vsockSocket,
@@ -138,6 +149,7 @@ export function chrootLayout(inputs: ChrootInputs): ChrootLayout {
       rootfsPath: IN_JAIL.rootfs,
       configDrivePath: IN_JAIL.configDrive,
       vsockUdsPath: IN_JAIL.vsock,
+      volumePaths,
     },
   };
 }

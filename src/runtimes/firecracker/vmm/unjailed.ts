@@ -12,7 +12,14 @@ import type { ChrootLayout } from '../jailer/chroot-layout.js';
 export interface LaunchedVmm {
   vmm: VmProcess;
   apiSocket: string;
-  paths: { kernelImagePath: string; initrdPath?: string; rootfsPath: string; configDrivePath: string; vsockUdsPath: string };
+  paths: {
+    kernelImagePath: string;
+    initrdPath?: string;
+    rootfsPath: string;
+    configDrivePath: string;
+    vsockUdsPath: string;
+    volumePaths: Array<{ path: string; readOnly: boolean }>;
+  };
   /** Jailed VMs only. */
   layout?: ChrootLayout;
 }
@@ -46,6 +53,8 @@ export async function launchUnjailed(firecrackerBin: string, spec: SandboxSpec, 
       rootfsPath: rootfs,
       configDrivePath: files.configDrive,
       vsockUdsPath: vsock,
+      // Unjailed, Firecracker runs as root and opens the volumes where they are.
+      volumePaths: (spec.volumes ?? []).map((v) => ({ path: v.file, readOnly: v.readOnly })),
     },
   };
 }
