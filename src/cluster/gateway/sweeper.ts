@@ -29,7 +29,9 @@ export function startSweeper(
   /** Since when every sweep has reached the database (undefined: the last one did not). */
   let reachableSince: number | undefined;
   const sweep = async (): Promise<string[]> => {
-    if (running) return running; // a slow store: never two sweeps at once
+    // Never two sweeps at once; one asked for while another runs comes after it (the running
+    // one looked at the heartbeats before the call: its answer may be older than the caller's view).
+    while (running) await running;
     running = (async () => {
       try {
         if (!(await state.call('ping', (store) => store.ping()))) throw new Error('the cluster database does not answer');
@@ -62,7 +64,8 @@ export function startSweeper(
     })();
     return running;
   };
-  const timer = setInterval(() => void sweep(), opts.intervalMs);
+  // A tick that finds a sweep running skips: a slow store gets no queue of sweeps.
+  const timer = setInterval(() => void (running ? undefined : sweep()), opts.intervalMs);
   timer.unref();
   return { sweep, stop: () => clearInterval(timer) };
 }
