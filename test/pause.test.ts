@@ -6,11 +6,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
-import sharp from 'sharp';
 import WebSocket from 'ws';
 import { openKeyStore } from '../src/api/auth/key-store-file.js';
 import { ResourceNames } from '../src/network/names.js';
 import { freePort, startServeOn } from './helpers/serve.js';
+import { differingOutside, serveApi, type Json, type RawImage } from './helpers/serve-api.js';
 import { removeEmptyPrefixCgroups, TEST_PREFIX } from './helpers/orchestrator.js';
 
 /**
@@ -32,27 +32,10 @@ let child: ChildProcess | undefined;
 let keyA: string;
 let keyB: string;
 
-type Json = Record<string, unknown>;
-
-async function api(method: string, url: string, body?: unknown, key = keyA): Promise<{ status: number; json: Json; bytes: Buffer }> {
-  const headers: Record<string, string> = { authorization: `Bearer ${key}` };
-  if (body !== undefined) headers['content-type'] = 'application/json';
-  const res = await fetch(`http://127.0.0.1:${port}${url}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-  const bytes = Buffer.from(await res.arrayBuffer());
-  let json: Json = {};
-  try {
-    json = JSON.parse(bytes.toString('utf8')) as Json;
-  } catch {
-    // an image
-  }
-  return { status: res.status, json, bytes };
-}
-
-async function bash(id: string, command: string): Promise<string> {
-  const res = await api('POST', `/v1/sessions/${id}/tools/bash`, { command });
-  assert.equal(res.status, 200, JSON.stringify(res.json));
-  return (res.json.content as Array<{ text?: string }>).map((c) => c.text ?? '').join('');
-}
+const { api, bash, screenshot } = serveApi(
+  () => port,
+  () => keyA,
+);
 
 /** "<pid> <count>" as the guest's counter last wrote it, read from the host through the container's root. */
 async function counter(id: string): Promise<{ pid: number; count: number }> {
@@ -73,26 +56,9 @@ async function cpuNs(id: string): Promise<number> {
   return Number((await readFile(path.join('/sys/fs/cgroup/cpuacct', NAMES.cgroup(id), 'cpuacct.usage'), 'utf8')).trim());
 }
 
-async function screenshot(id: string): Promise<{ data: Buffer; width: number; height: number }> {
-  const res = await api('GET', `/v1/sessions/${id}/screenshot`);
-  assert.equal(res.status, 200);
-  const { data, info } = await sharp(res.bytes).raw().toBuffer({ resolveWithObject: true });
-  return { data, width: info.width, height: info.height };
-}
-
 /** Pixels that differ outside the counter's box (its own window changes as it counts). */
-function differingOutsideCounter(a: { data: Buffer; width: number; height: number }, b: { data: Buffer; width: number; height: number }): number {
-  assert.equal(a.width, b.width);
-  const channels = a.data.length / (a.width * a.height);
-  let differing = 0;
-  for (let y = 0; y < a.height; y++) {
-    for (let x = 0; x < a.width; x++) {
-      if (x < COUNTER_BOX.width && y < COUNTER_BOX.height) continue;
-      const at = (y * a.width + x) * channels;
-      if (a.data.compare(b.data, at, at + channels, at, at + channels) !== 0) differing++;
-    }
-  }
-  return differing;
+function differingOutsideCounter(a: RawImage, b: RawImage): number {
+  return differingOutside(a, b, COUNTER_BOX);
 }
 
 describe('memory pause of a container desktop, across an orchestrator SIGKILL', () => {

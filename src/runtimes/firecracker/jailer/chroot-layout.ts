@@ -67,14 +67,17 @@ export interface ChrootLayout {
    */
   snapshot: { hostPaths: SnapshotFiles; jailPaths: SnapshotFiles };
   /** The paths to give the Firecracker API: all inside the jail. */
-  vmPaths: {
-    kernelImagePath: string;
-    initrdPath?: string;
-    rootfsPath: string;
-    configDrivePath: string;
-    vsockUdsPath: string;
-    volumePaths: Array<{ path: string; readOnly: boolean }>;
-  };
+  vmPaths: VmPaths;
+}
+
+/** The files a VM boots from and its vsock socket, as the Firecracker API is given them. */
+export interface VmPaths {
+  kernelImagePath: string;
+  initrdPath?: string;
+  rootfsPath: string;
+  configDrivePath: string;
+  vsockUdsPath: string;
+  volumePaths: Array<{ path: string; readOnly: boolean }>;
 }
 
 /**

@@ -6,20 +6,13 @@ import { run } from '../../../util/exec.js';
 import type { ConsolePipe } from '../../console-pipe.js';
 import type { SandboxSpec } from '../../runtime.js';
 import { spawnInNetns, type VmProcess } from '../../vm/vm-process.js';
-import type { ChrootLayout } from '../jailer/chroot-layout.js';
+import type { ChrootLayout, VmPaths } from '../jailer/chroot-layout.js';
 
 /** The guest paths Firecracker is given, and how to reach its API. */
 export interface LaunchedVmm {
   vmm: VmProcess;
   apiSocket: string;
-  paths: {
-    kernelImagePath: string;
-    initrdPath?: string;
-    rootfsPath: string;
-    configDrivePath: string;
-    vsockUdsPath: string;
-    volumePaths: Array<{ path: string; readOnly: boolean }>;
-  };
+  paths: VmPaths;
   /** Jailed VMs only. */
   layout?: ChrootLayout;
 }
