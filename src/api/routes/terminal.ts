@@ -67,6 +67,8 @@ export async function terminalRoutes(app: FastifyInstance, opts: TerminalRouteOp
     async (socket, request) => {
       const table = found.get(request.raw);
       found.delete(request.raw);
+      // Listened to from the start: a client's broken frame while the shell starts must not throw.
+      socket.on('error', () => undefined);
       if (!table) return socket.close(1011, 'no session');
       let shell: GuestProcess;
       try {
