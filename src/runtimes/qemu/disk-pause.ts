@@ -91,7 +91,10 @@ export class QemuDiskPause {
     const qmpSocket = qmpSocketOf(sessionDir);
     const wasRunning = (await qmpStatus(qmpSocket)) === 'running';
     const dir = path.join(this.deps.socketRoot, sessionId);
-    const listener = await listenFor(dir, owner);
+    const listener = await listenFor(dir, owner).catch(async (err: unknown) => {
+      await rm(dir, { recursive: true, force: true });
+      throw err;
+    });
     let bytes: number;
     try {
       await qmp(qmpSocket, [
@@ -99,7 +102,12 @@ export class QemuDiskPause {
         { execute: 'migrate', arguments: { uri: `unix:${listener.socketPath}` } },
       ]);
       const saved = listener.saved(sessionDir, maxStateBytes(recipe.argv));
-      const [file, migration] = await Promise.allSettled([saved, migrationEnd(qmpSocket, MIGRATION_TIMEOUT_MS, CONVERGE_MS)]);
+      // A migration that ends without QEMU ever connecting closes the socket: the save then fails instead of waiting for good.
+      const ended = migrationEnd(qmpSocket, MIGRATION_TIMEOUT_MS, CONVERGE_MS).catch((err: unknown) => {
+        listener.close();
+        throw err;
+      });
+      const [file, migration] = await Promise.allSettled([saved, ended]);
       // The writer's error first: a disk that filled up is why QEMU's socket was closed.
       if (file.status === 'rejected') throw file.reason;
       if (migration.status === 'rejected') throw migration.reason;
@@ -128,7 +136,11 @@ export class QemuDiskPause {
     this.deps.live.get(sessionId)?.vm.markStopping();
     await qmp(qmpSocket, [{ execute: 'quit' }]).catch(() => undefined);
     if (!(await waitForExit(pid, startTime, 10_000))) {
-      process.kill(pid, 'SIGKILL');
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // gone meanwhile
+      }
       await waitForExit(pid, startTime, 5_000);
     }
     return { bytes };
@@ -239,19 +251,23 @@ export async function listenFor(dir: string, owner: { uid: number; gid: number }
   await chown(socketPath, owner.uid, owner.gid);
   await chmod(socketPath, 0o600);
   let connection: net.Socket | undefined;
-  const connected = new Promise<net.Socket>((resolve) =>
+  let closed: (err: Error) => void = () => undefined;
+  const connected = new Promise<net.Socket>((resolve, reject) => {
+    closed = reject;
     server.once('connection', (socket) => {
       connection = socket;
       socket.on('error', () => undefined);
       server.close();
       resolve(socket);
-    }),
-  );
+    });
+  });
+  connected.catch(() => undefined); // nobody may be waiting when it is closed
   return {
     socketPath,
     /** The state, once QEMU has connected and sent it all (QEMU's own failure settles migrationEnd). */
     saved: async (sessionDir: string, maxBytes: number) => saveState(await connected, sessionDir, maxBytes),
     close(): void {
+      closed(new Error('the migration socket was closed before QEMU connected'));
       connection?.destroy();
       server.close();
     },
