@@ -144,8 +144,13 @@ export async function serveConnect(handlers: Map<string, UniversalHandler>, path
   if (handler.method.methodKind === 'unary') return reply.send(Buffer.from(first.value));
   const rest = chunks;
   const messages = (async function* () {
-    yield first.value;
-    for (let next = await rest.next(); next.done !== true; next = await rest.next()) yield next.value;
+    try {
+      yield first.value;
+      for (let next = await rest.next(); next.done !== true; next = await rest.next()) yield next.value;
+    } finally {
+      // A client gone ends this generator early: the handler's own must end too (its finally releases readers, watches, timers).
+      await rest.return?.();
+    }
   })();
   return reply.send(Readable.from(messages, { objectMode: true, highWaterMark: 1 }));
 }

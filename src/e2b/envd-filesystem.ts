@@ -137,6 +137,7 @@ export const filesystemService: ServiceImpl<typeof Filesystem> = {
     );
     const onAbort = () => queue.end(abortReason(ctx));
     ctx.signal.addEventListener('abort', onAbort);
+    if (ctx.signal.aborted) onAbort(); // gone during the awaits before
     const every = Number(ctx.requestHeader.get('keepalive-ping-interval'));
     const ping =
       Number.isFinite(every) && every >= 1
@@ -173,6 +174,11 @@ export const filesystemService: ServiceImpl<typeof Filesystem> = {
       ),
     };
     await kept.watch.start();
+    // Again after the awaits: watchers made at the same time all passed the first check.
+    if (watchers.watchers.size >= MAX_WATCHERS) {
+      kept.watch.stop();
+      throw new OrchestratorError('session_process_limit', `the sandbox has ${MAX_WATCHERS} watchers, its limit; remove one`);
+    }
     watchers.watchers.set(id, kept);
     return { watcherId: id };
   },

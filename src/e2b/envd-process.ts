@@ -101,6 +101,7 @@ export async function* follow(ctx: HandlerContext, call: EnvdCall, process: Gues
   const stopKeepalive = keepalive(ctx, queue, { event: { case: 'keepalive', value: {} } });
   const onAbort = () => queue.end(abortReason(ctx));
   ctx.signal.addEventListener('abort', onAbort);
+  if (ctx.signal.aborted) onAbort(); // gone during the awaits before
   try {
     yield { event: { event: { case: 'start', value: { pid: process.pid } } } };
     for await (const event of queue) yield { event };

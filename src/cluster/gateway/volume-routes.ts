@@ -83,7 +83,10 @@ async function createVolume(request: FastifyRequest<{ Body: { name: string; size
   const choose = async (exclude: ReadonlySet<string>): Promise<Choice<NodeRecord>> => {
     const outcome = await state.call('reserveVolume', (store) => store.reserveVolume({ tenant, name, sizeMiB, runtime, quota }, [...exclude]));
     if (outcome.reserved) {
-      const node = await state.node(outcome.node);
+      const node = await state.node(outcome.node).catch(async (err: unknown) => {
+        await drop();
+        throw err;
+      });
       if (node) return { ok: true, node };
       await drop();
       return { ok: false, reason: `node ${outcome.node} left the registry` };
@@ -98,24 +101,32 @@ async function createVolume(request: FastifyRequest<{ Body: { name: string; size
   const attempt = async (node: NodeRecord): Promise<NodeAnswer> => {
     const headers = jsonHeaders(request, secret, body);
     let answer: NodeAnswer;
+    // The volume may exist on the node: asked to delete it (best effort), so no file is left without a row.
+    const undo = () => {
+      const { 'content-length': _length, 'content-type': _type, ...rest } = headers;
+      client
+        .request({ method: 'DELETE', url: nodeUrl(node.url, `/v1/volumes/${name}`), headers: rest, node: node.name })
+        .catch((cause: unknown) => logger.warn({ err: cause, volume: name, node: node.name }, 'could not delete a volume whose create broke off'));
+    };
     try {
       answer = await client.request({ method: 'POST', url: nodeUrl(node.url, '/v1/volumes'), headers, body, node: node.name });
     } catch (err) {
       await drop();
-      // The request may have been made: ask the node to delete it (best effort), so no file is left without a row.
-      if (err instanceof NodeFailedError) {
-        const { 'content-length': _length, 'content-type': _type, ...rest } = headers;
-        client
-          .request({ method: 'DELETE', url: nodeUrl(node.url, `/v1/volumes/${name}`), headers: rest, node: node.name })
-          .catch((cause: unknown) => logger.warn({ err: cause, volume: name, node: node.name }, 'could not delete a volume whose create broke off'));
-      }
+      if (err instanceof NodeFailedError) undo();
       throw err;
     }
     if (answer.status !== 201) {
       await drop();
       throw new NodeRefusal(node.name, answer);
     }
-    await state.call('confirmVolume', (store) => store.confirmVolume(tenant, name));
+    try {
+      await state.call('confirmVolume', (store) => store.confirmVolume(tenant, name));
+    } catch (err) {
+      // Made on the node but not recorded: undone on both sides rather than a row left 'creating' for good.
+      await drop();
+      undo();
+      throw err;
+    }
     return answer;
   };
   try {
