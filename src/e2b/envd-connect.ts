@@ -17,6 +17,7 @@ import type { FsCalls } from '../files/fs-calls.js';
 import type { ProcessTable } from '../processes/process-table.js';
 import type { WatcherTable } from './envd-filesystem.js';
 import { e2bFailure, E2bUnsupportedError, type ConnectCode } from './errors.js';
+import type { EventQueue } from './event-queue.js';
 
 /**
  * envd's Connect services served by @connectrpc/connect from the code generated from E2B's
@@ -173,4 +174,21 @@ export function connectRefusal(reply: FastifyReply, streaming: boolean, contentT
   const type = contentType?.startsWith(contentTypeStreamProto) ? contentTypeStreamProto : 'application/connect+json';
   const body = encodeEnvelope(endStreamFlag, endStream.serialize({ metadata: new Headers(), error }));
   return reply.status(200).header('content-type', type).send(Buffer.from(body));
+}
+
+/**
+ * Keepalive messages at the interval the SDK asks (Keepalive-Ping-Interval, seconds), so
+ * proxies keep an idle stream open: only while nothing else waits to be sent, so a client that
+ * stopped reading does not pile them up uncounted.
+ */
+export function keepalive<T>(ctx: HandlerContext, queue: EventQueue<T>, message: T): () => void {
+  const every = Number(ctx.requestHeader.get('keepalive-ping-interval'));
+  if (!Number.isFinite(every) || every < 1) return () => undefined;
+  const timer = setInterval(
+    () => {
+      if (queue.isEmpty) queue.push(message);
+    },
+    Math.min(every, 300) * 1000,
+  );
+  return () => clearInterval(timer);
 }

@@ -7,7 +7,7 @@ import { FsConflictError, MAX_LIST_DEPTH, type FsEntry } from '../files/fs-calls
 import { DirectoryWatch, type FsChange } from '../files/fs-watch.js';
 import { E2bUnsupportedError } from './errors.js';
 import { checkUser, envdPath } from './envd-access.js';
-import { abortReason, envdCall } from './envd-connect.js';
+import { abortReason, envdCall, keepalive } from './envd-connect.js';
 import { EventQueue } from './event-queue.js';
 import {
   type EntryInfoSchema,
@@ -138,17 +138,13 @@ export const filesystemService: ServiceImpl<typeof Filesystem> = {
     const onAbort = () => queue.end(abortReason(ctx));
     ctx.signal.addEventListener('abort', onAbort);
     if (ctx.signal.aborted) onAbort(); // gone during the awaits before
-    const every = Number(ctx.requestHeader.get('keepalive-ping-interval'));
-    const ping =
-      Number.isFinite(every) && every >= 1
-        ? setInterval(() => queue.push({ event: { case: 'keepalive', value: {} } }), Math.min(every, 300) * 1000)
-        : undefined;
+    const stopKeepalive = keepalive(ctx, queue, { event: { case: 'keepalive', value: {} } });
     try {
       await watch.start();
       yield { event: { case: 'start', value: {} } };
       yield* queue;
     } finally {
-      clearInterval(ping);
+      stopKeepalive();
       ctx.signal.removeEventListener('abort', onAbort);
       watch.stop();
     }

@@ -7,7 +7,7 @@ import type { ProcessTable } from '../processes/process-table.js';
 import type { ProcessExit, ReaderTarget } from '../processes/readers.js';
 import { E2bUnsupportedError } from './errors.js';
 import { checkUser, envdPath } from './envd-access.js';
-import { abortReason, envdCall, type EnvdCall } from './envd-connect.js';
+import { abortReason, envdCall, keepalive, type EnvdCall } from './envd-connect.js';
 import { EventQueue } from './event-queue.js';
 import {
   type ProcessConfig,
@@ -63,14 +63,6 @@ function endEvent(exit: ProcessExit): EventInit {
       },
     },
   };
-}
-
-/** Keepalive messages at the interval the SDK asks (Keepalive-Ping-Interval, seconds), so proxies keep an idle stream open. */
-function keepalive<T>(ctx: HandlerContext, queue: EventQueue<T>, message: T): () => void {
-  const every = Number(ctx.requestHeader.get('keepalive-ping-interval'));
-  if (!Number.isFinite(every) || every < 1) return () => undefined;
-  const timer = setInterval(() => queue.push(message), Math.min(every, 300) * 1000);
-  return () => clearInterval(timer);
 }
 
 /**

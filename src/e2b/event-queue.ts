@@ -42,6 +42,11 @@ export class EventQueue<T> implements AsyncIterable<T> {
     for (const hook of this.drainHooks.splice(0)) hook();
   }
 
+  /** Nothing waits to be taken. */
+  get isEmpty(): boolean {
+    return this.items.length === 0;
+  }
+
   get isEnded(): boolean {
     return this.ended;
   }
