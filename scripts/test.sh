@@ -12,7 +12,10 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 npm run --silent typecheck
 bash scripts/lint.sh
-run_tests() { node --import tsx --test --test-concurrency=1 --test-reporter=spec "$@"; }
+# A test that hangs fails after 20 minutes instead of holding the run, and a file whose tests
+# are over exits even if something it started still holds its event loop (a loop a failed
+# test never stopped kept a whole CI run waiting until its time was up).
+run_tests() { node --import tsx --test --test-concurrency=1 --test-timeout=1200000 --test-force-exit --test-reporter=spec "$@"; }
 if [ $# -gt 0 ]; then
   run_tests "$@"
   exit

@@ -76,20 +76,29 @@ async function asGuestRoot(id: string, script: string): Promise<void> {
   await sleep(1_000);
 }
 
-/** Guest root's attack: sshd (listener and per-connection children: all named sshd) replaced by a listener that accepts and never writes. */
+/**
+ * Guest root's attack: sshd (listener and per-connection children: all named sshd) replaced by
+ * a listener that accepts and never writes. sshd is killed again and again (init restarts it
+ * within a second), and the listener takes port 22 as soon as it is free: a single kill raced
+ * init's restart and lost under load, leaving a fresh sshd that the host simply reconnected to.
+ */
 const SILENT_LISTENER = `
-pkill -KILL -x sshd
+(while :; do pkill -KILL -x sshd; sleep 0.05; done) &
 exec /usr/bin/python3 -I -c '
-import socket
+import socket, time
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", 22))
+while True:
+    try:
+        s.bind(("0.0.0.0", 22))
+        break
+    except OSError:
+        time.sleep(0.02)
 s.listen(128)
 held = []
 while True:
     held.append(s.accept())
 '`;
-
 /** The session's state as the API shows it, or 'gone' once it answers 404. */
 async function stateOf(id: string): Promise<{ state: string; error?: string }> {
   const view = await api('GET', `/v1/sessions/${id}`);
@@ -167,11 +176,12 @@ describe('a guest that stops speaking SSH fails its own session, never the orche
     await removeEmptyPrefixCgroups();
   });
 
-  it("guest root replaces sshd with a listener that never answers: that session fails with the reason, the bystander's screenshots go on", async () => {
+  it("guest root replaces sshd with a listener that never answers: that session fails with the reason, the bystander's screenshots go on", async (t) => {
     const victim = await createSession();
     const cpuBefore = await cpuSecondsOf(serve.child.pid!);
     const started = Date.now();
     const shots = screenshotsOf(bystander);
+    t.after(() => shots.stop());
     await asGuestRoot(victim, SILENT_LISTENER);
     const failed = await waitFor('the victim session failing', FAILED_WITHIN_MS, async () => {
       alive();
@@ -199,10 +209,11 @@ describe('a guest that stops speaking SSH fails its own session, never the orche
     assert.equal((await api('GET', `/v1/sessions/${bystander}/screenshot`)).status, 200);
   });
 
-  it("the guest's own user starves its CPU and kills its sshd session: the orchestrator stays up, the session recovers or fails with a reason", async () => {
+  it("the guest's own user starves its CPU and kills its sshd session: the orchestrator stays up, the session recovers or fails with a reason", async (t) => {
     const victim = await createSession();
     const reconnectsBefore = await reconnects();
     const shots = screenshotsOf(bystander);
+    t.after(() => shots.stop());
     // uid 1000, no sudo: SIGTERM to its own `sshd: user@notty`, which carries the
     // orchestrator's connection, and 300 spinning children (the sandbox's 1 CPU quota) to
     // starve the handshakes of the reconnection. (The kill first: a starved pkill may never run.)
