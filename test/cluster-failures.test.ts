@@ -148,6 +148,36 @@ describe('a cluster losing a node, a gateway, its database', { timeout: 600_000 
     for (const id of [survivor, ...fresh.map((f) => f.json.id as string)]) await api(g1, 'DELETE', `/v1/sessions/${id}`);
   });
 
+  it('sbx node remove: refused for a node that heartbeats; a lost node removed is forgotten (its session 404 through any gateway), and back again it is a new, empty member', async () => {
+    const node = cluster.nodes[2]!;
+    const doomed = await sessionOn(node.name);
+    await node.process.kill('SIGKILL');
+    for (let started = performance.now(); (await api(g2, 'GET', `/v1/sessions/${doomed}`)).status !== 410; await sleep(250)) {
+      assert.ok(performance.now() - started < 20_000, 'the killed node was not found lost within 20 s');
+    }
+    const refused = await cluster.cli(['node', 'remove', 'n2', '--db', cluster.pg.url]);
+    assert.notEqual(refused.code, 0);
+    assert.match(refused.stderr, /n2 is not lost/);
+    const removed = await cluster.cli(['node', 'remove', node.name, '--db', cluster.pg.url]);
+    assert.equal(removed.code, 0, removed.stderr);
+    assert.match(removed.stdout, /n3 removed: [1-9][0-9]* sessions and 0 volumes forgotten/);
+    // The gateways' directory cache holds an entry a second at most.
+    for (let started = performance.now(); (await api(g1, 'GET', `/v1/sessions/${doomed}`)).status !== 404; await sleep(250)) {
+      assert.ok(performance.now() - started < 5_000, "the removed node's session still answers after 5 s");
+    }
+    const listed = JSON.parse((await cluster.cli(['nodes', '--json', '--db', cluster.pg.url])).stdout) as Array<{ name: string }>;
+    assert.deepEqual(
+      listed.map((n) => n.name),
+      ['n1', 'n2'],
+    );
+    // It comes back all the same: it registers as new and destroys the sandbox nobody holds.
+    await node.restart();
+    for (let i = 0; i < 40 && ((await containersOf(node)).length > 0 || (await netnsOf(node)).length > 0); i++) await sleep(250);
+    assert.deepEqual(await containersOf(node), []);
+    const back = JSON.parse((await cluster.cli(['nodes', '--json', '--db', cluster.pg.url])).stdout) as Array<{ name: string; state: string }>;
+    assert.equal(back.find((n) => n.name === node.name)?.state, 'up');
+  });
+
   it('kill -9 of a gateway mid-stream: the next request and the live view go through the other', async () => {
     const id = (await api(g1, 'POST', '/v1/sessions', {})).json.id as string;
     const view = await api(g1, 'POST', `/v1/sessions/${id}/views`, { mode: 'view' });

@@ -237,6 +237,44 @@ describe('cluster store on PostgreSQL', () => {
     await assertCommitmentMatchesDirectory(url);
   });
 
+  it('an operator removes a lost node: its sessions, routes and volumes leave the directory; a node that is not lost is refused; one that comes back registers anew', async () => {
+    const { url, store } = await migratedStore();
+    await store.registerNode('kept', 'k1', report());
+    await store.registerNode('gone', 'g1', report());
+    const quota = { count: 3, mib: 1000 };
+    const reserved = await store.reserveVolume({ tenant: 'acme', name: 'work', sizeMiB: 100, runtime: 'container', quota }, ['kept']);
+    assert.ok(reserved.reserved && reserved.node === 'gone');
+    await store.confirmVolume('acme', 'work');
+    const placed = await store.place('on-gone', 'acme', CREATE, ['kept']);
+    assert.ok(placed.placed && placed.node.name === 'gone');
+    await store.confirm('on-gone');
+    await store.recordViewToken(Buffer.alloc(32, 1), 'on-gone', new Date(Date.now() + 60_000));
+    await store.recordRun('run-1', 'on-gone');
+    assert.deepEqual(await store.removeNode('gone'), { removed: false, why: 'not_lost' }, 'a node that heartbeats is never removed');
+    assert.deepEqual(await store.removeNode('nope'), { removed: false, why: 'missing' });
+    await sleep(300);
+    await store.heartbeat('kept', 'k1', report());
+    assert.deepEqual(await store.markLostNodes(200), ['gone']);
+    assert.deepEqual(await store.removeNode('gone'), { removed: true, sessions: 1, volumes: 1 });
+    assert.equal(await store.lookup('on-gone'), undefined, 'the session is unknown now (404), not lost');
+    assert.equal(await store.lookupVolume('acme', 'work'), undefined);
+    assert.equal(await store.lookupViewToken(Buffer.alloc(32, 1)), undefined);
+    assert.equal(await store.lookupRun('run-1'), undefined);
+    assert.deepEqual(
+      (await store.listNodes()).map((node) => node.name),
+      ['kept'],
+    );
+    // The name is free for the tenant again, on a node that is there.
+    const again = await store.reserveVolume({ tenant: 'acme', name: 'work', sizeMiB: 100, runtime: 'container', quota }, []);
+    assert.ok(again.reserved && again.node === 'kept');
+    // The removed node comes back after all: told it is lost (so it reconciles), then a new member, empty.
+    assert.equal(await store.heartbeat('gone', 'g1', report()), 'lost');
+    await store.registerNode('gone', 'g2', report());
+    assert.equal((await store.getNode('gone'))?.state, 'up');
+    assert.equal((await store.getNode('gone'))?.capacity.sessions, 0);
+    await assertCommitmentMatchesDirectory(url);
+  });
+
   it('a name held by a live instance cannot be registered by another; a stale holder is replaced and its heartbeat refused', async () => {
     const { store } = await migratedStore({ staleMs: 500 });
     await store.registerNode('n1', 'first', report());

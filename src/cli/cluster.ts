@@ -134,6 +134,21 @@ function nodeCommand(defaults: OrchestratorConfig): Command {
         console.log(`${name} ${draining ? 'draining' : 'taking sessions'}`);
       });
   }
+  node
+    .command('remove <name>')
+    .description('forget a lost node for good: its sessions and volumes leave the directory (their data was on that node)')
+    .addOption(dbOption())
+    .action(async (name: string, opts: { db: string }) => {
+      const outcome = await withClusterStore(opts.db, (store) => store.removeNode(name));
+      if (!outcome.removed) {
+        throw new Error(
+          outcome.why === 'missing'
+            ? `no node called ${name} in the cluster (\`sbx nodes --db ...\` lists them)`
+            : `${name} is not lost: only a node the cluster gave up can be removed (stop it; a gateway marks it lost within its lostAfter)`,
+        );
+      }
+      console.log(`${name} removed: ${outcome.sessions} sessions and ${outcome.volumes} volumes forgotten`);
+    });
   return node;
 }
 

@@ -10,6 +10,7 @@ import type {
   ClusterStore,
   DirectoryEntry,
   HeartbeatAnswer,
+  NodeRemoval,
   NodeRecord,
   NodeReport,
   PlacementOutcome,
@@ -107,6 +108,29 @@ export class MemoryClusterStore implements ClusterStore {
     if (!row) return false;
     row.draining = draining;
     return true;
+  }
+
+  async removeNode(name: string): Promise<NodeRemoval> {
+    await this.gate('removeNode');
+    const row = this.nodeRows.get(name);
+    if (!row) return { removed: false, why: 'missing' };
+    if (row.state !== 'lost') return { removed: false, why: 'not_lost' };
+    let sessions = 0;
+    let volumes = 0;
+    for (const [id, entry] of this.directory) {
+      if (entry.node !== name) continue;
+      this.directory.delete(id);
+      sessions++;
+      for (const [token, route] of this.viewTokens) if (route.sessionId === id) this.viewTokens.delete(token);
+      for (const [run, sessionId] of this.runs) if (sessionId === id) this.runs.delete(run);
+    }
+    for (const [key, entry] of this.volumes) {
+      if (entry.node !== name) continue;
+      this.volumes.delete(key);
+      volumes++;
+    }
+    this.nodeRows.delete(name);
+    return { removed: true, sessions, volumes };
   }
 
   async place(sessionId: string, tenant: string, request: PlacementRequest, exclude: readonly string[]): Promise<PlacementOutcome> {

@@ -95,6 +95,9 @@ export type VolumeReservation =
 /** A heartbeat's answer: a node that is told `replaced` or `lost` stops serving as this name. */
 export type HeartbeatAnswer = 'ok' | 'replaced' | 'lost';
 
+/** `sbx node remove`: what the directory forgot with the node, or why it kept it. */
+export type NodeRemoval = { removed: true; sessions: number; volumes: number } | { removed: false; why: 'missing' | 'not_lost' };
+
 /** A registration is refused when another instance holds the name and is still heartbeating. */
 export class NodeNameTakenError extends Error {
   readonly code = 'node_name_taken';
@@ -132,6 +135,12 @@ export interface ClusterStore {
   getNode(name: string): Promise<NodeRecord | undefined>;
   /** Drained nodes take no new sessions. False if there is no such node. */
   setDraining(name: string, draining: boolean): Promise<boolean>;
+  /**
+   * Forgets a lost node for good (an operator's word that it will not come back with its
+   * disk): its row, its sessions' directory rows and routes, and its volumes' rows. Refused for
+   * a node that is not lost. A node of that name that comes back registers as a new one.
+   */
+  removeNode(name: string): Promise<NodeRemoval>;
 
   // --- the session directory ---
   /**

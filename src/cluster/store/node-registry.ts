@@ -4,7 +4,7 @@
  * apart. Lock order, everywhere in the store: a node's row before any of its sessions' rows
  * (placement, release, end and loss all follow it), so no two transactions deadlock.
  */
-import { NodeNameTakenError, type HeartbeatAnswer, type NodeRecord, type NodeReport } from './cluster-store.js';
+import { NodeNameTakenError, type HeartbeatAnswer, type NodeRecord, type NodeRemoval, type NodeReport } from './cluster-store.js';
 import type { Db } from './db.js';
 import { nodeColumns, nodeRecordOf, REPORT_CASTS, REPORT_COLUMNS, reportValues, type NodeRow } from './node-rows.js';
 
@@ -138,6 +138,27 @@ export class NodeRegistry {
     const result = await this.db.query<NodeRow>('reading a node', `SELECT ${nodeColumns(1)} FROM nodes WHERE name = $2`, [this.staleMs, name]);
     const row = result.rows[0];
     return row && nodeRecordOf(row);
+  }
+
+  /**
+   * Forgets a lost node: routes, sessions and volumes naming it, then its row, in one
+   * transaction under its row's lock (a node that registers again meanwhile waits, then finds
+   * no row and registers as new). A gateway's cached view drops the row at its next full read;
+   * until then the node is lost in it, so nothing is placed on it.
+   */
+  async remove(name: string): Promise<NodeRemoval> {
+    return this.db.transaction('removing a node', async (client) => {
+      const held = await client.query<{ state: string }>('SELECT state FROM nodes WHERE name = $1 FOR UPDATE', [name]);
+      const row = held.rows[0];
+      if (!row) return { removed: false, why: 'missing' };
+      if (row.state !== 'lost') return { removed: false, why: 'not_lost' };
+      await client.query('DELETE FROM view_routes WHERE session_id IN (SELECT id FROM sessions WHERE node = $1)', [name]);
+      await client.query('DELETE FROM run_routes WHERE session_id IN (SELECT id FROM sessions WHERE node = $1)', [name]);
+      const sessions = await client.query('DELETE FROM sessions WHERE node = $1', [name]);
+      const volumes = await client.query('DELETE FROM volumes WHERE node = $1', [name]);
+      await client.query('DELETE FROM nodes WHERE name = $1', [name]);
+      return { removed: true, sessions: sessions.rowCount ?? 0, volumes: volumes.rowCount ?? 0 };
+    });
   }
 
   async setDraining(name: string, draining: boolean): Promise<boolean> {

@@ -11,6 +11,7 @@ import type {
   ClusterStore,
   DirectoryEntry,
   HeartbeatAnswer,
+  NodeRemoval,
   NodeRecord,
   NodeReport,
   PlacementLimits,
@@ -100,6 +101,9 @@ export class PgClusterStore implements ClusterStore {
   }
   setDraining(name: string, draining: boolean): Promise<boolean> {
     return this.nodes.setDraining(name, draining);
+  }
+  removeNode(name: string): Promise<NodeRemoval> {
+    return this.nodes.remove(name);
   }
 
   place(sessionId: string, tenant: string, request: PlacementRequest, exclude: readonly string[], limits?: PlacementLimits): Promise<PlacementOutcome> {
