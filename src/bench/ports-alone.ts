@@ -8,6 +8,7 @@ import { startOrchestrator } from '../orchestrator.js';
 import type { GuestTransport } from '../transport/index.js';
 import { openDirect } from './direct.js';
 import { describeGuestPorts, measureGuestPorts, type GuestPortFigures } from './guest-ports.js';
+import { describeProcessStart, measureProcessStart } from './processes.js';
 
 /** Issue 24's figures; the CDP one on a desktop session (null when the desktop template is not built or has no Chromium). */
 export async function measurePortsWithDesktop(
@@ -27,7 +28,7 @@ export async function measurePortsWithDesktop(
   }
 }
 
-/** `npm run bench -- ports`: issue 24's figures alone, on an orchestrator of their own. */
+/** `npm run bench -- ports`: issue 24's figures alone (guest ports, CDP, process start), on an orchestrator of their own. */
 export async function portsAlone(defaults: Parameters<typeof startOrchestrator>[0], n: number, withDesktop: boolean): Promise<void> {
   const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-'));
   const config = {
@@ -47,7 +48,9 @@ export async function portsAlone(defaults: Parameters<typeof startOrchestrator>[
     const direct = await openDirect(stateDir, orchestrator.names, sandbox.id);
     try {
       const figures = await measurePortsWithDesktop(client, sandbox, direct, n, withDesktop);
-      console.log(JSON.stringify(figures, null, 2));
+      const processStart = await measureProcessStart(sandbox, direct, n);
+      console.error(describeProcessStart(processStart));
+      console.log(JSON.stringify({ ...figures, processStart }, null, 2));
     } finally {
       direct.close();
       await sandbox.destroy();
