@@ -13,9 +13,13 @@
  *   the bash tool paints the guest's root window a new colour in a loop: FramebufferUpdates
  *   through the gateway / straight, over the same seconds.
  */
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { readFile } from 'node:fs/promises';
+import net from 'node:net';
 import os from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { Sandbox, SandboxClient } from '../client/index.js';
 import { processCpuSeconds } from './cpu.js';
@@ -59,14 +63,32 @@ export interface ViewerCount {
   readonly bytes: number;
 }
 
+/** A bare proxy process (bare-proxy.ts) against straight, in the same seconds: the floor of one hop on this host. */
+export interface HopFloor {
+  readonly screenshotRatio: number;
+  readonly actionAddedMs: number;
+}
+
 export interface GatewayFigures {
   /** How the parts ran: each its own process. */
   readonly parts: 'processes';
   readonly screenshot: Pair & { readonly ratio: number; readonly pngBytes: number };
   readonly action: Pair & { readonly addedMs: number };
+  readonly floor: HopFloor;
   readonly liveView: { readonly seconds: number; readonly gateway: ViewerCount; readonly straight: ViewerCount; readonly ratio: number };
   /** os.loadavg()[0] before and after the part (the machine is shared). */
   readonly loadAverage: readonly [number, number];
+}
+
+/** The floor's proxy, built next to this file (the bench runs from dist/). */
+const BARE_PROXY = fileURLToPath(new URL('./bare-proxy.js', import.meta.url));
+
+async function freePort(): Promise<number> {
+  const server = net.createServer().listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as net.AddressInfo;
+  server.close();
+  return port;
 }
 
 /** Untimed rounds before each phase's timed ones. */
@@ -277,14 +299,68 @@ export async function measureGateway(settings: GatewayBenchSettings): Promise<Ga
         (i) => sandbox.mouseMove(...point(i)),
         (i) => straight.mouseMove(...point(i + 1)),
       );
+      console.error('bench: gateway: the floor, a bare proxy process against straight, interleaved');
+      const floor = await measureHopFloor(cluster.nodeUrl, straightHeaders, sandbox, settings, point);
       console.error(`bench: gateway: live view, a viewer straight and one through the gateway at once, ${settings.liveViewSeconds} s`);
       const view = await measureLiveView(cluster, sandbox, settings.liveViewSeconds, settings.display);
-      return { parts: 'processes', ...gatewayFigures(shots, actions, view, pngBytes), loadAverage: [loadBefore, os.loadavg()[0] as number] };
+      return { parts: 'processes', ...gatewayFigures(shots, actions, view, pngBytes), floor, loadAverage: [loadBefore, os.loadavg()[0] as number] };
     } finally {
       await sandbox.destroy().catch(() => undefined);
     }
   } finally {
     await cluster.stop();
+  }
+}
+
+/**
+ * The same screenshots and actions through a bare proxy process (bare-proxy.ts) in front of
+ * the node and straight, interleaved: what any one more process on the path costs here.
+ */
+async function measureHopFloor(
+  nodeUrl: string,
+  straightHeaders: Record<string, string>,
+  sandbox: Sandbox,
+  settings: GatewayBenchSettings,
+  point: (i: number) => [number, number],
+): Promise<HopFloor> {
+  const port = await freePort();
+  const proxy = spawn(process.execPath, [BARE_PROXY, String(port), nodeUrl], { stdio: ['ignore', 'pipe', 'inherit'] });
+  try {
+    await once(proxy.stdout, 'data');
+    const withHeaders = (baseUrl: string) =>
+      new SandboxClient({
+        baseUrl,
+        apiKey: '',
+        fetch: (input, init) => {
+          const headers = new Headers(init?.headers);
+          for (const [name, value] of Object.entries(straightHeaders)) headers.set(name, value);
+          return fetch(input, { ...init, headers });
+        },
+      });
+    const viaProxy = new Sandbox(withHeaders(`http://127.0.0.1:${port}`), sandbox.info);
+    const straight = new Sandbox(withHeaders(nodeUrl), sandbox.info);
+    await timeInterleaved(
+      0,
+      () => viaProxy.screenshot(),
+      () => straight.screenshot(),
+      JIT_WARMUP,
+    );
+    const shots = await timeInterleaved(
+      settings.n,
+      () => viaProxy.screenshot(),
+      () => straight.screenshot(),
+    );
+    const actions = await timeInterleaved(
+      settings.actionN,
+      (i) => viaProxy.mouseMove(...point(i)),
+      (i) => straight.mouseMove(...point(i + 1)),
+    );
+    return {
+      screenshotRatio: summarize(shots.a).p50 / summarize(shots.b).p50,
+      actionAddedMs: summarize(actions.a).p50 - summarize(actions.b).p50,
+    };
+  } finally {
+    proxy.kill('SIGKILL');
   }
 }
 
@@ -306,5 +382,6 @@ export function describeGateway(f: GatewayFigures): string {
     `  mouse_move: through the gateway ${ms(f.action.gateway)}, straight ${ms(f.action.straight)}: added ${f.action.addedMs.toFixed(3)} ms${cpu(f.action)}`,
     `  live view over ${f.liveView.seconds.toFixed(1)} s: through the gateway ${f.liveView.gateway.updates} frames (${(f.liveView.gateway.bytes / 1024).toFixed(0)} KiB), ` +
       `straight ${f.liveView.straight.updates} frames (${(f.liveView.straight.bytes / 1024).toFixed(0)} KiB): ratio ${f.liveView.ratio.toFixed(3)}`,
+    `  the floor of one hop (a bare node:http proxy process, same seconds): screenshot ratio ${f.floor.screenshotRatio.toFixed(3)}, mouse_move added ${f.floor.actionAddedMs.toFixed(3)} ms`,
   ].join('\n');
 }
