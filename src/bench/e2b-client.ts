@@ -4,9 +4,12 @@
  * orchestrator over loopback. The bench (e2b-desktop.ts) drives it by lines on stdin and reads
  * one JSON line per answer on stdout:
  *
- *   {"url", "apiKey", "n"}\n -> {"sandboxId"}  an @e2b/desktop sandbox made (its X server and XFCE started)
- *   <phase name>\n     -> {"samples": [ms]}  n timed calls (after 2 untimed) of that phase
- *   end\n              -> the sandbox killed, the process exits
+ *   {"url", "apiKey"}\n -> {"sandboxId"}  an @e2b/desktop sandbox made (its X server and XFCE started)
+ *   <phase> <i>\n       -> {"ms"}         one call of that phase (round i), timed
+ *   end\n               -> the sandbox killed, the process exits
+ *
+ * One call per line, so that the bench can interleave the layers' calls and the guest's own
+ * runs of the same commands: under a host's changing load each pair sees the same load.
  */
 import { createInterface } from 'node:readline';
 import { createClient, type Interceptor } from '@connectrpc/connect';
@@ -14,14 +17,13 @@ import { createConnectTransport } from '@connectrpc/connect-node';
 import { Sandbox as Desktop } from '@e2b/desktop';
 import { SandboxClient } from '../client/index.js';
 import { Process } from '../e2b/gen/process/process_pb.js';
-import { CLICK_COMMAND, clickPoint, type ClientPhase, type ClientSettings } from './e2b-phases.js';
-import { timeIt } from './stats.js';
+import { CLICK_COMMAND, clickPoint, READ_FILE, type ClientPhase, type ClientSettings } from './e2b-phases.js';
 
 async function main(): Promise<void> {
   const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
   const first = await lines.next();
   if (first.done === true) return;
-  const { url, apiKey, n } = JSON.parse(first.value) as ClientSettings;
+  const { url, apiKey } = JSON.parse(first.value) as ClientSettings;
   const desktop = await Desktop.create({ apiUrl: url, sandboxUrl: url, apiKey, timeoutMs: 600_000 });
   const say = (answer: unknown) => process.stdout.write(`${JSON.stringify(answer)}\n`);
   try {
@@ -39,6 +41,7 @@ async function main(): Promise<void> {
       'sdk.screenshot': () => desktop.screenshot(),
       'sdk.leftClick': (i) => desktop.leftClick(...clickPoint(i)),
       'sdk.run': () => desktop.commands.run(CLICK_COMMAND),
+      'sdk.read': () => desktop.files.read(READ_FILE, { format: 'bytes' }),
       'connect.run': async (): Promise<void> => {
         // Read to the stream's end, as the SDK does.
         let ended = false;
@@ -54,10 +57,12 @@ async function main(): Promise<void> {
     };
     say({ sandboxId: desktop.sandboxId });
     for (let next = await lines.next(); next.done !== true && next.value !== 'end'; next = await lines.next()) {
-      const line = next.value;
-      const phase = phases[line as ClientPhase] as ((i: number) => Promise<unknown>) | undefined;
-      if (!phase) throw new Error(`no phase ${line}`);
-      say({ samples: await timeIt(n, phase) });
+      const [name = '', round = '0'] = next.value.split(' ');
+      const phase = phases[name as ClientPhase] as ((i: number) => Promise<unknown>) | undefined;
+      if (!phase) throw new Error(`no phase ${name}`);
+      const start = performance.now();
+      await phase(Number(round));
+      say({ ms: performance.now() - start });
     }
   } finally {
     await desktop.kill().catch(() => undefined);

@@ -10,45 +10,56 @@ import { pino } from 'pino';
 import { openKeyStore } from '../api/auth/key-store-file.js';
 import { removeTreeOnOneMount } from '../host/remove-tree.js';
 import { startOrchestrator } from '../orchestrator.js';
-import { timeInGuest } from './baselines.js';
+import type { GuestTransport } from '../transport/index.js';
+import { shellQuote } from '../transport/quote.js';
 import { ownCpuSeconds } from './cpu.js';
 import { openDirect } from './direct.js';
-import { CLICK_COMMAND, type ClientPhase, type ClientSettings } from './e2b-phases.js';
-import { summarize, type Summary } from './stats.js';
+import { CLICK_COMMAND, clickPoint, READ_FILE, type ClientPhase, type ClientSettings } from './e2b-phases.js';
+import { percentile, summarize, type Summary } from './stats.js';
 
 type OrchestratorConfig = Parameters<typeof startOrchestrator>[0];
 
-/** A phase's latency and the orchestrator's CPU per call meanwhile (the bench's process is the orchestrator alone then). */
+/** A layer's latency and the orchestrator's CPU per call meanwhile (the bench's process is the orchestrator alone then). */
 export interface PhaseFigures extends Summary {
   orchestratorCpuMs: number;
 }
 
+/** Summaries of a layer beside the guest's own runs of the same commands. */
+interface Paired {
+  /** The median over rounds of (this layer's call - the guest's run in the same round): what the layers add. */
+  addedP50Ms: number;
+}
+
 /** Issue 26: @e2b/desktop's calls through our E2B surface, beside what they run in the guest and our own API. */
 export interface E2bDesktopFigures {
-  /** Per SDK call: screenshot() (scrot, then files.read) and leftClick(x, y) (two xdotool commands). */
+  /** Per SDK call: screenshot() (scrot, then files.read) and leftClick(x, y) (two xdotool commands), each round interleaved. */
   calls: Record<
     'screenshot' | 'leftClick',
     {
-      /** The SDK's call, from a client process of its own. */
-      sdk: PhaseFigures;
+      /** The SDK's call, from a client process of its own; addedP50Ms is the goal's figure (at most 5 ms). */
+      sdk: PhaseFigures & Paired;
       /** The very same commands (`bash -l -c ...`, and the file read) timed inside the guest: the SDK's own cost. */
       guest: Summary;
       /** Our own API on the same desktop, from the same client process. */
       api: PhaseFigures;
-      /** SDK minus guest, p50: what our surface adds (goal: at most 5 ms). */
-      addedP50Ms: number;
     }
   >;
-  /** One command (`bash -l -c 'xdotool click 1'`) through each layer: where the added time goes. */
-  command: { sdk: PhaseFigures; connect: PhaseFigures; processes: PhaseFigures; guest: Summary };
+  /** The SDK's files.read of a screenshot file alone (/files over SFTP: stat, open, read), its part of screenshot(). */
+  read: PhaseFigures & { bytes: number };
+  /** One command (`bash -l -c 'xdotool click 1'`) through each layer, each round interleaved: where the added time goes. */
+  command: { sdk: PhaseFigures & Paired; connect: PhaseFigures & Paired; processes: PhaseFigures & Paired; guest: Summary };
   /** The orchestrator's CPU while idle, in percent of a core (the desktop's capture, timers): left out of the per-call CPU. */
   idleOrchestratorCpuPercent: number;
 }
 
-/** The client process (e2b-client.ts): one JSON answer per line asked. */
+/** The client process (e2b-client.ts): one call per line asked, its time answered. */
 class BenchClient {
   private readonly answers: AsyncIterator<string>;
   private readonly child;
+  /** The orchestrator's CPU per ms of wall time while nothing is asked of it. */
+  idleCpuPerMs = 0;
+  /** Orchestrator CPU (ms, less idle) summed per phase over its timed calls. */
+  readonly cpuMs = new Map<ClientPhase, number>();
 
   constructor(settings: ClientSettings) {
     const script = fileURLToPath(new URL('./e2b-client.js', import.meta.url));
@@ -65,23 +76,22 @@ class BenchClient {
     return JSON.parse(line.value) as T;
   }
 
-  async phase(name: ClientPhase, profileTo?: string): Promise<PhaseFigures> {
-    const profiler = profileTo ? await startProfile() : undefined;
+  /** One call of `name` in round i (negative: a warm-up, its CPU not counted); its time in ms. */
+  async call(name: ClientPhase, i: number): Promise<number> {
     const cpu = ownCpuSeconds();
     const began = performance.now();
-    this.child.stdin.write(`${name}\n`);
-    const { samples } = await this.next<{ samples: number[] }>();
-    // Less what an idle orchestrator spends meanwhile (the desktop's capture, timers); the
-    // client's two untimed warm-up calls ran on the orchestrator too.
-    const busyMs = (ownCpuSeconds() - cpu) * 1000 - this.idleCpuPerMs * (performance.now() - began);
-    const orchestratorCpuMs = busyMs / (samples.length + 2);
-    if (profiler && profileTo) await writeFile(profileTo, JSON.stringify((await profiler.post('Profiler.stop')).profile));
-    profiler?.disconnect();
-    return { ...summarize(samples), orchestratorCpuMs };
+    this.child.stdin.write(`${name} ${Math.max(0, i)}\n`);
+    const { ms } = await this.next<{ ms: number }>();
+    if (i >= 0) {
+      const busy = (ownCpuSeconds() - cpu) * 1000 - this.idleCpuPerMs * (performance.now() - began);
+      this.cpuMs.set(name, (this.cpuMs.get(name) ?? 0) + busy);
+    }
+    return ms;
   }
 
-  /** The orchestrator's CPU per ms of wall time while nothing is asked of it. */
-  idleCpuPerMs = 0;
+  figures(name: ClientPhase, samples: number[]): PhaseFigures {
+    return { ...summarize(samples), orchestratorCpuMs: (this.cpuMs.get(name) ?? 0) / samples.length };
+  }
 
   async measureIdle(ms: number): Promise<void> {
     const cpu = ownCpuSeconds();
@@ -97,6 +107,37 @@ class BenchClient {
   }
 }
 
+/**
+ * Rounds of steps, each step once per round (2 warm-up rounds first, not kept): the layers of
+ * one round run back to back, so a change of the host's load meets them alike.
+ */
+async function rounds<K extends string>(n: number, steps: Record<K, (i: number) => Promise<number>>): Promise<Record<K, number[]>> {
+  const out = Object.fromEntries(Object.keys(steps).map((k) => [k, [] as number[]])) as Record<K, number[]>;
+  for (let i = -2; i < n; i++) {
+    for (const key of Object.keys(steps) as K[]) {
+      const ms = await steps[key](i);
+      if (i >= 0) out[key].push(ms);
+    }
+  }
+  return out;
+}
+
+/** The median of a[i] - b[i]. */
+function pairedP50(a: number[], b: number[]): number {
+  return percentile(
+    a.map((x, i) => x - (b[i] as number)),
+    50,
+  );
+}
+
+/** A command timed inside the guest with bash's $EPOCHREALTIME (as the SDK's process runs it there: display :0, home). */
+async function inGuest(direct: GuestTransport, command: string): Promise<number> {
+  const script = `export DISPLAY=:0 LANG=C.UTF-8; cd; s=$EPOCHREALTIME; ${command} >/dev/null 2>&1; e=$EPOCHREALTIME; echo "$s $e"`;
+  const out = (await direct.exec(`bash -c ${shellQuote(script)}`, { timeoutMs: 60_000 })).stdout.toString().trim();
+  const [s, e] = out.split(' ').map(Number);
+  return ((e as number) - (s as number)) * 1000;
+}
+
 async function startProfile(): Promise<Session> {
   const session = new Session();
   session.connect();
@@ -110,11 +151,11 @@ async function startProfile(): Promise<Session> {
  * An orchestrator of its own (the SDK needs an API key, and the first key ends a keyless
  * server's keyless mode, which the rest of the bench relies on), one `@e2b/desktop` sandbox
  * (the `xfce` template, its X server started by the SDK) made and driven by a client process
- * of its own, n of each call. `profilePhases`: each one's CPU profile of the orchestrator is
- * written to e2b-<phase>.cpuprofile. Null when the SDK is not installed (a dev dependency) or
+ * of its own, n rounds of each group of calls. `profileGroups` (screenshot, leftClick, read,
+ * command): each one's CPU profile of the orchestrator is written to e2b-<group>.cpuprofile. Null when the SDK is not installed (a dev dependency) or
  * the xfce image is not built.
  */
-export async function measureE2bDesktop(base: OrchestratorConfig, n: number, profilePhases: string[] = []): Promise<E2bDesktopFigures | null> {
+export async function measureE2bDesktop(base: OrchestratorConfig, n: number, profileGroups: string[] = []): Promise<E2bDesktopFigures | null> {
   if (!(await import('@e2b/desktop').catch(() => null))) return null;
   const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-e2b-'));
   const store = openKeyStore(stateDir);
@@ -128,41 +169,61 @@ export async function measureE2bDesktop(base: OrchestratorConfig, n: number, pro
   try {
     const address = orchestrator.server.server.address();
     if (!address || typeof address === 'string') throw new Error('server has no TCP address');
-    const client = new BenchClient({ url: `http://127.0.0.1:${address.port}`, apiKey: key, n });
+    const client = new BenchClient({ url: `http://127.0.0.1:${address.port}`, apiKey: key });
     try {
       const made = await client.next<{ sandboxId: string }>().catch((err: unknown) => {
         console.error(`bench: @e2b/desktop: no sandbox (${err instanceof Error ? err.message : String(err)}); is the xfce image built?`);
         return null;
       });
       if (!made) return null;
-      const phase = (name: ClientPhase) => client.phase(name, profilePhases.includes(name) ? `e2b-${name}.cpuprofile` : undefined);
       const direct = await openDirect(stateDir, orchestrator.names, made.sandboxId);
-      await client.measureIdle(3_000);
       try {
-        // In the guest, as the SDK's commands run there: its `bash -l -c`, display :0 (the X server it started).
-        const sdkCommand = (command: string) => `bash -l -c "${command}"`;
+        await client.measureIdle(3_000);
+        const profile = async <K extends string>(group: string, n: number, steps: Record<K, (i: number) => Promise<number>>) => {
+          const profiler = profileGroups.includes(group) ? await startProfile() : undefined;
+          const out = await rounds(n, steps);
+          if (profiler) await writeFile(`e2b-${group}.cpuprofile`, JSON.stringify((await profiler.post('Profiler.stop')).profile));
+          profiler?.disconnect();
+          return out;
+        };
+        // The SDK runs each command as `bash -l -c <cmd>`: so do the guest's own runs.
+        const sdkCommand = (command: string) => `bash -l -c ${shellQuote(command)}`;
         const shot = '/tmp/sbx-bench-shot.png';
-        const guest = (command: string) => timeInGuest(direct, 0, command, n).then(summarize);
-        // The points are clickPoint's, in bash.
-        const guestClick = await guest(`{ ${sdkCommand(`xdotool mousemove --sync $((200 + i % 50 * 4)) 300`)}; ${sdkCommand(CLICK_COMMAND)}; }`);
-        const screenshot = {
-          sdk: await phase('sdk.screenshot'),
-          guest: await guest(`{ ${sdkCommand(`scrot --pointer --overwrite ${shot}`)} && cat ${shot}; }`),
-          api: await phase('api.screenshot'),
-        };
-        const leftClick = { sdk: await phase('sdk.leftClick'), guest: guestClick, api: await phase('api.leftClick') };
-        const command = {
-          sdk: await phase('sdk.run'),
-          connect: await phase('connect.run'),
-          processes: await phase('processes.run'),
-          guest: await guest(sdkCommand(CLICK_COMMAND)),
-        };
+        const s = await profile('screenshot', n, {
+          sdk: (i) => client.call('sdk.screenshot', i),
+          guest: () => inGuest(direct, `${sdkCommand(`scrot --pointer --overwrite ${shot}`)} && cat ${shot}`),
+          api: (i) => client.call('api.screenshot', i),
+        });
+        const c = await profile('leftClick', n, {
+          sdk: (i) => client.call('sdk.leftClick', i),
+          // 10 px below the SDK's point of the round: `mousemove --sync` to where the pointer already is waits for a motion that never comes.
+          guest: (i) => {
+            const [x, y] = clickPoint(Math.max(0, i));
+            return inGuest(direct, `${sdkCommand(`xdotool mousemove --sync ${x} ${y + 10}`)}; ${sdkCommand(CLICK_COMMAND)}`);
+          },
+          api: (i) => client.call('api.leftClick', i),
+        });
+        const bytes = Number((await direct.exec(`DISPLAY=:0 scrot --overwrite ${READ_FILE} && stat -c %s ${READ_FILE}`)).stdout.toString().trim());
+        const r = await profile('read', n, { sdk: (i) => client.call('sdk.read', i) });
+        const k = await profile('command', n, {
+          sdk: (i) => client.call('sdk.run', i),
+          connect: (i) => client.call('connect.run', i),
+          processes: (i) => client.call('processes.run', i),
+          guest: () => inGuest(direct, sdkCommand(CLICK_COMMAND)),
+        });
+        const layer = (name: ClientPhase, samples: number[], guest: number[]) => ({ ...client.figures(name, samples), addedP50Ms: pairedP50(samples, guest) });
         return {
           calls: {
-            screenshot: { ...screenshot, addedP50Ms: screenshot.sdk.p50 - screenshot.guest.p50 },
-            leftClick: { ...leftClick, addedP50Ms: leftClick.sdk.p50 - leftClick.guest.p50 },
+            screenshot: { sdk: layer('sdk.screenshot', s.sdk, s.guest), guest: summarize(s.guest), api: client.figures('api.screenshot', s.api) },
+            leftClick: { sdk: layer('sdk.leftClick', c.sdk, c.guest), guest: summarize(c.guest), api: client.figures('api.leftClick', c.api) },
           },
-          command,
+          read: { ...client.figures('sdk.read', r.sdk), bytes },
+          command: {
+            sdk: layer('sdk.run', k.sdk, k.guest),
+            connect: layer('connect.run', k.connect, k.guest),
+            processes: layer('processes.run', k.processes, k.guest),
+            guest: summarize(k.guest),
+          },
           idleOrchestratorCpuPercent: client.idleCpuPerMs * 100,
         };
       } finally {
@@ -185,16 +246,18 @@ export function describeE2bDesktop(f: E2bDesktopFigures | null): string {
     const c = f.calls[name];
     return (
       `  ${name}(): SDK p50 ${ms(c.sdk.p50)} (orchestrator ${cpu(c.sdk)}), its commands in the guest ${ms(c.guest.p50)}, ` +
-      `added by our surface ${ms(c.addedP50Ms)} (goal <= 5); our own API ${ms(c.api.p50)} (${cpu(c.api)})`
+      `added by our surface ${ms(c.sdk.addedP50Ms)} (goal <= 5); our own API ${ms(c.api.p50)} (${cpu(c.api)})`
     );
   };
   const { sdk, connect, processes, guest } = f.command;
-  const layer = (name: string, p: PhaseFigures) => `${name} ${ms(p.p50)} (${cpu(p)})`;
+  const layer = (name: string, p: PhaseFigures & Paired) => `${name} ${ms(p.p50)} (+${ms(p.addedP50Ms)}; ${cpu(p)})`;
   return [
-    `@e2b/desktop through our E2B surface (p50; client in a process of its own; orchestrator CPU per call, less its idle ${f.idleOrchestratorCpuPercent.toFixed(1)} %):`,
+    '@e2b/desktop through our E2B surface (p50; client in a process of its own; each round of the layers interleaved; "added":',
+    `the median of a call's time less the guest's run of its commands in the same round; orchestrator CPU per call, less its idle ${f.idleOrchestratorCpuPercent.toFixed(1)} %):`,
     row('screenshot'),
     row('leftClick'),
+    `  the SDK's files.read of a ${(f.read.bytes / 1024).toFixed(0)} KiB screenshot (screenshot()'s read): ${ms(f.read.p50)} (${cpu(f.read)})`,
     `  one command, bash -l -c '${CLICK_COMMAND}': ${layer('SDK commands.run', sdk)}, ${layer('a lean Connect client', connect)}, ` +
-      `${layer('our processes API', processes)}, in the guest ${ms(guest.p50)}`,
+      `${layer('our processes API', processes)}; in the guest ${ms(guest.p50)}`,
   ].join('\n');
 }
