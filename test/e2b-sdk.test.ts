@@ -476,6 +476,30 @@ describe('the e2b SDK against sbx serve', { timeout: 300_000 }, () => {
     assert.ok(mem.rssMiB - before.rssMiB < 48, `RSS grew ${mem.rssMiB - before.rssMiB} MiB with an unread flood`);
   });
 
+  it('red team: a Start body that is not exactly one plain envelope starts nothing (a second message, a compressed flag, a cut one)', async () => {
+    const headers = { 'e2b-sandbox-id': sbx.sandboxId, 'x-access-token': token(), 'content-type': 'application/connect+json' };
+    const envelope = (json: unknown, flags = 0) => {
+      const body = Buffer.from(JSON.stringify(json));
+      const head = Buffer.alloc(5);
+      head[0] = flags;
+      head.writeUInt32BE(body.length, 1);
+      return Buffer.concat([head, body]);
+    };
+    const start = (marker: string) => ({ process: { cmd: '/usr/bin/touch', args: [`/tmp/${marker}`] } });
+    const post = (body: Buffer) => request(`${serve.url}/process.Process/Start`, { method: 'POST', headers, body });
+    const twice = await post(Buffer.concat([envelope(start('e2b-first')), envelope(start('e2b-second'))]));
+    assert.equal(twice.status, 200);
+    assert.match(twice.body.toString(), /unimplemented.*extra input message/);
+    const compressed = await post(envelope(start('e2b-compressed'), 1));
+    assert.match(compressed.body.toString(), /invalid_argument/);
+    const cut = await post(envelope(start('e2b-cut')).subarray(0, 12));
+    assert.match(cut.body.toString(), /invalid_argument.*incomplete envelope/);
+    for (const marker of ['e2b-first', 'e2b-second', 'e2b-compressed', 'e2b-cut']) assert.equal(await sbx.files.exists(`/tmp/${marker}`), false, marker);
+    // The plain case still runs.
+    assert.match((await post(envelope(start('e2b-plain')))).body.toString(), /"end"/);
+    assert.equal(await sbx.files.exists('/tmp/e2b-plain'), true);
+  });
+
   it('pause and connect: the sandbox pauses and resumes, or the SDK says why it cannot', async () => {
     let paused = false;
     try {

@@ -367,7 +367,9 @@ const PARTS: Record<string, () => Promise<void>> = {
   },
   create: () => printCreateFigures(CREATE),
   e2b: async () => {
-    const figures = await measureE2bDesktop({ ...defaultConfig(process.env), subnet: process.env.SBX_SUBNET || '10.244.0.0/16' }, N);
+    // BENCH_E2B_PROFILE=<group>[,<group>] (screenshot, leftClick, read, command): the orchestrator's CPU profile of each, to e2b-<group>.cpuprofile.
+    const profile = (process.env.BENCH_E2B_PROFILE ?? '').split(',').filter(Boolean);
+    const figures = await measureE2bDesktop({ ...defaultConfig(process.env), subnet: process.env.SBX_SUBNET || '10.244.0.0/16' }, N, profile);
     console.log(describeE2bDesktop(figures));
     console.log(JSON.stringify(figures, null, 2));
   },

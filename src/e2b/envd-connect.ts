@@ -45,7 +45,7 @@ export interface EnvdCall {
   watchers(): Promise<WatcherTable>;
 }
 
-const ENVD_CALL = createContextKey<EnvdCall | undefined>(undefined, { description: 'envd call' });
+export const ENVD_CALL = createContextKey<EnvdCall | undefined>(undefined, { description: 'envd call' });
 
 export function envdCall(ctx: HandlerContext): EnvdCall {
   const call = ctx.values.get(ENVD_CALL);

@@ -14,6 +14,7 @@ import { e2bFailure } from './errors.js';
 import { checkUser, ENVD_PREFIX, envdPath } from './envd-access.js';
 import { filesystemService, type WatcherTable } from './envd-filesystem.js';
 import { processService } from './envd-process.js';
+import { fastPathFor, serveProcessStream } from './envd-stream.js';
 import { Filesystem } from './gen/filesystem/filesystem_pb.js';
 import { Process } from './gen/process/process_pb.js';
 import type { E2bSandboxStore } from './sandbox-store.js';
@@ -114,9 +115,13 @@ export async function envdRoutes(app: FastifyInstance, opts: EnvdRoutesOptions):
     };
   };
 
-  app.post<EnvdRequest>(`${ENVD_PREFIX}/:id/:service/:method`, { config, schema: { params } }, (request, reply) =>
-    serveConnect(handlers, `/${request.params.service}/${request.params.method}`, callOf(request, reply)),
-  );
+  app.post<EnvdRequest>(`${ENVD_PREFIX}/:id/:service/:method`, { config, schema: { params } }, async (request, reply) => {
+    const path = `/${request.params.service}/${request.params.method}`;
+    // A command's stream, the hot path: straight onto the response (envd-stream.ts); the rest through connect.
+    const fast = fastPathFor(path, request.raw);
+    if (fast) return serveProcessStream(callOf(request, reply), fast);
+    return serveConnect(handlers, path, callOf(request, reply));
+  });
 
   const idOnly = { type: 'object', required: ['id'], properties: { id: { type: 'string', maxLength: 64 } } } as const;
   const filesQuery = {

@@ -12,6 +12,7 @@ import { Code } from '@connectrpc/connect';
 import { e2bFailure } from '../../src/e2b/errors.js';
 import { checkUser, envdPath, envdRewriter } from '../../src/e2b/envd-access.js';
 import { toConnectError } from '../../src/e2b/envd-connect.js';
+import { fastPathFor } from '../../src/e2b/envd-stream.js';
 import { EventQueue } from '../../src/e2b/event-queue.js';
 import { E2bSandboxStore } from '../../src/e2b/sandbox-store.js';
 import { e2bMetadata, parseMetadataFilter } from '../../src/e2b/sandbox-view.js';
@@ -57,6 +58,23 @@ describe('E2B surface: pure parts', () => {
     assert.equal(rewrite(incoming('/anything', { host: '49983-abcdefghij.sbx.test:8080' })), '/e2b/envd/abcdefghij/anything');
     assert.equal(rewrite(incoming('/anything', { host: '3000-abcdefghij.sbx.test' })), undefined, 'other ports are the port routes');
     assert.equal(envdRewriter(undefined)(incoming('/x', { host: '49983-abcdefghij.sbx.test' })), undefined);
+  });
+
+  it('command streams: Start and Connect in the plain case are served straight; any other case is left to connect', () => {
+    const post = (headers: Record<string, string>) => ({ method: 'POST', headers }) as unknown as IncomingMessage;
+    const json = { 'content-type': 'application/connect+json' };
+    assert.deepEqual(fastPathFor('/process.Process/Start', post(json))?.binary, false);
+    assert.equal(fastPathFor('/process.Process/Connect', post({ 'content-type': 'application/connect+proto; charset=utf-8' }))?.binary, true);
+    assert.equal(fastPathFor('/process.Process/Start', post({ ...json, 'connect-timeout-ms': '60000' }))?.timeoutMs, 60000);
+    assert.equal(fastPathFor('/process.Process/Start', post({ ...json, 'connect-content-encoding': 'identity' }))?.binary, false);
+    // Left to connect: another method, a unary content type, compression, a timeout it would refuse, not a POST, a prototype key.
+    assert.equal(fastPathFor('/process.Process/List', post(json)), undefined);
+    assert.equal(fastPathFor('/process.Process/Start', post({ 'content-type': 'application/json' })), undefined);
+    assert.equal(fastPathFor('/process.Process/Start', post({ ...json, 'connect-content-encoding': 'gzip' })), undefined);
+    assert.equal(fastPathFor('/process.Process/Start', post({ ...json, 'connect-timeout-ms': '12345678901' })), undefined);
+    assert.equal(fastPathFor('/process.Process/Start', post({ ...json, 'connect-timeout-ms': '-1' })), undefined);
+    assert.equal(fastPathFor('/process.Process/Start', { method: 'GET', headers: json } as unknown as IncomingMessage), undefined);
+    assert.equal(fastPathFor('/__proto__', post(json)), undefined);
   });
 
   it("a stream's event queue: push says full past its size, drain calls back as the reader takes, an error ends it", async () => {
