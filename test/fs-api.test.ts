@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { serverSentEvents } from '../src/client/event-stream.js';
@@ -171,5 +172,25 @@ describe('filesystem calls in a real sandbox', { timeout: 300_000 }, () => {
     controller.abort();
     const notDir = await fetch(fs('watch', { path: '/home/user/nope' }));
     assert.equal(notDir.status, 404);
+  });
+
+  it('red team: watches whose client leaves while they start leave nothing behind', async () => {
+    await post('mkdir', { path: '/home/user/left' });
+    // 30 clients gone 0 to 87 ms after asking: before, during and after the watch's setup.
+    await Promise.all(
+      Array.from({ length: 30 }, async (_, i) => {
+        const controller = new AbortController();
+        setTimeout(() => controller.abort(), i * 3);
+        await fetch(fs('watch', { path: '/home/user/left' }), { signal: controller.signal })
+          .then((response) => response.body?.cancel())
+          .catch(() => undefined);
+      }),
+    );
+    // Past the setup's bound; then an event: an inotifywait whose channel was closed dies writing it.
+    await sleep(6_000);
+    await bash('touch /home/user/left/a; sleep 0.3; touch /home/user/left/b; sleep 1');
+    const left = (await bash('pgrep -c -x inotifywait || true')).trim();
+    console.log(`30 watches abandoned while starting: ${left} inotifywait left in the guest`);
+    assert.equal(left, '0', 'a watch nobody reads still runs');
   });
 });

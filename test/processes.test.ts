@@ -321,6 +321,50 @@ describe('processes in a real sandbox', { timeout: 600_000 }, () => {
     assert.equal(after.processes.length, 0);
   });
 
+  it('red team: input to a process that never reads it is refused, never held: REST stdin answers stdin_full at once, the WebSocket stops taking it and ends', async () => {
+    v8.setFlagsFromString('--expose-gc');
+    const gc = vm.runInNewContext('gc') as () => void;
+    const { pid } = await start({ argv: ['sleep', '600'], stdin: true });
+    gc();
+    const before = process.memoryUsage().arrayBuffers;
+    // 40 writes of 512 KiB, 4 at a time: the first fill the guest's window and wait for it; the rest are refused.
+    const chunk = Buffer.alloc(512 * 1024, 0x61).toString('base64');
+    const statuses: number[] = [];
+    const codes = new Set<string>();
+    const began = performance.now();
+    for (let round = 0; round < 10; round++) {
+      const answers = await Promise.all([1, 2, 3, 4].map(() => post(`${processes()}/${pid}/stdin`, { data: chunk, encoding: 'base64' })));
+      for (const answer of answers) {
+        statuses.push(answer.status);
+        if (answer.status !== 204) codes.add((await errorOf(answer)).code);
+      }
+    }
+    const restMs = performance.now() - began;
+    gc();
+    const heldMiB = (process.memoryUsage().arrayBuffers - before) / MiB;
+    console.log(
+      `20 MiB of stdin to a process that does not read: ${statuses.filter((s) => s === 204).length} taken, the rest ${[...codes].join(', ')} in ${restMs.toFixed(0)} ms; Buffers held ${heldMiB.toFixed(1)} MiB`,
+    );
+    assert.deepEqual([...codes], ['stdin_full']);
+    assert.ok(heldMiB < 8, `the orchestrator holds ${heldMiB.toFixed(1)} MiB of input nobody reads`);
+    assert.ok(restMs < 30_000, 'refused at once, not after a wait each');
+    // The same over the WebSocket: 16 MiB sent as fast as the socket takes it.
+    const ws = new WebSocket(`${base.replace('http', 'ws')}/v1/sessions/${id}/processes/${pid}/ws`);
+    await new Promise((resolve, reject) => ws.once('open', resolve).once('error', reject));
+    const closed = new Promise<{ code: number; reason: string }>((resolve) => ws.once('close', (code, reason) => resolve({ code, reason: reason.toString() })));
+    const frame = Buffer.alloc(256 * 1024, 0x62);
+    for (let i = 0; i < 64; i++) ws.send(frame);
+    await sleep(3_000);
+    // The server stopped reading: most of it is still on this side of the connection.
+    const unsentMiB = ws.bufferedAmount / MiB;
+    const end = await closed;
+    console.log(`16 MiB over the socket: ${unsentMiB.toFixed(1)} MiB not taken after 3 s; closed ${end.code} (${end.reason})`);
+    assert.ok(unsentMiB > 8, `the server took ${(16 - unsentMiB).toFixed(1)} MiB it cannot write`);
+    assert.equal(end.code, 1013);
+    assert.match(end.reason, /not (read|reading)/);
+    assert.equal((await post(`${processes()}/${pid}/kill`, {})).status, 200);
+  });
+
   it('red team: a process flooding its output, with a reader that stopped reading, fails only its own stream', async () => {
     const { pid } = await start({ argv: ['cat', '/dev/zero'] });
     // A client that opens the stream and never reads: its socket fills, the process is held back.

@@ -17,6 +17,8 @@ const EXIT_GRACE_MS = 1_000;
 const SIGNAL_TIMEOUT_MS = 10_000;
 /** Standard input a process has not read yet, beyond which a write waits (and then fails). */
 const STDIN_WAIT_MS = 10_000;
+/** Standard input held for a process beyond the guest's window, past which a write is refused at once. */
+export const STDIN_HELD_MAX_BYTES = 1024 * 1024;
 
 export class ProcessStartError extends OrchestratorError {
   constructor(message: string) {
@@ -183,6 +185,11 @@ export class GuestProcess implements ReadableProcess {
     if (!this.running) throw new OrchestratorError('process_exited', `process ${this.pid} has exited`);
     if (!this.spec.stdin) throw new InvalidRequestError(`process ${this.pid} was started without stdin: true; its standard input is closed`);
     if (this.channel.writableEnded) throw new OrchestratorError('stdin_closed', `the standard input of process ${this.pid} is already closed`);
+    // Bytes already waiting for the guest's window: a process that does not read gets no more
+    // (checked and written in one turn, so concurrent writes cannot pass it together).
+    if (data.length > 0 && this.channel.writableLength > STDIN_HELD_MAX_BYTES) {
+      throw new OrchestratorError('stdin_full', `process ${this.pid} is not reading its standard input (${this.channel.writableLength} bytes wait for it)`);
+    }
     const room = data.length === 0 || this.channel.write(data);
     if (eof) this.channel.end();
     if (room || eof) return;

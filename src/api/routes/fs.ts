@@ -157,9 +157,23 @@ export async function fsRoutes(app: FastifyInstance, opts: FsRoutesOptions): Pro
       const release = streams.open(request, reply);
       const res = reply.raw;
       let heartbeat: NodeJS.Timeout | undefined;
+      let watch: DirectoryWatch | undefined;
+      // From the start: a client gone during the awaits below (a guest can make inotifywait's
+      // setup take seconds) must not leave a watch that nobody reads.
+      let gone = res.closed;
+      res.once('close', () => {
+        gone = true;
+        clearInterval(heartbeat);
+        watch?.stop();
+      });
+      // Nobody to answer: the reply is ours (never fastify's), the slot goes.
+      const abandon = () => {
+        reply.hijack();
+        release();
+      };
       const send = (text: string) => {
         if (res.writableLength > WATCH_MAX_BUFFERED_BYTES) {
-          watch.stop();
+          watch?.stop();
           res.destroy();
           return;
         }
@@ -174,8 +188,9 @@ export async function fsRoutes(app: FastifyInstance, opts: FsRoutesOptions): Pro
         release();
         throw err;
       }
+      if (gone) return abandon();
       const connection = manager.connection(request.params.id);
-      const watch = new DirectoryWatch(
+      const started = new DirectoryWatch(
         fs,
         dir,
         (change: FsChange) => send(`event: ${change.type}\ndata: ${JSON.stringify(change.entry)}\n\n`),
@@ -187,20 +202,21 @@ export async function fsRoutes(app: FastifyInstance, opts: FsRoutesOptions): Pro
         WATCH_INTERVAL_MS,
         (onEvent, onEnd) => inotifyTrigger((command) => connection.spawn(command), dir, onEvent, onEnd),
       );
+      watch = started;
       try {
-        await watch.start();
+        await started.start();
       } catch (err) {
         release();
         throw err;
       }
+      if (gone) {
+        started.stop();
+        return abandon();
+      }
       reply.hijack();
       res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive', 'x-accel-buffering': 'no' });
-      res.write(`event: ready\ndata: ${JSON.stringify({ path: dir, via: watch.listening ? 'inotify' : 'poll' })}\n\n`);
+      res.write(`event: ready\ndata: ${JSON.stringify({ path: dir, via: started.listening ? 'inotify' : 'poll' })}\n\n`);
       heartbeat = setInterval(() => send(': still here\n\n'), HEARTBEAT_MS);
-      res.once('close', () => {
-        clearInterval(heartbeat);
-        watch.stop();
-      });
     },
   );
 }

@@ -9,6 +9,8 @@ import { pidParams } from './processes.js';
 const SOCKET_HIGH_WATER = 1024 * 1024;
 /** Longest input message: a paste into a terminal. */
 const MAX_INPUT_MESSAGE = 256 * 1024;
+/** Input received but not yet written to the process, beyond which the socket stops reading. */
+const INPUT_HIGH_WATER = 1024 * 1024;
 
 /**
  * GET /v1/sessions/:id/processes/:pid/ws: the process as a WebSocket that xterm.js (its attach
@@ -81,7 +83,10 @@ export function followOverSocket(socket: WebSocket, process: GuestProcess, from:
   socket.on('close', () => reader.close());
   socket.on('error', () => reader.close());
   // Input is written one message at a time, in order: a paste waits for the last one's room.
+  // Messages waiting their turn are counted: past INPUT_HIGH_WATER the socket stops reading
+  // (the client's sends back up in TCP), and a process that refuses its input ends the socket.
   let input = Promise.resolve();
+  let queued = 0;
   socket.on('message', (data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean) => {
     const bytes = Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data);
     if (bytes.length > MAX_INPUT_MESSAGE) return socket.close(1009, `input messages are at most ${MAX_INPUT_MESSAGE} bytes`);
@@ -96,7 +101,15 @@ export function followOverSocket(socket: WebSocket, process: GuestProcess, from:
         return;
       }
     }
-    input = input.then(() => process.write(bytes, false)).catch(() => undefined);
+    queued += bytes.length;
+    if (queued > INPUT_HIGH_WATER) socket.pause();
+    input = input
+      .then(() => process.write(bytes, false))
+      .catch((err: unknown) => socket.close(1013, (err as Error).message.slice(0, 120)))
+      .finally(() => {
+        queued -= bytes.length;
+        if (queued <= INPUT_HIGH_WATER / 2) socket.resume();
+      });
   });
 }
 
