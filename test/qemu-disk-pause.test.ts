@@ -69,6 +69,8 @@ describe('pause to disk of a qemu desktop, across an orchestrator SIGKILL', () =
   let beforePause: { pid: number; count: number };
   let shotBefore: { data: Buffer; width: number; height: number };
   let bytes: number;
+  /** When the pause answered: the guest's clock stood still from then until the resume. */
+  let pausedAt: number;
 
   before(async () => {
     stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-diskpause-'));
@@ -143,6 +145,7 @@ describe('pause to disk of a qemu desktop, across an orchestrator SIGKILL', () =
     const started = performance.now();
     const paused = await api('POST', `/v1/sessions/${id}/pause`, { mode: 'disk' });
     const pauseMs = performance.now() - started;
+    pausedAt = Date.now();
     assert.equal(paused.status, 200, JSON.stringify(paused.json));
     assert.equal(paused.json.state, 'paused');
     const info = paused.json.paused as Json;
@@ -164,7 +167,10 @@ describe('pause to disk of a qemu desktop, across an orchestrator SIGKILL', () =
     assert.deepEqual(await qemuPids(id), [], 'still no QEMU');
   });
 
-  it('resumes from disk: the screen is as it was, the same process counts on, the log is whole, the state file is gone', async () => {
+  it('resumes from disk: the screen is as it was, the same process counts on, the log is whole, the state file is gone, the clock is right', async () => {
+    // Paused long enough that a clock left where the pause found it is plainly wrong.
+    await sleep(Math.max(0, pausedAt + 10_000 - Date.now()));
+    const pausedForS = Math.round((Date.now() - pausedAt) / 1000);
     const started = performance.now();
     const resumed = await api('POST', `/v1/sessions/${id}/resume`);
     const resumeMs = performance.now() - started;
@@ -202,6 +208,17 @@ describe('pause to disk of a qemu desktop, across an orchestrator SIGKILL', () =
     );
     assert.ok((log.at(-1) ?? 0) >= atResume.count, 'the log goes up to the counter');
     await until('it counts on', async () => (await counter(id)).count > atResume.count);
+    // The guest's clock: set from its RTC (which follows the host's) within a few seconds of the resume.
+    let skew = Number.NaN;
+    await until(
+      'the guest clock is the host clock',
+      async () => {
+        skew = Number((await bash(id, 'date +%s')).trim()) - Math.round(Date.now() / 1000);
+        return Math.abs(skew) <= 3;
+      },
+      10_000,
+    );
+    console.log(`guest clock after a pause of ${pausedForS} s: ${skew} s off the host's`);
   });
 
   it('a SIGKILL of the orchestrator during a resume leaves the state or the resumed VM, and the next resume works', async () => {
