@@ -20,6 +20,14 @@ export const CONFIG_MOUNT = '/sandbox/config';
 export const GUEST_INIT = '/sbin/sandbox-init';
 /** In the image of a template whose session starts its own X server (xfce): sandbox-init starts none. */
 export const SESSION_DISPLAY_MARK = '/etc/sandbox/session-display';
+/**
+ * Exists while sandbox-init starts the desktop (Xvfb, the window manager, the session's first
+ * window), which it does beside sshd: a session is ready only once it is gone, so that a
+ * window the host opens at once is not robbed of the focus by the session's xterm mapping
+ * after it. Root's directory: no guest program can make or remove it. An older init never
+ * makes it, and is not waited for.
+ */
+export const DESKTOP_STARTING_MARK = '/run/sandbox/desktop-starting';
 /** The unprivileged user that owns the desktop and that SSH logs in as. */
 export const GUEST_USER = 'user';
 export const GUEST_UID = 1000;

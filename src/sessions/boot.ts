@@ -6,7 +6,7 @@ import { ComputerTool, type SettleOptions } from '../computer/computer-tool.js';
 import { Desktop } from '../computer/desktop.js';
 import { startWarmHelpers, type WarmHelpers } from '../computer/warm-helpers.js';
 import { modelSize, Scaler } from '../computer/scaling.js';
-import { CONFIG_FILES, GUEST_USER, renderSettings, sandboxSettings } from '../guest/contract.js';
+import { CONFIG_FILES, DESKTOP_STARTING_MARK, GUEST_USER, renderSettings, sandboxSettings } from '../guest/contract.js';
 import type { GuestImage } from '../guest/image/builder.js';
 import type { AddressLease } from '../network/address-pool.js';
 import type { ResourceNames } from '../network/names.js';
@@ -15,7 +15,7 @@ import type { NetworkPolicy } from '../network/policy/network-policy.js';
 import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, logsDirOf, type ConsoleLogLimits } from '../runtimes/console-log.js';
 import type { RunningSandbox, Runtime } from '../runtimes/runtime.js';
 import { generateSessionKeys, publicKeyBlob, writeSessionKeys, type SessionKeys } from '../transport/ssh-keys.js';
-import { guestTransport } from '../transport/index.js';
+import { guestTransport, type GuestTransport } from '../transport/index.js';
 import { OrchestratorError } from '../errors.js';
 import { CleanupStack } from '../util/cleanup-stack.js';
 import type { StepTimes } from '../util/step-times.js';
@@ -116,7 +116,7 @@ export async function bootPooledSandbox(session: Session, lease: AddressLease | 
     });
     const desktop = new Desktop(connection, ctx.display, { width: session.record.width, height: session.record.height }, ctx.displayServer, warm);
     await probe.push('probe desktop', () => desktop.close());
-    if (ctx.displayServer !== 'session') await waitForDisplay(desktop, deadline, () => sandbox.isAlive());
+    if (ctx.displayServer !== 'session') await waitForDesktop(connection, desktop, deadline, () => sandbox.isAlive());
   } catch (err) {
     throw await withConsoleLog(err, sandbox, logsDir, session.id, ctx.consoleLog);
   } finally {
@@ -270,7 +270,7 @@ export async function attachDesktop(
   // A display the session starts itself is not waited for: each action says whether it answers.
   if (ctx.displayServer !== 'session') {
     if (display === 'await') {
-      await waitForDisplay(desktop, deadline, () => sandbox.isAlive());
+      await waitForDesktop(connection, desktop, deadline, () => sandbox.isAlive());
       ctx.steps?.mark('helpers and display');
     }
     // A display that does not answer is reported by the first action, as on any session. Once
@@ -293,6 +293,25 @@ function followScreen(session: Session, computer: ComputerTool, size: { width: n
   const model = unscaled ? size : modelSize(size, 'auto');
   Object.assign(record, { width: size.width, height: size.height, modelWidth: model.width, modelHeight: model.height });
   computer.scaler = new Scaler(size, model);
+}
+
+/**
+ * sshd starts beside the desktop: the display answering (the input helper started, asked
+ * where the pointer is) and the desktop's start done (the session's first window up,
+ * DESKTOP_STARTING_MARK gone) are waited for side by side.
+ */
+async function waitForDesktop(connection: GuestTransport, desktop: Desktop, deadline: number, isAlive: () => boolean): Promise<void> {
+  await Promise.all([waitForDisplay(desktop, deadline, isAlive), waitForDesktopStart(connection, deadline)]);
+}
+
+/** One channel whose shell waits in the guest, 10 ms a look, until the mark is gone (bounded there too). */
+async function waitForDesktopStart(connection: GuestTransport, deadline: number): Promise<void> {
+  const looks = Math.ceil(remaining(deadline) / 10);
+  const result = await connection.exec(`i=0; while [ -e ${DESKTOP_STARTING_MARK} ]; do [ "$i" -lt ${looks} ] || exit 1; sleep 0.01; i=$((i + 1)); done`, {
+    timeoutMs: remaining(deadline),
+    maxOutputBytes: 1024,
+  });
+  if (result.exitCode !== 0) throw new Error('the desktop did not finish starting in time (the session showed no window)');
 }
 
 /** Xvfb may still be starting when sshd already answers: wait until the display replies. */
