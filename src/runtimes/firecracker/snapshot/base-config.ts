@@ -11,6 +11,10 @@ export const REKEY_COMMAND = '/usr/local/sbin/sbx-rekey';
  * client asks to run (sbx-rekey reads the request from SSH_ORIGINAL_COMMAND).
  */
 export async function writeBaseRootKey(configDir: string, clientPublicKey: string): Promise<void> {
-  const line = `restrict,command="${REKEY_COMMAND}" ${clientPublicKey.trim()}\n`;
-  await writeFile(path.join(configDir, ROOT_AUTHORIZED_KEYS), line, { mode: 0o600, flag: 'wx' });
+  await writeFile(path.join(configDir, ROOT_AUTHORIZED_KEYS), rekeyLine(clientPublicKey), { mode: 0o600, flag: 'wx' });
+}
+
+/** The root_authorized_keys line of a key that may run sbx-rekey and nothing else (a QEMU session's rekey key too). */
+export function rekeyLine(clientPublicKey: string): string {
+  return `restrict,command="${REKEY_COMMAND}" ${clientPublicKey.trim()}\n`;
 }
