@@ -266,6 +266,29 @@ export type CreateVolumeOptions = {
   sizeMiB: number;
 };
 
+/** A snapshot as GET /v1/snapshots lists it. */
+export type SnapshotInfo = {
+  /** snap-<16 letters or digits>: what POST /v1/sessions {snapshot} names */
+  id: string;
+  /** The name given at create (null: none); unique among the tenant's snapshots */
+  name: string | null;
+  /** The session it was taken of (which may have ended since: the snapshot stays) */
+  sessionId: string;
+  /** The template of that session, and of every session started from it */
+  template: string;
+  /** The runtime that took it (only that runtime can start sessions from it) */
+  runtime: string;
+  /** Bytes of host disk its files hold, counted against the tenant's SBX_SNAPSHOT_QUOTA_MIB */
+  bytes: number;
+  createdAt: string;
+};
+
+/** The body of POST /v1/sessions/:id/snapshots. */
+export type CreateSnapshotOptions = {
+  /** 1-63 letters, digits, '-', '_' or '.', starting with a letter or digit; unique per tenant (optional) */
+  name?: string;
+};
+
 /** Every error answer (docs/api.md, Errors). */
 export type ErrorBody = {
   error: {

@@ -50,6 +50,8 @@ export interface ForkRekey {
   lease: AddressLease;
   /** The fork's own root_authorized_keys line (its rekey key, tied to sbx-rekey). */
   rootAuthorizedKeys: string;
+  /** How long one SSH login to the guest may take (its boot timeout's share: a TCG guest under load is slow). */
+  connectTimeoutMs: number;
   /** Lets the loaded VM run (`cont`), once the guest can be reached. */
   start(): Promise<void>;
 }
@@ -71,6 +73,7 @@ export async function startAndRekeyFork(fork: ForkRekey): Promise<void> {
       baseClientPrivateKey: info.rekeyPrivateKey,
       baseHostPublicKey: info.hostPublicKey,
       network: { address: `${lease.guest}/${lease.prefixLength}`, gateway: lease.gateway },
+      connectTimeoutMs: fork.connectTimeoutMs,
     });
     const connection = await rotateKeysAfterRestore(transport, {
       snapshotBase: { clientPrivateKey: info.rekeyPrivateKey, hostPublicKey: info.hostPublicKey },

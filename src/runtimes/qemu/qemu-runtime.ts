@@ -275,7 +275,17 @@ export class QemuRuntime implements Runtime {
       spec.step?.('snapshot loaded');
       const keys = await readSessionKeys(spec.sessionDir, spec.configDir);
       const start = async () => void (await qmp(qmpSocket, [{ execute: 'cont' }]));
-      await startAndRekeyFork({ netns: network.netns, sessionDir: spec.sessionDir, info: fork, keys, lease: network.lease, rootAuthorizedKeys, start });
+      const connectTimeoutMs = this.accelerator === 'tcg' ? 30_000 : 5_000;
+      await startAndRekeyFork({
+        netns: network.netns,
+        sessionDir: spec.sessionDir,
+        info: fork,
+        keys,
+        lease: network.lease,
+        rootAuthorizedKeys,
+        start,
+        connectTimeoutMs,
+      });
       spec.step?.('fork re-keyed');
     }
     const startTime = processStartTime(vm.pid);
