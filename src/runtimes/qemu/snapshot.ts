@@ -54,7 +54,9 @@ export async function saveSnapshot(deps: SnapshotDeps, target: PauseTarget, dir:
   const recipe = await readRecipe(sessionDir);
   const owner = runAsOf(recipe.argv);
   if (!owner || pid <= 0 || !processStartTime(pid)) throw new Error(`the VM's QEMU (pid ${pid}) is not running, or was not started as its own user`);
-  if (!endpoint || endpoint.transport !== undefined) throw new Error(`session ${sessionId} is not reached over TCP: a fork could not be re-addressed`);
+  if (!endpoint || !('host' in endpoint) || (endpoint.transport ?? 'tcp') !== 'tcp') {
+    throw new Error(`session ${sessionId} is not reached over TCP: a fork could not be re-addressed`);
+  }
   const keys = await readSessionKeys(sessionDir, path.join(sessionDir, 'config'));
   const rekeyPrivateKey = await readFile(path.join(sessionDir, REKEY_KEY_FILE), 'utf8').catch(() => {
     throw new Error('the session was started without a rekey key (by an older orchestrator): it cannot be forked');

@@ -1,7 +1,10 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 
-/** In a snapshot base's config dir only: the base key's root access, tied to sbx-rekey. */
+/**
+ * In a snapshot base's config dir, and every QEMU session's (its rekey key, so that a snapshot
+ * of it can be forked: docs/snapshots.md): a key's root access, tied to sbx-rekey.
+ */
 export const ROOT_AUTHORIZED_KEYS = 'root_authorized_keys';
 export const REKEY_COMMAND = '/usr/local/sbin/sbx-rekey';
 
