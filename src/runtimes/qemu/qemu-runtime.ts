@@ -1,8 +1,8 @@
 import type { Logger } from 'pino';
 import type { GuestImage } from '../../guest/image/builder.js';
-import { chmod, chown, rm, writeFile } from 'node:fs/promises';
+import { appendFile, chmod, chown, rm, writeFile } from 'node:fs/promises';
 import { generateClientKey, readSessionKeys } from '../../transport/ssh-keys.js';
-import { rekeyLine, writeBaseRootKey } from '../firecracker/snapshot/base-config.js';
+import { rekeyLine, ROOT_AUTHORIZED_KEYS } from '../firecracker/snapshot/base-config.js';
 import { copySnapshotDisk, readForkInfo, REKEY_KEY_FILE, saveSnapshot } from './snapshot.js';
 import { loadForkState, startAndRekeyFork } from './fork.js';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -310,7 +310,8 @@ export class QemuRuntime implements Runtime {
   private async writeRekeyKey(spec: SandboxSpec): Promise<string> {
     const key = generateClientKey(`rekey-${spec.sessionId}`);
     await writeFile(path.join(spec.sessionDir, REKEY_KEY_FILE), key.private, { mode: 0o600 });
-    await writeBaseRootKey(spec.configDir, key.public);
+    // Appended: a caller may have given the VM a root key of its own already (a Firecracker snapshot base booted here, in a test).
+    await appendFile(path.join(spec.configDir, ROOT_AUTHORIZED_KEYS), rekeyLine(key.public), { mode: 0o600 });
     return rekeyLine(key.public);
   }
 
