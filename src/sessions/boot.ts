@@ -145,9 +145,8 @@ async function startSandbox(session: Session, lease: AddressLease | undefined, c
   await session.cleanup.push('key dir', () => removeSessionDir(sessionDir, ctx.log, ctx.countKeptDir));
   const keys = generateSessionKeys(id);
   await writeSessionKeys(sessionDir, configDir, keys);
-  // Shown in its view, so anyone can check the key its guest presents; a fork says what it came from.
+  // Shown in its view, so anyone can check the key its guest presents.
   session.record.hostKeyFingerprint = keyFingerprint(keys.hostPublicKey);
-  session.record.snapshot = session.fromSnapshot?.id ?? null;
   await writeFile(
     path.join(configDir, CONFIG_FILES.settings),
     renderSettings(

@@ -150,6 +150,7 @@ export class SessionLifecycle {
     session.steps = steps;
     session.image = template.image;
     session.fromSnapshot = attempt.fork;
+    record.snapshot = attempt.fork?.id ?? null;
     const log = this.sessionLog(session);
     // Stored before any resource is taken, so a crash from here on is found at restart.
     store.insert(record);
