@@ -13,6 +13,7 @@ import { pathToFileURL } from 'node:url';
 import { recordingStatusSchema } from '../src/api/recording-schemas.js';
 import { templateSchema } from '../src/api/routes/templates.js';
 import { createVolumeBody, volumeSchema } from '../src/api/routes/volumes.js';
+import { createSnapshotBody, snapshotSchema } from '../src/api/routes/snapshots.js';
 import { actionResultSchema, createSessionBody, errorSchema, keepaliveBody, sessionSchema, updateSessionBody } from '../src/api/schemas.js';
 import { ERROR_CODES } from '../src/error-codes.js';
 
@@ -58,6 +59,8 @@ const TYPES: ReadonlyArray<{ name: string; doc: string; schema: unknown }> = [
   { name: 'TemplateInfo', doc: 'A template as GET /v1/templates lists it.', schema: templateSchema },
   { name: 'VolumeInfo', doc: 'A volume as GET /v1/volumes lists it.', schema: volumeSchema },
   { name: 'CreateVolumeOptions', doc: 'The body of POST /v1/volumes.', schema: createVolumeBody },
+  { name: 'SnapshotInfo', doc: 'A snapshot as GET /v1/snapshots lists it.', schema: snapshotSchema },
+  { name: 'CreateSnapshotOptions', doc: 'The body of POST /v1/sessions/:id/snapshots.', schema: createSnapshotBody },
   { name: 'ErrorBody', doc: 'Every error answer (docs/api.md, Errors).', schema: errorSchema },
 ];
 

@@ -66,6 +66,7 @@ export const ERROR_CODES = {
   app_not_found: { category: 'not_found', description: 'a desktop-file id the sandbox does not have' },
   route_not_found: { category: 'not_found', description: 'no such route' },
   volume_not_found: { category: 'not_found', description: "no such volume (or another tenant's)" },
+  snapshot_not_found: { category: 'not_found', description: "no such snapshot (or another tenant's)" },
   view_unknown: { category: 'not_found', description: 'a live-view token that is not one of ours' },
 
   method_not_allowed: { category: 'method_not_allowed', description: 'GET or DELETE /mcp: only POST is served' },
@@ -90,6 +91,14 @@ export const ERROR_CODES = {
   session_id_taken: { category: 'conflict', description: 'through a gateway: three new session ids in a row were taken in the directory; retry' },
   run_in_progress: { category: 'conflict', description: 'the session is driven by another run' },
   volume_exists: { category: 'conflict', description: 'a volume of that name exists already' },
+  snapshot_exists: { category: 'conflict', description: 'a snapshot of that name exists already (of the same tenant)' },
+  snapshot_in_use: { category: 'conflict', description: 'a delete of a snapshot a session is being started from right now' },
+  snapshot_unsupported: {
+    category: 'conflict',
+    description:
+      "a snapshot (or fork) this runtime cannot take here: containers need CRIU 4.1+, a session with volumes, another runtime's snapshot (the message says why)",
+  },
+  snapshot_quota_exceeded: { category: 'conflict', description: "a snapshot past the tenant's quota (the message names it: SBX_SNAPSHOT_QUOTA_COUNT or _MIB)" },
   volume_in_use: { category: 'conflict', description: 'a volume another session writes (or reads, for a writer), or a delete of one mounted' },
   volumes_unavailable: {
     category: 'conflict',
@@ -109,6 +118,7 @@ export const ERROR_CODES = {
 
   body_too_large: { category: 'too_large', description: 'a JSON body over its cap' },
   clipboard_too_large: { category: 'too_large', description: "the sandbox's clipboard holds more than may be read" },
+  snapshot_too_large: { category: 'too_large', description: 'a snapshot whose bytes take the tenant past SBX_SNAPSHOT_QUOTA_MIB: not kept' },
   volume_quota_exceeded: { category: 'too_large', description: "a volume over the tenant's quota (the message names it: SBX_VOLUME_QUOTA_MIB or _COUNT)" },
   file_too_large: { category: 'too_large', description: 'a file over SBX_MAX_FILE_BYTES' },
 

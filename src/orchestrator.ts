@@ -24,6 +24,8 @@ import { warmPoolSizes } from './sessions/settings.js';
 import { SessionStore } from './sessions/store.js';
 import { Volumes } from './volumes/volumes.js';
 import { VolumeStore } from './volumes/volume-store.js';
+import { Snapshots } from './snapshots/snapshots.js';
+import { SnapshotStore } from './snapshots/snapshot-store.js';
 import { TemplateCatalogue } from './templates/catalogue.js';
 import { LinkTokens } from './api/links/link-tokens.js';
 import { TrajectoryRecorder } from './sessions/trajectory/recorder.js';
@@ -166,6 +168,15 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     log: log.child({ part: 'volumes' }),
   });
   await volumes.prepare();
+  // Snapshots (docs/snapshots.md): rows beside the sessions', files under <stateDir>/snapshots.
+  const snapshots = new Snapshots({
+    store: new SnapshotStore(store.database),
+    dir: path.join(config.stateDir, 'snapshots'),
+    settings: config.snapshots,
+    runtime: selection.runtime.name,
+    log: log.child({ part: 'snapshots' }),
+  });
+  await snapshots.recover();
   const stateDirFree = stateDirFreeMiB(config.stateDir);
   const manager = new SessionManager({
     stateDir: config.stateDir,
@@ -211,7 +222,9 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     pause: config.pause,
     tenantLimits: config.tenantSessionLimits,
     volumes,
+    snapshots,
   });
+  snapshots.attach(manager.snapshotting);
   log.info(
     {
       maxSessions: config.maxSessions,
@@ -300,6 +313,7 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
     bashTimeoutSeconds: config.bashTimeoutSeconds,
     bashOutput: config.bashOutput,
     volumes,
+    snapshots,
   });
   if (options.listen !== false) {
     await server.listen({ host: config.host, port: config.port });

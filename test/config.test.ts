@@ -54,6 +54,7 @@ describe('the configuration an environment describes', () => {
       pause: { onIdle: 'destroy', autoResume: true, pausedRetentionSeconds: 604800 },
       tenantSessionLimits: new Map(),
       volumes: { minMiB: 16, maxMiB: 16384, quotaMiB: 65536, quotaCount: 32 },
+      snapshots: { quotaMiB: 20480, quotaCount: 16 },
       subnet: '10.241.0.0/16',
       networkPolicyCheckMs: 3_000,
       resourcePrefix: 'sbx-',

@@ -36,7 +36,10 @@ const TOOLS = [
   'sandbox_list',
   'sandbox_pause',
   'sandbox_resume',
+  'sandbox_snapshot',
   'screenshot',
+  'snapshot_delete',
+  'snapshot_list',
   'text_editor',
   'upload_file',
 ];

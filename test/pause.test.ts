@@ -101,6 +101,11 @@ describe('memory pause of a container desktop, across an orchestrator SIGKILL', 
     await sleep(1_500); // both windows mapped and drawn
     first = await counter(id);
     assert.ok(first.count > 0);
+    // A container cannot be snapshotted on this host (CRIU): a 409 that says why and what would make it work (docs/snapshots.md).
+    const snapshot = await api('POST', `/v1/sessions/${id}/snapshots`, {});
+    assert.equal(snapshot.status, 409, JSON.stringify(snapshot.json));
+    assert.equal((snapshot.json.error as Json).code, 'snapshot_unsupported');
+    assert.match(String((snapshot.json.error as Json).message), /CRIU.*4\.1|4\.1.*CRIU|criu 4\.1/i);
   });
 
   it('pauses in memory: no CPU and no count while paused', async () => {

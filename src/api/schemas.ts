@@ -179,6 +179,11 @@ export const sessionSchema = {
       description: 'The volumes mounted in it (absent: none)',
       items: volumeMountSchema,
     },
+    hostKeyFingerprint: {
+      type: 'string',
+      description: "The SHA-256 fingerprint of the host key pinned for its guest (as `ssh-keygen -lf` prints it): each session's own, a fork's too",
+    },
+    snapshot: { type: 'string', description: 'A fork: the snapshot it was started from (absent: booted)' },
     recording: recordingStatusSchema,
     control: {
       type: 'object',
@@ -287,6 +292,13 @@ export const createSessionBody = {
         "The tenant's volumes to mount (POST /v1/volumes), each at an absolute guest path outside the system's directories; one writer per volume " +
         '(409 volume_in_use), readers share when all are read-only; an unknown volume is a 404 volume_not_found',
       items: { ...volumeMountSchema, required: ['name', 'path'], additionalProperties: false },
+    },
+    snapshot: {
+      type: 'string',
+      maxLength: 200,
+      description:
+        "Start from this snapshot of the tenant's (POST /v1/sessions/:id/snapshots) instead of booting: a fork, with its own keys, host key and address; " +
+        "its template and screen are the snapshot's (404 snapshot_not_found for an unknown one, or another tenant's)",
     },
     screenshot: {
       type: 'object',

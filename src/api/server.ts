@@ -47,6 +47,7 @@ import { sessionProcesses } from '../processes/session-processes.js';
 import { DEFAULT_PROCESS_LIMITS } from '../processes/limits.js';
 import { fsRoutes } from './routes/fs.js';
 import { volumeRoutes, type VolumeDirectory } from './routes/volumes.js';
+import { snapshotRoutes, type SnapshotDirectory } from './routes/snapshots.js';
 import type { LiveViews } from '../views/live-views.js';
 import { toolResultSchema } from '../tools/tool-result.js';
 import { bashOutputCounters, type BashOutputLimits } from '../tools/bash/output-budget.js';
@@ -89,6 +90,8 @@ export interface ServerOptions {
   ports?: { tokens: PortTokens; settings: PortSettings };
   /** Volumes (routes/volumes.ts); absent: no volume routes. */
   volumes?: VolumeDirectory;
+  /** Snapshots (routes/snapshots.ts); absent: no snapshot routes. */
+  snapshots?: SnapshotDirectory;
   /** The E2B-compatible surface (src/e2b, docs/e2b.md); absent: its routes are not there. */
   e2b?: { store: E2bSandboxStore; settings: E2bSettings };
 }
@@ -244,6 +247,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   await app.register(systemRoutes, { manager: opts.manager, metrics: opts.metrics });
   await app.register(templateRoutes, { templates: opts.templates });
   if (opts.volumes) await app.register(volumeRoutes, { volumes: opts.volumes });
+  if (opts.snapshots) await app.register(snapshotRoutes, { snapshots: opts.snapshots });
   if (opts.ports) await app.register(portRoutes, { sessions: opts.manager, tokens: opts.ports.tokens, settings: opts.ports.settings, views: opts.views });
   if (opts.ports) await app.register(browserRoutes, { sessions: opts.manager, tokens: opts.ports.tokens });
   // After the port routes: the plugin routes every upgrade through fastify (so they are

@@ -53,6 +53,7 @@ import { measureWarmCreates } from './warm-create.js';
 import { printCreateFigures } from './create-bench.js';
 import { measurePause } from './pause.js';
 import { diskPauseAlone } from './disk-pause.js';
+import { snapshotsAlone } from './snapshots.js';
 import { measureTemplate, type TemplateFigures } from './templates.js';
 import { measureLoopOverhead, startZeroLatencyModel } from './run-loop.js';
 import { measureProcessStart } from './processes.js';
@@ -351,6 +352,12 @@ const PARTS: Record<string, () => Promise<void>> = {
   // Pause to disk of a QEMU desktop (SBX_RUNTIME to choose another), BENCH_CREATES rounds (3 unless set).
   'disk-pause': () =>
     diskPauseAlone(
+      { ...defaultConfig({ SBX_RUNTIME: 'qemu', SBX_QEMU_BOOT_TIMEOUT_MS: '300000', ...process.env }), subnet: process.env.SBX_SUBNET || '10.244.0.0/16' },
+      Number(process.env.BENCH_CREATES || 3),
+    ),
+  // Snapshot and forks of a QEMU desktop (SBX_RUNTIME to choose another), BENCH_CREATES forks (3 unless set).
+  snapshots: () =>
+    snapshotsAlone(
       { ...defaultConfig({ SBX_RUNTIME: 'qemu', SBX_QEMU_BOOT_TIMEOUT_MS: '300000', ...process.env }), subnet: process.env.SBX_SUBNET || '10.244.0.0/16' },
       Number(process.env.BENCH_CREATES || 3),
     ),

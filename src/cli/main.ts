@@ -13,6 +13,7 @@ import { keysCommand } from './api-keys.js';
 import { runStdioServer } from '../mcp/stdio.js';
 import { templateCommand } from './templates.js';
 import { volumeCommand, volumeFlag } from './volumes.js';
+import { snapshotCommand } from './snapshots.js';
 import { trajectoryCommand } from './trajectory.js';
 import { recordingCommand } from './recording.js';
 import { runCommand } from './run.js';
@@ -71,6 +72,7 @@ program.addCommand(runCommand(client));
 for (const command of portCommands(client)) program.addCommand(command);
 program.addCommand(execCommand(client));
 program.addCommand(volumeCommand(client));
+program.addCommand(snapshotCommand(client));
 
 interface CreateFlags {
   width?: number;
@@ -83,6 +85,7 @@ interface CreateFlags {
   template?: string;
   record?: boolean;
   volume?: Array<{ name: string; path: string; readOnly: boolean }>;
+  snapshot?: string;
 }
 
 program
@@ -95,6 +98,7 @@ program
   .option('--egress', 'let the sandbox reach the internet (NAT); off by default')
   .option('--template <name>', "the template to boot (`sbx template ls`; default: the server's)")
   .option('--volume <name:/path[:ro]>', 'mount a volume (`sbx volume create`); repeatable', volumeFlag)
+  .option('--snapshot <id>', "start from a snapshot (`sbx snapshot create`): a fork with its own keys; its template and screen are the snapshot's")
   .option('--record', 'record the screen to a video from the start (`sbx recording <id>` downloads it)')
   .addOption(new Option('--screenshot-format <format>', "the session's default screenshot format (png)").choices(['png', 'jpeg', 'webp']))
   .option('--screenshot-quality <1-100>', 'its quality, for jpeg and webp (default jpeg 80, webp 100: lossless)', integer)
@@ -111,6 +115,7 @@ program
       ...(screenshot ? { screenshot } : {}),
       ...(opts.record ? { record: true } : {}),
       ...(opts.volume ? { volumes: opts.volume } : {}),
+      ...(opts.snapshot ? { snapshot: opts.snapshot } : {}),
     });
     console.log(JSON.stringify(sandbox.info, null, 2));
   });

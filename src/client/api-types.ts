@@ -94,6 +94,10 @@ export type SessionInfo = {
     path: string;
     readOnly: boolean;
   }>;
+  /** The SHA-256 fingerprint of the host key pinned for its guest (as `ssh-keygen -lf` prints it): each session's own, a fork's too */
+  hostKeyFingerprint?: string;
+  /** A fork: the snapshot it was started from (absent: booted) */
+  snapshot?: string;
   /** The session's screen recording: in progress, finished, or failed (error says why; the session goes on) */
   recording?: {
     state: 'recording' | 'finished' | 'failed';
@@ -159,6 +163,8 @@ export type CreateOptions = {
     path: string;
     readOnly?: boolean;
   }>;
+  /** Start from this snapshot of the tenant's (POST /v1/sessions/:id/snapshots) instead of booting: a fork, with its own keys, host key and address; its template and screen are the snapshot's (404 snapshot_not_found for an unknown one, or another tenant's) */
+  snapshot?: string;
   /** The session's default screenshot format (screenshot route, actions, the computer tool); png unless set */
   screenshot?: {
     /** The image format (default: the session's, png unless set at create) */
@@ -260,6 +266,29 @@ export type CreateVolumeOptions = {
   sizeMiB: number;
 };
 
+/** A snapshot as GET /v1/snapshots lists it. */
+export type SnapshotInfo = {
+  /** snap-<16 letters or digits>: what POST /v1/sessions {snapshot} names */
+  id: string;
+  /** The name given at create (null: none); unique among the tenant's snapshots */
+  name: string | null;
+  /** The session it was taken of (which may have ended since: the snapshot stays) */
+  sessionId: string;
+  /** The template of that session, and of every session started from it */
+  template: string;
+  /** The runtime that took it (only that runtime can start sessions from it) */
+  runtime: string;
+  /** Bytes of host disk its files hold, counted against the tenant's SBX_SNAPSHOT_QUOTA_MIB */
+  bytes: number;
+  createdAt: string;
+};
+
+/** The body of POST /v1/sessions/:id/snapshots. */
+export type CreateSnapshotOptions = {
+  /** 1-63 letters, digits, '-', '_' or '.', starting with a letter or digit; unique per tenant (optional) */
+  name?: string;
+};
+
 /** Every error answer (docs/api.md, Errors). */
 export type ErrorBody = {
   error: {
@@ -330,6 +359,8 @@ export type ErrorCode =
   | 'route_not_found'
   /** no such volume (or another tenant's) */
   | 'volume_not_found'
+  /** no such snapshot (or another tenant's) */
+  | 'snapshot_not_found'
   /** a live-view token that is not one of ours */
   | 'view_unknown'
   /** GET or DELETE /mcp: only POST is served */
@@ -374,6 +405,14 @@ export type ErrorCode =
   | 'run_in_progress'
   /** a volume of that name exists already */
   | 'volume_exists'
+  /** a snapshot of that name exists already (of the same tenant) */
+  | 'snapshot_exists'
+  /** a delete of a snapshot a session is being started from right now */
+  | 'snapshot_in_use'
+  /** a snapshot (or fork) this runtime cannot take here: containers need CRIU 4.1+, a session with volumes, another runtime's snapshot (the message says why) */
+  | 'snapshot_unsupported'
+  /** a snapshot past the tenant's quota (the message names it: SBX_SNAPSHOT_QUOTA_COUNT or _MIB) */
+  | 'snapshot_quota_exceeded'
   /** a volume another session writes (or reads, for a writer), or a delete of one mounted */
   | 'volume_in_use'
   /** volumes asked of a runtime that cannot mount them here, or a VM-written volume of a container (the message says why) */
@@ -396,6 +435,8 @@ export type ErrorCode =
   | 'body_too_large'
   /** the sandbox's clipboard holds more than may be read */
   | 'clipboard_too_large'
+  /** a snapshot whose bytes take the tenant past SBX_SNAPSHOT_QUOTA_MIB: not kept */
+  | 'snapshot_too_large'
   /** a volume over the tenant's quota (the message names it: SBX_VOLUME_QUOTA_MIB or _COUNT) */
   | 'volume_quota_exceeded'
   /** a file over SBX_MAX_FILE_BYTES */

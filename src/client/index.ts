@@ -21,6 +21,7 @@ import type {
   ToolResult,
 } from './types.js';
 import { Volumes } from './volumes.js';
+import { Snapshots } from './snapshots.js';
 import { Runs } from './runs.js';
 import { closeBrowser, SandboxPorts, startBrowser, type BrowserCdp } from './ports.js';
 import { createLink, createTrajectoryLink, fetchTrajectory, type Trajectory } from './trajectory.js';
@@ -49,6 +50,7 @@ export {
 } from './processes.js';
 export { SandboxFs, type FsChange, type FsEntry } from './fs.js';
 export { Volumes, type CreateVolumeOptions, type VolumeInfo } from './volumes.js';
+export { Snapshots, type CreateSnapshotOptions, type SnapshotInfo } from './snapshots.js';
 
 /** Where the client looks for the orchestrator unless told (SBX_URL, `--url`): `sbx serve`'s default address. */
 export const DEFAULT_ORCHESTRATOR_URL = 'http://127.0.0.1:8080';
@@ -74,6 +76,8 @@ export class SandboxClient {
   readonly runs: Runs = new Runs(this);
   /** The tenant's volumes (POST /v1/volumes). */
   readonly volumes: Volumes = new Volumes(this);
+  /** The tenant's snapshots (POST /v1/sessions/:id/snapshots); fork one with create({ snapshot }). */
+  readonly snapshots: Snapshots = new Snapshots(this);
 
   constructor(options: ClientOptions = {}) {
     this.baseUrl = (options.baseUrl ?? process.env.SBX_URL ?? DEFAULT_ORCHESTRATOR_URL).replace(/\/$/, '');

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { ACTIONS, MAX_DURATION_SECONDS, MAX_TYPE_LENGTH, SCROLL_DIRECTIONS } from '../computer/actions.js';
 import { SESSION_ID_PATTERN } from '../network/names.js';
+import { SNAPSHOT_ID_PATTERN } from '../snapshots/snapshot-names.js';
 
 /**
  * The input schemas of the MCP tools (tools.ts). They are what an MCP client shows the model
@@ -31,11 +32,28 @@ export const createShape = {
   width: z.number().int().min(320).max(3840).optional().describe("Screen width in pixels (default: the template's)"),
   height: z.number().int().min(320).max(3840).optional().describe("Screen height in pixels (default: the template's)"),
   timeout_seconds: z.number().int().min(10).max(86_400).optional().describe('Idle timeout: the sandbox is destroyed after this long unused (default 300)'),
+  snapshot: z
+    .string()
+    .regex(SNAPSHOT_ID_PATTERN, 'a snapshot id is snap- and 16 characters of a-z and 0-9, as sandbox_snapshot or snapshot_list gives it')
+    .optional()
+    .describe("Start from this snapshot (sandbox_snapshot) instead of booting: a fork with its own keys; template and screen are the snapshot's"),
 };
 export const createInput = z.strictObject(createShape);
 
 export const noInput = z.strictObject({});
 export const sandboxOnlyInput = z.strictObject({ sandbox_id: sandboxId });
+
+export const snapshotInput = z.strictObject({
+  sandbox_id: sandboxId,
+  name: z.string().min(1).max(63).optional().describe("A name for it (letters, digits, '-', '_', '.'); unique among your snapshots"),
+});
+
+export const snapshotIdInput = z.strictObject({
+  snapshot_id: z
+    .string()
+    .regex(SNAPSHOT_ID_PATTERN, 'a snapshot id is snap- and 16 characters of a-z and 0-9')
+    .describe('The snapshot, as sandbox_snapshot or snapshot_list gives it'),
+});
 
 export const pauseInput = z.strictObject({
   sandbox_id: sandboxId,

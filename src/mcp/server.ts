@@ -15,6 +15,8 @@ import {
   noInput,
   sandboxOnlyInput,
   pauseInput,
+  snapshotIdInput,
+  snapshotInput,
   screenshotInput,
   uploadInput,
 } from './schemas.js';
@@ -59,6 +61,7 @@ export function createMcpServer(client: SandboxClient): McpServer {
         ...(input.width === undefined ? {} : { width: input.width }),
         ...(input.height === undefined ? {} : { height: input.height }),
         ...(input.timeout_seconds === undefined ? {} : { timeoutSeconds: input.timeout_seconds }),
+        ...(input.snapshot === undefined ? {} : { snapshot: input.snapshot }),
         metadata: { createdBy: 'mcp' },
       });
       return jsonResult(created.info);
@@ -98,6 +101,24 @@ export function createMcpServer(client: SandboxClient): McpServer {
       return textResult(`${info.id} ${info.state}`);
     },
     { openWorldHint: false },
+  );
+
+  register(
+    'sandbox_snapshot',
+    "Save a running sandbox's desktop (memory and disk); it pauses for a moment and runs on. sandbox_create with its id starts new sandboxes from it.",
+    snapshotInput,
+    async ({ sandbox_id, name }) => jsonResult(await client.snapshots.create(sandbox_id, name === undefined ? {} : { name })),
+    { idempotentHint: false, openWorldHint: false },
+  );
+
+  register('snapshot_list', 'List your snapshots.', noInput, async () => jsonResult(await client.snapshots.list()), readOnly);
+
+  register(
+    'snapshot_delete',
+    'Delete a snapshot and its files (sandboxes started from it go on).',
+    snapshotIdInput,
+    async ({ snapshot_id }) => jsonResult(await client.snapshots.delete(snapshot_id)),
+    { destructiveHint: true, openWorldHint: false },
   );
 
   register(

@@ -50,6 +50,11 @@ export interface SandboxSpec {
   step?: (name: string) => void;
   /** Volumes to mount (docs/volumes.md), held for this session (nobody else writes them meanwhile). */
   volumes?: readonly SandboxVolume[];
+  /**
+   * A fork (docs/snapshots.md): the sandbox starts from this snapshot's saved memory and disk
+   * instead of booting, and is given this spec's keys and address before start returns.
+   */
+  snapshot?: { id: string; dir: string };
 }
 
 /** A volume to mount in a sandbox: an ext4 image file of the host, seen at `path` in the guest. */
@@ -147,7 +152,7 @@ export interface RuntimeCapabilities {
  * which one runs. `start` pushes a release for every resource it takes onto `cleanup`, so a
  * start that fails half-way, and a later destroy, free exactly what was taken.
  */
-export interface Runtime extends PausingRuntime {
+export interface Runtime extends PausingRuntime, SnapshottingRuntime {
   /** Recorded with each session and said in logs and /v1/health; never branched on above. */
   readonly name: RuntimeName;
   readonly capabilities: RuntimeCapabilities;
@@ -243,6 +248,16 @@ export interface PausingRuntime {
    * truth: a process of the sandbox still found is stopped), with what the runtime holds for it.
    */
   adoptPaused?(sessionId: string, sessionDir: string): Promise<PausedOnDisk | undefined>;
+}
+
+/**
+ * A runtime that can save a running sandbox (memory and disk) for forks (docs/snapshots.md).
+ * `snapshotUnavailable` says why it cannot here (the 409 snapshot_unsupported of a request).
+ */
+export interface SnapshottingRuntime {
+  snapshotUnavailable?(): string | undefined;
+  /** Saves the sandbox into `dir` (made, empty, root's 0700); the sandbox runs on after a moment's pause. */
+  snapshot?(target: PauseTarget, dir: string): Promise<void>;
 }
 
 export interface AdoptedSandbox {

@@ -14,7 +14,7 @@ import { createSandboxNetwork, type SandboxNetwork } from '../network/netns.js';
 import type { NetworkPolicy } from '../network/policy/network-policy.js';
 import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, logsDirOf, type ConsoleLogLimits } from '../runtimes/console-log.js';
 import type { RunningSandbox, Runtime } from '../runtimes/runtime.js';
-import { generateSessionKeys, publicKeyBlob, writeSessionKeys, type SessionKeys } from '../transport/ssh-keys.js';
+import { generateSessionKeys, keyFingerprint, publicKeyBlob, writeSessionKeys, type SessionKeys } from '../transport/ssh-keys.js';
 import { guestTransport, type GuestTransport } from '../transport/index.js';
 import { OrchestratorError } from '../errors.js';
 import { CleanupStack } from '../util/cleanup-stack.js';
@@ -145,6 +145,8 @@ async function startSandbox(session: Session, lease: AddressLease | undefined, c
   await session.cleanup.push('key dir', () => removeSessionDir(sessionDir, ctx.log, ctx.countKeptDir));
   const keys = generateSessionKeys(id);
   await writeSessionKeys(sessionDir, configDir, keys);
+  // Shown in its view, so anyone can check the key its guest presents.
+  session.record.hostKeyFingerprint = keyFingerprint(keys.hostPublicKey);
   await writeFile(
     path.join(configDir, CONFIG_FILES.settings),
     renderSettings(
@@ -197,6 +199,7 @@ async function startSandbox(session: Session, lease: AddressLease | undefined, c
       leaseIdRange: ctx.leaseIdRange && ((base, size, count, takeHostWide) => ctx.leaseIdRange!(id, base, size, count, takeHostWide)),
       vmUser,
       volumes: session.volumes?.attachments,
+      snapshot: session.fromSnapshot,
       step,
     },
     session.cleanup,

@@ -159,6 +159,12 @@ export class HostSandboxes implements SandboxHost {
     await session.cleanup.push(`resumed sandbox ${session.id}`, () => resumed.release());
   }
 
+  async snapshot(session: Session, dir: string): Promise<void> {
+    const { runtime } = this.opts;
+    if (!runtime.snapshot) throw new Error(`the ${runtime.name} runtime cannot snapshot its sandboxes`);
+    await runtime.snapshot(this.pauseTarget(session), dir);
+  }
+
   async isPaused(session: Session): Promise<boolean> {
     return (await this.opts.runtime.isPaused?.(this.pauseTarget(session))) ?? false;
   }

@@ -11,6 +11,7 @@ import type { TenantLimits } from './tenant-limits.js';
 import type { SessionStore } from './store.js';
 import type { TemplateSource } from './templates.js';
 import type { VolumeSource } from './session-volumes.js';
+import type { SnapshotSource } from './session-fork.js';
 import type { RuntimeCapabilities } from '../runtimes/runtime.js';
 
 /** What the session lifecycle (lifecycle.ts) is built from. */
@@ -38,6 +39,8 @@ export interface LifecycleOptions {
   disk?: SessionDisk;
   /** Volumes (docs/volumes.md); absent: none can be mounted. */
   volumes?: VolumeSource;
+  /** Snapshots a create may start from (docs/snapshots.md); absent: none. */
+  snapshots?: SnapshotSource;
   /** Whether the runtime mounts volumes (RuntimeCapabilities.volumes). */
   runtimeVolumes?: RuntimeCapabilities['volumes'];
 }

@@ -14,6 +14,7 @@ import type { LifecycleOptions } from './lifecycle-options.js';
 import { tenantDefaults } from './tenant-limits.js';
 import { watchConnection, watchSandbox, watchSandboxProcess, type WatchHooks } from './session-watch.js';
 import { StepTimes } from '../util/step-times.js';
+import { forkRequest } from './session-fork.js';
 
 export type { AddressSource, LifecycleOptions, SessionDisk } from './lifecycle-options.js';
 
@@ -33,6 +34,8 @@ interface CreateAttempt {
   /** The volumes taken for it, until its session owns them. */
   volumes: { held?: SessionVolumes };
   steps: StepTimes;
+  /** A fork's snapshot (session-fork.ts). */
+  fork?: { id: string; dir: string };
 }
 
 export class SessionLifecycle {
@@ -44,6 +47,11 @@ export class SessionLifecycle {
 
   async create(options: CreateSessionOptions = {}, owner: SessionOwner = { tenant: LOCAL_TENANT }): Promise<SessionView> {
     if (this.shuttingDown) throw new UnavailableError('the orchestrator is shutting down');
+    const fork = forkRequest(this.opts.snapshots, owner.tenant, options); // a fork: its snapshot held until it has started
+    return fork ? this.createNew(fork.options, owner, fork.from).finally(() => fork.release()) : this.createNew(options, owner);
+  }
+
+  private async createNew(options: CreateSessionOptions, owner: SessionOwner, fork?: CreateAttempt['fork']): Promise<SessionView> {
     const started = performance.now();
     const steps = new StepTimes(started);
     const template = await this.template(options.template ?? this.opts.defaults.template);
@@ -64,7 +72,7 @@ export class SessionLifecycle {
       const slot = this.opts.capacity.reserve(owner.tenant, { diskMiB: this.opts.disk?.writableMiB(template.image) ?? 0 });
       try {
         steps.mark('admission');
-        const view = await this.createWithSlot({ request, template, owner, slot, started, volumes, steps }, policy);
+        const view = await this.createWithSlot({ request, template, owner, slot, started, volumes, steps, fork }, policy);
         slot.booted();
         return view;
       } catch (err) {
@@ -116,7 +124,7 @@ export class SessionLifecycle {
     // A placed id names a cold boot (a pooled sandbox's resources carry its own id), unless the
     // gateway takes the pooled sandbox's id instead (docs/cluster.md, warm sandboxes).
     const placedOnly = owner.sessionId !== undefined && owner.pooledIdAccepted !== true;
-    const pooled = request.egress || placedOnly ? undefined : pool?.take({ width: request.width, height: request.height });
+    const pooled = request.egress || placedOnly || attempt.fork ? undefined : pool?.take({ width: request.width, height: request.height });
     if (pooled) {
       const view = await this.createFromPool(pooled, attempt, policy).finally(() => pool?.refill());
       if (view) return view;
@@ -141,6 +149,8 @@ export class SessionLifecycle {
     volumes.held = undefined;
     session.steps = steps;
     session.image = template.image;
+    session.fromSnapshot = attempt.fork;
+    record.snapshot = attempt.fork?.id ?? null;
     const log = this.sessionLog(session);
     // Stored before any resource is taken, so a crash from here on is found at restart.
     store.insert(record);
@@ -293,10 +303,7 @@ export class SessionLifecycle {
     return toView(session.record);
   }
 
-  /**
-   * A sandbox that dies by itself, or whose network is deleted from under it, marks its
-   * session failed and gives back what it held, within about a second (session-watch.ts).
-   */
+  /** A sandbox that dies, or whose network is deleted under it, fails its session within about a second (session-watch.ts). */
   private watch(session: Session, log: Logger): void {
     watchSandbox(session, log, this.watchHooks);
   }
@@ -326,12 +333,8 @@ export class SessionLifecycle {
     }
     // Set now, so that requests during the release are told it is gone (410), not busy.
     session.record.endReason = 'failed';
-    log.warn(
-      { reason },
-      kind === 'ssh'
-        ? 'the guest of a ready session cannot be reached any more: marking it failed'
-        : 'the sandbox of a ready session is gone: marking it failed',
-    );
+    const what = kind === 'ssh' ? 'the guest of a ready session cannot be reached any more' : 'the sandbox of a ready session is gone';
+    log.warn({ reason }, `${what}: marking it failed`);
     this.opts.metrics.errors.inc({ kind });
     void this.releaseResources(session, 'failed', reason);
   }
@@ -357,8 +360,7 @@ export class SessionLifecycle {
       try {
         await session.cleanup.run();
         unmounted = true;
-        // All released: the ledger has nothing left to say. (After a failure it keeps its
-        // records, and the next start-up reclaims what they name.)
+        // All released: the ledger has nothing left to say (after a failure, the next start-up reclaims what it names).
         store.forgetResources(session.id);
       } catch (err) {
         metrics.errors.inc({ kind: 'destroy' });

@@ -33,6 +33,8 @@ import { idleDeadline } from './timeouts.js';
 import { TenantLimits, type TenantSessionLimits } from './tenant-limits.js';
 import { DEFAULT_PAUSED_RETENTION_SECONDS } from './session-request.js';
 import type { VolumeSource } from './session-volumes.js';
+import type { SnapshotSource } from './session-fork.js';
+import { SessionSnapshots } from './session-snapshots.js';
 
 /** Sessions of an earlier run adopted at once at start-up. */
 const ADOPTIONS_AT_ONCE = 8;
@@ -85,6 +87,8 @@ export interface ManagerOptions {
   tenantLimits?: ReadonlyMap<string, TenantSessionLimits>;
   /** Volumes sessions may mount (docs/volumes.md); absent: none. */
   volumes?: VolumeSource;
+  /** Snapshots sessions may start from (docs/snapshots.md); absent: none. */
+  snapshots?: SnapshotSource;
 }
 
 /**
@@ -107,6 +111,8 @@ export class SessionManager {
   private readonly warmPools: Map<string, WarmPool>;
   /** Screen recordings of sessions (recording/). */
   readonly recordings: RecordingService;
+  /** What a snapshot asks of the sessions (snapshots/snapshots.ts attaches it). */
+  readonly snapshotting: SessionSnapshots;
 
   constructor(private readonly opts: ManagerOptions) {
     const { runtime, store, metrics, log } = opts;
@@ -122,6 +128,7 @@ export class SessionManager {
     });
     this.host = opts.host ?? new HostSandboxes({ ...opts, addresses: this.addresses, policy: this.policy, policyGuard: this.policyGuard });
     this.registry = new SessionRegistry(store);
+    this.snapshotting = new SessionSnapshots(this.registry, runtime, this.host);
     const limits = new TenantLimits(
       {
         maxLifetimeSeconds: opts.maxLifetimeSeconds,
@@ -142,6 +149,7 @@ export class SessionManager {
       runtimeName: runtime.name,
       templates: opts.templates,
       volumes: opts.volumes,
+      snapshots: opts.snapshots,
       runtimeVolumes: runtime.capabilities.volumes,
       disk: {
         writableMiB: (image) => runtime.writableDiskMiB?.(image) ?? 0,

@@ -53,6 +53,8 @@ export interface SandboxHost {
   isPaused(session: Session): Promise<boolean>;
   /** Attaches a new connection and desktop to a resumed sandbox, with the session's own keys. */
   attach(session: Session, timeoutMs: number): Promise<void>;
+  /** Saves the session's running sandbox into `dir` for forks (docs/snapshots.md); it runs on. */
+  snapshot?(session: Session, dir: string): Promise<void>;
   /** Shutting down: stops keeping the network policy in force. */
   stopPolicyGuard(): void;
   /** Every session is gone: so goes the policy table (no rules left behind by a clean stop). */

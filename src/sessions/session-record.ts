@@ -57,6 +57,10 @@ export interface SessionRecord {
    * 'unix' without egress: the sandbox has no network interface but lo, and no address.
    */
   transport?: ControlTransport;
+  /** The SHA-256 fingerprint of the host key pinned for it (OpenSSH's form), once its keys exist. */
+  hostKeyFingerprint?: string | null;
+  /** A fork: the snapshot it was started from (docs/snapshots.md). */
+  snapshot?: string | null;
   /** Why it failed, when it did. */
   error: string | null;
   /**

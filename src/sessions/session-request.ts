@@ -38,6 +38,8 @@ export interface CreateSessionOptions {
   autoResume?: boolean;
   /** Volumes to mount (docs/volumes.md): the tenant's, each at a guest path, read-only if asked. */
   volumes?: Array<{ name: string; path: string; readOnly?: boolean }>;
+  /** Start from this snapshot of the tenant's (a fork, docs/snapshots.md) instead of booting. */
+  snapshot?: string;
 }
 
 /** Who a session is made for. */

@@ -70,6 +70,10 @@ export interface SessionView {
   autoResume: boolean;
   /** The volumes mounted in it (absent: none). */
   volumes?: SessionRecord['volumes'];
+  /** The SHA-256 fingerprint of the host key the orchestrator pins for its guest (`ssh-keygen -lf` form). */
+  hostKeyFingerprint?: string;
+  /** A fork: the snapshot it was started from (docs/snapshots.md). */
+  snapshot?: string;
 }
 
 /** How the sandbox is reached and what interfaces it has (the choice made at create: lifecycle.ts). */
@@ -121,5 +125,7 @@ export function toView(record: SessionRecord, recording?: RecordingStatus, contr
   if (recording) view.recording = recording;
   if (control) view.control = { ...control };
   if (record.volumes.length > 0) view.volumes = record.volumes.map((v) => ({ ...v }));
+  if (record.hostKeyFingerprint) view.hostKeyFingerprint = record.hostKeyFingerprint;
+  if (record.snapshot) view.snapshot = record.snapshot;
   return view;
 }

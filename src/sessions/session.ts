@@ -56,6 +56,10 @@ export class Session {
    */
   transition: 'pausing' | 'resuming' | undefined;
   transitionDone: Promise<unknown> | undefined;
+  /** A snapshot of it being taken (session-snapshots.ts): one at a time; it counts as in flight meanwhile. */
+  snapshotting = false;
+  /** A fork: the snapshot its sandbox starts from (docs/snapshots.md), until it has started. */
+  fromSnapshot: { id: string; dir: string } | undefined;
   /**
    * Closes the session's connection and desktop (set by attachDesktop): a pause lets them go
    * before the guest freezes, and a resume attaches new ones.

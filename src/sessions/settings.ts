@@ -7,6 +7,7 @@ import { atLeast, envChoice, envOnOff, envInt, envString, parseScreenSize, posit
 import { defaultMaxSessions } from './capacity.js';
 import { parseTenantSessionLimits, TENANT_SESSION_LIMITS_SETTING, type TenantSessionLimits } from './tenant-limits.js';
 import { volumeSettingsFromEnv, type VolumeSettings } from '../volumes/settings.js';
+import { snapshotSettingsFromEnv, type SnapshotSettings } from '../snapshots/settings.js';
 
 /** What the session layer is told: where state lives, each sandbox's shape and limits, the clocks, capacity, the warm pool. */
 export interface SessionSettings {
@@ -76,6 +77,8 @@ export interface SessionSettings {
   tenantSessionLimits: Map<string, TenantSessionLimits>;
   /** Volume bounds and quotas: SBX_VOLUME_MAX_MIB, SBX_VOLUME_QUOTA_MIB, SBX_VOLUME_QUOTA_COUNT (docs/volumes.md). */
   volumes: VolumeSettings;
+  /** Snapshot quotas: SBX_SNAPSHOT_QUOTA_MIB, SBX_SNAPSHOT_QUOTA_COUNT (docs/snapshots.md). */
+  snapshots: SnapshotSettings;
 }
 
 /** What pausing does by default (sessions/pause.ts). */
@@ -121,6 +124,7 @@ export function sessionSettingsFromEnv(env: Env): SessionSettings {
     },
     tenantSessionLimits: parseTenantSessionLimits(envString(env, TENANT_SESSION_LIMITS_SETTING, '')),
     volumes: volumeSettingsFromEnv(env),
+    snapshots: snapshotSettingsFromEnv(env),
     consoleLog: {
       maxBytes: atLeast('SBX_CONSOLE_LOG_MAX_BYTES', envInt('SBX_CONSOLE_LOG_MAX_BYTES', DEFAULT_CONSOLE_LOG_LIMITS.maxBytes, env), 4096),
       keptMaxCount: atLeast('SBX_KEPT_LOGS', envInt('SBX_KEPT_LOGS', DEFAULT_CONSOLE_LOG_LIMITS.keptMaxCount, env), 0),

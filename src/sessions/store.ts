@@ -36,6 +36,8 @@ interface Row {
   auto_resume: number;
   transport: 'tcp' | 'unix';
   volumes: string;
+  host_key_fingerprint: string | null;
+  snapshot: string | null;
 }
 
 /**
@@ -127,6 +129,9 @@ export class SessionStore {
       ['volumes', "TEXT NOT NULL DEFAULT '[]'"],
       // Its own paused retention (tenant-limits.ts); sessions from before it get the old default, 7 days.
       ['paused_retention_seconds', 'INTEGER NOT NULL DEFAULT 604800'],
+      // The pinned host key's fingerprint, shown in the view; a fork's snapshot (docs/snapshots.md).
+      ['host_key_fingerprint', 'TEXT'],
+      ['snapshot', 'TEXT'],
     ];
     for (const [name, type] of added) {
       if (!columns.has(name)) this.db.exec(`ALTER TABLE sessions ADD COLUMN ${name} ${type}`);
@@ -140,12 +145,12 @@ export class SessionStore {
            timeout_seconds, metadata, created_at, updated_at, expires_at, address_index, error, egress, pooled,
            max_lifetime_seconds, end_reason, screenshot_format, screenshot_quality, template,
            paused_mode, paused_since, paused_bytes, paused_total_ms, on_idle, auto_resume, transport, volumes,
-           paused_retention_seconds)
+           paused_retention_seconds, host_key_fingerprint, snapshot)
          VALUES (@id, @tenant, @state, @runtime, @width, @height, @model_width, @model_height, @tool_version,
            @timeout_seconds, @metadata, @created_at, @updated_at, @expires_at, @address_index, @error, @egress, @pooled,
            @max_lifetime_seconds, @end_reason, @screenshot_format, @screenshot_quality, @template,
            @paused_mode, @paused_since, @paused_bytes, @paused_total_ms, @on_idle, @auto_resume, @transport, @volumes,
-           @paused_retention_seconds)`,
+           @paused_retention_seconds, @host_key_fingerprint, @snapshot)`,
       )
       .run(toRow(record));
   }
@@ -157,7 +162,8 @@ export class SessionStore {
            timeout_seconds = @timeout_seconds, address_index = @address_index, error = @error,
            max_lifetime_seconds = @max_lifetime_seconds, end_reason = @end_reason,
            paused_mode = @paused_mode, paused_since = @paused_since, paused_bytes = @paused_bytes,
-           paused_total_ms = @paused_total_ms, on_idle = @on_idle, auto_resume = @auto_resume
+           paused_total_ms = @paused_total_ms, on_idle = @on_idle, auto_resume = @auto_resume,
+           host_key_fingerprint = @host_key_fingerprint, snapshot = @snapshot
          WHERE id = @id`,
       )
       .run(toRow(record));
@@ -295,6 +301,8 @@ function toRow(r: SessionRecord): Row {
     auto_resume: r.autoResume ? 1 : 0,
     transport: r.transport ?? 'tcp',
     volumes: JSON.stringify(r.volumes),
+    host_key_fingerprint: r.hostKeyFingerprint ?? null,
+    snapshot: r.snapshot ?? null,
   };
 }
 
@@ -330,5 +338,7 @@ function fromRow(row: Row): SessionRecord {
     autoResume: row.auto_resume === 1,
     transport: row.transport,
     volumes: JSON.parse(row.volumes) as SessionRecord['volumes'],
+    hostKeyFingerprint: row.host_key_fingerprint,
+    snapshot: row.snapshot,
   };
 }

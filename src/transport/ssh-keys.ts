@@ -1,5 +1,5 @@
 import { chown, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { chownSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import ssh2 from 'ssh2';
@@ -53,6 +53,11 @@ function ed25519KeyPair(comment: string): { private: string; public: string } {
     if (!(pub instanceof Error) && !(priv instanceof Error) && pub.getPublicSSH().length === ED25519_BLOB_BYTES) return pair;
   }
   throw new Error('could not generate a well-formed ed25519 key pair');
+}
+
+/** OpenSSH's fingerprint of a public key ("SHA256:" and the unpadded base64 of its blob's SHA-256), as `ssh-keygen -lf` prints it. */
+export function keyFingerprint(openSshPublicKey: string): string {
+  return `SHA256:${createHash('sha256').update(publicKeyBlob(openSshPublicKey)).digest('base64').replace(/=+$/, '')}`;
 }
 
 /** The SSH wire encoding of a public key, as a server presents it during the handshake. */

@@ -95,6 +95,10 @@ export class FakeRuntime implements Runtime {
   /** Sandboxes an "earlier run" left running, which adopt() finds. */
   readonly leftRunning = new Map<string, FakeSandbox>();
   readonly reclaimed: string[] = [];
+  /** Forks started: the snapshot directory each was given, by session id. */
+  readonly forkedFrom = new Map<string, string>();
+  /** A test's snapshot of a sandbox (absent: this runtime cannot snapshot). */
+  snapshot: ((target: PauseTarget, dir: string) => Promise<void>) | undefined;
   /** When set, the next starts wait on it (to race a destroy against a boot). */
   startGate: Gate | undefined;
   /** When set, starts throw this. */
@@ -124,6 +128,7 @@ export class FakeRuntime implements Runtime {
   async start(spec: SandboxSpec, cleanup: CleanupStack): Promise<RunningSandbox> {
     if (this.startGate) await this.startGate.promise;
     if (this.startError) throw this.startError;
+    if (spec.snapshot) this.forkedFrom.set(spec.sessionId, spec.snapshot.dir);
     const sandbox = new FakeSandbox(spec.sessionId, spec.image.hash);
     this.sandboxes.set(spec.sessionId, sandbox);
     await cleanup.push(`fake sandbox ${spec.sessionId}`, () => this.release(sandbox));
@@ -327,9 +332,16 @@ export class FakeHost implements SandboxHost {
         memoryMiB: 256,
         pidsLimit: 64,
         logsDir: '/nonexistent/logs',
+        snapshot: session.fromSnapshot,
       },
       session.cleanup,
     );
+  }
+
+  /** The runtime's snapshot, if the test gave the fake runtime one. */
+  async snapshot(session: Session, dir: string): Promise<void> {
+    if (!this.runtime.snapshot) throw new Error('the fake runtime cannot snapshot');
+    await this.runtime.snapshot(this.target(session), dir);
   }
 }
 

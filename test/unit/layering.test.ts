@@ -61,6 +61,8 @@ const LAYER_OF_TOP: Record<string, number | undefined> = {
   vendors: 3,
   // Volumes (issue 25): named disks of a tenant, held by sessions; the sessions take them, the routes serve them.
   volumes: 3,
+  // Snapshots and forks (issue 25): a tenant's saved desktops; the sessions take and fork them, the routes serve them.
+  snapshots: 3,
   transport: 2,
   network: 2,
   guest: 2,

@@ -301,6 +301,14 @@ export class ContainerRuntime implements Runtime {
     return this.freezer ? undefined : 'the host has no cgroup freezer (cgroup v1 freezer controller or cgroup v2)';
   }
 
+  /** A container's snapshot would save its processes with CRIU (docs/snapshots.md): not here. */
+  snapshotUnavailable(): string {
+    return (
+      `a container's processes would be saved by CRIU, and ${this.criuReason}; container snapshots need a host where \`criu check\` passes ` +
+      '(criu 4.1 or newer on kernels from 6.13) and are not wired up yet: the qemu runtime (SBX_RUNTIME=qemu) snapshots and forks sessions'
+    );
+  }
+
   /** Memory: the container's cgroup frozen (no CPU, its memory kept). */
   async pause(target: PauseTarget, mode: PauseMode): Promise<PauseResult> {
     const why = this.pauseUnavailable(mode);

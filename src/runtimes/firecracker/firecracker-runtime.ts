@@ -129,6 +129,11 @@ export class FirecrackerRuntime implements Runtime {
     return image ? imageDiskMiB(image) : 0;
   }
 
+  /** Forks of a session's own state (docs/snapshots.md): not yet; its snapshot API serves the warm snapshot base. */
+  snapshotUnavailable(): string {
+    return 'snapshots of Firecracker sessions are not wired up yet (its snapshot API makes the warm snapshot base only): the qemu runtime (SBX_RUNTIME=qemu) snapshots and forks sessions';
+  }
+
   describe(): string {
     const jail = this.host.jailerBin
       ? `jailed, each VM as a uid/gid of its own from ${this.users.range.base} (${this.users.range.count} of them), under ${this.settings.chrootBaseDir} (cgroup v${this.host.cgroupVersion})`

@@ -74,7 +74,7 @@ export interface DiskPauseDeps {
 }
 
 /** The most a state stream may hold: the guest's RAM, QEMU's device state and framing. */
-function maxStateBytes(argv: readonly string[]): number {
+export function maxStateBytes(argv: readonly string[]): number {
   return Math.ceil(memoryMiBOf(argv) * 1.25 + 256) * 2 ** 20;
 }
 
@@ -275,7 +275,7 @@ export async function listenFor(dir: string, owner: { uid: number; gid: number }
 }
 
 /** Waits for the migration to end; resolves if it completed, else throws QEMU's reason. Stops the VM after `convergeMs`. */
-async function migrationEnd(qmpSocket: string, timeoutMs: number, convergeMs = Infinity): Promise<void> {
+export async function migrationEnd(qmpSocket: string, timeoutMs: number, convergeMs = Infinity): Promise<void> {
   const started = Date.now();
   const deadline = started + timeoutMs;
   let stopped = false;
@@ -293,7 +293,7 @@ async function migrationEnd(qmpSocket: string, timeoutMs: number, convergeMs = I
 }
 
 /** Waits until a QEMU started with `-S -incoming` has loaded its state (it then says `paused`). */
-async function untilLoaded(qmpSocket: string, vm: VmProcess, timeoutMs: number): Promise<void> {
+export async function untilLoaded(qmpSocket: string, vm: VmProcess, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (!vm.isAlive()) throw new Error('qemu exited while loading the state');

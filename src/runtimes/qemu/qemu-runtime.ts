@@ -1,6 +1,10 @@
 import type { Logger } from 'pino';
 import type { GuestImage } from '../../guest/image/builder.js';
-import { chmod, chown, rm } from 'node:fs/promises';
+import { appendFile, chmod, chown, rm, writeFile } from 'node:fs/promises';
+import { generateClientKey, readSessionKeys } from '../../transport/ssh-keys.js';
+import { rekeyLine, ROOT_AUTHORIZED_KEYS } from '../firecracker/snapshot/base-config.js';
+import { copySnapshotDisk, readForkInfo, REKEY_KEY_FILE, saveSnapshot } from './snapshot.js';
+import { loadForkState, startAndRekeyFork } from './fork.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 import path from 'node:path';
 import type { QemuSettings } from './settings.js';
@@ -34,7 +38,8 @@ import { createOverlay } from './overlay-disk.js';
 import { macAddressFor, qemuArgv, qemuVolumeSerial, TCG_TB_SIZE_MIB } from './qemu-command.js';
 import { adoptVmm, imageDiskMiB, initrdFor, killOrphanVmms, vmExited, vmStartError } from '../vm/vm-common.js';
 import { vsockFallbackReason } from './vsock-fallback.js';
-import { spawnInNetns, type VmExit } from '../vm/vm-process.js';
+import { netnsArgv, spawnInNetns, spawnLoggedWithStream, type VmExit, type VmProcess } from '../vm/vm-process.js';
+import type { Duplex } from 'node:stream';
 import { findQemuProcesses, waitForPidFile } from './qemu-process.js';
 import type { TapOwner } from '../../network/netns.js';
 import type { RecordResource } from '../runtime.js';
@@ -204,7 +209,13 @@ export class QemuRuntime implements Runtime {
     // not gets one here.
     const user = spec.vmUser ?? (await this.leaseVmUser(cleanup, spec.record));
     await cleanup.push(`root disk ${rootDisk}`, () => rm(rootDisk, { force: true }));
-    await createOverlay(this.settings.imgBinary, spec.image.ext4, rootDisk);
+    // A fork starts from its snapshot's disk layer (over the same image); any other VM from an empty one.
+    const fork = spec.snapshot && (await readForkInfo(spec.snapshot.dir));
+    if (fork && fork.memoryMiB !== spec.memoryMiB)
+      throw new Error(`the snapshot's VM has ${fork.memoryMiB} MiB of memory, this orchestrator's ${spec.memoryMiB} MiB`);
+    if (spec.snapshot) await copySnapshotDisk(spec.snapshot.dir, rootDisk);
+    else await createOverlay(this.settings.imgBinary, spec.image.ext4, rootDisk);
+    const rootAuthorizedKeys = await this.writeRekeyKey(spec);
     await cleanup.push(`config drive ${configDrive}`, () => rm(configDrive, { force: true }));
     await prepareVmVolumes(spec.configDir, spec.volumes ?? [], (i) => ({ serial: qemuVolumeSerial(i) }));
     await buildConfigDrive(spec.configDir, configDrive);
@@ -238,7 +249,12 @@ export class QemuRuntime implements Runtime {
     });
     // What a resume from disk starts again (disk-state.ts).
     await writeRecipe(spec.sessionDir, { netns: network.netns, argv, limits: vmLimits, logsDir: spec.logsDir, consoleLog: limits });
-    const vm = withRootDisk(rootDisk, (fd) => spawnInNetns(network.netns, this.settings.binary, argv, consolePipe, [fd]));
+    const incoming = [...argv, '-S', '-incoming', 'fd:3'];
+    const vm: VmProcess & { stream?: Duplex } = withRootDisk(rootDisk, (fd) =>
+      fork
+        ? spawnLoggedWithStream('ip', netnsArgv(network.netns, this.settings.binary, incoming), consolePipe, this.settings.binary, [fd])
+        : spawnInNetns(network.netns, this.settings.binary, argv, consolePipe, [fd]),
+    );
     this.live.set(spec.sessionId, { vm, consolePipe });
     // Stopped first on destroy (pushed last): its disks and TAP are freed only once it is gone.
     await cleanup.push(`qemu ${name}`, async () => {
@@ -253,6 +269,25 @@ export class QemuRuntime implements Runtime {
       throw await vmStartError(err, vmConsole, exit && describeExit(exit));
     });
 
+    if (fork && spec.snapshot && vm.stream) {
+      const qmpSocket = qmpSocketOf(spec.sessionDir);
+      await loadForkState(vm, vm.stream, spec.snapshot.dir, qmpSocket, argv);
+      spec.step?.('snapshot loaded');
+      const keys = await readSessionKeys(spec.sessionDir, spec.configDir);
+      const start = async () => void (await qmp(qmpSocket, [{ execute: 'cont' }]));
+      const connectTimeoutMs = this.accelerator === 'tcg' ? 30_000 : 5_000;
+      await startAndRekeyFork({
+        netns: network.netns,
+        sessionDir: spec.sessionDir,
+        info: fork,
+        keys,
+        lease: network.lease,
+        rootAuthorizedKeys,
+        start,
+        connectTimeoutMs,
+      });
+      spec.step?.('fork re-keyed');
+    }
     const startTime = processStartTime(vm.pid);
     if (startTime) spec.record?.('process', `${vm.pid}@${startTime}`);
     // A crash: the session dir goes with the session, so the console log is kept elsewhere.
@@ -265,6 +300,27 @@ export class QemuRuntime implements Runtime {
       isAlive: () => vm.isAlive(),
       accelerator: this.accelerator,
     };
+  }
+
+  /**
+   * The session's rekey key (docs/snapshots.md): root may log in with it to run sbx-rekey only,
+   * so that a fork of a snapshot of this VM can be given its own keys. Its private half stays in
+   * the session dir (a snapshot copies it); the line is returned for a fork's rotation to write.
+   */
+  private async writeRekeyKey(spec: SandboxSpec): Promise<string> {
+    const key = generateClientKey(`rekey-${spec.sessionId}`);
+    await writeFile(path.join(spec.sessionDir, REKEY_KEY_FILE), key.private, { mode: 0o600 });
+    // Appended: a caller may have given the VM a root key of its own already (a Firecracker snapshot base booted here, in a test).
+    await appendFile(path.join(spec.configDir, ROOT_AUTHORIZED_KEYS), rekeyLine(key.public), { mode: 0o600 });
+    return rekeyLine(key.public);
+  }
+
+  snapshotUnavailable(): string | undefined {
+    return undefined;
+  }
+
+  snapshot(target: PauseTarget, dir: string): Promise<void> {
+    return saveSnapshot({ socketRoot: this.migrationSockets }, target, dir);
   }
 
   /**

@@ -56,6 +56,11 @@ export interface RotationPlan {
   /** The session's freshly generated keys (transport/ssh-keys.ts). */
   session: SessionKeys;
   paths: GuestKeyPaths;
+  /**
+   * What root_authorized_keys holds after the rotation (default: nothing, no root login). A
+   * QEMU fork gets its own rekey key there, so that it can be snapshotted and forked in turn.
+   */
+  rootAuthorizedKeys?: string;
   /** Attempts at the session login while sshd restarts (default 20, 100 ms apart). */
   reconnectAttempts?: number;
   reconnectDelayMs?: number;
@@ -98,7 +103,7 @@ export async function rotateKeysAfterRestore<C extends RotationConnection>(trans
     await baseConnection.writeFile(paths.hostKeyPub, ensureNewline(session.hostPublicKey), 0o644);
     // Replaces the file, so the snapshot base's key is gone from it, not merely joined by ours.
     await baseConnection.writeFile(paths.authorizedKeys, ensureNewline(session.clientPublicKey), 0o600);
-    if (paths.rootAuthorizedKeys) await baseConnection.writeFile(paths.rootAuthorizedKeys, '', 0o600);
+    if (paths.rootAuthorizedKeys) await baseConnection.writeFile(paths.rootAuthorizedKeys, plan.rootAuthorizedKeys ?? '', 0o600);
 
     enter('reload-sshd');
     await baseConnection.reloadSshd();

@@ -21,6 +21,8 @@ export interface SshRotationOptions {
   baseHostPublicKey: string;
   /** The session's address and gateway, given to `sbx-rekey network`. */
   network: { address: string; gateway: string };
+  /** How long one login may take (default 5 s; a QEMU fork under TCG, just resumed, answers slower). */
+  connectTimeoutMs?: number;
 }
 
 /**
@@ -43,7 +45,7 @@ export class SshRotationTransport implements RotationTransport<SshRotationConnec
       pinnedHostKey: publicKeyBlob(pinnedHostKey),
     });
     try {
-      await connection.open(CONNECT_TIMEOUT_MS);
+      await connection.open(this.options.connectTimeoutMs ?? CONNECT_TIMEOUT_MS);
     } catch (err) {
       connection.close();
       throw err;
