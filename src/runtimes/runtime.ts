@@ -234,6 +234,8 @@ export interface PauseResult {
 export interface PausingRuntime {
   pauseModes?(): readonly PauseMode[];
   pauseUnavailable?(mode: PauseMode): string | undefined;
+  /** The most a pause to disk of a sandbox of `memoryMiB` may write to the host, MiB (the pause checks the host has it). */
+  pauseStateMaxMiB?(memoryMiB: number): number;
   /** Pauses a running sandbox; on failure the sandbox is left running. */
   pause?(target: PauseTarget, mode: PauseMode): Promise<PauseResult>;
   /**

@@ -118,15 +118,24 @@ export class CapacityGate {
     return new DiskPromise(this.disk ? Math.max(0, demand.diskMiB ?? 0) + this.disk.limits.artifactsMiB : 0);
   }
 
+  /** The free space left above the reserve and every held promise, MiB (undefined: disk is not checked here). */
+  diskRoomMiB(): number | undefined {
+    const free = this.disk?.freeMiB();
+    if (!this.disk || free === undefined) return undefined;
+    let outstanding = 0;
+    for (const held of this.promises) outstanding += held.outstandingMiB();
+    return free - this.disk.limits.reserveMiB - outstanding;
+  }
+
   /** Throws 503 host_disk_low unless every promise, this one too, fits in the free space above the reserve. */
   private checkDisk(promise: DiskPromise): void {
-    const free = this.disk?.freeMiB();
-    if (!this.disk || free === undefined) return;
+    const room = this.diskRoomMiB();
+    if (!this.disk || room === undefined) return;
+    const free = this.disk.freeMiB() ?? 0;
     let outstanding = 0;
     for (const held of this.promises) outstanding += held.outstandingMiB();
     const { reserveMiB } = this.disk.limits;
-    const left = Math.floor(free - reserveMiB - outstanding);
-    if (left < promise.promisedMiB) {
+    if (Math.floor(room) < promise.promisedMiB) {
       // Under 300 characters: a 503's message reaches the client whole only that short (api/public-message.ts).
       throw new HostCapacityError(
         `not enough disk for another session: ${Math.floor(free)} MiB free in the state dir, ${Math.ceil(outstanding)} MiB promised to ` +

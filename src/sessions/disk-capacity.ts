@@ -2,6 +2,8 @@ import { readdirSync, statSync, statfsSync, type Dirent } from 'node:fs';
 import path from 'node:path';
 
 const MiB = 2 ** 20;
+/** The name a runtime's disk-pause state files start with (runtimes/qemu/disk-state.ts). */
+export const PAUSE_STATE_PREFIX = 'vm-state';
 
 /**
  * Disk is admitted like memory (capacity.ts): every session is promised its writable disk
@@ -53,7 +55,9 @@ export function sessionFilesMiB(sessionDir: string): number {
     return 0;
   }
   for (const entry of entries) {
-    if (!entry.isFile()) continue;
+    // A disk pause's state (vm-state.gz, and its .partial while written) is no part of the
+    // session's disk promise: counted there, it would free promised room for others to take.
+    if (!entry.isFile() || entry.name.startsWith(PAUSE_STATE_PREFIX)) continue;
     try {
       bytes += statSync(path.join(sessionDir, entry.name)).blocks * 512;
     } catch {

@@ -145,6 +145,10 @@ export class HostSandboxes implements SandboxHost {
     return runtime.pauseUnavailable?.(mode) ?? `the ${runtime.name} runtime cannot pause its sandboxes`;
   }
 
+  pauseStateMaxMiB(memoryMiB: number): number | undefined {
+    return this.opts.runtime.pauseStateMaxMiB?.(memoryMiB);
+  }
+
   async pause(session: Session, mode: PauseMode): Promise<PauseResult> {
     const { runtime } = this.opts;
     if (!runtime.pause) throw new Error(`the ${runtime.name} runtime cannot pause its sandboxes`);

@@ -197,6 +197,8 @@ export class SessionManager {
       watchSandbox: (session) => this.lifecycle.watchSandboxProcess(session),
       fail: (session, reason) => this.lifecycle.fail(session, reason),
       recordings: this.recordings,
+      diskRoomMiB: () => this.capacity.diskRoomMiB(),
+      sessionMemoryMiB: opts.memoryMiB,
     });
     this.actions = new SessionActions({
       registry: this.registry,

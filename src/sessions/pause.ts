@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { OrchestratorError, PauseModeUnavailableError, PauseStateError, SessionPausedError, UnavailableError } from '../errors.js';
+import { HostCapacityError, OrchestratorError, PauseModeUnavailableError, PauseStateError, SessionPausedError, UnavailableError } from '../errors.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { PauseMode } from '../runtimes/runtime.js';
 import type { SessionRegistry } from './registry.js';
@@ -14,6 +14,8 @@ import { idleDeadline } from './timeouts.js';
 export const PAUSE_REQUEST_MODES = ['memory', 'disk', 'auto'] as const;
 export type PauseRequestMode = (typeof PAUSE_REQUEST_MODES)[number];
 
+/** A disk pause refused for want of disk: when to ask again. */
+const DISK_RETRY_AFTER_SECONDS = 60;
 /** How long the desktop kept through a pause gets to answer after the resume before a new connection is made. */
 const STILL_ATTACHED_PROBE_MS = 3_000;
 /** How long a resumed guest gets to let us in again and show its display. */
@@ -34,6 +36,10 @@ export interface PauseOptions {
   fail(session: Session, reason: string): Promise<void>;
   /** The session's recording stops capturing while paused. */
   recordings?: { pause(id: string): void; resume(id: string): void };
+  /** The host's disk left above its reserve and every session's promise, MiB (capacity.ts; undefined: not checked). */
+  diskRoomMiB?: () => number | undefined;
+  /** A session's memory, MiB: what its disk pause's state is bounded by. */
+  sessionMemoryMiB?: number;
 }
 
 /**
@@ -60,15 +66,32 @@ export class SessionPauser {
     const modes = host.pauseModes();
     if (withVolumes && requested === 'disk')
       throw new PauseModeUnavailableError('mode "disk" is not available for a session with volumes yet: pause it in memory');
+    const noRoom = this.noDiskRoom();
     if (requested === 'auto') {
-      if (modes.includes('disk') && !withVolumes) return 'disk';
+      if (modes.includes('disk') && !withVolumes && noRoom === undefined) return 'disk';
       if (modes.includes('memory')) return 'memory';
       throw new PauseModeUnavailableError(`this orchestrator cannot pause sessions: ${host.pauseUnavailable('memory') ?? 'no pause mode'}`);
     }
     const why = host.pauseUnavailable(requested);
     if (why !== undefined || !modes.includes(requested))
       throw new PauseModeUnavailableError(`mode "${requested}" is not available here: ${why ?? 'the runtime does not do it'}`);
+    if (requested === 'disk' && noRoom !== undefined) throw new HostCapacityError(noRoom, 'host_disk_low', DISK_RETRY_AFTER_SECONDS);
     return requested;
+  }
+
+  /**
+   * Why a pause to disk would not fit (undefined: it does). Its state is checked against the
+   * room no session is promised, so that a paused desktop never takes the disk a running one
+   * was promised (nor the reserve).
+   */
+  private noDiskRoom(): string | undefined {
+    const room = this.opts.diskRoomMiB?.();
+    const need = this.opts.sessionMemoryMiB === undefined ? undefined : this.opts.host.pauseStateMaxMiB(this.opts.sessionMemoryMiB);
+    if (room === undefined || need === undefined || room >= need) return undefined;
+    return (
+      `not enough disk to pause to disk: a paused desktop's state may take ${need} MiB and the host has ${Math.max(0, Math.floor(room))} MiB ` +
+      'left above its reserve and what its sessions are promised; pause in memory (mode "memory"), or retry later'
+    );
   }
 
   async pause(id: string, requested: PauseRequestMode = 'auto'): Promise<SessionView> {

@@ -45,6 +45,8 @@ export interface SandboxHost {
   pauseModes(): readonly PauseMode[];
   /** Why a pause mode is not available here (undefined: it is). */
   pauseUnavailable(mode: PauseMode): string | undefined;
+  /** The most a disk pause of a sandbox of `memoryMiB` writes to the host, MiB (undefined: the runtime does not say). */
+  pauseStateMaxMiB(memoryMiB: number): number | undefined;
   /** Pauses the session's sandbox (its connection and desktop are detached already). */
   pause(session: Session, mode: PauseMode): Promise<PauseResult>;
   /** Lets a paused sandbox run again (no connection yet: `attach` makes one). */

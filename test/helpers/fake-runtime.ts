@@ -143,6 +143,11 @@ export class FakeRuntime implements Runtime {
     return this.modes.includes(mode) ? undefined : `the fake runtime does not do ${mode}`;
   }
 
+  /** As QEMU's (its RAM and a margin). */
+  pauseStateMaxMiB(memoryMiB: number): number {
+    return Math.ceil(memoryMiB * 1.25 + 256);
+  }
+
   async pause(target: PauseTarget, mode: PauseMode): Promise<PauseResult> {
     if (this.pauseError) throw this.pauseError;
     const sandbox = this.sandboxes.get(target.sessionId) ?? this.leftRunning.get(target.sessionId);
@@ -286,6 +291,10 @@ export class FakeHost implements SandboxHost {
 
   pauseUnavailable(mode: PauseMode): string | undefined {
     return this.runtime.pauseUnavailable(mode);
+  }
+
+  pauseStateMaxMiB(memoryMiB: number): number | undefined {
+    return this.runtime.pauseStateMaxMiB(memoryMiB);
   }
 
   pause(session: Session, mode: PauseMode): Promise<PauseResult> {

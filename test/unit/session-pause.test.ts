@@ -10,7 +10,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { PauseModeUnavailableError, PauseStateError, SessionPausedError } from '../../src/errors.js';
+import { HostCapacityError, PauseModeUnavailableError, PauseStateError, SessionPausedError } from '../../src/errors.js';
+import { CapacityGate } from '../../src/sessions/capacity.js';
 import { SessionStore } from '../../src/sessions/store.js';
 import { lifetimeEnd } from '../../src/sessions/timeouts.js';
 import { FakeRuntime } from '../helpers/fake-runtime.js';
@@ -128,6 +129,28 @@ describe('unit: pause and resume', () => {
     assert.equal(r.manager.get(view.id).state, 'ready');
     const paused = await r.manager.pause(view.id);
     assert.equal(paused.paused?.mode, 'memory');
+    await r.manager.shutdown();
+  });
+
+  it("a pause to disk must fit in the disk no session is promised: 'disk' is a 503 host_disk_low saying how much, 'auto' pauses in memory", async () => {
+    // 256 MiB sessions: a state of at most 576 MiB. Free: 2,000 MiB, 100 kept, each session promised 600.
+    let freeMiB = 2_000;
+    const disk = { limits: { reserveMiB: 100, artifactsMiB: 600 }, freeMiB: () => freeMiB };
+    const r = await rig({
+      capacity: new CapacityGate({ maxSessions: 4, maxSessionsPerTenant: 3, sessionMemoryMiB: 256, memoryReserveMiB: 0 }, () => undefined, disk),
+    });
+    r.runtime.modes = ['memory', 'disk'];
+    const view = await r.manager.create();
+    // 2,000 - 100 - 600 = 1,300 MiB of room: it fits.
+    assert.equal((await r.manager.pause(view.id, 'disk')).paused?.mode, 'disk');
+    await r.manager.resume(view.id);
+    freeMiB = 1_200; // 500 MiB of room: a state of 576 does not fit
+    await assert.rejects(
+      () => r.manager.pause(view.id, 'disk'),
+      (err: HostCapacityError) => err.code === 'host_disk_low' && /576 MiB/.test(err.message) && /500 MiB/.test(err.message),
+    );
+    assert.equal(r.manager.get(view.id).state, 'ready', 'nothing was paused');
+    assert.equal((await r.manager.pause(view.id)).paused?.mode, 'memory', 'auto falls back to memory');
     await r.manager.shutdown();
   });
 

@@ -60,7 +60,7 @@ export class FirecrackerPause {
 }
 
 /** The PausingRuntime methods of a Firecracker runtime (its constructor assigns them to itself). */
-export function firecrackerPausing(place: ApiSocketPlace): Omit<Required<PausingRuntime>, 'adoptPaused'> {
+export function firecrackerPausing(place: ApiSocketPlace): Omit<Required<PausingRuntime>, 'adoptPaused' | 'pauseStateMaxMiB'> {
   const pausing = new FirecrackerPause(place);
   return {
     pauseModes: () => pausing.modes(),

@@ -42,6 +42,8 @@ import { qmp, qmpMigration, qmpSocketOf, qmpStatus } from './qmp.js';
 
 /** A migration over a local socket moves about a GiB a second here; a stuck one is given up after this. */
 const MIGRATION_TIMEOUT_MS = 180_000;
+/** How long the state's writer may go on after QEMU says the migration completed (it closes its socket at once). */
+const CLOSE_AFTER_MIGRATION_MS = 30_000;
 /** QEMU's default migration bandwidth cap (128 MiB/s) is for networks: a local socket takes it all. */
 const MAX_BANDWIDTH_BYTES = 64 * 2 ** 30;
 const POLL_MS = 50;
@@ -75,7 +77,12 @@ export interface DiskPauseDeps {
 
 /** The most a state stream may hold: the guest's RAM, QEMU's device state and framing. */
 export function maxStateBytes(argv: readonly string[]): number {
-  return Math.ceil(memoryMiBOf(argv) * 1.25 + 256) * 2 ** 20;
+  return stateMaxMiB(memoryMiBOf(argv)) * 2 ** 20;
+}
+
+/** The state of a VM of `memoryMiB`, at most (its RAM, QEMU's overhead, devices), MiB. */
+export function stateMaxMiB(memoryMiB: number): number {
+  return Math.ceil(memoryMiB * 1.25 + 256);
 }
 
 export class QemuDiskPause {
@@ -107,7 +114,23 @@ export class QemuDiskPause {
         listener.close();
         throw err;
       });
-      const [file, migration] = await Promise.allSettled([saved, ended]);
+      // QEMU says the migration completed, yet keeps the socket open (its guest may have taken
+      // it over): the save is given a bounded time to end, never waited for for good.
+      let closeTimer: NodeJS.Timeout | undefined;
+      const savedInTime = Promise.race([
+        saved,
+        ended.then(
+          () =>
+            new Promise<never>((_, reject) => {
+              closeTimer = setTimeout(
+                () => reject(new Error(`QEMU said the migration completed but kept its socket open ${CLOSE_AFTER_MIGRATION_MS / 1000} s more`)),
+                CLOSE_AFTER_MIGRATION_MS,
+              );
+            }),
+        ),
+      ]);
+      const [file, migration] = await Promise.allSettled([savedInTime, ended]);
+      clearTimeout(closeTimer);
       // The writer's error first: a disk that filled up is why QEMU's socket was closed.
       if (file.status === 'rejected') throw file.reason;
       if (migration.status === 'rejected') throw migration.reason;
@@ -158,15 +181,23 @@ export class QemuDiskPause {
       live?.consolePipe ?? (await reattachConsole(sessionDir, recipe.consoleLog.maxBytes)) ?? (await openConsole(sessionDir, recipe.consoleLog.maxBytes));
     const ownPipe = !live;
     const name = this.deps.vmName(sessionId);
-    const cgroup = await VmCgroup.create({ version: this.deps.cgroupVersion, parent: this.deps.parentCgroup, name, limits: recipe.limits });
     const pidFile = path.join(sessionDir, 'qemu.pid');
     const qmpSocket = qmpSocketOf(sessionDir);
-    await rm(pidFile, { force: true });
-    await rm(qmpSocket, { force: true });
     const argv = [...recipe.argv, '-S', '-incoming', 'fd:3'];
-    const vm = withRootDisk(path.join(sessionDir, 'root.qcow2'), (fd) =>
-      spawnLoggedWithStream('ip', netnsArgv(recipe.netns, this.deps.binary, argv), consolePipe, this.deps.binary, [fd]),
-    );
+    let cgroup: VmCgroup;
+    let vm: ReturnType<typeof spawnLoggedWithStream>;
+    try {
+      cgroup = await VmCgroup.create({ version: this.deps.cgroupVersion, parent: this.deps.parentCgroup, name, limits: recipe.limits });
+      await rm(pidFile, { force: true });
+      await rm(qmpSocket, { force: true });
+      vm = withRootDisk(path.join(sessionDir, 'root.qcow2'), (fd) =>
+        spawnLoggedWithStream('ip', netnsArgv(recipe.netns, this.deps.binary, argv), consolePipe, this.deps.binary, [fd]),
+      );
+    } catch (err) {
+      // Nothing started: the console reader this resume opened goes with it.
+      if (ownPipe) await consolePipe.close();
+      throw err;
+    }
     let loaded = false;
     try {
       await cgroup.add(vm.pid);
@@ -203,6 +234,8 @@ export class QemuDiskPause {
       release: async () => {
         await vm.stop();
         if (ownPipe) await consolePipe.close();
+        // The session is ending: its entry goes (a later resume would have replaced it).
+        if (this.deps.live.get(sessionId)?.vm === vm) this.deps.live.delete(sessionId);
       },
     };
   }

@@ -47,7 +47,7 @@ import { prepareVmVolumes } from '../vm/vm-volumes.js';
 import { hostCgroupVersion, removeVmCgroups, type CgroupVersion } from '../vm/cgroups.js';
 import { VmCgroup } from '../vm/vm-cgroup.js';
 import { VmUserPool, vmUserRange } from '../vm/vm-user-pool.js';
-import { QemuDiskPause, type LiveVm } from './disk-pause.js';
+import { QemuDiskPause, stateMaxMiB, type LiveVm } from './disk-pause.js';
 import { removeState, ROOT_DISK_IN_QEMU, withRootDisk, writeRecipe } from './disk-state.js';
 
 /**
@@ -333,6 +333,10 @@ export class QemuRuntime implements Runtime {
 
   pauseUnavailable(): string | undefined {
     return undefined;
+  }
+
+  pauseStateMaxMiB(memoryMiB: number): number {
+    return stateMaxMiB(memoryMiB);
   }
 
   async pause(target: PauseTarget, mode: PauseMode): Promise<PauseResult> {
