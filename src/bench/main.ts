@@ -22,6 +22,7 @@
  * Issue 24's guest-port and CDP figures (guest-ports.ts): `npm run bench -- ports` runs those alone.
  * Issue 27's create figures (create-bench.ts): `npm run bench -- create` (BENCH_CREATES, 10 there).
  * The 16-session load alone (load-alone.ts, its event-loop delay: issue 27): `npm run bench -- load`.
+ * The recording figures alone (recording-alone.ts, issue 27's 8 % goal): `npm run bench -- recording`.
  */
 import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { removeTreeOnOneMount } from '../host/remove-tree.js';
@@ -46,6 +47,7 @@ import { describeLoad, measureLoadAlone } from './load-alone.js';
 import { benchConfig } from './bench-config.js';
 import { rampSessions } from './ramp.js';
 import { measureRecording } from './recording.js';
+import { describeRecordingAlone, measureRecordingAlone } from './recording-alone.js';
 import { buildResults, printReport } from './report.js';
 import { compareScreenshots, staticAndChanging } from './screenshots.js';
 import { summarize, timeIt } from './stats.js';
@@ -373,6 +375,17 @@ const PARTS: Record<string, () => Promise<void>> = {
     }
   },
   create: () => printCreateFigures(CREATE),
+  recording: async () => {
+    const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-recording-'));
+    const config = benchConfig(defaultConfig(process.env), 1, { stateDir, subnet: process.env.SBX_SUBNET || '10.244.0.0/16' });
+    try {
+      const figures = await measureRecordingAlone({ config, n: N, cpuSeconds: RECORDING_SECONDS });
+      console.log(describeRecordingAlone(figures));
+      console.log(JSON.stringify(figures, null, 2));
+    } finally {
+      await removeTreeOnOneMount(stateDir);
+    }
+  },
   e2b: async () => {
     // BENCH_E2B_PROFILE=<group>[,<group>] (screenshot, leftClick, read, command): the orchestrator's CPU profile of each, to e2b-<group>.cpuprofile.
     const profile = (process.env.BENCH_E2B_PROFILE ?? '').split(',').filter(Boolean);

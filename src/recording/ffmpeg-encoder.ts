@@ -44,6 +44,12 @@ export function ffmpegArgs(o: EncoderOptions): string[] {
     // yuv420p needs even sides (every browser plays it); an odd last row or column is cropped.
     '-vf',
     'crop=trunc(iw/2)*2:trunc(ih/2)*2',
+    // The conversion to yuv420p: with these flags swscale computes each pixel's chroma and
+    // averages it down (area): 0.7 ms a 1024x768 frame here instead of 2.2 with its default
+    // (bicubic), about 0.75 % of a core less at 5 fps, at the same quality (PSNR 41.7 dB against
+    // 41.6 on a recorded terminal; `neighbor` is cheaper still but 1.8 dB worse).
+    '-sws_flags',
+    'area+full_chroma_inp',
     // ultrafast + one thread: the cheapest H.264 there is; a screen that does not change costs
     // almost nothing (skipped blocks). A keyframe every 10 s bounds what a crash can lose.
     '-c:v',
