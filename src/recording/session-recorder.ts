@@ -40,6 +40,8 @@ export interface RecorderOptions {
 
 /** How often the file's size is looked at against the cap. */
 const SIZE_CHECK_MS = 1000;
+/** At most this many frames owed are written when a recording ends (a minute at 5 fps). */
+const MAX_FINAL_FRAMES = 300;
 /** At most this many frames are written in one tick to catch up after a stall (a settle holds the grabber up to 2 s). */
 const MAX_CATCH_UP_FRAMES = 20;
 /** How long a recorder of a session without a grabber waits before asking again. */
@@ -130,6 +132,7 @@ export class SessionRecorder {
     clearInterval(this.ticker);
     clearInterval(this.sizer);
     if (error) this.encoder.kill();
+    else if (reason !== 'size_cap') this.writeFramesDue();
     const { code, signal } = await this.encoder.finish();
     await this.checkSize();
     this.status.endedAt = new Date().toISOString();
@@ -151,9 +154,25 @@ export class SessionRecorder {
     this.ending ??= this.end('failed', error);
   }
 
+  /** The video's clock: ms recorded so far (paused time left out). */
+  private elapsedMs(): number {
+    return (this.pausedAt ?? performance.now()) - this.started - this.pausedTotalMs;
+  }
+
+  /**
+   * The frames the video's clock still owes when it ends (ffmpeg fell behind on a busy host
+   * and the ticks' catch-up had not caught up): written now, so that the video is as long as
+   * the time it recorded (at most MAX_FINAL_FRAMES: the same buffer queued, nothing copied).
+   */
+  private writeFramesDue(): void {
+    const recordedMs = Math.min(this.elapsedMs(), this.opts.maxSeconds * 1000);
+    const due = Math.min(Math.floor((recordedMs * this.opts.fps) / 1000), this.status.frames + MAX_FINAL_FRAMES);
+    for (; this.status.frames < due; this.status.frames += 1) this.write(this.latest);
+  }
+
   private tick(): void {
     if (this.ending || this.pausedAt !== undefined) return;
-    const elapsedMs = performance.now() - this.started - this.pausedTotalMs;
+    const elapsedMs = this.elapsedMs();
     if (elapsedMs >= this.opts.maxSeconds * 1000) {
       void this.stop('duration_cap');
       return;
