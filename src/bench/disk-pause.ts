@@ -1,10 +1,6 @@
-import { mkdtemp } from 'node:fs/promises';
 import os from 'node:os';
-import path from 'node:path';
-import { pino } from 'pino';
 import { SandboxClient } from '../client/index.js';
-import { removeTreeOnOneMount } from '../host/remove-tree.js';
-import { startOrchestrator } from '../orchestrator.js';
+import { withOwnOrchestrator, type BenchConfig } from './own-orchestrator.js';
 import { summarize, type Summary } from './stats.js';
 
 /** Pause to disk of a 1024x768 QEMU desktop (issue 25's goals: pause <= 2 s, resume to the first screenshot <= 1.5 s, state <= 200 MB). */
@@ -54,17 +50,9 @@ export async function measureDiskPause(client: SandboxClient, n: number): Promis
   }
 }
 
-type Config = Parameters<typeof startOrchestrator>[0];
-
 /** `npm run bench -- disk-pause`: the pause-to-disk figures alone, `rounds` times on an orchestrator of its own. */
-export async function diskPauseAlone(settings: Config, rounds: number): Promise<void> {
-  const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-diskpause-'));
-  const config = { ...settings, stateDir, port: 0, warmPoolSize: 0 };
-  const orchestrator = await startOrchestrator(config, pino({ level: 'warn' }), { buildImageIfMissing: false });
-  try {
-    const address = orchestrator.server.server.address();
-    if (!address || typeof address === 'string') throw new Error('server has no TCP address');
-    const client = new SandboxClient({ baseUrl: `http://127.0.0.1:${address.port}` });
+export async function diskPauseAlone(settings: BenchConfig, rounds: number): Promise<void> {
+  await withOwnOrchestrator(settings, 'diskpause', async (client, orchestrator) => {
     const figures = await measureDiskPause(client, rounds);
     if (!figures) {
       console.log(`the ${orchestrator.manager.runtimeName} runtime cannot pause to disk here`);
@@ -75,8 +63,5 @@ export async function diskPauseAlone(settings: Config, rounds: number): Promise<
       `pause to disk p50 ${figures.pause.p50.toFixed(0)} ms (goal <= 2000), resume to the first screenshot p50 ${figures.resumeToScreenshot.p50.toFixed(0)} ms (goal <= 1500), state ${mib} MiB (goal <= 200 MB); load average ${os.loadavg()[0]?.toFixed(1)}`,
     );
     console.log(JSON.stringify({ cores: os.cpus().length, ...figures }, null, 2));
-  } finally {
-    await orchestrator.close();
-    await removeTreeOnOneMount(stateDir);
-  }
+  });
 }

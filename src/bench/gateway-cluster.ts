@@ -45,7 +45,8 @@ export interface BenchCluster {
   stop(): Promise<void>;
 }
 
-async function freePort(): Promise<number> {
+/** A port nobody listens on now, on loopback. */
+export async function freePort(): Promise<number> {
   const server = net.createServer().listen(0, '127.0.0.1');
   await once(server, 'listening');
   const { port } = server.address() as net.AddressInfo;

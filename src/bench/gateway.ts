@@ -16,14 +16,13 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { readFile } from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { Sandbox, SandboxClient } from '../client/index.js';
 import { processCpuSeconds } from './cpu.js';
-import { BENCH_TENANT, startBenchCluster, type BenchCluster } from './gateway-cluster.js';
+import { BENCH_TENANT, freePort, startBenchCluster, type BenchCluster } from './gateway-cluster.js';
 import { RfbFrameCounter } from './rfb-counter.js';
 import { summarize, type Summary } from './stats.js';
 
@@ -82,14 +81,6 @@ export interface GatewayFigures {
 
 /** The floor's proxy, built next to this file (the bench runs from dist/). */
 const BARE_PROXY = fileURLToPath(new URL('./bare-proxy.js', import.meta.url));
-
-async function freePort(): Promise<number> {
-  const server = net.createServer().listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as net.AddressInfo;
-  server.close();
-  return port;
-}
 
 /** Untimed rounds before each phase's timed ones. */
 const WARMUP = 3;

@@ -1,10 +1,6 @@
-import { mkdtemp } from 'node:fs/promises';
 import os from 'node:os';
-import path from 'node:path';
-import { pino } from 'pino';
 import { SandboxClient } from '../client/index.js';
-import { removeTreeOnOneMount } from '../host/remove-tree.js';
-import { startOrchestrator } from '../orchestrator.js';
+import { withOwnOrchestrator, type BenchConfig } from './own-orchestrator.js';
 import { summarize, type Summary } from './stats.js';
 
 /** Snapshots and forks (issue 25's goal: a fork, create to ready, no slower than the same template's cold create). */
@@ -61,17 +57,9 @@ export async function measureSnapshots(client: SandboxClient, n: number): Promis
   }
 }
 
-type Config = Parameters<typeof startOrchestrator>[0];
-
 /** `npm run bench -- snapshots`: the snapshot and fork figures alone, `forks` forks, on an orchestrator of its own. */
-export async function snapshotsAlone(settings: Config, forks: number): Promise<void> {
-  const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-snapshots-'));
-  const config = { ...settings, stateDir, port: 0, warmPoolSize: 0 };
-  const orchestrator = await startOrchestrator(config, pino({ level: 'warn' }), { buildImageIfMissing: false });
-  try {
-    const address = orchestrator.server.server.address();
-    if (!address || typeof address === 'string') throw new Error('server has no TCP address');
-    const client = new SandboxClient({ baseUrl: `http://127.0.0.1:${address.port}` });
+export async function snapshotsAlone(settings: BenchConfig, forks: number): Promise<void> {
+  await withOwnOrchestrator(settings, 'snapshots', async (client, orchestrator) => {
     const figures = await measureSnapshots(client, forks);
     if (!figures) {
       console.log(`the ${orchestrator.manager.runtimeName} runtime cannot snapshot here`);
@@ -83,8 +71,5 @@ export async function snapshotsAlone(settings: Config, forks: number): Promise<v
         `load average ${os.loadavg()[0]?.toFixed(1)}`,
     );
     console.log(JSON.stringify({ cores: os.cpus().length, ...figures }, null, 2));
-  } finally {
-    await orchestrator.close();
-    await removeTreeOnOneMount(stateDir);
-  }
+  });
 }
