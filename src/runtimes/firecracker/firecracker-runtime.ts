@@ -31,10 +31,10 @@ import { runSteps } from './boot/steps.js';
 import { checkFirecrackerHost, unjailedRefusal, type FirecrackerHost } from './host/host-check.js';
 import { applyChrootLayout, removeChroot } from './jailer/apply-chroot.js';
 import { removeVmCgroups, vmCgroupDirs } from '../vm/cgroups.js';
-import { chrootLayout, jailedVsockSocket as chrootLayoutVsock, type ChrootLayout } from './jailer/chroot-layout.js';
+import { chrootLayout, jailedVsockSocket, type ChrootLayout } from './jailer/chroot-layout.js';
 import { jailId } from './jailer/jail-id.js';
 import { firecrackerPausing } from './vm-pause.js';
-import { foundVsockEndpoint, isolatedNetns, linkVsockSocket, SESSION_VSOCK_SOCKET, vsockEndpoint } from './vsock.js';
+import { foundVsockEndpoint, isolatedNetns, linkVsockSocket, vmNic, vsockEndpoint } from './vsock.js';
 import { jailerArgv, vmmPidFile } from './jailer/jailer-args.js';
 import { vmmOfPidNamespace } from './vmm/pid-ns-vmm.js';
 import { launchUnjailed, type LaunchedVmm, type VmmFiles } from './vmm/unjailed.js';
@@ -156,13 +156,8 @@ export class FirecrackerRuntime implements Runtime {
    */
   private async boot(spec: SandboxSpec, cleanup: CleanupStack, snapshotBase?: SnapshotBase): Promise<BootedVm> {
     const id = jailId(this.names.prefix, spec.sessionId);
-    // A NIC (a TAP in the session's netns), or none at all: reached over vsock only.
-    const network = spec.network.attachment === 'none' ? undefined : spec.network;
-    const tapName = network?.tapInterface;
-    if (network && !tapName) throw new Error(`the firecracker runtime needs a TAP device in ${network.netns} (networkAttachment 'tap')`);
-    if (!network && this.capabilities.controlTransport !== 'vsock')
-      throw new Error('a Firecracker VM without a NIC is reached over vsock only: SBX_TRANSPORT=vsock');
-    if (snapshotBase && (snapshotBase.transport === 'vsock') !== !network) throw new Error('a snapshot clone has the NIC its snapshot base had');
+    const network = vmNic(spec.network, this.capabilities.controlTransport === 'vsock', snapshotBase?.transport),
+      tapName = network?.tapInterface;
     const netns = network?.netns ?? (await isolatedNetns(this.names, spec.sessionId, cleanup));
     const configDrive = path.join(spec.sessionDir, 'config.ext4');
     const limits = spec.consoleLog ?? DEFAULT_CONSOLE_LOG_LIMITS;
@@ -386,8 +381,8 @@ export class FirecrackerRuntime implements Runtime {
   ): Promise<AdoptedSandbox | undefined> {
     const vmm = (await findFirecrackerProcesses(this.names)).find((p) => p.sessionId === sessionId);
     // No address: a VM without a NIC, reached over its vsock socket (the session dir's link, or the jail's own).
-    const jailSocket = chrootLayoutVsock(path.join(this.jailsDir, jailId(this.names.prefix, sessionId)));
-    const reached = endpoint ?? (vmm && (await foundVsockEndpoint([path.join(sessionDir, SESSION_VSOCK_SOCKET), jailSocket])));
+    const jailSocket = jailedVsockSocket(path.join(this.jailsDir, jailId(this.names.prefix, sessionId)));
+    const reached = endpoint ?? (vmm && (await foundVsockEndpoint(sessionDir, jailSocket)));
     return adoptVmm(vmm, "VM's firecracker process", this.users, reached, sessionDir, consoleLog, () => this.reclaim(sessionId, sessionDir));
   }
 

@@ -2,7 +2,7 @@ import { link, lstat, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { GUEST_SSH_PORT } from '../../guest/contract.js';
 import type { ResourceNames } from '../../network/names.js';
-import { deleteNetns } from '../../network/netns.js';
+import { deleteNetns, type AttachedNetwork, type SandboxNetwork } from '../../network/netns.js';
 import type { HybridVsockEndpoint } from '../../transport/index.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
@@ -17,6 +17,19 @@ export const SESSION_VSOCK_SOCKET = 'vsock.sock';
 
 export function vsockEndpoint(socketPath: string): HybridVsockEndpoint {
   return { transport: 'hybrid-vsock', path: socketPath, port: GUEST_SSH_PORT };
+}
+
+/**
+ * A VM's NIC (a TAP in the session's netns), or undefined for a VM without one, which is
+ * reached over vsock only. A snapshot clone has the devices of its snapshot base: a NIC for a
+ * `tcp` one, none for a `vsock` one (the runtime restores only the clones that match).
+ */
+export function vmNic(network: SandboxNetwork, vsock: boolean, snapshotBase?: 'tcp' | 'vsock'): (AttachedNetwork & { tapInterface: string }) | undefined {
+  const nic = network.attachment === 'none' ? undefined : network;
+  if (nic && !nic.tapInterface) throw new Error(`the firecracker runtime needs a TAP device in ${nic.netns} (networkAttachment 'tap')`);
+  if (!nic && !vsock) throw new Error('a Firecracker VM without a NIC is reached over vsock only: SBX_TRANSPORT=vsock');
+  if (snapshotBase && (snapshotBase === 'vsock') !== !nic) throw new Error('a snapshot clone has the NIC its snapshot base had, or none');
+  return nic && { ...nic, tapInterface: nic.tapInterface as string };
 }
 
 /**
@@ -52,9 +65,9 @@ export async function linkVsockSocket(jailSocket: string, sessionDir: string, cl
   return linked;
 }
 
-/** The vsock endpoint of a VM an earlier run started, if its socket (or the link to it) is there. */
-export async function foundVsockEndpoint(candidates: readonly string[]): Promise<HybridVsockEndpoint | undefined> {
-  for (const candidate of candidates) {
+/** The vsock endpoint of a VM an earlier run started, if the link to its socket (or the jail's socket) is there. */
+export async function foundVsockEndpoint(sessionDir: string, jailSocket: string): Promise<HybridVsockEndpoint | undefined> {
+  for (const candidate of [path.join(sessionDir, SESSION_VSOCK_SOCKET), jailSocket]) {
     const isSocket = await lstat(candidate).then(
       (s) => s.isSocket(),
       () => false,
