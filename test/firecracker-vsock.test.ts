@@ -10,6 +10,7 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
@@ -308,6 +309,33 @@ describe('firecracker over hybrid vsock: a guest that answers wrongly fails its 
       assert.ok(performance.now() - started < OPEN_TIMEOUT_MS + 2_000, 'side by side, not one after another');
     } finally {
       await cleanup.run();
+    }
+  });
+});
+
+describe('red team: a jailed VMM that puts a link to another host socket where its vsock socket should be', () => {
+  it('the host never dials it: the start fails saying the path is no socket, and the host socket sees no connection', async (t) => {
+    // A socket of the host the jail could name but never reach (root's, outside the jail).
+    const victimPath = path.join(workDir, 'victim.sock');
+    let connections = 0;
+    const victim = net.createServer((conn) => {
+      connections++;
+      conn.destroy();
+    });
+    await new Promise<void>((resolve) => victim.listen(victimPath, resolve));
+    const runtime = FirecrackerRuntime.forHost(NAMES, settings({ SBX_TRANSPORT: 'vsock' }), host(true));
+    const cleanup = new CleanupStack();
+    try {
+      const s = await prepareSession(runtime, cleanup);
+      const started = performance.now();
+      await assert.rejects(startWith(runtime, s.spec, cleanup, `symlink:${victimPath}`), /vsock path .*\/run\/vsock\.sock is not a socket/);
+      t.diagnostic(`refused in ${Math.round(performance.now() - started)} ms (a whole start, stand-in VMM included; load ${os.loadavg()[0]?.toFixed(1)})`);
+      await cleanup.run();
+      assert.equal(connections, 0, 'nothing connected to the host socket');
+      assert.deepEqual(await processesMentioning(`${TEST_PREFIX}${s.sessionId}`), [], 'the VM is gone');
+    } finally {
+      await cleanup.run();
+      victim.close();
     }
   });
 });

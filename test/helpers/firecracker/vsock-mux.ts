@@ -1,4 +1,4 @@
-import { rmSync } from 'node:fs';
+import { rmSync, symlinkSync } from 'node:fs';
 import net from 'node:net';
 
 /**
@@ -11,19 +11,26 @@ import net from 'node:net';
  *  - `refuse` (default): nothing listens on the guest's port: the connection is closed;
  *  - `garbage`: a line that is not `OK <n>` (what a VMM gone wrong could send);
  *  - `ok-garbage`: `OK`, then bytes that are no SSH banner (a guest whose listener is not sshd);
- *  - `silent`: no answer at all (a guest or VMM that hangs).
+ *  - `silent`: no answer at all (a guest or VMM that hangs);
+ *  - `symlink:<path>`: no socket, a symbolic link to another socket of the host instead (a
+ *    VMM gone wrong, pointing the host at something of its own choosing).
  * Each CONNECT line received is reported through `onConnect`.
  */
-export type VsockBehaviour = 'refuse' | 'garbage' | 'ok-garbage' | 'silent';
+export type VsockBehaviour = 'refuse' | 'garbage' | 'ok-garbage' | 'silent' | `symlink:${string}`;
 
 export function vsockBehaviour(value: string | undefined): VsockBehaviour {
   if (value === 'garbage' || value === 'ok-garbage' || value === 'silent') return value;
+  if (value?.startsWith('symlink:')) return value as VsockBehaviour;
   return 'refuse';
 }
 
-export function listenHybridVsock(socketPath: string, behaviour: VsockBehaviour, onConnect: (line: string) => void): net.Server {
+export function listenHybridVsock(socketPath: string, behaviour: VsockBehaviour, onConnect: (line: string) => void): net.Server | undefined {
   // Firecracker refuses a path that exists; a stand-in restarted on the same jail replaces it.
   rmSync(socketPath, { force: true });
+  if (behaviour.startsWith('symlink:')) {
+    symlinkSync(behaviour.slice('symlink:'.length), socketPath);
+    return undefined;
+  }
   const server = net.createServer((conn) => {
     conn.on('error', () => undefined);
     let line = '';
