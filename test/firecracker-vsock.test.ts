@@ -30,6 +30,8 @@ import { newSessionId } from '../src/sessions/session.js';
 import { dialHybridVsock } from '../src/transport/endpoint.js';
 import { guestTransport, type GuestEndpoint } from '../src/transport/index.js';
 import { generateSessionKeys, publicKeyBlob, writeSessionKeys } from '../src/transport/ssh-keys.js';
+import { snapshotBaseDir, saveSnapshotBase } from '../src/runtimes/firecracker/snapshot/base-store.js';
+import { snapshotBaseAddress, type CloneRotation } from '../src/runtimes/firecracker/snapshot/clone-rotation.js';
 import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { run } from '../src/util/exec.js';
 import { COLD_BOOT_CALLS } from './helpers/firecracker/calls.js';
@@ -307,6 +309,66 @@ describe('firecracker over hybrid vsock: a guest that answers wrongly fails its 
         assert.equal(vm.isAlive(), true, `${behaviour}: its VMM (and the others) still run`);
       }
       assert.ok(performance.now() - started < OPEN_TIMEOUT_MS + 2_000, 'side by side, not one after another');
+    } finally {
+      await cleanup.run();
+    }
+  });
+});
+
+describe('snapshot clones over vsock (the warm path), against the stand-in', () => {
+  it('a session without egress is restored from a NIC-less snapshot base (vsock_override, no network_overrides) and rotated over its own socket; one with egress boots cold', async () => {
+    // A snapshot base as a vsock runtime leaves it (building one needs a guest, which the stand-in has not).
+    const parts = path.join(workDir, 'base-parts');
+    await mkdir(parts);
+    const files = { snapshotPath: path.join(parts, 'vmstate'), memFilePath: path.join(parts, 'memory') };
+    await writeFile(files.snapshotPath, '{}');
+    await writeFile(files.memFilePath, Buffer.alloc(4096));
+    await writeFile(path.join(parts, 'rootfs.ext4'), 'placeholder\n');
+    const baseKeys = generateSessionKeys('base');
+    const screen = { width: 1024, height: 768 };
+    await saveSnapshotBase(snapshotBaseDir(image, screen, 'vsock'), image, {
+      files,
+      rootfs: path.join(parts, 'rootfs.ext4'),
+      keys: { clientPrivateKey: baseKeys.clientPrivateKey, hostPublicKey: baseKeys.hostPublicKey },
+      screen,
+      address: snapshotBaseAddress(TEST_PREFIX),
+      transport: 'vsock',
+    });
+    const rotations: CloneRotation[] = [];
+    const runtime = FirecrackerRuntime.forHost(
+      NAMES,
+      settings({ SBX_TRANSPORT: 'vsock' }, { snapshots: true }),
+      host(true),
+      async (r) => void rotations.push(r),
+    );
+    const lines: string[] = [];
+    await runtime.prepare(image, { display: 99, pidsLimit: 400 }, (line) => lines.push(line));
+    assert.deepEqual(lines, [], 'the vsock snapshot base is loaded, not built');
+    const cleanup = new CleanupStack();
+    try {
+      const s = await prepareSession(runtime, cleanup);
+      const vm = await startWith(runtime, { ...s.spec, screen }, cleanup);
+      const recorded = await records(s.sessionId);
+      assert.deepEqual(acceptedCalls(recorded), ['GET /', 'PUT /snapshot/load', 'PATCH /vm']);
+      assert.deepEqual(bodyOf(recorded, 'PUT /snapshot/load'), {
+        snapshot_path: '/snapshot/vmstate',
+        mem_backend: { backend_type: 'File', backend_path: '/snapshot/memory' },
+        vsock_override: { uds_path: '/run/vsock.sock' },
+        resume_vm: false,
+        clock_realtime: true,
+      });
+      assert.deepEqual(vm.endpoint, { transport: 'hybrid-vsock', path: path.join(s.sessionDir, 'vsock.sock'), port: 22 });
+      assert.equal(rotations.length, 1, 'rotated once, before it is handed out');
+      const [rotation] = rotations as [CloneRotation];
+      assert.ok('endpoint' in rotation, 'over vsock, not at an address');
+      assert.deepEqual(rotation.endpoint, vm.endpoint, "over the clone's own socket");
+      assert.equal(rotation.session.clientPrivateKey, s.keys.clientPrivateKey, "to the session's keys");
+      assert.equal(rotation.snapshotBase.clientPrivateKey, baseKeys.clientPrivateKey);
+      assert.deepEqual(await interfacesOf(vm.pid), ['lo']);
+      // A session with egress has a NIC, which a NIC-less snapshot cannot gain: it boots cold.
+      const withNic = await prepareSession(runtime, cleanup, true);
+      await startWith(runtime, { ...withNic.spec, screen }, cleanup);
+      assert.deepEqual(acceptedCalls(await records(withNic.sessionId)), ['GET /', ...COLD_BOOT_CALLS]);
     } finally {
       await cleanup.run();
     }
