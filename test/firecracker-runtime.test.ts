@@ -663,6 +663,7 @@ describe('snapshots: a template built once, sessions restored from it (contract 
       assert.deepEqual(acceptedCalls(await records(s.sessionId)), ['GET /', 'PUT /snapshot/load', 'PATCH /vm']);
       assert.equal(rotations.length, 1, 'rotated once, after the resume');
       const [rotation] = rotations as [CloneRotation];
+      assert.ok('at' in rotation, 'a clone with a NIC is rotated over TCP');
       assert.deepEqual(rotation.at, snapshotBaseAddress(TEST_PREFIX), "reached at its template's address");
       assert.equal(rotation.hostInterface, s.spec.network.hostInterface);
       assert.deepEqual(rotation.lease, s.spec.network.lease, "moved to the session's lease");

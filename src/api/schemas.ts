@@ -141,13 +141,14 @@ export const sessionSchema = {
         egress: { type: 'boolean' },
         transport: {
           type: 'string',
-          enum: ['tcp', 'unix'],
-          description: "What carries the orchestrator's SSH control channel: tcp over the sandbox's NIC, or a Unix socket on the host",
+          enum: ['tcp', 'unix', 'vsock'],
+          description:
+            "What carries the orchestrator's SSH control channel: tcp over the sandbox's NIC, a Unix socket on the host (containers), or Firecracker's hybrid vsock",
         },
         interfaces: {
           type: 'array',
           items: { type: 'string' },
-          description: "The sandbox's network interfaces: ['lo'] alone when it was reached over a Unix socket without egress (no NIC, no address)",
+          description: "The sandbox's network interfaces: ['lo'] alone when it is reached over a Unix socket or vsock without egress (no NIC, no address)",
         },
       },
     },

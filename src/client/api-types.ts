@@ -63,9 +63,9 @@ export type SessionInfo = {
   /** The guest network policy chosen at create time, and how the sandbox is reached */
   network: {
     egress: boolean;
-    /** What carries the orchestrator's SSH control channel: tcp over the sandbox's NIC, or a Unix socket on the host */
-    transport: 'tcp' | 'unix';
-    /** The sandbox's network interfaces: ['lo'] alone when it was reached over a Unix socket without egress (no NIC, no address) */
+    /** What carries the orchestrator's SSH control channel: tcp over the sandbox's NIC, a Unix socket on the host (containers), or Firecracker's hybrid vsock */
+    transport: 'tcp' | 'unix' | 'vsock';
+    /** The sandbox's network interfaces: ['lo'] alone when it is reached over a Unix socket or vsock without egress (no NIC, no address) */
     interfaces: Array<string>;
   };
   createdAt: string;

@@ -87,7 +87,7 @@ export interface GuestSettings {
   SANDBOX_WIDTH: number;
   SANDBOX_HEIGHT: number;
   SANDBOX_DEPTH: number;
-  /** 1: the guest configures eth0 itself (VMs); 0: the host already did (containers). */
+  /** 1: the guest configures eth0 itself (VMs); 0: the host already did (containers), or there is no eth0 (a VM without a NIC). */
   SANDBOX_NET_CONFIGURE: 0 | 1;
   /** Guest address with prefix, e.g. 10.241.0.2/30. */
   SANDBOX_ADDRESS: string;
@@ -119,7 +119,8 @@ export function sandboxSettings(guest: SandboxGuest): GuestSettings {
     SANDBOX_WIDTH: guest.screen.width,
     SANDBOX_HEIGHT: guest.screen.height,
     SANDBOX_DEPTH: 24,
-    SANDBOX_NET_CONFIGURE: guest.guestConfiguresNetwork ? 1 : 0,
+    // A VM without a NIC (vsock, no lease) has no eth0 to wait for.
+    SANDBOX_NET_CONFIGURE: guest.guestConfiguresNetwork && guest.lease ? 1 : 0,
     SANDBOX_ADDRESS: guest.lease ? `${guest.lease.guest}/${guest.lease.prefixLength}` : '',
     SANDBOX_GATEWAY: guest.lease?.gateway ?? '',
     SANDBOX_TRANSPORT: guest.transport ?? 'tcp',

@@ -135,11 +135,12 @@ export interface RuntimeCapabilities {
   readonly sharesHostKernel: boolean;
   /**
    * What can carry the SSH control channel to its sandboxes (default 'tcp': the guest's
-   * address over its NIC). 'unix': a sandbox started without a NIC (network attachment
-   * 'none', given to sessions without egress) is reached over a socket on the host
-   * (RunningSandbox.endpoint says where), so it needs no network interface at all.
+   * address over its NIC). 'unix' (a container's socket) or 'vsock' (Firecracker's hybrid
+   * vsock): a sandbox started without a NIC (network attachment 'none', given to sessions
+   * without egress) is reached over a socket on the host (RunningSandbox.endpoint says
+   * where), so it needs no network interface at all.
    */
-  readonly controlTransport?: 'tcp' | 'unix';
+  readonly controlTransport?: 'tcp' | 'unix' | 'vsock';
   /**
    * Whether its sandboxes can mount volumes (SandboxSpec.volumes): true, or why not (a create
    * that asks for volumes then answers 409 volumes_unavailable saying so).

@@ -44,7 +44,7 @@ export async function adoptSession(record: SessionRecord, ctx: AdoptContext): Pr
   // A paused one too (memory: its sandbox frozen in place); see the pause's half-done cases below.
   if ((record.state !== 'ready' && record.state !== 'paused') || record.pooled) return undefined;
   // Only a sandbox reached without a network may have no address (it has no NIC).
-  if (record.addressIndex === null && record.transport !== 'unix') return undefined;
+  if (record.addressIndex === null && (record.transport ?? 'tcp') === 'tcp') return undefined;
   const sessionDir = sessionDirOf(ctx.stateDir, record.id);
   if (record.addressIndex !== null && record.addressIndex >= ctx.pool.size) {
     // SBX_SUBNET changed since: the stored lease is not an address of this run.

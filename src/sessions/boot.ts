@@ -157,6 +157,8 @@ async function startSandbox(session: Session, lease: AddressLease | undefined, c
         screen: { width, height },
         guestConfiguresNetwork: ctx.runtime.capabilities.guestConfiguresNetwork,
         lease,
+        // Over vsock the guest listens for the host there (sandbox-init); a container's socket needs nothing of it.
+        transport: session.record.transport === 'vsock' ? 'vsock' : 'tcp',
       }),
     ),
     { mode: 0o644 },

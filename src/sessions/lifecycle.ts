@@ -6,7 +6,7 @@ import type { PooledSandbox, WarmPool } from './pool/warm-pool.js';
 import { Session } from './session.js';
 import { flushGuestVolumes, takeVolumes } from './session-volumes.js';
 import type { SessionVolumes } from '../volumes/volumes.js';
-import { LOCAL_TENANT, type EndReason, type SessionRecord, type SessionState } from './session-record.js';
+import { LOCAL_TENANT, transportFor, type EndReason, type SessionRecord, type SessionState } from './session-record.js';
 import { newRecord, resolveRequest, startClocks, type CreateSessionOptions, type SessionOwner, type SessionRequest } from './session-request.js';
 import { toView, type SessionView } from './session-view.js';
 import type { SessionTemplate } from './templates.js';
@@ -130,7 +130,7 @@ export class SessionLifecycle {
       if (view) return view;
     }
     // A cold boot takes an address (and a NIC) unless it is reached over a socket and not allowed out (createCold).
-    if (this.opts.host.controlTransport !== 'unix' || request.egress) await policy();
+    if (this.opts.host.controlTransport === 'tcp' || request.egress) await policy();
     steps.mark('network policy check');
     return this.createCold(attempt);
   }
@@ -140,9 +140,9 @@ export class SessionLifecycle {
     const { store, registry, metrics, host, addresses } = this.opts;
     // Not allowed out, and reachable without a network: no interface, so no address either,
     // and its control channel is the runtime's socket. Otherwise TCP over its NIC.
-    const lease = host.controlTransport === 'unix' && !request.egress ? undefined : await addresses.leaseFree();
+    const lease = host.controlTransport !== 'tcp' && !request.egress ? undefined : await addresses.leaseFree();
     const record = newRecord(request, lease?.index ?? null, false, owner.tenant, this.opts.runtimeName, owner.sessionId);
-    record.transport = lease ? 'tcp' : 'unix';
+    record.transport = transportFor(lease !== undefined, host.controlTransport);
     this.measureDisk(slot, record.id);
     const session = new Session(record);
     session.volumes = volumes.held;

@@ -2,7 +2,12 @@ import type { ImageFormat } from '../computer/screenshot-format.js';
 import type { PauseMode, RuntimeName } from '../runtimes/runtime.js';
 import type { VolumeMount } from '../volumes/volume-names.js';
 
-export type ControlTransport = 'tcp' | 'unix';
+export type ControlTransport = 'tcp' | 'unix' | 'vsock';
+
+/** The transport of a sandbox with a NIC (`lease`) or without: TCP, or the runtime's socket. */
+export function transportFor(hasLease: boolean, runtimeTransport: ControlTransport): ControlTransport {
+  return hasLease ? 'tcp' : runtimeTransport;
+}
 
 export const COMPUTER_TOOL_VERSIONS = ['computer_20241022', 'computer_20250124', 'computer_20251124'] as const;
 export type ComputerToolVersion = (typeof COMPUTER_TOOL_VERSIONS)[number];
@@ -54,7 +59,8 @@ export interface SessionRecord {
   addressIndex: number | null;
   /**
    * What carries its SSH control channel (absent: tcp, as in records older than the choice).
-   * 'unix' without egress: the sandbox has no network interface but lo, and no address.
+   * 'unix' or 'vsock' (always without egress): the sandbox has no network interface but lo,
+   * and no address.
    */
   transport?: ControlTransport;
   /** The SHA-256 fingerprint of the host key pinned for it (OpenSSH's form), once its keys exist. */

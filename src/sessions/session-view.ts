@@ -79,7 +79,7 @@ export interface SessionView {
 /** How the sandbox is reached and what interfaces it has (the choice made at create: lifecycle.ts). */
 export function networkView(record: Pick<SessionRecord, 'egress' | 'transport'>): SessionView['network'] {
   const transport = record.transport ?? 'tcp';
-  return { egress: record.egress, transport, interfaces: transport === 'unix' && !record.egress ? ['lo'] : ['lo', 'eth0'] };
+  return { egress: record.egress, transport, interfaces: transport !== 'tcp' && !record.egress ? ['lo'] : ['lo', 'eth0'] };
 }
 
 /** The session's default screenshot format, as a request would spell it. */

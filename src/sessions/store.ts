@@ -1,7 +1,7 @@
 import Database from 'better-sqlite3';
 import { cacheStatements } from '../util/statement-cache.js';
 import type { ResourceKind } from './resource-ledger.js';
-import type { EndReason, OnIdle, PausedState, SessionRecord, SessionState } from './session-record.js';
+import type { ControlTransport, EndReason, OnIdle, PausedState, SessionRecord, SessionState } from './session-record.js';
 
 interface Row {
   id: string;
@@ -34,7 +34,7 @@ interface Row {
   paused_retention_seconds: number;
   on_idle: OnIdle;
   auto_resume: number;
-  transport: 'tcp' | 'unix';
+  transport: ControlTransport;
   volumes: string;
   host_key_fingerprint: string | null;
   snapshot: string | null;

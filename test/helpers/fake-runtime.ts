@@ -216,7 +216,7 @@ export class FakeHost implements SandboxHost {
     private readonly store: SessionStore,
   ) {}
 
-  get controlTransport(): 'tcp' | 'unix' {
+  get controlTransport(): 'tcp' | 'unix' | 'vsock' {
     return this.runtime.capabilities.controlTransport ?? 'tcp';
   }
 

@@ -3,7 +3,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { CONFIG_FILES, CONFIG_MOUNT, GUEST_INIT, renderSettings, type GuestSettings } from '../../src/guest/contract.js';
+import { CONFIG_FILES, CONFIG_MOUNT, GUEST_INIT, renderSettings, sandboxSettings, type GuestSettings } from '../../src/guest/contract.js';
 import { initScript } from '../../src/guest/image/initrd-init.js';
 import { GUEST_ROOT_DEVICE, guestKernelCmdline } from '../../src/guest/kernel-cmdline.js';
 import { DEFAULT_BOOT_ARGS } from '../../src/runtimes/firecracker/boot/kernel-args.js';
@@ -122,6 +122,38 @@ describe('guest settings: what sandbox-init reads is what the host writes', () =
         lines.push(`${JSON.stringify(value)}: host ${hostWrites ? 'writes' : 'refuses'}, guest ${values.SANDBOX_HOSTNAME === value ? 'keeps' : 'drops'}`);
     }
     assert.deepEqual(lines, []);
+  });
+
+  it('a VM without a NIC, over vsock (issue 23): told vsock and no address, it waits for no eth0', async () => {
+    const file = path.join(scratch, 'vsock.env');
+    const vm = { id: 'abc123def4', hostname: 'sbx-abc123def4', display: 99, screen: { width: 1024, height: 768 }, guestConfiguresNetwork: true };
+    await writeFile(file, renderSettings(sandboxSettings({ ...vm, lease: undefined, transport: 'vsock' })));
+    const { values } = await guestReads(file);
+    assert.equal(values.SANDBOX_TRANSPORT, 'vsock', 'its sandbox-init starts the vsock listener');
+    assert.equal(values.SANDBOX_ADDRESS, '');
+    assert.equal(values.SANDBOX_NET_CONFIGURE, '0', 'no eth0 to bring up');
+    // sandbox-init's configure_network on these settings, with `ip` stood in for: no wait for an eth0 that never comes.
+    const fn = (name: string) => {
+      const start = script.indexOf(`${name}() {`);
+      return script.slice(start, script.indexOf('\n}\n', start) + 3);
+    };
+    const program = [
+      'log() { echo "log: $*"; }',
+      'ip() { echo "ip $*"; }',
+      `SETTINGS_FILE='${file}'`,
+      settingsPart(script),
+      fn('wait_for_link'),
+      fn('configure_network'),
+      'read_settings',
+      'configure_network',
+    ];
+    const started = Date.now();
+    const res = await run(['sh', '-c', program.join('\n')]);
+    assert.ok(Date.now() - started < 2_000, 'no 5-second wait for eth0');
+    assert.doesNotMatch(res.stdout, /eth0/, res.stdout);
+    // With a lease, the same VM configures its eth0.
+    const tcp = sandboxSettings({ ...vm, lease: { guest: '10.241.0.2', prefixLength: 30, gateway: '10.241.0.1' } });
+    assert.deepEqual([tcp.SANDBOX_TRANSPORT, tcp.SANDBOX_NET_CONFIGURE, tcp.SANDBOX_ADDRESS], ['tcp', 1, '10.241.0.2/30']);
   });
 
   it('looks for the config where the host puts it, under the names the host uses', async () => {

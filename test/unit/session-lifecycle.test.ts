@@ -42,19 +42,25 @@ function assertNothingHeld(r: FakeRig): void {
 }
 
 describe('unit: create and destroy', () => {
-  it('a runtime reached over a socket: a session without egress takes no address (no NIC), one with egress does (issue 23)', async () => {
-    const r = await rig({ runtime: new FakeRuntime({ controlTransport: 'unix' }) });
-    const isolated = await r.manager.create({}, { tenant: 'alpha' });
-    assert.deepEqual(isolated.network, { egress: false, transport: 'unix', interfaces: ['lo'] });
-    assert.equal(r.manager.leasesInUse, 0, 'no address lease');
-    assert.equal(r.store.get(isolated.id)?.addressIndex, null);
-    assert.equal(r.store.get(isolated.id)?.transport, 'unix', 'stored, for the view and for adoption');
-    const out = await r.manager.create({ network: { egress: true } }, { tenant: 'alpha' });
-    assert.deepEqual(out.network, { egress: true, transport: 'tcp', interfaces: ['lo', 'eth0'] });
-    assert.equal(r.manager.leasesInUse, 1, 'egress needs its NIC and address');
-    await r.manager.shutdown();
-    assertNothingHeld(r);
-  });
+  for (const transport of ['unix', 'vsock'] as const) {
+    it(`a runtime reached over a socket (${transport}): a session without egress takes no address (no NIC), one with egress does (issue 23)`, async () => {
+      const r = await rig({ runtime: new FakeRuntime({ controlTransport: transport }) });
+      r.metrics.observeSessionNetworks(() => r.manager.list('alpha').map((view) => view.network));
+      const isolated = await r.manager.create({}, { tenant: 'alpha' });
+      assert.deepEqual(isolated.network, { egress: false, transport, interfaces: ['lo'] });
+      assert.equal(r.manager.leasesInUse, 0, 'no address lease');
+      assert.equal(r.store.get(isolated.id)?.addressIndex, null);
+      assert.equal(r.store.get(isolated.id)?.transport, transport, 'stored, for the view and for adoption');
+      const out = await r.manager.create({ network: { egress: true } }, { tenant: 'alpha' });
+      assert.deepEqual(out.network, { egress: true, transport: 'tcp', interfaces: ['lo', 'eth0'] });
+      assert.equal(r.manager.leasesInUse, 1, 'egress needs its NIC and address');
+      const scraped = await r.metrics.registry.metrics();
+      assert.match(scraped, new RegExp(`^sandbox_sessions_by_transport\\{transport="${transport}",nic="false"\\} 1$`, 'm'));
+      assert.match(scraped, /^sandbox_sessions_by_transport\{transport="tcp",nic="true"\} 1$/m);
+      await r.manager.shutdown();
+      assertNothingHeld(r);
+    });
+  }
 
   it('a runtime reached over TCP: every session has its NIC, as before', async () => {
     const r = await rig();

@@ -109,11 +109,12 @@ describe('unit: transport endpoints', () => {
     await assert.rejects(dialHybridVsock({ transport: 'hybrid-vsock', path: path.join(dir, 'absent.sock'), port: 22 }, 300), DialError);
   });
 
-  it('SBX_TRANSPORT: tcp by default, unix or auto, anything else refused naming the variable', () => {
+  it('SBX_TRANSPORT: tcp by default, unix, vsock or auto, anything else refused naming the variable', () => {
     assert.equal(transportChoiceFromEnv({}), 'tcp');
     assert.equal(transportChoiceFromEnv({ SBX_TRANSPORT: 'unix' }), 'unix');
     assert.equal(transportChoiceFromEnv({ SBX_TRANSPORT: 'auto' }), 'auto');
-    assert.throws(() => transportChoiceFromEnv({ SBX_TRANSPORT: 'carrier-pigeon' }), /SBX_TRANSPORT must be one of tcp, unix, auto/);
+    assert.equal(transportChoiceFromEnv({ SBX_TRANSPORT: 'vsock' }), 'vsock');
+    assert.throws(() => transportChoiceFromEnv({ SBX_TRANSPORT: 'carrier-pigeon' }), /SBX_TRANSPORT must be one of tcp, unix, vsock, auto/);
   });
 
   it('QEMU: anything but tcp falls back to TCP, and says why (here: no /dev/vhost-vsock)', () => {

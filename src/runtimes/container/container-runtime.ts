@@ -77,8 +77,8 @@ export class ContainerRuntime implements Runtime {
     private readonly names: ResourceNames,
     private readonly settings: ContainerSettings,
   ) {
-    // `auto` and `unix` alike: runc can hand any container its socket (control-socket.ts).
-    if (settings.transport === 'unix' || settings.transport === 'auto') this.capabilities = { ...this.capabilities, controlTransport: 'unix' };
+    // Any socket asked for (`unix`, `vsock`, `auto`): runc can hand any container its Unix socket (control-socket.ts).
+    if (settings.transport && settings.transport !== 'tcp') this.capabilities = { ...this.capabilities, controlTransport: 'unix' };
   }
 
   /** How the containers run, for the start-up log. */

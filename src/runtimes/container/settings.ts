@@ -28,7 +28,7 @@ export interface ContainerSettings {
   diskMiB: number;
   /** RUNC_BIN (default `runc` on PATH): the OCI runtime binary. */
   runcBin: string;
-  /** SBX_TRANSPORT (default tcp): `unix` and `auto` reach the guest's sshd over a Unix socket (control-socket.ts). */
+  /** SBX_TRANSPORT (default tcp): `unix`, `vsock` and `auto` reach the guest's sshd over a Unix socket (control-socket.ts). */
   transport?: TransportChoice;
 }
 

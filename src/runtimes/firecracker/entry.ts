@@ -17,7 +17,7 @@ const RESOURCES = { process: PROCESS, jail: JAIL, cgroup: CGROUP, 'vm-user': VM_
 /** Firecracker microVMs: `auto`'s first choice where /dev/kvm works and a firecracker binary is found. */
 export const firecrackerRuntime: RuntimeEntry<'firecracker', FirecrackerSettings, keyof typeof RESOURCES> = {
   name: 'firecracker',
-  features: { desktop: true, pause: true, vsock: false },
+  features: { desktop: true, pause: true, vsock: true },
   autoRank: 10,
   settingsFromEnv: firecrackerSettingsFromEnv,
   vcpus: (settings) => settings.vcpus,

@@ -4,7 +4,7 @@ import { buildConfigDrive, volumeDiskName } from '../../guest/config-drive.js';
 import { GUEST_SSH_PORT } from '../../guest/contract.js';
 import type { GuestImage } from '../../guest/image/builder.js';
 import type { ResourceNames } from '../../network/names.js';
-import { attachedNetwork, deleteTapBridge, type TapOwner } from '../../network/netns.js';
+import { deleteTapBridge, type TapOwner } from '../../network/netns.js';
 import { readSessionKeys } from '../../transport/ssh-keys.js';
 import type { GuestEndpoint } from '../../transport/index.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
@@ -31,9 +31,10 @@ import { runSteps } from './boot/steps.js';
 import { checkFirecrackerHost, unjailedRefusal, type FirecrackerHost } from './host/host-check.js';
 import { applyChrootLayout, removeChroot } from './jailer/apply-chroot.js';
 import { removeVmCgroups, vmCgroupDirs } from '../vm/cgroups.js';
-import { chrootLayout, type ChrootLayout } from './jailer/chroot-layout.js';
+import { chrootLayout, jailedVsockSocket, type ChrootLayout } from './jailer/chroot-layout.js';
 import { jailId } from './jailer/jail-id.js';
 import { firecrackerPausing } from './vm-pause.js';
+import { foundVsockEndpoint, isolatedNetns, linkVsockSocket, vmNic, vsockEndpoint } from './vsock.js';
 import { jailerArgv, vmmPidFile } from './jailer/jailer-args.js';
 import { vmmOfPidNamespace } from './vmm/pid-ns-vmm.js';
 import { launchUnjailed, type LaunchedVmm, type VmmFiles } from './vmm/unjailed.js';
@@ -58,16 +59,9 @@ export interface BootedVm {
 }
 
 /**
- * The Firecracker runtime: each sandbox is a microVM booting the guest image's kernel
- * (unpacked to vmlinux), initrd and a per-session copy of its ext4 root, with the session's
- * config drive as a second disk and the TAP in the session's netns as its NIC.
- *
- * Jailed (always, unless SBX_FC_JAILER=off: without a jailer the runtime refuses to start): every VMM runs under the jailer in its
- * own chroot (`<SBX_FC_CHROOT_DIR>/<firecracker exec name>/<prefix><id>/root`), network
- * namespace, cgroup and pid namespace (--new-pid-ns), as a uid/gid of its own leased from
- * the pool (vm-user-pool.ts), which owns the TAP and the VM's disks.
- * Unjailed (SBX_FC_JAILER=off; development only): Firecracker runs as root in the session's
- * netns, with its files in the session dir. Pause: vm-pause.ts; the rest: docs/firecracker.md.
+ * The Firecracker runtime: each sandbox a microVM (the image's kernel, a copy of its root, the
+ * config drive; a TAP as its NIC, or none over vsock: vsock.ts), jailed unless
+ * SBX_FC_JAILER=off (development only). Jail, users, pause, snapshots: docs/firecracker.md.
  */
 export class FirecrackerRuntime implements Runtime {
   readonly name = 'firecracker' as const;
@@ -92,13 +86,16 @@ export class FirecrackerRuntime implements Runtime {
     // Memory pause (vm-pause.ts).
     Object.assign(this, firecrackerPausing({ prefix: names.prefix, jailsDir: () => (host.jailerBin ? this.jailsDir : undefined) }));
     this.leaseVmUser = host.jailerBin ? (cleanup, record) => this.users.lease(cleanup, record) : undefined;
+    const vsock = settings.transport !== undefined && settings.transport !== 'tcp';
     this.capabilities = {
       networkAttachment: 'tap',
+      // Sessions without egress get no NIC and are reached over hybrid vsock (vsock.ts).
+      controlTransport: vsock ? 'vsock' : 'tcp',
       guestConfiguresNetwork: true,
       configDirIsLive: false,
       bootTimeoutMs: settings.bootTimeoutMs,
       // With snapshots, a clone answers the host from its snapshot base's address during rotation.
-      hostOnlySources: settings.snapshots ? [snapshotBaseAddress(names.prefix).guest] : [],
+      hostOnlySources: settings.snapshots && !vsock ? [snapshotBaseAddress(names.prefix).guest] : [],
       sharesHostKernel: false,
       // A drive per volume (boot-steps.ts), found by its order and mounted by sandbox-init.
       volumes: true,
@@ -145,9 +142,14 @@ export class FirecrackerRuntime implements Runtime {
     return (await this.boot(spec, cleanup, this.snapshotBaseFor(spec))).sandbox;
   }
 
-  /** The snapshot base a session of this screen can be restored from, if one is ready (a restored VM cannot gain drives: one with volumes boots cold). */
+  /**
+   * The snapshot base a session of this screen can be restored from, if one is ready. A
+   * restored VM cannot gain devices: one with volumes boots cold, and so does one whose NIC
+   * (or lack of one: vsock) is not its snapshot base's.
+   */
   private snapshotBaseFor(spec: SandboxSpec): SnapshotBase | undefined {
     if ((spec.volumes?.length ?? 0) > 0) return undefined;
+    if ((spec.network.attachment === 'none') !== (this.capabilities.controlTransport === 'vsock')) return undefined;
     const screen = spec.screen ?? this.settings.snapshotBaseScreen;
     return this.snapshotBases.get(`${spec.image.hash}/${screen.width}x${screen.height}`);
   }
@@ -159,9 +161,9 @@ export class FirecrackerRuntime implements Runtime {
    */
   private async boot(spec: SandboxSpec, cleanup: CleanupStack, snapshotBase?: SnapshotBase): Promise<BootedVm> {
     const id = jailId(this.names.prefix, spec.sessionId);
-    const network = attachedNetwork(spec.network),
-      tapName = network.tapInterface;
-    if (!tapName) throw new Error(`the firecracker runtime needs a TAP device in ${network.netns} (networkAttachment 'tap')`);
+    const network = vmNic(spec.network, this.capabilities.controlTransport === 'vsock', snapshotBase?.transport),
+      tapName = network?.tapInterface;
+    const netns = network?.netns ?? (await isolatedNetns(this.names, spec.sessionId, cleanup));
     const configDrive = path.join(spec.sessionDir, 'config.ext4');
     const limits = spec.consoleLog ?? DEFAULT_CONSOLE_LOG_LIMITS;
     // Released after the VMM is gone (pushed before it): its last words are read.
@@ -176,8 +178,8 @@ export class FirecrackerRuntime implements Runtime {
 
     const files = { kernel, initrd, configDrive, consolePipe };
     const launched = this.host.jailerBin
-      ? await this.launchJailed(spec, cleanup, id, files, snapshotBase)
-      : await launchUnjailed(this.host.firecrackerBin, spec, cleanup, id, files);
+      ? await this.launchJailed(spec, cleanup, id, netns, files, snapshotBase)
+      : await launchUnjailed(this.host.firecrackerBin, spec, cleanup, id, netns, files);
     const { vmm } = launched;
     const vmmStart = processStartTime(vmm.pid);
     if (vmmStart) spec.record?.('process', `${vmm.pid}@${vmmStart}`);
@@ -207,13 +209,12 @@ export class FirecrackerRuntime implements Runtime {
           client,
         );
         started = true;
-        await this.rotate({
-          at: snapshotBase.address,
-          hostInterface: network.hostInterface,
-          snapshotBase: snapshotBase.keys,
-          session: await readSessionKeys(spec.sessionDir, spec.configDir),
-          lease: network.lease,
-        });
+        const keys = { snapshotBase: snapshotBase.keys, session: await readSessionKeys(spec.sessionDir, spec.configDir) };
+        await this.rotate(
+          network
+            ? { ...keys, at: snapshotBase.address, hostInterface: network.hostInterface, lease: network.lease }
+            : { ...keys, endpoint: vsockEndpoint(await this.vsockSocket(launched, spec, cleanup)) },
+        );
       } else {
         await runSteps(
           bootSteps({
@@ -221,8 +222,8 @@ export class FirecrackerRuntime implements Runtime {
             vcpuCount: this.settings.vcpus,
             memoryMiB: spec.memoryMiB,
             tapName,
-            guestAddress: network.lease.guest,
-            leaseIndex: network.lease.index,
+            guestAddress: network?.lease.guest,
+            leaseIndex: network?.lease.index,
           }),
           client,
         );
@@ -235,7 +236,8 @@ export class FirecrackerRuntime implements Runtime {
 
     const exited = vmExited(vmm, 'firecracker process', describeVmmExit, vmConsole);
     const sandbox: RunningSandbox = {
-      endpoint: { host: network.lease.guest, port: GUEST_SSH_PORT },
+      // Over TCP to its address, or over vsock to the socket Firecracker bound (a clone's is known already).
+      endpoint: network ? { host: network.lease.guest, port: GUEST_SSH_PORT } : vsockEndpoint(await this.vsockSocket(launched, spec, cleanup)),
       consoleLogPath,
       pid: vmm.pid,
       exited,
@@ -257,11 +259,12 @@ export class FirecrackerRuntime implements Runtime {
       return;
     }
     const screen = this.settings.snapshotBaseScreen;
-    const dir = snapshotBaseDir(image, screen);
+    const transport = this.capabilities.controlTransport === 'vsock' ? 'vsock' : 'tcp';
+    const dir = snapshotBaseDir(image, screen, transport);
     try {
-      let snapshotBase = await loadSnapshotBase(dir, image);
+      let snapshotBase = await loadSnapshotBase(dir, image, transport);
       if (!snapshotBase) {
-        log(`building the template snapshot of image ${image.hash} (${screen.width}x${screen.height}) in ${dir}`);
+        log(`building the template snapshot of image ${image.hash} (${screen.width}x${screen.height}, ${transport}) in ${dir}`);
         const started = Date.now();
         snapshotBase = await buildSnapshotBase(image, screen, dir, {
           names: this.names,
@@ -269,6 +272,7 @@ export class FirecrackerRuntime implements Runtime {
           memoryMiB: this.settings.snapshotBaseMemoryMiB,
           guest,
           bootTimeoutMs: this.capabilities.bootTimeoutMs,
+          transport,
           boot: (spec, cleanup) => this.boot(spec, cleanup),
         });
         log(`template snapshot ready in ${Date.now() - started} ms`);
@@ -285,7 +289,21 @@ export class FirecrackerRuntime implements Runtime {
     return { kernel, initrd: initrdFor(image, this.settings) };
   }
 
-  private async launchJailed(spec: SandboxSpec, cleanup: CleanupStack, id: string, files: VmmFiles, snapshotBase?: SnapshotBase): Promise<LaunchedVmm> {
+  /** The path the host dials for the VM's vsock (vsock.ts: a link in the session dir to the jail's socket), made once. */
+  private async vsockSocket(launched: LaunchedVmm, spec: SandboxSpec, cleanup: CleanupStack): Promise<string> {
+    if (!launched.layout) return launched.paths.vsockUdsPath; // unjailed: a host path in the session dir already
+    launched.vsockHostPath ??= await linkVsockSocket(launched.layout.vsockSocket.hostPath, spec.sessionDir, cleanup);
+    return launched.vsockHostPath;
+  }
+
+  private async launchJailed(
+    spec: SandboxSpec,
+    cleanup: CleanupStack,
+    id: string,
+    netns: string,
+    files: VmmFiles,
+    snapshotBase?: SnapshotBase,
+  ): Promise<LaunchedVmm> {
     const firecrackerBin = this.host.firecrackerBin;
     const layout = chrootLayout({
       chrootBaseDir: this.settings.chrootBaseDir,
@@ -318,7 +336,7 @@ export class FirecrackerRuntime implements Runtime {
       uid: user.uid,
       gid: user.gid,
       chrootBaseDir: this.settings.chrootBaseDir,
-      netnsName: attachedNetwork(spec.network).netns,
+      netnsName: netns,
       cgroupVersion,
       parentCgroup,
       limits: { memoryMiB: spec.memoryMiB, vcpus: this.settings.vcpus, pidsMax: VMM_PIDS_MAX },
@@ -367,7 +385,10 @@ export class FirecrackerRuntime implements Runtime {
     consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS,
   ): Promise<AdoptedSandbox | undefined> {
     const vmm = (await findFirecrackerProcesses(this.names)).find((p) => p.sessionId === sessionId);
-    return adoptVmm(vmm, "VM's firecracker process", this.users, endpoint, sessionDir, consoleLog, () => this.reclaim(sessionId, sessionDir));
+    // No address: a VM without a NIC, reached over its vsock socket (the session dir's link, or the jail's own).
+    const jailSocket = jailedVsockSocket(path.join(this.jailsDir, jailId(this.names.prefix, sessionId)));
+    const reached = endpoint ?? (vmm && (await foundVsockEndpoint(sessionDir, jailSocket)));
+    return adoptVmm(vmm, "VM's firecracker process", this.users, reached, sessionDir, consoleLog, () => this.reclaim(sessionId, sessionDir));
   }
 
   /** Kills the session's orphaned VMM, then removes its jail, cgroups, TAP and bridge. Idempotent. */

@@ -1,3 +1,4 @@
+import { transportChoiceFromEnv, type TransportChoice } from '../../transport/settings.js';
 import { envInt, envOnOff, envOptional, envString, parseScreenSize, type Env, type ScreenSize } from '../../util/env.js';
 import { sandboxMemoryMiBFromEnv } from '../sandbox-settings.js';
 import { vmUserSettingsFromEnv, type VmUserSettings } from '../vm/vm-user-pool.js';
@@ -44,6 +45,11 @@ export interface FirecrackerSettings {
   /** The snapshot base's screen (SBX_FC_TEMPLATE_SCREEN, default 1024x768) and memory (SBX_MEMORY_MIB). */
   snapshotBaseScreen: ScreenSize;
   snapshotBaseMemoryMiB: number;
+  /**
+   * SBX_TRANSPORT (default tcp): `vsock`, `unix` and `auto` reach a VM without egress over
+   * Firecracker's hybrid vsock (the jail's vsock socket), and give it no NIC at all.
+   */
+  transport?: TransportChoice;
 }
 
 export function firecrackerSettingsFromEnv(env: Env): FirecrackerSettings {
@@ -70,5 +76,6 @@ export function firecrackerSettingsFromEnv(env: Env): FirecrackerSettings {
     snapshots: envOnOff('SBX_FC_SNAPSHOTS', false, env),
     snapshotBaseScreen: parseScreenSize(envString(env, 'SBX_FC_TEMPLATE_SCREEN', '1024x768'), 'SBX_FC_TEMPLATE_SCREEN'),
     snapshotBaseMemoryMiB: sandboxMemoryMiBFromEnv(env),
+    transport: transportChoiceFromEnv(env),
   };
 }

@@ -5,7 +5,7 @@ import type { RuntimeName } from '../../runtimes/runtime.js';
 import type { AddressSource, SessionLifecycle } from '../lifecycle.js';
 import type { SandboxHost } from '../sandbox-host.js';
 import { Session } from '../session.js';
-import { LOCAL_TENANT } from '../session-record.js';
+import { LOCAL_TENANT, transportFor } from '../session-record.js';
 import { newRecord } from '../session-request.js';
 import type { SessionStore } from '../store.js';
 import type { TemplateSource } from '../templates.js';
@@ -45,10 +45,10 @@ export function pooledSandboxHooks(opts: PooledSandboxOptions, template: string)
     const { image } = await opts.templates.resolve(template);
     const request = opts.lifecycle.resolve({ ...shape, template });
     // Pooled sandboxes have no egress: reached over a socket, they need no NIC (lifecycle.ts).
-    const lease = opts.host.controlTransport === 'unix' ? undefined : await opts.addresses.leaseFree();
+    const lease = opts.host.controlTransport !== 'tcp' ? undefined : await opts.addresses.leaseFree();
     // Owned by no tenant until a create claims it (and not counted against any limit).
     const record = newRecord(request, lease?.index ?? null, true, LOCAL_TENANT, opts.runtimeName);
-    record.transport = lease ? 'tcp' : 'unix';
+    record.transport = transportFor(lease !== undefined, opts.host.controlTransport);
     const session = new Session(record);
     session.image = image;
     const log = opts.log.child({ pooledSandbox: record.id });

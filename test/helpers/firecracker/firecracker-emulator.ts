@@ -17,7 +17,9 @@
  *  - PATCH /vm pauses and resumes that guest (QMP stop, cont); snapshot/create writes the two
  *    files where asked (the state as the VM's configuration in JSON, the memory as a sparse
  *    file of the guest's size); snapshot/load checks that they, the TAP of network_overrides
- *    and the vsock_override directory are there. A restored VM has no guest behind it.
+ *    and the vsock_override directory are there. A restored VM has no guest behind it;
+ *  - it binds the vsock socket as Firecracker does, and answers `CONNECT <port>` there as
+ *    FAKE_FIRECRACKER_VSOCK says (vsock-mux.ts: by default, as when no guest listens).
  *
  * Every request, and the process's uid, gid and network namespace, are appended as JSON
  * lines to `$FAKE_FIRECRACKER_RECORD_DIR/<id>.jsonl` for the tests to read.
@@ -43,6 +45,7 @@ import type {
 import { hostTscKhz } from '../../../src/runtimes/qemu/accelerator.js';
 import { qemuArgv } from '../../../src/runtimes/qemu/qemu-command.js';
 import { FirecrackerContractServer } from './contract-server.js';
+import { listenHybridVsock, vsockBehaviour } from './vsock-mux.js';
 
 const args = process.argv.slice(2);
 function option(name: string): string | undefined {
@@ -224,7 +227,15 @@ function qmp(execute: string): void {
   });
 }
 
+/** Firecracker binds the vsock socket when the device is made: at PUT /vsock, or at a snapshot load (vsock-mux.ts). */
+function listenVsock(udsPath: string): void {
+  listenHybridVsock(inJail(udsPath), vsockBehaviour(process.env.FAKE_FIRECRACKER_VSOCK), (line) => record({ vsockConnect: line }));
+}
+
 function afterAccepted(call: string, body: unknown): void {
+  if (call === 'PUT /vsock') listenVsock((body as Vsock).uds_path);
+  const override = call === 'PUT /snapshot/load' ? (body as SnapshotLoadParams).vsock_override : undefined;
+  if (override) listenVsock(override.uds_path);
   if (call === 'PATCH /vm') qmp((body as Vm).state === 'Paused' ? 'stop' : 'cont');
   if (call === 'PUT /snapshot/create') writeSnapshot(body as SnapshotCreateParams);
   if (call !== 'PUT /actions') return;

@@ -4,7 +4,7 @@ import { assertBootArgsFit, DEFAULT_BOOT_ARGS } from './kernel-args.js';
 import type { VmStep } from './steps.js';
 import { CONFIG_DRIVE_ID, GUEST_IFACE_ID, ROOT_DRIVE_ID, type FirecrackerVmSpec } from './vm-spec.js';
 
-/** Two drives, one NIC, one vsock: the virtio devices Firecracker announces on the command line (and a drive per volume). */
+/** Two drives, one NIC (at most), one vsock: the virtio devices Firecracker announces on the command line (and a drive per volume). */
 const VIRTIO_DEVICES = 4;
 /** Volumes are vdc to vdz in the guest (sandbox-init finds them by that order). */
 const MAX_VOLUME_DRIVES = 24;
@@ -16,7 +16,7 @@ export function volumeDriveId(index: number): string {
 
 /**
  * The cold-boot sequence, in the order Firecracker's docs give: (logger), machine-config,
- * boot-source, drives (root first), network interface, vsock, then InstanceStart. Every
+ * boot-source, drives (root first), network interface (none without a TAP), vsock, then InstanceStart. Every
  * value is computed and checked here, before a step runs, so a bad spec fails before any
  * process is started rather than half-way through configuring one.
  */
@@ -31,8 +31,11 @@ export function bootSteps(spec: FirecrackerVmSpec): VmStep[] {
   if (volumes.length > MAX_VOLUME_DRIVES) throw new Error(`at most ${MAX_VOLUME_DRIVES} volume drives, got ${volumes.length}`);
   const bootArgs = spec.bootArgs ?? DEFAULT_BOOT_ARGS;
   assertBootArgsFit(bootArgs, VIRTIO_DEVICES + volumes.length);
-  const guestMac = macFromIPv4(spec.guestAddress);
-  const guestCid = guestCidForLease(spec.leaseIndex);
+  const tapName = spec.tapName;
+  if (tapName && !spec.guestAddress) throw new Error('a NIC needs the guest address its MAC is derived from');
+  const guestMac = tapName ? macFromIPv4(spec.guestAddress as string) : undefined;
+  // No lease, no number of its own: the first guest CID (hybrid vsock is per VM, so a CID shared with another VM reaches nothing of it).
+  const guestCid = guestCidForLease(spec.leaseIndex ?? 0);
   assertUnixSocketPath(spec.vsockUdsPath, 'the vsock socket');
 
   const steps: VmStep[] = [];
@@ -72,10 +75,9 @@ export function bootSteps(spec: FirecrackerVmSpec): VmStep[] {
       name: `volume-drive-${i}`,
       run: (c) => c.putDrive(volumeDriveId(i), { path_on_host: volume.path, is_root_device: false, is_read_only: volume.readOnly }),
     })),
-    {
-      name: 'network-interface',
-      run: (c) => c.putNetworkInterface(GUEST_IFACE_ID, { host_dev_name: spec.tapName, guest_mac: guestMac }),
-    },
+    ...(tapName
+      ? [{ name: 'network-interface', run: (c) => c.putNetworkInterface(GUEST_IFACE_ID, { host_dev_name: tapName, guest_mac: guestMac }) } satisfies VmStep]
+      : []),
     {
       name: 'vsock',
       run: (c) => c.putVsock({ guest_cid: guestCid, uds_path: spec.vsockUdsPath }),

@@ -37,8 +37,8 @@ export function snapshotCreateSteps(files: SnapshotFiles, options: { resume?: bo
 
 export interface SnapshotRestore {
   files: SnapshotFiles;
-  /** This clone's TAP device; replaces the snapshot base's (`network_overrides`). */
-  tapName: string;
+  /** This clone's TAP device; replaces the snapshot base's (`network_overrides`). Absent: the snapshot base had no NIC either. */
+  tapName?: string;
   /** This clone's vsock socket; replaces the snapshot base's (`vsock_override`). */
   vsockUdsPath: string;
   /**
@@ -73,7 +73,7 @@ export function snapshotRestoreSteps(restore: SnapshotRestore): VmStep[] {
             // mem_backend rather than the deprecated mem_file_path. A File backend is mapped
             // copy-on-write, so one memory file serves every clone.
             mem_backend: { backend_type: 'File', backend_path: restore.files.memFilePath },
-            network_overrides: [{ iface_id: GUEST_IFACE_ID, host_dev_name: restore.tapName }],
+            ...(restore.tapName ? { network_overrides: [{ iface_id: GUEST_IFACE_ID, host_dev_name: restore.tapName }] } : {}),
             vsock_override: { uds_path: restore.vsockUdsPath },
             resume_vm: false,
             ...(restore.advanceClock ? { clock_realtime: true } : {}),

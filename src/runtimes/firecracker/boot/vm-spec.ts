@@ -26,12 +26,15 @@ export interface FirecrackerVmSpec {
   configDrivePath: string;
   /** The session's volumes (docs/volumes.md), a drive each after the config drive: /dev/vdc, vdd, ... in the guest. */
   volumePaths?: ReadonlyArray<{ path: string; readOnly: boolean }>;
-  /** The TAP device, in the network namespace the Firecracker process runs in. */
-  tapName: string;
-  /** The guest's IPv4 address; the MAC is derived from it. */
-  guestAddress: string;
-  /** The session's address lease index; the vsock CID is derived from it. */
-  leaseIndex: number;
+  /**
+   * The TAP device, in the network namespace the Firecracker process runs in. Absent: the VM
+   * gets no NIC at all (reached over vsock only, docs/transport.md).
+   */
+  tapName?: string;
+  /** The guest's IPv4 address (with a TAP); the MAC is derived from it. */
+  guestAddress?: string;
+  /** The session's address lease index; the vsock CID is derived from it (absent: no lease, the first guest CID). */
+  leaseIndex?: number;
   /** Where Firecracker listens for host-initiated vsock connections (in the session dir, or the jail). */
   vsockUdsPath: string;
   /** Firecracker's own log (not the guest console, which is its standard output). */

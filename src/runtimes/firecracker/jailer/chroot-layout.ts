@@ -96,6 +96,11 @@ const IN_JAIL = {
   volumes: '/volumes',
 } as const;
 
+/** The vsock socket of the jail in `jailDir`, as the host sees it. */
+export function jailedVsockSocket(jailDir: string): string {
+  return path.join(jailDir, 'root', IN_JAIL.vsock);
+}
+
 /**
  * Where everything goes in a VM's chroot, and the paths Firecracker must then be given.
  * Pure: applying it (mkdir, link, copy, chown) is the runtime's job, and so is removing

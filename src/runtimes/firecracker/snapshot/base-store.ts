@@ -5,7 +5,7 @@ import type { SnapshotFiles } from '../boot/snapshot-steps.js';
 import type { SnapshotBaseAddress } from './clone-rotation.js';
 
 /** Bumped when what a snapshot base holds changes: an older snapshot base is then built anew. */
-const SNAPSHOT_BASE_FORMAT = 2;
+const SNAPSHOT_BASE_FORMAT = 3;
 const MANIFEST = 'template.json';
 
 /**
@@ -20,9 +20,13 @@ export interface SnapshotBase {
   rootfs: string;
   keys: { clientPrivateKey: string; hostPublicKey: string };
   screen: { width: number; height: number };
-  /** The address the snapshot base booted with, which its clones wake up with. */
+  /** The address the snapshot base booted with, which its clones wake up with (tcp). */
   address: SnapshotBaseAddress;
+  /** tcp: it has a NIC, and so have its clones; vsock: neither has one, they are reached over vsock. */
+  transport: SnapshotBaseTransport;
 }
+
+export type SnapshotBaseTransport = 'tcp' | 'vsock';
 
 interface Manifest {
   format: number;
@@ -30,10 +34,11 @@ interface Manifest {
   screen: { width: number; height: number };
   keys: { clientPrivateKey: string; hostPublicKey: string };
   address: SnapshotBaseAddress;
+  transport: SnapshotBaseTransport;
 }
 
-export function snapshotBaseDir(image: GuestImage, screen: { width: number; height: number }): string {
-  return path.join(image.dir, `firecracker-template-${screen.width}x${screen.height}`);
+export function snapshotBaseDir(image: GuestImage, screen: { width: number; height: number }, transport: SnapshotBaseTransport = 'tcp'): string {
+  return path.join(image.dir, `firecracker-template-${transport === 'vsock' ? 'vsock-' : ''}${screen.width}x${screen.height}`);
 }
 
 function describe(dir: string, manifest: Manifest): SnapshotBase {
@@ -44,18 +49,19 @@ function describe(dir: string, manifest: Manifest): SnapshotBase {
     keys: manifest.keys,
     screen: manifest.screen,
     address: manifest.address,
+    transport: manifest.transport,
   };
 }
 
 /** The snapshot base in `dir`, if it was completed for this image in the current format. */
-export async function loadSnapshotBase(dir: string, image: GuestImage): Promise<SnapshotBase | undefined> {
+export async function loadSnapshotBase(dir: string, image: GuestImage, transport: SnapshotBaseTransport = 'tcp'): Promise<SnapshotBase | undefined> {
   let manifest: Manifest;
   try {
     manifest = JSON.parse(await readFile(path.join(dir, MANIFEST), 'utf8')) as Manifest;
   } catch {
     return undefined;
   }
-  if (manifest.format !== SNAPSHOT_BASE_FORMAT || manifest.imageHash !== image.hash) return undefined;
+  if (manifest.format !== SNAPSHOT_BASE_FORMAT || manifest.imageHash !== image.hash || manifest.transport !== transport) return undefined;
   const snapshotBase = describe(dir, manifest);
   for (const file of [snapshotBase.files.snapshotPath, snapshotBase.files.memFilePath, snapshotBase.rootfs]) {
     if (
@@ -80,14 +86,28 @@ export async function loadSnapshotBase(dir: string, image: GuestImage): Promise<
 export async function saveSnapshotBase(
   dir: string,
   image: GuestImage,
-  parts: { files: SnapshotFiles; rootfs: string; keys: Manifest['keys']; screen: Manifest['screen']; address: SnapshotBaseAddress },
+  parts: {
+    files: SnapshotFiles;
+    rootfs: string;
+    keys: Manifest['keys'];
+    screen: Manifest['screen'];
+    address: SnapshotBaseAddress;
+    transport: SnapshotBaseTransport;
+  },
 ): Promise<SnapshotBase> {
   const building = `${dir}.building`;
   await rm(building, { recursive: true, force: true });
   await mkdir(building, { mode: 0o700 });
   await chown(building, 0, 0);
   try {
-    const manifest: Manifest = { format: SNAPSHOT_BASE_FORMAT, imageHash: image.hash, screen: parts.screen, keys: parts.keys, address: parts.address };
+    const manifest: Manifest = {
+      format: SNAPSHOT_BASE_FORMAT,
+      imageHash: image.hash,
+      screen: parts.screen,
+      keys: parts.keys,
+      address: parts.address,
+      transport: parts.transport,
+    };
     const target = describe(building, manifest);
     for (const [from, to] of [
       [parts.files.snapshotPath, target.files.snapshotPath],

@@ -5,7 +5,8 @@ import type { SessionKeys } from '../../../transport/ssh-keys.js';
 import { run } from '../../../util/exec.js';
 import { SerialQueue } from '../../../util/serial-queue.js';
 import { GUEST_KEY_PATHS, rotateKeysAfterRestore, type RotationPhase } from '../ssh-keys/key-rotation.js';
-import { SshRotationTransport } from '../ssh-keys/ssh-rotation-transport.js';
+import { SshRotationTransport, type SshRotationOptions } from '../ssh-keys/ssh-rotation-transport.js';
+import type { HybridVsockEndpoint } from '../../../transport/index.js';
 
 export interface SnapshotBaseAddress {
   guest: string;
@@ -33,16 +34,27 @@ export function snapshotBaseAddress(prefix: string): SnapshotBaseAddress {
 // rotations are serialised per host. Each is a few SSH logins (~0.1-0.3 s with KVM).
 const rotations = new SerialQueue();
 
-export interface CloneRotation {
+interface RotationKeys {
+  snapshotBase: { clientPrivateKey: string; hostPublicKey: string };
+  session: SessionKeys;
+  onPhase?: (phase: RotationPhase) => void;
+}
+
+/** A clone with a NIC: reached at its snapshot base's address, then moved to its lease. */
+export interface TcpCloneRotation extends RotationKeys {
   /** Where the clone wakes up: its snapshot base's address. */
   at: SnapshotBaseAddress;
   /** The host's end of the clone's veth pair. */
   hostInterface: string;
-  snapshotBase: { clientPrivateKey: string; hostPublicKey: string };
-  session: SessionKeys;
   lease: AddressLease;
-  onPhase?: (phase: RotationPhase) => void;
 }
+
+/** A clone without a NIC (a snapshot base without one): reached over its own vsock socket throughout. */
+export interface VsockCloneRotation extends RotationKeys {
+  endpoint: HybridVsockEndpoint;
+}
+
+export type CloneRotation = TcpCloneRotation | VsockCloneRotation;
 
 /**
  * Gives a clone fresh from a snapshot its session's keys and address and takes the
@@ -51,27 +63,38 @@ export interface CloneRotation {
  * KeyRotationError if anything is not as it must be; the caller then destroys the clone.
  */
 export function rotateClone(rotation: CloneRotation): Promise<void> {
+  // Each clone's vsock socket is its own: nothing shared, nothing to route, nothing to wait for.
+  if ('endpoint' in rotation) return rotateOver({ baseEndpoint: rotation.endpoint, sessionEndpoint: rotation.endpoint }, rotation);
   return rotations.run(async () => {
     const gatewayCidr = `${rotation.at.gateway}/${rotation.at.prefixLength}`;
     await run(['ip', 'addr', 'add', gatewayCidr, 'dev', rotation.hostInterface]);
     try {
-      const transport = new SshRotationTransport({
-        baseEndpoint: { host: rotation.at.guest, port: GUEST_SSH_PORT },
-        sessionEndpoint: { host: rotation.lease.guest, port: GUEST_SSH_PORT },
-        baseClientPrivateKey: rotation.snapshotBase.clientPrivateKey,
-        baseHostPublicKey: rotation.snapshotBase.hostPublicKey,
-        network: { address: `${rotation.lease.guest}/${rotation.lease.prefixLength}`, gateway: rotation.lease.gateway },
-      });
-      const sessionConnection = await rotateKeysAfterRestore(transport, {
-        snapshotBase: rotation.snapshotBase,
-        session: rotation.session,
-        paths: GUEST_KEY_PATHS,
-        onPhase: rotation.onPhase,
-      });
-      // The session layer opens its own connection, as for a cold boot.
-      await sessionConnection.close();
+      await rotateOver(
+        {
+          baseEndpoint: { host: rotation.at.guest, port: GUEST_SSH_PORT },
+          sessionEndpoint: { host: rotation.lease.guest, port: GUEST_SSH_PORT },
+          network: { address: `${rotation.lease.guest}/${rotation.lease.prefixLength}`, gateway: rotation.lease.gateway },
+        },
+        rotation,
+      );
     } finally {
       await run(['ip', 'addr', 'del', gatewayCidr, 'dev', rotation.hostInterface], { allowFailure: true });
     }
   });
+}
+
+async function rotateOver(reach: Pick<SshRotationOptions, 'baseEndpoint' | 'sessionEndpoint' | 'network'>, rotation: RotationKeys): Promise<void> {
+  const transport = new SshRotationTransport({
+    ...reach,
+    baseClientPrivateKey: rotation.snapshotBase.clientPrivateKey,
+    baseHostPublicKey: rotation.snapshotBase.hostPublicKey,
+  });
+  const sessionConnection = await rotateKeysAfterRestore(transport, {
+    snapshotBase: rotation.snapshotBase,
+    session: rotation.session,
+    paths: GUEST_KEY_PATHS,
+    onPhase: rotation.onPhase,
+  });
+  // The session layer opens its own connection, as for a cold boot.
+  await sessionConnection.close();
 }

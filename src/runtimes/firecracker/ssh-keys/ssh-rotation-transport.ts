@@ -19,8 +19,8 @@ export interface SshRotationOptions {
   /** The snapshot base's client key: it logs in as root, to sbx-rekey. */
   baseClientPrivateKey: string;
   baseHostPublicKey: string;
-  /** The session's address and gateway, given to `sbx-rekey network`. */
-  network: { address: string; gateway: string };
+  /** The session's address and gateway, given to `sbx-rekey network` (absent: a clone without a NIC stays without one). */
+  network?: { address: string; gateway: string };
   /** How long one login may take (default 5 s; a QEMU fork under TCG, just resumed, answers slower). */
   connectTimeoutMs?: number;
 }
@@ -30,7 +30,8 @@ export interface SshRotationOptions {
  * login uses follows from its keys: the base key pinning the snapshot base's host key is the
  * first, rotating connection (snapshot base address, root); every other login, including the
  * checks that the snapshot base's access is gone, goes to the session's address, and the snapshot base
- * key still logs in as root there, the access the rotation must have removed.
+ * key still logs in as root there, the access the rotation must have removed. Over vsock both
+ * endpoints are the clone's vsock socket: only the keys differ.
  */
 export class SshRotationTransport implements RotationTransport<SshRotationConnection> {
   constructor(private readonly options: SshRotationOptions) {}

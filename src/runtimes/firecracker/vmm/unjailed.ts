@@ -1,12 +1,12 @@
 import { rm } from 'node:fs/promises';
 import path from 'node:path';
-import { attachedNetwork } from '../../../network/netns.js';
 import type { CleanupStack } from '../../../util/cleanup-stack.js';
 import { run } from '../../../util/exec.js';
 import type { ConsolePipe } from '../../console-pipe.js';
 import type { SandboxSpec } from '../../runtime.js';
 import { spawnInNetns, type VmProcess } from '../../vm/vm-process.js';
 import type { ChrootLayout, VmPaths } from '../jailer/chroot-layout.js';
+import { SESSION_VSOCK_SOCKET } from '../vsock.js';
 
 /** The guest paths Firecracker is given, and how to reach its API. */
 export interface LaunchedVmm {
@@ -15,6 +15,8 @@ export interface LaunchedVmm {
   paths: VmPaths;
   /** Jailed VMs only. */
   layout?: ChrootLayout;
+  /** Where the host dials its vsock socket, once known (firecracker-runtime.ts vsockSocket). */
+  vsockHostPath?: string;
 }
 
 /** The files a VMM boots from. */
@@ -26,17 +28,24 @@ export interface VmmFiles {
 }
 
 /** A VMM without the jailer (development hosts only: the runtime refuses it elsewhere): its files in the session dir, in the session's netns. */
-export async function launchUnjailed(firecrackerBin: string, spec: SandboxSpec, cleanup: CleanupStack, id: string, files: VmmFiles): Promise<LaunchedVmm> {
+export async function launchUnjailed(
+  firecrackerBin: string,
+  spec: SandboxSpec,
+  cleanup: CleanupStack,
+  id: string,
+  netns: string,
+  files: VmmFiles,
+): Promise<LaunchedVmm> {
   const rootfs = path.join(spec.sessionDir, 'rootfs.ext4');
   const apiSocket = path.join(spec.sessionDir, 'firecracker.socket');
-  const vsock = path.join(spec.sessionDir, 'vsock.sock');
+  const vsock = path.join(spec.sessionDir, SESSION_VSOCK_SOCKET);
   await cleanup.push(`root disk ${rootfs}`, () => rm(rootfs, { force: true }));
   await run(['cp', '--reflink=auto', '--sparse=always', '--', spec.image.ext4, rootfs]);
   await cleanup.push('api and vsock sockets', async () => {
     await rm(apiSocket, { force: true });
     await rm(vsock, { force: true });
   });
-  const vmm = spawnInNetns(attachedNetwork(spec.network).netns, firecrackerBin, ['--api-sock', apiSocket, '--id', id], files.consolePipe);
+  const vmm = spawnInNetns(netns, firecrackerBin, ['--api-sock', apiSocket, '--id', id], files.consolePipe);
   return {
     vmm,
     apiSocket,
