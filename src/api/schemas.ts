@@ -142,8 +142,7 @@ export const sessionSchema = {
         transport: {
           type: 'string',
           enum: ['tcp', 'unix', 'vsock'],
-          description:
-            "What carries the orchestrator's SSH control channel: tcp over the sandbox's NIC, a Unix socket on the host (containers), or Firecracker's hybrid vsock",
+          description: "What carries the orchestrator's SSH channel: tcp over the sandbox's NIC, a Unix socket (containers), or Firecracker's hybrid vsock",
         },
         interfaces: {
           type: 'array',

@@ -142,11 +142,7 @@ export class FirecrackerRuntime implements Runtime {
     return (await this.boot(spec, cleanup, this.snapshotBaseFor(spec))).sandbox;
   }
 
-  /**
-   * The snapshot base a session of this screen can be restored from, if one is ready. A
-   * restored VM cannot gain devices: one with volumes boots cold, and so does one whose NIC
-   * (or lack of one: vsock) is not its snapshot base's.
-   */
+  /** The snapshot base to restore from, if one is ready (a restored VM gains no device: volumes, or another NIC than its base's, boot cold). */
   private snapshotBaseFor(spec: SandboxSpec): SnapshotBase | undefined {
     if ((spec.volumes?.length ?? 0) > 0) return undefined;
     if ((spec.network.attachment === 'none') !== (this.capabilities.controlTransport === 'vsock')) return undefined;

@@ -303,9 +303,8 @@ export class QemuRuntime implements Runtime {
   }
 
   /**
-   * The session's rekey key (docs/snapshots.md): root may log in with it to run sbx-rekey only,
-   * so that a fork of a snapshot of this VM can be given its own keys. Its private half stays in
-   * the session dir (a snapshot copies it); the line is returned for a fork's rotation to write.
+   * The session's rekey key (docs/snapshots.md): root may log in with it to run sbx-rekey only, so that a fork of
+   * a snapshot of it gets its own keys. Its private half stays in the session dir (a snapshot copies it).
    */
   private async writeRekeyKey(spec: SandboxSpec): Promise<string> {
     const key = generateClientKey(`rekey-${spec.sessionId}`);
