@@ -63,7 +63,7 @@ export type SessionInfo = {
   /** The guest network policy chosen at create time, and how the sandbox is reached */
   network: {
     egress: boolean;
-    /** What carries the orchestrator's SSH control channel: tcp over the sandbox's NIC, a Unix socket on the host (containers), or Firecracker's hybrid vsock */
+    /** What carries the orchestrator's SSH channel: tcp over the sandbox's NIC, a Unix socket (containers), or Firecracker's hybrid vsock */
     transport: 'tcp' | 'unix' | 'vsock';
     /** The sandbox's network interfaces: ['lo'] alone when it is reached over a Unix socket or vsock without egress (no NIC, no address) */
     interfaces: Array<string>;
