@@ -115,7 +115,7 @@ describe('a sandbox that does not come up in time', () => {
     const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: {} });
     assert.equal(res.statusCode, 503, res.body);
     assert.equal(res.json().error.code, 'unavailable');
-    assert.match(res.json().error.message, /sandbox failed to start: .*(SSH|display)/);
+    assert.match(res.json().error.message, /sandbox failed to start: .*(SSH|display|desktop|guest command)/);
     assert.deepEqual(await readdir(orch.stateDir).then((e) => e.filter((n) => /^[a-z0-9]{10}$/.test(n))), []);
     const netns = (await run(['ip', 'netns', 'list'])).stdout;
     assert.doesNotMatch(netns, new RegExp(orch.names.prefix));
