@@ -104,8 +104,8 @@ describe('HTTP API: bad input gets a clear 4xx', () => {
 describe('a sandbox that does not come up in time', () => {
   let orch: TestOrchestrator;
   before(async () => {
-    // 300 ms is too short for SSH and the display to come up: a real boot failure.
-    orch = await startTestOrchestrator({ bootTimeoutMs: 300 });
+    // 30 ms is too short for SSH and the display to come up (a container boots in 300-500 ms): a real boot failure.
+    orch = await startTestOrchestrator({ bootTimeoutMs: 30 });
   });
   after(async () => {
     await orch?.stop();

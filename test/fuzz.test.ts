@@ -141,6 +141,11 @@ describe('fuzzing the HTTP API', () => {
         created++;
         await client.destroy((JSON.parse(text) as { id: string }).id);
       }
+      if (response.ok && req.method === 'POST' && req.url.split('?')[0] === `/v1/sessions/${sandbox.id}/pause`) {
+        // A valid pause stopped the session: resume it, so the rest of the run fuzzes a running one.
+        const resumed = await fetch(`${serve.url}/v1/sessions/${sandbox.id}/resume`, { method: 'POST' });
+        assert.equal(resumed.status, 200, await resumed.text());
+      }
       if (response.status === 200 && (req.method === 'PATCH' || req.url.includes('/keepalive'))) {
         // A valid PATCH may have shortened the session's lifetime or timeout: restore them.
         await client.updateTimeouts(sandbox.id, { timeoutSeconds: 3600, maxLifetimeSeconds: 3600 });

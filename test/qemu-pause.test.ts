@@ -47,7 +47,9 @@ describe('memory pause of a qemu VM', () => {
     const created = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: { width: 800, height: 600, timeoutSeconds: 300 } });
     assert.equal(created.statusCode, 201, created.body);
     id = created.json().id;
-    await bash(`setsid nohup sh -c 'i=0; while :; do i=$((i+1)); echo "$$ $i" > /var/tmp/counter; sleep 0.1; done' >/dev/null 2>&1 < /dev/null &`);
+    await bash(
+      `setsid nohup sh -c 'i=0; while :; do i=$((i+1)); echo "$$ $i" > /var/tmp/counter.new; mv /var/tmp/counter.new /var/tmp/counter; sleep 0.1; done' >/dev/null 2>&1 < /dev/null &`,
+    );
     await sleep(2_000);
     const running = (await bash('cat /var/tmp/counter')).trim().split(' ').map(Number);
     const runningAt = performance.now();

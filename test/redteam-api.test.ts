@@ -480,8 +480,8 @@ describe('5xx answers: the gist and a request id to the client, the detail to th
   const logLines = () => lines.map((l) => JSON.parse(l) as { level: number; reqId?: string; msg: string; err?: { message: string } });
 
   before(async () => {
-    // 300 ms is too short for SSH and the display to come up: a real boot failure.
-    orch = await startTestOrchestrator({ bootTimeoutMs: 300 }, false, undefined, createLogger({ write: (line: string) => void lines.push(line) }, 'info'));
+    // 30 ms is too short for SSH and the display to come up (a container boots in 300-500 ms): a real boot failure.
+    orch = await startTestOrchestrator({ bootTimeoutMs: 30 }, false, undefined, createLogger({ write: (line: string) => void lines.push(line) }, 'info'));
   });
   after(async () => {
     await orch?.stop();
@@ -492,7 +492,7 @@ describe('5xx answers: the gist and a request id to the client, the detail to th
     assert.equal(res.statusCode, 503, res.body);
     const { error } = res.json<{ error: { code: string; message: string; requestId: string } }>();
     assert.equal(error.code, 'unavailable');
-    assert.match(error.message, /^sandbox failed to start: .*(SSH|display).* \(request id \S+: the orchestrator's log has the details\)$/);
+    assert.match(error.message, /^sandbox failed to start: .*(SSH|display|desktop).* \(request id \S+: the orchestrator's log has the details\)$/);
     assert.equal(typeof error.requestId, 'string');
     assert.ok(error.message.includes(error.requestId));
     assert.equal(res.body.includes('/'), false, `no path in the body: ${res.body}`);

@@ -14,6 +14,7 @@ import { createSandboxNetwork, type SandboxNetwork } from '../network/netns.js';
 import type { NetworkPolicy } from '../network/policy/network-policy.js';
 import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, logsDirOf, type ConsoleLogLimits } from '../runtimes/console-log.js';
 import type { RunningSandbox, Runtime } from '../runtimes/runtime.js';
+import { SshTimeoutError } from '../transport/ssh-errors.js';
 import { generateSessionKeys, keyFingerprint, publicKeyBlob, writeSessionKeys, type SessionKeys } from '../transport/ssh-keys.js';
 import { guestTransport, type GuestTransport } from '../transport/index.js';
 import { OrchestratorError } from '../errors.js';
@@ -316,14 +317,21 @@ async function waitForDesktop(connection: GuestTransport, desktop: Desktop, dead
  * container's quota). Without inotifywait, or once the mark went before its watch was set, a
  * look every 50 ms. Bounded in the guest too.
  */
+const NO_WINDOW_IN_TIME = 'the desktop did not finish starting in time (the session showed no window)';
+
 async function waitForDesktopStart(connection: GuestTransport, deadline: number): Promise<void> {
   const looks = Math.ceil(remaining(deadline) / 50);
   const mark = DESKTOP_STARTING_MARK;
-  const result = await connection.exec(
-    `i=0; while [ -e ${mark} ]; do [ "$i" -lt ${looks} ] || exit 1; inotifywait -qq -t 1 -e delete_self ${mark} 2>/dev/null || sleep 0.05; i=$((i + 1)); done`,
-    { timeoutMs: remaining(deadline), maxOutputBytes: 1024 },
-  );
-  if (result.exitCode !== 0) throw new Error('the desktop did not finish starting in time (the session showed no window)');
+  const result = await connection
+    .exec(
+      `i=0; while [ -e ${mark} ]; do [ "$i" -lt ${looks} ] || exit 1; inotifywait -qq -t 1 -e delete_self ${mark} 2>/dev/null || sleep 0.05; i=$((i + 1)); done`,
+      { timeoutMs: remaining(deadline), maxOutputBytes: 1024 },
+    )
+    .catch((err: unknown) => {
+      // The wait's own script is no part of what a user reads: its timeout says what it waited for.
+      throw err instanceof SshTimeoutError ? new Error(NO_WINDOW_IN_TIME, { cause: err }) : err;
+    });
+  if (result.exitCode !== 0) throw new Error(NO_WINDOW_IN_TIME);
 }
 
 /** Xvfb may still be starting when sshd already answers: wait until the display replies. */
