@@ -186,14 +186,18 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     assert.equal(bodyOf(recorded, 'PUT /boot-source')?.kernel_image_path, '/vmlinux');
   });
 
-  it('lays out the chroot: shared kernel hard-linked, private disks owned by the jail (0600), TAP owned by it too', async () => {
+  it('lays out the chroot: shared kernel hard-linked, the disk of the jail (0600) and its config drive (0400), TAP owned by it too', async () => {
     const root = path.join(jailsDir, 'firecracker', `${TEST_PREFIX}${session.sessionId}`, 'root');
     const vmlinux = await stat(path.join(root, 'vmlinux'));
     assert.equal(vmlinux.ino, (await stat(path.join(image.dir, 'vmlinux'))).ino, 'the unpacked kernel is shared, not copied');
-    for (const file of ['rootfs.ext4', 'config.ext4']) {
+    // The disk it writes is 0600, the config drive it only reads (is_read_only) 0400: both the jail's.
+    for (const [file, mode] of [
+      ['rootfs.ext4', 0o600],
+      ['config.ext4', 0o400],
+    ] as const) {
       const s = await stat(path.join(root, file));
       assert.equal(s.uid, session.spec.vmUser?.uid, file);
-      assert.equal(s.mode & 0o777, 0o600, file);
+      assert.equal(s.mode & 0o777, mode, file);
     }
     const vmUid = session.spec.vmUser?.uid;
     assert.match(await tapDetails(session.spec.network), new RegExp(`user ${vmUid} group ${vmUid}`));
@@ -300,14 +304,15 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
         is_read_only: true,
       });
       const root = path.join(jailsDir, 'firecracker', `${TEST_PREFIX}${s.sessionId}`, 'root');
-      for (const [file, inJail] of [
-        [rw, 'vol0.ext4'],
-        [ro, 'vol1.ext4'],
+      // The writable one is the jail's; the read-only one root's and read-only for all: the
+      // jail's user can read it, but neither write it nor (not its owner) chmod it writable.
+      for (const [file, inJail, owner, mode] of [
+        [rw, 'vol0.ext4', s.spec.vmUser?.uid, 0o600],
+        [ro, 'vol1.ext4', 0, 0o444],
       ] as const) {
         const linked = await stat(path.join(root, 'volumes', inJail));
         assert.equal(linked.ino, (await stat(file)).ino, 'the volume itself, never a copy');
-        assert.equal(linked.uid, s.spec.vmUser?.uid);
-        assert.equal(linked.mode & 0o777, 0o600);
+        assert.deepEqual([linked.uid, linked.mode & 0o777], [owner, mode], inJail);
       }
       assert.equal(await readFile(path.join(s.spec.configDir, 'volumes'), 'utf8'), 'disk:vdc rw /data\ndisk:vdd ro /home/user/ref\n');
       assert.equal(existsSync(guestWrittenMark(rw)), true, 'a volume a VM may write is marked: never loop-mounted on the host again');

@@ -86,8 +86,10 @@ describe('recording and the screen stream, end to end', () => {
     const id = created.json().id as string;
     assert.equal(created.json().recording?.state, 'recording');
     const guest = await guestOf(id);
+    let blueAt = 0;
     try {
       await guestSh(guest, 'DISPLAY=:99 xsetroot -solid "#0000ff"');
+      blueAt = Date.now();
       await sleep(1500);
       assert.equal((await req('POST', `/v1/sessions/${id}/actions`, keyA, { action: 'left_click', coordinate: [100, 120] })).statusCode, 200);
       assert.equal((await req('POST', `/v1/sessions/${id}/actions`, keyA, { action: 'type', text: 'secret42' })).statusCode, 200);
@@ -115,7 +117,9 @@ describe('recording and the screen stream, end to end', () => {
     assert.ok(video.frames >= Math.floor((wallSeconds - 0.6) * 5), `${video.frames} frames for ${wallSeconds} s`);
     // Blue before the actions, red at the end, in the same square of the screen (beside the
     // image's xterm, which sits in the middle).
-    const [r0, , b0] = await colourAt(file, 1.2, 850, 620);
+    // Sampled 0.7 s after the blue was set, in the video's (wall) time: under load the guest's
+    // first SSH connection alone can take a second, so no fixed offset from the start.
+    const [r0, , b0] = await colourAt(file, (blueAt - Date.parse(status.startedAt)) / 1000 + 0.7, 850, 620);
     const [r1, , b1] = await colourAt(file, video.seconds - 0.4, 850, 620);
     assert.ok(b0 > 200 && r0 < 50, `early frame should be blue, was ${r0},${b0}`);
     assert.ok(r1 > 200 && b1 < 50, `last frame should be red, was ${r1},${b1}`);

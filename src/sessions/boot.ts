@@ -14,9 +14,8 @@ import { createSandboxNetwork, type SandboxNetwork } from '../network/netns.js';
 import type { NetworkPolicy } from '../network/policy/network-policy.js';
 import { consoleLogTail, DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, logsDirOf, type ConsoleLogLimits } from '../runtimes/console-log.js';
 import type { RunningSandbox, Runtime } from '../runtimes/runtime.js';
-import { SshTimeoutError } from '../transport/ssh-errors.js';
 import { generateSessionKeys, keyFingerprint, publicKeyBlob, writeSessionKeys, type SessionKeys } from '../transport/ssh-keys.js';
-import { guestTransport, type GuestTransport } from '../transport/index.js';
+import { guestTransport, SshTimeoutError, type GuestTransport } from '../transport/index.js';
 import { OrchestratorError } from '../errors.js';
 import { CleanupStack } from '../util/cleanup-stack.js';
 import type { StepTimes } from '../util/step-times.js';
@@ -259,7 +258,7 @@ export async function attachDesktop(
     pinnedHostKey,
     reconnectGiveUpMs: ctx.sshReconnectGiveUpMs,
   });
-  await session.cleanup.push('ssh connection', () => connection.close());
+  await session.cleanup.replace('ssh connection', () => connection.close());
   session.connection = connection;
   let desktopOf: Desktop | undefined;
   session.detach = () => {
@@ -271,7 +270,7 @@ export async function attachDesktop(
 
   const screen = { width, height };
   const desktop = new Desktop(connection, ctx.display, screen, ctx.displayServer, warm);
-  await session.cleanup.push('desktop input', () => desktop.close());
+  await session.cleanup.replace('desktop input', () => desktop.close());
   desktopOf = desktop;
   // A display the session starts itself is not waited for: each action says whether it answers.
   if (ctx.displayServer !== 'session') {

@@ -158,9 +158,10 @@ export class HostSandboxes implements SandboxHost {
   async resume(session: Session, mode: PauseMode): Promise<void> {
     const resumed = await this.opts.runtime.resume?.(this.pauseTarget(session), mode);
     if (!resumed) return;
-    // From disk: a new process, stopped first on destroy (pushed last), before what the old one held.
+    // From disk: a new process, stopped first on destroy (pushed last), before what the old one
+    // held; a later resume's takes its place (the process before it is gone by then).
     session.sandbox = resumed.sandbox;
-    await session.cleanup.push(`resumed sandbox ${session.id}`, () => resumed.release());
+    await session.cleanup.replace(`resumed sandbox ${session.id}`, () => resumed.release());
   }
 
   async snapshot(session: Session, dir: string): Promise<void> {

@@ -25,6 +25,20 @@ export class CleanupStack {
     this.entries.push({ name, release });
   }
 
+  /**
+   * Registers the release of a resource that stands in for an earlier one of the same name (a
+   * resume's new connection, desktop or VM process): the earlier release runs now and the new
+   * one takes its place in the order. A session paused and resumed a thousand times holds one
+   * entry, not a thousand closures over dead connections and their buffers.
+   */
+  async replace(name: string, release: Release): Promise<void> {
+    const at = this.entries.findIndex((e) => e.name === name);
+    if (this.ran || at < 0) return this.push(name, release);
+    const earlier = this.entries[at] as Entry;
+    this.entries[at] = { name, release };
+    await earlier.release();
+  }
+
   /** Names of the releases still pending, newest last (for logs and tests). */
   pending(): string[] {
     return this.entries.map((e) => e.name);

@@ -84,6 +84,20 @@ describe('cleanup stack', () => {
     await stack.push('late', () => void order.push('late'));
     assert.deepEqual(order, ['c', 'b', 'a', 'late']);
   });
+  it('replace releases the earlier of a name at once and keeps one entry in its place', async () => {
+    const order: string[] = [];
+    const stack = new CleanupStack();
+    await stack.push('network', () => void order.push('network'));
+    await stack.replace('connection', () => void order.push('connection 0'));
+    await stack.push('vm', () => void order.push('vm'));
+    for (let i = 1; i <= 1000; i++) await stack.replace('connection', () => void order.push(`connection ${i}`));
+    assert.deepEqual(order.slice(0, 3), ['connection 0', 'connection 1', 'connection 2']);
+    assert.equal(order.length, 1000, 'each earlier one released when replaced');
+    assert.deepEqual(stack.pending(), ['network', 'connection', 'vm']);
+    order.length = 0;
+    await stack.run();
+    assert.deepEqual(order, ['vm', 'connection 1000', 'network']);
+  });
 });
 
 describe('names', () => {

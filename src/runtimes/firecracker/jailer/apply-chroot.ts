@@ -38,7 +38,12 @@ export async function applyChrootLayout(layout: ChrootLayout, owner: JailOwner):
     }
     if (file.ownedByJail) {
       await chown(file.target, owner.uid, owner.gid);
-      await chmod(file.target, 0o600);
+      await chmod(file.target, file.writable ? 0o600 : 0o400);
+    } else if (file.method === 'share') {
+      // A volume mounted read-only: root's, so the jail's user can read it but neither write it
+      // nor chmod it writable (an owner could); the volumes' directory (0700) hides it otherwise.
+      await chown(file.target, 0, 0);
+      await chmod(file.target, 0o444);
     }
   }
 }

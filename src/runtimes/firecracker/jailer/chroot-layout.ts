@@ -128,7 +128,7 @@ export function chrootLayout(inputs: ChrootInputs): ChrootLayout {
   // Owned by the jail while the VM runs (Firecracker opens them as its uid); the runtime gives them back to root after.
   const volumePaths = (inputs.volumes ?? []).map((v, i) => ({ path: `${IN_JAIL.volumes}/vol${i}.ext4`, readOnly: v.readOnly }));
   (inputs.volumes ?? []).forEach((v, i) =>
-    files.push({ source: v.file, target: hostPath(volumePaths[i]?.path as string), method: 'share', writable: !v.readOnly, ownedByJail: true }),
+    files.push({ source: v.file, target: hostPath(volumePaths[i]?.path as string), method: 'share', writable: !v.readOnly, ownedByJail: !v.readOnly }),
   );
   const snapshot = {
     hostPaths: { snapshotPath: hostPath(IN_JAIL.snapshotState), memFilePath: hostPath(IN_JAIL.snapshotMemory) },
