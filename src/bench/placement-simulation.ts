@@ -6,7 +6,7 @@
  * is against the ideal: the cluster's commitment of its scarcer resource, a bound no
  * placement can beat.
  */
-import { DEFAULT_SAMPLE_SIZE, place, seededRandom, type NodeSnapshot } from '../cluster/placement.js';
+import { DEFAULT_SAMPLE_SIZE, NodeSampler, place, seededRandom, type NodeSnapshot } from '../cluster/placement.js';
 
 /** A node whose commitment the simulation updates in place (the directory's row). */
 interface SimNode extends NodeSnapshot {
@@ -64,7 +64,11 @@ export interface WarmPools {
 /** Seeds the bench runs (the unit test runs 24, the worst of them). */
 export const SIMULATION_SEEDS: readonly number[] = [22, 23, 24, 25, 26, 27];
 
-export function simulatePlacement(seed: number, nodeCount = 1000, sessionCount = 10_000, pools?: WarmPools): SimulationFigures {
+/**
+ * `scan`: every choice scans every node (place() given the array), the control for the
+ * sampled choice a gateway makes (given a NodeSampler, as the placement transaction does).
+ */
+export function simulatePlacement(seed: number, nodeCount = 1000, sessionCount = 10_000, pools?: WarmPools, scan = false): SimulationFigures {
   const cpuStart = process.cpuUsage();
   const random = seededRandom(seed);
   const pick = <T>(list: readonly T[]): T => list[Math.floor(random() * list.length)] as T;
@@ -81,10 +85,11 @@ export function simulatePlacement(seed: number, nodeCount = 1000, sessionCount =
     };
   });
   const pooled = pools ? nodes.filter((n) => n.warm.desktop !== undefined) : [];
+  const sampler = new NodeSampler(nodes);
   let warmCreates = 0;
   for (let i = 0; i < sessionCount; i += 1) {
     const [vcpus, memoryMiB] = pick(SESSION_SIZES);
-    const placement = place({ runtime: 'qemu', template: 'desktop', vcpus, memoryMiB }, nodes, {
+    const placement = place({ runtime: 'qemu', template: 'desktop', vcpus, memoryMiB }, scan ? nodes : sampler, {
       random,
       ...(pools?.bonus !== undefined ? { warmBonus: pools.bonus } : {}),
     });
@@ -97,6 +102,7 @@ export function simulatePlacement(seed: number, nodeCount = 1000, sessionCount =
     }
     if (pools && i % pools.refillEvery === 0) {
       for (const n of pooled) if ((n.warm.desktop ?? 0) < pools.size) (n as { warm: Record<string, number> }).warm = { desktop: (n.warm.desktop ?? 0) + 1 };
+      sampler.warmChanged(); // some had none left
     }
     const { capacity } = chosen;
     capacity.sessions += 1;

@@ -124,11 +124,19 @@ function hasWarm(node: NodeSnapshot, request: PlacementRequest): boolean {
   return (node.warm[request.template] ?? 0) > 0;
 }
 
-/** Choose a node for `request` among `nodes`, or say which constraints ruled them all out. */
-export function place(request: PlacementRequest, nodes: readonly NodeSnapshot[], options: PlacementOptions = {}): Placement {
+/**
+ * Choose a node for `request` among `nodes`, or say which constraints ruled them all out. Given
+ * a NodeSampler, the sample is drawn without looking at every node when it can be (below).
+ */
+export function place(request: PlacementRequest, nodes: readonly NodeSnapshot[] | NodeSampler, options: PlacementOptions = {}): Placement {
   const random = options.random ?? Math.random;
   const sampleSize = Math.max(1, options.sampleSize ?? DEFAULT_SAMPLE_SIZE);
   const warmBonus = options.warmBonus ?? DEFAULT_WARM_BONUS;
+  if (nodes instanceof NodeSampler) {
+    const sample = nodes.sample(request, sampleSize, warmBonus > 0, random, options.exclude);
+    if (sample !== undefined) return bestOf(sample, request, warmBonus);
+    nodes = nodes.nodes;
+  }
   const feasible: NodeSnapshot[] = [];
   const warm: NodeSnapshot[] = [];
   const rejected = Object.fromEntries(CONSTRAINTS.map((constraint) => [constraint, 0])) as Record<Constraint, number>;
@@ -148,32 +156,46 @@ export function place(request: PlacementRequest, nodes: readonly NodeSnapshot[],
   const sample = new Set<NodeSnapshot>();
   if (feasible.length <= sampleSize) for (const node of feasible) sample.add(node);
   else {
-    const prefix: number[] = [];
+    const prefix = new Float64Array(feasible.length);
     let total = 0;
-    for (const node of feasible) prefix.push((total += sizeFor(node, request)));
-    for (let draws = 0; sample.size < sampleSize && draws < sampleSize * 8; draws += 1) {
-      const target = random() * total;
-      let low = 0;
-      let high = feasible.length - 1;
-      while (low < high) {
-        const middle = (low + high) >>> 1;
-        if ((prefix[middle] as number) > target) high = middle;
-        else low = middle + 1;
-      }
-      sample.add(feasible[low] as NodeSnapshot);
+    for (let i = 0; i < feasible.length; i++) prefix[i] = total += sizeFor(feasible[i] as NodeSnapshot, request);
+    for (let draws = 0; sample.size < sampleSize && draws < sampleSize * DRAWS_PER_SAMPLED; draws += 1) {
+      sample.add(feasible[drawIndex(prefix, random() * total)] as NodeSnapshot);
     }
   }
   // A few feasible nodes with a warm sandbox of the template join the sample: drawn only by
   // size, a warm node (a few in a thousand) would seldom be offered the create its warm
   // sandbox is for. They still win on the score alone (the bonus: a preference, not a veto).
-  if (warmBonus > 0) {
-    for (let added = 0; added < WARM_SAMPLE_SIZE && warm.length > 0; added += 1) {
-      const index = Math.floor(random() * warm.length);
-      sample.add(warm[index] as NodeSnapshot);
-      warm[index] = warm[warm.length - 1] as NodeSnapshot;
-      warm.pop();
-    }
+  if (warmBonus > 0) addWarm(sample, warm, random);
+  return bestOf(sample, request, warmBonus);
+}
+
+/** Draws per node of the sample before a draw gives up (repeats and, sampled, nodes that cannot take it). */
+const DRAWS_PER_SAMPLED = 8;
+
+/** The first index whose prefix sum exceeds `target`. */
+function drawIndex(prefix: Float64Array, target: number): number {
+  let low = 0;
+  let high = prefix.length - 1;
+  while (low < high) {
+    const middle = (low + high) >>> 1;
+    if ((prefix[middle] as number) > target) high = middle;
+    else low = middle + 1;
   }
+  return low;
+}
+
+/** Up to WARM_SAMPLE_SIZE of `warm` (feasible, warm nodes; consumed), uniformly. */
+function addWarm(sample: Set<NodeSnapshot>, warm: NodeSnapshot[], random: Random): void {
+  for (let added = 0; added < WARM_SAMPLE_SIZE && warm.length > 0; added += 1) {
+    const index = Math.floor(random() * warm.length);
+    sample.add(warm[index] as NodeSnapshot);
+    warm[index] = warm[warm.length - 1] as NodeSnapshot;
+    warm.pop();
+  }
+}
+
+function bestOf(sample: Iterable<NodeSnapshot>, request: PlacementRequest, warmBonus: number): Placement {
   let best: { node: NodeSnapshot; score: number } | undefined;
   for (const node of sample) {
     const score = scoreOf(node, request, warmBonus);
@@ -181,6 +203,101 @@ export function place(request: PlacementRequest, nodes: readonly NodeSnapshot[],
   }
   const chosen = best as { node: NodeSnapshot; score: number };
   return { ok: true, node: chosen.node, score: chosen.score, warm: hasWarm(chosen.node, request) };
+}
+
+/** Request shapes whose prefix sums a sampler keeps (a shape is the client's choice: bounded). */
+const SHAPES_KEPT = 16;
+
+/**
+ * The nodes place() chooses among, kept between choices so that a choice need not look at
+ * every node. Scanning 1,000 nodes cost ~0.5 ms a create on a loaded host, more than the rest
+ * of the gateway's part of it (docs/benchmarks.md); the sample instead draws nodes by size
+ * from ALL nodes and keeps those that can take the create until it has K: given that a node
+ * can take it, it is drawn exactly as the full scan draws it (rejection sampling). When the
+ * draws do not find K (a cluster nearly full, a rare runtime or template, K nodes or fewer),
+ * place() scans every node as before, so a refusal always comes from the full scan.
+ *
+ * The snapshots are the owner's, read at each choice (health, commitment and warm counts may
+ * change in place). What the sampler derives from them, the owner keeps true: sizesChanged()
+ * when a node's vCPU or memory total changed, warmChanged() when a node gained warm
+ * sandboxes of a template it had none of; a new or gone node needs a new sampler.
+ */
+export class NodeSampler {
+  /** Per request shape, prefix sums of sizeFor over `nodes`. */
+  private readonly prefixes = new Map<string, { prefix: Float64Array; total: number }>();
+  /** Per template, the nodes that had warm sandboxes of it when built (some may have none now). */
+  private warmNodes: Map<string, NodeSnapshot[]> | undefined;
+  private readonly byName: ReadonlyMap<string, NodeSnapshot>;
+
+  constructor(readonly nodes: readonly NodeSnapshot[]) {
+    this.byName = new Map(nodes.map((node) => [node.name, node]));
+  }
+
+  sizesChanged(): void {
+    this.prefixes.clear();
+  }
+
+  warmChanged(): void {
+    this.warmNodes = undefined;
+  }
+
+  /** K distinct nodes that can take the create, with up to WARM_SAMPLE_SIZE warm ones; undefined: scan every node. */
+  sample(request: PlacementRequest, sampleSize: number, withWarm: boolean, random: Random, exclude?: ReadonlySet<string>): NodeSnapshot[] | undefined {
+    if (request.volumes !== undefined) {
+      // Only the node holding the volumes can take it: that node, or the scan says why not.
+      const holder = this.byName.get(request.volumes.node);
+      return holder !== undefined && unfitFor(holder, request, exclude) === undefined ? [holder] : undefined;
+    }
+    if (this.nodes.length <= sampleSize) return undefined;
+    const { prefix, total } = this.prefixFor(request);
+    const sample = new Set<NodeSnapshot>();
+    for (let draws = 0; sample.size < sampleSize && draws < sampleSize * DRAWS_PER_SAMPLED; draws += 1) {
+      const node = this.nodes[drawIndex(prefix, random() * total)] as NodeSnapshot;
+      if (!sample.has(node) && unfitFor(node, request, exclude) === undefined) sample.add(node);
+    }
+    if (sample.size < sampleSize) return undefined;
+    if (withWarm) addWarm(sample, this.feasibleWarm(request, exclude), random);
+    return [...sample];
+  }
+
+  private prefixFor(request: PlacementRequest): { prefix: Float64Array; total: number } {
+    const shape = `${request.vcpus}/${request.memoryMiB}`;
+    let sums = this.prefixes.get(shape);
+    if (sums === undefined) {
+      const prefix = new Float64Array(this.nodes.length);
+      let total = 0;
+      for (let i = 0; i < this.nodes.length; i++) prefix[i] = total += sizeFor(this.nodes[i] as NodeSnapshot, request);
+      sums = { prefix, total };
+      if (this.prefixes.size >= SHAPES_KEPT) this.prefixes.delete(this.prefixes.keys().next().value as string);
+      this.prefixes.set(shape, sums);
+    }
+    return sums;
+  }
+
+  /** The nodes with a warm sandbox of the template that can take the create. */
+  private feasibleWarm(request: PlacementRequest, exclude?: ReadonlySet<string>): NodeSnapshot[] {
+    if (this.warmNodes === undefined) {
+      this.warmNodes = new Map();
+      for (const node of this.nodes) {
+        for (const [template, count] of Object.entries(node.warm)) {
+          if (count <= 0) continue;
+          const listed = this.warmNodes.get(template);
+          if (listed === undefined) this.warmNodes.set(template, [node]);
+          else listed.push(node);
+        }
+      }
+    }
+    const listed = this.warmNodes.get(request.template) ?? [];
+    const feasible: NodeSnapshot[] = [];
+    let drained = 0;
+    for (const node of listed) {
+      if (!hasWarm(node, request)) drained += 1;
+      else if (unfitFor(node, request, exclude) === undefined) feasible.push(node);
+    }
+    // Mostly drained since it was built: rebuilt at the next look, not walked again and again.
+    if (drained > 8 && drained * 2 > listed.length) this.warmNodes = undefined;
+    return feasible;
+  }
 }
 
 const DESCRIBE: Record<Constraint, (request: PlacementRequest) => string> = {

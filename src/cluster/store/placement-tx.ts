@@ -21,13 +21,16 @@
  * PostgreSQL's clock. The view can make a choice worse (a node fuller than it looked: one
  * more statement), never wrong; a create nobody can take is answered from a fresh read of
  * every node, never from the view. (docs/benchmarks.md: 51-85 -> 180-379 creates a second.)
+ * The view (node-view.ts) keeps one object a node, updated in place, so that placement draws
+ * its sample without walking all 1,000 (placement.ts's NodeSampler).
  */
-import { place, type NodeSnapshot, type PlacementOptions, type PlacementRequest } from '../placement.js';
+import { place, type NodeSampler, type PlacementOptions, type PlacementRequest } from '../placement.js';
 import type { NodeRecord, PlacementOutcome } from './cluster-store.js';
 import type { Db } from './db.js';
 import { TenantLimitError } from '../../errors.js';
 import { SessionIdTakenError } from './errors.js';
 import { nodeColumns, nodeRecordOf, type NodeRow } from './node-rows.js';
+import { NodeView, type ViewRow } from './node-view.js';
 
 /** How many nodes one create may find full under their lock before it gives up. */
 export const DEFAULT_MAX_CHOICES = 5;
@@ -96,7 +99,7 @@ const PLACE_SQL = `
   SELECT false AS placed, true AS duplicate, 0::bigint AS tenant_live, true AS volumes_there, *
   FROM locked WHERE EXISTS (SELECT 1 FROM fit) AND NOT EXISTS (SELECT 1 FROM directory)`;
 
-/** What the view holds of a node: what placement needs, numbers as numbers (no date or numeric to parse). */
+/** What the view holds of a node (node-view.ts's ViewRow): what placement needs, numbers as numbers (no date or numeric to parse). */
 const VIEW_COLUMNS = `name, state, runtimes, templates, warm, max_sessions, memory_mib, vcpus::float8 AS vcpus, draining,
   change_seq::float8 AS change_seq, sessions, committed_memory_mib, committed_vcpus::float8 AS committed_vcpus,
   (extract(epoch FROM last_heartbeat) * 1000)::float8 AS heartbeat_ms`;
@@ -115,50 +118,14 @@ export interface PlacementTxOptions extends Omit<PlacementOptions, 'exclude'> {
   readonly maxChoices?: number;
 }
 
-interface ViewRow {
-  name: string;
-  state: string;
-  runtimes: string[];
-  templates: string[];
-  warm: Record<string, number>;
-  max_sessions: number;
-  memory_mib: number;
-  vcpus: number;
-  draining: boolean;
-  change_seq: number;
-  sessions: number;
-  committed_memory_mib: number;
-  committed_vcpus: number;
-  heartbeat_ms: number;
-}
-
-/** A snapshot whose health the view updates in place (one object shape for every node keeps placement's loop fast). */
-type ViewSnapshot = { -readonly [K in keyof NodeSnapshot]: NodeSnapshot[K] };
-
-interface Known {
-  readonly snapshot: ViewSnapshot;
-  up: boolean;
-  lastHeartbeat: number;
-  changeSeq: number;
-}
-
-/** Creates this process has chosen a node for and not yet heard back about, per node. */
-interface InFlight {
-  sessions: number;
-  memoryMiB: number;
-  vcpus: number;
-}
-
 export class PlacementTx {
-  private readonly known = new Map<string, Known>();
   /**
    * Concurrent creates of one gateway read the same view and would all choose the same
    * best node (a herd: 30 creates six at a time onto nodes of 8, 16 and 24 vCPUs gave
-   * 4/13/13 instead of 5/10/15). Each choice counts here at once, before any await, and
-   * the others see it; the statement's answer then replaces it with the node's row.
+   * 4/13/13 instead of 5/10/15). Each choice counts in the view at once, before any await,
+   * and the others see it; the statement's answer then replaces it with the node's row.
    */
-  private readonly inFlight = new Map<string, InFlight>();
-  private newestChange = 0;
+  private readonly view: NodeView;
   private lastFullRead = 0;
   private lastRead = 0;
   /** PostgreSQL's clock minus ours, as of the last read. */
@@ -168,31 +135,30 @@ export class PlacementTx {
     private readonly db: Db,
     private readonly staleMs: number,
     private readonly options: PlacementTxOptions = {},
-  ) {}
+  ) {
+    this.view = new NodeView(staleMs);
+  }
 
   /** `limit`: the tenant's sessions (creating or live) the cluster may hold; a create past it is a 429 tenant_session_limit. */
   async place(sessionId: string, tenant: string, request: PlacementRequest, exclude: readonly string[], limit?: number): Promise<PlacementOutcome> {
-    const excluded = new Set(exclude);
+    const choose = { ...this.options, exclude: new Set(exclude) };
     const maxChoices = Math.max(1, this.options.maxChoices ?? DEFAULT_MAX_CHOICES);
-    // `base`: the view; `snapshots`: the view with this process's creates in flight counted in.
-    let base = await this.read(false);
-    let snapshots = this.withInFlight(base);
+    let nodes = await this.read(false);
     let fresh = false;
     const full: string[] = [];
     for (let choice = 0; choice < maxChoices; choice++) {
-      let placement = place(request, snapshots, { ...this.options, exclude: excluded });
+      let placement = place(request, nodes, choose);
       if (!placement.ok && !fresh) {
         // Never refuse on the view: read every row and choose again.
-        base = await this.read(true);
-        snapshots = this.withInFlight(base);
+        nodes = await this.read(true);
         fresh = true;
-        placement = place(request, snapshots, { ...this.options, exclude: excluded });
+        placement = place(request, nodes, choose);
       }
       if (!placement.ok) {
         return { placed: false, reason: full.length === 0 ? placement.reason : `${placement.reason} (${filledUp(full)})` };
       }
       const name = placement.node.name;
-      const release = this.takeInFlight(name, request);
+      const release = this.view.takeInFlight(name, request);
       let row: PlaceRow | undefined;
       let record: NodeRecord | undefined;
       try {
@@ -216,7 +182,10 @@ export class PlacementTx {
         row = result.rows[0];
         record = row && nodeRecordOf(row);
         // In the view before the in-flight count goes (same tick): never counted twice, nor not at all.
-        if (row && record) this.remember(viewOf(row, record));
+        if (row && record) {
+          this.view.remember(viewOf(row, record), Date.now() + this.clockOffset);
+          this.view.setHealthy(name, record.healthy); // as PostgreSQL judged it under the lock
+        }
       } finally {
         release();
       }
@@ -232,13 +201,11 @@ export class PlacementTx {
           TENANT_RETRY_AFTER_SECONDS,
         );
       }
-      // Filled (or drained, or lost) since the read: choose again with what the lock saw.
+      // Filled (or drained, or lost) since the read: the view now holds the row as the lock
+      // saw it (or not the node, gone); choose again.
       full.push(name);
-      const index = base.findIndex((snapshot) => snapshot.name === name);
-      const seen = this.known.get(name)?.snapshot;
-      if (record && seen) base[index] = { ...seen, healthy: record.healthy };
-      else base.splice(index, 1);
-      snapshots = this.withInFlight(base);
+      if (!row) this.view.forget(name);
+      nodes = this.view.nodes();
     }
     return { placed: false, reason: `no node could take this create: ${filledUp(full)}` };
   }
@@ -248,113 +215,46 @@ export class PlacementTx {
    * it was last read; and at least once a second (or when `everything`), every node's
    * liveness, with the rows whose change_seq the view has not seen.
    */
-  private async read(everything: boolean): Promise<NodeSnapshot[]> {
+  private async read(everything: boolean): Promise<NodeSampler> {
     const readAt = Date.now();
     let dbNow = readAt + this.clockOffset;
-    if (!everything && this.known.size > 0 && readAt - this.lastRead < VIEW_REUSE_MS) return this.snapshots(dbNow);
+    if (!everything && this.view.size > 0 && readAt - this.lastRead < VIEW_REUSE_MS) {
+      this.view.judgeAll(dbNow, false);
+      return this.view.nodes();
+    }
     this.lastRead = readAt;
-    if (everything || this.known.size === 0 || readAt - this.lastFullRead >= FULL_READ_MS) {
+    if (everything || this.view.size === 0 || readAt - this.lastFullRead >= FULL_READ_MS) {
       this.lastFullRead = readAt;
       const liveness = await this.db.queryArrays<[string, number, number, boolean, number]>('reading the nodes', LIVENESS_SQL);
       const unseen: string[] = [];
+      const names = new Set<string>();
+      let newestRead = 0;
       for (const [name, changeSeq, heartbeat, up, now] of liveness) {
         dbNow = now;
-        const known = this.known.get(name);
-        if (!known || known.changeSeq < changeSeq) unseen.push(name);
-        else if (known.changeSeq === changeSeq) {
-          known.lastHeartbeat = heartbeat;
-          known.up = up;
-        }
+        names.add(name);
+        if (changeSeq > newestRead) newestRead = changeSeq;
+        if (!this.view.heard(name, changeSeq, heartbeat, up)) unseen.push(name);
       }
+      this.view.keepOnly(names, newestRead);
       if (unseen.length > 0) {
-        for (const row of (await this.db.query<ViewRow>('reading the nodes', ROWS_SQL, [unseen], 'sbx-place-rows')).rows) this.remember(row);
+        for (const row of (await this.db.query<ViewRow>('reading the nodes', ROWS_SQL, [unseen], 'sbx-place-rows')).rows) this.view.remember(row, dbNow);
       }
+      this.view.judgeAll(dbNow, true);
     } else {
       const changed = await this.db.query<ViewRow & { db_now_ms: number }>(
         'reading the nodes',
         CHANGED_SQL,
-        [Math.max(-1, this.newestChange - CHANGE_MARGIN)],
+        [Math.max(-1, this.view.newestChange - CHANGE_MARGIN)],
         'sbx-place-changed',
       );
       for (const row of changed.rows) {
         dbNow = row.db_now_ms;
-        if (row.name !== null) this.remember(row);
+        if (row.name !== null) this.view.remember(row, dbNow);
       }
+      this.view.judgeAll(dbNow, false);
     }
     this.clockOffset = dbNow - readAt;
-    return this.snapshots(dbNow);
-  }
-
-  /** The view's nodes, healthy when up and heard from within staleMs of `dbNow` (PostgreSQL's clock). */
-  private snapshots(dbNow: number): NodeSnapshot[] {
-    const freshAfter = dbNow - this.staleMs;
-    const snapshots: NodeSnapshot[] = [];
-    for (const known of this.known.values()) {
-      known.snapshot.healthy = known.up && known.lastHeartbeat > freshAfter;
-      snapshots.push(known.snapshot);
-    }
-    return snapshots;
-  }
-
-  /** Counts a chosen create against its node until the statement answers; returns its release. */
-  private takeInFlight(name: string, request: PlacementRequest): () => void {
-    const entry = this.inFlight.get(name) ?? { sessions: 0, memoryMiB: 0, vcpus: 0 };
-    entry.sessions += 1;
-    entry.memoryMiB += request.memoryMiB;
-    entry.vcpus += request.vcpus;
-    this.inFlight.set(name, entry);
-    return () => {
-      entry.sessions -= 1;
-      entry.memoryMiB -= request.memoryMiB;
-      entry.vcpus -= request.vcpus;
-      if (entry.sessions === 0) this.inFlight.delete(name);
-    };
-  }
-
-  /** The snapshots with this process's creates in flight counted in. */
-  private withInFlight(snapshots: NodeSnapshot[]): NodeSnapshot[] {
-    if (this.inFlight.size === 0) return snapshots;
-    return snapshots.map((snapshot) => {
-      const flying = this.inFlight.get(snapshot.name);
-      if (!flying) return snapshot;
-      const { capacity } = snapshot;
-      return {
-        ...snapshot,
-        capacity: {
-          ...capacity,
-          sessions: capacity.sessions + flying.sessions,
-          memoryMiB: { ...capacity.memoryMiB, committed: capacity.memoryMiB.committed + flying.memoryMiB },
-          vcpus: { ...capacity.vcpus, committed: capacity.vcpus.committed + flying.vcpus },
-        },
-      };
-    });
-  }
-
-  /** Keeps the newer of what is known and `row` (concurrent reads may return them out of order). */
-  private remember(row: ViewRow): void {
-    const known = this.known.get(row.name);
-    if (row.change_seq > this.newestChange) this.newestChange = row.change_seq;
-    // Equal: the same change read later, with a newer heartbeat (a heartbeat takes no change_seq).
-    if (known && known.changeSeq > row.change_seq) return;
-    this.known.set(row.name, {
-      snapshot: {
-        name: row.name,
-        runtimes: row.runtimes as NodeSnapshot['runtimes'],
-        templates: row.templates,
-        warm: row.warm,
-        capacity: {
-          maxSessions: row.max_sessions,
-          sessions: row.sessions,
-          memoryMiB: { total: row.memory_mib, committed: row.committed_memory_mib },
-          vcpus: { total: row.vcpus, committed: row.committed_vcpus },
-        },
-        draining: row.draining,
-        healthy: false, // judged at each read, on PostgreSQL's clock
-      },
-      up: row.state === 'up',
-      lastHeartbeat: row.heartbeat_ms,
-      changeSeq: row.change_seq,
-    });
+    return this.view.nodes();
   }
 }
 
