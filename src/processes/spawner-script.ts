@@ -14,7 +14,7 @@
  * of its own (setsid: its pid is its session's id, which signals name, as with sshd).
  */
 export const SPAWNER_SOURCE = String.raw`
-import errno, fcntl, json, os, selectors, signal, struct, sys
+import errno, json, os, selectors, signal, struct, subprocess, sys
 HEAD = struct.Struct(">cII")
 CHUNK = 32768
 WINDOW = 1048576
@@ -42,7 +42,7 @@ class Proc:
     def __init__(self, ident):
         self.id = ident; self.pid = 0; self.fds = {}; self.stdin = None; self.pending = []; self.eof = False
         self.paused = False; self.status = None; self.done = False
-        self.held = 0; self.unacked = []; self.unacked_bytes = 0
+        self.held = 0; self.unacked = []; self.unacked_bytes = 0; self.popen = None
 def watch(p):
     for kind, fd in list(p.fds.items()):
         try: sel.unregister(fd)
@@ -71,6 +71,16 @@ def forget(p):
         os.close(fd)
     p.fds = {}
     procs.pop(p.id, None)
+def failed(program, err, e_w):
+    # As a shell's exec would: a process that says why on its stderr and exits 127 (not found) or 126.
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            os.write(e_w, b"sbx: " + program[:256] + b": " + os.strerror(err.errno or 0).encode() + b"\n")
+        finally:
+            os._exit(127 if err.errno in (errno.ENOENT, errno.ENOTDIR) else 126)
+    return pid
 def start(ident, req):
     argv = [os.fsencode(a) for a in req["argv"]]
     env = dict(os.environ)
@@ -81,23 +91,12 @@ def start(ident, req):
         send(b"n", ident); return
     p = Proc(ident)
     i_r, i_w = os.pipe(); o_r, o_w = os.pipe(); e_r, e_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.setsid()
-            os.dup2(i_r, 0); os.dup2(o_w, 1); os.dup2(e_w, 2)
-            signal.set_wakeup_fd(-1)
-            for s in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ):
-                signal.signal(s, signal.SIG_DFL)
-            os.chdir(cwd)
-            os.execvpe(argv[0], argv, env)
-        except OSError as err:
-            code = 127 if err.errno in (errno.ENOENT, errno.ENOTDIR) else 126
-            try: os.write(2, b"sbx: " + argv[0][:256] + b": " + os.strerror(err.errno or 0).encode() + b"\n")
-            except OSError: pass
-            os._exit(code)
-        except BaseException:
-            os._exit(126)
+    try:
+        # subprocess's C fork_exec (vfork: no copy of this interpreter's pages to fault in).
+        child = subprocess.Popen(argv, stdin=i_r, stdout=o_w, stderr=e_w, cwd=cwd, env=env, close_fds=False, start_new_session=True)
+        pid = child.pid; p.popen = child
+    except OSError as err:
+        pid = failed(argv[0], err, e_w)
     os.close(i_r); os.close(o_w); os.close(e_w)
     for fd in (i_w, o_r, e_r): os.set_blocking(fd, False)
     p.pid = pid; p.stdin = i_w; p.fds = {"o": o_r, "e": e_r}
@@ -117,6 +116,7 @@ def reap():
             p.status = b"s " + name.encode()
         else:
             p.status = b"c %d" % os.waitstatus_to_exitcode(status)
+        if p.popen is not None: p.popen.returncode = 0  # reaped here; nothing for subprocess to wait for
         send(b"x", p.id, p.status)
         finish(p)
 def release_acks(p, everything=False):
