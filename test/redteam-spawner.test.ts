@@ -95,7 +95,7 @@ describe('red team: a hostile spawner in the guest', () => {
     badExit.close();
   });
 
-  it('the real spawner: PWD is the cwd, the exit code and signal come through, a missing program is 127', async () => {
+  it('the real spawner: PWD is the cwd, the exit code and signal come through, a missing program is 127, a pkill python3 in the guest spares it', async () => {
     const spawner = await Spawner.start(connection);
     const run = async (argv: string[], cwd?: string) => {
       const process = await GuestProcess.start(connection, { argv, env: [], stdin: false, ...(cwd ? { cwd } : {}) }, 0, DEFAULT_PROCESS_LIMITS, hooks, spawner);
@@ -114,6 +114,10 @@ describe('red team: a hostile spawner in the guest', () => {
     assert.equal(killed.info.signal, 'TERM');
     const missing = await run(['no-such-program-here']);
     assert.equal(missing.info.exitCode, 127);
+    // A user's `pkill python3` (a dev server of theirs) does not take the spawner with it.
+    await run(['pkill', '-x', 'python3']);
+    assert.equal(spawner.alive, true);
+    assert.equal((await run(['echo', 'still'])).out, 'still\n');
     spawner.close();
   });
 });
