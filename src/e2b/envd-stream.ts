@@ -1,4 +1,4 @@
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { create, fromBinary, fromJsonString, toBinary, toJsonString, type DescMessage, type DescMethod } from '@bufbuild/protobuf';
 import { Code, ConnectError, createContextValues, createHandlerContext, type HandlerContext } from '@connectrpc/connect';
 import { createEndStreamSerialization, endStreamFlag } from '@connectrpc/connect/protocol-connect';
@@ -155,7 +155,7 @@ export async function serveProcessStream(call: EnvdCall, path: { target: StreamM
       if (res.destroyed) break;
       if (!res.headersSent) res.writeHead(200, { 'content-type': binary ? PROTO_TYPE : JSON_TYPE });
       // The next event is taken only once this one is written (or the client gone): nothing piles up here.
-      if (!res.write(encode(event))) await new Promise<void>((resolve) => (res.once('drain', resolve), res.once('close', resolve)));
+      if (!res.write(encode(event))) await drainedOrClosed(res);
     }
   } catch (err) {
     failure = toConnectError(err, request.log);
@@ -171,4 +171,17 @@ export async function serveProcessStream(call: EnvdCall, path: { target: StreamM
     res.writeHead(200, headers);
   }
   res.end(envelope(endStreamFlag, endStream.serialize({ metadata: new Headers(), ...(failure ? { error: failure } : {}) })));
+}
+
+/** Resolves once `res` drained or closed, leaving no listener behind (a long stream waits many times). */
+function drainedOrClosed(res: ServerResponse): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.once('drain', done);
+    res.once('close', done);
+  });
 }

@@ -4,6 +4,7 @@ import { exitOf, type GuestChannel, type GuestTransport } from '../transport/ind
 import type { ProcessLimits } from './limits.js';
 import { OutputLog, type OutputStream } from './output-log.js';
 import { guestCommand, NO_CWD_LINE, PID_LINE, type ProcessSpec } from './process-request.js';
+import type { Spawner } from './spawner.js';
 import { OutputReader, type ProcessEndReason, type ProcessExit, type ReadableProcess, type ReaderTarget } from './readers.js';
 
 /** Signals a client may send (by name, without SIG): nothing else reaches `pkill`. */
@@ -74,6 +75,7 @@ export class GuestProcess implements ReadableProcess {
   private deadline: NodeJS.Timeout | undefined;
   private stallCheck: NodeJS.Timeout | undefined;
   private stopping: ProcessEndReason | undefined;
+  private stdinStuck = false;
 
   private constructor(
     private readonly connection: GuestTransport,
@@ -100,9 +102,17 @@ export class GuestProcess implements ReadableProcess {
   }
 
   /** Starts the process; resolves once the guest said its pid (the program is being exec'd). */
-  static async start(connection: GuestTransport, spec: ProcessSpec, display: number, limits: ProcessLimits, hooks: ProcessHooks): Promise<GuestProcess> {
+  static async start(
+    connection: GuestTransport,
+    spec: ProcessSpec,
+    display: number,
+    limits: ProcessLimits,
+    hooks: ProcessHooks,
+    spawner?: Spawner,
+  ): Promise<GuestProcess> {
     const pty = spec.pty ? { cols: spec.pty.cols, rows: spec.pty.rows, height: 0, width: 0, term: 'xterm-256color' } : undefined;
-    const channel = await connection.spawn(guestCommand(spec, display), limits.startTimeoutMs, pty);
+    // Without a terminal, the session's spawner forks it (one message); a terminal is sshd's.
+    const channel = spawner?.alive && !pty ? spawner.spawn(spec, display) : await connection.spawn(guestCommand(spec, display), limits.startTimeoutMs, pty);
     const process = new GuestProcess(connection, channel, spec, limits, hooks);
     const started = new Promise<void>((resolve, reject) => (process.started = { resolve, reject }));
     const timer = setTimeout(
@@ -187,7 +197,7 @@ export class GuestProcess implements ReadableProcess {
     if (this.channel.writableEnded) throw new OrchestratorError('stdin_closed', `the standard input of process ${this.pid} is already closed`);
     // Bytes already waiting for the guest's window: a process that does not read gets no more
     // (checked and written in one turn, so concurrent writes cannot pass it together).
-    if (data.length > 0 && this.channel.writableLength > STDIN_HELD_MAX_BYTES) {
+    if (data.length > 0 && (this.channel.writableLength > STDIN_HELD_MAX_BYTES || this.stdinStuck)) {
       throw new OrchestratorError('stdin_full', `process ${this.pid} is not reading its standard input (${this.channel.writableLength} bytes wait for it)`);
     }
     const room = data.length === 0 || this.channel.write(data);
@@ -197,6 +207,9 @@ export class GuestProcess implements ReadableProcess {
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.channel.off('drain', done);
+        // Until it reads again, further input is refused at once rather than after a wait each.
+        this.stdinStuck = true;
+        this.channel.once('drain', () => (this.stdinStuck = false));
         reject(new OrchestratorError('stdin_full', `process ${this.pid} did not read its standard input within ${STDIN_WAIT_MS} ms`));
       }, STDIN_WAIT_MS);
       const done = () => {

@@ -3,6 +3,10 @@ import type { GuestTransport } from '../transport/index.js';
 import { GuestProcess, type ProcessInfo } from './guest-process.js';
 import type { ProcessLimits } from './limits.js';
 import type { ProcessSpec } from './process-request.js';
+import { Spawner } from './spawner.js';
+
+/** How often a session's spawner is started again after it died or could not start. */
+const SPAWNER_RETRY_MS = 10_000;
 
 export class ProcessLimitError extends OrchestratorError {
   constructor(message: string) {
@@ -23,6 +27,9 @@ export class ProcessTable {
   private starting = 0;
   private held = 0;
   private closed = false;
+  private spawner: Spawner | undefined;
+  private spawnerStarting = false;
+  private spawnerTriedAt = -Infinity;
 
   constructor(
     private readonly connection: GuestTransport,
@@ -38,10 +45,18 @@ export class ProcessTable {
     this.starting++;
     let process: GuestProcess;
     try {
-      process = await GuestProcess.start(this.connection, spec, this.display, this.limits, {
-        held: (delta, writer) => this.account(delta, writer),
-        ended: (ended) => this.onEnded(ended),
-      });
+      const spawner = spec.pty ? undefined : this.spawnerNow();
+      process = await GuestProcess.start(
+        this.connection,
+        spec,
+        this.display,
+        this.limits,
+        {
+          held: (delta, writer) => this.account(delta, writer),
+          ended: (ended) => this.onEnded(ended),
+        },
+        spawner,
+      );
     } finally {
       this.starting--;
     }
@@ -77,6 +92,30 @@ export class ProcessTable {
     this.closed = true;
     await Promise.all([...this.running.values()].map((p) => p.stop()));
     for (const pid of [...this.finished.keys()]) this.forget(pid);
+    this.spawner?.close();
+  }
+
+  /**
+   * The session's spawner (spawner.ts) if it runs. It is started in the background on the
+   * first start, and again when it died (the guest may kill it) at most every
+   * SPAWNER_RETRY_MS; until it runs, processes start on channels of their own (as terminals
+   * always do), so nobody waits for its interpreter to start.
+   */
+  private spawnerNow(): Spawner | undefined {
+    if (this.spawner?.alive) return this.spawner;
+    if (!this.spawnerStarting && performance.now() - this.spawnerTriedAt >= SPAWNER_RETRY_MS) {
+      this.spawnerTriedAt = performance.now();
+      this.spawnerStarting = true;
+      Spawner.start(this.connection).then(
+        (started) => {
+          this.spawnerStarting = false;
+          if (this.closed) started.close();
+          else this.spawner = started;
+        },
+        () => (this.spawnerStarting = false),
+      );
+    }
+    return undefined;
   }
 
   private account(delta: number, writer: GuestProcess): void {

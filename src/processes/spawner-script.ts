@@ -1,0 +1,198 @@
+/**
+ * The guest side of the spawner (spawner.ts): one long-lived `python3 -I -S -c` per session,
+ * as the guest user, on one exec channel of the session's SSH connection; nothing listens.
+ * It forks the session's (non-terminal) processes on request, so a start costs one message
+ * and a fork/exec instead of sshd's session, the login shell and our wrapper shell.
+ *
+ * Frames both ways: a type byte, the process's id (u32, the host's), the payload's length
+ * (u32), the payload. Host to guest: S start (JSON {argv, cwd, env: [[name, value]]}: data,
+ * never a shell's text), I stdin bytes, E stdin's end, P pause output, R resume, C close
+ * (forget it). Guest to host: h hello (once), p pid (decimal), n cwd not enterable, o/e
+ * stdout/stderr bytes (at most 32 KiB), a one stdin frame taken (at once while at
+ * most 1 MiB waits for the process, as sshd's window would take it, else once written), x exit ("c N" or
+ * "s NAME"), z closed (exited and both pipes at their end). Every process runs in a session
+ * of its own (setsid: its pid is its session's id, which signals name, as with sshd).
+ */
+export const SPAWNER_SOURCE = String.raw`
+import errno, json, os, selectors, signal, struct, subprocess, sys
+try:
+    # Named so that a user's "pkill python3" in the sandbox leaves the session's processes be.
+    import ctypes
+    ctypes.CDLL(None).prctl(15, b"sbx-spawner", 0, 0, 0)
+except Exception:
+    pass
+HEAD = struct.Struct(">cII")
+CHUNK = 32768
+WINDOW = 1048576
+inp = sys.stdin.buffer.raw
+out = sys.stdout.buffer.raw
+os.set_blocking(inp.fileno(), False)
+def send(kind, pid_id, payload=b""):
+    data = HEAD.pack(kind, pid_id, len(payload)) + payload
+    while data:
+        try:
+            n = os.write(out.fileno(), data)
+            data = data[n:]
+        except BlockingIOError:
+            sel = selectors.DefaultSelector(); sel.register(out.fileno(), selectors.EVENT_WRITE); sel.select(); sel.close()
+sel = selectors.DefaultSelector()
+wake_r, wake_w = os.pipe()
+os.set_blocking(wake_r, False); os.set_blocking(wake_w, False)
+signal.set_wakeup_fd(wake_w)
+signal.signal(signal.SIGCHLD, lambda *a: None)
+sel.register(inp.fileno(), selectors.EVENT_READ, ("in", None))
+sel.register(wake_r, selectors.EVENT_READ, ("wake", None))
+procs = {}
+by_pid = {}
+class Proc:
+    def __init__(self, ident):
+        self.id = ident; self.pid = 0; self.fds = {}; self.stdin = None; self.pending = []; self.eof = False
+        self.paused = False; self.status = None; self.done = False
+        self.held = 0; self.unacked = []; self.unacked_bytes = 0; self.popen = None
+def watch(p):
+    for kind, fd in list(p.fds.items()):
+        try: sel.unregister(fd)
+        except KeyError: pass
+        if not p.paused: sel.register(fd, selectors.EVENT_READ, (kind, p))
+    if p.stdin is not None:
+        try: sel.unregister(p.stdin)
+        except KeyError: pass
+        if p.pending: sel.register(p.stdin, selectors.EVENT_WRITE, ("w", p))
+def close_stdin(p):
+    if p.stdin is None: return
+    try: sel.unregister(p.stdin)
+    except KeyError: pass
+    os.close(p.stdin); p.stdin = None
+def finish(p):
+    if p.done or p.status is None or p.fds: return
+    p.done = True
+    send(b"z", p.id)
+    forget(p)
+def forget(p):
+    release_acks(p, True)
+    close_stdin(p)
+    for fd in list(p.fds.values()):
+        try: sel.unregister(fd)
+        except KeyError: pass
+        os.close(fd)
+    p.fds = {}
+    procs.pop(p.id, None)
+def failed(program, err, e_w):
+    # As a shell's exec would: a process that says why on its stderr and exits 127 (not found) or 126.
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            os.write(e_w, b"sbx: " + program[:256] + b": " + os.strerror(err.errno or 0).encode() + b"\n")
+        finally:
+            os._exit(127 if err.errno in (errno.ENOENT, errno.ENOTDIR) else 126)
+    return pid
+def start(ident, req):
+    argv = [os.fsencode(a) for a in req["argv"]]
+    env = dict(os.environ)
+    for name, value in req["env"]: env[name] = value
+    cwd = req["cwd"]
+    env.update(PWD=cwd)
+    if not os.path.isdir(cwd) or not os.access(cwd, os.X_OK):
+        send(b"n", ident); return
+    p = Proc(ident)
+    i_r, i_w = os.pipe(); o_r, o_w = os.pipe(); e_r, e_w = os.pipe()
+    try:
+        # subprocess's C fork_exec (vfork: no copy of this interpreter's pages to fault in).
+        child = subprocess.Popen(argv, stdin=i_r, stdout=o_w, stderr=e_w, cwd=cwd, env=env, close_fds=False, start_new_session=True)
+        pid = child.pid; p.popen = child
+    except OSError as err:
+        pid = failed(argv[0], err, e_w)
+    os.close(i_r); os.close(o_w); os.close(e_w)
+    for fd in (i_w, o_r, e_r): os.set_blocking(fd, False)
+    p.pid = pid; p.stdin = i_w; p.fds = {"o": o_r, "e": e_r}
+    procs[ident] = p; by_pid[pid] = p
+    send(b"p", ident, str(pid).encode())
+    watch(p)
+def reap():
+    while True:
+        try: pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError: return
+        if pid == 0: return
+        p = by_pid.pop(pid, None)
+        if p is None: continue
+        if os.WIFSIGNALED(status):
+            try: name = signal.Signals(os.WTERMSIG(status)).name[3:]
+            except ValueError: name = str(os.WTERMSIG(status))
+            p.status = b"s " + name.encode()
+        else:
+            p.status = b"c %d" % os.waitstatus_to_exitcode(status)
+        if p.popen is not None: p.popen.returncode = 0  # reaped here; nothing for subprocess to wait for
+        send(b"x", p.id, p.status)
+        finish(p)
+def release_acks(p, everything=False):
+    # A frame is acknowledged once what is acknowledged and not yet written stays within
+    # WINDOW (as sshd's channel window takes input before the process reads it).
+    while p.unacked and (everything or p.held - p.unacked_bytes + p.unacked[0] <= WINDOW or p.held < p.unacked_bytes):
+        p.unacked_bytes -= p.unacked.pop(0); send(b"a", p.id)
+def flush_stdin(p):
+    while p.pending and p.stdin is not None:
+        data = p.pending[0]
+        try:
+            n = os.write(p.stdin, data)
+        except BlockingIOError:
+            break
+        except OSError:
+            p.pending = []; p.held = 0; release_acks(p, True); close_stdin(p); return
+        p.held -= n
+        if n < len(data): p.pending[0] = data[n:]
+        else: p.pending.pop(0)
+    release_acks(p)
+    if not p.pending and p.eof: close_stdin(p)
+    if p.stdin is not None: watch(p)
+def handle(kind, ident, payload):
+    p = procs.get(ident)
+    if kind == b"S":
+        if ident not in procs: start(ident, json.loads(payload))
+    elif p is None:
+        if kind == b"I": send(b"a", ident)
+    elif kind == b"I":
+        if p.stdin is None: send(b"a", ident)
+        else:
+            p.pending.append(payload); p.held += len(payload); p.unacked.append(len(payload)); p.unacked_bytes += len(payload)
+            flush_stdin(p)
+    elif kind == b"E":
+        p.eof = True; flush_stdin(p)
+    elif kind == b"P":
+        p.paused = True; watch(p)
+    elif kind == b"R":
+        p.paused = False; watch(p)
+    elif kind == b"C":
+        p.done = True; forget(p)
+buf = b""
+send(b"h", 0)
+while True:
+    for key, _ in sel.select():
+        what, p = key.data
+        if what == "in":
+            try: chunk = os.read(inp.fileno(), 262144)
+            except BlockingIOError: continue
+            if not chunk: sys.exit(0)
+            buf += chunk
+            while len(buf) >= HEAD.size:
+                kind, ident, length = HEAD.unpack_from(buf)
+                if len(buf) < HEAD.size + length: break
+                payload = buf[HEAD.size:HEAD.size + length]; buf = buf[HEAD.size + length:]
+                handle(kind, ident, payload)
+        elif what == "wake":
+            try: os.read(wake_r, 4096)
+            except BlockingIOError: pass
+            reap()
+        elif what == "w":
+            if p.id in procs: flush_stdin(p)
+        elif p.id in procs and key.fd in p.fds.values():
+            try: data = os.read(key.fd, CHUNK)
+            except BlockingIOError: continue
+            except OSError: data = b""
+            if data:
+                send(b"o" if what == "o" else b"e", p.id, data)
+            else:
+                sel.unregister(key.fd); os.close(key.fd); del p.fds[what]
+                finish(p)
+    reap()
+`;

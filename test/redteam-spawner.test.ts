@@ -1,0 +1,123 @@
+/**
+ * The process layer's spawner (src/processes/spawner.ts) is a program in the guest, so the
+ * guest can replace what it answers. Here hostile spawners run for real in a real sandbox in
+ * its place (a `python3 -c` of the test's, on the session's own SSH connection) and the host
+ * side must stay bounded: a flood that ignores "pause", a frame announcing a gigabyte, a pid
+ * that is not one, an exit status that is not one. Plus the real spawner's own behaviour
+ * that the process API's tests do not show: PWD follows cwd, exit codes and signals.
+ */
+import assert from 'node:assert/strict';
+import v8 from 'node:v8';
+import vm from 'node:vm';
+import { after, before, describe, it } from 'node:test';
+import { DEFAULT_PROCESS_LIMITS } from '../src/processes/limits.js';
+import { GuestProcess, ProcessStartError } from '../src/processes/guest-process.js';
+import { Spawner } from '../src/processes/spawner.js';
+import type { GuestTransport } from '../src/transport/index.js';
+import { commandLine } from '../src/transport/quote.js';
+import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
+
+const MiB = 1024 * 1024;
+
+/** A hostile spawner: says hello, then runs `body` (Python, with `send(kind, id, payload)` and the first request's id in `ident`). */
+function hostile(body: string): string {
+  const source = [
+    'import os, struct, sys',
+    'def send(kind, ident, payload=b""):',
+    '    os.write(1, struct.pack(">cII", kind, ident, len(payload)) + payload)',
+    'send(b"h", 0)',
+    'head = os.read(0, 9)',
+    'ident = struct.unpack(">cII", head)[1]',
+    body,
+  ].join('\n');
+  return `exec ${commandLine(['/usr/bin/python3', '-I', '-S', '-c', source])}`;
+}
+
+const hooks = { held: () => undefined, ended: () => undefined };
+const spec = { argv: ['echo', 'hi'], env: [], stdin: false };
+
+describe('red team: a hostile spawner in the guest', () => {
+  let orch: TestOrchestrator;
+  let connection: GuestTransport;
+
+  before(async () => {
+    orch = await startTestOrchestrator();
+    const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: { timeoutSeconds: 600 } });
+    assert.equal(res.statusCode, 201, res.body);
+    connection = orch.manager.connection(res.json().id as string);
+  });
+  after(async () => {
+    await orch?.stop();
+  });
+
+  it('a flood that ignores "pause" ends the spawner, with what the host holds bounded', async () => {
+    v8.setFlagsFromString('--expose-gc');
+    const gc = vm.runInNewContext('gc') as () => void;
+    gc();
+    const before = process.memoryUsage().arrayBuffers;
+    let peak = 0;
+    const spawner = await Spawner.start(connection, hostile('send(b"p", ident, b"4242")\nchunk = b"x" * 60000\nwhile True: send(b"o", ident, chunk)'));
+    const channel = spawner.spawn(spec, 0);
+    // Nobody reads (a laggard reader paused it): the spawner is asked to pause, and does not.
+    channel.pause();
+    const began = performance.now();
+    const closed = new Promise<void>((resolve) => channel.once('close', resolve));
+    const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().arrayBuffers - before)), 5);
+    await Promise.race([closed, new Promise((_, reject) => setTimeout(() => reject(new Error('the flood went on')), 20_000))]);
+    clearInterval(sampler);
+    console.log(`a spawner ignoring pause: ended after ${(performance.now() - began).toFixed(0)} ms, host Buffers peaked +${(peak / MiB).toFixed(1)} MiB`);
+    assert.equal(spawner.alive, false);
+    assert.ok(peak < 32 * MiB, `the host held ${(peak / MiB).toFixed(1)} MiB`);
+  });
+
+  it('a frame announcing a gigabyte ends it at once; nothing of it is waited for', async () => {
+    const spawner = await Spawner.start(
+      connection,
+      hostile('os.write(1, struct.pack(">cII", b"o", ident, 1 << 30) + b"x" * 1000)\nimport time\ntime.sleep(30)'),
+    );
+    const channel = spawner.spawn(spec, 0);
+    await new Promise<void>((resolve) => channel.once('close', resolve));
+    assert.equal(spawner.alive, false);
+  });
+
+  it('a pid that is not one, or an exit status that is not one, is refused as such', async () => {
+    const badPid = await Spawner.start(connection, hostile('send(b"p", ident, b"12\\nSBX-PID 1")\nimport time\ntime.sleep(30)'));
+    await assert.rejects(GuestProcess.start(connection, spec, 0, DEFAULT_PROCESS_LIMITS, hooks, badPid), ProcessStartError);
+    badPid.close();
+    const badExit = await Spawner.start(
+      connection,
+      hostile('send(b"p", ident, b"4242")\nsend(b"x", ident, b"c 99999")\nsend(b"z", ident)\nimport time\ntime.sleep(30)'),
+    );
+    const process = await GuestProcess.start(connection, spec, 0, DEFAULT_PROCESS_LIMITS, hooks, badExit);
+    assert.equal(process.pid, 4242);
+    while (process.running) await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.equal(process.info().exitCode, null);
+    badExit.close();
+  });
+
+  it('the real spawner: PWD is the cwd, the exit code and signal come through, a missing program is 127, a pkill python3 in the guest spares it', async () => {
+    const spawner = await Spawner.start(connection);
+    const run = async (argv: string[], cwd?: string) => {
+      const process = await GuestProcess.start(connection, { argv, env: [], stdin: false, ...(cwd ? { cwd } : {}) }, 0, DEFAULT_PROCESS_LIMITS, hooks, spawner);
+      while (process.running) await new Promise((resolve) => setTimeout(resolve, 10));
+      const out = process
+        .read(0, 4096)
+        .chunks.map((c) => c.data.toString())
+        .join('');
+      return { out, info: process.info() };
+    };
+    const pwd = await run(['printenv', 'PWD'], '/tmp');
+    assert.equal(pwd.out, '/tmp\n');
+    const code = await run(['sh', '-c', 'exit 7']);
+    assert.equal(code.info.exitCode, 7);
+    const killed = await run(['sh', '-c', 'kill -TERM $$']);
+    assert.equal(killed.info.signal, 'TERM');
+    const missing = await run(['no-such-program-here']);
+    assert.equal(missing.info.exitCode, 127);
+    // A user's `pkill python3` (a dev server of theirs) does not take the spawner with it.
+    await run(['pkill', '-x', 'python3']);
+    assert.equal(spawner.alive, true);
+    assert.equal((await run(['echo', 'still'])).out, 'still\n');
+    spawner.close();
+  });
+});
