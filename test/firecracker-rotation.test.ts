@@ -120,6 +120,20 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
         assert.match(traversal.stderr.toString(), /refusing to write/);
         const badNetwork = await root.exec('network 1.2.3.4/30;reboot 1.2.3.1', {});
         assert.equal(badNetwork.exitCode, 2);
+        // The identity and the MAC: checked in the guest too, refused before anything changes.
+        for (const command of [
+          'identity sbx-x;reboot 0123456789abcdef0123456789abcdef',
+          'identity sbx-ok 00000000000000000000000000000000',
+          'identity sbx-ok ../../etc/shadow',
+          'identity sbx-ok',
+          'network 1.2.3.6/30 1.2.3.5 02:00:00:00:00:01;reboot',
+          'network 1.2.3.6/30 1.2.3.5 ff:ff:ff:ff:ff:ff',
+        ]) {
+          const refused = await root.exec(command);
+          assert.equal(refused.exitCode, 2, command);
+          assert.match(refused.stderr.toString(), /^sbx-rekey: /, command);
+        }
+        assert.equal((await root.exec('identity sbx-template0 0123456789abcdef0123456789abcdef')).exitCode, 0, 'a good one is taken');
       } finally {
         root.close();
       }

@@ -5,8 +5,8 @@
  * its address. Before the session layer connects, the guest is re-keyed by the same rotation
  * as a Firecracker clone (../firecracker/ssh-keys/key-rotation.ts, the guest's sbx-rekey): the
  * source's rekey key logs in as root (only to sbx-rekey), writes the session's own host key,
- * client key and a rekey key of its own, reloads sshd, moves eth0 to the session's lease, and
- * the old keys are then seen refused.
+ * client key and a rekey key of its own, gives it the session's hostname and a new machine id,
+ * reloads sshd, moves eth0 to the session's lease and MAC, and the old keys are then seen refused.
  *
  * Reaching the guest at the source's address: it sits in the fork's own netns, where nothing
  * else has that address (the source's is in the source's netns, and in the host's routes); so
@@ -14,6 +14,7 @@
  * is made from inside the netns, by a small forwarder on a Unix socket in the session dir.
  */
 import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import { GUEST_SSH_PORT } from '../../guest/contract.js';
@@ -48,6 +49,9 @@ export interface ForkRekey {
   /** The new session's keys (its config dir's). */
   keys: SessionKeys;
   lease: AddressLease;
+  /** The session's hostname (sbx-<id>, as a cold boot's) and its NIC's MAC (its QEMU command line's). */
+  hostname: string;
+  mac: string;
   /** The fork's own root_authorized_keys line (its rekey key, tied to sbx-rekey). */
   rootAuthorizedKeys: string;
   /** How long one SSH login to the guest may take (its boot timeout's share: a TCG guest under load is slow). */
@@ -72,7 +76,7 @@ export async function startAndRekeyFork(fork: ForkRekey): Promise<void> {
       sessionEndpoint: { host: lease.guest, port: GUEST_SSH_PORT },
       baseClientPrivateKey: info.rekeyPrivateKey,
       baseHostPublicKey: info.hostPublicKey,
-      network: { address: `${lease.guest}/${lease.prefixLength}`, gateway: lease.gateway },
+      network: { address: `${lease.guest}/${lease.prefixLength}`, gateway: lease.gateway, mac: fork.mac },
       connectTimeoutMs: fork.connectTimeoutMs,
     });
     const connection = await rotateKeysAfterRestore(transport, {
@@ -80,6 +84,7 @@ export async function startAndRekeyFork(fork: ForkRekey): Promise<void> {
       session: fork.keys,
       paths: GUEST_KEY_PATHS,
       rootAuthorizedKeys: fork.rootAuthorizedKeys,
+      identity: { hostname: fork.hostname, machineId: newMachineId() },
       reconnectAttempts: RECONNECT_ATTEMPTS,
     });
     // The session layer opens its own connection, as for a cold boot.
@@ -88,6 +93,14 @@ export async function startAndRekeyFork(fork: ForkRekey): Promise<void> {
     forwarder.stop();
     await run(['ip', '-n', netns, 'addr', 'del', gatewayCidr, 'dev', NETNS_BRIDGE], { allowFailure: true });
   }
+}
+
+/** A machine id as machine-id(5) asks: 128 random bits, formatted as a version 4 UUID, in 32 lowercase hex digits. */
+export function newMachineId(): string {
+  const bytes = randomBytes(16);
+  bytes[6] = ((bytes[6] ?? 0) & 0x0f) | 0x40;
+  bytes[8] = ((bytes[8] ?? 0) & 0x3f) | 0x80;
+  return bytes.toString('hex');
 }
 
 /**
