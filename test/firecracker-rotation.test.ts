@@ -144,8 +144,25 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
 
   it('rotateClone moves the clone to the session address with the session keys, and shuts the template out', async () => {
     const phases: RotationPhase[] = [];
-    await rotateClone({ at: BASE_ADDRESS, hostInterface: network.hostInterface, snapshotBase, session, lease, onPhase: (p) => phases.push(p) });
-    assert.deepEqual(phases, ['connect-template', 'write-keys', 'reload-sshd', 'apply-network', 'connect-session', 'verify-template-refused', 'ready']);
+    await rotateClone({
+      at: BASE_ADDRESS,
+      hostInterface: network.hostInterface,
+      snapshotBase,
+      session,
+      lease,
+      hostname: 'sbx-clone00001',
+      onPhase: (p) => phases.push(p),
+    });
+    assert.deepEqual(phases, [
+      'connect-template',
+      'write-keys',
+      'set-identity',
+      'reload-sshd',
+      'apply-network',
+      'connect-session',
+      'verify-template-refused',
+      'ready',
+    ]);
 
     // Checked independently of the rotation's own verification:
     const guest = await login(lease.guest, GUEST_USER, session.clientPrivateKey, session.hostPublicKey);
@@ -155,6 +172,11 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
       assert.doesNotMatch(facts, new RegExp(BASE_ADDRESS.guest.replace(/\./g, '\\.')));
       assert.match(facts, new RegExp(`default via ${lease.gateway.replace(/\./g, '\\.')}`));
       assert.match(facts, /^0$/m, 'the template root key is gone');
+      // Its own name and a new machine id (the one before was the template's: the first test set it).
+      const [hostname, machineId] = (await guest.exec('hostname; cat /etc/machine-id')).stdout.toString().trim().split('\n');
+      assert.equal(hostname, 'sbx-clone00001');
+      assert.match(machineId ?? '', /^[0-9a-f]{32}$/);
+      assert.notEqual(machineId, '0123456789abcdef0123456789abcdef');
     } finally {
       guest.close();
     }

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import {
+  newMachineId,
   rotateKeysAfterRestore,
   type GuestIdentity,
   type RotationConnection,
@@ -8,7 +9,6 @@ import {
   type RotationTransport,
 } from '../../src/runtimes/firecracker/ssh-keys/key-rotation.js';
 import { SshRotationConnection } from '../../src/runtimes/firecracker/ssh-keys/ssh-rotation-transport.js';
-import { newMachineId } from '../../src/runtimes/qemu/fork.js';
 import type { GuestTransport } from '../../src/transport/index.js';
 import { generateSessionKeys } from '../../src/transport/ssh-keys.js';
 

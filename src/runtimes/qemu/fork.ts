@@ -14,7 +14,6 @@
  * is made from inside the netns, by a small forwarder on a Unix socket in the session dir.
  */
 import { spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import { GUEST_SSH_PORT } from '../../guest/contract.js';
@@ -22,7 +21,7 @@ import type { AddressLease } from '../../network/address-pool.js';
 import { NETNS_BRIDGE } from '../../network/netns.js';
 import type { SessionKeys } from '../../transport/ssh-keys.js';
 import { run } from '../../util/exec.js';
-import { GUEST_KEY_PATHS, rotateKeysAfterRestore } from '../firecracker/ssh-keys/key-rotation.js';
+import { GUEST_KEY_PATHS, newMachineId, rotateKeysAfterRestore } from '../firecracker/ssh-keys/key-rotation.js';
 import { SshRotationTransport } from '../firecracker/ssh-keys/ssh-rotation-transport.js';
 import type { VmProcess } from '../vm/vm-process.js';
 import { maxStateBytes, untilLoaded } from './disk-pause.js';
@@ -93,14 +92,6 @@ export async function startAndRekeyFork(fork: ForkRekey): Promise<void> {
     forwarder.stop();
     await run(['ip', '-n', netns, 'addr', 'del', gatewayCidr, 'dev', NETNS_BRIDGE], { allowFailure: true });
   }
-}
-
-/** A machine id as machine-id(5) asks: 128 random bits, formatted as a version 4 UUID, in 32 lowercase hex digits. */
-export function newMachineId(): string {
-  const bytes = randomBytes(16);
-  bytes[6] = ((bytes[6] ?? 0) & 0x0f) | 0x40;
-  bytes[8] = ((bytes[8] ?? 0) & 0x3f) | 0x80;
-  return bytes.toString('hex');
 }
 
 /**

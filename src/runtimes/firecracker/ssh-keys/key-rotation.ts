@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { SessionKeys } from '../../../transport/ssh-keys.js';
 
@@ -55,6 +56,14 @@ export interface GuestIdentity {
   hostname: string;
   /** 32 lowercase hex digits (machine-id(5)). */
   machineId: string;
+}
+
+/** A machine id as machine-id(5) asks: 128 random bits, formatted as a version 4 UUID, in 32 lowercase hex digits. */
+export function newMachineId(): string {
+  const bytes = randomBytes(16);
+  bytes[6] = ((bytes[6] ?? 0) & 0x0f) | 0x40;
+  bytes[8] = ((bytes[8] ?? 0) & 0x3f) | 0x80;
+  return bytes.toString('hex');
 }
 
 export type RotationPhase =
