@@ -158,6 +158,9 @@ describe('the desktop template on the container runtime', () => {
     assert.notDeepEqual(pixelAt(screen, 900, 757), pixelAt(screen, 900, 700), 'the panel differs from the background');
     // Nothing heavy at boot: an idle desktop stays small.
     assert.equal((await sh(orch, id, 'pgrep -c -f "firefox|soffice" || true')).trim(), '0');
+    // The session bus's machine id is the session's own (the image's D-Bus package made one at build, the same in every guest).
+    assert.match((await sh(orch, id, 'cat /var/lib/dbus/machine-id')).trim(), /^[0-9a-f]{32}$/);
+    assert.equal((await sh(orch, id, 'readlink /var/lib/dbus/machine-id')).trim(), '/etc/machine-id');
   });
 
   it('brings the panel back when it dies (sandbox-init supervises the desktop session)', async () => {

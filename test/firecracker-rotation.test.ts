@@ -120,6 +120,20 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
         assert.match(traversal.stderr.toString(), /refusing to write/);
         const badNetwork = await root.exec('network 1.2.3.4/30;reboot 1.2.3.1', {});
         assert.equal(badNetwork.exitCode, 2);
+        // The identity and the MAC: checked in the guest too, refused before anything changes.
+        for (const command of [
+          'identity sbx-x;reboot 0123456789abcdef0123456789abcdef',
+          'identity sbx-ok 00000000000000000000000000000000',
+          'identity sbx-ok ../../etc/shadow',
+          'identity sbx-ok',
+          'network 1.2.3.6/30 1.2.3.5 02:00:00:00:00:01;reboot',
+          'network 1.2.3.6/30 1.2.3.5 ff:ff:ff:ff:ff:ff',
+        ]) {
+          const refused = await root.exec(command);
+          assert.equal(refused.exitCode, 2, command);
+          assert.match(refused.stderr.toString(), /^sbx-rekey: /, command);
+        }
+        assert.equal((await root.exec('identity sbx-template0 0123456789abcdef0123456789abcdef')).exitCode, 0, 'a good one is taken');
       } finally {
         root.close();
       }
@@ -130,8 +144,25 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
 
   it('rotateClone moves the clone to the session address with the session keys, and shuts the template out', async () => {
     const phases: RotationPhase[] = [];
-    await rotateClone({ at: BASE_ADDRESS, hostInterface: network.hostInterface, snapshotBase, session, lease, onPhase: (p) => phases.push(p) });
-    assert.deepEqual(phases, ['connect-template', 'write-keys', 'reload-sshd', 'apply-network', 'connect-session', 'verify-template-refused', 'ready']);
+    await rotateClone({
+      at: BASE_ADDRESS,
+      hostInterface: network.hostInterface,
+      snapshotBase,
+      session,
+      lease,
+      hostname: 'sbx-clone00001',
+      onPhase: (p) => phases.push(p),
+    });
+    assert.deepEqual(phases, [
+      'connect-template',
+      'write-keys',
+      'set-identity',
+      'reload-sshd',
+      'apply-network',
+      'connect-session',
+      'verify-template-refused',
+      'ready',
+    ]);
 
     // Checked independently of the rotation's own verification:
     const guest = await login(lease.guest, GUEST_USER, session.clientPrivateKey, session.hostPublicKey);
@@ -141,6 +172,11 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
       assert.doesNotMatch(facts, new RegExp(BASE_ADDRESS.guest.replace(/\./g, '\\.')));
       assert.match(facts, new RegExp(`default via ${lease.gateway.replace(/\./g, '\\.')}`));
       assert.match(facts, /^0$/m, 'the template root key is gone');
+      // Its own name and a new machine id (the one before was the template's: the first test set it).
+      const [hostname, machineId] = (await guest.exec('hostname; cat /etc/machine-id')).stdout.toString().trim().split('\n');
+      assert.equal(hostname, 'sbx-clone00001');
+      assert.match(machineId ?? '', /^[0-9a-f]{32}$/);
+      assert.notEqual(machineId, '0123456789abcdef0123456789abcdef');
     } finally {
       guest.close();
     }

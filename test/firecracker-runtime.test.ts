@@ -674,6 +674,7 @@ describe('snapshots: a template built once, sessions restored from it (contract 
       assert.deepEqual(rotation.lease, s.spec.network.lease, "moved to the session's lease");
       assert.equal(rotation.session.clientPrivateKey, await readFile(path.join(s.sessionDir, 'id_ed25519'), 'utf8'), "with the session's own keys");
       assert.notEqual(rotation.snapshotBase.clientPrivateKey, rotation.session.clientPrivateKey);
+      assert.equal(rotation.hostname, s.spec.hostname, "given the session's own hostname (and a machine id)");
       // Handed out: the session's address, the VMM running.
       assert.deepEqual(vm.endpoint, { host: s.spec.network.lease.guest, port: 22 });
       assert.equal(vm.isAlive(), true);

@@ -45,6 +45,10 @@ describe('two sandboxes at once', () => {
       assert.equal((await guestSh(gb, 'DISPLAY=:99 xdotool getdisplaygeometry')).text.trim(), '800 600');
       assert.equal((await guestSh(ga, 'hostname')).text.trim(), `sbx-${a}`);
       assert.equal((await guestSh(gb, 'hostname')).text.trim(), `sbx-${b}`);
+      // Each its own machine id, written at boot (the image has none).
+      const ids = await Promise.all([ga, gb].map(async (g) => (await guestSh(g, 'cat /etc/machine-id')).text.trim()));
+      for (const id of ids) assert.match(id, /^[0-9a-f]{32}$/);
+      assert.notEqual(ids[0], ids[1]);
       // Separate pid namespaces: neither sees the other's processes (the init is pid 1 in each).
       assert.match((await guestSh(ga, 'cat /proc/1/cmdline | tr "\\0" " "')).text, /sandbox-init/);
       const psA = (await guestSh(ga, 'ps -eo pid= | wc -l')).text.trim();

@@ -6,6 +6,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { openKeyStore } from '../src/api/auth/key-store-file.js';
+import { ResourceNames } from '../src/network/names.js';
+import { macAddressFor } from '../src/runtimes/qemu/qemu-command.js';
 import { keyFingerprint } from '../src/transport/ssh-keys.js';
 import { freePort, startServeOn } from './helpers/serve.js';
 import { serveApi, type Json } from './helpers/serve-api.js';
@@ -15,12 +17,13 @@ import { removeEmptyPrefixCgroups, TEST_PREFIX } from './helpers/orchestrator.js
  * Snapshots and forks of a QEMU desktop (TCG here: boots and restores are slow, so one source
  * session and three forks in one file). A file is written, the desktop snapshotted (the source
  * runs on), and three sessions started from the snapshot: each has its own client key, host
- * key and address, each sees the file written before the snapshot, none sees what the source
+ * key, address, hostname, machine id and MAC, each sees the file written before the snapshot, none sees what the source
  * wrote after it or what another fork writes. Another tenant cannot see, fork or delete the
  * snapshot; bad names and a second snapshot past the quota are refused; a delete frees its files.
  */
 const SERVE_ENV = { SBX_QEMU_BOOT_TIMEOUT_MS: '300000', SBX_SNAPSHOT_QUOTA_COUNT: '1' };
 const FORKS = 3;
+const NAMES = new ResourceNames(TEST_PREFIX);
 
 let stateDir: string;
 let port: number;
@@ -39,17 +42,18 @@ function expectStatus(res: { status: number; json: Json }, status: number, code?
   if (code) assert.equal((res.json.error as { code?: string } | undefined)?.code ?? res.json.code, code, JSON.stringify(res.json));
 }
 
-/** What a guest says of itself: its client key, host key fingerprint and address. */
-async function identity(id: string): Promise<{ clientKey: string; hostKey: string; address: string }> {
+/** What a guest says of itself: its client key, host key fingerprint, address, hostname, machine id and MAC. */
+async function identity(id: string): Promise<{ clientKey: string; hostKey: string; address: string; hostname: string; machineId: string; mac: string }> {
   const clientKey = (await bash(id, 'cat /sandbox/config/authorized_keys')).trim();
   const address = (await bash(id, "ip -4 -o addr show dev eth0 | awk '{print $4}'")).trim();
+  const [hostname = '', machineId = '', mac = ''] = (await bash(id, 'hostname; cat /etc/machine-id; cat /sys/class/net/eth0/address')).trim().split('\n');
   // The host key its sshd presents on the wire, asked from the host (the guest user cannot read the file).
   const scanned = execFileSync('ssh-keyscan', ['-T', '20', '-t', 'ed25519', address.split('/')[0] ?? ''], {
     encoding: 'utf8',
     stdio: ['ignore', 'pipe', 'ignore'],
   });
   const line = scanned.split('\n').find((l) => l.includes('ssh-ed25519')) ?? '';
-  return { clientKey, hostKey: keyFingerprint(line.split(' ').slice(1).join(' ')), address };
+  return { clientKey, hostKey: keyFingerprint(line.split(' ').slice(1).join(' ')), address, hostname, machineId, mac };
 }
 
 /** An SSH login from the host with a key file (OpenSSH's client): accepted, or refused with the key. */
@@ -159,7 +163,7 @@ describe('snapshots and forks of a qemu desktop', () => {
     expectStatus(await api('GET', `/v1/snapshots/${id}`), 200);
   });
 
-  it("three sessions from the snapshot: each its own keys, host key and address, each sees the snapshot's files and no one else's", async () => {
+  it("three sessions from the snapshot: each its own keys, host key, address, hostname, machine id and MAC, each sees the snapshot's files and no one else's", async () => {
     for (let i = 0; i < FORKS; i++) {
       const started = performance.now();
       const res = await api('POST', '/v1/sessions', { snapshot: snapshot.id, timeoutSeconds: 1800 });
@@ -183,9 +187,21 @@ describe('snapshots and forks of a qemu desktop', () => {
       seen.map((s) => s.hostKey),
       fingerprints,
     );
-    for (const field of ['clientKey', 'hostKey', 'address'] as const) {
+    for (const field of ['clientKey', 'hostKey', 'address', 'machineId', 'mac'] as const) {
       assert.equal(new Set(seen.map((s) => s[field])).size, ids.length, `${field}: ${JSON.stringify(seen.map((s) => s[field]))}`);
     }
+    // Each its own name, as a cold boot gets it, and a machine id of machine-id(5)'s form.
+    assert.deepEqual(
+      seen.map((s) => s.hostname),
+      ids.map((id) => `sbx-${id}`),
+    );
+    for (const s of seen) assert.match(s.machineId, /^[0-9a-f]{32}$/);
+    // The MAC each QEMU was started with (a fork's guest wakes up with its source's, and is moved).
+    assert.deepEqual(
+      seen.map((s) => s.mac),
+      ids.map((id) => macAddressFor(NAMES.vm(id))),
+    );
+    console.log(`identities: ${JSON.stringify(seen.map(({ hostname, machineId, mac }) => ({ hostname, machineId, mac })))}`);
     for (const fork of forks) {
       assert.equal((await bash(fork.id, 'cat /home/user/before.txt')).trim(), 'from-before-the-snapshot');
       assert.equal((await bash(fork.id, 'test -e /home/user/after.txt && echo yes || echo no')).trim(), 'no', "the source's write after the snapshot");

@@ -205,7 +205,7 @@ export class FirecrackerRuntime implements Runtime {
           client,
         );
         started = true;
-        const keys = { snapshotBase: snapshotBase.keys, session: await readSessionKeys(spec.sessionDir, spec.configDir) };
+        const keys = { snapshotBase: snapshotBase.keys, session: await readSessionKeys(spec.sessionDir, spec.configDir), hostname: spec.hostname };
         await this.rotate(
           network
             ? { ...keys, at: snapshotBase.address, hostInterface: network.hostInterface, lease: network.lease }

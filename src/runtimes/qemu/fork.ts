@@ -5,8 +5,8 @@
  * its address. Before the session layer connects, the guest is re-keyed by the same rotation
  * as a Firecracker clone (../firecracker/ssh-keys/key-rotation.ts, the guest's sbx-rekey): the
  * source's rekey key logs in as root (only to sbx-rekey), writes the session's own host key,
- * client key and a rekey key of its own, reloads sshd, moves eth0 to the session's lease, and
- * the old keys are then seen refused.
+ * client key and a rekey key of its own, gives it the session's hostname and a new machine id,
+ * reloads sshd, moves eth0 to the session's lease and MAC, and the old keys are then seen refused.
  *
  * Reaching the guest at the source's address: it sits in the fork's own netns, where nothing
  * else has that address (the source's is in the source's netns, and in the host's routes); so
@@ -21,7 +21,7 @@ import type { AddressLease } from '../../network/address-pool.js';
 import { NETNS_BRIDGE } from '../../network/netns.js';
 import type { SessionKeys } from '../../transport/ssh-keys.js';
 import { run } from '../../util/exec.js';
-import { GUEST_KEY_PATHS, rotateKeysAfterRestore } from '../firecracker/ssh-keys/key-rotation.js';
+import { GUEST_KEY_PATHS, newMachineId, rotateKeysAfterRestore } from '../firecracker/ssh-keys/key-rotation.js';
 import { SshRotationTransport } from '../firecracker/ssh-keys/ssh-rotation-transport.js';
 import type { VmProcess } from '../vm/vm-process.js';
 import { maxStateBytes, untilLoaded } from './disk-pause.js';
@@ -48,6 +48,9 @@ export interface ForkRekey {
   /** The new session's keys (its config dir's). */
   keys: SessionKeys;
   lease: AddressLease;
+  /** The session's hostname (sbx-<id>, as a cold boot's) and its NIC's MAC (its QEMU command line's). */
+  hostname: string;
+  mac: string;
   /** The fork's own root_authorized_keys line (its rekey key, tied to sbx-rekey). */
   rootAuthorizedKeys: string;
   /** How long one SSH login to the guest may take (its boot timeout's share: a TCG guest under load is slow). */
@@ -72,7 +75,7 @@ export async function startAndRekeyFork(fork: ForkRekey): Promise<void> {
       sessionEndpoint: { host: lease.guest, port: GUEST_SSH_PORT },
       baseClientPrivateKey: info.rekeyPrivateKey,
       baseHostPublicKey: info.hostPublicKey,
-      network: { address: `${lease.guest}/${lease.prefixLength}`, gateway: lease.gateway },
+      network: { address: `${lease.guest}/${lease.prefixLength}`, gateway: lease.gateway, mac: fork.mac },
       connectTimeoutMs: fork.connectTimeoutMs,
     });
     const connection = await rotateKeysAfterRestore(transport, {
@@ -80,6 +83,7 @@ export async function startAndRekeyFork(fork: ForkRekey): Promise<void> {
       session: fork.keys,
       paths: GUEST_KEY_PATHS,
       rootAuthorizedKeys: fork.rootAuthorizedKeys,
+      identity: { hostname: fork.hostname, machineId: newMachineId() },
       reconnectAttempts: RECONNECT_ATTEMPTS,
     });
     // The session layer opens its own connection, as for a cold boot.

@@ -12,7 +12,7 @@ import { buildConfigDrive } from '../../guest/config-drive.js';
 import { GUEST_SSH_PORT } from '../../guest/contract.js';
 import { guestKernelCmdline } from '../../guest/kernel-cmdline.js';
 import type { ResourceNames } from '../../network/names.js';
-import { attachedNetwork, deleteTapBridge } from '../../network/netns.js';
+import { attachedNetwork, deleteTapBridge, type TapOwner } from '../../network/netns.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
 import { DEFAULT_CONSOLE_LOG_LIMITS, type ConsoleLogLimits } from '../console-log.js';
@@ -41,7 +41,6 @@ import { vsockFallbackReason } from './vsock-fallback.js';
 import { netnsArgv, spawnInNetns, spawnLoggedWithStream, type VmExit, type VmProcess } from '../vm/vm-process.js';
 import type { Duplex } from 'node:stream';
 import { findQemuProcesses, waitForPidFile } from './qemu-process.js';
-import type { TapOwner } from '../../network/netns.js';
 import type { RecordResource } from '../runtime.js';
 import { prepareVmVolumes } from '../vm/vm-volumes.js';
 import { hostCgroupVersion, removeVmCgroups, type CgroupVersion } from '../vm/cgroups.js';
@@ -274,17 +273,17 @@ export class QemuRuntime implements Runtime {
       await loadForkState(vm, vm.stream, spec.snapshot.dir, qmpSocket, argv);
       spec.step?.('snapshot loaded');
       const keys = await readSessionKeys(spec.sessionDir, spec.configDir);
-      const start = async () => void (await qmp(qmpSocket, [{ execute: 'cont' }]));
-      const connectTimeoutMs = this.accelerator === 'tcg' ? 30_000 : 5_000;
       await startAndRekeyFork({
         netns: network.netns,
         sessionDir: spec.sessionDir,
         info: fork,
         keys,
         lease: network.lease,
+        hostname: spec.hostname,
+        mac: macAddressFor(name),
         rootAuthorizedKeys,
-        start,
-        connectTimeoutMs,
+        start: async () => void (await qmp(qmpSocket, [{ execute: 'cont' }])),
+        connectTimeoutMs: this.accelerator === 'tcg' ? 30_000 : 5_000,
       });
       spec.step?.('fork re-keyed');
     }
@@ -371,7 +370,8 @@ export class QemuRuntime implements Runtime {
     consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS,
   ): Promise<AdoptedSandbox | undefined> {
     const vm = (await findQemuProcesses(this.names)).find((p) => p.sessionId === sessionId);
-    await removeState(sessionDir, false); // a state a killed pause was writing
+    // What a pause or a snapshot killed half-way left: a partial state, a migration socket.
+    await Promise.all([removeState(sessionDir, false), rm(path.join(this.migrationSockets, sessionId), { recursive: true, force: true })]);
     return adoptVmm(vm, "VM's qemu process", this.users, endpoint, sessionDir, consoleLog, () => this.reclaim(sessionId, sessionDir));
   }
 

@@ -4,7 +4,7 @@ import type { AddressLease } from '../../../network/address-pool.js';
 import type { SessionKeys } from '../../../transport/ssh-keys.js';
 import { run } from '../../../util/exec.js';
 import { SerialQueue } from '../../../util/serial-queue.js';
-import { GUEST_KEY_PATHS, rotateKeysAfterRestore, type RotationPhase } from '../ssh-keys/key-rotation.js';
+import { GUEST_KEY_PATHS, newMachineId, rotateKeysAfterRestore, type RotationPhase } from '../ssh-keys/key-rotation.js';
 import { SshRotationTransport, type SshRotationOptions } from '../ssh-keys/ssh-rotation-transport.js';
 import type { HybridVsockEndpoint } from '../../../transport/index.js';
 
@@ -37,6 +37,8 @@ const rotations = new SerialQueue();
 interface RotationKeys {
   snapshotBase: { clientPrivateKey: string; hostPublicKey: string };
   session: SessionKeys;
+  /** The session's hostname: the clone gets it and a new machine id (absent: it keeps its snapshot base's, every clone's). */
+  hostname?: string;
   onPhase?: (phase: RotationPhase) => void;
 }
 
@@ -93,6 +95,7 @@ async function rotateOver(reach: Pick<SshRotationOptions, 'baseEndpoint' | 'sess
     snapshotBase: rotation.snapshotBase,
     session: rotation.session,
     paths: GUEST_KEY_PATHS,
+    identity: rotation.hostname === undefined ? undefined : { hostname: rotation.hostname, machineId: newMachineId() },
     onPhase: rotation.onPhase,
   });
   // The session layer opens its own connection, as for a cold boot.

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { SessionKeys } from '../../../transport/ssh-keys.js';
 
@@ -32,6 +33,8 @@ export interface RotationConnection {
   writeFile(path: string, data: string, mode: number): Promise<void>;
   /** Makes sshd re-read its keys (SIGHUP) without dropping open connections. */
   reloadSshd(): Promise<void>;
+  /** Gives the guest the session's hostname and a machine id of its own. */
+  setIdentity?(identity: GuestIdentity): Promise<void>;
   /** Moves the guest to the session's address (this connection may not survive it). */
   applyNetwork?(): Promise<void>;
   close(): Promise<void>;
@@ -48,7 +51,23 @@ export interface RotationTransport<C extends RotationConnection> {
   tryLogin(clientPrivateKey: string, pinnedHostKey: string): Promise<LoginOutcome>;
 }
 
-export type RotationPhase = 'connect-template' | 'write-keys' | 'reload-sshd' | 'apply-network' | 'connect-session' | 'verify-template-refused' | 'ready';
+/** Who a restored guest is besides its keys: it wakes up with its source's. */
+export interface GuestIdentity {
+  hostname: string;
+  /** 32 lowercase hex digits (machine-id(5)). */
+  machineId: string;
+}
+
+/** A machine id as machine-id(5) asks: 128 random bits, formatted as a version 4 UUID, in 32 lowercase hex digits. */
+export function newMachineId(): string {
+  const bytes = randomBytes(16);
+  bytes[6] = ((bytes[6] ?? 0) & 0x0f) | 0x40;
+  bytes[8] = ((bytes[8] ?? 0) & 0x3f) | 0x80;
+  return bytes.toString('hex');
+}
+
+export type RotationPhase =
+  'connect-template' | 'write-keys' | 'set-identity' | 'reload-sshd' | 'apply-network' | 'connect-session' | 'verify-template-refused' | 'ready';
 
 export interface RotationPlan {
   /** The snapshot base's client private key and the host key its sshd presents. */
@@ -61,6 +80,8 @@ export interface RotationPlan {
    * QEMU fork gets its own rekey key there, so that it can be snapshotted and forked in turn.
    */
   rootAuthorizedKeys?: string;
+  /** The session's hostname and machine id, set after the keys (absent: the guest keeps its own). */
+  identity?: GuestIdentity;
   /** Attempts at the session login while sshd restarts (default 20, 100 ms apart). */
   reconnectAttempts?: number;
   reconnectDelayMs?: number;
@@ -104,6 +125,12 @@ export async function rotateKeysAfterRestore<C extends RotationConnection>(trans
     // Replaces the file, so the snapshot base's key is gone from it, not merely joined by ours.
     await baseConnection.writeFile(paths.authorizedKeys, ensureNewline(session.clientPublicKey), 0o600);
     if (paths.rootAuthorizedKeys) await baseConnection.writeFile(paths.rootAuthorizedKeys, plan.rootAuthorizedKeys ?? '', 0o600);
+
+    if (plan.identity) {
+      enter('set-identity');
+      if (!baseConnection.setIdentity) throw new Error('this connection cannot set the guest identity');
+      await baseConnection.setIdentity(plan.identity);
+    }
 
     enter('reload-sshd');
     await baseConnection.reloadSshd();

@@ -2,7 +2,7 @@ import path from 'node:path';
 import { GUEST_USER } from '../../../guest/contract.js';
 import { publicKeyBlob } from '../../../transport/ssh-keys.js';
 import { guestTransport, type GuestTransport, HostKeyMismatchError, SshAuthenticationError, type GuestEndpoint } from '../../../transport/index.js';
-import type { LoginOutcome, RotationConnection, RotationTransport } from './key-rotation.js';
+import type { GuestIdentity, LoginOutcome, RotationConnection, RotationTransport } from './key-rotation.js';
 
 /** The user the base key logs in as: root, limited by sshd to the forced sbx-rekey. */
 const REKEY_USER = 'root';
@@ -10,6 +10,12 @@ const REKEY_USER = 'root';
 const REKEY_DIR = '/sandbox/config';
 const CONNECT_TIMEOUT_MS = 5_000;
 const REKEY_TIMEOUT_MS = 10_000;
+/** What sbx-rekey accepts (it checks them again): a DNS label, machine-id(5)'s form, a locally administered MAC. */
+const HOSTNAME_PATTERN = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
+const MACHINE_ID_PATTERN = /^[0-9a-f]{32}$/;
+const MAC_PATTERN = /^02(:[0-9a-f]{2}){5}$/;
+const IPV4_CIDR = /^\d{1,3}(\.\d{1,3}){3}\/\d{1,2}$/;
+const IPV4 = /^\d{1,3}(\.\d{1,3}){3}$/;
 
 export interface SshRotationOptions {
   /** Where the clone answers as the snapshot base did: the snapshot base's address, routed for the rotation. */
@@ -19,8 +25,8 @@ export interface SshRotationOptions {
   /** The snapshot base's client key: it logs in as root, to sbx-rekey. */
   baseClientPrivateKey: string;
   baseHostPublicKey: string;
-  /** The session's address and gateway, given to `sbx-rekey network` (absent: a clone without a NIC stays without one). */
-  network?: { address: string; gateway: string };
+  /** The session's address and gateway (and MAC), given to `sbx-rekey network` (absent: a clone without a NIC stays without one). */
+  network?: RekeyNetwork;
   /** How long one login may take (default 5 s; a QEMU fork under TCG, just resumed, answers slower). */
   connectTimeoutMs?: number;
 }
@@ -67,15 +73,30 @@ export class SshRotationTransport implements RotationTransport<SshRotationConnec
   }
 }
 
+export interface RekeyNetwork {
+  address: string;
+  gateway: string;
+  /** The NIC's new MAC (QEMU: the fork's own, as its command line says); absent: the guest keeps its own. */
+  mac?: string;
+}
+
 export class SshRotationConnection implements RotationConnection {
   readonly applyNetwork: (() => Promise<void>) | undefined;
 
   constructor(
     /** The open connection; the session's one is what the rotation hands back. */
     readonly connection: GuestTransport,
-    network: { address: string; gateway: string } | undefined,
+    network: RekeyNetwork | undefined,
   ) {
-    this.applyNetwork = network ? () => this.rekey(`network ${network.address} ${network.gateway}`) : undefined;
+    this.applyNetwork = network ? async () => this.rekey(networkCommand(network)) : undefined;
+  }
+
+  /** Words of sbx-rekey's fixed command, each checked here first (and again in the guest). */
+  async setIdentity(identity: GuestIdentity): Promise<void> {
+    const { hostname, machineId } = identity;
+    if (!HOSTNAME_PATTERN.test(hostname)) throw new Error(`not a hostname: ${JSON.stringify(hostname)}`);
+    if (!MACHINE_ID_PATTERN.test(machineId) || /^0+$/.test(machineId)) throw new Error(`not a machine id: ${JSON.stringify(machineId)}`);
+    return this.rekey(`identity ${hostname} ${machineId}`);
   }
 
   async writeFile(file: string, data: string, mode: number): Promise<void> {
@@ -97,4 +118,10 @@ export class SshRotationConnection implements RotationConnection {
     const res = await this.connection.exec(command, { stdin: stdin ?? '', timeoutMs: REKEY_TIMEOUT_MS });
     if (res.exitCode !== 0) throw new Error(`sbx-rekey ${command.split(' ')[0]} failed (${res.exitCode}): ${res.stderr.toString('utf8').trim()}`);
   }
+}
+
+function networkCommand({ address, gateway, mac }: RekeyNetwork): string {
+  if (!IPV4_CIDR.test(address) || !IPV4.test(gateway)) throw new Error(`not an address and gateway: ${JSON.stringify([address, gateway])}`);
+  if (mac !== undefined && !MAC_PATTERN.test(mac)) throw new Error(`not a MAC of ours: ${JSON.stringify(mac)}`);
+  return ['network', address, gateway, ...(mac ? [mac] : [])].join(' ');
 }
