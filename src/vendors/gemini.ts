@@ -95,12 +95,18 @@ function keys(combo: string): ComputerAction {
   return { action: 'key', combos: [vendorKeyCombo(combo, 'keys')] };
 }
 
+/** How long the address bar gets to take the focus before the URL is typed. */
+const ADDRESS_BAR_FOCUS_SECONDS = 0.5;
+
 /**
- * Navigating the focused browser window's current tab: its address bar (ctrl+L), the URL
- * typed as text (already checked by openTarget: no spaces or control characters), Enter.
+ * Navigating the focused browser window's current tab: its address bar (ctrl+L), a pause, the
+ * URL typed as text (already checked by openTarget: no spaces or control characters), Enter.
+ * The pause: while a page has the focus, Firefox hands keys to the page's process first and
+ * focuses the bar only when ctrl+L comes back unused, so keys typed at once lose their first
+ * characters to the page (seen on a loaded host: "Server Not Found" for a mangled host).
  */
 export function addressBarActions(target: string): ComputerAction[] {
-  return [keys('Control+l'), { action: 'type', text: target }, keys('Enter')];
+  return [keys('Control+l'), { action: 'wait', seconds: ADDRESS_BAR_FOCUS_SECONDS }, { action: 'type', text: target }, keys('Enter')];
 }
 
 /** Nothing to press: the settled screen after the browser's step is the answer. */

@@ -266,10 +266,11 @@ describe('tool definitions', () => {
 });
 
 describe('navigating an open browser window', () => {
-  it('its address bar: ctrl+L, the URL typed, Enter', async () => {
+  it('its address bar: ctrl+L, a pause for the bar to take the focus, the URL typed, Enter', async () => {
     const { addressBarActions } = await import('../../src/vendors/gemini.js');
     assert.deepEqual(addressBarActions('http://x.test/'), [
       { action: 'key', combos: [['Control_L', 'l']] },
+      { action: 'wait', seconds: 0.5 },
       { action: 'type', text: 'http://x.test/' },
       { action: 'key', combos: [['Return']] },
     ]);
