@@ -9,8 +9,13 @@ import { SPAWNER_SOURCE } from './spawner-script.js';
 const HEAD = 9;
 /** The guest's frames are at most this long (its output comes in 32 KiB reads); longer is not our spawner. */
 const MAX_GUEST_FRAME = 64 * 1024;
-/** Output held by the host for all of a spawner's processes past which it ends (it ignored P). */
-const MAX_HELD = 4 * 1024 * 1024;
+/**
+ * Output held by the host for all of a spawner's processes past which it ends (it ignored P).
+ * What a spawner sends after a P is what it read before the P reached it: on a loaded host
+ * more than 4 MiB (a reader of 50 MB lost 1.4 MB to a spawner ended at 4). 16 MiB is the bound
+ * the SSH exec channels had (16 processes of a session, ssh2's 2 MiB window each).
+ */
+const MAX_HELD = 16 * 1024 * 1024;
 /** Standard input goes to the guest in frames of at most this. */
 const STDIN_FRAME = 32 * 1024;
 /** A process's output the host holds before it asks the spawner to stop reading it. */
