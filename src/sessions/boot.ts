@@ -309,6 +309,9 @@ async function waitForDesktop(connection: GuestTransport, desktop: Desktop, dead
   await Promise.all([waitForDisplay(desktop, deadline, isAlive), waitForDesktopStart(connection, deadline)]);
 }
 
+/** What a boot that waited in vain for the first window says (never the wait's own script). */
+const NO_WINDOW_IN_TIME = 'the desktop did not finish starting in time (the session showed no window)';
+
 /**
  * One channel whose shell waits in the guest until the mark is gone: inotifywait (in every
  * image) sleeps until it is deleted, a second at most, so the wait costs one process, not a
@@ -316,8 +319,6 @@ async function waitForDesktop(connection: GuestTransport, desktop: Desktop, dead
  * container's quota). Without inotifywait, or once the mark went before its watch was set, a
  * look every 50 ms. Bounded in the guest too.
  */
-const NO_WINDOW_IN_TIME = 'the desktop did not finish starting in time (the session showed no window)';
-
 async function waitForDesktopStart(connection: GuestTransport, deadline: number): Promise<void> {
   const looks = Math.ceil(remaining(deadline) / 50);
   const mark = DESKTOP_STARTING_MARK;
