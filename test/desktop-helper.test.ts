@@ -286,6 +286,26 @@ describe('the desktop helper: one process per session', () => {
     console.log(`desktop-helper: the helper's memory in the guest: RSS ${kib('Rss').toFixed(1)} MiB, PSS ${kib('Pss').toFixed(1)} MiB`);
   });
 
+  it('a helper killed while idle (a pkill in the guest): the next action is answered by a new one, not failed', { timeout: 60_000 }, async () => {
+    const id = ids[0] as string;
+    assert.equal((await call('GET', id, 'screen')).status, 200);
+    const [helper] = await helpersSettle(1);
+    // The close must reach the host only after the next request left it, as when the helper
+    // dies just before an action: the sshd process that carries the helper's channel is
+    // stopped while the helper is killed, and let go once the request is on its way.
+    const { text } = await guestSh(guest, `ps -o ppid= -p ${helper}`);
+    const sshd = Number(text.trim());
+    assert.ok(Number.isInteger(sshd) && sshd > 1, `the helper's parent: ${text}`);
+    await guestSh(guest, `kill -STOP ${sshd} && kill -KILL ${helper}`);
+    const next = call('GET', id, 'screen');
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await guestSh(guest, `kill -CONT ${sshd}`);
+    const res = await next;
+    assert.equal(res.status, 200, JSON.stringify(res.body));
+    const [again] = await helpersSettle(1);
+    assert.notEqual(again, helper);
+  });
+
   it('an image without sbx-desktopd (built before it): the session runs its one-shot sbx-desktop per action instead', { timeout: 60_000 }, async () => {
     const id = ids[0] as string;
     const root = await guestRootPath(id, '/usr/local/bin');

@@ -40,8 +40,14 @@ export abstract class GuestProcessChannel<T> {
     this.watch = watch;
     channel.on('data', (chunk: Buffer) => this.onData(chunk));
     channel.stderr.on('data', (chunk: Buffer) => this.onStderr(chunk, name));
-    channel.on('close', () => this.fail(this.makeError(`the ${name} channel closed`)));
+    channel.on('close', () => {
+      if (this.channel) this.closedByGuest = true;
+      this.fail(this.makeError(`the ${name} channel closed`));
+    });
   }
+
+  /** The channel ended from the guest's side (its process exited or was killed), not by us. */
+  protected closedByGuest = false;
 
   /** Output of the process; a subclass calls settle() once the answer is complete. */
   protected abstract onData(chunk: Buffer): void;

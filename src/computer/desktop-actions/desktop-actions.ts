@@ -35,6 +35,8 @@ const ANSWER_TIMEOUT_MS: Record<DesktopRequest['verb'], number> = {
   launch: 20_000,
 };
 const START_ALLOWANCE_MS = 5_000;
+/** Requests that do the same if they reach the guest twice (not open or launch: a second window; not close). */
+const REPEATABLE_VERBS: ReadonlySet<DesktopRequest['verb']> = new Set(['screen', 'windows', 'focus', 'clipboard-get', 'clipboard-set']);
 /** The one-shot helper's time per action, its start included. */
 const ONE_SHOT_TIMEOUT_MS = 20_000;
 /**
@@ -184,6 +186,10 @@ export class DesktopActions {
         this.oneShot = true;
         return this.runOnce(request);
       }
+      // A helper that died while idle (a `pkill python3` in the guest, the OOM killer) is seen
+      // only as the request meets its closed channel: a request that is the same done twice
+      // goes once more to a new helper (which must answer: it is not asked a third time).
+      if (!fresh && helper.endedUnanswered && REPEATABLE_VERBS.has(request.verb)) return this.ask(request);
       if (err instanceof DesktopChannelError) {
         throw new DesktopError(`the desktop helper failed in the guest (${request.verb}): ${err.message}; the next action starts it again`);
       }

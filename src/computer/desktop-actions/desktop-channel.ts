@@ -60,6 +60,11 @@ export class DesktopChannel extends GuestProcessChannel<Buffer> {
     return this.exitCode === HELPER_MISSING_EXIT;
   }
 
+  /** The helper's process ended before a byte of the answer came (it may have died before it read the request). */
+  get endedUnanswered(): boolean {
+    return this.closedByGuest && this.headerFilled === 0;
+  }
+
   /** Sends one request line; resolves with its answer's payload (at most maxBytes), within timeoutMs. */
   ask(line: string, maxBytes: number, timeoutMs: number): Promise<Buffer> {
     if (this.busy) return Promise.reject(new DesktopChannelError('the desktop channel is busy'));
