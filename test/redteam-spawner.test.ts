@@ -2,7 +2,8 @@
  * The process layer's spawner (src/processes/spawner.ts) is a program in the guest, so the
  * guest can replace what it answers. Here hostile spawners run for real in a real sandbox in
  * its place (a `python3 -c` of the test's, on the session's own SSH connection) and the host
- * side must stay bounded: a flood that ignores "pause", a frame announcing a gigabyte, a pid
+ * side must stay bounded: a flood past what the host granted, frames for processes never
+ * started or acknowledgements of stdin never sent, a frame announcing a gigabyte, a pid
  * that is not one, an exit status that is not one. Plus the real spawner's own behaviour
  * that the process API's tests do not show: PWD follows cwd, exit codes and signals.
  */
@@ -12,7 +13,7 @@ import vm from 'node:vm';
 import { after, before, describe, it } from 'node:test';
 import { DEFAULT_PROCESS_LIMITS } from '../src/processes/limits.js';
 import { GuestProcess, ProcessStartError } from '../src/processes/guest-process.js';
-import { Spawner } from '../src/processes/spawner.js';
+import { OUTPUT_WINDOW, Spawner } from '../src/processes/spawner.js';
 import type { GuestTransport } from '../src/transport/index.js';
 import { commandLine } from '../src/transport/quote.js';
 import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
@@ -50,7 +51,7 @@ describe('red team: a hostile spawner in the guest', () => {
     await orch?.stop();
   });
 
-  it('a flood that ignores "pause" ends the spawner, with what the host holds bounded', async () => {
+  it('a flood past the output granted ends the spawner at once, with what the host holds bounded', async () => {
     v8.setFlagsFromString('--expose-gc');
     const gc = vm.runInNewContext('gc') as () => void;
     gc();
@@ -58,16 +59,37 @@ describe('red team: a hostile spawner in the guest', () => {
     let peak = 0;
     const spawner = await Spawner.start(connection, hostile('send(b"p", ident, b"4242")\nchunk = b"x" * 60000\nwhile True: send(b"o", ident, chunk)'));
     const channel = spawner.spawn(spec, 0);
-    // Nobody reads (a laggard reader paused it): the spawner is asked to pause, and does not.
+    // Nobody reads (a laggard reader paused it): no more is granted than the first window, and
+    // the flood goes on past it. What reached the stream is what was granted, not a byte more.
     channel.pause();
     const began = performance.now();
+    let held = 0;
     const closed = new Promise<void>((resolve) => channel.once('close', resolve));
-    const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().arrayBuffers - before)), 5);
+    const sampler = setInterval(() => {
+      peak = Math.max(peak, process.memoryUsage().arrayBuffers - before);
+      held = Math.max(held, channel.readableLength);
+    }, 5);
     await Promise.race([closed, new Promise((_, reject) => setTimeout(() => reject(new Error('the flood went on')), 20_000))]);
     clearInterval(sampler);
-    console.log(`a spawner ignoring pause: ended after ${(performance.now() - began).toFixed(0)} ms, host Buffers peaked +${(peak / MiB).toFixed(1)} MiB`);
+    console.log(
+      `a spawner flooding past its grant: ended after ${(performance.now() - began).toFixed(0)} ms, the stream held at most ${(held / MiB).toFixed(2)} MiB, host Buffers peaked +${(peak / MiB).toFixed(1)} MiB`,
+    );
     assert.equal(spawner.alive, false);
-    assert.ok(peak < 32 * MiB, `the host held ${(peak / MiB).toFixed(1)} MiB`);
+    assert.ok(held <= OUTPUT_WINDOW, `the stream held ${held} bytes`);
+    // The grant, what the SSH window had in flight (2 MiB), and the frame being parsed.
+    assert.ok(peak < 8 * MiB, `the host held ${(peak / MiB).toFixed(1)} MiB`);
+  });
+
+  it('frames for a process never started, or an acknowledgement of stdin or a signal never sent, end the spawner', async () => {
+    for (const body of ['send(b"o", ident + 7, b"x")', 'send(b"x", 0, b"c 0")', 'send(b"a", ident)', 'send(b"k", ident)']) {
+      const spawner = await Spawner.start(connection, hostile(`${body}\nimport time\ntime.sleep(30)`));
+      const channel = spawner.spawn(spec, 0);
+      await Promise.race([
+        new Promise<void>((resolve) => channel.once('close', resolve)),
+        new Promise((_, reject) => setTimeout(() => reject(new Error(`${body}: the spawner went on`)), 10_000)),
+      ]);
+      assert.equal(spawner.alive, false, body);
+    }
   });
 
   it('a frame announcing a gigabyte ends it at once; nothing of it is waited for', async () => {
@@ -93,6 +115,26 @@ describe('red team: a hostile spawner in the guest', () => {
     while (process.running) await new Promise((resolve) => setTimeout(resolve, 20));
     assert.equal(process.info().exitCode, null);
     badExit.close();
+  });
+
+  it('the real spawner: a reader that stops holds the process at the window, and gets every byte when it reads on', async () => {
+    const spawner = await Spawner.start(connection);
+    const channel = spawner.spawn({ argv: ['head', '-c', String(8 * MiB), '/dev/zero'], env: [], stdin: false }, 0);
+    channel.stderr.resume();
+    channel.pause();
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    // A second and a half of a stopped reader: the guest sent what was granted, then waited.
+    const heldWhilePaused = channel.readableLength;
+    let received = 0;
+    channel.on('data', (chunk: Buffer) => (received += chunk.length));
+    const closed = new Promise<void>((resolve) => channel.once('close', resolve));
+    channel.resume();
+    await closed;
+    console.log(`a stopped reader: ${(heldWhilePaused / MiB).toFixed(2)} MiB held while stopped; ${(received / MiB).toFixed(2)} MiB read in all`);
+    assert.ok(heldWhilePaused > 0 && heldWhilePaused <= OUTPUT_WINDOW, `${heldWhilePaused} bytes held while the reader stopped`);
+    assert.equal(received, 8 * MiB);
+    assert.equal(spawner.alive, true);
+    spawner.close();
   });
 
   it('the real spawner: PWD is the cwd, the exit code and signal come through, a missing program is 127, a pkill python3 in the guest spares it', async () => {

@@ -4,7 +4,7 @@ import { exitOf, type GuestChannel, type GuestTransport } from '../transport/ind
 import type { ProcessLimits } from './limits.js';
 import { OutputLog, type OutputStream } from './output-log.js';
 import { guestCommand, NO_CWD_LINE, PID_LINE, type ProcessSpec } from './process-request.js';
-import type { Spawner } from './spawner.js';
+import { SpawnedChannel, type Spawner } from './spawner.js';
 import { OutputReader, type ProcessEndReason, type ProcessExit, type ReadableProcess, type ReaderTarget } from './readers.js';
 
 /** Signals a client may send (by name, without SIG): nothing else reaches `pkill`. */
@@ -233,7 +233,9 @@ export class GuestProcess implements ReadableProcess {
   async signal(name: SignalName): Promise<void> {
     if (!SIGNALS.includes(name)) throw new InvalidRequestError(`signal must be one of ${SIGNALS.join(', ')}`);
     if (!this.running) throw new OrchestratorError('process_exited', `process ${this.pid} has exited`);
-    await this.connection.exec(`pkill -${name} -s ${this.pid}`, { timeoutMs: SIGNAL_TIMEOUT_MS, maxOutputBytes: 4096 });
+    // A process of the spawner is signalled by it (one frame); one on a channel of its own by `pkill`.
+    if (this.channel instanceof SpawnedChannel) await this.channel.signal(name, SIGNAL_TIMEOUT_MS);
+    else await this.connection.exec(`pkill -${name} -s ${this.pid}`, { timeoutMs: SIGNAL_TIMEOUT_MS, maxOutputBytes: 4096 });
   }
 
   /** SIGTERM, then SIGKILL after the grace if it is still running. Resolves once it ended. */
@@ -251,7 +253,11 @@ export class GuestProcess implements ReadableProcess {
   async stop(): Promise<void> {
     if (!this.running) return;
     this.stopping ??= 'session_ended';
-    await this.connection.exec(`pkill -KILL -s ${this.pid}`, { timeoutMs: 2_000, maxOutputBytes: 4096 }).catch(() => undefined);
+    const killed =
+      this.channel instanceof SpawnedChannel
+        ? this.channel.signal('KILL', 2_000)
+        : this.connection.exec(`pkill -KILL -s ${this.pid}`, { timeoutMs: 2_000, maxOutputBytes: 4096 });
+    await killed.catch(() => undefined);
     this.channel.close();
     this.finish();
   }

@@ -6,12 +6,15 @@
  *
  * Frames both ways: a type byte, the process's id (u32, the host's), the payload's length
  * (u32), the payload. Host to guest: S start (JSON {argv, cwd, env: [[name, value]]}: data,
- * never a shell's text), I stdin bytes, E stdin's end, P pause output, R resume, C close
- * (forget it). Guest to host: h hello (once), p pid (decimal), n cwd not enterable, o/e
- * stdout/stderr bytes (at most 32 KiB), a one stdin frame taken (at once while at
- * most 1 MiB waits for the process, as sshd's window would take it, else once written), x exit ("c N" or
- * "s NAME"), z closed (exited and both pipes at their end). Every process runs in a session
- * of its own (setsid: its pid is its session's id, which signals name, as with sshd).
+ * never a shell's text), I stdin bytes, E stdin's end, G grant (u32: that many more bytes of
+ * output may be sent, as an SSH window adjust), K signal (a name: TERM, KILL, ...) to every process of
+ * the process's session, as `pkill -s` does, C close (forget it). Guest to host: h hello
+ * (once), p pid (decimal), n cwd not enterable, o/e stdout/stderr bytes (at most 32 KiB, and
+ * never more than granted: the process's pipes are not read while its grant is spent), a one
+ * stdin frame taken (at once while at most 1 MiB waits for the process, as sshd's window
+ * would take it, else once written), k one signal frame done, x exit ("c N" or "s NAME"), z closed (exited and both
+ * pipes at their end). Every process runs in a session of its own (setsid: its pid is its
+ * session's id, which signals name, as with sshd).
  */
 export const SPAWNER_SOURCE = String.raw`
 import errno, json, os, selectors, signal, struct, subprocess, sys
@@ -47,13 +50,13 @@ by_pid = {}
 class Proc:
     def __init__(self, ident):
         self.id = ident; self.pid = 0; self.fds = {}; self.stdin = None; self.pending = []; self.eof = False
-        self.paused = False; self.status = None; self.done = False
+        self.credit = 0; self.status = None; self.done = False
         self.held = 0; self.unacked = []; self.unacked_bytes = 0; self.popen = None
 def watch(p):
     for kind, fd in list(p.fds.items()):
         try: sel.unregister(fd)
         except KeyError: pass
-        if not p.paused: sel.register(fd, selectors.EVENT_READ, (kind, p))
+        if p.credit > 0: sel.register(fd, selectors.EVENT_READ, (kind, p))
     if p.stdin is not None:
         try: sel.unregister(p.stdin)
         except KeyError: pass
@@ -145,9 +148,23 @@ def flush_stdin(p):
     release_acks(p)
     if not p.pending and p.eof: close_stdin(p)
     if p.stdin is not None: watch(p)
+def signal_session(sid, name):
+    try: signum = signal.Signals["SIG" + name.decode("ascii")]
+    except (KeyError, UnicodeDecodeError): return
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit(): continue
+        try:
+            with open("/proc/" + entry + "/stat", "rb") as f: stat = f.read()
+            # After the command's ")": state, ppid, pgrp, session.
+            if int(stat[stat.rindex(b")") + 2:].split()[3]) == sid: os.kill(int(entry), signum)
+        except (OSError, ValueError, IndexError):
+            pass
 def handle(kind, ident, payload):
     p = procs.get(ident)
-    if kind == b"S":
+    if kind == b"K":
+        if p is not None and p.pid > 0: signal_session(p.pid, payload)
+        send(b"k", ident)
+    elif kind == b"S":
         if ident not in procs: start(ident, json.loads(payload))
     elif p is None:
         if kind == b"I": send(b"a", ident)
@@ -158,10 +175,9 @@ def handle(kind, ident, payload):
             flush_stdin(p)
     elif kind == b"E":
         p.eof = True; flush_stdin(p)
-    elif kind == b"P":
-        p.paused = True; watch(p)
-    elif kind == b"R":
-        p.paused = False; watch(p)
+    elif kind == b"G":
+        if len(payload) == 4:
+            p.credit += struct.unpack(">I", payload)[0]; watch(p)
     elif kind == b"C":
         p.done = True; forget(p)
 buf = b""
@@ -186,11 +202,14 @@ while True:
         elif what == "w":
             if p.id in procs: flush_stdin(p)
         elif p.id in procs and key.fd in p.fds.values():
-            try: data = os.read(key.fd, CHUNK)
+            if p.credit <= 0: continue
+            try: data = os.read(key.fd, min(CHUNK, p.credit))
             except BlockingIOError: continue
             except OSError: data = b""
             if data:
+                p.credit -= len(data)
                 send(b"o" if what == "o" else b"e", p.id, data)
+                if p.credit <= 0: watch(p)
             else:
                 sel.unregister(key.fd); os.close(key.fd); del p.fds[what]
                 finish(p)

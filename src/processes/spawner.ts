@@ -10,15 +10,20 @@ const HEAD = 9;
 /** The guest's frames are at most this long (its output comes in 32 KiB reads); longer is not our spawner. */
 const MAX_GUEST_FRAME = 64 * 1024;
 /**
- * Output held by the host for all of a spawner's processes past which it ends (it ignored P).
- * What a spawner sends after a P is what it read before the P reached it: on a loaded host
- * more than 4 MiB (a reader of 50 MB lost 1.4 MB to a spawner ended at 4). 16 MiB is the bound
- * the SSH exec channels had (16 processes of a session, ssh2's 2 MiB window each).
+ * Output a process may have in flight or held by the host, not yet read by the process layer:
+ * the spawner sends a process's output only as far as the host granted it (G frames, as an
+ * SSH window), so what the host holds is bounded by this per process whatever the guest does,
+ * and a byte past the grant is a spawner that is not ours: it ends. 1 MiB keeps a reader at
+ * full speed (the grant is topped up as each quarter of it is read).
  */
-const MAX_HELD = 16 * 1024 * 1024;
+export const OUTPUT_WINDOW = 1024 * 1024;
+/** The grant is topped up once this much of the window is free again (fewer, larger G frames). */
+const GRANT_STEP = OUTPUT_WINDOW / 4;
+/** A forgotten process's control frames that may still be in flight: its exit, close and stdin acknowledgements. */
+const STRAY_CONTROL_BYTES = 4096;
 /** Standard input goes to the guest in frames of at most this. */
 const STDIN_FRAME = 32 * 1024;
-/** A process's output the host holds before it asks the spawner to stop reading it. */
+/** A process's output stream's buffer (the window above is what bounds it; see topUp). */
 const OUTPUT_HIGH_WATER = 64 * 1024;
 /**
  * Standard input a write takes before it says to wait: above the process layer's own cap
@@ -27,19 +32,23 @@ const OUTPUT_HIGH_WATER = 64 * 1024;
  */
 const STDIN_WINDOW = 2 * 1024 * 1024;
 const START_TIMEOUT_MS = 10_000;
-const SPAWNER_COMMAND = `exec ${commandLine(['/usr/bin/python3', '-I', '-S', '-c', SPAWNER_SOURCE])}`;
+export const SPAWNER_COMMAND = `exec ${commandLine(['/usr/bin/python3', '-I', '-S', '-c', SPAWNER_SOURCE])}`;
 
 /**
  * A process forked by the guest's spawner, seen as the channel GuestProcess reads: stdout as
  * its data, stderr, 'exit' (code, signal) and 'close', stdin written as frames that the
  * spawner acknowledges once they reached the process (so a process that does not read its
- * stdin fills writableLength, as a channel's window would), pause/resume by the streams'
- * own back-pressure. Its first stderr bytes are the pid line the wrapper shell would print.
+ * stdin fills writableLength, as a channel's window would), output as far as granted, the
+ * grant topped up as the streams are read. Its first stderr bytes are the pid line the
+ * wrapper shell would print.
  */
 export class SpawnedChannel extends Duplex implements GuestChannel {
   readonly stderr: Readable;
   private readonly acks: Array<{ frames: number; done: (err?: Error | null) => void }> = [];
-  private outputPaused = false;
+  /** Signals sent, waiting for the spawner to say they were delivered. */
+  private readonly signalled: Array<() => void> = [];
+  /** Output the guest may still send (granted, not yet received). */
+  private credit = 0;
   private gone = false;
 
   constructor(
@@ -47,13 +56,13 @@ export class SpawnedChannel extends Duplex implements GuestChannel {
     readonly ident: number,
   ) {
     super({ readableHighWaterMark: OUTPUT_HIGH_WATER, writableHighWaterMark: STDIN_WINDOW, allowHalfOpen: true });
-    this.stderr = new Readable({ highWaterMark: OUTPUT_HIGH_WATER, read: () => this.wantMore() });
+    this.stderr = new Readable({ highWaterMark: OUTPUT_HIGH_WATER, read: () => this.topUp() });
     this.stderr.on('error', () => undefined);
     this.on('error', () => undefined);
   }
 
   override _read(): void {
-    this.wantMore();
+    this.topUp();
   }
 
   override _write(chunk: Buffer, _encoding: BufferEncoding, done: (err?: Error | null) => void): void {
@@ -80,45 +89,76 @@ export class SpawnedChannel extends Duplex implements GuestChannel {
     this.ended();
   }
 
+  /**
+   * Sends the signal (one of GuestProcess's SIGNALS) to every process of this process's
+   * session in the guest; resolves once the spawner did, or the process is gone (an answer
+   * that comes after the time limit is still taken as this signal's).
+   */
+  signal(name: string, timeoutMs: number): Promise<void> {
+    if (this.gone) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`the spawner did not send ${name} within ${timeoutMs} ms`)), timeoutMs);
+      this.signalled.push(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+      this.spawner.send('K', this.ident, Buffer.from(name, 'latin1'));
+    });
+  }
+
   setWindow(): void {
     // Only terminal processes have a window; they run on sshd's channels, not here.
   }
 
-  /** The guest's frame for this process. */
-  frame(kind: string, payload: Buffer): void {
-    if (this.gone) return;
+  /**
+   * The guest's frame for this process; false when it broke the protocol (output past its
+   * grant, an acknowledgement of stdin never sent): the spawner is not ours.
+   */
+  frame(kind: string, payload: Buffer): boolean {
+    if (this.gone) return true;
+    if (kind === 'o' || kind === 'e') {
+      if (payload.length > this.credit) return false;
+      this.credit -= payload.length;
+    }
     switch (kind) {
       case 'p': {
         // Digits only, or a line GuestProcess refuses as not a pid: nothing else rides on it.
         const pid = payload.toString('latin1');
-        this.deliver(this.stderr, Buffer.from(`${PID_LINE}${/^[0-9]{1,7}$/.test(pid) ? pid : 'bad'}\n`, 'latin1'));
-        return;
+        this.stderr.push(Buffer.from(`${PID_LINE}${/^[0-9]{1,7}$/.test(pid) ? pid : 'bad'}\n`, 'latin1'));
+        return true;
       }
       case 'n':
-        this.deliver(this.stderr, Buffer.from(`${NO_CWD_LINE}\n`));
+        this.stderr.push(Buffer.from(`${NO_CWD_LINE}\n`));
         this.ended(false);
-        return;
+        return true;
       case 'o':
-        this.deliver(this, payload);
-        return;
+        this.push(payload);
+        this.topUp();
+        return true;
       case 'e':
-        this.deliver(this.stderr, payload);
-        return;
+        this.stderr.push(payload);
+        this.topUp();
+        return true;
       case 'a':
-        this.acked();
-        return;
+        return this.acked();
+      case 'k': {
+        const done = this.signalled.shift();
+        done?.();
+        return done !== undefined;
+      }
       case 'x': {
         const text = payload.toString('latin1');
         const code = Number(text.slice(2));
         if (text.startsWith('c ')) this.emit('exit', Number.isInteger(code) && code >= 0 && code <= 255 ? code : null, undefined);
         else if (text.startsWith('s ') && /^[A-Z0-9]{1,16}$/.test(text.slice(2))) this.emit('exit', null, text.slice(2));
         else this.emit('exit', null, null);
-        return;
+        return true;
       }
       case 'z':
         this.ended(false);
-        return;
+        return true;
     }
+    return true;
   }
 
   /**
@@ -129,8 +169,9 @@ export class SpawnedChannel extends Duplex implements GuestChannel {
   ended(now = true): void {
     if (this.gone) return;
     this.gone = true;
-    this.spawner.forget(this.ident);
+    this.spawner.forget(this.ident, this.credit);
     for (const ack of this.acks.splice(0)) ack.done();
+    for (const done of this.signalled.splice(0)) done();
     this.push(null);
     this.stderr.push(null);
     if (now) {
@@ -147,45 +188,46 @@ export class SpawnedChannel extends Duplex implements GuestChannel {
     else this.stderr.once('end', one);
   }
 
-  /** Output held here, not yet read by the process layer (what a spawner that ignores P would grow). */
+  /** Output held here, not yet read by the process layer. */
   get held(): number {
     return this.readableLength + this.stderr.readableLength;
   }
 
-  private deliver(stream: Readable, data: Buffer): void {
-    if (!stream.push(data) && !this.outputPaused) {
-      this.outputPaused = true;
-      this.spawner.send('P', this.ident);
-    }
+  /** Grant the guest what is free of the window again, once it is at least a GRANT_STEP. */
+  topUp(): void {
+    if (this.gone) return;
+    const free = OUTPUT_WINDOW - this.credit - this.held;
+    if (free < GRANT_STEP) return;
+    this.credit += free;
+    const amount = Buffer.alloc(4);
+    amount.writeUInt32BE(free, 0);
+    this.spawner.send('G', this.ident, amount);
   }
 
-  /** A stream asks for more (_read: its buffer went under the high-water mark): the guest reads on. */
-  private wantMore(): void {
-    if (!this.outputPaused || this.gone) return;
-    this.outputPaused = false;
-    this.spawner.send('R', this.ident);
-  }
-
-  private acked(): void {
+  private acked(): boolean {
     const head = this.acks[0];
-    if (!head) return;
+    if (!head) return false;
     if (--head.frames <= 0) {
       this.acks.shift();
       head.done();
     }
+    return true;
   }
 }
 
 /**
  * The session's spawner: the guest's end (spawner-script.ts) on one channel, the processes it
  * forked by their ids. Everything the guest sends is bounded here: a frame longer than
- * MAX_GUEST_FRAME or of an unknown type ends the spawner (its processes end as their
- * connection lost), a frame for an id we do not know is dropped, the pid is checked by
- * GuestProcess as the wrapper's pid line is.
+ * MAX_GUEST_FRAME or of an unknown type, output past a process's grant, a frame for a process
+ * never started or more for forgotten ones than could be in flight ends the spawner (its
+ * processes end as their connection lost); the pid is checked by GuestProcess as the
+ * wrapper's pid line is.
  */
 export class Spawner {
   private readonly processes = new Map<number, SpawnedChannel>();
   private nextId = 1;
+  /** Bytes of frames for forgotten processes that may still arrive (see forget). */
+  private strayAllowance = 0;
   private pending: Buffer = Buffer.alloc(0);
   private dead = false;
 
@@ -200,7 +242,7 @@ export class Spawner {
    * Starts the spawner in the guest; resolves once it said hello (rejects if it cannot run: no
    * python3). `command` is a fixed one of ours (the red-team tests run a hostile one in its place).
    */
-  static async start(connection: GuestTransport, command = SPAWNER_COMMAND): Promise<Spawner> {
+  static async start(connection: Pick<GuestTransport, 'spawn'>, command = SPAWNER_COMMAND): Promise<Spawner> {
     const channel = await connection.spawn(command, START_TIMEOUT_MS);
     let timer: NodeJS.Timeout | undefined;
     try {
@@ -242,6 +284,7 @@ export class Spawner {
     const channel = new SpawnedChannel(this, ident);
     this.processes.set(ident, channel);
     this.send('S', ident, Buffer.from(JSON.stringify({ argv, cwd: spec.cwd ?? `/home/${GUEST_USER}`, env })));
+    channel.topUp();
     return channel;
   }
 
@@ -254,8 +297,13 @@ export class Spawner {
     this.channel.write(payload.length > 0 ? Buffer.concat([head, payload]) : head);
   }
 
-  forget(ident: number): void {
-    this.processes.delete(ident);
+  /**
+   * A process the host is done with: frames for it may still be in flight (its output as far
+   * as granted, its last few control frames), and are dropped; beyond that allowance they are
+   * a spawner that is not ours.
+   */
+  forget(ident: number, credit: number): void {
+    if (this.processes.delete(ident)) this.strayAllowance += credit + STRAY_CONTROL_BYTES;
   }
 
   close(): void {
@@ -268,24 +316,20 @@ export class Spawner {
       const kind = String.fromCharCode(this.pending[0] as number);
       const ident = this.pending.readUInt32BE(1);
       const length = this.pending.readUInt32BE(5);
-      if (length > MAX_GUEST_FRAME || !'pnoeaxz'.includes(kind)) return this.die();
+      if (length > MAX_GUEST_FRAME || !'pnoeaxzk'.includes(kind)) return this.die();
       if (this.pending.length < HEAD + length) return;
       const payload = this.pending.subarray(HEAD, HEAD + length);
       this.pending = this.pending.subarray(HEAD + length);
       if ((kind === 'p' || kind === 'x') && length > 32) return this.die();
       const process = this.processes.get(ident);
-      if (!process) continue;
-      process.frame(kind, payload);
-      // Output keeps coming while the host asked to pause (in flight: at most the SSH window);
-      // past MAX_HELD across the processes, the spawner is not ours: it ends.
-      if ((kind === 'o' || kind === 'e') && process.held > OUTPUT_HIGH_WATER && this.heldTotal() > MAX_HELD) return this.die();
+      if (process) {
+        if (!process.frame(kind, payload)) return this.die();
+        continue;
+      }
+      // A process we never started, or more for forgotten ones than could be in flight.
+      this.strayAllowance -= HEAD + length;
+      if (ident === 0 || ident >= this.nextId || this.strayAllowance < 0) return this.die();
     }
-  }
-
-  private heldTotal(): number {
-    let total = 0;
-    for (const process of this.processes.values()) total += process.held;
-    return total;
   }
 
   private die(): void {
