@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, rm, rmdir, stat, symlink } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, rmdir, stat, symlink } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -23,7 +23,8 @@ import { removeEmptyPrefixCgroups, TEST_PREFIX } from './helpers/orchestrator.js
  * ends its QEMU and leaves a state file; the orchestrator is killed and started again, and
  * adopts it paused; the resume starts a new QEMU from the file: the same process counts on from
  * where it stopped, the log is whole, the screen is as it was (but for the counter's window),
- * and the state file is gone.
+ * and the state file is gone. Then a host reboot is played (what it takes from the kernel and
+ * /run, taken) while paused to disk: the restart makes its network again and it resumes.
  */
 const NAMES = new ResourceNames(TEST_PREFIX);
 const COUNTER_BOX = { width: 360, height: 120 };
@@ -63,7 +64,7 @@ async function qemuPids(id: string): Promise<number[]> {
   return (await findQemuProcesses(NAMES)).filter((p) => p.sessionId === id).map((p) => p.pid);
 }
 
-describe('pause to disk of a qemu desktop, across an orchestrator SIGKILL', () => {
+describe('pause to disk of a qemu desktop, across an orchestrator SIGKILL and a host reboot', () => {
   let id: string;
   let qemuBefore: number[];
   let beforePause: { pid: number; count: number };
@@ -243,6 +244,36 @@ describe('pause to disk of a qemu desktop, across an orchestrator SIGKILL', () =
     if (state === 'paused') assert.equal((await api('POST', `/v1/sessions/${id}/resume`)).status, 200);
     const now = await counter(id);
     assert.equal(now.pid, beforePause.pid, 'the same process, still');
+    await until('it counts on', async () => (await counter(id)).count > now.count);
+  });
+
+  it('survives a host reboot while paused to disk: its network is made again, and it resumes where it was', async () => {
+    const atPause = await counter(id);
+    const paused = await api('POST', `/v1/sessions/${id}/pause`, { mode: 'disk' });
+    assert.equal(paused.status, 200, JSON.stringify(paused.json));
+    child?.kill('SIGKILL');
+    await new Promise((resolve) => child?.once('exit', resolve));
+    // What a reboot takes and the disk keeps: the session's netns (its veth and TAP with it), the
+    // policy table, the cgroups, what is under /run. The state file and the session dir stay.
+    const netns = NAMES.netns(id);
+    execFileSync('ip', ['netns', 'delete', netns]);
+    execFileSync('nft', ['delete', 'table', 'inet', NAMES.policyTable]);
+    await rm(`/run/${TEST_PREFIX}qemu-migrate`, { recursive: true, force: true });
+    for (const controller of await readdir('/sys/fs/cgroup').catch(() => [] as string[])) {
+      const parent = path.join('/sys/fs/cgroup', controller, TEST_PREFIX.slice(0, -1));
+      await rmdir(path.join(parent, NAMES.vm(id))).catch(() => undefined);
+    }
+    assert.ok(!existsSync(`/var/run/netns/${netns}`));
+    child = await startServeOn(stateDir, port, SERVE_ENV, 'qemu');
+    const got = await api('GET', `/v1/sessions/${id}`);
+    assert.equal(got.json.state, 'paused');
+    assert.equal((got.json.paused as Json).mode, 'disk');
+    assert.ok(existsSync(`/var/run/netns/${netns}`), 'its netns made again');
+    const resumed = await api('POST', `/v1/sessions/${id}/resume`);
+    assert.equal(resumed.status, 200, JSON.stringify(resumed.json));
+    const now = await counter(id);
+    assert.equal(now.pid, beforePause.pid, 'the same process, after the reboot');
+    assert.ok(now.count >= atPause.count, `not from zero (${atPause.count} -> ${now.count})`);
     await until('it counts on', async () => (await counter(id)).count > now.count);
   });
 

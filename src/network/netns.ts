@@ -1,3 +1,4 @@
+import { access } from 'node:fs/promises';
 import { run } from '../util/exec.js';
 import type { CleanupStack } from '../util/cleanup-stack.js';
 import type { AddressLease } from './address-pool.js';
@@ -135,6 +136,14 @@ export async function deleteTapBridge(netns: string): Promise<void> {
       throw new Error(`ip -n ${netns} link delete ${link}: ${res.stderr.trim()}`);
     }
   }
+}
+
+/** Whether the named netns is there (a host reboot takes them all). */
+export function netnsExists(netns: string): Promise<boolean> {
+  return access(`/var/run/netns/${netns}`).then(
+    () => true,
+    () => false,
+  );
 }
 
 export async function deleteNetns(netns: string): Promise<void> {

@@ -220,6 +220,8 @@ export interface PausedOnDisk {
   since: string;
   /** Frees what the runtime holds for it (its uid, cgroup, TAP), as a destroy would. */
   release(): Promise<void>;
+  /** The VM's own uid and gid, which its TAP must belong to if the network is made again (after a host reboot). */
+  vmUser?: { uid: number; gid: number };
 }
 
 /** What a pause holds on the host: the bytes of state it wrote to disk (0 for memory). */

@@ -3,8 +3,9 @@ import type { Logger } from 'pino';
 import type { SettleOptions } from '../computer/computer-tool.js';
 import type { AddressPool } from '../network/address-pool.js';
 import type { ResourceNames } from '../network/names.js';
-import { deleteLink, deleteNetns } from '../network/netns.js';
-import type { Runtime } from '../runtimes/runtime.js';
+import { createSandboxNetwork, deleteLink, deleteNetns, netnsExists } from '../network/netns.js';
+import type { PausedOnDisk, Runtime } from '../runtimes/runtime.js';
+import { CleanupStack } from '../util/cleanup-stack.js';
 import type { ConsoleLogLimits } from '../runtimes/console-log.js';
 import { publicKeyBlob, readSessionKeys } from '../transport/ssh-keys.js';
 import { GUEST_SSH_PORT } from '../guest/contract.js';
@@ -62,6 +63,7 @@ export async function adoptSession(record: SessionRecord, ctx: AdoptContext): Pr
   if (onDisk) {
     const session = new Session(record);
     await holdResources(session, ctx, lease, sessionDir, () => onDisk.release());
+    if (lease) await remakeNetwork(record.id, lease, onDisk, ctx, log);
     session.processAway = true;
     const since = record.paused?.mode === 'disk' ? record.paused.since : onDisk.since;
     record.paused = { mode: 'disk', since, bytes: onDisk.bytes };
@@ -131,4 +133,30 @@ async function holdResources(
   await session.cleanup.push(`netns ${ctx.names.netns(id)}`, () => deleteNetns(ctx.names.netns(id)));
   if (lease) await session.cleanup.push(`veth ${ctx.names.hostVeth(id)}`, () => deleteLink(ctx.names.hostVeth(id)));
   await session.cleanup.push(`sandbox ${id}`, releaseSandbox);
+}
+
+/**
+ * A host reboot since the pause took the session's netns, veth and TAP with it (the state file
+ * is on disk, they were in the kernel): they are made again as the boot made them, with the
+ * same address and the TAP the VM's own, so that the resume has a network to start the VM in.
+ * Their releases are already the session's (holdResources, the runtime's). One that cannot be
+ * made is logged: the resume then fails saying why, and a delete still frees everything.
+ */
+async function remakeNetwork(
+  sessionId: string,
+  lease: ReturnType<AddressPool['describe']>,
+  onDisk: PausedOnDisk,
+  ctx: AdoptContext,
+  log: Logger,
+): Promise<void> {
+  const netns = ctx.names.netns(sessionId);
+  if (await netnsExists(netns)) return;
+  const made = new CleanupStack();
+  try {
+    await createSandboxNetwork(ctx.names, sessionId, lease, made, ctx.runtime.capabilities.networkAttachment, onDisk.vmUser);
+    log.info({ netns }, 'made the network of a session paused to disk again (the host rebooted since the pause)');
+  } catch (err) {
+    log.warn({ err, netns }, 'could not make the network of a session paused to disk again: its resume will fail');
+    await made.run().catch(() => undefined);
+  }
 }

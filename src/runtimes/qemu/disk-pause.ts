@@ -257,6 +257,7 @@ export class QemuDiskPause {
     if (owner) this.deps.users.claim(owner.uid);
     return {
       ...saved,
+      ...(owner ? { vmUser: owner } : {}),
       release: async () => {
         await this.deps.reclaim(sessionId, sessionDir);
         if (owner) this.deps.users.release(owner.uid);
