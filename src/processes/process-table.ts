@@ -121,10 +121,11 @@ export class ProcessTable {
   private account(delta: number, writer: GuestProcess): void {
     this.held += delta;
     if (delta <= 0 || this.held <= this.limits.bufferBytesPerSession) return;
-    // Over the session's budget: the writer's own oldest output first...
-    while (this.held > this.limits.bufferBytesPerSession && writer.log.dropOldest() > 0);
-    // ... then that of finished processes, oldest first, then of other running ones.
-    for (const other of [...[...this.finished.values()].map((f) => f.process), ...this.running.values()]) {
+    // Over the session's budget: what finished processes left first, oldest first (history,
+    // kept for a replay), then the writer's own oldest output, then other running ones'. The
+    // writer's own first would drop output its attached reader has not read yet whenever
+    // earlier processes of the session hold most of the budget.
+    for (const other of [...[...this.finished.values()].map((f) => f.process), writer, ...this.running.values()]) {
       while (this.held > this.limits.bufferBytesPerSession && other.log.dropOldest() > 0);
     }
   }

@@ -13,10 +13,12 @@ const MAX_GUEST_FRAME = 64 * 1024;
  * Output a process may have in flight or held by the host, not yet read by the process layer:
  * the spawner sends a process's output only as far as the host granted it (G frames, as an
  * SSH window), so what the host holds is bounded by this per process whatever the guest does,
- * and a byte past the grant is a spawner that is not ours: it ends. 1 MiB keeps a reader at
- * full speed (the grant is topped up as each quarter of it is read).
+ * and a byte past the grant is a spawner that is not ours: it ends. 256 KiB keeps a reader at
+ * full speed (the grant is topped up as each quarter of it is read), and is what a paused
+ * channel can hand the process layer at once when it resumes: that layer pauses a process
+ * whose reader is half its 1 MiB log behind, so a window as large as the log overran it.
  */
-export const OUTPUT_WINDOW = 1024 * 1024;
+export const OUTPUT_WINDOW = 256 * 1024;
 /** The grant is topped up once this much of the window is free again (fewer, larger G frames). */
 const GRANT_STEP = OUTPUT_WINDOW / 4;
 /** A forgotten process's control frames that may still be in flight: its exit, close and stdin acknowledgements. */

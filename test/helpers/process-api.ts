@@ -17,10 +17,19 @@ export interface ProcessOutput {
  */
 export async function readProcessOutput(
   url: string,
-  opts: { from?: number; stopAfter?: number; headers?: Record<string, string> } = {},
+  opts: { from?: number; stopAfter?: number; headers?: Record<string, string>; start?: unknown } = {},
 ): Promise<ProcessOutput> {
   const controller = new AbortController();
-  const response = await fetch(`${url}${opts.from === undefined ? '' : `?from=${opts.from}`}`, { signal: controller.signal, headers: opts.headers ?? {} });
+  // With `start`, `url` is the processes route: the process starts and is followed in one
+  // request (Accept: text/event-stream), so no output comes before the reader is there.
+  const response = opts.start
+    ? await fetch(url, {
+        method: 'POST',
+        signal: controller.signal,
+        headers: { ...opts.headers, 'content-type': 'application/json', accept: 'text/event-stream' },
+        body: JSON.stringify(opts.start),
+      })
+    : await fetch(`${url}${opts.from === undefined ? '' : `?from=${opts.from}`}`, { signal: controller.signal, headers: opts.headers ?? {} });
   if (response.status !== 200) throw new Error(`output: ${response.status} ${await response.text()}`);
   const stdout: Buffer[] = [];
   const stderr: Buffer[] = [];
