@@ -70,7 +70,9 @@ describe('the spawner sends output only as far as it is granted', () => {
     channel.on('data', (chunk: Buffer) => (received += chunk.length));
     await closed(channel);
     const seconds = (performance.now() - started) / 1000;
-    console.log(`spawner output: ${size / MiB} MiB in ${seconds.toFixed(2)} s (${(size / MiB / seconds).toFixed(0)} MiB/s) through 1 MiB grants`);
+    console.log(
+      `spawner output: ${size / MiB} MiB in ${seconds.toFixed(2)} s (${(size / MiB / seconds).toFixed(0)} MiB/s) through ${OUTPUT_WINDOW / 1024} KiB grants`,
+    );
     assert.equal(received, size);
     spawner.close();
   });
