@@ -22,7 +22,7 @@ export interface OutputSlice {
  * session's budget (`onHeld`), which may ask this log to drop its oldest chunks.
  */
 export class OutputLog {
-  private chunks: OutputChunk[] = [];
+  private chunks: Array<OutputChunk | undefined> = [];
   private head = 0;
   private held = 0;
   /** Offset after the last byte ever pushed. */
@@ -57,6 +57,9 @@ export class OutputLog {
   dropOldest(): number {
     if (this.chunks.length - this.head <= 1) return 0;
     const chunk = this.chunks[this.head] as OutputChunk;
+    // Let go of its bytes now, not at the next compaction: a thousand dropped chunks of 32 KiB
+    // kept alive would be 32 MiB nobody can read.
+    this.chunks[this.head] = undefined;
     this.head++;
     if (this.head > 1024 && this.head * 2 > this.chunks.length) {
       this.chunks = this.chunks.slice(this.head);

@@ -52,6 +52,8 @@ export class SpawnedChannel extends Duplex implements GuestChannel {
   /** Output the guest may still send (granted, not yet received). */
   private credit = 0;
   private gone = false;
+  /** The frames a process gets once: its pid ('p', first) and its exit status ('x'). */
+  private readonly told = new Set<'p' | 'x'>();
 
   constructor(
     private readonly spawner: Spawner,
@@ -124,6 +126,9 @@ export class SpawnedChannel extends Duplex implements GuestChannel {
     }
     switch (kind) {
       case 'p': {
+        // Once, first: a second pid could name another process for the signals that follow.
+        if (this.told.size > 0) return false;
+        this.told.add('p');
         // Digits only, or a line GuestProcess refuses as not a pid: nothing else rides on it.
         const pid = payload.toString('latin1');
         this.stderr.push(Buffer.from(`${PID_LINE}${/^[0-9]{1,7}$/.test(pid) ? pid : 'bad'}\n`, 'latin1'));
@@ -149,6 +154,9 @@ export class SpawnedChannel extends Duplex implements GuestChannel {
         return done !== undefined;
       }
       case 'x': {
+        // Once: a second status would end the process twice for whoever waits on it.
+        if (this.told.has('x')) return false;
+        this.told.add('x');
         const text = payload.toString('latin1');
         const code = Number(text.slice(2));
         if (text.startsWith('c ')) this.emit('exit', Number.isInteger(code) && code >= 0 && code <= 255 ? code : null, undefined);

@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { describe, it } from 'node:test';
+import v8 from 'node:v8';
+import vm from 'node:vm';
 import { OutputLog } from '../../src/processes/output-log.js';
 import { guestCommand, parseProcessSpec } from '../../src/processes/process-request.js';
 
@@ -38,6 +40,18 @@ describe('process output log', () => {
     assert.deepEqual({ start: log.start, held }, { start: 12, held: 16 });
     log.clear();
     assert.equal(held, 0);
+  });
+  it('lets go of a dropped chunk at once, not at its next compaction', async () => {
+    v8.setFlagsFromString('--expose-gc');
+    const gc = vm.runInNewContext('gc') as () => void;
+    const log = new OutputLog(64 * 1024, () => undefined);
+    const first = new WeakRef(Buffer.alloc(32 * 1024, 1).buffer);
+    log.push('stdout', Buffer.from(first.deref() as ArrayBuffer));
+    for (let i = 0; i < 100; i++) log.push('stdout', Buffer.alloc(32 * 1024));
+    await new Promise((resolve) => setImmediate(resolve));
+    gc();
+    assert.equal(first.deref(), undefined, 'the first chunk, dropped 99 chunks ago, is still referenced');
+    assert.equal(log.heldBytes, 64 * 1024);
   });
 });
 

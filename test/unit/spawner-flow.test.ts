@@ -125,4 +125,30 @@ describe('the spawner sends output only as far as it is granted', () => {
     assert.equal(spawner.alive, false);
     assert.ok(held > 0 && held <= OUTPUT_WINDOW, `${held} bytes delivered`);
   });
+
+  for (const [what, frames] of [
+    ['a second pid', ['send(b"p", ident, b"4242")', 'send(b"p", ident, b"1")']],
+    ['a second exit status', ['send(b"p", ident, b"4242")', 'send(b"x", ident, b"c 0")', 'send(b"x", ident, b"c 1")']],
+  ] as const) {
+    it(`a spawner that sends ${what} for a process ends there: its process ends once, as first told`, async () => {
+      const script = [
+        'import os, struct, time',
+        'def send(kind, ident, payload=b""):',
+        '    os.write(1, struct.pack(">cII", kind, ident, len(payload)) + payload)',
+        'send(b"h", 0)',
+        'ident = struct.unpack(">cII", os.read(0, 9))[1]',
+        ...frames,
+        'time.sleep(30)',
+      ].join('\n');
+      const spawner = await Spawner.start(local, `exec ${commandLine(['python3', '-I', '-S', '-c', script])}`);
+      const channel = spawner.spawn(spec(['true']), 0);
+      const exits: unknown[] = [];
+      channel.on('exit', (code: unknown) => exits.push(code));
+      channel.resume();
+      channel.stderr.resume();
+      await closed(channel);
+      assert.equal(spawner.alive, false, 'the spawner broke the protocol: it is not ours');
+      assert.ok(exits.length <= 1 && (exits[0] ?? 0) === 0, `exits ${JSON.stringify(exits)}`);
+    });
+  }
 });
