@@ -13,15 +13,19 @@ import { open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Transform, type Readable, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { constants as zlib, createGunzip, createGzip } from 'node:zlib';
+import { createGunzip } from 'node:zlib';
 import type { ConsoleLogLimits } from '../console-log.js';
 import type { VmLimits } from '../vm/cgroups.js';
+import { ParallelGzip } from './parallel-gzip.js';
 
 const STATE_FILE = 'vm-state.gz';
 const PARTIAL_SUFFIX = '.partial';
 const RECIPE_FILE = 'qemu-resume.json';
 /** A recipe is a command line and a few names: anything bigger is not one of ours. */
 const MAX_RECIPE_BYTES = 64 * 1024;
+/** The state is compressed in blocks of 1 MiB, two at a time (libuv's pool has four threads). */
+const GZIP_BLOCK_BYTES = 2 ** 20;
+const GZIP_THREADS = 2;
 
 /**
  * QEMU reopens its root disk by its path when a migration hands it over (read-only) and when a
@@ -128,8 +132,11 @@ export async function saveState(source: Readable, sessionDir: string, maxBytes: 
   const cap = byteCap(maxBytes, 'the VM state stream');
   try {
     // Level 1: most of a guest's RAM is zero pages (sent as flags) or text and code that
-    // compress well at the cheapest level; the pause waits for the compression.
-    await pipeline(source, cap, createGzip({ level: 1, memLevel: 9, strategy: zlib.Z_DEFAULT_STRATEGY }), createWriteStream(partial, { mode: 0o600 }));
+    // compress well at the cheapest level; the pause waits for the compression, so blocks of
+    // it run on two threads at once (200 MB of a desktop's state: 2.5-3.4 s on one, 1 s
+    // without compressing; written uncompressed, the disk was as slow as the one thread).
+    const gzip = new ParallelGzip({ blockBytes: GZIP_BLOCK_BYTES, parallel: GZIP_THREADS, zlib: { level: 1, memLevel: 9 } });
+    await pipeline(source, cap, gzip, createWriteStream(partial, { mode: 0o600, highWaterMark: GZIP_BLOCK_BYTES }));
     const handle = await open(partial, 'r');
     try {
       await handle.sync();
@@ -147,7 +154,14 @@ export async function saveState(source: Readable, sessionDir: string, maxBytes: 
 
 /** Feeds the saved state, uncompressed, into `sink` (the new VM's incoming stream), capped at `maxBytes`. */
 export async function loadState(sessionDir: string, sink: Writable, maxBytes: number): Promise<void> {
-  await pipeline(createReadStream(stateFileOf(sessionDir)), createGunzip(), byteCap(maxBytes, 'the saved VM state'), sink);
+  // Big chunks: each is a round trip to the thread pool (16 KiB ones made 12,000 for a desktop).
+  const chunk = GZIP_BLOCK_BYTES;
+  await pipeline(
+    createReadStream(stateFileOf(sessionDir), { highWaterMark: chunk }),
+    createGunzip({ chunkSize: chunk }),
+    byteCap(maxBytes, 'the saved VM state'),
+    sink,
+  );
 }
 
 async function fsyncDir(dir: string): Promise<void> {
