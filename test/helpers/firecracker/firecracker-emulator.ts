@@ -15,9 +15,13 @@
  *  - SendCtrlAltDel presses Ctrl-Alt-Del in that guest (QMP send-key); without a guest it
  *    behaves as a guest that powers off at once: the process exits;
  *  - PATCH /vm pauses and resumes that guest (QMP stop, cont); snapshot/create writes the two
- *    files where asked (the state as the VM's configuration in JSON, the memory as a sparse
- *    file of the guest's size); snapshot/load checks that they, the TAP of network_overrides
- *    and the vsock_override directory are there. A restored VM has no guest behind it;
+ *    files where asked before it answers (the state as the VM's configuration in JSON, the
+ *    memory file of the guest's size, sparse; with a guest running, it holds the guest's
+ *    QEMU migration stream, its length said in the state); snapshot/load checks that they,
+ *    the TAP of network_overrides and the vsock_override directory are there. With
+ *    FAKE_FIRECRACKER_GUEST=qemu and a guest's stream in the snapshot, the load starts that
+ *    guest again from it (QEMU -incoming, loaded paused) before it answers; otherwise a
+ *    restored VM has no guest behind it;
  *  - it binds the vsock socket as Firecracker does, and answers `CONNECT <port>` there as
  *    FAKE_FIRECRACKER_VSOCK says (vsock-mux.ts: by default, as when no guest listens).
  *
@@ -29,7 +33,23 @@
  * chroot would.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, appendFileSync, constants, readFileSync, readlinkSync, truncateSync, writeFileSync } from 'node:fs';
+import {
+  accessSync,
+  appendFileSync,
+  chmodSync,
+  constants,
+  createReadStream,
+  createWriteStream,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+  truncateSync,
+  writeFileSync,
+} from 'node:fs';
+import os from 'node:os';
+import { pipeline } from 'node:stream/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import net from 'node:net';
 import path from 'node:path';
 import type {
@@ -142,8 +162,11 @@ let server: FirecrackerContractServer;
 const khz = process.env.FAKE_FIRECRACKER_GUEST === 'qemu' ? await hostTscKhz() : undefined;
 let qemu: ChildProcess | undefined;
 const qmpSocket = inJail('/run/emulator-qmp.sock');
+/** Where the guest's QEMU sends its migration stream (a snapshot) or takes it (a load); in the jail's /run, or unjailed in /tmp. */
+const migrationSocket = root ? inJail('/run/emulator-mig.sock') : path.join(os.tmpdir(), `fcemu-mig-${process.pid}.sock`);
 
-function bootGuest(): void {
+/** Boots the configured guest; `incoming`: loaded from a migration stream on the migration socket instead, paused (-S). */
+function bootGuest(incoming = false): void {
   const model = server.model;
   const source = model.bootSource as BootSource;
   const drives = [...model.drives.values()];
@@ -171,7 +194,16 @@ function bootGuest(): void {
   // setpriv --pdeathsig: QEMU dies with us, even when we are SIGKILLed.
   qemu = spawn(
     'setpriv',
-    ['--pdeathsig', 'SIGKILL', '--', process.env.SBX_QEMU_BIN || 'qemu-system-x86_64', ...argv, '-qmp', `unix:${qmpSocket},server=on,wait=off`],
+    [
+      '--pdeathsig',
+      'SIGKILL',
+      '--',
+      process.env.SBX_QEMU_BIN || 'qemu-system-x86_64',
+      ...argv,
+      '-qmp',
+      `unix:${qmpSocket},server=on,wait=off`,
+      ...(incoming ? ['-S', '-incoming', `unix:${migrationSocket}`] : []),
+    ],
     {
       stdio: ['ignore', 'inherit', 'inherit'],
     },
@@ -199,22 +231,146 @@ function ctrlAltDel(): void {
 
 /**
  * What Firecracker leaves on disk for a snapshot: the state file (here, the configuration the
- * VM was given, as JSON) and the memory file (here sparse, of the guest's memory size).
+ * VM was given, as JSON) and the memory file (of the guest's memory size, sparse). With a
+ * guest running (paused: PATCH /vm came first), its QEMU migration stream is the memory
+ * file's first bytes, and the state says how many: a load starts the guest again from it.
  */
-function writeSnapshot(params: SnapshotCreateParams): void {
+async function writeSnapshot(params: SnapshotCreateParams): Promise<void> {
   const model = server.model;
+  const memFile = params.mem_file_path ? inJail(params.mem_file_path) : undefined;
+  const guestStream = qemu && memFile ? await migrateGuestTo(memFile) : undefined;
   const state = {
     machine: model.machineConfig,
     bootSource: model.bootSource,
     drives: [...model.drives.values()],
     nics: [...model.networkInterfaces.values()],
     vsock: model.vsock,
+    ...(guestStream !== undefined ? { guestStream } : {}),
   };
   writeFileSync(inJail(params.snapshot_path), JSON.stringify(state), { mode: 0o600 });
-  if (params.mem_file_path) {
-    writeFileSync(inJail(params.mem_file_path), '', { mode: 0o600 });
-    truncateSync(inJail(params.mem_file_path), model.machineConfig.mem_size_mib * 1024 * 1024);
+  if (memFile) {
+    if (guestStream === undefined) writeFileSync(memFile, '', { mode: 0o600 });
+    const guestBytes = model.machineConfig.mem_size_mib * 1024 * 1024;
+    if (statSync(memFile).size < guestBytes) truncateSync(memFile, guestBytes);
   }
+}
+
+/** The guest's QEMU migrated into `file` (over the migration socket); answers the stream's length. */
+async function migrateGuestTo(file: string): Promise<number> {
+  rmSync(migrationSocket, { force: true });
+  const listener = net.createServer();
+  await new Promise<void>((resolve, reject) => {
+    listener.once('error', reject);
+    listener.listen(migrationSocket, () => resolve());
+  });
+  chmodSync(migrationSocket, 0o666); // unjailed, the guest's QEMU runs as nobody
+  const written = new Promise<void>((resolve, reject) => {
+    listener.once('connection', (socket) => {
+      listener.close();
+      pipeline(socket, createWriteStream(file, { mode: 0o600 })).then(resolve, reject);
+    });
+  });
+  try {
+    await qmpAsk('migrate', { uri: `unix:${migrationSocket}` });
+    await untilStatus(
+      'query-migrate',
+      (r) => r.status === 'completed',
+      (r) => (r.status === 'failed' ? `the guest's migration failed: ${String(r['error-desc'])}` : undefined),
+    );
+    await written;
+  } finally {
+    listener.close();
+    rmSync(migrationSocket, { force: true });
+  }
+  return statSync(file).size;
+}
+
+/** A load: the snapshot's guest started again from its stream, loaded and paused, before the load answers. */
+async function loadGuest(params: SnapshotLoadParams): Promise<void> {
+  if (process.env.FAKE_FIRECRACKER_GUEST !== 'qemu') return;
+  const state = JSON.parse(readFileSync(inJail(params.snapshot_path), 'utf8')) as {
+    machine: typeof server.model.machineConfig;
+    bootSource: BootSource;
+    drives: Drive[];
+    nics: NetworkInterface[];
+    guestStream?: number;
+  };
+  const memFile = params.mem_backend?.backend_path ?? params.mem_file_path;
+  if (state.guestStream === undefined || !memFile) return;
+  // The VM as the snapshot says, for bootGuest (the model's boot-specific resources stay unset: nothing was configured).
+  const model = server.model;
+  model.machineConfig = state.machine;
+  model.bootSource = state.bootSource;
+  for (const drive of state.drives) model.drives.set(drive.drive_id, drive);
+  for (const nic of state.nics) {
+    const override = params.network_overrides?.find((o) => o.iface_id === nic.iface_id);
+    model.networkInterfaces.set(nic.iface_id, override ? { ...nic, host_dev_name: override.host_dev_name } : nic);
+  }
+  rmSync(migrationSocket, { force: true });
+  bootGuest(true);
+  const connection = await connectWhenListening(migrationSocket);
+  await pipeline(createReadStream(inJail(memFile), { start: 0, end: state.guestStream - 1 }), connection);
+  await untilStatus(
+    'query-status',
+    (r) => r.status === 'paused',
+    (r) => (r.status === 'running' || r.status === 'internal-error' ? `the guest is ${String(r.status)} after its load` : undefined),
+  );
+  if (params.resume_vm) qmp('cont');
+}
+
+async function connectWhenListening(socketPath: string): Promise<net.Socket> {
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const socket = await new Promise<net.Socket | undefined>((resolve) => {
+      const s = net.connect(socketPath);
+      s.once('connect', () => resolve(s));
+      s.once('error', () => resolve(undefined));
+    });
+    if (socket) return socket;
+    await sleep(50);
+  }
+  throw new Error(`the guest's QEMU did not listen on ${socketPath}`);
+}
+
+/** Asks QMP `execute` until `done` says so (or `failed` gives a reason), within 120 s. */
+async function untilStatus(
+  execute: string,
+  done: (r: Record<string, unknown>) => boolean,
+  failed: (r: Record<string, unknown>) => string | undefined,
+): Promise<void> {
+  const deadline = Date.now() + 120_000;
+  while (Date.now() < deadline) {
+    const answer = (await qmpAsk(execute).catch(() => ({}))) as Record<string, unknown>;
+    if (done(answer)) return;
+    const why = failed(answer);
+    if (why) throw new Error(why);
+    await sleep(50);
+  }
+  throw new Error(`QMP ${execute} did not say done within 120 s`);
+}
+
+/** One QMP command, its `return` answered (or its error thrown). */
+function qmpAsk(execute: string, args?: Record<string, unknown>): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    const connection = net.connect(qmpSocket);
+    let text = '';
+    connection.on('error', reject);
+    connection.on('connect', () => {
+      connection.write(JSON.stringify({ execute: 'qmp_capabilities' }) + '\n');
+      connection.write(JSON.stringify({ execute, ...(args ? { arguments: args } : {}) }) + '\n');
+    });
+    connection.on('data', (chunk: Buffer) => {
+      text += chunk.toString('utf8');
+      const answers = text
+        .split('\n')
+        .filter((line) => line.includes('"return"') || line.includes('"error"'))
+        .map((line) => JSON.parse(line) as { return?: unknown; error?: { desc: string } });
+      const mine = answers[1];
+      if (!mine) return;
+      connection.end();
+      if (mine.error) reject(new Error(mine.error.desc));
+      else resolve(mine.return);
+    });
+  });
 }
 
 function qmp(execute: string): void {
@@ -232,12 +388,13 @@ function listenVsock(udsPath: string): void {
   listenHybridVsock(inJail(udsPath), vsockBehaviour(process.env.FAKE_FIRECRACKER_VSOCK), (line) => record({ vsockConnect: line }));
 }
 
-function afterAccepted(call: string, body: unknown): void {
+function afterAccepted(call: string, body: unknown): void | Promise<void> {
   if (call === 'PUT /vsock') listenVsock((body as Vsock).uds_path);
   const override = call === 'PUT /snapshot/load' ? (body as SnapshotLoadParams).vsock_override : undefined;
   if (override) listenVsock(override.uds_path);
   if (call === 'PATCH /vm') qmp((body as Vm).state === 'Paused' ? 'stop' : 'cont');
-  if (call === 'PUT /snapshot/create') writeSnapshot(body as SnapshotCreateParams);
+  if (call === 'PUT /snapshot/create') return writeSnapshot(body as SnapshotCreateParams);
+  if (call === 'PUT /snapshot/load') return loadGuest(body as SnapshotLoadParams);
   if (call !== 'PUT /actions') return;
   const action = (body as InstanceActionInfo).action_type;
   if (action === 'InstanceStart' && process.env.FAKE_FIRECRACKER_GUEST === 'qemu') bootGuest();
