@@ -12,7 +12,9 @@ import { AddressPool } from '../src/network/address-pool.js';
 import { ResourceNames } from '../src/network/names.js';
 import { createSandboxNetwork } from '../src/network/netns.js';
 import { FirecrackerClient } from '../src/runtimes/firecracker/api/client.js';
+import { writeMarker } from '../src/runtimes/firecracker/disk-state.js';
 import { FirecrackerRuntime } from '../src/runtimes/firecracker/firecracker-runtime.js';
+import { DEFAULT_CONSOLE_LOG_LIMITS } from '../src/runtimes/console-log.js';
 import type { FirecrackerHost } from '../src/runtimes/firecracker/host/host-check.js';
 import { firecrackerSettingsFromEnv } from '../src/runtimes/firecracker/settings.js';
 import type { Runtime } from '../src/runtimes/runtime.js';
@@ -68,18 +70,18 @@ after(async () => {
   await removeEmptyPrefixCgroups();
 });
 
-const host: () => FirecrackerHost = () => ({
+const host = (jailed: boolean): FirecrackerHost => ({
   firecrackerBin: path.join(BIN, 'firecracker'),
-  jailerBin: path.join(BIN, 'jailer'),
+  jailerBin: jailed ? path.join(BIN, 'jailer') : undefined,
   version: 'v1.16.1',
   cgroupVersion: hostCgroupVersion(),
 });
 /** A runtime as an orchestrator (re)started makes it: nothing remembered of the VMs before it. */
-const newRuntime = (): FirecrackerRuntime & Runtime =>
+const newRuntime = (jailed = true): FirecrackerRuntime & Runtime =>
   FirecrackerRuntime.forHost(
     NAMES,
-    { ...firecrackerSettingsFromEnv({}), chrootBaseDir: path.join(workDir, 'jails'), vcpus: 2, bootTimeoutMs: 150_000 },
-    host(),
+    { ...firecrackerSettingsFromEnv({}), chrootBaseDir: path.join(workDir, 'jails'), vcpus: 2, bootTimeoutMs: 150_000, jailer: jailed ? 'auto' : 'off' },
+    host(jailed),
   );
 
 async function prepareSession(runtime: FirecrackerRuntime, cleanup: CleanupStack) {
@@ -140,6 +142,7 @@ async function callsByProcess(sessionId: string): Promise<Recorded[][]> {
   return byProcess;
 }
 const accepted = (calls: Recorded[]) => calls.filter((r) => (r.status ?? 500) < 300);
+const bodyOfCall = (calls: Recorded[], call: string) => accepted(calls).find((r) => r.call === call)?.body;
 
 /** SSH with the session's keys and pinned host key, tried until `withinMs` (a TCG guest boots slowly). */
 async function connectWhenUp(sessionId: string, address: string, withinMs: number): Promise<GuestTransport> {
@@ -267,7 +270,7 @@ describe('firecracker pause to disk, with a guest (QEMU under TCG behind the emu
   });
 });
 
-describe('firecracker pause to disk killed half-way (no guest)', () => {
+describe('firecracker pause to disk killed half-way, and unjailed (no guest)', () => {
   it('a pause killed after the snapshot but before the marker: the running VM is trusted, the half-written files removed', async () => {
     delete process.env.FAKE_FIRECRACKER_GUEST;
     const runtime = newRuntime();
@@ -294,6 +297,82 @@ describe('firecracker pause to disk killed half-way (no guest)', () => {
       assert.equal(await restarted.isPaused?.(target), true);
       await restarted.resume?.(target, 'memory');
       assert.equal(await restarted.isPaused?.(target), false);
+    } finally {
+      await cleanup.run();
+    }
+  });
+
+  it('a pause killed after the marker, before its VMM ended: the snapshot is trusted, the VMM found is stopped, and the resume loads it', async () => {
+    const runtime = newRuntime();
+    const cleanup = new CleanupStack();
+    try {
+      const session = await prepareSession(runtime, cleanup);
+      const sandbox = await runtime.start(session.spec, cleanup);
+      const api = new FirecrackerClient(path.join(session.jailRoot, 'run/firecracker.socket'));
+      await api.patchVm({ state: 'Paused' });
+      await api.putSnapshotCreate({ snapshot_type: 'Full', snapshot_path: '/snapshot/paused-vmstate', mem_file_path: '/snapshot/paused-memory' });
+      api.close();
+      const vmUser = session.spec.vmUser as { uid: number; gid: number };
+      await writeMarker(session.sessionDir, {
+        jailed: true,
+        user: { uid: vmUser.uid, gid: vmUser.gid },
+        memoryMiB: 512,
+        vcpus: 2,
+        consoleLog: DEFAULT_CONSOLE_LOG_LIMITS,
+        logsDir: session.spec.logsDir,
+        bytes: 4096,
+        since: new Date().toISOString(),
+      });
+      const restarted = newRuntime();
+      const onDisk = await restarted.adoptPaused?.(session.sessionId, session.sessionDir);
+      assert.ok(onDisk, 'a whole marker: paused on disk');
+      assert.equal(processStartTime(sandbox.pid), undefined, 'the VMM that had not run since the snapshot is stopped');
+      const resumed = await restarted.resume?.(
+        { sessionId: session.sessionId, sessionDir: session.sessionDir, pid: 0, endpoint: { host: session.spec.network.lease.guest, port: 22 } },
+        'disk',
+      );
+      assert.ok(resumed);
+      await cleanup.push('resumed', () => resumed.release());
+      const [, load] = await callsByProcess(session.sessionId);
+      assert.deepEqual(
+        accepted(load ?? []).map((r) => r.call),
+        ['GET /', 'PUT /snapshot/load', 'PATCH /vm'],
+      );
+      assert.equal(existsSync(path.join(session.sessionDir, 'fc-paused.json')), false);
+    } finally {
+      await cleanup.run();
+    }
+  });
+
+  it('unjailed (development hosts): the snapshot in the session dir, a fresh VMM loads it', async () => {
+    const runtime = newRuntime(false);
+    const cleanup = new CleanupStack();
+    try {
+      const session = await prepareSession(runtime, cleanup);
+      const sandbox = await runtime.start(session.spec, cleanup);
+      const target = { sessionId: session.sessionId, sessionDir: session.sessionDir, pid: sandbox.pid, endpoint: sandbox.endpoint };
+      const paused = await runtime.pause?.(target, 'disk');
+      assert.ok(paused && paused.bytes > 0);
+      assert.equal(processStartTime(sandbox.pid), undefined, 'the VMM is gone');
+      const files = { snapshot_path: path.join(session.sessionDir, 'paused-vmstate'), mem_file_path: path.join(session.sessionDir, 'paused-memory') };
+      const [boot] = await callsByProcess(session.sessionId);
+      assert.deepEqual(accepted(boot ?? []).at(-1)?.body, { snapshot_type: 'Full', ...files });
+      const resumed = await runtime.resume?.(target, 'disk');
+      assert.ok(resumed);
+      await cleanup.push('resumed', () => resumed.release());
+      const [, load] = await callsByProcess(session.sessionId);
+      assert.deepEqual(
+        (load ?? []).filter((r) => r.fault),
+        [],
+      );
+      assert.deepEqual(bodyOfCall(load ?? [], 'PUT /snapshot/load'), {
+        snapshot_path: files.snapshot_path,
+        mem_backend: { backend_type: 'File', backend_path: files.mem_file_path },
+        vsock_override: { uds_path: path.join(session.sessionDir, 'vsock.sock') },
+        resume_vm: false,
+        clock_realtime: true,
+      });
+      for (const file of [...Object.values(files), path.join(session.sessionDir, 'fc-paused.json')]) assert.equal(existsSync(file), false, `${file} is gone`);
     } finally {
       await cleanup.run();
     }

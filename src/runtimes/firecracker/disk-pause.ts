@@ -25,7 +25,7 @@ import { openConsole, reattachConsole, type ConsolePipe } from '../console-pipe.
 import type { AdoptedSandbox, PausedOnDisk, PauseResult, PauseTarget, RunningSandbox } from '../runtime.js';
 import { removeVmCgroups } from '../vm/cgroups.js';
 import { killOrphanVmms, vmExited, vmStartError } from '../vm/vm-common.js';
-import { spawnInNetns, type VmProcess } from '../vm/vm-process.js';
+import { settlesWithin, spawnInNetns, type VmProcess } from '../vm/vm-process.js';
 import type { VmUserPool } from '../vm/vm-user-pool.js';
 import { FirecrackerClient } from './api/client.js';
 import { waitForApiSocket } from './api/wait-for-socket.js';
@@ -115,7 +115,9 @@ export class FirecrackerDiskPause {
     } catch {
       // gone meanwhile
     }
-    await waitForExit(pid, startTime, VMM_EXIT_WAIT_MS);
+    // Our child (unjailed) is gone once reaped: its `exited` says so; one adopted from an earlier run is watched through /proc.
+    if (live) await settlesWithin(live.vmm.exited, VMM_EXIT_WAIT_MS);
+    else await waitForExit(pid, startTime, VMM_EXIT_WAIT_MS);
     return { bytes: marker.bytes };
   }
 
