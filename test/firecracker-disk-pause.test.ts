@@ -7,7 +7,7 @@ import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CONFIG_FILES, renderSettings } from '../src/guest/contract.js';
 import { findImage, type GuestImage } from '../src/guest/image/builder.js';
-import { processStartTime } from '../src/host/process-watch.js';
+import { isProcessAlive, processStartTime } from '../src/host/process-watch.js';
 import { AddressPool } from '../src/network/address-pool.js';
 import { ResourceNames } from '../src/network/names.js';
 import { createSandboxNetwork } from '../src/network/netns.js';
@@ -157,6 +157,11 @@ async function connectWhenUp(sessionId: string, address: string, withinMs: numbe
   }
 }
 
+/** A process that has ended holds no RAM or CPU (a zombie not yet reaped by its parent counts as ended). */
+async function ended(pid: number, startTime: string | undefined): Promise<boolean> {
+  return startTime !== undefined && !(await isProcessAlive(pid, startTime));
+}
+
 async function counterOf(guest: GuestTransport): Promise<number> {
   return Number((await guestSh(guest, `cat ${COUNTER}`)).text.trim());
 }
@@ -181,6 +186,7 @@ describe('firecracker pause to disk, with a guest (QEMU under TCG behind the emu
     cleanup = new CleanupStack();
     session = await prepareSession(runtime, cleanup);
     const sandbox = await runtime.start(session.spec, cleanup);
+    const vmmStart = processStartTime(sandbox.pid);
     address = session.spec.network.lease.guest;
     guest = await connectWhenUp(session.sessionId, address, 150_000);
     // A counter that lives in the guest's memory only (/dev/shm): a cold boot would lose it.
@@ -193,7 +199,7 @@ describe('firecracker pause to disk, with a guest (QEMU under TCG behind the emu
     const result = await vm.pause?.({ sessionId: session.sessionId, sessionDir: session.sessionDir, pid: sandbox.pid }, 'disk');
     t.diagnostic(`pause to disk: ${Date.now() - started} ms, ${result?.bytes} bytes on disk`);
     assert.ok(result && result.bytes > 0 && result.bytes <= (vm.pauseStateMaxMiB?.(512) ?? 0) * 2 ** 20, `bytes ${result?.bytes}`);
-    assert.equal(processStartTime(sandbox.pid), undefined, 'the VMM is gone');
+    assert.equal(await ended(sandbox.pid, vmmStart), true, 'the VMM is gone');
     assert.deepEqual(await processesMentioning(`${TEST_PREFIX}${session.sessionId}`), [], 'no process of the session is left (QEMU went with it)');
     assert.ok(existsSync(path.join(session.sessionDir, 'fc-paused.json')), 'the marker');
     for (const file of ['paused-vmstate', 'paused-memory']) assert.ok(existsSync(path.join(session.jailRoot, 'snapshot', file)), file);
@@ -308,6 +314,7 @@ describe('firecracker pause to disk killed half-way, and unjailed (no guest)', (
     try {
       const session = await prepareSession(runtime, cleanup);
       const sandbox = await runtime.start(session.spec, cleanup);
+      const vmmStart = processStartTime(sandbox.pid);
       const api = new FirecrackerClient(path.join(session.jailRoot, 'run/firecracker.socket'));
       await api.patchVm({ state: 'Paused' });
       await api.putSnapshotCreate({ snapshot_type: 'Full', snapshot_path: '/snapshot/paused-vmstate', mem_file_path: '/snapshot/paused-memory' });
@@ -326,7 +333,7 @@ describe('firecracker pause to disk killed half-way, and unjailed (no guest)', (
       const restarted = newRuntime();
       const onDisk = await restarted.adoptPaused?.(session.sessionId, session.sessionDir);
       assert.ok(onDisk, 'a whole marker: paused on disk');
-      assert.equal(processStartTime(sandbox.pid), undefined, 'the VMM that had not run since the snapshot is stopped');
+      assert.equal(await ended(sandbox.pid, vmmStart), true, 'the VMM that had not run since the snapshot is stopped');
       const resumed = await restarted.resume?.(
         { sessionId: session.sessionId, sessionDir: session.sessionDir, pid: 0, endpoint: { host: session.spec.network.lease.guest, port: 22 } },
         'disk',
@@ -350,10 +357,11 @@ describe('firecracker pause to disk killed half-way, and unjailed (no guest)', (
     try {
       const session = await prepareSession(runtime, cleanup);
       const sandbox = await runtime.start(session.spec, cleanup);
+      const vmmStart = processStartTime(sandbox.pid);
       const target = { sessionId: session.sessionId, sessionDir: session.sessionDir, pid: sandbox.pid, endpoint: sandbox.endpoint };
       const paused = await runtime.pause?.(target, 'disk');
       assert.ok(paused && paused.bytes > 0);
-      assert.equal(processStartTime(sandbox.pid), undefined, 'the VMM is gone');
+      assert.equal(await ended(sandbox.pid, vmmStart), true, 'the VMM is gone');
       const files = { snapshot_path: path.join(session.sessionDir, 'paused-vmstate'), mem_file_path: path.join(session.sessionDir, 'paused-memory') };
       const [boot] = await callsByProcess(session.sessionId);
       assert.deepEqual(accepted(boot ?? []).at(-1)?.body, { snapshot_type: 'Full', ...files });
