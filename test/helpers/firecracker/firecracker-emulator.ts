@@ -33,23 +33,9 @@
  * chroot would.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import {
-  accessSync,
-  appendFileSync,
-  chmodSync,
-  constants,
-  createReadStream,
-  createWriteStream,
-  readFileSync,
-  readlinkSync,
-  rmSync,
-  statSync,
-  truncateSync,
-  writeFileSync,
-} from 'node:fs';
+import { accessSync, appendFileSync, constants, createReadStream, readFileSync, readlinkSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { pipeline } from 'node:stream/promises';
-import { setTimeout as sleep } from 'node:timers/promises';
 import net from 'node:net';
 import path from 'node:path';
 import type {
@@ -65,6 +51,7 @@ import type {
 import { hostTscKhz } from '../../../src/runtimes/qemu/accelerator.js';
 import { qemuArgv } from '../../../src/runtimes/qemu/qemu-command.js';
 import { FirecrackerContractServer } from './contract-server.js';
+import { connectWhenListening, migrateGuestTo, untilStatus } from './guest-snapshot.js';
 import { listenHybridVsock, vsockBehaviour } from './vsock-mux.js';
 
 const args = process.argv.slice(2);
@@ -238,7 +225,7 @@ function ctrlAltDel(): void {
 async function writeSnapshot(params: SnapshotCreateParams): Promise<void> {
   const model = server.model;
   const memFile = params.mem_file_path ? inJail(params.mem_file_path) : undefined;
-  const guestStream = qemu && memFile ? await migrateGuestTo(memFile) : undefined;
+  const guestStream = qemu && memFile ? await migrateGuestTo(qmpSocket, migrationSocket, memFile) : undefined;
   const state = {
     machine: model.machineConfig,
     bootSource: model.bootSource,
@@ -253,36 +240,6 @@ async function writeSnapshot(params: SnapshotCreateParams): Promise<void> {
     const guestBytes = model.machineConfig.mem_size_mib * 1024 * 1024;
     if (statSync(memFile).size < guestBytes) truncateSync(memFile, guestBytes);
   }
-}
-
-/** The guest's QEMU migrated into `file` (over the migration socket); answers the stream's length. */
-async function migrateGuestTo(file: string): Promise<number> {
-  rmSync(migrationSocket, { force: true });
-  const listener = net.createServer();
-  await new Promise<void>((resolve, reject) => {
-    listener.once('error', reject);
-    listener.listen(migrationSocket, () => resolve());
-  });
-  chmodSync(migrationSocket, 0o666); // unjailed, the guest's QEMU runs as nobody
-  const written = new Promise<void>((resolve, reject) => {
-    listener.once('connection', (socket) => {
-      listener.close();
-      pipeline(socket, createWriteStream(file, { mode: 0o600 })).then(resolve, reject);
-    });
-  });
-  try {
-    await qmpAsk('migrate', { uri: `unix:${migrationSocket}` });
-    await untilStatus(
-      'query-migrate',
-      (r) => r.status === 'completed',
-      (r) => (r.status === 'failed' ? `the guest's migration failed: ${String(r['error-desc'])}` : undefined),
-    );
-    await written;
-  } finally {
-    listener.close();
-    rmSync(migrationSocket, { force: true });
-  }
-  return statSync(file).size;
 }
 
 /** A load: the snapshot's guest started again from its stream, loaded and paused, before the load answers. */
@@ -311,66 +268,12 @@ async function loadGuest(params: SnapshotLoadParams): Promise<void> {
   const connection = await connectWhenListening(migrationSocket);
   await pipeline(createReadStream(inJail(memFile), { start: 0, end: state.guestStream - 1 }), connection);
   await untilStatus(
+    qmpSocket,
     'query-status',
     (r) => r.status === 'paused',
     (r) => (r.status === 'running' || r.status === 'internal-error' ? `the guest is ${String(r.status)} after its load` : undefined),
   );
   if (params.resume_vm) qmp('cont');
-}
-
-async function connectWhenListening(socketPath: string): Promise<net.Socket> {
-  for (let attempt = 0; attempt < 200; attempt++) {
-    const socket = await new Promise<net.Socket | undefined>((resolve) => {
-      const s = net.connect(socketPath);
-      s.once('connect', () => resolve(s));
-      s.once('error', () => resolve(undefined));
-    });
-    if (socket) return socket;
-    await sleep(50);
-  }
-  throw new Error(`the guest's QEMU did not listen on ${socketPath}`);
-}
-
-/** Asks QMP `execute` until `done` says so (or `failed` gives a reason), within 120 s. */
-async function untilStatus(
-  execute: string,
-  done: (r: Record<string, unknown>) => boolean,
-  failed: (r: Record<string, unknown>) => string | undefined,
-): Promise<void> {
-  const deadline = Date.now() + 120_000;
-  while (Date.now() < deadline) {
-    const answer = (await qmpAsk(execute).catch(() => ({}))) as Record<string, unknown>;
-    if (done(answer)) return;
-    const why = failed(answer);
-    if (why) throw new Error(why);
-    await sleep(50);
-  }
-  throw new Error(`QMP ${execute} did not say done within 120 s`);
-}
-
-/** One QMP command, its `return` answered (or its error thrown). */
-function qmpAsk(execute: string, args?: Record<string, unknown>): Promise<unknown> {
-  return new Promise((resolve, reject) => {
-    const connection = net.connect(qmpSocket);
-    let text = '';
-    connection.on('error', reject);
-    connection.on('connect', () => {
-      connection.write(JSON.stringify({ execute: 'qmp_capabilities' }) + '\n');
-      connection.write(JSON.stringify({ execute, ...(args ? { arguments: args } : {}) }) + '\n');
-    });
-    connection.on('data', (chunk: Buffer) => {
-      text += chunk.toString('utf8');
-      const answers = text
-        .split('\n')
-        .filter((line) => line.includes('"return"') || line.includes('"error"'))
-        .map((line) => JSON.parse(line) as { return?: unknown; error?: { desc: string } });
-      const mine = answers[1];
-      if (!mine) return;
-      connection.end();
-      if (mine.error) reject(new Error(mine.error.desc));
-      else resolve(mine.return);
-    });
-  });
 }
 
 function qmp(execute: string): void {
