@@ -207,8 +207,8 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     const target = { sessionId: session.sessionId, sessionDir: session.sessionDir, pid: sandbox.pid };
     // As the session layer sees it: the optional pause methods of a Runtime.
     const vm: Runtime = runtime;
-    assert.deepEqual(vm.pauseModes?.(), ['memory']);
-    assert.match(vm.pauseUnavailable?.('disk') ?? '', /not wired up/);
+    assert.deepEqual(vm.pauseModes?.(), ['memory', 'disk']);
+    assert.equal(vm.pauseUnavailable?.('disk'), undefined);
     assert.equal(await vm.isPaused?.(target), false);
     assert.deepEqual(await vm.pause?.(target, 'memory'), { bytes: 0 });
     assert.equal(await vm.isPaused?.(target), true);
@@ -438,6 +438,28 @@ function endToEnd(title: string, skip: string | false, runtimeFor: () => Promise
       await assertScreenshotSize(orch, id, { width: 800, height: 600 });
       await startXevSlowly(guest, 800, 600);
       await assertClickArrives(orch, id, guest);
+    });
+
+    it('pauses to disk over HTTP (its VMM gone) and resumes the same guest: its desktop and SSH answer', async (t) => {
+      guest.close();
+      const address = await guestAddress(orch.names, id);
+      await guestSh((guest = await connectToGuest(orch.stateDir, id, address)), 'echo kept > /dev/shm/mark');
+      guest.close();
+      let started = Date.now();
+      const paused = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/pause`, payload: { mode: 'disk' } });
+      t.diagnostic(`pause to disk over HTTP: ${Date.now() - started} ms, ${paused.json().paused?.bytes} bytes`);
+      assert.equal(paused.statusCode, 200, paused.body);
+      assert.equal(paused.json().paused.mode, 'disk');
+      assert.ok(paused.json().paused.bytes > 0);
+      assert.deepEqual(await processesMentioning(`${TEST_PREFIX}${id}`), [], 'no VMM while paused to disk');
+      started = Date.now();
+      const resumed = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/resume` });
+      t.diagnostic(`resume from disk over HTTP: ${Date.now() - started} ms`);
+      assert.equal(resumed.statusCode, 200, resumed.body);
+      assert.equal(resumed.json().state, 'ready');
+      await assertScreenshotSize(orch, id, { width: 800, height: 600 });
+      guest = await connectToGuest(orch.stateDir, id, address);
+      assert.equal((await guestSh(guest, 'cat /dev/shm/mark')).text.trim(), 'kept', "the guest's memory came back");
     });
 
     it('is destroyed without a trace: no VMM, jail, cgroup, netns or key dir', async () => {

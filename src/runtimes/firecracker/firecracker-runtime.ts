@@ -22,7 +22,7 @@ import {
 } from '../runtime.js';
 import { processStartTime } from '../../host/process-watch.js';
 import { adoptVmm, imageDiskMiB, initrdFor, killOrphanVmms, vmExited, vmStartError } from '../vm/vm-common.js';
-import { killOrphan, spawnLogged, type VmProcess } from '../vm/vm-process.js';
+import type { VmProcess } from '../vm/vm-process.js';
 import { FirecrackerClient } from './api/client.js';
 import { waitForApiSocket } from './api/wait-for-socket.js';
 import { bootSteps } from './boot/boot-steps.js';
@@ -34,9 +34,9 @@ import { removeVmCgroups, vmCgroupDirs } from '../vm/cgroups.js';
 import { chrootLayout, jailedVsockSocket, type ChrootLayout } from './jailer/chroot-layout.js';
 import { jailId } from './jailer/jail-id.js';
 import { firecrackerPausing } from './vm-pause.js';
+import { FirecrackerDiskPause, type LiveVmm } from './disk-pause.js';
 import { foundVsockEndpoint, isolatedNetns, linkVsockSocket, vmNic, vsockEndpoint } from './vsock.js';
-import { jailerArgv, vmmPidFile } from './jailer/jailer-args.js';
-import { vmmOfPidNamespace } from './vmm/pid-ns-vmm.js';
+import { launchJailer } from './vmm/jailed.js';
 import { launchUnjailed, type LaunchedVmm, type VmmFiles } from './vmm/unjailed.js';
 import { ensureVmlinux } from './kernel/vmlinux.js';
 import type { FirecrackerSettings } from './settings.js';
@@ -46,9 +46,6 @@ import { loadSnapshotBase, snapshotBaseDir, type SnapshotBase } from './snapshot
 import { describeVmmExit, findFirecrackerProcesses, stopVmm } from './vmm/vmm-process.js';
 import { VmUserPool, vmUserRange } from '../vm/vm-user-pool.js';
 import { prepareVmVolumes, returnVolumes } from '../vm/vm-volumes.js';
-
-/** The VMM's own threads (API, VMM, vCPUs, block and net I/O): the jail's pids limit. */
-const VMM_PIDS_MAX = 64;
 
 /** A started VM and the handles a snapshot base build needs to snapshot it. */
 export interface BootedVm {
@@ -71,6 +68,8 @@ export class FirecrackerRuntime implements Runtime {
   /** Jailed only: each VM's own uid/gid, leased before its network (its TAP is made owned by it). */
   readonly leaseVmUser: ((cleanup: CleanupStack, record?: RecordResource) => Promise<TapOwner>) | undefined;
   readonly capabilities: RuntimeCapabilities;
+  /** The VMMs this run started or resumed from disk, by session (a pause to disk ends one, its resume starts another). */
+  private readonly live = new Map<string, LiveVmm>();
   /** Ready snapshot bases, by `<image hash>/<width>x<height>` (see prepare). */
   private readonly snapshotBases = new Map<string, SnapshotBase>();
 
@@ -83,8 +82,10 @@ export class FirecrackerRuntime implements Runtime {
   ) {
     if (!host.jailerBin && settings.jailer !== 'off') throw new RuntimeUnavailableError('firecracker', unjailedRefusal());
     this.users = new VmUserPool(vmUserRange(settings.vmUsers, names.prefix));
-    // Memory pause (vm-pause.ts).
-    Object.assign(this, firecrackerPausing({ prefix: names.prefix, jailsDir: () => (host.jailerBin ? this.jailsDir : undefined) }));
+    // Pause in memory and to disk (vm-pause.ts, disk-pause.ts).
+    const { jailsDir, parentCgroup, users, live } = this;
+    const disk = new FirecrackerDiskPause({ names, host, settings, jailsDir, parentCgroup, users, live, reclaim: (id, dir) => this.reclaim(id, dir) });
+    Object.assign(this, firecrackerPausing({ prefix: names.prefix, jailsDir: () => (host.jailerBin ? this.jailsDir : undefined) }, disk));
     this.leaseVmUser = host.jailerBin ? (cleanup, record) => this.users.lease(cleanup, record) : undefined;
     const vsock = settings.transport !== undefined && settings.transport !== 'tcp';
     this.capabilities = {
@@ -231,6 +232,8 @@ export class FirecrackerRuntime implements Runtime {
     }
 
     const exited = vmExited(vmm, 'firecracker process', describeVmmExit, vmConsole);
+    this.live.set(spec.sessionId, { vmm, consolePipe, consoleLog: limits, logsDir: spec.logsDir });
+    await cleanup.push(`live vmm ${id}`, () => void (this.live.get(spec.sessionId)?.vmm === vmm && this.live.delete(spec.sessionId)));
     const sandbox: RunningSandbox = {
       // Over TCP to its address, or over vsock to the socket Firecracker bound (a clone's is known already).
       endpoint: network ? { host: network.lease.guest, port: GUEST_SSH_PORT } : vsockEndpoint(await this.vsockSocket(launched, spec, cleanup)),
@@ -325,29 +328,23 @@ export class FirecrackerRuntime implements Runtime {
     for (const dir of await vmCgroupDirs(cgroupVersion, parentCgroup, id)) spec.record?.('cgroup', dir);
     // Runs after the VMM is gone (pushed before it): a cgroup with a process in it cannot go.
     await cleanup.push(`cgroup ${parentCgroup}/${id}`, () => removeVmCgroups(cgroupVersion, parentCgroup, id));
-    const [jailer, ...args] = jailerArgv({
+    const vmm = await launchJailer({
+      names: this.names,
       jailerBin: this.host.jailerBin as string,
       firecrackerBin,
-      id,
-      uid: user.uid,
-      gid: user.gid,
       chrootBaseDir: this.settings.chrootBaseDir,
-      netnsName: netns,
       cgroupVersion,
       parentCgroup,
-      limits: { memoryMiB: spec.memoryMiB, vcpus: this.settings.vcpus, pidsMax: VMM_PIDS_MAX },
+      id,
+      sessionId: spec.sessionId,
+      rootDir: layout.rootDir,
+      user,
+      netns,
+      limits: { memoryMiB: spec.memoryMiB, vcpus: this.settings.vcpus },
+      consolePipe: files.consolePipe,
+      apiTimeoutMs: this.settings.apiTimeoutMs,
     });
-    const jailerProcess = spawnLogged(jailer as string, args, files.consolePipe, 'jailer');
-    try {
-      const vmm = await vmmOfPidNamespace(jailerProcess, vmmPidFile(layout.rootDir, firecrackerBin), this.settings.apiTimeoutMs);
-      return { vmm, apiSocket: layout.apiSocket.hostPath, paths: layout.vmPaths, layout };
-    } catch (err) {
-      // A Firecracker the jailer started but did not hand over is nobody's: found by its --id.
-      for (const orphan of await findFirecrackerProcesses(this.names)) {
-        if (orphan.sessionId === spec.sessionId) await killOrphan(orphan, 'firecracker');
-      }
-      throw err;
-    }
+    return { vmm, apiSocket: layout.apiSocket.hostPath, paths: layout.vmPaths, layout };
   }
 
   /** Every VM's cgroup sits under one parent named after our prefix ("sbx"), as the containers' do. */

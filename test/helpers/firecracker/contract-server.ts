@@ -30,8 +30,12 @@ export interface ContractServerOptions {
   hostCheck?: (call: string, body: unknown) => string | undefined;
   /** After every answer (the emulator records them to a file). */
   onRequest?: (record: RecordedRequest) => void;
-  /** After an accepted call has changed the VM model (the emulator boots a guest on InstanceStart). */
-  afterAccepted?: (call: string, body: unknown) => void;
+  /**
+   * After an accepted call has changed the VM model (the emulator boots a guest on
+   * InstanceStart); a promise is awaited before the answer (a snapshot written, a guest
+   * loaded), and its rejection is the call's fault.
+   */
+  afterAccepted?: (call: string, body: unknown) => void | Promise<void>;
 }
 
 /**
@@ -128,16 +132,22 @@ export class FirecrackerContractServer {
       if (hostFault) return refuse(hostFault);
       const outcome = this.model.apply(check.operation, check.body);
       if (outcome.status === 400) return refuse(outcome.fault);
-      if (outcome.status === 204) this.options.afterAccepted?.(call, check.body);
-      const body = outcome.status === 200 ? outcome.body : undefined;
-      const drift = this.spec.checkResponse(check.operation, outcome.status, body);
-      if (drift) {
-        // A bug in this fake, not in the client: fail loudly rather than teach a wrong contract.
-        record.fault = `contract server answer breaks the spec: ${drift}`;
-        reply(500, { fault_message: record.fault });
-        return;
-      }
-      reply(outcome.status, body);
+      const answer = () => {
+        const body = outcome.status === 200 ? outcome.body : undefined;
+        const drift = this.spec.checkResponse(check.operation, outcome.status, body);
+        if (drift) {
+          // A bug in this fake, not in the client: fail loudly rather than teach a wrong contract.
+          record.fault = `contract server answer breaks the spec: ${drift}`;
+          reply(500, { fault_message: record.fault });
+          return;
+        }
+        reply(outcome.status, body);
+      };
+      // What the process does once a call is accepted (a snapshot written, a guest loaded) is
+      // done before it answers, as Firecracker's API answers once the work is done.
+      const done = outcome.status === 204 ? this.options.afterAccepted?.(call, check.body) : undefined;
+      if (!done) return answer();
+      done.then(answer, (err: unknown) => refuse((err as Error).message));
     });
   }
 }

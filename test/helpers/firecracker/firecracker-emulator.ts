@@ -15,9 +15,13 @@
  *  - SendCtrlAltDel presses Ctrl-Alt-Del in that guest (QMP send-key); without a guest it
  *    behaves as a guest that powers off at once: the process exits;
  *  - PATCH /vm pauses and resumes that guest (QMP stop, cont); snapshot/create writes the two
- *    files where asked (the state as the VM's configuration in JSON, the memory as a sparse
- *    file of the guest's size); snapshot/load checks that they, the TAP of network_overrides
- *    and the vsock_override directory are there. A restored VM has no guest behind it;
+ *    files where asked before it answers (the state as the VM's configuration in JSON, the
+ *    memory file of the guest's size, sparse; with a guest running, it holds the guest's
+ *    QEMU migration stream, its length said in the state); snapshot/load checks that they,
+ *    the TAP of network_overrides and the vsock_override directory are there. With
+ *    FAKE_FIRECRACKER_GUEST=qemu and a guest's stream in the snapshot, the load starts that
+ *    guest again from it (QEMU -incoming, loaded paused) before it answers; otherwise a
+ *    restored VM has no guest behind it;
  *  - it binds the vsock socket as Firecracker does, and answers `CONNECT <port>` there as
  *    FAKE_FIRECRACKER_VSOCK says (vsock-mux.ts: by default, as when no guest listens).
  *
@@ -29,7 +33,9 @@
  * chroot would.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, appendFileSync, constants, readFileSync, readlinkSync, truncateSync, writeFileSync } from 'node:fs';
+import { accessSync, appendFileSync, constants, createReadStream, readFileSync, readlinkSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import { pipeline } from 'node:stream/promises';
 import net from 'node:net';
 import path from 'node:path';
 import type {
@@ -45,6 +51,7 @@ import type {
 import { hostTscKhz } from '../../../src/runtimes/qemu/accelerator.js';
 import { qemuArgv } from '../../../src/runtimes/qemu/qemu-command.js';
 import { FirecrackerContractServer } from './contract-server.js';
+import { connectWhenListening, migrateGuestTo, untilStatus } from './guest-snapshot.js';
 import { listenHybridVsock, vsockBehaviour } from './vsock-mux.js';
 
 const args = process.argv.slice(2);
@@ -142,8 +149,11 @@ let server: FirecrackerContractServer;
 const khz = process.env.FAKE_FIRECRACKER_GUEST === 'qemu' ? await hostTscKhz() : undefined;
 let qemu: ChildProcess | undefined;
 const qmpSocket = inJail('/run/emulator-qmp.sock');
+/** Where the guest's QEMU sends its migration stream (a snapshot) or takes it (a load); in the jail's /run, or unjailed in /tmp. */
+const migrationSocket = root ? inJail('/run/emulator-mig.sock') : path.join(os.tmpdir(), `fcemu-mig-${process.pid}.sock`);
 
-function bootGuest(): void {
+/** Boots the configured guest; `incoming`: loaded from a migration stream on the migration socket instead, paused (-S). */
+function bootGuest(incoming = false): void {
   const model = server.model;
   const source = model.bootSource as BootSource;
   const drives = [...model.drives.values()];
@@ -171,7 +181,16 @@ function bootGuest(): void {
   // setpriv --pdeathsig: QEMU dies with us, even when we are SIGKILLed.
   qemu = spawn(
     'setpriv',
-    ['--pdeathsig', 'SIGKILL', '--', process.env.SBX_QEMU_BIN || 'qemu-system-x86_64', ...argv, '-qmp', `unix:${qmpSocket},server=on,wait=off`],
+    [
+      '--pdeathsig',
+      'SIGKILL',
+      '--',
+      process.env.SBX_QEMU_BIN || 'qemu-system-x86_64',
+      ...argv,
+      '-qmp',
+      `unix:${qmpSocket},server=on,wait=off`,
+      ...(incoming ? ['-S', '-incoming', `unix:${migrationSocket}`] : []),
+    ],
     {
       stdio: ['ignore', 'inherit', 'inherit'],
     },
@@ -199,22 +218,62 @@ function ctrlAltDel(): void {
 
 /**
  * What Firecracker leaves on disk for a snapshot: the state file (here, the configuration the
- * VM was given, as JSON) and the memory file (here sparse, of the guest's memory size).
+ * VM was given, as JSON) and the memory file (of the guest's memory size, sparse). With a
+ * guest running (paused: PATCH /vm came first), its QEMU migration stream is the memory
+ * file's first bytes, and the state says how many: a load starts the guest again from it.
  */
-function writeSnapshot(params: SnapshotCreateParams): void {
+async function writeSnapshot(params: SnapshotCreateParams): Promise<void> {
   const model = server.model;
+  const memFile = params.mem_file_path ? inJail(params.mem_file_path) : undefined;
+  const guestStream = qemu && memFile ? await migrateGuestTo(qmpSocket, migrationSocket, memFile) : undefined;
   const state = {
     machine: model.machineConfig,
     bootSource: model.bootSource,
     drives: [...model.drives.values()],
     nics: [...model.networkInterfaces.values()],
     vsock: model.vsock,
+    ...(guestStream !== undefined ? { guestStream } : {}),
   };
   writeFileSync(inJail(params.snapshot_path), JSON.stringify(state), { mode: 0o600 });
-  if (params.mem_file_path) {
-    writeFileSync(inJail(params.mem_file_path), '', { mode: 0o600 });
-    truncateSync(inJail(params.mem_file_path), model.machineConfig.mem_size_mib * 1024 * 1024);
+  if (memFile) {
+    if (guestStream === undefined) writeFileSync(memFile, '', { mode: 0o600 });
+    const guestBytes = model.machineConfig.mem_size_mib * 1024 * 1024;
+    if (statSync(memFile).size < guestBytes) truncateSync(memFile, guestBytes);
   }
+}
+
+/** A load: the snapshot's guest started again from its stream, loaded and paused, before the load answers. */
+async function loadGuest(params: SnapshotLoadParams): Promise<void> {
+  if (process.env.FAKE_FIRECRACKER_GUEST !== 'qemu') return;
+  const state = JSON.parse(readFileSync(inJail(params.snapshot_path), 'utf8')) as {
+    machine: typeof server.model.machineConfig;
+    bootSource: BootSource;
+    drives: Drive[];
+    nics: NetworkInterface[];
+    guestStream?: number;
+  };
+  const memFile = params.mem_backend?.backend_path ?? params.mem_file_path;
+  if (state.guestStream === undefined || !memFile) return;
+  // The VM as the snapshot says, for bootGuest (the model's boot-specific resources stay unset: nothing was configured).
+  const model = server.model;
+  model.machineConfig = state.machine;
+  model.bootSource = state.bootSource;
+  for (const drive of state.drives) model.drives.set(drive.drive_id, drive);
+  for (const nic of state.nics) {
+    const override = params.network_overrides?.find((o) => o.iface_id === nic.iface_id);
+    model.networkInterfaces.set(nic.iface_id, override ? { ...nic, host_dev_name: override.host_dev_name } : nic);
+  }
+  rmSync(migrationSocket, { force: true });
+  bootGuest(true);
+  const connection = await connectWhenListening(migrationSocket);
+  await pipeline(createReadStream(inJail(memFile), { start: 0, end: state.guestStream - 1 }), connection);
+  await untilStatus(
+    qmpSocket,
+    'query-status',
+    (r) => r.status === 'paused',
+    (r) => (r.status === 'running' || r.status === 'internal-error' ? `the guest is ${String(r.status)} after its load` : undefined),
+  );
+  if (params.resume_vm) qmp('cont');
 }
 
 function qmp(execute: string): void {
@@ -232,12 +291,13 @@ function listenVsock(udsPath: string): void {
   listenHybridVsock(inJail(udsPath), vsockBehaviour(process.env.FAKE_FIRECRACKER_VSOCK), (line) => record({ vsockConnect: line }));
 }
 
-function afterAccepted(call: string, body: unknown): void {
+function afterAccepted(call: string, body: unknown): void | Promise<void> {
   if (call === 'PUT /vsock') listenVsock((body as Vsock).uds_path);
   const override = call === 'PUT /snapshot/load' ? (body as SnapshotLoadParams).vsock_override : undefined;
   if (override) listenVsock(override.uds_path);
   if (call === 'PATCH /vm') qmp((body as Vm).state === 'Paused' ? 'stop' : 'cont');
-  if (call === 'PUT /snapshot/create') writeSnapshot(body as SnapshotCreateParams);
+  if (call === 'PUT /snapshot/create') return writeSnapshot(body as SnapshotCreateParams);
+  if (call === 'PUT /snapshot/load') return loadGuest(body as SnapshotLoadParams);
   if (call !== 'PUT /actions') return;
   const action = (body as InstanceActionInfo).action_type;
   if (action === 'InstanceStart' && process.env.FAKE_FIRECRACKER_GUEST === 'qemu') bootGuest();

@@ -65,6 +65,10 @@ export class FirecrackerClient {
     return this.call('PUT', '/metrics', metrics);
   }
 
+  getMachineConfig(options?: CallOptions): Promise<MachineConfiguration> {
+    return this.call<MachineConfiguration>('GET', '/machine-config', undefined, options);
+  }
+
   putMachineConfig(config: MachineConfiguration): Promise<void> {
     return this.call('PUT', '/machine-config', config);
   }

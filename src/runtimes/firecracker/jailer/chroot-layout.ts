@@ -96,6 +96,9 @@ const IN_JAIL = {
   volumes: '/volumes',
 } as const;
 
+/** The vsock socket inside every jail (a resume from disk gives it again: `vsock_override`). */
+export const JAILED_VSOCK_SOCKET = IN_JAIL.vsock;
+
 /** The vsock socket of the jail in `jailDir`, as the host sees it. */
 export function jailedVsockSocket(jailDir: string): string {
   return path.join(jailDir, 'root', IN_JAIL.vsock);

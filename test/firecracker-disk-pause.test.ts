@@ -1,0 +1,388 @@
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { CONFIG_FILES, renderSettings } from '../src/guest/contract.js';
+import { findImage, type GuestImage } from '../src/guest/image/builder.js';
+import { isProcessAlive, processStartTime } from '../src/host/process-watch.js';
+import { AddressPool } from '../src/network/address-pool.js';
+import { ResourceNames } from '../src/network/names.js';
+import { createSandboxNetwork } from '../src/network/netns.js';
+import { FirecrackerClient } from '../src/runtimes/firecracker/api/client.js';
+import { writeMarker } from '../src/runtimes/firecracker/disk-state.js';
+import { FirecrackerRuntime } from '../src/runtimes/firecracker/firecracker-runtime.js';
+import { DEFAULT_CONSOLE_LOG_LIMITS } from '../src/runtimes/console-log.js';
+import type { FirecrackerHost } from '../src/runtimes/firecracker/host/host-check.js';
+import { firecrackerSettingsFromEnv } from '../src/runtimes/firecracker/settings.js';
+import type { Runtime } from '../src/runtimes/runtime.js';
+import { hostCgroupVersion } from '../src/runtimes/vm/cgroups.js';
+import { newSessionId } from '../src/sessions/session.js';
+import { generateSessionKeys, writeSessionKeys } from '../src/transport/ssh-keys.js';
+import type { GuestTransport } from '../src/transport/index.js';
+import { CleanupStack } from '../src/util/cleanup-stack.js';
+import { connectToGuest, guestSh } from './helpers/guest.js';
+import { processesMentioning } from './helpers/host.js';
+import { removeEmptyPrefixCgroups, TEST_PREFIX, TEST_SUBNET } from './helpers/orchestrator.js';
+
+/**
+ * Pause to disk of a Firecracker VM (src/runtimes/firecracker/disk-pause.ts), jailed, against
+ * the contract emulator: with FAKE_FIRECRACKER_GUEST=qemu it runs the configured guest under
+ * QEMU (TCG), `snapshot/create` saves that guest (its migration stream in the memory file) and
+ * `snapshot/load` in a fresh VMM starts it again from it. What a user sees is checked: a
+ * counter in the guest's memory goes on from where it stopped, after the VMM was gone and the
+ * runtime was made anew (a restart), and every body sent is held to the v1.16.1 spec.
+ */
+const BIN = path.join(import.meta.dirname, 'helpers/firecracker/bin');
+const NAMES = new ResourceNames(TEST_PREFIX);
+const COUNTER = '/dev/shm/counter';
+
+interface Recorded {
+  process?: { pid: number };
+  call?: string;
+  body?: Record<string, unknown>;
+  status?: number;
+  fault?: string;
+}
+
+let image: GuestImage;
+let workDir: string;
+let recordDir: string;
+const pool = new AddressPool(TEST_SUBNET);
+
+before(async () => {
+  const found = await findImage(process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images');
+  assert.ok(found, 'the guest image must be built first (scripts/test.sh does it)');
+  image = found;
+  workDir = await mkdtemp(path.join(os.tmpdir(), 'fc-dp-'));
+  recordDir = path.join(workDir, 'records');
+  await mkdir(recordDir);
+  await chmod(workDir, 0o711);
+  await chmod(recordDir, 0o777);
+  process.env.FAKE_FIRECRACKER_RECORD_DIR = recordDir;
+});
+after(async () => {
+  delete process.env.FAKE_FIRECRACKER_RECORD_DIR;
+  delete process.env.FAKE_FIRECRACKER_GUEST;
+  await rm(workDir, { recursive: true, force: true });
+  await removeEmptyPrefixCgroups();
+});
+
+const host = (jailed: boolean): FirecrackerHost => ({
+  firecrackerBin: path.join(BIN, 'firecracker'),
+  jailerBin: jailed ? path.join(BIN, 'jailer') : undefined,
+  version: 'v1.16.1',
+  cgroupVersion: hostCgroupVersion(),
+});
+/** A runtime as an orchestrator (re)started makes it: nothing remembered of the VMs before it. */
+const newRuntime = (jailed = true): FirecrackerRuntime & Runtime =>
+  FirecrackerRuntime.forHost(
+    NAMES,
+    { ...firecrackerSettingsFromEnv({}), chrootBaseDir: path.join(workDir, 'jails'), vcpus: 2, bootTimeoutMs: 150_000, jailer: jailed ? 'auto' : 'off' },
+    host(jailed),
+  );
+
+async function prepareSession(runtime: FirecrackerRuntime, cleanup: CleanupStack) {
+  const sessionId = newSessionId();
+  const sessionDir = path.join(workDir, sessionId);
+  const configDir = path.join(sessionDir, 'config');
+  await writeSessionKeys(sessionDir, configDir, generateSessionKeys(sessionId));
+  const lease = pool.lease();
+  await cleanup.push('lease', () => pool.release(lease.index));
+  const vmUser = await runtime.leaseVmUser?.(cleanup);
+  const network = await createSandboxNetwork(NAMES, sessionId, lease, cleanup, 'tap', vmUser);
+  // What the session layer tells its guest: the address it configures, the display to start.
+  await writeFile(
+    path.join(configDir, CONFIG_FILES.settings),
+    renderSettings({
+      SANDBOX_ID: sessionId,
+      SANDBOX_HOSTNAME: `sbx-${sessionId}`,
+      SANDBOX_DISPLAY: 99,
+      SANDBOX_WIDTH: 800,
+      SANDBOX_HEIGHT: 600,
+      SANDBOX_DEPTH: 24,
+      SANDBOX_NET_CONFIGURE: 1,
+      SANDBOX_ADDRESS: `${lease.guest}/${lease.prefixLength}`,
+      SANDBOX_GATEWAY: lease.gateway,
+      SANDBOX_TRANSPORT: 'tcp',
+    }),
+  );
+  const spec = {
+    sessionId,
+    image,
+    sessionDir,
+    configDir,
+    screen: { width: 800, height: 600 },
+    hostname: `sbx-${sessionId}`,
+    network,
+    memoryMiB: 512,
+    pidsLimit: 256,
+    logsDir: path.join(workDir, 'logs'),
+    vmUser,
+  };
+  return { sessionId, sessionDir, spec, jailRoot: path.join(workDir, 'jails', 'firecracker', `${TEST_PREFIX}${sessionId}`, 'root') };
+}
+
+async function records(sessionId: string): Promise<Recorded[]> {
+  const text = await readFile(path.join(recordDir, `${TEST_PREFIX}${sessionId}.jsonl`), 'utf8').catch(() => '');
+  return text
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => JSON.parse(line) as Recorded);
+}
+/** The calls of each VMM process in turn (a resume from disk is a new one). */
+async function callsByProcess(sessionId: string): Promise<Recorded[][]> {
+  const byProcess: Recorded[][] = [];
+  for (const r of await records(sessionId)) {
+    if (r.process) byProcess.push([]);
+    else byProcess.at(-1)?.push(r);
+  }
+  return byProcess;
+}
+const accepted = (calls: Recorded[]) => calls.filter((r) => (r.status ?? 500) < 300);
+const bodyOfCall = (calls: Recorded[], call: string) => accepted(calls).find((r) => r.call === call)?.body;
+
+/** SSH with the session's keys and pinned host key, tried until `withinMs` (a TCG guest boots slowly). */
+async function connectWhenUp(sessionId: string, address: string, withinMs: number): Promise<GuestTransport> {
+  const deadline = Date.now() + withinMs;
+  for (;;) {
+    try {
+      return await connectToGuest(workDir, sessionId, address);
+    } catch (err) {
+      if (Date.now() > deadline) throw err;
+      await sleep(1000);
+    }
+  }
+}
+
+/** A process that has ended holds no RAM or CPU (a zombie not yet reaped by its parent counts as ended). */
+async function ended(pid: number, startTime: string | undefined): Promise<boolean> {
+  return startTime !== undefined && !(await isProcessAlive(pid, startTime));
+}
+
+async function counterOf(guest: GuestTransport): Promise<number> {
+  return Number((await guestSh(guest, `cat ${COUNTER}`)).text.trim());
+}
+
+describe('firecracker pause to disk, with a guest (QEMU under TCG behind the emulator)', () => {
+  let runtime: FirecrackerRuntime;
+  let cleanup: CleanupStack;
+  let session: Awaited<ReturnType<typeof prepareSession>>;
+  let guest: GuestTransport | undefined;
+  let address: string;
+  let counted: number;
+  before(() => {
+    process.env.FAKE_FIRECRACKER_GUEST = 'qemu';
+    runtime = newRuntime();
+  });
+  after(async () => {
+    guest?.close();
+    await cleanup?.run();
+  });
+
+  it('pauses a running guest to disk: its VMM gone (no RAM held), snapshot and marker on disk, spec-valid calls', async (t) => {
+    cleanup = new CleanupStack();
+    session = await prepareSession(runtime, cleanup);
+    const sandbox = await runtime.start(session.spec, cleanup);
+    const vmmStart = processStartTime(sandbox.pid);
+    address = session.spec.network.lease.guest;
+    guest = await connectWhenUp(session.sessionId, address, 150_000);
+    // A counter that lives in the guest's memory only (/dev/shm): a cold boot would lose it.
+    await guestSh(guest, `nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > ${COUNTER}; sleep 0.1; done' >/dev/null 2>&1 &`);
+    await sleep(1500);
+    guest.close();
+    guest = undefined;
+    const vm: Runtime = runtime;
+    const started = Date.now();
+    const result = await vm.pause?.({ sessionId: session.sessionId, sessionDir: session.sessionDir, pid: sandbox.pid }, 'disk');
+    t.diagnostic(`pause to disk: ${Date.now() - started} ms, ${result?.bytes} bytes on disk`);
+    assert.ok(result && result.bytes > 0 && result.bytes <= (vm.pauseStateMaxMiB?.(512) ?? 0) * 2 ** 20, `bytes ${result?.bytes}`);
+    assert.equal(await ended(sandbox.pid, vmmStart), true, 'the VMM is gone');
+    assert.deepEqual(await processesMentioning(`${TEST_PREFIX}${session.sessionId}`), [], 'no process of the session is left (QEMU went with it)');
+    assert.ok(existsSync(path.join(session.sessionDir, 'fc-paused.json')), 'the marker');
+    for (const file of ['paused-vmstate', 'paused-memory']) assert.ok(existsSync(path.join(session.jailRoot, 'snapshot', file)), file);
+    const [boot] = await callsByProcess(session.sessionId);
+    assert.ok(boot);
+    assert.deepEqual(
+      boot.filter((r) => r.fault),
+      [],
+      'no request was refused',
+    );
+    const pauseCalls = accepted(boot).slice(-4);
+    assert.deepEqual(
+      pauseCalls.map((r) => [r.call, r.body]),
+      [
+        ['GET /machine-config', undefined],
+        ['GET /', undefined],
+        ['PATCH /vm', { state: 'Paused' }],
+        ['PUT /snapshot/create', { snapshot_type: 'Full', snapshot_path: '/snapshot/paused-vmstate', mem_file_path: '/snapshot/paused-memory' }],
+      ],
+    );
+  });
+
+  it('a restarted runtime adopts it paused on disk; the resume loads it in a fresh VMM and the counter goes on from where it stopped', async (t) => {
+    const restarted = newRuntime();
+    const onDisk = await restarted.adoptPaused?.(session.sessionId, session.sessionDir);
+    assert.ok(onDisk, 'adopted as paused on disk');
+    assert.ok(onDisk.bytes > 0);
+    assert.deepEqual(onDisk.vmUser, { uid: session.spec.vmUser?.uid, gid: session.spec.vmUser?.gid }, "the VM's own uid, held again");
+    assert.equal(restarted.users.inUse, 1);
+    const target = { sessionId: session.sessionId, sessionDir: session.sessionDir, pid: 0, endpoint: { host: address, port: 22 } };
+    const started = Date.now();
+    const resumed = await restarted.resume?.(target, 'disk');
+    t.diagnostic(`resume from disk (load, resume): ${Date.now() - started} ms`);
+    assert.ok(resumed, 'a new sandbox');
+    await cleanup.push('adopted', () => onDisk.release());
+    await cleanup.push('resumed', () => resumed.release());
+    assert.ok(processStartTime(resumed.sandbox.pid), 'a new VMM runs');
+    // The same guest: the session's keys and pinned host key let us in, no re-key.
+    guest = await connectWhenUp(session.sessionId, address, 30_000);
+    t.diagnostic(`resume to SSH: ${Date.now() - started} ms`);
+    counted = await counterOf(guest);
+    assert.ok(counted > 5, `the counter kept its value in the guest's memory (${counted}), not a cold boot's`);
+    await sleep(1000);
+    assert.ok((await counterOf(guest)) > counted, 'and goes on counting');
+    assert.equal(existsSync(path.join(session.sessionDir, 'fc-paused.json')), false, 'the marker is gone');
+    for (const file of ['paused-vmstate', 'paused-memory']) assert.equal(existsSync(path.join(session.jailRoot, 'snapshot', file)), false, `${file} is gone`);
+    const processes = await callsByProcess(session.sessionId);
+    assert.equal(processes.length, 2, 'a second VMM process');
+    const load = processes[1] ?? [];
+    assert.deepEqual(
+      load.filter((r) => r.fault),
+      [],
+      'no request was refused',
+    );
+    assert.deepEqual(
+      accepted(load).map((r) => [r.call, r.body]),
+      [
+        ['GET /', undefined],
+        [
+          'PUT /snapshot/load',
+          {
+            snapshot_path: '/snapshot/paused-vmstate',
+            mem_backend: { backend_type: 'File', backend_path: '/snapshot/paused-memory' },
+            vsock_override: { uds_path: '/run/vsock.sock' },
+            resume_vm: false,
+            clock_realtime: true,
+          },
+        ],
+        ['PATCH /vm', { state: 'Resumed' }],
+      ],
+    );
+    // The resume is no new session: the adopted session's release frees its uid, jail, netns.
+    assert.equal(await restarted.adoptPaused?.(session.sessionId, session.sessionDir), undefined, 'nothing paused on disk any more');
+  });
+});
+
+describe('firecracker pause to disk killed half-way, and unjailed (no guest)', () => {
+  it('a pause killed after the snapshot but before the marker: the running VM is trusted, the half-written files removed', async () => {
+    delete process.env.FAKE_FIRECRACKER_GUEST;
+    const runtime = newRuntime();
+    const cleanup = new CleanupStack();
+    try {
+      const session = await prepareSession(runtime, cleanup);
+      const sandbox = await runtime.start(session.spec, cleanup);
+      // What a pause does up to the marker, then the orchestrator is gone (kill -9): the VMM is paused,
+      // the snapshot files are there, the marker is not (a temp file of it, at most).
+      const api = new FirecrackerClient(path.join(session.jailRoot, 'run/firecracker.socket'));
+      await api.patchVm({ state: 'Paused' });
+      await api.putSnapshotCreate({ snapshot_type: 'Full', snapshot_path: '/snapshot/paused-vmstate', mem_file_path: '/snapshot/paused-memory' });
+      api.close();
+      await writeFile(path.join(session.sessionDir, 'fc-paused.json.partial'), '{"jailed":tr');
+      const restarted = newRuntime();
+      assert.equal(await restarted.adoptPaused?.(session.sessionId, session.sessionDir), undefined, 'no whole marker: not paused on disk');
+      for (const file of ['snapshot/paused-vmstate', 'snapshot/paused-memory'])
+        assert.equal(existsSync(path.join(session.jailRoot, file)), false, `${file} removed`);
+      assert.equal(existsSync(path.join(session.sessionDir, 'fc-paused.json.partial')), false, 'the temp marker removed');
+      // The VM is the truth: adopted alive, found paused in memory (adopt.ts then lets it run).
+      const adopted = await restarted.adopt(session.sessionId, session.sessionDir, { host: session.spec.network.lease.guest, port: 22 });
+      assert.equal(adopted?.sandbox.pid, sandbox.pid, 'the same VMM');
+      const target = { sessionId: session.sessionId, sessionDir: session.sessionDir, pid: sandbox.pid };
+      assert.equal(await restarted.isPaused?.(target), true);
+      await restarted.resume?.(target, 'memory');
+      assert.equal(await restarted.isPaused?.(target), false);
+    } finally {
+      await cleanup.run();
+    }
+  });
+
+  it('a pause killed after the marker, before its VMM ended: the snapshot is trusted, the VMM found is stopped, and the resume loads it', async () => {
+    const runtime = newRuntime();
+    const cleanup = new CleanupStack();
+    try {
+      const session = await prepareSession(runtime, cleanup);
+      const sandbox = await runtime.start(session.spec, cleanup);
+      const vmmStart = processStartTime(sandbox.pid);
+      const api = new FirecrackerClient(path.join(session.jailRoot, 'run/firecracker.socket'));
+      await api.patchVm({ state: 'Paused' });
+      await api.putSnapshotCreate({ snapshot_type: 'Full', snapshot_path: '/snapshot/paused-vmstate', mem_file_path: '/snapshot/paused-memory' });
+      api.close();
+      const vmUser = session.spec.vmUser as { uid: number; gid: number };
+      await writeMarker(session.sessionDir, {
+        jailed: true,
+        user: { uid: vmUser.uid, gid: vmUser.gid },
+        memoryMiB: 512,
+        vcpus: 2,
+        consoleLog: DEFAULT_CONSOLE_LOG_LIMITS,
+        logsDir: session.spec.logsDir,
+        bytes: 4096,
+        since: new Date().toISOString(),
+      });
+      const restarted = newRuntime();
+      const onDisk = await restarted.adoptPaused?.(session.sessionId, session.sessionDir);
+      assert.ok(onDisk, 'a whole marker: paused on disk');
+      assert.equal(await ended(sandbox.pid, vmmStart), true, 'the VMM that had not run since the snapshot is stopped');
+      const resumed = await restarted.resume?.(
+        { sessionId: session.sessionId, sessionDir: session.sessionDir, pid: 0, endpoint: { host: session.spec.network.lease.guest, port: 22 } },
+        'disk',
+      );
+      assert.ok(resumed);
+      await cleanup.push('resumed', () => resumed.release());
+      const [, load] = await callsByProcess(session.sessionId);
+      assert.deepEqual(
+        accepted(load ?? []).map((r) => r.call),
+        ['GET /', 'PUT /snapshot/load', 'PATCH /vm'],
+      );
+      assert.equal(existsSync(path.join(session.sessionDir, 'fc-paused.json')), false);
+    } finally {
+      await cleanup.run();
+    }
+  });
+
+  it('unjailed (development hosts): the snapshot in the session dir, a fresh VMM loads it', async () => {
+    const runtime = newRuntime(false);
+    const cleanup = new CleanupStack();
+    try {
+      const session = await prepareSession(runtime, cleanup);
+      const sandbox = await runtime.start(session.spec, cleanup);
+      const vmmStart = processStartTime(sandbox.pid);
+      const target = { sessionId: session.sessionId, sessionDir: session.sessionDir, pid: sandbox.pid, endpoint: sandbox.endpoint };
+      const paused = await runtime.pause?.(target, 'disk');
+      assert.ok(paused && paused.bytes > 0);
+      assert.equal(await ended(sandbox.pid, vmmStart), true, 'the VMM is gone');
+      const files = { snapshot_path: path.join(session.sessionDir, 'paused-vmstate'), mem_file_path: path.join(session.sessionDir, 'paused-memory') };
+      const [boot] = await callsByProcess(session.sessionId);
+      assert.deepEqual(accepted(boot ?? []).at(-1)?.body, { snapshot_type: 'Full', ...files });
+      const resumed = await runtime.resume?.(target, 'disk');
+      assert.ok(resumed);
+      await cleanup.push('resumed', () => resumed.release());
+      const [, load] = await callsByProcess(session.sessionId);
+      assert.deepEqual(
+        (load ?? []).filter((r) => r.fault),
+        [],
+      );
+      assert.deepEqual(bodyOfCall(load ?? [], 'PUT /snapshot/load'), {
+        snapshot_path: files.snapshot_path,
+        mem_backend: { backend_type: 'File', backend_path: files.mem_file_path },
+        vsock_override: { uds_path: path.join(session.sessionDir, 'vsock.sock') },
+        resume_vm: false,
+        clock_realtime: true,
+      });
+      for (const file of [...Object.values(files), path.join(session.sessionDir, 'fc-paused.json')]) assert.equal(existsSync(file), false, `${file} is gone`);
+    } finally {
+      await cleanup.run();
+    }
+  });
+});
