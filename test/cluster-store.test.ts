@@ -429,6 +429,42 @@ describe('cluster store on PostgreSQL', () => {
     }
   });
 
+  it('a confirm updates its row in place (a HOT update: no index names what it changes)', async () => {
+    const { url, store } = await migratedStore();
+    await store.registerNode('n', 'i', report({ maxSessions: 100, memoryMiB: 200_000, vcpus: 200 }));
+    for (let i = 0; i < 40; i++) assert.ok((await store.place(`h-${i}`, 'acme', CREATE, [], { maxSessionsPerTenant: 1000 })).placed);
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      // A backend's table statistics are published when it exits: the confirms on a store of their own, closed after.
+      const updates = async () =>
+        (await client.query<{ all: string; hot: string }>(`SELECT n_tup_upd AS all, n_tup_hot_upd AS hot FROM pg_stat_user_tables WHERE relname = 'sessions'`))
+          .rows[0];
+      const before = await updates();
+      const own = new PgClusterStore({ url, maxConnections: 1 });
+      try {
+        for (let i = 0; i < 40; i++) await own.confirm(`h-${i}`);
+      } finally {
+        await own.close();
+      }
+      let after = await updates();
+      for (let i = 0; i < 20 && Number(after?.all) - Number(before?.all) < 40; i++) {
+        await sleep(100);
+        after = await updates();
+      }
+      const all = Number(after?.all) - Number(before?.all);
+      const hot = Number(after?.hot) - Number(before?.hot);
+      console.log(`40 confirms: ${all} row updates, ${hot} of them in place (HOT)`);
+      assert.equal(all, 40);
+      assert.equal(hot, 40, 'every confirm wrote new index entries');
+      assert.equal((await store.lookup('h-39'))?.state, 'live');
+      // The tenant's open sessions are still counted (by the index on ended_at).
+      await assert.rejects(store.place('h-over', 'acme', CREATE, [], { maxSessionsPerTenant: 40 }), /tenant "acme" has 40 sessions/);
+    } finally {
+      await client.end();
+    }
+  });
+
   it("a tenant's session limit counts its sessions on every node: past it, 429 tenant_session_limit and nothing written", async () => {
     const { url, store } = await migratedStore();
     await store.registerNode('a', 'ia', report());

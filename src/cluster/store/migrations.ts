@@ -118,6 +118,18 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX volumes_node ON volumes (node);
     `,
   },
+  {
+    version: 4,
+    name: "a tenant's open sessions by ended_at, so that a confirm is updated in place",
+    // Version 2's index named `state` in its predicate, so every confirm (creating -> live)
+    // wrote a new entry in each index (no HOT update). `ended_at` changes only when a session
+    // stops counting; a confirm now touches no indexed column, and pages keep room for it.
+    sql: `
+      CREATE INDEX sessions_tenant_open ON sessions (tenant) WHERE ended_at IS NULL;
+      DROP INDEX sessions_tenant_live;
+      ALTER TABLE sessions SET (fillfactor = 90);
+    `,
+  },
 ];
 
 /**

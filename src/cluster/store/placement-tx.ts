@@ -71,7 +71,7 @@ const PLACE_SQL = `
   WITH locked AS (
     SELECT ${nodeColumns(1)} FROM nodes WHERE name = $4 FOR UPDATE
   ), tenant AS (
-    SELECT count(*) AS live FROM sessions WHERE $9::int IS NOT NULL AND tenant = $3 AND state IN ('creating', 'live')
+    SELECT count(*) AS live FROM sessions WHERE $9::int IS NOT NULL AND tenant = $3 AND ended_at IS NULL AND state IN ('creating', 'live')
   ), volumes AS (
     SELECT $10::text[] IS NULL OR (SELECT count(*) FROM volumes v WHERE v.tenant = $3 AND v.name = ANY ($10::text[]) AND v.node = $4 AND v.state = 'ready')
       = cardinality($10::text[]) AS there
