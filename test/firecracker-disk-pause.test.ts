@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -10,22 +9,18 @@ import { findImage, type GuestImage } from '../src/guest/image/builder.js';
 import { isProcessAlive, processStartTime } from '../src/host/process-watch.js';
 import { AddressPool } from '../src/network/address-pool.js';
 import { ResourceNames } from '../src/network/names.js';
-import { createSandboxNetwork } from '../src/network/netns.js';
 import { FirecrackerClient } from '../src/runtimes/firecracker/api/client.js';
 import { writeMarker } from '../src/runtimes/firecracker/disk-state.js';
 import { FirecrackerRuntime } from '../src/runtimes/firecracker/firecracker-runtime.js';
 import { DEFAULT_CONSOLE_LOG_LIMITS } from '../src/runtimes/console-log.js';
-import type { FirecrackerHost } from '../src/runtimes/firecracker/host/host-check.js';
 import { firecrackerSettingsFromEnv } from '../src/runtimes/firecracker/settings.js';
 import type { Runtime } from '../src/runtimes/runtime.js';
-import { hostCgroupVersion } from '../src/runtimes/vm/cgroups.js';
-import { newSessionId } from '../src/sessions/session.js';
-import { generateSessionKeys, writeSessionKeys } from '../src/transport/ssh-keys.js';
 import type { GuestTransport } from '../src/transport/index.js';
 import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { connectToGuest, guestSh } from './helpers/guest.js';
 import { processesMentioning } from './helpers/host.js';
-import { removeEmptyPrefixCgroups, TEST_PREFIX, TEST_SUBNET } from './helpers/orchestrator.js';
+import { emulatorHost, emulatorWorkspace, sessionBase, type Recorded } from './helpers/firecracker/emulator-workspace.js';
+import { TEST_PREFIX, TEST_SUBNET } from './helpers/orchestrator.js';
 
 /**
  * Pause to disk of a Firecracker VM (src/runtimes/firecracker/disk-pause.ts), jailed, against
@@ -35,64 +30,35 @@ import { removeEmptyPrefixCgroups, TEST_PREFIX, TEST_SUBNET } from './helpers/or
  * counter in the guest's memory goes on from where it stopped, after the VMM was gone and the
  * runtime was made anew (a restart), and every body sent is held to the v1.16.1 spec.
  */
-const BIN = path.join(import.meta.dirname, 'helpers/firecracker/bin');
 const NAMES = new ResourceNames(TEST_PREFIX);
 const COUNTER = '/dev/shm/counter';
 
-interface Recorded {
-  process?: { pid: number };
-  call?: string;
-  body?: Record<string, unknown>;
-  status?: number;
-  fault?: string;
-}
-
+const workspace = emulatorWorkspace('fc-dp-', ['FAKE_FIRECRACKER_GUEST']);
 let image: GuestImage;
-let workDir: string;
-let recordDir: string;
 const pool = new AddressPool(TEST_SUBNET);
 
 before(async () => {
   const found = await findImage(process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images');
   assert.ok(found, 'the guest image must be built first (scripts/test.sh does it)');
   image = found;
-  workDir = await mkdtemp(path.join(os.tmpdir(), 'fc-dp-'));
-  recordDir = path.join(workDir, 'records');
-  await mkdir(recordDir);
-  await chmod(workDir, 0o711);
-  await chmod(recordDir, 0o777);
-  process.env.FAKE_FIRECRACKER_RECORD_DIR = recordDir;
-});
-after(async () => {
-  delete process.env.FAKE_FIRECRACKER_RECORD_DIR;
-  delete process.env.FAKE_FIRECRACKER_GUEST;
-  await rm(workDir, { recursive: true, force: true });
-  await removeEmptyPrefixCgroups();
 });
 
-const host = (jailed: boolean): FirecrackerHost => ({
-  firecrackerBin: path.join(BIN, 'firecracker'),
-  jailerBin: jailed ? path.join(BIN, 'jailer') : undefined,
-  version: 'v1.16.1',
-  cgroupVersion: hostCgroupVersion(),
-});
 /** A runtime as an orchestrator (re)started makes it: nothing remembered of the VMs before it. */
 const newRuntime = (jailed = true): FirecrackerRuntime & Runtime =>
   FirecrackerRuntime.forHost(
     NAMES,
-    { ...firecrackerSettingsFromEnv({}), chrootBaseDir: path.join(workDir, 'jails'), vcpus: 2, bootTimeoutMs: 150_000, jailer: jailed ? 'auto' : 'off' },
-    host(jailed),
+    {
+      ...firecrackerSettingsFromEnv({}),
+      chrootBaseDir: path.join(workspace.workDir, 'jails'),
+      vcpus: 2,
+      bootTimeoutMs: 150_000,
+      jailer: jailed ? 'auto' : 'off',
+    },
+    emulatorHost(jailed),
   );
 
 async function prepareSession(runtime: FirecrackerRuntime, cleanup: CleanupStack) {
-  const sessionId = newSessionId();
-  const sessionDir = path.join(workDir, sessionId);
-  const configDir = path.join(sessionDir, 'config');
-  await writeSessionKeys(sessionDir, configDir, generateSessionKeys(sessionId));
-  const lease = pool.lease();
-  await cleanup.push('lease', () => pool.release(lease.index));
-  const vmUser = await runtime.leaseVmUser?.(cleanup);
-  const network = await createSandboxNetwork(NAMES, sessionId, lease, cleanup, 'tap', vmUser);
+  const { sessionId, sessionDir, configDir, lease, vmUser, network } = await sessionBase(runtime, workspace.workDir, pool, cleanup);
   // What the session layer tells its guest: the address it configures, the display to start.
   await writeFile(
     path.join(configDir, CONFIG_FILES.settings),
@@ -119,23 +85,16 @@ async function prepareSession(runtime: FirecrackerRuntime, cleanup: CleanupStack
     network,
     memoryMiB: 512,
     pidsLimit: 256,
-    logsDir: path.join(workDir, 'logs'),
+    logsDir: path.join(workspace.workDir, 'logs'),
     vmUser,
   };
-  return { sessionId, sessionDir, spec, jailRoot: path.join(workDir, 'jails', 'firecracker', `${TEST_PREFIX}${sessionId}`, 'root') };
+  return { sessionId, sessionDir, spec, jailRoot: path.join(workspace.workDir, 'jails', 'firecracker', `${TEST_PREFIX}${sessionId}`, 'root') };
 }
 
-async function records(sessionId: string): Promise<Recorded[]> {
-  const text = await readFile(path.join(recordDir, `${TEST_PREFIX}${sessionId}.jsonl`), 'utf8').catch(() => '');
-  return text
-    .split('\n')
-    .filter(Boolean)
-    .map((line) => JSON.parse(line) as Recorded);
-}
 /** The calls of each VMM process in turn (a resume from disk is a new one). */
 async function callsByProcess(sessionId: string): Promise<Recorded[][]> {
   const byProcess: Recorded[][] = [];
-  for (const r of await records(sessionId)) {
+  for (const r of await workspace.records(sessionId)) {
     if (r.process) byProcess.push([]);
     else byProcess.at(-1)?.push(r);
   }
@@ -149,7 +108,7 @@ async function connectWhenUp(sessionId: string, address: string, withinMs: numbe
   const deadline = Date.now() + withinMs;
   for (;;) {
     try {
-      return await connectToGuest(workDir, sessionId, address);
+      return await connectToGuest(workspace.workDir, sessionId, address);
     } catch (err) {
       if (Date.now() > deadline) throw err;
       await sleep(1000);

@@ -1,23 +1,20 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, mkdtemp, open, readFile, readlink, rm, stat, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { mkdir, open, readFile, readlink, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { findImage, type GuestImage } from '../src/guest/image/builder.js';
 import { AddressPool } from '../src/network/address-pool.js';
 import { ResourceNames } from '../src/network/names.js';
-import { createSandboxNetwork, type AttachedNetwork } from '../src/network/netns.js';
+import type { AttachedNetwork } from '../src/network/netns.js';
 import { macFromIPv4 } from '../src/runtimes/firecracker/boot/guest-identity.js';
 import { FirecrackerRuntime } from '../src/runtimes/firecracker/firecracker-runtime.js';
-import { findOnPath, kvmUnavailable, type FirecrackerHost } from '../src/runtimes/firecracker/host/host-check.js';
+import { findOnPath, kvmUnavailable } from '../src/runtimes/firecracker/host/host-check.js';
 import { hostCgroupVersion, vmCgroupDirs } from '../src/runtimes/vm/cgroups.js';
 import { ensureVmlinux } from '../src/runtimes/firecracker/kernel/vmlinux.js';
 import { snapshotBaseAddress, type CloneRotation } from '../src/runtimes/firecracker/snapshot/clone-rotation.js';
 import { firecrackerSettingsFromEnv, type FirecrackerSettings } from '../src/runtimes/firecracker/settings.js';
 import type { RunningSandbox, Runtime } from '../src/runtimes/runtime.js';
-import { newSessionId } from '../src/sessions/session.js';
-import { generateSessionKeys, writeSessionKeys } from '../src/transport/ssh-keys.js';
 import type { GuestTransport } from '../src/transport/index.js';
 import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { run } from '../src/util/exec.js';
@@ -26,7 +23,8 @@ import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { COLD_BOOT_CALLS as BOOT_SEQUENCE } from './helpers/firecracker/calls.js';
 import { processesMentioning } from './helpers/host.js';
 import { kvmRunsGuests } from './helpers/kvm-probe.js';
-import { removeEmptyPrefixCgroups, startTestOrchestrator, TEST_PREFIX, TEST_SUBNET, type TestOrchestrator } from './helpers/orchestrator.js';
+import { emulatorHost, emulatorWorkspace, sessionBase, type Recorded } from './helpers/firecracker/emulator-workspace.js';
+import { startTestOrchestrator, TEST_PREFIX, TEST_SUBNET, type TestOrchestrator } from './helpers/orchestrator.js';
 import { assertClickArrives, assertScreenshotSize } from './helpers/desktop-checks.js';
 import { startXevSlowly } from './helpers/xev.js';
 
@@ -45,61 +43,23 @@ const TEMPLATE_GUEST = { display: 98, pidsLimit: 400 };
 /** What the runtime sends a fresh VMM: a wait until its API answers, then the boot sequence. */
 const COLD_BOOT_CALLS = ['GET /', ...BOOT_SEQUENCE];
 
-interface Recorded {
-  process?: { pid: number; uid: number; gid: number; netns: string; argv: string[]; root: string };
-  call?: string;
-  body?: Record<string, unknown>;
-  status?: number;
-  fault?: string;
-}
-
+const workspace = emulatorWorkspace('fc-rt-');
 let image: GuestImage;
-let workDir: string;
-let recordDir: string;
 const pool = new AddressPool(TEST_SUBNET);
 
 before(async () => {
   const found = await findImage(process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images');
   assert.ok(found, 'the guest image must be built first (scripts/test.sh does it)');
   image = found;
-  workDir = await mkdtemp(path.join(os.tmpdir(), 'fc-rt-'));
-  recordDir = path.join(workDir, 'records');
-  await mkdir(recordDir);
-  // The emulator runs as the jail's user and cannot chroot: it reaches the jail through here.
-  await chmod(workDir, 0o711);
-  await chmod(recordDir, 0o777);
-  process.env.FAKE_FIRECRACKER_RECORD_DIR = recordDir;
 });
-after(async () => {
-  delete process.env.FAKE_FIRECRACKER_RECORD_DIR;
-  await rm(workDir, { recursive: true, force: true });
-  await removeEmptyPrefixCgroups();
-});
-
-function host(jailed: boolean): FirecrackerHost {
-  return {
-    firecrackerBin: path.join(BIN, 'firecracker'),
-    jailerBin: jailed ? path.join(BIN, 'jailer') : undefined,
-    version: 'v1.16.1',
-    cgroupVersion: hostCgroupVersion(),
-  };
-}
 
 function settings(overrides: Partial<FirecrackerSettings> = {}): FirecrackerSettings {
-  return { ...firecrackerSettingsFromEnv({}), chrootBaseDir: path.join(workDir, 'jails'), vcpus: 1, ...overrides };
+  return { ...firecrackerSettingsFromEnv({}), chrootBaseDir: path.join(workspace.workDir, 'jails'), vcpus: 1, ...overrides };
 }
 
 /** What the session layer makes before a runtime starts: keys, config dir, netns with TAP. */
 async function prepareSession(runtime: FirecrackerRuntime, cleanup: CleanupStack, screen = { width: 1024, height: 768 }) {
-  const sessionId = newSessionId();
-  const sessionDir = path.join(workDir, sessionId);
-  const configDir = path.join(sessionDir, 'config');
-  await writeSessionKeys(sessionDir, configDir, generateSessionKeys(sessionId));
-  const lease = pool.lease();
-  await cleanup.push('lease', () => pool.release(lease.index));
-  // As the session layer does: the VM's own uid/gid first (jailed), which owns the TAP.
-  const vmUser = await runtime.leaseVmUser?.(cleanup);
-  const network = await createSandboxNetwork(NAMES, sessionId, lease, cleanup, 'tap', vmUser);
+  const { sessionId, sessionDir, configDir, vmUser, network } = await sessionBase(runtime, workspace.workDir, pool, cleanup);
   return {
     sessionId,
     sessionDir,
@@ -113,18 +73,10 @@ async function prepareSession(runtime: FirecrackerRuntime, cleanup: CleanupStack
       network,
       memoryMiB: 512,
       pidsLimit: 256,
-      logsDir: path.join(workDir, 'logs'),
+      logsDir: path.join(workspace.workDir, 'logs'),
       vmUser,
     },
   };
-}
-
-async function records(sessionId: string): Promise<Recorded[]> {
-  const text = await readFile(path.join(recordDir, `${TEST_PREFIX}${sessionId}.jsonl`), 'utf8').catch(() => '');
-  return text
-    .split('\n')
-    .filter(Boolean)
-    .map((line) => JSON.parse(line) as Recorded);
 }
 
 const acceptedCalls = (recorded: Recorded[]) => recorded.filter((r) => r.call && (r.status ?? 500) < 300).map((r) => r.call);
@@ -142,8 +94,8 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
   let runtime: FirecrackerRuntime;
   let jailsDir: string;
   before(() => {
-    runtime = FirecrackerRuntime.forHost(NAMES, settings(), host(true));
-    jailsDir = path.join(workDir, 'jails');
+    runtime = FirecrackerRuntime.forHost(NAMES, settings(), emulatorHost(true));
+    jailsDir = path.join(workspace.workDir, 'jails');
   });
   let cleanup: CleanupStack;
   let session: Awaited<ReturnType<typeof prepareSession>>;
@@ -153,7 +105,7 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     cleanup = new CleanupStack();
     session = await prepareSession(runtime, cleanup);
     sandbox = await runtime.start(session.spec, cleanup);
-    const recorded = await records(session.sessionId);
+    const recorded = await workspace.records(session.sessionId);
     assert.deepEqual(acceptedCalls(recorded), COLD_BOOT_CALLS);
     assert.equal(bodyOf(recorded, 'PUT /actions')?.action_type, 'InstanceStart');
     assert.deepEqual(
@@ -214,7 +166,7 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     assert.equal(await vm.isPaused?.(target), true);
     await vm.resume?.(target, 'memory');
     assert.equal(await vm.isPaused?.(target), false);
-    const recorded = await records(session.sessionId);
+    const recorded = await workspace.records(session.sessionId);
     const patches = recorded.filter((r) => r.call === 'PATCH /vm' && (r.status ?? 500) < 300).map((r) => r.body);
     assert.deepEqual(patches, [{ state: 'Paused' }, { state: 'Resumed' }], 'spec-valid bodies, accepted');
     assert.deepEqual(
@@ -239,7 +191,7 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     const other = await prepareSession(runtime, second);
     try {
       const vm = await runtime.start(other.spec, second);
-      const proc = (await records(other.sessionId))[0]?.process;
+      const proc = (await workspace.records(other.sessionId))[0]?.process;
       assert.ok(other.spec.vmUser && session.spec.vmUser);
       assert.notEqual(other.spec.vmUser.uid, session.spec.vmUser.uid, 'two VMs never share a uid');
       assert.equal(proc?.uid, other.spec.vmUser.uid);
@@ -260,8 +212,8 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     // Not our child (a pid namespace of its own): no exit code, but no kill either.
     assert.doesNotMatch(exit.reason, /killed/, `the VMM exited by itself after the guest powered off (${exit.reason})`);
     assert.match(exit.reason, /pid namespace of its own/);
-    assert.ok(acceptedCalls(await records(session.sessionId)).includes('PUT /actions'));
-    assert.equal(bodyOf((await records(session.sessionId)).slice(-1), 'PUT /actions')?.action_type, 'SendCtrlAltDel');
+    assert.ok(acceptedCalls(await workspace.records(session.sessionId)).includes('PUT /actions'));
+    assert.equal(bodyOf((await workspace.records(session.sessionId)).slice(-1), 'PUT /actions')?.action_type, 'SendCtrlAltDel');
     assert.equal(existsSync(jailDir), false, 'jail removed');
     assert.deepEqual(
       cgroups.filter((d) => existsSync(d)),
@@ -276,7 +228,7 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
   it("volumes: a drive each, hard-linked into the jail (the jail's while it runs, root's after), read-only when asked; the guest told which disk is which", async () => {
     const vols = new CleanupStack();
     const s = await prepareSession(runtime, vols);
-    const [rw, ro] = [path.join(workDir, 'vol-rw.ext4'), path.join(workDir, 'vol-ro.ext4')];
+    const [rw, ro] = [path.join(workspace.workDir, 'vol-rw.ext4'), path.join(workspace.workDir, 'vol-ro.ext4')];
     await makeVolumeFile(rw, 16);
     await makeVolumeFile(ro, 16);
     const volumes = [
@@ -285,7 +237,7 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     ];
     try {
       await runtime.start({ ...s.spec, volumes }, vols);
-      const recorded = await records(s.sessionId);
+      const recorded = await workspace.records(s.sessionId);
       assert.deepEqual(
         recorded.filter((r) => r.fault),
         [],
@@ -331,12 +283,12 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     const s = await prepareSession(runtime, failing);
     await run(['ip', '-n', s.spec.network.netns, 'link', 'delete', 'tap0']);
     await assert.rejects(runtime.start(s.spec, failing), /step "network-interface" failed: .*Open tap device failed: tap0 does not exist/s);
-    const recorded = await records(s.sessionId);
+    const recorded = await workspace.records(s.sessionId);
     assert.ok(!acceptedCalls(recorded).includes('PUT /actions'), 'never started');
     await failing.run();
     assert.equal(existsSync(path.join(jailsDir, 'firecracker', `${TEST_PREFIX}${s.sessionId}`)), false);
     assert.deepEqual(await processesMentioning(`${TEST_PREFIX}${s.sessionId}`), []);
-    assert.ok(existsSync(path.join(workDir, 'logs', `${s.sessionId}.console.log`)), 'the console log is kept for the failure');
+    assert.ok(existsSync(path.join(workspace.workDir, 'logs', `${s.sessionId}.console.log`)), 'the console log is kept for the failure');
   });
 
   it('after an orchestrator crash, list() finds the VM and reclaim() kills it and removes its jail and cgroups', async () => {
@@ -349,7 +301,7 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
       assert.ok(existsSync(jailDir) && cgroups.length > 0, 'the orphan has its jail and cgroups');
       assert.ok(existsSync(`/proc/${vm.pid}`), 'and its VMM runs');
       // A new orchestrator (a new runtime object) knows nothing of it but the names.
-      const restarted = FirecrackerRuntime.forHost(NAMES, settings(), host(true));
+      const restarted = FirecrackerRuntime.forHost(NAMES, settings(), emulatorHost(true));
       assert.ok((await restarted.list()).includes(s.sessionId));
       await restarted.reclaim(s.sessionId, s.sessionDir);
       const exit = await vm.exited;
@@ -371,12 +323,12 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
 
 describe('the firecracker runtime, unjailed (development hosts)', () => {
   it('runs Firecracker as root in the session netns with host paths in the session dir, and cleans up', async () => {
-    const runtime = FirecrackerRuntime.forHost(NAMES, settings({ jailer: 'off' }), host(false));
+    const runtime = FirecrackerRuntime.forHost(NAMES, settings({ jailer: 'off' }), emulatorHost(false));
     assert.equal(runtime.leaseVmUser, undefined, 'unjailed: no uid of its own (it runs as root, development only)');
     const cleanup = new CleanupStack();
     const s = await prepareSession(runtime, cleanup);
     const vm = await runtime.start(s.spec, cleanup);
-    const recorded = await records(s.sessionId);
+    const recorded = await workspace.records(s.sessionId);
     assert.deepEqual(acceptedCalls(recorded), COLD_BOOT_CALLS);
     assert.equal(recorded[0]?.process?.uid, 0);
     assert.equal(recorded[0]?.process?.netns, await netnsInode(s.spec.network));
@@ -484,7 +436,7 @@ function settingsOf(runtime: FirecrackerRuntime): FirecrackerSettings {
 endToEnd('end to end on the contract emulator booting the configured VM under QEMU (TCG)', false, async () => {
   process.env.FAKE_FIRECRACKER_GUEST = 'qemu';
   const s = settings({ vcpus: 2, bootTimeoutMs: 150_000 });
-  const runtime = FirecrackerRuntime.forHost(NAMES, s, host(true));
+  const runtime = FirecrackerRuntime.forHost(NAMES, s, emulatorHost(true));
   settingsByRuntime.set(runtime, s);
   return runtime;
 });
@@ -493,7 +445,7 @@ const realFirecracker =
   kvmUnavailable() ??
   (process.env.FIRECRACKER_BIN || findOnPath('firecracker') ? false : 'no firecracker binary: set FIRECRACKER_BIN (and JAILER_BIN) or put them on PATH');
 endToEnd('end to end on a real Firecracker microVM (KVM)', realFirecracker, async () => {
-  const s = { ...firecrackerSettingsFromEnv(process.env), chrootBaseDir: path.join(workDir, 'jails-real') };
+  const s = { ...firecrackerSettingsFromEnv(process.env), chrootBaseDir: path.join(workspace.workDir, 'jails-real') };
   const runtime = await FirecrackerRuntime.create(NAMES, s);
   settingsByRuntime.set(runtime, s);
   return runtime;
@@ -520,7 +472,7 @@ describe('the firecracker runtime: host checks, selection and the kernel', () =>
   it('refuses to run unjailed unless SBX_FC_JAILER=off says so, naming the fix', async () => {
     for (const jailer of ['auto', 'on'] as const) {
       assert.throws(
-        () => FirecrackerRuntime.forHost(NAMES, settings({ jailer }), host(false)),
+        () => FirecrackerRuntime.forHost(NAMES, settings({ jailer }), emulatorHost(false)),
         (err: Error) => {
           assert.match(err.message, /^runtime firecracker is not available here: /);
           assert.match(err.message, /refuses to run unjailed/);
@@ -546,14 +498,14 @@ describe('the firecracker runtime: host checks, selection and the kernel', () =>
       /no jailer binary.*refuses to run unjailed.*SBX_FC_JAILER=off/,
     );
     assert.ok(
-      FirecrackerRuntime.forHost(NAMES, settings({ jailer: 'off' }), host(false))
+      FirecrackerRuntime.forHost(NAMES, settings({ jailer: 'off' }), emulatorHost(false))
         .describe()
         .includes('NOT jailed'),
     );
   });
 
   it('checks the version: only the release whose API it speaks', async () => {
-    const old = path.join(workDir, 'old-firecracker');
+    const old = path.join(workspace.workDir, 'old-firecracker');
     await writeFile(old, '#!/bin/sh\necho "Firecracker v1.7.0"\n', { mode: 0o755 });
     const problems = async (bin: string) =>
       FirecrackerRuntime.create(NAMES, { ...firecrackerSettingsFromEnv({}), firecrackerBin: bin, jailer: 'off' }).then(
@@ -581,7 +533,7 @@ describe('the firecracker runtime: host checks, selection and the kernel', () =>
   });
 
   it('unpacks the image kernel (a bzImage) into the ELF vmlinux Firecracker boots, once', async () => {
-    const out = path.join(workDir, 'vmlinux');
+    const out = path.join(workspace.workDir, 'vmlinux');
     assert.equal(await ensureVmlinux(image.kernel, out), out);
     const head = Buffer.alloc(4);
     const handle = await open(out, 'r');
@@ -592,8 +544,8 @@ describe('the firecracker runtime: host checks, selection and the kernel', () =>
     const made = (await stat(out)).mtimeMs;
     assert.equal(await ensureVmlinux(image.kernel, out), out);
     assert.equal((await stat(out)).mtimeMs, made, 'the cached copy is reused');
-    assert.equal(await ensureVmlinux(out, path.join(workDir, 'unused')), out, 'an ELF kernel is booted as it is');
-    await assert.rejects(ensureVmlinux(path.join(image.dir, 'manifest.json'), path.join(workDir, 'x')), /not a bzImage/);
+    assert.equal(await ensureVmlinux(out, path.join(workspace.workDir, 'unused')), out, 'an ELF kernel is booted as it is');
+    await assert.rejects(ensureVmlinux(path.join(image.dir, 'manifest.json'), path.join(workspace.workDir, 'x')), /not a bzImage/);
   });
 });
 
@@ -605,9 +557,13 @@ describe('snapshots: a template built once, sessions restored from it (contract 
 
   before(async () => {
     // The template goes next to a stand-in of the image dir, not into the shared image cache.
-    templateImage = { ...image, dir: path.join(workDir, 'image') };
+    templateImage = { ...image, dir: path.join(workspace.workDir, 'image') };
     await mkdir(templateImage.dir);
-    runtime = FirecrackerRuntime.forHost(NAMES, settings({ snapshots: true, vcpus: 2, bootTimeoutMs: 150_000, snapshotBaseMemoryMiB: 768 }), host(true));
+    runtime = FirecrackerRuntime.forHost(
+      NAMES,
+      settings({ snapshots: true, vcpus: 2, bootTimeoutMs: 150_000, snapshotBaseMemoryMiB: 768 }),
+      emulatorHost(true),
+    );
   });
   after(() => {
     delete process.env.FAKE_FIRECRACKER_GUEST;
@@ -621,7 +577,7 @@ describe('snapshots: a template built once, sessions restored from it (contract 
     delete process.env.FAKE_FIRECRACKER_GUEST;
     assert.match(lines.join('\n'), /template snapshot ready in \d+ ms/, lines.join('\n'));
 
-    const recorded = await records(templateId());
+    const recorded = await workspace.records(templateId());
     assert.deepEqual(acceptedCalls(recorded), [...COLD_BOOT_CALLS, 'PATCH /vm', 'PUT /snapshot/create']);
     assert.deepEqual(bodyOf(recorded, 'PATCH /vm'), { state: 'Paused' });
     assert.deepEqual(bodyOf(recorded, 'PUT /snapshot/create'), {
@@ -636,7 +592,7 @@ describe('snapshots: a template built once, sessions restored from it (contract 
     // No group stands for "the jails" any more: the way to the files is what is closed.
     assert.equal((await stat(dirOf())).mode & 0o777, 0o700, "the template dir is root's alone");
     assert.equal((await stat(path.join(dirOf(), 'template.json'))).mode & 0o777, 0o600, 'the template key stays root-only');
-    assert.equal(existsSync(path.join(workDir, 'jails', 'firecracker', `${TEST_PREFIX}${templateId()}`)), false, 'template jail removed');
+    assert.equal(existsSync(path.join(workspace.workDir, 'jails', 'firecracker', `${TEST_PREFIX}${templateId()}`)), false, 'template jail removed');
     assert.equal(existsSync(`/var/run/netns/${TEST_PREFIX}${templateId()}`), false, 'template netns removed');
     assert.deepEqual(await processesMentioning(`${TEST_PREFIX}${templateId()}`), []);
   });
@@ -647,7 +603,7 @@ describe('snapshots: a template built once, sessions restored from it (contract 
     // The emulator has no guest behind a restored VM, so the rotation cannot reach it: the
     // start must fail at the rotation's first phase, never hand the clone out.
     await assert.rejects(runtime.start(s.spec, cleanup), /key rotation failed at connect-template/);
-    const recorded = await records(s.sessionId);
+    const recorded = await workspace.records(s.sessionId);
     assert.deepEqual(acceptedCalls(recorded), ['GET /', 'PUT /snapshot/load', 'PATCH /vm']);
     assert.deepEqual(bodyOf(recorded, 'PUT /snapshot/load'), {
       snapshot_path: '/snapshot/vmstate',
@@ -659,7 +615,7 @@ describe('snapshots: a template built once, sessions restored from it (contract 
     });
     assert.deepEqual(bodyOf(recorded, 'PATCH /vm'), { state: 'Resumed' });
     // The clone's jail shares the template's memory and state, and has its own disk copy.
-    const root = path.join(workDir, 'jails', 'firecracker', `${TEST_PREFIX}${s.sessionId}`, 'root');
+    const root = path.join(workspace.workDir, 'jails', 'firecracker', `${TEST_PREFIX}${s.sessionId}`, 'root');
     assert.equal((await stat(path.join(root, 'snapshot/memory'))).ino, (await stat(path.join(dirOf(), 'memory'))).ino);
     assert.notEqual((await stat(path.join(root, 'rootfs.ext4'))).ino, (await stat(path.join(dirOf(), 'rootfs.ext4'))).ino);
     await cleanup.run();
@@ -676,7 +632,7 @@ describe('snapshots: a template built once, sessions restored from it (contract 
     const rotating = FirecrackerRuntime.forHost(
       NAMES,
       settings({ snapshots: true, vcpus: 2, bootTimeoutMs: 150_000, snapshotBaseMemoryMiB: 768 }),
-      host(true),
+      emulatorHost(true),
       async (rotation) => void rotations.push(rotation),
     );
     const lines: string[] = [];
@@ -687,7 +643,7 @@ describe('snapshots: a template built once, sessions restored from it (contract 
     const vm = await rotating.start(s.spec, cleanup);
     // A failed check must not leave the VM behind (its jail, netns and VMM would hold the run).
     try {
-      assert.deepEqual(acceptedCalls(await records(s.sessionId)), ['GET /', 'PUT /snapshot/load', 'PATCH /vm']);
+      assert.deepEqual(acceptedCalls(await workspace.records(s.sessionId)), ['GET /', 'PUT /snapshot/load', 'PATCH /vm']);
       assert.equal(rotations.length, 1, 'rotated once, after the resume');
       const [rotation] = rotations as [CloneRotation];
       assert.ok('at' in rotation, 'a clone with a NIC is rotated over TCP');
@@ -705,19 +661,19 @@ describe('snapshots: a template built once, sessions restored from it (contract 
     }
     await vm.exited;
     assert.equal(vm.isAlive(), false);
-    assert.equal(existsSync(path.join(workDir, 'jails', 'firecracker', `${TEST_PREFIX}${s.sessionId}`)), false, 'its jail is gone');
+    assert.equal(existsSync(path.join(workspace.workDir, 'jails', 'firecracker', `${TEST_PREFIX}${s.sessionId}`)), false, 'its jail is gone');
   });
 
   it('a session of another screen size boots cold', async () => {
     const cleanup = new CleanupStack();
     const s = await prepareSession(runtime, cleanup, { width: 800, height: 600 });
     await runtime.start(s.spec, cleanup);
-    assert.deepEqual(acceptedCalls(await records(s.sessionId)), COLD_BOOT_CALLS);
+    assert.deepEqual(acceptedCalls(await workspace.records(s.sessionId)), COLD_BOOT_CALLS);
     await cleanup.run();
   });
 
   it('a second prepare() loads the template instead of building it', async () => {
-    const again = FirecrackerRuntime.forHost(NAMES, settings({ snapshots: true }), host(true));
+    const again = FirecrackerRuntime.forHost(NAMES, settings({ snapshots: true }), emulatorHost(true));
     const lines: string[] = [];
     await again.prepare(templateImage, TEMPLATE_GUEST, (line) => lines.push(line));
     assert.deepEqual(lines, []);

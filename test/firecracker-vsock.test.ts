@@ -9,7 +9,7 @@
  */
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -22,10 +22,8 @@ import { AddressPool } from '../src/network/address-pool.js';
 import { ResourceNames } from '../src/network/names.js';
 import { createSandboxNetwork, type SandboxNetwork } from '../src/network/netns.js';
 import { FirecrackerRuntime } from '../src/runtimes/firecracker/firecracker-runtime.js';
-import type { FirecrackerHost } from '../src/runtimes/firecracker/host/host-check.js';
 import { firecrackerSettingsFromEnv, type FirecrackerSettings } from '../src/runtimes/firecracker/settings.js';
 import type { RunningSandbox } from '../src/runtimes/runtime.js';
-import { hostCgroupVersion } from '../src/runtimes/vm/cgroups.js';
 import { newSessionId } from '../src/sessions/session.js';
 import { dialHybridVsock } from '../src/transport/endpoint.js';
 import { guestTransport, type GuestEndpoint } from '../src/transport/index.js';
@@ -36,37 +34,20 @@ import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { run } from '../src/util/exec.js';
 import { COLD_BOOT_CALLS } from './helpers/firecracker/calls.js';
 import { processesMentioning } from './helpers/host.js';
-import { removeEmptyPrefixCgroups, startTestOrchestrator, TEST_PREFIX, TEST_SUBNET, type TestOrchestrator } from './helpers/orchestrator.js';
+import { emulatorHost, emulatorWorkspace, type Recorded } from './helpers/firecracker/emulator-workspace.js';
+import { startTestOrchestrator, TEST_PREFIX, TEST_SUBNET, type TestOrchestrator } from './helpers/orchestrator.js';
 
-const BIN = path.join(import.meta.dirname, 'helpers/firecracker/bin');
 const NAMES = new ResourceNames(TEST_PREFIX);
 /** A cold boot without a NIC: the same calls but the network interface. */
 const VSOCK_BOOT_CALLS = ['GET /', ...COLD_BOOT_CALLS.filter((call) => !call.startsWith('PUT /network-interfaces'))];
 
-interface Recorded {
-  process?: { pid: number; uid: number; netns: string };
-  call?: string;
-  body?: Record<string, unknown>;
-  status?: number;
-  fault?: string;
-  vsockConnect?: string;
-}
-
-let workDir: string;
-let recordDir: string;
+const workspace = emulatorWorkspace('fc-vsock-', ['FAKE_FIRECRACKER_VSOCK']);
 let image: GuestImage;
 const pool = new AddressPool(TEST_SUBNET);
 
 before(async () => {
-  workDir = await mkdtemp(path.join(os.tmpdir(), 'fc-vsock-'));
-  recordDir = path.join(workDir, 'records');
-  await mkdir(recordDir);
-  // The stand-in runs as the jail's user and reaches the jail through here.
-  await chmod(workDir, 0o711);
-  await chmod(recordDir, 0o777);
-  process.env.FAKE_FIRECRACKER_RECORD_DIR = recordDir;
   // No guest boots behind the stand-in: an image of placeholder files is all the runtime opens.
-  const dir = path.join(workDir, 'image');
+  const dir = path.join(workspace.workDir, 'image');
   await mkdir(dir);
   image = {
     hash: 'vsockstandin0000',
@@ -78,30 +59,22 @@ before(async () => {
   };
   for (const file of [image.ext4, image.kernel, image.initrd]) await writeFile(file, 'placeholder\n', { mode: 0o644 });
 });
-after(async () => {
-  delete process.env.FAKE_FIRECRACKER_RECORD_DIR;
-  delete process.env.FAKE_FIRECRACKER_VSOCK;
-  await rm(workDir, { recursive: true, force: true });
-  await removeEmptyPrefixCgroups();
-});
-
-function host(jailed: boolean): FirecrackerHost {
-  return {
-    firecrackerBin: path.join(BIN, 'firecracker'),
-    jailerBin: jailed ? path.join(BIN, 'jailer') : undefined,
-    version: 'v1.16.1',
-    cgroupVersion: hostCgroupVersion(),
-  };
-}
 
 function settings(env: Record<string, string>, overrides: Partial<FirecrackerSettings> = {}): FirecrackerSettings {
-  return { ...firecrackerSettingsFromEnv(env), chrootBaseDir: path.join(workDir, 'jails'), vcpus: 1, kernel: image.kernel, initrd: image.initrd, ...overrides };
+  return {
+    ...firecrackerSettingsFromEnv(env),
+    chrootBaseDir: path.join(workspace.workDir, 'jails'),
+    vcpus: 1,
+    kernel: image.kernel,
+    initrd: image.initrd,
+    ...overrides,
+  };
 }
 
 /** What the session layer makes before the runtime starts: keys, config dir, and a NIC only with egress. */
 async function prepareSession(runtime: FirecrackerRuntime, cleanup: CleanupStack, withNic = false) {
   const sessionId = newSessionId();
-  const sessionDir = path.join(workDir, sessionId);
+  const sessionDir = path.join(workspace.workDir, sessionId);
   const configDir = path.join(sessionDir, 'config');
   const keys = generateSessionKeys(sessionId);
   await writeSessionKeys(sessionDir, configDir, keys);
@@ -121,19 +94,12 @@ async function prepareSession(runtime: FirecrackerRuntime, cleanup: CleanupStack
     network,
     memoryMiB: 256,
     pidsLimit: 256,
-    logsDir: path.join(workDir, 'logs'),
+    logsDir: path.join(workspace.workDir, 'logs'),
     vmUser,
   };
   return { sessionId, sessionDir, keys, spec };
 }
 
-async function records(sessionId: string): Promise<Recorded[]> {
-  const text = await readFile(path.join(recordDir, `${TEST_PREFIX}${sessionId}.jsonl`), 'utf8').catch(() => '');
-  return text
-    .split('\n')
-    .filter(Boolean)
-    .map((line) => JSON.parse(line) as Recorded);
-}
 const acceptedCalls = (recorded: Recorded[]) => recorded.filter((r) => r.call && (r.status ?? 500) < 300).map((r) => r.call);
 const bodyOf = (recorded: Recorded[], call: string) => recorded.find((r) => r.call === call && (r.status ?? 500) < 300)?.body;
 
@@ -169,22 +135,22 @@ describe('firecracker over hybrid vsock (SBX_TRANSPORT=vsock), jailed, against t
   let session: Awaited<ReturnType<typeof prepareSession>>;
   let vm: RunningSandbox;
   before(() => {
-    runtime = FirecrackerRuntime.forHost(NAMES, settings({ SBX_TRANSPORT: 'vsock' }), host(true));
+    runtime = FirecrackerRuntime.forHost(NAMES, settings({ SBX_TRANSPORT: 'vsock' }), emulatorHost(true));
   });
 
   it('says vsock for SBX_TRANSPORT=vsock, unix and auto, and TCP by default', () => {
     assert.equal(runtime.capabilities.controlTransport, 'vsock');
     for (const choice of ['unix', 'auto']) {
-      assert.equal(FirecrackerRuntime.forHost(NAMES, settings({ SBX_TRANSPORT: choice }), host(true)).capabilities.controlTransport, 'vsock', choice);
+      assert.equal(FirecrackerRuntime.forHost(NAMES, settings({ SBX_TRANSPORT: choice }), emulatorHost(true)).capabilities.controlTransport, 'vsock', choice);
     }
-    assert.equal(FirecrackerRuntime.forHost(NAMES, settings({}), host(true)).capabilities.controlTransport, 'tcp');
+    assert.equal(FirecrackerRuntime.forHost(NAMES, settings({}), emulatorHost(true)).capabilities.controlTransport, 'tcp');
   });
 
   it('a VM without egress: PUT /vsock with the jail socket, no network interface, its VMM in a namespace with only lo', async () => {
     cleanup = new CleanupStack();
     session = await prepareSession(runtime, cleanup);
     vm = await startWith(runtime, session.spec, cleanup);
-    const recorded = await records(session.sessionId);
+    const recorded = await workspace.records(session.sessionId);
     assert.deepEqual(acceptedCalls(recorded), VSOCK_BOOT_CALLS, 'no PUT /network-interfaces');
     assert.deepEqual(
       recorded.filter((r) => r.fault),
@@ -201,7 +167,7 @@ describe('firecracker over hybrid vsock (SBX_TRANSPORT=vsock), jailed, against t
   it('reports the hybrid-vsock endpoint: port 22 on a link, in the session dir, to the socket Firecracker bound in the jail', async () => {
     const linked = path.join(session.sessionDir, 'vsock.sock');
     assert.deepEqual(vm.endpoint, { transport: 'hybrid-vsock', path: linked, port: 22 });
-    const jailSocket = path.join(workDir, 'jails', 'firecracker', `${TEST_PREFIX}${session.sessionId}`, 'root', 'run', 'vsock.sock');
+    const jailSocket = path.join(workspace.workDir, 'jails', 'firecracker', `${TEST_PREFIX}${session.sessionId}`, 'root', 'run', 'vsock.sock');
     const [a, b] = [await stat(linked), await stat(jailSocket)];
     assert.ok(a.isSocket(), 'a socket');
     assert.equal(a.ino, b.ino, 'the very socket the jailed VMM bound');
@@ -209,22 +175,22 @@ describe('firecracker over hybrid vsock (SBX_TRANSPORT=vsock), jailed, against t
     // The stand-in answers as Firecracker does when nothing listens in the guest: it hangs up.
     await assert.rejects(dialHybridVsock(vm.endpoint as never, 2_000), /closed during the CONNECT handshake/);
     assert.deepEqual(
-      (await records(session.sessionId)).filter((r) => r.vsockConnect).map((r) => r.vsockConnect),
+      (await workspace.records(session.sessionId)).filter((r) => r.vsockConnect).map((r) => r.vsockConnect),
       ['CONNECT 22'],
       "the host asked for sshd's port",
     );
   });
 
   it('a restarted orchestrator adopts the VM at the same endpoint (no address: found by its socket)', async () => {
-    const restarted = FirecrackerRuntime.forHost(NAMES, settings({ SBX_TRANSPORT: 'vsock' }), host(true));
+    const restarted = FirecrackerRuntime.forHost(NAMES, settings({ SBX_TRANSPORT: 'vsock' }), emulatorHost(true));
     const adopted = await restarted.adopt(session.sessionId, session.sessionDir, undefined);
     assert.ok(adopted, 'found alive');
     assert.deepEqual(adopted.sandbox.endpoint, vm.endpoint);
     assert.equal(adopted.sandbox.pid, vm.pid);
     // Without its socket there is nothing to reach it by: not adopted (the caller reclaims it).
-    const elsewhere = path.join(workDir, 'not-a-session');
+    const elsewhere = path.join(workspace.workDir, 'not-a-session');
     await rm(path.join(session.sessionDir, 'vsock.sock'));
-    await rm(path.join(workDir, 'jails', 'firecracker', `${TEST_PREFIX}${session.sessionId}`, 'root', 'run', 'vsock.sock'));
+    await rm(path.join(workspace.workDir, 'jails', 'firecracker', `${TEST_PREFIX}${session.sessionId}`, 'root', 'run', 'vsock.sock'));
     assert.equal(await restarted.adopt(session.sessionId, elsewhere, undefined), undefined);
   });
 
@@ -234,7 +200,7 @@ describe('firecracker over hybrid vsock (SBX_TRANSPORT=vsock), jailed, against t
     await cleanup.run();
     await vm.exited;
     assert.equal(existsSync(netns), false, 'netns removed');
-    assert.equal(existsSync(path.join(workDir, 'jails', 'firecracker', `${TEST_PREFIX}${session.sessionId}`)), false, 'jail removed');
+    assert.equal(existsSync(path.join(workspace.workDir, 'jails', 'firecracker', `${TEST_PREFIX}${session.sessionId}`)), false, 'jail removed');
     assert.deepEqual(await processesMentioning(`${TEST_PREFIX}${session.sessionId}`), []);
     await cleanup.run(); // idempotent
   });
@@ -244,7 +210,7 @@ describe('firecracker over hybrid vsock (SBX_TRANSPORT=vsock), jailed, against t
     try {
       const s = await prepareSession(runtime, nic, true);
       const started = await startWith(runtime, s.spec, nic);
-      assert.deepEqual(acceptedCalls(await records(s.sessionId)), ['GET /', ...COLD_BOOT_CALLS]);
+      assert.deepEqual(acceptedCalls(await workspace.records(s.sessionId)), ['GET /', ...COLD_BOOT_CALLS]);
       assert.equal(started.endpoint.transport ?? 'tcp', 'tcp');
     } finally {
       await nic.run();
@@ -252,7 +218,7 @@ describe('firecracker over hybrid vsock (SBX_TRANSPORT=vsock), jailed, against t
   });
 
   it('a VM refused by a TCP-only runtime: no NIC needs SBX_TRANSPORT=vsock, said before anything starts', async () => {
-    const tcpOnly = FirecrackerRuntime.forHost(NAMES, settings({}), host(true));
+    const tcpOnly = FirecrackerRuntime.forHost(NAMES, settings({}), emulatorHost(true));
     const refused = new CleanupStack();
     try {
       const s = await prepareSession(tcpOnly, refused);
@@ -265,7 +231,7 @@ describe('firecracker over hybrid vsock (SBX_TRANSPORT=vsock), jailed, against t
 
 describe('firecracker over hybrid vsock: a guest that answers wrongly fails its own session only, in bounded time', () => {
   it('garbage instead of OK, OK then no SSH, and silence: each connection fails with its reason; the other VMs run on', async () => {
-    const runtime = FirecrackerRuntime.forHost(NAMES, settings({ SBX_TRANSPORT: 'vsock' }), host(true));
+    const runtime = FirecrackerRuntime.forHost(NAMES, settings({ SBX_TRANSPORT: 'vsock' }), emulatorHost(true));
     const cleanup = new CleanupStack();
     const cases = [
       { behaviour: 'garbage', reason: /unexpected answer to CONNECT: "HELLO from a confused multiplexer"/ },
@@ -318,7 +284,7 @@ describe('firecracker over hybrid vsock: a guest that answers wrongly fails its 
 describe('snapshot clones over vsock (the warm path), against the stand-in', () => {
   it('a session without egress is restored from a NIC-less snapshot base (vsock_override, no network_overrides) and rotated over its own socket; one with egress boots cold', async () => {
     // A snapshot base as a vsock runtime leaves it (building one needs a guest, which the stand-in has not).
-    const parts = path.join(workDir, 'base-parts');
+    const parts = path.join(workspace.workDir, 'base-parts');
     await mkdir(parts);
     const files = { snapshotPath: path.join(parts, 'vmstate'), memFilePath: path.join(parts, 'memory') };
     await writeFile(files.snapshotPath, '{}');
@@ -338,7 +304,7 @@ describe('snapshot clones over vsock (the warm path), against the stand-in', () 
     const runtime = FirecrackerRuntime.forHost(
       NAMES,
       settings({ SBX_TRANSPORT: 'vsock' }, { snapshots: true }),
-      host(true),
+      emulatorHost(true),
       async (r) => void rotations.push(r),
     );
     const lines: string[] = [];
@@ -348,7 +314,7 @@ describe('snapshot clones over vsock (the warm path), against the stand-in', () 
     try {
       const s = await prepareSession(runtime, cleanup);
       const vm = await startWith(runtime, { ...s.spec, screen }, cleanup);
-      const recorded = await records(s.sessionId);
+      const recorded = await workspace.records(s.sessionId);
       assert.deepEqual(acceptedCalls(recorded), ['GET /', 'PUT /snapshot/load', 'PATCH /vm']);
       assert.deepEqual(bodyOf(recorded, 'PUT /snapshot/load'), {
         snapshot_path: '/snapshot/vmstate',
@@ -368,7 +334,7 @@ describe('snapshot clones over vsock (the warm path), against the stand-in', () 
       // A session with egress has a NIC, which a NIC-less snapshot cannot gain: it boots cold.
       const withNic = await prepareSession(runtime, cleanup, true);
       await startWith(runtime, { ...withNic.spec, screen }, cleanup);
-      assert.deepEqual(acceptedCalls(await records(withNic.sessionId)), ['GET /', ...COLD_BOOT_CALLS]);
+      assert.deepEqual(acceptedCalls(await workspace.records(withNic.sessionId)), ['GET /', ...COLD_BOOT_CALLS]);
     } finally {
       await cleanup.run();
     }
@@ -378,14 +344,14 @@ describe('snapshot clones over vsock (the warm path), against the stand-in', () 
 describe('red team: a jailed VMM that puts a link to another host socket where its vsock socket should be', () => {
   it('the host never dials it: the start fails saying the path is no socket, and the host socket sees no connection', async (t) => {
     // A socket of the host the jail could name but never reach (root's, outside the jail).
-    const victimPath = path.join(workDir, 'victim.sock');
+    const victimPath = path.join(workspace.workDir, 'victim.sock');
     let connections = 0;
     const victim = net.createServer((conn) => {
       connections++;
       conn.destroy();
     });
     await new Promise<void>((resolve) => victim.listen(victimPath, resolve));
-    const runtime = FirecrackerRuntime.forHost(NAMES, settings({ SBX_TRANSPORT: 'vsock' }), host(true));
+    const runtime = FirecrackerRuntime.forHost(NAMES, settings({ SBX_TRANSPORT: 'vsock' }), emulatorHost(true));
     const cleanup = new CleanupStack();
     try {
       const s = await prepareSession(runtime, cleanup);
@@ -404,18 +370,18 @@ describe('red team: a jailed VMM that puts a link to another host socket where i
 
 describe('firecracker over hybrid vsock, unjailed (development hosts)', () => {
   it('binds the socket in the session dir and reports it as the endpoint; no NIC, a namespace with only lo', async () => {
-    const runtime = FirecrackerRuntime.forHost(NAMES, settings({ SBX_TRANSPORT: 'vsock', SBX_FC_JAILER: 'off' }), host(false));
+    const runtime = FirecrackerRuntime.forHost(NAMES, settings({ SBX_TRANSPORT: 'vsock', SBX_FC_JAILER: 'off' }), emulatorHost(false));
     const cleanup = new CleanupStack();
     try {
       const s = await prepareSession(runtime, cleanup);
       const vm = await startWith(runtime, s.spec, cleanup);
-      const recorded = await records(s.sessionId);
+      const recorded = await workspace.records(s.sessionId);
       assert.deepEqual(acceptedCalls(recorded), VSOCK_BOOT_CALLS);
       const socket = path.join(s.sessionDir, 'vsock.sock');
       assert.equal(bodyOf(recorded, 'PUT /vsock')?.uds_path, socket);
       assert.deepEqual(vm.endpoint, { transport: 'hybrid-vsock', path: socket, port: 22 });
       assert.deepEqual(await interfacesOf(vm.pid), ['lo']);
-      const adopted = await FirecrackerRuntime.forHost(NAMES, settings({ SBX_TRANSPORT: 'vsock', SBX_FC_JAILER: 'off' }), host(false)).adopt(
+      const adopted = await FirecrackerRuntime.forHost(NAMES, settings({ SBX_TRANSPORT: 'vsock', SBX_FC_JAILER: 'off' }), emulatorHost(false)).adopt(
         s.sessionId,
         s.sessionDir,
         undefined,
@@ -440,7 +406,7 @@ describe('firecracker over hybrid vsock through the orchestrator (stand-in)', ()
   /** The orchestrator's log: a 5xx answers the gist, the log has the reason. */
   const logged: string[] = [];
   before(async () => {
-    const real = FirecrackerRuntime.forHost(NAMES, settings({ SBX_TRANSPORT: 'vsock' }, { bootTimeoutMs: 4_000 }), host(true));
+    const real = FirecrackerRuntime.forHost(NAMES, settings({ SBX_TRANSPORT: 'vsock' }, { bootTimeoutMs: 4_000 }), emulatorHost(true));
     const runtime: FirecrackerRuntime = Object.create(real) as FirecrackerRuntime;
     runtime.start = (spec, cleanup) => real.start({ ...spec, image }, cleanup);
     const sink = new Writable({
@@ -457,7 +423,7 @@ describe('firecracker over hybrid vsock through the orchestrator (stand-in)', ()
 
   it('a create without egress: the guest is told vsock, no address; a garbage answer fails it within its boot timeout, saying why', async () => {
     process.env.FAKE_FIRECRACKER_VSOCK = 'garbage';
-    const jails = path.join(workDir, 'jails', 'firecracker');
+    const jails = path.join(workspace.workDir, 'jails', 'firecracker');
     const before = new Set(await readdir(jails).catch(() => [] as string[]));
     const started = performance.now();
     const creating = orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: {} });

@@ -21,7 +21,8 @@
  * live view each way) and the placement simulation; `npm run bench -- gateway` runs those alone.
  * Issue 24's guest-port and CDP figures (guest-ports.ts): `npm run bench -- ports` runs those alone.
  * Issue 27's create figures (create-bench.ts): `npm run bench -- create` (BENCH_CREATES, 10 there).
- * The 16-session load alone (load-alone.ts, its event-loop delay: issue 27): `npm run bench -- load`.
+ * The 16-session load alone (load-alone.ts, its event-loop delay: issue 27): `npm run bench -- load`;
+ * then the ramp from it (the most sessions it passes at, up to BENCH_RAMP_MAX): `-- ramp`.
  * The recording figures alone (recording-alone.ts, issue 27's 8 % goal): `npm run bench -- recording`.
  */
 import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
@@ -53,7 +54,7 @@ import { compareScreenshots, staticAndChanging } from './screenshots.js';
 import { summarize, timeIt } from './stats.js';
 import { measureWarmCreates } from './warm-create.js';
 import { printCreateFigures } from './create-bench.js';
-import { measurePause } from './pause.js';
+import { measurePause, pauseAlone } from './pause.js';
 import { diskPauseAlone } from './disk-pause.js';
 import { snapshotsAlone } from './snapshots.js';
 import { measureTemplate, type TemplateFigures } from './templates.js';
@@ -317,22 +318,10 @@ async function gatewayAlone(): Promise<void> {
 }
 
 /** `npm run bench -- pause`: the memory pause and resume figures alone (BENCH_CREATES rounds, 20 unless set). */
-async function pauseAlone(): Promise<void> {
+async function pauseAloneHere(): Promise<void> {
   const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-pause-'));
   const config = { ...defaultConfig(process.env), stateDir, port: 0, subnet: process.env.SBX_SUBNET || '10.244.0.0/16', warmPoolSize: 0 };
-  const orchestrator = await startOrchestrator(config, pino({ level: 'warn' }), { buildImageIfMissing: false });
-  try {
-    const address = orchestrator.server.server.address();
-    if (!address || typeof address === 'string') throw new Error('server has no TCP address');
-    const figures = await measurePause(new SandboxClient({ baseUrl: `http://127.0.0.1:${address.port}` }), Number(process.env.BENCH_CREATES || 20));
-    console.log(
-      `memory pause p50 ${figures?.pause.p50.toFixed(1)} ms (p95 ${figures?.pause.p95.toFixed(1)}), resume p50 ${figures?.resume.p50.toFixed(1)} ms (p95 ${figures?.resume.p95.toFixed(1)}), goal <= 50 ms each`,
-    );
-    console.log(JSON.stringify({ runtime: orchestrator.manager.runtimeName, cores: os.cpus().length, ...figures }, null, 2));
-  } finally {
-    await orchestrator.close();
-    await removeTreeOnOneMount(stateDir);
-  }
+  await pauseAlone(config, Number(process.env.BENCH_CREATES || 20)).finally(() => removeTreeOnOneMount(stateDir));
 }
 
 /** `npm run bench -- transports`: issue 23's figures alone. */
@@ -347,10 +336,23 @@ const CREATE = {
   config: { ...defaultConfig(process.env), subnet: process.env.SBX_SUBNET || '10.244.0.0/16' },
   creates: Number(process.env.BENCH_CREATES || 10),
 };
+
+async function loadAlone(withRamp: boolean): Promise<void> {
+  const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-load-'));
+  const subnet = process.env.SBX_SUBNET || '10.244.0.0/16';
+  const config = benchConfig(defaultConfig(process.env), (withRamp ? RAMP_MAX : LOAD_SESSIONS) + 4, { stateDir, subnet });
+  const ramp = withRamp ? { step: RAMP_STEP, max: RAMP_MAX, seconds: RAMP_SECONDS } : undefined;
+  try {
+    console.log(describeLoad(await measureLoadAlone({ config, sessions: LOAD_SESSIONS, intervalMs: LOAD_INTERVAL_MS, seconds: LOAD_SECONDS, ramp })));
+  } finally {
+    await removeTreeOnOneMount(stateDir);
+  }
+}
+
 const PARTS: Record<string, () => Promise<void>> = {
   'placement-tx': placementTxAlone,
   gateway: gatewayAlone,
-  pause: pauseAlone,
+  pause: pauseAloneHere,
   // Pause to disk of a QEMU desktop (SBX_RUNTIME to choose another), BENCH_CREATES rounds (3 unless set).
   'disk-pause': () =>
     diskPauseAlone(
@@ -365,15 +367,8 @@ const PARTS: Record<string, () => Promise<void>> = {
     ),
   ports: () => portsAlone({ ...defaultConfig(process.env), subnet: process.env.SBX_SUBNET || '10.244.0.0/16' }, N, TEMPLATES.includes('desktop')),
   transports: transportsAlone,
-  load: async () => {
-    const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-load-'));
-    const config = benchConfig(defaultConfig(process.env), LOAD_SESSIONS + 4, { stateDir, subnet: process.env.SBX_SUBNET || '10.244.0.0/16' });
-    try {
-      console.log(describeLoad(await measureLoadAlone({ config, sessions: LOAD_SESSIONS, intervalMs: LOAD_INTERVAL_MS, seconds: LOAD_SECONDS })));
-    } finally {
-      await removeTreeOnOneMount(stateDir);
-    }
-  },
+  load: () => loadAlone(false),
+  ramp: () => loadAlone(true),
   create: () => printCreateFigures(CREATE),
   recording: async () => {
     const stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-bench-recording-'));

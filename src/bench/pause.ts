@@ -1,4 +1,7 @@
-import type { SandboxClient } from '../client/index.js';
+import os from 'node:os';
+import pino from 'pino';
+import { SandboxClient } from '../client/index.js';
+import { startOrchestrator } from '../orchestrator.js';
 import { summarize, type Summary } from './stats.js';
 
 /** Memory pause and resume of one 1024x768 session over the API (issue 25's goal: p50 <= 50 ms each). */
@@ -41,5 +44,21 @@ export async function measurePause(client: SandboxClient, n: number): Promise<Pa
     return { pause: summarize(pauses), resume: summarize(resumes) };
   } finally {
     await sandbox.destroy();
+  }
+}
+
+/** `npm run bench -- pause`: the figures alone, on an orchestrator of their own (no warm pool). */
+export async function pauseAlone(config: Parameters<typeof startOrchestrator>[0], rounds: number): Promise<void> {
+  const orchestrator = await startOrchestrator(config, pino({ level: 'warn' }), { buildImageIfMissing: false });
+  try {
+    const address = orchestrator.server.server.address();
+    if (!address || typeof address === 'string') throw new Error('server has no TCP address');
+    const figures = await measurePause(new SandboxClient({ baseUrl: `http://127.0.0.1:${address.port}` }), rounds);
+    console.log(
+      `memory pause p50 ${figures?.pause.p50.toFixed(1)} ms (p95 ${figures?.pause.p95.toFixed(1)}), resume p50 ${figures?.resume.p50.toFixed(1)} ms (p95 ${figures?.resume.p95.toFixed(1)}), goal <= 50 ms each`,
+    );
+    console.log(JSON.stringify({ runtime: orchestrator.manager.runtimeName, cores: os.cpus().length, ...figures }, null, 2));
+  } finally {
+    await orchestrator.close();
   }
 }

@@ -1,0 +1,95 @@
+/**
+ * What the Firecracker test files share around the stand-ins of ./bin: the host they make (the
+ * contract emulator, and the jailer stand-in when jailed), a work directory per file (jails,
+ * sessions, logs) and the emulator's records of every process and call, read back per session.
+ */
+import { chmod, mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before } from 'node:test';
+import type { AddressPool } from '../../../src/network/address-pool.js';
+import { ResourceNames } from '../../../src/network/names.js';
+import { createSandboxNetwork } from '../../../src/network/netns.js';
+import type { FirecrackerRuntime } from '../../../src/runtimes/firecracker/firecracker-runtime.js';
+import type { FirecrackerHost } from '../../../src/runtimes/firecracker/host/host-check.js';
+import { hostCgroupVersion } from '../../../src/runtimes/vm/cgroups.js';
+import { newSessionId } from '../../../src/sessions/session.js';
+import { generateSessionKeys, writeSessionKeys } from '../../../src/transport/ssh-keys.js';
+import type { CleanupStack } from '../../../src/util/cleanup-stack.js';
+import { removeEmptyPrefixCgroups, TEST_PREFIX } from '../orchestrator.js';
+
+const BIN = path.join(import.meta.dirname, 'bin');
+
+/** A line of the emulator's record: a VMM process as it started, or a call it answered (or refused). */
+export interface Recorded {
+  process?: { pid: number; uid: number; gid: number; netns: string; argv: string[]; root: string };
+  call?: string;
+  body?: Record<string, unknown>;
+  status?: number;
+  fault?: string;
+  vsockConnect?: string;
+}
+
+/** The stand-ins as a runtime's host: the emulator as `firecracker`, the jailer stand-in when jailed. */
+export function emulatorHost(jailed: boolean): FirecrackerHost {
+  return {
+    firecrackerBin: path.join(BIN, 'firecracker'),
+    jailerBin: jailed ? path.join(BIN, 'jailer') : undefined,
+    version: 'v1.16.1',
+    cgroupVersion: hostCgroupVersion(),
+  };
+}
+
+export interface EmulatorWorkspace {
+  /** The file's own directory (0711: the emulator runs as a jail's user and reaches the jails through it). */
+  readonly workDir: string;
+  /** Where the emulator records (FAKE_FIRECRACKER_RECORD_DIR). */
+  readonly recordDir: string;
+  /** What the emulator recorded for a session's VMMs, in order. */
+  records(sessionId: string): Promise<Recorded[]>;
+}
+
+/** A work directory made before the file's tests and removed after them, with the emulator pointed at its records. */
+export function emulatorWorkspace(prefix: string, envSet: readonly string[] = []): EmulatorWorkspace {
+  const workspace = {
+    workDir: '',
+    recordDir: '',
+    async records(sessionId: string): Promise<Recorded[]> {
+      const text = await readFile(path.join(this.recordDir, `${TEST_PREFIX}${sessionId}.jsonl`), 'utf8').catch(() => '');
+      return text
+        .split('\n')
+        .filter(Boolean)
+        .map((line) => JSON.parse(line) as Recorded);
+    },
+  };
+  before(async () => {
+    workspace.workDir = await mkdtemp(path.join(os.tmpdir(), prefix));
+    workspace.recordDir = path.join(workspace.workDir, 'records');
+    await mkdir(workspace.recordDir);
+    await chmod(workspace.workDir, 0o711);
+    await chmod(workspace.recordDir, 0o777);
+    process.env.FAKE_FIRECRACKER_RECORD_DIR = workspace.recordDir;
+  });
+  after(async () => {
+    for (const name of ['FAKE_FIRECRACKER_RECORD_DIR', ...envSet]) delete process.env[name];
+    await rm(workspace.workDir, { recursive: true, force: true });
+    await removeEmptyPrefixCgroups();
+  });
+  return workspace;
+}
+
+/**
+ * What the session layer makes before a runtime starts: the session's keys and config dir, its
+ * address, the VM's own uid/gid (jailed: it owns the TAP) and the netns with that TAP.
+ */
+export async function sessionBase(runtime: FirecrackerRuntime, workDir: string, pool: AddressPool, cleanup: CleanupStack) {
+  const sessionId = newSessionId();
+  const sessionDir = path.join(workDir, sessionId);
+  const configDir = path.join(sessionDir, 'config');
+  await writeSessionKeys(sessionDir, configDir, generateSessionKeys(sessionId));
+  const lease = pool.lease();
+  await cleanup.push('lease', () => pool.release(lease.index));
+  const vmUser = await runtime.leaseVmUser?.(cleanup);
+  const network = await createSandboxNetwork(new ResourceNames(TEST_PREFIX), sessionId, lease, cleanup, 'tap', vmUser);
+  return { sessionId, sessionDir, configDir, lease, vmUser, network };
+}
