@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -137,6 +137,7 @@ describe('firecracker pause to disk, with a guest (QEMU under TCG behind the emu
     runtime = newRuntime();
   });
   after(async () => {
+    delete process.env.FAKE_FIRECRACKER_GUEST; // the next describe's VMs have no guest
     guest?.close();
     await cleanup?.run();
   });
@@ -235,6 +236,25 @@ describe('firecracker pause to disk, with a guest (QEMU under TCG behind the emu
   });
 });
 
+/** A pause's work up to its marker, as a pause killed right after writing it left it (the VMM still there). */
+async function snapshotWithMarker(session: Awaited<ReturnType<typeof prepareSession>>): Promise<void> {
+  const api = new FirecrackerClient(path.join(session.jailRoot, 'run/firecracker.socket'));
+  await api.patchVm({ state: 'Paused' });
+  await api.putSnapshotCreate({ snapshot_type: 'Full', snapshot_path: '/snapshot/paused-vmstate', mem_file_path: '/snapshot/paused-memory' });
+  api.close();
+  const vmUser = session.spec.vmUser as { uid: number; gid: number };
+  await writeMarker(session.sessionDir, {
+    jailed: true,
+    user: { uid: vmUser.uid, gid: vmUser.gid },
+    memoryMiB: 512,
+    vcpus: 2,
+    consoleLog: DEFAULT_CONSOLE_LOG_LIMITS,
+    logsDir: session.spec.logsDir,
+    bytes: 4096,
+    since: new Date().toISOString(),
+  });
+}
+
 describe('firecracker pause to disk killed half-way, and unjailed (no guest)', () => {
   it('a pause killed after the snapshot but before the marker: the running VM is trusted, the half-written files removed', async () => {
     delete process.env.FAKE_FIRECRACKER_GUEST;
@@ -274,21 +294,7 @@ describe('firecracker pause to disk killed half-way, and unjailed (no guest)', (
       const session = await prepareSession(runtime, cleanup);
       const sandbox = await runtime.start(session.spec, cleanup);
       const vmmStart = processStartTime(sandbox.pid);
-      const api = new FirecrackerClient(path.join(session.jailRoot, 'run/firecracker.socket'));
-      await api.patchVm({ state: 'Paused' });
-      await api.putSnapshotCreate({ snapshot_type: 'Full', snapshot_path: '/snapshot/paused-vmstate', mem_file_path: '/snapshot/paused-memory' });
-      api.close();
-      const vmUser = session.spec.vmUser as { uid: number; gid: number };
-      await writeMarker(session.sessionDir, {
-        jailed: true,
-        user: { uid: vmUser.uid, gid: vmUser.gid },
-        memoryMiB: 512,
-        vcpus: 2,
-        consoleLog: DEFAULT_CONSOLE_LOG_LIMITS,
-        logsDir: session.spec.logsDir,
-        bytes: 4096,
-        since: new Date().toISOString(),
-      });
+      await snapshotWithMarker(session);
       const restarted = newRuntime();
       const onDisk = await restarted.adoptPaused?.(session.sessionId, session.sessionDir);
       assert.ok(onDisk, 'a whole marker: paused on disk');
@@ -305,6 +311,45 @@ describe('firecracker pause to disk killed half-way, and unjailed (no guest)', (
         ['GET /', 'PUT /snapshot/load', 'PATCH /vm'],
       );
       assert.equal(existsSync(path.join(session.sessionDir, 'fc-paused.json')), false);
+    } finally {
+      await cleanup.run();
+    }
+  });
+
+  it('red team: links a VMM out of its guest put in its jail are removed as links by the resume, never followed', async () => {
+    const runtime = newRuntime();
+    const cleanup = new CleanupStack();
+    // The host's files the links point at: a directory with a file in it, and a file.
+    const victimDir = path.join(workspace.workDir, 'victim-dir');
+    await mkdir(victimDir, { recursive: true });
+    await writeFile(path.join(victimDir, 'keep'), "the host's\n");
+    const victimFile = path.join(workspace.workDir, 'victim-file');
+    await writeFile(victimFile, "the host's\n");
+    try {
+      const session = await prepareSession(runtime, cleanup);
+      await runtime.start(session.spec, cleanup);
+      await snapshotWithMarker(session);
+      const restarted = newRuntime();
+      assert.ok(await restarted.adoptPaused?.(session.sessionId, session.sessionDir));
+      // As the jail's user could: its /dev and the VMM's binary replaced by links to the host's files.
+      await rm(path.join(session.jailRoot, 'dev'), { recursive: true, force: true });
+      await symlink(victimDir, path.join(session.jailRoot, 'dev'));
+      await rm(path.join(session.jailRoot, 'firecracker'), { force: true });
+      await symlink(victimFile, path.join(session.jailRoot, 'firecracker'));
+      const resumed = await restarted
+        .resume?.(
+          { sessionId: session.sessionId, sessionDir: session.sessionDir, pid: 0, endpoint: { host: session.spec.network.lease.guest, port: 22 } },
+          'disk',
+        )
+        .catch((err: unknown) => err as Error);
+      if (resumed && !(resumed instanceof Error)) await cleanup.push('resumed', () => resumed.release());
+      assert.equal(
+        await readFile(path.join(victimDir, 'keep'), 'utf8').catch(() => 'gone'),
+        "the host's\n",
+        'a file behind the link to a directory is still there',
+      );
+      assert.equal(await readFile(victimFile, 'utf8').catch(() => 'gone'), "the host's\n", 'the file behind the link is still there');
+      assert.ok(resumed && !(resumed instanceof Error), `resumed all the same (${resumed instanceof Error ? resumed.message : 'no answer'})`);
     } finally {
       await cleanup.run();
     }

@@ -3,6 +3,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, open, readFile, readlink, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { findImage, type GuestImage } from '../src/guest/image/builder.js';
 import { AddressPool } from '../src/network/address-pool.js';
 import { ResourceNames } from '../src/network/names.js';
@@ -403,7 +404,14 @@ function endToEnd(title: string, skip: string | false, runtimeFor: () => Promise
       assert.equal(paused.statusCode, 200, paused.body);
       assert.equal(paused.json().paused.mode, 'disk');
       assert.ok(paused.json().paused.bytes > 0);
-      assert.deepEqual(await processesMentioning(`${TEST_PREFIX}${id}`), [], 'no VMM while paused to disk');
+      // The VMM is gone when the pause answers; the emulator's guest QEMU dies with it (its
+      // pdeathsig), a moment later under load.
+      let left = await processesMentioning(`${TEST_PREFIX}${id}`);
+      for (let i = 0; i < 50 && left.length > 0; i++) {
+        await sleep(100);
+        left = await processesMentioning(`${TEST_PREFIX}${id}`);
+      }
+      assert.deepEqual(left, [], 'no VMM while paused to disk');
       started = Date.now();
       const resumed = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/resume` });
       t.diagnostic(`resume from disk over HTTP: ${Date.now() - started} ms`);

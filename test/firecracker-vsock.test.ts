@@ -9,7 +9,7 @@
  */
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chown, mkdir, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -282,6 +282,39 @@ describe('firecracker over hybrid vsock: a guest that answers wrongly fails its 
 });
 
 describe('snapshot clones over vsock (the warm path), against the stand-in', () => {
+  it("red team: a snapshot base whose memory file is a link (the template VM's user made it) is refused; the file it names is left as it was", async () => {
+    const parts = path.join(workspace.workDir, 'hostile-base-parts');
+    await mkdir(parts);
+    const victim = path.join(workspace.workDir, 'victim-secret');
+    await writeFile(victim, 'secret\n', { mode: 0o600 });
+    await chown(victim, 4242, 4242);
+    const files = { snapshotPath: path.join(parts, 'vmstate'), memFilePath: path.join(parts, 'memory') };
+    await writeFile(files.snapshotPath, '{}');
+    await symlink(victim, files.memFilePath);
+    await writeFile(path.join(parts, 'rootfs.ext4'), 'placeholder\n');
+    const keys = generateSessionKeys('hostile-base');
+    const screen = { width: 640, height: 480 };
+    const dir = snapshotBaseDir(image, screen, 'vsock');
+    await assert.rejects(
+      saveSnapshotBase(dir, image, {
+        files,
+        rootfs: path.join(parts, 'rootfs.ext4'),
+        keys: { clientPrivateKey: keys.clientPrivateKey, hostPublicKey: keys.hostPublicKey },
+        screen,
+        address: snapshotBaseAddress(TEST_PREFIX),
+        transport: 'vsock',
+      }),
+      /memory is not a regular file/,
+    );
+    const after = await stat(victim);
+    assert.deepEqual(
+      { mode: after.mode & 0o777, uid: after.uid, gid: after.gid },
+      { mode: 0o600, uid: 4242, gid: 4242 },
+      "made root's and world-readable through the link",
+    );
+    assert.equal(existsSync(dir), false, 'no snapshot base kept');
+  });
+
   it('a session without egress is restored from a NIC-less snapshot base (vsock_override, no network_overrides) and rotated over its own socket; one with egress boots cold', async () => {
     // A snapshot base as a vsock runtime leaves it (building one needs a guest, which the stand-in has not).
     const parts = path.join(workspace.workDir, 'base-parts');

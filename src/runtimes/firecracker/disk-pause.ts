@@ -19,7 +19,6 @@ import { processStartTime, waitForExit } from '../../host/process-watch.js';
 import type { ResourceNames } from '../../network/names.js';
 import { netnsExists } from '../../network/netns.js';
 import { run } from '../../util/exec.js';
-import { removeTreeOnOneMount } from '../../host/remove-tree.js';
 import { DEFAULT_CONSOLE_LOG_LIMITS, type ConsoleLogLimits } from '../console-log.js';
 import { openConsole, reattachConsole, type ConsolePipe } from '../console-pipe.js';
 import type { AdoptedSandbox, PausedOnDisk, PauseResult, PauseTarget, RunningSandbox } from '../runtime.js';
@@ -35,6 +34,7 @@ import { pauseFilesOf, readMarker, removePauseFiles, syncedSize, writeMarker, ty
 import type { FirecrackerHost } from './host/host-check.js';
 import { JAILED_VSOCK_SOCKET } from './jailer/chroot-layout.js';
 import type { FirecrackerSettings } from './settings.js';
+import { removeInJail } from './jailer/jail-files.js';
 import { jailId } from './jailer/jail-id.js';
 import { JAILED_API_SOCKET, vmmPidFile } from './jailer/jailer-args.js';
 import { SESSION_VSOCK_SOCKET, vsockEndpoint } from './vsock.js';
@@ -240,10 +240,17 @@ export class FirecrackerDiskPause {
       await rm(vsockUdsPath, { force: true });
       return { vmm: spawnInNetns(netns, firecrackerBin, ['--api-sock', apiSocket, '--id', id], consolePipe), apiSocket, vsockUdsPath };
     }
-    // What the jailer and the old VMM left in the jail goes; the rootfs, config drive and snapshot stay.
-    await removeTreeOnOneMount(path.join(jailRoot, 'dev'));
-    for (const file of [JAILED_API_SOCKET, JAILED_VSOCK_SOCKET, path.basename(firecrackerBin)]) await rm(path.join(jailRoot, file), { force: true });
-    await rm(vmmPidFile(jailRoot, firecrackerBin), { force: true });
+    // What the jailer and the old VMM left in the jail goes (the jail is the VM user's: nothing
+    // in it is followed); the rootfs, config drive and snapshot stay.
+    for (const file of [
+      'dev',
+      JAILED_API_SOCKET,
+      JAILED_VSOCK_SOCKET,
+      path.basename(firecrackerBin),
+      path.relative(jailRoot, vmmPidFile(jailRoot, firecrackerBin)),
+    ]) {
+      await removeInJail(jailRoot, file);
+    }
     await rm(path.join(sessionDir, SESSION_VSOCK_SOCKET), { force: true });
     await removeVmCgroups(this.deps.host.cgroupVersion, this.deps.parentCgroup, id);
     const vmm = await launchJailer({

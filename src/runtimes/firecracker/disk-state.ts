@@ -11,10 +11,12 @@
  *   rename, fsync of the dir) only once both snapshot files are whole and fsync'd; without it
  *   the snapshot files are leftovers and are removed.
  */
+import { constants } from 'node:fs';
 import { open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { ConsoleLogLimits } from '../console-log.js';
 import type { SnapshotFiles } from './boot/snapshot-steps.js';
+import { removeInJail } from './jailer/jail-files.js';
 
 const MARKER_FILE = 'fc-paused.json';
 const PARTIAL_SUFFIX = '.partial';
@@ -27,17 +29,20 @@ const IN_JAIL: SnapshotFiles = { snapshotPath: '/snapshot/paused-vmstate', memFi
 export interface PauseFiles {
   vmPaths: SnapshotFiles;
   hostPaths: SnapshotFiles;
+  /** The jail's root (the VM user's: removals in it follow no link), or undefined unjailed. */
+  jailRoot: string | undefined;
 }
 
 /** `jailRoot`: the jail's `<jail>/root`, or undefined for a VMM run unjailed (its files in the session dir). */
 export function pauseFilesOf(sessionDir: string, jailRoot: string | undefined): PauseFiles {
   if (jailRoot === undefined) {
     const unjailed = { snapshotPath: path.join(sessionDir, 'paused-vmstate'), memFilePath: path.join(sessionDir, 'paused-memory') };
-    return { vmPaths: unjailed, hostPaths: unjailed };
+    return { vmPaths: unjailed, hostPaths: unjailed, jailRoot };
   }
   return {
     vmPaths: IN_JAIL,
     hostPaths: { snapshotPath: path.join(jailRoot, IN_JAIL.snapshotPath), memFilePath: path.join(jailRoot, IN_JAIL.memFilePath) },
+    jailRoot,
   };
 }
 
@@ -98,8 +103,13 @@ export async function removePauseFiles(sessionDir: string, files: PauseFiles, ma
     await rm(marker, { force: true });
     await fsync(sessionDir);
   }
-  await rm(files.hostPaths.snapshotPath, { force: true });
-  await rm(files.hostPaths.memFilePath, { force: true });
+  if (files.jailRoot === undefined) {
+    await rm(files.hostPaths.snapshotPath, { force: true });
+    await rm(files.hostPaths.memFilePath, { force: true });
+    return;
+  }
+  await removeInJail(files.jailRoot, files.vmPaths.snapshotPath);
+  await removeInJail(files.jailRoot, files.vmPaths.memFilePath);
 }
 
 /** Whether a whole marker is there (a pause to disk is the session's truth). */
@@ -111,9 +121,16 @@ export async function hasMarker(sessionDir: string): Promise<boolean> {
 export async function syncedSize(files: SnapshotFiles): Promise<number> {
   let bytes = 0;
   for (const file of [files.snapshotPath, files.memFilePath]) {
-    await fsync(file);
-    // Allocated blocks, not the apparent size: a guest's untouched memory is a hole in the file.
-    bytes += (await stat(file)).blocks * 512;
+    // Written by the VMM, in its jail: not a link, and never a FIFO an open would wait on for good.
+    const handle = await open(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    try {
+      if (!(await handle.stat()).isFile()) throw new Error(`${file} is not a regular file: not a snapshot Firecracker wrote`);
+      await handle.sync();
+      // Allocated blocks, not the apparent size: a guest's untouched memory is a hole in the file.
+      bytes += (await handle.stat()).blocks * 512;
+    } finally {
+      await handle.close();
+    }
   }
   return bytes;
 }

@@ -3,10 +3,11 @@
  * contract emulator, and the jailer stand-in when jailed), a work directory per file (jails,
  * sessions, logs) and the emulator's records of every process and call, read back per session.
  */
-import { chmod, mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { chmodSync, mkdirSync, mkdtempSync } from 'node:fs';
+import { readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { after, before } from 'node:test';
+import { after } from 'node:test';
 import type { AddressPool } from '../../../src/network/address-pool.js';
 import { ResourceNames } from '../../../src/network/names.js';
 import { createSandboxNetwork } from '../../../src/network/netns.js';
@@ -49,33 +50,34 @@ export interface EmulatorWorkspace {
   records(sessionId: string): Promise<Recorded[]>;
 }
 
-/** A work directory made before the file's tests and removed after them, with the emulator pointed at its records. */
+/**
+ * A work directory made at once (a file's own `before` hooks may use it: root hooks do not
+ * wait for one another in their order), with the emulator pointed at its records, and
+ * removed after the file's tests.
+ */
 export function emulatorWorkspace(prefix: string, envSet: readonly string[] = []): EmulatorWorkspace {
-  const workspace = {
-    workDir: '',
-    recordDir: '',
+  const workDir = mkdtempSync(path.join(os.tmpdir(), prefix));
+  const recordDir = path.join(workDir, 'records');
+  mkdirSync(recordDir);
+  chmodSync(workDir, 0o711);
+  chmodSync(recordDir, 0o777);
+  process.env.FAKE_FIRECRACKER_RECORD_DIR = recordDir;
+  after(async () => {
+    for (const name of ['FAKE_FIRECRACKER_RECORD_DIR', ...envSet]) delete process.env[name];
+    await rm(workDir, { recursive: true, force: true });
+    await removeEmptyPrefixCgroups();
+  });
+  return {
+    workDir,
+    recordDir,
     async records(sessionId: string): Promise<Recorded[]> {
-      const text = await readFile(path.join(this.recordDir, `${TEST_PREFIX}${sessionId}.jsonl`), 'utf8').catch(() => '');
+      const text = await readFile(path.join(recordDir, `${TEST_PREFIX}${sessionId}.jsonl`), 'utf8').catch(() => '');
       return text
         .split('\n')
         .filter(Boolean)
         .map((line) => JSON.parse(line) as Recorded);
     },
   };
-  before(async () => {
-    workspace.workDir = await mkdtemp(path.join(os.tmpdir(), prefix));
-    workspace.recordDir = path.join(workspace.workDir, 'records');
-    await mkdir(workspace.recordDir);
-    await chmod(workspace.workDir, 0o711);
-    await chmod(workspace.recordDir, 0o777);
-    process.env.FAKE_FIRECRACKER_RECORD_DIR = workspace.recordDir;
-  });
-  after(async () => {
-    for (const name of ['FAKE_FIRECRACKER_RECORD_DIR', ...envSet]) delete process.env[name];
-    await rm(workspace.workDir, { recursive: true, force: true });
-    await removeEmptyPrefixCgroups();
-  });
-  return workspace;
 }
 
 /**

@@ -1,4 +1,4 @@
-import { chmod, chown, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, chown, lstat, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { GuestImage } from '../../../guest/image/builder.js';
 import type { SnapshotFiles } from '../boot/snapshot-steps.js';
@@ -115,6 +115,10 @@ export async function saveSnapshotBase(
       [parts.rootfs, target.rootfs],
     ] as const) {
       await rename(from, to);
+      // Made in the template VM's jail, by its user: a link there would have the chown and
+      // chmod below make whatever it names root's and world-readable. Only a regular file is
+      // kept (in `building`, root's alone, nothing can swap it any more).
+      if (!(await lstat(to)).isFile()) throw new Error(`the snapshot base's ${path.basename(to)} is not a regular file: not what Firecracker writes`);
       await chown(to, 0, 0);
       await chmod(to, 0o644);
     }
