@@ -5,7 +5,7 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CONFIG_FILES, renderSettings } from '../src/guest/contract.js';
-import { findImage, type GuestImage } from '../src/guest/image/builder.js';
+import type { GuestImage } from '../src/guest/image/builder.js';
 import { isProcessAlive, processStartTime } from '../src/host/process-watch.js';
 import { AddressPool } from '../src/network/address-pool.js';
 import { ResourceNames } from '../src/network/names.js';
@@ -19,7 +19,7 @@ import type { GuestTransport } from '../src/transport/index.js';
 import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { connectToGuest, guestSh } from './helpers/guest.js';
 import { processesMentioning } from './helpers/host.js';
-import { emulatorHost, emulatorWorkspace, sessionBase, type Recorded } from './helpers/firecracker/emulator-workspace.js';
+import { builtImage, emulatorHost, emulatorWorkspace, sessionBase, type Recorded } from './helpers/firecracker/emulator-workspace.js';
 import { TEST_PREFIX, TEST_SUBNET } from './helpers/orchestrator.js';
 
 /**
@@ -38,9 +38,7 @@ let image: GuestImage;
 const pool = new AddressPool(TEST_SUBNET);
 
 before(async () => {
-  const found = await findImage(process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images');
-  assert.ok(found, 'the guest image must be built first (scripts/test.sh does it)');
-  image = found;
+  image = await builtImage();
 });
 
 /** A runtime as an orchestrator (re)started makes it: nothing remembered of the VMs before it. */
@@ -58,7 +56,7 @@ const newRuntime = (jailed = true): FirecrackerRuntime & Runtime =>
   );
 
 async function prepareSession(runtime: FirecrackerRuntime, cleanup: CleanupStack) {
-  const { sessionId, sessionDir, configDir, lease, vmUser, network } = await sessionBase(runtime, workspace.workDir, pool, cleanup);
+  const { sessionId, sessionDir, configDir, lease, spec } = await sessionBase(runtime, workspace.workDir, pool, cleanup, image, { width: 800, height: 600 });
   // What the session layer tells its guest: the address it configures, the display to start.
   await writeFile(
     path.join(configDir, CONFIG_FILES.settings),
@@ -75,19 +73,6 @@ async function prepareSession(runtime: FirecrackerRuntime, cleanup: CleanupStack
       SANDBOX_TRANSPORT: 'tcp',
     }),
   );
-  const spec = {
-    sessionId,
-    image,
-    sessionDir,
-    configDir,
-    screen: { width: 800, height: 600 },
-    hostname: `sbx-${sessionId}`,
-    network,
-    memoryMiB: 512,
-    pidsLimit: 256,
-    logsDir: path.join(workspace.workDir, 'logs'),
-    vmUser,
-  };
   return { sessionId, sessionDir, spec, jailRoot: path.join(workspace.workDir, 'jails', 'firecracker', `${TEST_PREFIX}${sessionId}`, 'root') };
 }
 

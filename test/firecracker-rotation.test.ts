@@ -5,7 +5,7 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { qemuSettingsFromEnv } from '../src/runtimes/qemu/settings.js';
 import { GUEST_USER, renderSettings, CONFIG_FILES } from '../src/guest/contract.js';
-import { findImage } from '../src/guest/image/builder.js';
+import { builtImage } from './helpers/firecracker/emulator-workspace.js';
 import { AddressPool, type AddressLease } from '../src/network/address-pool.js';
 import { ResourceNames } from '../src/network/names.js';
 import { createSandboxNetwork, type AttachedNetwork } from '../src/network/netns.js';
@@ -62,8 +62,7 @@ describe('key rotation of a snapshot clone, on a real guest', () => {
   }
 
   before(async () => {
-    const image = await findImage(process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images');
-    assert.ok(image, 'the guest image must be built first (scripts/test.sh does it)');
+    const image = await builtImage();
     workDir = await mkdtemp(path.join(os.tmpdir(), 'fc-rotation-'));
     const runtime = await QemuRuntime.create(NAMES, qemuSettingsFromEnv(process.env));
     const sessionId = newSessionId();

@@ -4,7 +4,7 @@ import { mkdir, open, readFile, readlink, rm, stat, writeFile } from 'node:fs/pr
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { findImage, type GuestImage } from '../src/guest/image/builder.js';
+import type { GuestImage } from '../src/guest/image/builder.js';
 import { AddressPool } from '../src/network/address-pool.js';
 import { ResourceNames } from '../src/network/names.js';
 import type { AttachedNetwork } from '../src/network/netns.js';
@@ -24,7 +24,7 @@ import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { COLD_BOOT_CALLS as BOOT_SEQUENCE } from './helpers/firecracker/calls.js';
 import { processesMentioning } from './helpers/host.js';
 import { kvmRunsGuests } from './helpers/kvm-probe.js';
-import { emulatorHost, emulatorWorkspace, sessionBase, type Recorded } from './helpers/firecracker/emulator-workspace.js';
+import { builtImage, emulatorHost, emulatorWorkspace, sessionBase, type Recorded } from './helpers/firecracker/emulator-workspace.js';
 import { startTestOrchestrator, TEST_PREFIX, TEST_SUBNET, type TestOrchestrator } from './helpers/orchestrator.js';
 import { assertClickArrives, assertScreenshotSize } from './helpers/desktop-checks.js';
 import { startXevSlowly } from './helpers/xev.js';
@@ -49,9 +49,7 @@ let image: GuestImage;
 const pool = new AddressPool(TEST_SUBNET);
 
 before(async () => {
-  const found = await findImage(process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images');
-  assert.ok(found, 'the guest image must be built first (scripts/test.sh does it)');
-  image = found;
+  image = await builtImage();
 });
 
 function settings(overrides: Partial<FirecrackerSettings> = {}): FirecrackerSettings {
@@ -60,24 +58,8 @@ function settings(overrides: Partial<FirecrackerSettings> = {}): FirecrackerSett
 
 /** What the session layer makes before a runtime starts: keys, config dir, netns with TAP. */
 async function prepareSession(runtime: FirecrackerRuntime, cleanup: CleanupStack, screen = { width: 1024, height: 768 }) {
-  const { sessionId, sessionDir, configDir, vmUser, network } = await sessionBase(runtime, workspace.workDir, pool, cleanup);
-  return {
-    sessionId,
-    sessionDir,
-    spec: {
-      sessionId,
-      image,
-      sessionDir,
-      configDir,
-      screen,
-      hostname: `sbx-${sessionId}`,
-      network,
-      memoryMiB: 512,
-      pidsLimit: 256,
-      logsDir: path.join(workspace.workDir, 'logs'),
-      vmUser,
-    },
-  };
+  const { sessionId, sessionDir, spec } = await sessionBase(runtime, workspace.workDir, pool, cleanup, image, screen);
+  return { sessionId, sessionDir, spec };
 }
 
 const acceptedCalls = (recorded: Recorded[]) => recorded.filter((r) => r.call && (r.status ?? 500) < 300).map((r) => r.call);

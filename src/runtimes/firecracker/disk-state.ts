@@ -12,14 +12,14 @@
  *   the snapshot files are leftovers and are removed.
  */
 import { constants } from 'node:fs';
-import { open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { open, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { fsyncPath, PARTIAL_SUFFIX, writeDurably } from '../../host/fsync.js';
 import type { ConsoleLogLimits } from '../console-log.js';
 import type { SnapshotFiles } from './boot/snapshot-steps.js';
 import { removeInJail } from './jailer/jail-files.js';
 
 const MARKER_FILE = 'fc-paused.json';
-const PARTIAL_SUFFIX = '.partial';
 /** A marker is a few numbers: anything bigger is not one of ours. */
 const MAX_MARKER_BYTES = 16 * 1024;
 /** Inside the jail (the chroot's `/snapshot`, the jail's own): the paths the VMM is given. */
@@ -64,17 +64,7 @@ export interface PauseMarker {
 }
 
 export async function writeMarker(sessionDir: string, marker: PauseMarker): Promise<void> {
-  const file = path.join(sessionDir, MARKER_FILE);
-  const partial = `${file}${PARTIAL_SUFFIX}`;
-  try {
-    await writeFile(partial, JSON.stringify(marker), { mode: 0o600 });
-    await fsync(partial);
-    await rename(partial, file);
-    await fsync(sessionDir);
-  } catch (err) {
-    await rm(partial, { force: true });
-    throw err;
-  }
+  await writeDurably(path.join(sessionDir, MARKER_FILE), (partial) => writeFile(partial, JSON.stringify(marker), { mode: 0o600 }));
 }
 
 /** The marker, if a whole one is there (a malformed one is not ours: undefined, as none). */
@@ -101,7 +91,7 @@ export async function removePauseFiles(sessionDir: string, files: PauseFiles, ma
   await rm(`${marker}${PARTIAL_SUFFIX}`, { force: true });
   if (markerToo) {
     await rm(marker, { force: true });
-    await fsync(sessionDir);
+    await fsyncPath(sessionDir);
   }
   if (files.jailRoot === undefined) {
     await rm(files.hostPaths.snapshotPath, { force: true });
@@ -110,11 +100,6 @@ export async function removePauseFiles(sessionDir: string, files: PauseFiles, ma
   }
   await removeInJail(files.jailRoot, files.vmPaths.snapshotPath);
   await removeInJail(files.jailRoot, files.vmPaths.memFilePath);
-}
-
-/** Whether a whole marker is there (a pause to disk is the session's truth). */
-export async function hasMarker(sessionDir: string): Promise<boolean> {
-  return (await readMarker(sessionDir)) !== undefined;
 }
 
 /** fsyncs the snapshot files (Firecracker writes them, it does not sync them) and answers their size on disk. */
@@ -133,15 +118,6 @@ export async function syncedSize(files: SnapshotFiles): Promise<number> {
     }
   }
   return bytes;
-}
-
-async function fsync(file: string): Promise<void> {
-  const handle = await open(file, 'r');
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
 }
 
 /** The most a pause to disk of a VM of `memoryMiB` writes, MiB: the memory file (its guest's size) and the state file. */

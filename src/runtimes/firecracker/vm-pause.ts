@@ -29,8 +29,8 @@ export class FirecrackerPause {
     return ['memory', 'disk'];
   }
 
-  unavailable(mode: PauseMode): string | undefined {
-    void mode; // both are done wherever the runtime runs (jailed or not)
+  /** Both modes are done wherever the runtime runs (jailed or not). */
+  unavailable(): string | undefined {
     return undefined;
   }
 
@@ -70,7 +70,7 @@ export function firecrackerPausing(place: ApiSocketPlace, disk: FirecrackerDiskP
   const pausing = new FirecrackerPause(place, disk);
   return {
     pauseModes: () => pausing.modes(),
-    pauseUnavailable: (mode) => pausing.unavailable(mode),
+    pauseUnavailable: () => pausing.unavailable(),
     pauseStateMaxMiB: (memoryMiB) => pauseStateMaxMiB(memoryMiB),
     pause: (target, mode) => pausing.pause(target, mode),
     resume: (target, mode) => pausing.resume(target, mode),

@@ -9,17 +9,17 @@
  *   cgroup limits), written at start; a restart reads it back (adoption of a paused VM).
  */
 import { closeSync, constants, createReadStream, createWriteStream, openSync } from 'node:fs';
-import { open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { readFile, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Transform, type Readable, type Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
 import type { ConsoleLogLimits } from '../console-log.js';
+import { fsyncPath, PARTIAL_SUFFIX, writeDurably } from '../../host/fsync.js';
 import type { VmLimits } from '../vm/cgroups.js';
 import { ParallelGzip } from './parallel-gzip.js';
 
 const STATE_FILE = 'vm-state.gz';
-const PARTIAL_SUFFIX = '.partial';
 const RECIPE_FILE = 'qemu-resume.json';
 /** A recipe is a command line and a few names: anything bigger is not one of ours. */
 const MAX_RECIPE_BYTES = 64 * 1024;
@@ -103,7 +103,7 @@ export async function removeState(sessionDir: string, whole: boolean): Promise<v
   await rm(`${file}${PARTIAL_SUFFIX}`, { force: true });
   if (whole) {
     await rm(file, { force: true });
-    await fsyncDir(sessionDir);
+    await fsyncPath(sessionDir);
   }
 }
 
@@ -128,27 +128,13 @@ export function byteCap(max: number, what: string): Transform & { seen(): number
  */
 export async function saveState(source: Readable, sessionDir: string, maxBytes: number): Promise<{ bytes: number; raw: number }> {
   const file = stateFileOf(sessionDir);
-  const partial = `${file}${PARTIAL_SUFFIX}`;
   const cap = byteCap(maxBytes, 'the VM state stream');
-  try {
-    // Level 1: most of a guest's RAM is zero pages (sent as flags) or text and code that
-    // compress well at the cheapest level; the pause waits for the compression, so blocks of
-    // it run on two threads at once (200 MB of a desktop's state: 2.5-3.4 s on one, 1 s
-    // without compressing; written uncompressed, the disk was as slow as the one thread).
-    const gzip = new ParallelGzip({ blockBytes: GZIP_BLOCK_BYTES, parallel: GZIP_THREADS, zlib: { level: 1, memLevel: 9 } });
-    await pipeline(source, cap, gzip, createWriteStream(partial, { mode: 0o600, highWaterMark: GZIP_BLOCK_BYTES }));
-    const handle = await open(partial, 'r');
-    try {
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    await rename(partial, file);
-    await fsyncDir(sessionDir);
-  } catch (err) {
-    await rm(partial, { force: true });
-    throw err;
-  }
+  // Level 1: most of a guest's RAM is zero pages (sent as flags) or text and code that
+  // compress well at the cheapest level; the pause waits for the compression, so blocks of
+  // it run on two threads at once (200 MB of a desktop's state: 2.5-3.4 s on one, 1 s
+  // without compressing; written uncompressed, the disk was as slow as the one thread).
+  const gzip = new ParallelGzip({ blockBytes: GZIP_BLOCK_BYTES, parallel: GZIP_THREADS, zlib: { level: 1, memLevel: 9 } });
+  await writeDurably(file, (partial) => pipeline(source, cap, gzip, createWriteStream(partial, { mode: 0o600, highWaterMark: GZIP_BLOCK_BYTES })));
   return { bytes: (await stat(file)).size, raw: cap.seen() };
 }
 
@@ -162,13 +148,4 @@ export async function loadState(sessionDir: string, sink: Writable, maxBytes: nu
     byteCap(maxBytes, 'the saved VM state'),
     sink,
   );
-}
-
-async function fsyncDir(dir: string): Promise<void> {
-  const handle = await open(dir, 'r');
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
 }

@@ -3,11 +3,13 @@
  * contract emulator, and the jailer stand-in when jailed), a work directory per file (jails,
  * sessions, logs) and the emulator's records of every process and call, read back per session.
  */
+import assert from 'node:assert/strict';
 import { chmodSync, mkdirSync, mkdtempSync } from 'node:fs';
 import { readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after } from 'node:test';
+import { findImage, type GuestImage } from '../../../src/guest/image/builder.js';
 import type { AddressPool } from '../../../src/network/address-pool.js';
 import { ResourceNames } from '../../../src/network/names.js';
 import { createSandboxNetwork } from '../../../src/network/netns.js';
@@ -82,9 +84,17 @@ export function emulatorWorkspace(prefix: string, envSet: readonly string[] = []
 
 /**
  * What the session layer makes before a runtime starts: the session's keys and config dir, its
- * address, the VM's own uid/gid (jailed: it owns the TAP) and the netns with that TAP.
+ * address, the VM's own uid/gid (jailed: it owns the TAP) and the netns with that TAP; and the
+ * spec the runtime starts it from (512 MiB, logs in the work dir).
  */
-export async function sessionBase(runtime: FirecrackerRuntime, workDir: string, pool: AddressPool, cleanup: CleanupStack) {
+export async function sessionBase(
+  runtime: FirecrackerRuntime,
+  workDir: string,
+  pool: AddressPool,
+  cleanup: CleanupStack,
+  image: GuestImage,
+  screen: { width: number; height: number },
+) {
   const sessionId = newSessionId();
   const sessionDir = path.join(workDir, sessionId);
   const configDir = path.join(sessionDir, 'config');
@@ -93,5 +103,25 @@ export async function sessionBase(runtime: FirecrackerRuntime, workDir: string, 
   await cleanup.push('lease', () => pool.release(lease.index));
   const vmUser = await runtime.leaseVmUser?.(cleanup);
   const network = await createSandboxNetwork(new ResourceNames(TEST_PREFIX), sessionId, lease, cleanup, 'tap', vmUser);
-  return { sessionId, sessionDir, configDir, lease, vmUser, network };
+  const spec = {
+    sessionId,
+    image,
+    sessionDir,
+    configDir,
+    screen,
+    hostname: `sbx-${sessionId}`,
+    network,
+    memoryMiB: 512,
+    pidsLimit: 256,
+    logsDir: path.join(workDir, 'logs'),
+    vmUser,
+  };
+  return { sessionId, sessionDir, configDir, lease, spec };
+}
+
+/** The guest image the tests boot (the README's test command builds it before them). */
+export async function builtImage(): Promise<GuestImage> {
+  const found = await findImage(process.env.SBX_IMAGES_DIR || '/var/lib/sandboxes/images');
+  assert.ok(found, 'the guest image must be built first (scripts/test.sh does it)');
+  return found;
 }

@@ -7,7 +7,7 @@ import { findFirecrackerProcesses } from './vmm-process.js';
 import { vmmOfPidNamespace } from './pid-ns-vmm.js';
 
 /** The VMM's own threads (API, VMM, vCPUs, block and net I/O): the jail's pids limit. */
-export const VMM_PIDS_MAX = 64;
+const VMM_PIDS_MAX = 64;
 
 export interface JailedLaunch {
   names: ResourceNames;
