@@ -10,7 +10,7 @@ import { DESKTOP_HELPER_START_INTERVAL_MS } from '../src/computer/desktop-action
 import { ResourceNames } from '../src/network/names.js';
 import type { GuestTransport } from '../src/transport/index.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
-import { cpuMsPerRequest, cpuSecondsOf, percentile } from './helpers/host-cost.js';
+import { cpuSecondsOf, percentile } from './helpers/host-cost.js';
 import { TEST_PREFIX } from './helpers/orchestrator.js';
 import { memoryOf } from './helpers/raw-http.js';
 import { startServe, type ServeProcess } from './helpers/serve.js';
@@ -36,8 +36,10 @@ const MAX_GROWTH_MIB = 50;
  * channel's 2 MiB window) decrypted and dropped, the 502 and its log line, a new channel for
  * the next. 0-4 ms measured (load 0.2-1.5 on 2 cores) against honest pairs at the same pace;
  * against unpaced ones it read 16-55 ms, the policy checks' `ip`/`nft` of ten idle seconds.
+ * Compared as medians of rounds, in /proc's 10 ms ticks: 0-20 ms (a sum read 45 ms once in CI,
+ * a burst of other work in it). Keeping the frames cost hundreds of ms an answer (64 MiB decrypted).
  */
-const HOSTILE_ANSWER_CPU_MS = 40;
+const HOSTILE_ANSWER_CPU_MS = 50;
 /** A screen request's answer time on a helper just started (8 s), and its start-up's (5 s): desktop-actions.ts. */
 const SILENT_HELPER_FAILS_WITHIN_MS = 13_000;
 type Json = Record<string, unknown>;
@@ -209,15 +211,20 @@ describe('the desktop helper: one process per session', () => {
       // The control: the same pairs of actions, both honest, at the pace the hostile ones go
       // (one helper start a second), so that what the orchestrator does meanwhile anyway (its
       // policy checks spawn `ip` and `nft` every few seconds) is in both and cancels out.
-      const honestCpuBefore = await cpuSecondsOf(pid());
+      // Each round's CPU is measured on its own and the medians compared: a sum counted the
+      // one round that a burst of background work landed in (45 ms "per answer" once in CI,
+      // 0-5 in other runs of the same code).
+      const honestRoundsMs: number[] = [];
       const honestStarted = performance.now();
       for (let i = 0; i < rounds; i++) {
+        const roundCpu = await cpuSecondsOf(pid());
         const [a, b] = await Promise.all([call('GET', victim, 'windows'), call('GET', bystander, 'screen')]);
         assert.deepEqual([a.status, b.status], [200, 200]);
         const nextAt = honestStarted + (i + 1) * DESKTOP_HELPER_START_INTERVAL_MS;
         await new Promise((resolve) => setTimeout(resolve, Math.max(0, nextAt - performance.now())));
+        honestRoundsMs.push(((await cpuSecondsOf(pid())) - roundCpu) * 1000);
       }
-      const honestCpuMs = ((await cpuSecondsOf(pid())) - honestCpuBefore) * 1000;
+      const honestCpuMs = honestRoundsMs.reduce((sum, ms) => sum + ms, 0);
       // Answers every request with a whole frame of 64 MiB (the cap is 256 KiB): sent in full,
       // as fast as the channel takes it. Kept, ten of them would be 640 MiB.
       const restore = await replaceHelper(
@@ -225,27 +232,32 @@ describe('the desktop helper: one process per session', () => {
           "    out.write(b'SBXD' + struct.pack('>I', 64 << 20))\n    for _ in range(1024):\n        out.write(chunk)\n    out.flush()\n",
       );
       const baseline = await memoryOf(pid());
-      const cpuBefore = await cpuSecondsOf(pid());
+      const hostileRoundsMs: number[] = [];
       const started = performance.now();
       const refusals: string[] = [];
       try {
+        let roundCpu = await cpuSecondsOf(pid());
         for (let i = 0; i < rounds; i++) {
+          // The orchestrator paces helper starts (one a second): the pause is in the round's call.
           const [hostile, fine] = await Promise.all([call('GET', victim, 'windows'), call('GET', bystander, 'screen')]);
           assert.equal(hostile.status, 502, JSON.stringify(hostile.body));
           assert.equal(errorOf(hostile.body).code, 'guest_protocol_error');
           refusals.push(errorOf(hostile.body).message);
           assert.equal(fine.status, 200, JSON.stringify(fine.body));
+          const roundEnd = await cpuSecondsOf(pid());
+          hostileRoundsMs.push((roundEnd - roundCpu) * 1000);
+          roundCpu = roundEnd;
         }
       } finally {
         await restore();
       }
       const wallMs = performance.now() - started;
-      const cpuMs = ((await cpuSecondsOf(pid())) - cpuBefore) * 1000;
+      const cpuMs = hostileRoundsMs.reduce((sum, ms) => sum + ms, 0);
       const now = await memoryOf(pid());
-      const perAnswer = cpuMsPerRequest(Math.max(0, cpuMs - honestCpuMs), rounds);
+      const perAnswer = Math.max(0, percentile(hostileRoundsMs, 0.5) - percentile(honestRoundsMs, 0.5));
       console.log(
         `desktop-helper (64 MiB frames): ${rounds} hostile answers and ${rounds} actions of another session in ${wallMs.toFixed(0)} ms cost ${cpuMs.toFixed(0)} ms of orchestrator CPU ` +
-          `(the same ${rounds} pairs honest: ${honestCpuMs.toFixed(0)} ms), ${perAnswer.toFixed(1)} ms per hostile answer beyond an honest one; ` +
+          `(the same ${rounds} pairs honest: ${honestCpuMs.toFixed(0)} ms), ${perAnswer.toFixed(1)} ms per hostile answer beyond an honest one (medians of the rounds: ${percentile(hostileRoundsMs, 0.5).toFixed(0)} and ${percentile(honestRoundsMs, 0.5).toFixed(0)} ms); ` +
           `rss ${baseline.rssMiB} -> ${now.rssMiB} MiB, peak ${baseline.peakMiB} -> ${now.peakMiB} MiB (load average ${os.loadavg()[0]?.toFixed(1)})`,
       );
       assert.ok(now.peakMiB - baseline.peakMiB < MAX_GROWTH_MIB, `peak memory grew by ${now.peakMiB - baseline.peakMiB} MiB`);

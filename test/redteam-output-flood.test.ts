@@ -19,7 +19,14 @@ interface ToolResult {
 
 /** Long enough to average a busy 2-core machine's noise; the flood cost a whole core. */
 const IDLE_WINDOW_MS = 4_000;
-const SCREENSHOTS = 40;
+/**
+ * Screenshots are measured in blocks, and a block's CPU per screenshot is the figure: per
+ * wall second it counted the pace too (a faster run read as a costlier one: 0.89 -> 1.38 s/s
+ * with p50 1.3 -> 0.8 ms, the same CPU per screenshot), and the median of the blocks leaves
+ * out the one that a policy check's `ip`/`nft` spawn happened to land in.
+ */
+const SCREENSHOT_BLOCKS = 7;
+const SCREENSHOTS_PER_BLOCK = 30;
 /**
  * A smaller budget than the default (8 MiB/s, 64 MiB at once), so that a test command
  * outlasts its burst quickly, and its paced cost (7-16 ms of CPU per MiB here) stays far
@@ -58,15 +65,15 @@ describe('red team: an output flood from one guest costs the orchestrator and it
     const flood = await measure(orch, victim);
     const report =
       `idle CPU ${control.idleCpu.toFixed(3)} -> ${flood.idleCpu.toFixed(3)} s/s; ` +
-      `screenshots: CPU ${control.shotCpu.toFixed(3)} -> ${flood.shotCpu.toFixed(3)} s/s, p50 ${control.p50.toFixed(1)} -> ${flood.p50.toFixed(1)} ms`;
+      `screenshots: CPU ${control.shotCpuMs.toFixed(2)} -> ${flood.shotCpuMs.toFixed(2)} ms each, p50 ${control.p50.toFixed(1)} -> ${flood.p50.toFixed(1)} ms`;
     console.log(`output flood: ${report}`);
 
     // With nothing asked of it, the orchestrator spends next to nothing on the flood (it
     // stops reading the channel at the unread cap; SSH flow control blocks the guest's
     // writer). Before the fix: a whole core (1.0 s/s) on top of the control.
     assert.ok(flood.idleCpu - control.idleCpu < 0.1, `the flood costs the idle orchestrator at most 0.1 core: ${report}`);
-    // CPU per wall second while another session takes screenshots: the same work, plus the flood.
-    assert.ok(flood.shotCpu < control.shotCpu * 1.3 + 0.1, `the screenshots' CPU stays near the control: ${report}`);
+    // CPU per screenshot of another session: the same work, plus whatever the flood costs meanwhile.
+    assert.ok(flood.shotCpuMs < control.shotCpuMs * 1.3 + 0.3, `the screenshots' CPU stays near the control: ${report}`);
     assert.ok(flood.p50 < control.p50 * 1.5 + 15, `the other session's screenshot p50 stays near the control: ${report}`);
 
     // The flooding session's own tool still answers: the command ran (its exit status is
@@ -114,23 +121,25 @@ describe('red team: an output flood from one guest costs the orchestrator and it
 interface Measure {
   /** The orchestrator's CPU seconds per wall second with no request in flight. */
   idleCpu: number;
-  /** ... while another session's screenshots are taken one after another. */
-  shotCpu: number;
+  /** The orchestrator's CPU per screenshot of another session, ms (taken one after another; median of blocks). */
+  shotCpuMs: number;
   /** Their median latency, ms. */
   p50: number;
 }
 
 async function measure(orch: TestOrchestrator, victim: string): Promise<Measure> {
   let cpu = process.cpuUsage();
-  let wall = performance.now();
+  const wall = performance.now();
   await sleep(IDLE_WINDOW_MS);
   const idleCpu = cpuSeconds(process.cpuUsage(cpu)) / ((performance.now() - wall) / 1000);
-  cpu = process.cpuUsage();
-  wall = performance.now();
   const latencies: number[] = [];
-  for (let i = 0; i < SCREENSHOTS; i++) latencies.push(await screenshot(orch, victim));
-  const shotCpu = cpuSeconds(process.cpuUsage(cpu)) / ((performance.now() - wall) / 1000);
-  return { idleCpu, shotCpu, p50: percentile(latencies, 0.5) };
+  const blockCpuMs: number[] = [];
+  for (let block = 0; block < SCREENSHOT_BLOCKS; block++) {
+    cpu = process.cpuUsage();
+    for (let i = 0; i < SCREENSHOTS_PER_BLOCK; i++) latencies.push(await screenshot(orch, victim));
+    blockCpuMs.push((cpuSeconds(process.cpuUsage(cpu)) * 1000) / SCREENSHOTS_PER_BLOCK);
+  }
+  return { idleCpu, shotCpuMs: percentile(blockCpuMs, 0.5), p50: percentile(latencies, 0.5) };
 }
 
 async function screenshot(orch: TestOrchestrator, id: string): Promise<number> {
