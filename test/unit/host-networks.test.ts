@@ -1,34 +1,37 @@
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { describe, it } from 'node:test';
-import { blockedHostNetworks, hostElementKey, hostNetworksFrom } from '../../src/network/policy/host-networks.js';
+import { blockedHostNetworks, hostElementKey, hostNetworksFrom, readHostNetworks } from '../../src/network/policy/host-networks.js';
 import { renderHostNetworks, renderPolicyTable } from '../../src/network/policy/ruleset.js';
 
-/** What `ip -j -4 addr` and `ip -j -4 route show table main` print, trimmed to what is read. */
+/** What os.networkInterfaces() lists (up and running interfaces only), trimmed to what is read. */
 const ADDRESSES = [
-  { ifname: 'lo', addr_info: [{ family: 'inet', local: '127.0.0.1', prefixlen: 8 }] },
-  {
-    ifname: 'eth0',
-    addr_info: [
-      { family: 'inet', local: '130.92.7.41', prefixlen: 23 },
-      { family: 'inet6', local: 'fe80::1', prefixlen: 64 },
-    ],
-  },
-  { ifname: 'wg0', addr_info: [{ family: 'inet', local: '45.1.2.3', address: '45.1.9.9', prefixlen: 32 }] },
-  { ifname: 'eth1', addr_info: [{ family: 'inet', local: '192.168.1.20', prefixlen: 24 }] },
-  { ifname: 'sbx-abcdefghij', addr_info: [{ family: 'inet', local: '10.200.0.1', prefixlen: 30 }] },
+  { family: 'IPv4', address: '127.0.0.1', cidr: '127.0.0.1/8' },
+  { family: 'IPv4', address: '130.92.7.41', cidr: '130.92.7.41/23' },
+  { family: 'IPv6', address: 'fe80::1', cidr: 'fe80::1/64' },
+  { family: 'IPv4', address: '45.1.2.3', cidr: '45.1.2.3/32' }, // wg0, point-to-point to 45.1.9.9
+  { family: 'IPv4', address: '192.168.1.20', cidr: '192.168.1.20/24' },
+  { family: 'IPv4', address: '10.200.0.1', cidr: '10.200.0.1/30' }, // a sandbox's host veth
+  { family: 'IPv4', address: '172.31.0.5', cidr: null }, // a netmask Node could not read
 ];
+/** /proc/net/route as the kernel prints it (main table; addresses little-endian), trimmed to its first eight columns. */
 const ROUTES = [
-  { dst: 'default', gateway: '130.92.6.1', dev: 'eth0' },
-  { dst: '130.92.6.0/23', dev: 'eth0', protocol: 'kernel', scope: 'link', prefsrc: '130.92.7.41' },
-  { dst: '198.51.100.0/24', gateway: '130.92.6.254', dev: 'eth0' }, // through a router: the way out
-  { dst: '203.0.113.0/28', dev: 'eth0', scope: 'link' }, // on-link, added by hand
-  { dst: '203.0.113.9', dev: 'eth0', scope: 'link' }, // a host route, inside the one above
-  { dst: '100.70.0.0/16', type: 'blackhole' },
-  { dst: '8.8.8.0/24', nexthops: [{ gateway: '130.92.6.1' }] },
-];
+  'Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT',
+  'eth0\t00000000\t01065C82\t0003\t0\t0\t0\t00000000\t0\t0\t0', // default via 130.92.6.1
+  'eth0\t00065C82\t00000000\t0001\t0\t0\t0\t00FEFFFF\t0\t0\t0', // 130.92.6.0/23, the kernel's
+  'eth0\t006433C6\tFE065C82\t0003\t0\t0\t0\t00FFFFFF\t0\t0\t0', // 198.51.100.0/24 via a router: the way out
+  'eth0\t007100CB\t00000000\t0001\t0\t0\t0\tF0FFFFFF\t0\t0\t0', // 203.0.113.0/28 on-link, added by hand
+  'eth0\t097100CB\t00000000\t0005\t0\t0\t0\tFFFFFFFF\t0\t0\t0', // 203.0.113.9, a host route inside it
+  'wg0\t0909012D\t00000000\t0005\t0\t0\t0\tFFFFFFFF\t0\t0\t0', // the point-to-point peer 45.1.9.9
+  '*\t00004664\t00000000\t0201\t0\t0\t0\t0000FFFF\t0\t0\t0', // 100.70.0.0/16 unreachable (RTF_REJECT)
+  'eth0\t00080808\t01065C82\t0003\t0\t0\t0\t00FFFFFF\t0\t0\t0', // 8.8.8.0/24, multipath: its first hop's gateway
+  'eth9\tnot-hex\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0',
+  '',
+].join('\n');
 
 describe("unit: the host's own networks in the guest network policy", () => {
-  it('reads addresses (with a point-to-point peer) and on-link routes; not gateways, the default, blackholes, IPv6', () => {
+  it('reads addresses and on-link routes (a point-to-point peer); not gateways, the default, unreachable routes, IPv6', () => {
     const found = hostNetworksFrom(ADDRESSES, ROUTES);
     for (const cidr of [
       '130.92.7.41/32',
@@ -39,10 +42,24 @@ describe("unit: the host's own networks in the guest network policy", () => {
       '203.0.113.9/32',
       '192.168.1.0/24',
       '10.200.0.0/30',
+      '172.31.0.5/32',
     ]) {
       assert.ok(found.includes(cidr), `${cidr} in ${found.join(' ')}`);
     }
     for (const cidr of ['198.51.100.0/24', '100.70.0.0/16', '8.8.8.0/24', '0.0.0.0/0']) assert.ok(!found.includes(cidr), cidr);
+  });
+
+  it("on this host: the same networks as iproute2 reads (its on-link routes and its running interfaces' addresses)", async () => {
+    const ip = async (...args: string[]) => JSON.parse((await promisify(execFile)('ip', ['-j', '-4', ...args])).stdout) as Array<Record<string, unknown>>;
+    const routes = (await ip('route', 'show', 'table', 'main')).filter((r) => r.dst !== 'default' && !r.gateway && !r.nexthops && !r.type);
+    const links = (await ip('addr', 'show')).filter((l) => ['UP', 'UNKNOWN'].includes(String(l.operstate)));
+    const expected = [
+      ...routes.map((r) => (String(r.dst).includes('/') ? String(r.dst) : `${String(r.dst)}/32`)),
+      ...links.flatMap((l) => (l.addr_info as Array<{ local: string }>).map((a) => `${a.local}/32`)),
+    ];
+    const found = await readHostNetworks();
+    assert.ok(expected.length > 0);
+    for (const cidr of expected) assert.ok(found.includes(cidr), `${cidr} (iproute2) in ${found.join(' ')}`);
   });
 
   it('keeps only what the fixed ranges and the sandbox subnet miss, without overlaps, whatever the range', () => {
