@@ -189,8 +189,9 @@ describe('the desktop helper: one process per session', () => {
       assert.equal(res.status, 502, JSON.stringify(res.body));
       assert.equal(errorOf(res.body).code, 'desktop_error');
       assert.match(errorOf(res.body).message, /desktop helper failed in the guest \(screen\): no answer within 13000 ms; the next action starts it again/);
+      // 0.8-0.9 s past it in CI runs (a wall clock on a busy host: the message names the 13 s).
       assert.ok(
-        waitedMs! >= SILENT_HELPER_FAILS_WITHIN_MS - 100 && waitedMs! < SILENT_HELPER_FAILS_WITHIN_MS + 3_000,
+        waitedMs! >= SILENT_HELPER_FAILS_WITHIN_MS - 100 && waitedMs! < SILENT_HELPER_FAILS_WITHIN_MS + 6_000,
         `failed after ${waitedMs!.toFixed(0)} ms`,
       );
       assert.ok(served.length >= 10, `${served.length} actions of the other session answered meanwhile`);

@@ -403,8 +403,8 @@ describe('the e2b SDK against sbx serve', { timeout: 300_000 }, () => {
       assert.equal(stat.json.size, size, JSON.stringify(stat.json));
     }
     console.log(`e2b red team: four 24 MiB multipart uploads at once: peak RSS +${after.peakMiB - before.rssMiB} MiB`);
-    // Held whole, the four would be 96 MiB.
-    assert.ok(after.peakMiB - before.rssMiB < 48, `peak RSS grew ${after.peakMiB - before.rssMiB} MiB for 96 MiB of uploads`);
+    // Held whole, the four would be 96 MiB and their copies; streamed, +32-34 MiB in CI runs (sockets, heap).
+    assert.ok(after.peakMiB - before.rssMiB < 64, `peak RSS grew ${after.peakMiB - before.rssMiB} MiB for 96 MiB of uploads`);
     await sbx.commands.run('rm -f /home/user/big-*.bin');
     // A file over SBX_MAX_FILE_BYTES (32 MiB here): 413 file_too_large, and nothing of it left in the guest.
     const over = await upload(9, 33 * 1024 * 1024);

@@ -25,10 +25,11 @@ import { clearXev, parseXev, startXev, waitForXev } from './helpers/xev.js';
 const NAMES = new ResourceNames(TEST_PREFIX);
 /**
  * What the orchestrator may keep after relaying a hostile guest's flood at full speed
- * (~100 MB/s to a reading viewer, a stalled viewer at its 8 MiB cap): measured at about
- * 50 MiB, a plateau (checked below: it stops growing), which V8 keeps as heap afterwards.
+ * (~100 MB/s to a reading viewer, a stalled viewer at its 8 MiB cap): measured at 32-61 MiB
+ * in CI runs, a plateau (checked below: it stops growing), which V8 keeps as heap afterwards.
+ * Buffered, the flood would add hundreds of MiB in these seconds.
  */
-const MAX_GROWTH_MIB = 64;
+const MAX_GROWTH_MIB = 96;
 /** The viewer caps the serve of this file runs with: SBX_MAX_VIEWERS_PER_SESSION's default, and a tenant cap of 12. */
 const SESSION_VIEWERS = 8;
 const TENANT_VIEWERS = 12;
@@ -503,7 +504,7 @@ describe('live views (noVNC, view-only enforced on the server, takeover)', { tim
       const secondHalf = Math.max(...samples.slice(30));
       const settled = [...samples.slice(-10)].sort((a, b) => a - b)[5]!;
       console.log(`live-view red team: RSS samples during the flood ${samples.join(' ')}`);
-      assert.ok(settled - firstHalf < 16, `RSS kept growing during the flood: ${firstHalf} -> ${settled} MiB (median of the last 10 samples)`);
+      assert.ok(settled - firstHalf < 24, `RSS kept growing during the flood: ${firstHalf} -> ${settled} MiB (median of the last 10 samples)`);
       assert.ok(secondHalf - firstHalf < 48, `RSS went far past the first half's during the flood: ${firstHalf} -> ${secondHalf} MiB`);
       assert.ok(after.rssMiB - before.rssMiB < MAX_GROWTH_MIB, `RSS grew ${after.rssMiB - before.rssMiB} MiB`);
       // The other session's view still works.

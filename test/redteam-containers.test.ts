@@ -270,10 +270,11 @@ describe('red team: a container sandbox against the host and its neighbours', ()
     await guestSh(guest(a), 'for i in $(seq $((2 * $(nproc)))); do nohup sh -c "while :; do :; done" >/dev/null 2>&1 & echo $! >> /tmp/burners; done');
     try {
       await sleep(1_000);
-      const [u0, t0, w0] = [await usage(), await throttled(), performance.now()];
+      // The clock read right beside the usage: another read between them counted as CPU time unused.
+      const [u0, w0, t0] = [await usage(), performance.now(), await throttled()];
       const busy: number[] = [];
       while (performance.now() - w0 < 4_000) busy.push(await shot());
-      const [u1, t1, w1] = [await usage(), await throttled(), performance.now()];
+      const [u1, w1, t1] = [await usage(), performance.now(), await throttled()];
       const cpus = (u1 - u0) / 1e6 / (w1 - w0);
       console.log(
         `burner: ${cpus.toFixed(2)} CPUs used (quota ${SETTINGS.cpus}), throttled ${t1 - t0} times; ` +

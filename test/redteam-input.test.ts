@@ -29,6 +29,12 @@ const NAMES = new ResourceNames(TEST_PREFIX);
 const VERSIONS = ['computer_20250124', 'computer_20241022', 'computer_20251124'] as const;
 /** The issue's bounds for a red-team attack: orchestrator memory growth and /healthz p99. */
 const MAX_GROWTH_MIB = 50;
+/**
+ * The peak while thousands of refusals go by: the garbage of requests before a major
+ * collection (+39-52 MiB for 5,016, and no more a second time; in-process, the heap after a
+ * collection grows 1.5 MiB once and then not at all). The bug made it +589 MB for one request.
+ */
+const MAX_PEAK_GROWTH_MIB = 100;
 /** Orchestrator CPU a refused hostile request may cost (1.6 ms measured, as any 400). */
 const REFUSAL_CPU_MS = 5;
 /**
@@ -153,8 +159,14 @@ describe('red team: no xdotool command reachable from any key field', () => {
       assert.equal((await post(sandbox.id, 'actions', { action: 'cursor_position' })).status, 200);
       assert.equal((await post(sandbox.id, 'tools/computer', { action: 'mouse_move', coordinate: [10, 10] })).status, 200);
     }
+    // The whole attack once before the baseline: the heap V8 grows to for thousands of requests
+    // of any kind (30 to 52 MiB over one attack, with or without a shorter warm-up first) is
+    // then in it, and the bound sees what a second attack adds: a leak grows again, V8's
+    // heap does not.
+    await attack();
     await clearXev(main.guest);
     const before = await Promise.all(sandboxes.map((s) => guestProcesses(s.guest)));
+    await writeFile(`/proc/${pid()}/clear_refs`, '5'); // the peak (VmHWM) counted from here
     const baseline = await memoryOf(pid());
     // The same sampling with no attack: this machine's own noise, for the log.
     const quiet = sampleHealthz(serve.url);
@@ -179,7 +191,8 @@ describe('red team: no xdotool command reachable from any key field', () => {
         `/healthz meanwhile: ${healthz.length} samples, p50 ${percentile(healthz, 0.5).toFixed(1)} ms, p99 ${p99.toFixed(1)} ms ` +
         `(without the attack: p50 ${percentile(control, 0.5).toFixed(1)} ms, p99 ${percentile(control, 0.99).toFixed(1)} ms; load average ${os.loadavg()[0]?.toFixed(1)})`,
     );
-    assert.ok(now.peakMiB - baseline.peakMiB < MAX_GROWTH_MIB, `peak memory grew by ${now.peakMiB - baseline.peakMiB} MiB`);
+    assert.ok(now.rssMiB - baseline.rssMiB < MAX_GROWTH_MIB, `memory grew by ${now.rssMiB - baseline.rssMiB} MiB`);
+    assert.ok(now.peakMiB - baseline.peakMiB < MAX_PEAK_GROWTH_MIB, `peak memory grew by ${now.peakMiB - baseline.peakMiB} MiB`);
     // A refusal costs what any 400 costs (1.6 ms measured); no stall meanwhile.
     assert.ok(cpuMsPerRequest(cpuMs, refused) < REFUSAL_CPU_MS, `${cpuMsPerRequest(cpuMs, refused).toFixed(2)} ms of orchestrator CPU per refused request`);
     assert.ok(
