@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { SandboxFiles } from '../src/files/sandbox-files.js';
 import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import http from 'node:http';
@@ -114,6 +115,39 @@ describe('files over SFTP', { timeout: 180_000 }, () => {
     const rate = (seconds: number) => `${(size / MiB / seconds).toFixed(1)} MiB/s (${(seconds * 1000).toFixed(0)} ms)`;
     t.diagnostic(`20 MiB upload (chunked, streamed): ${rate(uploadSeconds)}`);
     t.diagnostic(`20 MiB download (streamed): ${rate(downloadSeconds)}`);
+  });
+
+  it('small files are read whole, every size around the read chunks byte for byte; a file that shrank gives what it has', async () => {
+    // Up to 512 KiB a download is read in 128 KiB reads all in flight at once (sandbox-files.ts).
+    for (const size of [1, 131_071, 131_072, 131_073, 400_000, 524_287, 524_288, 524_289]) {
+      const data = randomBytes(size);
+      const file = `${HOME}/small-${size}.bin`;
+      assert.equal((await fetch(url(file), { method: 'PUT', body: data })).status, 201);
+      const res = await fetch(url(file));
+      assert.equal(res.status, 200);
+      assert.equal(res.headers.get('content-length'), String(size));
+      assert.ok(Buffer.from(await res.arrayBuffer()).equals(data), `${size} bytes back as they went`);
+    }
+    // Shrunk between the stat and the reads: the answer is what is there, its length said.
+    const files = await SandboxFiles.on(orch.manager.connection(id));
+    const shrinking = `${HOME}/small-400000.bin`;
+    const sftp = (files as unknown as { sftp: { open: (path: string, flags: string) => Promise<Buffer> } }).sftp;
+    const open = sftp.open.bind(sftp);
+    sftp.open = async (path, flags) => {
+      const handle = await open(path, flags);
+      await guest(`truncate -s 200000 ${shrinking}`);
+      return handle;
+    };
+    let download;
+    try {
+      download = await files.download(shrinking, LIMIT);
+    } finally {
+      sftp.open = open; // the connection's SFTP session is shared
+    }
+    const chunks: Buffer[] = [];
+    for await (const chunk of download.stream) chunks.push(chunk as Buffer);
+    assert.equal(download.size, 200_000);
+    assert.equal(Buffer.concat(chunks).length, 200_000);
   });
 
   it('an upload with a Content-Length and a Buffer body works the same', async (t) => {

@@ -236,7 +236,7 @@ describe('red team: the network policy stays in force, and a sandbox cannot forg
     const refreshed = performance.now();
     for (let i = 0; i < rounds; i++) await orch.manager.policy.refreshHostNetworks();
     t.diagnostic(
-      `reading the host's networks (ip -j addr, ip -j route): ${((performance.now() - refreshed) / rounds).toFixed(1)} ms on average over ${rounds}`,
+      `reading the host's networks (interfaces and /proc/net/route): ${((performance.now() - refreshed) / rounds).toFixed(1)} ms on average over ${rounds}`,
     );
   });
 

@@ -42,7 +42,12 @@ describe('red team: an output flood from one guest costs the orchestrator and it
   let victim: string;
 
   before(async () => {
-    orch = await startTestOrchestrator({ bashOutput: { ...DEFAULT_BASH_OUTPUT_LIMITS, ...BUDGET } });
+    // The request rate limit off: 2 x 210 screenshots in under a second each would meet it (50 a second, bursts of 200).
+    orch = await startTestOrchestrator({
+      bashOutput: { ...DEFAULT_BASH_OUTPUT_LIMITS, ...BUDGET },
+      tenantRequestsPerSecond: 100_000,
+      tenantRequestBurst: 100_000,
+    });
     flooder = await createSession(orch);
     second = await createSession(orch);
     victim = await createSession(orch);

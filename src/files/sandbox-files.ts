@@ -51,6 +51,13 @@ export const DEFAULT_FILE_MODE = 0o644;
 const WRITE_BUFFER_BYTES = 1024 * 1024;
 /** Bytes asked for by each SFTP read of a download; one read is in flight at a time. */
 const READ_CHUNK_BYTES = 256 * 1024;
+/**
+ * A file up to this size is read whole before it is answered, its reads all in flight at once
+ * (one round trip to the guest's SFTP server instead of one per chunk): a screenshot an SDK
+ * reads (400 KiB) is the common case. Larger files stream.
+ */
+const WHOLE_READ_BYTES = 512 * 1024;
+const WHOLE_READ_CHUNK_BYTES = 128 * 1024;
 
 /**
  * Files in and out of one sandbox over SFTP on the session's SSH connection, as the guest
@@ -95,6 +102,11 @@ export class SandboxFiles {
       await this.sftp.close(handle).catch(() => undefined);
       return { path: file, size: 0, stream: Readable.from([]) };
     }
+    if (size <= WHOLE_READ_BYTES) {
+      const bytes = await this.readWhole(handle, file, size);
+      onProgress?.();
+      return { path: file, size: bytes.length, stream: Readable.from([bytes]) };
+    }
     // Read exactly the bytes the stat announced, so Content-Length stays true even if the
     // file grows meanwhile. The stream closes the handle when it ends or is destroyed.
     const stream = this.sftp.createReadStream(file, {
@@ -104,6 +116,34 @@ export class SandboxFiles {
       highWaterMark: READ_CHUNK_BYTES,
     });
     return { path: file, size, stream: onProgress ? reporting(stream, onProgress) : stream };
+  }
+
+  /**
+   * The first `size` bytes of an open file, every read in flight at once; the handle is closed
+   * without waiting (the answer does not need it). A file that shrank meanwhile gives what it
+   * has: the answer's length is what was read.
+   */
+  private async readWhole(handle: Buffer, file: string, size: number): Promise<Buffer> {
+    const bytes = Buffer.allocUnsafe(size);
+    try {
+      const reads: Array<Promise<number>> = [];
+      for (let at = 0; at < size; at += WHOLE_READ_CHUNK_BYTES) {
+        reads.push(this.sftp.read(handle, bytes, at, Math.min(WHOLE_READ_CHUNK_BYTES, size - at), at));
+      }
+      const counts = await Promise.all(reads);
+      // Whole up to the first short read; from there one read at a time, until the size or the end.
+      const short = counts.findIndex((count, index) => count < Math.min(WHOLE_READ_CHUNK_BYTES, size - index * WHOLE_READ_CHUNK_BYTES));
+      if (short === -1) return bytes;
+      let length = short * WHOLE_READ_CHUNK_BYTES + (counts[short] ?? 0);
+      for (let count = 1; length < size && count > 0; length += count) {
+        count = await this.sftp.read(handle, bytes, length, size - length, length);
+      }
+      return bytes.subarray(0, length);
+    } catch (err) {
+      throw fileErrorFromSftp(err, 'read', file);
+    } finally {
+      void this.sftp.close(handle).catch(() => undefined);
+    }
   }
 
   /**

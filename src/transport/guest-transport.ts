@@ -74,6 +74,8 @@ export interface GuestSftp {
   opendir(path: string): Promise<Buffer>;
   /** The next entries of an open directory; false at its end. */
   readdir(handle: Buffer): Promise<Array<{ filename: string; attrs: GuestFileStats }> | false>;
+  /** Reads up to `length` bytes at `position` into `into` at `offset`: how many were read (0 at the end of the file). */
+  read(handle: Buffer, into: Buffer, offset: number, length: number, position: number): Promise<number>;
   createReadStream(path: string, opts: { handle?: Buffer; start?: number; end?: number; highWaterMark?: number }): Readable;
   createWriteStream(path: string, opts: { handle?: Buffer; autoClose?: boolean; highWaterMark?: number }): Writable;
 }

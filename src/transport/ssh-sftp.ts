@@ -88,6 +88,17 @@ export class SshSftp implements GuestSftp {
     );
   }
 
+  read(handle: Buffer, into: Buffer, offset: number, length: number, position: number): Promise<number> {
+    return new Promise((resolve, reject) =>
+      this.sftp.read(handle, into, offset, length, position, (err, bytesRead) => {
+        // ssh2 reports a read at the end of the file as an EOF status: nothing read.
+        if (err && (err as { code?: unknown }).code === 1) return resolve(0);
+        if (err) return reject(err);
+        resolve(bytesRead);
+      }),
+    );
+  }
+
   createReadStream(path: string, opts: { handle?: Buffer; start?: number; end?: number; highWaterMark?: number }): Readable {
     return this.sftp.createReadStream(path, opts);
   }
