@@ -6,6 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
+import { DESKTOP_HELPER_START_INTERVAL_MS } from '../src/computer/desktop-actions/desktop-actions.js';
 import { ResourceNames } from '../src/network/names.js';
 import type { GuestTransport } from '../src/transport/index.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
@@ -28,9 +29,9 @@ const MAX_GROWTH_MIB = 50;
 /** Orchestrator CPU a refused hostile request may cost (1.4-1.7 ms measured, as any 400 with its log line and trajectory). */
 const REFUSAL_CPU_MS = 5;
 /**
- * Orchestrator CPU per answer of a helper that writes without end (5-25 ms measured with the
- * one-shot helper: the capped answer, the channel closed; the persistent helper's channel
- * refuses it at its 8-byte header, the flood in flight dropped).
+ * Orchestrator CPU per answer of a helper that writes without end, beyond an honest action's
+ * (medians of paced rounds): the persistent helper's channel refuses it at its 8-byte header,
+ * the flood in flight dropped, a new helper started for the next.
  */
 const ENDLESS_ANSWER_CPU_MS = 60;
 const PWNED = '/tmp/pwned';
@@ -229,59 +230,78 @@ describe('red team: desktop actions', () => {
     const [victim, bystander] = ids as [string, string];
     const helper = await guestRootPath(victim, HELPER);
     const saved = path.join(stateDir, 'sbx-desktopd.saved');
+    const routes = [
+      ['GET', 'windows'],
+      ['GET', 'clipboard'],
+      ['GET', 'screen'],
+    ] as const;
+    const rounds = 3 * routes.length;
+    /** Each round's orchestrator CPU (ms), a hostile or honest action and another session's screen per round. */
+    const measureRounds = async (expect: 'honest' | 'hostile'): Promise<number[]> => {
+      const roundsMs: number[] = [];
+      const started = performance.now();
+      for (let i = 0; i < rounds; i++) {
+        const [method, route] = routes[i % routes.length]!;
+        const cpuBefore = await cpuSecondsOf(pid());
+        const [answer, fine] = await Promise.all([call(method, victim, route), call('GET', bystander, 'screen')]);
+        if (expect === 'hostile') {
+          assert.equal(answer.status, 502, JSON.stringify(answer.body));
+          assert.equal(errorOf(answer.body).code, 'guest_protocol_error');
+        } else assert.equal(answer.status, 200, JSON.stringify(answer.body));
+        assert.equal(fine.status, 200, JSON.stringify(fine.body));
+        // The honest rounds at the hostile ones' pace (one helper start a second): the same
+        // background work (policy checks, the /healthz sampling) falls in both.
+        if (expect === 'honest') {
+          const nextAt = started + (i + 1) * DESKTOP_HELPER_START_INTERVAL_MS;
+          await new Promise((resolve) => setTimeout(resolve, Math.max(0, nextAt - performance.now())));
+        }
+        roundsMs.push(((await cpuSecondsOf(pid())) - cpuBefore) * 1000);
+      }
+      return roundsMs;
+    };
+    // The control: the same pairs with the session's own helper, sampled as the attack is.
+    const quiet = sampleHealthz(serve.url);
+    let honestMs: number[];
+    let control: number[];
+    try {
+      honestMs = await measureRounds('honest');
+    } finally {
+      control = await quiet.stop();
+    }
     await copyFile(helper, saved);
     await writeFile(helper, '#!/usr/bin/python3\nimport sys\nwhile True:\n    sys.stdout.write("x" * 65536)\n');
     // The session's helper runs on: the next action starts the one put in its place.
     await guestSh(guest, `pkill -f '^/usr/bin/python3 -I ${HELPER}$' || true`);
-    // The control: the /healthz sampling alone, whose CPU the attack's window pays too (one
-    // helper a second at most: the attack's window is long, the sampling's share with it).
-    const quietCpuBefore = await cpuSecondsOf(pid());
-    const quietStarted = performance.now();
-    const quiet = sampleHealthz(serve.url);
-    await new Promise((resolve) => setTimeout(resolve, 3_000));
-    const control = await quiet.stop();
-    const quietCpuPerMs = (((await cpuSecondsOf(pid())) - quietCpuBefore) * 1000) / (performance.now() - quietStarted);
     const baseline = await memoryOf(pid());
-    const cpuBefore = await cpuSecondsOf(pid());
     const readBefore = await bytesRead(pid());
     const started = performance.now();
     const sampler = sampleHealthz(serve.url);
     let healthz: number[];
+    let hostileMs: number[];
     try {
-      for (let i = 0; i < 8; i++) {
-        for (const [method, route] of [
-          ['GET', 'windows'],
-          ['GET', 'clipboard'],
-          ['GET', 'screen'],
-        ] as const) {
-          const [hostile, fine] = await Promise.all([call(method, victim, route), call('GET', bystander, 'screen')]);
-          assert.equal(hostile.status, 502, JSON.stringify(hostile.body));
-          assert.equal(errorOf(hostile.body).code, 'guest_protocol_error');
-          assert.equal(fine.status, 200, JSON.stringify(fine.body));
-        }
-      }
+      hostileMs = await measureRounds('hostile');
     } finally {
       healthz = await sampler.stop();
       await copyFile(saved, helper);
     }
     const wallMs = performance.now() - started;
     const now = await memoryOf(pid());
-    const cpuMs = ((await cpuSecondsOf(pid())) - cpuBefore) * 1000;
-    const attackCpuMs = Math.max(0, cpuMs - quietCpuPerMs * wallMs);
+    // Per hostile answer beyond an honest action: the medians of the rounds (a sum took a burst
+    // of other work for the attack's; against a control rate it read 0 in most runs).
+    const perAnswer = Math.max(0, percentile(hostileMs, 0.5) - percentile(honestMs, 0.5));
     const readMiB = ((await bytesRead(pid())) - readBefore) / 2 ** 20;
     const p99 = percentile(healthz, 0.99);
+    const sum = (values: number[]) => values.reduce((a, b) => a + b, 0);
     console.log(
-      `redteam-desktop (endless helper): 24 hostile answers and 24 requests to another session in ${wallMs.toFixed(0)} ms cost ${cpuMs.toFixed(0)} ms of orchestrator CPU, ` +
-        `${attackCpuMs.toFixed(0)} ms beyond the /healthz sampling's rate (${(quietCpuPerMs * 1000).toFixed(0)} ms/s); ${readMiB.toFixed(1)} MiB read; ` +
+      `redteam-desktop (endless helper): ${rounds} hostile answers and ${rounds} requests to another session in ${wallMs.toFixed(0)} ms cost ${sum(hostileMs).toFixed(0)} ms of orchestrator CPU ` +
+        `(the same ${rounds} pairs honest: ${sum(honestMs).toFixed(0)} ms), ${perAnswer.toFixed(1)} ms per hostile answer beyond an honest one ` +
+        `(medians of the rounds: ${percentile(hostileMs, 0.5).toFixed(0)} and ${percentile(honestMs, 0.5).toFixed(0)} ms); ${readMiB.toFixed(1)} MiB read; ` +
         `rss ${baseline.rssMiB} -> ${now.rssMiB} MiB, peak ${baseline.peakMiB} -> ${now.peakMiB} MiB; ` +
         `/healthz ${healthz.length} samples, p50 ${percentile(healthz, 0.5).toFixed(1)} ms, p99 ${p99.toFixed(1)} ms (load average ${os.loadavg()[0]?.toFixed(1)})`,
     );
     assert.ok(now.peakMiB - baseline.peakMiB < MAX_GROWTH_MIB, `peak memory grew by ${now.peakMiB - baseline.peakMiB} MiB`);
-    // The refused answer and what is in flight as the channel closes: 5-25 ms measured per hostile answer.
-    assert.ok(
-      cpuMsPerRequest(attackCpuMs, 24) < ENDLESS_ANSWER_CPU_MS,
-      `${cpuMsPerRequest(attackCpuMs, 24).toFixed(1)} ms of orchestrator CPU per hostile answer`,
-    );
+    // The refused answer and what is in flight as the channel closes.
+    assert.ok(perAnswer < ENDLESS_ANSWER_CPU_MS, `${perAnswer.toFixed(1)} ms of orchestrator CPU per hostile answer`);
     assert.ok(p99 < healthzStallLimit(control), `/healthz p99 ${p99.toFixed(1)} ms (stall limit ${healthzStallLimit(control).toFixed(1)} ms)`);
     // Each flooder ended with its channel (its next write failed).
     let left = '';
