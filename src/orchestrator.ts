@@ -1,4 +1,4 @@
-import { mkdir } from 'node:fs/promises';
+import { mkdir, rmdir } from 'node:fs/promises';
 import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
@@ -339,6 +339,9 @@ async function startLocked(config: OrchestratorConfig, log: Logger, options: Sta
       closing ??= (async () => {
         await runs.stopAll();
         await manager.shutdown();
+        // runc's state and the rootfs mount points under /run, once no sandbox is left in them
+        // (a stop that leaves sandboxes for the next start to adopt keeps them: not empty).
+        await Promise.all([names.runcRoot, names.rootfsRoot].map((dir) => rmdir(dir).catch(() => undefined)));
         trajectory.stop();
         await server.close();
         store.close();

@@ -132,6 +132,8 @@ describe('the orchestrator process: CLI, SDK, SIGTERM and restart after a crash'
       const [code] = (await once(serve.child, 'exit')) as [number | null];
       assert.equal(code, 0, serve.output());
       for (const sid of [id, second.id]) assert.deepEqual(await hostTrace(NAMES, sid, path.join(stateDir, sid)), nothingLeft);
+      // Nor the directories of its containers under /run, once empty.
+      for (const dir of [NAMES.runcRoot, NAMES.rootfsRoot]) assert.equal(existsSync(dir), false, `${dir} is left`);
     } finally {
       serve.child.kill('SIGKILL');
     }
