@@ -413,6 +413,12 @@ describe('guest ports on URLs', { timeout: 600_000 }, () => {
         lastClosing = answer.conn;
       }
     }
+    // A guest that says Connection: close and then holds its connection open: the proxy closes the channel all the same.
+    const held = await request(`${serve.url}/v1/sessions/${main.id}/ports/${KEPT}/close-hold1`, { headers: auth() });
+    assert.equal(connectionAnswer(held.body).said, 'GET /close-hold1');
+    await sleep(1_600);
+    const seen = JSON.parse((await request(`${serve.url}/v1/sessions/${main.id}/ports/${KEPT}/held`, { headers: auth() })).body.toString()) as Json;
+    assert.equal(seen['/close-hold1'], 'closed', 'the guest found the connection it held closed by the proxy');
   });
 
   it('keep-alive: a GET that meets a kept connection the guest closed is sent again on a fresh one; a POST is a 502', async () => {

@@ -78,6 +78,16 @@ export function socketOfChannel(channel: Duplex): ChannelSocket {
       if (ms > 0) timeoutTimer = setTimeout(() => socket.emit('timeout'), ms).unref();
       return socket;
     },
+    /**
+     * What Node's HTTP client calls when an answer ends its connection (HTTP/1.0, `Connection:
+     * close`): the channel is closed once our side is written, whether or not the guest
+     * closes its own (ending our side only would leave a guest that never closes holding it).
+     */
+    destroySoon: () => {
+      if (socket.writable) socket.end();
+      if (socket.writableFinished) socket.destroy();
+      else socket.once('finish', () => socket.destroy());
+    },
     destroy: (error?: Error) => {
       markDead();
       ssh2Destroy(error);

@@ -1,7 +1,7 @@
 import http, { type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { ChannelOpenError, type ChannelAgent } from './channel-pool.js';
+import { ChannelOpenError, socketOfChannel, type ChannelAgent } from './channel-pool.js';
 
 /** Largest response head a guest may send (status line and headers): beyond, the request fails with a 502. */
 export const MAX_GUEST_HEADER_BYTES = 32 * 1024;
@@ -132,6 +132,8 @@ export async function proxyHttp(req: IncomingMessage, res: ServerResponse, targe
   const { agent } = target;
   const retriable = agent !== undefined && RETRIABLE_METHODS.has(req.method ?? '') && hasNoBody(req);
   let guestReq: http.ClientRequest | undefined;
+  /** Without keep-alive: the channel of this request alone, closed with it. */
+  let ownChannel: Duplex | undefined;
   /** The request body's way to the guest (none to wait for when there is no body). */
   let sent: Promise<unknown> = Promise.resolve();
   const idle = idleGuard(target.idleTimeoutMs, () => {
@@ -150,7 +152,7 @@ export async function proxyHttp(req: IncomingMessage, res: ServerResponse, targe
         : {
             createConnection: (_options, done) => {
               openChannel(target).then(
-                (channel) => done(null, channel),
+                (channel) => done(null, (ownChannel = socketOfChannel(channel))),
                 (err: Error) => (done as (err: Error) => void)(err),
               );
               return undefined;
@@ -212,6 +214,7 @@ export async function proxyHttp(req: IncomingMessage, res: ServerResponse, targe
     idle.stop();
     // A channel whose exchange did not end cleanly is never reused (destroyed: out of the pool).
     if (!clean) guestReq?.destroy();
+    ownChannel?.destroy();
   }
 }
 

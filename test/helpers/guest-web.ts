@@ -123,6 +123,8 @@ export async function startGuestWebServer(conn: GuestTransport, port: number, di
  * this connection> <method> <path>[ <body>]" (the client port as the guest sees it: one per
  * connection sshd makes), on four ports from `base`:
  *   base      HTTP/1.1, kept alive (GET /close...: answered with Connection: close;
+ *             GET /close-hold...: the same, then the connection held open and written on
+ *             after 1 s, GET /held: whether each such write found it closed;
  *             GET /open: the client ports of the connections open now, as JSON)
  *   base + 1  HTTP/1.0, no length: every answer ends with its connection
  *   base + 2  HTTP/1.1, but a connection that brings a second request is closed unanswered
@@ -133,6 +135,7 @@ import json, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 OPEN = set()
+HELD = {}
 
 class Base(BaseHTTPRequestHandler):
     protocol_version = 'HTTP/1.1'
@@ -148,6 +151,8 @@ class Base(BaseHTTPRequestHandler):
         self.served += 1
         if self.path == '/open':
             text = json.dumps(sorted(OPEN))
+        elif self.path == '/held':
+            text = json.dumps(HELD)
         else:
             text = '%d %d %s %s' % (self.client_address[1], self.served, self.command, text)
         body = text.encode()
@@ -159,6 +164,13 @@ class Base(BaseHTTPRequestHandler):
         self.end_headers(); self.wfile.write(body)
     def do_GET(self):
         self.reply(self.path)
+        if self.path.startswith('/close-hold'):
+            # Connection: close said, but held open: is the other end closed all the same?
+            time.sleep(1.0)
+            try:
+                self.wfile.write(b'x'); time.sleep(0.2); self.wfile.write(b'x'); HELD[self.path] = 'open'
+            except OSError:
+                HELD[self.path] = 'closed'
     do_DELETE = do_GET
     def do_POST(self):
         data = self.rfile.read(int(self.headers.get('content-length', '0')))
