@@ -62,7 +62,7 @@ describe('the configuration an environment describes', () => {
       trajectory: { retentionSeconds: 7 * 24 * 3600, maxSessionBytes: 64 * MiB, maxTotalBytes: 1024 * MiB, maxSteps: 5000 },
       recording: { dir: undefined, fps: 5, maxBytes: 256 * MiB, maxSeconds: 3600, keepSeconds: 7 * 24 * 3600, totalMaxBytes: 4096 * MiB },
       liveViews: { maxViewersPerSession: 8, maxViewersPerTenant: 16 },
-      ports: { maxChannelsPerSession: 32, idleTimeoutMs: 300_000 },
+      ports: { maxChannelsPerSession: 32, idleTimeoutMs: 300_000, keepAliveChannelsPerPort: 2 },
       e2b: {
         templates: new Map([
           ['base', 'minimal'],

@@ -18,7 +18,8 @@ import { openKeyStore } from '../src/api/auth/key-store-file.js';
 import { ResourceNames } from '../src/network/names.js';
 import type { GuestTransport } from '../src/transport/index.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
-import { startGuestWebServer } from './helpers/guest-web.js';
+import { startGuestConnectionServers, startGuestWebServer } from './helpers/guest-web.js';
+import { GuestPortPools, MAX_POOLED_PORTS_PER_SESSION } from '../src/ports/channel-pool.js';
 import { TEST_PREFIX } from './helpers/orchestrator.js';
 import { memoryOf } from './helpers/raw-http.js';
 import { runCliWith, startServe, type ServeProcess } from './helpers/serve.js';
@@ -27,6 +28,15 @@ import { SandboxClient } from '../src/client/index.js';
 const NAMES = new ResourceNames(TEST_PREFIX);
 const DOMAIN = 'sbx.test';
 const MAX_CHANNELS = 6;
+/** GUEST_CONNECTION_SERVERS' ports: kept alive, HTTP/1.0, closes a reused connection, closes idle connections. */
+const CONN_BASE = 3002;
+const [KEPT, HTTP10, CLOSES_REUSED, CLOSES_IDLE] = [CONN_BASE, CONN_BASE + 1, CONN_BASE + 2, CONN_BASE + 3];
+
+/** "<client port> <requests on that connection> <method> <path> [body]", as the guest's connection servers answer. */
+function connectionAnswer(body: Buffer): { conn: string; served: number; said: string } {
+  const [conn, served, ...rest] = body.toString().split(' ');
+  return { conn: conn ?? '', served: Number(served), said: rest.join(' ') };
+}
 type Json = Record<string, unknown>;
 
 interface Answer {
@@ -107,6 +117,7 @@ describe('guest ports on URLs', { timeout: 600_000 }, () => {
     });
     await startGuestWebServer(main.guest, 3001, '/tmp/www1', { 'hello.txt': 'port 3001\n' });
     await startGuestWebServer(second.guest, 3000, '/tmp/www', { 'hello.txt': 'the second session\n' });
+    await startGuestConnectionServers(main.guest, CONN_BASE);
   });
 
   after(async () => {
@@ -367,6 +378,123 @@ describe('guest ports on URLs', { timeout: 600_000 }, () => {
     assert.equal(other.body.toString(), 'the second session\n');
     for (const answer of await Promise.all(slow)) assert.equal(answer.body.toString(), 'slept');
     assert.equal((await request(`${serve.url}/v1/sessions/${main.id}/ports/3000/hello.txt`, { headers: auth() })).status, 200, 'the slots came back');
+  });
+
+  it('keep-alive: GETs in a row from different clients go on one kept-alive guest connection, each with its own answer', async () => {
+    const answers = [];
+    for (let i = 0; i < 6; i++) {
+      const res = await request(`${serve.url}/v1/sessions/${main.id}/ports/${KEPT}/n${i}?q=${i}`, { headers: auth() });
+      assert.equal(res.status, 200, res.body.toString());
+      answers.push(connectionAnswer(res.body));
+    }
+    answers.forEach((answer, i) => assert.equal(answer.said, `GET /n${i}?q=${i}`));
+    const connections = new Set(answers.map((a) => a.conn));
+    assert.ok(connections.size < answers.length, `${answers.length} requests took ${connections.size} guest connections`);
+    assert.ok(Math.max(...answers.map((a) => a.served)) >= 3, `a guest connection served several requests: ${JSON.stringify(answers)}`);
+  });
+
+  it('keep-alive: a guest server that closes after every answer (HTTP/1.0, Connection: close) answers request after request', async () => {
+    let lastClosing = '';
+    for (let i = 0; i < 10; i++) {
+      const port = i % 2 === 0 ? HTTP10 : KEPT;
+      const method = i % 4 < 2 ? 'GET' : 'POST';
+      const route = port === KEPT ? `/close${i}` : `/h${i}`;
+      const res = await request(`${serve.url}/v1/sessions/${main.id}/ports/${port}${route}`, {
+        method,
+        headers: { ...auth(), 'content-type': 'text/plain' },
+        ...(method === 'POST' ? { body: `b${i}` } : {}),
+      });
+      assert.equal(res.status, 200, `${method} ${port}${route}: ${res.body.toString()}`);
+      const answer = connectionAnswer(res.body);
+      assert.equal(answer.said, method === 'POST' ? `POST ${route} b${i}` : `GET ${route}`);
+      if (port === HTTP10) assert.equal(answer.served, 1, 'an HTTP/1.0 connection serves one request');
+      else {
+        assert.notEqual(answer.conn, lastClosing, 'a connection closed by the guest is not used again');
+        lastClosing = answer.conn;
+      }
+    }
+    // A guest that says Connection: close and then holds its connection open: the proxy closes the channel all the same.
+    const held = await request(`${serve.url}/v1/sessions/${main.id}/ports/${KEPT}/close-hold1`, { headers: auth() });
+    assert.equal(connectionAnswer(held.body).said, 'GET /close-hold1');
+    await sleep(1_600);
+    const seen = JSON.parse((await request(`${serve.url}/v1/sessions/${main.id}/ports/${KEPT}/held`, { headers: auth() })).body.toString()) as Json;
+    assert.equal(seen['/close-hold1'], 'closed', 'the guest found the connection it held closed by the proxy');
+  });
+
+  it('keep-alive: a GET that meets a kept connection the guest closed is sent again on a fresh one; a POST is a 502', async () => {
+    const base = `${serve.url}/v1/sessions/${main.id}/ports`;
+    // CLOSES_REUSED closes a connection that brings a second request, before any answer.
+    for (let i = 0; i < 4; i++) {
+      const res = await request(`${base}/${CLOSES_REUSED}/r${i}`, { headers: auth() });
+      assert.equal(res.status, 200, `GET ${i}: ${res.body.toString()}`);
+      assert.deepEqual({ ...connectionAnswer(res.body), conn: '' }, { conn: '', served: 1, said: `GET /r${i}` });
+    }
+    const deleted = await request(`${base}/${CLOSES_REUSED}/h`, { method: 'DELETE', headers: auth() });
+    assert.equal(deleted.status, 200, 'a DELETE without a body is sent again too');
+    const posted = await request(`${base}/${CLOSES_REUSED}/p`, { method: 'POST', headers: { ...auth(), 'content-type': 'text/plain' }, body: 'once' });
+    assert.equal(posted.status, 502, posted.body.toString());
+    assert.equal((JSON.parse(posted.body.toString()) as { error: { code: string } }).error.code, 'guest_port_error');
+    assert.equal((await request(`${base}/${CLOSES_REUSED}/after`, { headers: auth() })).status, 200);
+    // CLOSES_IDLE closes its idle connections after 0.3 s, long before the pool would.
+    for (let i = 0; i < 2; i++) {
+      const res = await request(`${base}/${CLOSES_IDLE}/i${i}`, { headers: auth() });
+      assert.equal(res.status, 200, res.body.toString());
+      assert.equal(connectionAnswer(res.body).said, `GET /i${i}`);
+      await sleep(700);
+    }
+  });
+
+  it('keep-alive pool: idle channels are bounded, closed when idle, and none outlive their connection', async () => {
+    const conn = await connectToGuest(stateDir, main.id, await guestAddress(NAMES, main.id));
+    const pools = new GuestPortPools(2, 500);
+    const get = (route: string): Promise<{ conn: string; served: number; said: string }> =>
+      new Promise((resolve, reject) => {
+        const agent = pools.agentFor(conn, KEPT);
+        if (!agent) return reject(new Error('no agent'));
+        http
+          .get({ agent, path: route }, (res) => {
+            const chunks: Buffer[] = [];
+            res.on('data', (c: Buffer) => chunks.push(c));
+            res.on('end', () => resolve(connectionAnswer(Buffer.concat(chunks))));
+          })
+          .on('error', reject);
+      });
+    const openInGuest = async () =>
+      JSON.parse((await request(`${serve.url}/v1/sessions/${main.id}/ports/${KEPT}/open`, { headers: auth() })).body.toString()) as number[];
+    try {
+      const one = [await get('/a'), await get('/b'), await get('/c')];
+      assert.deepEqual(
+        one.map((a) => a.served),
+        [1, 2, 3],
+      );
+      assert.equal(new Set(one.map((a) => a.conn)).size, 1);
+      assert.deepEqual(pools.stats(conn), { ports: 1, free: 1, busy: 0 });
+      assert.ok((await openInGuest()).includes(Number(one[0]!.conn)));
+      // Unused past its timeout (0.5 s here): closed, in the guest too.
+      await sleep(900);
+      assert.deepEqual(pools.stats(conn), { ports: 1, free: 0, busy: 0 });
+      assert.ok(!(await openInGuest()).includes(Number(one[0]!.conn)), 'the idle channel was closed');
+      // Three at once: three channels, two kept.
+      const three = await Promise.all([get('/x'), get('/y'), get('/z')]);
+      assert.equal(new Set(three.map((a) => a.conn)).size, 3);
+      await sleep(50);
+      assert.deepEqual(pools.stats(conn), { ports: 1, free: 2, busy: 0 });
+      // The connection closes (as when its session ends): no channel left, in the guest either.
+      conn.close();
+      const kept = three.map((a) => Number(a.conn));
+      for (let i = 0; i < 50 && pools.stats(conn).free > 0; i++) await sleep(100);
+      assert.deepEqual(pools.stats(conn), { ports: 1, free: 0, busy: 0 });
+      assert.equal(pools.agentFor(conn, KEPT), undefined, 'a closed connection gets no agent');
+      assert.deepEqual(pools.stats(conn), { ports: 0, free: 0, busy: 0 });
+      for (let i = 0; i < 50 && (await openInGuest()).some((p) => kept.includes(p)); i++) await sleep(100);
+      assert.ok(!(await openInGuest()).some((p) => kept.includes(p)), 'the guest saw every pooled connection closed');
+    } finally {
+      conn.close();
+    }
+    // A session keeps idle channels for a few ports at most: the least recently used goes.
+    const bounded = new GuestPortPools(2);
+    for (let port = 4001; port <= 4001 + MAX_POOLED_PORTS_PER_SESSION + 2; port++) bounded.agentFor(main.guest, port);
+    assert.equal(bounded.stats(main.guest).ports, MAX_POOLED_PORTS_PER_SESSION);
   });
 
   it('red team: an endless response and a WebSocket flood cost only their own requests; the orchestrator memory stays bounded', async () => {

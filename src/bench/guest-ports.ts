@@ -5,7 +5,7 @@ import { percentile, summarize, timeIt, type Summary } from './stats.js';
 
 /** Issue 24's figures: a guest port and the desktop's browser through the orchestrator. */
 export interface GuestPortFigures {
-  /** A small GET to python3's http.server in the guest: through the path-based URL, and the same request made in the guest. */
+  /** A small GET to python3's HTTP/1.1 file server in the guest: through the path-based URL, and the same request made in the guest (both kept alive). */
   http: { api: Summary; guest: Summary; addedP50Ms: number };
   /** A file downloaded through the port vs the same file over SFTP (GET .../files), MiB/s, best of three each. */
   download: { mib: number; portMiBps: number; sftpMiBps: number; ratio: number };
@@ -16,18 +16,29 @@ export interface GuestPortFigures {
 const PORT = 3000;
 const FILE_MIB = 64;
 
-/** The same GET n times in the guest, a fresh connection each (as the proxy makes one), times printed in ms. */
+/**
+ * The guest's web server: python3's static file server speaking HTTP/1.1 with keep-alive, as
+ * a typical dev server does (`python3 -m http.server` speaks HTTP/1.0 and closes every
+ * connection, which no proxy can keep alive), and with TCP_NODELAY as Node's servers have:
+ * python writes an answer's head and body apart, and without it the body waits for the
+ * head's delayed ACK (40 ms) on every kept-alive connection, in the guest as through us.
+ */
+const GUEST_SERVER =
+  'import http.server as s; h = s.SimpleHTTPRequestHandler; h.protocol_version = "HTTP/1.1"; h.disable_nagle_algorithm = True; ' +
+  `s.ThreadingHTTPServer(("127.0.0.1", ${PORT}), h).serve_forever()`;
+
+/** The same GET n times in the guest on one kept-alive connection (as the client's through the orchestrator), times printed in ms. */
 function guestTimingScript(n: number): string {
   return [
     'import http.client, time',
     'out = []',
+    `c = http.client.HTTPConnection("127.0.0.1", ${PORT})`,
     `for i in range(${n + 2}):`,
     '    t = time.perf_counter()',
-    `    c = http.client.HTTPConnection("127.0.0.1", ${PORT})`,
     '    c.request("GET", "/small.txt")',
     '    c.getresponse().read()',
-    '    c.close()',
     '    out.append((time.perf_counter() - t) * 1000)',
+    'c.close()',
     'print(" ".join("%.3f" % x for x in out[2:]))',
   ].join('\n');
 }
@@ -57,7 +68,7 @@ export async function measureGuestPorts(opts: {
   await direct.exec(`mkdir -p /tmp/bench-www && cd /tmp/bench-www && printf 'hello' > small.txt && head -c ${FILE_MIB}M /dev/urandom > big.bin`, {
     timeoutMs: 60_000,
   });
-  const server = await direct.spawn(`cd /tmp/bench-www && exec python3 -m http.server ${PORT} --bind 127.0.0.1`);
+  const server = await direct.spawn(`cd /tmp/bench-www && exec python3 -c '${GUEST_SERVER}'`);
   server.on('data', () => undefined);
   server.stderr.on('data', () => undefined);
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });

@@ -1,6 +1,7 @@
 import http, { type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { ChannelOpenError, socketOfChannel, type ChannelAgent } from './channel-pool.js';
 
 /** Largest response head a guest may send (status line and headers): beyond, the request fails with a 502. */
 export const MAX_GUEST_HEADER_BYTES = 32 * 1024;
@@ -37,6 +38,8 @@ export interface ProxyTarget {
   idleTimeoutMs: number;
   /** Headers added to the guest's answer (a token cookie, a sandbox policy). */
   extraResponseHeaders: Array<[string, string]>;
+  /** The session's keep-alive channels to this port (ports/channel-pool.ts); none: a channel per request. Upgrades never use it. */
+  agent?: ChannelAgent;
 }
 
 /** Nothing listens on the guest port, or the guest broke HTTP: said to the client as a 502 JSON error. */
@@ -94,38 +97,101 @@ function idleGuard(idleMs: number, onIdle: () => void): { touch: () => void; sto
   return { touch: () => (last = Date.now()), stop: () => clearInterval(timer) };
 }
 
+/** Methods that may be sent again when a reused channel failed before any answer (RFC 9110 9.2.2), without a body. */
+const RETRIABLE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS', 'DELETE']);
+
+function hasNoBody(req: IncomingMessage): boolean {
+  const length = req.headers['content-length'];
+  return req.headers['transfer-encoding'] === undefined && (length === undefined || length === '0');
+}
+
+/** The guest closed a kept-alive connection it had been idle on: what Node says when the request met its close. */
+function metClosedConnection(err: Error): boolean {
+  const code = (err as NodeJS.ErrnoException).code;
+  return code === 'ECONNRESET' || code === 'EPIPE';
+}
+
+function asGuestPortError(err: Error, port: number): GuestPortError {
+  if (err instanceof GuestPortError) return err;
+  if (err instanceof ChannelOpenError) return new GuestPortError(`nothing listens on port ${port} in the guest (${err.message})`, 'port_not_listening');
+  return new GuestPortError(`the guest's server on port ${port} did not answer HTTP (${err.message})`, 'guest_port_error');
+}
+
 /**
- * One HTTP request to a guest port on a channel of its own (Node's HTTP client speaks HTTP
- * over the channel: no keep-alive, so the channel ends with the request). Bodies stream both
- * ways with backpressure: a client or a guest that stops reading stops the other side, within
- * the SSH channel's window, instead of filling the orchestrator's memory. Resolves when the
- * exchange is over; rejects with GuestPortError before any byte of an answer was sent.
+ * One HTTP request to a guest port. With `target.agent` it goes on a kept-alive channel of
+ * the session's port (ports/channel-pool.ts): Node's HTTP client reuses a channel whose last
+ * exchange ended cleanly, and the channel goes back to the pool only then. Without, on a
+ * channel of its own that ends with the request. A bodiless GET, HEAD, OPTIONS or DELETE that
+ * met a reused channel the guest had closed (before any byte of an answer) is sent once more
+ * on a fresh channel; anything else is a 502 as before. Bodies stream both ways with
+ * backpressure: a client or a guest that stops reading stops the other side, within the SSH
+ * channel's window, instead of filling the orchestrator's memory. Resolves when the exchange
+ * is over; rejects with GuestPortError before any byte of an answer was sent.
  */
 export async function proxyHttp(req: IncomingMessage, res: ServerResponse, target: ProxyTarget): Promise<void> {
-  const channel = await openChannel(target);
+  const { agent } = target;
+  const retriable = agent !== undefined && RETRIABLE_METHODS.has(req.method ?? '') && hasNoBody(req);
+  let guestReq: http.ClientRequest | undefined;
+  /** Without keep-alive: the channel of this request alone, closed with it. */
+  let ownChannel: Duplex | undefined;
+  /** The request body's way to the guest (none to wait for when there is no body). */
+  let sent: Promise<unknown> = Promise.resolve();
   const idle = idleGuard(target.idleTimeoutMs, () => {
-    channel.destroy();
+    guestReq?.destroy();
     res.destroy();
   });
-  channel.on('data', idle.touch);
-  try {
-    const guestReq = http.request({
+  /** Sends the request; resolves with the guest's answer (its head). */
+  const send = (): Promise<IncomingMessage> => {
+    const sending = http.request({
       method: req.method,
       path: target.path,
       headers: guestHeaders(target, false),
-      createConnection: () => channel as unknown as import('node:net').Socket,
       maxHeaderSize: MAX_GUEST_HEADER_BYTES,
+      ...(agent
+        ? { agent }
+        : {
+            createConnection: (_options, done) => {
+              openChannel(target).then(
+                (channel) => done(null, (ownChannel = socketOfChannel(channel))),
+                (err: Error) => (done as (err: Error) => void)(err),
+              );
+              return undefined;
+            },
+          }),
+    });
+    guestReq = sending;
+    // Bytes from the guest count as activity for this request only (a pooled channel outlives it).
+    sending.once('socket', (socket: Duplex) => {
+      socket.on('data', idle.touch);
+      sending.once('close', () => socket.removeListener('data', idle.touch));
     });
     const answered = new Promise<IncomingMessage>((resolve, reject) => {
-      guestReq.once('response', resolve);
-      guestReq.on('error', (err) =>
-        reject(new GuestPortError(`the guest's server on port ${target.port} did not answer HTTP (${err.message})`, 'guest_port_error')),
-      );
+      sending.once('response', resolve);
+      sending.on('error', reject);
     });
-    req.on('data', idle.touch);
-    // The request body: the client's bytes as they come, stopped while the guest does not read.
-    const sent = pipeline(req, guestReq).catch(() => channel.destroy());
-    const answer = await answered;
+    if (retriable) {
+      req.resume();
+      sending.end();
+    } else {
+      req.on('data', idle.touch);
+      // The request body: the client's bytes as they come, stopped while the guest does not read.
+      sent = pipeline(req, sending).catch(() => sending.destroy());
+    }
+    return answered;
+  };
+  let clean = false;
+  try {
+    let answer: IncomingMessage;
+    try {
+      answer = await send();
+    } catch (err) {
+      if (!(retriable && guestReq?.reusedSocket === true && metClosedConnection(err as Error))) throw asGuestPortError(err as Error, target.port);
+      // The guest closes idle connections: the pool's other idle ones may be closed as well.
+      agent?.closeIdle();
+      answer = await send().catch((again: Error) => {
+        throw asGuestPortError(again, target.port);
+      });
+    }
     const headers: Array<[string, string]> = [];
     for (let i = 0; i + 1 < answer.rawHeaders.length; i += 2) {
       const name = answer.rawHeaders[i] as string;
@@ -138,11 +204,17 @@ export async function proxyHttp(req: IncomingMessage, res: ServerResponse, targe
     // An answer without a length (an event stream) shows its head before its first event;
     // one with a length goes out with its first bytes (one packet for a small answer).
     if (answer.headers['content-length'] === undefined) res.flushHeaders();
-    await pipeline(answer, res).catch(() => undefined);
+    // A client that went away or a guest that broke off mid-answer: nothing more to say to either.
+    await pipeline(answer, res).then(
+      () => (clean = answer.complete),
+      () => undefined,
+    );
     await sent;
   } finally {
     idle.stop();
-    channel.destroy();
+    // A channel whose exchange did not end cleanly is never reused (destroyed: out of the pool).
+    if (!clean) guestReq?.destroy();
+    ownChannel?.destroy();
   }
 }
 

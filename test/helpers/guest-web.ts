@@ -117,3 +117,97 @@ export async function startGuestWebServer(conn: GuestTransport, port: number, di
   }
   throw new Error(`the guest web server did not listen on ${port}`);
 }
+
+/**
+ * Servers that answer with what identifies their TCP connection, "<client port> <requests on
+ * this connection> <method> <path>[ <body>]" (the client port as the guest sees it: one per
+ * connection sshd makes), on four ports from `base`:
+ *   base      HTTP/1.1, kept alive (GET /close...: answered with Connection: close;
+ *             GET /close-hold...: the same, then the connection held open and written on
+ *             after 1 s, GET /held: whether each such write found it closed;
+ *             GET /open: the client ports of the connections open now, as JSON)
+ *   base + 1  HTTP/1.0, no length: every answer ends with its connection
+ *   base + 2  HTTP/1.1, but a connection that brings a second request is closed unanswered
+ *   base + 3  HTTP/1.1, an idle connection closed after 0.3 s
+ */
+export const GUEST_CONNECTION_SERVERS = String.raw`
+import json, sys, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+OPEN = set()
+HELD = {}
+
+class Base(BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+    disable_nagle_algorithm = True
+    with_length = True
+    def log_message(self, *a):
+        pass
+    def setup(self):
+        super().setup(); self.served = 0; OPEN.add(self.client_address[1])
+    def finish(self):
+        OPEN.discard(self.client_address[1]); super().finish()
+    def reply(self, text):
+        self.served += 1
+        if self.path == '/open':
+            text = json.dumps(sorted(OPEN))
+        elif self.path == '/held':
+            text = json.dumps(HELD)
+        else:
+            text = '%d %d %s %s' % (self.client_address[1], self.served, self.command, text)
+        body = text.encode()
+        self.send_response(200); self.send_header('content-type', 'text/plain')
+        if self.with_length:
+            self.send_header('content-length', str(len(body)))
+        if self.path.startswith('/close'):
+            self.send_header('connection', 'close')
+        self.end_headers(); self.wfile.write(body)
+    def do_GET(self):
+        self.reply(self.path)
+        if self.path.startswith('/close-hold'):
+            # Connection: close said, but held open: is the other end closed all the same?
+            time.sleep(1.0)
+            try:
+                self.wfile.write(b'x'); time.sleep(0.2); self.wfile.write(b'x'); HELD[self.path] = 'open'
+            except OSError:
+                HELD[self.path] = 'closed'
+    do_DELETE = do_GET
+    def do_POST(self):
+        data = self.rfile.read(int(self.headers.get('content-length', '0')))
+        self.reply(self.path + ' ' + data.decode())
+
+class Http10(Base):
+    protocol_version = 'HTTP/1.0'
+    with_length = False
+
+class ClosesReused(Base):
+    def handle_one_request(self):
+        if self.served >= 1:
+            self.rfile.readline(); self.close_connection = True; return
+        super().handle_one_request()
+
+class ClosesIdle(Base):
+    timeout = 0.3
+
+ThreadingHTTPServer.daemon_threads = True
+base = int(sys.argv[1])
+for i, handler in enumerate([Base, Http10, ClosesReused, ClosesIdle]):
+    threading.Thread(target=ThreadingHTTPServer(('127.0.0.1', base + i), handler).serve_forever, daemon=True).start()
+while True:
+    time.sleep(3600)
+`;
+
+/** Starts GUEST_CONNECTION_SERVERS on `base` to `base + 3` and waits until the last listens. */
+export async function startGuestConnectionServers(conn: GuestTransport, base: number): Promise<void> {
+  await conn.exec('cat > /tmp/guest-conn-web.py', { stdin: GUEST_CONNECTION_SERVERS });
+  const server = await conn.spawn(`exec python3 /tmp/guest-conn-web.py ${base}`);
+  server.on('data', () => undefined);
+  server.stderr.on('data', () => undefined);
+  const deadline = Date.now() + 10_000;
+  while (Date.now() < deadline) {
+    const probe = await conn.exec(`python3 -c "import socket; socket.create_connection(('127.0.0.1', ${base + 3}), 1)" && echo up`).catch(() => undefined);
+    if (probe?.stdout.toString().includes('up')) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`the guest connection servers did not listen on ${base + 3}`);
+}

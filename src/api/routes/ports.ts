@@ -2,6 +2,7 @@ import type { Duplex } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { NotFoundError, OrchestratorError } from '../../errors.js';
 import type { SessionAccess } from '../../tools/session-access.js';
+import { GuestPortPools } from '../../ports/channel-pool.js';
 import { PortChannelSlots } from '../../ports/channel-slots.js';
 import { GuestPortError, proxyHttp, proxyUpgrade, refuseUpgrade, type ProxyTarget } from '../../ports/guest-proxy.js';
 import { cameByHost } from '../../ports/host-routing.js';
@@ -71,6 +72,8 @@ export function presentedPortToken(request: FastifyRequest): string | undefined 
 export async function portRoutes(app: FastifyInstance, opts: PortRouteOptions): Promise<void> {
   const { sessions, tokens, settings, views } = opts;
   const slots = new PortChannelSlots(settings.maxChannelsPerSession);
+  // Kept-alive channels to guest ports, by session connection and port (upgrades take none).
+  const pools = new GuestPortPools(settings.keepAliveChannelsPerPort);
 
   app.post<{ Params: { id: string }; Body: { port: number; ttlSeconds?: number; public?: boolean } }>(
     '/v1/sessions/:id/ports',
@@ -199,6 +202,8 @@ export async function portRoutes(app: FastifyInstance, opts: PortRouteOptions): 
     };
     reply.hijack();
     const upgradeSocket = upgradeSocketOf(request);
+    const agent = upgradeSocket ? undefined : pools.agentFor(connection, port);
+    if (agent) target.agent = agent;
     try {
       if (upgradeSocket) await proxyUpgrade(request.raw, upgradeSocket.socket, upgradeSocket.head, target);
       else await proxyHttp(request.raw, reply.raw, target);
