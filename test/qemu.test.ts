@@ -78,6 +78,9 @@ describe('a qemu microVM sandbox, end to end', () => {
     const modes = (await guestSh(guest, 'stat -c "%a %u %n" /sandbox/config/authorized_keys /sandbox/config/ssh_host_ed25519_key')).text;
     assert.match(modes, /^600 1000 \/sandbox\/config\/authorized_keys$/m);
     assert.match(modes, /^600 0 \/sandbox\/config\/ssh_host_ed25519_key$/m);
+    // Its connections to itself acknowledge at once (a kept-alive guest port's server: netns.ts's quickAckRoutes).
+    const local = (await guestSh(guest, 'ip route show table local')).text;
+    for (const own of ['127.0.0.1', address]) assert.match(local, new RegExp(`^local ${own.replace(/\./g, '\\.')} dev \\S+ .*quickack 1`, 'm'), local);
   });
 
   it('refuses a guest that presents another host key than the one pinned', async () => {

@@ -104,9 +104,25 @@ export async function createSandboxNetwork(
         `addr add ${lease.guest}/${lease.prefixLength} dev ${NETNS_UPLINK}`,
         `link set ${NETNS_UPLINK} up`,
         `route add default via ${lease.gateway}`,
+        ...quickAckRoutes([
+          ['127.0.0.1', 'lo'],
+          [lease.guest, NETNS_UPLINK],
+        ]),
       ].join('\n') + '\n',
   });
   return network;
+}
+
+/**
+ * `ip -batch` lines that make the guest's connections to its own addresses acknowledge at
+ * once. sshd's connection to a guest server for a guest port is one of them, kept alive
+ * (src/ports/channel-pool.ts): a server that writes an answer's head and body apart without
+ * TCP_NODELAY (Python's http.server) otherwise waits for a delayed ACK, 40 ms a request. The
+ * kernel made these local routes with the addresses; only `quickack` is added. (A VM's guest
+ * does the same for itself: sandbox-init's configure_network.)
+ */
+export function quickAckRoutes(addresses: Array<[address: string, device: string]>): string[] {
+  return addresses.map(([address, device]) => `route change local ${address} dev ${device} table local proto kernel scope host src ${address} quickack 1`);
 }
 
 /**
