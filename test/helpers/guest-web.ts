@@ -106,7 +106,12 @@ export async function startGuestWebServer(conn: GuestTransport, port: number, di
     .map(([name, text]) => `printf '%s' '${Buffer.from(text).toString('base64')}' | base64 -d > ${dir}/${name}`)
     .join(' && ');
   await conn.exec(`mkdir -p ${dir} && cat > /tmp/guest-web.py${writes ? ` && ${writes}` : ''}`, { stdin: GUEST_WEB_SERVER });
-  const server = await conn.spawn(`cd ${dir} && exec python3 /tmp/guest-web.py ${port}`);
+  await spawnUntilListening(conn, `cd ${dir} && exec python3 /tmp/guest-web.py ${port}`, port, 'the guest web server');
+}
+
+/** Starts `command` in the guest (its output read and dropped) and waits until something listens on `port`. */
+async function spawnUntilListening(conn: GuestTransport, command: string, port: number, what: string): Promise<void> {
+  const server = await conn.spawn(command);
   server.on('data', () => undefined);
   server.stderr.on('data', () => undefined);
   const deadline = Date.now() + 10_000;
@@ -115,7 +120,7 @@ export async function startGuestWebServer(conn: GuestTransport, port: number, di
     if (probe?.stdout.toString().includes('up')) return;
     await new Promise((r) => setTimeout(r, 100));
   }
-  throw new Error(`the guest web server did not listen on ${port}`);
+  throw new Error(`${what} did not listen on ${port}`);
 }
 
 /**
@@ -200,14 +205,5 @@ while True:
 /** Starts GUEST_CONNECTION_SERVERS on `base` to `base + 3` and waits until the last listens. */
 export async function startGuestConnectionServers(conn: GuestTransport, base: number): Promise<void> {
   await conn.exec('cat > /tmp/guest-conn-web.py', { stdin: GUEST_CONNECTION_SERVERS });
-  const server = await conn.spawn(`exec python3 /tmp/guest-conn-web.py ${base}`);
-  server.on('data', () => undefined);
-  server.stderr.on('data', () => undefined);
-  const deadline = Date.now() + 10_000;
-  while (Date.now() < deadline) {
-    const probe = await conn.exec(`python3 -c "import socket; socket.create_connection(('127.0.0.1', ${base + 3}), 1)" && echo up`).catch(() => undefined);
-    if (probe?.stdout.toString().includes('up')) return;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`the guest connection servers did not listen on ${base + 3}`);
+  await spawnUntilListening(conn, `exec python3 /tmp/guest-conn-web.py ${base}`, base + 3, 'the guest connection servers');
 }
