@@ -330,6 +330,9 @@ describe("issue 24's doors through a cluster's gateways", { timeout: 600_000 }, 
           ).sbxTerminal;
           return Array.from({ length: term.buffer.active.length }, (_, i) => term.buffer.active.getLine(i)?.translateToString() ?? '').join('\n');
         });
+      // Typed before bash's readline is up, the line is half eaten (CI once saw `6*7))"` alone).
+      const promptBy = Date.now() + 20_000;
+      while (!(await text()).includes('$') && Date.now() < promptBy) await sleep(100);
       await page.keyboard.type('echo "gw=$((6*7))"');
       await page.keyboard.press('Enter');
       const deadline = Date.now() + 20_000;

@@ -127,7 +127,18 @@ function nodePrefix(): string {
 export async function startCluster(specs: NodeSpec[], gatewayCount: number, sharedEnv: Record<string, string> = {}): Promise<TestCluster> {
   // Not test/helpers/postgres.ts: its after() hook, registered from a before() hook, would stop it at once.
   const pg = await startThrowawayPostgres();
-  const common = { SBX_CLUSTER_SECRET: CLUSTER_SECRET, SBX_CLUSTER_DB_URL: pg.url, SBX_TEMPLATE: 'minimal', SBX_RUNTIME: 'container', ...sharedEnv };
+  // Each node promises every session its writable layer and artifact caps on the one disk they
+  // share here (4.3 GiB a session by default): at 55 GiB free, CI refused the 13th session on a
+  // node with host_disk_low. The tests write little; 1.1 GiB a session keeps 30 of them in room.
+  const common = {
+    SBX_CLUSTER_SECRET: CLUSTER_SECRET,
+    SBX_CLUSTER_DB_URL: pg.url,
+    SBX_TEMPLATE: 'minimal',
+    SBX_RUNTIME: 'container',
+    SBX_DISK_MIB: '1024',
+    SBX_RECORDING_MAX_BYTES: String(64 * 2 ** 20),
+    ...sharedEnv,
+  };
   const nodes: ClusterNode[] = [];
   const gateways: ClusterGateway[] = [];
   const thirdOctets = new Set<number>();
