@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, readlink, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -35,6 +36,28 @@ function poolReady(orch: TestOrchestrator, n = 1): Promise<string[]> {
     const { ready } = orch.manager.warmPoolStatus();
     return ready.length >= n ? ready : undefined;
   });
+}
+
+/**
+ * The host's pid of a pooled guest's sshd: its pid file, read through the container's init,
+ * names it in the container's pid namespace. (Not `runc exec`: it cannot join a netns made
+ * outside the container's user namespace.)
+ */
+async function guestSshdHostPid(sessionId: string): Promise<number> {
+  const state = spawnSync('runc', ['--root', NAMES.runcRoot, 'state', NAMES.container(sessionId)], { encoding: 'utf8' });
+  const init = (JSON.parse(state.stdout) as { pid: number }).pid;
+  const nsPid = (await readFile(`/proc/${init}/root/run/sshd.pid`, 'utf8')).trim();
+  const pidNs = await readlink(`/proc/${init}/ns/pid`);
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if ((await readlink(`/proc/${entry}/ns/pid`)) !== pidNs) continue;
+      if (/^NSpid:.*\s(\d+)$/m.exec(await readFile(`/proc/${entry}/status`, 'utf8'))?.[1] === nsPid) return Number(entry);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return assert.fail(`no host pid for the guest's sshd (pid ${nsPid} in its namespace)`);
 }
 
 async function metrics(orch: TestOrchestrator): Promise<string> {
@@ -175,9 +198,19 @@ describe('the warm pool', () => {
     const [pooledId] = await poolReady(orch);
     assert.ok(pooledId);
     await rememberNetns(NAMES, pooledId);
-    // The guest's sshd reads its host key at each connection: this one is an impostor's.
+    // The guest's sshd now presents an impostor's host key (written, then sshd reloaded: it
+    // keeps the key it started with until then, as sbx-rekey's reload does for a fork).
     const impostor = generateSessionKeys('impostor');
     await writeFile(path.join(orch.stateDir, pooledId, 'config', CONFIG_FILES.hostKey), impostor.hostPrivateKey, { mode: 0o600 });
+    const poolKey = await readFile(path.join(orch.stateDir, pooledId, 'id_ed25519'), 'utf8');
+    process.kill(await guestSshdHostPid(pooledId), 'SIGHUP');
+    // Until sshd listens again with the new key (the pool's own key is still the one it takes).
+    const address = await guestAddress(NAMES, pooledId);
+    await waitFor(
+      'sshd presenting the new key',
+      async () => ((await tryLogin(address, poolKey, impostor.hostPublicKey)) === 'accepted' ? true : undefined),
+      10_000,
+    );
     const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: {} });
     assert.equal(res.statusCode, 201, res.body);
     assert.notEqual(res.json().id, pooledId, 'the impostor was not handed out');
