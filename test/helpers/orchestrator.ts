@@ -74,7 +74,11 @@ export async function startTestOrchestrator(
     opened.close();
   }
   const log = logger ?? pino({ level: process.env.SBX_TEST_LOG_LEVEL || 'silent' });
-  const orchestrator = await startOrchestrator(config, log, { buildImageIfMissing: false, listen, runtime });
+  // A start refused (a test of bad settings) leaves no state dir behind.
+  const orchestrator = await startOrchestrator(config, log, { buildImageIfMissing: false, listen, runtime }).catch(async (err: unknown) => {
+    await removeTreeOnOneMount(stateDir).catch(() => undefined);
+    throw err;
+  });
   return {
     ...orchestrator,
     stateDir,
