@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtemp, readdir, readFile, readlink, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
+import { cgroupPids } from '../src/bench/cpu.js';
 import { defaultConfig } from '../src/config.js';
 import { CONFIG_FILES, GUEST_USER } from '../src/guest/contract.js';
 import { ResourceNames, SESSION_ID_PATTERN } from '../src/network/names.js';
@@ -38,24 +38,13 @@ function poolReady(orch: TestOrchestrator, n = 1): Promise<string[]> {
   });
 }
 
-/**
- * The host's pid of a pooled guest's sshd: its pid file, read through the container's init,
- * names it in the container's pid namespace. (Not `runc exec`: it cannot join a netns made
- * outside the container's user namespace.)
- */
+/** The host's pid of a pooled guest's sshd: of the sandbox's processes, the one its pid file names in the guest's pid namespace. */
 async function guestSshdHostPid(sessionId: string): Promise<number> {
-  const state = spawnSync('runc', ['--root', NAMES.runcRoot, 'state', NAMES.container(sessionId)], { encoding: 'utf8' });
-  const init = (JSON.parse(state.stdout) as { pid: number }).pid;
-  const nsPid = (await readFile(`/proc/${init}/root/run/sshd.pid`, 'utf8')).trim();
-  const pidNs = await readlink(`/proc/${init}/ns/pid`);
-  for (const entry of await readdir('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      if ((await readlink(`/proc/${entry}/ns/pid`)) !== pidNs) continue;
-      if (/^NSpid:.*\s(\d+)$/m.exec(await readFile(`/proc/${entry}/status`, 'utf8'))?.[1] === nsPid) return Number(entry);
-    } catch {
-      // gone meanwhile
-    }
+  const pids = await cgroupPids(NAMES.cgroup(sessionId));
+  const nsPid = (await readFile(`/proc/${pids[0]}/root/run/sshd.pid`, 'utf8')).trim();
+  for (const pid of pids) {
+    const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
+    if (/^NSpid:.*\s(\d+)$/m.exec(status)?.[1] === nsPid) return pid;
   }
   return assert.fail(`no host pid for the guest's sshd (pid ${nsPid} in its namespace)`);
 }
