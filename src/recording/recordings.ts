@@ -1,3 +1,4 @@
+import { rmSync } from 'node:fs';
 import { mkdir, readdir, writeFile } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import type { ComputerAction } from '../computer/actions.js';
@@ -88,6 +89,9 @@ export class RecordingService {
     const running = this.active.get(session.id);
     if (running) return running.recorder.status;
     const files = recordingFiles(this.opts.dir, session.id);
+    // The old video unlinked, not truncated by ffmpeg's -y: a download under way keeps the
+    // file it opened, whole (synchronous: nothing may start between the check and the recorder).
+    rmSync(files.video, { force: true });
     const { screen, tenant } = session;
     let ended = (): void => undefined;
     const done = new Promise<void>((resolve) => (ended = resolve));

@@ -1,5 +1,5 @@
 import { createReadStream } from 'node:fs';
-import { stat } from 'node:fs/promises';
+import { open, stat, type FileHandle } from 'node:fs/promises';
 import { NotFoundError } from '../../errors.js';
 import { sendError } from '../errors.js';
 import type { FastifyInstance } from 'fastify';
@@ -79,20 +79,32 @@ export async function recordingRoutes(app: FastifyInstance, opts: { manager: Ses
     },
     async (request, reply) => {
       const { video, status } = await manager.recordingFiles(request.params.id, request.tenant);
-      const size = (await fileSize(video, request.params.id)).size;
+      // One open file, measured and read through the same descriptor, no further than its size
+      // then: the file grows while recording, and a new recording replaces it (recordings.ts),
+      // so a path looked at twice could give a body other than its content-length.
+      const file = await openRecording(video, request.params.id);
+      let size: number;
+      try {
+        size = (await file.stat()).size;
+      } catch (err) {
+        await file.close();
+        throw err;
+      }
       const range = parseByteRange(request.headers.range, size);
       void reply.header('accept-ranges', 'bytes').header('cache-control', 'no-store').header('x-recording-state', status.state);
+      if (range === 'unsatisfiable' || size === 0) await file.close();
       if (range === 'unsatisfiable') {
         void reply.header('content-range', `bytes */${size}`);
         return sendError(reply, 'range_not_satisfiable', `range is outside the file's ${size} bytes`);
       }
       void reply.type('video/mp4');
-      if (range === 'whole') return reply.header('content-length', size).send(createReadStream(video));
+      if (size === 0) return reply.header('content-length', 0).send(Buffer.alloc(0));
+      if (range === 'whole') return reply.header('content-length', size).send(file.createReadStream({ start: 0, end: size - 1 }));
       return reply
         .status(206)
         .header('content-range', `bytes ${range.start}-${range.end}/${size}`)
         .header('content-length', range.end - range.start + 1)
-        .send(createReadStream(video, { start: range.start, end: range.end }));
+        .send(file.createReadStream({ start: range.start, end: range.end }));
     },
   );
 
@@ -115,6 +127,20 @@ export async function recordingRoutes(app: FastifyInstance, opts: { manager: Ses
   );
 }
 
+/** The video, open for reading; missing, the same 404 as fileSize's. */
+async function openRecording(file: string, sessionId: string): Promise<FileHandle> {
+  try {
+    return await open(file, 'r');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw noFileYet(sessionId);
+    throw err;
+  }
+}
+
+function noFileYet(sessionId: string): NotFoundError {
+  return new NotFoundError(`the recording of session ${sessionId} has no file yet (it is written within a second of the start): try again shortly`);
+}
+
 /**
  * A recording's file, which ffmpeg (or the subtitle writer) creates within about a second of
  * the start: asked for before that, or after a failure left none, it is a 404 saying so.
@@ -124,7 +150,7 @@ async function fileSize(file: string, sessionId: string): Promise<{ size: number
     return await stat(file);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
-      throw new NotFoundError(`the recording of session ${sessionId} has no file yet (it is written within a second of the start): try again shortly`);
+      throw noFileYet(sessionId);
     }
     throw err;
   }
