@@ -114,7 +114,7 @@ describe('fuzzing the HTTP API', () => {
           neverAnswered.push(`${req.note} ${req.url.slice(0, 200)} ${req.body?.slice(0, 200) ?? ''}: no answer in ${boundMs / 1000} s`);
           return;
         }
-        throw err;
+        return assert.fail(`${req.note} ${req.url}: no answer: ${(err as Error).message} (${String((err as Error).cause)})`);
       }
       // The screen stream answers for as long as the session lives: its head is the answer.
       if (response.ok && response.headers.get('content-type') === 'text/event-stream') {
@@ -122,7 +122,11 @@ describe('fuzzing the HTTP API', () => {
         statuses.set(response.status, (statuses.get(response.status) ?? 0) + 1);
         return;
       }
-      const text = await response.text();
+      // A body cut short (shorter than its content-length, say) fails the read: named here, as
+      // fast-check prints the error it ends on without its message.
+      const text = await response
+        .text()
+        .catch((err: Error) => assert.fail(`${req.note} ${req.url}: ${response.status}, its body failed: ${err.message} (${String(err.cause)})`));
       statuses.set(response.status, (statuses.get(response.status) ?? 0) + 1);
       // A 503 of the registry's `unavailable` category is a deliberate answer (a run with no model
       // key configured: this server has none); any other 5xx is a bug of ours.
