@@ -7,6 +7,7 @@ import { dial, endpointLabel, type GuestEndpoint } from './endpoint.js';
 import type { ExecOptions, ExecResult, GuestChannel, GuestPty, GuestSftp, GuestTransport, TransportOptions } from './guest-transport.js';
 import { collect, guardChannel } from './ssh-channels.js';
 import { SshSftp } from './ssh-sftp.js';
+import { signLoginAtOnce } from './ssh-signed-auth.js';
 import { ConnectionLostError, HostKeyMismatchError, SshAuthenticationError, SshTimeoutError } from './ssh-errors.js';
 
 export { ConnectionLostError, HostKeyMismatchError, SshAuthenticationError, SshTimeoutError } from './ssh-errors.js';
@@ -279,6 +280,7 @@ export class GuestConnection extends EventEmitter implements GuestTransport {
         return ok;
       },
     });
+    signLoginAtOnce(client);
   }
 
   /** SFTP sessions by the ssh2 client they run on, so a reconnect gets a fresh one. */
