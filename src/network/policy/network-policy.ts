@@ -5,6 +5,7 @@ import type { ResourceNames } from '../names.js';
 import { SerialQueue } from '../../util/serial-queue.js';
 import { ensureIpv4Forwarding } from './forwarding.js';
 import { applyNft, applyNftIfPresent, listSetElements, listTable, listTables } from './nft.js';
+import { InteractiveNftList } from './nft-interactive.js';
 import { blockedHostNetworks, hostElementKey, readHostNetworks } from './host-networks.js';
 import {
   EGRESS_SET,
@@ -53,6 +54,8 @@ export class NetworkPolicy {
   private readonly queue = new SerialQueue();
   /** The host's own networks in the table now (host-networks.ts). */
   private hostNetworks: string[] = [];
+  /** The drift check's listing, from one long-lived nft (a spawn per create stalled this process). */
+  private readonly listing = new InteractiveNftList();
 
   constructor(
     private readonly names: ResourceNames,
@@ -120,7 +123,7 @@ export class NetworkPolicy {
   drift(): Promise<string | undefined> {
     return this.queue.run(async () => {
       if (this.installedStructure === undefined) return undefined; // not installed yet (or uninstalled)
-      const listed = await listTable(POLICY_FAMILY, this.table);
+      const listed = await this.listing.listTable(POLICY_FAMILY, this.table);
       if (!listed) return 'the table is missing';
       const { sources, egress } = this.entries();
       const key = (e: EgressEntry) => `${e.hostInterface} . ${e.guestAddress}`;
@@ -191,6 +194,7 @@ export class NetworkPolicy {
 
   /** At shutdown, once every session is gone: the table goes too. */
   async uninstall(): Promise<void> {
+    this.listing.close();
     await this.queue.run(async () => {
       this.installedStructure = undefined;
       await applyNftIfPresent(renderDeleteTable(this.table));
