@@ -190,7 +190,18 @@ function stableStringify(value: unknown): string {
  * changes with them, and `minimal`, which has none, keeps the hash it had before templates).
  * 16 hex characters are plenty to tell a handful of cached images apart.
  */
-export function recipeHash(recipe: GuestRecipe = MINIMAL_RECIPE, filesDir: string = guestFilesDir()): string {
+export function recipeHash(recipe: GuestRecipe = MINIMAL_RECIPE, filesDir?: string): string {
+  if (filesDir !== undefined) return hashRecipe(recipe, filesDir);
+  // The installed guest files are the program's own: read and hashed once per recipe, not on
+  // every create (findImage), where it was a readdir and a dozen synchronous reads.
+  let hash = installedHashes.get(recipe);
+  if (hash === undefined) installedHashes.set(recipe, (hash = hashRecipe(recipe, guestFilesDir())));
+  return hash;
+}
+
+const installedHashes = new WeakMap<GuestRecipe, string>();
+
+function hashRecipe(recipe: GuestRecipe, filesDir: string): string {
   const hash = createHash('sha256');
   hash.update(`builder ${BUILDER_VERSION}\n`);
   hash.update(stableStringify(recipe));
