@@ -3,7 +3,6 @@ import { existsSync } from 'node:fs';
 import { mkdir, open, readFile, readlink, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { GuestImage } from '../src/guest/image/builder.js';
 import { AddressPool } from '../src/network/address-pool.js';
 import { ResourceNames } from '../src/network/names.js';
@@ -22,7 +21,7 @@ import { run } from '../src/util/exec.js';
 import { guestWrittenMark, makeVolumeFile } from '../src/volumes/volume-files.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { COLD_BOOT_CALLS as BOOT_SEQUENCE } from './helpers/firecracker/calls.js';
-import { processesMentioning } from './helpers/host.js';
+import { processesMentioning, processesMentioningAfterExit } from './helpers/host.js';
 import { kvmRunsGuests } from './helpers/kvm-probe.js';
 import { builtImage, emulatorHost, emulatorWorkspace, sessionBase, type Recorded } from './helpers/firecracker/emulator-workspace.js';
 import { startTestOrchestrator, TEST_PREFIX, TEST_SUBNET, type TestOrchestrator } from './helpers/orchestrator.js';
@@ -388,12 +387,7 @@ function endToEnd(title: string, skip: string | false, runtimeFor: () => Promise
       assert.ok(paused.json().paused.bytes > 0);
       // The VMM is gone when the pause answers; the emulator's guest QEMU dies with it (its
       // pdeathsig), a moment later under load.
-      let left = await processesMentioning(`${TEST_PREFIX}${id}`);
-      for (let i = 0; i < 50 && left.length > 0; i++) {
-        await sleep(100);
-        left = await processesMentioning(`${TEST_PREFIX}${id}`);
-      }
-      assert.deepEqual(left, [], 'no VMM while paused to disk');
+      assert.deepEqual(await processesMentioningAfterExit(`${TEST_PREFIX}${id}`), [], 'no VMM while paused to disk');
       started = Date.now();
       const resumed = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/resume` });
       t.diagnostic(`resume from disk over HTTP: ${Date.now() - started} ms`);

@@ -100,6 +100,21 @@ export async function processesMentioning(text: string): Promise<number[]> {
 }
 
 /**
+ * The processes still mentioning `text` once none is left or `timeoutMs` passed: a process
+ * killed with its parent (a pdeathsig, as the Firecracker emulator's guest QEMU) ends a moment
+ * after it, longer under load while the kernel frees its memory.
+ */
+export async function processesMentioningAfterExit(text: string, timeoutMs = 5_000): Promise<number[]> {
+  const deadline = Date.now() + timeoutMs;
+  let left = await processesMentioning(text);
+  while (left.length > 0 && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    left = await processesMentioning(text);
+  }
+  return left;
+}
+
+/**
  * The cgroup directories that exist for a cgroup path (as runc's `cgroupsPath`), on either
  * hierarchy: under cgroup v2 one directory in the unified tree; under v1 one per controller
  * (`/sys/fs/cgroup/<controller>/<path>`). Checking a v1 path on a v2 host (or the reverse)
