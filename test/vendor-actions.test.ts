@@ -110,9 +110,10 @@ describe("other vendors' computer-use actions, in a real guest", () => {
     const log = await events((e) => e.some((x) => x.type === 'ButtonRelease'));
     assert.deepEqual(log.find((e) => e.type === 'ButtonPress')?.root, { x: scaledX(200), y: scaledY(300) });
     assert.deepEqual(log.find((e) => e.type === 'ButtonRelease')?.root, { x: scaledX(300), y: scaledY(350) });
+    // Said with every event xev saw: CI missed this point once in some thirty runs, unexplained.
     assert.ok(
       log.some((e) => e.type === 'MotionNotify' && e.root?.x === scaledX(250) && ((e.state ?? 0) & 0x100) !== 0),
-      'through the middle point with button 1 held',
+      `through the middle point with button 1 held; xev saw ${JSON.stringify(log)}`,
     );
 
     await clearXev(guest);

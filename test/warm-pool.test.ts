@@ -41,6 +41,7 @@ function poolReady(orch: TestOrchestrator, n = 1): Promise<string[]> {
 /** The host's pid of a pooled guest's sshd: of the sandbox's processes, the one its pid file names in the guest's pid namespace. */
 async function guestSshdHostPid(sessionId: string): Promise<number> {
   const pids = await cgroupPids(NAMES.cgroup(sessionId));
+  assert.ok(pids.length > 0, `the sandbox of ${sessionId} has no processes`);
   const nsPid = (await readFile(`/proc/${pids[0]}/root/run/sshd.pid`, 'utf8')).trim();
   for (const pid of pids) {
     const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
