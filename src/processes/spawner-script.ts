@@ -30,8 +30,13 @@ WINDOW = 1048576
 inp = sys.stdin.buffer.raw
 out = sys.stdout.buffer.raw
 os.set_blocking(inp.fileno(), False)
+# Frames wait here for the end of the loop's turn, then leave in one write: a process's exit
+# and its close are one SSH packet, not two (as the host does, spawner.ts).
+outq = []
 def send(kind, pid_id, payload=b""):
-    data = HEAD.pack(kind, pid_id, len(payload)) + payload
+    outq.append(HEAD.pack(kind, pid_id, len(payload)) + payload)
+def flush():
+    data = b"".join(outq); outq.clear()
     while data:
         try:
             n = os.write(out.fileno(), data)
@@ -182,6 +187,7 @@ def handle(kind, ident, payload):
         p.done = True; forget(p)
 buf = b""
 send(b"h", 0)
+flush()
 while True:
     for key, _ in sel.select():
         what, p = key.data
@@ -214,4 +220,5 @@ while True:
                 sel.unregister(key.fd); os.close(key.fd); del p.fds[what]
                 finish(p)
     reap()
+    flush()
 `;

@@ -239,6 +239,8 @@ export class Spawner {
   /** Bytes of frames for forgotten processes that may still arrive (see forget). */
   private strayAllowance = 0;
   private pending: Buffer = Buffer.alloc(0);
+  /** Frames of this turn of the event loop, not yet written (see send). */
+  private outgoing: Buffer[] = [];
   private dead = false;
 
   private constructor(private readonly channel: GuestChannel) {
@@ -298,13 +300,25 @@ export class Spawner {
     return channel;
   }
 
-  send(kind: string, ident: number, payload: Buffer = Buffer.alloc(0)): void {
+  /**
+   * Queues a frame; the frames of one turn of the event loop leave in one write (a start and
+   * its first grant are one SSH packet, one wake-up of sshd and of the spawner, not two).
+   */
+  send(kind: string, ident: number, payload?: Buffer): void {
     if (this.dead) return;
     const head = Buffer.alloc(HEAD);
     head.write(kind, 0, 'latin1');
     head.writeUInt32BE(ident, 1);
-    head.writeUInt32BE(payload.length, 5);
-    this.channel.write(payload.length > 0 ? Buffer.concat([head, payload]) : head);
+    head.writeUInt32BE(payload?.length ?? 0, 5);
+    if (this.outgoing.length === 0) queueMicrotask(() => this.flush());
+    this.outgoing.push(head);
+    if (payload && payload.length > 0) this.outgoing.push(payload);
+  }
+
+  private flush(): void {
+    const frames = this.outgoing;
+    this.outgoing = [];
+    if (!this.dead && frames.length > 0) this.channel.write(frames.length === 1 ? frames[0] : Buffer.concat(frames));
   }
 
   /**

@@ -97,6 +97,36 @@ describe('the spawner sends output only as far as it is granted', () => {
     spawner.close();
   });
 
+  it('a start and its first grant leave in one write (one SSH packet), and the process runs', async () => {
+    const writes: Buffer[] = [];
+    const counting = {
+      async spawn(command: string): Promise<GuestChannel> {
+        const channel = await local.spawn(command);
+        const write = channel.write.bind(channel) as (chunk: Buffer) => boolean;
+        channel.write = ((chunk: Buffer) => {
+          writes.push(Buffer.from(chunk));
+          return write(chunk);
+        }) as GuestChannel['write'];
+        return channel;
+      },
+    };
+    const spawner = await Spawner.start(counting, SPAWNER_COMMAND);
+    const channel = spawner.spawn(spec(['echo', 'hi']), 0);
+    channel.stderr.resume();
+    let output = '';
+    channel.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    await new Promise((resolve) => setImmediate(resolve));
+    const [start] = writes;
+    assert.ok(start && writes.length === 1, 'one write for the start');
+    // Frames: a type byte, an id (u32), a length (u32), the payload.
+    const kinds: string[] = [];
+    for (let at = 0; at < start.length; at += 9 + start.readUInt32BE(at + 5)) kinds.push(String.fromCharCode(start[at] as number));
+    assert.deepEqual(kinds, ['S', 'G']);
+    await closed(channel);
+    assert.equal(output, 'hi\n');
+    spawner.close();
+  });
+
   it('a spawner that sends past its grant ends at that frame, having delivered no more than the grant', async () => {
     const flood = [
       'import os, struct',
