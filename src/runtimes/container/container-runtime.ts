@@ -305,7 +305,7 @@ export class ContainerRuntime implements Runtime {
   snapshotUnavailable(): string {
     return (
       `a container's processes would be saved by CRIU, and ${this.criuReason}; container snapshots need a host where \`criu check\` passes ` +
-      '(criu 4.1 or newer on kernels from 6.13) and are not wired up yet: the qemu runtime (SBX_RUNTIME=qemu) snapshots and forks sessions'
+      '(criu 4.2 or newer on kernels from 6.16) and are not wired up yet: the qemu runtime (SBX_RUNTIME=qemu) snapshots and forks sessions'
     );
   }
 
