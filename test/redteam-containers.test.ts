@@ -84,6 +84,9 @@ async function initPid(id: string): Promise<number> {
   return (JSON.parse(res.stdout) as { pid: number }).pid;
 }
 
+/** Prints the inode of the user namespace that owns the network namespace at argv[1] (ioctl NS_GET_USERNS). */
+const NETNS_OWNER = 'import fcntl, os, sys; print(os.fstat(fcntl.ioctl(os.open(sys.argv[1], os.O_RDONLY), 0xb701)).st_ino)';
+
 /** The first host id of a session's range, as the store's ledger recorded it. */
 function leasedRange(id: string): number {
   const db = new Database(path.join(orch.stateDir, 'orchestrator.db'), { readonly: true, fileMustExist: true });
@@ -213,6 +216,26 @@ describe('red team: a container sandbox against the host and its neighbours', ()
     assert.ok(Math.abs(ra - rb) >= ID_RANGE_SIZE, `${ra} and ${rb} do not overlap`);
     const uidsB = await hostUidsOf(b);
     for (const uid of uidsB) assert.ok(uid >= rb && uid < rb + ID_RANGE_SIZE, `b's process uid ${uid} is in its own range`);
+  });
+
+  it("its network namespace is its own user namespace's, and guest root still cannot change the network (no CAP_NET_ADMIN)", async () => {
+    // runc made it inside the sandbox's user namespace (what CRIU needs, docs/pause.md), and
+    // the host moved the session's eth0 into it: the netns name is that namespace.
+    const pid = await initPid(a);
+    const named = `/var/run/netns/${orch.names.netns(a)}`;
+    assert.equal(await readLink(`/proc/${pid}/ns/net`), `net:[${(await stat(named)).ino}]`, "the named netns is the container init's");
+    const owner = await run(['python3', '-I', '-c', NETNS_OWNER, named]);
+    assert.equal(`user:[${owner.stdout.trim()}]`, await readLink(`/proc/${pid}/ns/user`), "owned by the sandbox's user namespace");
+    // Owning it gives guest root nothing: the capability is not in its bounding set.
+    const address = await guestAddress(orch.names, a);
+    for (const command of ['ip addr add 10.99.0.9/32 dev eth0', 'ip route add 10.99.0.0/24 dev eth0', 'ip link add x0 type dummy', 'ip link set eth0 down']) {
+      const res = await asGuestRoot(a, command, true);
+      assert.notEqual(res.code, 0, `as guest root: ${command}`);
+      assert.match(res.stderr, /Operation not permitted/, `${command}: refused for want of the capability: ${res.stderr}`);
+    }
+    const ips = (await guestSh(guest(a), 'ip -o -4 addr show scope global')).text.trim().split('\n');
+    assert.equal(ips.length, 1, `one address: ${ips.join('; ')}`);
+    assert.match(ips[0] ?? '', new RegExp(`eth0\\s+inet ${address.replace(/\./g, '\\.')}/`));
   });
 
   it('seccomp: io_uring_setup fails in the guest, kernel-facing calls are refused, ordinary ones work', async () => {

@@ -97,20 +97,36 @@ export async function createSandboxNetwork(
     await run([IP, '-n', netns, '-batch', '-'], { input: tapBridgeCommands(tapOwner).join('\n') + '\n' });
     return { ...network, tapInterface: NETNS_TAP };
   }
-  await run([IP, '-n', netns, '-batch', '-'], {
-    input:
-      [
-        'link set lo up',
-        `addr add ${lease.guest}/${lease.prefixLength} dev ${NETNS_UPLINK}`,
-        `link set ${NETNS_UPLINK} up`,
-        `route add default via ${lease.gateway}`,
-        ...quickAckRoutes([
-          ['127.0.0.1', 'lo'],
-          [lease.guest, NETNS_UPLINK],
-        ]),
-      ].join('\n') + '\n',
-  });
+  await run([IP, '-n', netns, '-batch', '-'], { input: guestUplinkCommands(lease).join('\n') + '\n' });
   return network;
+}
+
+/** `ip -batch` lines (run inside the netns) that make eth0 the guest's: its address, up, the default route. */
+function guestUplinkCommands(lease: AddressLease): string[] {
+  return [
+    'link set lo up',
+    `addr add ${lease.guest}/${lease.prefixLength} dev ${NETNS_UPLINK}`,
+    `link set ${NETNS_UPLINK} up`,
+    `route add default via ${lease.gateway}`,
+    ...quickAckRoutes([
+      ['127.0.0.1', 'lo'],
+      [lease.guest, NETNS_UPLINK],
+    ]),
+  ];
+}
+
+/**
+ * Hands the sandbox's eth0, and its netns name, to the network namespace of process `pid`: a
+ * container's init, whose user namespace owns that namespace (CRIU checkpoints a container
+ * only if its user namespace owns every namespace it is in: docs/pause.md). eth0 is moved out
+ * of the namespace the host made, that namespace goes (nothing else was in it), the name is
+ * bound to the new one, and eth0 is configured there again (a move drops its addresses).
+ */
+export async function moveIntoNetnsOf(network: AttachedNetwork, pid: number): Promise<void> {
+  const { netns } = network;
+  await run([IP, '-n', netns, 'link', 'set', NETNS_UPLINK, 'netns', String(pid)]);
+  await run([IP, '-batch', '-'], { input: `netns delete ${netns}\nnetns attach ${netns} ${pid}\n` });
+  await run([IP, '-n', netns, '-batch', '-'], { input: guestUplinkCommands(network.lease).join('\n') + '\n' });
 }
 
 /**

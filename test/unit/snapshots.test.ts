@@ -232,7 +232,7 @@ describe('the snapshot service', () => {
   });
 
   it('a runtime that cannot snapshot is a 409 snapshot_unsupported saying why', async () => {
-    const { snapshots, cleanup } = await service(fakeSessions(1024, 'CRIU cannot run here (criu 3.17 on kernel 6.18): it needs 4.1 or newer'));
+    const { snapshots, cleanup } = await service(fakeSessions(1024, 'CRIU cannot run here (criu 3.17 on kernel 6.18): it needs 4.2 or newer'));
     try {
       await assert.rejects(
         snapshots.create('t1', 'aaaaaaaaaa', {}),

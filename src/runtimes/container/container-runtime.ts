@@ -7,6 +7,7 @@ import { ID_RANGE_SIZE, MAX_ID_RANGES, type ContainerSettings } from './settings
 import { HostIdLeases, hostIdBase } from './id-leases.js';
 import { GUEST_SSH_PORT } from '../../guest/contract.js';
 import type { ResourceNames } from '../../network/names.js';
+import { moveIntoNetnsOf } from '../../network/netns.js';
 import type { CleanupStack } from '../../util/cleanup-stack.js';
 import { run } from '../../util/exec.js';
 import type { GuestEndpoint } from '../../transport/index.js';
@@ -198,8 +199,6 @@ export class ContainerRuntime implements Runtime {
         { source: spec.image.rootfs, target: imageView },
         { source: spec.configDir, target: configView },
       ]),
-      // A netns of its own (no NIC) is made by runc: set after `runc create`, below.
-      spec.network.attachment === 'none' ? Promise.resolve() : allowSshPort(spec.network.netnsPath),
     ]);
     step('runtime: disk layer and idmapped mounts');
     const volumes = await mountVolumes(spec.sessionDir, spec.volumes ?? [], ids, cleanup, record);
@@ -258,13 +257,17 @@ export class ContainerRuntime implements Runtime {
     // Recorded once known: runc made it; the container record above already covers it.
     record('process', `${pid}@${startTime}`);
     init = { pid, startTime };
-    await limitUserNamespace(pid, this.settings);
-    if (spec.network.attachment === 'none') await allowSshPort(`/proc/${pid}/ns/net`);
+    // Its netns is runc's (its user namespace owns it): the session's eth0 moves in now.
+    await allSettledOrThrow([
+      limitUserNamespace(pid, this.settings),
+      allowSshPort(`/proc/${pid}/ns/net`),
+      spec.network.attachment === 'none' ? Promise.resolve() : moveIntoNetnsOf(spec.network, pid),
+    ]);
+    step('runtime: namespaces');
     await run([this.settings.runcBin, '--root', this.names.runcRoot, 'start', id]);
     step('runtime: runc start');
     // Without a NIC its sshd is reached over a socket in the session dir (removed with it);
-    // with one, over TCP at its address. (`runc exec` cannot enter a container whose netns
-    // its user namespace does not own, which a veth's netns is not: control-socket.ts.)
+    // with one, over TCP at its address.
     const endpoint: GuestEndpoint =
       spec.network.attachment === 'none'
         ? await startControlSocket(this.settings.runcBin, this.names.runcRoot, id, spec.sessionDir)

@@ -32,9 +32,9 @@ export async function limitUserNamespace(initPid: number, settings: ContainerSet
 }
 
 /**
- * The sandbox's network namespace belongs to the host's user namespace (the host made it and
- * its veth), so guest root holds no CAP_NET_BIND_SERVICE over it: sshd could not bind port 22.
- * Ports from 22 up are made bindable without it, in this namespace only.
+ * Ports from 22 up are bindable without CAP_NET_BIND_SERVICE in the sandbox's network
+ * namespace (only there): its guest programs, the desktop user's too, may serve on the ports
+ * a user expects (guest ports, docs/api.md), and sshd needs no privilege for port 22.
  */
 export async function allowSshPort(netnsPath: string): Promise<void> {
   await run(['nsenter', `--net=${netnsPath}`, '--', 'sysctl', '-q', '-w', 'net.ipv4.ip_unprivileged_port_start=22']);

@@ -32,9 +32,8 @@ export const KERNEL_MOUNTS: ReadonlyArray<Record<string, unknown>> = [
   { destination: '/dev/pts', type: 'devpts', source: 'devpts', options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620', 'gid=5'] },
   { destination: '/dev/shm', type: 'tmpfs', source: 'shm', options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=268435456'] },
   { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
-  // sysfs cannot be mounted from a user namespace that does not own the network namespace
-  // (the host's, see namespace-limits.ts), and a bind of the host's /sys would show the
-  // host's devices: the guest gets an empty, read-only /sys (its desktop needs none).
+  // A sysfs, or a bind of the host's /sys, would show the host's devices: the guest gets an
+  // empty, read-only /sys (its desktop needs none).
   { destination: '/sys', type: 'tmpfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro', 'mode=555', 'size=4k'] },
 ];
 
@@ -110,8 +109,9 @@ export function ociSpec(spec: SandboxSpec, layout: ContainerLayout, settings: Co
     linux: {
       namespaces: [
         { type: 'pid' },
-        // Without a NIC: a namespace of its own (only lo), owned by its user namespace.
-        spec.network.attachment === 'none' ? { type: 'network' } : { type: 'network', path: spec.network.netnsPath },
+        // A namespace of its own, owned by its user namespace: with a NIC, the host moves the
+        // sandbox's eth0 into it after \`runc create\` (container-runtime.ts).
+        { type: 'network' },
         { type: 'ipc' },
         { type: 'uts' },
         { type: 'mount' },
