@@ -257,14 +257,14 @@ export class ContainerRuntime implements Runtime {
     // Recorded once known: runc made it; the container record above already covers it.
     record('process', `${pid}@${startTime}`);
     init = { pid, startTime };
-    // Its netns is runc's (its user namespace owns it): the session's eth0 moves in now.
+    await allSettledOrThrow([limitUserNamespace(pid, this.settings), allowSshPort(`/proc/${pid}/ns/net`)]);
+    step('runtime: namespaces');
+    // Its netns is runc's (its user namespace owns it): the session's eth0 moves in while the
+    // guest starts (a move waits out the kernel's RCU grace periods, ~20 ms), before its address is given out.
     await allSettledOrThrow([
-      limitUserNamespace(pid, this.settings),
-      allowSshPort(`/proc/${pid}/ns/net`),
+      run([this.settings.runcBin, '--root', this.names.runcRoot, 'start', id]),
       spec.network.attachment === 'none' ? Promise.resolve() : moveIntoNetnsOf(spec.network, pid),
     ]);
-    step('runtime: namespaces');
-    await run([this.settings.runcBin, '--root', this.names.runcRoot, 'start', id]);
     step('runtime: runc start');
     // Without a NIC its sshd is reached over a socket in the session dir (removed with it);
     // with one, over TCP at its address.
