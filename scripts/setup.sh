@@ -46,6 +46,9 @@ if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.j
   npm ci --no-audit --no-fund --loglevel=error
 fi
 
+# criu 4.2 or newer for pausing containers to disk, in a private prefix (best effort).
+bash scripts/setup-criu.sh || echo "setup: no criu 4.2 or newer (see above): containers pause in memory only" >&2
+
 echo "setup: compiling TypeScript" >&2
 npm run --silent build
 

@@ -94,7 +94,7 @@ export class ContainerRuntime implements Runtime {
   /** Host-wide settings for `sandboxes` sandboxes at most, said in the start-up log. */
   async prepareHost(sandboxes: number, log: Logger): Promise<void> {
     await raiseHostInotifyLimits(sandboxes, this.settings, log);
-    this.criuReason = (await criuUnavailable()) ?? 'CRIU checkpoints are not wired up yet';
+    this.criuReason = (await criuUnavailable(this.settings.criuBin)) ?? 'CRIU checkpoints are not wired up yet';
     log.info({ memory: this.pauseUnavailable('memory') ?? 'available', disk: this.criuReason }, 'container pause: memory (cgroup freezer) and disk (CRIU)');
     const io = blockIoAvailable();
     if (io !== true) log.warn({ reason: io }, 'no I/O limit for container sandboxes: the host has no usable io/blkio cgroup controller');

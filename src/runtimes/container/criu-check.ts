@@ -10,7 +10,7 @@ import { run } from '../../util/exec.js';
  */
 export async function criuUnavailable(bin = 'criu', kernel = os.release()): Promise<string | undefined> {
   const version = await run([bin, '--version'], { allowFailure: true, timeoutMs: 5_000 }).catch(() => undefined);
-  if (!version || version.exitCode !== 0) return 'CRIU is not installed (apt-get install criu; kernels from 6.16 need criu 4.2 or newer)';
+  if (!version || version.exitCode !== 0) return 'CRIU is not installed (scripts/setup-criu.sh unpacks one; kernels from 6.16 need criu 4.2 or newer)';
   const found = /Version:\s*(\d+)\.(\d+)/.exec(version.stdout);
   const criu = found ? [Number(found[1]), Number(found[2])] : [0, 0];
   const reason = criuTooOld(criu as [number, number], kernel);

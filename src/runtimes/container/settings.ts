@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { transportChoiceFromEnv, type TransportChoice } from '../../transport/settings.js';
 import { envInt, envNonNegative, envString, positive, type Env } from '../../util/env.js';
 
@@ -28,9 +29,14 @@ export interface ContainerSettings {
   diskMiB: number;
   /** RUNC_BIN (default `runc` on PATH): the OCI runtime binary. */
   runcBin: string;
+  /** SBX_CRIU (default: the one scripts/setup-criu.sh unpacked, else `criu` on PATH): CRIU, for pauses to disk. */
+  criuBin?: string;
   /** SBX_TRANSPORT (default tcp): `unix`, `vsock` and `auto` reach the guest's sshd over a Unix socket (control-socket.ts). */
   transport?: TransportChoice;
 }
+
+/** The criu that scripts/setup-criu.sh unpacks where the host has none recent enough (docs/pause.md). */
+export const SETUP_CRIU = '/var/lib/sandboxes/criu/bin/criu';
 
 /** Where host-wide id leases live unless settings say otherwise (tmpfs: gone at reboot, like every container). */
 export const DEFAULT_ID_LEASE_DIR = '/run/sbx-id-ranges';
@@ -59,6 +65,7 @@ export function containerSettingsFromEnv(env: Env): ContainerSettings {
     inotifyWatches: positive('SBX_INOTIFY_WATCHES', envInt('SBX_INOTIFY_WATCHES', 16384, env)),
     diskMiB: diskMiBFromEnv(env),
     runcBin: envString(env, 'RUNC_BIN', 'runc'),
+    criuBin: envString(env, 'SBX_CRIU', existsSync(SETUP_CRIU) ? SETUP_CRIU : 'criu'),
     transport: transportChoiceFromEnv(env),
   };
 }
