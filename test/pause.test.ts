@@ -145,7 +145,8 @@ describe('memory pause of a container desktop, across an orchestrator SIGKILL', 
     assert.equal(twice.status, 409);
     assert.equal((twice.json.error as Json).code, 'session_already_paused');
     const disk = await api('POST', `/v1/sessions/${id}/pause`, { mode: 'disk' });
-    assert.equal(disk.status, 409, 'disk is not available for containers here, and says why');
+    assert.equal(disk.status, 409, 'paused already, in memory: not paused again to disk');
+    assert.equal((disk.json.error as Json).code, 'session_already_paused');
     for (const url of [`/v1/sessions/${id}/resume`, `/v1/sessions/${id}/pause`, `/v1/sessions/${id}/screenshot`]) {
       const other = await api(url.endsWith('screenshot') ? 'GET' : 'POST', url, url.endsWith('screenshot') ? undefined : {}, keyB);
       assert.equal(other.status, 404, `${url} as another tenant`);

@@ -102,7 +102,7 @@ export async function createSandboxNetwork(
 }
 
 /** `ip -batch` lines (run inside the netns) that make eth0 the guest's: its address, up, the default route. */
-function guestUplinkCommands(lease: AddressLease): string[] {
+function guestUplinkCommands(lease: GuestLink['lease']): string[] {
   return [
     'link set lo up',
     `addr add ${lease.guest}/${lease.prefixLength} dev ${NETNS_UPLINK}`,
@@ -115,6 +115,12 @@ function guestUplinkCommands(lease: AddressLease): string[] {
   ];
 }
 
+/** What eth0's configuration needs: the netns that holds it, the guest's address and its gateway. */
+export interface GuestLink {
+  netns: string;
+  lease: Pick<AddressLease, 'guest' | 'gateway' | 'prefixLength'>;
+}
+
 /**
  * Hands the sandbox's eth0, and its netns name, to the network namespace of process `pid`: a
  * container's init, whose user namespace owns that namespace (CRIU checkpoints a container
@@ -122,7 +128,7 @@ function guestUplinkCommands(lease: AddressLease): string[] {
  * of the namespace the host made, that namespace goes (nothing else was in it), the name is
  * bound to the new one, and eth0 is configured there again (a move drops its addresses).
  */
-export async function moveIntoNetnsOf(network: AttachedNetwork, pid: number): Promise<void> {
+export async function moveIntoNetnsOf(network: GuestLink, pid: number): Promise<void> {
   const { netns } = network;
   await run([IP, '-n', netns, 'link', 'set', NETNS_UPLINK, 'netns', String(pid)]);
   await run([IP, '-batch', '-'], { input: `netns delete ${netns}\nnetns attach ${netns} ${pid}\n` });

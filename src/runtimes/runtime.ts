@@ -146,6 +146,12 @@ export interface RuntimeCapabilities {
    * that asks for volumes then answers 409 volumes_unavailable saying so).
    */
   readonly volumes?: true | string;
+  /**
+   * True when a pause to disk ends the guest's side of the SSH connection (a container's
+   * processes are killed once dumped, and their sockets closed): the session lets its
+   * connection go first, and attaches a new one on the resume. A VM's stops with it, unsent.
+   */
+  readonly diskPauseEndsConnection?: boolean;
 }
 
 /**

@@ -161,11 +161,14 @@ export class SessionPauser {
     session.keepalivesHeld = session.connection?.holdKeepalives();
     // To disk, the sandbox's process ends: not a crash (session-watch.ts).
     const disk = mode === 'disk';
+    // Its connection would be closed by the guest's end: let go of it first (a new one on the resume).
+    const letGo = disk && host.diskPauseEndsConnection();
     if (disk) {
       session.processAway = true;
       session.watch?.stop();
       session.watch = undefined;
     }
+    if (letGo) this.detach(session);
     let bytes: number;
     try {
       ({ bytes } = await host.pause(session, mode));
@@ -176,6 +179,7 @@ export class SessionPauser {
         session.processAway = false;
         this.opts.watchSandbox(session); // one that died meanwhile is reported now
       }
+      if (letGo) await this.attach(session).catch((attachErr: unknown) => log.warn({ err: attachErr }, 'could not attach again after a failed pause'));
       metrics.errors.inc({ kind: 'pause' });
       this.releaseKeepalives(session);
       recordings?.resume(session.id);

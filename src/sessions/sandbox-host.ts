@@ -47,7 +47,9 @@ export interface SandboxHost {
   pauseUnavailable(mode: PauseMode): string | undefined;
   /** The most a disk pause of a sandbox of `memoryMiB` writes to the host, MiB (undefined: the runtime does not say). */
   pauseStateMaxMiB(memoryMiB: number): number | undefined;
-  /** Pauses the session's sandbox (its connection and desktop are detached already). */
+  /** Whether a pause to disk ends the guest's side of the session's connection (RuntimeCapabilities). */
+  diskPauseEndsConnection(): boolean;
+  /** Pauses the session's sandbox (to disk: its connection detached first where the pause ends it). */
   pause(session: Session, mode: PauseMode): Promise<PauseResult>;
   /** Lets a paused sandbox run again (no connection yet: `attach` makes one). */
   resume(session: Session, mode: PauseMode): Promise<void>;

@@ -297,6 +297,10 @@ export class FakeHost implements SandboxHost {
     return this.runtime.pauseStateMaxMiB(memoryMiB);
   }
 
+  diskPauseEndsConnection(): boolean {
+    return this.runtime.capabilities.diskPauseEndsConnection === true;
+  }
+
   pause(session: Session, mode: PauseMode): Promise<PauseResult> {
     return this.runtime.pause(this.target(session), mode);
   }

@@ -1,6 +1,5 @@
-import { existsSync } from 'node:fs';
-import { chown, mkdir, readFile, readdir, rm, rmdir, stat, writeFile } from 'node:fs/promises';
-import { deleteContainer, runcCreate } from './runc.js';
+import { chown, mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { deleteContainer, listContainers, runcCreate } from './runc.js';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { ID_RANGE_SIZE, MAX_ID_RANGES, type ContainerSettings } from './settings.js';
@@ -14,13 +13,15 @@ import type { GuestEndpoint } from '../../transport/index.js';
 import { adoptedProcess } from '../adopt-process.js';
 import { controlSocketOf, startControlSocket } from './control-socket.js';
 import { DEFAULT_CONSOLE_LOG_LIMITS, keepConsoleLog, type ConsoleLogLimits } from '../console-log.js';
-import { openConsole } from '../console-pipe.js';
+import { openConsole, type ConsolePipe } from '../console-pipe.js';
 import { freezeCgroup, freezerLayout, isCgroupFrozen, thawCgroup } from '../../host/freezer.js';
 import { criuUnavailable } from './criu-check.js';
+import { checkpointContainer, findCheckpoint, removeCheckpoint, resumeFromCheckpoint, type CheckpointDeps } from './checkpoint.js';
 import {
   RuntimeUnavailableError,
   type PauseMode,
   type PauseResult,
+  type PausedOnDisk,
   type PauseTarget,
   type AdoptedSandbox,
   type ExitInfo,
@@ -35,6 +36,7 @@ import { allowSshPort, limitUserNamespace, raiseHostInotifyLimits } from './name
 import { ociSpec } from './oci-spec.js';
 import { mountsUnder, unmount, unmountAll } from '../../host/mounts.js';
 import { mountOverlay } from './overlay.js';
+import { allSettledOrThrow, removeRootfs } from './rootfs.js';
 import { processStartTime, waitForExit, watchExit } from '../../host/process-watch.js';
 import { layerTemplate, mountWritableLayer } from './writable-layer.js';
 import { mountVolumes, volumeMountPoints } from './volume-mounts.js';
@@ -46,11 +48,10 @@ import { mountVolumes, volumeMountPoints } from './volume-mounts.js';
  * rootfs, dropped capabilities, an allow-list seccomp profile, memory (no swap), CPU, pids
  * and I/O limits, and inotify limits of its own.
  *
- * Files under <sessionDir>: bundle/config.json, layer.ext4 (the sandbox's disk, loop-mounted at overlay/, holding upper/ and work/),
+ * Files under <sessionDir>: bundle/config.json, layer.ext4 (its disk, loop-mounted at overlay/),
  * image/ and config-view/ (idmapped, read-only views of the image rootfs and the config dir),
- * console.fifo (runc's and the container's stdout and stderr) and console.log (capped).
- * The overlay (the container's root) is mounted at /run/<prefix>rootfs/<container>, which the
- * container's root, a host uid, can reach (the session dir is 0700).
+ * console.fifo and console.log (capped), checkpoint/ (a pause to disk: checkpoint.ts). The
+ * overlay (its root) is mounted at /run/<prefix>rootfs/<container>, where its root can reach it.
  */
 export class ContainerRuntime implements Runtime {
   readonly name = 'container' as const;
@@ -64,13 +65,18 @@ export class ContainerRuntime implements Runtime {
     hostOnlySources: [],
     sharesHostKernel: true,
     volumes: true,
+    diskPauseEndsConnection: true,
   };
 
   /** The host's cgroup freezer (none: no memory pause). */
   private readonly freezer = freezerLayout();
-  /** Why CRIU (disk pause) cannot run here, found by prepareHost (criu-check.ts). */
-  private criuReason = 'CRIU was not checked on this host';
-
+  /** Why CRIU (disk pause) cannot run here, found by prepareHost (criu-check.ts); undefined: it can. */
+  private criuReason: string | undefined = 'CRIU was not checked on this host';
+  /** The console readers of the containers this run started, by session (a resume from disk goes on with it). */
+  private readonly consoles = new Map<string, ConsolePipe>();
+  /** Sessions whose container is being checkpointed: its init's exit is no crash. */
+  private readonly checkpointing = new Set<string>();
+  private readonly criu: CheckpointDeps;
   /** Ranges handed out in this process when the caller keeps no ledger (no store). */
   private readonly unledgeredRanges = new Map<string, number>();
 
@@ -78,6 +84,7 @@ export class ContainerRuntime implements Runtime {
     private readonly names: ResourceNames,
     private readonly settings: ContainerSettings,
   ) {
+    this.criu = { names, settings };
     // Any socket asked for (`unix`, `vsock`, `auto`): runc can hand any container its Unix socket (control-socket.ts).
     if (settings.transport && settings.transport !== 'tcp') this.capabilities = { ...this.capabilities, controlTransport: 'unix' };
   }
@@ -94,7 +101,10 @@ export class ContainerRuntime implements Runtime {
   /** Host-wide settings for `sandboxes` sandboxes at most, said in the start-up log. */
   async prepareHost(sandboxes: number, log: Logger): Promise<void> {
     await raiseHostInotifyLimits(sandboxes, this.settings, log);
-    this.criuReason = (await criuUnavailable(this.settings.criuBin)) ?? 'CRIU checkpoints are not wired up yet';
+    this.criuReason = await criuUnavailable(this.settings.criuBin);
+    // A sandbox over its Unix control socket is reached through `runc exec`, whose processes criu leaves out.
+    if (!this.criuReason && this.capabilities.controlTransport === 'unix')
+      this.criuReason = "containers reached over a Unix socket (SBX_TRANSPORT) cannot be checkpointed yet: their socket listener is not the container init's";
     log.info({ memory: this.pauseUnavailable('memory') ?? 'available', disk: this.criuReason }, 'container pause: memory (cgroup freezer) and disk (CRIU)');
     const io = blockIoAvailable();
     if (io !== true) log.warn({ reason: io }, 'no I/O limit for container sandboxes: the host has no usable io/blkio cgroup controller');
@@ -230,7 +240,8 @@ export class ContainerRuntime implements Runtime {
 
     // Released after the container is gone (pushed before it): its last words are read.
     const consolePipe = await openConsole(spec.sessionDir, (spec.consoleLog ?? DEFAULT_CONSOLE_LOG_LIMITS).maxBytes);
-    await cleanup.push(`console ${id}`, () => consolePipe.close());
+    this.consoles.set(spec.sessionId, consolePipe);
+    await cleanup.push(`console ${id}`, () => consolePipe.close().finally(() => this.consoles.delete(spec.sessionId)));
     const consoleLogPath = consolePipe.logPath;
 
     const pidFile = path.join(spec.sessionDir, 'container.pid');
@@ -280,6 +291,7 @@ export class ContainerRuntime implements Runtime {
     const exited = watcher.exited.then(async (): Promise<ExitInfo> => {
       alive = false;
       const reason = `the container's init (pid ${pid}) exited`;
+      if (this.checkpointing.delete(spec.sessionId)) return { code: null, reason: `${reason}: checkpointed to disk` };
       // A crash (a destroy stops the watcher first): the session dir goes with the session,
       // so the newest of its console is kept elsewhere, as the VM runtimes do.
       await consolePipe.quiet();
@@ -296,7 +308,12 @@ export class ContainerRuntime implements Runtime {
   }
 
   pauseModes(): readonly PauseMode[] {
-    return this.freezer ? ['memory'] : [];
+    return [...(this.freezer ? (['memory'] as const) : []), ...(this.criuReason ? [] : (['disk'] as const))];
+  }
+
+  /** Its memory (tmpfs files are charged to it too) and criu's own records. */
+  pauseStateMaxMiB(memoryMiB: number): number {
+    return memoryMiB + 64;
   }
 
   pauseUnavailable(mode: PauseMode): string | undefined {
@@ -307,45 +324,49 @@ export class ContainerRuntime implements Runtime {
   /** A container's snapshot would save its processes with CRIU (docs/snapshots.md): not here. */
   snapshotUnavailable(): string {
     return (
-      `a container's processes would be saved by CRIU, and ${this.criuReason}; container snapshots need a host where \`criu check\` passes ` +
+      `a container's processes would be saved by CRIU, and ${this.criuReason ?? 'a snapshot of them is not wired up yet'}; container snapshots need a host where \`criu check\` passes ` +
       '(criu 4.2 or newer on kernels from 6.16) and are not wired up yet: the qemu runtime (SBX_RUNTIME=qemu) snapshots and forks sessions'
     );
   }
 
-  /** Memory: the container's cgroup frozen (no CPU, its memory kept). */
+  /** Memory: the container's cgroup frozen (no CPU, its memory kept). Disk: its processes checkpointed (checkpoint.ts). */
   async pause(target: PauseTarget, mode: PauseMode): Promise<PauseResult> {
     const why = this.pauseUnavailable(mode);
-    if (why || !this.freezer) throw new Error(`container ${mode} pause is not available: ${why}`);
-    await freezeCgroup(this.names.cgroup(target.sessionId), this.freezer);
+    if (why) throw new Error(`container ${mode} pause is not available: ${why}`);
+    if (mode === 'disk') {
+      this.checkpointing.add(target.sessionId);
+      try {
+        return await checkpointContainer(this.criu, target.sessionId, target.sessionDir, target.pid);
+      } catch (err) {
+        this.checkpointing.delete(target.sessionId);
+        throw err;
+      }
+    }
+    if (this.freezer) await freezeCgroup(this.names.cgroup(target.sessionId), this.freezer);
     return { bytes: 0 };
   }
 
-  async resume(target: PauseTarget): Promise<void> {
-    if (this.freezer) await thawCgroup(this.names.cgroup(target.sessionId), this.freezer);
+  async resume(target: PauseTarget, mode: PauseMode = 'memory'): Promise<AdoptedSandbox | void> {
+    if (mode === 'memory') {
+      if (this.freezer) await thawCgroup(this.names.cgroup(target.sessionId), this.freezer);
+      return;
+    }
+    return resumeFromCheckpoint(this.criu, target, this.consoles.get(target.sessionId));
+  }
+
+  /** A restart: the session's checkpoint, if a whole one is there (checkpoint.ts). */
+  async adoptPaused(sessionId: string, sessionDir: string): Promise<PausedOnDisk | undefined> {
+    const found = await findCheckpoint(this.criu, sessionId, sessionDir);
+    if (!found) return undefined;
+    return { ...found, release: () => this.reclaim(sessionId, sessionDir).then(() => removeCheckpoint(sessionDir)) };
   }
 
   async isPaused(target: PauseTarget): Promise<boolean> {
     return this.freezer ? isCgroupFrozen(this.names.cgroup(target.sessionId), this.freezer) : false;
   }
 
-  async list(): Promise<string[]> {
-    const ids = new Set<string>();
-    const root = this.names.runcRoot;
-    const res = await run([this.settings.runcBin, '--root', root, 'list', '--format', 'json'], { allowFailure: true });
-    if (res.exitCode === 0 && res.stdout.trim() && res.stdout.trim() !== 'null') {
-      for (const c of JSON.parse(res.stdout) as Array<{ id: string }>) {
-        const id = this.names.sessionIdOf(c.id);
-        if (id) ids.add(id);
-      }
-    }
-    // runc's state may be gone (e.g. /run was cleared) while its state dir entries linger.
-    if (existsSync(root)) {
-      for (const name of await readdir(root)) {
-        const id = this.names.sessionIdOf(name);
-        if (id) ids.add(id);
-      }
-    }
-    return [...ids];
+  list(): Promise<string[]> {
+    return listContainers(this.settings.runcBin, this.names);
   }
 
   /** A container of an earlier run, if runc still has it running. */
@@ -355,8 +376,7 @@ export class ContainerRuntime implements Runtime {
     endpoint: GuestEndpoint | undefined,
     consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS,
   ): Promise<AdoptedSandbox | undefined> {
-    const id = this.names.container(sessionId);
-    const res = await run([this.settings.runcBin, '--root', this.names.runcRoot, 'state', id], { allowFailure: true });
+    const res = await run([this.settings.runcBin, '--root', this.names.runcRoot, 'state', this.names.container(sessionId)], { allowFailure: true });
     if (res.exitCode !== 0) return undefined;
     const state = JSON.parse(res.stdout) as { status?: string; pid?: number };
     const startTime = state.pid ? processStartTime(state.pid) : undefined;
@@ -366,34 +386,16 @@ export class ContainerRuntime implements Runtime {
     // Reached as it was started: over its control socket if it has one, else at its address.
     const reached = (await controlSocketOf(sessionDir)) ?? endpoint;
     if (!reached) return undefined;
-    return adoptedProcess("container's init", init, reached, sessionDir, consoleLog, async () => {
-      await deleteContainer(this.settings.runcBin, this.names.runcRoot, id, this.names.cgroup(sessionId));
-      if (!(await waitForExit(init.pid, init.startTime, 10_000))) throw new Error(`container init ${init.pid} is still alive 10 s after it was killed`);
-      await removeRootfs(this.names.containerRootfs(sessionId));
-      await unmountAll(await mountsUnder(sessionDir));
-      await this.hostLeases(sessionDir).releaseSession(sessionId);
-    });
+    return adoptedProcess("container's init", init, reached, sessionDir, consoleLog, () => this.reclaim(sessionId, sessionDir, init));
   }
 
-  async reclaim(sessionId: string, sessionDir: string): Promise<void> {
+  /** Everything of the session's container gone (its init too, when given: waited for). */
+  async reclaim(sessionId: string, sessionDir: string, init?: { pid: number; startTime: string }): Promise<void> {
     await deleteContainer(this.settings.runcBin, this.names.runcRoot, this.names.container(sessionId), this.names.cgroup(sessionId));
+    if (init && !(await waitForExit(init.pid, init.startTime, 10_000))) throw new Error(`container init ${init.pid} is still alive 10 s after it was killed`);
     await removeRootfs(this.names.containerRootfs(sessionId));
     await unmountAll(await mountsUnder(sessionDir));
     // Only once nothing of it is mounted (unmountAll threw otherwise): its range is free host-wide.
     await this.hostLeases(sessionDir).releaseSession(sessionId);
   }
-}
-
-/** Waits for every promise; then throws the first failure, if any. */
-async function allSettledOrThrow(promises: Array<Promise<unknown>>): Promise<void> {
-  const failed = (await Promise.allSettled(promises)).find((r): r is PromiseRejectedResult => r.status === 'rejected');
-  if (failed) throw failed.reason;
-}
-
-/** Unmounts a container's root filesystem and removes its mount point; idempotent. */
-async function removeRootfs(rootfs: string): Promise<void> {
-  await unmount(rootfs);
-  await rmdir(rootfs).catch((err: NodeJS.ErrnoException) => {
-    if (err.code !== 'ENOENT') throw err;
-  });
 }

@@ -1,4 +1,7 @@
+import { existsSync } from 'node:fs';
+import { readdir } from 'node:fs/promises';
 import { spawn } from 'node:child_process';
+import type { ResourceNames } from '../../network/names.js';
 import { run } from '../../util/exec.js';
 import { freezerLayout, isCgroupFrozen, thawCgroup } from '../../host/freezer.js';
 import { consoleLogTail } from '../console-log.js';
@@ -36,4 +39,25 @@ export async function deleteContainer(runcBin: string, root: string, id: string,
   if (res.exitCode !== 0 && !/does not exist|not exist|container not found/i.test(res.stderr)) {
     throw new Error(`runc delete ${id}: ${res.stderr.trim()}`);
   }
+}
+
+/** Session ids of every container of ours runc has, or has left state of. */
+export async function listContainers(runcBin: string, names: ResourceNames): Promise<string[]> {
+  const ids = new Set<string>();
+  const root = names.runcRoot;
+  const res = await run([runcBin, '--root', root, 'list', '--format', 'json'], { allowFailure: true });
+  if (res.exitCode === 0 && res.stdout.trim() && res.stdout.trim() !== 'null') {
+    for (const c of JSON.parse(res.stdout) as Array<{ id: string }>) {
+      const id = names.sessionIdOf(c.id);
+      if (id) ids.add(id);
+    }
+  }
+  // runc's state may be gone (e.g. /run was cleared) while its state dir entries linger.
+  if (existsSync(root)) {
+    for (const name of await readdir(root)) {
+      const id = names.sessionIdOf(name);
+      if (id) ids.add(id);
+    }
+  }
+  return [...ids];
 }
