@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { mkdir, open, readFile, readlink, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { pino } from 'pino';
 import { after, before, describe, it } from 'node:test';
 import type { GuestImage } from '../src/guest/image/builder.js';
 import { AddressPool } from '../src/network/address-pool.js';
@@ -12,6 +13,7 @@ import { FirecrackerRuntime } from '../src/runtimes/firecracker/firecracker-runt
 import { findOnPath, kvmUnavailable } from '../src/runtimes/firecracker/host/host-check.js';
 import { hostCgroupVersion, vmCgroupDirs } from '../src/runtimes/vm/cgroups.js';
 import { ensureVmlinux } from '../src/runtimes/firecracker/kernel/vmlinux.js';
+import { RUNTIMES } from '../src/runtimes/registered.js';
 import { snapshotBaseAddress, type CloneRotation } from '../src/runtimes/firecracker/snapshot/clone-rotation.js';
 import { firecrackerSettingsFromEnv, type FirecrackerSettings } from '../src/runtimes/firecracker/settings.js';
 import type { RunningSandbox, Runtime } from '../src/runtimes/runtime.js';
@@ -273,11 +275,16 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     assert.ok(existsSync(path.join(workspace.workDir, 'logs', `${s.sessionId}.console.log`)), 'the console log is kept for the failure');
   });
 
-  it('after an orchestrator crash, list() finds the VM and reclaim() kills it and removes its jail and cgroups', async () => {
+  it('after an orchestrator crash, list() finds the VM and reclaim() kills it, removes its jail and cgroups and gives its volume back to root', async () => {
     const abandoned = new CleanupStack();
     const s = await prepareSession(runtime, abandoned);
-    const vm = await runtime.start(s.spec, abandoned);
+    const volume = path.join(workspace.workDir, 'vol-orphan.ext4');
+    await makeVolumeFile(volume, 16);
+    const recorded: string[] = [];
+    const record = (kind: string, name: string) => void recorded.push(`${kind}:${name}`);
+    const vm = await runtime.start({ ...s.spec, volumes: [{ name: 'o', file: volume, path: '/data', readOnly: false }], record }, abandoned);
     try {
+      assert.equal((await stat(volume)).uid, s.spec.vmUser?.uid, "the volume is the jail's while the VM runs");
       const jailDir = path.join(jailsDir, 'firecracker', `${TEST_PREFIX}${s.sessionId}`);
       const cgroups = (await vmCgroupDirs(hostCgroupVersion(), TEST_PREFIX.slice(0, -1), `${TEST_PREFIX}${s.sessionId}`)).filter((d) => existsSync(d));
       assert.ok(existsSync(jailDir) && cgroups.length > 0, 'the orphan has its jail and cgroups');
@@ -297,6 +304,14 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
       );
       assert.equal((await restarted.list()).includes(s.sessionId), false);
       assert.equal((await tapDetails(s.spec.network)).trim(), '', 'TAP removed');
+      // The crashed run's cleanup never gave the volume back: the session dir's list did.
+      const returned = await stat(volume);
+      assert.deepEqual([returned.uid, returned.gid, returned.mode & 0o777], [0, 0, 0o600], "the volume is root's again");
+      // And the ledger names it, for a start-up reconciliation that finds no session dir.
+      assert.ok(recorded.includes(`volume-owner:${volume}`), recorded.join(' '));
+      await run(['chown', `${s.spec.vmUser?.uid}:${s.spec.vmUser?.gid}`, volume]);
+      await RUNTIMES.resourceKind('volume-owner')?.reclaim(volume, { log: pino({ level: 'silent' }), removeDir: async () => undefined });
+      assert.equal((await stat(volume)).uid, 0, "the ledger's reclaimer gives it back too");
     } finally {
       await abandoned.run(); // the rest (netns, lease) as the reconciler would
     }
