@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { existsSync, statSync } from 'node:fs';
-import { rmdir, stat } from 'node:fs/promises';
+import { rmdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -12,6 +12,7 @@ import { netnsExists } from '../src/network/netns.js';
 import { jailId } from '../src/runtimes/firecracker/jailer/jail-id.js';
 import type { SandboxVolume } from '../src/runtimes/runtime.js';
 import { hostCgroupVersion, vmCgroupDirs } from '../src/runtimes/vm/cgroups.js';
+import { returnVolumes } from '../src/runtimes/vm/vm-volumes.js';
 import { adoptSession } from '../src/sessions/adopt.js';
 import type { Session } from '../src/sessions/session.js';
 import type { SessionRecord } from '../src/sessions/session-record.js';
@@ -26,15 +27,17 @@ import { builtImage, emulatorWorkspace } from './helpers/firecracker/emulator-wo
 import { TEST_PREFIX, TEST_SUBNET } from './helpers/orchestrator.js';
 
 /**
- * Pause to disk of a jailed Firecracker VM with a volume, and across a host reboot, against the
+ * Pause to disk of a jailed Firecracker VM with volumes, and across a host reboot, against the
  * contract emulator (its guest under QEMU TCG: one boot serves the whole file). A file written
- * on the volume before the pause reads back in the guest after a restarted runtime resumed it,
- * and a new write works; paused again, the host "reboots" (the orchestrator gone, the netns with
- * its TAP and the VM's cgroups taken) and the session layer's adoption makes the network again:
- * the resume loads the snapshot in it and the counter in the guest's memory goes on. At the end
- * the volume is root's again and nothing of the session is left.
+ * on the writable volume before the pause reads back in the guest after a restarted runtime
+ * resumed it, and a new write works; the read-only volume reads on, though another reader's
+ * end gave its file back to root while paused. Paused again, the host "reboots" (the
+ * orchestrator gone, the netns with its TAP and the VM's cgroups taken) and the session layer's
+ * adoption makes the network again: the resume loads the snapshot in it and the counter in the
+ * guest's memory goes on. At the end the volumes are root's again and nothing of it is left.
  */
 const MOUNT = '/home/user/work_data';
+const REF = '/home/user/ref';
 const COUNTER = '/dev/shm/counter';
 
 const workspace = emulatorWorkspace('fc-dpv-', ['FAKE_FIRECRACKER_GUEST']);
@@ -65,6 +68,8 @@ describe('firecracker pause to disk of a session with a volume, and across a hos
   const boot = new CleanupStack();
   let session: Awaited<ReturnType<typeof prepareSession>>;
   let volume: string;
+  /** A volume mounted read-only, which other sessions may read at the same time. */
+  let shared: string;
   let guest: GuestTransport | undefined;
   let address: string;
   /** The VMM running now (a resume from disk starts another), and the runtime that started it. */
@@ -79,6 +84,11 @@ describe('firecracker pause to disk of a session with a volume, and across a hos
     image = await builtImage();
     volume = path.join(workspace.workDir, 'volumes', 'data.ext4'); // beside the jails: hard-linked into them
     await makeVolumeFile(volume, 32);
+    shared = path.join(workspace.workDir, 'volumes', 'ref.ext4');
+    await makeVolumeFile(shared, 16);
+    const readme = path.join(workspace.workDir, 'readme');
+    await writeFile(readme, 'shared-reference\n', { mode: 0o644 });
+    await run(['debugfs', '-w', '-R', `write ${readme} readme`, shared]);
   });
   after(async () => {
     guest?.close();
@@ -92,14 +102,19 @@ describe('firecracker pause to disk of a session with a volume, and across a hos
   it("writes a file on its volume, synced, and pauses to disk: the VMM gone, the volume still linked in the jail, the jail's", async (t) => {
     runtime = newRuntime(workspace.workDir);
     session = await prepareSession(runtime, workspace.workDir, pool, held, image);
-    const volumes: SandboxVolume[] = [{ name: 'data', file: volume, path: MOUNT, readOnly: false }];
+    const volumes: SandboxVolume[] = [
+      { name: 'data', file: volume, path: MOUNT, readOnly: false },
+      { name: 'ref', file: shared, path: REF, readOnly: true },
+    ];
     const sandbox = await runtime.start({ ...session.spec, volumes }, boot);
     vmmPid = sandbox.pid;
     address = session.spec.network.lease.guest;
     guest = await connectWhenUp(workspace.workDir, session.sessionId, address, 150_000);
     // Mounted from its drive (the disk after the config drive), writable.
     assert.match(await sh(guest, `findmnt -n -o SOURCE,FSTYPE,OPTIONS --target ${MOUNT}`), /^\/dev\/vdc\s+ext4\s+rw,/);
+    assert.match(await sh(guest, `findmnt -n -o SOURCE,OPTIONS --target ${REF}`), /^\/dev\/vdd\s+ro,/);
     assert.equal(await sh(guest, `echo before-the-pause > ${MOUNT}/note && sync && cat ${MOUNT}/note`), 'before-the-pause');
+    assert.equal(await sh(guest, `cat ${REF}/readme`), 'shared-reference');
     // A counter in the guest's memory only (/dev/shm): a cold boot would lose it.
     const loop = `i=0; while :; do i=$((i+1)); echo "$$ $i" > ${COUNTER}.new && mv ${COUNTER}.new ${COUNTER}; sleep 0.1; done`;
     await guestSh(guest, `setsid nohup sh -c '${loop}' >/dev/null 2>&1 < /dev/null &`);
@@ -120,11 +135,13 @@ describe('firecracker pause to disk of a session with a volume, and across a hos
     assert.deepEqual([linked.uid, linked.mode & 0o777], [session.spec.vmUser?.uid, 0o600]);
   });
 
-  it('a restarted runtime resumes it: the file written before the pause reads back in the guest, and a new write on the volume works', async (t) => {
+  it('a restarted runtime resumes it: the file written before the pause reads back, a new write works, the shared read-only volume reads on', async (t) => {
     // The orchestrator restarted: a new runtime, the first one's releases never run.
     runtime = newRuntime(workspace.workDir);
     const onDisk = await runtime.adoptPaused?.(session.sessionId, session.sessionDir);
     assert.ok(onDisk, 'adopted as paused on disk');
+    // Meanwhile another session that read the shared volume ended: its release gave the file back to root (0600).
+    await returnVolumes([{ file: shared }]);
     const started = Date.now();
     const resumed = await runtime.resume?.(target(0), 'disk');
     assert.ok(resumed);
@@ -132,6 +149,7 @@ describe('firecracker pause to disk of a session with a volume, and across a hos
     guest = await connectWhenUp(workspace.workDir, session.sessionId, address, 30_000);
     t.diagnostic(`resume from disk to SSH: ${Date.now() - started} ms`);
     assert.equal(await sh(guest, `cat ${MOUNT}/note`), 'before-the-pause');
+    assert.equal(await sh(guest, `cat ${REF}/readme`), 'shared-reference', 'the shared volume, read-only, reads on');
     assert.match(await sh(guest, `findmnt -n -o OPTIONS --target ${MOUNT}`), /^rw,/, 'still mounted writable');
     assert.equal(await sh(guest, `echo after-the-resume > ${MOUNT}/note2 && sync && cat ${MOUNT}/note2`), 'after-the-resume');
     assert.equal(await sh(guest, `ls ${MOUNT} | grep -c note`), '2');
@@ -229,8 +247,10 @@ describe('firecracker pause to disk of a session with a volume, and across a hos
     adopted = undefined;
     // The session's release, as the restarted orchestrator runs it (the first runtime's never ran).
     await session_.cleanup.run();
-    const after = await stat(volume);
-    assert.deepEqual([after.uid, after.gid, after.mode & 0o777], [0, 0, 0o600], "the volume is root's again");
+    for (const file of [volume, shared]) {
+      const after = await stat(file);
+      assert.deepEqual([after.uid, after.gid, after.mode & 0o777], [0, 0, 0o600], `${file} is root's again`);
+    }
     assert.equal(await onVolume(volume, 'note'), 'before-the-pause');
     assert.equal(await onVolume(volume, 'note2'), 'after-the-resume');
     assert.equal(existsSync(path.dirname(session.jailRoot)), false, 'the jail is gone');

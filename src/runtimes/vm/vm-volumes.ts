@@ -33,28 +33,56 @@ export async function returnVolumes(volumes: ReadonlyArray<{ file: string }>): P
  */
 export const VOLUME_OWNER: ResourceKindEntry = { stage: 'files', reclaim: (file) => returnVolumes([{ file }]) };
 
-/** Where a session's volume files are listed (its dir, root's): an orchestrator restarted since its start finds them there. */
+/** Where a session's volumes are listed (its dir, root's): an orchestrator restarted since its start finds them there. */
 const VOLUME_LIST = 'vm-volumes.json';
 
-/**
- * Before its volumes are handed to a jail: lists their files in the session dir, so that the
- * release of a session adopted after a restart (paused to disk or running) gives them back too.
- */
-export async function listVolumes(sessionDir: string, volumes: readonly SandboxVolume[]): Promise<void> {
-  await writeFile(path.join(sessionDir, VOLUME_LIST), JSON.stringify(volumes.map((v) => v.file)), { mode: 0o600 });
+interface ListedVolume {
+  file: string;
+  readOnly: boolean;
 }
 
-/** Gives back the volumes listed in the session dir (none listed, or the dir gone: nothing to do). */
-export async function returnListedVolumes(sessionDir: string): Promise<void> {
+/**
+ * Before its volumes are handed to a jail: lists them in the session dir, so that a resume from
+ * disk can hand them over again and the release of a session adopted after a restart (paused to
+ * disk or running) gives them back too.
+ */
+export async function listVolumes(sessionDir: string, volumes: readonly SandboxVolume[]): Promise<void> {
+  const listed: ListedVolume[] = volumes.map((v) => ({ file: v.file, readOnly: v.readOnly }));
+  await writeFile(path.join(sessionDir, VOLUME_LIST), JSON.stringify(listed), { mode: 0o600 });
+}
+
+/** The volumes listed in the session dir (none listed, or the dir gone: none). */
+async function listedVolumes(sessionDir: string): Promise<ListedVolume[]> {
   const text = await readFile(path.join(sessionDir, VOLUME_LIST), 'utf8').catch(() => '[]');
-  let files: unknown;
+  let listed: unknown;
   try {
-    files = JSON.parse(text);
+    listed = JSON.parse(text);
   } catch {
-    return; // not ours
+    return []; // not ours
   }
-  if (!Array.isArray(files)) return;
-  await returnVolumes(files.filter((f): f is string => typeof f === 'string' && path.isAbsolute(f)).map((file) => ({ file })));
+  if (!Array.isArray(listed)) return [];
+  return listed.filter((v): v is ListedVolume => {
+    const entry = v as Partial<ListedVolume> | null;
+    return typeof entry?.file === 'string' && path.isAbsolute(entry.file) && typeof entry.readOnly === 'boolean';
+  });
+}
+
+/** Gives back the volumes listed in the session dir. */
+export async function returnListedVolumes(sessionDir: string): Promise<void> {
+  await returnVolumes(await listedVolumes(sessionDir));
+}
+
+/**
+ * Before a jailed VMM opens the listed volumes again (a resume from disk): each handed over as
+ * the start did (jailer/apply-chroot.ts), writable ones the jail's 0600, read-only ones root's
+ * 0444. Another session reading the same read-only volume may have ended since, and its
+ * release gave the file back to root, 0600: the jail could not open it.
+ */
+export async function grantListedVolumes(sessionDir: string, jail: { uid: number; gid: number }): Promise<void> {
+  for (const volume of await listedVolumes(sessionDir)) {
+    await chown(volume.file, volume.readOnly ? 0 : jail.uid, volume.readOnly ? 0 : jail.gid);
+    await chmod(volume.file, volume.readOnly ? 0o444 : 0o600);
+  }
 }
 
 function ignoreMissing(err: NodeJS.ErrnoException): void {
