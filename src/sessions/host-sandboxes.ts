@@ -149,6 +149,10 @@ export class HostSandboxes implements SandboxHost {
     return this.opts.runtime.pauseStateMaxMiB?.(memoryMiB);
   }
 
+  diskPauseWithVolumes(): boolean {
+    return this.opts.runtime.diskPauseWithVolumes?.() ?? false;
+  }
+
   async pause(session: Session, mode: PauseMode): Promise<PauseResult> {
     const { runtime } = this.opts;
     if (!runtime.pause) throw new Error(`the ${runtime.name} runtime cannot pause its sandboxes`);

@@ -47,6 +47,8 @@ export interface SandboxHost {
   pauseUnavailable(mode: PauseMode): string | undefined;
   /** The most a disk pause of a sandbox of `memoryMiB` writes to the host, MiB (undefined: the runtime does not say). */
   pauseStateMaxMiB(memoryMiB: number): number | undefined;
+  /** Whether a sandbox with volumes can be paused to disk. */
+  diskPauseWithVolumes(): boolean;
   /** Pauses the session's sandbox (its connection and desktop are detached already). */
   pause(session: Session, mode: PauseMode): Promise<PauseResult>;
   /** Lets a paused sandbox run again (no connection yet: `attach` makes one). */
