@@ -20,7 +20,7 @@ import type { RunningSandbox, Runtime } from '../src/runtimes/runtime.js';
 import type { GuestTransport } from '../src/transport/index.js';
 import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { run } from '../src/util/exec.js';
-import { guestWrittenMark, makeVolumeFile } from '../src/volumes/volume-files.js';
+import { guestWrittenMark, makeVolumeFile, volumeFile } from '../src/volumes/volume-files.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { COLD_BOOT_CALLS as BOOT_SEQUENCE } from './helpers/firecracker/calls.js';
 import { processesMentioning, processesMentioningAfterExit } from './helpers/host.js';
@@ -338,9 +338,12 @@ describe('the firecracker runtime, unjailed (development hosts)', () => {
   });
 });
 
+/** Where the end-to-end session mounts its volume. */
+const VOLUME_MOUNT = '/home/user/work_data';
+
 /**
- * The whole path through the orchestrator: HTTP create, the runtime, SSH with the pinned
- * host key, screenshot, a click, destroy. Run on a real microVM where KVM and the binaries
+ * The whole path through the orchestrator: HTTP create (with a volume), the runtime, SSH with
+ * the pinned host key, screenshot, a click, a pause to disk and its resume, destroy. Run on a real microVM where KVM and the binaries
  * exist; everywhere, on the emulator with FAKE_FIRECRACKER_GUEST=qemu, which boots the VM
  * the runtime configured (its unpacked vmlinux, raw root copy, config drive, TAP owned by the
  * jail's user, opened by a QEMU running as that user) under QEMU's microvm.
@@ -362,8 +365,14 @@ function endToEnd(title: string, skip: string | false, runtimeFor: () => Promise
     });
 
     it('creates a session over HTTP (201) that is ready with the requested screen', async (t) => {
+      const volume = await orch.server.inject({ method: 'POST', url: '/v1/volumes', payload: { name: 'work', sizeMiB: 32 } });
+      assert.equal(volume.statusCode, 201, volume.body);
       const started = Date.now();
-      const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: { width: 800, height: 600 } });
+      const res = await orch.server.inject({
+        method: 'POST',
+        url: '/v1/sessions',
+        payload: { width: 800, height: 600, volumes: [{ name: 'work', path: VOLUME_MOUNT }] },
+      });
       assert.equal(res.statusCode, 201, res.body);
       t.diagnostic(`create-to-ready: ${Date.now() - started} ms`);
       id = res.json().id;
@@ -389,10 +398,10 @@ function endToEnd(title: string, skip: string | false, runtimeFor: () => Promise
       await assertClickArrives(orch, id, guest);
     });
 
-    it('pauses to disk over HTTP (its VMM gone) and resumes the same guest: its desktop and SSH answer', async (t) => {
+    it('pauses to disk over HTTP (its VMM gone) and resumes the same guest: its desktop, SSH and volume answer', async (t) => {
       guest.close();
       const address = await guestAddress(orch.names, id);
-      await guestSh((guest = await connectToGuest(orch.stateDir, id, address)), 'echo kept > /dev/shm/mark');
+      await guestSh((guest = await connectToGuest(orch.stateDir, id, address)), `echo kept > /dev/shm/mark; echo on-the-volume > ${VOLUME_MOUNT}/note`);
       guest.close();
       let started = Date.now();
       const paused = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/pause`, payload: { mode: 'disk' } });
@@ -411,6 +420,7 @@ function endToEnd(title: string, skip: string | false, runtimeFor: () => Promise
       await assertScreenshotSize(orch, id, { width: 800, height: 600 });
       guest = await connectToGuest(orch.stateDir, id, address);
       assert.equal((await guestSh(guest, 'cat /dev/shm/mark')).text.trim(), 'kept', "the guest's memory came back");
+      assert.equal((await guestSh(guest, `cat ${VOLUME_MOUNT}/note`)).text.trim(), 'on-the-volume', 'and its volume');
     });
 
     it('is destroyed without a trace: no VMM, jail, cgroup, netns or key dir', async () => {
@@ -423,6 +433,8 @@ function endToEnd(title: string, skip: string | false, runtimeFor: () => Promise
       assert.equal(existsSync(path.join(orch.stateDir, id)), false, 'key dir gone');
       assert.equal(existsSync(`/var/run/netns/${orch.names.netns(id)}`), false);
       assert.deepEqual(await processesMentioning(`${TEST_PREFIX}${id}`), []);
+      const volume = await stat(volumeFile(path.join(orch.stateDir, 'volumes'), 'local', 'work'));
+      assert.deepEqual([volume.uid, volume.mode & 0o777], [0, 0o600], "its volume is root's again");
     });
   });
 }
