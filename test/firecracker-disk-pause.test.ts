@@ -4,22 +4,27 @@ import { mkdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CONFIG_FILES, renderSettings } from '../src/guest/contract.js';
 import type { GuestImage } from '../src/guest/image/builder.js';
-import { isProcessAlive, processStartTime } from '../src/host/process-watch.js';
+import { processStartTime } from '../src/host/process-watch.js';
 import { AddressPool } from '../src/network/address-pool.js';
-import { ResourceNames } from '../src/network/names.js';
 import { FirecrackerClient } from '../src/runtimes/firecracker/api/client.js';
 import { writeMarker } from '../src/runtimes/firecracker/disk-state.js';
-import { FirecrackerRuntime } from '../src/runtimes/firecracker/firecracker-runtime.js';
+import type { FirecrackerRuntime } from '../src/runtimes/firecracker/firecracker-runtime.js';
 import { DEFAULT_CONSOLE_LOG_LIMITS } from '../src/runtimes/console-log.js';
-import { firecrackerSettingsFromEnv } from '../src/runtimes/firecracker/settings.js';
 import type { Runtime } from '../src/runtimes/runtime.js';
 import type { GuestTransport } from '../src/transport/index.js';
 import { CleanupStack } from '../src/util/cleanup-stack.js';
-import { connectToGuest, guestSh } from './helpers/guest.js';
+import { guestSh } from './helpers/guest.js';
 import { processesMentioningAfterExit } from './helpers/host.js';
-import { builtImage, emulatorHost, emulatorWorkspace, sessionBase, type Recorded } from './helpers/firecracker/emulator-workspace.js';
+import {
+  accepted,
+  callsByProcess as callsByProcessIn,
+  connectWhenUp as connectWhenUpIn,
+  ended,
+  newRuntime as newRuntimeIn,
+  prepareSession as prepareSessionIn,
+} from './helpers/firecracker/disk-pause-session.js';
+import { builtImage, emulatorWorkspace, type Recorded } from './helpers/firecracker/emulator-workspace.js';
 import { TEST_PREFIX, TEST_SUBNET } from './helpers/orchestrator.js';
 
 /**
@@ -30,7 +35,6 @@ import { TEST_PREFIX, TEST_SUBNET } from './helpers/orchestrator.js';
  * counter in the guest's memory goes on from where it stopped, after the VMM was gone and the
  * runtime was made anew (a restart), and every body sent is held to the v1.16.1 spec.
  */
-const NAMES = new ResourceNames(TEST_PREFIX);
 const COUNTER = '/dev/shm/counter';
 
 const workspace = emulatorWorkspace('fc-dp-', ['FAKE_FIRECRACKER_GUEST']);
@@ -41,70 +45,13 @@ before(async () => {
   image = await builtImage();
 });
 
-/** A runtime as an orchestrator (re)started makes it: nothing remembered of the VMs before it. */
-const newRuntime = (jailed = true): FirecrackerRuntime & Runtime =>
-  FirecrackerRuntime.forHost(
-    NAMES,
-    {
-      ...firecrackerSettingsFromEnv({}),
-      chrootBaseDir: path.join(workspace.workDir, 'jails'),
-      vcpus: 2,
-      bootTimeoutMs: 150_000,
-      jailer: jailed ? 'auto' : 'off',
-    },
-    emulatorHost(jailed),
-  );
+const newRuntime = (jailed = true) => newRuntimeIn(workspace.workDir, jailed);
+const prepareSession = (runtime: FirecrackerRuntime, cleanup: CleanupStack) => prepareSessionIn(runtime, workspace.workDir, pool, cleanup, image);
 
-async function prepareSession(runtime: FirecrackerRuntime, cleanup: CleanupStack) {
-  const { sessionId, sessionDir, configDir, lease, spec } = await sessionBase(runtime, workspace.workDir, pool, cleanup, image, { width: 800, height: 600 });
-  // What the session layer tells its guest: the address it configures, the display to start.
-  await writeFile(
-    path.join(configDir, CONFIG_FILES.settings),
-    renderSettings({
-      SANDBOX_ID: sessionId,
-      SANDBOX_HOSTNAME: `sbx-${sessionId}`,
-      SANDBOX_DISPLAY: 99,
-      SANDBOX_WIDTH: 800,
-      SANDBOX_HEIGHT: 600,
-      SANDBOX_DEPTH: 24,
-      SANDBOX_NET_CONFIGURE: 1,
-      SANDBOX_ADDRESS: `${lease.guest}/${lease.prefixLength}`,
-      SANDBOX_GATEWAY: lease.gateway,
-      SANDBOX_TRANSPORT: 'tcp',
-    }),
-  );
-  return { sessionId, sessionDir, spec, jailRoot: path.join(workspace.workDir, 'jails', 'firecracker', `${TEST_PREFIX}${sessionId}`, 'root') };
-}
-
-/** The calls of each VMM process in turn (a resume from disk is a new one). */
-async function callsByProcess(sessionId: string): Promise<Recorded[][]> {
-  const byProcess: Recorded[][] = [];
-  for (const r of await workspace.records(sessionId)) {
-    if (r.process) byProcess.push([]);
-    else byProcess.at(-1)?.push(r);
-  }
-  return byProcess;
-}
-const accepted = (calls: Recorded[]) => calls.filter((r) => (r.status ?? 500) < 300);
+const callsByProcess = (sessionId: string) => callsByProcessIn(workspace, sessionId);
 const bodyOfCall = (calls: Recorded[], call: string) => accepted(calls).find((r) => r.call === call)?.body;
 
-/** SSH with the session's keys and pinned host key, tried until `withinMs` (a TCG guest boots slowly). */
-async function connectWhenUp(sessionId: string, address: string, withinMs: number): Promise<GuestTransport> {
-  const deadline = Date.now() + withinMs;
-  for (;;) {
-    try {
-      return await connectToGuest(workspace.workDir, sessionId, address);
-    } catch (err) {
-      if (Date.now() > deadline) throw err;
-      await sleep(1000);
-    }
-  }
-}
-
-/** A process that has ended holds no RAM or CPU (a zombie not yet reaped by its parent counts as ended). */
-async function ended(pid: number, startTime: string | undefined): Promise<boolean> {
-  return startTime !== undefined && !(await isProcessAlive(pid, startTime));
-}
+const connectWhenUp = (sessionId: string, address: string, withinMs: number) => connectWhenUpIn(workspace.workDir, sessionId, address, withinMs);
 
 async function counterOf(guest: GuestTransport): Promise<number> {
   return Number((await guestSh(guest, `cat ${COUNTER}`)).text.trim());

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { mkdir, open, readFile, readlink, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { pino } from 'pino';
 import { after, before, describe, it } from 'node:test';
 import type { GuestImage } from '../src/guest/image/builder.js';
 import { AddressPool } from '../src/network/address-pool.js';
@@ -12,13 +13,14 @@ import { FirecrackerRuntime } from '../src/runtimes/firecracker/firecracker-runt
 import { findOnPath, kvmUnavailable } from '../src/runtimes/firecracker/host/host-check.js';
 import { hostCgroupVersion, vmCgroupDirs } from '../src/runtimes/vm/cgroups.js';
 import { ensureVmlinux } from '../src/runtimes/firecracker/kernel/vmlinux.js';
+import { RUNTIMES } from '../src/runtimes/registered.js';
 import { snapshotBaseAddress, type CloneRotation } from '../src/runtimes/firecracker/snapshot/clone-rotation.js';
 import { firecrackerSettingsFromEnv, type FirecrackerSettings } from '../src/runtimes/firecracker/settings.js';
 import type { RunningSandbox, Runtime } from '../src/runtimes/runtime.js';
 import type { GuestTransport } from '../src/transport/index.js';
 import { CleanupStack } from '../src/util/cleanup-stack.js';
 import { run } from '../src/util/exec.js';
-import { guestWrittenMark, makeVolumeFile } from '../src/volumes/volume-files.js';
+import { guestWrittenMark, makeVolumeFile, volumeFile } from '../src/volumes/volume-files.js';
 import { connectToGuest, guestAddress, guestSh } from './helpers/guest.js';
 import { COLD_BOOT_CALLS as BOOT_SEQUENCE } from './helpers/firecracker/calls.js';
 import { processesMentioning, processesMentioningAfterExit } from './helpers/host.js';
@@ -273,11 +275,16 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
     assert.ok(existsSync(path.join(workspace.workDir, 'logs', `${s.sessionId}.console.log`)), 'the console log is kept for the failure');
   });
 
-  it('after an orchestrator crash, list() finds the VM and reclaim() kills it and removes its jail and cgroups', async () => {
+  it('after an orchestrator crash, list() finds the VM and reclaim() kills it, removes its jail and cgroups and gives its volume back to root', async () => {
     const abandoned = new CleanupStack();
     const s = await prepareSession(runtime, abandoned);
-    const vm = await runtime.start(s.spec, abandoned);
+    const volume = path.join(workspace.workDir, 'vol-orphan.ext4');
+    await makeVolumeFile(volume, 16);
+    const recorded: string[] = [];
+    const record = (kind: string, name: string) => void recorded.push(`${kind}:${name}`);
+    const vm = await runtime.start({ ...s.spec, volumes: [{ name: 'o', file: volume, path: '/data', readOnly: false }], record }, abandoned);
     try {
+      assert.equal((await stat(volume)).uid, s.spec.vmUser?.uid, "the volume is the jail's while the VM runs");
       const jailDir = path.join(jailsDir, 'firecracker', `${TEST_PREFIX}${s.sessionId}`);
       const cgroups = (await vmCgroupDirs(hostCgroupVersion(), TEST_PREFIX.slice(0, -1), `${TEST_PREFIX}${s.sessionId}`)).filter((d) => existsSync(d));
       assert.ok(existsSync(jailDir) && cgroups.length > 0, 'the orphan has its jail and cgroups');
@@ -297,6 +304,14 @@ describe('the firecracker runtime, jailed, against the contract emulator', () =>
       );
       assert.equal((await restarted.list()).includes(s.sessionId), false);
       assert.equal((await tapDetails(s.spec.network)).trim(), '', 'TAP removed');
+      // The crashed run's cleanup never gave the volume back: the session dir's list did.
+      const returned = await stat(volume);
+      assert.deepEqual([returned.uid, returned.gid, returned.mode & 0o777], [0, 0, 0o600], "the volume is root's again");
+      // And the ledger names it, for a start-up reconciliation that finds no session dir.
+      assert.ok(recorded.includes(`volume-owner:${volume}`), recorded.join(' '));
+      await run(['chown', `${s.spec.vmUser?.uid}:${s.spec.vmUser?.gid}`, volume]);
+      await RUNTIMES.resourceKind('volume-owner')?.reclaim(volume, { log: pino({ level: 'silent' }), removeDir: async () => undefined });
+      assert.equal((await stat(volume)).uid, 0, "the ledger's reclaimer gives it back too");
     } finally {
       await abandoned.run(); // the rest (netns, lease) as the reconciler would
     }
@@ -323,9 +338,12 @@ describe('the firecracker runtime, unjailed (development hosts)', () => {
   });
 });
 
+/** Where the end-to-end session mounts its volume. */
+const VOLUME_MOUNT = '/home/user/work_data';
+
 /**
- * The whole path through the orchestrator: HTTP create, the runtime, SSH with the pinned
- * host key, screenshot, a click, destroy. Run on a real microVM where KVM and the binaries
+ * The whole path through the orchestrator: HTTP create (with a volume), the runtime, SSH with
+ * the pinned host key, screenshot, a click, a pause to disk and its resume, destroy. Run on a real microVM where KVM and the binaries
  * exist; everywhere, on the emulator with FAKE_FIRECRACKER_GUEST=qemu, which boots the VM
  * the runtime configured (its unpacked vmlinux, raw root copy, config drive, TAP owned by the
  * jail's user, opened by a QEMU running as that user) under QEMU's microvm.
@@ -347,8 +365,14 @@ function endToEnd(title: string, skip: string | false, runtimeFor: () => Promise
     });
 
     it('creates a session over HTTP (201) that is ready with the requested screen', async (t) => {
+      const volume = await orch.server.inject({ method: 'POST', url: '/v1/volumes', payload: { name: 'work', sizeMiB: 32 } });
+      assert.equal(volume.statusCode, 201, volume.body);
       const started = Date.now();
-      const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: { width: 800, height: 600 } });
+      const res = await orch.server.inject({
+        method: 'POST',
+        url: '/v1/sessions',
+        payload: { width: 800, height: 600, volumes: [{ name: 'work', path: VOLUME_MOUNT }] },
+      });
       assert.equal(res.statusCode, 201, res.body);
       t.diagnostic(`create-to-ready: ${Date.now() - started} ms`);
       id = res.json().id;
@@ -374,10 +398,10 @@ function endToEnd(title: string, skip: string | false, runtimeFor: () => Promise
       await assertClickArrives(orch, id, guest);
     });
 
-    it('pauses to disk over HTTP (its VMM gone) and resumes the same guest: its desktop and SSH answer', async (t) => {
+    it('pauses to disk over HTTP (its VMM gone) and resumes the same guest: its desktop, SSH and volume answer', async (t) => {
       guest.close();
       const address = await guestAddress(orch.names, id);
-      await guestSh((guest = await connectToGuest(orch.stateDir, id, address)), 'echo kept > /dev/shm/mark');
+      await guestSh((guest = await connectToGuest(orch.stateDir, id, address)), `echo kept > /dev/shm/mark; echo on-the-volume > ${VOLUME_MOUNT}/note`);
       guest.close();
       let started = Date.now();
       const paused = await orch.server.inject({ method: 'POST', url: `/v1/sessions/${id}/pause`, payload: { mode: 'disk' } });
@@ -396,6 +420,7 @@ function endToEnd(title: string, skip: string | false, runtimeFor: () => Promise
       await assertScreenshotSize(orch, id, { width: 800, height: 600 });
       guest = await connectToGuest(orch.stateDir, id, address);
       assert.equal((await guestSh(guest, 'cat /dev/shm/mark')).text.trim(), 'kept', "the guest's memory came back");
+      assert.equal((await guestSh(guest, `cat ${VOLUME_MOUNT}/note`)).text.trim(), 'on-the-volume', 'and its volume');
     });
 
     it('is destroyed without a trace: no VMM, jail, cgroup, netns or key dir', async () => {
@@ -408,6 +433,8 @@ function endToEnd(title: string, skip: string | false, runtimeFor: () => Promise
       assert.equal(existsSync(path.join(orch.stateDir, id)), false, 'key dir gone');
       assert.equal(existsSync(`/var/run/netns/${orch.names.netns(id)}`), false);
       assert.deepEqual(await processesMentioning(`${TEST_PREFIX}${id}`), []);
+      const volume = await stat(volumeFile(path.join(orch.stateDir, 'volumes'), 'local', 'work'));
+      assert.deepEqual([volume.uid, volume.mode & 0o777], [0, 0o600], "its volume is root's again");
     });
   });
 }

@@ -245,6 +245,11 @@ export interface PausingRuntime {
   pauseUnavailable?(mode: PauseMode): string | undefined;
   /** The most a pause to disk of a sandbox of `memoryMiB` may write to the host, MiB (the pause checks the host has it). */
   pauseStateMaxMiB?(memoryMiB: number): number;
+  /**
+   * Whether a sandbox with volumes can be paused to disk (absent: not; QEMU cannot yet: it
+   * reopens every drive by path when a migration completes, which a volume's file refuses).
+   */
+  diskPauseWithVolumes?(): boolean;
   /** Pauses a running sandbox; on failure the sandbox is left running. */
   pause?(target: PauseTarget, mode: PauseMode): Promise<PauseResult>;
   /**

@@ -153,6 +153,10 @@ export class HostSandboxes implements SandboxHost {
     return this.opts.runtime.capabilities.diskPauseEndsConnection === true;
   }
 
+  diskPauseWithVolumes(): boolean {
+    return this.opts.runtime.diskPauseWithVolumes?.() ?? false;
+  }
+
   async pause(session: Session, mode: PauseMode): Promise<PauseResult> {
     const { runtime } = this.opts;
     if (!runtime.pause) throw new Error(`the ${runtime.name} runtime cannot pause its sandboxes`);

@@ -6,6 +6,7 @@ import type { SessionRegistry } from './registry.js';
 import type { SandboxHost } from './sandbox-host.js';
 import type { Session } from './session.js';
 import type { SessionState } from './session-record.js';
+import { flushGuestVolumes } from './session-volumes.js';
 import { toView, type SessionView } from './session-view.js';
 import type { SessionStore } from './store.js';
 import { idleDeadline } from './timeouts.js';
@@ -58,17 +59,18 @@ export class SessionPauser {
 
   /**
    * The mode a request names, checked against what this host does; `auto`: disk where it works,
-   * else memory. Not disk for a session with volumes: QEMU reopens every drive by path when a
-   * migration completes, which a volume's file, outside the VM user's reach, refuses.
+   * else memory. Not disk for a session with volumes where the runtime cannot (QEMU reopens
+   * every drive by path when a migration completes, which a volume's file refuses).
    */
   modeFor(requested: PauseRequestMode, withVolumes = false): PauseMode {
     const { host } = this.opts;
     const modes = host.pauseModes();
-    if (withVolumes && requested === 'disk')
-      throw new PauseModeUnavailableError('mode "disk" is not available for a session with volumes yet: pause it in memory');
+    const volumesStay = withVolumes && !host.diskPauseWithVolumes();
+    if (volumesStay && requested === 'disk')
+      throw new PauseModeUnavailableError('mode "disk" is not available for a session with volumes on this runtime yet: pause it in memory');
     const noRoom = this.noDiskRoom();
     if (requested === 'auto') {
-      if (modes.includes('disk') && !withVolumes && noRoom === undefined) return 'disk';
+      if (modes.includes('disk') && !volumesStay && noRoom === undefined) return 'disk';
       if (modes.includes('memory')) return 'memory';
       throw new PauseModeUnavailableError(`this orchestrator cannot pause sessions: ${host.pauseUnavailable('memory') ?? 'no pause mode'}`);
     }
@@ -157,6 +159,8 @@ export class SessionPauser {
     const { host, metrics, recordings } = this.opts;
     const log = this.log(session);
     const started = performance.now();
+    // To disk, the guest's unwritten volume data first: a destroy while paused does not run it again to flush.
+    if (mode === 'disk') await flushGuestVolumes(session, (err) => log.warn({ err }, "could not sync the guest's volumes before pausing it to disk"));
     recordings?.pause(session.id);
     session.keepalivesHeld = session.connection?.holdKeepalives();
     // To disk, the sandbox's process ends: not a crash (session-watch.ts).

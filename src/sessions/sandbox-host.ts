@@ -49,6 +49,8 @@ export interface SandboxHost {
   pauseStateMaxMiB(memoryMiB: number): number | undefined;
   /** Whether a pause to disk ends the guest's side of the session's connection (RuntimeCapabilities). */
   diskPauseEndsConnection(): boolean;
+  /** Whether a sandbox with volumes can be paused to disk. */
+  diskPauseWithVolumes(): boolean;
   /** Pauses the session's sandbox (to disk: its connection detached first where the pause ends it). */
   pause(session: Session, mode: PauseMode): Promise<PauseResult>;
   /** Lets a paused sandbox run again (no connection yet: `attach` makes one). */

@@ -43,10 +43,12 @@ const FLUSH_TIMEOUT_MS = 10_000;
  * Before a sandbox with writable volumes is stopped: `sync` in the guest, so that what its
  * kernel still holds in memory reaches the volume's disk (a VM is stopped, not shut down; a
  * container's writes are the host kernel's already, and cost nothing here). Best effort: a
- * guest that cannot answer has sandbox-init's syncfs every second behind it.
+ * guest that cannot answer has sandbox-init's syncfs every second behind it. Paused to disk,
+ * its guest does not run (it was flushed before the pause, pause.ts): not asked.
  */
 export async function flushGuestVolumes(session: Session, warn: (err: unknown) => void): Promise<void> {
   const connection = session.connection;
   if (!session.volumes?.attachments.some((v) => !v.readOnly) || !connection?.isConnected) return;
+  if (session.record.paused?.mode === 'disk') return;
   await connection.exec('sync', { timeoutMs: FLUSH_TIMEOUT_MS }).catch(warn);
 }

@@ -148,6 +148,12 @@ export class FakeRuntime implements Runtime {
     return Math.ceil(memoryMiB * 1.25 + 256);
   }
 
+  /** As QEMU (false) or Firecracker (true). */
+  volumesToDisk = false;
+  diskPauseWithVolumes(): boolean {
+    return this.volumesToDisk;
+  }
+
   async pause(target: PauseTarget, mode: PauseMode): Promise<PauseResult> {
     if (this.pauseError) throw this.pauseError;
     const sandbox = this.sandboxes.get(target.sessionId) ?? this.leftRunning.get(target.sessionId);
@@ -299,6 +305,10 @@ export class FakeHost implements SandboxHost {
 
   diskPauseEndsConnection(): boolean {
     return this.runtime.capabilities.diskPauseEndsConnection === true;
+  }
+
+  diskPauseWithVolumes(): boolean {
+    return this.runtime.diskPauseWithVolumes();
   }
 
   pause(session: Session, mode: PauseMode): Promise<PauseResult> {

@@ -41,7 +41,20 @@ describe('the runtime registry', () => {
   });
 
   it('reclaims in the order of old: processes, runtime state, mounts, files, cgroups, network, keys, leases', () => {
-    assert.deepEqual(RECLAIM_ORDER, ['process', 'container', 'mount', 'disk', 'jail', 'cgroup', 'netns', 'veth', 'key-dir', 'id-range', 'vm-user']);
+    assert.deepEqual(RECLAIM_ORDER, [
+      'process',
+      'container',
+      'mount',
+      'disk',
+      'jail',
+      'volume-owner',
+      'cgroup',
+      'netns',
+      'veth',
+      'key-dir',
+      'id-range',
+      'vm-user',
+    ]);
   });
 
   it('takes a toy entry: its name, settings, vCPUs, auto rank, creation and resource kind', async () => {

@@ -15,6 +15,7 @@ import { CapacityGate } from '../../src/sessions/capacity.js';
 import { SessionStore } from '../../src/sessions/store.js';
 import { lifetimeEnd } from '../../src/sessions/timeouts.js';
 import { FakeRuntime } from '../helpers/fake-runtime.js';
+import type { FakeTransport } from '../helpers/fake-transport.js';
 import { fakeManager, until, type FakeRig } from '../helpers/fake-manager.js';
 
 let dir: string;
@@ -129,6 +130,34 @@ describe('unit: pause and resume', () => {
     assert.equal(r.manager.get(view.id).state, 'ready');
     const paused = await r.manager.pause(view.id);
     assert.equal(paused.paused?.mode, 'memory');
+    await r.manager.shutdown();
+  });
+
+  it('a runtime that pauses volumes to disk (Firecracker): "disk" and "auto" go to disk, the guest synced first; a destroy then asks the stopped guest nothing', async () => {
+    const r = await rig();
+    r.runtime.modes = ['memory', 'disk'];
+    r.runtime.volumesToDisk = true;
+    const view = await r.manager.create();
+    const session = r.manager.registry.find(view.id);
+    assert.ok(session);
+    session.record.volumes = [{ name: 'work', path: '/data', readOnly: false }];
+    const attachments = [{ name: 'work', path: '/data', readOnly: false, file: '/nonexistent/work.ext4' }];
+    session.volumes = { tenant: 'local', holder: view.id, mounts: session.record.volumes, attachments, release: () => undefined };
+    // The fake connection up, as a running guest's: what the session layer asks of it is kept.
+    const up = () => {
+      const connection = session.connection as FakeTransport;
+      Object.defineProperty(connection, 'isConnected', { get: () => true });
+      return connection;
+    };
+    let connection = up();
+    assert.equal((await r.manager.pause(view.id, 'disk')).paused?.mode, 'disk');
+    assert.deepEqual(connection.asked, ['sync'], "the guest's volumes synced before the pause");
+    await r.manager.resume(view.id);
+    connection = up(); // the resume's
+    assert.equal((await r.manager.pause(view.id)).paused?.mode, 'disk', 'auto: disk');
+    assert.deepEqual(connection.asked, ['sync']);
+    await r.manager.destroy(view.id);
+    assert.deepEqual(connection.asked, ['sync'], 'no sync asked of a guest paused to disk');
     await r.manager.shutdown();
   });
 

@@ -23,6 +23,7 @@ import { DEFAULT_CONSOLE_LOG_LIMITS, type ConsoleLogLimits } from '../console-lo
 import { openConsole, reattachConsole, type ConsolePipe } from '../console-pipe.js';
 import type { AdoptedSandbox, PausedOnDisk, PauseResult, PauseTarget, RunningSandbox } from '../runtime.js';
 import { removeVmCgroups } from '../vm/cgroups.js';
+import { grantListedVolumes } from '../vm/vm-volumes.js';
 import { killOrphanVmms, vmExited, vmStartError } from '../vm/vm-common.js';
 import { settlesWithin, spawnInNetns, type VmProcess } from '../vm/vm-process.js';
 import type { VmUserPool } from '../vm/vm-user-pool.js';
@@ -253,6 +254,9 @@ export class FirecrackerDiskPause {
     }
     await rm(path.join(sessionDir, SESSION_VSOCK_SOCKET), { force: true });
     await removeVmCgroups(this.deps.host.cgroupVersion, this.deps.parentCgroup, id);
+    const user = marker.user as { uid: number; gid: number };
+    // The snapshot's drives are opened again, as the jail's uid: its volumes handed over again.
+    await grantListedVolumes(sessionDir, user);
     const vmm = await launchJailer({
       names: this.deps.names,
       jailerBin,
@@ -263,7 +267,7 @@ export class FirecrackerDiskPause {
       id,
       sessionId,
       rootDir: jailRoot,
-      user: marker.user as { uid: number; gid: number },
+      user,
       netns,
       limits: { memoryMiB: marker.memoryMiB, vcpus: marker.vcpus },
       consolePipe,

@@ -1,6 +1,7 @@
 import type { ResourceKindEntry, RuntimeEntry } from '../entry.js';
 import { CGROUP, PROCESS } from '../host-resources.js';
 import { VM_USER } from '../vm/resources.js';
+import { VOLUME_OWNER } from '../vm/vm-volumes.js';
 import { FirecrackerRuntime } from './firecracker-runtime.js';
 import { findOnPath, kvmUnavailable } from './host/host-check.js';
 import { firecrackerSettingsFromEnv, type FirecrackerSettings } from './settings.js';
@@ -12,7 +13,7 @@ import { firecrackerSettingsFromEnv, type FirecrackerSettings } from './settings
  */
 const JAIL: ResourceKindEntry = { stage: 'files', reclaim: (name, ctx) => ctx.removeDir(name) };
 
-const RESOURCES = { process: PROCESS, jail: JAIL, cgroup: CGROUP, 'vm-user': VM_USER };
+const RESOURCES = { process: PROCESS, jail: JAIL, 'volume-owner': VOLUME_OWNER, cgroup: CGROUP, 'vm-user': VM_USER };
 
 /** Firecracker microVMs: `auto`'s first choice where /dev/kvm works and a firecracker binary is found. */
 export const firecrackerRuntime: RuntimeEntry<'firecracker', FirecrackerSettings, keyof typeof RESOURCES> = {

@@ -45,7 +45,7 @@ import { buildSnapshotBase } from './snapshot/base-build.js';
 import { loadSnapshotBase, snapshotBaseDir, type SnapshotBase } from './snapshot/base-store.js';
 import { describeVmmExit, findFirecrackerProcesses, stopVmm } from './vmm/vmm-process.js';
 import { VmUserPool, vmUserRange } from '../vm/vm-user-pool.js';
-import { prepareVmVolumes, returnVolumes } from '../vm/vm-volumes.js';
+import { listVolumes, prepareVmVolumes, returnListedVolumes, returnVolumes } from '../vm/vm-volumes.js';
 
 /** A started VM and the handles a snapshot base build needs to snapshot it. */
 export interface BootedVm {
@@ -319,8 +319,12 @@ export class FirecrackerRuntime implements Runtime {
     // Leased by the session layer before the network (it owns the TAP); else here.
     const user = spec.vmUser ?? (await this.users.lease(cleanup, spec.record));
     spec.record?.('jail', layout.jailDir);
-    // The volumes are the jail's while it runs (hard links share their owner): root's again after.
-    if ((spec.volumes?.length ?? 0) > 0) await cleanup.push('volume owners', () => returnVolumes(spec.volumes ?? []));
+    // The volumes are the jail's while it runs (hard links share their owner): root's again after,
+    // by this cleanup, or after a restart by the reclaim (the session dir's list) or the ledger.
+    const volumes = spec.volumes ?? [];
+    if (volumes.length > 0) await listVolumes(spec.sessionDir, volumes);
+    for (const volume of volumes) spec.record?.('volume-owner', volume.file);
+    if (volumes.length > 0) await cleanup.push('volume owners', () => returnVolumes(volumes));
     await cleanup.push(`jail ${layout.jailDir}`, () => removeChroot(layout));
     await applyChrootLayout(layout, user);
     const parentCgroup = this.parentCgroup;
@@ -384,12 +388,12 @@ export class FirecrackerRuntime implements Runtime {
     return adoptVmm(vmm, "VM's firecracker process", this.users, reached, sessionDir, consoleLog, () => this.reclaim(sessionId, sessionDir));
   }
 
-  /** Kills the session's orphaned VMM, then removes its jail, cgroups, TAP and bridge. Idempotent. */
+  /** Kills the session's orphaned VMM, then removes its jail, gives its volumes back to root, removes its cgroups, TAP and bridge. Idempotent. */
   async reclaim(sessionId: string, sessionDir: string): Promise<void> {
-    void sessionDir; // its files go with the session dir, which reconciliation removes
     await killOrphanVmms(await findFirecrackerProcesses(this.names), sessionId, 'firecracker', this.users);
     const id = jailId(this.names.prefix, sessionId);
     await removeChroot({ jailDir: path.join(this.jailsDir, id) });
+    await returnListedVolumes(sessionDir);
     await removeVmCgroups(this.host.cgroupVersion, this.parentCgroup, id);
     await deleteTapBridge(this.names.netns(sessionId));
   }

@@ -72,6 +72,8 @@ export function firecrackerPausing(place: ApiSocketPlace, disk: FirecrackerDiskP
     pauseModes: () => pausing.modes(),
     pauseUnavailable: () => pausing.unavailable(),
     pauseStateMaxMiB: (memoryMiB) => pauseStateMaxMiB(memoryMiB),
+    // The snapshot names its volumes' drives in the jail, where they stay linked while paused.
+    diskPauseWithVolumes: () => true,
     pause: (target, mode) => pausing.pause(target, mode),
     resume: (target, mode) => pausing.resume(target, mode),
     isPaused: (target) => pausing.isPaused(target),

@@ -10,7 +10,7 @@
  *  - with FAKE_FIRECRACKER_GUEST=qemu, InstanceStart boots the configured VM for real, with
  *    QEMU's microvm under TCG: the same kernel (the vmlinux the runtime unpacked, booted at
  *    its PVH entry), initrd, boot args plus what Firecracker appends (`root=/dev/vda rw`),
- *    drives in order, TAP and MAC. The console goes to stdout, as Firecracker's does, and
+ *    drives in order (volumes too), TAP and MAC. The console goes to stdout, as Firecracker's does, and
  *    the process ends when the guest does (a guest reboot ends Firecracker);
  *  - SendCtrlAltDel presses Ctrl-Alt-Del in that guest (QMP send-key); without a guest it
  *    behaves as a guest that powers off at once: the process exits;
@@ -158,7 +158,8 @@ function bootGuest(incoming = false): void {
   const source = model.bootSource as BootSource;
   const drives = [...model.drives.values()];
   const rootDrive = drives.find((d) => d.is_root_device) as Drive;
-  const other = drives.find((d) => !d.is_root_device);
+  // After the root: the config drive, then the volumes in order (vdc, vdd...: the guest finds them so).
+  const [configDrive, ...volumeDrives] = drives.filter((d) => !d.is_root_device);
   const iface = [...model.networkInterfaces.values()][0] as NetworkInterface;
   const machine = model.machineConfig;
   const argv = qemuArgv({
@@ -172,7 +173,8 @@ function bootGuest(incoming = false): void {
     cmdline: `${source.boot_args ?? ''} root=/dev/vda rw${khz ? ` tsc_early_khz=${khz}` : ''}`,
     rootDisk: inJail(rootDrive.path_on_host as string),
     rootDiskFormat: 'raw',
-    configDrive: inJail(other?.path_on_host as string),
+    configDrive: inJail(configDrive?.path_on_host as string),
+    volumes: volumeDrives.map((d) => ({ file: inJail(d.path_on_host as string), readOnly: d.is_read_only ?? false })),
     tap: iface.host_dev_name,
     mac: iface.guest_mac ?? '06:00:00:00:00:01',
     pidFile: inJail('/run/emulator-qemu.pid'),
