@@ -321,12 +321,10 @@ export class ContainerRuntime implements Runtime {
     return this.freezer ? undefined : 'the host has no cgroup freezer (cgroup v1 freezer controller or cgroup v2)';
   }
 
-  /** A container's snapshot would save its processes with CRIU (docs/snapshots.md): not here. */
+  /** A container's snapshot would save its processes with CRIU, as its pause to disk does (docs/snapshots.md): not yet. */
   snapshotUnavailable(): string {
-    return (
-      `a container's processes would be saved by CRIU, and ${this.criuReason ?? 'a snapshot of them is not wired up yet'}; container snapshots need a host where \`criu check\` passes ` +
-      '(criu 4.2 or newer on kernels from 6.16) and are not wired up yet: the qemu runtime (SBX_RUNTIME=qemu) snapshots and forks sessions'
-    );
+    const criu = this.criuReason ? `, and ${this.criuReason}` : ' (criu 4.2 or newer on kernels from 6.16)';
+    return `a container's processes would be saved by CRIU${criu}; container snapshots are not wired up yet: the qemu runtime (SBX_RUNTIME=qemu) snapshots and forks sessions`;
   }
 
   /** Memory: the container's cgroup frozen (no CPU, its memory kept). Disk: its processes checkpointed (checkpoint.ts). */
