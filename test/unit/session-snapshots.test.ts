@@ -58,12 +58,15 @@ describe('unit: snapshots of sessions', () => {
     const view = await r.manager.create({}, { tenant: 'alpha' });
     let release: () => void = () => undefined;
     const held = new Promise<void>((resolve) => (release = resolve));
+    let entered: () => void = () => undefined;
+    const saving = new Promise<void>((resolve) => (entered = resolve));
     r.runtime.snapshot = async (_target, into) => {
+      entered();
       await writeFile(path.join(into, 'vm-state.gz'), 'state');
       await held;
     };
     const first = snapshots.create('alpha', view.id, { name: 'one' });
-    await new Promise((resolve) => setImmediate(resolve));
+    await saving; // the runtime is saving it now (a turn of the event loop is not always enough on a busy host)
     await assert.rejects(snapshots.create('alpha', view.id, {}), (err) => codeOf(err) === 'session_not_ready');
     await assert.rejects(r.manager.pause(view.id, 'memory'), (err) => codeOf(err) === 'session_busy');
     release();

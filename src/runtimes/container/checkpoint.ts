@@ -57,7 +57,7 @@ export async function checkpointContainer(deps: CheckpointDeps, sessionId: strin
   const res = await run(
     [deps.settings.runcBin, '--criu', criuOf(deps), '--root', deps.names.runcRoot, 'checkpoint', '--image-path', partial, '--work-path', partial, id],
     {
-      env: { ...process.env, CRIU_CONFIG_FILE: options },
+      env: criuEnv(options),
       timeoutMs: CRIU_TIMEOUT_MS,
       allowFailure: true,
     },
@@ -285,7 +285,7 @@ function runcRestore(
   argv.push('--image-path', images, '--work-path', images, '--bundle', bundle, '--pid-file', pidFile, id);
   return new Promise((resolve, reject) => {
     const child = withWriter(consolePipe, (fd) =>
-      spawn(deps.settings.runcBin, argv, { stdio: ['ignore', fd, fd], env: { ...process.env, CRIU_CONFIG_FILE: options }, timeout: CRIU_TIMEOUT_MS }),
+      spawn(deps.settings.runcBin, argv, { stdio: ['ignore', fd, fd], env: criuEnv(options), timeout: CRIU_TIMEOUT_MS }),
     );
     child.on('error', reject);
     child.on('exit', (code) => {
@@ -304,6 +304,11 @@ async function criuOptions(sessionDir: string, what: 'dump' | 'restore', more: s
   // connection (the orchestrator's own SSH one) restored closed.
   await writeFile(file, ['network-lock skip', 'tcp-close', ...more, ''].join('\n'), { mode: 0o600 });
   return file;
+}
+
+/** runc's environment, which it hands to criu: a plain PATH and the options file, nothing of ours. */
+function criuEnv(options: string): NodeJS.ProcessEnv {
+  return { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', CRIU_CONFIG_FILE: options };
 }
 
 function criuOf(deps: CheckpointDeps): string {
