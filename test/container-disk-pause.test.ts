@@ -143,8 +143,19 @@ describe('pause to disk of a container desktop (CRIU), across an orchestrator SI
     assert.equal(existsSync(path.join(stateDir, id, 'checkpoint')), false, 'the checkpoint is gone once restored');
   });
 
-  it('a destroy of a session paused to disk leaves nothing', async () => {
-    assert.equal((await api('POST', `/v1/sessions/${id}/pause`, { mode: 'disk' })).status, 200);
+  it('paused and resumed again (the restored container checkpointed in turn), then a destroy while paused to disk leaves nothing', async () => {
+    for (let round = 0; round < 2; round++) {
+      const before = await counter(id);
+      assert.equal((await api('POST', `/v1/sessions/${id}/pause`, { mode: 'disk' })).status, 200);
+      if (round === 1) break;
+      const resumed = await api('POST', `/v1/sessions/${id}/resume`);
+      assert.equal(resumed.status, 200, JSON.stringify(resumed.json));
+      await sleep(500);
+      const again = await counter(id);
+      assert.equal(again.pid, before.pid, 'still the same process');
+      assert.ok(again.count > before.count, 'counting after a second resume');
+      assert.match(await bash(id, 'echo alive'), /alive/);
+    }
     const deleted = await api('DELETE', `/v1/sessions/${id}`);
     assert.equal(deleted.status, 200);
     assert.equal(existsSync(path.join(stateDir, id)), false, 'its session dir is gone');

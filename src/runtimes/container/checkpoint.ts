@@ -12,9 +12,10 @@
  *   `checkpoint.restoring` is, unless the restored container runs; a `.partial` one goes.
  */
 import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { chown, mkdir, readFile, readlink, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { processStartTime, waitForExit, watchExit } from '../../host/process-watch.js';
+import { isProcessAlive, processStartTime, waitForExit, watchExit } from '../../host/process-watch.js';
 import { unmount } from '../../host/mounts.js';
 import type { ResourceNames } from '../../network/names.js';
 import { moveIntoNetnsOf, type GuestLink } from '../../network/netns.js';
@@ -105,8 +106,11 @@ export async function restoreContainer(
   // and makes its bind mounts from there: the FIFO its root's, the sources where it can reach.
   await chown(consoleFifoPath(sessionDir), rootId, rootId);
   await rename(done, restoring);
-  // Its images are read from inside it too (the guest's own memory): its root's, and reachable.
+  // Its images are read from inside it too, by its root and by other guest users (a time
+  // namespace is restored by whichever task made it): the guest's own memory, readable by its
+  // users, and reached only through the session dir (0700) or the restore's unlisted bind.
   await run(['chown', '-R', `${rootId}:${rootId}`, restoring]);
+  await run(['chmod', '-R', 'u=rwX,go=rX', restoring]);
   let restored: { bundle: string; images: string; release: () => Promise<void> };
   try {
     restored = await restoreBundle(deps.names, id, sessionDir, config, restoring);
@@ -160,8 +164,10 @@ export async function resumeFromCheckpoint(deps: CheckpointDeps, target: PauseTa
 
 /**
  * The restored container as a session's sandbox: its init watched through /proc (it is no
- * child of ours), released by runc delete; `closeConsole` when the console reader was the
- * resume's own (after a restart), not the session's from its start.
+ * child of ours), released by runc delete while that init lives (a later pause and resume
+ * replaces this release with the next restore's: the container's name is then another's);
+ * `closeConsole` when the console reader was the resume's own (after a restart), not the
+ * session's from its start.
  */
 export function restoredSandbox(
   deps: CheckpointDeps,
@@ -182,8 +188,10 @@ export function restoredSandbox(
     sandbox,
     release: async () => {
       watcher.stop();
-      await deleteContainer(deps.settings.runcBin, deps.names.runcRoot, deps.names.container(sessionId), deps.names.cgroup(sessionId));
-      if (!(await waitForExit(init.pid, init.startTime, 10_000))) throw new Error(`container init ${init.pid} is still alive 10 s after it was killed`);
+      if (await isProcessAlive(init.pid, init.startTime)) {
+        await deleteContainer(deps.settings.runcBin, deps.names.runcRoot, deps.names.container(sessionId), deps.names.cgroup(sessionId));
+        if (!(await waitForExit(init.pid, init.startTime, 10_000))) throw new Error(`container init ${init.pid} is still alive 10 s after it was killed`);
+      }
       if (closeConsole) await consolePipe.close();
     },
   };
@@ -236,7 +244,8 @@ async function restoreBundle(
   config: OciConfig,
   checkpoint: string,
 ): Promise<{ bundle: string; images: string; release: () => Promise<void> }> {
-  const binds = path.join(names.rootfsRoot, `${id}.restore`);
+  // A name no one can guess: the rootfs dir (0711) can be crossed, not listed.
+  const binds = path.join(names.rootfsRoot, `${id}.restore-${randomBytes(12).toString('hex')}`);
   const bundle = path.join(sessionDir, 'restore-bundle');
   await mkdir(binds, { recursive: true, mode: 0o711 });
   await mkdir(bundle, { recursive: true, mode: 0o700 });
