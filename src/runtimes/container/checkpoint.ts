@@ -107,9 +107,8 @@ export async function restoreContainer(
   await chown(consoleFifoPath(sessionDir), rootId, rootId);
   await rename(done, restoring);
   // Its images are read from inside it too, by its root and by other guest users (a time
-  // namespace is restored by whichever task made it): the guest's own memory, readable by its
-  // users, and reached only through the session dir (0700) or the restore's unlisted bind.
-  await run(['chown', '-R', `${rootId}:${rootId}`, restoring]);
+  // namespace is restored by whichever task made it): the guest's own memory, readable (not
+  // writable) by its users, reached only through the session dir (0700) or the restore's unlisted bind.
   await run(['chmod', '-R', 'u=rwX,go=rX', restoring]);
   let restored: { bundle: string; images: string; release: () => Promise<void> };
   try {
@@ -131,13 +130,20 @@ export async function restoreContainer(
   } finally {
     await release();
   }
-  const pid = Number((await readFile(pidFile, 'utf8')).trim());
-  const startTime = processStartTime(pid);
-  if (!startTime) throw new Error(`the restored container ${id} exited at once`);
-  // Its netns came back empty (but for lo and the listening sockets), and its user namespace without its limits.
-  await Promise.all([limitUserNamespace(pid, deps.settings), allowSshPort(`/proc/${pid}/ns/net`), moveIntoNetnsOf(network, pid)]);
-  await rm(restoring, { recursive: true, force: true });
-  return { pid, startTime };
+  try {
+    const pid = Number((await readFile(pidFile, 'utf8')).trim());
+    const startTime = processStartTime(pid);
+    if (!startTime) throw new Error(`the restored container ${id} exited at once`);
+    // Its netns came back empty (but for lo and the listening sockets), and its user namespace without its limits.
+    await Promise.all([limitUserNamespace(pid, deps.settings), allowSshPort(`/proc/${pid}/ns/net`), moveIntoNetnsOf(network, pid)]);
+    await rm(restoring, { recursive: true, force: true });
+    return { pid, startTime };
+  } catch (err) {
+    // Not the session's sandbox then: it goes, and the checkpoint stays the truth.
+    await deleteContainer(deps.settings.runcBin, deps.names.runcRoot, id).catch(() => undefined);
+    await rename(restoring, done);
+    throw err;
+  }
 }
 
 /**
