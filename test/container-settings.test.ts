@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
 import pino from 'pino';
-import { containerSettingsFromEnv, ID_RANGE_SIZE } from '../src/runtimes/container/settings.js';
+import { containerSettingsFromEnv, ID_RANGE_SIZE, SETUP_CRIU } from '../src/runtimes/container/settings.js';
 import { ResourceNames } from '../src/network/names.js';
 import { ContainerRuntime } from '../src/runtimes/container/container-runtime.js';
 import { idmappedMountsUnavailable } from '../src/runtimes/container/idmapped-mount.js';
@@ -23,8 +24,11 @@ describe('container settings', () => {
       inotifyWatches: 16384,
       diskMiB: 4096,
       runcBin: 'runc',
+      // The one setup unpacked (scripts/setup-criu.sh), else the one on PATH.
+      criuBin: existsSync(SETUP_CRIU) ? SETUP_CRIU : 'criu',
       transport: 'tcp',
     });
+    assert.equal(containerSettingsFromEnv({ SBX_CRIU: '/opt/criu' }).criuBin, '/opt/criu');
     assert.equal(containerSettingsFromEnv({ SBX_DISK_MIB: '64', RUNC_BIN: '/opt/runc' }).diskMiB, 64);
     assert.equal(containerSettingsFromEnv({ RUNC_BIN: '/opt/runc' }).runcBin, '/opt/runc');
     assert.throws(() => containerSettingsFromEnv({ SBX_DISK_MIB: '63' }), /SBX_DISK_MIB must be between 64 and 1048576/);
