@@ -1,20 +1,17 @@
 import assert from 'node:assert/strict';
-import type { ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readFile, readdir, rm } from 'node:fs/promises';
-import os from 'node:os';
+import { readdir } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
-import { openKeyStore } from '../src/api/auth/key-store-file.js';
 import { mountsUnder } from '../src/host/mounts.js';
 import { ResourceNames } from '../src/network/names.js';
 import { criuUnavailable } from '../src/runtimes/container/criu-check.js';
 import { containerSettingsFromEnv } from '../src/runtimes/container/settings.js';
 import { run } from '../src/util/exec.js';
-import { freePort, startServeOn } from './helpers/serve.js';
+import { COUNTER_BOX, counterOf, startCounter, startServeRig, type ServeRig } from './helpers/counting-desktop.js';
 import { differingOutside, serveApi, type Json, type RawImage } from './helpers/serve-api.js';
-import { removeEmptyPrefixCgroups, TEST_PREFIX } from './helpers/orchestrator.js';
+import { TEST_PREFIX } from './helpers/orchestrator.js';
 
 /**
  * Pause to disk of a real container desktop with CRIU (src/runtimes/container/checkpoint.ts),
@@ -26,25 +23,15 @@ import { removeEmptyPrefixCgroups, TEST_PREFIX } from './helpers/orchestrator.js
  * Needs a criu that runs on this kernel (scripts/setup-criu.sh unpacks one).
  */
 const NAMES = new ResourceNames(TEST_PREFIX);
-const COUNTER_BOX = { width: 360, height: 120 };
 const CRIU = containerSettingsFromEnv(process.env).criuBin;
 
-let stateDir: string;
-let port: number;
-let child: ChildProcess | undefined;
-let key: string;
+let rig: ServeRig;
 
 const { api, bash, screenshot } = serveApi(
-  () => port,
-  () => key,
+  () => rig.port,
+  () => rig.keys.alpha,
 );
-
-/** "<pid> <count>" as the guest's counter last wrote it, read from the host through the container's root (it stays mounted while paused). */
-async function counter(id: string): Promise<{ pid: number; count: number }> {
-  const text = await readFile(path.join(NAMES.containerRootfs(id), 'var/tmp/counter'), 'utf8');
-  const [pid, count] = text.trim().split(' ').map(Number);
-  return { pid: pid ?? 0, count: count ?? 0 };
-}
+const counter = (id: string) => counterOf(NAMES, id);
 
 /** The session's containers as runc lists them. */
 async function containers(): Promise<string[]> {
@@ -61,34 +48,17 @@ describe('pause to disk of a container desktop (CRIU), across an orchestrator SI
   let shotBefore: RawImage;
 
   before(async () => {
-    stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-cdp-'));
-    const keys = openKeyStore(stateDir);
-    key = keys.keys.create('alpha').key;
-    keys.close();
-    port = await freePort();
-    child = await startServeOn(stateDir, port);
+    rig = await startServeRig(NAMES, 'sbx-cdp-');
   });
   after(async () => {
-    if (child && child.exitCode === null) {
-      child.kill('SIGTERM');
-      await new Promise((resolve) => child?.once('exit', resolve));
-    }
-    await rm(stateDir, { recursive: true, force: true });
-    await rm(NAMES.runcRoot, { recursive: false, force: true }).catch(() => undefined);
-    await rm(NAMES.rootfsRoot, { recursive: false, force: true }).catch(() => undefined);
-    await removeEmptyPrefixCgroups();
+    await rig.stop();
   });
 
   it('pauses a counting desktop to disk: its processes gone, the count stands still, the state on disk', async () => {
     const created = await api('POST', '/v1/sessions', { width: 1024, height: 768 });
     assert.equal(created.status, 201, JSON.stringify(created.json));
     id = String(created.json.id);
-    const loop =
-      'i=0; while :; do i=$((i+1)); echo "$$ $i" > /var/tmp/counter.new && mv /var/tmp/counter.new /var/tmp/counter; printf "\\rcount %s " $i; sleep 0.05; done';
-    await bash(id, `setsid nohup xterm -geometry 30x3+0+0 -e sh -c '${loop}' >/dev/null 2>&1 < /dev/null &`);
-    const deadline = Date.now() + 20_000;
-    while (Date.now() < deadline && !existsSync(path.join(NAMES.containerRootfs(id), 'var/tmp/counter'))) await sleep(100);
-    await sleep(1_500); // its window mapped and drawn
+    await startCounter(bash, NAMES, id);
     first = await counter(id);
     assert.ok(first.count > 0);
     shotBefore = await screenshot(id);
@@ -104,16 +74,14 @@ describe('pause to disk of a container desktop (CRIU), across an orchestrator SI
     await sleep(1_000);
     assert.deepEqual(await counter(id), atPause, 'the counter stands still: its process is gone');
     assert.deepEqual(await containers(), [], 'runc has no container of it');
-    const images = await readdir(path.join(stateDir, id, 'checkpoint'));
+    const images = await readdir(path.join(rig.stateDir, id, 'checkpoint'));
     assert.ok(images.includes('inventory.img') && images.includes('marker.json'), `a whole checkpoint: ${images.join(' ')}`);
     console.log(`pause to disk took ${pauseMs.toFixed(0)} ms (HTTP round trip); ${(Number(state.bytes) / 1e6).toFixed(1)} MB on disk`);
     assert.ok(Number(state.bytes) > 1e6, `the desktop's memory is in it (${String(state.bytes)} bytes)`);
   });
 
   it('survives a SIGKILL of the orchestrator: adopted paused to disk', async () => {
-    child?.kill('SIGKILL');
-    await new Promise((resolve) => child?.once('exit', resolve));
-    child = await startServeOn(stateDir, port);
+    await rig.crashAndRestart();
     const got = await api('GET', `/v1/sessions/${id}`);
     assert.equal(got.status, 200);
     assert.equal(got.json.state, 'paused');
@@ -140,7 +108,7 @@ describe('pause to disk of a container desktop (CRIU), across an orchestrator SI
     const click = await api('POST', `/v1/sessions/${id}/actions`, { action: 'left_click', coordinate: [600, 600] });
     assert.equal(click.status, 200);
     assert.match(await bash(id, 'echo next-action-works; ip -o -4 addr show dev eth0'), /next-action-works[\s\S]*inet /);
-    assert.equal(existsSync(path.join(stateDir, id, 'checkpoint')), false, 'the checkpoint is gone once restored');
+    assert.equal(existsSync(path.join(rig.stateDir, id, 'checkpoint')), false, 'the checkpoint is gone once restored');
   });
 
   it('paused and resumed again (the restored container checkpointed in turn), then a destroy while paused to disk leaves nothing', async () => {
@@ -158,7 +126,7 @@ describe('pause to disk of a container desktop (CRIU), across an orchestrator SI
     }
     const deleted = await api('DELETE', `/v1/sessions/${id}`);
     assert.equal(deleted.status, 200);
-    assert.equal(existsSync(path.join(stateDir, id)), false, 'its session dir is gone');
+    assert.equal(existsSync(path.join(rig.stateDir, id)), false, 'its session dir is gone');
     assert.deepEqual(await containers(), []);
     assert.deepEqual(await mountsUnder(NAMES.rootfsRoot), [], 'no rootfs or restore bind left');
     const netns = await run(['ip', 'netns', 'list']);

@@ -1,17 +1,14 @@
 import assert from 'node:assert/strict';
-import type { ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import os from 'node:os';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import WebSocket from 'ws';
-import { openKeyStore } from '../src/api/auth/key-store-file.js';
 import { ResourceNames } from '../src/network/names.js';
-import { freePort, startServeOn } from './helpers/serve.js';
+import { COUNTER_BOX, counterOf, startCounter, startServeRig, type ServeRig } from './helpers/counting-desktop.js';
 import { differingOutside, serveApi, type Json, type RawImage } from './helpers/serve-api.js';
-import { removeEmptyPrefixCgroups, TEST_PREFIX } from './helpers/orchestrator.js';
+import { TEST_PREFIX } from './helpers/orchestrator.js';
 
 /**
  * Memory pause of a real container desktop, across a SIGKILL of the orchestrator: an xterm
@@ -23,26 +20,14 @@ import { removeEmptyPrefixCgroups, TEST_PREFIX } from './helpers/orchestrator.js
  * another tenant.
  */
 const NAMES = new ResourceNames(TEST_PREFIX);
-/** The counter's xterm sits here (top left); the rest of the screen must come back pixel for pixel. */
-const COUNTER_BOX = { width: 360, height: 120 };
 
-let stateDir: string;
-let port: number;
-let child: ChildProcess | undefined;
-let keyA: string;
-let keyB: string;
+let rig: ServeRig;
 
 const { api, bash, screenshot } = serveApi(
-  () => port,
-  () => keyA,
+  () => rig.port,
+  () => rig.keys.alpha,
 );
-
-/** "<pid> <count>" as the guest's counter last wrote it, read from the host through the container's root. */
-async function counter(id: string): Promise<{ pid: number; count: number }> {
-  const text = await readFile(path.join(NAMES.containerRootfs(id), 'var/tmp/counter'), 'utf8');
-  const [pid, count] = text.trim().split(' ').map(Number);
-  return { pid: pid ?? 0, count: count ?? 0 };
-}
+const counter = (id: string) => counterOf(NAMES, id);
 
 /** Frames the session's recording has written so far (looking at it does not resume the session). */
 async function recordedFrames(id: string): Promise<number> {
@@ -68,23 +53,10 @@ describe('memory pause of a container desktop, across an orchestrator SIGKILL', 
   let shotBefore: { data: Buffer; width: number; height: number };
 
   before(async () => {
-    stateDir = await mkdtemp(path.join(os.tmpdir(), 'sbx-pause-'));
-    const keys = openKeyStore(stateDir);
-    keyA = keys.keys.create('alpha').key;
-    keyB = keys.keys.create('beta').key;
-    keys.close();
-    port = await freePort();
-    child = await startServeOn(stateDir, port);
+    rig = await startServeRig(NAMES, 'sbx-pause-');
   });
   after(async () => {
-    if (child && child.exitCode === null) {
-      child.kill('SIGTERM');
-      await new Promise((resolve) => child?.once('exit', resolve));
-    }
-    await rm(stateDir, { recursive: true, force: true });
-    await rm(NAMES.runcRoot, { recursive: false, force: true }).catch(() => undefined);
-    await rm(NAMES.rootfsRoot, { recursive: false, force: true }).catch(() => undefined);
-    await removeEmptyPrefixCgroups();
+    await rig.stop();
   });
 
   it('a desktop counts in an xterm and into a file', async () => {
@@ -92,15 +64,9 @@ describe('memory pause of a container desktop, across an orchestrator SIGKILL', 
     assert.equal(created.status, 201, JSON.stringify(created.json));
     id = String(created.json.id);
     assert.equal(created.json.paused, null);
-    const loop =
-      'i=0; while :; do i=$((i+1)); echo "$$ $i" > /var/tmp/counter.new && mv /var/tmp/counter.new /var/tmp/counter; printf "\\rcount %s " $i; sleep 0.05; done';
-    await bash(id, `setsid nohup xterm -geometry 30x3+0+0 -e sh -c '${loop}' >/dev/null 2>&1 < /dev/null &`);
     await bash(id, `setsid nohup xmessage -geometry +420+300 'a paused desktop keeps its windows' >/dev/null 2>&1 < /dev/null &`);
-    const deadline = Date.now() + 20_000;
-    while (Date.now() < deadline && !existsSync(path.join(NAMES.containerRootfs(id), 'var/tmp/counter'))) await sleep(100);
-    await sleep(1_500); // both windows mapped and drawn
+    await startCounter(bash, NAMES, id); // both windows mapped and drawn by then
     first = await counter(id);
-    assert.ok(first.count > 0);
     // A container cannot be snapshotted on this host (CRIU): a 409 that says why and what would make it work (docs/snapshots.md).
     const snapshot = await api('POST', `/v1/sessions/${id}/snapshots`, {});
     assert.equal(snapshot.status, 409, JSON.stringify(snapshot.json));
@@ -148,7 +114,7 @@ describe('memory pause of a container desktop, across an orchestrator SIGKILL', 
     assert.equal(disk.status, 409, 'paused already, in memory: not paused again to disk');
     assert.equal((disk.json.error as Json).code, 'session_already_paused');
     for (const url of [`/v1/sessions/${id}/resume`, `/v1/sessions/${id}/pause`, `/v1/sessions/${id}/screenshot`]) {
-      const other = await api(url.endsWith('screenshot') ? 'GET' : 'POST', url, url.endsWith('screenshot') ? undefined : {}, keyB);
+      const other = await api(url.endsWith('screenshot') ? 'GET' : 'POST', url, url.endsWith('screenshot') ? undefined : {}, rig.keys.beta);
       assert.equal(other.status, 404, `${url} as another tenant`);
     }
     const stillPaused = await api('GET', `/v1/sessions/${id}`);
@@ -156,9 +122,7 @@ describe('memory pause of a container desktop, across an orchestrator SIGKILL', 
   });
 
   it('survives a SIGKILL of the orchestrator: adopted paused, still frozen', async () => {
-    child?.kill('SIGKILL');
-    await new Promise((resolve) => child?.once('exit', resolve));
-    child = await startServeOn(stateDir, port);
+    await rig.crashAndRestart();
     const got = await api('GET', `/v1/sessions/${id}`);
     assert.equal(got.status, 200);
     assert.equal(got.json.state, 'paused');
@@ -226,6 +190,6 @@ describe('memory pause of a container desktop, across an orchestrator SIGKILL', 
     assert.equal(deleted.status, 200);
     assert.equal(deleted.json.state, 'destroyed');
     assert.equal(existsSync(path.join('/sys/fs/cgroup/freezer', NAMES.cgroup(id))), false, 'its cgroup is gone');
-    assert.equal(existsSync(path.join(stateDir, id)), false, 'its session dir is gone');
+    assert.equal(existsSync(path.join(rig.stateDir, id)), false, 'its session dir is gone');
   });
 });
