@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { GuestImage } from '../guest/image/builder.js';
 import type { ConsoleLogLimits } from './console-log.js';
+import type { AddressLease } from '../network/address-pool.js';
 import type { NetworkAttachment, SandboxNetwork, TapOwner } from '../network/netns.js';
 import type { GuestEndpoint } from '../transport/index.js';
 import type { CleanupStack } from '../util/cleanup-stack.js';
@@ -217,6 +218,8 @@ export interface PauseTarget {
   pid: number;
   /** Where its sshd is reached (a sandbox resumed from disk is a new process: its RunningSandbox says it again). */
   endpoint?: GuestEndpoint;
+  /** Its address lease, if it has a NIC (a restored container's eth0 is configured again from it). */
+  lease?: AddressLease;
 }
 
 /** A sandbox paused to disk, found again by a restart: its state file, and how to free what it holds. */

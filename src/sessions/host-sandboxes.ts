@@ -212,7 +212,7 @@ export class HostSandboxes implements SandboxHost {
     // One paused to disk and adopted by a restart has no sandbox yet: its address says where it will be.
     const lease = record.addressIndex === null ? undefined : this.opts.addresses.describe(record.addressIndex);
     const endpoint = sandbox?.endpoint ?? (lease && { host: lease.guest, port: GUEST_SSH_PORT });
-    return { sessionId: session.id, sessionDir: sessionDirOf(this.opts.stateDir, session.id), pid: sandbox?.pid ?? 0, endpoint };
+    return { sessionId: session.id, sessionDir: sessionDirOf(this.opts.stateDir, session.id), pid: sandbox?.pid ?? 0, endpoint, lease };
   }
 
   stopPolicyGuard(): void {

@@ -13,10 +13,11 @@
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chown, mkdir, readFile, readlink, rename, rm, writeFile } from 'node:fs/promises';
+import { chown, mkdir, readdir, readFile, readlink, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { isProcessAlive, processStartTime, waitForExit, watchExit } from '../../host/process-watch.js';
-import { unmount } from '../../host/mounts.js';
+import { mountsUnder, unmountAll } from '../../host/mounts.js';
+import { removeTreeOnOneMount } from '../../host/remove-tree.js';
 import type { ResourceNames } from '../../network/names.js';
 import { moveIntoNetnsOf, type GuestLink } from '../../network/netns.js';
 import { run } from '../../util/exec.js';
@@ -151,12 +152,9 @@ export async function restoreContainer(
  * its own after a restart) and the sandbox it gives the session.
  */
 export async function resumeFromCheckpoint(deps: CheckpointDeps, target: PauseTarget, own: ConsolePipe | undefined): Promise<AdoptedSandbox> {
-  const { sessionId, sessionDir, endpoint } = target;
-  if (!endpoint || !('host' in endpoint)) throw new Error(`session ${sessionId} has no address to resume at`);
-  // A /30 each (address-pool.ts): the gateway is the address before the guest's.
-  const octets = endpoint.host.split('.').map(Number);
-  const gateway = [...octets.slice(0, 3), (octets[3] ?? 0) - 1].join('.');
-  const link = { netns: deps.names.netns(sessionId), lease: { guest: endpoint.host, gateway, prefixLength: 30 as const } };
+  const { sessionId, sessionDir, endpoint, lease } = target;
+  if (!endpoint || !lease) throw new Error(`session ${sessionId} has no address to resume at`);
+  const link = { netns: deps.names.netns(sessionId), lease };
   const maxBytes = DEFAULT_CONSOLE_LOG_LIMITS.maxBytes;
   const consolePipe = own ?? (await reattachConsole(sessionDir, maxBytes)) ?? (await openConsole(sessionDir, maxBytes));
   try {
@@ -210,6 +208,12 @@ export function restoredSandbox(
 export async function findCheckpoint(deps: CheckpointDeps, sessionId: string, sessionDir: string): Promise<{ bytes: number; since: string } | undefined> {
   await rm(path.join(sessionDir, PARTIAL), { recursive: true, force: true });
   const id = deps.names.container(sessionId);
+  // The binds of a restore a crash interrupted (restoreBundle).
+  for (const name of (await readdir(deps.names.rootfsRoot).catch(() => [] as string[])).filter((n) => n.startsWith(`${id}.restore-`))) {
+    const binds = path.join(deps.names.rootfsRoot, name);
+    await unmountAll(await mountsUnder(binds));
+    await removeTreeOnOneMount(binds);
+  }
   const restoring = path.join(sessionDir, RESTORING);
   if (await readMarker(restoring)) {
     // Killed during a resume: the restored container is the truth once it runs.
@@ -257,8 +261,9 @@ async function restoreBundle(
   await mkdir(bundle, { recursive: true, mode: 0o700 });
   const made: string[] = [];
   const release = async () => {
-    for (const target of made) await unmount(target).catch(() => undefined);
-    await rm(binds, { recursive: true, force: true }).catch(() => undefined);
+    await unmountAll(made).catch(() => undefined);
+    // Never into a bind still mounted (the images are the session's checkpoint): a restart's findCheckpoint tries again.
+    await removeTreeOnOneMount(binds).catch(() => undefined);
     await rm(bundle, { recursive: true, force: true });
   };
   try {

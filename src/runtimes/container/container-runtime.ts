@@ -42,11 +42,10 @@ import { layerTemplate, mountWritableLayer } from './writable-layer.js';
 import { mountVolumes, volumeMountPoints } from './volume-mounts.js';
 
 /**
- * The container runtime: each sandbox is an OCI container run by runc, with its own user
- * namespace (a host id range of its own: guest root is not host root), pid, mount, uts, ipc
- * and cgroup namespaces, the session's network namespace, an overlay of the shared image
- * rootfs, dropped capabilities, an allow-list seccomp profile, memory (no swap), CPU, pids
- * and I/O limits, and inotify limits of its own.
+ * The container runtime: each sandbox an OCI container run by runc, with its own user namespace
+ * (a host id range: guest root is not host root), pid, mount, uts, ipc, cgroup and network
+ * namespaces, an overlay of the shared image rootfs, dropped capabilities, an allow-list
+ * seccomp profile, memory (no swap), CPU, pids, I/O and inotify limits of its own.
  *
  * Files under <sessionDir>: bundle/config.json, layer.ext4 (its disk, loop-mounted at overlay/),
  * image/ and config-view/ (idmapped, read-only views of the image rootfs and the config dir),
@@ -68,14 +67,13 @@ export class ContainerRuntime implements Runtime {
     diskPauseEndsConnection: true,
   };
 
-  /** The host's cgroup freezer (none: no memory pause). */
-  private readonly freezer = freezerLayout();
+  private readonly freezer = freezerLayout(); // none: no memory pause
   /** Why CRIU (disk pause) cannot run here, found by prepareHost (criu-check.ts); undefined: it can. */
   private criuReason: string | undefined = 'CRIU was not checked on this host';
   /** The console readers of the containers this run started, by session (a resume from disk goes on with it). */
   private readonly consoles = new Map<string, ConsolePipe>();
-  /** Sessions whose container is being checkpointed: its init's exit is no crash. */
-  private readonly checkpointing = new Set<string>();
+  /** Tells the exit watch of a container this run started that its init's exit is a checkpoint, no crash. */
+  private readonly checkpointing = new Map<string, (yes: boolean) => void>();
   private readonly criu: CheckpointDeps;
   /** Ranges handed out in this process when the caller keeps no ledger (no store). */
   private readonly unledgeredRanges = new Map<string, number>();
@@ -270,8 +268,7 @@ export class ContainerRuntime implements Runtime {
     init = { pid, startTime };
     await allSettledOrThrow([limitUserNamespace(pid, this.settings), allowSshPort(`/proc/${pid}/ns/net`)]);
     step('runtime: namespaces');
-    // Its netns is runc's (its user namespace owns it): the session's eth0 moves in while the
-    // guest starts (a move waits out the kernel's RCU grace periods, ~20 ms), before its address is given out.
+    // Its netns is runc's: the session's eth0 moves in while the guest starts (a move waits ~20 ms of RCU grace periods).
     await allSettledOrThrow([
       run([this.settings.runcBin, '--root', this.names.runcRoot, 'start', id]),
       spec.network.attachment === 'none' ? Promise.resolve() : moveIntoNetnsOf(spec.network, pid),
@@ -285,13 +282,18 @@ export class ContainerRuntime implements Runtime {
         : { host: spec.network.lease.guest, port: GUEST_SSH_PORT };
     if (spec.network.attachment === 'none') step('runtime: control socket (runc exec)');
     const watcher = watchExit(pid, startTime);
+    let checkpointed = false;
+    this.checkpointing.set(spec.sessionId, (yes) => (checkpointed = yes));
     // Stop watching before the container is deleted, so a destroy is not reported as a crash.
-    await cleanup.push(`watch ${id}`, () => watcher.stop());
+    await cleanup.push(`watch ${id}`, () => {
+      watcher.stop();
+      this.checkpointing.delete(spec.sessionId);
+    });
     let alive = true;
     const exited = watcher.exited.then(async (): Promise<ExitInfo> => {
       alive = false;
       const reason = `the container's init (pid ${pid}) exited`;
-      if (this.checkpointing.delete(spec.sessionId)) return { code: null, reason: `${reason}: checkpointed to disk` };
+      if (checkpointed) return { code: null, reason: `${reason}: checkpointed to disk` };
       // A crash (a destroy stops the watcher first): the session dir goes with the session,
       // so the newest of its console is kept elsewhere, as the VM runtimes do.
       await consolePipe.quiet();
@@ -332,13 +334,12 @@ export class ContainerRuntime implements Runtime {
     const why = this.pauseUnavailable(mode);
     if (why) throw new Error(`container ${mode} pause is not available: ${why}`);
     if (mode === 'disk') {
-      this.checkpointing.add(target.sessionId);
-      try {
-        return await checkpointContainer(this.criu, target.sessionId, target.sessionDir, target.pid);
-      } catch (err) {
-        this.checkpointing.delete(target.sessionId);
+      const mark = this.checkpointing.get(target.sessionId); // a restored container's watch is its release's
+      mark?.(true);
+      return checkpointContainer(this.criu, target.sessionId, target.sessionDir, target.pid).catch((err: unknown) => {
+        mark?.(false);
         throw err;
-      }
+      });
     }
     if (this.freezer) await freezeCgroup(this.names.cgroup(target.sessionId), this.freezer);
     return { bytes: 0 };
