@@ -1,12 +1,13 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { readdir } from 'node:fs/promises';
+import { readdir, readFile, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
-import { mountsUnder } from '../src/host/mounts.js';
+import { mountsUnder, unmountAll } from '../src/host/mounts.js';
 import { ResourceNames } from '../src/network/names.js';
 import { criuUnavailable } from '../src/runtimes/container/criu-check.js';
+import { removeRootfs } from '../src/runtimes/container/rootfs.js';
 import { containerSettingsFromEnv } from '../src/runtimes/container/settings.js';
 import { run } from '../src/util/exec.js';
 import { COUNTER_BOX, counterOf, startCounter, startServeRig, type ServeRig } from './helpers/counting-desktop.js';
@@ -20,10 +21,13 @@ import { TEST_PREFIX } from './helpers/orchestrator.js';
  * runs, the counter stands still); the orchestrator is killed and started again and adopts
  * the session paused to disk; the resume restores the same process, which counts on from where
  * it stopped, the screen as it was (but for the counter's window), and the next action works.
+ * Then a session with a volume, a process appending to a file on it, is paused to disk and a
+ * host reboot played (its mounts, netns, policy table and id lease taken): it resumes where it was.
  * Needs a criu that runs on this kernel (scripts/setup-criu.sh unpacks one).
  */
 const NAMES = new ResourceNames(TEST_PREFIX);
-const CRIU = containerSettingsFromEnv(process.env).criuBin;
+const SETTINGS = containerSettingsFromEnv(process.env);
+const CRIU = SETTINGS.criuBin;
 
 let rig: ServeRig;
 
@@ -41,95 +45,157 @@ async function containers(): Promise<string[]> {
 
 const unavailable = await criuUnavailable(CRIU);
 
-describe('pause to disk of a container desktop (CRIU), across an orchestrator SIGKILL', { skip: unavailable && `no criu here: ${unavailable}` }, () => {
-  let id: string;
-  let first: { pid: number; count: number };
-  let atPause: { pid: number; count: number };
-  let shotBefore: RawImage;
+describe(
+  'pause to disk of a container desktop (CRIU), across an orchestrator SIGKILL and a host reboot',
+  { skip: unavailable && `no criu here: ${unavailable}` },
+  () => {
+    let id: string;
+    let first: { pid: number; count: number };
+    let atPause: { pid: number; count: number };
+    let shotBefore: RawImage;
 
-  before(async () => {
-    rig = await startServeRig(NAMES, 'sbx-cdp-');
-  });
-  after(async () => {
-    await rig.stop();
-  });
+    before(async () => {
+      rig = await startServeRig(NAMES, 'sbx-cdp-');
+    });
+    after(async () => {
+      await rig.stop();
+    });
 
-  it('pauses a counting desktop to disk: its processes gone, the count stands still, the state on disk', async () => {
-    const created = await api('POST', '/v1/sessions', { width: 1024, height: 768 });
-    assert.equal(created.status, 201, JSON.stringify(created.json));
-    id = String(created.json.id);
-    await startCounter(bash, NAMES, id);
-    first = await counter(id);
-    assert.ok(first.count > 0);
-    shotBefore = await screenshot(id);
+    it('pauses a counting desktop to disk: its processes gone, the count stands still, the state on disk', async () => {
+      const created = await api('POST', '/v1/sessions', { width: 1024, height: 768 });
+      assert.equal(created.status, 201, JSON.stringify(created.json));
+      id = String(created.json.id);
+      await startCounter(bash, NAMES, id);
+      first = await counter(id);
+      assert.ok(first.count > 0);
+      shotBefore = await screenshot(id);
 
-    const started = performance.now();
-    const paused = await api('POST', `/v1/sessions/${id}/pause`, { mode: 'disk' });
-    const pauseMs = performance.now() - started;
-    assert.equal(paused.status, 200, JSON.stringify(paused.json));
-    assert.equal(paused.json.state, 'paused');
-    const state = paused.json.paused as Json;
-    assert.equal(state.mode, 'disk');
-    atPause = await counter(id);
-    await sleep(1_000);
-    assert.deepEqual(await counter(id), atPause, 'the counter stands still: its process is gone');
-    assert.deepEqual(await containers(), [], 'runc has no container of it');
-    const images = await readdir(path.join(rig.stateDir, id, 'checkpoint'));
-    assert.ok(images.includes('inventory.img') && images.includes('marker.json'), `a whole checkpoint: ${images.join(' ')}`);
-    console.log(`pause to disk took ${pauseMs.toFixed(0)} ms (HTTP round trip); ${(Number(state.bytes) / 1e6).toFixed(1)} MB on disk`);
-    assert.ok(Number(state.bytes) > 1e6, `the desktop's memory is in it (${String(state.bytes)} bytes)`);
-  });
+      const started = performance.now();
+      const paused = await api('POST', `/v1/sessions/${id}/pause`, { mode: 'disk' });
+      const pauseMs = performance.now() - started;
+      assert.equal(paused.status, 200, JSON.stringify(paused.json));
+      assert.equal(paused.json.state, 'paused');
+      const state = paused.json.paused as Json;
+      assert.equal(state.mode, 'disk');
+      atPause = await counter(id);
+      await sleep(1_000);
+      assert.deepEqual(await counter(id), atPause, 'the counter stands still: its process is gone');
+      assert.deepEqual(await containers(), [], 'runc has no container of it');
+      const images = await readdir(path.join(rig.stateDir, id, 'checkpoint'));
+      assert.ok(images.includes('inventory.img') && images.includes('marker.json'), `a whole checkpoint: ${images.join(' ')}`);
+      console.log(`pause to disk took ${pauseMs.toFixed(0)} ms (HTTP round trip); ${(Number(state.bytes) / 1e6).toFixed(1)} MB on disk`);
+      assert.ok(Number(state.bytes) > 1e6, `the desktop's memory is in it (${String(state.bytes)} bytes)`);
+    });
 
-  it('survives a SIGKILL of the orchestrator: adopted paused to disk', async () => {
-    await rig.crashAndRestart();
-    const got = await api('GET', `/v1/sessions/${id}`);
-    assert.equal(got.status, 200);
-    assert.equal(got.json.state, 'paused');
-    assert.equal((got.json.paused as Json).mode, 'disk');
-    assert.deepEqual(await containers(), []);
-  });
+    it('survives a SIGKILL of the orchestrator: adopted paused to disk', async () => {
+      await rig.crashAndRestart();
+      const got = await api('GET', `/v1/sessions/${id}`);
+      assert.equal(got.status, 200);
+      assert.equal(got.json.state, 'paused');
+      assert.equal((got.json.paused as Json).mode, 'disk');
+      assert.deepEqual(await containers(), []);
+    });
 
-  it('resumes: the same process counts on from where it stopped, the screen is as it was, the next action works', async () => {
-    const started = performance.now();
-    const resumed = await api('POST', `/v1/sessions/${id}/resume`);
-    const resumeMs = performance.now() - started;
-    assert.equal(resumed.status, 200, JSON.stringify(resumed.json));
-    assert.equal(resumed.json.state, 'ready');
-    const shotAfter = await screenshot(id);
-    await sleep(500);
-    const after = await counter(id);
-    console.log(
-      `resume from disk took ${resumeMs.toFixed(0)} ms (HTTP round trip); counter ${first.count} before, ${atPause.count} at pause, ${after.count} 0.5 s after`,
-    );
-    assert.equal(after.pid, atPause.pid, 'the same process (its pid restored)');
-    assert.ok(after.count > atPause.count, 'it counts again');
-    assert.ok(after.count - atPause.count < 60, 'from where it stopped');
-    assert.equal(differingOutside(shotBefore, shotAfter, COUNTER_BOX), 0, 'the screen outside the counter is pixel-identical to the one before the pause');
-    const click = await api('POST', `/v1/sessions/${id}/actions`, { action: 'left_click', coordinate: [600, 600] });
-    assert.equal(click.status, 200);
-    assert.match(await bash(id, 'echo next-action-works; ip -o -4 addr show dev eth0'), /next-action-works[\s\S]*inet /);
-    assert.equal(existsSync(path.join(rig.stateDir, id, 'checkpoint')), false, 'the checkpoint is gone once restored');
-  });
-
-  it('paused and resumed again (the restored container checkpointed in turn), then a destroy while paused to disk leaves nothing', async () => {
-    for (let round = 0; round < 2; round++) {
-      const before = await counter(id);
-      assert.equal((await api('POST', `/v1/sessions/${id}/pause`, { mode: 'disk' })).status, 200);
-      if (round === 1) break;
+    it('resumes: the same process counts on from where it stopped, the screen is as it was, the next action works', async () => {
+      const started = performance.now();
       const resumed = await api('POST', `/v1/sessions/${id}/resume`);
+      const resumeMs = performance.now() - started;
       assert.equal(resumed.status, 200, JSON.stringify(resumed.json));
+      assert.equal(resumed.json.state, 'ready');
+      const shotAfter = await screenshot(id);
       await sleep(500);
-      const again = await counter(id);
-      assert.equal(again.pid, before.pid, 'still the same process');
-      assert.ok(again.count > before.count, 'counting after a second resume');
-      assert.match(await bash(id, 'echo alive'), /alive/);
-    }
-    const deleted = await api('DELETE', `/v1/sessions/${id}`);
-    assert.equal(deleted.status, 200);
-    assert.equal(existsSync(path.join(rig.stateDir, id)), false, 'its session dir is gone');
-    assert.deepEqual(await containers(), []);
-    assert.deepEqual(await mountsUnder(NAMES.rootfsRoot), [], 'no rootfs or restore bind left');
-    const netns = await run(['ip', 'netns', 'list']);
-    assert.doesNotMatch(netns.stdout, new RegExp(NAMES.netns(id)), 'its netns is gone');
-  });
-});
+      const after = await counter(id);
+      console.log(
+        `resume from disk took ${resumeMs.toFixed(0)} ms (HTTP round trip); counter ${first.count} before, ${atPause.count} at pause, ${after.count} 0.5 s after`,
+      );
+      assert.equal(after.pid, atPause.pid, 'the same process (its pid restored)');
+      assert.ok(after.count > atPause.count, 'it counts again');
+      assert.ok(after.count - atPause.count < 60, 'from where it stopped');
+      assert.equal(differingOutside(shotBefore, shotAfter, COUNTER_BOX), 0, 'the screen outside the counter is pixel-identical to the one before the pause');
+      const click = await api('POST', `/v1/sessions/${id}/actions`, { action: 'left_click', coordinate: [600, 600] });
+      assert.equal(click.status, 200);
+      assert.match(await bash(id, 'echo next-action-works; ip -o -4 addr show dev eth0'), /next-action-works[\s\S]*inet /);
+      assert.equal(existsSync(path.join(rig.stateDir, id, 'checkpoint')), false, 'the checkpoint is gone once restored');
+    });
+
+    it('paused and resumed again (the restored container checkpointed in turn), then a destroy while paused to disk leaves nothing', async () => {
+      for (let round = 0; round < 2; round++) {
+        const before = await counter(id);
+        assert.equal((await api('POST', `/v1/sessions/${id}/pause`, { mode: 'disk' })).status, 200);
+        if (round === 1) break;
+        const resumed = await api('POST', `/v1/sessions/${id}/resume`);
+        assert.equal(resumed.status, 200, JSON.stringify(resumed.json));
+        await sleep(500);
+        const again = await counter(id);
+        assert.equal(again.pid, before.pid, 'still the same process');
+        assert.ok(again.count > before.count, 'counting after a second resume');
+        assert.match(await bash(id, 'echo alive'), /alive/);
+      }
+      const deleted = await api('DELETE', `/v1/sessions/${id}`);
+      assert.equal(deleted.status, 200);
+      assert.equal(existsSync(path.join(rig.stateDir, id)), false, 'its session dir is gone');
+      assert.deepEqual(await containers(), []);
+      assert.deepEqual(await mountsUnder(NAMES.rootfsRoot), [], 'no rootfs or restore bind left');
+      const netns = await run(['ip', 'netns', 'list']);
+      assert.doesNotMatch(netns.stdout, new RegExp(NAMES.netns(id)), 'its netns is gone');
+    });
+    it('pauses a session with a volume to disk, survives a host reboot (its mounts, netns and id lease gone), and resumes where it was', async () => {
+      assert.equal((await api('POST', '/v1/volumes', { name: 'notes', sizeMiB: 64 })).status, 201);
+      const created = await api('POST', '/v1/sessions', { width: 1024, height: 768, volumes: [{ name: 'notes', path: '/data' }] });
+      assert.equal(created.status, 201, JSON.stringify(created.json));
+      const vid = String(created.json.id);
+      await startCounter(bash, NAMES, vid);
+      // A process holding a file on the volume open, appending its line numbers.
+      const writer = 'exec 3>>/data/log; i=0; while :; do i=$((i+1)); echo $i >&3; sleep 0.05; done';
+      await bash(vid, `setsid nohup sh -c '${writer}' >/dev/null 2>&1 < /dev/null &`);
+      await sleep(500);
+      const shot = await screenshot(vid);
+      const paused = await api('POST', `/v1/sessions/${vid}/pause`, { mode: 'disk' });
+      assert.equal(paused.status, 200, `a session with a volume pauses to disk: ${JSON.stringify(paused.json)}`);
+      assert.equal((paused.json.paused as Json).mode, 'disk');
+      const atPause = await counter(vid);
+      const sessionDir = path.join(rig.stateDir, vid);
+      const { ids } = JSON.parse(await readFile(path.join(sessionDir, 'bundle', 'mounts.json'), 'utf8')) as { ids: { first: number } };
+
+      await rig.crashAndRestart(async () => {
+        // What a reboot takes and the disk keeps: every mount (the loop devices with them), the
+        // netns, the policy table, what is under /run. The session dir stays.
+        await unmountAll(await mountsUnder(NAMES.containerRootfs(vid)));
+        await removeRootfs(NAMES.containerRootfs(vid));
+        await unmountAll(await mountsUnder(sessionDir));
+        await run(['ip', 'netns', 'delete', NAMES.netns(vid)]);
+        await run(['nft', 'delete', 'table', 'inet', NAMES.policyTable]);
+        await rm(path.join(SETTINGS.idLeaseDir, String(ids.first)));
+        assert.deepEqual(await mountsUnder(sessionDir), []);
+        assert.equal((await run(['losetup', '-j', path.join(sessionDir, 'layer.ext4')])).stdout.trim(), '', 'no loop device on its disk');
+      });
+      const got = await api('GET', `/v1/sessions/${vid}`);
+      assert.equal(got.json.state, 'paused');
+      assert.ok(existsSync(`/run/netns/${NAMES.netns(vid)}`), 'its netns made again');
+
+      const resumed = await api('POST', `/v1/sessions/${vid}/resume`);
+      assert.equal(resumed.status, 200, JSON.stringify(resumed.json));
+      assert.ok(existsSync(path.join(SETTINGS.idLeaseDir, String(ids.first))), 'its id range leased host-wide again');
+      await sleep(500);
+      const now = await counter(vid);
+      assert.equal(now.pid, atPause.pid, 'the same process, after the reboot');
+      assert.ok(now.count > atPause.count && now.count - atPause.count < 60, `counting on from where it stopped (${atPause.count} -> ${now.count})`);
+      assert.equal(differingOutside(shot, await screenshot(vid), COUNTER_BOX), 0, 'the screen outside the counter is as it was');
+      // Every line the writer appended, in order, none lost or doubled, before and after the pause.
+      const log = await bash(vid, 'wc -l < /data/log; awk "NR != \\$1" /data/log | wc -l; touch /data/after && echo wrote');
+      const [lines, misplaced] = log
+        .trim()
+        .split('\n')
+        .map((l) => l.trim());
+      assert.ok(Number(lines) > 10, `the writer's log grows on the volume (${lines} lines)`);
+      assert.equal(misplaced, '0', `no line of the log is out of place: ${log}`);
+      assert.match(log, /wrote/, 'the volume is writable');
+
+      assert.equal((await api('DELETE', `/v1/sessions/${vid}`)).status, 200);
+      assert.deepEqual(await containers(), []);
+      assert.deepEqual(await mountsUnder(NAMES.rootfsRoot), []);
+      assert.equal(existsSync(sessionDir), false);
+      assert.equal(existsSync(path.join(SETTINGS.idLeaseDir, String(ids.first))), false, 'its id lease is given back');
+    });
+  },
+);

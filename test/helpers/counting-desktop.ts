@@ -24,8 +24,8 @@ export interface ServeRig {
   readonly port: number;
   /** API keys of tenants `alpha` and `beta`. */
   readonly keys: { alpha: string; beta: string };
-  /** SIGKILL, then a start on the same port and state (an orchestrator crash and restart). */
-  crashAndRestart(): Promise<void>;
+  /** SIGKILL, then a start on the same port and state (an orchestrator crash and restart); `whileDown` runs between. */
+  crashAndRestart(whileDown?: () => Promise<void>): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -41,10 +41,11 @@ export async function startServeRig(names: ResourceNames, dirPrefix: string): Pr
     stateDir,
     port,
     keys,
-    async crashAndRestart() {
+    async crashAndRestart(whileDown) {
       const gone = ended(child);
       child.kill('SIGKILL');
       await gone;
+      await whileDown?.();
       child = await startServeOn(stateDir, port);
     },
     async stop() {

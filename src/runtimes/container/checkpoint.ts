@@ -72,7 +72,8 @@ export async function checkpointContainer(deps: CheckpointDeps, sessionId: strin
   const bytes = await directoryBytes(partial);
   const marker: CheckpointMarker = { consoleKey, since: new Date().toISOString(), bytes };
   await writeFile(path.join(partial, MARKER), JSON.stringify(marker), { mode: 0o600 });
-  await run(['sync', '-f', partial]);
+  // Its disk and volumes too: a host reboot while it is paused must find them written (remount.ts).
+  await run(['sync', '-f', partial, ...(await mountsUnder(sessionDir))]);
   await rename(partial, path.join(sessionDir, DONE));
   return marker;
 }

@@ -18,7 +18,6 @@ import { freezeCgroup, freezerLayout, isCgroupFrozen, thawCgroup } from '../../h
 import { criuUnavailable } from './criu-check.js';
 import { checkpointContainer, findCheckpoint, removeCheckpoint, resumeFromCheckpoint, type CheckpointDeps } from './checkpoint.js';
 import {
-  RuntimeUnavailableError,
   type PauseMode,
   type PauseResult,
   type PausedOnDisk,
@@ -31,7 +30,7 @@ import {
   type SandboxSpec,
 } from '../runtime.js';
 import { blockIoAvailable, deviceNumbers } from './block-io.js';
-import { idmappedMountsUnavailable, mountIdmapped, type IdRange } from './idmapped-mount.js';
+import { mountIdmapped, type IdRange } from './idmapped-mount.js';
 import { allowSshPort, limitUserNamespace, raiseHostInotifyLimits } from './namespace-limits.js';
 import { ociSpec } from './oci-spec.js';
 import { mountsUnder, unmount, unmountAll } from '../../host/mounts.js';
@@ -40,6 +39,7 @@ import { allSettledOrThrow, removeRootfs } from './rootfs.js';
 import { processStartTime, waitForExit, watchExit } from '../../host/process-watch.js';
 import { layerTemplate, mountWritableLayer } from './writable-layer.js';
 import { mountVolumes, volumeMountPoints } from './volume-mounts.js';
+import { mountPointsOf, recordMounts, remountMissing } from './remount.js';
 
 /**
  * The container runtime: each sandbox an OCI container run by runc, with its own user namespace
@@ -160,26 +160,14 @@ export class ContainerRuntime implements Runtime {
     return { first, size: ID_RANGE_SIZE };
   }
 
-  /** Throws a RuntimeUnavailableError saying what to install if runc cannot be used. */
-  static async check(runcBin: string): Promise<void> {
-    const res = await run([runcBin, '--version'], { allowFailure: true }).catch(() => undefined);
-    if (!res || res.exitCode !== 0) {
-      throw new RuntimeUnavailableError('container', 'runc was not found: install it with `apt-get install runc` (or set RUNC_BIN)');
-    }
-    if (process.getuid?.() !== 0) {
-      throw new RuntimeUnavailableError('container', 'it needs root (network namespaces, mounts, runc): run the orchestrator as root');
-    }
-    const idmap = idmappedMountsUnavailable();
-    if (idmap) throw new RuntimeUnavailableError('container', idmap);
-  }
-
   async start(spec: SandboxSpec, cleanup: CleanupStack): Promise<RunningSandbox> {
     const id = this.names.container(spec.sessionId);
     const bundle = path.join(spec.sessionDir, 'bundle');
     const rootfs = this.names.containerRootfs(spec.sessionId);
-    // The sandbox's own disk (writable-layer.ts): its writes land here and nowhere else.
-    const layer = path.join(spec.sessionDir, 'overlay');
-    const layerFile = path.join(spec.sessionDir, 'layer.ext4');
+    // The sandbox's own disk (writable-layer.ts): its writes land here and nowhere else. Its
+    // image and config dir as its user namespace must see them: owned by its guest root and
+    // desktop user, not by host ids it cannot map (see idmapped-mount.ts).
+    const { layer, layerFile, imageView, configView } = mountPointsOf(spec.sessionDir);
     const record = spec.record ?? (() => undefined);
     const step = spec.step ?? (() => undefined);
     record('disk', layerFile);
@@ -188,11 +176,6 @@ export class ContainerRuntime implements Runtime {
       await unmount(layer);
       await rm(layerFile, { force: true });
     });
-
-    // The image and the config dir as the sandbox's user namespace must see them: owned by
-    // its guest root and desktop user, not by host ids it cannot map (see idmapped-mount.ts).
-    const imageView = path.join(spec.sessionDir, 'image');
-    const configView = path.join(spec.sessionDir, 'config-view');
     const volumeViews = (spec.volumes ?? []).map((v) => volumeMountPoints(spec.sessionDir, v.name).view);
     const ids = await this.idRange(spec, cleanup, [imageView, configView, ...volumeViews]);
     record('mount', imageView);
@@ -222,6 +205,8 @@ export class ContainerRuntime implements Runtime {
     step('runtime: overlay');
 
     await mkdir(bundle, { recursive: true, mode: 0o700 });
+    const volumeFiles = (spec.volumes ?? []).map(({ name, file, readOnly }) => ({ name, file, readOnly }));
+    await recordMounts(bundle, { imageRootfs: spec.image.rootfs, configDir: spec.configDir, ids, volumes: volumeFiles });
     const config = ociSpec(
       spec,
       {
@@ -350,7 +335,17 @@ export class ContainerRuntime implements Runtime {
       if (this.freezer) await thawCgroup(this.names.cgroup(target.sessionId), this.freezer);
       return;
     }
+    // After a host reboot its mounts are made again (and its id range taken host-wide again) first.
+    await remountMissing(target.sessionDir, this.names.containerRootfs(target.sessionId), async (ids) => {
+      const leases = this.hostLeases(target.sessionDir);
+      return leases.taker(target.sessionId, await leases.staleRanges())(ids.first);
+    });
     return resumeFromCheckpoint(this.criu, target, this.consoles.get(target.sessionId));
+  }
+
+  /** Its volumes' mounts are bound into it by path and restored as such (checkpoint.ts). */
+  diskPauseWithVolumes(): boolean {
+    return true;
   }
 
   /** A restart: the session's checkpoint, if a whole one is there (checkpoint.ts). */

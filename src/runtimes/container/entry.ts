@@ -2,7 +2,9 @@ import path from 'node:path';
 import { run } from '../../util/exec.js';
 import type { ResourceKindEntry, RuntimeEntry } from '../entry.js';
 import { DISK, MOUNT, PROCESS } from '../host-resources.js';
+import { RuntimeUnavailableError } from '../runtime.js';
 import { ContainerRuntime } from './container-runtime.js';
+import { idmappedMountsUnavailable } from './idmapped-mount.js';
 import { containerSettingsFromEnv, type ContainerSettings } from './settings.js';
 
 /** `<runc root>/<container id>`: runc's state of a container, deleted by runc itself. */
@@ -31,8 +33,21 @@ export const containerRuntime: RuntimeEntry<'container', ContainerSettings, keyo
   settingsFromEnv: containerSettingsFromEnv,
   vcpus: (settings) => settings.cpus,
   async create(names, settings) {
-    await ContainerRuntime.check(settings.runcBin);
+    await checkContainerHost(settings.runcBin);
     return new ContainerRuntime(names, settings);
   },
   resources: RESOURCES,
 };
+
+/** Throws a RuntimeUnavailableError saying what to install if runc cannot be used. */
+export async function checkContainerHost(runcBin: string): Promise<void> {
+  const res = await run([runcBin, '--version'], { allowFailure: true }).catch(() => undefined);
+  if (!res || res.exitCode !== 0) {
+    throw new RuntimeUnavailableError('container', 'runc was not found: install it with `apt-get install runc` (or set RUNC_BIN)');
+  }
+  if (process.getuid?.() !== 0) {
+    throw new RuntimeUnavailableError('container', 'it needs root (network namespaces, mounts, runc): run the orchestrator as root');
+  }
+  const idmap = idmappedMountsUnavailable();
+  if (idmap) throw new RuntimeUnavailableError('container', idmap);
+}

@@ -41,21 +41,32 @@ export async function mountVolumes(
 ): Promise<VolumeView[]> {
   const views: VolumeView[] = [];
   for (const volume of volumes) {
-    if (isGuestWritten(volume.file)) {
-      throw new OrchestratorError(
-        'volumes_unavailable',
-        `volumes: ${volume.name} was written by a VM's kernel and is never loop-mounted on the host: mount it in a VM session (docs/volumes.md)`,
-      );
-    }
+    refuseVmWritten(volume); // before anything is taken
     const { raw, view } = volumeMountPoints(sessionDir, volume.name);
     record('mount', raw);
     record('mount', view);
     await cleanup.push(`volume ${volume.name}`, () => unmountAll([view, raw]));
-    await mkdir(raw, { recursive: true, mode: 0o700 });
-    const options = ['loop', 'noatime', 'nodev', 'nosuid', 'noinit_itable', ...(volume.readOnly ? ['ro', 'noload'] : [])];
-    await run(['mount', '-t', 'ext4', '-o', options.join(','), '--', volume.file, raw]);
-    await mountIdmapped(ids, [{ source: raw, target: view }], { writable: !volume.readOnly });
+    await mountVolume(sessionDir, volume, ids);
     views.push({ view, path: volume.path, readOnly: volume.readOnly });
   }
   return views;
+}
+
+/** One volume's two mounts (at a start, or again after a host reboot: remount.ts); the caller releases them. */
+export async function mountVolume(sessionDir: string, volume: Pick<SandboxVolume, 'name' | 'file' | 'readOnly'>, ids: IdRange): Promise<void> {
+  refuseVmWritten(volume);
+  const { raw, view } = volumeMountPoints(sessionDir, volume.name);
+  await mkdir(raw, { recursive: true, mode: 0o700 });
+  const options = ['loop', 'noatime', 'nodev', 'nosuid', 'noinit_itable', ...(volume.readOnly ? ['ro', 'noload'] : [])];
+  await run(['mount', '-t', 'ext4', '-o', options.join(','), '--', volume.file, raw]);
+  await mountIdmapped(ids, [{ source: raw, target: view }], { writable: !volume.readOnly });
+}
+
+function refuseVmWritten(volume: Pick<SandboxVolume, 'name' | 'file'>): void {
+  if (isGuestWritten(volume.file)) {
+    throw new OrchestratorError(
+      'volumes_unavailable',
+      `volumes: ${volume.name} was written by a VM's kernel and is never loop-mounted on the host: mount it in a VM session (docs/volumes.md)`,
+    );
+  }
 }

@@ -55,6 +55,11 @@ async function makeTemplate(file: string, mib: number): Promise<string> {
 /** Copies the empty layer for one session and mounts it at `target` (a loop device, freed at unmount). */
 export async function mountWritableLayer(template: string, file: string, target: string): Promise<void> {
   await run(['cp', '--sparse=always', '--', template, file]);
+  await mountLayerFile(file, target);
+}
+
+/** Mounts a session's layer file at `target` (at its start, or again after a host reboot: remount.ts). */
+export async function mountLayerFile(file: string, target: string): Promise<void> {
   await mkdir(target, { recursive: true, mode: 0o755 });
   await run(['mount', '-t', 'ext4', '-o', 'loop,noatime,nodev,nosuid', file, target]);
 }
