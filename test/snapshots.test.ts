@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm, rmdir } from 'node:fs/promises';
 import os from 'node:os';
@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import { openKeyStore } from '../src/api/auth/key-store-file.js';
 import { ResourceNames } from '../src/network/names.js';
 import { macAddressFor } from '../src/runtimes/qemu/qemu-command.js';
-import { keyFingerprint } from '../src/transport/ssh-keys.js';
+import { guestIdentity, sshLogin } from './helpers/guest-identity.js';
 import { freePort, startServeOn } from './helpers/serve.js';
 import { serveApi, type Json } from './helpers/serve-api.js';
 import { removeEmptyPrefixCgroups, TEST_PREFIX } from './helpers/orchestrator.js';
@@ -42,38 +42,7 @@ function expectStatus(res: { status: number; json: Json }, status: number, code?
   if (code) assert.equal((res.json.error as { code?: string } | undefined)?.code ?? res.json.code, code, JSON.stringify(res.json));
 }
 
-/** What a guest says of itself: its client key, host key fingerprint, address, hostname, machine id and MAC. */
-async function identity(id: string): Promise<{ clientKey: string; hostKey: string; address: string; hostname: string; machineId: string; mac: string }> {
-  const clientKey = (await bash(id, 'cat /sandbox/config/authorized_keys')).trim();
-  const address = (await bash(id, "ip -4 -o addr show dev eth0 | awk '{print $4}'")).trim();
-  const [hostname = '', machineId = '', mac = ''] = (await bash(id, 'hostname; cat /etc/machine-id; cat /sys/class/net/eth0/address')).trim().split('\n');
-  // The host key its sshd presents on the wire, asked from the host (the guest user cannot read the file).
-  const scanned = execFileSync('ssh-keyscan', ['-T', '20', '-t', 'ed25519', address.split('/')[0] ?? ''], {
-    encoding: 'utf8',
-    stdio: ['ignore', 'pipe', 'ignore'],
-  });
-  const line = scanned.split('\n').find((l) => l.includes('ssh-ed25519')) ?? '';
-  return { clientKey, hostKey: keyFingerprint(line.split(' ').slice(1).join(' ')), address, hostname, machineId, mac };
-}
-
-/** An SSH login from the host with a key file (OpenSSH's client): accepted, or refused with the key. */
-function sshLogin(user: string, keyFile: string, address: string): string {
-  const options = [
-    '-o',
-    'BatchMode=yes',
-    '-o',
-    'StrictHostKeyChecking=no',
-    '-o',
-    'UserKnownHostsFile=/dev/null',
-    '-o',
-    'ConnectTimeout=30',
-    '-o',
-    'IdentitiesOnly=yes',
-  ];
-  const res = spawnSync('ssh', [...options, '-i', keyFile, `${user}@${address}`, 'true'], { encoding: 'utf8', timeout: 60_000 });
-  if (res.status === 0) return 'accepted';
-  return /Permission denied/.test(res.stderr) ? 'refused' : `ssh: ${res.status} ${res.stderr.trim()}`;
-}
+const identity = (id: string) => guestIdentity(bash, id);
 
 describe('snapshots and forks of a qemu desktop', () => {
   let source: string;

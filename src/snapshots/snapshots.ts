@@ -185,7 +185,9 @@ function view(r: SnapshotRecord): SnapshotView {
 function allocatedBytes(dir: string): number {
   let total = 0;
   for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    if (entry.isFile()) total += statSync(path.join(dir, entry.name)).blocks * 512;
+    const file = path.join(dir, entry.name);
+    if (entry.isFile()) total += statSync(file).blocks * 512;
+    else if (entry.isDirectory()) total += allocatedBytes(file); // a container's criu images
   }
   return total;
 }

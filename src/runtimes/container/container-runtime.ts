@@ -2,8 +2,7 @@ import { chown, mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { deleteContainer, listContainers, runcCreate } from './runc.js';
 import path from 'node:path';
 import type { Logger } from 'pino';
-import { ID_RANGE_SIZE, MAX_ID_RANGES, type ContainerSettings } from './settings.js';
-import { HostIdLeases, hostIdBase } from './id-leases.js';
+import type { ContainerSettings } from './settings.js';
 import { GUEST_SSH_PORT } from '../../guest/contract.js';
 import type { ResourceNames } from '../../network/names.js';
 import { moveIntoNetnsOf } from '../../network/netns.js';
@@ -30,8 +29,8 @@ import {
   type SandboxSpec,
 } from '../runtime.js';
 import { blockIoAvailable, deviceNumbers } from './block-io.js';
-import { mountIdmapped, type IdRange } from './idmapped-mount.js';
-import { allowSshPort, limitUserNamespace, raiseHostInotifyLimits } from './namespace-limits.js';
+import { mountIdmapped } from './idmapped-mount.js';
+import { allowSshPort, limitUserNamespace, logSandboxLimits, raiseHostInotifyLimits } from './namespace-limits.js';
 import { ociSpec } from './oci-spec.js';
 import { mountsUnder, unmount, unmountAll } from '../../host/mounts.js';
 import { mountOverlay } from './overlay.js';
@@ -40,6 +39,9 @@ import { processStartTime, waitForExit, watchExit } from '../../host/process-wat
 import { layerTemplate, mountWritableLayer } from './writable-layer.js';
 import { mountVolumes, volumeMountPoints } from './volume-mounts.js';
 import { mountPointsOf, recordMounts, remountMissing } from './remount.js';
+import { readContainerSnapshot, snapshotContainer, type ContainerSnapshot } from './snapshot.js';
+import { SessionIdRanges } from './session-ids.js';
+import { forkLayer, restoreFork, writeMachineId } from './fork.js';
 
 /**
  * The container runtime: each sandbox an OCI container run by runc, with its own user namespace
@@ -75,14 +77,15 @@ export class ContainerRuntime implements Runtime {
   /** Tells the exit watch of a container this run started that its init's exit is a checkpoint, no crash. */
   private readonly checkpointing = new Map<string, (yes: boolean) => void>();
   private readonly criu: CheckpointDeps;
-  /** Ranges handed out in this process when the caller keeps no ledger (no store). */
-  private readonly unledgeredRanges = new Map<string, number>();
+  /** Each session's host id range (session-ids.ts). */
+  private readonly idRanges: SessionIdRanges;
 
   constructor(
     private readonly names: ResourceNames,
     private readonly settings: ContainerSettings,
   ) {
     this.criu = { names, settings };
+    this.idRanges = new SessionIdRanges(settings, names.prefix);
     // Any socket asked for (`unix`, `vsock`, `auto`): runc can hand any container its Unix socket (control-socket.ts).
     if (settings.transport && settings.transport !== 'tcp') this.capabilities = { ...this.capabilities, controlTransport: 'unix' };
   }
@@ -104,64 +107,18 @@ export class ContainerRuntime implements Runtime {
     if (!this.criuReason && this.capabilities.controlTransport === 'unix')
       this.criuReason = "containers reached over a Unix socket (SBX_TRANSPORT) cannot be checkpointed yet: their socket listener is not the container init's";
     log.info({ memory: this.pauseUnavailable('memory') ?? 'available', disk: this.criuReason }, 'container pause: memory (cgroup freezer) and disk (CRIU)');
-    const io = blockIoAvailable();
-    if (io !== true) log.warn({ reason: io }, 'no I/O limit for container sandboxes: the host has no usable io/blkio cgroup controller');
-    else if (this.settings.ioBytesPerSecond === 0 && this.settings.ioOpsPerSecond === 0)
-      log.info('no I/O limit for container sandboxes (SBX_IO_BPS=0, SBX_IO_IOPS=0)');
-    log.info(
-      {
-        cpus: this.settings.cpus,
-        ioBytesPerSecond: this.settings.ioBytesPerSecond,
-        ioOpsPerSecond: this.settings.ioOpsPerSecond,
-        uidBase: this.uidBase,
-        idLeaseDir: this.settings.idLeaseDir,
-      },
-      'container sandboxes: a user namespace and host id range each, CPU quota, no swap',
-    );
+    logSandboxLimits(this.settings, this.uidBase, log);
   }
 
   /** The first host id of this orchestrator's ranges: SBX_CONTAINER_UID_BASE, or one derived from the prefix. */
   get uidBase(): number {
-    return this.settings.uidBase ?? hostIdBase(this.names.prefix);
-  }
-
-  /** Host-wide leases, held in the name of the state dir that holds the session dirs. */
-  private hostLeases(sessionDir: string): HostIdLeases {
-    return new HostIdLeases(this.settings.idLeaseDir, { stateDir: path.dirname(sessionDir), prefix: this.names.prefix });
-  }
-
-  /**
-   * The session's host id range: from the store's lease (ledger) when there is one, and free
-   * host-wide (id-leases.ts). Given back host-wide by the cleanup once its idmapped views
-   * (which carry the range) are unmounted; one left mounted keeps the lease until a reclaim.
-   */
-  private async idRange(spec: SandboxSpec, cleanup: CleanupStack, views: readonly string[]): Promise<IdRange> {
-    const base = this.uidBase;
-    const leases = this.hostLeases(spec.sessionDir);
-    const take = leases.taker(spec.sessionId, await leases.staleRanges());
-    let first: number;
-    if (spec.leaseIdRange) {
-      first = spec.leaseIdRange(base, ID_RANGE_SIZE, MAX_ID_RANGES, take);
-    } else {
-      const taken = new Set(this.unledgeredRanges.values());
-      first = base;
-      for (let k = 0; taken.has(first) || !take(first); k++, first += ID_RANGE_SIZE) {
-        if (k >= MAX_ID_RANGES) throw new Error(`all ${MAX_ID_RANGES} host id ranges from ${base} are held`);
-      }
-      this.unledgeredRanges.set(spec.sessionId, first);
-      await cleanup.push('id range', () => void this.unledgeredRanges.delete(spec.sessionId));
-    }
-    const leased = first;
-    await cleanup.push(`host id lease ${leased}`, async () => {
-      // The mount table names canonical paths.
-      const mounted = new Set((await mountsUnder(spec.sessionDir)).map((m) => path.basename(m)));
-      if (!views.some((view) => mounted.has(path.basename(view)))) await leases.release(leased, spec.sessionId);
-    });
-    return { first, size: ID_RANGE_SIZE };
+    return this.idRanges.base;
   }
 
   async start(spec: SandboxSpec, cleanup: CleanupStack): Promise<RunningSandbox> {
     const id = this.names.container(spec.sessionId);
+    // A fork (fork.ts): its disk and processes are the snapshot's, given its own ids, keys and address.
+    const fork = spec.snapshot && { dir: spec.snapshot.dir, saved: await this.forkSource(spec) };
     const bundle = path.join(spec.sessionDir, 'bundle');
     const rootfs = this.names.containerRootfs(spec.sessionId);
     // The sandbox's own disk (writable-layer.ts): its writes land here and nowhere else. Its
@@ -177,7 +134,7 @@ export class ContainerRuntime implements Runtime {
       await rm(layerFile, { force: true });
     });
     const volumeViews = (spec.volumes ?? []).map((v) => volumeMountPoints(spec.sessionDir, v.name).view);
-    const ids = await this.idRange(spec, cleanup, [imageView, configView, ...volumeViews]);
+    const ids = await this.idRanges.lease(spec, cleanup, [imageView, configView, ...volumeViews]);
     record('mount', imageView);
     record('mount', configView);
     // Each tried even if the other fails; one that stays mounted keeps the session dir (session-dir.ts).
@@ -185,7 +142,9 @@ export class ContainerRuntime implements Runtime {
     // Independent steps at once: each costs a process or two (tens of ms on a busy host).
     // All settle before a failure is thrown, so the cleanup never races a mount still being made.
     await allSettledOrThrow([
-      layerTemplate(spec.image.dir, this.settings.diskMiB).then((template) => mountWritableLayer(template, layerFile, layer)),
+      fork
+        ? forkLayer(fork.dir, layerFile, layer, fork.saved.ids, ids)
+        : layerTemplate(spec.image.dir, this.settings.diskMiB).then((template) => mountWritableLayer(template, layerFile, layer)),
       mountIdmapped(ids, [
         { source: spec.image.rootfs, target: imageView },
         { source: spec.configDir, target: configView },
@@ -202,6 +161,7 @@ export class ContainerRuntime implements Runtime {
     // Every directory on the way is crossable (0711) by the container's root, a host uid.
     await mkdir(path.dirname(rootfs), { recursive: true, mode: 0o711 });
     await mountOverlay(imageView, upper, path.join(layer, 'work'), rootfs);
+    if (fork) await writeMachineId(rootfs, ids);
     step('runtime: overlay');
 
     await mkdir(bundle, { recursive: true, mode: 0o700 });
@@ -227,7 +187,6 @@ export class ContainerRuntime implements Runtime {
     await cleanup.push(`console ${id}`, () => consolePipe.close().finally(() => this.consoles.delete(spec.sessionId)));
     const consoleLogPath = consolePipe.logPath;
 
-    const pidFile = path.join(spec.sessionDir, 'container.pid');
     let init: { pid: number; startTime: string } | undefined;
     // From here on a container may exist even if `runc create` fails part-way. Destroy returns
     // only once its init is really gone: runc delete signals it, and the kernel then needs a
@@ -239,29 +198,27 @@ export class ContainerRuntime implements Runtime {
       }
     });
     record('container', path.join(this.names.runcRoot, id));
-    // Created (namespaces made, init waiting) but not started: its limits are set before any
-    // guest program runs, so none can take more inotify instances than its share.
     step('runtime: bundle');
-    await runcCreate(this.settings.runcBin, this.names.runcRoot, id, bundle, pidFile, consolePipe);
-    step('runtime: runc create');
-
-    const pid = Number((await readFile(pidFile, 'utf8')).trim());
-    const startTime = processStartTime(pid);
-    if (!startTime) throw new Error(`container ${id} exited at once; see ${consoleLogPath}`);
-    // Recorded once known: runc made it; the container record above already covers it.
-    record('process', `${pid}@${startTime}`);
-    init = { pid, startTime };
-    await allSettledOrThrow([limitUserNamespace(pid, this.settings), allowSshPort(`/proc/${pid}/ns/net`)]);
-    step('runtime: namespaces');
-    // Its netns is runc's: the session's eth0 moves in while the guest starts (a move waits ~20 ms of RCU grace periods).
-    await allSettledOrThrow([
-      run([this.settings.runcBin, '--root', this.names.runcRoot, 'start', id]),
-      spec.network.attachment === 'none' ? Promise.resolve() : moveIntoNetnsOf(spec.network, pid),
-    ]);
-    step('runtime: runc start');
+    const known = (started: { pid: number; startTime: string }) => {
+      init = started;
+      // Recorded once known: runc made it; the container record above already covers it.
+      record('process', `${started.pid}@${started.startTime}`);
+    };
+    let endpoint: GuestEndpoint | undefined;
+    if (fork) {
+      if (!this.freezer) throw new Error('a fork needs the cgroup freezer');
+      const restored = await restoreFork(this.criu, { spec, snapshotDir: fork.dir, snapshot: fork.saved, ids, consolePipe, freezer: this.freezer });
+      known(restored.init);
+      endpoint = restored.endpoint;
+      step('runtime: restored from the snapshot');
+    } else {
+      await this.createAndStart(spec, bundle, consolePipe, known, step);
+    }
+    if (!init) throw new Error(`container ${id} did not start`);
+    const { pid, startTime } = init;
     // Without a NIC its sshd is reached over a socket in the session dir (removed with it);
     // with one, over TCP at its address.
-    const endpoint: GuestEndpoint =
+    endpoint ??=
       spec.network.attachment === 'none'
         ? await startControlSocket(this.settings.runcBin, this.names.runcRoot, id, spec.sessionDir)
         : { host: spec.network.lease.guest, port: GUEST_SSH_PORT };
@@ -294,6 +251,42 @@ export class ContainerRuntime implements Runtime {
     };
   }
 
+  /** `runc create`, its namespaces limited before any guest program runs, `runc start` while its eth0 moves in. */
+  private async createAndStart(
+    spec: SandboxSpec,
+    bundle: string,
+    consolePipe: ConsolePipe,
+    known: (init: { pid: number; startTime: string }) => void,
+    step: (name: string) => void,
+  ): Promise<void> {
+    const id = this.names.container(spec.sessionId);
+    const pidFile = path.join(spec.sessionDir, 'container.pid');
+    await runcCreate(this.settings.runcBin, this.names.runcRoot, id, bundle, pidFile, consolePipe);
+    step('runtime: runc create');
+    const pid = Number((await readFile(pidFile, 'utf8')).trim());
+    const startTime = processStartTime(pid);
+    if (!startTime) throw new Error(`container ${id} exited at once; see ${consolePipe.logPath}`);
+    known({ pid, startTime });
+    await allSettledOrThrow([limitUserNamespace(pid, this.settings), allowSshPort(`/proc/${pid}/ns/net`)]);
+    step('runtime: namespaces');
+    // Its netns is runc's: the session's eth0 moves in while the guest starts (a move waits ~20 ms of RCU grace periods).
+    await allSettledOrThrow([
+      run([this.settings.runcBin, '--root', this.names.runcRoot, 'start', id]),
+      spec.network.attachment === 'none' ? Promise.resolve() : moveIntoNetnsOf(spec.network, pid),
+    ]);
+    step('runtime: runc start');
+  }
+
+  /** A fork's snapshot, if this host can restore it into this session (fork.ts). */
+  private async forkSource(spec: SandboxSpec): Promise<ContainerSnapshot> {
+    const why = this.snapshotUnavailable();
+    if (why) throw new Error(`a container cannot be forked here: ${why}`);
+    const saved = await readContainerSnapshot(spec.snapshot?.dir ?? '');
+    if (saved.imageRootfs !== spec.image.rootfs)
+      throw new Error(`the template's image has changed since the snapshot was taken (${saved.imageRootfs}): its disk is a layer over the old one`);
+    return saved;
+  }
+
   pauseModes(): readonly PauseMode[] {
     return [...(this.freezer ? (['memory'] as const) : []), ...(this.criuReason ? [] : (['disk'] as const))];
   }
@@ -308,10 +301,16 @@ export class ContainerRuntime implements Runtime {
     return this.freezer ? undefined : 'the host has no cgroup freezer (cgroup v1 freezer controller or cgroup v2)';
   }
 
-  /** A container's snapshot would save its processes with CRIU, as its pause to disk does (docs/snapshots.md): not yet. */
-  snapshotUnavailable(): string {
-    const criu = this.criuReason ? `, and ${this.criuReason}` : ' (criu 4.2 or newer on kernels from 6.16)';
-    return `a container's processes would be saved by CRIU${criu}; container snapshots are not wired up yet: the qemu runtime (SBX_RUNTIME=qemu) snapshots and forks sessions`;
+  /** A snapshot saves its processes with CRIU, as a pause to disk does, its cgroup frozen meanwhile (snapshot.ts). */
+  snapshotUnavailable(): string | undefined {
+    if (this.criuReason) return `a container's processes are saved by CRIU, and ${this.criuReason}`;
+    return this.freezer ? undefined : 'the host has no cgroup freezer to hold a container still while it is saved';
+  }
+
+  async snapshot(target: PauseTarget, dir: string): Promise<void> {
+    const why = this.snapshotUnavailable();
+    if (why || !this.freezer) throw new Error(`a container cannot be snapshotted here: ${why}`);
+    await snapshotContainer(this.criu, this.freezer, target, dir);
   }
 
   /** Memory: the container's cgroup frozen (no CPU, its memory kept). Disk: its processes checkpointed (checkpoint.ts). */
@@ -336,10 +335,7 @@ export class ContainerRuntime implements Runtime {
       return;
     }
     // After a host reboot its mounts are made again (and its id range taken host-wide again) first.
-    await remountMissing(target.sessionDir, this.names.containerRootfs(target.sessionId), async (ids) => {
-      const leases = this.hostLeases(target.sessionDir);
-      return leases.taker(target.sessionId, await leases.staleRanges())(ids.first);
-    });
+    await remountMissing(target.sessionDir, this.names.containerRootfs(target.sessionId), (ids) => this.idRanges.retake(target, ids));
     return resumeFromCheckpoint(this.criu, target, this.consoles.get(target.sessionId));
   }
 
@@ -390,6 +386,6 @@ export class ContainerRuntime implements Runtime {
     await removeRootfs(this.names.containerRootfs(sessionId));
     await unmountAll(await mountsUnder(sessionDir));
     // Only once nothing of it is mounted (unmountAll threw otherwise): its range is free host-wide.
-    await this.hostLeases(sessionDir).releaseSession(sessionId);
+    await this.idRanges.releaseSession(sessionId, sessionDir);
   }
 }

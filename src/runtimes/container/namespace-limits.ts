@@ -2,6 +2,7 @@ import { readFile, writeFile } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import type { ContainerSettings } from './settings.js';
 import { run } from '../../util/exec.js';
+import { blockIoAvailable } from './block-io.js';
 
 /**
  * Per-sandbox kernel limits that live in namespaces rather than in cgroups.
@@ -74,4 +75,13 @@ export async function raiseHostInotifyLimits(sandboxes: number, settings: Contai
       'raised the host inotify limit so that each sandbox meets its own limit first',
     );
   }
+}
+
+/** The limits every container sandbox gets, said in the start-up log (and why there is no I/O limit, where there is none). */
+export function logSandboxLimits(settings: ContainerSettings, uidBase: number, log: Logger): void {
+  const io = blockIoAvailable();
+  if (io !== true) log.warn({ reason: io }, 'no I/O limit for container sandboxes: the host has no usable io/blkio cgroup controller');
+  else if (settings.ioBytesPerSecond === 0 && settings.ioOpsPerSecond === 0) log.info('no I/O limit for container sandboxes (SBX_IO_BPS=0, SBX_IO_IOPS=0)');
+  const { cpus, ioBytesPerSecond, ioOpsPerSecond, idLeaseDir } = settings;
+  log.info({ cpus, ioBytesPerSecond, ioOpsPerSecond, uidBase, idLeaseDir }, 'container sandboxes: a user namespace and host id range each, CPU quota, no swap');
 }

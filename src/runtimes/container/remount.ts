@@ -39,6 +39,12 @@ export async function recordMounts(bundleDir: string, mounts: ContainerMounts): 
   await writeFile(path.join(bundleDir, RECORD), JSON.stringify(mounts), { mode: 0o600 });
 }
 
+/** The record of a session's mounts; undefined for one started before they were recorded. */
+export async function readMounts(bundleDir: string): Promise<ContainerMounts | undefined> {
+  const text = await readFile(path.join(bundleDir, RECORD), 'utf8').catch(() => undefined);
+  return text === undefined ? undefined : (JSON.parse(text) as ContainerMounts);
+}
+
 /**
  * Makes again whichever of the session's mounts is missing (none, unless the host rebooted
  * since the pause), in the order of a start; `takeIds` takes the id range host-wide again
@@ -52,9 +58,8 @@ export async function remountMissing(sessionDir: string, rootfs: string, takeIds
   const isMounted = async (p: string) => mounted.has(await real(p));
   if (await isMounted(rootfs)) return false;
   const bundle = path.join(sessionDir, 'bundle');
-  const text = await readFile(path.join(bundle, RECORD), 'utf8').catch(() => undefined);
-  if (text === undefined) throw new Error(`the container's mounts are gone (the host rebooted?) and it has no record of them to make them again`);
-  const mounts = JSON.parse(text) as ContainerMounts;
+  const mounts = await readMounts(bundle);
+  if (!mounts) throw new Error(`the container's mounts are gone (the host rebooted?) and it has no record of them to make them again`);
   if (!(await takeIds(mounts.ids))) {
     throw new Error(`the host id range ${mounts.ids.first} of this paused container is held by another orchestrator on this host since a reboot`);
   }
