@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { readdir, readFile } from 'node:fs/promises';
+import { chown, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -141,6 +141,47 @@ describe('snapshots and forks of a container desktop (CRIU)', { skip: unavailabl
       assert.ok((await counterOf(NAMES, id)).count > counted.count, `session ${id} runs (not left frozen)`);
     }
     console.log(`the kill -9 left ${listed.length === before.length ? 'no snapshot' : 'a whole snapshot'}`);
+  });
+
+  it("red team: links guest root plants do not lead a fork's host-side work out of its own disk", async () => {
+    // A host file the guest names by its host path: a fork's owner shift and machine id must never reach it.
+    const canary = path.join(rig.stateDir, 'canary');
+    await writeFile(canary, 'host data\n', { mode: 0o600 });
+    await chown(canary, 12345, 12345);
+    const asGuestRoot = (script: string) => run(['runc', '--root', NAMES.runcRoot, 'exec', NAMES.container(source), 'sh', '-c', script]);
+    await asGuestRoot(
+      `ln -s ${canary} /home/user/to-host; ln -s / /home/user/host-root; chown -h 1000:1000 /home/user/to-host /home/user/host-root; ` +
+        `rm -f /etc/machine-id; ln -s ${canary} /etc/machine-id`,
+    );
+    const linked = await api('POST', `/v1/sessions/${source}/snapshots`, { name: 'links' });
+    assert.equal(linked.status, 201, JSON.stringify(linked.json));
+    let started = performance.now();
+    const fork = await api('POST', '/v1/sessions', { snapshot: linked.json.id });
+    assert.equal(fork.status, 201, JSON.stringify(fork.json));
+    console.log(`a fork of a disk full of links: ${Math.round(performance.now() - started)} ms`);
+    const forkId = String(fork.json.id);
+    const { uid, gid, mode } = await stat(canary);
+    assert.deepEqual([uid, gid, mode & 0o7777, await readFile(canary, 'utf8')], [12345, 12345, 0o600, 'host data\n'], 'the host file is as it was');
+    assert.match(
+      (await bash(forkId, 'stat -c %F /etc/machine-id; cat /etc/machine-id')).trim(),
+      /^regular file\n[0-9a-f]{32}$/,
+      'a machine id of its own in place of the link',
+    );
+    assert.equal((await bash(forkId, 'stat -c %U /home/user/to-host')).trim(), 'user', "the link itself moved into the fork's range");
+    assert.equal((await api('DELETE', `/v1/sessions/${forkId}`)).status, 200);
+
+    // /etc itself a link out of the disk: the fork is refused before anything is written through it.
+    await asGuestRoot('mv /etc /etc.moved && /etc.moved/../bin/ln -s /tmp /etc');
+    const out = await api('POST', `/v1/sessions/${source}/snapshots`, { name: 'etc-link' });
+    assert.equal(out.status, 201, JSON.stringify(out.json));
+    started = performance.now();
+    const refused = await api('POST', '/v1/sessions', { snapshot: out.json.id });
+    assert.ok(refused.status >= 400, JSON.stringify(refused.json));
+    assert.match(JSON.stringify(refused.json), /etc directory is a link/);
+    console.log(`a fork refused for its /etc link: ${Math.round(performance.now() - started)} ms, status ${refused.status}`);
+    const written = (await readdir('/tmp')).filter((n) => n === 'machine-id' || n.startsWith('.machine-id.sbx-'));
+    assert.deepEqual(written, [], "nothing written into the host's /tmp");
+    await asGuestRoot('rm /etc && /etc.moved/../bin/mv /etc.moved /etc');
   });
 
   it('a delete of the snapshot frees its files; the forks go on', async () => {

@@ -66,7 +66,7 @@ export async function shiftOwners(root: string, from: IdRange, to: IdRange): Pro
  */
 export async function writeMachineId(rootfs: string, ids: IdRange): Promise<void> {
   const etc = path.join(rootfs, 'etc');
-  if (!(await lstat(etc)).isDirectory()) throw new Error("the snapshot's /etc is not a directory");
+  if (!(await lstat(etc)).isDirectory()) throw new Error("the snapshot's etc directory is a link (or not a directory): it is not forked");
   const temp = path.join(etc, `.machine-id.sbx-${randomBytes(6).toString('hex')}`);
   await writeFile(temp, `${newMachineId()}\n`, { mode: 0o444, flag: 'wx' });
   await lchown(temp, ids.first, ids.first);
