@@ -197,5 +197,51 @@ describe(
       assert.equal(existsSync(sessionDir), false);
       assert.equal(existsSync(path.join(SETTINGS.idLeaseDir, String(ids.first))), false, 'its id lease is given back');
     });
+
+    it('a kill -9 of the orchestrator mid-pause and mid-resume leaves the old state or the new one, and the desktop goes on', async () => {
+      const created = await api('POST', '/v1/sessions', { width: 1024, height: 768 });
+      assert.equal(created.status, 201, JSON.stringify(created.json));
+      const fid = String(created.json.id);
+      await startCounter(bash, NAMES, fid);
+      const before = await counter(fid);
+      const sessionDir = path.join(rig.stateDir, fid);
+      const killWhen = async (dir: string, request: Promise<unknown>): Promise<string> => {
+        const deadline = Date.now() + 20_000;
+        while (!existsSync(path.join(sessionDir, dir)) && Date.now() < deadline) await sleep(5);
+        await rig.crashAndRestart();
+        await request;
+        const got = await api('GET', `/v1/sessions/${fid}`);
+        assert.equal(got.status, 200, JSON.stringify(got.json));
+        return String(got.json.state);
+      };
+      const resumeIfPaused = async (state: string) => {
+        if (state === 'paused') assert.equal((await api('POST', `/v1/sessions/${fid}/resume`)).status, 200);
+        await sleep(300);
+        const now = await counter(fid);
+        assert.equal(now.pid, before.pid, 'the same process');
+        await sleep(300);
+        assert.ok((await counter(fid)).count > now.count, 'counting');
+      };
+      // criu dumping (its log begun): the runc the orchestrator started finishes without it.
+      const afterPause = await killWhen(
+        'checkpoint.partial/dump.log',
+        api('POST', `/v1/sessions/${fid}/pause`, { mode: 'disk' }).catch(() => undefined),
+      );
+      assert.ok(['paused', 'ready'].includes(afterPause), afterPause);
+      await resumeIfPaused(afterPause);
+      assert.equal((await api('POST', `/v1/sessions/${fid}/pause`, { mode: 'disk' })).status, 200);
+      // criu restoring: the resume had not ended, so the checkpoint is the truth again.
+      const afterResume = await killWhen(
+        'checkpoint.restoring/restore.log',
+        api('POST', `/v1/sessions/${fid}/resume`).catch(() => undefined),
+      );
+      assert.ok(['paused', 'ready'].includes(afterResume), afterResume);
+      await resumeIfPaused(afterResume);
+      assert.match(await bash(fid, 'echo alive'), /alive/);
+      console.log(`a kill -9 mid-pause left it ${afterPause}, mid-resume ${afterResume}`);
+      assert.equal((await api('DELETE', `/v1/sessions/${fid}`)).status, 200);
+      assert.deepEqual(await containers(), []);
+      assert.equal(existsSync(sessionDir), false);
+    });
   },
 );

@@ -11,6 +11,7 @@
  * - a restart: a whole `checkpoint` dir is the truth (any container of the session is stopped);
  *   `checkpoint.restoring` is, unless the restored container runs; a `.partial` one goes.
  */
+import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { isProcessAlive, waitForExit, watchExit } from '../../host/process-watch.js';
@@ -22,7 +23,7 @@ import { DEFAULT_CONSOLE_LOG_LIMITS } from '../console-log.js';
 import { openConsole, reattachConsole, type ConsolePipe } from '../console-pipe.js';
 import type { AdoptedSandbox, PauseTarget, RunningSandbox } from '../runtime.js';
 import type { GuestEndpoint } from '../../transport/index.js';
-import { directoryBytes, dumpContainer, restoreFromImages, type CheckpointDeps, type RestoredInit } from './criu-run.js';
+import { directoryBytes, dumpContainer, readConsoleKey, restoreFromImages, untilRuncIsDone, type CheckpointDeps, type RestoredInit } from './criu-run.js';
 import { deleteContainer } from './runc.js';
 
 export type { CheckpointDeps } from './criu-run.js';
@@ -51,6 +52,12 @@ export async function checkpointContainer(deps: CheckpointDeps, sessionId: strin
     await rm(partial, { recursive: true, force: true });
     throw err;
   }
+  return finishCheckpoint(sessionDir, consoleKey);
+}
+
+/** The marker written into a whole dump and the dir renamed: from here on the checkpoint is the truth. */
+async function finishCheckpoint(sessionDir: string, consoleKey: string): Promise<CheckpointMarker> {
+  const partial = path.join(sessionDir, PARTIAL);
   const bytes = await directoryBytes(partial);
   const marker: CheckpointMarker = { consoleKey, since: new Date().toISOString(), bytes };
   await writeFile(path.join(partial, MARKER), JSON.stringify(marker), { mode: 0o600 });
@@ -146,10 +153,15 @@ export function restoredSandbox(
 
 /**
  * A restart: the session's checkpoint, if a whole one is there (then the truth: a container
- * of the session found running is stopped), else undefined (a dump killed half-way's files go).
+ * of the session found running is stopped), else undefined. A kill -9 of the orchestrator
+ * leaves the old state or the new one (docs/pause.md#a-kill-9-on-the-way):
+ * - during a pause (`.partial`): the runc it started dumps on and ends the container unless the
+ *   dump fails. Once it is done: a container that runs is the truth (the partial goes); one
+ *   that is gone left a whole dump, which is finished into the checkpoint (its marker written).
+ * - during a resume (`.restoring`): the resume ended only with that dir removed, so a container
+ *   it restored (once its runc is done) is stopped and the checkpoint is the truth again.
  */
 export async function findCheckpoint(deps: CheckpointDeps, sessionId: string, sessionDir: string): Promise<{ bytes: number; since: string } | undefined> {
-  await rm(path.join(sessionDir, PARTIAL), { recursive: true, force: true });
   const id = deps.names.container(sessionId);
   // The binds of a restore a crash interrupted (restoreBundle).
   for (const name of (await readdir(deps.names.rootfsRoot).catch(() => [] as string[])).filter((n) => n.startsWith(`${id}.restore-`))) {
@@ -157,14 +169,15 @@ export async function findCheckpoint(deps: CheckpointDeps, sessionId: string, se
     await unmountAll(await mountsUnder(binds));
     await removeTreeOnOneMount(binds);
   }
+  const partial = path.join(sessionDir, PARTIAL);
   const restoring = path.join(sessionDir, RESTORING);
+  if (existsSync(partial) || existsSync(restoring)) await untilRuncIsDone(id);
+  if (existsSync(partial)) {
+    const consoleKey = await dumpFinished(partial);
+    if (consoleKey && !(await containerRuns(deps, id))) await finishCheckpoint(sessionDir, consoleKey);
+    else await rm(partial, { recursive: true, force: true });
+  }
   if (await readMarker(restoring)) {
-    // Killed during a resume: the restored container is the truth once it runs.
-    const state = await run([deps.settings.runcBin, '--root', deps.names.runcRoot, 'state', id], { allowFailure: true });
-    if (state.exitCode === 0 && /"status":\s*"running"/.test(state.stdout)) {
-      await rm(restoring, { recursive: true, force: true });
-      return undefined;
-    }
     await deleteContainer(deps.settings.runcBin, deps.names.runcRoot, id).catch(() => undefined);
     await rename(restoring, path.join(sessionDir, DONE));
   }
@@ -172,6 +185,18 @@ export async function findCheckpoint(deps: CheckpointDeps, sessionId: string, se
   if (!marker) return undefined;
   await deleteContainer(deps.settings.runcBin, deps.names.runcRoot, id);
   return { bytes: marker.bytes, since: marker.since };
+}
+
+async function containerRuns(deps: CheckpointDeps, id: string): Promise<boolean> {
+  const state = await run([deps.settings.runcBin, '--root', deps.names.runcRoot, 'state', id], { allowFailure: true });
+  return state.exitCode === 0 && /"status":\s*"(running|paused)"/.test(state.stdout);
+}
+
+/** The console's key of a dump criu finished (its own log says so), else undefined. */
+async function dumpFinished(images: string): Promise<string | undefined> {
+  const log = await readFile(path.join(images, 'dump.log'), 'utf8').catch(() => '');
+  if (!/Dumping finished successfully/.test(log)) return undefined;
+  return readConsoleKey(images);
 }
 
 /** The checkpoint's files, gone (a destroy of a paused session; idempotent). */

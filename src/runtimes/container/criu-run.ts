@@ -5,7 +5,8 @@
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chown, mkdir, readFile, readlink, rm, writeFile } from 'node:fs/promises';
+import { chown, mkdir, readdir, readFile, readlink, rm, writeFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import path from 'node:path';
 import { processStartTime } from '../../host/process-watch.js';
 import { unmountAll } from '../../host/mounts.js';
@@ -21,6 +22,8 @@ import type { ContainerSettings } from './settings.js';
 
 /** A dump or restore of a desktop takes well under a second here; a loaded host, more. */
 const CRIU_TIMEOUT_MS = 120_000;
+const CONSOLE_KEY = 'console-key';
+const CONSOLE_KEY_FORM = /^file\[[0-9a-f]+:[0-9a-f]+\]$/;
 
 export interface CheckpointDeps {
   names: ResourceNames;
@@ -41,6 +44,8 @@ export async function dumpContainer(
   leaveRunning = false,
 ): Promise<string> {
   const consoleKey = await externalFileKey(pid, consoleFifoPath(sessionDir));
+  // Beside the images from the start: a restart finishes a dump this run did not see end (checkpoint.ts).
+  await writeFile(path.join(images, CONSOLE_KEY), consoleKey, { mode: 0o600 });
   const options = await criuOptions(sessionDir, 'dump', [`external ${consoleKey}`]);
   const argv = [deps.settings.runcBin, '--criu', criuOf(deps), '--root', deps.names.runcRoot, 'checkpoint', '--image-path', images, '--work-path', images];
   if (leaveRunning) argv.push('--leave-running');
@@ -54,6 +59,36 @@ export async function dumpContainer(
   // (not writable) by its users, reached only through a 0700 dir or the restore's unlisted bind.
   await run(['chmod', '-R', 'u=rwX,go=rX', images]);
   return consoleKey;
+}
+
+/** The console's key a dump wrote beside its images (dumpContainer), if a well-formed one is there. */
+export async function readConsoleKey(images: string): Promise<string | undefined> {
+  const key = await readFile(path.join(images, CONSOLE_KEY), 'utf8').catch(() => '');
+  return CONSOLE_KEY_FORM.test(key) ? key : undefined;
+}
+
+/**
+ * Waits until no `runc checkpoint` or `runc restore` of container `id` runs: one a killed
+ * orchestrator started goes on without it. Only host root's processes of the host's own pid
+ * namespace count (a guest's process can be named anything, and must not hold a restart).
+ */
+export async function untilRuncIsDone(id: string, timeoutMs = CRIU_TIMEOUT_MS): Promise<void> {
+  const ours = await readlink('/proc/self/ns/pid');
+  const deadline = Date.now() + timeoutMs;
+  const running = async (): Promise<boolean> => {
+    for (const pid of await readdir('/proc')) {
+      if (!/^\d+$/.test(pid)) continue;
+      const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')).split('\0');
+      if (!argv.includes(id) || !(argv.includes('checkpoint') || argv.includes('restore'))) continue;
+      const [ns, status] = await Promise.all([readlink(`/proc/${pid}/ns/pid`).catch(() => ''), readFile(`/proc/${pid}/status`, 'utf8').catch(() => '')]);
+      if (ns === ours && /^Uid:\s+0\s/m.test(status)) return true;
+    }
+    return false;
+  };
+  while (await running()) {
+    if (Date.now() > deadline) throw new Error(`a runc checkpoint or restore of ${id} still runs after ${timeoutMs} ms`);
+    await sleep(100);
+  }
 }
 
 /** The restored container's init, reached as before; the caller watches it. */
