@@ -124,6 +124,30 @@ describe('snapshots and forks of a container desktop (CRIU)', { skip: unavailabl
     }
   });
 
+  it('a fork pauses to disk and resumes, and forks in turn', async () => {
+    const fork = forks[0] ?? '';
+    const before = await counterOf(NAMES, fork);
+    assert.equal((await api('POST', `/v1/sessions/${fork}/pause`, { mode: 'disk' })).status, 200);
+    const resumed = await api('POST', `/v1/sessions/${fork}/resume`);
+    assert.equal(resumed.status, 200, JSON.stringify(resumed.json));
+    await sleep(300);
+    const after = await counterOf(NAMES, fork);
+    assert.equal(after.pid, before.pid);
+    assert.ok(after.count > before.count, 'it counts on after its resume');
+    const again = await api('POST', `/v1/sessions/${fork}/snapshots`, { name: 'of-a-fork' });
+    assert.equal(again.status, 201, JSON.stringify(again.json));
+    const grandchild = await api('POST', '/v1/sessions', { snapshot: again.json.id });
+    assert.equal(grandchild.status, 201, JSON.stringify(grandchild.json));
+    const gid = String(grandchild.json.id);
+    assert.equal((await bash(gid, 'hostname')).trim(), `sbx-${gid}`);
+    assert.equal((await bash(gid, `cat /home/user/mine-${fork}.txt`)).trim(), fork, "its parent's file");
+    assert.notEqual(await hostRootOf(gid), await hostRootOf(fork), 'a host id range of its own');
+    await sleep(300);
+    assert.ok((await counterOf(NAMES, gid)).count > after.count, 'the counter goes on in it too');
+    assert.equal((await api('DELETE', `/v1/sessions/${gid}`)).status, 200);
+    assert.equal((await api('DELETE', `/v1/snapshots/${String(again.json.id)}`)).status, 200);
+  });
+
   it('a kill -9 of the orchestrator while a snapshot is taken leaves none or a whole one, and every session running', async () => {
     const before = (await api('GET', '/v1/snapshots')).json.snapshots as Json[];
     const pending = api('POST', `/v1/sessions/${source}/snapshots`, { name: 'cut-short' }).catch(() => undefined);
