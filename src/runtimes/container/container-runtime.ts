@@ -207,9 +207,8 @@ export class ContainerRuntime implements Runtime {
     let endpoint: GuestEndpoint | undefined;
     if (fork) {
       if (!this.freezer) throw new Error('a fork needs the cgroup freezer');
-      const restored = await restoreFork(this.criu, { spec, snapshotDir: fork.dir, snapshot: fork.saved, ids, consolePipe, freezer: this.freezer });
-      known(restored.init);
-      endpoint = restored.endpoint;
+      const forkSpec = { spec, snapshotDir: fork.dir, snapshot: fork.saved, ids, consolePipe, freezer: this.freezer };
+      endpoint = (await restoreFork(this.criu, forkSpec, known)).endpoint;
       step('runtime: restored from the snapshot');
     } else {
       await this.createAndStart(spec, bundle, consolePipe, known, step);

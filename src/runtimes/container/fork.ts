@@ -85,9 +85,13 @@ export interface ForkRestore {
 
 /**
  * Restores the fork's container from the snapshot's images (a copy of its own, rewritten) and
- * has its sshd take the fork's host key; its init once it runs, reached at the returned address.
+ * has its sshd take the fork's host key; its init (told to `restored` as soon as it runs), reached at the returned address.
  */
-export async function restoreFork(deps: CheckpointDeps, fork: ForkRestore): Promise<{ init: RestoredInit; endpoint: TcpEndpoint }> {
+export async function restoreFork(
+  deps: CheckpointDeps,
+  fork: ForkRestore,
+  restored: (init: RestoredInit) => void,
+): Promise<{ init: RestoredInit; endpoint: TcpEndpoint }> {
   const { sessionId, sessionDir, network, hostname } = fork.spec;
   if (network.attachment === 'none') throw new Error('a fork is reached at its address: its guest listens where its source did');
   const images = path.join(sessionDir, 'fork-images');
@@ -109,6 +113,7 @@ export async function restoreFork(deps: CheckpointDeps, fork: ForkRestore): Prom
   } finally {
     await rm(images, { recursive: true, force: true });
   }
+  restored(init); // the caller's cleanup waits for it from here on
   const endpoint = { host: network.lease.guest, port: GUEST_SSH_PORT };
   const keys = await readSessionKeys(sessionDir, fork.spec.configDir);
   await reloadGuestSshd(init.pid, deps.names.cgroup(sessionId), fork.freezer, endpoint, publicKeyBlob(keys.hostPublicKey));
