@@ -116,6 +116,7 @@ export class QemuDiskPause {
       });
       // QEMU says the migration completed, yet keeps the socket open (its guest may have taken
       // it over): the save is given a bounded time to end, never waited for for good.
+      // A failed migration does not end the race: its socket is closed then, so the save settles too.
       let closeTimer: NodeJS.Timeout | undefined;
       const savedInTime = Promise.race([
         saved,
@@ -127,13 +128,15 @@ export class QemuDiskPause {
                 CLOSE_AFTER_MIGRATION_MS,
               );
             }),
+          () => new Promise<never>(() => undefined),
         ),
       ]);
       const [file, migration] = await Promise.allSettled([savedInTime, ended]);
       clearTimeout(closeTimer);
-      // The writer's error first: a disk that filled up is why QEMU's socket was closed.
-      if (file.status === 'rejected') throw file.reason;
+      // The disk's own error first: a disk that filled up is why QEMU saw its socket break.
+      if (file.status === 'rejected' && isDiskFull(file.reason)) throw file.reason;
       if (migration.status === 'rejected') throw migration.reason;
+      if (file.status === 'rejected') throw file.reason;
       bytes = file.value.bytes;
     } catch (err) {
       listener.close();
@@ -337,6 +340,11 @@ export async function untilLoaded(qmpSocket: string, vm: VmProcess, timeoutMs: n
     await sleep(POLL_MS);
   }
   throw new Error(`qemu did not load the state within ${timeoutMs} ms`);
+}
+
+function isDiskFull(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  return code === 'ENOSPC' || code === 'EDQUOT';
 }
 
 /** The disk full is said as such: the operator's to fix, not a bug. */
