@@ -10,7 +10,7 @@ import { criuUnavailable } from '../src/runtimes/container/criu-check.js';
 import { containerSettingsFromEnv } from '../src/runtimes/container/settings.js';
 import { run } from '../src/util/exec.js';
 import { counterOf, startCounter, startServeRig, type ServeRig } from './helpers/counting-desktop.js';
-import { guestIdentity, sshLogin } from './helpers/guest-identity.js';
+import { assertOwnIdentities, guestIdentity, sshLogin } from './helpers/guest-identity.js';
 import { serveApi, type Json } from './helpers/serve-api.js';
 import { TEST_PREFIX } from './helpers/orchestrator.js';
 
@@ -93,14 +93,7 @@ describe('snapshots and forks of a container desktop (CRIU)', { skip: unavailabl
       views.map((v) => String(v.hostKeyFingerprint)),
       'each presents the host key its view pins',
     );
-    for (const field of ['clientKey', 'hostKey', 'address', 'machineId', 'mac'] as const) {
-      assert.equal(new Set(seen.map((s) => s[field])).size, ids.length, `${field}: ${JSON.stringify(seen.map((s) => s[field]))}`);
-    }
-    assert.deepEqual(
-      seen.map((s) => s.hostname),
-      ids.map((id) => `sbx-${id}`),
-    );
-    for (const s of seen) assert.match(s.machineId, /^[0-9a-f]{32}$/);
+    assertOwnIdentities(seen, ids);
     const roots = await Promise.all(ids.map(hostRootOf));
     assert.equal(new Set(roots).size, ids.length, `each runs in a host id range of its own: ${roots.join(' ')}`);
 

@@ -1,3 +1,4 @@
+import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { keyFingerprint } from '../../src/transport/ssh-keys.js';
 
@@ -35,4 +36,16 @@ export function sshLogin(user: string, keyFile: string, address: string): string
   const res = spawnSync('ssh', [...options.flatMap((o) => ['-o', o]), '-i', keyFile, `${user}@${address}`, 'true'], { encoding: 'utf8', timeout: 60_000 });
   if (res.status === 0) return 'accepted';
   return /Permission denied/.test(res.stderr) ? 'refused' : `ssh: ${res.status} ${res.stderr.trim()}`;
+}
+
+/** No two of the sessions share a key, host key, address, machine id or MAC; each is named sbx-<id> and has a machine id of machine-id(5)'s form. */
+export function assertOwnIdentities(seen: GuestIdentity[], ids: string[]): void {
+  for (const field of ['clientKey', 'hostKey', 'address', 'machineId', 'mac'] as const) {
+    assert.equal(new Set(seen.map((s) => s[field])).size, ids.length, `${field}: ${JSON.stringify(seen.map((s) => s[field]))}`);
+  }
+  assert.deepEqual(
+    seen.map((s) => s.hostname),
+    ids.map((id) => `sbx-${id}`),
+  );
+  for (const s of seen) assert.match(s.machineId, /^[0-9a-f]{32}$/);
 }
