@@ -152,6 +152,42 @@ export function privateKeyForms(openSshPrivateKey: string): Buffer[] {
 }
 
 /**
+ * The parts of a file that hold data ([start, end) byte ranges): a sparse disk image's holes
+ * (gigabytes of zeros a read would make up) are skipped (lseek SEEK_DATA/SEEK_HOLE, which Node
+ * does not offer: Python's os.lseek does).
+ */
+async function dataRanges(file: string): Promise<Array<[number, number]>> {
+  const script = [
+    'import os, sys',
+    'fd = os.open(sys.argv[1], os.O_RDONLY); end = os.fstat(fd).st_size; at = 0',
+    'while at < end:',
+    '    try: start = os.lseek(fd, at, os.SEEK_DATA)',
+    '    except OSError: break',
+    '    at = os.lseek(fd, start, os.SEEK_HOLE); print(start, at)',
+  ].join('\n');
+  const { stdout } = await run(['python3', '-I', '-c', script, file]);
+  return stdout
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => line.split(' ').map(Number) as [number, number]);
+}
+
+/** Whether the file's data holds any of the needles (a needle across a hole's edge is not looked for: they are random secrets). */
+async function holdsAny(file: string, needles: Buffer[], longest: number): Promise<boolean> {
+  const big = (await stat(file)).size > 16 * 2 ** 20;
+  for (const [start, end] of big ? await dataRanges(file) : [[0, Infinity] as [number, number]]) {
+    let tail = Buffer.alloc(0);
+    const last = end === Infinity ? undefined : end - 1;
+    for await (const chunk of createReadStream(file, { start, end: last, highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>) {
+      const window = Buffer.concat([tail, chunk]);
+      if (needles.some((n) => window.includes(n))) return true;
+      tail = window.subarray(Math.max(0, window.length - longest + 1));
+    }
+  }
+  return false;
+}
+
+/**
  * Every regular file under `dir` that holds any of `needles`, read in chunks (disk images
  * included) with an overlap so that a needle across two chunks is found.
  */
@@ -170,19 +206,7 @@ export async function filesHolding(dir: string, needles: Buffer[]): Promise<stri
         continue;
       }
       if (!entry.isFile()) continue;
-      let tail = Buffer.alloc(0);
-      try {
-        for await (const chunk of createReadStream(file, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>) {
-          const window = Buffer.concat([tail, chunk]);
-          if (needles.some((n) => window.includes(n))) {
-            found.push(file);
-            break;
-          }
-          tail = window.subarray(Math.max(0, window.length - longest + 1));
-        }
-      } catch {
-        // gone meanwhile (a socket, a file removed as we read)
-      }
+      if (await holdsAny(file, needles, longest).catch(() => false)) found.push(file); // gone meanwhile: a socket, a file removed as we read
     }
   };
   await walk(await realpath(dir));
