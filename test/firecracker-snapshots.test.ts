@@ -60,6 +60,15 @@ describe('firecracker snapshots and forks, with a guest (QEMU under TCG behind t
   let source: Started;
   let snapshotDir: string;
   const forks: Started[] = [];
+  let snapshotAtFirst: string[];
+  /** The snapshot's files, their size and when each was last written. */
+  const snapshotStat = async () =>
+    Promise.all(
+      (await readdir(snapshotDir)).sort().map(async (file) => {
+        const info = await stat(path.join(snapshotDir, file));
+        return `${file} ${info.size} ${info.mtimeMs} ${info.mode.toString(8)}`;
+      }),
+    );
 
   const prepareSession = () => prepareSessionIn(runtime, workspace.workDir, pool, cleanup, image);
   const connect = async (session: Session, withinMs: number) => {
@@ -112,6 +121,7 @@ describe('firecracker snapshots and forks, with a guest (QEMU under TCG behind t
       assert.equal(info.mode & 0o022, 0, `${file} is writable by root only`);
     }
     for (const file of ['fork-vmstate', 'fork-memory']) assert.equal(existsSync(path.join(session.jailRoot, file)), false, `${file} is gone from the jail`);
+    snapshotAtFirst = await snapshotStat();
     // It runs on: the same connection answers, and it writes after the snapshot.
     assert.equal(sandbox.isAlive(), true);
     await sh(guest, `echo source-after > /home/${GUEST_USER}/source-after && sync`);
@@ -129,6 +139,14 @@ describe('firecracker snapshots and forks, with a guest (QEMU under TCG behind t
       forks.push({ session, sandbox, guest, identity: await identityOf(guest) });
     }
     const all = [source, ...forks];
+    // Each its own copy of the disk: not the snapshot's file, not the other's.
+    const disks = await Promise.all([source, ...forks].map((s) => stat(path.join(s.session.jailRoot, 'rootfs.ext4'))));
+    disks.push(await stat(path.join(snapshotDir, 'rootfs.ext4')));
+    assert.equal(new Set(disks.map((d) => d.ino)).size, disks.length, 'no two share a rootfs');
+    assert.ok(
+      disks.every((d) => d.nlink === 1),
+      'no rootfs is a link of another',
+    );
     for (const fork of forks) {
       const { identity, session } = fork;
       assert.equal(identity.clientKey, await clientPublicKeyOf(session), "the guest trusts the fork's own client key, and only it");
@@ -136,7 +154,8 @@ describe('firecracker snapshots and forks, with a guest (QEMU under TCG behind t
       assert.equal(identity.address, `${session.lease.guest}/${session.lease.prefixLength}`, 'its own address');
       assert.equal(identity.hostname, `sbx-${session.sessionId}`, 'its own hostname');
       assert.match(identity.machineId, /^[0-9a-f]{32}$/);
-      assert.equal(await sh(fork.guest, `cat ${FILE}`), 'written-before', 'the file written before the snapshot');
+      // Read from its disk, not from the page cache its memory came with (O_DIRECT): its disk is the snapshot's.
+      assert.equal(await sh(fork.guest, `dd if=${FILE} iflag=direct bs=4096 status=none`), 'written-before', 'the file written before the snapshot');
       assert.equal(await sh(fork.guest, `test -e /home/${GUEST_USER}/source-after && echo yes || echo no`), 'no', "not the source's later write");
     }
     for (const field of ['clientKey', 'hostKey', 'address', 'hostname', 'machineId'] as const) {
@@ -168,6 +187,6 @@ describe('firecracker snapshots and forks, with a guest (QEMU under TCG behind t
     }
     // The source goes on with its own keys.
     assert.equal(await loginOutcome(source.session.lease.guest, GUEST_USER, sourceClient, sourceHost), 'accepted');
-    assert.deepEqual((await readdir(snapshotDir)).sort(), ['fork.json', 'memory', 'rootfs.ext4', 'vmstate'], 'the snapshot is as it was');
+    assert.deepEqual(await snapshotStat(), snapshotAtFirst, 'the snapshot is as it was');
   });
 });
