@@ -177,6 +177,7 @@ describe('firecracker snapshots and forks, with a guest (QEMU under TCG behind t
     const sourceClient = await readFile(path.join(source.session.sessionDir, 'id_ed25519'), 'utf8');
     const sourceRekey = await readFile(path.join(source.session.sessionDir, 'rekey_ed25519'), 'utf8');
     const sourceHost = await hostPublicKeyOf(source.session);
+    assert.equal(forks.length, 2, 'both forks started');
     for (const fork of forks) {
       const address = fork.session.lease.guest;
       const forkHost = await hostPublicKeyOf(fork.session);
