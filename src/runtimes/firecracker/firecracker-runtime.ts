@@ -138,7 +138,8 @@ export class FirecrackerRuntime implements Runtime {
   }
 
   snapshot(target: PauseTarget, dir: string): Promise<void> {
-    return saveFirecrackerSnapshot({ jailRoot: path.join(this.jailsDir, jailId(this.names.prefix, target.sessionId), 'root') }, target, dir);
+    const jailRoot = this.host.jailerBin ? path.join(this.jailsDir, jailId(this.names.prefix, target.sessionId), 'root') : undefined;
+    return saveFirecrackerSnapshot({ jailRoot }, target, dir);
   }
 
   describe(): string {

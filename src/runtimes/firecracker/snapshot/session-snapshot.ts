@@ -16,8 +16,7 @@ import { readSessionKeys } from '../../../transport/ssh-keys.js';
 import { run } from '../../../util/exec.js';
 import { gatewayOf, REKEY_KEY_FILE, writeForkInfo } from '../../qemu/snapshot.js';
 import type { PauseTarget } from '../../runtime.js';
-import { FirecrackerClient } from '../api/client.js';
-import { SNAPSHOT_CALL_TIMEOUT_MS } from '../api/client.js';
+import { FirecrackerClient, SNAPSHOT_CALL_TIMEOUT_MS } from '../api/client.js';
 import type { SnapshotFiles } from '../boot/snapshot-steps.js';
 import { syncedSize } from '../disk-state.js';
 import { removeInJail } from '../jailer/jail-files.js';
@@ -57,7 +56,7 @@ export async function saveFirecrackerSnapshot(deps: SessionSnapshotDeps, target:
   });
   const api = new FirecrackerClient(path.join(jailRoot, JAILED_API_SOCKET));
   const inJail = (file: string) => path.join(jailRoot, file);
-  const target_ = forkSnapshotFiles(dir);
+  const saved = forkSnapshotFiles(dir);
   let memoryMiB: number;
   try {
     if ((await api.getInstanceInfo()).state !== 'Running') throw new Error('the VM is not running (paused?): resume it first');
@@ -72,13 +71,13 @@ export async function saveFirecrackerSnapshot(deps: SessionSnapshotDeps, target:
       // Regular files only (opened without following a link), synced: Firecracker does not sync them.
       await syncedSize({ snapshotPath: inJail(FORK_SNAPSHOT_IN_JAIL.snapshotPath), memFilePath: inJail(FORK_SNAPSHOT_IN_JAIL.memFilePath) });
       // Still paused, its drives flushed by the snapshot: the rootfs is what the memory saw.
-      await run(['cp', '--sparse=always', '--no-dereference', '--', inJail(ROOTFS_IN_JAIL), target_.rootfs], { timeoutMs: COPY_TIMEOUT_MS });
+      await run(['cp', '--sparse=always', '--no-dereference', '--', inJail(ROOTFS_IN_JAIL), saved.rootfs], { timeoutMs: COPY_TIMEOUT_MS });
     } finally {
       await api.patchVm({ state: 'Resumed' }).catch(() => undefined);
     }
-    await takeOwnership(target_.rootfs, 0o600);
-    await moveOutOfJail(inJail(FORK_SNAPSHOT_IN_JAIL.snapshotPath), target_.files.snapshotPath);
-    await moveOutOfJail(inJail(FORK_SNAPSHOT_IN_JAIL.memFilePath), target_.files.memFilePath);
+    await takeOwnership(saved.rootfs, 0o600);
+    await moveOutOfJail(inJail(FORK_SNAPSHOT_IN_JAIL.snapshotPath), saved.files.snapshotPath);
+    await moveOutOfJail(inJail(FORK_SNAPSHOT_IN_JAIL.memFilePath), saved.files.memFilePath);
   } catch (err) {
     throw new Error(`the VM could not be snapshotted, so it goes on running: ${(err as Error).message}`, { cause: err });
   } finally {
