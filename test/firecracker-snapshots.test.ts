@@ -185,6 +185,9 @@ describe('firecracker snapshots and forks, with a guest (QEMU under TCG behind t
       assert.equal(await loginOutcome(address, GUEST_USER, sourceClient, forkHost), 'auth-refused', "the source's client key");
       assert.equal(await loginOutcome(address, 'root', sourceRekey, forkHost), 'auth-refused', "the source's rekey key");
       assert.equal(await loginOutcome(address, GUEST_USER, forkClient, sourceHost), 'host-key-mismatch', "the source's host key is not presented");
+      // Its own rekey key (sbx-rekey only) is let in instead: a fork can be snapshotted and forked in turn.
+      const forkRekey = await readFile(path.join(fork.session.sessionDir, 'rekey_ed25519'), 'utf8');
+      assert.equal(await loginOutcome(address, 'root', forkRekey, forkHost), 'accepted', "the fork's own rekey key");
     }
     // The source goes on with its own keys.
     assert.equal(await loginOutcome(source.session.lease.guest, GUEST_USER, sourceClient, sourceHost), 'accepted');
