@@ -13,6 +13,7 @@ import { openConsole } from '../console-pipe.js';
 import {
   RuntimeUnavailableError,
   type AdoptedSandbox,
+  type PauseTarget,
   type RecordResource,
   type RunningSandbox,
   type Runtime,
@@ -29,15 +30,14 @@ import { bootSteps } from './boot/boot-steps.js';
 import { snapshotRestoreSteps } from './boot/snapshot-steps.js';
 import { runSteps } from './boot/steps.js';
 import { checkFirecrackerHost, unjailedRefusal, type FirecrackerHost } from './host/host-check.js';
-import { applyChrootLayout, removeChroot } from './jailer/apply-chroot.js';
-import { removeVmCgroups, vmCgroupDirs } from '../vm/cgroups.js';
-import { chrootLayout, jailedVsockSocket, type ChrootLayout } from './jailer/chroot-layout.js';
+import { removeChroot } from './jailer/apply-chroot.js';
+import { removeVmCgroups } from '../vm/cgroups.js';
+import { jailedVsockSocket, type ChrootLayout } from './jailer/chroot-layout.js';
 import { jailId } from './jailer/jail-id.js';
 import { firecrackerPausing } from './vm-pause.js';
 import { FirecrackerDiskPause, type LiveVmm } from './disk-pause.js';
 import { foundVsockEndpoint, isolatedNetns, linkVsockSocket, vmNic, vsockEndpoint } from './vsock.js';
-import { launchJailer } from './vmm/jailed.js';
-import { launchUnjailed, type LaunchedVmm, type VmmFiles } from './vmm/unjailed.js';
+import { launchUnjailed, type LaunchedVmm } from './vmm/unjailed.js';
 import { ensureVmlinux } from './kernel/vmlinux.js';
 import type { FirecrackerSettings } from './settings.js';
 import { rotateClone, snapshotBaseAddress, type CloneRotation } from './snapshot/clone-rotation.js';
@@ -45,7 +45,10 @@ import { buildSnapshotBase } from './snapshot/base-build.js';
 import { loadSnapshotBase, snapshotBaseDir, type SnapshotBase } from './snapshot/base-store.js';
 import { describeVmmExit, findFirecrackerProcesses, stopVmm } from './vmm/vmm-process.js';
 import { VmUserPool, vmUserRange } from '../vm/vm-user-pool.js';
-import { listVolumes, prepareVmVolumes, returnListedVolumes, returnVolumes } from '../vm/vm-volumes.js';
+import { prepareVmVolumes, returnListedVolumes } from '../vm/vm-volumes.js';
+import { forkSourceOf, restoreFork, writeRekeyKey } from './snapshot/fork.js';
+import { saveFirecrackerSnapshot } from './snapshot/session-snapshot.js';
+import { launchJailedVm, type JailedVmDeps } from './vmm/launch-jailed-vm.js';
 
 /** A started VM and the handles a snapshot base build needs to snapshot it. */
 export interface BootedVm {
@@ -127,9 +130,16 @@ export class FirecrackerRuntime implements Runtime {
     return image ? imageDiskMiB(image) : 0;
   }
 
-  /** Forks of a session's own state (docs/snapshots.md): not yet; its snapshot API serves the warm snapshot base. */
-  snapshotUnavailable(): string {
-    return 'snapshots of Firecracker sessions are not wired up yet (its snapshot API makes the warm snapshot base only): the qemu runtime (SBX_RUNTIME=qemu) snapshots and forks sessions';
+  /** Forks of a session's own state (docs/snapshots.md, snapshot/session-snapshot.ts and fork.ts): jailed only. */
+  snapshotUnavailable(): string | undefined {
+    if (!this.host.jailerBin)
+      return 'an unjailed Firecracker runtime (SBX_FC_JAILER=off) cannot fork: a fork finds its disks at the jail paths its snapshot names';
+    return undefined;
+  }
+
+  snapshot(target: PauseTarget, dir: string): Promise<void> {
+    const jailRoot = this.host.jailerBin ? path.join(this.jailsDir, jailId(this.names.prefix, target.sessionId), 'root') : undefined;
+    return saveFirecrackerSnapshot({ jailRoot }, target, dir);
   }
 
   describe(): string {
@@ -140,7 +150,7 @@ export class FirecrackerRuntime implements Runtime {
   }
 
   async start(spec: SandboxSpec, cleanup: CleanupStack): Promise<RunningSandbox> {
-    return (await this.boot(spec, cleanup, this.snapshotBaseFor(spec))).sandbox;
+    return (await this.boot(spec, cleanup, spec.snapshot ? undefined : this.snapshotBaseFor(spec))).sandbox;
   }
 
   /** The snapshot base to restore from, if one is ready (a restored VM gains no device: volumes, or another NIC than its base's, boot cold). */
@@ -169,13 +179,16 @@ export class FirecrackerRuntime implements Runtime {
     const consoleLogPath = consolePipe.logPath;
 
     await cleanup.push(`config drive ${configDrive}`, () => rm(configDrive, { force: true }));
+    const fork = await forkSourceOf(spec, this.host.jailerBin !== undefined);
+    // Every session's own rekey key, so that a snapshot of it can be forked (snapshot/fork.ts).
+    const rootAuthorizedKeys = await writeRekeyKey(spec);
     await prepareVmVolumes(spec.configDir, spec.volumes ?? [], (i) => ({ disk: volumeDiskName(i) }));
     await buildConfigDrive(spec.configDir, configDrive);
     const { kernel, initrd } = await this.bootFiles(spec.image);
 
     const files = { kernel, initrd, configDrive, consolePipe };
     const launched = this.host.jailerBin
-      ? await this.launchJailed(spec, cleanup, id, netns, files, snapshotBase)
+      ? await launchJailedVm(this.jailDeps, spec, cleanup, id, netns, files, fork ?? snapshotBase)
       : await launchUnjailed(this.host.firecrackerBin, spec, cleanup, id, netns, files);
     const { vmm } = launched;
     const vmmStart = processStartTime(vmm.pid);
@@ -195,7 +208,12 @@ export class FirecrackerRuntime implements Runtime {
 
     try {
       await waitForApiSocket(client, { exited: vmm.exited, timeoutMs: this.settings.apiTimeoutMs });
-      if (snapshotBase && launched.layout) {
+      if (fork && network && launched.layout) {
+        const jailPaths = launched.layout.snapshot.jailPaths;
+        const connectTimeoutMs = Math.max(5_000, Math.min(30_000, this.settings.bootTimeoutMs / 5));
+        const restore = { spec, source: fork, client, network, jailPaths, vsockUdsPath: launched.paths.vsockUdsPath, rootAuthorizedKeys, connectTimeoutMs };
+        await restoreFork({ ...restore, onStarted: () => void (started = true) });
+      } else if (snapshotBase && launched.layout) {
         await runSteps(
           snapshotRestoreSteps({
             files: launched.layout.snapshot.jailPaths,
@@ -206,7 +224,8 @@ export class FirecrackerRuntime implements Runtime {
           client,
         );
         started = true;
-        const keys = { snapshotBase: snapshotBase.keys, session: await readSessionKeys(spec.sessionDir, spec.configDir), hostname: spec.hostname };
+        const session = await readSessionKeys(spec.sessionDir, spec.configDir);
+        const keys = { snapshotBase: snapshotBase.keys, session, hostname: spec.hostname, rootAuthorizedKeys };
         await this.rotate(
           network
             ? { ...keys, at: snapshotBase.address, hostInterface: network.hostInterface, lease: network.lease }
@@ -295,60 +314,8 @@ export class FirecrackerRuntime implements Runtime {
     return launched.vsockHostPath;
   }
 
-  private async launchJailed(
-    spec: SandboxSpec,
-    cleanup: CleanupStack,
-    id: string,
-    netns: string,
-    files: VmmFiles,
-    snapshotBase?: SnapshotBase,
-  ): Promise<LaunchedVmm> {
-    const firecrackerBin = this.host.firecrackerBin;
-    const layout = chrootLayout({
-      chrootBaseDir: this.settings.chrootBaseDir,
-      firecrackerBin,
-      id,
-      kernel: files.kernel,
-      initrd: files.initrd,
-      // A clone's disk must be the snapshot base's as it was at the pause, not the image's.
-      rootfsSource: snapshotBase ? snapshotBase.rootfs : spec.image.ext4,
-      configDrive: files.configDrive,
-      restoreFrom: snapshotBase?.files,
-      volumes: spec.volumes,
-    });
-    // Leased by the session layer before the network (it owns the TAP); else here.
-    const user = spec.vmUser ?? (await this.users.lease(cleanup, spec.record));
-    spec.record?.('jail', layout.jailDir);
-    // The volumes are the jail's while it runs (hard links share their owner): root's again after,
-    // by this cleanup, or after a restart by the reclaim (the session dir's list) or the ledger.
-    const volumes = spec.volumes ?? [];
-    if (volumes.length > 0) await listVolumes(spec.sessionDir, volumes);
-    for (const volume of volumes) spec.record?.('volume-owner', volume.file);
-    if (volumes.length > 0) await cleanup.push('volume owners', () => returnVolumes(volumes));
-    await cleanup.push(`jail ${layout.jailDir}`, () => removeChroot(layout));
-    await applyChrootLayout(layout, user);
-    const parentCgroup = this.parentCgroup;
-    const cgroupVersion = this.host.cgroupVersion;
-    for (const dir of await vmCgroupDirs(cgroupVersion, parentCgroup, id)) spec.record?.('cgroup', dir);
-    // Runs after the VMM is gone (pushed before it): a cgroup with a process in it cannot go.
-    await cleanup.push(`cgroup ${parentCgroup}/${id}`, () => removeVmCgroups(cgroupVersion, parentCgroup, id));
-    const vmm = await launchJailer({
-      names: this.names,
-      jailerBin: this.host.jailerBin as string,
-      firecrackerBin,
-      chrootBaseDir: this.settings.chrootBaseDir,
-      cgroupVersion,
-      parentCgroup,
-      id,
-      sessionId: spec.sessionId,
-      rootDir: layout.rootDir,
-      user,
-      netns,
-      limits: { memoryMiB: spec.memoryMiB, vcpus: this.settings.vcpus },
-      consolePipe: files.consolePipe,
-      apiTimeoutMs: this.settings.apiTimeoutMs,
-    });
-    return { vmm, apiSocket: layout.apiSocket.hostPath, paths: layout.vmPaths, layout };
+  private get jailDeps(): JailedVmDeps {
+    return { names: this.names, settings: this.settings, host: this.host, users: this.users, parentCgroup: this.parentCgroup };
   }
 
   /** Every VM's cgroup sits under one parent named after our prefix ("sbx"), as the containers' do. */

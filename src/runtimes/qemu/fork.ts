@@ -48,9 +48,12 @@ export interface ForkRekey {
   /** The new session's keys (its config dir's). */
   keys: SessionKeys;
   lease: AddressLease;
-  /** The session's hostname (sbx-<id>, as a cold boot's) and its NIC's MAC (its QEMU command line's). */
+  /**
+   * The session's hostname (sbx-<id>, as a cold boot's) and its NIC's MAC (its QEMU command
+   * line's; absent: the guest keeps its own, as a Firecracker fork does).
+   */
   hostname: string;
-  mac: string;
+  mac?: string;
   /** The fork's own root_authorized_keys line (its rekey key, tied to sbx-rekey). */
   rootAuthorizedKeys: string;
   /** How long one SSH login to the guest may take (its boot timeout's share: a TCG guest under load is slow). */
@@ -75,7 +78,7 @@ export async function startAndRekeyFork(fork: ForkRekey): Promise<void> {
       sessionEndpoint: { host: lease.guest, port: GUEST_SSH_PORT },
       baseClientPrivateKey: info.rekeyPrivateKey,
       baseHostPublicKey: info.hostPublicKey,
-      network: { address: `${lease.guest}/${lease.prefixLength}`, gateway: lease.gateway, mac: fork.mac },
+      network: { address: `${lease.guest}/${lease.prefixLength}`, gateway: lease.gateway, ...(fork.mac ? { mac: fork.mac } : {}) },
       connectTimeoutMs: fork.connectTimeoutMs,
     });
     const connection = await rotateKeysAfterRestore(transport, {

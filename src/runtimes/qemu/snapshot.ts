@@ -97,6 +97,11 @@ export async function saveSnapshot(deps: SnapshotDeps, target: PauseTarget, dir:
     hostPublicKey: keys.hostPublicKey,
     rekeyPrivateKey,
   };
+  await writeForkInfo(dir, info);
+}
+
+/** Writes a snapshot's fork.json (last: a snapshot is whole once it is there). The Firecracker runtime's snapshots write it too. */
+export async function writeForkInfo(dir: string, info: ForkInfo): Promise<void> {
   await writeFile(path.join(dir, FORK_FILE), JSON.stringify(info), { mode: 0o600 });
 }
 

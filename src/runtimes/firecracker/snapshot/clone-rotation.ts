@@ -39,6 +39,8 @@ interface RotationKeys {
   session: SessionKeys;
   /** The session's hostname: the clone gets it and a new machine id (absent: it keeps its snapshot base's, every clone's). */
   hostname?: string;
+  /** The clone's own root_authorized_keys line (its rekey key, so that a snapshot of it can be forked); absent: none. */
+  rootAuthorizedKeys?: string;
   onPhase?: (phase: RotationPhase) => void;
 }
 
@@ -95,6 +97,7 @@ async function rotateOver(reach: Pick<SshRotationOptions, 'baseEndpoint' | 'sess
     snapshotBase: rotation.snapshotBase,
     session: rotation.session,
     paths: GUEST_KEY_PATHS,
+    rootAuthorizedKeys: rotation.rootAuthorizedKeys,
     identity: rotation.hostname === undefined ? undefined : { hostname: rotation.hostname, machineId: newMachineId() },
     onPhase: rotation.onPhase,
   });
