@@ -127,8 +127,16 @@ describe("the desktop's Chromium over CDP", { timeout: 600_000 }, () => {
         const chromeTop = window.outerHeight - window.innerHeight;
         return { x0: window.screenX + r.left, y0: window.screenY + chromeTop + r.top, x1: window.screenX + r.right, y1: window.screenY + chromeTop + r.bottom };
       });
+      // The screen once it settles: a transient the fill brings (a suggestion popup under the
+      // input, going with the blur) is not the typed text.
       await page.waitForTimeout(300);
-      const after = await screenshot();
+      let after = await screenshot();
+      for (let i = 0; i < 15; i++) {
+        await page.waitForTimeout(200);
+        const next = await screenshot();
+        if (changedBox(after, next).count === 0) break;
+        after = next;
+      }
       const changed = changedBox(before, after);
       console.log(
         `browser: started in ${startMs} ms; ${changed.count} pixels changed in [${changed.x0},${changed.y0}]-[${changed.x1},${changed.y1}], the input at [${box.x0},${box.y0}]-[${box.x1},${box.y1}]`,
