@@ -8,11 +8,12 @@
  *   runc then has no container; its overlay, views and named netns (holding eth0) stay.
  * - resume: the dir renamed to checkpoint.restoring, `runc restore --detach` from it, eth0 moved
  *   into the restored netns and its limits set again as at the start, the dir removed.
- * - a restart: a whole `checkpoint` dir is the truth (any container of the session is stopped);
- *   `checkpoint.restoring` is, unless the restored container runs; a `.partial` one goes.
+ * - a restart (findCheckpoint): a whole `checkpoint` dir is the truth (any container of the
+ *   session is stopped); `checkpoint.restoring` is taken back; a `.partial` one is finished if
+ *   criu finished it and the container is gone, else removed.
  */
 import { existsSync } from 'node:fs';
-import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { isProcessAlive, waitForExit, watchExit } from '../../host/process-watch.js';
 import { mountsUnder, unmountAll } from '../../host/mounts.js';
@@ -86,7 +87,7 @@ export async function restoreContainer(
   await rename(done, restoring);
   try {
     // Readable by its guest users (dumpContainer): a checkpoint of an earlier version was not made so.
-    await run(['chmod', '-R', 'u=rwX,go=rX', restoring]);
+    if (((await stat(restoring)).mode & 0o005) !== 0o005) await run(['chmod', '-R', 'u=rwX,go=rX', restoring]);
     const init = await restoreFromImages(deps, { sessionId, sessionDir, images: restoring, consoleKey: marker.consoleKey, consolePipe, network });
     await rm(restoring, { recursive: true, force: true });
     return init;

@@ -78,10 +78,11 @@ export async function untilRuncIsDone(id: string, timeoutMs = CRIU_TIMEOUT_MS): 
   const running = async (): Promise<boolean> => {
     for (const pid of await readdir('/proc')) {
       if (!/^\d+$/.test(pid)) continue;
-      const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')).split('\0');
-      if (!argv.includes(id) || !(argv.includes('checkpoint') || argv.includes('restore'))) continue;
+      // Host root's first: a guest's command line (as long as it likes) is never read.
       const [ns, status] = await Promise.all([readlink(`/proc/${pid}/ns/pid`).catch(() => ''), readFile(`/proc/${pid}/status`, 'utf8').catch(() => '')]);
-      if (ns === ours && /^Uid:\s+0\s/m.test(status)) return true;
+      if (ns !== ours || !/^Uid:\s+0\s/m.test(status)) continue;
+      const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')).split('\0');
+      if (argv.includes(id) && (argv.includes('checkpoint') || argv.includes('restore'))) return true;
     }
     return false;
   };
@@ -142,7 +143,7 @@ export async function restoreFromImages(deps: CheckpointDeps, req: RestoreReques
   }
 }
 
-export interface OciConfig {
+interface OciConfig {
   mounts: Array<{ destination: string; source: string; type: string }>;
   linux: { uidMappings: Array<{ hostID: number }> };
 }
@@ -224,7 +225,7 @@ function runcRestore(
 }
 
 /** criu's options for one run, in the session dir (root's), for CRIU_CONFIG_FILE. */
-export async function criuOptions(sessionDir: string, what: 'dump' | 'restore', more: string[]): Promise<string> {
+async function criuOptions(sessionDir: string, what: 'dump' | 'restore', more: string[]): Promise<string> {
   const file = path.join(sessionDir, `criu-${what}.conf`);
   // No network lock (nothing of the netns is kept but its listening sockets); an open TCP
   // connection (the orchestrator's own SSH one) restored closed.
@@ -242,7 +243,7 @@ function criuOf(deps: CheckpointDeps): string {
 }
 
 /** criu's name for a file of a mount the container cannot see: `file[<mnt_id>:<inode>]`, both hex. */
-export async function externalFileKey(pid: number, file: string): Promise<string> {
+async function externalFileKey(pid: number, file: string): Promise<string> {
   for (const fd of ['1', '2', '0']) {
     if ((await readlink(`/proc/${pid}/fd/${fd}`).catch(() => '')) !== file) continue;
     const info = await readFile(`/proc/${pid}/fdinfo/${fd}`, 'utf8');
@@ -259,7 +260,7 @@ export async function directoryBytes(dir: string): Promise<number> {
 }
 
 /** criu's error lines of a log (its own, in the image dir), for the error a user reads. */
-export async function criuErrors(log: string): Promise<string> {
+async function criuErrors(log: string): Promise<string> {
   const text = await readFile(log, 'utf8').catch(() => '');
   return text
     .split('\n')

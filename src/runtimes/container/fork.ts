@@ -22,9 +22,9 @@ import { mountLayerFile } from './writable-layer.js';
  *
  * - its disk: the snapshot's layer copied, its files' owners moved from the source's host id
  *   range to the fork's (the guest's ids stay what they were), and a new /etc/machine-id;
- * - its keys: its /sandbox/config is its own config dir's view, bound by its own bundle, so the
- *   guest's sshd, which reads its host key and authorized keys there at each connection,
- *   presents the fork's host key and takes only the fork's client key from the first login;
+ * - its keys: its /sandbox/config is its own config dir's view, bound by its own bundle: the
+ *   guest's sshd reads its authorized keys there at each login, and its host key once SIGHUP
+ *   makes it re-exec (sshd-reload.ts), before anything connects to it;
  * - its user namespace in the fork's range and its hostname (criu's images rewritten in a copy
  *   of the fork's own: criu-images.ts), and its address (its eth0, moved in as at a resume).
  */
@@ -42,22 +42,19 @@ export async function forkLayer(snapshotDir: string, layerFile: string, layer: s
  * before its restore), so nothing changes under it. A chown takes set-user-ID and set-group-ID
  * bits (and file capabilities) away: the bits are set again.
  */
-export async function shiftOwners(root: string, from: IdRange, to: IdRange): Promise<number> {
-  if (from.first === to.first) return 0;
+export async function shiftOwners(root: string, from: IdRange, to: IdRange): Promise<void> {
+  if (from.first === to.first) return;
   const shift = (id: number) => (id >= from.first && id < from.first + from.size ? id - from.first + to.first : id);
-  let changed = 0;
   const visit = async (file: string): Promise<void> => {
     const st = await lstat(file);
     const [uid, gid] = [shift(st.uid), shift(st.gid)];
     if (uid !== st.uid || gid !== st.gid) {
       await lchown(file, uid, gid);
       if (!st.isSymbolicLink() && (st.mode & 0o6000) !== 0) await chmod(file, st.mode & 0o7777);
-      changed++;
     }
     if (st.isDirectory()) for (const name of await readdir(file)) await visit(path.join(file, name));
   };
   await visit(root);
-  return changed;
 }
 
 /**

@@ -48,15 +48,14 @@ export async function readMounts(bundleDir: string): Promise<ContainerMounts | u
 /**
  * Makes again whichever of the session's mounts is missing (none, unless the host rebooted
  * since the pause), in the order of a start; `takeIds` takes the id range host-wide again
- * first (its lease went with /run) and says whether it got it. Returns whether anything was
- * mounted. What it mounted stays on failure: the session's release unmounts everything under
+ * first (its lease went with /run) and says whether it got it. What it mounted stays on failure: the session's release unmounts everything under
  * its dir and its rootfs, and another resume makes only what is still missing.
  */
-export async function remountMissing(sessionDir: string, rootfs: string, takeIds: (ids: IdRange) => Promise<boolean>): Promise<boolean> {
-  const mounted = new Set([...(await mountsUnder(sessionDir)), ...(await mountsUnder(rootfs))]);
-  const real = async (p: string) => realpath(p).catch(() => p);
-  const isMounted = async (p: string) => mounted.has(await real(p));
-  if (await isMounted(rootfs)) return false;
+export async function remountMissing(sessionDir: string, rootfs: string, takeIds: (ids: IdRange) => Promise<boolean>): Promise<void> {
+  // The usual case (no reboot): its root is mounted, and nothing else is looked at.
+  if ((await mountsUnder(rootfs)).length > 0) return;
+  const mounted = new Set(await mountsUnder(sessionDir));
+  const isMounted = async (p: string) => mounted.has(await realpath(p).catch(() => p));
   const bundle = path.join(sessionDir, 'bundle');
   const mounts = await readMounts(bundle);
   if (!mounts) throw new Error(`the container's mounts are gone (the host rebooted?) and it has no record of them to make them again`);
@@ -83,7 +82,6 @@ export async function remountMissing(sessionDir: string, rootfs: string, takeIds
   await mkdir(path.dirname(rootfs), { recursive: true, mode: 0o711 });
   await mountOverlay(at.imageView, path.join(at.layer, 'upper'), path.join(at.layer, 'work'), rootfs);
   await retargetBlockIo(path.join(bundle, 'config.json'), at.layer);
-  return true;
 }
 
 type Throttle = Array<{ major: number; minor: number; rate: number }>;
