@@ -59,8 +59,7 @@ export class SessionPauser {
 
   /**
    * The mode a request names, checked against what this host does; `auto`: disk where it works,
-   * else memory. Not disk for a session with volumes where the runtime cannot (QEMU reopens
-   * every drive by path when a migration completes, which a volume's file refuses).
+   * else memory. Not disk for a session with volumes where the runtime cannot (diskPauseWithVolumes).
    */
   modeFor(requested: PauseRequestMode, withVolumes = false): PauseMode {
     const { host } = this.opts;

@@ -94,9 +94,16 @@ describe('unit: the state file of a VM paused to disk', () => {
       limits: { memoryMiB: 1400, vcpus: 2 },
       logsDir: '/l',
       consoleLog: { maxBytes: 1, keptMaxBytes: 1, keptMaxCount: 1 },
+      volumeFiles: ['/v/data.ext4'],
     };
     await writeRecipe(sessionDir, recipe);
     assert.deepEqual((await readRecipe(sessionDir)).argv, argv);
+    assert.deepEqual((await readRecipe(sessionDir)).volumeFiles, ['/v/data.ext4']);
+    // A recipe written before volumes were descriptors names none.
+    await writeFile(path.join(sessionDir, 'qemu-resume.json'), JSON.stringify({ ...recipe, volumeFiles: undefined }));
+    assert.deepEqual((await readRecipe(sessionDir)).volumeFiles, []);
+    await writeFile(path.join(sessionDir, 'qemu-resume.json'), JSON.stringify({ ...recipe, volumeFiles: [3] }));
+    await assert.rejects(() => readRecipe(sessionDir), /not a resume recipe/);
     assert.deepEqual(runAsOf(argv), { uid: 1234, gid: 1235 });
     assert.equal(runAsOf(['-runas', 'nobody']), undefined);
     assert.equal(memoryMiBOf(argv), 1024);

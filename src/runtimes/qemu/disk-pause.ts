@@ -36,7 +36,9 @@ import type { CgroupVersion } from '../vm/cgroups.js';
 import { VmCgroup } from '../vm/vm-cgroup.js';
 import { netnsArgv, spawnLoggedWithStream, type VmExit, type VmProcess, type VmProcessInfo } from '../vm/vm-process.js';
 import type { VmUserPool } from '../vm/vm-user-pool.js';
-import { loadState, memoryMiBOf, readRecipe, removeState, runAsOf, savedState, saveState, withRootDisk } from './disk-state.js';
+import { loadState, memoryMiBOf, readRecipe, removeState, runAsOf, savedState, saveState } from './disk-state.js';
+import { withDrivesOpen } from './drives.js';
+import { grantListedVolumes } from '../vm/vm-volumes.js';
 import { waitForPidFile } from './qemu-process.js';
 import { qmp, qmpMigration, qmpSocketOf, qmpStatus } from './qmp.js';
 
@@ -193,8 +195,11 @@ export class QemuDiskPause {
       cgroup = await VmCgroup.create({ version: this.deps.cgroupVersion, parent: this.deps.parentCgroup, name, limits: recipe.limits });
       await rm(pidFile, { force: true });
       await rm(qmpSocket, { force: true });
-      vm = withRootDisk(path.join(sessionDir, 'root.qcow2'), (fd) =>
-        spawnLoggedWithStream('ip', netnsArgv(recipe.netns, this.deps.binary, argv), consolePipe, this.deps.binary, [fd]),
+      // Its volumes' owners are as at start again (a restart's reconciliation may have given them back).
+      const owner = runAsOf(recipe.argv);
+      if (owner) await grantListedVolumes(sessionDir, owner);
+      vm = withDrivesOpen(path.join(sessionDir, 'root.qcow2'), recipe.volumeFiles, (fds) =>
+        spawnLoggedWithStream('ip', netnsArgv(recipe.netns, this.deps.binary, argv), consolePipe, this.deps.binary, fds),
       );
     } catch (err) {
       // Nothing started: the console reader this resume opened goes with it.

@@ -8,7 +8,7 @@
  * - `qemu-resume.json`: what a resume needs to start the same VM again (its argv, netns,
  *   cgroup limits), written at start; a restart reads it back (adoption of a paused VM).
  */
-import { closeSync, constants, createReadStream, createWriteStream, openSync } from 'node:fs';
+import { createReadStream, createWriteStream } from 'node:fs';
 import { readFile, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Transform, type Readable, type Writable } from 'node:stream';
@@ -27,26 +27,6 @@ const MAX_RECIPE_BYTES = 64 * 1024;
 const GZIP_BLOCK_BYTES = 2 ** 20;
 const GZIP_THREADS = 2;
 
-/**
- * QEMU reopens its root disk by its path when a migration hands it over (read-only) and when a
- * resumed VM takes it back (read-write), as the VM's user by then, which cannot enter the
- * session dir (0700, root's): "bdrv_inactivate_all() failed", EACCES. So QEMU gets the disk
- * open as its fd 4 and names it by /proc/self/fd/4, which it can always reopen (its own fd; the
- * disk is its user's, 0600).
- */
-export const ROOT_DISK_FD = 4;
-export const ROOT_DISK_IN_QEMU = `/proc/self/fd/${ROOT_DISK_FD}`;
-
-/** Runs `use` with the root disk open read-write (for a spawn), and closes our copy after. */
-export function withRootDisk<T>(rootDisk: string, use: (fd: number) => T): T {
-  const fd = openSync(rootDisk, constants.O_RDWR);
-  try {
-    return use(fd);
-  } finally {
-    closeSync(fd);
-  }
-}
-
 export function stateFileOf(sessionDir: string): string {
   return path.join(sessionDir, STATE_FILE);
 }
@@ -59,6 +39,8 @@ export interface ResumeRecipe {
   limits: VmLimits;
   logsDir: string;
   consoleLog: ConsoleLogLimits;
+  /** The writable volumes' files, opened again for QEMU's descriptors 5, 6, ... (drives.ts). */
+  volumeFiles: string[];
 }
 
 export async function writeRecipe(sessionDir: string, recipe: ResumeRecipe): Promise<void> {
@@ -70,11 +52,12 @@ export async function readRecipe(sessionDir: string): Promise<ResumeRecipe> {
   const info = await stat(file);
   if (info.size > MAX_RECIPE_BYTES) throw new Error(`${file} is ${info.size} bytes: not a resume recipe`);
   const parsed = JSON.parse(await readFile(file, 'utf8')) as Partial<ResumeRecipe>;
-  const argv = parsed.argv;
-  if (!Array.isArray(argv) || !argv.every((a) => typeof a === 'string') || typeof parsed.netns !== 'string' || !parsed.limits || !parsed.consoleLog) {
+  const { argv, volumeFiles = [] } = parsed;
+  const strings = (list: unknown): list is string[] => Array.isArray(list) && list.every((a) => typeof a === 'string');
+  if (!strings(argv) || !strings(volumeFiles) || typeof parsed.netns !== 'string' || !parsed.limits || !parsed.consoleLog) {
     throw new Error(`${file} is not a resume recipe`);
   }
-  return { netns: parsed.netns, argv, limits: parsed.limits, logsDir: String(parsed.logsDir ?? ''), consoleLog: parsed.consoleLog };
+  return { netns: parsed.netns, argv, limits: parsed.limits, logsDir: String(parsed.logsDir ?? ''), consoleLog: parsed.consoleLog, volumeFiles };
 }
 
 /** The uid and gid of `-runas uid:gid` in a recipe's argv (the VM's own user). */

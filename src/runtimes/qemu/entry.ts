@@ -1,11 +1,12 @@
 import type { RuntimeEntry } from '../entry.js';
 import { CGROUP, PROCESS } from '../host-resources.js';
 import { VM_USER } from '../vm/resources.js';
+import { VOLUME_OWNER } from '../vm/vm-volumes.js';
 import { probeKvm } from './accelerator.js';
 import { QemuRuntime } from './qemu-runtime.js';
 import { qemuSettingsFromEnv, type QemuSettings } from './settings.js';
 
-const RESOURCES = { process: PROCESS, cgroup: CGROUP, 'vm-user': VM_USER };
+const RESOURCES = { process: PROCESS, 'volume-owner': VOLUME_OWNER, cgroup: CGROUP, 'vm-user': VM_USER };
 
 /**
  * QEMU VMs. `auto` takes it only with KVM (a probe that runs a guest, not just /dev/kvm

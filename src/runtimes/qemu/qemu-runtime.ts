@@ -1,9 +1,8 @@
 import type { Logger } from 'pino';
 import type { GuestImage } from '../../guest/image/builder.js';
-import { appendFile, chmod, chown, rm, writeFile } from 'node:fs/promises';
-import { generateClientKey, readSessionKeys } from '../../transport/ssh-keys.js';
-import { rekeyLine, ROOT_AUTHORIZED_KEYS } from '../firecracker/snapshot/base-config.js';
-import { copySnapshotDisk, readForkInfo, REKEY_KEY_FILE, saveSnapshot } from './snapshot.js';
+import { chmod, chown, rm } from 'node:fs/promises';
+import { readSessionKeys } from '../../transport/ssh-keys.js';
+import { copySnapshotDisk, readForkInfo, saveSnapshot, writeRekeyKey } from './snapshot.js';
 import { loadForkState, startAndRekeyFork } from './fork.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 import path from 'node:path';
@@ -42,12 +41,13 @@ import { netnsArgv, spawnInNetns, spawnLoggedWithStream, type VmExit, type VmPro
 import type { Duplex } from 'node:stream';
 import { findQemuProcesses, waitForPidFile } from './qemu-process.js';
 import type { RecordResource } from '../runtime.js';
-import { prepareVmVolumes } from '../vm/vm-volumes.js';
+import { grantVolumes, lendVolumes, prepareVmVolumes, returnListedVolumes } from '../vm/vm-volumes.js';
 import { hostCgroupVersion, removeVmCgroups, type CgroupVersion } from '../vm/cgroups.js';
 import { VmCgroup } from '../vm/vm-cgroup.js';
 import { VmUserPool, vmUserRange } from '../vm/vm-user-pool.js';
 import { QemuDiskPause, stateMaxMiB, type LiveVm } from './disk-pause.js';
-import { removeState, ROOT_DISK_IN_QEMU, withRootDisk, writeRecipe } from './disk-state.js';
+import { removeState, writeRecipe } from './disk-state.js';
+import { ROOT_DISK_IN_QEMU, volumesInQemu, withDrivesOpen, writableVolumeFiles } from './drives.js';
 
 /**
  * Under TCG, QEMU's translated-code cache (TCG_TB_SIZE_MIB) and TCG's own bookkeeping come
@@ -214,10 +214,14 @@ export class QemuRuntime implements Runtime {
       throw new Error(`the snapshot's VM has ${fork.memoryMiB} MiB of memory, this orchestrator's ${spec.memoryMiB} MiB`);
     if (spec.snapshot) await copySnapshotDisk(spec.snapshot.dir, rootDisk);
     else await createOverlay(this.settings.imgBinary, spec.image.ext4, rootDisk);
-    const rootAuthorizedKeys = await this.writeRekeyKey(spec);
+    const rootAuthorizedKeys = await writeRekeyKey(spec);
     await cleanup.push(`config drive ${configDrive}`, () => rm(configDrive, { force: true }));
-    await prepareVmVolumes(spec.configDir, spec.volumes ?? [], (i) => ({ serial: qemuVolumeSerial(i) }));
+    const volumes = spec.volumes ?? [];
+    await prepareVmVolumes(spec.configDir, volumes, (i) => ({ serial: qemuVolumeSerial(i) }));
     await buildConfigDrive(spec.configDir, configDrive);
+    // The writable ones are the VM user's while it runs (QEMU reopens them: drives.ts), root's again after.
+    await lendVolumes(spec.sessionDir, volumes, cleanup, spec.record);
+    await grantVolumes(volumes, user);
     // The VM's own disks are its user's alone (QEMU opens them as root, but a VMM that
     // reopens one, or anything else running under that uid, finds only its own).
     for (const disk of [rootDisk, configDrive]) {
@@ -239,7 +243,7 @@ export class QemuRuntime implements Runtime {
       cmdline: guestKernelCmdline({ extra: this.tscKhz ? [`tsc_early_khz=${this.tscKhz}`] : [] }),
       rootDisk: ROOT_DISK_IN_QEMU,
       configDrive,
-      volumes: spec.volumes,
+      volumes: volumesInQemu(volumes),
       tap,
       mac: macAddressFor(name),
       pidFile,
@@ -247,12 +251,13 @@ export class QemuRuntime implements Runtime {
       runAs: `${user.uid}:${user.gid}`,
     });
     // What a resume from disk starts again (disk-state.ts).
-    await writeRecipe(spec.sessionDir, { netns: network.netns, argv, limits: vmLimits, logsDir: spec.logsDir, consoleLog: limits });
+    const volumeFiles = writableVolumeFiles(volumes);
+    await writeRecipe(spec.sessionDir, { netns: network.netns, argv, limits: vmLimits, logsDir: spec.logsDir, consoleLog: limits, volumeFiles });
     const incoming = [...argv, '-S', '-incoming', 'fd:3'];
-    const vm: VmProcess & { stream?: Duplex } = withRootDisk(rootDisk, (fd) =>
+    const vm: VmProcess & { stream?: Duplex } = withDrivesOpen(rootDisk, volumeFiles, (fds) =>
       fork
-        ? spawnLoggedWithStream('ip', netnsArgv(network.netns, this.settings.binary, incoming), consolePipe, this.settings.binary, [fd])
-        : spawnInNetns(network.netns, this.settings.binary, argv, consolePipe, [fd]),
+        ? spawnLoggedWithStream('ip', netnsArgv(network.netns, this.settings.binary, incoming), consolePipe, this.settings.binary, fds)
+        : spawnInNetns(network.netns, this.settings.binary, argv, consolePipe, fds),
     );
     this.live.set(spec.sessionId, { vm, consolePipe });
     // Stopped first on destroy (pushed last): its disks and TAP are freed only once it is gone.
@@ -301,18 +306,6 @@ export class QemuRuntime implements Runtime {
     };
   }
 
-  /**
-   * The session's rekey key (docs/snapshots.md): root may log in with it to run sbx-rekey only, so that a fork of
-   * a snapshot of it gets its own keys. Its private half stays in the session dir (a snapshot copies it).
-   */
-  private async writeRekeyKey(spec: SandboxSpec): Promise<string> {
-    const key = generateClientKey(`rekey-${spec.sessionId}`);
-    await writeFile(path.join(spec.sessionDir, REKEY_KEY_FILE), key.private, { mode: 0o600 });
-    // Appended: a caller may have given the VM a root key of its own already (a Firecracker snapshot base booted here, in a test).
-    await appendFile(path.join(spec.configDir, ROOT_AUTHORIZED_KEYS), rekeyLine(key.public), { mode: 0o600 });
-    return rekeyLine(key.public);
-  }
-
   snapshotUnavailable(): string | undefined {
     return undefined;
   }
@@ -335,6 +328,11 @@ export class QemuRuntime implements Runtime {
 
   pauseStateMaxMiB(memoryMiB: number): number {
     return stateMaxMiB(memoryMiB);
+  }
+
+  /** Its writable volumes are QEMU's descriptors, which a migration's hand-over reopens (drives.ts). */
+  diskPauseWithVolumes(): boolean {
+    return true;
   }
 
   async pause(target: PauseTarget, mode: PauseMode): Promise<PauseResult> {
@@ -377,8 +375,8 @@ export class QemuRuntime implements Runtime {
 
   /** Kills the session's orphaned QEMU (if any), then removes its cgroup, TAP and bridge; frees its uid. */
   async reclaim(sessionId: string, sessionDir: string): Promise<void> {
-    void sessionDir; // its files go with the session dir, which reconciliation removes
     await killOrphanVmms(await findQemuProcesses(this.names), sessionId, 'qemu', this.users);
+    await returnListedVolumes(sessionDir);
     await removeVmCgroups(this.cgroupVersion, this.parentCgroup, this.names.vm(sessionId));
     await deleteTapBridge(this.names.netns(sessionId));
     await rm(path.join(this.migrationSockets, sessionId), { recursive: true, force: true }); // a pause killed half-way

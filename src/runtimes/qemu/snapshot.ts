@@ -12,12 +12,13 @@
  * backing file), and fork.json with the rekey key (what a fork needs to reach and re-key the
  * restored guest: fork.ts).
  */
-import { readFile, stat, writeFile } from 'node:fs/promises';
+import { appendFile, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { processStartTime } from '../../host/process-watch.js';
-import { readSessionKeys } from '../../transport/ssh-keys.js';
+import { generateClientKey, readSessionKeys } from '../../transport/ssh-keys.js';
+import { rekeyLine, ROOT_AUTHORIZED_KEYS } from '../firecracker/snapshot/base-config.js';
 import { run } from '../../util/exec.js';
-import type { PauseTarget } from '../runtime.js';
+import type { PauseTarget, SandboxSpec } from '../runtime.js';
 import { listenFor, maxStateBytes, migrationEnd } from './disk-pause.js';
 import { memoryMiBOf, readRecipe, runAsOf } from './disk-state.js';
 import { qmp, qmpSocketOf, qmpStatus } from './qmp.js';
@@ -31,6 +32,18 @@ const FORK_FILE = 'fork.json';
 /** The session's own rekey key (qemu-runtime.ts writes it at start), and the snapshot's copy of it. */
 export const REKEY_KEY_FILE = 'rekey_ed25519';
 const MAX_FORK_FILE_BYTES = 16 * 1024;
+
+/**
+ * The session's rekey key (docs/snapshots.md): root may log in with it to run sbx-rekey only, so that a fork of
+ * a snapshot of it gets its own keys. Its private half stays in the session dir (a snapshot copies it).
+ */
+export async function writeRekeyKey(spec: Pick<SandboxSpec, 'sessionId' | 'sessionDir' | 'configDir'>): Promise<string> {
+  const key = generateClientKey(`rekey-${spec.sessionId}`);
+  await writeFile(path.join(spec.sessionDir, REKEY_KEY_FILE), key.private, { mode: 0o600 });
+  // Appended: a caller may have given the VM a root key of its own already (a Firecracker snapshot base booted here, in a test).
+  await appendFile(path.join(spec.configDir, ROOT_AUTHORIZED_KEYS), rekeyLine(key.public), { mode: 0o600 });
+  return rekeyLine(key.public);
+}
 
 /** What a fork needs besides the state and the disk: where the guest wakes up, and the keys it wakes up with. */
 export interface ForkInfo {

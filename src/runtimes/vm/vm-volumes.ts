@@ -3,7 +3,8 @@ import path from 'node:path';
 import { writeVolumeTable, type VolumeDrive } from '../../guest/config-drive.js';
 import { markGuestWritten } from '../../volumes/volume-files.js';
 import type { ResourceKindEntry } from '../entry.js';
-import type { SandboxVolume } from '../runtime.js';
+import type { CleanupStack } from '../../util/cleanup-stack.js';
+import type { RecordResource, SandboxVolume } from '../runtime.js';
 
 /**
  * A VM's volumes (docs/volumes.md), before its config drive is built: each writable one marked
@@ -51,6 +52,18 @@ export async function listVolumes(sessionDir: string, volumes: readonly SandboxV
   await writeFile(path.join(sessionDir, VOLUME_LIST), JSON.stringify(listed), { mode: 0o600 });
 }
 
+/**
+ * Before a VMM is handed the session's volumes: listed in the session dir and the ledger, so
+ * that they are root's again after, by this cleanup, or after a restart by the runtime's
+ * reclaim (the list) or the ledger's (a session not adopted).
+ */
+export async function lendVolumes(sessionDir: string, volumes: readonly SandboxVolume[], cleanup: CleanupStack, record?: RecordResource): Promise<void> {
+  if (volumes.length === 0) return;
+  await listVolumes(sessionDir, volumes);
+  for (const volume of volumes) record?.('volume-owner', volume.file);
+  await cleanup.push('volume owners', () => returnVolumes(volumes));
+}
+
 /** The volumes listed in the session dir (none listed, or the dir gone: none). */
 async function listedVolumes(sessionDir: string): Promise<ListedVolume[]> {
   const text = await readFile(path.join(sessionDir, VOLUME_LIST), 'utf8').catch(() => '[]');
@@ -79,8 +92,13 @@ export async function returnListedVolumes(sessionDir: string): Promise<void> {
  * release gave the file back to root, 0600: the jail could not open it.
  */
 export async function grantListedVolumes(sessionDir: string, jail: { uid: number; gid: number }): Promise<void> {
-  for (const volume of await listedVolumes(sessionDir)) {
-    await chown(volume.file, volume.readOnly ? 0 : jail.uid, volume.readOnly ? 0 : jail.gid);
+  await grantVolumes(await listedVolumes(sessionDir), jail);
+}
+
+/** Writable volumes made the VM user's (0600), read-only ones root's (0444). */
+export async function grantVolumes(volumes: ReadonlyArray<{ file: string; readOnly: boolean }>, vmUser: { uid: number; gid: number }): Promise<void> {
+  for (const volume of volumes) {
+    await chown(volume.file, volume.readOnly ? 0 : vmUser.uid, volume.readOnly ? 0 : vmUser.gid);
     await chmod(volume.file, volume.readOnly ? 0o444 : 0o600);
   }
 }

@@ -3,7 +3,7 @@ import type { CleanupStack } from '../../../util/cleanup-stack.js';
 import type { SandboxSpec } from '../../runtime.js';
 import { removeVmCgroups, vmCgroupDirs } from '../../vm/cgroups.js';
 import type { VmUserPool } from '../../vm/vm-user-pool.js';
-import { listVolumes, returnVolumes } from '../../vm/vm-volumes.js';
+import { lendVolumes } from '../../vm/vm-volumes.js';
 import type { SnapshotFiles } from '../boot/snapshot-steps.js';
 import type { FirecrackerHost } from '../host/host-check.js';
 import { applyChrootLayout, removeChroot } from '../jailer/apply-chroot.js';
@@ -60,10 +60,7 @@ export async function launchJailedVm(
   spec.record?.('jail', layout.jailDir);
   // The volumes are the jail's while it runs (hard links share their owner): root's again after,
   // by this cleanup, or after a restart by the reclaim (the session dir's list) or the ledger.
-  const volumes = spec.volumes ?? [];
-  if (volumes.length > 0) await listVolumes(spec.sessionDir, volumes);
-  for (const volume of volumes) spec.record?.('volume-owner', volume.file);
-  if (volumes.length > 0) await cleanup.push('volume owners', () => returnVolumes(volumes));
+  await lendVolumes(spec.sessionDir, spec.volumes ?? [], cleanup, spec.record);
   await cleanup.push(`jail ${layout.jailDir}`, () => removeChroot(layout));
   await applyChrootLayout(layout, user);
   const cgroupVersion = host.cgroupVersion;
