@@ -43,6 +43,21 @@ async function containers(): Promise<string[]> {
   return res.stdout.split('\n').filter(Boolean);
 }
 
+/** Takes inotify instances until refused, tries again every ms, and writes how many it holds whenever it is refused. */
+const GRABBER = `import ctypes, time
+libc = ctypes.CDLL(None, use_errno=True)
+held = written = 0
+while True:
+    if libc.inotify_init() >= 0:
+        held += 1
+        continue
+    if held != written:
+        open('/tmp/held.new', 'w').write(str(held))
+        __import__('os').rename('/tmp/held.new', '/tmp/held')
+        written = held
+    time.sleep(0.001)
+`;
+
 const unavailable = await criuUnavailable(CRIU);
 
 describe(
@@ -196,6 +211,40 @@ describe(
       assert.deepEqual(await mountsUnder(NAMES.rootfsRoot), []);
       assert.equal(existsSync(sessionDir), false);
       assert.equal(existsSync(path.join(SETTINGS.idLeaseDir, String(ids.first))), false, 'its id lease is given back');
+    });
+
+    it('red team: no restored process runs before its namespace has its limits again; a process stopped at the pause stays stopped', async () => {
+      const created = await api('POST', '/v1/sessions', {});
+      assert.equal(created.status, 201, JSON.stringify(created.json));
+      const rid = String(created.json.id);
+      // A guest program that takes every inotify instance its user may hold and keeps trying:
+      // before the limits are back, a restored user namespace has none (every sandbox's counts
+      // roll up into host root's, which all of them share).
+      await bash(
+        rid,
+        `cat > /tmp/grab.py <<'EOF'\n${GRABBER}EOF\nsetsid nohup python3 /tmp/grab.py >/dev/null 2>&1 < /dev/null &\nsleep 1000 & kill -STOP $! && echo $! > /tmp/stopped`,
+      );
+      const held = async () => Number((await bash(rid, 'cat /tmp/held')).trim());
+      let before = 0;
+      for (const deadline = Date.now() + 10_000; Date.now() < deadline; await sleep(200)) {
+        const now = await held().catch(() => 0);
+        if (now > 0 && now === before) break;
+        before = now;
+      }
+      assert.ok(before > 0, 'the grabber holds what its user may');
+      const paused = await api('POST', `/v1/sessions/${rid}/pause`, { mode: 'disk' });
+      assert.equal(paused.status, 200, JSON.stringify(paused.json));
+      const started = performance.now();
+      assert.equal((await api('POST', `/v1/sessions/${rid}/resume`)).status, 200);
+      const resumeMs = performance.now() - started;
+      await sleep(1_000);
+      const after = await held();
+      console.log(`red team: the grabber held ${before} inotify instances before the pause, ${after} after the resume (${resumeMs.toFixed(0)} ms)`);
+      // criu remakes the instances it restores as the guest's root, so the user's own count starts
+      // again at 0: it may take its limit once more, never more than that.
+      assert.ok(after - before <= SETTINGS.inotifyInstances, `at most its own limit more at the resume (${after - before})`);
+      assert.match(await bash(rid, 'ps -o stat= -p $(cat /tmp/stopped)'), /^T/, 'the job stopped before the pause is still stopped');
+      assert.equal((await api('DELETE', `/v1/sessions/${rid}`)).status, 200);
     });
 
     it('a kill -9 of the orchestrator mid-pause and mid-resume leaves the old state or the new one, and the desktop goes on', async () => {

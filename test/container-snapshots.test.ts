@@ -56,12 +56,16 @@ describe('snapshots and forks of a container desktop (CRIU)', { skip: unavailabl
     await rig.stop();
   });
 
+  const stateOfStoppedJob = async (id: string) => (await bash(id, 'ps -o stat= -p $(cat /var/tmp/stopped)')).trim();
+
   it('a snapshot of a counting desktop: it stops for a moment and runs on', async () => {
     const created = await api('POST', '/v1/sessions', { width: 1024, height: 768 });
     assert.equal(created.status, 201, JSON.stringify(created.json));
     source = String(created.json.id);
     await startCounter(bash, NAMES, source);
     await bash(source, 'echo from-before-the-snapshot > /home/user/before.txt');
+    // A stopped job (a Ctrl+Z): criu's seize of it in a frozen cgroup hung every snapshot until runc gave up.
+    await bash(source, 'sleep 1000 & kill -STOP $! && echo $! > /var/tmp/stopped');
     const started = performance.now();
     const res = await api('POST', `/v1/sessions/${source}/snapshots`, { name: 'counting' });
     const snapshotMs = performance.now() - started;
@@ -73,6 +77,7 @@ describe('snapshots and forks of a container desktop (CRIU)', { skip: unavailabl
     await bash(source, 'echo source-after > /home/user/after.txt');
     await sleep(300);
     assert.ok((await counterOf(NAMES, source)).count > atSnapshot.count, 'the source counts on');
+    assert.match(await stateOfStoppedJob(source), /^T/, "the source's stopped job is stopped still");
     console.log(`snapshot: ${Math.round(snapshotMs)} ms (HTTP round trip), ${(Number(snapshot.bytes) / 2 ** 20).toFixed(1)} MiB`);
   });
 
@@ -107,6 +112,7 @@ describe('snapshots and forks of a container desktop (CRIU)', { skip: unavailabl
       assert.equal((await bash(fork, 'stat -c "%U %s" /home/user/before.txt; cat /home/user/before.txt')).trim(), 'user 25\nfrom-before-the-snapshot');
       assert.equal((await bash(fork, 'test -e /home/user/after.txt && echo yes || echo no')).trim(), 'no', "the source's write after the snapshot");
       await bash(fork, `echo ${fork} > /home/user/mine-${fork}.txt`);
+      assert.match(await stateOfStoppedJob(fork), /^T/, 'the stopped job is stopped in the fork too');
     }
     for (const fork of forks) {
       const files = (await bash(fork, 'ls /home/user/*.txt')).trim().split(/\s+/).sort();

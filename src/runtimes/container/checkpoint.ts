@@ -24,7 +24,16 @@ import { DEFAULT_CONSOLE_LOG_LIMITS } from '../console-log.js';
 import { openConsole, reattachConsole, type ConsolePipe } from '../console-pipe.js';
 import type { AdoptedSandbox, PauseTarget, RunningSandbox } from '../runtime.js';
 import type { GuestEndpoint } from '../../transport/index.js';
-import { directoryBytes, dumpContainer, readConsoleKey, restoreFromImages, untilRuncIsDone, type CheckpointDeps, type RestoredInit } from './criu-run.js';
+import {
+  directoryBytes,
+  dumpContainer,
+  readConsoleKey,
+  restoreFromImages,
+  untilRuncIsDone,
+  type CheckpointDeps,
+  type DumpTarget,
+  type RestoredInit,
+} from './criu-run.js';
 import { deleteContainer } from './runc.js';
 
 export type { CheckpointDeps } from './criu-run.js';
@@ -42,13 +51,14 @@ interface CheckpointMarker {
 }
 
 /** Dumps the container's processes to disk; on failure it goes on running and the error says why. */
-export async function checkpointContainer(deps: CheckpointDeps, sessionId: string, sessionDir: string, pid: number): Promise<{ bytes: number; since: string }> {
+export async function checkpointContainer(deps: CheckpointDeps, target: DumpTarget): Promise<{ bytes: number; since: string }> {
+  const { sessionDir } = target;
   const partial = path.join(sessionDir, PARTIAL);
   await rm(partial, { recursive: true, force: true });
   await mkdir(partial, { mode: 0o700 });
   let consoleKey: string;
   try {
-    consoleKey = await dumpContainer(deps, sessionId, sessionDir, pid, partial);
+    consoleKey = await dumpContainer(deps, target, partial);
   } catch (err) {
     await rm(partial, { recursive: true, force: true });
     throw err;

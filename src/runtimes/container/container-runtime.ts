@@ -319,10 +319,12 @@ export class ContainerRuntime implements Runtime {
     if (mode === 'disk') {
       const mark = this.checkpointing.get(target.sessionId); // a restored container's watch is its release's
       mark?.(true);
-      return checkpointContainer(this.criu, target.sessionId, target.sessionDir, target.pid).catch((err: unknown) => {
-        mark?.(false);
-        throw err;
-      });
+      return checkpointContainer(this.criu, { sessionId: target.sessionId, sessionDir: target.sessionDir, pid: target.pid, freezer: this.freezer }).catch(
+        (err: unknown) => {
+          mark?.(false);
+          throw err;
+        },
+      );
     }
     if (this.freezer) await freezeCgroup(this.names.cgroup(target.sessionId), this.freezer);
     return { bytes: 0 };

@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { chown, mkdir, readdir, readFile, readlink, rm, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import path from 'node:path';
+import { freezeCgroup, thawCgroup, type FreezerLayout } from '../../host/freezer.js';
 import { processStartTime } from '../../host/process-watch.js';
 import { unmountAll } from '../../host/mounts.js';
 import { removeTreeOnOneMount } from '../../host/remove-tree.js';
@@ -17,6 +18,7 @@ import { run } from '../../util/exec.js';
 import { consoleLogTail } from '../console-log.js';
 import { consoleFifoPath, withWriter, type ConsolePipe } from '../console-pipe.js';
 import { allowSshPort, limitUserNamespace } from './namespace-limits.js';
+import { continueRestored, releaseStoppedJobs, RESTORE_STOPPED, stopAgain } from './stopped-jobs.js';
 import { deleteContainer } from './runc.js';
 import type { ContainerSettings } from './settings.js';
 
@@ -30,35 +32,67 @@ export interface CheckpointDeps {
   settings: ContainerSettings;
 }
 
+/** The container a dump is of. */
+export interface DumpTarget {
+  sessionId: string;
+  sessionDir: string;
+  /** Its init's pid. */
+  pid: number;
+  /** The host's cgroup freezer (none: criu's own seize only, and a stopped job hangs it). */
+  freezer: FreezerLayout | undefined;
+}
+
 /**
  * Dumps the processes of the session's container into `images` (made, empty): ended, unless
- * `leaveRunning` (a snapshot). Returns criu's name of the console FIFO in the images (the
- * restore's inherit-fd). On failure the container runs on and the error says why.
+ * `leaveRunning` (a snapshot: `whileFrozen` then runs before anything of it runs again). Its
+ * cgroup is frozen for the dump and its stopped jobs released and stopped again around it
+ * (stopped-jobs.ts). Returns criu's name of the console FIFO in the images (the restore's
+ * inherit-fd). On failure the container runs on and the error says why.
  */
 export async function dumpContainer(
   deps: CheckpointDeps,
-  sessionId: string,
-  sessionDir: string,
-  pid: number,
+  target: DumpTarget,
   images: string,
   leaveRunning = false,
+  whileFrozen?: () => Promise<void>,
 ): Promise<string> {
-  const consoleKey = await externalFileKey(pid, consoleFifoPath(sessionDir));
-  // Beside the images from the start: a restart finishes a dump this run did not see end (checkpoint.ts).
-  await writeFile(path.join(images, CONSOLE_KEY), consoleKey, { mode: 0o600 });
-  const options = await criuOptions(sessionDir, 'dump', [`external ${consoleKey}`]);
-  const argv = [deps.settings.runcBin, '--criu', criuOf(deps), '--root', deps.names.runcRoot, 'checkpoint', '--image-path', images, '--work-path', images];
-  if (leaveRunning) argv.push('--leave-running');
-  const res = await run([...argv, deps.names.container(sessionId)], { env: criuEnv(options), timeoutMs: CRIU_TIMEOUT_MS, allowFailure: true });
-  if (res.exitCode !== 0) {
-    const said = await criuErrors(path.join(images, 'dump.log'));
-    throw new Error(`the container's processes could not be saved, so it goes on running: ${said || res.stderr.trim().slice(-1500)}`);
+  const { sessionId, sessionDir, pid, freezer } = target;
+  const cgroup = deps.names.cgroup(sessionId);
+  if (freezer) await freezeCgroup(cgroup, freezer);
+  let released: number[] = [];
+  let dumped = false;
+  try {
+    if (freezer) released = await releaseStoppedJobs(pid, images);
+    const consoleKey = await externalFileKey(pid, consoleFifoPath(sessionDir));
+    // Beside the images from the start: a restart finishes a dump this run did not see end (checkpoint.ts).
+    await writeFile(path.join(images, CONSOLE_KEY), consoleKey, { mode: 0o600 });
+    const options = await criuOptions(sessionDir, 'dump', [`external ${consoleKey}`]);
+    const argv = [deps.settings.runcBin, '--criu', criuOf(deps), '--root', deps.names.runcRoot, 'checkpoint', '--image-path', images, '--work-path', images];
+    if (leaveRunning) argv.push('--leave-running');
+    const res = await run([...argv, deps.names.container(sessionId)], { env: criuEnv(options), timeoutMs: CRIU_TIMEOUT_MS, allowFailure: true });
+    if (res.exitCode !== 0) {
+      const said = await criuErrors(path.join(images, 'dump.log'));
+      throw new Error(`the container's processes could not be saved, so it goes on running: ${said || res.stderr.trim().slice(-1500)}`);
+    }
+    // Ended (not a snapshot): its pids are nobody's now, and may soon be another process's.
+    dumped = true;
+    if (leaveRunning) {
+      // criu leaves a cgroup it found frozen frozen: nothing of it has run since the dump.
+      stopAgain(released);
+      await whileFrozen?.();
+    }
+    // Its images are read from inside it at a restore, by its root and by other guest users (a
+    // time namespace is restored by whichever task made it): the guest's own memory, readable
+    // (not writable) by its users, reached only through a 0700 dir or the restore's unlisted bind.
+    await run(['chmod', '-R', 'u=rwX,go=rX', images]);
+    return consoleKey;
+  } catch (err) {
+    if (!dumped) stopAgain(released);
+    throw err;
+  } finally {
+    // A container the dump ended took its cgroup with it.
+    if (freezer) await thawCgroup(cgroup, freezer).catch(() => undefined);
   }
-  // Its images are read from inside it at a restore, by its root and by other guest users (a
-  // time namespace is restored by whichever task made it): the guest's own memory, readable
-  // (not writable) by its users, reached only through a 0700 dir or the restore's unlisted bind.
-  await run(['chmod', '-R', 'u=rwX,go=rX', images]);
-  return consoleKey;
 }
 
 /** The console's key a dump wrote beside its images (dumpContainer), if a well-formed one is there. */
@@ -112,7 +146,8 @@ export interface RestoreRequest {
 /**
  * `runc restore` of the session's container from its bundle and `images`, its console the
  * session's FIFO (through `consolePipe`), eth0 moved into its new netns and its namespace
- * limits set as at a start. On failure no container of it is left and the error says why.
+ * limits set as at a start, before any of its processes runs (stopped-jobs.ts). On failure
+ * no container of it is left and the error says why.
  */
 export async function restoreFromImages(deps: CheckpointDeps, req: RestoreRequest): Promise<RestoredInit> {
   const { sessionId, sessionDir } = req;
@@ -124,7 +159,7 @@ export async function restoreFromImages(deps: CheckpointDeps, req: RestoreReques
   // and makes its bind mounts from there: the FIFO its root's, the sources where it can reach.
   await chown(consoleFifoPath(sessionDir), rootId, rootId);
   const { bundle, images, release } = await restoreBundle(deps.names, id, sessionDir, config, req.images);
-  const options = await criuOptions(sessionDir, 'restore', ['mntns-compat-mode', `inherit-fd fd[1]:${req.consoleKey}`]);
+  const options = await criuOptions(sessionDir, 'restore', ['mntns-compat-mode', `inherit-fd fd[1]:${req.consoleKey}`, RESTORE_STOPPED]);
   const pidFile = path.join(sessionDir, 'container.pid');
   await rm(pidFile, { force: true });
   try {
@@ -132,8 +167,10 @@ export async function restoreFromImages(deps: CheckpointDeps, req: RestoreReques
     const pid = Number((await readFile(pidFile, 'utf8')).trim());
     const startTime = processStartTime(pid);
     if (!startTime) throw new Error(`the restored container ${id} exited at once`);
-    // Its netns came back empty (but for lo and the listening sockets), and its user namespace without its limits.
+    // Its netns came back empty (but for lo and the listening sockets), and its user namespace
+    // without its limits: both set again while every one of its processes is still stopped.
     await Promise.all([limitUserNamespace(pid, deps.settings), allowSshPort(`/proc/${pid}/ns/net`), moveIntoNetnsOf(req.network, pid)]);
+    await continueRestored(pid, req.images);
     return { pid, startTime };
   } catch (err) {
     await deleteContainer(deps.settings.runcBin, deps.names.runcRoot, id).catch(() => undefined);

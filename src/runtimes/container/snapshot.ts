@@ -1,6 +1,6 @@
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { freezeCgroup, thawCgroup, type FreezerLayout } from '../../host/freezer.js';
+import type { FreezerLayout } from '../../host/freezer.js';
 import { run } from '../../util/exec.js';
 import type { PauseTarget } from '../runtime.js';
 import { dumpContainer, type CheckpointDeps } from './criu-run.js';
@@ -30,18 +30,12 @@ export async function snapshotContainer(deps: CheckpointDeps, freezer: FreezerLa
   if (!mounts) throw new Error(`session ${sessionId} was started by an earlier version, which kept no record of its mounts: it cannot be snapshotted`);
   const images = path.join(dir, 'checkpoint');
   await mkdir(images, { mode: 0o700 });
-  const cgroup = deps.names.cgroup(sessionId);
   const { layer, layerFile } = mountPointsOf(sessionDir);
-  let consoleKey: string;
-  await freezeCgroup(cgroup, freezer);
-  try {
-    // criu leaves a cgroup it found frozen frozen: the disk is copied before anything runs again.
-    consoleKey = await dumpContainer(deps, sessionId, sessionDir, pid, images, true);
+  // The disk is copied before anything of the container runs again.
+  const consoleKey = await dumpContainer(deps, { sessionId, sessionDir, pid, freezer }, images, true, async () => {
     await run(['sync', '-f', layer]);
     await run(['cp', '--sparse=always', '--', layerFile, path.join(dir, 'layer.ext4')]);
-  } finally {
-    await thawCgroup(cgroup, freezer);
-  }
+  });
   const record: ContainerSnapshot = { consoleKey, ids: mounts.ids, imageRootfs: mounts.imageRootfs };
   await writeFile(path.join(dir, RECORD), JSON.stringify(record), { mode: 0o600 });
 }

@@ -1,0 +1,129 @@
+import { readdir, readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+
+/**
+ * A container's processes around a criu dump and restore (docs/pause.md#containers-and-criu).
+ *
+ * Stopped jobs (a Ctrl+Z in a terminal, a `kill -STOP`): criu seizes a stopped task by asking
+ * the kernel to move it into a trace stop, and waits for that move, which a task of a frozen
+ * cgroup never makes: with one in the guest every dump hung (criu in D state in ptrace_attach)
+ * until runc's timeout ended it, and the container with it. So, with the cgroup frozen (no guest
+ * code runs), the dump's caller continues them (SIGCONT), records their pids in the images, and
+ * after a dump that leaves the container running stops them again before the thaw: they never
+ * run meanwhile.
+ *
+ * The restore (criu's `leave-stopped`) leaves every process stopped, so that none runs before
+ * the container's namespaces have their limits again (namespace-limits.ts: a restored user
+ * namespace starts with none, and its processes' inotify counts roll up into host root's, which
+ * every sandbox shares); then continueRestored lets them go, but for the recorded jobs, which
+ * stay stopped.
+ */
+
+/** criu's restore option that leaves every restored process stopped. */
+export const RESTORE_STOPPED = 'leave-stopped';
+
+/** Beside criu's images: the container's pids (as its own namespace numbers them) of the jobs stopped when it was dumped. */
+const STOPPED_FILE = 'stopped-jobs.json';
+/** A list of pids: anything bigger is not ours. */
+const MAX_STOPPED_FILE_BYTES = 64 * 1024;
+
+interface ContainerProcess {
+  /** The host's pid. */
+  pid: number;
+  /** Its pid in the container's namespace (criu's numbering). */
+  guestPid: number | undefined;
+  /** Its threads' ids, as /proc lists them. */
+  threads: string[];
+}
+
+/**
+ * With the container's cgroup frozen: continues its stopped jobs (they run no code until the
+ * thaw) and records them in `images`. Returns their host pids, for stopAgain.
+ */
+export async function releaseStoppedJobs(initPid: number, images: string): Promise<number[]> {
+  const stopped: ContainerProcess[] = [];
+  for (const p of await containerProcesses(initPid)) if (p.guestPid !== undefined && (await inJobStop(p))) stopped.push(p);
+  await writeFile(path.join(images, STOPPED_FILE), JSON.stringify(stopped.map((p) => p.guestPid)), { mode: 0o644 });
+  for (const job of stopped) signal(job.pid, 'SIGCONT');
+  return stopped.map((p) => p.pid);
+}
+
+/** The released jobs stopped again (the cgroup still frozen: none of them has run). */
+export function stopAgain(pids: readonly number[]): void {
+  for (const pid of pids) signal(pid, 'SIGSTOP');
+}
+
+/**
+ * Lets a container restored stopped run: SIGCONT to each of its processes but the jobs that
+ * were stopped when it was dumped. Nothing of the guest can fork or exit meanwhile: all of it
+ * is stopped. Returns how many were let go.
+ */
+export async function continueRestored(initPid: number, images: string): Promise<number> {
+  const jobs = await recordedJobs(images);
+  let continued = 0;
+  for (const p of await containerProcesses(initPid)) {
+    if (p.guestPid !== undefined && jobs.has(p.guestPid)) continue;
+    if (signal(p.pid, 'SIGCONT')) continued++;
+  }
+  return continued;
+}
+
+async function recordedJobs(images: string): Promise<Set<number>> {
+  const text = await readFile(path.join(images, STOPPED_FILE), 'utf8').catch(() => '[]');
+  if (text.length > MAX_STOPPED_FILE_BYTES) return new Set();
+  let list: unknown;
+  try {
+    list = JSON.parse(text);
+  } catch {
+    return new Set();
+  }
+  return new Set(Array.isArray(list) ? list.filter((n): n is number => Number.isSafeInteger(n)) : []);
+}
+
+/**
+ * Every process of the container's pid namespace: the init's descendants (an orphan there is
+ * the init's child), walked over each thread's children. The caller holds them still (frozen
+ * or stopped), so the walk is of one moment.
+ */
+async function containerProcesses(initPid: number): Promise<ContainerProcess[]> {
+  const found: ContainerProcess[] = [];
+  const seen = new Set<number>();
+  const queue = [initPid];
+  for (let pid = queue.shift(); pid !== undefined; pid = queue.shift()) {
+    if (seen.has(pid)) continue;
+    seen.add(pid);
+    const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
+    if (!status) continue; // gone
+    // NSpid: ours, then the container's (the namespace runc made from ours).
+    const inside = /^NSpid:\s+\d+\s+(\d+)/m.exec(status)?.[1];
+    const threads = await readdir(`/proc/${pid}/task`).catch(() => [] as string[]);
+    found.push({ pid, guestPid: inside === undefined ? undefined : Number(inside), threads });
+    for (const tid of threads) {
+      const children = await readFile(`/proc/${pid}/task/${tid}/children`, 'utf8').catch(() => '');
+      for (const child of children.split(/\s+/)) if (/^\d+$/.test(child)) queue.push(Number(child));
+    }
+  }
+  return found;
+}
+
+/**
+ * Whether a process is in a job-control stop. Frozen, every task reads as `D` in /proc's
+ * state; its kernel stack still says where it sleeps: a stopped one in do_signal_stop, a
+ * frozen running one in __refrigerator.
+ */
+async function inJobStop(p: ContainerProcess): Promise<boolean> {
+  for (const tid of p.threads) {
+    const stack = await readFile(`/proc/${p.pid}/task/${tid}/stack`, 'utf8').catch(() => '');
+    if (/\bdo_signal_stop\b/.test(stack)) return true;
+  }
+  return false;
+}
+
+function signal(pid: number, name: NodeJS.Signals): boolean {
+  try {
+    process.kill(pid, name);
+    return true;
+  } catch {
+    return false; // gone (killed from outside meanwhile)
+  }
+}
