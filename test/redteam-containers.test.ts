@@ -8,6 +8,8 @@ import Database from 'better-sqlite3';
 import { containerSettingsFromEnv, ID_RANGE_SIZE } from '../src/runtimes/container/settings.js';
 import { ResourceNames } from '../src/network/names.js';
 import { ContainerRuntime } from '../src/runtimes/container/container-runtime.js';
+import { guestUidsOf } from '../src/runtimes/container/guest-uids.js';
+import { readMounts } from '../src/runtimes/container/remount.js';
 import { CONFIG_FILES } from '../src/guest/contract.js';
 import { generateClientKey, publicKeyBlob } from '../src/transport/ssh-keys.js';
 import { guestTransport, type GuestTransport } from '../src/transport/index.js';
@@ -325,6 +327,55 @@ describe('red team: a container sandbox against the host and its neighbours', ()
     const seconds = (performance.now() - started) / 1000;
     console.log(`24 MiB of direct writes took ${seconds.toFixed(1)} s at a limit of ${IO_LIMIT_BPS / 1024 / 1024} MiB/s`);
     assert.ok(seconds >= (24 * 1024 * 1024) / IO_LIMIT_BPS - 1, `the writes were held to the limit (${seconds.toFixed(1)} s)`);
+  });
+
+  it("guest root takes no uid its image does not name: its inotify, counted per uid, cannot reach host root's, which every sandbox shares", async () => {
+    // Guest root tries 40 uids of its range that its image does not name, and those it does,
+    // each taking every inotify instance it can. Before, it took 128 for each of them, and at
+    // 40 uids host root (every other sandbox's count, and the host's own services) had none left.
+    const image = (await readMounts(path.join(orch.stateDir, a, 'bundle')))?.imageRootfs;
+    assert.ok(image, "the session's image");
+    const uids = [...(await guestUidsOf(image)), ...Array.from({ length: 40 }, (_, i) => 3000 + i)];
+    const grab = [
+      'import ctypes, os, time',
+      'libc = ctypes.CDLL(None, use_errno=True)',
+      'refused, held = 0, 0',
+      `for uid in ${JSON.stringify(uids)}:`,
+      '    r, w = os.pipe()',
+      '    if os.fork() == 0:',
+      '        try: os.setresuid(-1, uid, -1)',
+      "        except OSError: os.write(w, b'-1'); os._exit(0)",
+      '        n = 0',
+      '        while libc.inotify_init() >= 0: n += 1',
+      '        os.write(w, str(n).encode()); time.sleep(120); os._exit(0)',
+      '    got = int(os.read(r, 32))',
+      '    if got < 0: refused += 1',
+      '    else: held += got',
+      'print(refused, held, flush=True)',
+      'time.sleep(120)',
+    ].join('\n');
+    const started = performance.now();
+    await asGuestRoot(a, `cat > /tmp/grab.py <<'EOF'\n${grab}\nEOF\nnohup python3 -I /tmp/grab.py > /tmp/grab.out 2>&1 < /dev/null & echo $! > /tmp/grab.pid`);
+    try {
+      let report = '';
+      for (const deadline = Date.now() + 60_000; Date.now() < deadline && !report.includes(' '); await sleep(200)) {
+        report = (await asGuestRoot(a, 'cat /tmp/grab.out')).text.trim();
+      }
+      const [refused, held] = report.split(' ').map(Number);
+      const named = uids.length - 40;
+      console.log(
+        `guest root: ${refused} of ${uids.length} uids refused; ${held} inotify instances held over the ${named} its image names (${Math.round(performance.now() - started)} ms)`,
+      );
+      assert.equal(refused, 40, 'every uid its image does not name is refused');
+      assert.ok(held !== undefined && held <= named * SETTINGS.inotifyInstances, `at most its limit per uid its image names (${held})`);
+      // While it holds them, the host's own root still makes instances, and so does tenant B's user.
+      const host = await run(['python3', '-c', 'import ctypes; print(ctypes.CDLL(None).inotify_init() >= 0)']);
+      assert.equal(host.stdout.trim(), 'True', "host root's inotify is untouched");
+      const probe = 'import ctypes; print(ctypes.CDLL(None).inotify_init() >= 0)';
+      assert.equal((await guestSh(guest(b), `python3 -I -c '${probe}'`)).text.trim(), 'True', "tenant B's app can still make one");
+    } finally {
+      await asGuestRoot(a, 'pkill -KILL -P $(cat /tmp/grab.pid); kill -KILL $(cat /tmp/grab.pid); rm -f /tmp/grab.*', true);
+    }
   });
 
   it("an inotify exhaustion in one tenant's sandbox does not reach another's", async () => {

@@ -139,6 +139,16 @@ describe('red team: a hostile template build step changes nothing on the host', 
     assert.match(output, /^\s+template-build$/m, 'a hostname of its own');
   });
 
+  it("takes no more inotify instances than a session's user may: its namespace's limit is set before it runs", async () => {
+    // Before, a build step's user namespace had no limit: it took until host root's ran out.
+    const grab =
+      'import ctypes, itertools; l = ctypes.CDLL(None); print("held", sum(1 for _ in itertools.takewhile(lambda i: l.inotify_init() >= 0, range(100000))))';
+    const output = await buildStep('inotify', `python3 -c '${grab}'; exit 7`);
+    const held = Number(/held (\d+)/.exec(output)?.[1]);
+    console.log(`# a build step held ${held} inotify instances`);
+    assert.ok(held > 0 && held <= 128, `held ${held}`);
+  });
+
   it('costs one container start per step (measured over 10 trivial steps)', async (t) => {
     const file = await writeTemplate(workDir, 'steps.yaml', `name: ${NAME}\nbase: minimal\nrun:\n${'  - "true"\n'.repeat(10)}  - exit 7\n`);
     const result = await sbx(['template', 'build', file]);

@@ -30,6 +30,7 @@ import { CommandError, execLogged } from '../guest/image/build-exec.js';
 import { unmount } from '../host/mounts.js';
 import { mountIdmapped, type IdRange } from '../runtimes/container/idmapped-mount.js';
 import { GUEST_CAPABILITIES, KERNEL_MOUNTS, MASKED_PATHS, READONLY_PATHS } from '../runtimes/container/oci-spec.js';
+import { userNamespaceHook } from '../runtimes/container/namespace-limits.js';
 import { seccompProfile } from '../runtimes/container/seccomp.js';
 import { buildIdBase, liveHostIdRanges, type LeaseOwner } from '../runtimes/container/id-leases.js';
 import { DEFAULT_ID_LEASE_DIR, ID_RANGE_SIZE } from '../runtimes/container/settings.js';
@@ -45,6 +46,8 @@ const CGROUP_PARENT = '/sbx-template-build';
 export const BUILD_HOSTNAME = 'template-build';
 /** Processes a step may have at once: apt needs a few dozen; a fork bomb stops here. */
 const STEP_PIDS_LIMIT = 1024;
+/** inotify instances and watches per uid of a step's user namespace (a session's defaults). */
+const STEP_INOTIFY_LIMITS = { inotifyInstances: 128, inotifyWatches: 16384 };
 
 /**
  * The sandboxes' set, plus what dpkg needs to install packages as Debian ships them:
@@ -82,6 +85,8 @@ export function buildStepSpec(opts: { root: string; argv: readonly string[]; ids
       noNewPrivileges: true,
     },
     mounts: KERNEL_MOUNTS,
+    // Its user namespace's inotify limits, as a session's: a step runs anyone's code.
+    hooks: { createRuntime: [userNamespaceHook(STEP_INOTIFY_LIMITS, 1)] },
     linux: {
       namespaces: [
         { type: 'pid' },

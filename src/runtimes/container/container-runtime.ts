@@ -40,6 +40,7 @@ import { layerTemplate, mountWritableLayer } from './writable-layer.js';
 import { mountVolumes, volumeMountPoints } from './volume-mounts.js';
 import { mountPointsOf, recordMounts, remountMissing } from './remount.js';
 import { readContainerSnapshot, snapshotContainer, type ContainerSnapshot } from './snapshot.js';
+import { guestUidsOf } from './guest-uids.js';
 import { SessionIdRanges } from './session-ids.js';
 import { forkLayer, restoreFork, writeMachineId } from './fork.js';
 
@@ -175,6 +176,7 @@ export class ContainerRuntime implements Runtime {
         cgroupsPath: this.names.cgroup(spec.sessionId),
         ids,
         volumes,
+        guestUids: await guestUidsOf(spec.image.rootfs),
         disk: blockIoAvailable() === true ? deviceNumbers((await stat(layer, { bigint: true })).dev) : undefined,
       },
       this.settings,

@@ -17,7 +17,8 @@ import { moveIntoNetnsOf, type GuestLink } from '../../network/netns.js';
 import { run } from '../../util/exec.js';
 import { consoleLogTail } from '../console-log.js';
 import { consoleFifoPath, withWriter, type ConsolePipe } from '../console-pipe.js';
-import { allowSshPort, limitUserNamespace } from './namespace-limits.js';
+import { MAX_GUEST_UIDS } from './guest-uids.js';
+import { allowSshPort, limitUserNamespace, userNamespaceHook } from './namespace-limits.js';
 import { continueRestored, releaseStoppedJobs, RESTORE_STOPPED, stopAgain } from './stopped-jobs.js';
 import { deleteContainer } from './runc.js';
 import type { ContainerSettings } from './settings.js';
@@ -158,7 +159,7 @@ export async function restoreFromImages(deps: CheckpointDeps, req: RestoreReques
   // criu reopens the console FIFO through /proc/self/fd inside the restored user namespace,
   // and makes its bind mounts from there: the FIFO its root's, the sources where it can reach.
   await chown(consoleFifoPath(sessionDir), rootId, rootId);
-  const { bundle, images, release } = await restoreBundle(deps.names, id, sessionDir, config, req.images);
+  const { bundle, images, release } = await restoreBundle(deps, id, sessionDir, config, req.images);
   const options = await criuOptions(sessionDir, 'restore', ['mntns-compat-mode', `inherit-fd fd[1]:${req.consoleKey}`, RESTORE_STOPPED]);
   const pidFile = path.join(sessionDir, 'container.pid');
   await rm(pidFile, { force: true });
@@ -192,7 +193,7 @@ interface OciConfig {
  * mounts outlive these binds.
  */
 async function restoreBundle(
-  names: ResourceNames,
+  { names, settings }: CheckpointDeps,
   id: string,
   sessionDir: string,
   config: OciConfig,
@@ -223,7 +224,9 @@ async function restoreBundle(
       made.push(target);
       mounts.push({ ...m, source: target });
     }
-    await writeFile(path.join(bundle, 'config.json'), JSON.stringify({ ...config, mounts }), { mode: 0o600 });
+    // Its user namespace's limits before criu remakes anything in it (namespace-limits.ts).
+    const hooks = { createRuntime: [userNamespaceHook(settings, MAX_GUEST_UIDS)] };
+    await writeFile(path.join(bundle, 'config.json'), JSON.stringify({ ...config, mounts, hooks }), { mode: 0o600 });
     const images = path.join(binds, 'images');
     await mkdir(images, { mode: 0o711 });
     await run(['mount', '--bind', checkpoint, images]);

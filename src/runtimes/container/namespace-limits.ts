@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import type { ContainerSettings } from './settings.js';
 import { run } from '../../util/exec.js';
 import { blockIoAvailable } from './block-io.js';
+import { MAX_GUEST_UIDS } from './guest-uids.js';
 
 /**
  * Per-sandbox kernel limits that live in namespaces rather than in cgroups.
@@ -17,19 +18,34 @@ import { blockIoAvailable } from './block-io.js';
  * host's limits are raised to cover every sandbox at its limit (raiseHostInotifyLimits).
  */
 export async function limitUserNamespace(initPid: number, settings: ContainerSettings): Promise<void> {
-  await run([
-    'nsenter',
-    `--target=${initPid}`,
-    '--user',
-    '--',
-    'sysctl',
-    '-q',
-    '-w',
-    `user.max_inotify_instances=${settings.inotifyInstances}`,
-    `user.max_inotify_watches=${settings.inotifyWatches}`,
+  await run(['nsenter', `--target=${initPid}`, '--user', '--', 'sysctl', '-q', '-w', ...userNamespaceSysctls(settings)]);
+}
+
+type InotifyLimits = Pick<ContainerSettings, 'inotifyInstances' | 'inotifyWatches'>;
+
+function userNamespaceSysctls(settings: InotifyLimits, factor = 1): string[] {
+  return [
+    `user.max_inotify_instances=${settings.inotifyInstances * factor}`,
+    `user.max_inotify_watches=${settings.inotifyWatches * factor}`,
     // The profile already refuses new namespaces; this holds even if a rule were lifted.
     'user.max_user_namespaces=0',
-  ]);
+  ];
+}
+
+/**
+ * The same limits as an OCI createRuntime hook, for a container whose namespaces runc (or criu
+ * through it) makes while the host cannot step in: a restore, where runc runs it once criu has
+ * made the user namespace and before it remakes a single file descriptor; and a template's build
+ * step (`runc run`). criu remakes every
+ * inotify instance and watch it restores as the guest's root, so there the limits are
+ * `factor` times a uid's (every uid's count at the dump, at most: MAX_GUEST_UIDS); a guest
+ * holding more is not restored. The hook reads the namespace's pid from the state runc gives
+ * it on stdin; its script holds nothing but our own numbers.
+ */
+export function userNamespaceHook(settings: InotifyLimits, factor: number): { path: string; args: string[]; env: string[]; timeout: number } {
+  const sysctls = userNamespaceSysctls(settings, factor).join(' ');
+  const script = `pid=$(sed -n 's/.*"pid":\\([0-9][0-9]*\\).*/\\1/p' | head -n 1); [ -n "$pid" ] || exit 1; exec nsenter --target="$pid" --user -- sysctl -q -w ${sysctls}`;
+  return { path: '/bin/sh', args: ['sh', '-c', script], env: ['PATH=/usr/sbin:/usr/bin:/sbin:/bin'], timeout: 10 };
 }
 
 /**
@@ -49,13 +65,21 @@ const HOST_INOTIFY = {
 const HEADROOM = { instances: 1024, watches: 262_144 };
 
 /**
- * Raises (never lowers) host root's inotify limits so that `sandboxes` sandboxes each at its
- * own limit still leave the headroom to the host: a sandbox meets its own limit first.
+ * The most a sandbox can hold, in uids' limits: each uid it may take (guest-uids.ts) at its
+ * limit, and its root once more with what a restore charged to it (userNamespaceHook).
+ */
+export const SANDBOX_INOTIFY_FACTOR = 2 * MAX_GUEST_UIDS;
+
+/**
+ * Raises (never lowers) host root's inotify limits so that `sandboxes` sandboxes each at the
+ * most it can hold still leave the headroom to the host: a sandbox meets its own limits first.
+ * (Instances and watches are kernel memory charged to the memory cgroup of the sandbox that
+ * makes them: a high host limit costs nothing until a sandbox spends its own memory on it.)
  */
 export async function raiseHostInotifyLimits(sandboxes: number, settings: ContainerSettings, log: Logger): Promise<void> {
   const wanted = {
-    instances: sandboxes * settings.inotifyInstances + HEADROOM.instances,
-    watches: sandboxes * settings.inotifyWatches + HEADROOM.watches,
+    instances: sandboxes * SANDBOX_INOTIFY_FACTOR * settings.inotifyInstances + HEADROOM.instances,
+    watches: sandboxes * SANDBOX_INOTIFY_FACTOR * settings.inotifyWatches + HEADROOM.watches,
   };
   for (const key of ['instances', 'watches'] as const) {
     const current = Number((await readFile(HOST_INOTIFY[key], 'utf8')).trim());
@@ -70,7 +94,7 @@ export async function raiseHostInotifyLimits(sandboxes: number, settings: Contai
         from: current,
         to: wanted[key],
         sandboxes,
-        perSandbox: key === 'instances' ? settings.inotifyInstances : settings.inotifyWatches,
+        perSandbox: SANDBOX_INOTIFY_FACTOR * (key === 'instances' ? settings.inotifyInstances : settings.inotifyWatches),
       },
       'raised the host inotify limit so that each sandbox meets its own limit first',
     );

@@ -65,6 +65,8 @@ export interface ContainerLayout {
   ids: IdRange;
   /** Volumes: their idmapped views on the host and where the guest sees them (volume-mounts.ts). */
   volumes?: ReadonlyArray<{ view: string; path: string; readOnly: boolean }>;
+  /** The uids its processes may take (guest-uids.ts). */
+  guestUids: readonly number[];
   /** major:minor of the sandbox's disk (its loop device), for the I/O limit. */
   disk?: { major: number; minor: number };
 }
@@ -136,7 +138,7 @@ export function ociSpec(spec: SandboxSpec, layout: ContainerLayout, settings: Co
           throttleWriteIOPSDevice: throttle(settings.ioOpsPerSecond),
         },
       },
-      seccomp: seccompProfile(),
+      seccomp: seccompProfile(layout.guestUids),
       maskedPaths: MASKED_PATHS,
       readonlyPaths: READONLY_PATHS,
     },

@@ -45,13 +45,38 @@ export interface SeccompProfile {
   syscalls: Array<{ names: string[]; action: string; errnoRet?: number; args?: SeccompArg[] }>;
 }
 
-export function seccompProfile(): SeccompProfile {
+/** The calls that set a process's effective uid, by the index of that argument (setuid's is its only one). */
+const EFFECTIVE_UID_ARG: ReadonlyArray<[string[], number]> = [
+  [['setuid', 'setuid32'], 0],
+  [['setreuid', 'setreuid32', 'setresuid', 'setresuid32'], 1],
+];
+/** (uid_t)-1: "unchanged", for setreuid and setresuid. */
+const UNCHANGED = 0xffffffff;
+const SETS_EFFECTIVE_UID = new Set(EFFECTIVE_UID_ARG.flatMap(([names]) => names));
+
+/**
+ * `guestUids`: the only uids a process may make its effective one (guest-uids.ts): the kernel
+ * counts inotify per uid, so a uid is a budget. With no_new_privs a set-uid file changes no
+ * uid, so these calls are the only way to another. Without it (a template's build step, whose
+ * packages may add users and run as them) any uid of the range.
+ */
+export function seccompProfile(guestUids?: readonly number[]): SeccompProfile {
+  const setUid = guestUids
+    ? EFFECTIVE_UID_ARG.flatMap(([names, index]) =>
+        [...guestUids, ...(index > 0 ? [UNCHANGED] : [])].map((value) => ({
+          names,
+          action: 'SCMP_ACT_ALLOW',
+          args: [{ index, value, op: 'SCMP_CMP_EQ' }],
+        })),
+      )
+    : [{ names: [...SETS_EFFECTIVE_UID], action: 'SCMP_ACT_ALLOW' }];
   return {
     defaultAction: 'SCMP_ACT_ERRNO',
     defaultErrnoRet: EPERM,
     architectures: ['SCMP_ARCH_X86_64', 'SCMP_ARCH_X86', 'SCMP_ARCH_X32'],
     syscalls: [
-      { names: DOCKER_ALLOWED_SYSCALLS, action: 'SCMP_ACT_ALLOW' },
+      { names: DOCKER_ALLOWED_SYSCALLS.filter((name) => !SETS_EFFECTIVE_UID.has(name)), action: 'SCMP_ACT_ALLOW' },
+      ...setUid,
       { names: ['socket'], action: 'SCMP_ACT_ALLOW', args: [{ index: 0, value: AF_VSOCK, op: 'SCMP_CMP_NE' }] },
       // Rules on one call are OR'ed when each is its own entry (one entry's args are AND'ed).
       ...PERSONALITIES.map((value) => ({

@@ -21,9 +21,9 @@ export interface ContainerSettings {
   ioBytesPerSecond: number;
   /** SBX_IO_IOPS (default 2000, 0 = no limit): operations per second each way on the sandbox's disk. */
   ioOpsPerSecond: number;
-  /** SBX_INOTIFY_INSTANCES (default 128): inotify instances each sandbox's users may hold. */
+  /** SBX_INOTIFY_INSTANCES (default 128): inotify instances each uid of a sandbox may hold. */
   inotifyInstances: number;
-  /** SBX_INOTIFY_WATCHES (default 16384): inotify watches each sandbox's users may hold. */
+  /** SBX_INOTIFY_WATCHES (default 16384): inotify watches each uid of a sandbox may hold. */
   inotifyWatches: number;
   /** SBX_DISK_MIB (default 4096, 64 to 1048576): how much each sandbox may write (writable-layer.ts). */
   diskMiB: number;
