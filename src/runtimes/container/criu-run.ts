@@ -19,7 +19,7 @@ import { consoleLogTail } from '../console-log.js';
 import { consoleFifoPath, withWriter, type ConsolePipe } from '../console-pipe.js';
 import { MAX_GUEST_UIDS } from './guest-uids.js';
 import { allowSshPort, limitUserNamespace, userNamespaceHook } from './namespace-limits.js';
-import { continueRestored, releaseStoppedJobs, RESTORE_STOPPED, stopAgain } from './stopped-jobs.js';
+import { continueRestored, releaseStoppedJobs, RESTORE_STOPPED, stopAgain, type ReleasedJob } from './stopped-jobs.js';
 import { deleteContainer } from './runc.js';
 import type { ContainerSettings } from './settings.js';
 
@@ -60,7 +60,7 @@ export async function dumpContainer(
   const { sessionId, sessionDir, pid, freezer } = target;
   const cgroup = deps.names.cgroup(sessionId);
   if (freezer) await freezeCgroup(cgroup, freezer);
-  let released: number[] = [];
+  let released: ReleasedJob[] = [];
   let dumped = false;
   try {
     if (freezer) released = await releaseStoppedJobs(pid, images);

@@ -1,5 +1,6 @@
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { processStartTime } from '../../host/process-watch.js';
 
 /**
  * A container's processes around a criu dump and restore (docs/pause.md#containers-and-criu).
@@ -38,19 +39,33 @@ interface ContainerProcess {
 
 /**
  * With the container's cgroup frozen: continues its stopped jobs (they run no code until the
- * thaw) and records them in `images`. Returns their host pids, for stopAgain.
+ * thaw) and records them in `images`. Returns them, for stopAgain.
  */
-export async function releaseStoppedJobs(initPid: number, images: string): Promise<number[]> {
+export async function releaseStoppedJobs(initPid: number, images: string): Promise<ReleasedJob[]> {
   const stopped: ContainerProcess[] = [];
   for (const p of await containerProcesses(initPid)) if (p.guestPid !== undefined && (await inJobStop(p))) stopped.push(p);
   await writeFile(path.join(images, STOPPED_FILE), JSON.stringify(stopped.map((p) => p.guestPid)), { mode: 0o644 });
-  for (const job of stopped) signal(job.pid, 'SIGCONT');
-  return stopped.map((p) => p.pid);
+  const released: ReleasedJob[] = [];
+  for (const job of stopped) {
+    const startTime = processStartTime(job.pid);
+    if (startTime && signal(job.pid, 'SIGCONT')) released.push({ pid: job.pid, startTime });
+  }
+  return released;
 }
 
-/** The released jobs stopped again (the cgroup still frozen: none of them has run). */
-export function stopAgain(pids: readonly number[]): void {
-  for (const pid of pids) signal(pid, 'SIGSTOP');
+/** A job released for a dump: its host pid, and its start time (a pid is reused once its process is gone). */
+export interface ReleasedJob {
+  pid: number;
+  startTime: string;
+}
+
+/**
+ * The released jobs stopped again (the cgroup still frozen: none of them has run). One whose
+ * process is gone meanwhile (a dump that ended the container after all) is left alone: its
+ * pid may be another process's.
+ */
+export function stopAgain(jobs: readonly ReleasedJob[]): void {
+  for (const job of jobs) if (processStartTime(job.pid) === job.startTime) signal(job.pid, 'SIGSTOP');
 }
 
 /**
