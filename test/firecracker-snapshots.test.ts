@@ -1,8 +1,12 @@
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
 import { GUEST_USER } from '../src/guest/contract.js';
 import type { GuestImage } from '../src/guest/image/builder.js';
 import { AddressPool } from '../src/network/address-pool.js';
@@ -15,7 +19,11 @@ import { guestSh } from './helpers/guest.js';
 import { guestIdentity, type GuestIdentity } from './helpers/guest-identity.js';
 import { connectWhenUp as connectWhenUpIn, newRuntime, prepareSession as prepareSessionIn } from './helpers/firecracker/disk-pause-session.js';
 import { builtImage, emulatorWorkspace } from './helpers/firecracker/emulator-workspace.js';
-import { TEST_SUBNET } from './helpers/orchestrator.js';
+import { TEST_PREFIX, TEST_SUBNET } from './helpers/orchestrator.js';
+import { FirecrackerClient } from '../src/runtimes/firecracker/api/client.js';
+import { JAILED_API_SOCKET } from '../src/runtimes/firecracker/jailer/jailer-args.js';
+
+const SNAPSHOT_CHILD = fileURLToPath(new URL('./helpers/firecracker/snapshot-child.ts', import.meta.url));
 
 /**
  * Snapshots and forks of a Firecracker session (src/runtimes/firecracker/snapshot/session-snapshot.ts,
@@ -192,5 +200,45 @@ describe('firecracker snapshots and forks, with a guest (QEMU under TCG behind t
     // The source goes on with its own keys.
     assert.equal(await loginOutcome(source.session.lease.guest, GUEST_USER, sourceClient, sourceHost), 'accepted');
     assert.deepEqual(await snapshotStat(), snapshotAtFirst, 'the snapshot is as it was');
+  });
+
+  it('a kill -9 of the orchestrator while a snapshot is written: no snapshot, and a restart finds its VM running, its jail without the half-written files', async (t) => {
+    const { session, sandbox, guest } = source;
+    const dir = path.join(workspace.workDir, 'snapshots', 'snap-0000000000000002');
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    const inJail = (file: string) => path.join(session.jailRoot, file);
+    // The orchestrator that takes the snapshot is a process of its own, killed once the VMM writes the memory.
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', SNAPSHOT_CHILD, workspace.workDir, session.sessionId, session.sessionDir, String(sandbox.pid), session.lease.guest, dir],
+      { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, SBX_RESOURCE_PREFIX: TEST_PREFIX } },
+    );
+    const exited = once(child, 'exit');
+    for (const deadline = Date.now() + 120_000; !existsSync(inJail('fork-memory')) && Date.now() < deadline;) await sleep(20);
+    assert.ok(existsSync(inJail('fork-memory')), 'the VMM began to write the memory');
+    child.kill('SIGKILL');
+    await exited;
+    // The VMM finishes the call it was given, paused, as Firecracker does: then a restart's runtime adopts it.
+    const api = new FirecrackerClient(path.join(session.jailRoot, JAILED_API_SOCKET));
+    try {
+      for (const deadline = Date.now() + 120_000; ; await sleep(200)) {
+        const info = await api.getInstanceInfo({ timeoutMs: 5_000 }).catch(() => undefined);
+        if (info?.state === 'Paused' || Date.now() > deadline) break;
+      }
+      const restarted = newRuntime(workspace.workDir);
+      const target = { sessionId: session.sessionId, sessionDir: session.sessionDir, pid: sandbox.pid, endpoint: { host: session.lease.guest, port: 22 } };
+      const adopted = await restarted.adopt(session.sessionId, session.sessionDir, target.endpoint);
+      assert.ok(adopted, 'its VM is adopted');
+      for (const file of ['fork-vmstate', 'fork-memory']) assert.equal(existsSync(inJail(file)), false, `${file} is gone from the jail`);
+      // As the session layer's adoption does for a sandbox it finds frozen (sessions/adopt.ts).
+      assert.equal(await restarted.isPaused?.(target), true, 'the killed snapshot left the VM paused');
+      await restarted.resume?.(target, 'memory');
+      assert.equal((await api.getInstanceInfo()).state, 'Running');
+      assert.equal(await sh(guest, 'echo runs-on'), 'runs-on', 'the same connection answers');
+      assert.equal(existsSync(path.join(dir, 'fork.json')), false, 'no snapshot: its record is written last');
+      t.diagnostic(`left in the snapshot dir: ${(await readdir(dir)).join(' ') || 'nothing'}`);
+    } finally {
+      api.close();
+    }
   });
 });

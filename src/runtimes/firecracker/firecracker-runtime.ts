@@ -47,7 +47,7 @@ import { describeVmmExit, findFirecrackerProcesses, stopVmm } from './vmm/vmm-pr
 import { VmUserPool, vmUserRange } from '../vm/vm-user-pool.js';
 import { prepareVmVolumes, returnListedVolumes } from '../vm/vm-volumes.js';
 import { forkSourceOf, restoreFork, writeRekeyKey } from './snapshot/fork.js';
-import { saveFirecrackerSnapshot } from './snapshot/session-snapshot.js';
+import { removeForkFiles, saveFirecrackerSnapshot } from './snapshot/session-snapshot.js';
 import { launchJailedVm, type JailedVmDeps } from './vmm/launch-jailed-vm.js';
 
 /** A started VM and the handles a snapshot base build needs to snapshot it. */
@@ -349,8 +349,11 @@ export class FirecrackerRuntime implements Runtime {
     consoleLog: ConsoleLogLimits = DEFAULT_CONSOLE_LOG_LIMITS,
   ): Promise<AdoptedSandbox | undefined> {
     const vmm = (await findFirecrackerProcesses(this.names)).find((p) => p.sessionId === sessionId);
+    const jailDir = path.join(this.jailsDir, jailId(this.names.prefix, sessionId));
+    // What a snapshot killed half-way left in the jail (its memory's size; the session layer resumes a VM it left paused).
+    if (vmm) await removeForkFiles(path.join(jailDir, 'root')).catch(() => undefined);
     // No address: a VM without a NIC, reached over its vsock socket (the session dir's link, or the jail's own).
-    const jailSocket = jailedVsockSocket(path.join(this.jailsDir, jailId(this.names.prefix, sessionId)));
+    const jailSocket = jailedVsockSocket(jailDir);
     const reached = endpoint ?? (vmm && (await foundVsockEndpoint(sessionDir, jailSocket)));
     return adoptVmm(vmm, "VM's firecracker process", this.users, reached, sessionDir, consoleLog, () => this.reclaim(sessionId, sessionDir));
   }
