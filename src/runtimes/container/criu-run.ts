@@ -19,7 +19,7 @@ import { consoleLogTail } from '../console-log.js';
 import { consoleFifoPath, withWriter, type ConsolePipe } from '../console-pipe.js';
 import { MAX_GUEST_UIDS } from './guest-uids.js';
 import { allowSshPort, limitUserNamespace, userNamespaceHook } from './namespace-limits.js';
-import { continueRestored, releaseStoppedJobs, RESTORE_STOPPED, stopAgain, type ReleasedJob } from './stopped-jobs.js';
+import { continueRestored, hasStoppedJob, releaseStoppedJobs, RESTORE_STOPPED, stopAgain, type ReleasedJob } from './stopped-jobs.js';
 import { deleteContainer } from './runc.js';
 import type { ContainerSettings } from './settings.js';
 
@@ -46,8 +46,8 @@ export interface DumpTarget {
 /**
  * Dumps the processes of the session's container into `images` (made, empty): ended, unless
  * `leaveRunning` (a snapshot: `whileFrozen` then runs before anything of it runs again). Its
- * cgroup is frozen for the dump and its stopped jobs released and stopped again around it
- * (stopped-jobs.ts). Returns criu's name of the console FIFO in the images (the restore's
+ * cgroup is frozen for a snapshot, or for a container with a stopped job, whose jobs are then
+ * released and stopped again around the dump (stopped-jobs.ts). Returns criu's name of the console FIFO in the images (the restore's
  * inherit-fd). On failure the container runs on and the error says why.
  */
 export async function dumpContainer(
@@ -57,8 +57,10 @@ export async function dumpContainer(
   leaveRunning = false,
   whileFrozen?: () => Promise<void>,
 ): Promise<string> {
-  const { sessionId, sessionDir, pid, freezer } = target;
+  const { sessionId, sessionDir, pid } = target;
   const cgroup = deps.names.cgroup(sessionId);
+  // A snapshot's disk is copied before its container runs again; a dump that ends it freezes it first only for a stopped job.
+  const freezer = target.freezer && (leaveRunning || (await hasStoppedJob(pid))) ? target.freezer : undefined;
   if (freezer) await freezeCgroup(cgroup, freezer);
   let released: ReleasedJob[] = [];
   let dumped = false;

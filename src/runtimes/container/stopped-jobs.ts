@@ -35,6 +35,17 @@ interface ContainerProcess {
   guestPid: number | undefined;
   /** Its threads' ids, as /proc lists them. */
   threads: string[];
+  /** /proc's state letter (T: a job stop; but every task of a frozen cgroup reads D). */
+  state: string;
+}
+
+/**
+ * Whether a running (not frozen) container has a stopped job: only then is its cgroup frozen
+ * before a dump that ends it (letting criu freeze it, as it always did, is the path that holds
+ * up under load: frozen longer, a task writing to a volume was once left unseizable).
+ */
+export async function hasStoppedJob(initPid: number): Promise<boolean> {
+  return (await containerProcesses(initPid)).some((p) => p.state === 'T');
 }
 
 /**
@@ -112,7 +123,8 @@ async function containerProcesses(initPid: number): Promise<ContainerProcess[]> 
     // NSpid: ours, then the container's (the namespace runc made from ours).
     const inside = /^NSpid:\s+\d+\s+(\d+)/m.exec(status)?.[1];
     const threads = await readdir(`/proc/${pid}/task`).catch(() => [] as string[]);
-    found.push({ pid, guestPid: inside === undefined ? undefined : Number(inside), threads });
+    const state = /^State:\s+(\S)/m.exec(status)?.[1] ?? '';
+    found.push({ pid, guestPid: inside === undefined ? undefined : Number(inside), threads, state });
     for (const tid of threads) {
       const children = await readFile(`/proc/${pid}/task/${tid}/children`, 'utf8').catch(() => '');
       for (const child of children.split(/\s+/)) if (/^\d+$/.test(child)) queue.push(Number(child));
