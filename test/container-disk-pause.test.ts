@@ -58,6 +58,31 @@ while True:
     time.sleep(0.001)
 `;
 
+/**
+ * Spawns /bin/true in a loop with posix_spawn (a vfork), its child opening a FIFO first: a
+ * writer (a forked child) opens it `argv[1]` seconds later, or never with `forever`. Counts
+ * the spawns into /tmp/spawned.
+ */
+const VFORK_SPAWNER = `import os, sys, time
+fifo = '/tmp/vf'
+if not os.path.exists(fifo):
+    os.mkfifo(fifo)
+n = 0
+while True:
+    if sys.argv[1] != 'forever' and os.fork() == 0:
+        time.sleep(float(sys.argv[1]))
+        os.close(os.open(fifo, os.O_WRONLY))
+        os._exit(0)
+    pid = os.posix_spawn('/bin/true', ['true'], os.environ, file_actions=[(os.POSIX_SPAWN_OPEN, 3, fifo, os.O_RDONLY, 0)])
+    os.waitpid(pid, 0)
+    if sys.argv[1] != 'forever':
+        os.wait()
+    n += 1
+    open('/tmp/spawned.new', 'w').write(str(n))
+    os.rename('/tmp/spawned.new', '/tmp/spawned')
+    time.sleep(0.15)
+`;
+
 const unavailable = await criuUnavailable(CRIU);
 
 describe(
@@ -245,6 +270,50 @@ describe(
       assert.ok(after - before <= SETTINGS.inotifyInstances, `at most its own limit more at the resume (${after - before})`);
       assert.match(await bash(rid, 'ps -o stat= -p $(cat /tmp/stopped)'), /^T/, 'the job stopped before the pause is still stopped');
       assert.equal((await api('DELETE', `/v1/sessions/${rid}`)).status, 200);
+    });
+
+    it('a process waiting for a child it vforked does not hold a pause: the dump picks a moment without one, and one that waits for ever fails at once, the desktop running on', async () => {
+      const created = await api('POST', '/v1/sessions', {});
+      assert.equal(created.status, 201, JSON.stringify(created.json));
+      const sid = String(created.json.id);
+      // posix_spawn vforks: its child opens the FIFO (file actions run before the exec), which
+      // blocks until a writer comes, 300 ms later; the parent waits in vfork two thirds of the time.
+      await bash(
+        sid,
+        `cat > /tmp/spawner.py <<'EOF'\n${VFORK_SPAWNER}EOF\nsetsid nohup python3 /tmp/spawner.py 0.3 >/dev/null 2>&1 < /dev/null & echo $! > /tmp/spawner.pid`,
+      );
+      const spawned = async () => Number((await bash(sid, 'cat /tmp/spawned 2>/dev/null || echo 0')).trim());
+      const pid = (await bash(sid, 'cat /tmp/spawner.pid')).trim();
+      for (const deadline = Date.now() + 10_000; (await spawned()) < 2 && Date.now() < deadline;) await sleep(200);
+      for (let round = 0; round < 3; round++) {
+        const paused = await api('POST', `/v1/sessions/${sid}/pause`, { mode: 'disk' });
+        assert.equal(paused.status, 200, `round ${round}: ${JSON.stringify(paused.json)}`);
+        assert.equal((await api('POST', `/v1/sessions/${sid}/resume`)).status, 200);
+      }
+      const count = await spawned();
+      await sleep(1_500);
+      assert.ok((await spawned()) > count, 'the spawner spawns on after the resumes');
+      assert.equal((await bash(sid, 'cat /tmp/spawner.pid')).trim(), pid);
+      assert.match(await bash(sid, `ps -o comm= -p ${pid}`), /python3/, 'the same spawner process');
+
+      // One whose child never gets a writer: the pause gives up within about a second and
+      // says why; the desktop is neither frozen nor ended.
+      await bash(sid, `kill -KILL -- -${pid}; rm -f /tmp/vf; setsid nohup python3 /tmp/spawner.py forever >/dev/null 2>&1 < /dev/null &`);
+      await sleep(1_000);
+      const started = performance.now();
+      const refused = await api('POST', `/v1/sessions/${sid}/pause`, { mode: 'disk' });
+      const refusedMs = performance.now() - started;
+      console.log(`red team: a pause with a vfork parent waiting for ever answered ${refused.status} in ${refusedMs.toFixed(0)} ms`);
+      assert.equal(refused.status, 503, JSON.stringify(refused.json));
+      assert.match(String((refused.json.error as Json).message), /vforked/);
+      assert.ok(refusedMs < 5_000, `given up within a few seconds (criu's own timeout is 10 s): ${refusedMs.toFixed(0)} ms`);
+      assert.equal((await api('GET', `/v1/sessions/${sid}`)).json.state, 'ready', 'not paused');
+      assert.match(await bash(sid, 'echo still-running'), /still-running/, 'the desktop runs on, thawed');
+      // A writer comes and stays: its children go on to their exec, and the next pause goes through.
+      await bash(sid, 'setsid nohup sleep 1000 3>/tmp/vf >/dev/null 2>&1 < /dev/null & sleep 0.5');
+      const next = await api('POST', `/v1/sessions/${sid}/pause`, { mode: 'disk' });
+      assert.equal(next.status, 200, JSON.stringify(next.json));
+      assert.equal((await api('DELETE', `/v1/sessions/${sid}`)).status, 200);
     });
 
     it('a kill -9 of the orchestrator mid-pause and mid-resume leaves the old state or the new one, and the desktop goes on', async () => {

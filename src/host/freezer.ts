@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { readFile, writeFile } from 'node:fs/promises';
+import { readdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CGROUP_ROOT } from './cgroups.js';
@@ -63,4 +63,29 @@ export async function isCgroupFrozen(cgroupPath: string, layout: FreezerLayout, 
   } catch {
     return false;
   }
+}
+
+/** A cgroup's tasks file is a list of ids; anything longer than this is not one of ours (pids.max bounds it far below). */
+const MAX_TASKS_FILE_BYTES = 1024 * 1024;
+/** A sandbox's cgroup has none below it (its guest has no cgroupfs of its own): a bound, not a budget. */
+const MAX_CGROUP_DIRS = 64;
+
+/**
+ * Every thread of the cgroup at `cgroupPath` and of the cgroups below it, by the host's ids:
+ * the set criu seizes at a dump. Read while it is frozen, the list is of one moment.
+ */
+export async function cgroupThreads(cgroupPath: string, layout: FreezerLayout, root = CGROUP_ROOT): Promise<number[]> {
+  const top = layout === 'v1' ? path.join(root, 'freezer', cgroupPath) : path.join(root, cgroupPath);
+  const list = layout === 'v1' ? 'tasks' : 'cgroup.threads';
+  const threads: number[] = [];
+  const dirs = [top];
+  let walked = 0;
+  for (let dir = dirs.pop(); dir !== undefined; dir = dirs.pop()) {
+    if (++walked > MAX_CGROUP_DIRS) throw new Error(`the cgroup ${cgroupPath} has more than ${MAX_CGROUP_DIRS} cgroups below it`);
+    const text = await readFile(path.join(dir, list), 'utf8').catch(() => '');
+    if (text.length > MAX_TASKS_FILE_BYTES) throw new Error(`the cgroup ${dir} lists more tasks than any sandbox may have`);
+    for (const id of text.split('\n')) if (/^\d+$/.test(id)) threads.push(Number(id));
+    for (const entry of await readdir(dir, { withFileTypes: true }).catch(() => [])) if (entry.isDirectory()) dirs.push(path.join(dir, entry.name));
+  }
+  return threads;
 }

@@ -10,7 +10,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { freezeCgroup, freezerLayout, isCgroupFrozen, thawCgroup } from '../../src/host/freezer.js';
+import { cgroupThreads, freezeCgroup, freezerLayout, isCgroupFrozen, thawCgroup } from '../../src/host/freezer.js';
 import { criuTooOld } from '../../src/runtimes/container/criu-check.js';
 import { qmp, qmpStatus } from '../../src/runtimes/qemu/qmp.js';
 
@@ -54,6 +54,21 @@ describe('unit: pause, runtime side', () => {
     assert.equal((await readFile(path.join(v2, 'sbx', 'sbx-abc', 'cgroup.freeze'), 'utf8')).trim(), '1');
     await thawCgroup('/sbx/sbx-abc', 'v2', v2);
     assert.equal(await isCgroupFrozen('/sbx/sbx-abc', 'v2', v2), false);
+  });
+
+  it("the freezer's thread list: every thread of the cgroup and of those below it, v1 tasks and v2 cgroup.threads", async () => {
+    const v1 = path.join(dir, 'threads-v1', 'freezer', 'sbx', 'sbx-t');
+    await mkdir(path.join(v1, 'inner'), { recursive: true });
+    await writeFile(path.join(v1, 'tasks'), '10\n11\n');
+    await writeFile(path.join(v1, 'inner', 'tasks'), '12\nnot-a-pid\n');
+    assert.deepEqual((await cgroupThreads('/sbx/sbx-t', 'v1', path.join(dir, 'threads-v1'))).sort(), [10, 11, 12]);
+    const v2 = path.join(dir, 'threads-v2', 'sbx', 'sbx-t');
+    await mkdir(v2, { recursive: true });
+    await writeFile(path.join(v2, 'cgroup.threads'), '20\n');
+    assert.deepEqual(await cgroupThreads('/sbx/sbx-t', 'v2', path.join(dir, 'threads-v2')), [20]);
+    assert.deepEqual(await cgroupThreads('/sbx/gone', 'v2', path.join(dir, 'threads-v2')), [], 'no cgroup: no threads');
+    for (let i = 0; i < 70; i++) await mkdir(path.join(v2, `below-${i}`));
+    await assert.rejects(cgroupThreads('/sbx/sbx-t', 'v2', path.join(dir, 'threads-v2')), /more than 64 cgroups below it/);
   });
 
   it('QMP: greeting, capabilities, commands in order, events skipped, errors said', async () => {

@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { chown, mkdir, readdir, readFile, readlink, rm, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import path from 'node:path';
-import { freezeCgroup, thawCgroup, type FreezerLayout } from '../../host/freezer.js';
+import { thawCgroup, type FreezerLayout } from '../../host/freezer.js';
 import { processStartTime } from '../../host/process-watch.js';
 import { unmountAll } from '../../host/mounts.js';
 import { removeTreeOnOneMount } from '../../host/remove-tree.js';
@@ -19,7 +19,7 @@ import { consoleLogTail } from '../console-log.js';
 import { consoleFifoPath, withWriter, type ConsolePipe } from '../console-pipe.js';
 import { MAX_GUEST_UIDS } from './guest-uids.js';
 import { allowSshPort, limitUserNamespace, userNamespaceHook } from './namespace-limits.js';
-import { continueRestored, hasStoppedJob, releaseStoppedJobs, RESTORE_STOPPED, stopAgain, type ReleasedJob } from './stopped-jobs.js';
+import { continueRestored, freezeForDump, releaseStoppedJobs, RESTORE_STOPPED, stopAgain, type ReleasedJob } from './stopped-jobs.js';
 import { deleteContainer } from './runc.js';
 import type { ContainerSettings } from './settings.js';
 
@@ -46,9 +46,10 @@ export interface DumpTarget {
 /**
  * Dumps the processes of the session's container into `images` (made, empty): ended, unless
  * `leaveRunning` (a snapshot: `whileFrozen` then runs before anything of it runs again). Its
- * cgroup is frozen for a snapshot, or for a container with a stopped job, whose jobs are then
- * released and stopped again around the dump (stopped-jobs.ts). Returns criu's name of the console FIFO in the images (the restore's
- * inherit-fd). On failure the container runs on and the error says why.
+ * cgroup is frozen first, at a moment criu can seize every task (stopped-jobs.ts: no vfork
+ * parent waiting; its stopped jobs released, and stopped again after a snapshot). Returns
+ * criu's name of the console FIFO in the images (the restore's inherit-fd). On failure the
+ * container runs on and the error says why.
  */
 export async function dumpContainer(
   deps: CheckpointDeps,
@@ -57,15 +58,13 @@ export async function dumpContainer(
   leaveRunning = false,
   whileFrozen?: () => Promise<void>,
 ): Promise<string> {
-  const { sessionId, sessionDir, pid } = target;
+  const { sessionId, sessionDir, pid, freezer } = target;
   const cgroup = deps.names.cgroup(sessionId);
-  // A snapshot's disk is copied before its container runs again; a dump that ends it freezes it first only for a stopped job.
-  const freezer = target.freezer && (leaveRunning || (await hasStoppedJob(pid))) ? target.freezer : undefined;
-  if (freezer) await freezeCgroup(cgroup, freezer);
+  const frozen = freezer ? await freezeForDump(cgroup, freezer) : undefined;
   let released: ReleasedJob[] = [];
   let dumped = false;
   try {
-    if (freezer) released = await releaseStoppedJobs(pid, images);
+    if (frozen) released = await releaseStoppedJobs(frozen.stopped, images);
     const consoleKey = await externalFileKey(pid, consoleFifoPath(sessionDir));
     // Beside the images from the start: a restart finishes a dump this run did not see end (checkpoint.ts).
     await writeFile(path.join(images, CONSOLE_KEY), consoleKey, { mode: 0o600 });

@@ -1,5 +1,7 @@
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { cgroupThreads, freezeCgroup, thawCgroup, type FreezerLayout } from '../../host/freezer.js';
 import { processStartTime } from '../../host/process-watch.js';
 
 /**
@@ -18,6 +20,9 @@ import { processStartTime } from '../../host/process-watch.js';
  * namespace starts with none, and its processes' inotify counts roll up into host root's, which
  * every sandbox shares); then continueRestored lets them go, but for the recorded jobs, which
  * stay stopped.
+ *
+ * A vfork parent (a shell's loop vforks each command) cannot be seized until its child has
+ * exec'd, and criu stops the child first: freezeForDump picks a moment without one.
  */
 
 /** criu's restore option that leaves every restored process stopped. */
@@ -33,28 +38,78 @@ interface ContainerProcess {
   pid: number;
   /** Its pid in the container's namespace (criu's numbering). */
   guestPid: number | undefined;
-  /** Its threads' ids, as /proc lists them. */
-  threads: string[];
-  /** /proc's state letter (T: a job stop; but every task of a frozen cgroup reads D). */
-  state: string;
+}
+
+/** How often a freeze is tried again while a task waits for its vfork child (the wait is an exec long). */
+const VFORK_TRIES = 20;
+
+/**
+ * Freezes the container's cgroup for a dump at a moment when none of its tasks waits for a
+ * child it vforked (a shell's loop vforks each command it runs): criu stops that child before
+ * its exec, and the parent, which stops only once the child has exec'd, then holds the dump
+ * until criu's timeout ("Unseizable non-zombie ..., state D"). Such a wait lasts an exec, so
+ * the cgroup is thawed a moment and frozen again. Returns the frozen container's scan; throws,
+ * thawed, when a task still waits after every try.
+ */
+export async function freezeForDump(cgroup: string, layout: FreezerLayout): Promise<FrozenScan> {
+  for (let attempt = 1; ; attempt++) {
+    await freezeCgroup(cgroup, layout);
+    let scan: FrozenScan;
+    try {
+      scan = await scanFrozen(await cgroupThreads(cgroup, layout));
+    } catch (err) {
+      await thawCgroup(cgroup, layout);
+      throw err;
+    }
+    if (scan.inVfork.length === 0) return scan;
+    await thawCgroup(cgroup, layout);
+    if (attempt === VFORK_TRIES) {
+      const guestPid = guestPidOf(await readFile(`/proc/${scan.inVfork[0]}/status`, 'utf8').catch(() => ''));
+      throw new Error(
+        `its process ${guestPid ?? '(gone)'} waits for a child it vforked, which has not started its program (criu cannot save a process then): try again`,
+      );
+    }
+    await sleep(attempt * 5);
+  }
+}
+
+/** A frozen container's threads as a dump must know them (scanFrozen). */
+export interface FrozenScan {
+  /** Host pids of the processes with a thread in a job-control stop. */
+  stopped: number[];
+  /** Host pids of the processes with a thread waiting for a child it vforked to run its program. */
+  inVfork: number[];
 }
 
 /**
- * Whether a running (not frozen) container has a stopped job: only then is its cgroup frozen
- * before a dump that ends it (letting criu freeze it, as it always did, is the path that holds
- * up under load: frozen longer, a task writing to a volume was once left unseizable).
+ * What each thread of a frozen container (`threads`: the cgroup's, freezer.ts cgroupThreads)
+ * waits in, from its kernel stack: every task of a frozen cgroup reads `D` in /proc's state,
+ * but its stack still says where it sleeps (a stopped one in do_signal_stop, a vfork parent at
+ * the top of kernel_clone, a frozen running one in __refrigerator).
  */
-export async function hasStoppedJob(initPid: number): Promise<boolean> {
-  return (await containerProcesses(initPid)).some((p) => p.state === 'T');
+export async function scanFrozen(threads: readonly number[]): Promise<FrozenScan> {
+  const stopped = new Set<number>();
+  const inVfork = new Set<number>();
+  for (const tid of threads) {
+    const stack = await readFile(`/proc/${tid}/stack`, 'utf8').catch(() => '');
+    const where = /\bdo_signal_stop\b/.test(stack) ? stopped : /^\[<\w+>\] kernel_clone\b/.test(stack) ? inVfork : undefined;
+    if (!where) continue;
+    const tgid = /^Tgid:\s+(\d+)/m.exec(await readFile(`/proc/${tid}/status`, 'utf8').catch(() => ''))?.[1];
+    if (tgid) where.add(Number(tgid));
+  }
+  return { stopped: [...stopped], inVfork: [...inVfork] };
 }
 
 /**
  * With the container's cgroup frozen: continues its stopped jobs (they run no code until the
  * thaw) and records them in `images`. Returns them, for stopAgain.
  */
-export async function releaseStoppedJobs(initPid: number, images: string): Promise<ReleasedJob[]> {
-  const stopped: ContainerProcess[] = [];
-  for (const p of await containerProcesses(initPid)) if (p.guestPid !== undefined && (await inJobStop(p))) stopped.push(p);
+export async function releaseStoppedJobs(stoppedPids: readonly number[], images: string): Promise<ReleasedJob[]> {
+  const stopped: Array<{ pid: number; guestPid: number }> = [];
+  for (const pid of stoppedPids) {
+    const guestPid = guestPidOf(await readFile(`/proc/${pid}/status`, 'utf8').catch(() => ''));
+    if (guestPid !== undefined) stopped.push({ pid, guestPid });
+  }
   await writeFile(path.join(images, STOPPED_FILE), JSON.stringify(stopped.map((p) => p.guestPid)), { mode: 0o644 });
   const released: ReleasedJob[] = [];
   for (const job of stopped) {
@@ -120,11 +175,8 @@ async function containerProcesses(initPid: number): Promise<ContainerProcess[]> 
     seen.add(pid);
     const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
     if (!status) continue; // gone
-    // NSpid: ours, then the container's (the namespace runc made from ours).
-    const inside = /^NSpid:\s+\d+\s+(\d+)/m.exec(status)?.[1];
     const threads = await readdir(`/proc/${pid}/task`).catch(() => [] as string[]);
-    const state = /^State:\s+(\S)/m.exec(status)?.[1] ?? '';
-    found.push({ pid, guestPid: inside === undefined ? undefined : Number(inside), threads, state });
+    found.push({ pid, guestPid: guestPidOf(status) });
     for (const tid of threads) {
       const children = await readFile(`/proc/${pid}/task/${tid}/children`, 'utf8').catch(() => '');
       for (const child of children.split(/\s+/)) if (/^\d+$/.test(child)) queue.push(Number(child));
@@ -133,17 +185,10 @@ async function containerProcesses(initPid: number): Promise<ContainerProcess[]> 
   return found;
 }
 
-/**
- * Whether a process is in a job-control stop. Frozen, every task reads as `D` in /proc's
- * state; its kernel stack still says where it sleeps: a stopped one in do_signal_stop, a
- * frozen running one in __refrigerator.
- */
-async function inJobStop(p: ContainerProcess): Promise<boolean> {
-  for (const tid of p.threads) {
-    const stack = await readFile(`/proc/${p.pid}/task/${tid}/stack`, 'utf8').catch(() => '');
-    if (/\bdo_signal_stop\b/.test(stack)) return true;
-  }
-  return false;
+/** A process's pid in the container's namespace, from its /proc status: NSpid lists ours, then the container's (the namespace runc made from ours). */
+function guestPidOf(status: string): number | undefined {
+  const inside = /^NSpid:\s+\d+\s+(\d+)/m.exec(status)?.[1];
+  return inside === undefined ? undefined : Number(inside);
 }
 
 function signal(pid: number, name: NodeJS.Signals): boolean {
