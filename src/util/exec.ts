@@ -1,4 +1,4 @@
-import { spawn, type SpawnOptions } from 'node:child_process';
+import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 
 /** A host command failed: carries the argv and what it printed, for an error a user can act on. */
 export class CommandError extends Error {
@@ -22,6 +22,12 @@ export interface RunOptions {
   allowFailure?: boolean;
   env?: NodeJS.ProcessEnv;
   cwd?: string;
+  /**
+   * Started in a process group of its own, and the timeout kills the whole group: what the
+   * command started and left running (runc's criu, which a killed runc leaves holding its
+   * tracees) ends with it.
+   */
+  killGroup?: boolean;
 }
 
 export interface RunResult {
@@ -42,11 +48,11 @@ export function run(argv: readonly string[], opts: RunOptions = {}): Promise<Run
     // Unset: the child inherits this process's environment (spawn's own default).
     env: opts.env,
     cwd: opts.cwd,
-    timeout: opts.timeoutMs,
-    killSignal: 'SIGKILL',
+    ...(opts.killGroup ? { detached: true } : { timeout: opts.timeoutMs, killSignal: 'SIGKILL' }),
   };
   return new Promise((resolve, reject) => {
     const child = spawn(file, args, spawnOpts);
+    if (opts.killGroup && opts.timeoutMs !== undefined) killGroupAfter(child, opts.timeoutMs);
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     child.stdout?.on('data', (d: Buffer) => out.push(d));
@@ -63,4 +69,22 @@ export function run(argv: readonly string[], opts: RunOptions = {}): Promise<Run
     });
     if (opts.input !== undefined) child.stdin?.end(opts.input);
   });
+}
+
+/**
+ * Kills the process group of `child` (spawned `detached`: it leads a group of its own) with
+ * SIGKILL once `ms` have passed, unless it has exited by then; its group's other processes
+ * go with it whenever it is killed.
+ */
+export function killGroupAfter(child: ChildProcess, ms: number): void {
+  const timer = setTimeout(() => {
+    if (child.pid === undefined) return;
+    try {
+      process.kill(-child.pid, 'SIGKILL');
+    } catch {
+      // The group is gone already.
+    }
+  }, ms);
+  child.once('exit', () => clearTimeout(timer));
+  child.once('error', () => clearTimeout(timer));
 }

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
 import { describe, it } from 'node:test';
 import { parseAction } from '../../src/computer/actions.js';
 import { Scaler } from '../../src/computer/scaling.js';
@@ -206,5 +207,20 @@ describe('session keys', () => {
       assert.ok(!(ssh2.utils.parseKey(keys.clientPrivateKey) instanceof Error));
       assert.ok(!(ssh2.utils.parseKey(keys.hostPrivateKey) instanceof Error));
     }
+  });
+});
+
+describe('host commands', () => {
+  it('a killGroup timeout ends what the command left running in its group (as runc leaves its criu), not only the command', async () => {
+    const started = performance.now();
+    const res = await run(['bash', '-c', 'sleep 5 & echo $!; wait'], { timeoutMs: 300, killGroup: true, allowFailure: true });
+    const tookMs = performance.now() - started;
+    const orphan = Number(res.stdout.trim());
+    assert.ok(orphan > 0, `the command said its child's pid: ${res.stdout}`);
+    // Without the group kill, the orphan holds the output pipe open for its 5 s, and lives on.
+    assert.ok(tookMs < 3_000, `answered at the timeout, not when the orphan ends: ${tookMs.toFixed(0)} ms`);
+    // Killed, it is gone, or a zombie until its new parent reaps it.
+    const state = (await readFile(`/proc/${orphan}/stat`, 'utf8').catch(() => '')).replace(/^.*\) /s, '').charAt(0);
+    assert.ok(state === '' || state === 'Z', `the child it left is gone (state ${state})`);
   });
 });

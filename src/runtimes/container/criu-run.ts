@@ -14,7 +14,7 @@ import { unmountAll } from '../../host/mounts.js';
 import { removeTreeOnOneMount } from '../../host/remove-tree.js';
 import type { ResourceNames } from '../../network/names.js';
 import { moveIntoNetnsOf, type GuestLink } from '../../network/netns.js';
-import { run } from '../../util/exec.js';
+import { killGroupAfter, run } from '../../util/exec.js';
 import { consoleLogTail } from '../console-log.js';
 import { consoleFifoPath, withWriter, type ConsolePipe } from '../console-pipe.js';
 import { MAX_GUEST_UIDS } from './guest-uids.js';
@@ -23,7 +23,7 @@ import { continueRestored, freezeForDump, releaseStoppedJobs, RESTORE_STOPPED, s
 import { deleteContainer } from './runc.js';
 import type { ContainerSettings } from './settings.js';
 
-/** A dump or restore of a desktop takes well under a second here; a loaded host, more. */
+/** A dump or restore of a desktop takes well under a second here; a loaded host, more. Past it, runc and its criu are killed. */
 const CRIU_TIMEOUT_MS = 120_000;
 const CONSOLE_KEY = 'console-key';
 const CONSOLE_KEY_FORM = /^file\[[0-9a-f]+:[0-9a-f]+\]$/;
@@ -71,7 +71,12 @@ export async function dumpContainer(
     const options = await criuOptions(sessionDir, 'dump', [`external ${consoleKey}`]);
     const argv = [deps.settings.runcBin, '--criu', criuOf(deps), '--root', deps.names.runcRoot, 'checkpoint', '--image-path', images, '--work-path', images];
     if (leaveRunning) argv.push('--leave-running');
-    const res = await run([...argv, deps.names.container(sessionId)], { env: criuEnv(options), timeoutMs: CRIU_TIMEOUT_MS, allowFailure: true });
+    const res = await run([...argv, deps.names.container(sessionId)], {
+      env: criuEnv(options),
+      timeoutMs: CRIU_TIMEOUT_MS,
+      killGroup: true,
+      allowFailure: true,
+    });
     if (res.exitCode !== 0) {
       const said = await criuErrors(path.join(images, 'dump.log'));
       throw new Error(`the container's processes could not be saved, so it goes on running: ${said || res.stderr.trim().slice(-1500)}`);
@@ -252,9 +257,9 @@ function runcRestore(
   const argv = ['--criu', criuOf(deps), '--root', deps.names.runcRoot, 'restore', '--detach'];
   argv.push('--image-path', images, '--work-path', images, '--bundle', bundle, '--pid-file', pidFile, id);
   return new Promise((resolve, reject) => {
-    const child = withWriter(consolePipe, (fd) =>
-      spawn(deps.settings.runcBin, argv, { stdio: ['ignore', fd, fd], env: criuEnv(options), timeout: CRIU_TIMEOUT_MS }),
-    );
+    // A group of its own: a timeout ends the criu runc started too (run's killGroup).
+    const child = withWriter(consolePipe, (fd) => spawn(deps.settings.runcBin, argv, { stdio: ['ignore', fd, fd], env: criuEnv(options), detached: true }));
+    killGroupAfter(child, CRIU_TIMEOUT_MS);
     child.on('error', reject);
     child.on('exit', (code) => {
       if (code === 0) return resolve();
