@@ -294,7 +294,7 @@ describe('the console of a sandbox adopted after a crash', () => {
       const sessionDir = path.join(stateDir, id);
       const initPid = Number(await readFile(path.join(sessionDir, 'container.pid'), 'utf8'));
       const initStart = processStartTime(initPid) as string;
-      const inGuest = (script: string) => run(['nsenter', '-t', String(initPid), '-m', '--', 'sh', '-c', script], { timeoutMs: 10_000 });
+      const inGuest = (script: string) => run(['nsenter', '-t', String(initPid), '-m', '-p', '--', 'sh', '-c', script], { timeoutMs: 10_000 });
       // A guest process holding the console open, as init and sshd do: a numbered line every
       // 50 ms, going on when a write fails (it ignores SIGPIPE, as sshd does).
       await inGuest(`setsid -f sh -c 'trap "" PIPE; i=0; while :; do i=$((i+1)); echo "tick $i"; sleep 0.05; done' > /proc/1/fd/1 2>/dev/null`);
