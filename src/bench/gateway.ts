@@ -62,6 +62,14 @@ export interface ViewerCount {
   readonly bytes: number;
 }
 
+export interface LiveViewCount {
+  readonly seconds: number;
+  readonly gateway: ViewerCount;
+  readonly straight: ViewerCount;
+  /** The gateway process's CPU over the counted seconds (/proc, 10 ms ticks) per frame it relayed, ms. */
+  readonly gatewayCpuMsPerFrame: number;
+}
+
 /** A bare proxy process (bare-proxy.ts) against straight, in the same seconds: the floor of one hop on this host. */
 export interface HopFloor {
   readonly screenshotRatio: number;
@@ -74,7 +82,7 @@ export interface GatewayFigures {
   readonly screenshot: Pair & { readonly ratio: number; readonly pngBytes: number };
   readonly action: Pair & { readonly addedMs: number };
   readonly floor: HopFloor;
-  readonly liveView: { readonly seconds: number; readonly gateway: ViewerCount; readonly straight: ViewerCount; readonly ratio: number };
+  readonly liveView: LiveViewCount & { readonly ratio: number };
   /** os.loadavg()[0] before and after the part (the machine is shared). */
   readonly loadAverage: readonly [number, number];
 }
@@ -132,7 +140,7 @@ export interface Timed {
 export function gatewayFigures(
   shots: Timed,
   actions: Timed,
-  view: { seconds: number; gateway: ViewerCount; straight: ViewerCount },
+  view: LiveViewCount,
   pngBytes: number,
 ): Pick<GatewayFigures, 'screenshot' | 'action' | 'liveView'> {
   const pair = (t: Timed): Pair => ({
@@ -191,7 +199,8 @@ async function measureLiveView(
   sandbox: Sandbox,
   seconds: number,
   display: number,
-): Promise<{ seconds: number; gateway: ViewerCount; straight: ViewerCount }> {
+  gatewayCpuSeconds: () => Promise<number>,
+): Promise<LiveViewCount> {
   const view = await sandbox.liveView({ mode: 'view' });
   const viewPath = new URL(view.url).pathname; // /v1/views/<token>, on the gateway's host
   // The guest's root window a new colour every ~10 ms for the whole measurement (and a margin).
@@ -210,16 +219,20 @@ async function measureLiveView(
   try {
     await sleep(1000); // both viewers in their stride
     const at = (c: RfbFrameCounter): ViewerCount => ({ updates: c.updates, bytes: c.bytes });
+    const cpuBefore = await gatewayCpuSeconds();
     const before = { gateway: at(gateway.counter), straight: at(straight.counter) };
     const started = performance.now();
     await sleep(seconds * 1000);
     const after = { gateway: at(gateway.counter), straight: at(straight.counter) };
     const elapsed = (performance.now() - started) / 1000;
+    const cpu = (await gatewayCpuSeconds()) - cpuBefore;
     // A viewer that broke meanwhile stopped counting: no figure rather than a wrong one.
     const broken = gateway.failure() ?? straight.failure();
     if (broken) throw broken;
     const diff = (x: ViewerCount, y: ViewerCount): ViewerCount => ({ updates: x.updates - y.updates, bytes: x.bytes - y.bytes });
-    return { seconds: elapsed, gateway: diff(after.gateway, before.gateway), straight: diff(after.straight, before.straight) };
+    const relayed = diff(after.gateway, before.gateway);
+    const gatewayCpuMsPerFrame = relayed.updates > 0 ? (cpu * 1000) / relayed.updates : Number.NaN;
+    return { seconds: elapsed, gateway: relayed, straight: diff(after.straight, before.straight), gatewayCpuMsPerFrame };
   } finally {
     gateway.close();
     straight.close();
@@ -293,7 +306,7 @@ export async function measureGateway(settings: GatewayBenchSettings): Promise<Ga
       console.error('bench: gateway: the floor, a bare proxy process against straight, interleaved');
       const floor = await measureHopFloor(cluster.nodeUrl, straightHeaders, sandbox, settings, point);
       console.error(`bench: gateway: live view, a viewer straight and one through the gateway at once, ${settings.liveViewSeconds} s`);
-      const view = await measureLiveView(cluster, sandbox, settings.liveViewSeconds, settings.display);
+      const view = await measureLiveView(cluster, sandbox, settings.liveViewSeconds, settings.display, () => cpuOf(cluster.gatewayPid));
       return { parts: 'processes', ...gatewayFigures(shots, actions, view, pngBytes), floor, loadAverage: [loadBefore, os.loadavg()[0] as number] };
     } finally {
       await sandbox.destroy().catch(() => undefined);
@@ -372,7 +385,8 @@ export function describeGateway(f: GatewayFigures): string {
     `  screenshot png 1024x768 (${(f.screenshot.pngBytes / 1024).toFixed(0)} KiB): through the gateway ${ms(f.screenshot.gateway)}, straight ${ms(f.screenshot.straight)}: ratio ${f.screenshot.ratio.toFixed(3)}${cpu(f.screenshot)}`,
     `  mouse_move: through the gateway ${ms(f.action.gateway)}, straight ${ms(f.action.straight)}: added ${f.action.addedMs.toFixed(3)} ms${cpu(f.action)}`,
     `  live view over ${f.liveView.seconds.toFixed(1)} s: through the gateway ${f.liveView.gateway.updates} frames (${(f.liveView.gateway.bytes / 1024).toFixed(0)} KiB), ` +
-      `straight ${f.liveView.straight.updates} frames (${(f.liveView.straight.bytes / 1024).toFixed(0)} KiB): ratio ${f.liveView.ratio.toFixed(3)}`,
+      `straight ${f.liveView.straight.updates} frames (${(f.liveView.straight.bytes / 1024).toFixed(0)} KiB): ratio ${f.liveView.ratio.toFixed(3)}; ` +
+      `the gateway's CPU a frame ${f.liveView.gatewayCpuMsPerFrame.toFixed(3)} ms`,
     `  the floor of one hop (a bare node:http proxy process, same seconds): screenshot ratio ${f.floor.screenshotRatio.toFixed(3)}, mouse_move added ${f.floor.actionAddedMs.toFixed(3)} ms`,
   ].join('\n');
 }

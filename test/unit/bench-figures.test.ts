@@ -109,7 +109,7 @@ describe('bench figures', () => {
     const f = gatewayFigures(
       { a: [3, 2.2, 2.4, 9], b: [2, 1.9, 2.1, 8], gatewayCpuSeconds: 0.004, nodeCpuSeconds: 0.016, gatewayOwnCpuSeconds: 0.0012 },
       { a: [1.5, 1.6, 1.7], b: [1.1, 1.2, 1.3], gatewayCpuSeconds: 0.0015, nodeCpuSeconds: 0.003, gatewayOwnCpuSeconds: 0.0003 },
-      { seconds: 10, gateway: { updates: 290, bytes: 1 }, straight: { updates: 300, bytes: 1 } },
+      { seconds: 10, gateway: { updates: 290, bytes: 1 }, straight: { updates: 300, bytes: 1 }, gatewayCpuMsPerFrame: 0.1 },
       22_000,
     );
     assert.equal(f.screenshot.ratio, 2.4 / 2);
@@ -123,7 +123,12 @@ describe('bench figures', () => {
     );
     assert.equal(f.liveView.ratio, 290 / 300);
     const zero = { a: [1], b: [1], gatewayCpuSeconds: 0, nodeCpuSeconds: 0, gatewayOwnCpuSeconds: 0 };
-    const none = gatewayFigures(zero, zero, { seconds: 10, gateway: { updates: 0, bytes: 0 }, straight: { updates: 0, bytes: 0 } }, 0);
+    const none = gatewayFigures(
+      zero,
+      zero,
+      { seconds: 10, gateway: { updates: 0, bytes: 0 }, straight: { updates: 0, bytes: 0 }, gatewayCpuMsPerFrame: Number.NaN },
+      0,
+    );
     assert.ok(Number.isNaN(none.liveView.ratio), 'no frame straight: no figure, not a pass');
   });
 
