@@ -117,6 +117,9 @@ while True:
     conn.close()
 `;
 
+/** The launcher's one line: a port and its newline. */
+const MAX_PORT_LINE_BYTES = 16;
+
 /** How long the launcher may take to say its port (it imports and compiles first). */
 const START_TIMEOUT_MS = 15_000;
 
@@ -126,15 +129,18 @@ export async function startWarmHelpers(connection: GuestTransport, display: numb
   const token = randomBytes(24).toString('hex');
   const channel = await connection.spawn(`DISPLAY=:${display} exec ${commandLine(['/usr/bin/python3', '-I', '-S', '-c', LAUNCHER])}`, START_TIMEOUT_MS);
   let timer: NodeJS.Timeout | undefined;
+  let onData: ((chunk: Buffer) => void) | undefined;
   try {
     const line = await new Promise<string>((resolve, reject) => {
       let out = '';
       timer = setTimeout(() => reject(new Error('the helper launcher did not start in time')), START_TIMEOUT_MS);
-      channel.on('data', (chunk: Buffer) => {
-        out += chunk.toString('latin1');
-        if (out.length > 16) reject(new Error('the helper launcher said more than a port'));
-        if (out.includes('\n')) resolve(out);
-      });
+      onData = (chunk: Buffer) => {
+        // Kept to one byte past the line's cap, checked before anything more is kept.
+        out += chunk.subarray(0, MAX_PORT_LINE_BYTES + 1 - out.length).toString('latin1');
+        if (out.length > MAX_PORT_LINE_BYTES) reject(new Error('the helper launcher said more than a port'));
+        else if (out.includes('\n')) resolve(out);
+      };
+      channel.on('data', onData);
       channel.on('close', () => reject(new Error(`the helper launcher ended before it listened${out ? `: ${out.slice(0, 40)}` : ''}`)));
       channel.on('error', (err: Error) => reject(err));
       channel.write(`${token}\n`);
@@ -144,6 +150,9 @@ export async function startWarmHelpers(connection: GuestTransport, display: numb
     return { port, token };
   } finally {
     clearTimeout(timer);
+    // Whatever the guest sends after the line (or instead of it) is drained, never kept.
+    if (onData) channel.off('data', onData);
+    channel.on('data', () => undefined);
     channel.close();
   }
 }

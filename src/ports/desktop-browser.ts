@@ -112,20 +112,13 @@ export class DesktopBrowser {
         resolve();
       });
     });
-    const pid = await new Promise<number>((resolve, reject) => {
-      let text = '';
-      const onData = (chunk: Buffer) => {
-        text += chunk.toString();
-        const line = /^(\d+)\n/.exec(text);
-        if (line) {
-          channel.off('data', onData);
-          channel.on('data', () => undefined);
-          resolve(Number(line[1]));
-        } else if (text.length > 64) reject(new Error("Chromium's launcher said something else than its pid"));
-      };
-      channel.on('data', onData);
-      void exited.then(() => reject(new Error(`Chromium exited at once (status ${exitCode})`)));
-    });
+    let pid: number;
+    try {
+      pid = await pidLine(channel, exited, () => exitCode);
+    } catch (err) {
+      channel.close();
+      throw err;
+    }
     const deadline = Date.now() + START_TIMEOUT_MS;
     let lastError: unknown;
     while (Date.now() < deadline) {
@@ -197,4 +190,38 @@ export class DesktopBrowser {
     await this.connection.exec(script, { timeoutMs: 10_000 }).catch(() => undefined);
     running.channel.close();
   }
+}
+
+/** The launcher's first line (`echo $$`) holds at most this many bytes. */
+const PID_LINE_MAX_BYTES = 64;
+
+/**
+ * The pid Chromium's launcher prints first. The guest's side decides what comes: anything but
+ * a pid line within PID_LINE_MAX_BYTES (checked before it is kept) or START_TIMEOUT_MS fails
+ * the start, and the listener goes with it, so nothing more the channel brings is kept.
+ */
+function pidLine(channel: GuestChannel, exited: Promise<void>, exitCode: () => number | null): Promise<number> {
+  return new Promise<number>((resolve, reject) => {
+    let text = '';
+    let done = false;
+    const settle = (err: Error | undefined, pid = 0) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      channel.off('data', onData);
+      channel.on('data', () => undefined); // drained, never kept
+      if (err) reject(err);
+      else resolve(pid);
+    };
+    const onData = (chunk: Buffer) => {
+      // At most one byte past the cap is kept: enough to know the line is too long.
+      text += chunk.subarray(0, PID_LINE_MAX_BYTES + 1 - text.length).toString('latin1');
+      const line = /^(\d+)\n/.exec(text);
+      if (line) settle(undefined, Number(line[1]));
+      else if (text.length > PID_LINE_MAX_BYTES) settle(new BrowserStartError("Chromium's launcher said something else than its pid"));
+    };
+    const timer = setTimeout(() => settle(new BrowserStartError(`Chromium's launcher did not say its pid within ${START_TIMEOUT_MS} ms`)), START_TIMEOUT_MS);
+    channel.on('data', onData);
+    void exited.then(() => settle(new BrowserStartError(`Chromium exited at once (status ${exitCode()})`)));
+  });
 }

@@ -123,9 +123,7 @@ export class GuestProcess implements ReadableProcess {
     try {
       await started;
     } catch (err) {
-      channel.close();
-      process.finish();
-      process.log.clear();
+      process.discard();
       throw err;
     } finally {
       clearTimeout(timer);
@@ -247,6 +245,12 @@ export class GuestProcess implements ReadableProcess {
     await this.signal('KILL').catch(() => undefined);
     if (await this.endedWithin(SIGNAL_TIMEOUT_MS)) return;
     this.channel.close();
+  }
+
+  /** Given up without a signal (its start failed, or its pid is not its own): the channel closed, its output let go. */
+  discard(): void {
+    this.finish();
+    this.log.clear();
   }
 
   /** For good, at once (the session ends): SIGKILL to its session, then the channel closed. */
@@ -371,11 +375,10 @@ export class GuestProcess implements ReadableProcess {
 
   private evictStalled(highWater: number): void {
     const now = performance.now();
-    for (const reader of [...this.readers]) {
+    for (const reader of [...this.readers])
       if (reader.behind > highWater && now - reader.movedAt > this.limits.readerStallMs) {
         reader.evict(`the client read nothing for ${this.limits.readerStallMs} ms while the process waited for it`);
       }
-    }
     this.updateFlow();
   }
 

@@ -1,4 +1,4 @@
-import { NotFoundError, OrchestratorError } from '../errors.js';
+import { GuestProtocolError, NotFoundError, OrchestratorError } from '../errors.js';
 import type { GuestTransport } from '../transport/index.js';
 import { GuestProcess, type ProcessInfo } from './guest-process.js';
 import type { ProcessLimits } from './limits.js';
@@ -63,6 +63,14 @@ export class ProcessTable {
     if (this.closed) {
       await process.stop();
       throw new OrchestratorError('session_not_ready', 'the session is ending');
+    }
+    // Two running processes never share a pid: the guest's answer is false (whoever controls it
+    // can replace the spawner or the shell), and letting the new one take the entry would drop
+    // the other from the table and from its cap. The new one is let go, unsignalled (its pid is the other's).
+    const holder = this.running.get(process.pid);
+    if (holder !== undefined && holder !== process && holder.running) {
+      process.discard();
+      throw new GuestProtocolError('exec', 'duplicate_pid', `the sandbox gave pid ${process.pid} to a second process while the first runs`);
     }
     // A pid of a finished process the guest gave out again: the new one wins.
     this.forget(process.pid);

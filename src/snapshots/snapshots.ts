@@ -110,13 +110,18 @@ export class Snapshots {
     return view(this.record(tenant, id));
   }
 
-  /** Deletes a snapshot and its files; sessions started from it are not touched (each has its own copy). */
+  /**
+   * Deletes a snapshot and its files; sessions started from it are not touched (each has its own
+   * copy). The row goes first, in the same turn as the check: a create arriving while the files
+   * are removed finds no snapshot (take), rather than forking from half of them. A crash
+   * meanwhile leaves files without a row, which recover() removes.
+   */
   async delete(tenant: string, id: string): Promise<SnapshotView> {
     const record = this.record(tenant, id);
     if ((this.forking.get(id) ?? 0) > 0)
       throw new OrchestratorError('snapshot_in_use', `snapshot ${id} is being forked now: delete it once the session has started`);
-    await rm(this.dirOf(id), { recursive: true, force: true });
     this.opts.store.delete(id);
+    await rm(this.dirOf(id), { recursive: true, force: true });
     this.opts.log.info({ tenant, snapshot: id }, 'snapshot deleted');
     return view(record);
   }

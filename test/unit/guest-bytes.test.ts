@@ -12,6 +12,7 @@ import { randomBytes } from 'node:crypto';
 import { deflateSync } from 'node:zlib';
 import sharp from 'sharp';
 import { CaptureChannel, type RawFrame } from '../../src/computer/capture-channel.js';
+import { startWarmHelpers } from '../../src/computer/warm-helpers.js';
 import { Desktop, GRABBER_RESTART_AFTER_LIE_MS } from '../../src/computer/desktop.js';
 import { framePng, framePngRegion } from '../../src/computer/frame-image.js';
 import { HEADER_BYTES, maxRectsLength, parseFrameHeader } from '../../src/computer/frame-header.js';
@@ -527,5 +528,47 @@ describe('the bash tool shell, on a stand-in channel', () => {
       reported.map((err) => err.reason),
       ['stderr_overrun'],
     );
+  });
+});
+
+describe("the warm helpers' launcher (a line with its port)", () => {
+  // A guest whose sshd ignores the host's close goes on sending on the channel: what the
+  // launcher's channel brings after its line, or instead of it, is never kept.
+  const launcher = () => {
+    const channel = new FakeChannel();
+    const connection = { spawn: async () => channel as unknown as ClientChannel } as unknown as GuestTransport;
+    return { channel, started: startWarmHelpers(connection, 99) };
+  };
+  // 64 MiB in 64 KiB chunks; kept, it cost 20-75 s of a blocked event loop (each chunk's check
+  // copied all kept before it) and 330 MB of heap. Drained, about 50 ms.
+  const flood = (channel: FakeChannel) => {
+    const chunk = Buffer.alloc(64 * 1024, 0x78);
+    const began = performance.now();
+    for (let i = 0; i < 1024; i++) channel.emit('data', chunk);
+    const ms = performance.now() - began;
+    assert.ok(ms < 5_000, `64 MiB on the channel held the event loop ${ms.toFixed(0)} ms`);
+  };
+
+  it('takes the port, then keeps nothing more the channel brings', async () => {
+    const { channel, started } = launcher();
+    await new Promise((resolve) => setImmediate(resolve));
+    const heapBefore = process.memoryUsage().heapUsed;
+    channel.emit('data', Buffer.from('40123\n'));
+    assert.equal((await started).port, 40123);
+    assert.ok(channel.closed);
+    flood(channel);
+    const grown = process.memoryUsage().heapUsed - heapBefore;
+    assert.ok(grown < 16 * 1024 * 1024, `the heap grew ${grown} bytes while the closed channel flooded`);
+  });
+
+  it('more than a port is refused at once, and nothing after it is kept', async () => {
+    const { channel, started } = launcher();
+    await new Promise((resolve) => setImmediate(resolve));
+    const heapBefore = process.memoryUsage().heapUsed;
+    flood(channel);
+    await assert.rejects(started, /said more than a port/);
+    flood(channel);
+    const grown = process.memoryUsage().heapUsed - heapBefore;
+    assert.ok(grown < 16 * 1024 * 1024, `the heap grew ${grown} bytes while the channel flooded`);
   });
 });

@@ -257,7 +257,15 @@ describe('the snapshot service', () => {
       assert.equal(store.get('t1', 'snap-aaaaaaaaaaaaaaaa'), undefined);
       assert.equal(existsSync(path.join(dir, 'snapshots', 'stray')), false);
       assert.equal(snapshots.get('t1', made.id).id, made.id);
-      await snapshots.delete('t1', made.id);
+      // A create while its files are being removed finds no snapshot (not half of its files).
+      const deleting = snapshots.delete('t1', made.id);
+      assert.equal(
+        codeOf(() => snapshots.take('t1', made.id)),
+        'snapshot_not_found',
+      );
+      assert.equal(await codeOfAsync(snapshots.delete('t1', made.id)), 'snapshot_not_found', 'a second delete meanwhile: already gone');
+      await deleting;
+      assert.equal(existsSync(path.join(dir, 'snapshots', made.id)), false, 'its files are gone');
     } finally {
       await cleanup();
     }
