@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { once } from 'node:events';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { createServer, type AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -276,6 +276,19 @@ describe('the MCP server', () => {
       const back = (await ok(a.client, 'download_file', { sandbox_id: sandboxId, path: '/tmp/all.bin' })).content.find((block) => block.type === 'resource');
       assert.ok(back?.type === 'resource' && 'blob' in back.resource);
       assert.deepEqual(Buffer.from(back.resource.blob, 'base64'), bytes);
+      // Red team: a 64 MiB file asked for through /mcp, whose calls are answered in process and
+      // whole. The limit goes with the request and the file is refused from its size; read
+      // first, it was held two or three times over (rawPayload, its copy) before the check.
+      await ok(a.client, 'bash', { sandbox_id: sandboxId, command: 'head -c 64M /dev/zero > /tmp/huge.bin' });
+      const rss = async () => Number(/^VmRSS:\s+(\d+) kB/m.exec(await readFile(`/proc/${serve.child.pid}/status`, 'utf8'))?.[1] ?? 0) * 1024;
+      const baseline = await rss();
+      let peak = baseline;
+      const sampling = setInterval(() => void rss().then((now) => (peak = Math.max(peak, now))), 10);
+      const huge = await call(a.client, 'download_file', { sandbox_id: sandboxId, path: '/tmp/huge.bin' }).finally(() => clearInterval(sampling));
+      console.log(`download_file of 64 MiB through /mcp: the server's RSS peaked ${((peak - baseline) / 1048576).toFixed(1)} MiB above where it was`);
+      assert.equal(huge.isError, true);
+      assert.match(text(huge), /67108864 bytes, over download_file's limit of 524288/);
+      assert.ok(peak - baseline < 32 * 1048576, `the server's RSS grew ${((peak - baseline) / 1048576).toFixed(1)} MiB`);
       const unknown = await call(a.client, 'computer', { sandbox_id: 'zzzzzzzzzz', action: 'screenshot' });
       assert.equal(unknown.isError, true);
       assert.match(text(unknown), /does not exist/);

@@ -15,6 +15,11 @@ export interface FileRequestOptions {
   signal?: AbortSignal;
 }
 
+export interface DownloadOptions extends FileRequestOptions {
+  /** A file over this many bytes is refused (file_too_large) from its size, before any of it is sent. */
+  maxBytes?: number;
+}
+
 export interface UploadFileOptions extends FileRequestOptions {
   /** Permissions of the file, e.g. 0o755 (default: those of the file replaced, else 0o644). */
   mode?: number;
@@ -64,9 +69,11 @@ export async function downloadFileStream(
   client: SandboxClient,
   sessionId: string,
   path: string,
-  options: FileRequestOptions = {},
+  options: DownloadOptions = {},
 ): Promise<{ size: number; stream: Readable }> {
-  const response = await send(client, sessionId, { path }, { method: 'GET', signal: options.signal });
+  const query: Record<string, string> = { path };
+  if (options.maxBytes !== undefined) query.maxBytes = String(options.maxBytes);
+  const response = await send(client, sessionId, query, { method: 'GET', signal: options.signal });
   const size = Number(response.headers.get('content-length') ?? Number.NaN);
   const body = response.body as unknown as WebReadableStream<Uint8Array> | null;
   return { size, stream: body ? Readable.fromWeb(body) : Readable.from([]) };

@@ -34,8 +34,9 @@ export class NotARegularFileError extends OrchestratorError {
 }
 
 export class FileTooLargeError extends OrchestratorError {
-  constructor(what: string, limit: number) {
-    super('file_too_large', `${what} is larger than the limit of ${limit} bytes (SBX_MAX_FILE_BYTES)`);
+  /** `limitName`: where the limit came from (the server's setting, or the request's maxBytes). */
+  constructor(what: string, limit: number, limitName = 'SBX_MAX_FILE_BYTES') {
+    super('file_too_large', `${what} is larger than the limit of ${limit} bytes (${limitName})`);
   }
 }
 

@@ -78,11 +78,11 @@ export class SandboxFiles {
    * What a download of `file` would send, without opening it: fails as the download would
    * on a directory, a special file or a file over `maxBytes`.
    */
-  async inspect(file: string, maxBytes: number): Promise<{ path: string; size: number }> {
+  async inspect(file: string, maxBytes: number, limitName?: string): Promise<{ path: string; size: number }> {
     const stats = await this.statOrFail(file, 'read');
     if (stats.isDirectory()) throw new IsADirectoryError(file);
     if (!stats.isFile()) throw new NotARegularFileError(file);
-    if (stats.size > maxBytes) throw new FileTooLargeError(`${file} (${stats.size} bytes)`, maxBytes);
+    if (stats.size > maxBytes) throw new FileTooLargeError(`${file} (${stats.size} bytes)`, maxBytes, limitName);
     return { path: file, size: stats.size };
   }
 
@@ -90,8 +90,8 @@ export class SandboxFiles {
    * Opens a regular file for reading. Size and type are checked before anything is read:
    * a directory or a FIFO never reaches the guest's SFTP server as an open.
    */
-  async download(file: string, maxBytes: number, onProgress?: () => void): Promise<Download> {
-    const { size } = await this.inspect(file, maxBytes);
+  async download(file: string, maxBytes: number, onProgress?: () => void, limitName?: string): Promise<Download> {
+    const { size } = await this.inspect(file, maxBytes, limitName);
     let handle: Buffer;
     try {
       handle = await this.sftp.open(file, 'r');

@@ -1,5 +1,6 @@
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { SandboxClient } from '../client/index.js';
+import { SandboxError } from '../client/errors.js';
 import { downloadFileStream, uploadFile } from '../client/files.js';
 import { errorResult, jsonResult } from './results.js';
 import { MCP_MAX_FILE_BYTES } from './schemas.js';
@@ -20,12 +21,23 @@ export async function upload(client: SandboxClient, id: string, path: string, co
 }
 
 export async function download(client: SandboxClient, id: string, path: string): Promise<CallToolResult> {
-  const { size, stream } = await downloadFileStream(client, id, path);
-  const tooLarge = (bytes: number) =>
-    errorResult(`${path} is ${bytes} bytes, over download_file's limit of ${MCP_MAX_FILE_BYTES}: use the files API (GET /v1/sessions/:id/files) for it`);
+  const tooLarge = (what: string) =>
+    errorResult(`${what}, over download_file's limit of ${MCP_MAX_FILE_BYTES} bytes: use the files API (GET /v1/sessions/:id/files) for it`);
+  // The limit goes with the request: a bigger file is refused from its size before any of it
+  // is read (in process, /mcp's calls are answered whole, so reading it would hold all of it).
+  let download: Awaited<ReturnType<typeof downloadFileStream>>;
+  try {
+    download = await downloadFileStream(client, id, path, { maxBytes: MCP_MAX_FILE_BYTES });
+  } catch (err) {
+    // "<path> (<size> bytes) is larger than ...": its size, as the server stat'd it.
+    const size = err instanceof SandboxError && err.code === 'file_too_large' ? /\((\d+) bytes\)/.exec(err.message)?.[1] : undefined;
+    if (size !== undefined) return tooLarge(`${path} is ${size} bytes`);
+    throw err;
+  }
+  const { size, stream } = download;
   if (Number.isFinite(size) && size > MCP_MAX_FILE_BYTES) {
     stream.destroy();
-    return tooLarge(size);
+    return tooLarge(`${path} is ${size} bytes`);
   }
   // Counted as it arrives, whatever the length header said.
   const chunks: Buffer[] = [];
@@ -35,7 +47,7 @@ export async function download(client: SandboxClient, id: string, path: string):
     total += buffer.length;
     if (total > MCP_MAX_FILE_BYTES) {
       stream.destroy();
-      return tooLarge(total);
+      return tooLarge(`${path} is more than ${total} bytes`);
     }
     chunks.push(buffer);
   }

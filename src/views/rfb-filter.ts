@@ -50,30 +50,57 @@ interface Sized {
   input: boolean;
 }
 
-/** Bytes accumulated until a whole unit (handshake step, message) is there. */
+/** The most a message's size needs to be told (sizeOf): a ClientFence's 9 bytes, with room. */
+const HEADER_PEEK_BYTES = 16;
+
+/**
+ * Bytes accumulated until a whole unit (handshake step, message) is there. Kept as the chunks
+ * that came, joined only when a unit is taken (or a header peeked at): a message that comes a
+ * byte a frame costs its length once, not its length times its frames.
+ */
 class Pending {
-  private buf: Buffer = Buffer.alloc(0);
+  private chunks: Buffer[] = [];
+  private total = 0;
 
   add(chunk: Buffer): void {
-    this.buf = this.buf.length === 0 ? chunk : Buffer.concat([this.buf, chunk]);
+    if (chunk.length === 0) return;
+    this.chunks.push(chunk);
+    this.total += chunk.length;
   }
 
   get length(): number {
-    return this.buf.length;
+    return this.total;
   }
 
-  peek(): Buffer {
-    return this.buf;
+  /** The first `n` bytes, or all there are if fewer. */
+  peek(n: number): Buffer {
+    this.join(Math.min(n, this.total));
+    return (this.chunks[0] ?? Buffer.alloc(0)).subarray(0, n);
   }
 
   take(n: number): Buffer {
-    const head = this.buf.subarray(0, n);
-    this.buf = this.buf.subarray(n);
+    const count = Math.min(n, this.total);
+    this.join(count);
+    const first = this.chunks[0] ?? Buffer.alloc(0);
+    const head = first.subarray(0, count);
+    if (first.length > count) this.chunks[0] = first.subarray(count);
+    else this.chunks.shift();
+    this.total -= count;
     return head;
   }
 
   rest(): Buffer {
-    return this.take(this.buf.length);
+    return this.take(this.total);
+  }
+
+  /** Makes the first chunk at least `n` bytes long (n <= total), joining as few as that needs. */
+  private join(n: number): void {
+    const first = this.chunks[0];
+    if (!first || first.length >= n) return;
+    let have = 0;
+    let count = 0;
+    while (have < n) have += (this.chunks[count++] as Buffer).length;
+    this.chunks.splice(0, count, Buffer.concat(this.chunks.slice(0, count), have));
   }
 }
 
@@ -124,7 +151,7 @@ export class ClientFilter {
       }
       case 'messages': {
         if (p.length < 1) return undefined;
-        const sized = sizeOf(p.peek());
+        const sized = sizeOf(p.peek(HEADER_PEEK_BYTES));
         if (!sized || p.length < sized.length) return undefined;
         const bytes = p.take(sized.length);
         return { bytes, forward: !sized.input || this.mode === 'control' };
@@ -216,7 +243,7 @@ export class ServerFilter {
       }
       case 'types': {
         if (p.length < 1) return undefined;
-        const count = p.peek()[0]!;
+        const count = p.peek(1)[0]!;
         if (count === 0) throw new RfbViolation('server', 'the guest VNC server refused the connection');
         if (p.length < 1 + count) return undefined;
         const types = p.take(1 + count).subarray(1);
@@ -233,7 +260,7 @@ export class ServerFilter {
       }
       case 'init': {
         if (p.length < 24) return undefined;
-        const head = p.peek();
+        const head = p.peek(24);
         const width = head.readUInt16BE(0);
         const height = head.readUInt16BE(2);
         if (width === 0 || height === 0) throw new RfbViolation('server', `the guest VNC server announced a ${width}x${height} screen`);

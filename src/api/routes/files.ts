@@ -15,7 +15,7 @@ export interface FileRoutesOptions {
 
 interface FileRequest {
   Params: { id: string };
-  Querystring: { path: string; mode?: string };
+  Querystring: { path: string; mode?: string; maxBytes?: string };
 }
 
 const pathQuery = {
@@ -119,8 +119,19 @@ export async function fileRoutes(app: FastifyInstance, opts: FileRoutesOptions):
     type: 'object',
     required: ['path'],
     additionalProperties: false,
-    properties: { path: pathQuery },
+    properties: {
+      path: pathQuery,
+      maxBytes: {
+        type: 'string',
+        pattern: '^[0-9]{1,15}$',
+        description: `A lower limit than the server's ${maxBytes} bytes: a file over it is a 413, refused from its size before any of it is read`,
+      },
+    },
   } as const;
+  const limitOf = (request: FastifyRequest<FileRequest>): [number, string | undefined] => {
+    const asked = request.query.maxBytes === undefined ? undefined : Number(request.query.maxBytes);
+    return asked !== undefined && asked < maxBytes ? [asked, "the request's maxBytes"] : [maxBytes, undefined];
+  };
 
   app.get<FileRequest>(
     '/v1/sessions/:id/files',
@@ -143,7 +154,8 @@ export async function fileRoutes(app: FastifyInstance, opts: FileRoutesOptions):
       const file = sandboxPath(request.query.path);
       const files = await SandboxFiles.on(connection);
       // Bytes the client reads count as activity; a client that stops reading does not.
-      const download = await files.download(file, maxBytes, manager.transferActivity(request.params.id));
+      const [limit, limitName] = limitOf(request);
+      const download = await files.download(file, limit, manager.transferActivity(request.params.id), limitName);
       // fastify pipes a stream payload to the response with back-pressure, and destroys it
       // (which closes the SFTP handle) if the client goes away first.
       return fileHeaders(reply, download.size, download.path).send(download.stream);
@@ -164,7 +176,7 @@ export async function fileRoutes(app: FastifyInstance, opts: FileRoutesOptions):
       const connection = manager.connection(request.params.id);
       const file = sandboxPath(request.query.path);
       const files = await SandboxFiles.on(connection);
-      const info = await files.inspect(file, maxBytes);
+      const info = await files.inspect(file, ...limitOf(request));
       return fileHeaders(reply, info.size, info.path).send();
     },
   );
