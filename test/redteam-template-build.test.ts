@@ -268,8 +268,8 @@ describe('red team: a hostile template build step changes nothing on the host', 
   });
 });
 
-describe("red team: a package download step (the host's network namespace) cannot reach the host itself", () => {
-  it("loopback and the host's addresses: dropped for the build uids; an address in a test namespace: reachable", async () => {
+describe("red team: a package download step (the host's network namespace) cannot reach the host itself, nor a private network", () => {
+  it("loopback, the host's addresses and a private address: dropped for the build uids; a public address in a test namespace: reachable", async () => {
     // A build container on a copy of minimal's tree, as a package step uses it: network on.
     const minimal = await new TemplateCatalogue(IMAGES_DIR).resolve('minimal');
     const workDir = await mkdtemp('/var/tmp/sbx-build-fence-');
@@ -292,7 +292,14 @@ describe("red team: a package download step (the host's network namespace) canno
           address,
         );
       }
-      await container.run(['/bin/sh', '-c', [probe('127.0.0.1', port), probe(lab.uplinkHostAddress, port), probe(lab.publicAddress, lab.port)].join('; ')], {
+      // The control: the host reaches the lab's private address (routed to the lab's namespace).
+      assert.equal(
+        (await run(['timeout', '3', 'bash', '-c', 'exec 3<>"/dev/tcp/$0/$1"', lab.privateAddress, String(lab.port)], { allowFailure: true })).exitCode,
+        0,
+        lab.privateAddress,
+      );
+      const probes = [probe('127.0.0.1', port), probe(lab.uplinkHostAddress, port), probe(lab.privateAddress, lab.port), probe(lab.publicAddress, lab.port)];
+      await container.run(['/bin/sh', '-c', probes.join('; ')], {
         network: true,
         onLine: (line) => lines.push(line),
       });
@@ -300,6 +307,8 @@ describe("red team: a package download step (the host's network namespace) canno
       // Dropped (a timeout), not refused: the fence, not a closed port.
       assert.match(out, /^closed 127\.0\.0\.1 TimeoutError$/m, out);
       assert.match(out, new RegExp(`^closed ${lab.uplinkHostAddress.replace(/\./g, '\\.')} TimeoutError$`, 'm'), out);
+      // A private network (as a cloud's metadata service, a LAN's database, another sandbox): a base image's apt hook reaches none.
+      assert.match(out, new RegExp(`^closed ${lab.privateAddress.replace(/\./g, '\\.')} TimeoutError$`, 'm'), out);
       assert.match(out, new RegExp(`^open ${lab.publicAddress.replace(/\./g, '\\.')}$`, 'm'), `the step has the network: ${out}`);
     } finally {
       server.close();

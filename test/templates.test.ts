@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtemp, readdir, rm, stat, symlink, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, stat, statfs, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -280,6 +280,27 @@ describe('broken templates fail naming the step, and leave nothing behind', () =
     assert.match(result.stderr, /step "run 1 command\(s\)" failed: exit 3/);
     assert.match(result.stderr, /about to fail/);
     assert.deepEqual(await leftovers(broken), []);
+  });
+
+  it("a step writing without end is stopped at the build's disk budget; the build fails and leaves nothing", async () => {
+    const file = await writeTemplate(workDir, 'fill.yaml', `name: ${broken}\nbase: minimal\nrun:\n  - dd if=/dev/zero of=/fill bs=1M\n`);
+    const before = await statfs(IMAGES_DIR);
+    const began = performance.now();
+    // The base's copy (about 0.5 GiB) counts: 1 GiB leaves the step about half of one.
+    const result = await sbx(['template', 'build', '--max-disk-mib', '1024', file]);
+    const after = await statfs(IMAGES_DIR);
+    console.log(
+      `a step filling the disk: stopped after ${((performance.now() - began) / 1000).toFixed(1)} s; free space ${(((after.bavail - before.bavail) * after.bsize) / 1048576).toFixed(0)} MiB from before once it failed`,
+    );
+    assert.notEqual(result.code, 0);
+    assert.match(
+      result.stderr,
+      /step "run 1 command\(s\)" failed: the build took more of the host's disk than its budget of 1024 MiB/,
+      result.stderr.slice(-1500),
+    );
+    assert.deepEqual(await leftovers(broken), []);
+    // Its tree is gone with it: the free space is back (within what else wrote meanwhile).
+    assert.ok((before.bavail - after.bavail) * after.bsize < 256 * 1048576, 'the space the build took is free again');
   });
 
   it('a build command has no network (only apt does)', async () => {

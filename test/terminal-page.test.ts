@@ -132,4 +132,24 @@ describe('terminal page', { timeout: 300_000 }, () => {
     assert.equal(await socketStatus(`/v1/sessions/${idA}/terminal/ws?token=${token}`), 401);
     assert.equal((await running(idA)).length, before, 'no refused socket started a shell');
   });
+
+  it('red team: a terminal open when its link is revoked is closed, and its shell ends', async () => {
+    const terminal = await link(idA, keyA, 'terminal');
+    const ws = new WebSocket(`${base.replace('http', 'ws')}/v1/sessions/${idA}/terminal/ws?token=${tokenOf(terminal.path)}`);
+    const closed = new Promise<[number, string]>((resolve) => ws.on('close', (code: number, reason: Buffer) => resolve([code, reason.toString()])));
+    await new Promise<void>((resolve, reject) => {
+      ws.once('open', () => resolve());
+      ws.once('error', reject);
+    });
+    const isShell = (p: { argv?: string[] }) => p.argv?.join(' ') === 'bash -l';
+    for (let i = 0; i < 50 && !(await running(idA)).some(isShell); i++) await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.ok((await running(idA)).some(isShell), 'the link opened a shell');
+    const revokedAt = performance.now();
+    assert.equal((await api('DELETE', `/v1/sessions/${idA}/links/${terminal.id}`, keyA)).status, 204);
+    const [code, reason] = await closed;
+    console.log(`a terminal whose link was revoked: closed after ${(performance.now() - revokedAt).toFixed(0)} ms (${code} ${reason})`);
+    assert.equal(code, 1008);
+    for (let i = 0; i < 50 && (await running(idA)).some(isShell); i++) await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.ok(!(await running(idA)).some(isShell), "the revoked link's shell is gone");
+  });
 });

@@ -256,7 +256,11 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   await app.register(websocket, { options: { maxPayload: VIEW_MAX_WS_MESSAGE_BYTES } });
   if (opts.views) await app.register(viewRoutes, { views: opts.views, paused: opts.manager });
   await app.register(processRoutes, { manager: opts.manager, streams });
-  await app.register(terminalRoutes, { processes: (id) => sessionProcesses(opts.manager, id, opts.manager.displayOf(id), DEFAULT_PROCESS_LIMITS) });
+  const links = opts.auth.links;
+  await app.register(terminalRoutes, {
+    processes: (id) => sessionProcesses(opts.manager, id, opts.manager.displayOf(id), DEFAULT_PROCESS_LIMITS),
+    ...(links ? { linkStillOpens: (token: string, id: string) => links.opens(token, id, 'terminal') } : {}),
+  });
   await app.register(fsRoutes, { manager: opts.manager, streams });
   if (e2b) {
     const domain = opts.ports?.settings.domain;

@@ -1,6 +1,6 @@
-import { Command, Option } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { TemplateCatalogue } from '../templates/catalogue.js';
-import { buildTemplateFile } from '../templates/template-build.js';
+import { buildTemplateFile, DEFAULT_BUILD_MAX_DISK_BYTES } from '../templates/template-build.js';
 import { removeUserTemplate } from '../templates/template-store.js';
 
 /**
@@ -15,8 +15,17 @@ export function templateCommand(defaultImagesDir: string): Command {
     .command('build <file>')
     .description('build a template file (YAML or JSON) on its base; cached by a hash of its content and its base')
     .option('--force', 'rebuild even if this content was built before')
+    .addOption(
+      new Option('--max-disk-mib <mib>', "most of the host's disk the build may take; a step past it is stopped and the build fails")
+        .env('SBX_TEMPLATE_BUILD_MAX_DISK_MIB')
+        .default(String(DEFAULT_BUILD_MAX_DISK_BYTES / 1024 ** 2))
+        .argParser((value) => {
+          if (!/^[1-9][0-9]{0,8}$/.test(value)) throw new InvalidArgumentError('a whole number of MiB, at least 1');
+          return value;
+        }),
+    )
     .addOption(imagesDir())
-    .action(async (file: string, opts: { force?: boolean; imagesDir: string }) => {
+    .action(async (file: string, opts: { force?: boolean; imagesDir: string; maxDiskMib: string }) => {
       const controller = new AbortController();
       // Ctrl-C: the running step is killed and the half-built template removed, then we exit.
       const onSignal = () => controller.abort();
@@ -26,6 +35,7 @@ export function templateCommand(defaultImagesDir: string): Command {
         const built = await buildTemplateFile(file, {
           catalogue: new TemplateCatalogue(opts.imagesDir),
           force: opts.force,
+          maxDiskBytes: Number(opts.maxDiskMib) * 1024 ** 2,
           signal: controller.signal,
           onProgress: (line) => console.error(line),
         });

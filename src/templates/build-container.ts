@@ -17,10 +17,11 @@
  *   of its own with /proc/sys read-only.
  * - Network: a namespace of its own with only loopback, except for the package steps that
  *   download (apt-get update and install --download-only), which share the host's network
- *   namespace, still without any privilege over it, and fenced from the host itself: an
- *   nftables rule drops what the builds' uids send to any of the host's own addresses,
- *   loopback included, but DNS (fenceHostFromBuilds), so no host service (the orchestrator's
- *   API in keyless loopback mode among them) is reachable from a base image's apt.
+ *   namespace, still without any privilege over it, and fenced: nftables drops what the
+ *   builds' uids send to any of the host's own addresses, loopback included, and to every
+ *   range that is not the internet (private networks, the cloud's metadata service, the
+ *   sandboxes), but DNS (fenceHostFromBuilds), so no host service (the orchestrator's API in
+ *   keyless loopback mode among them), other sandbox or LAN is reachable from a base image's apt.
  */
 import { existsSync } from 'node:fs';
 import { mkdir, open, readFile, readdir, rename, rm, rmdir, stat, writeFile } from 'node:fs/promises';
@@ -35,7 +36,9 @@ import { seccompProfile } from '../runtimes/container/seccomp.js';
 import { buildIdBase, liveHostIdRanges, type LeaseOwner } from '../runtimes/container/id-leases.js';
 import { DEFAULT_ID_LEASE_DIR, ID_RANGE_SIZE } from '../runtimes/container/settings.js';
 import { applyNft } from '../network/policy/nft.js';
+import { BLOCKED_IPV4_RANGES } from '../network/policy/ranges.js';
 import { run } from '../util/exec.js';
+import { WATCH_INTERVAL_MS, type BuildDiskBudget } from './build-disk.js';
 
 /** runc's state for build containers (gone at reboot, as are the containers). */
 export const BUILD_RUNC_ROOT = '/run/sbx-template-build';
@@ -108,14 +111,21 @@ export function buildStepSpec(opts: { root: string; argv: readonly string[]; ids
   };
 }
 
-/** The nftables table that keeps the builds' uids off the host's own addresses. */
+/** The nftables table that keeps the builds' uids off the host and every network that is not the internet. */
 export const BUILD_FENCE_TABLE = 'sbx-template-build';
 
+/** IPv6 destinations a build step may not reach: unique local, link-local, multicast. */
+const BLOCKED_IPV6_RANGES = ['fc00::/7', 'fe80::/10', 'ff00::/8'];
+
 /**
- * Installs (or replaces, in one transaction) the fence for every build range: on the host's
- * output hook, a packet of a socket owned by a build uid to a local address (`fib daddr type
- * local`: loopback and every address of the host, IPv4 and IPv6) is dropped unless it is
- * DNS (the resolver may be local). It matches build uids only, so it stays installed.
+ * Installs (or replaces, in one transaction) the fence for every build range, on the host's
+ * output hook, for packets of sockets owned by a build uid: DNS goes anywhere (the resolver
+ * may be local or on a private network); then whatever goes to a local address (`fib daddr
+ * type local`: loopback and every address of the host) is dropped, and whatever goes to a
+ * range that is not the internet (ranges.ts, as for a sandbox with egress: private networks,
+ * link-local with the cloud's metadata service, the sandboxes' default subnet, CGNAT; IPv6
+ * unique local and link-local). A base image's apt hook runs in such a step. It matches
+ * build uids only, so it stays installed.
  */
 export async function fenceHostFromBuilds(): Promise<void> {
   const first = buildIdBase();
@@ -125,8 +135,10 @@ delete table inet ${BUILD_FENCE_TABLE}
 table inet ${BUILD_FENCE_TABLE} {
   chain output {
     type filter hook output priority filter - 10; policy accept;
-    meta skuid ${first}-${last} fib daddr type local meta l4proto { tcp, udp } th dport 53 accept
+    meta skuid ${first}-${last} meta l4proto { tcp, udp } th dport 53 accept
     meta skuid ${first}-${last} fib daddr type local counter drop comment "a template build step to the host itself"
+    meta skuid ${first}-${last} ip daddr { ${BLOCKED_IPV4_RANGES.join(', ')} } counter drop comment "a template build step to a network that is not the internet"
+    meta skuid ${first}-${last} ip6 daddr { ${BLOCKED_IPV6_RANGES.join(', ')} } counter drop comment "a template build step to a network that is not the internet"
   }
 }
 `);
@@ -142,13 +154,14 @@ export class BuildContainer {
     private readonly ids: IdRange,
     private readonly lease: string,
     private readonly signal: AbortSignal | undefined,
+    private readonly disk: BuildDiskBudget | undefined,
   ) {}
 
   /**
    * Leases an id range and mounts `rootfs` idmapped onto it at `<workDir>/view` (inside the
    * build's directory, so that removing a failed build unmounts it: build-dirs.ts removeTree).
    */
-  static async open(rootfs: string, workDir: string, signal?: AbortSignal): Promise<BuildContainer> {
+  static async open(rootfs: string, workDir: string, signal?: AbortSignal, disk?: BuildDiskBudget): Promise<BuildContainer> {
     await assertCrossable(workDir);
     await mkdir(BUILD_RUNC_ROOT, { recursive: true, mode: 0o700 });
     await removeStaleContainers();
@@ -159,7 +172,7 @@ export class BuildContainer {
       const bundles = path.join(workDir, 'bundles');
       await mkdir(bundles, { recursive: true, mode: 0o700 });
       await mountIdmapped(ids, [{ source: rootfs, target: view }], { writable: true });
-      return new BuildContainer(view, bundles, ids, lease, signal);
+      return new BuildContainer(view, bundles, ids, lease, signal, disk);
     } catch (err) {
       await rm(lease, { force: true });
       throw err;
@@ -186,14 +199,34 @@ export class BuildContainer {
     };
     const onAbort = () => void kill();
     this.signal?.addEventListener('abort', onAbort, { once: true });
+    // Past the build's disk budget (build-disk.ts) the step is killed as an abort would.
+    let overBudget = false;
+    const disk = this.disk;
+    const watch = disk
+      ? setInterval(() => {
+          void disk.exceeded().then(
+            (over) => {
+              if (over && !overBudget) {
+                overBudget = true;
+                void kill();
+              }
+            },
+            () => undefined,
+          );
+        }, WATCH_INTERVAL_MS)
+      : undefined;
     try {
       if (this.signal?.aborted) throw new CommandError('interrupted', undefined, []);
       await execLogged('runc', ['--root', BUILD_RUNC_ROOT, 'run', '--bundle', bundle, id], {
         stdin: options.stdin,
         onLine: options.onLine,
         tailLines: options.tailLines,
+      }).catch((err: unknown) => {
+        throw overBudget && disk ? overBudgetError(disk, err) : err;
       });
+      if (disk && (await disk.exceeded())) throw overBudgetError(disk, undefined);
     } finally {
+      clearInterval(watch);
       finished = true;
       this.signal?.removeEventListener('abort', onAbort);
       await deleteContainer(id);
@@ -209,6 +242,11 @@ export class BuildContainer {
     await rm(this.bundles, { recursive: true, force: true });
     await rm(this.lease, { force: true });
   }
+}
+
+function overBudgetError(disk: BuildDiskBudget, err: unknown): CommandError {
+  const lines = err instanceof CommandError ? err.lastLines : [];
+  return new CommandError(`the build took more of the host's disk than its budget of ${disk.describe()}; the step was stopped`, undefined, lines);
 }
 
 /**

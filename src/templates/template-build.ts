@@ -20,6 +20,7 @@ import type { GuestImage } from '../guest/image/image-store.js';
 import { truncateTimestamps } from '../guest/image/timestamps.js';
 import { GUEST_GID, GUEST_UID } from '../guest/contract.js';
 import { BuildContainer } from './build-container.js';
+import { BuildDiskBudget } from './build-disk.js';
 import type { TemplateCatalogue } from './catalogue.js';
 import { readTemplateFile, TemplateFileError, type TemplateDefinition } from './template-file.js';
 import { readSources } from './template-sources.js';
@@ -49,7 +50,12 @@ export interface TemplateBuildOptions {
   signal?: AbortSignal;
   /** Rebuild even if this content's build exists. */
   force?: boolean;
+  /** Most of the host's disk the build may take (build-disk.ts); DEFAULT_BUILD_MAX_DISK_BYTES if absent. */
+  maxDiskBytes?: number;
 }
+
+/** A build's disk budget unless the operator says otherwise: the base's copy, packages, files and the VM disk. */
+export const DEFAULT_BUILD_MAX_DISK_BYTES = 16 * 1024 ** 3;
 
 /** A build step that failed: its name and the tail of its output. */
 export class TemplateBuildError extends Error {
@@ -85,7 +91,8 @@ export async function buildTemplateFile(file: string, opts: TemplateBuildOptions
   if (process.getuid?.() !== 0) throw new Error('building a template needs root (chroot and namespaces); run as root');
   await mkdir(templatesDir(imagesDir), { recursive: true, mode: 0o755 });
   await removeStaleBuilds(templatesDir(imagesDir), progress);
-  return new TemplateBuild(imagesDir, definition, base.image, hash, files, progress, opts.signal).run();
+  const build = new TemplateBuild(imagesDir, definition, base.image, hash, files, progress, opts.signal);
+  return build.run(opts.maxDiskBytes ?? DEFAULT_BUILD_MAX_DISK_BYTES);
 }
 
 /** sha256 of the builder version, the base's image hash, the definition and every file's bytes. */
@@ -104,6 +111,7 @@ class TemplateBuild {
   private readonly tempDir: string;
   private readonly rootfs: string;
   private container: BuildContainer | undefined;
+  private disk: BuildDiskBudget | undefined;
   private step = 0;
   /** copy, packages, files, run, guest settings, VM artifacts, move into place. */
   private readonly totalSteps = 7;
@@ -121,13 +129,15 @@ class TemplateBuild {
     this.rootfs = path.join(this.tempDir, IMAGE_ARTIFACTS.rootfs);
   }
 
-  async run(): Promise<StoredTemplate> {
+  async run(maxDiskBytes: number): Promise<StoredTemplate> {
     try {
       this.report(`building template ${this.def.name} (${this.hash}) on ${this.def.base} (${this.base.hash})`);
       await removeTree(this.tempDir);
       await mkdir(this.tempDir, { recursive: true, mode: 0o755 });
+      this.disk = await BuildDiskBudget.start(this.tempDir, maxDiskBytes);
+      this.report(`  disk budget: ${this.disk.describe()}`);
       await this.stepDo(`copy the base image's rootfs (${this.def.base})`, () => this.exec(['cp', '-a', '--reflink=auto', this.base.rootfs, this.rootfs]));
-      this.container = await BuildContainer.open(this.rootfs, this.tempDir, this.signal);
+      this.container = await BuildContainer.open(this.rootfs, this.tempDir, this.signal, this.disk);
       try {
         await this.stepDo(`install packages: ${this.def.packages.join(' ') || '(none)'}`, () => this.installPackages());
         await this.stepDo(`copy ${this.def.files.length} file(s)`, () => this.copyFiles());
@@ -238,6 +248,8 @@ class TemplateBuild {
   private async vmArtifacts(): Promise<number> {
     await truncateTimestamps(this.rootfs);
     const size = rootImageSize(await this.diskUsage(this.rootfs), ROOT_HEADROOM_MIB);
+    if (this.disk && !(await this.disk.fits(size)))
+      throw new Error(`its VM disk (${Math.round(size / 1024 ** 2)} MiB) would take the build past its disk budget of ${this.disk.describe()}`);
     const image = path.join(this.tempDir, IMAGE_ARTIFACTS.ext4);
     await createImageFile(image, 0o644);
     await this.exec(mkfsExt4Argv({ source: this.rootfs, image, sizeBytes: size, label: 'sbx-root', journal: true }));

@@ -191,6 +191,13 @@ export class LiveViews {
       channel.close();
       return;
     }
+    // Revoked (or its session ended) while the tunnel opened: the revoke cut the viewers it
+    // knew of, and this one was not among them yet.
+    if (!this.tokens.listUsable(grant.sessionId).some((usable) => usable.viewId === grant.viewId)) {
+      channel.close();
+      ws.close(1008, 'this live view was revoked');
+      return;
+    }
     this.hooks.viewerConnected();
     const link = proxyRfb(ws, channel, grant.mode, this.settings.viewer, {
       onBytes: (direction, bytes) => this.hooks.bytes(direction, bytes),

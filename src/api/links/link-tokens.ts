@@ -105,6 +105,16 @@ export class LinkTokens {
     return toRecord(row);
   }
 
+  /** Whether `token` still opens that page (a page left open asks again: revoked or expired, it closes). */
+  opens(token: string, sessionId: string, purpose: LinkPurpose, now = new Date()): boolean {
+    try {
+      this.verify(token, sessionId, purpose, now);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
   /** Revokes a link of the tenant's session; false when there is no such link. */
   revoke(tenant: string, sessionId: string, id: string, now = new Date()): boolean {
     return (

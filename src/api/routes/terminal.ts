@@ -11,7 +11,12 @@ import { followOverSocket } from './process-socket.js';
 export interface TerminalRouteOptions {
   /** The session's process table (404/409/410 for a session that is not there or not running). */
   processes(sessionId: string): Promise<ProcessTable>;
+  /** Whether a terminal link still opens the session (not revoked, not expired); absent without links. */
+  linkStillOpens?: (token: string, sessionId: string) => boolean;
 }
+
+/** How often an open terminal's link is checked again: a revoked or expired link's shell ends within this. */
+export const LINK_RECHECK_MS = 2_000;
 
 const tokenQuery = { token: { type: 'string', maxLength: 128, description: 'A link token of purpose "terminal" (POST /v1/sessions/:id/links)' } };
 
@@ -80,6 +85,16 @@ export async function terminalRoutes(app: FastifyInstance, opts: TerminalRouteOp
       if (socket.readyState !== socket.OPEN) return void shell.kill().catch(() => undefined);
       socket.on('close', () => void shell.kill().catch(() => undefined));
       followOverSocket(socket, shell, 0);
+      // The link was checked at the upgrade; a shell must not outlive it (its revoke or its expiry).
+      const token = request.query.token;
+      const stillOpens = opts.linkStillOpens;
+      if (token !== undefined && stillOpens) {
+        const recheck = setInterval(() => {
+          if (!stillOpens(token, request.params.id)) socket.close(1008, 'the terminal link was revoked or has expired');
+        }, LINK_RECHECK_MS);
+        recheck.unref();
+        socket.once('close', () => clearInterval(recheck));
+      }
     },
   );
 

@@ -63,18 +63,33 @@ export function execLogged(command: string, args: string[], options: ExecOptions
   });
 }
 
+/** A build's output line longer than this is cut: a step's code may print without end and never a newline. */
+export const MAX_LINE_CHARS = 4096;
+
 function splitLines(stream: NodeJS.ReadableStream | null, onLine: (line: string) => void): void {
   if (!stream) return;
   let pending = '';
+  let cut = false;
   stream.setEncoding('utf8');
   stream.on('data', (chunk: string) => {
-    pending += chunk;
-    const lines = pending.split('\n');
-    pending = lines.pop() ?? '';
-    for (const line of lines) onLine(line.replace(/\r$/, ''));
+    for (let start = 0; start <= chunk.length;) {
+      const newline = chunk.indexOf('\n', start);
+      const piece = chunk.slice(start, newline < 0 ? chunk.length : newline);
+      // Kept only up to the cap, checked before it is appended; the rest of the line is dropped.
+      if (!cut) {
+        const room = MAX_LINE_CHARS - pending.length;
+        if (piece.length > room) cut = true;
+        pending += piece.slice(0, room);
+      }
+      if (newline < 0) return;
+      onLine(cut ? `${pending} [cut at ${MAX_LINE_CHARS} characters]` : pending.replace(/\r$/, ''));
+      pending = '';
+      cut = false;
+      start = newline + 1;
+    }
   });
   stream.on('end', () => {
-    if (pending) onLine(pending);
+    if (pending) onLine(cut ? `${pending} [cut at ${MAX_LINE_CHARS} characters]` : pending);
   });
 }
 
