@@ -6,7 +6,7 @@
  * nothing unbounded, end the channel it gave up, and keep its own table true.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { DEFAULT_PROCESS_LIMITS } from '../src/processes/limits.js';
 import { ProcessTable } from '../src/processes/process-table.js';
@@ -14,7 +14,7 @@ import { BrowserStartError, DesktopBrowser } from '../src/ports/desktop-browser.
 import type { GuestTransport } from '../src/transport/index.js';
 import { commandLine } from '../src/transport/quote.js';
 import { guestSh } from './helpers/guest.js';
-import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
+import { sessionConnection } from './helpers/session-connection.js';
 
 const MiB = 1024 * 1024;
 
@@ -41,22 +41,11 @@ async function running(connection: GuestTransport, marker: string): Promise<bool
 }
 
 describe('red team: what the guest answers when the host starts something in it', () => {
-  let orch: TestOrchestrator;
-  let connection: GuestTransport;
-
-  before(async () => {
-    orch = await startTestOrchestrator();
-    const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: { timeoutSeconds: 600 } });
-    assert.equal(res.statusCode, 201, res.body);
-    connection = orch.manager.connection(res.json().id as string);
-  });
-  after(async () => {
-    await orch?.stop();
-  });
+  const session = sessionConnection();
 
   it("Chromium's launcher flooding instead of saying its pid: the start fails at once, nothing of it kept, its channel ended", async () => {
     const marker = 'sbx-redteam-launcher-flood';
-    const browser = new DesktopBrowser(answering(connection, guestPython(marker, 'b = b"x" * 65536\nwhile True: os.write(1, b)')), 0);
+    const browser = new DesktopBrowser(answering(session(), guestPython(marker, 'b = b"x" * 65536\nwhile True: os.write(1, b)')), 0);
     const heapBefore = process.memoryUsage().heapUsed;
     const began = performance.now();
     await assert.rejects(browser.start(), (err: Error) => err instanceof BrowserStartError && /something else than its pid/.test(err.message));
@@ -64,7 +53,7 @@ describe('red team: what the guest answers when the host starts something in it'
     // The flood's channel was closed with the failure: the guest's writer gets EPIPE and ends.
     let gone = false;
     for (const until = Date.now() + 10_000; !gone && Date.now() < until;) {
-      gone = !(await running(connection, marker));
+      gone = !(await running(session(), marker));
       if (!gone) await sleep(100);
     }
     const heapGrowth = process.memoryUsage().heapUsed - heapBefore;
@@ -79,7 +68,7 @@ describe('red team: what the guest answers when the host starts something in it'
     const marker = 'sbx-redteam-same-pid';
     // Our wrapper shell says the pid first, on stderr; this one says 4242 every time and runs on.
     const liar = guestPython(marker, 'os.write(2, b"SBX-PID 4242\\n")\ntime.sleep(60)');
-    const table = new ProcessTable(answering(connection, liar), 0, { ...DEFAULT_PROCESS_LIMITS, maxRunning: 2 });
+    const table = new ProcessTable(answering(session(), liar), 0, { ...DEFAULT_PROCESS_LIMITS, maxRunning: 2 });
     try {
       const spec = { argv: ['sleep', '60'], env: [], stdin: false };
       const first = await table.start(spec);

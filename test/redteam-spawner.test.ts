@@ -10,13 +10,12 @@
 import assert from 'node:assert/strict';
 import v8 from 'node:v8';
 import vm from 'node:vm';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { DEFAULT_PROCESS_LIMITS } from '../src/processes/limits.js';
 import { GuestProcess, ProcessStartError } from '../src/processes/guest-process.js';
 import { OUTPUT_WINDOW, Spawner } from '../src/processes/spawner.js';
-import type { GuestTransport } from '../src/transport/index.js';
 import { commandLine } from '../src/transport/quote.js';
-import { startTestOrchestrator, type TestOrchestrator } from './helpers/orchestrator.js';
+import { sessionConnection } from './helpers/session-connection.js';
 
 const MiB = 1024 * 1024;
 
@@ -38,18 +37,7 @@ const hooks = { held: () => undefined, ended: () => undefined };
 const spec = { argv: ['echo', 'hi'], env: [], stdin: false };
 
 describe('red team: a hostile spawner in the guest', () => {
-  let orch: TestOrchestrator;
-  let connection: GuestTransport;
-
-  before(async () => {
-    orch = await startTestOrchestrator();
-    const res = await orch.server.inject({ method: 'POST', url: '/v1/sessions', payload: { timeoutSeconds: 600 } });
-    assert.equal(res.statusCode, 201, res.body);
-    connection = orch.manager.connection(res.json().id as string);
-  });
-  after(async () => {
-    await orch?.stop();
-  });
+  const session = sessionConnection();
 
   it('a flood past the output granted ends the spawner at once, with what the host holds bounded', async () => {
     v8.setFlagsFromString('--expose-gc');
@@ -57,7 +45,7 @@ describe('red team: a hostile spawner in the guest', () => {
     gc();
     const before = process.memoryUsage().arrayBuffers;
     let peak = 0;
-    const spawner = await Spawner.start(connection, hostile('send(b"p", ident, b"4242")\nchunk = b"x" * 60000\nwhile True: send(b"o", ident, chunk)'));
+    const spawner = await Spawner.start(session(), hostile('send(b"p", ident, b"4242")\nchunk = b"x" * 60000\nwhile True: send(b"o", ident, chunk)'));
     const channel = spawner.spawn(spec, 0);
     // Nobody reads (a laggard reader paused it): no more is granted than the first window, and
     // the flood goes on past it. What reached the stream is what was granted, not a byte more.
@@ -82,7 +70,7 @@ describe('red team: a hostile spawner in the guest', () => {
 
   it('frames for a process never started, or an acknowledgement of stdin or a signal never sent, end the spawner', async () => {
     for (const body of ['send(b"o", ident + 7, b"x")', 'send(b"x", 0, b"c 0")', 'send(b"a", ident)', 'send(b"k", ident)']) {
-      const spawner = await Spawner.start(connection, hostile(`${body}\nimport time\ntime.sleep(30)`));
+      const spawner = await Spawner.start(session(), hostile(`${body}\nimport time\ntime.sleep(30)`));
       const channel = spawner.spawn(spec, 0);
       await Promise.race([
         new Promise<void>((resolve) => channel.once('close', resolve)),
@@ -94,7 +82,7 @@ describe('red team: a hostile spawner in the guest', () => {
 
   it('a frame announcing a gigabyte ends it at once; nothing of it is waited for', async () => {
     const spawner = await Spawner.start(
-      connection,
+      session(),
       hostile('os.write(1, struct.pack(">cII", b"o", ident, 1 << 30) + b"x" * 1000)\nimport time\ntime.sleep(30)'),
     );
     const channel = spawner.spawn(spec, 0);
@@ -103,14 +91,14 @@ describe('red team: a hostile spawner in the guest', () => {
   });
 
   it('a pid that is not one, or an exit status that is not one, is refused as such', async () => {
-    const badPid = await Spawner.start(connection, hostile('send(b"p", ident, b"12\\nSBX-PID 1")\nimport time\ntime.sleep(30)'));
-    await assert.rejects(GuestProcess.start(connection, spec, 0, DEFAULT_PROCESS_LIMITS, hooks, badPid), ProcessStartError);
+    const badPid = await Spawner.start(session(), hostile('send(b"p", ident, b"12\\nSBX-PID 1")\nimport time\ntime.sleep(30)'));
+    await assert.rejects(GuestProcess.start(session(), spec, 0, DEFAULT_PROCESS_LIMITS, hooks, badPid), ProcessStartError);
     badPid.close();
     const badExit = await Spawner.start(
-      connection,
+      session(),
       hostile('send(b"p", ident, b"4242")\nsend(b"x", ident, b"c 99999")\nsend(b"z", ident)\nimport time\ntime.sleep(30)'),
     );
-    const process = await GuestProcess.start(connection, spec, 0, DEFAULT_PROCESS_LIMITS, hooks, badExit);
+    const process = await GuestProcess.start(session(), spec, 0, DEFAULT_PROCESS_LIMITS, hooks, badExit);
     assert.equal(process.pid, 4242);
     while (process.running) await new Promise((resolve) => setTimeout(resolve, 20));
     assert.equal(process.info().exitCode, null);
@@ -118,7 +106,7 @@ describe('red team: a hostile spawner in the guest', () => {
   });
 
   it('the real spawner: a reader that stops holds the process at the window, and gets every byte when it reads on', async () => {
-    const spawner = await Spawner.start(connection);
+    const spawner = await Spawner.start(session());
     const channel = spawner.spawn({ argv: ['head', '-c', String(8 * MiB), '/dev/zero'], env: [], stdin: false }, 0);
     channel.stderr.resume();
     channel.pause();
@@ -138,9 +126,9 @@ describe('red team: a hostile spawner in the guest', () => {
   });
 
   it('the real spawner: PWD is the cwd, the exit code and signal come through, a missing program is 127, a pkill python3 in the guest spares it', async () => {
-    const spawner = await Spawner.start(connection);
+    const spawner = await Spawner.start(session());
     const run = async (argv: string[], cwd?: string) => {
-      const process = await GuestProcess.start(connection, { argv, env: [], stdin: false, ...(cwd ? { cwd } : {}) }, 0, DEFAULT_PROCESS_LIMITS, hooks, spawner);
+      const process = await GuestProcess.start(session(), { argv, env: [], stdin: false, ...(cwd ? { cwd } : {}) }, 0, DEFAULT_PROCESS_LIMITS, hooks, spawner);
       while (process.running) await new Promise((resolve) => setTimeout(resolve, 10));
       const out = process
         .read(0, 4096)

@@ -5,6 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
+import Database from 'better-sqlite3';
 import { cgroupPids } from '../src/bench/cpu.js';
 import { defaultConfig } from '../src/config.js';
 import { CONFIG_FILES, GUEST_USER } from '../src/guest/contract.js';
@@ -206,6 +207,13 @@ describe('the warm pool', () => {
     assert.notEqual(res.json().id, pooledId, 'the impostor was not handed out');
     assert.deepEqual(await hostTrace(NAMES, pooledId, path.join(orch.stateDir, pooledId)), nothingLeft);
     assert.equal((await orch.server.inject({ method: 'GET', url: `/v1/sessions/${pooledId}` })).statusCode, 404);
+    // Its ledger rows went with it: left, its host id range stayed taken until a restart.
+    const ledger = new Database(path.join(orch.stateDir, 'orchestrator.db'), { readonly: true });
+    try {
+      assert.deepEqual(ledger.prepare('SELECT kind, name FROM session_resources WHERE session_id = ?').all(pooledId), []);
+    } finally {
+      ledger.close();
+    }
     const text = await metrics(orch);
     assert.match(text, /sandbox_errors_total\{kind="warm_claim"\} 1/);
     assert.match(text, /sandbox_session_creates_total\{source="cold"\} 2/);

@@ -27,6 +27,8 @@ export function envdRewriter(domain: string | undefined): (req: IncomingMessage)
     const url = req.url ?? '/';
     const byHost = domain ? parsePortHost(req.headers.host, domain) : undefined;
     if (byHost?.port === ENVD_PORT) return `${ENVD_PREFIX}/${byHost.sessionId}${url.startsWith('/') ? url : `/${url}`}`;
+    // Another port's name is that guest port's, whatever a header says: its paths are the guest's.
+    if (byHost) return undefined;
     const header = req.headers['e2b-sandbox-id'];
     if (typeof header !== 'string' || !ENVD_PATHS.some((p) => url.startsWith(p))) return undefined;
     // An id of another shape is routed as a made-up one: the token check answers 404.

@@ -233,6 +233,8 @@ export class SessionLifecycle {
     this.opts.metrics.activeSessions.dec();
     try {
       await session.cleanup.run();
+      // All released: its ledger rows go too (left, its host id range stayed taken until a restart).
+      this.opts.store.forgetResources(session.id);
     } catch (releaseErr) {
       this.opts.metrics.errors.inc({ kind: 'destroy' });
       log.error({ err: releaseErr }, 'releasing a warm sandbox that could not be claimed failed');

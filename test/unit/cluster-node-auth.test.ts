@@ -4,7 +4,9 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
+import { NotFoundError } from '../../src/errors.js';
+import { EnvdTokenError } from '../../src/e2b/errors.js';
 import { errorHandler } from '../../src/api/errors.js';
 import { KeyRequirement } from '../../src/api/auth/key-requirement.js';
 import { KeyStore } from '../../src/api/auth/key-store.js';
@@ -19,7 +21,16 @@ async function app(cluster: boolean): Promise<{ app: FastifyInstance; key: strin
   const { key } = keys.create('alice');
   const server = Fastify();
   server.setErrorHandler(errorHandler);
-  installAuth(server, { keys, requirement: new KeyRequirement('required', keys), ...(cluster ? { cluster: { secret: SECRET } } : {}) });
+  // The envd check as envdTokenCheck answers it: sandbox bbbbbbbbbb is carol's, its token "good".
+  const envd = {
+    verify(request: FastifyRequest): string {
+      if ((request.params as { id?: string }).id !== 'bbbbbbbbbb') throw new NotFoundError('sandbox not found');
+      if (request.headers['x-access-token'] !== 'good') throw new EnvdTokenError();
+      return 'carol';
+    },
+  };
+  installAuth(server, { keys, requirement: new KeyRequirement('required', keys), envd, ...(cluster ? { cluster: { secret: SECRET } } : {}) });
+  server.get('/e2b/envd/:id/files', { config: { e2b: 'envd' } }, async (request) => ({ tenant: request.tenant }));
   server.get('/healthz', async () => 'ok');
   server.get('/v1/views/:token', async () => ({ page: true }));
   server.post('/v1/sessions', async (request) => ({ tenant: request.tenant, placed: request.placedSessionId }));
@@ -58,6 +69,24 @@ describe('a cluster node takes requests from its gateways only', () => {
       assert.equal(res.statusCode, 401, JSON.stringify(headers));
       assert.equal(res.json().error.code, 'cluster_credential_required');
     }
+  });
+
+  it("an envd route (E2B's in-sandbox API) needs the sandbox's access token, and its sandbox must be the tenant's the gateway named", async () => {
+    const envd = (tenant: string | undefined, token: string | undefined, id = 'bbbbbbbbbb') =>
+      node.app.inject({
+        method: 'GET',
+        url: `/e2b/envd/${id}/files`,
+        headers: { 'x-sbx-cluster-secret': SECRET, ...(tenant ? { 'x-sbx-tenant': tenant } : {}), ...(token ? { 'x-access-token': token } : {}) },
+      });
+    // Red team: a gateway authenticated alice for a route of her own session, and a header
+    // named carol's sandbox: the gateway's tenant alone opens nothing of carol's.
+    assert.equal((await envd('alice', undefined)).statusCode, 401);
+    assert.equal((await envd('alice', 'good')).statusCode, 404, "carol's sandbox is not alice's, token or not");
+    assert.equal((await envd('alice', 'good', 'aaaaaaaaaa')).statusCode, 404);
+    const own = await envd('carol', 'good');
+    assert.equal(own.statusCode, 200);
+    assert.deepEqual(own.json(), { tenant: 'carol' });
+    assert.deepEqual((await envd(undefined, 'good')).json(), { tenant: 'carol' }, 'with its token alone, as on a single host');
   });
 
   it('serves the tenant a gateway names, with the key id for the logs', async () => {

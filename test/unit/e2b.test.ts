@@ -57,6 +57,8 @@ describe('E2B surface: pure parts', () => {
     assert.equal(rewrite(incoming('/health', { 'e2b-sandbox-id': '../../v1' })), '/e2b/envd/0000000000/health', 'an id of another shape is a made-up one');
     assert.equal(rewrite(incoming('/anything', { host: '49983-abcdefghij.sbx.test:8080' })), '/e2b/envd/abcdefghij/anything');
     assert.equal(rewrite(incoming('/anything', { host: '3000-abcdefghij.sbx.test' })), undefined, 'other ports are the port routes');
+    // A guest port's name with a header naming another sandbox: the port's request, not envd's.
+    assert.equal(rewrite(incoming('/files?path=/etc/shadow', { host: '8080-abcdefghij.sbx.test', 'e2b-sandbox-id': 'bbbbbbbbbb' })), undefined);
     assert.equal(envdRewriter(undefined)(incoming('/x', { host: '49983-abcdefghij.sbx.test' })), undefined);
   });
 

@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { NotFoundError } from '../../errors.js';
 import { LOCAL_TENANT } from '../../sessions/session-record.js';
 import { isLoopbackAddress } from './auth-mode.js';
 import { assertNotFromAWebPage } from './browser-guard.js';
@@ -153,6 +154,17 @@ function identifyGatewayRequest(request: FastifyRequest, reply: FastifyReply, op
   request.clientAddress = forwardedClient(request) ?? request.clientAddress;
   if (route !== undefined && OPEN_ROUTES.has(route)) return;
   const identity = gatewayIdentity(request);
+  if (request.routeOptions.config.e2b === 'envd') {
+    // The sandbox's access token is the credential here as on a single host, and its sandbox
+    // must be the tenant's the gateway authenticated (a gateway checked the tenant of the
+    // session its route named, not of the sandbox an E2b-Sandbox-Id header names).
+    if (!opts.envd) throw missingKeyError();
+    const tenant = opts.envd.verify(request);
+    if (identity && identity.tenant !== tenant) throw new NotFoundError(`sandbox ${String((request.params as { id?: unknown }).id)} not found`);
+    request.tenant = tenant;
+    bindRequestLog(request, reply, { tenant });
+    return;
+  }
   if (identity) {
     request.tenant = identity.tenant;
     request.apiKeyId = identity.keyId ?? null;
