@@ -8,7 +8,9 @@
  * credential; another tenant's session is the same 404, and a port token opens nothing else.
  */
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
 import { readdir } from 'node:fs/promises';
+import path from 'node:path';
 import http from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
@@ -227,6 +229,35 @@ describe("issue 24's doors through a cluster's gateways", { timeout: 600_000 }, 
     assert.equal(other.status, 404);
     assert.deepEqual(other.json, { error: { code: 'not_found', message: `session ${id} does not exist` } });
     assert.equal((await request(`${g2}/hello.txt`, { host: portHost(g2, id, 3000) })).status, 401);
+  });
+
+  it("red team: a host-based request for a port of one's own session, with E2B's sandbox header naming another tenant's on the same node, reaches nothing of theirs", async () => {
+    // Another tenant's session on the node that holds acme's (each node keeps its sessions' dirs).
+    const holder = cluster.nodes.find((node) => existsSync(path.join(node.stateDir, id)));
+    assert.ok(holder, `no node holds ${id}`);
+    let mine = '';
+    for (let i = 0; i < 6 && !mine; i++) {
+      const made = await api(g1, 'POST', '/v1/sessions', cluster.other, {});
+      assert.equal(made.status, 201, made.body.toString());
+      if (existsSync(path.join(holder.stateDir, made.json.id as string))) mine = made.json.id as string;
+    }
+    assert.ok(mine, `no session of the other tenant landed on ${holder.name}`);
+    const asked = (method: string, url: string, body?: string) =>
+      request(`${g2}${url}`, {
+        method,
+        host: portHost(g2, mine, 3000),
+        headers: { ...cluster.other, 'e2b-sandbox-id': id, 'x-access-token': 'guessed', ...(body ? { 'content-type': 'application/connect+json' } : {}) },
+        ...(body ? { body } : {}),
+      });
+    const read = await asked('GET', '/files?path=/tmp/www/hello.txt');
+    assert.ok(!read.body.toString().includes('hello from the guest'), `acme's file was read: ${read.status}`);
+    assert.notEqual(read.status, 200);
+    const start = await asked('POST', '/process.Process/Start', JSON.stringify({ process: { cmd: '/bin/sh', args: ['-c', 'touch /tmp/www/pwned'] } }));
+    assert.notEqual(start.status, 200, start.body.toString().slice(0, 200));
+    await sleep(500);
+    const pwned = await api(g1, 'GET', `/v1/sessions/${id}/files?path=${encodeURIComponent('/tmp/www/pwned')}`, cluster.acme);
+    assert.equal(pwned.status, 404, "no command ran in acme's sandbox");
+    assert.equal((await api(g1, 'DELETE', `/v1/sessions/${mine}`, cluster.other)).status, 200);
   });
 
   it("WebSockets through a gateway: a guest port's (path-based by token, host-based by key) and a process's xterm socket; output as events", async () => {
