@@ -233,8 +233,7 @@ export class SessionLifecycle {
     this.opts.metrics.activeSessions.dec();
     try {
       await session.cleanup.run();
-      // All released: its ledger rows go too (left, its host id range stayed taken until a restart).
-      this.opts.store.forgetResources(session.id);
+      this.opts.store.forgetResources(session.id); // all released: its ledger too (else its id range stays taken)
     } catch (releaseErr) {
       this.opts.metrics.errors.inc({ kind: 'destroy' });
       log.error({ err: releaseErr }, 'releasing a warm sandbox that could not be claimed failed');
