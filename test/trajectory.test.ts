@@ -363,6 +363,14 @@ describe('trajectory', () => {
 
   it('red team: a model that floods calls with large inputs fills its own budget and no more, at little cost to the host', async () => {
     const dir = path.join(orch.stateDir, 'trajectories', optedIn);
+    // A screen of noise (static): its screenshots are large against the rows, so the budget is
+    // filled by images and the next one is dropped. An idle screen's PNG is a few KiB, and the
+    // rows alone could fill the budget to within less than one row, leaving no image to drop.
+    const noise = "xterm -geometry 200x60+0+0 -e sh -c 'head -c 12000 /dev/urandom | base64 -w 190; exec sleep 600' >/dev/null 2>&1 &";
+    assert.equal((await inject('POST', `/v1/sessions/${optedIn}/tools/bash`, keyA, { command: noise })).statusCode, 200);
+    for (let i = 0; i < 100 && (await inject('GET', `/v1/sessions/${optedIn}/screenshot`, keyA)).rawPayload.length < 64 * 1024; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+    }
     const rssBefore = process.memoryUsage().rss;
     const latencies: number[] = [];
     let flooding = true;
@@ -401,7 +409,7 @@ describe('trajectory', () => {
       : 0;
     assert.ok(row.bytes <= CAPS.maxSessionBytes, `${row.bytes} bytes counted`);
     assert.ok(onDisk <= CAPS.maxSessionBytes, `${onDisk} bytes on disk`);
-    assert.equal(row.steps + row.droppedSteps, calls + 2, 'every call is counted');
+    assert.equal(row.steps + row.droppedSteps, calls + 3, 'every call is counted, the bash call of the noise too');
     assert.ok(row.steps <= CAPS.maxSteps);
     assert.ok(row.droppedImages > 0, 'screenshots past the budget were dropped');
     const steps = (await inject('GET', `/v1/sessions/${optedIn}/trajectory`, keyA)).json().steps as Step[];
