@@ -23,7 +23,7 @@ async function main(): Promise<void> {
   const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
   const first = await lines.next();
   if (first.done === true) return;
-  const { url, apiKey } = JSON.parse(first.value) as ClientSettings;
+  const { url, apiKey, floorUrl } = JSON.parse(first.value) as ClientSettings;
   const desktop = await Desktop.create({ apiUrl: url, sandboxUrl: url, apiKey, timeoutMs: 600_000 });
   const say = (answer: unknown) => process.stdout.write(`${JSON.stringify(answer)}\n`);
   try {
@@ -37,6 +37,10 @@ async function main(): Promise<void> {
     };
     const rpc = createClient(Process, createConnectTransport({ baseUrl: url, httpVersion: '1.1', interceptors: [headers] }));
     const argv = ['/bin/bash', '-l', '-c', CLICK_COMMAND];
+    // The same SDK class, its envd calls sent to the floor's server instead (E2B's sandbox-URL override).
+    const floor = Reflect.construct(Desktop, [
+      { apiKey, apiUrl: url, sandboxUrl: floorUrl, sandboxId: desktop.sandboxId, envdAccessToken: token, envdVersion: '0.5.7' },
+    ]) as Desktop;
     const phases: Record<ClientPhase, (i: number) => Promise<unknown>> = {
       'sdk.screenshot': () => desktop.screenshot(),
       'sdk.leftClick': (i) => desktop.leftClick(...clickPoint(i)),
@@ -54,6 +58,9 @@ async function main(): Promise<void> {
       },
       'api.screenshot': () => ours.screenshot(),
       'api.leftClick': (i) => ours.leftClick(...clickPoint(i)),
+      'floor.screenshot': () => floor.screenshot(),
+      'floor.leftClick': (i) => floor.leftClick(...clickPoint(i)),
+      'floor.run': () => floor.commands.run(CLICK_COMMAND),
     };
     say({ sandboxId: desktop.sandboxId });
     for (let next = await lines.next(); next.done !== true && next.value !== 'end'; next = await lines.next()) {

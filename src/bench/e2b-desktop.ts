@@ -14,6 +14,7 @@ import type { GuestTransport } from '../transport/index.js';
 import { shellQuote } from '../transport/quote.js';
 import { ownCpuSeconds } from './cpu.js';
 import { openDirect } from './direct.js';
+import { E2bFloorServer } from './e2b-floor-server.js';
 import { CLICK_COMMAND, clickPoint, READ_FILE, type ClientPhase, type ClientSettings } from './e2b-phases.js';
 import { percentile, summarize, type Summary } from './stats.js';
 
@@ -30,6 +31,14 @@ interface Paired {
   addedP50Ms: number;
 }
 
+/** The SDK's call against the floor's server (e2b-floor-server.ts), and what is left of "added" beyond it. */
+interface Floored {
+  /** The same SDK call against an envd that answers at once: the SDK's own client, with any server. */
+  floor: Summary;
+  /** The median over rounds of (the call - the guest's run - the floor's call): what our surface adds. */
+  oursP50Ms: number;
+}
+
 /** Issue 26: @e2b/desktop's calls through our E2B surface, beside what they run in the guest and our own API. */
 export interface E2bDesktopFigures {
   /** Per SDK call: screenshot() (scrot, then files.read) and leftClick(x, y) (two xdotool commands), each round interleaved. */
@@ -37,7 +46,7 @@ export interface E2bDesktopFigures {
     'screenshot' | 'leftClick',
     {
       /** The SDK's call, from a client process of its own; addedP50Ms is the goal's figure (at most 5 ms). */
-      sdk: PhaseFigures & Paired;
+      sdk: PhaseFigures & Paired & Floored;
       /** The very same commands (`bash -l -c ...`, and the file read) timed inside the guest: the SDK's own cost. */
       guest: Summary;
       /** Our own API on the same desktop, from the same client process. */
@@ -47,7 +56,7 @@ export interface E2bDesktopFigures {
   /** The SDK's files.read of a screenshot file alone (/files over SFTP: stat, open, read), its part of screenshot(). */
   read: PhaseFigures & { bytes: number };
   /** One command (`bash -l -c 'xdotool click 1'`) through each layer, each round interleaved: where the added time goes. */
-  command: { sdk: PhaseFigures & Paired; connect: PhaseFigures & Paired; processes: PhaseFigures & Paired; guest: Summary };
+  command: { sdk: PhaseFigures & Paired & Floored; connect: PhaseFigures & Paired; processes: PhaseFigures & Paired; guest: Summary };
   /** The orchestrator's CPU while idle, in percent of a core (the desktop's capture, timers): left out of the per-call CPU. */
   idleOrchestratorCpuPercent: number;
 }
@@ -122,10 +131,10 @@ async function rounds<K extends string>(n: number, steps: Record<K, (i: number) 
   return out;
 }
 
-/** The median of a[i] - b[i]. */
-function pairedP50(a: number[], b: number[]): number {
+/** The median of a[i] - b[i] (- c[i]). */
+function pairedP50(a: number[], b: number[], c?: number[]): number {
   return percentile(
-    a.map((x, i) => x - (b[i] as number)),
+    a.map((x, i) => x - (b[i] as number) - (c?.[i] ?? 0)),
     50,
   );
 }
@@ -166,10 +175,11 @@ export async function measureE2bDesktop(base: OrchestratorConfig, n: number, pro
     pino({ level: 'warn' }),
     { buildImageIfMissing: false },
   );
+  const floorServer = new E2bFloorServer();
   try {
     const address = orchestrator.server.server.address();
     if (!address || typeof address === 'string') throw new Error('server has no TCP address');
-    const client = new BenchClient({ url: `http://127.0.0.1:${address.port}`, apiKey: key });
+    const client = new BenchClient({ url: `http://127.0.0.1:${address.port}`, apiKey: key, floorUrl: await floorServer.listen() });
     try {
       const made = await client.next<{ sandboxId: string }>().catch((err: unknown) => {
         console.error(`bench: @e2b/desktop: no sandbox (${err instanceof Error ? err.message : String(err)}); is the xfce image built?`);
@@ -189,10 +199,13 @@ export async function measureE2bDesktop(base: OrchestratorConfig, n: number, pro
         // The SDK runs each command as `bash -l -c <cmd>`: so do the guest's own runs.
         const sdkCommand = (command: string) => `bash -l -c ${shellQuote(command)}`;
         const shot = '/tmp/sbx-bench-shot.png';
+        const bytes = Number((await direct.exec(`DISPLAY=:0 scrot --overwrite ${READ_FILE} && stat -c %s ${READ_FILE}`)).stdout.toString().trim());
+        floorServer.fileBody = Buffer.alloc(bytes);
         const s = await profile('screenshot', n, {
           sdk: (i) => client.call('sdk.screenshot', i),
           guest: () => inGuest(direct, `${sdkCommand(`scrot --pointer --overwrite ${shot}`)} && cat ${shot}`),
           api: (i) => client.call('api.screenshot', i),
+          floor: (i) => client.call('floor.screenshot', i),
         });
         const c = await profile('leftClick', n, {
           sdk: (i) => client.call('sdk.leftClick', i),
@@ -202,24 +215,30 @@ export async function measureE2bDesktop(base: OrchestratorConfig, n: number, pro
             return inGuest(direct, `${sdkCommand(`xdotool mousemove --sync ${x} ${y + 10}`)}; ${sdkCommand(CLICK_COMMAND)}`);
           },
           api: (i) => client.call('api.leftClick', i),
+          floor: (i) => client.call('floor.leftClick', i),
         });
-        const bytes = Number((await direct.exec(`DISPLAY=:0 scrot --overwrite ${READ_FILE} && stat -c %s ${READ_FILE}`)).stdout.toString().trim());
         const r = await profile('read', n, { sdk: (i) => client.call('sdk.read', i) });
         const k = await profile('command', n, {
           sdk: (i) => client.call('sdk.run', i),
           connect: (i) => client.call('connect.run', i),
           processes: (i) => client.call('processes.run', i),
           guest: () => inGuest(direct, sdkCommand(CLICK_COMMAND)),
+          floor: (i) => client.call('floor.run', i),
         });
         const layer = (name: ClientPhase, samples: number[], guest: number[]) => ({ ...client.figures(name, samples), addedP50Ms: pairedP50(samples, guest) });
+        const sdkLayer = (name: ClientPhase, samples: number[], guest: number[], floor: number[]) => ({
+          ...layer(name, samples, guest),
+          floor: summarize(floor),
+          oursP50Ms: pairedP50(samples, guest, floor),
+        });
         return {
           calls: {
-            screenshot: { sdk: layer('sdk.screenshot', s.sdk, s.guest), guest: summarize(s.guest), api: client.figures('api.screenshot', s.api) },
-            leftClick: { sdk: layer('sdk.leftClick', c.sdk, c.guest), guest: summarize(c.guest), api: client.figures('api.leftClick', c.api) },
+            screenshot: { sdk: sdkLayer('sdk.screenshot', s.sdk, s.guest, s.floor), guest: summarize(s.guest), api: client.figures('api.screenshot', s.api) },
+            leftClick: { sdk: sdkLayer('sdk.leftClick', c.sdk, c.guest, c.floor), guest: summarize(c.guest), api: client.figures('api.leftClick', c.api) },
           },
           read: { ...client.figures('sdk.read', r.sdk), bytes },
           command: {
-            sdk: layer('sdk.run', k.sdk, k.guest),
+            sdk: sdkLayer('sdk.run', k.sdk, k.guest, k.floor),
             connect: layer('connect.run', k.connect, k.guest),
             processes: layer('processes.run', k.processes, k.guest),
             guest: summarize(k.guest),
@@ -233,6 +252,7 @@ export async function measureE2bDesktop(base: OrchestratorConfig, n: number, pro
       await client.end();
     }
   } finally {
+    await floorServer.close();
     await orchestrator.close();
     await removeTreeOnOneMount(stateDir);
   }
@@ -246,7 +266,8 @@ export function describeE2bDesktop(f: E2bDesktopFigures | null): string {
     const c = f.calls[name];
     return (
       `  ${name}(): SDK p50 ${ms(c.sdk.p50)} (orchestrator ${cpu(c.sdk)}), its commands in the guest ${ms(c.guest.p50)}, ` +
-      `added by our surface ${ms(c.sdk.addedP50Ms)} (goal <= 5); our own API ${ms(c.api.p50)} (${cpu(c.api)})`
+      `added ${ms(c.sdk.addedP50Ms)}; the SDK's own client against a server that answers at once ${ms(c.sdk.floor.p50)}, ` +
+      `so added by our surface ${ms(c.sdk.oursP50Ms)} (goal <= 5); our own API ${ms(c.api.p50)} (${cpu(c.api)})`
     );
   };
   const { sdk, connect, processes, guest } = f.command;
@@ -258,6 +279,7 @@ export function describeE2bDesktop(f: E2bDesktopFigures | null): string {
     row('leftClick'),
     `  the SDK's files.read of a ${(f.read.bytes / 1024).toFixed(0)} KiB screenshot (screenshot()'s read): ${ms(f.read.p50)} (${cpu(f.read)})`,
     `  one command, bash -l -c '${CLICK_COMMAND}': ${layer('SDK commands.run', sdk)}, ${layer('a lean Connect client', connect)}, ` +
-      `${layer('our processes API', processes)}; in the guest ${ms(guest.p50)}`,
+      `${layer('our processes API', processes)}; in the guest ${ms(guest.p50)}; the SDK's against a server that answers at once ` +
+      `${ms(sdk.floor.p50)}, so ours +${ms(sdk.oursP50Ms)}`,
   ].join('\n');
 }

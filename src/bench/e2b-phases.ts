@@ -21,6 +21,9 @@ export const CLIENT_PHASES = [
   'processes.run',
   'api.screenshot',
   'api.leftClick',
+  'floor.screenshot',
+  'floor.leftClick',
+  'floor.run',
 ] as const;
 export type ClientPhase = (typeof CLIENT_PHASES)[number];
 
@@ -28,4 +31,6 @@ export type ClientPhase = (typeof CLIENT_PHASES)[number];
 export interface ClientSettings {
   url: string;
   apiKey: string;
+  /** The floor's envd (e2b-floor-server.ts): the SDK's calls against a server that costs nothing. */
+  floorUrl: string;
 }
