@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import Anthropic from '@anthropic-ai/sdk';
+import { cappedFetch, MAX_MODEL_REPLY_BYTES } from './capped-fetch.js';
 import type { Logger } from 'pino';
 import { InvalidRequestError, ModelKeyMissingError, NotFoundError, RunInProgressError } from '../errors.js';
 import type { SessionDirectory } from '../sessions/ports.js';
@@ -96,7 +97,7 @@ export class RunManager {
     },
   ) {
     const { apiKey, baseURL } = opts.anthropic;
-    this.client = apiKey ? new Anthropic({ apiKey, ...(baseURL ? { baseURL } : {}) }) : undefined;
+    this.client = apiKey ? new Anthropic({ apiKey, ...(baseURL ? { baseURL } : {}), fetch: cappedFetch(MAX_MODEL_REPLY_BYTES) }) : undefined;
     this.tools = new SessionTools(opts.sessions, {
       bashTimeoutSeconds: opts.bashTimeoutSeconds,
       ...(opts.bashOutput ? { bashOutput: opts.bashOutput } : {}),
