@@ -7,6 +7,8 @@ export interface FrameRequest {
   video: string;
   /** Where in the video, in ms: a finite number >= 0 (checked here again). */
   offsetMs: number;
+  /** Whose turn it takes: the authenticated tenant the recording is checked to be of (turns are fair between tenants). */
+  tenant: string;
   /** The program (default: ffmpeg on PATH). */
   program?: string;
 }
@@ -18,6 +20,8 @@ const EXTRACT_TIMEOUT_MS = 10_000;
 /** Extractions at once (each a short burst of one core), and how many may wait for a turn. */
 const MAX_RUNNING = 2;
 const MAX_WAITING = 16;
+/** Waiting places one tenant may hold: one flooding the trajectory page leaves the rest to the others. */
+const MAX_WAITING_PER_TENANT = 4;
 
 /** The argv of one extraction: seek (before the input: fast, to the nearest frame), one frame, JPEG to stdout. */
 export function frameArgs(video: string, offsetMs: number): string[] {
@@ -48,34 +52,70 @@ export function frameArgs(video: string, offsetMs: number): string[] {
 
 /**
  * Extracts frames of recordings for the trajectory page, one ffmpeg per frame, a few at once
- * (MAX_RUNNING, the rest wait; past MAX_WAITING a request is refused with 503), each killed
- * past its time or its output cap. Undefined when the video has no frame at that time.
+ * (MAX_RUNNING, the rest wait; past MAX_WAITING, or past a tenant's MAX_WAITING_PER_TENANT, a
+ * request is refused with 503), each killed past its time or its output cap. A free slot goes
+ * to the waiting tenant running the fewest, the longest unserved of those (a round): a tenant
+ * with a long queue does not delay another's request by more than one extraction.
+ * Undefined when the video has no frame at that time.
  */
 export class FrameExtractor {
   private running = 0;
-  private readonly waiting: Array<() => void> = [];
+  private queued = 0;
+  /** Extractions running, by tenant. */
+  private readonly runningBy = new Map<string, number>();
+  /** Each tenant's waiting requests, oldest first; the map's order is the round's (a tenant served goes to its back). */
+  private readonly waiting = new Map<string, Array<() => void>>();
 
   async extract(request: FrameRequest): Promise<Buffer | undefined> {
     const args = frameArgs(request.video, request.offsetMs);
-    await this.turn();
+    await this.turn(request.tenant);
     try {
       return await runFfmpeg(request.program ?? 'ffmpeg', args);
     } finally {
-      this.running--;
-      this.waiting.shift()?.();
+      this.release(request.tenant);
     }
   }
 
   /** Takes a running slot now, or waits for one (counted when taken: no await between the check and the count). */
-  private turn(): Promise<void> {
+  private turn(tenant: string): Promise<void> {
     if (this.running < MAX_RUNNING) {
-      this.running++;
+      this.take(tenant);
       return Promise.resolve();
     }
-    if (this.waiting.length >= MAX_WAITING) {
+    const queue = this.waiting.get(tenant) ?? [];
+    if (queue.length >= MAX_WAITING_PER_TENANT) {
+      return Promise.reject(
+        new UnavailableError(`this tenant has ${queue.length} recording frames waiting to be extracted, its limit: try again once they are shown`),
+      );
+    }
+    if (this.queued >= MAX_WAITING) {
       return Promise.reject(new UnavailableError('too many recording frames are being extracted now: try again in a moment'));
     }
-    return new Promise((resolve) => this.waiting.push(() => (this.running++, resolve())));
+    this.queued++;
+    this.waiting.set(tenant, queue); // a tenant not waiting yet joins at the back of the round
+    return new Promise((resolve) => queue.push(() => (this.take(tenant), resolve())));
+  }
+
+  private take(tenant: string): void {
+    this.running++;
+    this.runningBy.set(tenant, (this.runningBy.get(tenant) ?? 0) + 1);
+  }
+
+  /** Frees a slot and hands it on at once (the next one counted in the same step: nobody can take it in between). */
+  private release(tenant: string): void {
+    this.running--;
+    const left = (this.runningBy.get(tenant) ?? 1) - 1;
+    if (left > 0) this.runningBy.set(tenant, left);
+    else this.runningBy.delete(tenant);
+    let next: string | undefined;
+    for (const t of this.waiting.keys()) if (next === undefined || (this.runningBy.get(t) ?? 0) < (this.runningBy.get(next) ?? 0)) next = t;
+    if (next === undefined) return;
+    const queue = this.waiting.get(next) as Array<() => void>;
+    const wake = queue.shift() as () => void;
+    this.waiting.delete(next);
+    if (queue.length > 0) this.waiting.set(next, queue); // to the back of the round
+    this.queued--;
+    wake();
   }
 }
 

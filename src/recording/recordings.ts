@@ -189,6 +189,7 @@ export class RecordingService {
     const data = await this.frames.extract({
       video: recordingFiles(this.opts.dir, sessionId).video,
       offsetMs: Math.min(offsetMs, lastMs),
+      tenant,
       program: this.opts.ffmpeg,
     });
     return data && { data, finished: status.state !== 'recording' };

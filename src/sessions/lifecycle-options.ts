@@ -3,16 +3,18 @@ import type { Metrics } from '../metrics/metrics.js';
 import type { GuestImage } from '../guest/image/image-store.js';
 import type { AddressLease } from '../network/address-pool.js';
 import type { RuntimeName } from '../runtimes/runtime.js';
-import type { CapacityGate } from './capacity.js';
+import type { CapacityGate, CapacitySlot } from './capacity.js';
 import type { SessionRegistry } from './registry.js';
 import type { SandboxHost } from './sandbox-host.js';
-import type { RequestDefaults } from './session-request.js';
+import type { RequestDefaults, SessionOwner, SessionRequest } from './session-request.js';
 import type { TenantLimits } from './tenant-limits.js';
 import type { SessionStore } from './store.js';
-import type { TemplateSource } from './templates.js';
+import type { SessionTemplate, TemplateSource } from './templates.js';
 import type { VolumeSource } from './session-volumes.js';
 import type { SnapshotSource } from './session-fork.js';
 import type { RuntimeCapabilities } from '../runtimes/runtime.js';
+import type { SessionVolumes } from '../volumes/volumes.js';
+import type { StepTimes } from '../util/step-times.js';
 
 /** What the session lifecycle (lifecycle.ts) is built from. */
 
@@ -51,4 +53,19 @@ export interface SessionDisk {
   writableMiB(image: GuestImage | undefined): number;
   /** What a session's own files hold on the host now, MiB (disk-capacity.ts, sessionFilesMiB). */
   usedMiB(sessionId: string): number;
+}
+
+/** One create, as it goes from admission to a cold boot or a warm claim. */
+export interface CreateAttempt {
+  request: SessionRequest;
+  template: SessionTemplate;
+  owner: SessionOwner;
+  slot: CapacitySlot;
+  /** performance.now() when the create began. */
+  started: number;
+  /** The volumes taken for it, until its session owns them. */
+  volumes: { held?: SessionVolumes };
+  steps: StepTimes;
+  /** A fork's snapshot (session-fork.ts). */
+  fork?: { id: string; dir: string };
 }

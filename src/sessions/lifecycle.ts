@@ -5,12 +5,11 @@ import type { CapacitySlot } from './capacity.js';
 import type { PooledSandbox, WarmPool } from './pool/warm-pool.js';
 import { Session } from './session.js';
 import { flushGuestVolumes, takeVolumes } from './session-volumes.js';
-import type { SessionVolumes } from '../volumes/volumes.js';
 import { LOCAL_TENANT, transportFor, type EndReason, type SessionRecord, type SessionState } from './session-record.js';
 import { newRecord, resolveRequest, startClocks, type CreateSessionOptions, type SessionOwner, type SessionRequest } from './session-request.js';
 import { toView, type SessionView } from './session-view.js';
 import type { SessionTemplate } from './templates.js';
-import type { LifecycleOptions } from './lifecycle-options.js';
+import type { CreateAttempt, LifecycleOptions } from './lifecycle-options.js';
 import { tenantDefaults } from './tenant-limits.js';
 import { watchConnection, watchSandbox, watchSandboxProcess, type WatchHooks } from './session-watch.js';
 import { StepTimes } from '../util/step-times.js';
@@ -23,21 +22,6 @@ export type { AddressSource, LifecycleOptions, SessionDisk } from './lifecycle-o
  * cold fallback), destroys, and the release of all a session holds when it ends, however it ends (a DELETE, a clock, a
  * sandbox that vanished, a shutdown).
  */
-/** One create, as it goes from admission to a cold boot or a warm claim. */
-interface CreateAttempt {
-  request: SessionRequest;
-  template: SessionTemplate;
-  owner: SessionOwner;
-  slot: CapacitySlot;
-  /** performance.now() when the create began. */
-  started: number;
-  /** The volumes taken for it, until its session owns them. */
-  volumes: { held?: SessionVolumes };
-  steps: StepTimes;
-  /** A fork's snapshot (session-fork.ts). */
-  fork?: { id: string; dir: string };
-}
-
 export class SessionLifecycle {
   private shuttingDown = false;
   /** The warm pools, by template, once they exist (they are made with hooks into this lifecycle). */
@@ -145,20 +129,26 @@ export class SessionLifecycle {
     record.transport = transportFor(lease !== undefined, host.controlTransport);
     this.measureDisk(slot, record.id);
     const session = new Session(record);
-    session.volumes = volumes.held;
-    volumes.held = undefined;
     session.steps = steps;
     session.image = template.image;
     session.fromSnapshot = attempt.fork;
     record.snapshot = attempt.fork?.id ?? null;
     const log = this.sessionLog(session);
-    // Stored before any resource is taken, so a crash from here on is found at restart.
-    store.insert(record);
-    registry.add(session);
-    metrics.activeSessions.inc();
     // First on the stack, so released last: the slot is free only once everything else is.
     await session.cleanup.push('capacity slot', () => slot.release());
     if (lease) await session.cleanup.push('address lease', () => addresses.release(lease.index));
+    // Stored before any other resource is taken, so a crash from here on is found at restart. An insert that throws (a
+    // placed id's clash, a full disk) runs the stack: nothing else knows of the lease, which would stay taken until a restart.
+    try {
+      store.insert(record);
+    } catch (err) {
+      await session.cleanup.run();
+      throw err;
+    }
+    session.volumes = volumes.held; // the session's once it is stored; until then the create's failure path gives them back
+    volumes.held = undefined;
+    registry.add(session);
+    metrics.activeSessions.inc();
 
     const boot = host.boot(session, lease, log);
     session.creation = boot.catch(() => undefined);

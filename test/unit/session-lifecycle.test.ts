@@ -41,6 +41,17 @@ function assertNothingHeld(r: FakeRig): void {
   assert.deepEqual(r.manager.capacity.usage(), { total: 0, booting: 0, perTenant: {} }, 'every capacity slot was given back');
 }
 
+/** A store whose inserts throw while `failing`, as SQLite's do on a full disk; it counts them. */
+class InsertFails extends SessionStore {
+  failing = true;
+  attempts = 0;
+  override insert(record: SessionRecord): void {
+    if (!this.failing) return super.insert(record);
+    this.attempts++;
+    throw new Error('database or disk is full');
+  }
+}
+
 describe('unit: create and destroy', () => {
   for (const transport of ['unix', 'vsock'] as const) {
     it(`a runtime reached over a socket (${transport}): a session without egress takes no address (no NIC), one with egress does (issue 23)`, async () => {
@@ -123,6 +134,32 @@ describe('unit: create and destroy', () => {
     assertNothingHeld(r);
     r.runtime.startError = undefined;
     assert.equal((await r.manager.create()).state, 'ready', 'the next create works');
+    await r.manager.shutdown();
+    assertNothingHeld(r);
+  });
+
+  it('a create whose row cannot be stored gives back its address lease (nothing else knows of it) and its slot', async () => {
+    const store = new InsertFails(path.join(dir, 'insert-fails.db'));
+    const r = await rig({ store, subnet: '10.251.0.0/29' }); // two /30 blocks: two leaks would exhaust it
+    for (let i = 0; i < 3; i++) await assert.rejects(r.manager.create({}, { tenant: 'alpha' }), /disk is full/);
+    assert.equal(store.attempts, 3);
+    assert.equal(r.manager.leasesInUse, 0, 'the lease taken before the insert was given back');
+    assert.deepEqual(r.manager.list(), []);
+    assertNothingHeld(r);
+    store.failing = false;
+    assert.equal((await r.manager.create({}, { tenant: 'alpha' })).state, 'ready', 'the subnet still has its blocks');
+    await r.manager.shutdown();
+    assertNothingHeld(r);
+  });
+
+  it('two creates racing for the same placed id: the one whose insert clashes gives back its lease', async () => {
+    const r = await rig();
+    const owner = { tenant: 'alpha', sessionId: 'placedaaaa' };
+    // Both pass the "new on this node" check before either is stored; the second insert hits the primary key.
+    const [a, b] = await Promise.allSettled([r.manager.create({}, owner), r.manager.create({}, owner)]);
+    assert.deepEqual([a.status, b.status].sort(), ['fulfilled', 'rejected']);
+    assert.equal(r.manager.leasesInUse, 1, "only the stored session's lease is held");
+    assert.deepEqual(r.manager.capacity.usage().perTenant, { alpha: 1 });
     await r.manager.shutdown();
     assertNothingHeld(r);
   });
@@ -307,6 +344,16 @@ describe('unit: the warm pool', () => {
     assert.deepEqual(r.manager.capacity.usage().perTenant, { alpha: 2 }, 'one slot per session, the failed claim took none');
 
     r.host.claimError = undefined;
+    await r.manager.shutdown();
+    assertNothingHeld(r);
+  });
+
+  it('a pooled sandbox whose row cannot be stored gives back its address lease', async () => {
+    const store = new InsertFails(path.join(dir, 'insert-fails-pool.db'));
+    const r = await rig({ store, warmPool: { sizes: new Map([['minimal', 1]]), shape: { width: 1024, height: 768 } } });
+    await until('the pool tried a boot', () => store.attempts >= 1);
+    await sleep(20);
+    assert.equal(r.manager.leasesInUse, 0, 'the failed boot holds no lease');
     await r.manager.shutdown();
     assertNothingHeld(r);
   });

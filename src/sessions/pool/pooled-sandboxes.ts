@@ -52,8 +52,14 @@ export function pooledSandboxHooks(opts: PooledSandboxOptions, template: string)
     const session = new Session(record);
     session.image = image;
     const log = opts.log.child({ pooledSandbox: record.id });
-    opts.store.insert(record);
     if (lease) await session.cleanup.push('address lease', () => opts.addresses.release(lease.index));
+    // An insert that throws (a full disk) gives the lease back: nothing else knows of it (as a cold create: lifecycle.ts).
+    try {
+      opts.store.insert(record);
+    } catch (err) {
+      await session.cleanup.run();
+      throw err;
+    }
     try {
       const pooled = await opts.host.bootPooled(session, lease, log);
       opts.lifecycle.setState(session, 'ready');
