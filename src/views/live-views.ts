@@ -191,11 +191,11 @@ export class LiveViews {
       channel.close();
       return;
     }
-    // Revoked (or its session ended) while the tunnel opened: the revoke cut the viewers it
-    // knew of, and this one was not among them yet.
+    // Revoked, expired (or its session ended) while the tunnel opened: the revoke cut the
+    // viewers it knew of, and this one was not among them yet.
     if (!this.tokens.listUsable(grant.sessionId).some((usable) => usable.viewId === grant.viewId)) {
       channel.close();
-      ws.close(1008, 'this live view was revoked');
+      ws.close(1008, Date.parse(grant.expiresAt) <= Date.now() ? 'this live-view link has expired: ask for a new one' : 'this live view was revoked');
       return;
     }
     this.hooks.viewerConnected();
