@@ -8,6 +8,9 @@ import { performance } from 'node:perf_hooks';
 import { after, before, describe, it } from 'node:test';
 import { buildIdBase } from '../src/runtimes/container/id-leases.js';
 import { BUILD_ID_RANGES, BuildContainer } from '../src/templates/build-container.js';
+import { fenceHostFromBuilds } from '../src/templates/build-fence.js';
+import { networkSettingsFromEnv } from '../src/network/settings.js';
+import { ID_RANGE_SIZE } from '../src/runtimes/container/settings.js';
 import { removeTree } from '../src/guest/image/build-dirs.js';
 import { TemplateCatalogue } from '../src/templates/catalogue.js';
 import { createNetLab, listenOn } from './helpers/netlab.js';
@@ -268,8 +271,8 @@ describe('red team: a hostile template build step changes nothing on the host', 
   });
 });
 
-describe("red team: a package download step (the host's network namespace) cannot reach the host itself, nor a private network", () => {
-  it("loopback, the host's addresses and a private address: dropped for the build uids; a public address in a test namespace: reachable", async () => {
+describe("red team: a package download step (the host's network namespace) cannot reach the host itself, nor a private network, nor the sandbox subnet", () => {
+  it("loopback, the host's addresses and a private address: dropped for the build uids; a public address in a test namespace: reachable, and dropped once it is in the configured sandbox subnet", async () => {
     // A build container on a copy of minimal's tree, as a package step uses it: network on.
     const minimal = await new TemplateCatalogue(IMAGES_DIR).resolve('minimal');
     const workDir = await mkdtemp('/var/tmp/sbx-build-fence-');
@@ -278,9 +281,11 @@ describe("red team: a package download step (the host's network namespace) canno
     // Listening on every host address: what a service bound to 0.0.0.0 exposes.
     const { port, server } = await listenOn('0.0.0.0');
     let container: BuildContainer | undefined;
+    // What a CLI build in this environment fences (SBX_SUBNET), as the entry point hands it in.
+    const sandboxSubnets = [networkSettingsFromEnv(process.env).subnet];
     try {
       execFileSync('cp', ['-a', '--reflink=auto', minimal.image.rootfs, path.join(workDir, 'rootfs')]);
-      container = await BuildContainer.open(path.join(workDir, 'rootfs'), workDir);
+      container = await BuildContainer.open(path.join(workDir, 'rootfs'), workDir, { sandboxSubnets });
       const probe = (address: string, target: number) =>
         `python3 -c ${shellQuote(`import socket; s = socket.socket(); s.settimeout(3)\ntry:\n  s.connect((${JSON.stringify(address)}, ${target})); print('open', ${JSON.stringify(address)})\nexcept Exception as e:\n  print('closed', ${JSON.stringify(address)}, type(e).__name__)`)}`;
       const lines: string[] = [];
@@ -310,7 +315,19 @@ describe("red team: a package download step (the host's network namespace) canno
       // A private network (as a cloud's metadata service, a LAN's database, another sandbox): a base image's apt hook reaches none.
       assert.match(out, new RegExp(`^closed ${lab.privateAddress.replace(/\./g, '\\.')} TimeoutError$`, 'm'), out);
       assert.match(out, new RegExp(`^open ${lab.publicAddress.replace(/\./g, '\\.')}$`, 'm'), `the step has the network: ${out}`);
+
+      // The same public address once an orchestrator's sandbox subnet (SBX_SUBNET) holds it, outside
+      // every blocked range: before, the fence left it open, so a build step reached the guests there.
+      await container.close();
+      const labSubnet = `${lab.publicAddress}/30`; // not canonical on purpose: the fence clears the host bits
+      container = await BuildContainer.open(path.join(workDir, 'rootfs'), workDir, { sandboxSubnets: [...sandboxSubnets, labSubnet] });
+      const fenced: string[] = [];
+      await container.run(['/bin/sh', '-c', probe(lab.publicAddress, lab.port)], { network: true, onLine: (line) => fenced.push(line) });
+      assert.match(fenced.join('\n'), new RegExp(`^closed ${lab.publicAddress.replace(/\./g, '\\.')} TimeoutError$`, 'm'), fenced.join('\n'));
     } finally {
+      // Never deleted: put back as a build in this environment leaves it.
+      const first = buildIdBase();
+      await fenceHostFromBuilds({ first, last: first + BUILD_ID_RANGES * ID_RANGE_SIZE - 1 }, sandboxSubnets);
       server.close();
       await container?.close();
       await lab.close();

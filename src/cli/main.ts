@@ -65,7 +65,7 @@ function client(): SandboxClient {
 
 program.addCommand(keysCommand(defaults.stateDir));
 program.addCommand(desktopCommand(client));
-program.addCommand(templateCommand(defaults.imagesDir));
+program.addCommand(templateCommand(defaults.imagesDir, defaults.subnet));
 program.addCommand(trajectoryCommand(client));
 program.addCommand(recordingCommand(client));
 program.addCommand(runCommand(client));

@@ -20,8 +20,11 @@
  *   namespace, still without any privilege over it, and fenced: nftables drops what the
  *   builds' uids send to any of the host's own addresses, loopback included, and to every
  *   range that is not the internet (private networks, the cloud's metadata service, the
- *   sandboxes), but DNS (fenceHostFromBuilds), so no host service (the orchestrator's API in
- *   keyless loopback mode among them), other sandbox or LAN is reachable from a base image's apt.
+ *   sandboxes, the configured sandbox subnet whatever its range), but DNS (build-fence.ts), so
+ *   no host service (the orchestrator's API in keyless loopback mode among them), other
+ *   sandbox or LAN is reachable from a base image's apt.
+ * - Time: a step still running at its limit (stepTimeoutMs) is killed as Ctrl-C kills it, the
+ *   whole container (every process of its pid namespace), and fails with StepTimeoutError.
  */
 import { existsSync } from 'node:fs';
 import { mkdir, open, readFile, readdir, rename, rm, rmdir, stat, writeFile } from 'node:fs/promises';
@@ -35,10 +38,9 @@ import { userNamespaceHook } from '../runtimes/container/namespace-limits.js';
 import { seccompProfile } from '../runtimes/container/seccomp.js';
 import { buildIdBase, liveHostIdRanges, type LeaseOwner } from '../runtimes/container/id-leases.js';
 import { DEFAULT_ID_LEASE_DIR, ID_RANGE_SIZE } from '../runtimes/container/settings.js';
-import { applyNft } from '../network/policy/nft.js';
-import { BLOCKED_IPV4_RANGES } from '../network/policy/ranges.js';
 import { run } from '../util/exec.js';
 import { WATCH_INTERVAL_MS, type BuildDiskBudget } from './build-disk.js';
+import { fenceHostFromBuilds } from './build-fence.js';
 
 /** runc's state for build containers (gone at reboot, as are the containers). */
 export const BUILD_RUNC_ROOT = '/run/sbx-template-build';
@@ -60,6 +62,28 @@ const STEP_INOTIFY_LIMITS = { inotifyInstances: 128, inotifyWatches: 16384 };
 export const BUILD_CAPABILITIES = [...GUEST_CAPABILITIES, 'CAP_FSETID', 'CAP_SETFCAP'];
 
 const STEP_ENV = ['PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', 'HOME=/root', 'LC_ALL=C', 'DEBIAN_FRONTEND=noninteractive'];
+
+/** What a build's containers are given (see BuildContainer.open). */
+export interface BuildContainerOptions {
+  /** The orchestrator's sandbox subnets (SBX_SUBNET), fenced off from the downloads whatever their range. */
+  sandboxSubnets: readonly string[];
+  /** Ctrl-C, or the build's own time limit: the running step's container is killed. */
+  signal?: AbortSignal;
+  disk?: BuildDiskBudget;
+  /** How long one step (one container) may run; none if absent. */
+  stepTimeoutMs?: number;
+}
+
+/** A step still running at its time limit: its container was killed. */
+export class StepTimeoutError extends CommandError {
+  constructor(
+    readonly limitMs: number,
+    lastLines: string[],
+  ) {
+    super(`still running at its time limit of ${limitMs} ms: its container was killed`, undefined, lastLines);
+    this.name = 'StepTimeoutError';
+  }
+}
 
 export interface StepOptions {
   stdin?: Buffer;
@@ -111,39 +135,6 @@ export function buildStepSpec(opts: { root: string; argv: readonly string[]; ids
   };
 }
 
-/** The nftables table that keeps the builds' uids off the host and every network that is not the internet. */
-export const BUILD_FENCE_TABLE = 'sbx-template-build';
-
-/** IPv6 destinations a build step may not reach: unique local, link-local, multicast. */
-const BLOCKED_IPV6_RANGES = ['fc00::/7', 'fe80::/10', 'ff00::/8'];
-
-/**
- * Installs (or replaces, in one transaction) the fence for every build range, on the host's
- * output hook, for packets of sockets owned by a build uid: DNS goes anywhere (the resolver
- * may be local or on a private network); then whatever goes to a local address (`fib daddr
- * type local`: loopback and every address of the host) is dropped, and whatever goes to a
- * range that is not the internet (ranges.ts, as for a sandbox with egress: private networks,
- * link-local with the cloud's metadata service, the sandboxes' default subnet, CGNAT; IPv6
- * unique local and link-local). A base image's apt hook runs in such a step. It matches
- * build uids only, so it stays installed.
- */
-export async function fenceHostFromBuilds(): Promise<void> {
-  const first = buildIdBase();
-  const last = first + BUILD_ID_RANGES * ID_RANGE_SIZE - 1;
-  await applyNft(`table inet ${BUILD_FENCE_TABLE} {}
-delete table inet ${BUILD_FENCE_TABLE}
-table inet ${BUILD_FENCE_TABLE} {
-  chain output {
-    type filter hook output priority filter - 10; policy accept;
-    meta skuid ${first}-${last} meta l4proto { tcp, udp } th dport 53 accept
-    meta skuid ${first}-${last} fib daddr type local counter drop comment "a template build step to the host itself"
-    meta skuid ${first}-${last} ip daddr { ${BLOCKED_IPV4_RANGES.join(', ')} } counter drop comment "a template build step to a network that is not the internet"
-    meta skuid ${first}-${last} ip6 daddr { ${BLOCKED_IPV6_RANGES.join(', ')} } counter drop comment "a template build step to a network that is not the internet"
-  }
-}
-`);
-}
-
 /** One build's steps: its id range, the idmapped view of its image tree, and its containers. */
 export class BuildContainer {
   private steps = 0;
@@ -153,26 +144,31 @@ export class BuildContainer {
     private readonly bundles: string,
     private readonly ids: IdRange,
     private readonly lease: string,
-    private readonly signal: AbortSignal | undefined,
-    private readonly disk: BuildDiskBudget | undefined,
+    private readonly options: BuildContainerOptions,
   ) {}
+
+  private get signal(): AbortSignal | undefined {
+    return this.options.signal;
+  }
 
   /**
    * Leases an id range and mounts `rootfs` idmapped onto it at `<workDir>/view` (inside the
    * build's directory, so that removing a failed build unmounts it: build-dirs.ts removeTree).
+   * Installs the builds' network fence first (build-fence.ts), with `sandboxSubnets`.
    */
-  static async open(rootfs: string, workDir: string, signal?: AbortSignal, disk?: BuildDiskBudget): Promise<BuildContainer> {
+  static async open(rootfs: string, workDir: string, options: BuildContainerOptions): Promise<BuildContainer> {
     await assertCrossable(workDir);
     await mkdir(BUILD_RUNC_ROOT, { recursive: true, mode: 0o700 });
     await removeStaleContainers();
-    await fenceHostFromBuilds();
+    const first = buildIdBase();
+    await fenceHostFromBuilds({ first, last: first + BUILD_ID_RANGES * ID_RANGE_SIZE - 1 }, options.sandboxSubnets);
     const { ids, lease } = await leaseRange();
     try {
       const view = path.join(workDir, 'view');
       const bundles = path.join(workDir, 'bundles');
       await mkdir(bundles, { recursive: true, mode: 0o700 });
       await mountIdmapped(ids, [{ source: rootfs, target: view }], { writable: true });
-      return new BuildContainer(view, bundles, ids, lease, signal, disk);
+      return new BuildContainer(view, bundles, ids, lease, options);
     } catch (err) {
       await rm(lease, { force: true });
       throw err;
@@ -199,9 +195,18 @@ export class BuildContainer {
     };
     const onAbort = () => void kill();
     this.signal?.addEventListener('abort', onAbort, { once: true });
-    // Past the build's disk budget (build-disk.ts) the step is killed as an abort would.
+    // Past its time limit, or the build's disk budget (build-disk.ts), the step is killed as an abort would.
+    let timedOut = false;
+    const limitMs = this.options.stepTimeoutMs;
+    const timer =
+      limitMs === undefined
+        ? undefined
+        : setTimeout(() => {
+            timedOut = true;
+            void kill();
+          }, limitMs);
     let overBudget = false;
-    const disk = this.disk;
+    const disk = this.options.disk;
     const watch = disk
       ? setInterval(() => {
           void disk.exceeded().then(
@@ -222,11 +227,13 @@ export class BuildContainer {
         onLine: options.onLine,
         tailLines: options.tailLines,
       }).catch((err: unknown) => {
+        if (timedOut && limitMs !== undefined) throw new StepTimeoutError(limitMs, err instanceof CommandError ? err.lastLines : []);
         throw overBudget && disk ? overBudgetError(disk, err) : err;
       });
       if (disk && (await disk.exceeded())) throw overBudgetError(disk, undefined);
     } finally {
       clearInterval(watch);
+      clearTimeout(timer);
       finished = true;
       this.signal?.removeEventListener('abort', onAbort);
       await deleteContainer(id);

@@ -7,7 +7,8 @@
  * profile, no host devices, and no network but for apt's downloads), so every path resolves
  * inside the image and nothing it does reaches the host. The build goes to
  * .build-<hash>-<pid>/ and is renamed into place only once complete; a failure or Ctrl-C
- * removes it (removeTree unmounts anything left inside first).
+ * removes it (removeTree unmounts anything left inside first), as does a step past its time
+ * limit or a build past its own (a step that never ends held its build for good before).
  */
 import { copyFile, mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -19,7 +20,7 @@ import { createImageFile, mkfsExt4Argv, rootImageSize } from '../guest/image/ext
 import type { GuestImage } from '../guest/image/image-store.js';
 import { truncateTimestamps } from '../guest/image/timestamps.js';
 import { GUEST_GID, GUEST_UID } from '../guest/contract.js';
-import { BuildContainer } from './build-container.js';
+import { BuildContainer, StepTimeoutError } from './build-container.js';
 import { BuildDiskBudget } from './build-disk.js';
 import type { TemplateCatalogue } from './catalogue.js';
 import { readTemplateFile, TemplateFileError, type TemplateDefinition } from './template-file.js';
@@ -52,10 +53,24 @@ export interface TemplateBuildOptions {
   force?: boolean;
   /** Most of the host's disk the build may take (build-disk.ts); DEFAULT_BUILD_MAX_DISK_BYTES if absent. */
   maxDiskBytes?: number;
+  /** The orchestrator's sandbox subnets (SBX_SUBNET): the package downloads may not reach them (build-fence.ts). */
+  sandboxSubnets: readonly string[];
+  /** How long one command in the image may run; DEFAULT_STEP_TIMEOUT_MS if absent. */
+  stepTimeoutMs?: number;
+  /** How long the whole build may take; DEFAULT_BUILD_TIMEOUT_MS if absent. */
+  buildTimeoutMs?: number;
 }
 
 /** A build's disk budget unless the operator says otherwise: the base's copy, packages, files and the VM disk. */
 export const DEFAULT_BUILD_MAX_DISK_BYTES = 16 * 1024 ** 3;
+/**
+ * Time limits unless the operator says otherwise. A step is one command run in the image (a
+ * `run` entry, one of apt's, a file's copy): one that never ends (`sleep infinity`, a server,
+ * a prompt) would otherwise hold its build, its id range and its disk for good. Generous:
+ * apt installing a desktop from a slow mirror takes minutes, not half an hour.
+ */
+export const DEFAULT_STEP_TIMEOUT_MS = 30 * 60_000;
+export const DEFAULT_BUILD_TIMEOUT_MS = 60 * 60_000;
 
 /** A build step that failed: its name and the tail of its output. */
 export class TemplateBuildError extends Error {
@@ -91,7 +106,7 @@ export async function buildTemplateFile(file: string, opts: TemplateBuildOptions
   if (process.getuid?.() !== 0) throw new Error('building a template needs root (chroot and namespaces); run as root');
   await mkdir(templatesDir(imagesDir), { recursive: true, mode: 0o755 });
   await removeStaleBuilds(templatesDir(imagesDir), progress);
-  const build = new TemplateBuild(imagesDir, definition, base.image, hash, files, progress, opts.signal);
+  const build = new TemplateBuild(imagesDir, definition, base.image, hash, files, progress, opts);
   return build.run(opts.maxDiskBytes ?? DEFAULT_BUILD_MAX_DISK_BYTES);
 }
 
@@ -115,6 +130,14 @@ class TemplateBuild {
   private step = 0;
   /** copy, packages, files, run, guest settings, VM artifacts, move into place. */
   private readonly totalSteps = 7;
+  /** Aborted at the build's time limit; `signal` is it or Ctrl-C, whichever comes first. */
+  private readonly deadline = new AbortController();
+  private readonly signal: AbortSignal;
+  private readonly userSignal: AbortSignal | undefined;
+  private readonly stepTimeoutMs: number;
+  private readonly buildTimeoutMs: number;
+  /** The command running in the image, as its error names it. */
+  private command = '';
 
   constructor(
     private readonly imagesDir: string,
@@ -123,13 +146,20 @@ class TemplateBuild {
     private readonly hash: string,
     private readonly files: readonly Buffer[],
     private readonly progress: (line: string) => void,
-    private readonly signal: AbortSignal | undefined,
+    private readonly opts: TemplateBuildOptions,
   ) {
+    this.userSignal = opts.signal;
+    this.signal = opts.signal ? AbortSignal.any([opts.signal, this.deadline.signal]) : this.deadline.signal;
+    // A timer fires at once past 2^31 - 1 ms: a longer limit is that one.
+    this.stepTimeoutMs = Math.min(opts.stepTimeoutMs ?? DEFAULT_STEP_TIMEOUT_MS, 2 ** 31 - 1);
+    this.buildTimeoutMs = Math.min(opts.buildTimeoutMs ?? DEFAULT_BUILD_TIMEOUT_MS, 2 ** 31 - 1);
     this.tempDir = path.join(templatesDir(imagesDir), `.build-${hash}-${process.pid}`);
     this.rootfs = path.join(this.tempDir, IMAGE_ARTIFACTS.rootfs);
   }
 
   async run(maxDiskBytes: number): Promise<StoredTemplate> {
+    // The whole build's limit: the step running then is killed as by Ctrl-C (a host command too: cp, mkfs).
+    const timer = setTimeout(() => this.deadline.abort(), this.buildTimeoutMs);
     try {
       this.report(`building template ${this.def.name} (${this.hash}) on ${this.def.base} (${this.base.hash})`);
       await removeTree(this.tempDir);
@@ -137,7 +167,12 @@ class TemplateBuild {
       this.disk = await BuildDiskBudget.start(this.tempDir, maxDiskBytes);
       this.report(`  disk budget: ${this.disk.describe()}`);
       await this.stepDo(`copy the base image's rootfs (${this.def.base})`, () => this.exec(['cp', '-a', '--reflink=auto', this.base.rootfs, this.rootfs]));
-      this.container = await BuildContainer.open(this.rootfs, this.tempDir, this.signal, this.disk);
+      this.container = await BuildContainer.open(this.rootfs, this.tempDir, {
+        sandboxSubnets: this.opts.sandboxSubnets,
+        signal: this.signal,
+        disk: this.disk,
+        stepTimeoutMs: this.stepTimeoutMs,
+      });
       try {
         await this.stepDo(`install packages: ${this.def.packages.join(' ') || '(none)'}`, () => this.installPackages());
         await this.stepDo(`copy ${this.def.files.length} file(s)`, () => this.copyFiles());
@@ -178,15 +213,34 @@ class TemplateBuild {
         this.report(`could not remove ${this.tempDir}: ${String(cleanupError)}; remove it by hand`);
       });
       throw err;
+    } finally {
+      clearTimeout(timer);
     }
   }
 
   private async stepDo(name: string, work: () => Promise<unknown>): Promise<void> {
     this.nextStep(name);
     try {
+      if (this.signal.aborted) throw new Error('aborted');
       await work();
     } catch (err) {
-      if (this.signal?.aborted) throw new TemplateBuildError(name, [], 'interrupted');
+      const lines = err instanceof CommandError ? err.lastLines : [];
+      if (this.userSignal?.aborted) throw new TemplateBuildError(name, [], 'interrupted');
+      if (this.deadline.signal.aborted)
+        throw new TemplateBuildError(
+          name,
+          lines,
+          `the build was still running at its time limit of ${duration(this.buildTimeoutMs)} (--build-timeout-seconds, SBX_TEMPLATE_BUILD_TIMEOUT_SECONDS): ` +
+            `what ran was killed and the build removed. A build that needs longer: raise the limit; one that waits forever: fix the step that does`,
+        );
+      if (err instanceof StepTimeoutError)
+        throw new TemplateBuildError(
+          name,
+          lines,
+          `${this.command} was still running at the step time limit of ${duration(err.limitMs)} (--step-timeout-seconds, SBX_TEMPLATE_BUILD_STEP_TIMEOUT_SECONDS): ` +
+            `it was killed with every process it started, and the build removed. A step that needs longer: raise the limit; ` +
+            `one that waits for input or never ends (a server, sleep infinity): change it so that it exits`,
+        );
       if (err instanceof CommandError) throw new TemplateBuildError(name, err.lastLines, err.exitCode === undefined ? err.message : `exit ${err.exitCode}`);
       throw new TemplateBuildError(name, [], err instanceof Error ? err.message : String(err));
     }
@@ -220,15 +274,20 @@ class TemplateBuild {
       // resolves inside the image; one step per file (the values are arguments, not code).
       const owner = entry.owner === 'user' ? `${GUEST_UID}:${GUEST_GID}` : '0:0';
       const script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chown -- "$2" "$1" && chmod -- "$3" "$1"';
-      await this.inImage(['/bin/sh', '-c', script, 'sh', entry.target, owner, entry.mode], { stdin: content, quiet: true });
+      await this.inImage(
+        ['/bin/sh', '-c', script, 'sh', entry.target, owner, entry.mode],
+        { stdin: content, quiet: true },
+        `files[${index}] (to ${entry.target})`,
+      );
     }
   }
 
   private async runCommands(): Promise<void> {
     for (const [index, command] of this.def.run.entries()) {
       const argv = typeof command === 'string' ? ['/bin/sh', '-c', command] : command;
-      this.report(`  run[${index}]: ${typeof command === 'string' ? command : JSON.stringify(command)}`);
-      await this.inImage(argv);
+      const shown = `run[${index}]: ${typeof command === 'string' ? command : JSON.stringify(command)}`;
+      this.report(`  ${shown}`);
+      await this.inImage(argv, {}, shown);
     }
   }
 
@@ -263,8 +322,9 @@ class TemplateBuild {
    * argv run as the image's root in a build container (build-container.ts): no network unless
    * it is one of apt's downloads. quiet: tee echoes what it writes; a template's files are not progress.
    */
-  private inImage(argv: readonly string[], options: { stdin?: Buffer; network?: boolean; quiet?: boolean } = {}): Promise<void> {
+  private inImage(argv: readonly string[], options: { stdin?: Buffer; network?: boolean; quiet?: boolean } = {}, shown?: string): Promise<void> {
     if (!this.container) throw new Error('the build container is not open');
+    this.command = shown ?? `\`${argv.join(' ')}\``;
     const onLine = options.quiet ? undefined : (line: string) => this.progress(`    ${line}`);
     return this.container.run(argv, { stdin: options.stdin, network: options.network, onLine, tailLines: TAIL_LINES });
   }
@@ -289,4 +349,12 @@ class TemplateBuild {
   private report(text: string): void {
     this.progress(`${((performance.now() - this.started) / 1000).toFixed(1).padStart(6)}s ${text}`);
   }
+}
+
+/** A time limit as a person reads it: "2 s", "90 s", "30 min", "2.5 h". */
+export function duration(ms: number): string {
+  const s = ms / 1000;
+  if (s < 120 || s % 60 !== 0) return `${+s.toFixed(1)} s`;
+  const min = s / 60;
+  return min < 120 ? `${min} min` : `${+(min / 60).toFixed(2)} h`;
 }

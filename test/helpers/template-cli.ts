@@ -13,11 +13,11 @@ export interface SbxResult {
   stderr: string;
 }
 
-/** `sbx ...` from the source tree, as a user runs it; resolves with its exit code and output. */
-export function sbx(args: string[], onStderr?: (text: string, child: ReturnType<typeof spawn>) => void): Promise<SbxResult> {
+/** `sbx ...` from the source tree, as a user runs it (`env` over the process's own); resolves with its exit code and output. */
+export function sbx(args: string[], onStderr?: (text: string, child: ReturnType<typeof spawn>) => void, env: Record<string, string> = {}): Promise<SbxResult> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'src/cli/main.ts'), ...args], {
-      env: { ...process.env, SBX_IMAGES_DIR: IMAGES_DIR },
+      env: { ...process.env, SBX_IMAGES_DIR: IMAGES_DIR, ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let stdout = '';

@@ -191,16 +191,16 @@ describe('unit: the template catalogue and the build before it starts', () => {
     ]);
     const file = path.join(dir, 'nobase.yaml');
     await writeFile(file, 'name: tools\nbase: desktop-xyz\n');
-    await assert.rejects(buildTemplateFile(file, { catalogue }), (err: unknown) => {
+    await assert.rejects(buildTemplateFile(file, { catalogue, sandboxSubnets: [] }), (err: unknown) => {
       assert.ok(err instanceof TemplateFileError);
       assert.match(err.message, /base: unknown template "desktop-xyz" \(built-ins and built user templates: minimal\)/);
       return true;
     });
     await assert.rejects(catalogue.resolve('nope'), (err: unknown) => err instanceof UnknownTemplateError && /available: minimal/.test(err.message));
     await writeFile(file, 'name: minimal\nbase: minimal\n');
-    await assert.rejects(buildTemplateFile(file, { catalogue }), /base: a template cannot be its own base/);
+    await assert.rejects(buildTemplateFile(file, { catalogue, sandboxSubnets: [] }), /base: a template cannot be its own base/);
     await writeFile(file, 'name: tools\nbase: minimal\nfiles: [{source: missing.txt, target: /a}]\n');
-    await assert.rejects(buildTemplateFile(file, { catalogue }), /files\[0\]\.source: missing\.txt does not exist/);
+    await assert.rejects(buildTemplateFile(file, { catalogue, sandboxSubnets: [] }), /files\[0\]\.source: missing\.txt does not exist/);
   });
 
   it('the cache key: content, every file byte and the base image change it; key order does not', () => {
