@@ -79,6 +79,15 @@ describe('processes in a real sandbox', { timeout: 600_000 }, () => {
     assert.equal(shell.stdout.toString(), '42 in /tmp as user\n');
     const env = await run({ argv: ['printenv', 'GREETING', 'DISPLAY'], env: { GREETING: 'hello world' } });
     assert.equal(env.stdout.toString(), 'hello world\n:99\n');
+    // The signals a shell would give it: SIGPIPE not ignored (the guest's starter is Python, which ignores it), so `yes` ends quietly.
+    const piped = await run({ argv: ['bash', '-c', 'yes | head -n 1'] });
+    assert.deepEqual([piped.stdout.toString(), piped.stderr.toString()], ['y\n', '']);
+    // A bare program name is looked up in the process's own PATH, as execvp would.
+    await run({
+      argv: ['bash', '-c', 'mkdir -p /tmp/own-bin && printf "#!/bin/sh\\necho own tool\\n" > /tmp/own-bin/own-tool && chmod +x /tmp/own-bin/own-tool'],
+    });
+    const own = await run({ argv: ['own-tool'], env: { PATH: '/tmp/own-bin:/usr/bin:/bin' } });
+    assert.equal(own.stdout.toString(), 'own tool\n');
   });
 
   it('red team: argv, env values and cwd are data; nothing reaches a shell unquoted', async () => {

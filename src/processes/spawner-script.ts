@@ -17,7 +17,7 @@
  * session's id, which signals name, as with sshd).
  */
 export const SPAWNER_SOURCE = String.raw`
-import errno, json, os, selectors, signal, struct, subprocess, sys
+import errno, json, os, selectors, signal, struct, sys
 try:
     # Named so that a user's "pkill python3" in the sandbox leaves the session's processes be.
     import ctypes
@@ -56,7 +56,7 @@ class Proc:
     def __init__(self, ident):
         self.id = ident; self.pid = 0; self.fds = {}; self.stdin = None; self.pending = []; self.eof = False
         self.credit = 0; self.status = None; self.done = False
-        self.held = 0; self.unacked = []; self.unacked_bytes = 0; self.popen = None
+        self.held = 0; self.unacked = []; self.unacked_bytes = 0
 def watch(p):
     for kind, fd in list(p.fds.items()):
         try: sel.unregister(fd)
@@ -95,6 +95,15 @@ def failed(program, err, e_w):
         finally:
             os._exit(127 if err.errno in (errno.ENOENT, errno.ENOTDIR) else 126)
     return pid
+# Python ignores SIGPIPE and SIGXFSZ; a program exec'd from here must not inherit that (as subprocess restores them).
+DEFAULT_SIGNALS = {signal.SIGPIPE, signal.SIGXFSZ}
+def program(name, env):
+    # As execvpe (and subprocess) would: a name without a slash is looked up in the process's own PATH.
+    if b"/" in name: return name
+    for d in os.get_exec_path(env):
+        path = os.path.join(os.fsencode(d), name)
+        if os.access(path, os.X_OK) and not os.path.isdir(path): return path
+    raise FileNotFoundError(errno.ENOENT, "not found")
 def start(ident, req):
     argv = [os.fsencode(a) for a in req["argv"]]
     env = dict(os.environ)
@@ -106,9 +115,13 @@ def start(ident, req):
     p = Proc(ident)
     i_r, i_w = os.pipe(); o_r, o_w = os.pipe(); e_r, e_w = os.pipe()
     try:
-        # subprocess's C fork_exec (vfork: no copy of this interpreter's pages to fault in).
-        child = subprocess.Popen(argv, stdin=i_r, stdout=o_w, stderr=e_w, cwd=cwd, env=env, close_fds=False, start_new_session=True)
-        pid = child.pid; p.popen = child
+        # posix_spawn (a vfork, no copy of this interpreter's pages to fault in; a third of
+        # subprocess.Popen's time). It has no cwd of its own: the child takes this one's.
+        os.chdir(cwd)
+        try:
+            pid = os.posix_spawn(program(argv[0], env), argv, env, file_actions=[(os.POSIX_SPAWN_DUP2, i_r, 0), (os.POSIX_SPAWN_DUP2, o_w, 1), (os.POSIX_SPAWN_DUP2, e_w, 2)], setsid=True, setsigdef=DEFAULT_SIGNALS)
+        finally:
+            os.chdir("/")
     except OSError as err:
         pid = failed(argv[0], err, e_w)
     os.close(i_r); os.close(o_w); os.close(e_w)
@@ -130,7 +143,6 @@ def reap():
             p.status = b"s " + name.encode()
         else:
             p.status = b"c %d" % os.waitstatus_to_exitcode(status)
-        if p.popen is not None: p.popen.returncode = 0  # reaped here; nothing for subprocess to wait for
         send(b"x", p.id, p.status)
         finish(p)
 def release_acks(p, everything=False):
