@@ -23,6 +23,7 @@ import { tapBridgeCommands } from '../src/network/netns.js';
 import { tscKhzFromCpuinfo, tscKhzFromKernelLog } from '../src/runtimes/qemu/accelerator.js';
 import { macAddressFor, optionValue, qemuArgv, type QemuVmConfig } from '../src/runtimes/qemu/qemu-command.js';
 import { sessionIdOfQemu } from '../src/runtimes/qemu/qemu-process.js';
+import { bareBootArgv } from '../src/bench/qemu-floor.js';
 import { describeExit, type QemuRuntime } from '../src/runtimes/qemu/qemu-runtime.js';
 import { RUNTIMES } from '../src/runtimes/registered.js';
 import { VmCgroup } from '../src/runtimes/vm/vm-cgroup.js';
@@ -201,6 +202,17 @@ describe('kernel command line and QEMU command line', () => {
     assert.deepEqual(after(kvm, '-cpu'), ['host']);
     assert.ok(!kvm.includes('-initrd'));
     assert.equal(optionValue('a,b,,c'), 'a,,b,,,,c');
+  });
+
+  it("the bench's bare boot (the floor of a cold create) shares the VMs' machine and kernel, and has nothing of ours", async () => {
+    const bare = guestKernelCmdline({ bareInit: '/bin/sh' }).split(' ');
+    assert.ok(bare.includes('init=/bin/sh') && bare.includes('ro') && !bare.includes('rw'), bare.join(' '));
+    const image = { hash: 'h', dir: '/img', rootfs: '/img/rootfs', ext4: '/img/a,b.ext4', kernel: '/img/vmlinuz', initrd: '/img/initrd.img' };
+    const argv = await bareBootArgv({ settings: { binary: 'qemu-system-x86_64', smp: 2 }, accelerator: 'kvm', memoryMiB: 1024, image });
+    const machine = qemuArgv({ ...vm, accelerator: 'kvm' }).slice(2, 2 + argv.indexOf('-append') + 1);
+    assert.deepEqual(argv.slice(0, machine.length), machine, 'the same machine, accelerator, CPUs, memory, kernel and initrd');
+    assert.deepEqual(after(argv, '-drive'), ['id=root,if=none,format=raw,file=/img/a,,b.ext4,read-only=on']);
+    for (const ours of ['-netdev', '-runas', '-sandbox', '-qmp', '-pidfile']) assert.ok(!argv.includes(ours), ours);
   });
 
   it('gives each VM a stable, locally administered MAC', () => {

@@ -8,7 +8,7 @@ import type { SandboxClient } from '../client/index.js';
 import { CONFIG_FILES, GUEST_USER } from '../guest/contract.js';
 import type { SessionManager } from '../sessions/manager.js';
 import { generateClientKey, publicKeyBlob, replaceClientKey } from '../transport/ssh-keys.js';
-import { guestTransport } from '../transport/index.js';
+import { guestTransport, type GuestEndpoint } from '../transport/index.js';
 import { run } from '../util/exec.js';
 import { percentile } from './stats.js';
 
@@ -91,7 +91,7 @@ export async function measureWarmClaims(manager: SessionManager, client: Sandbox
       // The claimed session's background work (its helpers, the grabber's first frame) done first.
       await sandbox.screenshot();
       await sleep(300);
-      const handshake = await bareHandshake(manager, stateDir, sandbox.id);
+      const handshake = await bareHandshake(manager, stateDir, sandbox.id, authorizeInConfigDir);
       if (i > 0) {
         claimMs.push(ms);
         handshakeMs.push(handshake);
@@ -112,13 +112,26 @@ export async function measureWarmClaims(manager: SessionManager, client: Sandbox
   return { claimMs, handshakeMs, steps: stepMedians(log1, 'warm') };
 }
 
-async function bareHandshake(manager: SessionManager, stateDir: string, id: string): Promise<number> {
+/** How a fresh key is let into a session's guest before the bare handshake (untimed: the swap). */
+export type AuthorizeKey = (
+  guest: { sessionDir: string; endpoint: GuestEndpoint; hostPublicKey: string },
+  key: { private: string; public: string },
+) => Promise<void>;
+
+/** A container's config dir is the guest's (a live bind mount): the key is written there, as a claim does. */
+const authorizeInConfigDir: AuthorizeKey = ({ sessionDir }, key) => replaceClientKey(sessionDir, path.join(sessionDir, 'config'), key);
+
+/**
+ * One bare handshake with a fresh key to a session's guest: a key pair made and authorized
+ * (untimed), then the key made again and a connection opened with it, timed.
+ */
+export async function bareHandshake(manager: SessionManager, stateDir: string, id: string, authorize: AuthorizeKey): Promise<number> {
   const endpoint = manager.registry.find(id)?.sandbox?.endpoint;
   if (!endpoint) throw new Error(`session ${id} has no endpoint`);
   const sessionDir = path.join(stateDir, id);
   const hostPublicKey = (await readFile(path.join(sessionDir, 'config', CONFIG_FILES.hostKeyPub), 'utf8')).trim();
   const key = generateClientKey(id);
-  await replaceClientKey(sessionDir, path.join(sessionDir, 'config'), key);
+  await authorize({ sessionDir, endpoint, hostPublicKey }, key);
   const started = performance.now();
   generateClientKey(id); // what a claim pays for its key, in the same figure
   const connection = guestTransport({ endpoint, username: GUEST_USER, privateKey: key.private, pinnedHostKey: publicKeyBlob(hostPublicKey) });

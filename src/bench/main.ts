@@ -20,7 +20,8 @@
  * BENCH_N screenshots, BENCH_GATEWAY_ACTIONS (200) actions, BENCH_LIVE_VIEW_SECONDS (10) of
  * live view each way) and the placement simulation; `npm run bench -- gateway` runs those alone.
  * Issue 24's guest-port and CDP figures (guest-ports.ts): `npm run bench -- ports` runs those alone.
- * Issue 27's create figures (create-bench.ts): `npm run bench -- create` (BENCH_CREATES, 10 there).
+ * Issue 27's create figures (create-bench.ts): `npm run bench -- create` (BENCH_CREATES, 10 there on
+ * containers, 3 on QEMU and Firecracker; SBX_RUNTIME=qemu adds a fork's warm path and a bare boot's floor).
  * The 16-session load alone (load-alone.ts, its event-loop delay: issue 27): `npm run bench -- load`;
  * then the ramp from it (the most sessions it passes at, up to BENCH_RAMP_MAX): `-- ramp`.
  * The recording figures alone (recording-alone.ts, issue 27's 8 % goal): `npm run bench -- recording`.
@@ -332,9 +333,12 @@ async function transportsAlone(): Promise<void> {
   console.log(JSON.stringify(figures, null, 2));
 }
 
+// A VM's boot under TCG (QEMU, or the Firecracker stand-in's guest) on a loaded host may take minutes: the timeouts are raised unless set.
+const VM_TIMEOUTS = { SBX_QEMU_BOOT_TIMEOUT_MS: '300000', SBX_FC_BOOT_TIMEOUT_MS: '300000' };
 const CREATE = {
-  config: { ...defaultConfig(process.env), subnet: process.env.SBX_SUBNET || '10.244.0.0/16' },
-  creates: Number(process.env.BENCH_CREATES || 10),
+  config: { ...defaultConfig({ ...VM_TIMEOUTS, ...process.env }), subnet: process.env.SBX_SUBNET || '10.244.0.0/16' },
+  // Unset: 10 on containers, 3 on a VM runtime (create-bench.ts).
+  creates: process.env.BENCH_CREATES ? Number(process.env.BENCH_CREATES) : undefined,
 };
 
 async function loadAlone(withRamp: boolean): Promise<void> {

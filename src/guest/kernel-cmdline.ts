@@ -42,6 +42,11 @@ export interface KernelCmdlineOptions {
   quiet?: boolean;
   /** More options, appended as given (e.g. for debugging: "loglevel=8"). */
   extra?: readonly string[];
+  /**
+   * Another PID 1 than sandbox-init, mounted read-only: the bench's bare boot of the image to
+   * a shell (`/bin/sh`, the floor of a VM's cold create: bench/qemu-floor.ts).
+   */
+  bareInit?: string;
 }
 
 export function guestKernelCmdline(opts: KernelCmdlineOptions = {}): string {
@@ -51,8 +56,8 @@ export function guestKernelCmdline(opts: KernelCmdlineOptions = {}): string {
     'panic=1',
     'pci=off',
     `root=${GUEST_ROOT_DEVICE}`,
-    'rw',
-    `init=${GUEST_INIT}`,
+    opts.bareInit ? 'ro' : 'rw',
+    `init=${opts.bareInit ?? GUEST_INIT}`,
     ...(opts.quiet === false ? [] : ['quiet']),
     ...(opts.extra ?? []),
   ];

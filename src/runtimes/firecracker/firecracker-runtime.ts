@@ -41,6 +41,7 @@ import { launchUnjailed, type LaunchedVmm } from './vmm/unjailed.js';
 import { ensureVmlinux } from './kernel/vmlinux.js';
 import type { FirecrackerSettings } from './settings.js';
 import { rotateClone, snapshotBaseAddress, type CloneRotation } from './snapshot/clone-rotation.js';
+import { rotationSteps } from './ssh-keys/key-rotation.js';
 import { buildSnapshotBase } from './snapshot/base-build.js';
 import { loadSnapshotBase, snapshotBaseDir, type SnapshotBase } from './snapshot/base-store.js';
 import { describeVmmExit, findFirecrackerProcesses, stopVmm } from './vmm/vmm-process.js';
@@ -185,12 +186,16 @@ export class FirecrackerRuntime implements Runtime {
     await prepareVmVolumes(spec.configDir, spec.volumes ?? [], (i) => ({ disk: volumeDiskName(i) }));
     await buildConfigDrive(spec.configDir, configDrive);
     const { kernel, initrd } = await this.bootFiles(spec.image);
+    // The bench prints where a create's time goes (SandboxSpec.step), the restore's steps among them.
+    const step = spec.step ?? (() => undefined);
+    step('runtime: config drive and boot files');
 
     const files = { kernel, initrd, configDrive, consolePipe };
     const launched = this.host.jailerBin
       ? await launchJailedVm(this.jailDeps, spec, cleanup, id, netns, files, fork ?? snapshotBase)
       : await launchUnjailed(this.host.firecrackerBin, spec, cleanup, id, netns, files);
     const { vmm } = launched;
+    step(this.host.jailerBin ? 'runtime: jailer (cgroups, namespaces, the VMM started)' : 'runtime: VMM process');
     const vmmStart = processStartTime(vmm.pid);
     if (vmmStart) spec.record?.('process', `${vmm.pid}@${vmmStart}`);
 
@@ -208,6 +213,7 @@ export class FirecrackerRuntime implements Runtime {
 
     try {
       await waitForApiSocket(client, { exited: vmm.exited, timeoutMs: this.settings.apiTimeoutMs });
+      step('runtime: VMM answering on its API socket');
       if (fork && network && launched.layout) {
         const jailPaths = launched.layout.snapshot.jailPaths;
         const connectTimeoutMs = Math.max(5_000, Math.min(30_000, this.settings.bootTimeoutMs / 5));
@@ -224,8 +230,10 @@ export class FirecrackerRuntime implements Runtime {
           client,
         );
         started = true;
+        step('runtime: snapshot/load and resume');
         const session = await readSessionKeys(spec.sessionDir, spec.configDir);
-        const keys = { snapshotBase: snapshotBase.keys, session, hostname: spec.hostname, rootAuthorizedKeys };
+        const onPhase = rotationSteps(spec.step, 'rotation: route to the clone');
+        const keys = { snapshotBase: snapshotBase.keys, session, hostname: spec.hostname, rootAuthorizedKeys, onPhase };
         await this.rotate(
           network
             ? { ...keys, at: snapshotBase.address, hostInterface: network.hostInterface, lease: network.lease }
@@ -244,6 +252,7 @@ export class FirecrackerRuntime implements Runtime {
           client,
         );
         started = true;
+        step('runtime: boot (configuration and InstanceStart)');
       }
     } catch (err) {
       // Firecracker's own words (a refused file, a TAP it could not open) are in its output.

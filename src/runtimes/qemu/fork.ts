@@ -21,7 +21,7 @@ import type { AddressLease } from '../../network/address-pool.js';
 import { NETNS_BRIDGE } from '../../network/netns.js';
 import type { SessionKeys } from '../../transport/ssh-keys.js';
 import { run } from '../../util/exec.js';
-import { GUEST_KEY_PATHS, newMachineId, rotateKeysAfterRestore } from '../firecracker/ssh-keys/key-rotation.js';
+import { GUEST_KEY_PATHS, newMachineId, rotateKeysAfterRestore, rotationSteps } from '../firecracker/ssh-keys/key-rotation.js';
 import { SshRotationTransport } from '../firecracker/ssh-keys/ssh-rotation-transport.js';
 import type { VmProcess } from '../vm/vm-process.js';
 import { maxStateBytes, untilLoaded } from './disk-pause.js';
@@ -60,6 +60,8 @@ export interface ForkRekey {
   connectTimeoutMs: number;
   /** Lets the loaded VM run (`cont`), once the guest can be reached. */
   start(): Promise<void>;
+  /** Ends a named step of the create (SandboxSpec.step): the rotation's phases are marked. */
+  step?: (name: string) => void;
 }
 
 /** Runs the loaded VM and re-keys and re-addresses its guest; throws (KeyRotationError) unless all of it held. */
@@ -88,6 +90,7 @@ export async function startAndRekeyFork(fork: ForkRekey): Promise<void> {
       rootAuthorizedKeys: fork.rootAuthorizedKeys,
       identity: { hostname: fork.hostname, machineId: newMachineId() },
       reconnectAttempts: RECONNECT_ATTEMPTS,
+      onPhase: rotationSteps(fork.step, 'fork: route, forwarder and cont'),
     });
     // The session layer opens its own connection, as for a cold boot.
     await connection.close();

@@ -52,26 +52,7 @@ export const TCG_TB_SIZE_MIB = 256;
 export function qemuArgv(vm: QemuVmConfig): string[] {
   return [
     ...['-name', `guest=${vm.name},process=${vm.name}`],
-    // pit and pic: without them, the guest kernel hangs calibrating its TSC (seen under TCG).
-    // rtc: the guest's clock starts at the host's time. ACPI (on by default) is how Debian's
-    // kernel finds the virtio-mmio devices (see src/guest/kernel-cmdline.ts).
-    ...['-machine', 'microvm,pit=on,pic=on,rtc=on'],
-    // TCG's translated-code cache is 1 GiB by default, on top of the guest's memory: capped,
-    // so that the VM fits its cgroup (qemu-runtime.ts counts it in the memory limit).
-    ...['-accel', vm.accelerator === 'tcg' ? `tcg,tb-size=${TCG_TB_SIZE_MIB}` : vm.accelerator],
-    ...['-cpu', cpuModel(vm.accelerator)],
-    ...['-smp', String(vm.smp)],
-    ...['-m', `${vm.memoryMiB}M`],
-    // Nothing but what is listed here: no default NIC, no display, no monitor but the QMP socket below.
-    '-nodefaults',
-    '-no-user-config',
-    ...['-display', 'none'],
-    // A guest reboot ends the VM: sandbox-init reboots to power off, and so do the kernel's
-    // panic=1 and the initrd when the root cannot be mounted.
-    '-no-reboot',
-    ...['-kernel', vm.kernel],
-    ...(vm.initrd ? ['-initrd', vm.initrd] : []),
-    ...['-append', vm.cmdline],
+    ...qemuMachineArgv(vm),
     // The root disk. cache=unsafe: the layer is thrown away with the session, so the guest's
     // flushes need not reach the host's disk. discard: freed blocks shrink the layer.
     ...['-drive', `id=root,if=none,format=${vm.rootDiskFormat ?? 'qcow2'},file=${optionValue(vm.rootDisk)},cache=unsafe,discard=unmap`],
@@ -102,6 +83,35 @@ export function qemuArgv(vm: QemuVmConfig): string[] {
     // an unprivileged user it has nothing left to elevate.
     ...['-sandbox', 'on,obsolete=deny,spawn=deny,resourcecontrol=deny'],
     ...(vm.runAs ? ['-runas', vm.runAs] : []),
+  ];
+}
+
+/**
+ * The machine, its accelerator, CPUs and memory, and the kernel it boots directly: what every
+ * VM of ours has, and what the bench's bare boot of the image shares with them (bench/qemu-floor.ts).
+ */
+export function qemuMachineArgv(vm: Pick<QemuVmConfig, 'accelerator' | 'smp' | 'memoryMiB' | 'kernel' | 'initrd' | 'cmdline'>): string[] {
+  return [
+    // pit and pic: without them, the guest kernel hangs calibrating its TSC (seen under TCG).
+    // rtc: the guest's clock starts at the host's time. ACPI (on by default) is how Debian's
+    // kernel finds the virtio-mmio devices (see src/guest/kernel-cmdline.ts).
+    ...['-machine', 'microvm,pit=on,pic=on,rtc=on'],
+    // TCG's translated-code cache is 1 GiB by default, on top of the guest's memory: capped,
+    // so that the VM fits its cgroup (qemu-runtime.ts counts it in the memory limit).
+    ...['-accel', vm.accelerator === 'tcg' ? `tcg,tb-size=${TCG_TB_SIZE_MIB}` : vm.accelerator],
+    ...['-cpu', cpuModel(vm.accelerator)],
+    ...['-smp', String(vm.smp)],
+    ...['-m', `${vm.memoryMiB}M`],
+    // Nothing but what is listed here: no default NIC, no display, no monitor (qemuArgv adds a QMP socket).
+    '-nodefaults',
+    '-no-user-config',
+    ...['-display', 'none'],
+    // A guest reboot ends the VM: sandbox-init reboots to power off, and so do the kernel's
+    // panic=1 and the initrd when the root cannot be mounted.
+    '-no-reboot',
+    ...['-kernel', vm.kernel],
+    ...(vm.initrd ? ['-initrd', vm.initrd] : []),
+    ...['-append', vm.cmdline],
   ];
 }
 

@@ -289,6 +289,7 @@ export class QemuRuntime implements Runtime {
         rootAuthorizedKeys,
         start: async () => void (await qmp(qmpSocket, [{ execute: 'cont' }])),
         connectTimeoutMs: this.accelerator === 'tcg' ? 30_000 : 5_000,
+        step: spec.step,
       });
       spec.step?.('fork re-keyed');
     }

@@ -88,6 +88,20 @@ export interface RotationPlan {
   onPhase?: (phase: RotationPhase) => void;
 }
 
+/**
+ * The rotation's phases as steps of the create they belong to (SandboxSpec.step: the bench
+ * prints where a create's time goes): each phase's end is marked `rotation: <phase>`, and the
+ * time before the first phase, `before` (what the caller did to reach the clone).
+ */
+export function rotationSteps(step: ((name: string) => void) | undefined, before: string): ((phase: RotationPhase) => void) | undefined {
+  if (!step) return undefined;
+  let current: RotationPhase | undefined;
+  return (next) => {
+    step(current ? `rotation: ${current}` : before);
+    current = next;
+  };
+}
+
 export class KeyRotationError extends Error {
   constructor(
     readonly phase: RotationPhase,

@@ -63,6 +63,7 @@ export async function launchJailedVm(
   await lendVolumes(spec.sessionDir, spec.volumes ?? [], cleanup, spec.record);
   await cleanup.push(`jail ${layout.jailDir}`, () => removeChroot(layout));
   await applyChrootLayout(layout, user);
+  spec.step?.('runtime: jail (its layout: links, the root disk copied)');
   const cgroupVersion = host.cgroupVersion;
   for (const dir of await vmCgroupDirs(cgroupVersion, parentCgroup, id)) spec.record?.('cgroup', dir);
   // Runs after the VMM is gone (pushed before it): a cgroup with a process in it cannot go.
