@@ -20,7 +20,7 @@ import { resolveKernelPackage } from '../src/guest/image/vm-packages.js';
 import { guestKernelCmdline } from '../src/guest/kernel-cmdline.js';
 import { ResourceNames } from '../src/network/names.js';
 import { tapBridgeCommands } from '../src/network/netns.js';
-import { tscKhzFromCpuinfo, tscKhzFromKernelLog } from '../src/runtimes/qemu/accelerator.js';
+import { probeKvm, tscKhzFromCpuinfo, tscKhzFromKernelLog } from '../src/runtimes/qemu/accelerator.js';
 import { macAddressFor, optionValue, qemuArgv, type QemuVmConfig } from '../src/runtimes/qemu/qemu-command.js';
 import { sessionIdOfQemu } from '../src/runtimes/qemu/qemu-process.js';
 import { bareBootArgv } from '../src/bench/qemu-floor.js';
@@ -300,6 +300,13 @@ describe('runtime selection', () => {
       assert.equal(picked.runtime.name, 'container', `KVM does not run guests here (${kvm.detail}): ${picked.reason}`);
       assert.match(picked.reason, /^auto: container \(runc.*\) \(passed over firecracker: .+; qemu: .+\)$/);
     }
+  });
+
+  it("a nested host's kvm-pvm is not taken for KVM (its guests' kernels hang), unless SBX_QEMU_ACCEL=kvm says so", async () => {
+    const pvm = await probeKvm('qemu-system-x86_64', undefined, { pvmModule: os.tmpdir() });
+    assert.deepEqual([pvm.usable, /kvm-pvm/.test(pvm.reason)], [false, true], pvm.reason);
+    const forced = await probeKvm('qemu-system-x86_64', undefined, { pvmModule: os.tmpdir(), forced: true });
+    assert.doesNotMatch(forced.reason, /kvm-pvm/);
   });
 
   it('qemu says which accelerator it uses and why, and gives TCG a long boot timeout', async () => {

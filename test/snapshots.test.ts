@@ -185,6 +185,23 @@ describe('snapshots and forks of a qemu desktop', () => {
     assert.deepEqual((await bash(source, 'ls /home/user')).trim().split(/\s+/).sort(), [...baseline, 'after.txt'].sort());
   });
 
+  it("a fork at its source's own address (the source gone, its lease reused) is reached as soon as the others", async () => {
+    const sourceAddress = (await identity(source)).address;
+    expectStatus(await api('DELETE', `/v1/sessions/${source}`), 200);
+    const started = performance.now();
+    const res = await api('POST', '/v1/sessions', { snapshot: snapshot.id, timeoutSeconds: 1800 });
+    const createMs = performance.now() - started;
+    expectStatus(res, 201);
+    const id = String(res.json.id);
+    assert.equal((await identity(id)).address, sourceAddress, "the fork took the source's lease (the lowest free)");
+    // The rotation reached the guest at the same address with its old MAC: the fork's netns knew it so for ~30 s, and
+    // its last logins waited that out (34.6 and 36.6 s in the bench). 20 s over the slowest fork above is what TCG's noise allows.
+    const slowest = Math.max(...forks.map((f) => f.createMs));
+    console.log(`fork at its source's address: create to ready ${Math.round(createMs)} ms (the others: at most ${Math.round(slowest)} ms)`);
+    assert.ok(createMs < slowest + 20_000, `${Math.round(createMs)} ms against ${Math.round(slowest)} ms`);
+    expectStatus(await api('DELETE', `/v1/sessions/${id}`), 200);
+  });
+
   it('a delete frees its files; the forks go on; the snapshot cannot be forked after', async () => {
     const id = String(snapshot.id);
     const dir = path.join(stateDir, 'snapshots', id);

@@ -26,9 +26,7 @@ export interface ForkFigures {
 
 /**
  * `source` is paused in memory once snapshotted (an idle TCG guest beside the forks would take
- * CPU from them), and destroyed at the end. Not before: its lease would be free, and the first
- * fork would get its address, which a fork that changes its MAC reaches only once the netns's
- * neighbour entry for the old MAC has gone stale (up to ~30 s: docs/benchmarks.md, issue 27).
+ * CPU from them), and destroyed at the end.
  */
 export async function measureForks(
   manager: SessionManager,

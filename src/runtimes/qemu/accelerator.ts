@@ -3,7 +3,7 @@
  * guest needs to boot reliably.
  */
 import { spawn } from 'node:child_process';
-import { constants } from 'node:fs';
+import { constants, existsSync } from 'node:fs';
 import { access, readFile } from 'node:fs/promises';
 import { run } from '../../util/exec.js';
 import type { Accelerator } from '../runtime.js';
@@ -15,13 +15,34 @@ export interface KvmProbe {
 }
 
 /**
+ * kvm-pvm, the KVM of some nested hosts: QEMU starts on it, and a paused VM passes the probe
+ * below, but a guest kernel stops at its first instructions that need emulating (the host's
+ * log says "kvm-pvm: INTERNAL_ERROR in batch emul") and spins a core. Seen on these machines
+ * with kernel 6.18; on older ones the vCPU's setup failed ("failed to set MSR 0x10a").
+ */
+const PVM_MODULE = '/sys/module/kvm_pvm';
+
+interface PvmCheck {
+  /** SBX_QEMU_ACCEL=kvm: the operator's word, kvm-pvm or not. */
+  forced?: boolean;
+  /** Where the module shows (tests). */
+  pvmModule?: string;
+}
+
+/**
  * Whether QEMU can really use KVM here. /dev/kvm existing is not enough: on some hosts it
  * exists but cannot run an ordinary guest (seen on these machines: a nested "kvm-pvm"
  * host, where QEMU aborts setting up the vCPU with "failed to set MSR 0x10a"). So QEMU is
  * started for real with the accelerator and CPU model the runtime would use, paused (-S),
  * and asked to quit over QMP on its stdin; only a clean exit counts.
  */
-export async function probeKvm(qemuBinary: string, timeoutMs = 10_000): Promise<KvmProbe> {
+export async function probeKvm(qemuBinary: string, timeoutMs = 10_000, opts: PvmCheck = {}): Promise<KvmProbe> {
+  if (!opts.forced && existsSync(opts.pvmModule ?? PVM_MODULE)) {
+    return {
+      usable: false,
+      reason: '/dev/kvm is kvm-pvm\'s (a nested host\'s KVM), on which a guest kernel hangs ("INTERNAL_ERROR in batch emul"); SBX_QEMU_ACCEL=kvm forces it',
+    };
+  }
   try {
     await access('/dev/kvm', constants.R_OK | constants.W_OK);
   } catch {

@@ -81,6 +81,11 @@ export async function startAndRekeyFork(fork: ForkRekey): Promise<void> {
       baseClientPrivateKey: info.rekeyPrivateKey,
       baseHostPublicKey: info.hostPublicKey,
       network: { address: `${lease.guest}/${lease.prefixLength}`, gateway: lease.gateway, ...(fork.mac ? { mac: fork.mac } : {}) },
+      // The rotation reached the guest from this netns, through the bridge holding the gateway's address: the guest
+      // knows the gateway at the bridge's MAC. Its move (0.3 s after this answer) changes its MAC, which flushes that,
+      // and it asks again; at its source's own address (its lease reused) the gateway is the same, and the bridge would
+      // still answer, taking the session's replies for ~30 s. So the bridge gives the address back now.
+      afterNetwork: () => run(['ip', '-n', netns, 'addr', 'del', gatewayCidr, 'dev', NETNS_BRIDGE], { allowFailure: true }).then(() => undefined),
       connectTimeoutMs: fork.connectTimeoutMs,
     });
     const connection = await rotateKeysAfterRestore(transport, {

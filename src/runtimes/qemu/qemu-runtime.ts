@@ -161,7 +161,7 @@ export class QemuRuntime implements Runtime {
     let accelerator: Accelerator = 'tcg';
     let reason = 'SBX_QEMU_ACCEL=tcg';
     if (settings.accel !== 'tcg') {
-      const kvm = await probeKvm(settings.binary);
+      const kvm = await probeKvm(settings.binary, undefined, { forced: settings.accel === 'kvm' });
       if (kvm.usable) {
         accelerator = 'kvm';
         reason = kvm.reason;

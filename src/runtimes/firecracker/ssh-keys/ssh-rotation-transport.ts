@@ -27,6 +27,11 @@ export interface SshRotationOptions {
   baseHostPublicKey: string;
   /** The session's address and gateway (and MAC), given to `sbx-rekey network` (absent: a clone without a NIC stays without one). */
   network?: RekeyNetwork;
+  /**
+   * Run on the host once `sbx-rekey network` answered (the guest moves a moment later): a QEMU
+   * fork's netns stops answering for the gateway (fork.ts).
+   */
+  afterNetwork?: () => Promise<void>;
   /** How long one login may take (default 5 s; a QEMU fork under TCG, just resumed, answers slower). */
   connectTimeoutMs?: number;
 }
@@ -57,7 +62,7 @@ export class SshRotationTransport implements RotationTransport<SshRotationConnec
       connection.close();
       throw err;
     }
-    return new SshRotationConnection(connection, rotating ? this.options.network : undefined);
+    return new SshRotationConnection(connection, rotating ? this.options.network : undefined, rotating ? this.options.afterNetwork : undefined);
   }
 
   async tryLogin(clientPrivateKey: string, pinnedHostKey: string): Promise<LoginOutcome> {
@@ -87,8 +92,14 @@ export class SshRotationConnection implements RotationConnection {
     /** The open connection; the session's one is what the rotation hands back. */
     readonly connection: GuestTransport,
     network: RekeyNetwork | undefined,
+    afterNetwork?: () => Promise<void>,
   ) {
-    this.applyNetwork = network ? async () => this.rekey(networkCommand(network)) : undefined;
+    this.applyNetwork = network
+      ? async () => {
+          await this.rekey(networkCommand(network));
+          await afterNetwork?.();
+        }
+      : undefined;
   }
 
   /** Words of sbx-rekey's fixed command, each checked here first (and again in the guest). */
