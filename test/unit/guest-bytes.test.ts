@@ -495,7 +495,8 @@ describe('the bash tool shell, on a stand-in channel', () => {
     assert.equal(channel.isPaused, false, 'within the burst');
     channel.emit('data', Buffer.alloc(64 * 1024, 0x61));
     assert.equal(channel.isPaused, true, 'past the burst: paused');
-    await new Promise((resolve) => setTimeout(resolve, 150)); // ~60 KiB of debt at 1 MiB/s: ~60 ms
+    // ~60 KiB of debt at 1 MiB/s: ~60 ms (waited for up to 2 s: a busy host's timers run late).
+    for (let waited = 0; channel.isPaused && waited < 2_000; waited += 10) await new Promise((resolve) => setTimeout(resolve, 10));
     assert.equal(channel.isPaused, false, 'the debt paid back: read again');
     assert.ok((counters.throttles.rate ?? 0) >= 0.05, `paused ${counters.throttles.rate} s`);
     channel.emit('data', Buffer.from(`<<sbx:${lastNonce(channel)}:0>>\n`));
